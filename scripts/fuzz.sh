@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# fuzz.sh SECONDS — build the libFuzzer targets with clang and run each for a
+# bounded time on its seed corpus (tests/fuzz/corpus/<target>). A crash fails.
+set -euo pipefail
+SECS=${1:-60}
+if [ ! -d tests/fuzz ]; then echo "fuzz: no fuzz targets"; exit 0; fi
+CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DMOERUN_FUZZ=ON -DMOERUN_TESTS=OFF >/dev/null
+cmake --build build-fuzz -j "$(nproc)" --target fuzz_targets
+for t in build-fuzz/tests/fuzz/fuzz_*; do
+  [ -x "$t" ] || continue
+  name=$(basename "$t")
+  corpus_src="tests/fuzz/corpus/${name#fuzz_}"
+  work=$(mktemp -d)
+  [ -d "$corpus_src" ] && cp -r "$corpus_src"/. "$work"/
+  echo "fuzz: $name for ${SECS}s"
+  "$t" -max_total_time="$SECS" -max_len=65536 -rss_limit_mb=2048 -print_final_stats=1 "$work" 2>&1 | tail -15
+  rm -rf "$work"
+done

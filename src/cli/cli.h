@@ -1,0 +1,19 @@
+/* cli.h — the moerun subcommands. Each lives in src/cli/cmd_<name>.c and
+ * returns the process exit status: 0 success, 1 runtime/file error,
+ * 2 usage or resolution error (spec/resolution.md). */
+#ifndef MR_CLI_H
+#define MR_CLI_H
+
+int mr_cmd_version(int argc, char **argv);
+int mr_cmd_inspect(int argc, char **argv);
+int mr_cmd_resolve(int argc, char **argv);
+int mr_cmd_bench(int argc, char **argv);
+int mr_cmd_gen_tiny(int argc, char **argv);
+int mr_cmd_quantize(int argc, char **argv);
+int mr_cmd_generate(int argc, char **argv);
+int mr_cmd_probe(int argc, char **argv);
+
+/* Prints "moerun <cmd>: <msg>" plus the last error detail to stderr. */
+void mr_cli_fail(const char *cmd, const char *what);
+
+#endif

@@ -1,0 +1,76 @@
+/* testutil.c — see testutil.h. */
+#include "testutil.h"
+
+#include <errno.h>
+#include <ftw.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+const char *tu_data(const char *rel) {
+    static char buf[4096];
+    snprintf(buf, sizeof buf, "%s/%s", MR_TEST_DATA, rel);
+    return buf;
+}
+
+void *tu_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *p = malloc(n > 0 ? (size_t)n : 1);
+    if (p && n > 0 && fread(p, 1, (size_t)n, f) != (size_t)n) {
+        free(p);
+        p = NULL;
+    }
+    fclose(f);
+    if (p && len) *len = (size_t)n;
+    return p;
+}
+
+int tu_write_file(const char *path, const void *data, size_t len) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    size_t w = len ? fwrite(data, 1, len, f) : 0;
+    int rc = fclose(f);
+    return (w == len && rc == 0) ? 0 : -1;
+}
+
+char *tu_tmpdir(const char *tag) {
+    char tmpl[4096];
+    snprintf(tmpl, sizeof tmpl, "%s/tmp_%s_XXXXXX", MR_BINARY_DIR, tag);
+    char *d = mkdtemp(tmpl);
+    if (!d) return NULL;
+    return strdup(d);
+}
+
+static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(p);
+}
+
+void tu_rmtree(const char *path) {
+    if (path) nftw(path, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+uint64_t tu_next(tu_rng *r) {
+    /* splitmix64 */
+    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+float tu_uniform(tu_rng *r) { return (float)(tu_next(r) >> 40) * (1.0f / 16777216.0f); }
+
+float tu_normal(tu_rng *r) {
+    float u1 = tu_uniform(r), u2 = tu_uniform(r);
+    if (u1 < 1e-7f) u1 = 1e-7f;
+    return sqrtf(-2.0f * logf(u1)) * cosf(6.28318530718f * u2);
+}
