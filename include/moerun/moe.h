@@ -1,0 +1,117 @@
+/* moerun/moe.h — the MoE layer: problem description, activation modes,
+ * expert weight sets with their layout descriptor, and runners with their
+ * capability predicates. See shared/DESIGN.md "Runners".
+ *
+ * The resolver (config/) only needs mr_moe_problem, the runner registry and
+ * the predicates; it never runs a runner. */
+#ifndef MOERUN_MOE_H
+#define MOERUN_MOE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "moerun/base.h"
+#include "moerun/formats.h"
+#include "moerun/routing.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Stable ids (append only). GPU devices are planning placeholders. */
+typedef enum {
+    MR_DEVICE_CPU = 0,
+    MR_DEVICE_SM90 = 1,
+    MR_DEVICE_SM100 = 2,
+    MR_DEVICE_SM103 = 3,
+    MR_DEVICE_SM110 = 4,
+    MR_DEVICE_SM120 = 5,
+    MR_DEVICE_COUNT
+} mr_device;
+const char *mr_device_name(mr_device d);
+mr_status mr_device_from_name(const char *name, mr_device *out);
+
+/* Expert-parallel all-to-all transports. */
+typedef enum { MR_A2A_NONE = 0, MR_A2A_MPI = 1, MR_A2A_COUNT } mr_a2a;
+const char *mr_a2a_name(mr_a2a a);
+mr_status mr_a2a_from_name(const char *name, mr_a2a *out);
+/* Does this transport need the routing (ids) before dispatch? (mpi: yes) */
+bool mr_a2a_needs_routing_first(mr_a2a a);
+
+/* Activation modes, per weight format (exact definitions in src/moe/actmode.c
+ * and docs/activation-modes.md). Stable ids. */
+typedef enum {
+    MR_ACT_AUTO = 0,
+    MR_ACT_W16A32 = 1, /* bf16 weights, fp32 activations */
+    MR_ACT_W16A16 = 2, /* bf16 weights, bf16 activations */
+    MR_ACT_W8A8 = 3,   /* FP8 block weights, 1x128 dynamic E4M3 activations (as GPU kernels do) */
+    MR_ACT_W8A16 = 4,  /* FP8 block weights, bf16 activations */
+    MR_ACT_W4A4 = 5,   /* NVFP4 weights, NVFP4 activations via input_scale (as GPU kernels do) */
+    MR_ACT_W4A8 = 6,   /* NVFP4 weights, int8 activations (CPU-friendly) */
+    MR_ACT_W4A16 = 7,  /* NVFP4 weights, bf16 activations (CPU-friendly) */
+    MR_ACT_COUNT
+} mr_act_mode;
+const char *mr_act_mode_name(mr_act_mode m);
+mr_status mr_act_mode_from_name(const char *name, mr_act_mode *out);
+/* The weight format a mode belongs to (MR_FMT_COUNT for AUTO). */
+mr_format mr_act_mode_weight_format(mr_act_mode m);
+/* The default mode for a weight format (the GPU-faithful one: w8a8, w4a4, w16a32). */
+mr_act_mode mr_act_mode_default(mr_format weight_format);
+
+/* Everything a capability predicate looks at. */
+typedef struct {
+    mr_device device;
+    uint32_t cpu_flags;       /* mr_cpu_feature bits usable by kernels (after kernel_isa / masks) */
+    mr_format weight_format;  /* BF16, FP8_BLOCK, NVFP4 */
+    mr_act_mode act_mode;     /* never AUTO when asked */
+    mr_format act_dtype;      /* dtype of x and out: F32 or BF16 */
+    mr_routing_id routing;
+    int n_experts, top_k;
+    int n_group, topk_group;
+    int64_t hidden, inter;    /* H, I */
+    mr_a2a a2a;
+} mr_moe_problem;
+
+/* Layout descriptor of an expert weight set, produced by a runner's
+ * after-load step and asserted at dispatch. */
+typedef enum {
+    MR_GATEUP_SEPARATE = 0,    /* HF: w1 (gate) and w3 (up) as two matrices */
+    MR_GATEUP_CONCAT = 1,      /* one [2I][H] matrix: gate rows then up rows */
+    MR_GATEUP_INTERLEAVED = 2  /* gate/up interleaved in blocks of interleave_rows rows */
+} mr_gateup_order;
+
+typedef struct {
+    mr_gateup_order gateup;
+    int interleave_rows;   /* block size for INTERLEAVED, else 0 */
+    int64_t inter_padded;  /* I rounded up to the runner's alignment (== I if none) */
+    int pack;              /* runner-specific packing id (0 = row-major as stored) */
+    int pack_tile;         /* rows per packed tile, 0 if none */
+    const char *owner;     /* name of the runner whose after-load produced it */
+} mr_moe_layout;
+
+typedef struct mr_moe_runner mr_moe_runner;
+struct mr_moe_runner {
+    const char *name;     /* "reference", "routed", "fused" */
+    int id;               /* stable */
+    bool routes_itself;   /* takes router logits, not (ids, weights) */
+    /* Checks, in order: device, weight+activation formats, routing method
+     * (if routes_itself), E/k/alignment limits, a2a transport. On refusal
+     * writes one sentence to why (n bytes) and returns false. */
+    bool (*supports)(const mr_moe_problem *p, char *why, size_t n);
+    /* The layout this runner needs for p (what after-load will produce). */
+    void (*required_layout)(const mr_moe_problem *p, mr_moe_layout *out);
+    /* Further members (after_load, run, ...) are declared in the runner
+     * implementation section below. */
+    const struct mr_moe_runner_ops *ops;
+};
+
+/* Registry, in preference order for `auto` on CPU. */
+int mr_moe_runner_count(void);
+const mr_moe_runner *mr_moe_runner_at(int i);
+const mr_moe_runner *mr_moe_runner_find(const char *name); /* NULL if unknown */
+
+#ifdef __cplusplus
+}
+#endif
+#endif
