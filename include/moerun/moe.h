@@ -104,12 +104,87 @@ struct mr_moe_runner {
     /* Further members (after_load, run, ...) are declared in the runner
      * implementation section below. */
     const struct mr_moe_runner_ops *ops;
+    /* May `auto` choose it for real work? (reference: false) */
+    bool auto_eligible;
 };
 
 /* Registry, in preference order for `auto` on CPU. */
 int mr_moe_runner_count(void);
 const mr_moe_runner *mr_moe_runner_at(int i);
 const mr_moe_runner *mr_moe_runner_find(const char *name); /* NULL if unknown */
+
+/* ---- expert weight sets ----
+ * E experts, each with gate w1 [I][H], up w3 [I][H], down w2 [H][I] (HF
+ * layout, as loaded). A runner's after-load step (mr_moe_weights_prepare)
+ * turns them into its layout once; the descriptor records the result and the
+ * runner checks it at dispatch. */
+typedef struct {
+    int n_experts;         /* E */
+    int64_t hidden, inter; /* H, I */
+    mr_format fmt;         /* BF16, FP8_BLOCK or NVFP4 (F32 also accepted, for tests) */
+    mr_qmatrix *w1, *w3;   /* [E] gate, up [I][H]; freed (zeroed) when merged into w13 */
+    mr_qmatrix *w2;        /* [E] down [H][I] */
+    mr_qmatrix *w13;       /* [E] merged [2*inter_padded][H] (CONCAT/INTERLEAVED), else NULL */
+    mr_moe_layout layout;  /* as loaded: SEPARATE, owner "checkpoint" */
+} mr_moe_weights;
+
+/* Empty set with E zeroed matrices of each kind; the caller fills
+ * w1/w3/w2 (e.g. with mr_qmatrix_quantize). */
+mr_status mr_moe_weights_new(mr_moe_weights **out, int E, int64_t H, int64_t I, mr_format fmt);
+void mr_moe_weights_free(mr_moe_weights *w);
+/* Deep copy (data and scales), layout included. */
+mr_status mr_moe_weights_clone(const mr_moe_weights *src, mr_moe_weights **out);
+/* Checks shapes and formats of every expert matrix; clear error otherwise. */
+mr_status mr_moe_weights_validate(const mr_moe_weights *w);
+/* Sets NVFP4 input_scale for W4A4: w1/w3 get amax(x)/2688 (one global value),
+ * w2 gets amax over all experts and tokens of silu(gate)*up / 2688, computed
+ * in fp32 on dequantized weights. x [T][H] fp32. For tests and the bench. */
+mr_status mr_moe_weights_calibrate(mr_moe_weights *w, const float *x, int64_t T);
+
+/* ---- running ---- */
+typedef struct {
+    int64_t T;                /* tokens, 1..max_T */
+    const void *x;            /* [T][H] in the problem's act_dtype (F32 or BF16) */
+    void *out;                /* [T][H] in act_dtype: written, every element */
+    const int32_t *ids;       /* [T][k] precomputed routing (runners that do not route) */
+    const float *weights;     /* [T][k] */
+    const float *logits;      /* [T][E] router logits (runners that route themselves) */
+    const mr_routing *routing;/* method + bias (runners that route themselves) */
+    int32_t *ids_out;         /* optional [T][k]: the selection a self-routing runner made */
+    float *weights_out;       /* optional [T][k] */
+} mr_moe_args;
+
+typedef struct mr_moe_ctx mr_moe_ctx;
+
+struct mr_moe_runner_ops {
+    /* After-load: converts w (HF layout) into required_layout(p) in place. */
+    mr_status (*after_load)(const mr_moe_problem *p, mr_moe_weights *w);
+    mr_status (*run)(mr_moe_ctx *c, const mr_moe_args *a);
+};
+
+/* Checks supports(), runs the runner's after-load on w (which the context
+ * borrows; free it after the context), and allocates the workspace for up to
+ * max_T tokens, so that mr_moe_run never allocates. */
+mr_status mr_moe_ctx_new(const mr_moe_runner *r, const mr_moe_problem *p, mr_moe_weights *w, int64_t max_T,
+                         mr_moe_ctx **out);
+/* One MoE layer call. Checks the layout (MR_ESTATE on mismatch) and args. */
+mr_status mr_moe_run(mr_moe_ctx *c, const mr_moe_args *a);
+void mr_moe_ctx_free(mr_moe_ctx *c);
+
+/* Runs the after-load of runner r on w without a context (e.g. at model load). */
+mr_status mr_moe_weights_prepare(const mr_moe_runner *r, const mr_moe_problem *p, mr_moe_weights *w);
+
+/* Routing presets the fused runner implements (its declared subset). */
+bool mr_moe_fused_supports_routing(mr_routing_id id);
+
+/* ---- test-only mutations (must make the cross-runner matrix fail) ---- */
+enum {
+    MR_MUT_NONE = 0,
+    MR_MUT_SWAP_GATE_UP = 1u << 0, /* routed after-load swaps gate and up */
+    MR_MUT_FUSED_NO_RENORM = 1u << 1 /* fused skips weight renormalization */
+};
+/* Sets the mutation flags; returns the previous ones. Not thread-safe. */
+unsigned mr_moe_debug_mutation(unsigned flags);
 
 #ifdef __cplusplus
 }

@@ -30,6 +30,9 @@ typedef enum {
     MR_ROUTING_COUNT
 } mr_routing_id;
 
+/* Most expert groups a grouped method accepts (n_group); DeepSeek-V3 uses 8. */
+#define MR_ROUTING_MAX_GROUPS 1024
+
 /* One routing problem instance. */
 typedef struct {
     mr_routing_id method;

@@ -1,0 +1,156 @@
+/* moerun/model.h — MiniMax-M2 end to end: the checkpoint loader, the batched
+ * forward pass with its KV cache, the sampler, and the model-level tools
+ * (tiny checkpoint writer, quantizer, probe). Architecture:
+ * shared/spec/minimax-m2.md.
+ *
+ * A model is three things owned by one mr_model: its config (dims), its
+ * weights (pointers into the mapped checkpoint, or packed copies made by the
+ * MoE runner's after-load step) and its state (activations and the KV cache,
+ * allocated once at open for opts.max_batch sequences of opts.max_ctx
+ * tokens). */
+#ifndef MOERUN_MODEL_H
+#define MOERUN_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "moerun/base.h"
+#include "moerun/config.h"
+#include "moerun/formats.h"
+#include "moerun/moe.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MR_MODEL_MAX_EOS 8
+
+/* Hyperparameters of a MiniMax-M2-architecture model (config.json). */
+typedef struct {
+    int64_t vocab, hidden, n_layers;
+    int64_t n_heads, n_kv_heads, head_dim, rotary_dim;
+    int64_t n_experts, top_k, inter; /* inter: per-expert intermediate size */
+    double rope_theta;
+    float rms_eps;
+    int32_t eos[MR_MODEL_MAX_EOS]; /* config.json + generation_config.json */
+    int n_eos;
+    mr_format attn_format;   /* weights of q/k/v/o: BF16 or FP8_BLOCK */
+    mr_format expert_format; /* BF16, FP8_BLOCK or NVFP4 */
+} mr_model_config;
+
+/* How to open a model. Zeroed fields take the defaults in brackets. */
+typedef struct {
+    int max_batch;          /* sequences held in the KV cache [1] */
+    int64_t max_ctx;        /* tokens per sequence [256] */
+    int64_t max_tokens;     /* tokens per forward call [max_batch * max_ctx, capped at 4096] */
+    const mr_exec *exec;    /* the resolved execution config (runner, problem, threads); the model
+                               borrows it. NULL: use runner/act_mode below (tests, tools) */
+    const char *runner;     /* without exec: MoE runner name ["reference"] */
+    mr_act_mode act_mode;   /* without exec: AUTO = the weight format's default */
+    bool progress;          /* draw a progress bar on stderr when it is a terminal */
+    bool quiet;             /* no "loaded ..." line */
+} mr_model_opts;
+
+typedef struct mr_model mr_model;
+
+/* Opens the checkpoint folder dir (config.json, model.safetensors or a
+ * sharded index, hf_quant_config.json), validates every tensor (name, shape,
+ * dtype), maps the weights and runs the runner's after-load. On failure
+ * *out is NULL and the error names the tensor, what was expected and what
+ * was found. */
+mr_status mr_model_open(const char *dir, const mr_model_opts *opts, mr_model **out);
+void mr_model_close(mr_model *m); /* NULL ok */
+const mr_model_config *mr_model_config_of(const mr_model *m);
+/* Name of the MoE runner and activation mode in use. */
+const char *mr_model_runner_name(const mr_model *m);
+mr_act_mode mr_model_act_mode(const mr_model *m);
+/* Peak resident memory (getrusage maxrss, bytes) measured right after loading. */
+size_t mr_model_peak_rss(const mr_model *m);
+
+/* ---- forward ----
+ * One call appends tokens to several sequences at once (prefill of a prompt
+ * and decode steps mix freely). Sequence i is KV slot seq[i] (0 <=
+ * seq < max_batch), gets n_tok[i] new tokens taken in order from tokens. The
+ * logits are written for the last new token of each sequence, [n_seq][vocab],
+ * or, with all_logits, for every new token, [sum n_tok][vocab]. Exceeding
+ * max_ctx or max_tokens is MR_ECAPACITY and leaves the cache unchanged. */
+typedef struct {
+    int n_seq;
+    const int *seq;         /* [n_seq] KV slots, distinct */
+    const int64_t *n_tok;   /* [n_seq], each >= 1 */
+    const int32_t *tokens;  /* [sum n_tok] */
+    bool all_logits;
+} mr_batch;
+mr_status mr_model_forward(mr_model *m, const mr_batch *b, float *logits);
+/* Tokens held for a slot, and forgetting them. */
+int64_t mr_model_seq_len(const mr_model *m, int slot);
+void mr_model_seq_reset(mr_model *m, int slot);
+
+/* Accumulated time of the forward calls, split by part (ns). */
+typedef struct {
+    uint64_t attention_ns, moe_ns, other_ns;
+    uint64_t tokens, calls;
+} mr_model_timing;
+void mr_model_timing_get(const mr_model *m, mr_model_timing *t);
+void mr_model_timing_reset(mr_model *m);
+
+/* ---- sampler ----
+ * temperature <= 0 is greedy exactly (argmax, ties to the lower id). Otherwise
+ * logits / temperature, then the filters in order top-k (0 = off), top-p
+ * (>= 1 off), min-p (<= 0 off), then a draw from a seeded generator. */
+typedef struct {
+    float temperature;
+    int top_k;
+    float top_p;
+    float min_p;
+    uint64_t seed;
+} mr_sampler_params;
+
+typedef struct {
+    mr_sampler_params p;
+    uint64_t state;  /* generator state */
+    int64_t vocab;
+    float *prob;     /* [vocab] scratch */
+    int32_t *idx;    /* [vocab] scratch */
+} mr_sampler;
+
+mr_status mr_sampler_init(mr_sampler *s, const mr_sampler_params *p, int64_t vocab);
+void mr_sampler_free(mr_sampler *s);
+/* Picks one token from logits [vocab]; does not modify logits. */
+int32_t mr_sampler_sample(mr_sampler *s, const float *logits);
+/* argmax, ties to the lower id; NaN never wins. */
+int32_t mr_argmax(const float *x, int64_t n);
+bool mr_model_is_eos(const mr_model *m, int32_t tok);
+
+/* ---- tools ---- */
+/* gen-tiny: a deterministic random MiniMax-M2 checkpoint. Zeroed dims take
+ * the defaults (hidden 256, 4 layers, 8 q / 2 kv heads, head_dim 32,
+ * rotary_dim 16, 32 experts top-4, expert dim 128, vocab 512). */
+typedef struct {
+    int64_t hidden, layers, experts, top_k, inter, heads, kv_heads, head_dim, rotary_dim, vocab;
+    mr_format quant; /* BF16 (0 means BF16 too), FP8_BLOCK or NVFP4 */
+    uint64_t seed;
+} mr_tiny_params;
+/* Checks the dims (and the FP8 block / NVFP4 shape constraints). */
+mr_status mr_tiny_validate(const mr_tiny_params *p);
+/* Writes dir (created, must not hold a checkpoint already) atomically: the
+ * files are written into a temp folder next to dir, which is renamed. */
+mr_status mr_tiny_write(const char *dir, const mr_tiny_params *p);
+
+/* quantize: bf16 checkpoint -> native FP8 block or ModelOpt NVFP4. NVFP4
+ * input_scale is calibrated by running the bf16 model over calib_tokens
+ * tokens (amax of each expert's inputs). Written atomically (temp folder
+ * renamed into place). */
+typedef struct {
+    mr_format to;          /* FP8_BLOCK or NVFP4 */
+    int64_t calib_tokens;  /* [256] */
+    uint64_t seed;         /* calibration token stream */
+    bool progress;
+} mr_quantize_params;
+mr_status mr_model_quantize(const char *in_dir, const char *out_dir, const mr_quantize_params *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

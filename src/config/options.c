@@ -1,0 +1,294 @@
+/* options.c — THE options table, and everything generated from it: the
+ * generic parser (flag > environment > default), value checks, --help text
+ * and docs/options.md. Adding an option is one row here plus its use in the
+ * resolver; the CLI, environment and docs follow. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "moerun/config.h"
+
+static const char *const v_runner[] = {"auto", "reference", "routed", "fused", NULL};
+static const char *const v_a2a[] = {"auto", "none", "mpi", NULL};
+static const char *const v_quant[] = {"auto", "bf16", "fp8", "modelopt_fp4", NULL};
+static const char *const v_act[] = {"auto", "w16a32", "w16a16", "w8a8", "w8a16", "w4a4", "w4a8", "w4a16", NULL};
+static const char *const v_router[] = {"auto", "fp32", "bf16", NULL};
+static const char *const v_isa[] = {"auto", "generic", "avx2", "avx512", NULL};
+static const char *const v_device[] = {"auto", "cpu", "sm90", "sm100", "sm103", "sm110", "sm120", NULL};
+static const char *const v_log[] = {"debug", "info", "warn", "error", "off", NULL};
+
+/* Rows are indexed by mr_opt_id (checked by mr_option_at's assertion). */
+static const mr_option_def table[MR_OPT_COUNT] = {
+    [MR_OPT_MODEL] = {MR_OPT_MODEL, "model", MR_OPT_STRING, "", NULL, 0, 0, false,
+                      "checkpoint folder (config.json, hf_quant_config.json, *.safetensors)", "MOERUN_MODEL",
+                      "--model"},
+    [MR_OPT_MOE_RUNNER_BACKEND] = {MR_OPT_MOE_RUNNER_BACKEND, "moe_runner_backend", MR_OPT_ENUM, "auto", v_runner, 0,
+                                   0, true, "MoE runner: auto picks the first runner whose capability check accepts",
+                                   "MOERUN_MOE_RUNNER_BACKEND", "--moe-runner-backend"},
+    [MR_OPT_MOE_A2A_BACKEND] = {MR_OPT_MOE_A2A_BACKEND, "moe_a2a_backend", MR_OPT_ENUM, "auto", v_a2a, 0, 0, true,
+                                "expert-parallel all-to-all transport (auto = none in one process)",
+                                "MOERUN_MOE_A2A_BACKEND", "--moe-a2a-backend"},
+    [MR_OPT_EP_SIZE] = {MR_OPT_EP_SIZE, "ep_size", MR_OPT_INT, "0", NULL, 0, 65536, true,
+                        "expert-parallel ranks (0 = auto: 1, or the MPI world size under mpi)", "MOERUN_EP_SIZE",
+                        "--ep-size"},
+    [MR_OPT_QUANTIZATION] = {MR_OPT_QUANTIZATION, "quantization", MR_OPT_ENUM, "auto", v_quant, 0, 0, true,
+                             "weight quantization (auto reads the checkpoint; a contradicting value is an error)",
+                             "MOERUN_QUANTIZATION", "--quantization"},
+    [MR_OPT_ACTIVATION_MODE] = {MR_OPT_ACTIVATION_MODE, "activation_mode", MR_OPT_ENUM, "auto", v_act, 0, 0, true,
+                                "expert activation format (auto = the GPU-faithful mode of the weight format)",
+                                "MOERUN_ACTIVATION_MODE", "--activation-mode"},
+    [MR_OPT_ROUTER_DTYPE] = {MR_OPT_ROUTER_DTYPE, "router_dtype", MR_OPT_ENUM, "auto", v_router, 0, 0, true,
+                             "dtype of the router gate GEMM and its logits", "MOERUN_ROUTER_DTYPE",
+                             "--router-dtype"},
+    [MR_OPT_KERNEL_ISA] = {MR_OPT_KERNEL_ISA, "kernel_isa", MR_OPT_ENUM, "auto", v_isa, 0, 0, true,
+                           "kernel instruction set (auto = the best the CPU has; above it is an error)",
+                           "MOERUN_KERNEL_ISA", "--kernel-isa"},
+    [MR_OPT_DEVICE] = {MR_OPT_DEVICE, "device", MR_OPT_ENUM, "auto", v_device, 0, 0, true,
+                       "device to plan for (GPU names are placeholders until GPU runners exist)", "MOERUN_DEVICE",
+                       "--device"},
+    [MR_OPT_CPU_FEATURES] = {MR_OPT_CPU_FEATURES, "cpu_features", MR_OPT_STRING, "auto", NULL, 0, 0, false,
+                             "simulate a CPU: auto (detected), generic, avx2, avx512, or a comma list of features",
+                             "MOERUN_CPU_FEATURES", "--cpu-features"},
+    [MR_OPT_CPU_MASK] = {MR_OPT_CPU_MASK, "cpu_mask", MR_OPT_STRING, "none", NULL, 0, 0, false,
+                         "CPU features to hide, e.g. avx512 (groups: avx512, avx2, amx, all, none)",
+                         "MOERUN_CPU_MASK", "--cpu-mask"},
+    [MR_OPT_THREADS] = {MR_OPT_THREADS, "threads", MR_OPT_INT, "0", NULL, 0, 4096, false,
+                        "worker threads (0 = all cores)", "MOERUN_THREADS", "--threads"},
+    [MR_OPT_LOG] = {MR_OPT_LOG, "log", MR_OPT_ENUM, "warn", v_log, 0, 0, false, "log level on stderr", "MOERUN_LOG",
+                    "--log"},
+};
+
+const char *mr_opt_source_name(mr_opt_source s) {
+    switch (s) {
+    case MR_SRC_DEFAULT: return "default";
+    case MR_SRC_ENV: return "env";
+    case MR_SRC_FLAG: return "flag";
+    }
+    return "?";
+}
+
+int mr_option_count(void) { return MR_OPT_COUNT; }
+
+const mr_option_def *mr_option_at(int i) {
+    if (i < 0 || i >= MR_OPT_COUNT) return NULL;
+    MR_ASSERT(table[i].id == (mr_opt_id)i && table[i].name != NULL);
+    return &table[i];
+}
+
+const mr_option_def *mr_option_find(const char *key) {
+    if (key == NULL) return NULL;
+    for (int i = 0; i < MR_OPT_COUNT; i++) {
+        const mr_option_def *d = &table[i];
+        if (!strcmp(key, d->name) || !strcmp(key, d->flag) || !strcmp(key, d->flag + 2)) return d;
+    }
+    return NULL;
+}
+
+static void list_values(const mr_option_def *d, char *buf, size_t n) {
+    size_t used = 0;
+    buf[0] = 0;
+    for (int i = 0; d->values && d->values[i]; i++) {
+        int w = snprintf(buf + used, n - used, "%s%s", i ? ", " : "", d->values[i]);
+        if (w < 0 || (size_t)w >= n - used) break;
+        used += (size_t)w;
+    }
+}
+
+mr_status mr_option_check(const mr_option_def *d, const char *value) {
+    if (d == NULL || value == NULL) return mr_error_set(MR_EINVAL, "option check: NULL argument");
+    switch (d->type) {
+    case MR_OPT_ENUM:
+        for (int i = 0; d->values[i]; i++)
+            if (!strcmp(value, d->values[i])) return MR_OK;
+        {
+            char vals[256];
+            list_values(d, vals, sizeof vals);
+            return mr_error_set(MR_EINVAL, "%s: unknown value '%s'; valid values: %s", d->name, value, vals);
+        }
+    case MR_OPT_INT: {
+        char *end = NULL;
+        if (*value == 0) return mr_error_set(MR_EINVAL, "%s: expected an integer, got an empty value", d->name);
+        long long v = strtoll(value, &end, 10);
+        if (*end != 0)
+            return mr_error_set(MR_EINVAL, "%s: expected an integer in %lld..%lld, got '%s'", d->name,
+                                (long long)d->min, (long long)d->max, value);
+        if (v < d->min || v > d->max)
+            return mr_error_set(MR_EINVAL, "%s: %lld is out of range %lld..%lld", d->name, v, (long long)d->min,
+                                (long long)d->max);
+        return MR_OK;
+    }
+    case MR_OPT_STRING: {
+        if (d->id == MR_OPT_CPU_MASK) {
+            uint32_t m;
+            mr_status s = mr_cpu_parse_mask(value, &m);
+            if (s != MR_OK) return mr_error_set(s, "%s: %s", d->name, mr_error_last());
+        }
+        return MR_OK;
+    }
+    }
+    return mr_error_set(MR_EINVAL, "%s: bad option type", d->name);
+}
+
+mr_status mr_options_init(mr_options *o) {
+    memset(o, 0, sizeof *o);
+    for (int i = 0; i < MR_OPT_COUNT; i++) {
+        o->value[i] = mr_strdup(table[i].def);
+        if (o->value[i] == NULL) {
+            mr_options_free(o);
+            return MR_ENOMEM;
+        }
+        o->source[i] = MR_SRC_DEFAULT;
+    }
+    return MR_OK;
+}
+
+void mr_options_free(mr_options *o) {
+    if (o == NULL) return;
+    for (int i = 0; i < MR_OPT_COUNT; i++) {
+        mr_free(o->value[i]);
+        o->value[i] = NULL;
+    }
+}
+
+mr_status mr_options_set(mr_options *o, const char *name, const char *value, mr_opt_source src) {
+    const mr_option_def *d = mr_option_find(name);
+    if (d == NULL) {
+        char flags[512];
+        size_t used = 0;
+        flags[0] = 0;
+        for (int i = 0; i < MR_OPT_COUNT; i++) {
+            int w = snprintf(flags + used, sizeof flags - used, "%s%s", i ? ", " : "", table[i].name);
+            if (w < 0 || (size_t)w >= sizeof flags - used) break;
+            used += (size_t)w;
+        }
+        return mr_error_set(MR_EINVAL, "unknown option '%s'; valid options: %s", name ? name : "(null)", flags);
+    }
+    mr_status s = mr_option_check(d, value);
+    if (s != MR_OK) return s;
+    char *copy = mr_strdup(value);
+    if (copy == NULL) return MR_ENOMEM;
+    mr_free(o->value[d->id]);
+    o->value[d->id] = copy;
+    o->source[d->id] = src;
+    return MR_OK;
+}
+
+mr_status mr_options_load_env(mr_options *o) {
+    for (int i = 0; i < MR_OPT_COUNT; i++) {
+        if (o->source[i] != MR_SRC_DEFAULT) continue; /* a flag already set it */
+        const char *e = getenv(table[i].env);
+        if (e == NULL || *e == 0) continue;
+        mr_status s = mr_options_set(o, table[i].name, e, MR_SRC_ENV);
+        if (s != MR_OK) return mr_error_set(s, "environment %s=%s: %s", table[i].env, e, mr_error_last());
+    }
+    return MR_OK;
+}
+
+static void all_flags(char *buf, size_t n) {
+    size_t used = 0;
+    buf[0] = 0;
+    for (int i = 0; i < MR_OPT_COUNT; i++) {
+        int w = snprintf(buf + used, n - used, "%s%s", i ? ", " : "", table[i].flag);
+        if (w < 0 || (size_t)w >= n - used) break;
+        used += (size_t)w;
+    }
+}
+
+mr_status mr_options_parse(mr_options *o, int *argc, char **argv, bool allow_other) {
+    int out = 1;
+    int n = *argc;
+    /* Flags first (so that they win), then the environment fills the rest. */
+    for (int i = 1; i < n; i++) {
+        const char *a = argv[i];
+        if (strncmp(a, "--", 2) != 0 || a[2] == 0) {
+            argv[out++] = argv[i];
+            continue;
+        }
+        const char *eq = strchr(a, '=');
+        char key[64];
+        size_t klen = eq ? (size_t)(eq - a) : strlen(a);
+        const mr_option_def *d = NULL;
+        if (klen < sizeof key) {
+            memcpy(key, a, klen);
+            key[klen] = 0;
+            for (int j = 0; j < MR_OPT_COUNT; j++)
+                if (!strcmp(key, table[j].flag)) d = &table[j];
+        }
+        if (d == NULL) {
+            if (!allow_other) {
+                char flags[512];
+                all_flags(flags, sizeof flags);
+                return mr_error_set(MR_EINVAL, "unknown option '%s'; valid options: %s", a, flags);
+            }
+            argv[out++] = argv[i];
+            continue;
+        }
+        const char *val;
+        if (eq) {
+            val = eq + 1;
+        } else {
+            if (i + 1 >= n) return mr_error_set(MR_EINVAL, "%s needs a value", d->flag);
+            val = argv[++i];
+        }
+        mr_status s = mr_options_set(o, d->name, val, MR_SRC_FLAG);
+        if (s != MR_OK) return mr_error_set(s, "%s: %s", d->flag, mr_error_last());
+    }
+    for (int i = out; i < n; i++) argv[i] = NULL;
+    *argc = out;
+    return mr_options_load_env(o);
+}
+
+const char *mr_options_get(const mr_options *o, mr_opt_id id) {
+    if ((int)id < 0 || id >= MR_OPT_COUNT) return "";
+    return o->value[id] ? o->value[id] : table[id].def;
+}
+
+int64_t mr_options_get_int(const mr_options *o, mr_opt_id id) {
+    return strtoll(mr_options_get(o, id), NULL, 10);
+}
+
+bool mr_options_is_explicit(const mr_options *o, mr_opt_id id) {
+    if ((int)id < 0 || id >= MR_OPT_COUNT) return false;
+    return o->source[id] != MR_SRC_DEFAULT;
+}
+
+void mr_options_print_help(FILE *f) {
+    for (int i = 0; i < MR_OPT_COUNT; i++) {
+        const mr_option_def *d = &table[i];
+        char vals[256];
+        if (d->type == MR_OPT_ENUM)
+            list_values(d, vals, sizeof vals);
+        else if (d->type == MR_OPT_INT)
+            snprintf(vals, sizeof vals, "integer %lld..%lld", (long long)d->min, (long long)d->max);
+        else
+            snprintf(vals, sizeof vals, "text");
+        fprintf(f, "  %s <%s>\n      %s\n      default: %s%s; env %s\n", d->flag, vals, d->help,
+                *d->def ? d->def : "(none)", d->resolvable ? " (resolvable)" : "", d->env);
+    }
+}
+
+void mr_options_print_markdown(FILE *f) {
+    fprintf(f, "# moerun options\n\n");
+    fprintf(f, "Generated from the options table in `src/config/options.c` by\n"
+               "`moerun resolve --print-options-md`; a test checks that this file matches it.\n\n");
+    fprintf(f, "Precedence: flag > environment > default. A value given by a flag or the\n"
+               "environment is *explicit*: resolution never replaces it; if it cannot work,\n"
+               "resolution fails (exit status 2) naming the alternatives. *Resolvable* options\n"
+               "left at `auto` are decided by the resolver (`moerun resolve --explain` says why).\n\n");
+    fprintf(f, "| option | flag | environment | type | default | values | resolvable | help |\n");
+    fprintf(f, "| --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    for (int i = 0; i < MR_OPT_COUNT; i++) {
+        const mr_option_def *d = &table[i];
+        char vals[256];
+        const char *type = d->type == MR_OPT_ENUM ? "enum" : d->type == MR_OPT_INT ? "integer" : "text";
+        if (d->type == MR_OPT_ENUM)
+            list_values(d, vals, sizeof vals);
+        else if (d->type == MR_OPT_INT)
+            snprintf(vals, sizeof vals, "%lld..%lld", (long long)d->min, (long long)d->max);
+        else
+            snprintf(vals, sizeof vals, "-");
+        fprintf(f, "| `%s` | `%s` | `%s` | %s | %s%s%s | %s | %s | %s |\n", d->name, d->flag, d->env, type,
+                *d->def ? "`" : "", *d->def ? d->def : "(none)", *d->def ? "`" : "", vals,
+                d->resolvable ? "yes" : "no", d->help);
+    }
+}

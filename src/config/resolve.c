@@ -1,0 +1,916 @@
+/* resolve.c — resolution: (user options, model config, platform) -> frozen
+ * exec config + declaration log (spec/resolution.md). Owns the passes, in
+ * order:
+ *
+ *   1 checkpoint       architecture, quantization (+ tensor header check), activation mode, routing
+ *   2 platform         device, CPU features (detected or simulated), kernel_isa, threads
+ *   3 model_overrides  registry keyed by architecture (overrides.c)
+ *   4 moe_runner       walk the preference list, ask each predicate, record refusals
+ *   5 a2a              transport, ep_size, the (a2a, runner) pair registry
+ *   6 layout           what the chosen runner needs from the weights
+ *   7 validate         every explicit choice through the same predicates
+ *   8 publish          freeze mr_exec in read-only pages
+ *
+ * The user's options are copied, never mutated. Each pass appends
+ * (source, field, value, reason) declarations; the resolved value of an
+ * option is the last declaration, else the user's explicit value, else the
+ * default. Only config.json, hf_quant_config.json and safetensors headers
+ * are read: never tensor data. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "config/config_internal.h"
+#include "moerun/io.h"
+
+/* ---- small helpers ---- */
+
+static const char *const isa_names[MR_ISA_COUNT] = {"generic", "avx2", "avx512"};
+
+const char *mr_kernel_isa_name(mr_kernel_isa i) {
+    if ((int)i < 0 || i >= MR_ISA_COUNT) return "unknown";
+    return isa_names[i];
+}
+
+/* The levels the kernel dispatch table uses (kernels/kernels.c). */
+uint32_t mr_kernel_isa_features(mr_kernel_isa i) {
+    const uint32_t avx2 = MR_CPU_AVX2 | MR_CPU_FMA | MR_CPU_F16C;
+    switch (i) {
+    case MR_ISA_AVX2: return avx2;
+    case MR_ISA_AVX512: return avx2 | MR_CPU_AVX512F | MR_CPU_AVX512BW | MR_CPU_AVX512VL;
+    default: return 0;
+    }
+}
+
+const char *mr_decl_kind_name(mr_decl_kind k) {
+    switch (k) {
+    case MR_DECL_SET: return "set";
+    case MR_DECL_REFUSE: return "refuse";
+    case MR_DECL_NOTE: return "note";
+    case MR_DECL_ERROR: return "error";
+    }
+    return "?";
+}
+
+void mr__cpu_flags_str(uint32_t flags, char *buf, size_t n) {
+    size_t used = 0;
+    buf[0] = 0;
+    for (int b = 0; b < MR_CPU_FEATURE_COUNT; b++) {
+        if (!(flags & (1u << b))) continue;
+        int w = snprintf(buf + used, n - used, "%s%s", used ? " " : "", mr_cpu_feature_name(1u << b));
+        if (w < 0 || (size_t)w >= n - used) break;
+        used += (size_t)w;
+    }
+    if (used == 0) snprintf(buf, n, "(none)");
+}
+
+mr_status mr__decl(mr_resolution *r, mr_decl_kind k, const char *source, const char *field, const char *value,
+                   const char *fmt, ...) {
+    char reason[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(reason, sizeof reason, fmt, ap);
+    va_end(ap);
+    if (r->n_decls == r->cap_decls) {
+        int cap = r->cap_decls ? r->cap_decls * 2 : 32;
+        mr_decl *g = mr_realloc(r->decls, (size_t)cap * sizeof *g);
+        if (g == NULL) return MR_ENOMEM;
+        r->decls = g;
+        r->cap_decls = cap;
+    }
+    char *v = mr_strdup(value ? value : "");
+    char *why = mr_strdup(reason);
+    if (v == NULL || why == NULL) {
+        mr_free(v);
+        mr_free(why);
+        return MR_ENOMEM;
+    }
+    r->decls[r->n_decls++] = (mr_decl){k, source, field, v, why};
+    return MR_OK;
+}
+
+/* Records a failure: an ERROR declaration plus the error detail. */
+static mr_status fail(mr_resolution *r, mr_status st, const char *source, const char *field, const char *value,
+                      const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 6, 7)))
+#endif
+    ;
+static mr_status fail(mr_resolution *r, mr_status st, const char *source, const char *field, const char *value,
+                      const char *fmt, ...) {
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (mr__decl(r, MR_DECL_ERROR, source, field, value, "%s", msg) != MR_OK) return MR_ENOMEM;
+    return mr_error_set(st, "%s", msg);
+}
+
+const char *mr__user_value(const mr_resolution *r, mr_opt_id id) { return r->user_value[id]; }
+
+bool mr__user_fixed(const mr_resolution *r, mr_opt_id id) {
+    if (r->user_source[id] == MR_SRC_DEFAULT) return false;
+    const char *v = r->user_value[id];
+    if (id == MR_OPT_EP_SIZE) return strcmp(v, "0") != 0;
+    return strcmp(v, "auto") != 0;
+}
+
+void mr__problem(const mr_resolution *r, mr_moe_problem *p) {
+    memset(p, 0, sizeof *p);
+    p->device = r->w.device;
+    p->cpu_flags = r->w.cpu_flags;
+    p->weight_format = r->w.weight_format;
+    p->act_mode = r->w.act_mode;
+    p->act_dtype = MR_FMT_F32;
+    p->routing = r->model.routing;
+    p->n_experts = r->model.n_experts;
+    p->top_k = r->model.top_k;
+    p->n_group = r->model.n_group;
+    p->topk_group = r->model.topk_group;
+    p->hidden = r->model.hidden;
+    p->inter = r->model.moe_inter;
+    p->a2a = r->w.a2a;
+}
+
+/* "routed, reference": the runners whose predicate (and pair) accepts p. */
+static void working_runners(const mr_moe_problem *p, char *buf, size_t n) {
+    size_t used = 0;
+    buf[0] = 0;
+    for (int i = 0; i < mr_moe_runner_count(); i++) {
+        const mr_moe_runner *c = mr_moe_runner_at(i);
+        char why[512];
+        if (!c->supports(p, why, sizeof why) || !mr_a2a_pair_supported(p->a2a, c, why, sizeof why)) continue;
+        int w = snprintf(buf + used, n - used, "%s%s", used ? ", " : "", c->name);
+        if (w < 0 || (size_t)w >= n - used) break;
+        used += (size_t)w;
+    }
+    if (used == 0) snprintf(buf, n, "none");
+}
+
+/* ---- pass 1: checkpoint ---- */
+
+static bool is_float_dtype(mr_st_dtype d) { return d == MR_ST_BF16 || d == MR_ST_F16 || d == MR_ST_F32; }
+
+/* Checks that the tensors' dtypes agree with the declared quantization,
+ * from the headers only. Absent weights: a note. */
+static mr_status check_tensor_headers(mr_resolution *r) {
+    const mr_model_desc *m = &r->model;
+    static const char *const SRC = "checkpoint";
+    if (m->dir[0] == 0)
+        return mr__decl(r, MR_DECL_NOTE, SRC, "tensors", "unchecked", "no checkpoint folder (description given directly)");
+    char p1[1100], p2[1100];
+    snprintf(p1, sizeof p1, "%s/model.safetensors.index.json", m->dir);
+    snprintf(p2, sizeof p2, "%s/model.safetensors", m->dir);
+    if (access(p1, F_OK) != 0 && access(p2, F_OK) != 0)
+        return mr__decl(r, MR_DECL_NOTE, SRC, "tensors", "unchecked",
+                        "the folder holds no model.safetensors(.index.json): tensor dtypes not checked");
+    mr_ckpt *ck = NULL;
+    mr_status s = mr_ckpt_open(m->dir, &ck);
+    if (s != MR_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", mr_error_last());
+        return fail(r, s, SRC, "tensors", "unreadable", "cannot read the safetensors headers: %s", msg);
+    }
+    size_t n = mr_ckpt_count(ck);
+    int experts = 0;
+    for (size_t i = 0; i < n && s == MR_OK; i++) {
+        const mr_st_tensor *t = mr_ckpt_tensor_at(ck, i);
+        const char *name = t->name;
+        size_t len = strlen(name);
+        bool is_weight = len > 7 && !strcmp(name + len - 7, ".weight");
+        bool excluded = mr_quant_is_excluded(&m->quant, name);
+        if (excluded && is_weight && !is_float_dtype(t->dtype)) {
+            s = fail(r, MR_ECONFIG, SRC, "tensors", "contradiction",
+                     "tensor %s is %s, but the quantization config excludes it (it must stay bf16/f16/f32)", name,
+                     mr_st_dtype_name(t->dtype));
+            break;
+        }
+        if (m->quant.kind == MR_QUANT_NONE && is_weight && !is_float_dtype(t->dtype)) {
+            s = fail(r, MR_ECONFIG, SRC, "tensors", "contradiction",
+                     "the config declares no quantization, but tensor %s is %s", name, mr_st_dtype_name(t->dtype));
+            break;
+        }
+        if (!is_weight || excluded || strstr(name, ".experts.") == NULL) continue;
+        /* an expert weight: check it and its companions */
+        char comp[600];
+        size_t stem = len - 7; /* without ".weight" */
+        if (stem > 500) continue;
+        experts++;
+        if (m->quant.kind == MR_QUANT_NONE) continue;
+        if (m->quant.kind == MR_QUANT_FP8_BLOCK) {
+            snprintf(comp, sizeof comp, "%.*s.weight_scale_inv", (int)stem, name);
+            const mr_st_tensor *sc = mr_ckpt_find(ck, comp);
+            if (t->dtype != MR_ST_F8_E4M3 || sc == NULL || sc->dtype != MR_ST_F32)
+                s = fail(r, MR_ECONFIG, SRC, "tensors", "contradiction",
+                         "the config declares fp8 (%s), but expert tensor %s is %s%s (expected F8_E4M3 with an F32 "
+                         "weight_scale_inv)",
+                         m->quant.where, name, mr_st_dtype_name(t->dtype),
+                         sc == NULL ? " and has no weight_scale_inv" : "");
+        } else if (m->quant.kind == MR_QUANT_NVFP4) {
+            snprintf(comp, sizeof comp, "%.*s.weight_scale", (int)stem, name);
+            const mr_st_tensor *sc = mr_ckpt_find(ck, comp);
+            snprintf(comp, sizeof comp, "%.*s.weight_scale_2", (int)stem, name);
+            const mr_st_tensor *sc2 = mr_ckpt_find(ck, comp);
+            if (t->dtype != MR_ST_U8 || sc == NULL || sc->dtype != MR_ST_F8_E4M3 || sc2 == NULL ||
+                sc2->dtype != MR_ST_F32)
+                s = fail(r, MR_ECONFIG, SRC, "tensors", "contradiction",
+                         "the config declares modelopt_fp4 (%s), but expert tensor %s is %s%s (expected U8 packed "
+                         "E2M1 with F8_E4M3 weight_scale and F32 weight_scale_2)",
+                         m->quant.where, name, mr_st_dtype_name(t->dtype),
+                         sc == NULL || sc2 == NULL ? " without its scales" : "");
+        }
+    }
+    if (s == MR_OK) {
+        r->n_tensors_checked = (int)n;
+        r->n_files_checked = (int)mr_ckpt_file_count(ck);
+        s = mr__decl(r, MR_DECL_NOTE, SRC, "tensors", "agree",
+                     "read the headers of %zu tensors in %zu file%s (no tensor data): the %d expert weights are %s",
+                     n, mr_ckpt_file_count(ck), mr_ckpt_file_count(ck) == 1 ? "" : "s", experts,
+                     m->quant.kind == MR_QUANT_NVFP4      ? "U8 with F8_E4M3 + F32 scales, as NVFP4 needs"
+                     : m->quant.kind == MR_QUANT_FP8_BLOCK ? "F8_E4M3 with F32 block scales, as fp8 needs"
+                                                           : "unquantized");
+    }
+    mr_ckpt_close(ck);
+    return s;
+}
+
+static const char *act_mode_story(mr_act_mode m) {
+    switch (m) {
+    case MR_ACT_W4A4: return "NVFP4 activations scaled by input_scale, as the GPU kernels compute";
+    case MR_ACT_W8A8: return "1x128 dynamic FP8 activations, as the GPU kernels compute";
+    case MR_ACT_W16A32: return "bf16 weights, fp32 activations";
+    default: return "";
+    }
+}
+
+static void modes_for(mr_format f, char *buf, size_t n) {
+    size_t used = 0;
+    buf[0] = 0;
+    for (int i = 1; i < MR_ACT_COUNT; i++) {
+        if (mr_act_mode_weight_format((mr_act_mode)i) != f) continue;
+        int w = snprintf(buf + used, n - used, "%s%s", used ? ", " : "", mr_act_mode_name((mr_act_mode)i));
+        if (w < 0 || (size_t)w >= n - used) break;
+        used += (size_t)w;
+    }
+}
+
+static mr_status pass_checkpoint(mr_resolution *r) {
+    static const char *const SRC = "checkpoint";
+    const mr_model_desc *m = &r->model;
+    mr_status s;
+    if ((s = mr__decl(r, MR_DECL_SET, SRC, "architecture", m->architecture, "config.json architectures")) != MR_OK)
+        return s;
+    /* quantization */
+    const char *q = mr_quant_name(m->quant.kind);
+    if (mr__user_fixed(r, MR_OPT_QUANTIZATION)) {
+        const char *u = mr__user_value(r, MR_OPT_QUANTIZATION);
+        if (strcmp(u, q) != 0)
+            return fail(r, MR_ERESOLVE, SRC, "quantization", u,
+                        "quantization=%s contradicts the checkpoint: %s declares %s; use --quantization auto or %s", u,
+                        m->quant.where, q, q);
+        s = mr__decl(r, MR_DECL_NOTE, SRC, "quantization", u, "explicit, and agrees with %s", m->quant.where);
+    } else {
+        s = mr__decl(r, MR_DECL_SET, SRC, "quantization", q, "%s", m->quant.where);
+    }
+    if (s != MR_OK) return s;
+    r->w.quant = m->quant.kind;
+    r->w.weight_format = mr_quant_weight_format(m->quant.kind);
+    if (m->quant.n_exclude > 0) {
+        char pats[400];
+        size_t used = 0;
+        pats[0] = 0;
+        for (int i = 0; i < m->quant.n_exclude; i++) {
+            int w = snprintf(pats + used, sizeof pats - used, "%s%s", i ? ", " : "", m->quant.exclude[i]);
+            if (w < 0 || (size_t)w >= sizeof pats - used) break;
+            used += (size_t)w;
+        }
+        if ((s = mr__decl(r, MR_DECL_NOTE, SRC, "quantization", "excluded", "not quantized: %s", pats)) != MR_OK)
+            return s;
+    }
+    if ((s = check_tensor_headers(r)) != MR_OK) return s;
+    /* activation mode */
+    const mr_format_traits *ft = mr_format_traits_get(r->w.weight_format);
+    const char *fname = ft ? ft->name : "these";
+    if (mr__user_fixed(r, MR_OPT_ACTIVATION_MODE)) {
+        const char *u = mr__user_value(r, MR_OPT_ACTIVATION_MODE);
+        mr_act_mode am = MR_ACT_AUTO;
+        mr_act_mode_from_name(u, &am);
+        if (mr_act_mode_weight_format(am) != r->w.weight_format) {
+            char modes[128];
+            modes_for(r->w.weight_format, modes, sizeof modes);
+            return fail(r, MR_ERESOLVE, SRC, "activation_mode", u,
+                        "activation_mode=%s does not belong to %s weights (quantization %s); modes that do: %s", u,
+                        fname, q, modes);
+        }
+        r->w.act_mode = am;
+        s = mr__decl(r, MR_DECL_NOTE, SRC, "activation_mode", u, "explicit; belongs to %s weights", fname);
+    } else {
+        r->w.act_mode = mr_act_mode_default(r->w.weight_format);
+        s = mr__decl(r, MR_DECL_SET, SRC, "activation_mode", mr_act_mode_name(r->w.act_mode),
+                     "the default for %s weights: %s", fname, act_mode_story(r->w.act_mode));
+    }
+    if (s != MR_OK) return s;
+    return mr__decl(r, MR_DECL_SET, SRC, "routing", mr_routing_name(m->routing), "%s", m->routing_why);
+}
+
+/* ---- pass 2: platform ---- */
+
+static mr_status parse_features(const char *s, uint32_t *out) {
+    const uint32_t avx2 = MR_CPU_SSE42 | MR_CPU_AVX2 | MR_CPU_FMA | MR_CPU_F16C;
+    const uint32_t avx512 = avx2 | MR_CPU_AVX512F | MR_CPU_AVX512BW | MR_CPU_AVX512VL | MR_CPU_AVX512VNNI |
+                            MR_CPU_AVX512BF16 | MR_CPU_AVX512VBMI;
+    uint32_t m = 0;
+    char tok[32];
+    while (*s) {
+        while (*s == ',' || *s == ' ') s++;
+        if (!*s) break;
+        size_t n = strcspn(s, ", ");
+        if (n >= sizeof tok) return mr_error_set(MR_EINVAL, "cpu_features: entry '%.*s' is too long", (int)n, s);
+        memcpy(tok, s, n);
+        tok[n] = 0;
+        s += n;
+        if (!strcmp(tok, "generic"))
+            m |= MR_CPU_SSE42;
+        else if (!strcmp(tok, "avx2"))
+            m |= avx2;
+        else if (!strcmp(tok, "avx512"))
+            m |= avx512;
+        else {
+            uint32_t f = 0;
+            for (int b = 0; b < MR_CPU_FEATURE_COUNT; b++)
+                if (!strcmp(tok, mr_cpu_feature_name(1u << b))) f = 1u << b;
+            if (f == 0)
+                return mr_error_set(MR_EINVAL,
+                                    "cpu_features: unknown feature '%s'; valid: auto, generic, avx2, avx512 or feature "
+                                    "names (sse4.2, avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512vnni, "
+                                    "avx512bf16, avx512fp16, avx512vbmi, amx-tile, amx-bf16, amx-int8)",
+                                    tok);
+            m |= f;
+        }
+    }
+    *out = m;
+    return MR_OK;
+}
+
+static mr_status pass_platform(mr_resolution *r) {
+    static const char *const SRC = "platform";
+    mr_status s;
+    /* device */
+    if (mr__user_fixed(r, MR_OPT_DEVICE)) {
+        mr_device_from_name(mr__user_value(r, MR_OPT_DEVICE), &r->w.device);
+        s = mr__decl(r, MR_DECL_NOTE, SRC, "device", mr_device_name(r->w.device), "explicit (planning for it)");
+    } else {
+        r->w.device = MR_DEVICE_CPU;
+        s = mr__decl(r, MR_DECL_SET, SRC, "device", "cpu", "this machine's CPU (no GPU runner is built into this binary)");
+    }
+    if (s != MR_OK) return s;
+    /* CPU features: detected or simulated, then masked */
+    const mr_cpu_info *ci = mr_cpu();
+    const char *feat = mr__user_value(r, MR_OPT_CPU_FEATURES);
+    uint32_t base;
+    bool simulated = strcmp(feat, "auto") != 0;
+    if (simulated) {
+        if ((s = parse_features(feat, &base)) != MR_OK) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", mr_error_last());
+            return fail(r, MR_EINVAL, SRC, "cpu_features", feat, "%s", msg);
+        }
+    } else {
+        base = ci->flags;
+    }
+    uint32_t hide = 0;
+    if ((s = mr_cpu_parse_mask(mr__user_value(r, MR_OPT_CPU_MASK), &hide)) != MR_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", mr_error_last());
+        return fail(r, MR_EINVAL, SRC, "cpu_mask", mr__user_value(r, MR_OPT_CPU_MASK), "%s", msg);
+    }
+    r->w.cpu_detected = base & ~hide;
+    r->w.cpu_origin = simulated ? "simulated" : "detected";
+    char fl[300];
+    mr__cpu_flags_str(r->w.cpu_detected, fl, sizeof fl);
+    char hidden[300] = "";
+    if (hide & base) {
+        char h[250];
+        mr__cpu_flags_str(hide & base, h, sizeof h);
+        snprintf(hidden, sizeof hidden, "; hidden by cpu_mask: %s", h);
+    }
+    if (simulated)
+        s = mr__decl(r, MR_DECL_NOTE, SRC, "cpu", fl, "simulated by cpu_features=%s%s", feat, hidden);
+    else
+        s = mr__decl(r, MR_DECL_NOTE, SRC, "cpu", fl, "detected on %s%s", ci->brand[0] ? ci->brand : "this CPU", hidden);
+    if (s != MR_OK) return s;
+    /* kernel_isa */
+    mr_kernel_isa best = MR_ISA_GENERIC;
+    for (int i = MR_ISA_COUNT - 1; i > 0; i--)
+        if ((r->w.cpu_detected & mr_kernel_isa_features((mr_kernel_isa)i)) == mr_kernel_isa_features((mr_kernel_isa)i)) {
+            best = (mr_kernel_isa)i;
+            break;
+        }
+    if (mr__user_fixed(r, MR_OPT_KERNEL_ISA)) {
+        const char *u = mr__user_value(r, MR_OPT_KERNEL_ISA);
+        for (int i = 0; i < MR_ISA_COUNT; i++)
+            if (!strcmp(u, isa_names[i])) r->w.isa = (mr_kernel_isa)i;
+        s = mr__decl(r, MR_DECL_NOTE, SRC, "kernel_isa", u, "explicit (checked in validate)");
+    } else {
+        r->w.isa = best;
+        s = mr__decl(r, MR_DECL_SET, SRC, "kernel_isa", isa_names[best], "the best level the %s CPU offers",
+                     r->w.cpu_origin);
+    }
+    if (s != MR_OK) return s;
+    /* flags the kernels may use: the CPU's, without levels above kernel_isa */
+    uint32_t above = 0;
+    for (int i = (int)r->w.isa + 1; i < MR_ISA_COUNT; i++)
+        above |= mr_kernel_isa_features((mr_kernel_isa)i) & ~mr_kernel_isa_features(r->w.isa);
+    if (r->w.isa < MR_ISA_AVX512)
+        above |= MR_CPU_AVX512VNNI | MR_CPU_AVX512BF16 | MR_CPU_AVX512FP16 | MR_CPU_AVX512VBMI | MR_CPU_AMX_TILE |
+                 MR_CPU_AMX_BF16 | MR_CPU_AMX_INT8;
+    r->w.cpu_flags = r->w.cpu_detected & ~above;
+    /* the prospective transport (explicit, else none) for the capability checks that follow */
+    r->w.a2a = MR_A2A_NONE;
+    if (mr__user_fixed(r, MR_OPT_MOE_A2A_BACKEND)) mr_a2a_from_name(mr__user_value(r, MR_OPT_MOE_A2A_BACKEND), &r->w.a2a);
+    /* threads */
+    int64_t t = strtoll(mr__user_value(r, MR_OPT_THREADS), NULL, 10);
+    if (t == 0) {
+        r->w.threads = ci->n_cores > 0 ? ci->n_cores : 1;
+        char v[16];
+        snprintf(v, sizeof v, "%d", r->w.threads);
+        s = mr__decl(r, MR_DECL_SET, SRC, "threads", v, "all cores of this machine (threads=0)");
+    } else {
+        r->w.threads = (int)t;
+    }
+    return s;
+}
+
+/* ---- pass 3: model overrides ---- */
+
+static mr_status pass_model_overrides(mr_resolution *r) {
+    bool any = false;
+    for (int i = 0; i < mr__override_count(); i++) {
+        const mr__override *o = mr__override_at(i);
+        if (strcmp(o->architecture, r->model.architecture) != 0) continue;
+        any = true;
+        mr_status s = o->fn(r);
+        if (s != MR_OK) return s;
+    }
+    if (!any)
+        return mr__decl(r, MR_DECL_NOTE, "model_overrides", "architecture", r->model.architecture,
+                        "no override is registered for this architecture");
+    return MR_OK;
+}
+
+/* ---- pass 4: moe_runner ---- */
+
+static mr_status pass_moe_runner(mr_resolution *r) {
+    static const char *const SRC = "moe_runner";
+    mr_status s;
+    if (mr__user_fixed(r, MR_OPT_MOE_RUNNER_BACKEND)) {
+        r->w.runner = mr_moe_runner_find(mr__user_value(r, MR_OPT_MOE_RUNNER_BACKEND));
+        if (r->w.runner == NULL)
+            return fail(r, MR_ERESOLVE, SRC, "moe_runner_backend", mr__user_value(r, MR_OPT_MOE_RUNNER_BACKEND),
+                        "moe_runner_backend=%s is not built into this binary",
+                        mr__user_value(r, MR_OPT_MOE_RUNNER_BACKEND));
+        s = mr__decl(r, MR_DECL_NOTE, SRC, "moe_runner_backend", r->w.runner->name, "explicit (checked in validate)");
+    } else {
+        mr_moe_problem p;
+        mr__problem(r, &p);
+        /* candidates: the override's preference first, then the registry's order */
+        const mr_moe_runner *cand[16];
+        int nc = 0;
+        if (r->w.preferred) cand[nc++] = r->w.preferred;
+        for (int i = 0; i < mr_moe_runner_count() && nc < 16; i++)
+            if (mr_moe_runner_at(i) != r->w.preferred) cand[nc++] = mr_moe_runner_at(i);
+        char refusals[1536];
+        size_t used = 0;
+        refusals[0] = 0;
+        for (int i = 0; i < nc && r->w.runner == NULL; i++) {
+            const mr_moe_runner *c = cand[i];
+            char why[512];
+            bool ok = true;
+            if (!c->auto_eligible) {
+                snprintf(why, sizeof why, "%s is never chosen by auto (it is the scalar ground truth, slow by design).",
+                         c->name);
+                ok = false;
+            } else if (!c->supports(&p, why, sizeof why)) {
+                ok = false;
+            } else if (!mr_a2a_pair_supported(p.a2a, c, why, sizeof why)) {
+                ok = false;
+            }
+            if (!ok) {
+                if ((s = mr__decl(r, MR_DECL_REFUSE, SRC, "moe_runner_backend", c->name, "%s", why)) != MR_OK) return s;
+                int w = snprintf(refusals + used, sizeof refusals - used, "%s%s: %s", used ? "; " : "", c->name, why);
+                if (w > 0 && (size_t)w < sizeof refusals - used) used += (size_t)w;
+                continue;
+            }
+            r->w.runner = c;
+            if (c == r->w.preferred)
+                s = mr__decl(r, MR_DECL_SET, SRC, "moe_runner_backend", c->name,
+                             "preferred by model_overrides, and its capability check accepts %s %s on %s",
+                             mr_routing_name(p.routing), mr_quant_name(r->w.quant), mr_device_name(p.device));
+            else
+                s = mr__decl(r, MR_DECL_SET, SRC, "moe_runner_backend", c->name,
+                             "the first runner in the %s preference list that accepts %s %s", mr_device_name(p.device),
+                             mr_routing_name(p.routing), mr_quant_name(r->w.quant));
+            if (s != MR_OK) return s;
+        }
+        if (r->w.runner == NULL)
+            return fail(r, MR_ERESOLVE, SRC, "moe_runner_backend", "auto",
+                        "no MoE runner can run %s (%s, routing %s) on %s%s: %s", r->model.architecture,
+                        mr_quant_name(r->w.quant), mr_routing_name(p.routing), mr_device_name(p.device),
+                        p.device != MR_DEVICE_CPU ? " (no GPU runner is built into this binary)" : "", refusals);
+        s = MR_OK;
+    }
+    if (s != MR_OK) return s;
+    /* router dtype: a model rule may have decided it; else the routing math's fp32 */
+    if (r->w.router_dtype == MR_FMT_COUNT) {
+        if (mr__user_fixed(r, MR_OPT_ROUTER_DTYPE)) {
+            r->w.router_dtype = !strcmp(mr__user_value(r, MR_OPT_ROUTER_DTYPE), "bf16") ? MR_FMT_BF16 : MR_FMT_F32;
+        } else {
+            r->w.router_dtype = MR_FMT_F32;
+            s = mr__decl(r, MR_DECL_SET, SRC, "router_dtype", "fp32",
+                         "no model rule decides it; routing math is fp32 (spec/routing.md)");
+        }
+    }
+    return s;
+}
+
+/* ---- pass 5: a2a ---- */
+
+static int mpi_world_size(const char **from) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) {
+            long n = strtol(v, NULL, 10);
+            if (n >= 1 && n <= 65536) {
+                *from = vars[i];
+                return (int)n;
+            }
+        }
+    }
+    *from = NULL;
+    return 1;
+}
+
+static mr_status pass_a2a(mr_resolution *r) {
+    static const char *const SRC = "a2a";
+    mr_status s;
+    if (mr__user_fixed(r, MR_OPT_MOE_A2A_BACKEND))
+        s = mr__decl(r, MR_DECL_NOTE, SRC, "moe_a2a_backend", mr_a2a_name(r->w.a2a), "explicit");
+    else
+        s = mr__decl(r, MR_DECL_SET, SRC, "moe_a2a_backend", "none", "one process: no expert-parallel transport");
+    if (s != MR_OK) return s;
+    /* ep_size */
+    int64_t ep_user = strtoll(mr__user_value(r, MR_OPT_EP_SIZE), NULL, 10);
+    bool ep_fixed = mr__user_fixed(r, MR_OPT_EP_SIZE);
+    char v[16];
+    if (r->w.a2a == MR_A2A_NONE) {
+        if (ep_fixed && ep_user != 1)
+            return fail(r, MR_ERESOLVE, SRC, "ep_size", mr__user_value(r, MR_OPT_EP_SIZE),
+                        "ep_size=%lld needs an expert-parallel transport, but moe_a2a_backend=none runs one rank; use "
+                        "--moe-a2a-backend mpi or --ep-size 1",
+                        (long long)ep_user);
+        r->w.ep_size = 1;
+        if (!ep_fixed && (s = mr__decl(r, MR_DECL_SET, SRC, "ep_size", "1", "one rank without a transport")) != MR_OK)
+            return s;
+    } else {
+        const char *from = NULL;
+        int world = mpi_world_size(&from);
+        if (ep_fixed && ep_user != world)
+            return fail(r, MR_ERESOLVE, SRC, "ep_size", mr__user_value(r, MR_OPT_EP_SIZE),
+                        "ep_size=%lld must equal the MPI world size under moe_a2a_backend=mpi (%d%s%s)",
+                        (long long)ep_user, world, from ? ", from " : ", not started by mpirun", from ? from : "");
+        r->w.ep_size = world;
+        snprintf(v, sizeof v, "%d", world);
+        if (!ep_fixed &&
+            (s = mr__decl(r, MR_DECL_SET, SRC, "ep_size", v, "the MPI world size (%s)",
+                          from ? from : "not started by mpirun: 1")) != MR_OK)
+            return s;
+    }
+    if (r->model.n_experts % r->w.ep_size != 0)
+        return fail(r, MR_ERESOLVE, SRC, "ep_size", mr__user_value(r, MR_OPT_EP_SIZE),
+                    "ep_size=%d does not divide the %d experts", r->w.ep_size, r->model.n_experts);
+    /* the pair registry */
+    char why[512];
+    if (!mr_a2a_pair_supported(r->w.a2a, r->w.runner, why, sizeof why)) {
+        mr_moe_problem p;
+        mr__problem(r, &p);
+        char alt[256];
+        working_runners(&p, alt, sizeof alt);
+        return fail(r, MR_ERESOLVE, SRC, "moe_a2a_backend", mr_a2a_name(r->w.a2a),
+                    "moe_a2a_backend=%s cannot be combined with moe_runner_backend=%s: %s runners that can: %s",
+                    mr_a2a_name(r->w.a2a), r->w.runner->name, why, alt);
+    }
+    s = mr__decl(r, MR_DECL_NOTE, SRC, "moe_a2a_backend", mr_a2a_name(r->w.a2a), "pair (%s, %s) is registered: %s",
+                 mr_a2a_name(r->w.a2a), r->w.runner->name, why);
+    if (s == MR_OK && r->w.a2a == MR_A2A_MPI)
+        s = mr__decl(r, MR_DECL_NOTE, SRC, "moe_a2a_backend", "mpi",
+                     "resolves, but this build has no MPI transport yet: running it is refused with a clear message");
+    return s;
+}
+
+/* ---- pass 6: layout ---- */
+
+static const char *gateup_name(mr_gateup_order g) {
+    switch (g) {
+    case MR_GATEUP_SEPARATE: return "separate";
+    case MR_GATEUP_CONCAT: return "concat";
+    case MR_GATEUP_INTERLEAVED: return "interleaved";
+    }
+    return "?";
+}
+
+static mr_status pass_layout(mr_resolution *r) {
+    mr_moe_problem p;
+    mr__problem(r, &p);
+    r->w.runner->required_layout(&p, &r->w.layout);
+    const mr_moe_layout *l = &r->w.layout;
+    char v[160];
+    if (l->gateup == MR_GATEUP_INTERLEAVED)
+        snprintf(v, sizeof v, "gateup=interleaved/%d inter_padded=%lld pack=%d", l->interleave_rows,
+                 (long long)l->inter_padded, l->pack);
+    else
+        snprintf(v, sizeof v, "gateup=%s inter_padded=%lld pack=%d", gateup_name(l->gateup), (long long)l->inter_padded,
+                 l->pack);
+    return mr__decl(r, MR_DECL_SET, "layout", "layout", v,
+                    "what %s's after-load makes of the experts (I=%lld); recorded in the weight descriptor and "
+                    "asserted at dispatch",
+                    r->w.runner->name, (long long)r->model.moe_inter);
+}
+
+/* ---- pass 7: validate ---- */
+
+static mr_status pass_validate(mr_resolution *r) {
+    static const char *const SRC = "validate";
+    mr_status s = MR_OK;
+    char why[512], alt[256];
+    mr_moe_problem p;
+    mr__problem(r, &p);
+    if (mr__user_fixed(r, MR_OPT_KERNEL_ISA)) {
+        uint32_t need = mr_kernel_isa_features(r->w.isa);
+        if ((r->w.cpu_detected & need) != need) {
+            char miss[200], ok[64] = "";
+            mr__cpu_flags_str(need & ~r->w.cpu_detected, miss, sizeof miss);
+            size_t used = 0;
+            for (int i = 0; i < MR_ISA_COUNT; i++) {
+                uint32_t f = mr_kernel_isa_features((mr_kernel_isa)i);
+                if ((r->w.cpu_detected & f) != f) continue;
+                int w = snprintf(ok + used, sizeof ok - used, "%s%s", used ? ", " : "", isa_names[i]);
+                if (w > 0 && (size_t)w < sizeof ok - used) used += (size_t)w;
+            }
+            return fail(r, MR_ERESOLVE, SRC, "kernel_isa", isa_names[r->w.isa],
+                        "kernel_isa=%s is above what the %s CPU has (missing %s); levels that work: %s",
+                        isa_names[r->w.isa], r->w.cpu_origin, miss, ok);
+        }
+        s = mr__decl(r, MR_DECL_NOTE, SRC, "kernel_isa", isa_names[r->w.isa], "explicit; the %s CPU has it",
+                     r->w.cpu_origin);
+        if (s != MR_OK) return s;
+    }
+    if (mr__user_fixed(r, MR_OPT_MOE_RUNNER_BACKEND)) {
+        const mr_moe_runner *c = r->w.runner;
+        if (!c->supports(&p, why, sizeof why)) {
+            working_runners(&p, alt, sizeof alt);
+            size_t l = strlen(why);
+            if (l && why[l - 1] == '.') why[l - 1] = 0;
+            return fail(r, MR_ERESOLVE, SRC, "moe_runner_backend", c->name,
+                        "moe_runner_backend=%s cannot run %s: %s; runners that can: %s", c->name,
+                        r->model.architecture, why, alt);
+        }
+        s = mr__decl(r, MR_DECL_NOTE, SRC, "moe_runner_backend", c->name,
+                     "explicit; its capability check accepts %s %s %s on %s", mr_routing_name(p.routing),
+                     mr_quant_name(r->w.quant), mr_act_mode_name(p.act_mode), mr_device_name(p.device));
+        if (s != MR_OK) return s;
+    } else {
+        /* belt and braces: the auto choice passes the same check */
+        if (!r->w.runner->supports(&p, why, sizeof why))
+            return fail(r, MR_ERESOLVE, SRC, "moe_runner_backend", r->w.runner->name,
+                        "internal: the chosen runner %s refuses the final problem: %s", r->w.runner->name, why);
+    }
+    return s;
+}
+
+/* ---- pass 8: publish ---- */
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+static uint64_t exec_checksum(const mr_exec *x) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    h = fnv(h, x, offsetof(mr_exec, checksum));
+    const mr_model_desc *m = x->model;
+    if (m) {
+        h = fnv(h, m, sizeof *m);
+        for (int i = 0; i < m->quant.n_exclude; i++) h = fnv(h, m->quant.exclude[i], strlen(m->quant.exclude[i]) + 1);
+    }
+    return h;
+}
+
+bool mr_exec_verify(const mr_exec *x) {
+    return x != NULL && x->magic == MR_EXEC_MAGIC && x->checksum == exec_checksum(x);
+}
+
+mr_status mr_exec_check_runnable(const mr_exec *x) {
+    if (x == NULL || !mr_exec_verify(x))
+        return mr_error_set(MR_ESTATE, "the execution config is missing or was modified after publish");
+    if (x->a2a == MR_A2A_MPI)
+        return mr_error_set(MR_EUNSUPPORTED,
+                            "moe_a2a_backend=mpi resolved (with runner %s, ep_size %d), but this build has no MPI "
+                            "transport yet; run with --moe-a2a-backend none",
+                            x->runner ? x->runner->name : "?", x->ep_size);
+    if (x->device != MR_DEVICE_CPU)
+        return mr_error_set(MR_EUNSUPPORTED, "device %s: no GPU runner is built into this binary",
+                            mr_device_name(x->device));
+    return MR_OK;
+}
+
+static size_t align8(size_t n) { return (n + 7) & ~(size_t)7; }
+
+/* The frozen block, one mmap: [mr_exec][mr_model_desc][char *exclude[n]][strings]. */
+static mr_status pass_publish(mr_resolution *r) {
+    const mr_model_desc *m = &r->model;
+    size_t need = align8(sizeof(mr_exec)) + align8(sizeof(mr_model_desc));
+    size_t ptrs = (size_t)m->quant.n_exclude * sizeof(char *);
+    need += align8(ptrs);
+    for (int i = 0; i < m->quant.n_exclude; i++) {
+        size_t l = strlen(m->quant.exclude[i]) + 1;
+        if (!mr_size_add(need, l, &need)) return fail(r, MR_EOVERFLOW, "publish", "exec", "", "exec config too large");
+    }
+    long pg = sysconf(_SC_PAGESIZE);
+    size_t page = pg > 0 ? (size_t)pg : 4096;
+    size_t size = (need + page - 1) / page * page;
+    void *block = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (block == MAP_FAILED) return mr_error_set(MR_ENOMEM, "cannot map %zu bytes for the exec config", size);
+    char *at = block;
+    mr_exec *x = (mr_exec *)at;
+    at += align8(sizeof(mr_exec));
+    mr_model_desc *mc = (mr_model_desc *)at;
+    at += align8(sizeof(mr_model_desc));
+    char **ex = (char **)at;
+    at += align8(ptrs);
+    memcpy(mc, m, sizeof *mc);
+    mc->quant.exclude = m->quant.n_exclude ? ex : NULL;
+    for (int i = 0; i < m->quant.n_exclude; i++) {
+        size_t l = strlen(m->quant.exclude[i]) + 1;
+        memcpy(at, m->quant.exclude[i], l);
+        ex[i] = at;
+        at += l;
+    }
+    mr_exec e;
+    memset(&e, 0, sizeof e);
+    e.magic = MR_EXEC_MAGIC;
+    e.model = mc;
+    e.quant = r->w.quant;
+    e.weight_format = r->w.weight_format;
+    e.act_mode = r->w.act_mode;
+    e.router_dtype = r->w.router_dtype;
+    e.device = r->w.device;
+    e.cpu_flags = r->w.cpu_flags;
+    e.kernel_isa = r->w.isa;
+    e.threads = r->w.threads;
+    e.runner = r->w.runner;
+    e.a2a = r->w.a2a;
+    e.ep_size = r->w.ep_size;
+    mr__problem(r, &e.problem);
+    e.layout = r->w.layout;
+    memcpy(x, &e, sizeof e);
+    x->checksum = exec_checksum(x);
+    if (mprotect(block, size, PROT_READ) != 0) {
+        munmap(block, size);
+        return mr_error_set(MR_EIO, "cannot make the exec config read-only");
+    }
+    r->block = block;
+    r->block_size = size;
+    r->exec = x;
+    char v[32];
+    snprintf(v, sizeof v, "%016llx", (unsigned long long)x->checksum);
+    return mr__decl(r, MR_DECL_NOTE, "publish", "exec", v,
+                    "frozen: the runtime reads this config only; it lives in read-only pages (a write faults) and "
+                    "carries this checksum");
+}
+
+/* ---- driver ---- */
+
+static mr_resolution *resolution_new(const mr_options *o) {
+    mr_resolution *r = mr_calloc(1, sizeof *r);
+    if (r == NULL) return NULL;
+    for (int i = 0; i < MR_OPT_COUNT; i++) {
+        r->user_value[i] = mr_strdup(mr_options_get(o, (mr_opt_id)i));
+        r->user_source[i] = o->source[i];
+        if (r->user_value[i] == NULL) {
+            mr_resolution_free(r);
+            return NULL;
+        }
+    }
+    r->w.router_dtype = MR_FMT_COUNT;
+    r->w.act_mode = MR_ACT_AUTO;
+    r->status = MR_OK;
+    return r;
+}
+
+static mr_status run_passes(mr_resolution *r) {
+    static mr_status (*const passes[])(mr_resolution *) = {pass_checkpoint, pass_platform, pass_model_overrides,
+                                                            pass_moe_runner, pass_a2a,      pass_layout,
+                                                            pass_validate,   pass_publish};
+    for (size_t i = 0; i < sizeof passes / sizeof passes[0]; i++) {
+        mr_status s = passes[i](r);
+        if (s != MR_OK) return s;
+    }
+    return MR_OK;
+}
+
+static mr_status finish(mr_resolution *r, mr_status s) {
+    r->status = s;
+    if (s != MR_OK) {
+        snprintf(r->error, sizeof r->error, "%s", mr_error_last());
+        mr_error_set(s, "%s", r->error);
+    }
+    return s;
+}
+
+mr_status mr_resolve(const mr_options *o, mr_resolution **out) {
+    *out = NULL;
+    mr_resolution *r = resolution_new(o);
+    if (r == NULL) return MR_ENOMEM;
+    *out = r;
+    mr_status s = mr_model_desc_load(r->user_value[MR_OPT_MODEL], &r->model);
+    if (s != MR_OK) {
+        char msg[1536];
+        snprintf(msg, sizeof msg, "%s", mr_error_last());
+        if (mr__decl(r, MR_DECL_ERROR, "checkpoint", "model", r->user_value[MR_OPT_MODEL], "%s", msg) != MR_OK)
+            return finish(r, MR_ENOMEM);
+        mr_error_set(s, "%s", msg);
+        return finish(r, s);
+    }
+    r->have_model = true;
+    return finish(r, run_passes(r));
+}
+
+static mr_status copy_desc(const mr_model_desc *src, mr_model_desc *dst) {
+    memcpy(dst, src, sizeof *dst);
+    dst->quant.exclude = NULL;
+    dst->quant.n_exclude = 0;
+    if (src->quant.n_exclude == 0) return MR_OK;
+    dst->quant.exclude = mr_calloc((size_t)src->quant.n_exclude, sizeof(char *));
+    if (dst->quant.exclude == NULL) return MR_ENOMEM;
+    for (int i = 0; i < src->quant.n_exclude; i++) {
+        dst->quant.exclude[i] = mr_strdup(src->quant.exclude[i]);
+        if (dst->quant.exclude[i] == NULL) return MR_ENOMEM;
+        dst->quant.n_exclude = i + 1;
+    }
+    return MR_OK;
+}
+
+mr_status mr_resolve_model(const mr_options *o, const mr_model_desc *m, mr_resolution **out) {
+    *out = NULL;
+    mr_resolution *r = resolution_new(o);
+    if (r == NULL) return MR_ENOMEM;
+    *out = r;
+    if (copy_desc(m, &r->model) != MR_OK) return finish(r, mr_error_set(MR_ENOMEM, NULL));
+    r->have_model = true;
+    return finish(r, run_passes(r));
+}
+
+void mr_resolution_free(mr_resolution *r) {
+    if (r == NULL) return;
+    for (int i = 0; i < MR_OPT_COUNT; i++) mr_free(r->user_value[i]);
+    for (int i = 0; i < r->n_decls; i++) {
+        mr_free((void *)r->decls[i].value);
+        mr_free((void *)r->decls[i].reason);
+    }
+    mr_free(r->decls);
+    mr_model_desc_free(&r->model);
+    if (r->block) munmap(r->block, r->block_size);
+    mr_free(r);
+}
+
+const mr_exec *mr_resolution_exec(const mr_resolution *r) { return r && r->status == MR_OK ? r->exec : NULL; }
+mr_status mr_resolution_status(const mr_resolution *r) { return r ? r->status : MR_EINVAL; }
+const char *mr_resolution_error(const mr_resolution *r) { return r && r->status != MR_OK ? r->error : ""; }
+int mr_resolution_decl_count(const mr_resolution *r) { return r ? r->n_decls : 0; }
+
+const mr_decl *mr_resolution_decl_at(const mr_resolution *r, int i) {
+    if (r == NULL || i < 0 || i >= r->n_decls) return NULL;
+    return &r->decls[i];
+}
+
+const char *mr_resolution_value(const mr_resolution *r, mr_opt_id id) {
+    if (r == NULL || (int)id < 0 || id >= MR_OPT_COUNT) return "";
+    const char *name = mr_option_at((int)id)->name;
+    for (int i = r->n_decls - 1; i >= 0; i--)
+        if (r->decls[i].kind == MR_DECL_SET && !strcmp(r->decls[i].field, name)) return r->decls[i].value;
+    return r->user_value[id];
+}
+
+mr_opt_source mr_resolution_user_source(const mr_resolution *r, mr_opt_id id) {
+    if (r == NULL || (int)id < 0 || id >= MR_OPT_COUNT) return MR_SRC_DEFAULT;
+    return r->user_source[id];
+}

@@ -1,0 +1,164 @@
+/* kernels.c — the kernel dispatch table (generic entries first, then the
+ * AVX2 and AVX-512 overrides the CPU allows), the generic scalar
+ * micro-kernels, the row-block GEMM driver and the threaded dense matmul. */
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "kernels/kern_internal.h"
+
+float mr__e4m3_lut[256];
+const float mr__e2m1_lut[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
+static pthread_once_t lut_once = PTHREAD_ONCE_INIT;
+static void lut_build(void) {
+    for (int i = 0; i < 256; i++) mr__e4m3_lut[i] = mr_e4m3_to_f32((uint8_t)i);
+}
+void mr__kern_luts_init(void) { pthread_once(&lut_once, lut_build); }
+
+static inline float bf16f(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline int group_len(const mr_qmatrix *W, int64_t g) {
+    int64_t r = W->cols - g * MR_KGROUP;
+    return (int)(r < MR_KGROUP ? r : MR_KGROUP);
+}
+
+/* ---- generic micro-kernels (tile: one row x one 128-column group) ---- */
+static void decode_f32_generic(const mr_qmatrix *W, int64_t n, int64_t g, float *dst, float *gs) {
+    memcpy(dst, (const float *)W->data + n * W->cols + g * MR_KGROUP, (size_t)group_len(W, g) * sizeof(float));
+    *gs = 1.0f;
+}
+
+static void decode_bf16_generic(const mr_qmatrix *W, int64_t n, int64_t g, float *dst, float *gs) {
+    const uint16_t *s = (const uint16_t *)W->data + n * W->cols + g * MR_KGROUP;
+    int len = group_len(W, g);
+    for (int i = 0; i < len; i++) dst[i] = bf16f(s[i]);
+    *gs = 1.0f;
+}
+
+static void decode_fp8_generic(const mr_qmatrix *W, int64_t n, int64_t g, float *dst, float *gs) {
+    const uint8_t *s = (const uint8_t *)W->data + n * W->cols + g * MR_KGROUP;
+    int len = group_len(W, g);
+    for (int i = 0; i < len; i++) dst[i] = mr__e4m3_lut[s[i]];
+    int64_t kb = (W->cols + 127) / 128;
+    *gs = ((const float *)W->scale)[(n / 128) * kb + g];
+}
+
+static void decode_nvfp4_generic(const mr_qmatrix *W, int64_t n, int64_t g, float *dst, float *gs) {
+    const uint8_t *s = (const uint8_t *)W->data + n * (W->cols / 2) + g * (MR_KGROUP / 2);
+    const uint8_t *sc = (const uint8_t *)W->scale + n * (W->cols / 16) + g * (MR_KGROUP / 16);
+    int len = group_len(W, g);
+    for (int b = 0; b < len / 16; b++) {
+        float d = mr__e4m3_lut[sc[b]];
+        for (int i = 0; i < 8; i++) {
+            uint8_t v = s[b * 8 + i];
+            dst[b * 16 + 2 * i] = mr__e2m1_lut[v & 15] * d;
+            dst[b * 16 + 2 * i + 1] = mr__e2m1_lut[v >> 4] * d;
+        }
+    }
+    *gs = 1.0f;
+}
+
+static float dot_f32_generic(const float *w, const float *x, int len) {
+    float a[4] = {0, 0, 0, 0};
+    int i = 0;
+    for (; i + 4 <= len; i += 4)
+        for (int j = 0; j < 4; j++) a[j] += w[i + j] * x[i + j];
+    for (; i < len; i++) a[0] += w[i] * x[i];
+    return (a[0] + a[1]) + (a[2] + a[3]);
+}
+
+static float dot_bf16_generic(const float *w, const uint16_t *x, int len) {
+    float a[4] = {0, 0, 0, 0};
+    int i = 0;
+    for (; i + 4 <= len; i += 4)
+        for (int j = 0; j < 4; j++) a[j] += w[i + j] * bf16f(x[i + j]);
+    for (; i < len; i++) a[0] += w[i] * bf16f(x[i]);
+    return (a[0] + a[1]) + (a[2] + a[3]);
+}
+
+void mr__kernels_fill_generic(mr_kernels *k) {
+    k->isa = "generic";
+    k->decode[MR_FMT_F32].name = "decode_f32_generic_1x128";
+    k->decode[MR_FMT_F32].fn = decode_f32_generic;
+    k->decode[MR_FMT_BF16].name = "decode_bf16_generic_1x128";
+    k->decode[MR_FMT_BF16].fn = decode_bf16_generic;
+    k->decode[MR_FMT_FP8_BLOCK].name = "decode_fp8_block_generic_1x128";
+    k->decode[MR_FMT_FP8_BLOCK].fn = decode_fp8_generic;
+    k->decode[MR_FMT_NVFP4].name = "decode_nvfp4_generic_1x128";
+    k->decode[MR_FMT_NVFP4].fn = decode_nvfp4_generic;
+    k->dot_f32.name = "dot_f32_generic_4";
+    k->dot_f32.fn = dot_f32_generic;
+    k->dot_bf16.name = "dot_bf16_generic_4";
+    k->dot_bf16.fn = dot_bf16_generic;
+}
+
+void mr_kernels_init(mr_kernels *k, uint32_t flags) {
+    mr__kern_luts_init();
+    memset(k, 0, sizeof *k);
+    mr__kernels_fill_generic(k);
+    uint32_t avx2 = MR_CPU_AVX2 | MR_CPU_FMA | MR_CPU_F16C;
+    if ((flags & avx2) == avx2) mr__kernels_fill_avx2(k);
+    uint32_t avx512 = avx2 | MR_CPU_AVX512F | MR_CPU_AVX512BW | MR_CPU_AVX512VL;
+    if ((flags & avx512) == avx512) mr__kernels_fill_avx512(k);
+}
+
+static mr_kernels g_kernels;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static void g_build(void) { mr_kernels_init(&g_kernels, mr_cpu()->flags); }
+
+const mr_kernels *mr_kernels_get(void) {
+    pthread_once(&g_once, g_build);
+    return &g_kernels;
+}
+
+/* ---- the row-block GEMM driver: decode one 128-column group of one row
+ * once, then dot it with every activation row (weights are read once per
+ * call whatever M is). ---- */
+void mr_gemm_rows(const mr_kernels *k, const mr_qmatrix *W, int64_t n0, int64_t nr, mr_format xdt, const void *x,
+                  int64_t ldx, const float *xs, int64_t ldxs, int64_t M, float *y, int64_t ldy) {
+    MR_ASSERT(W->fmt < MR_FMT_COUNT && k->decode[W->fmt].fn);
+    MR_ASSERT(xdt == MR_FMT_F32 || xdt == MR_FMT_BF16);
+    mr_kern_decode_fn dec = k->decode[W->fmt].fn;
+    float wbuf[MR_KGROUP] __attribute__((aligned(64)));
+    int64_t G = (W->cols + MR_KGROUP - 1) / MR_KGROUP;
+    float post = W->fmt == MR_FMT_NVFP4 ? W->scale2 : 1.0f;
+    for (int64_t j = 0; j < nr; j++) {
+        int64_t n = n0 + j;
+        for (int64_t m = 0; m < M; m++) y[m * ldy + j] = 0.0f;
+        for (int64_t g = 0; g < G; g++) {
+            float gs;
+            dec(W, n, g, wbuf, &gs);
+            int len = group_len(W, g);
+            for (int64_t m = 0; m < M; m++) {
+                float d = xdt == MR_FMT_F32
+                              ? k->dot_f32.fn(wbuf, (const float *)x + m * ldx + g * MR_KGROUP, len)
+                              : k->dot_bf16.fn(wbuf, (const uint16_t *)x + m * ldx + g * MR_KGROUP, len);
+                float s = xs ? gs * xs[m * ldxs + g] : gs;
+                y[m * ldy + j] += d * s;
+            }
+        }
+        if (post != 1.0f)
+            for (int64_t m = 0; m < M; m++) y[m * ldy + j] *= post;
+    }
+}
+
+/* Threaded over blocks of output columns; each thread writes a private
+ * tile and copies it into y (y rows are M apart). */
+void mr_matmul(const mr_qmatrix *W, const float *x, int64_t M, float *y) {
+    const mr_kernels *k = mr_kernels_get();
+    const int64_t N = W->rows, K = W->cols;
+    enum { NB = 16 };
+    int64_t nblk = (N + NB - 1) / NB;
+#pragma omp parallel for schedule(dynamic, 4) if (N * K * (M > 0 ? M : 1) > 65536)
+    for (int64_t b = 0; b < nblk; b++) {
+        int64_t n0 = b * NB, nr = N - n0 < NB ? N - n0 : NB;
+        mr_gemm_rows(k, W, n0, nr, MR_FMT_F32, x, K, NULL, 0, M, y + n0, N);
+    }
+}

@@ -1,0 +1,126 @@
+/* kernels_avx2.c — AVX2+FMA+F16C micro-kernels (compiled with -mavx2 -mfma
+ * -mf16c; only called when mr_cpu() reports those features). Same contracts
+ * as the generic entries in kernels.c; tile: one row x 128 columns, 8 lanes. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/kern_internal.h"
+
+static inline int group_len(const mr_qmatrix *W, int64_t g) {
+    int64_t r = W->cols - g * MR_KGROUP;
+    return (int)(r < MR_KGROUP ? r : MR_KGROUP);
+}
+
+static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* E4M3 -> fp16 bits: sign to bit 15, exponent+mantissa shifted by 7; the
+ * value is then 2^-8 of the E4M3 value (exponent bias 15 vs 7), fixed by a
+ * multiply by 256 (exact). Subnormals map to fp16 subnormals exactly. The
+ * NaN codes 0x7F/0xFF decode to ±480 here (weights never hold NaN). */
+static inline __m256 e4m3x8_to_ps(const uint8_t *s) {
+    __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)s));
+    __m128i h = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x80)), 8),
+                             _mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x7F)), 7));
+    return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f));
+}
+
+static void decode_fp8_avx2(const mr_qmatrix *W, int64_t n, int64_t g, float *dst, float *gs) {
+    const uint8_t *s = (const uint8_t *)W->data + n * W->cols + g * MR_KGROUP;
+    int len = group_len(W, g), i = 0;
+    for (; i + 8 <= len; i += 8) _mm256_storeu_ps(dst + i, e4m3x8_to_ps(s + i));
+    for (; i < len; i++) dst[i] = mr__e4m3_lut[s[i]];
+    int64_t kb = (W->cols + 127) / 128;
+    *gs = ((const float *)W->scale)[(n / 128) * kb + g];
+}
+
+static void decode_bf16_avx2(const mr_qmatrix *W, int64_t n, int64_t g, float *dst, float *gs) {
+    const uint16_t *s = (const uint16_t *)W->data + n * W->cols + g * MR_KGROUP;
+    int len = group_len(W, g), i = 0;
+    for (; i + 8 <= len; i += 8) {
+        __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(s + i)));
+        _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+    }
+    for (; i < len; i++) {
+        uint32_t u = (uint32_t)s[i] << 16;
+        memcpy(dst + i, &u, 4);
+    }
+    *gs = 1.0f;
+}
+
+/* E2M1: magnitude from an 8-entry permute, sign from bit 3. */
+static void decode_nvfp4_avx2(const mr_qmatrix *W, int64_t n, int64_t g, float *dst, float *gs) {
+    const uint8_t *s = (const uint8_t *)W->data + n * (W->cols / 2) + g * (MR_KGROUP / 2);
+    const uint8_t *sc = (const uint8_t *)W->scale + n * (W->cols / 16) + g * (MR_KGROUP / 16);
+    int len = group_len(W, g);
+    const __m256 mag = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
+    const __m256i shifts = _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4);
+    for (int b = 0; b < len / 16; b++) {
+        __m256 d = _mm256_set1_ps(mr__e4m3_lut[sc[b]]);
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *p = s + b * 8 + h * 4;
+            /* lanes 2i, 2i+1 <- byte i; low nibble then high nibble */
+            __m256i v = _mm256_setr_epi32(p[0], p[0], p[1], p[1], p[2], p[2], p[3], p[3]);
+            v = _mm256_and_si256(_mm256_srlv_epi32(v, shifts), _mm256_set1_epi32(15));
+            __m256 m = _mm256_permutevar8x32_ps(mag, v);
+            __m256i sign = _mm256_slli_epi32(_mm256_and_si256(v, _mm256_set1_epi32(8)), 28);
+            m = _mm256_or_ps(m, _mm256_castsi256_ps(sign));
+            _mm256_storeu_ps(dst + b * 16 + h * 8, _mm256_mul_ps(m, d));
+        }
+    }
+    *gs = 1.0f;
+}
+
+static float dot_f32_avx2(const float *w, const float *x, int len) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= len; i += 16) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+    }
+    for (; i + 8 <= len; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
+    float s = hsum8(_mm256_add_ps(a0, a1));
+    for (; i < len; i++) s += w[i] * x[i];
+    return s;
+}
+
+static inline __m256 bf16x8(const uint16_t *x) {
+    __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)x));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+static float dot_bf16_avx2(const float *w, const uint16_t *x, int len) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= len; i += 16) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), bf16x8(x + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), bf16x8(x + i + 8), a1);
+    }
+    for (; i + 8 <= len; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), bf16x8(x + i), a0);
+    float s = hsum8(_mm256_add_ps(a0, a1));
+    for (; i < len; i++) {
+        uint32_t u = (uint32_t)x[i] << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        s += w[i] * f;
+    }
+    return s;
+}
+
+void mr__kernels_fill_avx2(mr_kernels *k) {
+    k->isa = "avx2";
+    k->decode[MR_FMT_BF16].name = "decode_bf16_avx2_1x8";
+    k->decode[MR_FMT_BF16].fn = decode_bf16_avx2;
+    k->decode[MR_FMT_FP8_BLOCK].name = "decode_fp8_block_avx2_1x8";
+    k->decode[MR_FMT_FP8_BLOCK].fn = decode_fp8_avx2;
+    k->decode[MR_FMT_NVFP4].name = "decode_nvfp4_avx2_1x8";
+    k->decode[MR_FMT_NVFP4].fn = decode_nvfp4_avx2;
+    k->dot_f32.name = "dot_f32_avx2_2x8";
+    k->dot_f32.fn = dot_f32_avx2;
+    k->dot_bf16.name = "dot_bf16_avx2_2x8";
+    k->dot_bf16.fn = dot_bf16_avx2;
+}

@@ -1,0 +1,106 @@
+/* kernels_avx512.c — AVX-512 (F/BW/VL) micro-kernels, compiled with the
+ * AVX-512 flags and only called when mr_cpu() reports them. Same contracts
+ * as the generic entries in kernels.c; tile: one row x 128 columns, 16 lanes,
+ * masked tails. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/kern_internal.h"
+
+static inline int group_len(const mr_qmatrix *W, int64_t g) {
+    int64_t r = W->cols - g * MR_KGROUP;
+    return (int)(r < MR_KGROUP ? r : MR_KGROUP);
+}
+
+static inline __mmask16 tail_mask(int r) { return r >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << r) - 1); }
+
+/* E4M3 -> fp16 bits (see kernels_avx2.c), then x256. */
+static void decode_fp8_avx512(const mr_qmatrix *W, int64_t n, int64_t g, float *dst, float *gs) {
+    const uint8_t *s = (const uint8_t *)W->data + n * W->cols + g * MR_KGROUP;
+    int len = group_len(W, g);
+    const __m512 k256 = _mm512_set1_ps(256.0f);
+    for (int i = 0; i < len; i += 16) {
+        __mmask16 m = tail_mask(len - i);
+        __m256i b = _mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(m, s + i));
+        __m256i h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x80)), 8),
+                                    _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x7F)), 7));
+        _mm512_mask_storeu_ps(dst + i, m, _mm512_mul_ps(_mm512_cvtph_ps(h), k256));
+    }
+    int64_t kb = (W->cols + 127) / 128;
+    *gs = ((const float *)W->scale)[(n / 128) * kb + g];
+}
+
+static void decode_bf16_avx512(const mr_qmatrix *W, int64_t n, int64_t g, float *dst, float *gs) {
+    const uint16_t *s = (const uint16_t *)W->data + n * W->cols + g * MR_KGROUP;
+    int len = group_len(W, g);
+    for (int i = 0; i < len; i += 16) {
+        __mmask16 m = tail_mask(len - i);
+        __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, s + i));
+        _mm512_mask_storeu_ps(dst + i, m, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
+    }
+    *gs = 1.0f;
+}
+
+/* E2M1 through a 16-entry permute (vpermps), scale multiplied in (exact). */
+static void decode_nvfp4_avx512(const mr_qmatrix *W, int64_t n, int64_t g, float *dst, float *gs) {
+    const uint8_t *s = (const uint8_t *)W->data + n * (W->cols / 2) + g * (MR_KGROUP / 2);
+    const uint8_t *sc = (const uint8_t *)W->scale + n * (W->cols / 16) + g * (MR_KGROUP / 16);
+    int len = group_len(W, g);
+    const __m512 lut = _mm512_loadu_ps(mr__e2m1_lut);
+    const __m512i shifts = _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
+    const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    for (int b = 0; b < len / 16; b++) {
+        __m128i bytes = _mm_shuffle_epi8(_mm_loadl_epi64((const __m128i *)(s + b * 8)), dup);
+        __m512i v = _mm512_and_si512(_mm512_srlv_epi32(_mm512_cvtepu8_epi32(bytes), shifts), _mm512_set1_epi32(15));
+        __m512 w = _mm512_permutexvar_ps(v, lut);
+        _mm512_storeu_ps(dst + b * 16, _mm512_mul_ps(w, _mm512_set1_ps(mr__e4m3_lut[sc[b]])));
+    }
+    *gs = 1.0f;
+}
+
+static float dot_f32_avx512(const float *w, const float *x, int len) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 32 <= len; i += 32) {
+        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), a0);
+        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 16), _mm512_loadu_ps(x + i + 16), a1);
+    }
+    for (; i < len; i += 16) {
+        __mmask16 m = tail_mask(len - i);
+        a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w + i), _mm512_maskz_loadu_ps(m, x + i), a0);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+}
+
+static inline __m512 bf16x16(__mmask16 m, const uint16_t *x) {
+    __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, x));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+}
+
+static float dot_bf16_avx512(const float *w, const uint16_t *x, int len) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 32 <= len; i += 32) {
+        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), bf16x16(0xFFFF, x + i), a0);
+        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 16), bf16x16(0xFFFF, x + i + 16), a1);
+    }
+    for (; i < len; i += 16) {
+        __mmask16 m = tail_mask(len - i);
+        a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w + i), bf16x16(m, x + i), a0);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+}
+
+void mr__kernels_fill_avx512(mr_kernels *k) {
+    k->isa = "avx512";
+    k->decode[MR_FMT_BF16].name = "decode_bf16_avx512_1x16";
+    k->decode[MR_FMT_BF16].fn = decode_bf16_avx512;
+    k->decode[MR_FMT_FP8_BLOCK].name = "decode_fp8_block_avx512_1x16";
+    k->decode[MR_FMT_FP8_BLOCK].fn = decode_fp8_avx512;
+    k->decode[MR_FMT_NVFP4].name = "decode_nvfp4_avx512_1x16";
+    k->decode[MR_FMT_NVFP4].fn = decode_nvfp4_avx512;
+    k->dot_f32.name = "dot_f32_avx512_2x16";
+    k->dot_f32.fn = dot_f32_avx512;
+    k->dot_bf16.name = "dot_bf16_avx512_2x16";
+    k->dot_bf16.fn = dot_bf16_avx512;
+}

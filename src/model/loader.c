@@ -1,0 +1,489 @@
+/* loader.c — opens a MiniMax-M2 checkpoint folder: reads the model
+ * description (config/), opens the safetensors files (io/), checks every
+ * tensor by HF name (dtype, shape), binds weights in place from the mapping,
+ * runs the resolved MoE runner's after-load once per layer, and allocates
+ * the state (activations, KV cache) once.
+ *
+ * Weight forms (spec/minimax-m2.md, spec/formats.md):
+ *   bf16    everything BF16 (router gate BF16 or F32, bias F32)
+ *   fp8     q/k/v/o and experts: F8_E4M3 weight + F32 weight_scale_inv
+ *           [ceil(N/128)][ceil(K/128)]; gate, bias, norms, embed, lm_head as bf16
+ *   nvfp4   experts only: U8 weight [N][K/2], F8_E4M3 weight_scale [N][K/16],
+ *           F32 weight_scale_2 [], F32 input_scale []; the rest bf16
+ * MTP layers (index >= num_hidden_layers) are never looked up. */
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <jansson.h>
+#include <omp.h>
+
+#include "model/model_internal.h"
+#include "moerun/io.h"
+
+mr_status mr__model_own(mr_model *m, void *p) {
+    if (!p) return MR_OK;
+    if (m->n_owned == m->cap_owned) {
+        int cap = m->cap_owned ? 2 * m->cap_owned : 64;
+        void **n = mr_realloc(m->owned, (size_t)cap * sizeof(void *));
+        if (!n) {
+            mr_aligned_free(p);
+            return MR_ENOMEM;
+        }
+        m->owned = n;
+        m->cap_owned = cap;
+    }
+    m->owned[m->n_owned++] = p;
+    return MR_OK;
+}
+
+static void *own_alloc(mr_model *m, size_t bytes) {
+    void *p = mr_aligned_alloc(64, bytes ? bytes : 64);
+    if (!p) return NULL;
+    if (mr__model_own(m, p) != MR_OK) return NULL;
+    return p;
+}
+
+/* ---- tensor lookup with checks ---- */
+static void shape_str(char *buf, size_t n, const int64_t *shape, int ndim) {
+    size_t o = 0;
+    o += (size_t)snprintf(buf + o, n - o, "[");
+    for (int i = 0; i < ndim && o < n; i++) o += (size_t)snprintf(buf + o, n - o, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (o < n) snprintf(buf + o, n - o, "]");
+}
+
+/* Finds name, which must have one of the dtypes (up to 2; -1 = unused) and
+ * the given shape. The error names the tensor, what was expected and what was found. */
+static mr_status get_tensor(const mr_ckpt *ck, const char *name, int dt0, int dt1, int ndim, const int64_t *shape,
+                            const mr_st_tensor **out) {
+    const mr_st_tensor *t = mr_ckpt_find(ck, name);
+    *out = NULL;
+    char es[96], fs[96];
+    shape_str(es, sizeof es, shape, ndim);
+    if (!t)
+        return mr_error_set(MR_ENOTFOUND, "tensor %s is missing from the checkpoint (expected %s %s)", name,
+                            mr_st_dtype_name((mr_st_dtype)dt0), es);
+    if ((int)t->dtype != dt0 && (int)t->dtype != dt1) {
+        shape_str(fs, sizeof fs, t->shape, t->ndim);
+        return mr_error_set(MR_EFORMAT, "tensor %s: expected dtype %s%s%s, found %s", name,
+                            mr_st_dtype_name((mr_st_dtype)dt0), dt1 >= 0 ? " or " : "",
+                            dt1 >= 0 ? mr_st_dtype_name((mr_st_dtype)dt1) : "", mr_st_dtype_name(t->dtype));
+    }
+    bool ok = t->ndim == ndim;
+    for (int i = 0; ok && i < ndim; i++) ok = t->shape[i] == shape[i];
+    if (!ok) {
+        shape_str(fs, sizeof fs, t->shape, t->ndim);
+        return mr_error_set(MR_EFORMAT, "tensor %s: expected shape %s, found %s", name, es, fs);
+    }
+    *out = t;
+    return MR_OK;
+}
+
+/* Data used in place when aligned for its element size, else copied into an
+ * aligned buffer (mapped tensors carry no alignment guarantee). */
+static const void *in_place(mr_model *m, const mr_st_tensor *t, size_t align) {
+    if (((uintptr_t)t->data % align) == 0) return t->data;
+    void *p = own_alloc(m, (size_t)t->n_bytes);
+    if (p) memcpy(p, t->data, (size_t)t->n_bytes);
+    return p;
+}
+
+/* A [n] fp32 copy of a BF16 or F32 vector tensor. */
+static mr_status load_vec(mr_model *m, const mr_ckpt *ck, const char *name, int64_t n, float **out) {
+    const mr_st_tensor *t;
+    int64_t shape[1] = {n};
+    mr_status st = get_tensor(ck, name, MR_ST_BF16, MR_ST_F32, 1, shape, &t);
+    if (st) return st;
+    float *v = own_alloc(m, (size_t)n * sizeof(float));
+    if (!v) return MR_ENOMEM;
+    const unsigned char *d = t->data;
+    for (int64_t i = 0; i < n; i++) {
+        if (t->dtype == MR_ST_F32) {
+            memcpy(&v[i], d + 4 * i, 4);
+        } else {
+            uint16_t b;
+            memcpy(&b, d + 2 * i, 2);
+            v[i] = mr__bf16f(b);
+        }
+    }
+    *out = v;
+    return MR_OK;
+}
+
+static mr_status load_scalar_f32(const mr_ckpt *ck, const char *name, float *out, bool *found) {
+    const mr_st_tensor *t = mr_ckpt_find(ck, name);
+    *found = t != NULL;
+    if (!t) return MR_OK;
+    if (t->dtype != MR_ST_F32 || t->n_elements != 1)
+        return mr_error_set(MR_EFORMAT, "tensor %s: expected a F32 scalar, found %s with %llu elements", name,
+                            mr_st_dtype_name(t->dtype), (unsigned long long)t->n_elements);
+    memcpy(out, t->data, 4);
+    return MR_OK;
+}
+
+/* A linear weight [N][K] named prefix + ".weight" in format fmt, bound in place. */
+static mr_status load_linear(mr_model *m, const mr_ckpt *ck, const char *prefix, mr_format fmt, int64_t N, int64_t K,
+                             mr_qmatrix *q, bool *missing_input_scale) {
+    char name[320];
+    const mr_st_tensor *t, *s;
+    *q = (mr_qmatrix){.fmt = fmt, .rows = N, .cols = K, .scale2 = 1.0f};
+    snprintf(name, sizeof name, "%s.weight", prefix);
+    mr_status st;
+    if (fmt == MR_FMT_BF16) {
+        int64_t sh[2] = {N, K};
+        if ((st = get_tensor(ck, name, MR_ST_BF16, -1, 2, sh, &t))) return st;
+        q->data = (void *)in_place(m, t, 2);
+    } else if (fmt == MR_FMT_FP8_BLOCK) {
+        int64_t sh[2] = {N, K}, ssh[2] = {(N + 127) / 128, (K + 127) / 128};
+        if ((st = get_tensor(ck, name, MR_ST_F8_E4M3, -1, 2, sh, &t))) return st;
+        snprintf(name, sizeof name, "%s.weight_scale_inv", prefix);
+        if ((st = get_tensor(ck, name, MR_ST_F32, -1, 2, ssh, &s))) return st;
+        q->data = (void *)t->data;
+        q->scale = (void *)in_place(m, s, 4);
+    } else if (fmt == MR_FMT_NVFP4) {
+        if (K % 16) return mr_error_set(MR_ECONFIG, "%s: NVFP4 needs K %% 16 == 0, K = %lld", prefix, (long long)K);
+        int64_t sh[2] = {N, K / 2}, ssh[2] = {N, K / 16};
+        if ((st = get_tensor(ck, name, MR_ST_U8, -1, 2, sh, &t))) return st;
+        snprintf(name, sizeof name, "%s.weight_scale", prefix);
+        if ((st = get_tensor(ck, name, MR_ST_F8_E4M3, -1, 2, ssh, &s))) return st;
+        q->data = (void *)t->data;
+        q->scale = (void *)s->data;
+        bool found;
+        snprintf(name, sizeof name, "%s.weight_scale_2", prefix);
+        if ((st = load_scalar_f32(ck, name, &q->scale2, &found))) return st;
+        if (!found) return mr_error_set(MR_ENOTFOUND, "tensor %s is missing from the checkpoint (expected F32 [])", name);
+        snprintf(name, sizeof name, "%s.input_scale", prefix);
+        if ((st = load_scalar_f32(ck, name, &q->input_scale, &found))) return st;
+        if (!found) *missing_input_scale = true;
+    } else {
+        return mr_error_set(MR_EUNSUPPORTED, "%s: weight format %s is not supported for linears", prefix,
+                            mr_format_traits_get(fmt) ? mr_format_traits_get(fmt)->name : "?");
+    }
+    if (!q->data || (fmt != MR_FMT_BF16 && !q->scale)) return MR_ENOMEM;
+    q->owned = false;
+    return MR_OK;
+}
+
+/* EOS ids: config.json (via the description) plus generation_config.json. */
+static void add_eos(mr_model_config *c, int64_t id) {
+    for (int i = 0; i < c->n_eos; i++)
+        if (c->eos[i] == id) return;
+    if (c->n_eos < MR_MODEL_MAX_EOS && id >= 0 && id <= INT32_MAX) c->eos[c->n_eos++] = (int32_t)id;
+}
+
+static void read_generation_config(const char *dir, mr_model_config *c) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    if (access(path, R_OK) != 0) return;
+    json_error_t e;
+    json_t *root = json_load_file(path, 0, &e);
+    if (!root) {
+        MR_WARN("%s: not valid JSON (%s); its EOS ids are ignored", path, e.text);
+        return;
+    }
+    json_t *eos = json_object_get(root, "eos_token_id");
+    if (json_is_integer(eos)) add_eos(c, json_integer_value(eos));
+    if (json_is_array(eos)) {
+        size_t i;
+        json_t *v;
+        json_array_foreach(eos, i, v) if (json_is_integer(v)) add_eos(c, json_integer_value(v));
+    }
+    json_decref(root);
+}
+
+static mr_status config_from_desc(const mr_model_desc *d, mr_model_config *c) {
+    if (d->arch != MR_ARCH_MINIMAX_M2)
+        return mr_error_set(MR_EUNSUPPORTED, "architecture %s is not supported by the model runtime (MiniMaxM2ForCausalLM only)",
+                            d->architecture);
+    if (d->qk_norm != MR_QK_NORM_PER_LAYER)
+        return mr_error_set(MR_EUNSUPPORTED, "qk_norm_type other than per_layer is not supported");
+    if (d->shared_inter != 0 || d->n_dense_layers != 0)
+        return mr_error_set(MR_EUNSUPPORTED, "shared experts and dense layers are not part of MiniMax-M2");
+    if (d->tie_embeddings) return mr_error_set(MR_EUNSUPPORTED, "tie_word_embeddings=true is not supported");
+    *c = (mr_model_config){
+        .vocab = d->vocab, .hidden = d->hidden, .n_layers = d->n_layers, .n_heads = d->n_heads,
+        .n_kv_heads = d->n_kv_heads, .head_dim = d->head_dim, .rotary_dim = d->rotary_dim,
+        .n_experts = d->n_experts, .top_k = d->top_k, .inter = d->moe_inter, .rope_theta = d->rope_theta,
+        .rms_eps = (float)d->rms_eps,
+    };
+    if (c->vocab <= 0 || c->hidden <= 0 || c->n_layers <= 0 || c->n_heads <= 0 || c->n_kv_heads <= 0 ||
+        c->head_dim <= 0 || c->n_experts <= 0 || c->top_k <= 0 || c->inter <= 0 || c->top_k > c->n_experts ||
+        c->n_heads % c->n_kv_heads || c->rotary_dim < 0 || c->rotary_dim > c->head_dim || c->rotary_dim % 2 ||
+        c->vocab > INT32_MAX)
+        return mr_error_set(MR_ECONFIG, "config.json: inconsistent dimensions (hidden %lld, layers %lld, heads %lld/%lld, "
+                            "head_dim %lld, rotary_dim %lld, experts %lld top-%lld, inter %lld, vocab %lld)",
+                            (long long)c->hidden, (long long)c->n_layers, (long long)c->n_heads,
+                            (long long)c->n_kv_heads, (long long)c->head_dim, (long long)c->rotary_dim,
+                            (long long)c->n_experts, (long long)c->top_k, (long long)c->inter, (long long)c->vocab);
+    for (int i = 0; i < d->n_eos; i++) add_eos(c, d->eos_ids[i]);
+    c->expert_format = mr_quant_weight_format(d->quant.kind);
+    c->attn_format = d->quant.kind == MR_QUANT_FP8_BLOCK ? MR_FMT_FP8_BLOCK : MR_FMT_BF16;
+    return MR_OK;
+}
+
+/* Format of one linear: the checkpoint's quantization unless excluded. */
+static mr_format linear_format(const mr_model_desc *d, mr_format quantized, const char *name) {
+    if (quantized == MR_FMT_BF16 || mr_quant_is_excluded(&d->quant, name)) return MR_FMT_BF16;
+    return quantized;
+}
+
+static void progress(const mr_model *m, int64_t done, int64_t total) {
+    if (!m->opts.progress || !isatty(2)) return;
+    int w = 30, f = (int)(done * w / (total ? total : 1));
+    fprintf(stderr, "\rloading [%.*s%*s] %lld/%lld layers", f, "==============================", w - f, "",
+            (long long)done, (long long)total);
+    if (done == total) fprintf(stderr, "\n");
+    fflush(stderr);
+}
+
+static mr_status load_layer(mr_model *m, const mr_ckpt *ck, const mr_model_desc *d, int l) {
+    const mr_model_config *c = &m->c;
+    mr__layer *L = &m->w.layers[l];
+    int64_t H = c->hidden, qd = c->n_heads * c->head_dim, kd = c->n_kv_heads * c->head_dim, E = c->n_experts;
+    char p[256], n[320];
+    mr_status st;
+    snprintf(p, sizeof p, "model.layers.%d.", l);
+#define NAME(s) (snprintf(n, sizeof n, "%s%s", p, s), n)
+    if ((st = load_vec(m, ck, NAME("input_layernorm.weight"), H, &L->attn_norm))) return st;
+    if ((st = load_vec(m, ck, NAME("post_attention_layernorm.weight"), H, &L->ffn_norm))) return st;
+    if ((st = load_vec(m, ck, NAME("self_attn.q_norm.weight"), qd, &L->q_norm))) return st;
+    if ((st = load_vec(m, ck, NAME("self_attn.k_norm.weight"), kd, &L->k_norm))) return st;
+    struct { const char *s; mr_qmatrix *q; int64_t N, K; } lin[4] = {
+        {"self_attn.q_proj", &L->wq, qd, H}, {"self_attn.k_proj", &L->wk, kd, H},
+        {"self_attn.v_proj", &L->wv, kd, H}, {"self_attn.o_proj", &L->wo, H, qd}};
+    for (int i = 0; i < 4; i++) {
+        char wn[320];
+        snprintf(wn, sizeof wn, "%s%s.weight", p, lin[i].s);
+        mr_format f = linear_format(d, c->attn_format, wn);
+        bool unused = false;
+        if ((st = load_linear(m, ck, NAME(lin[i].s), f, lin[i].N, lin[i].K, lin[i].q, &unused))) return st;
+    }
+    /* router gate, widened to fp32 */
+    {
+        const mr_st_tensor *t;
+        int64_t sh[2] = {E, H};
+        if ((st = get_tensor(ck, NAME("block_sparse_moe.gate.weight"), MR_ST_BF16, MR_ST_F32, 2, sh, &t))) return st;
+        float *g = own_alloc(m, (size_t)(E * H) * sizeof(float));
+        if (!g) return MR_ENOMEM;
+        const unsigned char *src = t->data;
+        for (int64_t i = 0; i < E * H; i++) {
+            if (t->dtype == MR_ST_F32) {
+                memcpy(&g[i], src + 4 * i, 4);
+            } else {
+                uint16_t b;
+                memcpy(&b, src + 2 * i, 2);
+                g[i] = mr__bf16f(b);
+            }
+        }
+        L->gate = (mr_qmatrix){.fmt = MR_FMT_F32, .rows = E, .cols = H, .data = g, .scale2 = 1.0f};
+    }
+    if ((st = load_vec(m, ck, NAME("block_sparse_moe.e_score_correction_bias"), E, &L->bias))) return st;
+    /* experts */
+    mr_format ef = c->expert_format;
+    if ((st = mr_moe_weights_new(&L->experts, (int)E, H, c->inter, ef))) return st;
+    int missing = 0;
+    float max_in13 = 0.0f, max_in2 = 0.0f;
+    bool *miss = mr_calloc((size_t)E * 3, sizeof(bool));
+    if (!miss) return MR_ENOMEM;
+    for (int64_t x = 0; x < E && !st; x++) {
+        char en[320];
+        snprintf(en, sizeof en, "%sblock_sparse_moe.experts.%lld.", p, (long long)x);
+        char wn[360];
+        struct { const char *s; mr_qmatrix *q; int64_t N, K; } ew[3] = {
+            {"w1", &L->experts->w1[x], c->inter, H}, {"w3", &L->experts->w3[x], c->inter, H},
+            {"w2", &L->experts->w2[x], H, c->inter}};
+        for (int i = 0; i < 3 && !st; i++) {
+            snprintf(wn, sizeof wn, "%s%s", en, ew[i].s);
+            st = load_linear(m, ck, wn, ef, ew[i].N, ew[i].K, ew[i].q, &miss[x * 3 + i]);
+            if (!st && !miss[x * 3 + i] && ef == MR_FMT_NVFP4) {
+                float *mx = i < 2 ? &max_in13 : &max_in2;
+                if (ew[i].q->input_scale > *mx) *mx = ew[i].q->input_scale;
+            }
+            if (miss[x * 3 + i]) missing++;
+        }
+    }
+    if (!st && missing) {
+        /* An NVFP4 expert without input_scale takes the maximum over the others. */
+        if ((max_in13 == 0.0f && max_in2 == 0.0f))
+            st = mr_error_set(MR_ENOTFOUND, "layer %d: no NVFP4 expert carries an input_scale "
+                              "(e.g. %sblock_sparse_moe.experts.0.w1.input_scale)", l, p);
+        for (int64_t x = 0; x < E && !st; x++) {
+            for (int i = 0; i < 3; i++) {
+                if (!miss[x * 3 + i]) continue;
+                mr_qmatrix *q = i == 0 ? &L->experts->w1[x] : i == 1 ? &L->experts->w3[x] : &L->experts->w2[x];
+                q->input_scale = i < 2 ? max_in13 : max_in2;
+            }
+        }
+        if (!st)
+            MR_WARN("layer %d: %d NVFP4 expert weight%s without input_scale; using the maximum over the other experts",
+                    l, missing, missing == 1 ? "" : "s");
+    }
+    mr_free(miss);
+    if (st) return st;
+    if ((st = mr_moe_weights_validate(L->experts))) return st;
+    /* the resolved runner's after-load and workspace */
+    return mr_moe_ctx_new(m->runner, &m->problem, L->experts, m->s.max_tokens, &L->moe);
+#undef NAME
+}
+
+static mr_status alloc_state(mr_model *m) {
+    const mr_model_config *c = &m->c;
+    mr__state *s = &m->s;
+    size_t T = (size_t)s->max_tokens, H = (size_t)c->hidden, qd = (size_t)(c->n_heads * c->head_dim),
+           kd = (size_t)(c->n_kv_heads * c->head_dim), kv;
+    if (!mr_size_mul((size_t)c->n_layers * (size_t)s->max_batch, (size_t)s->max_ctx, &kv) ||
+        !mr_size_mul(kv, kd * sizeof(float), &kv))
+        return mr_error_set(MR_EOVERFLOW, "KV cache size overflows");
+#define A(ptr, count) \
+    if (!((ptr) = own_alloc(m, (size_t)(count) * sizeof(*(ptr))))) return MR_ENOMEM
+    A(s->x, T * H);
+    A(s->xn, T * H);
+    A(s->q, T * qd);
+    A(s->k, T * kd);
+    A(s->v, T * kd);
+    A(s->att, T * qd);
+    A(s->y, T * H);
+    A(s->hlast, T * H);
+    A(s->scores, (size_t)s->n_threads * (size_t)s->max_ctx);
+    A(s->pos, T);
+    A(s->slot, T);
+    A(s->inv_freq, (size_t)c->rotary_dim / 2 + 1);
+    A(s->len, (size_t)s->max_batch);
+    A(s->rlogits, T * (size_t)c->n_experts);
+    A(s->ids, T * (size_t)c->top_k);
+    A(s->wts, T * (size_t)c->top_k);
+    A(s->xb, T * H);
+    A(s->ob, T * H);
+#undef A
+    s->kcache = own_alloc(m, kv);
+    s->vcache = own_alloc(m, kv);
+    if (!s->kcache || !s->vcache) return mr_error_set(MR_ENOMEM, "KV cache of 2 x %zu bytes does not fit in memory", kv);
+    memset(s->len, 0, (size_t)s->max_batch * sizeof(int64_t));
+    mr__rope_freqs(s->inv_freq, c->rotary_dim, c->rope_theta);
+    return MR_OK;
+}
+
+static mr_status setup_runner(mr_model *m, const mr_model_desc *d) {
+    const mr_model_opts *o = &m->opts;
+    if (o->exec) {
+        m->runner = o->exec->runner;
+        m->problem = o->exec->problem;
+    } else {
+        const char *name = o->runner ? o->runner : "reference";
+        m->runner = mr_moe_runner_find(name);
+        if (!m->runner) return mr_error_set(MR_EINVAL, "unknown MoE runner '%s'", name);
+        mr_act_mode am = o->act_mode ? o->act_mode : mr_act_mode_default(m->c.expert_format);
+        m->problem = (mr_moe_problem){
+            .device = MR_DEVICE_CPU, .cpu_flags = mr_cpu()->flags, .weight_format = m->c.expert_format,
+            .act_mode = am, .act_dtype = MR_FMT_F32, .routing = MR_ROUTING_MINIMAX2,
+            .n_experts = (int)m->c.n_experts, .top_k = (int)m->c.top_k, .hidden = m->c.hidden,
+            .inter = m->c.inter, .a2a = MR_A2A_NONE};
+    }
+    if (d->routing != MR_ROUTING_MINIMAX2 || m->problem.routing != MR_ROUTING_MINIMAX2)
+        return mr_error_set(MR_ECONFIG, "MiniMax-M2 routes with minimax2; the configuration says %s",
+                            mr_routing_name(d->routing));
+    if (m->problem.weight_format != m->c.expert_format)
+        return mr_error_set(MR_ESTATE, "the resolved expert format %s differs from the checkpoint's %s",
+                            mr_format_traits_get(m->problem.weight_format)->name,
+                            mr_format_traits_get(m->c.expert_format)->name);
+    char why[256] = "";
+    if (!m->runner->supports(&m->problem, why, sizeof why))
+        return mr_error_set(MR_ERESOLVE, "MoE runner %s refuses this model: %s", m->runner->name, why);
+    m->routing = (mr_routing){.method = MR_ROUTING_MINIMAX2, .n_experts = (int)m->c.n_experts,
+                              .top_k = (int)m->c.top_k, .scale = d->routed_scale > 0 ? d->routed_scale : 1.0f};
+    return MR_OK;
+}
+
+mr_status mr_model_open(const char *dir, const mr_model_opts *opts, mr_model **out) {
+    *out = NULL;
+    mr_model *m = mr_calloc(1, sizeof *m);
+    if (!m) return MR_ENOMEM;
+    mr_model_desc desc_local;
+    memset(&desc_local, 0, sizeof desc_local);
+    const mr_model_desc *d = &desc_local;
+    mr_ckpt *ck = NULL;
+    mr_status st = MR_OK;
+    m->opts = opts ? *opts : (mr_model_opts){0};
+    if (m->opts.exec) {
+        d = m->opts.exec->model;
+    } else if ((st = mr_model_desc_load(dir, &desc_local))) {
+        goto out;
+    }
+    if ((st = config_from_desc(d, &m->c))) goto out;
+    read_generation_config(dir, &m->c);
+    /* state sizes */
+    mr__state *s = &m->s;
+    s->max_batch = m->opts.max_batch > 0 ? m->opts.max_batch : 1;
+    s->max_ctx = m->opts.max_ctx > 0 ? m->opts.max_ctx : 256;
+    s->max_tokens = m->opts.max_tokens > 0 ? m->opts.max_tokens : (int64_t)s->max_batch * s->max_ctx;
+    if (m->opts.max_tokens <= 0 && s->max_tokens > 512) s->max_tokens = 512;
+    s->n_threads = m->opts.exec && m->opts.exec->threads > 0 ? m->opts.exec->threads : omp_get_max_threads();
+    if ((st = setup_runner(m, d))) goto out;
+    if ((st = mr_ckpt_open(dir, &ck))) goto out;
+    m->ckpt = ck;
+    const mr_model_config *c = &m->c;
+    {
+        const mr_st_tensor *t;
+        int64_t sh[2] = {c->vocab, c->hidden};
+        if ((st = get_tensor(ck, "model.embed_tokens.weight", MR_ST_BF16, -1, 2, sh, &t))) goto out;
+        if (!(m->w.embed = in_place(m, t, 2))) {
+            st = MR_ENOMEM;
+            goto out;
+        }
+        if ((st = load_vec(m, ck, "model.norm.weight", c->hidden, &m->w.final_norm))) goto out;
+        bool unused = false;
+        if ((st = load_linear(m, ck, "lm_head", MR_FMT_BF16, c->vocab, c->hidden, &m->w.lm_head, &unused))) goto out;
+    }
+    m->w.layers = mr_calloc((size_t)c->n_layers, sizeof(mr__layer));
+    if (!m->w.layers) {
+        st = MR_ENOMEM;
+        goto out;
+    }
+    if ((st = alloc_state(m))) goto out;
+    for (int l = 0; l < c->n_layers; l++) {
+        if ((st = load_layer(m, ck, d, l))) goto out;
+        progress(m, l + 1, c->n_layers);
+    }
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0) m->peak_rss = (size_t)ru.ru_maxrss * 1024;
+out:
+    if (!m->opts.exec) mr_model_desc_free(&desc_local);
+    if (st) {
+        mr_model_close(m);
+        return st;
+    }
+    *out = m;
+    return MR_OK;
+}
+
+void mr_model_close(mr_model *m) {
+    if (!m) return;
+    if (m->w.layers) {
+        for (int64_t l = 0; l < m->c.n_layers; l++) {
+            mr_moe_ctx_free(m->w.layers[l].moe);
+            mr_moe_weights_free(m->w.layers[l].experts);
+        }
+    }
+    mr_free(m->w.layers);
+    for (int i = 0; i < m->n_owned; i++) mr_aligned_free(m->owned[i]);
+    mr_free(m->owned);
+    mr_ckpt_close(m->ckpt);
+    mr_free(m);
+}
+
+const mr_model_config *mr_model_config_of(const mr_model *m) { return &m->c; }
+const char *mr_model_runner_name(const mr_model *m) { return m->runner->name; }
+mr_act_mode mr_model_act_mode(const mr_model *m) { return m->problem.act_mode; }
+size_t mr_model_peak_rss(const mr_model *m) { return m->peak_rss; }
+bool mr_model_is_eos(const mr_model *m, int32_t tok) {
+    for (int i = 0; i < m->c.n_eos; i++)
+        if (m->c.eos[i] == tok) return true;
+    return false;
+}
+void mr__model_set_moe_hook(mr_model *m,
+                            void (*hook)(void *user, int layer, const float *x, int64_t T, const int32_t *ids, int k),
+                            void *user) {
+    m->moe_input_hook = hook;
+    m->moe_input_user = user;
+}

@@ -1,0 +1,116 @@
+/* model_internal.h — private to src/model: the model's three parts (config,
+ * weights, state) and the fp32 ops the forward pass calls. */
+#ifndef MR_MODEL_INTERNAL_H
+#define MR_MODEL_INTERNAL_H
+
+#include <stdint.h>
+
+#include "moerun/formats.h"
+#include "moerun/model.h"
+#include "moerun/moe.h"
+
+/* ---- weights of one decoder layer ---- */
+typedef struct {
+    float *attn_norm;     /* [H] input_layernorm, fp32 copy */
+    float *ffn_norm;      /* [H] post_attention_layernorm */
+    float *q_norm;        /* [Hq*D] whole-q RMSNorm weight */
+    float *k_norm;        /* [Hkv*D] whole-k RMSNorm weight */
+    mr_qmatrix wq;        /* [Hq*D][H]  bf16 or FP8 block, in place */
+    mr_qmatrix wk;        /* [Hkv*D][H] */
+    mr_qmatrix wv;        /* [Hkv*D][H] */
+    mr_qmatrix wo;        /* [H][Hq*D] */
+    mr_qmatrix gate;      /* [E][H] router, fp32 (owned, widened from the checkpoint) */
+    float *bias;          /* [E] e_score_correction_bias, fp32 */
+    mr_moe_weights *experts; /* E x (w1 gate [I][H], w3 up [I][H], w2 down [H][I]), in place until
+                                the runner's after-load repacks them */
+    mr_moe_ctx *moe;         /* the resolved runner's context for this layer */
+} mr__layer;
+
+typedef struct {
+    const uint16_t *embed; /* [V][H] bf16, in place (rows may be unaligned: read via memcpy) */
+    float *final_norm;     /* [H] */
+    mr_qmatrix lm_head;    /* [V][H] bf16, in place */
+    mr__layer *layers;     /* [n_layers] */
+} mr__weights;
+
+/* ---- activations and KV cache, allocated once at open ---- */
+typedef struct {
+    int64_t max_tokens, max_ctx;
+    int max_batch, n_threads;
+    float *x;        /* [T][H] residual stream */
+    float *xn;       /* [T][H] normalized input of a sublayer */
+    float *q;        /* [T][Hq*D] */
+    float *k;        /* [T][Hkv*D] */
+    float *v;        /* [T][Hkv*D] */
+    float *att;      /* [T][Hq*D] attention output (heads concatenated) */
+    float *y;        /* [T][H] sublayer output */
+    float *hlast;    /* [T][H] rows that go to lm_head */
+    float *scores;   /* [n_threads][max_ctx] softmax scratch */
+    int64_t *pos;    /* [T] position of each token in its sequence */
+    int32_t *slot;   /* [T] KV slot of each token */
+    float *inv_freq; /* [rotary_dim/2] */
+    float *kcache;   /* [n_layers][max_batch][max_ctx][Hkv*D] */
+    float *vcache;   /* [n_layers][max_batch][max_ctx][Hkv*D] */
+    int64_t *len;    /* [max_batch] tokens held per slot */
+    float *rlogits;  /* [T][E] router logits */
+    int32_t *ids;    /* [T][k] selected experts */
+    float *wts;      /* [T][k] routing weights */
+    uint16_t *xb;    /* [T][H] bf16 copies when the runner's activation dtype is bf16 */
+    uint16_t *ob;    /* [T][H] */
+} mr__state;
+
+struct mr_model {
+    mr_model_config c;
+    mr__weights w;
+    mr__state s;
+    mr_model_opts opts;
+    const mr_moe_runner *runner;
+    mr_moe_problem problem;  /* what the runner accepted */
+    mr_routing routing;      /* minimax2, k, E; bias set per layer */
+    void *ckpt;          /* the open checkpoint (mapped tensors live there) */
+    void **owned;        /* buffers allocated by the loader, freed at close */
+    int n_owned, cap_owned;
+    size_t peak_rss;
+    mr_model_timing timing;
+    /* test/calibration hook: called with each layer's MoE input [T][H] */
+    void (*moe_input_hook)(void *user, int layer, const float *x, int64_t T, const int32_t *ids, int k);
+    void *moe_input_user;
+};
+
+/* ---- ops: fp32, free functions (out, in, weights, dims) ---- */
+static inline float mr__bf16f(uint16_t b) {
+    union { uint32_t u; float f; } v = {(uint32_t)b << 16};
+    return v.f;
+}
+/* out[n] = w * x * rsqrt(mean(x^2) + eps), for T rows of n (out may alias x). */
+void mr__rmsnorm(float *out, const float *x, const float *w, int64_t T, int64_t n, float eps);
+/* Gathers bf16 embedding rows, widened to fp32: out [T][H]. */
+void mr__embed(float *out, const uint16_t *table, const int32_t *tokens, int64_t T, int64_t H);
+/* NeoX RoPE in place on the first rotary_dim dims of each head of x [T][n_heads][head_dim]. */
+void mr__rope(float *x, const int64_t *pos, int64_t T, int64_t n_heads, int64_t head_dim, int64_t rotary_dim,
+              const float *inv_freq);
+/* inv_freq[i] = 1 / theta^(2i/rotary_dim), i < rotary_dim/2 (fp32, as transformers). */
+void mr__rope_freqs(float *inv_freq, int64_t rotary_dim, double theta);
+/* Causal GQA attention in fp32 over the KV cache. q [T][Hq*D] -> out [T][Hq*D];
+ * token t reads slot[t]'s cache rows 0..pos[t]. kc/vc: this layer's [max_batch][max_ctx][Hkv*D]. */
+void mr__attention(float *out, const float *q, const float *kc, const float *vc, const int32_t *slot,
+                   const int64_t *pos, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                   int64_t max_ctx, float *scores, int n_threads);
+/* y += x, n values. */
+void mr__add(float *y, const float *x, int64_t n);
+/* y [M][N] = x [M][K] . W^T for W [N][K] in any weight format (kernels dispatch). */
+void mr__dense(const mr_qmatrix *W, const float *x, int64_t M, float *y);
+
+/* ---- the MoE block through the runner (moe_block.c) ---- */
+/* out [T][H] = MoE(xn [T][H]) for layer l. */
+mr_status mr__moe_forward(mr_model *m, int l, const float *xn, int64_t T, float *out);
+
+/* ---- loader helpers shared with the tools ---- */
+/* Records a loader-owned buffer freed at close (NULL-safe; on OOM frees p). */
+mr_status mr__model_own(mr_model *m, void *p);
+/* Test/calibration hook (quantize uses it to collect expert input amax). */
+void mr__model_set_moe_hook(mr_model *m,
+                            void (*hook)(void *user, int layer, const float *x, int64_t T, const int32_t *ids, int k),
+                            void *user);
+
+#endif

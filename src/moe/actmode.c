@@ -1,0 +1,106 @@
+/* actmode.c — the exact definition of every activation mode: how a row of
+ * fp32 activations (the expert input x, or the intermediate h = silu(g)*u)
+ * becomes what the GEMM consumes. Documented in docs/activation-modes.md.
+ *
+ *  mode    weights    kernel input          per-128-group scale    value the GEMM sees
+ *  w16a32  bf16       fp32 x                1                      x
+ *  w16a16  bf16       bf16(x) (RNE)         1                      bf16(x)
+ *  w8a8    fp8_block  e4m3 code, as bf16    s = max(amax,1e-10)/448 e4m3(clamp(x/s,±448)) * s
+ *                     (exact: E4M3 ⊂ bf16)  (formats/ 1x128 quantizer, as the GPU kernels)
+ *  w8a16   fp8_block  bf16(x)               1                      bf16(x)
+ *  w4a4    nvfp4      e2m1(q)*e4m3(sc) as   input_scale (global,   e2m1(q)*e4m3(sc)*input_scale
+ *                     bf16 (exact: <= 6     max over experts)      (formats/ W4A4 quantizer, vLLM IEEE ref)
+ *                     significant bits)
+ *  w4a8    nvfp4      int8 q as bf16        s = max(amax,1e-10)/127 q = clamp(rne(x/s), ±127); q * s
+ *                     (exact: |q| <= 127)   per token per 128 group
+ *  w4a16   nvfp4      bf16(x)               1                      bf16(x)
+ *
+ * Both GEMMs use the same mode: GEMM1 on x, GEMM2 on h. Accumulation is fp32;
+ * the outputs are rounded to the activation dtype at the very end. */
+#include <math.h>
+#include <string.h>
+
+#include "moe/moe_internal.h"
+
+mr_format mr__act_kernel_dtype(mr_act_mode m) { return m == MR_ACT_W16A32 ? MR_FMT_F32 : MR_FMT_BF16; }
+
+static inline uint16_t bf16_exact(float v) { return mr_f32_to_bf16(v); }
+
+/* w4a8: symmetric int8 of one group */
+static void int8_group(const float *x, int64_t n, float *q, float *s) {
+    float amax = 0.0f;
+    for (int64_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[i]));
+    float sc = fmaxf(amax, 1e-10f) / 127.0f;
+    for (int64_t i = 0; i < n; i++) {
+        float v = nearbyintf(x[i] / sc); /* default rounding mode: half to even */
+        q[i] = fminf(fmaxf(v, -127.0f), 127.0f);
+    }
+    *s = sc;
+}
+
+/* Shared body: fills vals (the kernel-input values as fp32) and scales. */
+static void prepare_values(mr_act_mode m, const float *x, int64_t n, float input_scale, float *vals, float *scales) {
+    int64_t G = (n + 127) / 128;
+    switch (m) {
+    case MR_ACT_W16A32:
+        memcpy(vals, x, (size_t)n * sizeof(float));
+        for (int64_t g = 0; g < G; g++) scales[g] = 1.0f;
+        break;
+    case MR_ACT_W16A16:
+    case MR_ACT_W8A16:
+    case MR_ACT_W4A16:
+        for (int64_t i = 0; i < n; i++) vals[i] = mr_bf16_to_f32(mr_f32_to_bf16(x[i]));
+        for (int64_t g = 0; g < G; g++) scales[g] = 1.0f;
+        break;
+    case MR_ACT_W8A8:
+        for (int64_t g = 0; g < G; g++) {
+            int64_t len = n - g * 128 < 128 ? n - g * 128 : 128;
+            uint8_t q[128];
+            mr_fp8_act_quantize_row_ref(x + g * 128, len, q, &scales[g]);
+            for (int64_t i = 0; i < len; i++) vals[g * 128 + i] = mr_e4m3_to_f32(q[i]);
+        }
+        break;
+    case MR_ACT_W4A4:
+        for (int64_t g = 0; g < G; g++) {
+            int64_t len = n - g * 128 < 128 ? n - g * 128 : 128; /* n % 16 == 0 */
+            uint8_t q[64], sc[8];
+            mr_nvfp4_act_quantize_row_ref(x + g * 128, len, input_scale, q, sc);
+            mr_nvfp4_act_dequant_row_ref(q, sc, len, 1.0f, vals + g * 128);
+            scales[g] = input_scale;
+        }
+        break;
+    case MR_ACT_W4A8:
+        for (int64_t g = 0; g < G; g++) {
+            int64_t len = n - g * 128 < 128 ? n - g * 128 : 128;
+            int8_group(x + g * 128, len, vals + g * 128, &scales[g]);
+        }
+        break;
+    default: MR_ASSERT(!"activation mode");
+    }
+}
+
+void mr__act_prepare_row(mr_act_mode m, const float *x, int64_t n, float input_scale, void *dst, float *scales) {
+    if (mr__act_kernel_dtype(m) == MR_FMT_F32) {
+        prepare_values(m, x, n, input_scale, (float *)dst, scales);
+        return;
+    }
+    /* values are exact in bf16 for every bf16-input mode (see table) */
+    uint16_t *d = (uint16_t *)dst;
+    float vals[128];
+    for (int64_t c = 0; c < n; c += 128) {
+        int64_t len = n - c < 128 ? n - c : 128;
+        prepare_values(m, x + c, len, input_scale, vals, &scales[c / 128]);
+        for (int64_t i = 0; i < len; i++) d[c + i] = bf16_exact(vals[i]);
+    }
+}
+
+void mr__act_effective_row(mr_act_mode m, const float *x, int64_t n, float input_scale, float *dst) {
+    float vals[128], s;
+    for (int64_t c = 0; c < n; c += 128) {
+        int64_t len = n - c < 128 ? n - c : 128;
+        prepare_values(m, x + c, len, input_scale, vals, &s);
+        for (int64_t i = 0; i < len; i++) dst[c + i] = vals[i] * s;
+    }
+}
+
+float mr__silu(float x) { return x / (1.0f + expf(-x)); }

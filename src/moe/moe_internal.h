@@ -1,0 +1,68 @@
+/* moe_internal.h — private to src/moe: the runner ops, the context layout,
+ * the shared expert compute core and the mutation switch. */
+#ifndef MR_MOE_INTERNAL_H
+#define MR_MOE_INTERNAL_H
+
+#include "moerun/kernels.h"
+#include "moerun/moe.h"
+#include <omp.h>
+static inline int omp_get_thread_num_safe(void) { return omp_get_thread_num(); }
+
+extern const struct mr_moe_runner_ops mr__moe_ops_reference;
+extern const struct mr_moe_runner_ops mr__moe_ops_routed;
+extern const struct mr_moe_runner_ops mr__moe_ops_fused;
+
+extern unsigned mr__moe_mutation;
+#define MR_MOE_FUSED_MAX_K 32
+
+/* Context: problem, borrowed weights, the runner, and a workspace sized for
+ * max_T tokens at setup (the per-call path never allocates). */
+struct mr_moe_ctx {
+    const mr_moe_runner *runner;
+    mr_moe_problem p;
+    mr_moe_weights *w;
+    mr_moe_layout layout; /* required_layout(p), checked against w->layout at dispatch */
+    int64_t max_T;
+    const mr_kernels *kern;
+    /* permutation of T*k slots */
+    int32_t *counts, *offsets, *slot_of, *token_of; /* [E], [E+1], [T*k], [T*k] */
+    int32_t *ids;   /* [T][k] (fused: its own selection) */
+    float *wts;     /* [T][k] */
+    /* activations prepared for GEMM1 ([T or T*k][H]) and GEMM2 ([T*k][Ip]) */
+    void *xq;       /* fp32 or bf16 rows, stride ldxq elements */
+    float *xs;      /* [rows][ceil(H/128)] per-group activation scales (or NULL use) */
+    void *hq;       /* [T*k][Ip] intermediate prepared for GEMM2 */
+    float *hs;      /* [T*k][ceil(Ip/128)] */
+    float *yslot;   /* [T*k][H] down-projection results per slot, fp32 */
+    float *tmp;     /* per-thread scratch, tmp_stride floats each */
+    int64_t tmp_stride;
+    int n_threads;
+    int32_t *tasks; /* flat task list: (expert << 16 | block), [E * max blocks] */
+    float s13, s2;  /* W4A4 global input scales (0 otherwise) */
+};
+
+/* Activation preparation for a mode (actmode.c). Quantizes/rounds n values of
+ * one row into the kernel input: dst is fp32 or bf16 per mr__act_kernel_dtype;
+ * scales [ceil(n/128)] receives per-128-group scales (1 where unused).
+ * post receives the factor to apply to the dot product (w4a4: input_scale). */
+mr_format mr__act_kernel_dtype(mr_act_mode m);
+void mr__act_prepare_row(mr_act_mode m, const float *x, int64_t n, float input_scale, void *dst, float *scales);
+/* The value each prepared element stands for (x ≈ value): fp32 [n]. */
+void mr__act_effective_row(mr_act_mode m, const float *x, int64_t n, float input_scale, float *dst);
+
+/* The expert compute core shared by routed and fused (expert_core.c): uses
+ * c->ids / c->wts for T tokens and writes a->out. */
+mr_status mr__moe_experts_run(mr_moe_ctx *c, const mr_moe_args *a, const int32_t *ids, const float *wts);
+
+float mr__silu(float x);
+
+/* After-load helper (weights.c): merges w1/w3 into w13 in layout L (CONCAT or
+ * INTERLEAVED, padded to L->inter_padded), frees the HF copies. swap puts up
+ * where gate belongs (mutation test only). */
+mr_status mr__moe_merge_gateup(mr_moe_weights *w, const mr_moe_layout *L, bool swap);
+/* W4A4 global input scales: max over experts of gate/up (s13) and down (s2). */
+void mr__moe_w4a4_scales(const mr_moe_weights *w, float *s13, float *s2);
+/* Layout equality (what dispatch checks). */
+bool mr__moe_layout_equal(const mr_moe_layout *a, const mr_moe_layout *b);
+
+#endif
