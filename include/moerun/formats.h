@@ -39,7 +39,7 @@ uint8_t mr_f32_to_e4m3(float x); /* RNE, non-saturating: |x| > 464 -> NaN (sign 
 float mr_e4m3_to_f32(uint8_t b);
 uint8_t mr_f32_to_e5m2(float x); /* RNE, IEEE overflow to inf */
 float mr_e5m2_to_f32(uint8_t b);
-uint8_t mr_f32_to_e2m1(float x); /* nibble 0..15, RNE, saturating at 6; sign from input */
+uint8_t mr_f32_to_e2m1(float x); /* nibble 0..15, RNE, saturating at 6; sign from input; NaN -> ±6 */
 float mr_e2m1_to_f32(uint8_t nibble);
 
 /* ---- quantized weight matrix [rows=N out][cols=K in] ---- */
@@ -70,10 +70,11 @@ void mr_qmatrix_free(mr_qmatrix *m); /* frees owned buffers; safe on zeroed stru
 /* FP8 dynamic 1x128 groups: s = max(amax,1e-10)/448 per group; q = e4m3(clamp(x/s, ±448)).
  * q [n], scales [ceil(n/128)]. The last group may be shorter than 128. */
 void mr_fp8_act_quantize_row_ref(const float *x, int64_t n, uint8_t *q, float *scales);
-/* NVFP4 W4A4 (vLLM IEEE reference): gs = 1/input_scale; per 16: vmax, sc = e4m3(min(gs*vmax/6, 448)),
- * os = vmax != 0 ? 1/(decode(sc)/gs) : 0, q = e2m1(x*os). q [n/2] packed, sc [n/16]. n % 16 == 0. */
+/* NVFP4 W4A4 (vLLM IEEE reference): gs = 1/input_scale; per 16: vmax, sc = e4m3(min(gs*(vmax*(1/6)), 448)),
+ * p = decode(sc)*(1/gs), os = p != 0 ? 1/p : 0, q = e2m1(x*os). q [n/2] packed, sc [n/16]. n % 16 == 0.
+ * input_scale 0 gives gs = 0 and all codes ±0. */
 void mr_nvfp4_act_quantize_row_ref(const float *x, int64_t n, float input_scale, uint8_t *q, uint8_t *sc);
-/* Value the W4A4 GEMM sees for quantized activations: e2m1(q) * decode(sc) * input_scale. */
+/* Value the W4A4 GEMM sees for quantized activations: e2m1(q) * (decode(sc) * input_scale). */
 void mr_nvfp4_act_dequant_row_ref(const uint8_t *q, const uint8_t *sc, int64_t n, float input_scale, float *dst);
 
 /* ---- traits table, indexed by mr_format ---- */

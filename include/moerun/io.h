@@ -159,7 +159,7 @@ void mr_ckpt_close(mr_ckpt *c); /* accepts NULL */
 bool mr_ckpt_is_sharded(const mr_ckpt *c);   /* opened through an index */
 const char *mr_ckpt_path(const mr_ckpt *c);  /* the index or file actually opened */
 size_t mr_ckpt_file_count(const mr_ckpt *c);
-const mr_st_file *mr_ckpt_file_at(const mr_ckpt *c, size_t i); /* in first-use order of the index */
+const mr_st_file *mr_ckpt_file_at(const mr_ckpt *c, size_t i); /* in order of their names */
 /* Tensors in name order (bytewise), across all files. */
 size_t mr_ckpt_count(const mr_ckpt *c);
 const mr_st_tensor *mr_ckpt_tensor_at(const mr_ckpt *c, size_t i);

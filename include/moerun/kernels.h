@@ -64,6 +64,14 @@ void mr_gemm_rows(const mr_kernels *k, const mr_qmatrix *W, int64_t n0, int64_t 
  * FP8_BLOCK or NVFP4 (weight-only: activations stay fp32). */
 void mr_matmul(const mr_qmatrix *W, const float *x, int64_t M, float *y);
 
+/* ---- ceilings for benchmarks (probe.c) ---- */
+/* Best-of-reps multi-threaded read bandwidth over a pre-faulted buffer of
+ * `bytes`, in GB/s (1e9 bytes/s). 0 if the buffer cannot be allocated. */
+double mr_probe_read_bw(size_t bytes, int reps);
+/* Peak GFLOP/s of the instruction the kernels' inner loop uses (FP32 FMA of
+ * the chosen ISA), all threads; *instr names it. 0 for the generic table. */
+double mr_probe_peak_gflops(const char **instr);
+
 #ifdef __cplusplus
 }
 #endif

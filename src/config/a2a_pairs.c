@@ -16,7 +16,7 @@ typedef struct {
 } pair_row;
 
 static const pair_row pairs[] = {
-    {MR_A2A_NONE, NULL, "no transport: every runner works in one process"},
+    {MR_A2A_NONE, NULL, "without a transport every runner works, in one process"},
     {MR_A2A_MPI, "routed", "routed takes precomputed (ids, weights), so mpi can dispatch tokens by expert first"},
 };
 

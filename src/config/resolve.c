@@ -371,7 +371,7 @@ static mr_status pass_platform(mr_resolution *r) {
     /* CPU features: detected or simulated, then masked */
     const mr_cpu_info *ci = mr_cpu();
     const char *feat = mr__user_value(r, MR_OPT_CPU_FEATURES);
-    uint32_t base;
+    uint32_t base = 0;
     bool simulated = strcmp(feat, "auto") != 0;
     if (simulated) {
         if ((s = parse_features(feat, &base)) != MR_OK) {
@@ -688,6 +688,8 @@ static mr_status pass_validate(mr_resolution *r) {
         if (!r->w.runner->supports(&p, why, sizeof why))
             return fail(r, MR_ERESOLVE, SRC, "moe_runner_backend", r->w.runner->name,
                         "internal: the chosen runner %s refuses the final problem: %s", r->w.runner->name, why);
+        s = mr__decl(r, MR_DECL_NOTE, SRC, "moe_runner_backend", r->w.runner->name,
+                     "no explicit runner; the chosen one passes the same check on the final problem");
     }
     return s;
 }

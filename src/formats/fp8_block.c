@@ -15,9 +15,12 @@
 
 static inline float clamp448(float v) { return v > MR__E4M3_MAX ? MR__E4M3_MAX : (v < -MR__E4M3_MAX ? -MR__E4M3_MAX : v); }
 
-/* w must be finite (checked by the caller). All arithmetic is fp32 IEEE, in
- * the order of HF Fp8Quantize: scale = 448/amax (1 if amax == 0),
- * q = e4m3(clamp(w*scale, ±448)), scale_inv = 1/scale. */
+/* w must be finite (checked by the caller). All arithmetic is fp32 IEEE, as
+ * HF Fp8Quantize computes it: scale = 448 * (1/amax) (1 if amax == 0),
+ * q = e4m3(clamp(w*scale, ±448)), scale_inv = 1/scale. HF writes
+ * `448.0 / amax` with a Python float on the left, which torch evaluates as
+ * reciprocal(amax) * 448 (Tensor.__rtruediv__): two roundings, and in about a
+ * quarter of cases one ulp away from a true division. We match those bits. */
 void mr__fp8_block_quantize(const float *w, int64_t rows, int64_t cols, uint8_t *q, float *scale_inv) {
     const int64_t nbr = (rows + MR__FP8_BLOCK - 1) / MR__FP8_BLOCK;
     const int64_t nbc = (cols + MR__FP8_BLOCK - 1) / MR__FP8_BLOCK;
@@ -33,7 +36,7 @@ void mr__fp8_block_quantize(const float *w, int64_t rows, int64_t cols, uint8_t 
                 float a = fabsf(w[r * cols + c]);
                 if (a > amax) amax = a;
             }
-        const float s = amax > 0.0f ? MR__E4M3_MAX / amax : 1.0f;
+        const float s = amax > 0.0f ? MR__E4M3_MAX * (1.0f / amax) : 1.0f;
         for (int64_t r = r0; r < r1; r++)
             for (int64_t c = c0; c < c1; c++) q[r * cols + c] = mr_f32_to_e4m3(clamp448(w[r * cols + c] * s));
         scale_inv[b] = 1.0f / s;

@@ -59,6 +59,10 @@ static int cmp_tp(const void *a, const void *b) {
     return strcmp((*(const mr_st_tensor *const *)a)->name, (*(const mr_st_tensor *const *)b)->name);
 }
 
+static int cmp_file(const void *a, const void *b) {
+    return strcmp(mr_st_file_name(*(mr_st_file *const *)a), mr_st_file_name(*(mr_st_file *const *)b));
+}
+
 static char *join(const char *dir, const char *name) {
     size_t a = strlen(dir), b = strlen(name), n;
     if (!mr_size_add(a, b, &n) || !mr_size_add(n, 2, &n)) return NULL;
@@ -201,6 +205,7 @@ static mr_status open_index(const char *path, mr_ckpt *c) {
     }
     c->n = ti;
     qsort((void *)c->t, c->n, sizeof *c->t, cmp_tp);
+    qsort(c->files, c->n_files, sizeof *c->files, cmp_file);
     c->sharded = true;
     goto out;
 oom:

@@ -172,15 +172,15 @@ static void add_eos(mr_model_config *c, int64_t id) {
     if (c->n_eos < MR_MODEL_MAX_EOS && id >= 0 && id <= INT32_MAX) c->eos[c->n_eos++] = (int32_t)id;
 }
 
-static void read_generation_config(const char *dir, mr_model_config *c) {
+static mr_status read_generation_config(const char *dir, mr_model_config *c) {
     char path[1024];
     snprintf(path, sizeof path, "%s/generation_config.json", dir);
-    if (access(path, R_OK) != 0) return;
+    if (access(path, F_OK) != 0) return MR_OK;
     json_error_t e;
     json_t *root = json_load_file(path, 0, &e);
     if (!root) {
-        MR_WARN("%s: not valid JSON (%s); its EOS ids are ignored", path, e.text);
-        return;
+        if (json_error_code(&e) == json_error_out_of_memory) return mr_error_set(MR_ENOMEM, NULL);
+        return mr_error_set(MR_ECONFIG, "%s: not valid JSON at line %d: %s", path, e.line, e.text);
     }
     json_t *eos = json_object_get(root, "eos_token_id");
     if (json_is_integer(eos)) add_eos(c, json_integer_value(eos));
@@ -190,6 +190,7 @@ static void read_generation_config(const char *dir, mr_model_config *c) {
         json_array_foreach(eos, i, v) if (json_is_integer(v)) add_eos(c, json_integer_value(v));
     }
     json_decref(root);
+    return MR_OK;
 }
 
 static mr_status config_from_desc(const mr_model_desc *d, mr_model_config *c) {
@@ -411,7 +412,7 @@ mr_status mr_model_open(const char *dir, const mr_model_opts *opts, mr_model **o
         goto out;
     }
     if ((st = config_from_desc(d, &m->c))) goto out;
-    read_generation_config(dir, &m->c);
+    if ((st = read_generation_config(dir, &m->c))) goto out;
     /* state sizes */
     mr__state *s = &m->s;
     s->max_batch = m->opts.max_batch > 0 ? m->opts.max_batch : 1;

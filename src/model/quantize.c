@@ -357,7 +357,7 @@ mr_status mr_model_quantize(const char *in_dir, const char *out_dir, const mr_qu
                 st = add_quantized(&o, base, t, MR_FMT_NVFP4, 0.0f, in2);
             } else if (which == '1') {
                 /* w1 and w3 share weight_scale_2 (amax over both) and input_scale */
-                char n3[340], b3[340];
+                char n3[400], b3[320];
                 snprintf(b3, sizeof b3, "model.layers.%ld.block_sparse_moe.experts.%d.w3", l, expert);
                 snprintf(n3, sizeof n3, "%s.weight", b3);
                 const mr_st_tensor *t3 = mr_ckpt_find(ck, n3);

@@ -52,6 +52,9 @@ mr_status mr__tmpdir_next_to(const char *dir, char *out, size_t n) {
 
 /* Moves the finished scratch folder onto dir (which must be absent or an empty folder). */
 mr_status mr__publish_dir(const char *tmp, const char *dir) {
+    mode_t um = umask(0);
+    umask(um);
+    chmod(tmp, 0777 & ~um); /* mkdtemp made it 0700 */
     if (rename(tmp, dir) != 0) {
         int e = errno;
         return mr_error_set(MR_EIO, "cannot move the finished checkpoint into %s: %s%s", dir, strerror(e),

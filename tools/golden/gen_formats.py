@@ -287,7 +287,10 @@ def fp8_block_ref(w):
         for j in range(nbc):
             blk = wt[i * 128:(i + 1) * 128, j * 128:(j + 1) * 128]
             amax = blk.abs().amax()
+            # exactly HF's expression: torch evaluates `float / tensor` as
+            # reciprocal(tensor) * float, i.e. 448 * (1/amax) with two roundings
             s = 448.0 / amax if amax > 0 else torch.tensor(1.0)
+            assert amax == 0 or s.item() == np.float32(448.0) * (np.float32(1.0) / np.float32(amax.item()))
             s = s.to(torch.float32)
             qb = torch.clamp(blk * s, min=-448.0, max=448.0).numpy()
             q[i * 128:(i + 1) * 128, j * 128:(j + 1) * 128] = torch.from_numpy(enc_e4m3(qb).copy())

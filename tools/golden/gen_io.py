@@ -15,6 +15,8 @@ backed by huggingface/safetensors' Rust code) and torch:
       [shape] bytes file", as `moerun inspect` prints it (whitespace aside)
   tests/fuzz/corpus/safetensors/*           seed corpus: small valid and
       invalid files for the libFuzzer target
+  tests/data/io/corpus_verdicts.json        whether the reference reader
+      accepts each seed (and how many tensors it sees); test_io compares
 
 Deterministic (fixed seeds, numpy PCG64). Run from the repository root:
     python3 tools/golden/gen_io.py
@@ -177,10 +179,36 @@ def write_corpus():
         "bad_meta": st_raw('{"__metadata__":{"k":1}}'),
         "bad_dup": st_raw('{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},'
                           '"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}', b"\0"),
+        "valid_ws_unknown_key": st_raw('\n {"__metadata__":null,"a":{"zz":[1],"dtype":"I16","shape":[2],'
+                                       '"data_offsets":[0,4]}}\t', b"\0" * 4),
+        "bad_huge_dim": st_raw('{"a":{"dtype":"U8","shape":[9223372036854775813,0],"data_offsets":[0,0]}}'),
+        "bad_end_lt_begin": st_raw('{"a":{"dtype":"U8","shape":[0],"data_offsets":[0,0]},'
+                                   '"b":{"dtype":"U8","shape":[0],"data_offsets":[0,0]},'
+                                   '"c":{"dtype":"U8","shape":[0],"data_offsets":[1,0]}}'),
+        "bad_f4_odd": st_raw('{"a":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}}', b"\0\0"),
+        "bad_size": st_raw('{"a":{"dtype":"BF16","shape":[2,3],"data_offsets":[0,10]}}', b"\0" * 10),
+        "bad_truncated": st_raw('{"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}}', b"\0" * 12),
+        "bad_float_shape": st_raw('{"a":{"dtype":"U8","shape":[1.0],"data_offsets":[0,1]}}', b"\0"),
+        "bad_offsets_3": st_raw('{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1,1]}}', b"\0"),
+        "bad_first_not_0": st_raw('{"a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}}', b"\0\0"),
+        "bad_unknown_dtype": st_raw('{"a":{"dtype":"F12","shape":[1],"data_offsets":[0,1]}}', b"\0"),
+        "bad_json": st_raw('{"a":'),
+        "bad_header_nul": st_raw('{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}\0', b"\0"),
     }
-    for name, blob in seeds.items():
-        with open(os.path.join(CORPUS, name), "wb") as f:
+    verdicts = {}
+    for name, blob in sorted(seeds.items()):
+        path = os.path.join(CORPUS, name)
+        with open(path, "wb") as f:
             f.write(blob)
+        try:
+            with safe_open(path, framework="np") as f:
+                verdicts[name] = {"ok": True, "tensors": len(list(f.keys()))}
+        except Exception as e:  # the reference reader's verdict, whatever it is
+            verdicts[name] = {"ok": False, "error": str(e)[:200]}
+    with open(os.path.join(OUT, "corpus_verdicts.json"), "w") as f:
+        json.dump({"reader": "safetensors %s (Python; Rust core)" % __import__("safetensors").__version__,
+                   "verdicts": verdicts}, f, indent=1)
+        f.write("\n")
 
 
 def main():

@@ -1,0 +1,150 @@
+/* cli_model.c — see cli_model.h. */
+#include "cli_model.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+int mr_cli_parse_long(const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        mr_error_set(MR_EINVAL, "'%s' is not an integer in [%ld, %ld]", s, lo, hi);
+        return 1;
+    }
+    *out = v;
+    return 0;
+}
+
+int mr_cli_parse_float(const char *s, float lo, float hi, float *out) {
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
+        mr_error_set(MR_EINVAL, "'%s' is not a number in [%g, %g]", s, (double)lo, (double)hi);
+        return 1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Appends the ids of one comma list; returns the count or -1. */
+static int64_t parse_list(const char *s, mr_cli_prompts *p, int64_t *cap) {
+    int64_t n = 0, base = p->n ? p->off[p->n - 1] + p->len[p->n - 1] : 0;
+    const char *c = s;
+    while (*c == ' ' || *c == '\t') c++;
+    while (*c && *c != '\n' && *c != '\r') {
+        char *end;
+        errno = 0;
+        long v = strtol(c, &end, 10);
+        if (end == c || errno || v < 0 || v > INT32_MAX) {
+            mr_error_set(MR_EINVAL, "bad token id near '%.20s' (expected non-negative integers separated by commas)", c);
+            return -1;
+        }
+        if (base + n == *cap) {
+            int64_t nc = *cap ? 2 * *cap : 64;
+            int32_t *ids = realloc(p->ids, (size_t)nc * sizeof(int32_t));
+            if (!ids) {
+                mr_error_set(MR_ENOMEM, NULL);
+                return -1;
+            }
+            p->ids = ids;
+            *cap = nc;
+        }
+        p->ids[base + n++] = (int32_t)v;
+        c = end;
+        while (*c == ' ' || *c == '\t') c++;
+        if (*c == ',') {
+            c++;
+            while (*c == ' ' || *c == '\t') c++;
+        } else if (*c && *c != '\n' && *c != '\r') {
+            mr_error_set(MR_EINVAL, "unexpected '%c' in a token id list", *c);
+            return -1;
+        }
+    }
+    return n;
+}
+
+static int add_prompt(const char *s, mr_cli_prompts *p, int64_t *cap) {
+    int64_t base = p->n ? p->off[p->n - 1] + p->len[p->n - 1] : 0;
+    int64_t n = parse_list(s, p, cap);
+    if (n < 0) return 1;
+    if (n == 0) {
+        mr_error_set(MR_EINVAL, "empty prompt");
+        return 1;
+    }
+    int64_t *off = realloc(p->off, (size_t)(p->n + 1) * sizeof(int64_t));
+    if (off) p->off = off;
+    int64_t *len = realloc(p->len, (size_t)(p->n + 1) * sizeof(int64_t));
+    if (len) p->len = len;
+    if (!off || !len) {
+        mr_error_set(MR_ENOMEM, NULL);
+        return 1;
+    }
+    p->off[p->n] = base;
+    p->len[p->n] = n;
+    p->n++;
+    return 0;
+}
+
+int mr_cli_prompts_read(const char *ids_list, const char *file, mr_cli_prompts *p) {
+    memset(p, 0, sizeof *p);
+    int64_t cap = 0;
+    if (ids_list) return add_prompt(ids_list, p, &cap);
+    FILE *f = fopen(file, "r");
+    if (!f) {
+        mr_error_set(MR_EIO, "cannot open %s: %s", file, strerror(errno));
+        return 1;
+    }
+    char line[65536];
+    int rc = 0, ln = 0;
+    while (!rc && fgets(line, sizeof line, f)) {
+        ln++;
+        const char *c = line;
+        while (*c == ' ' || *c == '\t') c++;
+        if (*c == '\n' || *c == '\r' || !*c || *c == '#') continue;
+        if (add_prompt(line, p, &cap)) {
+            char d[300];
+            snprintf(d, sizeof d, "%s", mr_error_last());
+            mr_error_set(MR_EINVAL, "%s:%d: %s", file, ln, d);
+            rc = 1;
+        }
+    }
+    fclose(f);
+    if (!rc && p->n == 0) {
+        mr_error_set(MR_EINVAL, "%s holds no prompt", file);
+        rc = 1;
+    }
+    return rc;
+}
+
+void mr_cli_prompts_free(mr_cli_prompts *p) {
+    free(p->ids);
+    free(p->off);
+    free(p->len);
+    memset(p, 0, sizeof *p);
+}
+
+int mr_cli_resolve(const char *cmd, const mr_options *o, bool explain, mr_resolution **r) {
+    *r = NULL;
+    mr_status st = mr_resolve(o, r);
+    if (st != MR_OK) {
+        mr_cli_fail(cmd, "resolution failed");
+        if (*r) mr_resolution_explain(*r, stderr);
+        return 1;
+    }
+    char line[1024];
+    mr_resolution_summary(*r, line, sizeof line);
+    printf("%s\n", line);
+    if (explain) mr_resolution_explain(*r, stdout);
+    if (mr_exec_check_runnable(mr_resolution_exec(*r)) != MR_OK) {
+        mr_cli_fail(cmd, "cannot run the resolved configuration");
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,307 @@
+/* cmd_bench.c — `moerun bench moe`: times one synthetic MoE layer (seeded
+ * random weights in the chosen format, MiniMax-M2 shapes by default) and
+ * prints each result against ceilings measured in the same run: the
+ * multi-threaded read bandwidth (1 GiB probe) and the peak of the kernels'
+ * inner-loop instruction. Routing is re-drawn every iteration so that the
+ * expert weights come from DRAM; all buffers are pre-faulted (a warm-up call)
+ * before timing. */
+#include <jansson.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "moerun/kernels.h"
+#include "moerun/moe.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: moerun bench moe [options]\n"
+            "  --runner NAME       routed (default), fused or reference\n"
+            "  --format F          bf16 | fp8 (default) | nvfp4\n"
+            "  --act-mode M        activation mode (default: the format's default: w16a32, w8a8, w4a4)\n"
+            "  --tokens LIST       comma list of T (default 1,8,32,128,512)\n"
+            "  --experts E --hidden H --inter I --topk K   (default 256, 3072, 1536, 8)\n"
+            "  --threads N         OpenMP threads (default: all)\n"
+            "  --routing R         uniform (default) | skewed (80%% of picks from 32 hot experts)\n"
+            "  --iters N           timed iterations per T (default 10)\n"
+            "  --seed S            weight/routing seed (default 1)\n"
+            "  --json FILE         also write the results as JSON\n"
+            "  --quick             tokens 1,32,512, 3 iterations (< 2 minutes)\n");
+}
+
+static uint64_t rng_next(uint64_t *s) { /* splitmix64 */
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Fills a matrix with random codes directly (no fp32 detour): values of
+ * magnitude ~1/sqrt(cols) so the layer stays finite. */
+static mr_status synth_matrix(mr_qmatrix *m, mr_format fmt, int64_t rows, int64_t cols, uint64_t *s) {
+    memset(m, 0, sizeof *m);
+    m->fmt = fmt;
+    m->rows = rows;
+    m->cols = cols;
+    m->scale2 = 1.0f;
+    m->owned = true;
+    size_t nd = (size_t)rows * (size_t)cols, ns = 0;
+    if (fmt == MR_FMT_BF16) nd *= 2;
+    if (fmt == MR_FMT_NVFP4) nd /= 2, ns = (size_t)rows * (size_t)(cols / 16);
+    if (fmt == MR_FMT_FP8_BLOCK) ns = (size_t)((rows + 127) / 128) * (size_t)((cols + 127) / 128) * 4;
+    m->data = mr_aligned_alloc(64, nd);
+    m->scale = ns ? mr_aligned_alloc(64, ns) : NULL;
+    if (!m->data || (ns && !m->scale)) return MR_ENOMEM;
+    uint64_t *d = m->data;
+    size_t nw = nd / 8;
+    if (fmt == MR_FMT_BF16) {
+        for (size_t i = 0; i < nw; i++) /* sign + exponent 2^-8..2^-5 + random mantissa */
+            d[i] = (rng_next(s) & 0x807F807F807F807Full) | 0x3B803B803B803B80ull;
+    } else if (fmt == MR_FMT_FP8_BLOCK) {
+        for (size_t i = 0; i < nw; i++) d[i] = rng_next(s) & 0xF7F7F7F7F7F7F7F7ull; /* never 0x7F/0xFF (NaN) */
+        float *sc = m->scale;
+        for (size_t i = 0; i < ns / 4; i++) sc[i] = 1.0f / (448.0f * sqrtf((float)cols));
+    } else {
+        for (size_t i = 0; i < nw; i++) d[i] = rng_next(s);
+        uint8_t *sc = m->scale;
+        for (size_t i = 0; i < ns; i++) sc[i] = (uint8_t)(0x30 + (rng_next(s) & 7)); /* e4m3 ~0.5..0.9 */
+        m->scale2 = 1.0f / (6.0f * sqrtf((float)cols));
+        m->input_scale = 4.0f / 2688.0f;
+    }
+    for (size_t i = nw * 8; i < nd; i++) ((uint8_t *)m->data)[i] = 0;
+    return MR_OK;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* k distinct experts per token; skewed: 80% of picks among the first 32 */
+static void draw_routing(uint64_t *s, bool skewed, int64_t T, int E, int k, int32_t *ids, float *w, float *logits) {
+    for (int64_t t = 0; t < T; t++) {
+        for (int j = 0; j < k; j++) {
+            int32_t e;
+            bool dup;
+            do {
+                uint64_t r = rng_next(s);
+                e = (skewed && (r >> 40) % 10 < 8 && E > 32) ? (int32_t)(r % 32) : (int32_t)(r % (uint64_t)E);
+                dup = false;
+                for (int q = 0; q < j; q++) dup |= ids[t * k + q] == e;
+            } while (dup);
+            ids[t * k + j] = e;
+            w[t * k + j] = 1.0f / (float)k;
+        }
+        if (logits) { /* logits whose top-k are exactly these ids */
+            for (int e = 0; e < E; e++) logits[t * E + e] = -4.0f - (float)(rng_next(s) % 1000) * 1e-3f;
+            for (int j = 0; j < k; j++) logits[t * E + ids[t * k + j]] = 4.0f - (float)j * 0.01f;
+        }
+    }
+}
+
+static int bench_moe(int argc, char **argv) {
+    const char *runner_name = "routed", *fmt_name = "fp8", *mode_name = NULL, *tokens = "1,8,32,128,512";
+    const char *json_path = NULL;
+    int E = 256, k = 8, threads = 0, iters = 10;
+    int64_t H = 3072, I = 1536;
+    uint64_t seed = 1;
+    bool skewed = false, quick = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define OPT(name) (!strcmp(a, name) && v && ++i)
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--quick")) quick = true;
+        else if (OPT("--runner")) runner_name = v;
+        else if (OPT("--format")) fmt_name = v;
+        else if (OPT("--act-mode")) mode_name = v;
+        else if (OPT("--tokens")) tokens = v;
+        else if (OPT("--threads")) threads = atoi(v);
+        else if (OPT("--iters")) iters = atoi(v);
+        else if (OPT("--experts")) E = atoi(v);
+        else if (OPT("--topk")) k = atoi(v);
+        else if (OPT("--hidden")) H = atoll(v);
+        else if (OPT("--inter")) I = atoll(v);
+        else if (OPT("--seed")) seed = strtoull(v, NULL, 10);
+        else if (OPT("--json")) json_path = v;
+        else if (OPT("--routing")) {
+            if (!strcmp(v, "skewed")) skewed = true;
+            else if (strcmp(v, "uniform")) {
+                fprintf(stderr, "moerun bench moe: --routing is uniform or skewed\n");
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "moerun bench moe: unknown or incomplete option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+#undef OPT
+    }
+    if (quick) tokens = "1,32,512", iters = 3;
+    if (iters < 1) iters = 1;
+    if (threads > 0) omp_set_num_threads(threads);
+    const mr_moe_runner *run = mr_moe_runner_find(runner_name);
+    if (!run) {
+        fprintf(stderr, "moerun bench moe: unknown runner '%s' (routed, fused, reference)\n", runner_name);
+        return 2;
+    }
+    mr_format fmt;
+    if (!strcmp(fmt_name, "fp8")) fmt = MR_FMT_FP8_BLOCK;
+    else if (!strcmp(fmt_name, "bf16")) fmt = MR_FMT_BF16;
+    else if (!strcmp(fmt_name, "nvfp4")) fmt = MR_FMT_NVFP4;
+    else {
+        fprintf(stderr, "moerun bench moe: --format is bf16, fp8 or nvfp4\n");
+        return 2;
+    }
+    mr_act_mode mode = mr_act_mode_default(fmt);
+    if (mode_name && mr_act_mode_from_name(mode_name, &mode)) {
+        mr_cli_fail("bench moe", "bad --act-mode");
+        return 2;
+    }
+    int64_t Ts[16];
+    int nT = 0;
+    int64_t maxT = 0;
+    for (const char *p = tokens; *p && nT < 16;) {
+        char *end;
+        long long t = strtoll(p, &end, 10);
+        if (end == p || t < 1) {
+            fprintf(stderr, "moerun bench moe: bad --tokens list '%s'\n", tokens);
+            return 2;
+        }
+        Ts[nT++] = t;
+        if (t > maxT) maxT = t;
+        p = *end == ',' ? end + 1 : end;
+    }
+    mr_moe_problem p = {.device = MR_DEVICE_CPU, .cpu_flags = mr_cpu()->flags, .weight_format = fmt, .act_mode = mode,
+                        .act_dtype = MR_FMT_F32, .routing = run->routes_itself ? MR_ROUTING_RENORMALIZE : MR_ROUTING_MINIMAX2,
+                        .n_experts = E, .top_k = k, .hidden = H, .inter = I, .a2a = MR_A2A_NONE};
+    char why[256];
+    if (!run->supports(&p, why, sizeof why)) {
+        fprintf(stderr, "moerun bench moe: %s\n", why);
+        return 2;
+    }
+
+    /* ceilings first (they need the memory the weights will take later) */
+    const char *instr;
+    double bw = mr_probe_read_bw((size_t)1 << 30, 5);
+    double peak = mr_probe_peak_gflops(&instr);
+    int nthr = omp_get_max_threads();
+    printf("moerun bench moe: runner %s, format %s, act-mode %s, E %d H %lld I %lld k %d, %d threads, routing %s\n",
+           run->name, fmt_name, mr_act_mode_name(mode), E, (long long)H, (long long)I, k, nthr,
+           skewed ? "skewed" : "uniform");
+    printf("cpu: %s; kernels: %s\n", mr_cpu()->brand, mr_kernels_get()->isa);
+    printf("ceilings (this run): read bandwidth %.1f GB/s (1 GiB, %d threads); peak %s %.0f GFLOP/s\n", bw, nthr, instr,
+           peak);
+
+    uint64_t t0 = mr_now_ns(), s = seed;
+    mr_moe_weights *w = NULL;
+    mr_status st = mr_moe_weights_new(&w, E, H, I, fmt);
+    for (int e = 0; !st && e < E; e++) {
+        st = synth_matrix(&w->w1[e], fmt, I, H, &s);
+        if (!st) st = synth_matrix(&w->w3[e], fmt, I, H, &s);
+        if (!st) w->w3[e].scale2 = w->w1[e].scale2;
+        if (!st) st = synth_matrix(&w->w2[e], fmt, H, I, &s);
+        if (!st && fmt == MR_FMT_NVFP4) w->w2[e].input_scale = 1.0f / 2688.0f;
+    }
+    mr_moe_ctx *ctx = NULL;
+    if (!st) st = mr_moe_ctx_new(run, &p, w, maxT, &ctx);
+    if (st) {
+        mr_cli_fail("bench moe", "setup failed");
+        mr_moe_weights_free(w);
+        return 1;
+    }
+    size_t expert_bytes = mr_qmatrix_bytes(&w->w2[0]) + (w->w13 ? mr_qmatrix_bytes(&w->w13[0])
+                                                                 : mr_qmatrix_bytes(&w->w1[0]) + mr_qmatrix_bytes(&w->w3[0]));
+    printf("weights: %.2f GB in layout of %s (%.1f MB per expert), generated in %.1f s\n",
+           (double)expert_bytes * E / 1e9, w->layout.owner, (double)expert_bytes / 1e6, (double)(mr_now_ns() - t0) / 1e9);
+
+    float *x = malloc(sizeof(float) * (size_t)(maxT * H)), *out = malloc(sizeof(float) * (size_t)(maxT * H));
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(maxT * k));
+    float *wts = malloc(sizeof(float) * (size_t)(maxT * k));
+    float *logits = run->routes_itself ? malloc(sizeof(float) * (size_t)(maxT * E)) : NULL;
+    double *ms = malloc(sizeof(double) * (size_t)iters);
+    unsigned char *used = malloc((size_t)E);
+    json_t *jres = json_array();
+    for (int64_t i = 0; i < maxT * H; i++) x[i] = (float)((double)(rng_next(&s) % 2001) / 1000.0 - 1.0);
+    memset(out, 0, sizeof(float) * (size_t)(maxT * H));
+    mr_routing ro = {.method = p.routing, .n_experts = E, .top_k = k, .scale = 1.0f};
+
+    printf("\n%6s %9s %9s %9s %10s %10s %8s %7s %9s %7s\n", "T", "median", "min", "max", "tokens/s", "uniq MB", "GB/s",
+           "bw%", "GFLOP/s", "peak%");
+    int rc = 0;
+    for (int ti = 0; ti < nT && !rc; ti++) {
+        int64_t T = Ts[ti];
+        mr_moe_args a = {.T = T, .x = x, .out = out, .ids = ids, .weights = wts, .logits = logits, .routing = &ro};
+        draw_routing(&s, skewed, T, E, k, ids, wts, logits);
+        if (mr_moe_run(ctx, &a)) { /* warm-up: pre-faults the workspace */
+            mr_cli_fail("bench moe", "run failed");
+            rc = 1;
+            break;
+        }
+        double bytes_sum = 0;
+        for (int it = 0; it < iters; it++) {
+            draw_routing(&s, skewed, T, E, k, ids, wts, logits);
+            memset(used, 0, (size_t)E);
+            int nu = 0;
+            for (int64_t i = 0; i < T * k; i++) nu += !used[ids[i]], used[ids[i]] = 1;
+            bytes_sum += (double)nu * (double)expert_bytes;
+            uint64_t a0 = mr_now_ns();
+            st = mr_moe_run(ctx, &a);
+            ms[it] = (double)(mr_now_ns() - a0) / 1e6;
+            if (st) {
+                mr_cli_fail("bench moe", "run failed");
+                rc = 1;
+                break;
+            }
+        }
+        if (rc) break;
+        double sum_ms = 0;
+        for (int it = 0; it < iters; it++) sum_ms += ms[it];
+        double mean_bytes = bytes_sum / iters;
+        qsort(ms, (size_t)iters, sizeof(double), cmp_double);
+        double med = iters % 2 ? ms[iters / 2] : 0.5 * (ms[iters / 2 - 1] + ms[iters / 2]);
+        double gbs = bytes_sum / (sum_ms * 1e6); /* bytes over the same calls' time */
+        double flops = 2.0 * (double)T * k * 3.0 * (double)H * (double)I;
+        double gflops = flops / (med * 1e6);
+        printf("%6lld %7.3fms %7.3fms %7.3fms %10.1f %10.1f %8.2f %6.1f%% %9.1f %6.1f%%\n", (long long)T, med, ms[0],
+               ms[iters - 1], (double)T / (med * 1e-3), mean_bytes / 1e6, gbs, bw > 0 ? 100.0 * gbs / bw : 0.0, gflops,
+               peak > 0 ? 100.0 * gflops / peak : 0.0);
+        fflush(stdout);
+        json_array_append_new(jres, json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "tokens", (json_int_t)T,
+                                              "median_ms", med, "min_ms", ms[0], "max_ms", ms[iters - 1], "tokens_per_s",
+                                              (double)T / (med * 1e-3), "unique_bytes", mean_bytes, "gb_per_s", gbs,
+                                              "bw_ratio", bw > 0 ? gbs / bw : 0.0, "gflop_per_s", gflops, "peak_ratio",
+                                              peak > 0 ? gflops / peak : 0.0));
+    }
+    if (!rc && json_path) {
+        json_t *root = json_pack("{s:s, s:s, s:s, s:s, s:s, s:i, s:I, s:I, s:i, s:i, s:s, s:i, s:f, s:s, s:f, s:O}", "bench",
+                                 "moe", "runner", run->name, "format", fmt_name, "act_mode", mr_act_mode_name(mode), "cpu",
+                                 mr_cpu()->brand, "experts", E, "hidden", (json_int_t)H, "inter", (json_int_t)I, "topk", k,
+                                 "threads", nthr, "routing", skewed ? "skewed" : "uniform", "iters", iters,
+                                 "read_bw_gb_per_s", bw, "peak_instr", instr, "peak_gflop_per_s", peak, "results", jres);
+        if (!root || json_dump_file(root, json_path, JSON_INDENT(2)) != 0) {
+            fprintf(stderr, "moerun bench moe: cannot write %s\n", json_path);
+            rc = 1;
+        }
+        json_decref(root);
+    }
+    json_decref(jres);
+    free(x), free(out), free(ids), free(wts), free(logits), free(ms), free(used);
+    mr_moe_ctx_free(ctx);
+    mr_moe_weights_free(w);
+    return rc;
+}
+
+int mr_cmd_bench(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        printf("usage: moerun bench moe [options]   (`moerun bench moe --help`)\n");
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "moe")) return bench_moe(argc - 1, argv + 1);
+    fprintf(stderr, "moerun bench: unknown benchmark '%s' (available: moe)\n", argv[1]);
+    return 2;
+}

@@ -1,0 +1,72 @@
+/* cmd_quantize.c — `moerun quantize IN OUT --to fp8|nvfp4`: converts a bf16
+ * MiniMax-M2 checkpoint (src/model/quantize.c; spec/formats.md). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "cli_model.h"
+#include "moerun/model.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: moerun quantize IN OUT --to fp8|nvfp4 [--calib-tokens N] [--seed N]\n\n"
+            "Converts the bf16 checkpoint IN into native FP8 block (128x128, attention and experts) or\n"
+            "ModelOpt NVFP4 (experts only; input_scale calibrated by running the bf16 model over N\n"
+            "calibration tokens, default 256). OUT is written atomically (a scratch folder renamed\n"
+            "into place) and must not hold a checkpoint.\n");
+}
+
+int mr_cmd_quantize(int argc, char **argv) {
+    mr_quantize_params p = {.to = MR_FMT_COUNT, .calib_tokens = 256, .progress = true};
+    const char *in = NULL, *out = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--to") && v) {
+            i++;
+            if (!strcmp(v, "fp8")) p.to = MR_FMT_FP8_BLOCK;
+            else if (!strcmp(v, "nvfp4")) p.to = MR_FMT_NVFP4;
+            else {
+                fprintf(stderr, "moerun quantize: --to must be fp8 or nvfp4 (not '%s')\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--calib-tokens") && v) {
+            long n;
+            if (mr_cli_parse_long(argv[++i], 1, 1 << 24, &n)) {
+                fprintf(stderr, "moerun quantize: --calib-tokens needs a positive integer\n");
+                return 2;
+            }
+            p.calib_tokens = n;
+        } else if (!strcmp(a, "--seed") && v) {
+            long s;
+            if (mr_cli_parse_long(argv[++i], 0, INT64_MAX, &s)) {
+                fprintf(stderr, "moerun quantize: --seed needs a non-negative integer\n");
+                return 2;
+            }
+            p.seed = (uint64_t)s;
+        } else if (a[0] == '-') {
+            fprintf(stderr, "moerun quantize: unknown option '%s' (see --help)\n", a);
+            return 2;
+        } else if (!in) {
+            in = a;
+        } else if (!out) {
+            out = a;
+        } else {
+            fprintf(stderr, "moerun quantize: unexpected argument '%s'\n", a);
+            return 2;
+        }
+    }
+    if (!in || !out || p.to == MR_FMT_COUNT) {
+        usage(stderr);
+        return 2;
+    }
+    mr_status st = mr_model_quantize(in, out, &p);
+    if (st) {
+        mr_cli_fail("quantize", "failed");
+        return st == MR_EINVAL ? 2 : 1;
+    }
+    printf("wrote %s (%s)\n", out, p.to == MR_FMT_FP8_BLOCK ? "fp8 block 128x128" : "nvfp4 (ModelOpt)");
+    return 0;
+}
