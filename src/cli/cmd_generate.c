@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <omp.h>
+
 #include "cli.h"
 #include "cli_model.h"
 #include "moerun/config.h"
@@ -102,6 +104,7 @@ int mr_cmd_generate(int argc, char **argv) {
     /* 1. resolve, before any weight is read */
     if (mr_cli_resolve(cmd, &o, explain, &r)) goto out;
     const mr_exec *x = mr_resolution_exec(r);
+    omp_set_num_threads(x->threads); /* the resolved thread count */
     /* 2. load */
     rc = 1;
     int64_t total = 0, longest = 0;

@@ -61,6 +61,11 @@ int mr_cmd_resolve(int argc, char **argv) {
         mr_options_free(&o);
         return 2;
     }
+    {
+        static const char *const lv[] = {"debug", "info", "warn", "error", "off"};
+        for (int i = 0; i < 5; i++)
+            if (!strcmp(mr_options_get(&o, MR_OPT_LOG), lv[i])) mr_log_set_level((mr_log_level)i);
+    }
     mr_resolution *r = NULL;
     mr_status s = mr_resolve(&o, &r);
     int rc = 0;
