@@ -3,7 +3,7 @@
 # Idempotent: does nothing (and needs no network) when all are present.
 set -euo pipefail
 
-PKGS=(build-essential cmake pkg-config libcmocka-dev libjansson-dev clang libclang-rt-14-dev)
+PKGS=(build-essential cmake pkg-config libcmocka-dev libjansson-dev clang libclang-rt-14-dev libomp-dev)
 
 missing=()
 for p in "${PKGS[@]}"; do

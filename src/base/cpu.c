@@ -66,7 +66,7 @@ static uint32_t detect(char *brand, size_t brand_n) {
             if (zmm && BIT(r[0], 5)) f |= MR_CPU_AVX512BF16;
         }
     }
-    if (__get_cpuid_max(0x80000000u, NULL) >= 0x80000004u && brand_n >= 49) {
+    if ((unsigned)__get_cpuid_max(0x80000000u, NULL) >= 0x80000004u && brand_n >= 49) {
         unsigned b[12];
         for (unsigned i = 0; i < 3; i++) cpuid2(0x80000002u + i, 0, &b[4 * i]);
         memcpy(brand, b, 48);
