@@ -43,13 +43,13 @@ typedef struct {
 typedef struct {
     int max_batch;          /* sequences held in the KV cache [1] */
     int64_t max_ctx;        /* tokens per sequence [256] */
-    int64_t max_tokens;     /* tokens per forward call [max_batch * max_ctx, capped at 4096] */
+    int64_t max_tokens;     /* tokens per forward call (longer calls are chunked) [max_batch * max_ctx, capped at 512] */
     const mr_exec *exec;    /* the resolved execution config (runner, problem, threads); the model
                                borrows it. NULL: use runner/act_mode below (tests, tools) */
     const char *runner;     /* without exec: MoE runner name ["reference"] */
     mr_act_mode act_mode;   /* without exec: AUTO = the weight format's default */
     bool progress;          /* draw a progress bar on stderr when it is a terminal */
-    bool quiet;             /* no "loaded ..." line */
+    bool quiet;             /* reserved: the library prints nothing but warnings */
 } mr_model_opts;
 
 typedef struct mr_model mr_model;
