@@ -26,6 +26,10 @@ static void test_error_detail(void **st) {
     assert_string_equal(mr_error_last(), "bad value 42");
     mr_error_set(MR_ENOMEM, NULL);
     assert_string_equal(mr_error_last(), "out of memory");
+    /* prefixing context onto the previous detail (the argument aliases the buffer) */
+    mr_error_set(MR_EINVAL, "unknown value '%s'", "x");
+    mr_error_set(MR_EINVAL, "--flag: %s", mr_error_last());
+    assert_string_equal(mr_error_last(), "--flag: unknown value 'x'");
 }
 
 static void test_alloc_fault_injection(void **st) {

@@ -48,10 +48,14 @@ mr_status mr_error_set(mr_status s, const char *fmt, ...) {
         }
         return s;
     }
+    /* Format into a scratch buffer first: callers may pass mr_error_last()
+     * itself as an argument to prefix context onto the previous detail. */
+    char tmp[sizeof err_buf];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err_buf, sizeof err_buf, fmt, ap);
+    vsnprintf(tmp, sizeof tmp, fmt, ap);
     va_end(ap);
+    memcpy(err_buf, tmp, sizeof err_buf);
     err_ptr = err_buf;
     return s;
 }
