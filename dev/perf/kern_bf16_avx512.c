@@ -26,6 +26,8 @@ INL void bf16_body(const uint8_t *tile, int64_t Kp, const uint16_t *x, int64_t l
     int64_t np = Kp / 2, g = 0;
     for (; g + 4 <= np; g += 4)
         for (int u = 0; u < 4; u++) {
+            if (u == 0) MR_PK_PF(tile + g * 64);
+            if (u == 0) MR_PK_PF(tile + g * 64 + 128);
             __m512i w = _mm512_load_si512(tile + (g + u) * 64);
             for (int m = 0; m < M; m++) a[m][u % nc] = DP(a[m][u % nc], w, bcast_pair(x + m * ldx + 2 * (g + u)));
         }

@@ -74,6 +74,7 @@ INL void fp8_bf16_body(const uint8_t *tile, const float *bs, int64_t Kp, const u
         for (int m = 0; m < M; m++) a0[m] = a1[m] = _mm512_setzero_ps();
         for (int g = 0; g < 32; g++) {
             __m512i z0, z1;
+            MR_PK_PF(p + g * 64);
             fp8_line_bf16(&t, p + g * 64, &z0, &z1);
             for (int m = 0; m < M; m++) {
                 const uint16_t *xm = x + m * ldx + kb * 128 + 4 * g;
@@ -135,6 +136,7 @@ INL void fp8_f32_body(const uint8_t *tile, const float *bs, int64_t Kp, const fl
         const uint8_t *p = tile + kb * 2048;
         for (int m = 0; m < M; m++) a0[m] = a1[m] = _mm512_setzero_ps();
         for (int g = 0; g < 32; g++) {
+            MR_PK_PF(p + g * 64);
             __m512i v = _mm512_permutexvar_epi8(idx, _mm512_load_si512(p + g * 64));
             __m512 w0 = e4m3x16_f32(_mm512_castsi512_si128(v));
             __m512 w1 = e4m3x16_f32(_mm512_extracti32x4_epi32(v, 1));
@@ -195,6 +197,7 @@ void mr_pk_fp8_r16_gemm_bf16_avx512(const uint8_t *tile, const float *bs, int64_
         const uint8_t *p = tile + kb * 2048;
         for (int g = 0; g < 32; g++) {
             __m512i z0, z1;
+            MR_PK_PF(p + g * 64);
             fp8_line_bf16(&t, p + g * 64, &z0, &z1);
             _mm512_store_si512(b + 2 * g, z0);
             _mm512_store_si512(b + 2 * g + 1, z1);

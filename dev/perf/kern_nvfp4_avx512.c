@@ -9,6 +9,7 @@
 
 #define INL static inline __attribute__((always_inline))
 
+
 /* 16 E4M3 bytes -> 16 f32 equal to value * 2^-8 (f16 bit trick, exact). */
 INL __m512 e4m3x16_f32(const uint8_t *p) {
     __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p));
@@ -40,6 +41,9 @@ INL void nvfp4_i8_body(const uint8_t *tile, int64_t Kp, const int8_t *xq, int64_
     __m512 out[MR_PK_MT];
     for (int m = 0; m < M; m++) out[m] = _mm512_setzero_ps();
     for (int64_t j = 0; j < Kp / 16; j++) {
+        MR_PK_PF(tile + j * 128);
+        MR_PK_PF(tile + j * 128 + 64);
+        if ((j & 3) == 0) MR_PK_PF(scp + 16 * j);
         __m512i v0 = _mm512_load_si512(tile + j * 128), v1 = _mm512_load_si512(tile + j * 128 + 64);
         __m512i A = _mm512_shuffle_epi8(lut, _mm512_and_si512(v0, m0f));
         __m512i B = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v0, 4), m0f));
@@ -93,6 +97,8 @@ INL void nvfp4_bf16_body(const uint8_t *tile, int64_t Kp, const uint16_t *x, int
     for (int64_t j = 0; j < Kp / 16; j++) {
         __m512i z[8];
         for (int L = 0; L < 2; L++) {
+            MR_PK_PF(tile + j * 128 + 64 * L);
+            if (L == 0 && (j & 3) == 0) MR_PK_PF(scp + 16 * j);
             __m512i v = _mm512_load_si512(tile + j * 128 + 64 * L);
             for (int h = 0; h < 2; h++) {
                 __m512i n = _mm512_and_si512(h ? _mm512_srli_epi16(v, 4) : v, m0f);

@@ -13,7 +13,8 @@ int mr_cmd_quantize(int argc, char **argv);
 int mr_cmd_generate(int argc, char **argv);
 int mr_cmd_probe(int argc, char **argv);
 
-/* Prints "moerun <cmd>: <msg>" plus the last error detail to stderr. */
+/* Prints "moerun <cmd>: <what>: <last error detail>" to stderr; with what ==
+ * NULL, "moerun <cmd>: <detail>" (for details that already name the flag). */
 void mr_cli_fail(const char *cmd, const char *what);
 
 #endif

@@ -2,6 +2,7 @@
 #include "cli_model.h"
 
 #include <errno.h>
+#include <sys/types.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +34,16 @@ int mr_cli_parse_float(const char *s, float lo, float hi, float *out) {
     return 0;
 }
 
+/* Copies up to 20 characters of s into buf for a message, stopping at the end
+ * of the line; unprintable bytes become '?'. */
+static const char *excerpt(const char *s, char *buf, size_t n) {
+    size_t i = 0;
+    for (; s[i] && s[i] != '\n' && s[i] != '\r' && i < 20 && i + 1 < n; i++)
+        buf[i] = (s[i] >= 0x20 && s[i] < 0x7f) ? s[i] : '?';
+    buf[i] = 0;
+    return buf;
+}
+
 /* Appends the ids of one comma list; returns the count or -1. */
 static int64_t parse_list(const char *s, mr_cli_prompts *p, int64_t *cap) {
     int64_t n = 0, base = p->n ? p->off[p->n - 1] + p->len[p->n - 1] : 0;
@@ -42,8 +53,10 @@ static int64_t parse_list(const char *s, mr_cli_prompts *p, int64_t *cap) {
         char *end;
         errno = 0;
         long v = strtol(c, &end, 10);
+        char ex[24];
         if (end == c || errno || v < 0 || v > INT32_MAX) {
-            mr_error_set(MR_EINVAL, "bad token id near '%.20s' (expected non-negative integers separated by commas)", c);
+            mr_error_set(MR_EINVAL, "bad token id near '%s' (expected non-negative integers separated by commas)",
+                         excerpt(c, ex, sizeof ex));
             return -1;
         }
         if (base + n == *cap) {
@@ -62,8 +75,12 @@ static int64_t parse_list(const char *s, mr_cli_prompts *p, int64_t *cap) {
         if (*c == ',') {
             c++;
             while (*c == ' ' || *c == '\t') c++;
+            if (!*c || *c == '\n' || *c == '\r') {
+                mr_error_set(MR_EINVAL, "the token id list ends with a comma");
+                return -1;
+            }
         } else if (*c && *c != '\n' && *c != '\r') {
-            mr_error_set(MR_EINVAL, "unexpected '%c' in a token id list", *c);
+            mr_error_set(MR_EINVAL, "unexpected '%s' in a token id list", excerpt(c, ex, sizeof ex));
             return -1;
         }
     }
@@ -101,10 +118,30 @@ int mr_cli_prompts_read(const char *ids_list, const char *file, mr_cli_prompts *
         mr_error_set(MR_EIO, "cannot open %s: %s", file, strerror(errno));
         return 1;
     }
-    char line[65536];
+    char *line = NULL;
+    size_t cap_line = 0;
     int rc = 0, ln = 0;
-    while (!rc && fgets(line, sizeof line, f)) {
+    while (!rc) {
+        errno = 0;
+        ssize_t got = getline(&line, &cap_line, f);
+        if (got < 0) {
+            if (ferror(f)) {
+                mr_error_set(MR_EIO, "cannot read %s: %s", file, strerror(errno ? errno : EIO));
+                rc = 1;
+            }
+            break;
+        }
         ln++;
+        if (strlen(line) != (size_t)got) {
+            mr_error_set(MR_EINVAL, "%s:%d: the line holds a NUL byte (not a text file?)", file, ln);
+            rc = 1;
+            break;
+        }
+        if (p->n >= 1 << 20) {
+            mr_error_set(MR_EINVAL, "%s: more than %d prompts", file, 1 << 20);
+            rc = 1;
+            break;
+        }
         const char *c = line;
         while (*c == ' ' || *c == '\t') c++;
         if (*c == '\n' || *c == '\r' || !*c || *c == '#') continue;
@@ -115,6 +152,7 @@ int mr_cli_prompts_read(const char *ids_list, const char *file, mr_cli_prompts *
             rc = 1;
         }
     }
+    free(line);
     fclose(f);
     if (!rc && p->n == 0) {
         mr_error_set(MR_EINVAL, "%s holds no prompt", file);
@@ -134,8 +172,12 @@ int mr_cli_resolve(const char *cmd, const mr_options *o, bool explain, mr_resolu
     *r = NULL;
     mr_status st = mr_resolve(o, r);
     if (st != MR_OK) {
-        mr_cli_fail(cmd, "resolution failed");
-        if (*r) mr_resolution_explain(*r, stderr);
+        /* one line; the whole story only when asked for (--explain) */
+        if (*r && mr_resolution_error(*r)[0])
+            fprintf(stderr, "moerun %s: resolution failed: %s\n", cmd, mr_resolution_error(*r));
+        else
+            mr_cli_fail(cmd, "resolution failed");
+        if (*r && explain) mr_resolution_explain(*r, stderr);
         return 1;
     }
     char line[1024];

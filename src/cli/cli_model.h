@@ -24,8 +24,9 @@ int mr_cli_prompts_read(const char *ids_list, const char *file, mr_cli_prompts *
 void mr_cli_prompts_free(mr_cli_prompts *p);
 
 /* Resolves o; prints the one-line summary on stdout (and the explanation
- * with explain). On failure prints the reason and the story to stderr and
- * returns nonzero (exit 2); *r is always to be freed by the caller. */
+ * with explain). On failure prints the reason on one line to stderr (plus
+ * the story with explain) and returns nonzero (exit 2); *r is always to be
+ * freed by the caller. */
 int mr_cli_resolve(const char *cmd, const mr_options *o, bool explain, mr_resolution **r);
 
 #endif

@@ -13,7 +13,10 @@ static void usage(FILE *f) {
             "                       [--experts N] [--top-k N] [--expert-dim N] [--heads N] [--kv-heads N]\n"
             "                       [--head-dim N] [--rotary-dim N] [--vocab N]\n\n"
             "Writes config.json, generation_config.json and model.safetensors (HF names; FP8 and NVFP4\n"
-            "forms with their quantization_config / hf_quant_config.json) into DIR, atomically.\n"
+            "forms with their quantization_config / hf_quant_config.json) into DIR, atomically: a scratch\n"
+            "folder next to DIR is renamed into place when complete, and removed on failure. DIR must not\n"
+            "exist or must be an empty folder; nothing is ever replaced.\n"
+            "Exit status: 0 written; 2 bad usage or shape; 1 DIR exists (not empty) or a write failed.\n"
             "Defaults: hidden 256, 4 layers, 8 q heads / 2 kv heads, head_dim 32, rotary_dim 16,\n"
             "32 experts top-4, expert dim 128, vocab 512, seed 0. FP8 needs hidden and expert dim\n"
             "multiples of 128; NVFP4 multiples of 16.\n");
@@ -36,8 +39,12 @@ int mr_cmd_gen_tiny(int argc, char **argv) {
         for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++) {
             if (strcmp(a, dims[d].flag)) continue;
             long x;
-            if (!v || mr_cli_parse_long(v, 1, 1 << 20, &x)) {
-                fprintf(stderr, "moerun gen-tiny: %s needs a positive integer\n", a);
+            if (!v) {
+                fprintf(stderr, "moerun gen-tiny: %s needs a value\n", a);
+                return 2;
+            }
+            if (mr_cli_parse_long(v, 1, 1 << 20, &x)) {
+                fprintf(stderr, "moerun gen-tiny: %s: %s\n", a, mr_error_last());
                 return 2;
             }
             *dims[d].dst = x;
@@ -45,7 +52,10 @@ int mr_cmd_gen_tiny(int argc, char **argv) {
             matched = true;
         }
         if (matched) continue;
-        if (!strcmp(a, "--quant") && v) {
+        if ((!strcmp(a, "--quant") || !strcmp(a, "--seed")) && !v) {
+            fprintf(stderr, "moerun gen-tiny: %s needs a value\n", a);
+            return 2;
+        } else if (!strcmp(a, "--quant") && v) {
             i++;
             if (!strcmp(v, "bf16")) p.quant = MR_FMT_BF16;
             else if (!strcmp(v, "fp8")) p.quant = MR_FMT_FP8_BLOCK;
@@ -57,7 +67,7 @@ int mr_cmd_gen_tiny(int argc, char **argv) {
         } else if (!strcmp(a, "--seed") && v) {
             long s;
             if (mr_cli_parse_long(argv[++i], 0, INT64_MAX, &s)) {
-                fprintf(stderr, "moerun gen-tiny: --seed needs a non-negative integer\n");
+                fprintf(stderr, "moerun gen-tiny: --seed: %s\n", mr_error_last());
                 return 2;
             }
             p.seed = (uint64_t)s;
@@ -69,16 +79,17 @@ int mr_cmd_gen_tiny(int argc, char **argv) {
         }
     }
     if (!dir) {
-        usage(stderr);
+        fprintf(stderr, "moerun gen-tiny: missing DIR (see --help)\n");
         return 2;
     }
     if (mr_tiny_validate(&p)) {
         mr_cli_fail("gen-tiny", "invalid shape");
         return 2;
     }
-    if (mr_tiny_write(dir, &p)) {
+    mr_status st = mr_tiny_write(dir, &p);
+    if (st) {
         mr_cli_fail("gen-tiny", "cannot write the checkpoint");
-        return 1;
+        return st == MR_EINVAL ? 2 : 1;
     }
     printf("wrote %s\n", dir);
     return 0;

@@ -47,15 +47,16 @@ int mr_cmd_generate(int argc, char **argv) {
     mr_sampler_params sp = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .seed = 0};
     long n_new = 16;
     bool stats = false, explain = false;
-    const char *prompt_ids = NULL, *batch_file = NULL;
+    const char *prompt_ids = NULL, *batch_file = NULL, *flag = cmd;
 
     if (mr_options_parse(&o, &argc, argv, true) != MR_OK) {
-        mr_cli_fail(cmd, "bad option");
+        mr_cli_fail(cmd, NULL);
         goto out;
     }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        flag = a;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             rc = 0;
@@ -84,8 +85,13 @@ int mr_cmd_generate(int argc, char **argv) {
             long s;
             if (mr_cli_parse_long(argv[++i], 0, INT64_MAX, &s)) goto bad;
             sp.seed = (uint64_t)s;
+        } else if (!v && (!strcmp(a, "--prompt-ids") || !strcmp(a, "--batch") || !strcmp(a, "-n") ||
+                          !strcmp(a, "--max-tokens") || !strcmp(a, "--temperature") || !strcmp(a, "--top-k") ||
+                          !strcmp(a, "--top-p") || !strcmp(a, "--min-p") || !strcmp(a, "--seed"))) {
+            fprintf(stderr, "moerun generate: %s needs a value\n", a);
+            goto out;
         } else {
-            fprintf(stderr, "moerun generate: unknown or incomplete argument '%s' (see --help)\n", a);
+            fprintf(stderr, "moerun generate: unknown argument '%s' (see --help)\n", a);
             goto out;
         }
     }
@@ -223,7 +229,7 @@ int mr_cmd_generate(int argc, char **argv) {
     rc = 0;
     goto out;
 bad:
-    mr_cli_fail(cmd, "bad value");
+    fprintf(stderr, "moerun generate: %s: %s\n", flag, mr_error_last());
     rc = 2;
 out:
     mr_sampler_free(&smp);

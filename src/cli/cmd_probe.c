@@ -178,18 +178,19 @@ int mr_cmd_probe(int argc, char **argv) {
     int rc = 2;
     long n_prompts = 4, steps = 16, seed = 1;
     float tol_flag = 0.0f;
-    const char *against = NULL;
+    const char *against = NULL, *flag = "probe";
     probe_set ps = {0};
     float *ref = NULL, *got = NULL;
     double *step_err = NULL;
     mr_resolution *rr = NULL;
     mr_model *mref = NULL;
     if (mr_options_parse(&o, &argc, argv, true) != MR_OK) {
-        mr_cli_fail("probe", "bad option");
+        mr_cli_fail("probe", NULL);
         goto out;
     }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        flag = a;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             rc = 0;
@@ -204,8 +205,12 @@ int mr_cmd_probe(int argc, char **argv) {
             if (mr_cli_parse_float(argv[++i], 0.0f, 1e6f, &tol_flag)) goto bad;
         } else if (v && !strcmp(a, "--against")) {
             against = argv[++i];
+        } else if (!v && (!strcmp(a, "--prompts") || !strcmp(a, "--steps") || !strcmp(a, "--seed") ||
+                          !strcmp(a, "--tol") || !strcmp(a, "--against"))) {
+            fprintf(stderr, "moerun probe: %s needs a value\n", a);
+            goto out;
         } else {
-            fprintf(stderr, "moerun probe: unknown or incomplete argument '%s' (see --help)\n", a);
+            fprintf(stderr, "moerun probe: unknown argument '%s' (see --help)\n", a);
             goto out;
         }
     }
@@ -230,11 +235,8 @@ int mr_cmd_probe(int argc, char **argv) {
     for (int i = 0; i < ps.n; i++) total += ps.len[i] = 3 + (i * 5) % 9;
     ps.ids = malloc((size_t)total * sizeof(int32_t));
     ps.tokens = malloc((size_t)(ps.steps + 1) * (size_t)ps.n * sizeof(int32_t));
-    size_t nlog = (size_t)(ps.steps + 1) * (size_t)ps.n * (size_t)ps.V;
-    ref = malloc(nlog * sizeof(float));
-    got = malloc(nlog * sizeof(float));
     step_err = malloc((size_t)(ps.steps + 1) * sizeof(double));
-    if (!ps.len || !ps.ids || !ps.tokens || !ref || !got || !step_err) {
+    if (!ps.len || !ps.ids || !ps.tokens || !step_err) {
         fprintf(stderr, "moerun probe: out of memory\n");
         rc = 1;
         goto out;
@@ -245,6 +247,18 @@ int mr_cmd_probe(int argc, char **argv) {
         ps.ids[i] = (int32_t)((s >> 33) % (uint64_t)ps.V);
     }
     if ((rc = open_with(&o, model_dir, against ? NULL : "reference", &ps, &rr, &mref, false))) goto out;
+    /* the logits buffers, once the loader has checked the vocabulary against
+     * the embedding (V <= 2^31, n <= 64, steps <= 4096: no size_t overflow) */
+    size_t nlog = (size_t)(ps.steps + 1) * (size_t)ps.n * (size_t)ps.V;
+    double gib = (double)nlog * sizeof(float) / (1024.0 * 1024.0 * 1024.0);
+    if (gib > 64.0 || !(ref = malloc(nlog * sizeof(float))) || !(got = malloc(nlog * sizeof(float)))) {
+        fprintf(stderr,
+                "moerun probe: the logits of %d prompts x %d steps x vocab %lld need 2 x %.1f GiB%s; lower --prompts "
+                "or --steps\n",
+                ps.n, ps.steps + 1, (long long)ps.V, gib, gib > 64.0 ? " (limit 64 GiB)" : " (out of memory)");
+        rc = gib > 64.0 ? 2 : 1;
+        goto out;
+    }
     const mr_exec *xr = mr_resolution_exec(rr);
     omp_set_num_threads(xr->threads); /* the resolved thread count */
     char line[1024];
@@ -263,6 +277,12 @@ int mr_cmd_probe(int argc, char **argv) {
         mr_resolution *r2 = NULL;
         mr_model *m2 = NULL;
         int e = open_with(&o, against, NULL, &ps, &r2, &m2, false);
+        if (!e && mr_model_config_of(m2)->vocab != ps.V) {
+            /* its logits rows would not fit the buffers, nor compare */
+            fprintf(stderr, "moerun probe: %s has a vocabulary of %lld, %s of %lld: not the same model\n", against,
+                    (long long)mr_model_config_of(m2)->vocab, model_dir, (long long)ps.V);
+            e = 2;
+        }
         if (!e) {
             mr_resolution_summary(r2, line, sizeof line);
             printf("against %s\n", line);
@@ -313,7 +333,7 @@ int mr_cmd_probe(int argc, char **argv) {
     rc = pass ? 0 : 1;
     goto out;
 bad:
-    mr_cli_fail("probe", "bad value");
+    fprintf(stderr, "moerun probe: %s: %s\n", flag, mr_error_last());
     rc = 2;
 out:
     mr_model_close(mref);

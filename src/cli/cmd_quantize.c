@@ -13,7 +13,10 @@ static void usage(FILE *f) {
             "Converts the bf16 checkpoint IN into native FP8 block (128x128, attention and experts) or\n"
             "ModelOpt NVFP4 (experts only; input_scale calibrated by running the bf16 model over N\n"
             "calibration tokens, default 256). OUT is written atomically (a scratch folder renamed\n"
-            "into place) and must not hold a checkpoint.\n");
+            "into place, removed on failure). OUT must not exist or must be an empty folder; nothing\n"
+            "is ever replaced.\n"
+            "Exit status: 0 written; 2 bad usage or an input that cannot be quantized (e.g. already\n"
+            "quantized); 1 OUT exists (not empty), or a read / write failure.\n");
 }
 
 int mr_cmd_quantize(int argc, char **argv) {
@@ -35,18 +38,21 @@ int mr_cmd_quantize(int argc, char **argv) {
         } else if (!strcmp(a, "--calib-tokens") && v) {
             long n;
             if (mr_cli_parse_long(argv[++i], 1, 1 << 24, &n)) {
-                fprintf(stderr, "moerun quantize: --calib-tokens needs a positive integer\n");
+                fprintf(stderr, "moerun quantize: --calib-tokens: %s\n", mr_error_last());
                 return 2;
             }
             p.calib_tokens = n;
         } else if (!strcmp(a, "--seed") && v) {
             long s;
             if (mr_cli_parse_long(argv[++i], 0, INT64_MAX, &s)) {
-                fprintf(stderr, "moerun quantize: --seed needs a non-negative integer\n");
+                fprintf(stderr, "moerun quantize: --seed: %s\n", mr_error_last());
                 return 2;
             }
             p.seed = (uint64_t)s;
-        } else if (a[0] == '-') {
+        } else if (!v && (!strcmp(a, "--to") || !strcmp(a, "--calib-tokens") || !strcmp(a, "--seed"))) {
+            fprintf(stderr, "moerun quantize: %s needs a value\n", a);
+            return 2;
+        } else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "moerun quantize: unknown option '%s' (see --help)\n", a);
             return 2;
         } else if (!in) {
@@ -58,8 +64,13 @@ int mr_cmd_quantize(int argc, char **argv) {
             return 2;
         }
     }
-    if (!in || !out || p.to == MR_FMT_COUNT) {
-        usage(stderr);
+    if (!in || !out) {
+        fprintf(stderr, "moerun quantize: missing %s (usage: moerun quantize IN OUT --to fp8|nvfp4)\n",
+                !in ? "IN and OUT" : "OUT");
+        return 2;
+    }
+    if (p.to == MR_FMT_COUNT) {
+        fprintf(stderr, "moerun quantize: --to fp8|nvfp4 is required\n");
         return 2;
     }
     mr_status st = mr_model_quantize(in, out, &p);

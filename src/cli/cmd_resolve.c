@@ -1,8 +1,9 @@
 /* cmd_resolve.c — `moerun resolve --model DIR [options] [--explain] [--json]`:
  * decide the MoE backend and say why. Reads config.json,
  * hf_quant_config.json and safetensors headers only, never tensor data.
- * Exit status: 0 resolved, 2 resolution or usage failed, 1 file or memory
- * error. Hidden: --print-options-md writes docs/options.md to stdout. */
+ * Exit status: 0 resolved, 2 resolution failed for any reason (including a
+ * missing or unreadable model folder) or bad usage, 1 out of memory or output
+ * error (issue 4). Hidden: --print-options-md writes docs/options.md to stdout. */
 #include <stdio.h>
 #include <string.h>
 
@@ -16,6 +17,9 @@ static void usage(FILE *f) {
                "with where it came from. Reads config files and safetensors headers only.\n\n"
                "  --explain   the whole story: each pass's declarations, refusals, source chains\n"
                "  --json      machine-readable (schema: docs/resolve-json.md)\n\n"
+               "Exit status: 0 resolved; 2 resolution failed (whatever the reason: a missing or\n"
+               "unreadable model folder, a bad config, a refused combination) or bad usage;\n"
+               "1 out of memory.\n\n"
                "options (flag > environment > default):\n");
     mr_options_print_help(f);
 }
@@ -46,7 +50,7 @@ int mr_cmd_resolve(int argc, char **argv) {
         return 1;
     }
     if (mr_options_parse(&o, &argc, argv, false) != MR_OK) {
-        mr_cli_fail("resolve", "bad option");
+        mr_cli_fail("resolve", NULL);
         mr_options_free(&o);
         return 2;
     }
@@ -89,7 +93,7 @@ int mr_cmd_resolve(int argc, char **argv) {
     }
     if (s != MR_OK) {
         fprintf(stderr, "moerun resolve: %s\n", mr_resolution_error(r));
-        rc = (s == MR_EIO || s == MR_ENOMEM) ? 1 : 2;
+        rc = s == MR_ENOMEM ? 1 : 2; /* any resolution failure, unreadable folders included */
     }
     mr_resolution_free(r);
     mr_options_free(&o);

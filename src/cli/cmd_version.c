@@ -6,11 +6,14 @@
 #include "moerun/base.h"
 
 int mr_cmd_version(int argc, char **argv) {
-    (void)argv;
     if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
         printf("usage: moerun version\n\nPrints the version, the build options and the CPU features detected\n"
                "(MOERUN_CPU_MASK hides features, e.g. MOERUN_CPU_MASK=avx512).\n");
         return 0;
+    }
+    if (argc > 1) {
+        fprintf(stderr, "moerun version: unexpected argument '%s' (it takes none)\n", argv[1]);
+        return 2;
     }
     const mr_cpu_info *ci = mr_cpu();
     printf("moerun %s\n", mr_version());

@@ -33,7 +33,9 @@ static const command commands[] = {
 
 void mr_cli_fail(const char *cmd, const char *what) {
     const char *d = mr_error_last();
-    if (d && *d)
+    if (!what)
+        fprintf(stderr, "moerun %s: %s\n", cmd, d && *d ? d : "failed");
+    else if (d && *d)
         fprintf(stderr, "moerun %s: %s: %s\n", cmd, what, d);
     else
         fprintf(stderr, "moerun %s: %s\n", cmd, what);

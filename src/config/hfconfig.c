@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/json_internal.h"
 #include "config/config_internal.h"
 
 /* ---- names ---- */
@@ -736,7 +737,9 @@ static mr_status parse_roots(json_t *root, json_t *hfq, mr_model_desc *m) {
 
 static mr_status parse_text(const char *text, const char *file, json_t **out) {
     json_error_t err;
-    *out = json_loads(text, JSON_REJECT_DUPLICATES, &err);
+    bool oom;
+    *out = mr__json_loads(text, JSON_REJECT_DUPLICATES, &err, &oom);
+    if (*out == NULL && oom) return MR_ENOMEM; /* the detail is set */
     if (*out == NULL)
         return mr_error_set(MR_ECONFIG, "%s: not valid JSON at line %d column %d: %s", file, err.line, err.column,
                             err.text);

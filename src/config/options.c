@@ -2,6 +2,7 @@
  * generic parser (flag > environment > default), value checks, --help text
  * and docs/options.md. Adding an option is one row here plus its use in the
  * resolver; the CLI, environment and docs follow. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,8 +95,9 @@ static void list_values(const mr_option_def *d, char *buf, size_t n) {
     }
 }
 
-mr_status mr_option_check(const mr_option_def *d, const char *value) {
-    if (d == NULL || value == NULL) return mr_error_set(MR_EINVAL, "option check: NULL argument");
+/* The value check; the detail does not name the option (callers prefix the
+ * name, the flag or the environment variable, whichever the user wrote). */
+static mr_status check_value(const mr_option_def *d, const char *value) {
     switch (d->type) {
     case MR_OPT_ENUM:
         for (int i = 0; d->values[i]; i++)
@@ -103,17 +105,18 @@ mr_status mr_option_check(const mr_option_def *d, const char *value) {
         {
             char vals[256];
             list_values(d, vals, sizeof vals);
-            return mr_error_set(MR_EINVAL, "%s: unknown value '%s'; valid values: %s", d->name, value, vals);
+            return mr_error_set(MR_EINVAL, "unknown value '%s'; valid values: %s", value, vals);
         }
     case MR_OPT_INT: {
         char *end = NULL;
-        if (*value == 0) return mr_error_set(MR_EINVAL, "%s: expected an integer, got an empty value", d->name);
+        if (*value == 0) return mr_error_set(MR_EINVAL, "expected an integer, got an empty value");
+        errno = 0;
         long long v = strtoll(value, &end, 10);
-        if (*end != 0)
-            return mr_error_set(MR_EINVAL, "%s: expected an integer in %lld..%lld, got '%s'", d->name,
-                                (long long)d->min, (long long)d->max, value);
+        if (*end != 0 || errno == ERANGE)
+            return mr_error_set(MR_EINVAL, "expected an integer in %lld..%lld, got '%s'", (long long)d->min,
+                                (long long)d->max, value);
         if (v < d->min || v > d->max)
-            return mr_error_set(MR_EINVAL, "%s: %lld is out of range %lld..%lld", d->name, v, (long long)d->min,
+            return mr_error_set(MR_EINVAL, "%lld is out of range %lld..%lld", v, (long long)d->min,
                                 (long long)d->max);
         return MR_OK;
     }
@@ -121,12 +124,19 @@ mr_status mr_option_check(const mr_option_def *d, const char *value) {
         if (d->id == MR_OPT_CPU_MASK) {
             uint32_t m;
             mr_status s = mr_cpu_parse_mask(value, &m);
-            if (s != MR_OK) return mr_error_set(s, "%s: %s", d->name, mr_error_last());
+            if (s != MR_OK) return s;
         }
         return MR_OK;
     }
     }
-    return mr_error_set(MR_EINVAL, "%s: bad option type", d->name);
+    return mr_error_set(MR_EINVAL, "bad option type");
+}
+
+mr_status mr_option_check(const mr_option_def *d, const char *value) {
+    if (d == NULL || value == NULL) return mr_error_set(MR_EINVAL, "option check: NULL argument");
+    mr_status s = check_value(d, value);
+    if (s != MR_OK) return mr_error_set(s, "%s: %s", d->name, mr_error_last());
+    return MR_OK;
 }
 
 mr_status mr_options_init(mr_options *o) {
@@ -178,7 +188,8 @@ mr_status mr_options_load_env(mr_options *o) {
         if (o->source[i] != MR_SRC_DEFAULT) continue; /* a flag already set it */
         const char *e = getenv(table[i].env);
         if (e == NULL || *e == 0) continue;
-        mr_status s = mr_options_set(o, table[i].name, e, MR_SRC_ENV);
+        mr_status s = check_value(&table[i], e);
+        if (s == MR_OK) s = mr_options_set(o, table[i].name, e, MR_SRC_ENV);
         if (s != MR_OK) return mr_error_set(s, "environment %s=%s: %s", table[i].env, e, mr_error_last());
     }
     return MR_OK;
@@ -228,9 +239,13 @@ mr_status mr_options_parse(mr_options *o, int *argc, char **argv, bool allow_oth
             val = eq + 1;
         } else {
             if (i + 1 >= n) return mr_error_set(MR_EINVAL, "%s needs a value", d->flag);
+            if (!strncmp(argv[i + 1], "--", 2))
+                return mr_error_set(MR_EINVAL, "%s needs a value (found the flag '%s'; write %s=VALUE if the value "
+                                    "really starts with --)", d->flag, argv[i + 1], d->flag);
             val = argv[++i];
         }
-        mr_status s = mr_options_set(o, d->name, val, MR_SRC_FLAG);
+        mr_status s = check_value(d, val);
+        if (s == MR_OK) s = mr_options_set(o, d->name, val, MR_SRC_FLAG);
         if (s != MR_OK) return mr_error_set(s, "%s: %s", d->flag, mr_error_last());
     }
     for (int i = out; i < n; i++) argv[i] = NULL;

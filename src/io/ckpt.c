@@ -107,11 +107,11 @@ static mr_status open_single(const char *path, mr_ckpt *c) {
 
 static mr_status load_index_json(const char *path, json_t **out) {
     *out = NULL;
-    mr__io_json_begin();
     json_error_t err;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
+    bool oom;
+    json_t *root = mr__json_load_file(path, JSON_REJECT_DUPLICATES, &err, &oom);
     if (root == NULL) {
-        if (mr__io_json_oom() || json_error_code(&err) == json_error_out_of_memory) return mr_error_set(MR_ENOMEM, NULL);
+        if (oom) return MR_ENOMEM;
         if (json_error_code(&err) == json_error_cannot_open_file)
             return mr_error_set(MR_EIO, "%.300s: cannot read the index: %s", path, err.text);
         return mr_error_set(MR_EFORMAT, "%.300s: invalid index: %s (line %d, column %d)", path, err.text, err.line,

@@ -1,8 +1,6 @@
-/* io_util.c — small helpers for io/: strict UTF-8 validation and the jansson
- * allocator hook (jansson then allocates through mr_malloc, so allocation
- * fault injection also reaches JSON parsing). */
-#include <jansson.h>
-#include <pthread.h>
+/* io_util.c — small helpers for io/: strict UTF-8 validation. (JSON parsing
+ * goes through src/base/json.c, which routes jansson's allocations through
+ * mr_malloc.) */
 
 #include "io_internal.h"
 
@@ -41,23 +39,3 @@ fail:
     if (bad) *bad = i;
     return false;
 }
-
-/* jansson reports a failed allocation in the middle of parsing as a syntax
- * error, so the allocator records it in a thread-local flag that callers
- * check after a failed parse. */
-static _Thread_local bool json_oom;
-static void *json_alloc(size_t n) {
-    void *p = mr_malloc(n);
-    if (p == NULL) json_oom = true;
-    return p;
-}
-
-static pthread_once_t json_once = PTHREAD_ONCE_INIT;
-static void json_init_once(void) { json_set_alloc_funcs(json_alloc, mr_free); }
-
-void mr__io_json_begin(void) {
-    pthread_once(&json_once, json_init_once);
-    json_oom = false;
-}
-
-bool mr__io_json_oom(void) { return json_oom; }

@@ -129,11 +129,11 @@ static mr_status load_header(const char *file, const unsigned char *h, size_t n,
     *out = NULL;
     if (!mr__utf8_valid(h, n, &bad))
         return fail(MR_EFORMAT, file, NULL, RULE_JSON, "header is not valid UTF-8 (byte %zu of the header)", bad);
-    mr__io_json_begin();
     json_error_t err;
-    json_t *root = json_loadb((const char *)h, n, JSON_REJECT_DUPLICATES, &err);
+    bool oom;
+    json_t *root = mr__json_loadb((const char *)h, n, JSON_REJECT_DUPLICATES, &err, &oom);
     if (root == NULL) {
-        if (mr__io_json_oom()) return mr_error_set(MR_ENOMEM, NULL);
+        if (oom) return MR_ENOMEM;
         switch (json_error_code(&err)) {
         case json_error_out_of_memory: return mr_error_set(MR_ENOMEM, NULL);
         case json_error_duplicate_key:

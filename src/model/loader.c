@@ -19,6 +19,7 @@
 #include <jansson.h>
 #include <omp.h>
 
+#include "base/json_internal.h"
 #include "model/model_internal.h"
 #include "moerun/io.h"
 
@@ -177,9 +178,10 @@ static mr_status read_generation_config(const char *dir, mr_model_config *c) {
     snprintf(path, sizeof path, "%s/generation_config.json", dir);
     if (access(path, F_OK) != 0) return MR_OK;
     json_error_t e;
-    json_t *root = json_load_file(path, 0, &e);
+    bool oom;
+    json_t *root = mr__json_load_file(path, 0, &e, &oom);
     if (!root) {
-        if (json_error_code(&e) == json_error_out_of_memory) return mr_error_set(MR_ENOMEM, NULL);
+        if (oom) return MR_ENOMEM;
         return mr_error_set(MR_ECONFIG, "%s: not valid JSON at line %d: %s", path, e.line, e.text);
     }
     json_t *eos = json_object_get(root, "eos_token_id");
@@ -328,6 +330,28 @@ static mr_status load_layer(mr_model *m, const mr_ckpt *ck, const mr_model_desc 
 #undef NAME
 }
 
+/* The KV cache is sized by the caller's batch and context: one that cannot
+ * fit this machine's memory is refused before any weight is read (rather than
+ * left to the allocator, or to the kernel's OOM killer). */
+static mr_status check_kv_fits(const mr_model *m) {
+    const mr_model_config *c = &m->c;
+    const mr__state *s = &m->s;
+    size_t kv;
+    if (!mr_size_mul((size_t)c->n_layers * (size_t)s->max_batch, (size_t)s->max_ctx, &kv) ||
+        !mr_size_mul(kv, (size_t)(c->n_kv_heads * c->head_dim) * sizeof(float) * 2, &kv))
+        return mr_error_set(MR_ECAPACITY, "the KV cache for a batch of %lld x context %lld overflows",
+                            (long long)s->max_batch, (long long)s->max_ctx);
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    double have = (double)pages * (double)psz;
+    if (pages > 0 && psz > 0 && (double)kv > have)
+        return mr_error_set(MR_ECAPACITY,
+                            "the KV cache for a batch of %lld x context %lld needs %.1f GiB, more than this machine's "
+                            "%.1f GiB of memory",
+                            (long long)s->max_batch, (long long)s->max_ctx, (double)kv / 1073741824.0,
+                            have / 1073741824.0);
+    return MR_OK;
+}
+
 static mr_status alloc_state(mr_model *m) {
     const mr_model_config *c = &m->c;
     mr__state *s = &m->s;
@@ -420,6 +444,7 @@ mr_status mr_model_open(const char *dir, const mr_model_opts *opts, mr_model **o
     s->max_tokens = m->opts.max_tokens > 0 ? m->opts.max_tokens : (int64_t)s->max_batch * s->max_ctx;
     if (m->opts.max_tokens <= 0 && s->max_tokens > 512) s->max_tokens = 512;
     s->n_threads = m->opts.exec && m->opts.exec->threads > 0 ? m->opts.exec->threads : omp_get_max_threads();
+    if ((st = check_kv_fits(m))) goto out;
     if ((st = setup_runner(m, d))) goto out;
     if ((st = mr_ckpt_open(dir, &ck))) goto out;
     m->ckpt = ck;

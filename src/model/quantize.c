@@ -23,6 +23,7 @@
 
 #include <jansson.h>
 
+#include "base/json_internal.h"
 #include "model/model_internal.h"
 #include "model/tools_internal.h"
 #include "moerun/io.h"
@@ -249,15 +250,19 @@ static json_t *quant_config(mr_format to, bool hf) {
 static mr_status write_configs(const char *in_dir, const char *tmp, mr_format to) {
     char path[4096];
     json_error_t e;
+    bool oom;
     snprintf(path, sizeof path, "%s/config.json", in_dir);
-    json_t *c = json_load_file(path, JSON_PRESERVE_ORDER, &e);
-    if (!c) return mr_error_set(MR_ECONFIG, "%s: %s", path, e.text);
+    json_t *c = mr__json_load_file(path, JSON_PRESERVE_ORDER, &e, &oom);
+    if (!c) return oom ? MR_ENOMEM : mr_error_set(MR_ECONFIG, "%s: %s", path, e.text);
     json_object_set_new(c, "quantization_config", quant_config(to, false));
     snprintf(path, sizeof path, "%s/config.json", tmp);
     mr_status st = mr__write_json_atomic(path, c);
     if (st) return st;
     snprintf(path, sizeof path, "%s/generation_config.json", in_dir);
-    json_t *g = json_load_file(path, JSON_PRESERVE_ORDER, &e);
+    json_t *g = mr__json_load_file(path, JSON_PRESERVE_ORDER, &e, &oom);
+    if (!g && oom) return MR_ENOMEM;
+    if (!g && json_error_code(&e) != json_error_cannot_open_file) /* present but broken: never drop it silently */
+        return mr_error_set(MR_ECONFIG, "%s: not valid JSON at line %d: %s", path, e.line, e.text);
     if (g) {
         snprintf(path, sizeof path, "%s/generation_config.json", tmp);
         if ((st = mr__write_json_atomic(path, g))) return st;

@@ -70,6 +70,15 @@ mr_status mr_tiny_validate(const mr_tiny_params *in) {
                             (long long)p.hidden, (long long)p.inter);
     if (p.quant != MR_FMT_BF16 && p.quant != MR_FMT_FP8_BLOCK && p.quant != MR_FMT_NVFP4)
         return mr_error_set(MR_EINVAL, "--quant must be bf16, fp8 or nvfp4");
+    /* the bf16 size, before anything is allocated (each dimension is <= 2^20,
+     * so double holds every product exactly enough) */
+    double H = (double)p.hidden, attn = (double)(p.heads + 2 * p.kv_heads) * (double)p.head_dim * H +
+                                        H * (double)p.heads * (double)p.head_dim;
+    double per_layer = attn + (double)p.experts * (3.0 * (double)p.inter * H + H);
+    double bytes = 2.0 * ((double)p.layers * per_layer + 2.0 * (double)p.vocab * H);
+    if (bytes > 1099511627776.0)
+        return mr_error_set(MR_EINVAL, "the checkpoint would hold %.0f GiB of bf16 weights (limit 1024 GiB)",
+                            bytes / 1073741824.0);
     return MR_OK;
 }
 

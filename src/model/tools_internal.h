@@ -18,7 +18,8 @@ void mr__rmtree(const char *path);
 mr_status mr__tmpdir_next_to(const char *dir, char *out, size_t n);
 /* Renames the finished scratch folder onto dir (absent or empty). */
 mr_status mr__publish_dir(const char *tmp, const char *dir);
-/* dir must be absent, or a folder without a config.json. */
+/* The output rule of gen-tiny and quantize: dir must be absent or an empty
+ * folder (nothing is ever replaced or merged); else MR_EIO naming why. */
 mr_status mr__check_target_dir(const char *dir);
 /* Draws a progress bar on stderr when it is a terminal (and enabled). */
 void mr__progress(bool enabled, const char *what, int64_t done, int64_t total);

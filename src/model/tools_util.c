@@ -1,6 +1,7 @@
 /* tools_util.c — helpers of the checkpoint tools (gen-tiny, quantize):
  * atomic JSON files, scratch folders next to the target renamed into place
  * when complete, a terminal-only progress bar. */
+#include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
 #include <stdio.h>
@@ -65,11 +66,29 @@ mr_status mr__publish_dir(const char *tmp, const char *dir) {
 
 mr_status mr__check_target_dir(const char *dir) {
     struct stat sb;
-    if (stat(dir, &sb) != 0) return MR_OK;
-    if (!S_ISDIR(sb.st_mode)) return mr_error_set(MR_EINVAL, "%s exists and is not a folder", dir);
+    if (!dir || !*dir) return mr_error_set(MR_EINVAL, "the output folder name is empty");
+    if (lstat(dir, &sb) != 0) {
+        if (errno == ENOENT) return MR_OK;
+        return mr_error_set(MR_EIO, "%s: %s", dir, strerror(errno));
+    }
+    if (!S_ISDIR(sb.st_mode)) return mr_error_set(MR_EIO, "%s exists and is not a folder", dir);
     char p[4096];
     snprintf(p, sizeof p, "%s/config.json", dir);
-    if (access(p, F_OK) == 0) return mr_error_set(MR_EINVAL, "%s already holds a checkpoint (config.json)", dir);
+    if (access(p, F_OK) == 0)
+        return mr_error_set(MR_EIO, "%s already holds a checkpoint (config.json); it is never replaced", dir);
+    DIR *d = opendir(dir);
+    if (!d) return mr_error_set(MR_EIO, "cannot read the folder %s: %s", dir, strerror(errno));
+    struct dirent *e;
+    const char *found = NULL;
+    while (!found && (e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) found = e->d_name;
+    if (found) {
+        mr_error_set(MR_EIO, "%s exists and is not empty (it holds %.200s); the output must be a new or empty folder",
+                     dir, found);
+        closedir(d);
+        return MR_EIO;
+    }
+    closedir(d);
     return MR_OK;
 }
 

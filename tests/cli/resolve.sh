@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # resolve.sh — `moerun resolve` end to end: exit codes (0 resolved, 2
-# resolution/usage failure, 1 file error), the messages, flag > env >
+# resolution/usage failure of any kind, 1 out of memory), the messages, flag > env >
 # default, --json, --explain and the generated docs/options.md.
 # Usage: bash resolve.sh <moerun> <tests/data> <scratch dir>
 set -u
@@ -73,12 +73,12 @@ has "$err" "valid values: auto, bf16, fp8, modelopt_fp4"
 run 2
 has "$err" "--model DIR is required"
 
-# bad configs: 2; a missing folder: 1
+# bad configs: 2; a missing folder: 2 as well (issue 4: every resolution failure exits 2)
 run 2 --model "$C/bad_unknown_arch"
 has "$err" "known architectures: MiniMaxM2ForCausalLM"
 run 2 --model "$C/bad_block_size" --json
 has "$out" '"ok": false'
-run 1 --model "$TMP/no/such/model"
+run 2 --model "$TMP/no/such/model"
 
 # help and the generated docs
 run 0 --help
