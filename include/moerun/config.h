@@ -242,6 +242,10 @@ bool mr_exec_verify(const mr_exec *x);
 /* Can this build run it? (e.g. moe_a2a_backend=mpi resolves, but the MPI
  * transport is not built yet: MR_EUNSUPPORTED with a clear message.) */
 mr_status mr_exec_check_runnable(const mr_exec *x);
+/* Checks runnable, then makes the process follow x: kernels see only
+ * x->cpu_flags (the resolved kernel_isa and masks take effect) and OpenMP
+ * uses x->threads. Call once, before loading weights. */
+mr_status mr_exec_apply(const mr_exec *x);
 
 typedef enum {
     MR_DECL_SET = 0,      /* a pass decided a value */

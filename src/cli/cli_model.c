@@ -184,7 +184,7 @@ int mr_cli_resolve(const char *cmd, const mr_options *o, bool explain, mr_resolu
     mr_resolution_summary(*r, line, sizeof line);
     printf("%s\n", line);
     if (explain) mr_resolution_explain(*r, stdout);
-    if (mr_exec_check_runnable(mr_resolution_exec(*r)) != MR_OK) {
+    if (mr_exec_apply(mr_resolution_exec(*r)) != MR_OK) { /* threads and kernel ISA as resolved */
         mr_cli_fail(cmd, "cannot run the resolved configuration");
         return 1;
     }

@@ -7,11 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <omp.h>
 
 #include "cli.h"
 #include "cli_model.h"
 #include "moerun/config.h"
+#include "moerun/kernels.h"
 #include "moerun/model.h"
 
 static void usage(FILE *f) {
@@ -110,7 +110,6 @@ int mr_cmd_generate(int argc, char **argv) {
     /* 1. resolve, before any weight is read */
     if (mr_cli_resolve(cmd, &o, explain, &r)) goto out;
     const mr_exec *x = mr_resolution_exec(r);
-    omp_set_num_threads(x->threads); /* the resolved thread count */
     /* 2. load */
     rc = 1;
     int64_t total = 0, longest = 0;
@@ -127,9 +126,9 @@ int mr_cmd_generate(int argc, char **argv) {
         goto out;
     }
     const mr_model_config *c = mr_model_config_of(m);
-    printf("loaded: %lld layers, %lld experts top-%lld, runner %s (%s), %.2f s, peak RSS %.1f MiB\n",
+    printf("loaded: %lld layers, %lld experts top-%lld, runner %s (%s), kernels %s, %.2f s, peak RSS %.1f MiB\n",
            (long long)c->n_layers, (long long)c->n_experts, (long long)c->top_k, mr_model_runner_name(m),
-           mr_act_mode_name(mr_model_act_mode(m)), (double)(mr_now_ns() - t0) * 1e-9,
+           mr_act_mode_name(mr_model_act_mode(m)), mr_kernels_get()->isa, (double)(mr_now_ns() - t0) * 1e-9,
            (double)mr_model_peak_rss(m) / (1024.0 * 1024.0));
     for (int i = 0; i < pr.n; i++)
         for (int64_t j = 0; j < pr.len[i]; j++)

@@ -18,7 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <omp.h>
 
 #include "cli.h"
 #include "cli_model.h"
@@ -152,7 +151,7 @@ static int open_with(const mr_options *base, const char *model_dir, const char *
     *r = NULL;
     *m = NULL;
     int rc = 0;
-    if (mr_resolve(&o, r) != MR_OK || mr_exec_check_runnable(mr_resolution_exec(*r)) != MR_OK) {
+    if (mr_resolve(&o, r) != MR_OK || mr_exec_apply(mr_resolution_exec(*r)) != MR_OK) {
         if (!quiet_fail) mr_cli_fail("probe", "resolution failed");
         rc = 2;
     } else {
@@ -260,7 +259,6 @@ int mr_cmd_probe(int argc, char **argv) {
         goto out;
     }
     const mr_exec *xr = mr_resolution_exec(rr);
-    omp_set_num_threads(xr->threads); /* the resolved thread count */
     char line[1024];
     mr_resolution_summary(rr, line, sizeof line);
     printf("%s\n", line);

@@ -19,6 +19,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <omp.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -731,6 +732,31 @@ mr_status mr_exec_check_runnable(const mr_exec *x) {
     if (x->device != MR_DEVICE_CPU)
         return mr_error_set(MR_EUNSUPPORTED, "device %s: no GPU runner is built into this binary",
                             mr_device_name(x->device));
+    uint32_t missing = x->cpu_flags & ~mr_cpu()->detected;
+    if (missing) {
+        char names[256] = "";
+        size_t used = 0;
+        for (int b = 0; b < MR_CPU_FEATURE_COUNT; b++) {
+            if (!(missing & (1u << b))) continue;
+            int w = snprintf(names + used, sizeof names - used, "%s%s", used ? ", " : "", mr_cpu_feature_name(1u << b));
+            if (w < 0 || (size_t)w >= sizeof names - used) break;
+            used += (size_t)w;
+        }
+        return mr_error_set(MR_EUNSUPPORTED,
+                            "the resolution simulates CPU features this machine lacks (%s): it can be planned with "
+                            "`moerun resolve`, not run here",
+                            names);
+    }
+    return MR_OK;
+}
+
+mr_status mr_exec_apply(const mr_exec *x) {
+    mr_status s = mr_exec_check_runnable(x);
+    if (s != MR_OK) return s;
+    /* Kernels dispatch on mr_cpu()->flags: hide what the resolved kernel_isa
+     * (or a simulated mask) excludes, so that the ISA chosen is the ISA run. */
+    mr_cpu_set_hidden(mr_cpu()->detected & ~x->cpu_flags);
+    omp_set_num_threads(x->threads);
     return MR_OK;
 }
 
