@@ -2,6 +2,7 @@
 # Both install missing Debian packages, configure and build first.
 BUILD ?= build
 JOBS ?= $(shell nproc)
+MAKEFLAGS += --no-print-directory
 CMAKE_FLAGS ?=
 
 .PHONY: all deps build run test asan fuzz clean
