@@ -1,7 +1,10 @@
 /* test_base.c — status strings, last-error detail, allocation fault
- * injection, overflow helpers, CPU feature masking. */
+ * injection, overflow helpers, CPU feature masking, log levels. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "moerun/base.h"
 #include "testutil.h"
@@ -89,11 +92,60 @@ static void test_cpu_mask(void **st) {
     if (ci->detected & MR_CPU_AVX512F) assert_true(ci->detected & MR_CPU_F16C);
 }
 
+/* MOERUN_LOG picks the level on first use; messages below it are dropped,
+ * the rest go to stderr as "moerun: <level>: <text>". Each case runs in a
+ * child process (the level is read once per process) with stderr captured. */
+static void log_case(const char *env, const char *want_present, const char *want_absent) {
+    char *dir = tu_tmpdir("log");
+    char path[4200];
+    snprintf(path, sizeof path, "%s/err.txt", dir);
+    fflush(stderr);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (!freopen(path, "w", stderr)) _exit(3);
+        if (env) setenv("MOERUN_LOG", env, 1); else unsetenv("MOERUN_LOG");
+        MR_DEBUG("d-%d", 1);
+        MR_INFO("i-%d", 2);
+        MR_WARN("w-%d", 3);
+        MR_ERROR("e-%d", 4);
+        fflush(stderr);
+        _exit(0);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    size_t n = 0;
+    char *txt = tu_read_file(path, &n);
+    assert_non_null(txt);
+    char *z = realloc(txt, n + 1);
+    assert_non_null(z);
+    z[n] = 0;
+    for (const char *p = want_present; *p; p += strlen(p) + 1) {
+        if (!strstr(z, p)) fprintf(stderr, "MOERUN_LOG=%s: '%s' missing from:\n%s", env ? env : "(unset)", p, z);
+        assert_non_null(strstr(z, p));
+    }
+    for (const char *p = want_absent; *p; p += strlen(p) + 1) assert_null(strstr(z, p));
+    free(z);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+static void test_log_levels(void **st) {
+    (void)st;
+    log_case("debug", "moerun: debug: d-1\0moerun: info: i-2\0moerun: warning: w-3\0moerun: error: e-4\0", "");
+    log_case("warn", "moerun: warning: w-3\0moerun: error: e-4\0", "d-1\0i-2\0");
+    log_case("error", "moerun: error: e-4\0", "d-1\0i-2\0w-3\0");
+    log_case("off", "", "d-1\0i-2\0w-3\0e-4\0");
+    log_case(NULL, "w-3\0e-4\0", "d-1\0i-2\0"); /* default: warn */
+    log_case("loud", "is not one of\0w-3\0", "i-2\0");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_status_strings), cmocka_unit_test(test_error_detail),
         cmocka_unit_test(test_alloc_fault_injection), cmocka_unit_test(test_overflow_helpers),
-        cmocka_unit_test(test_cpu_mask),
+        cmocka_unit_test(test_cpu_mask), cmocka_unit_test(test_log_levels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

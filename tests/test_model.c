@@ -4,6 +4,7 @@
  * tensor, wrong shape, wrong dtype, truncated file, NVFP4 input_scale
  * fallback, allocation failures) and sampler properties.
  * Runs three times (generic / AVX2 / AVX-512 kernels via MOERUN_CPU_MASK). */
+#include <fnmatch.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -198,7 +199,7 @@ static void test_kv_overflow(void **st) {
 }
 
 /* ---- loader errors: rewrite the tiny checkpoint with one change ---- */
-typedef enum { EDIT_DROP, EDIT_SHAPE, EDIT_DTYPE } edit_kind;
+typedef enum { EDIT_DROP, EDIT_SHAPE, EDIT_DTYPE, EDIT_DROP_GLOB } edit_kind; /* GLOB: victim is an fnmatch pattern */
 
 static char *copy_with_edit(const char *src_dir, const char *victim, edit_kind kind) {
     char *dir = tu_tmpdir("model_edit");
@@ -222,12 +223,13 @@ static char *copy_with_edit(const char *src_dir, const char *victim, edit_kind k
     bool found = false;
     for (size_t i = 0; i < mr_ckpt_count(ck); i++) {
         const mr_st_tensor *t = mr_ckpt_tensor_at(ck, i);
-        if (strcmp(t->name, victim) != 0) {
+        bool hit = kind == EDIT_DROP_GLOB ? fnmatch(victim, t->name, 0) == 0 : strcmp(t->name, victim) == 0;
+        if (!hit) {
             assert_int_equal(mr_st_writer_add(w, t->name, t->dtype, t->shape, t->ndim, t->data), MR_OK);
             continue;
         }
         found = true;
-        if (kind == EDIT_DROP) continue;
+        if (kind == EDIT_DROP || kind == EDIT_DROP_GLOB) continue;
         if (kind == EDIT_DTYPE) { /* same bytes, declared F16 instead of BF16 */
             assert_int_equal(t->dtype, MR_ST_BF16);
             assert_int_equal(mr_st_writer_add(w, t->name, MR_ST_F16, t->shape, t->ndim, t->data), MR_OK);
@@ -351,6 +353,169 @@ static void test_nvfp4_input_scale_fallback(void **st) {
     free(base);
 }
 
+/* NVFP4: when no expert of a layer carries the input_scale of w1/w3 (the
+ * inputs of the first GEMM), there is no maximum to fall back on; the w2
+ * scales are a different quantity and must not stand in (a 0 scale would
+ * divide by zero in the activation quantizer). A clear error instead. */
+static void test_nvfp4_input_scale_group_missing(void **st) {
+    (void)st;
+    char *base = tu_tmpdir("model_nvfp4b");
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/ck", base);
+    mr_tiny_params tp = {.hidden = 64, .layers = 1, .experts = 4, .top_k = 2, .inter = 32, .heads = 2, .kv_heads = 1,
+                         .head_dim = 16, .rotary_dim = 8, .vocab = 64, .quant = MR_FMT_NVFP4, .seed = 7};
+    assert_int_equal(mr_tiny_write(dir, &tp), MR_OK);
+    char *d = copy_with_edit(dir, "model.layers.0.block_sparse_moe.experts.*.w[13].input_scale", EDIT_DROP_GLOB);
+    expect_open_error(d, MR_ENOTFOUND, "input_scale", "w1");
+    tu_rmtree(d);
+    free(d);
+    d = copy_with_edit(dir, "model.layers.0.block_sparse_moe.experts.*.w2.input_scale", EDIT_DROP_GLOB);
+    expect_open_error(d, MR_ENOTFOUND, "input_scale", "w2");
+    tu_rmtree(d);
+    free(d);
+    tu_rmtree(base);
+    free(base);
+}
+
+/* A token count beyond any cache is a capacity error, not an integer overflow. */
+static void test_forward_huge_count(void **st) {
+    (void)st;
+    mr_model_opts o = {.max_batch = 1, .max_ctx = 8, .runner = "reference", .quiet = true};
+    mr_model *m = NULL;
+    assert_int_equal(mr_model_open(tu_data("model/tiny"), &o, &m), MR_OK);
+    int32_t toks[2] = {1, 2};
+    int slot = 0;
+    int64_t n = 2;
+    float *lg = malloc(256 * sizeof(float) * 2);
+    mr_batch b = {.n_seq = 1, .seq = &slot, .n_tok = &n, .tokens = toks};
+    assert_int_equal(mr_model_forward(m, &b, lg), MR_OK);
+    n = INT64_MAX; /* len 2 + INT64_MAX overflows int64 */
+    assert_int_equal(mr_model_forward(m, &b, lg), MR_ECAPACITY);
+    assert_int_equal(mr_model_seq_len(m, 0), 2);
+    free(lg);
+    mr_model_close(m);
+}
+
+/* quantize follows spec/formats.md, checked from the spec's formulas on the
+ * written files (not by comparing with another run of the quantizer):
+ *   fp8:   attention and expert weights F8_E4M3 with F32 weight_scale_inv
+ *          [ceil(N/128)][ceil(K/128)] = 1/(448 * (1/amax(block))), so the block's largest
+ *          element encodes as +-448; every element dequantizes to within
+ *          half an E4M3 step (2^-4 relative, or the subnormal step); the rest
+ *          (norms, gate, bias, embed, lm_head) byte-identical BF16;
+ *   nvfp4: only expert weights quantized; w1 and w3 share weight_scale_2 =
+ *          max(amax(w1), amax(w3))/2688 and a positive input_scale. */
+static float bf16_at(const mr_st_tensor *t, size_t i) {
+    uint16_t b;
+    memcpy(&b, (const unsigned char *)t->data + 2 * i, 2);
+    return mr_bf16_to_f32(b);
+}
+
+static void test_quantize_follows_spec(void **st) {
+    (void)st;
+    char *base = tu_tmpdir("model_quant");
+    char in[4200], o8[4200], o4[4200];
+    snprintf(in, sizeof in, "%s/bf16", base);
+    snprintf(o8, sizeof o8, "%s/fp8", base);
+    snprintf(o4, sizeof o4, "%s/nvfp4", base);
+    mr_tiny_params tp = {.hidden = 128, .layers = 1, .experts = 4, .top_k = 2, .inter = 256, .heads = 2,
+                         .kv_heads = 1, .head_dim = 64, .rotary_dim = 32, .vocab = 64, .seed = 5};
+    assert_int_equal(mr_tiny_write(in, &tp), MR_OK);
+    mr_quantize_params q8 = {.to = MR_FMT_FP8_BLOCK, .calib_tokens = 16};
+    mr_quantize_params q4 = {.to = MR_FMT_NVFP4, .calib_tokens = 16};
+    assert_int_equal(mr_model_quantize(in, o8, &q8), MR_OK);
+    assert_int_equal(mr_model_quantize(in, o4, &q4), MR_OK);
+    mr_ckpt *ci = NULL, *c8 = NULL, *c4 = NULL;
+    assert_int_equal(mr_ckpt_open(in, &ci), MR_OK);
+    assert_int_equal(mr_ckpt_open(o8, &c8), MR_OK);
+    assert_int_equal(mr_ckpt_open(o4, &c4), MR_OK);
+    int n_fp8 = 0, n_nv = 0, n_copied = 0;
+    for (size_t i = 0; i < mr_ckpt_count(ci); i++) {
+        const mr_st_tensor *t = mr_ckpt_tensor_at(ci, i);
+        bool lin = strstr(t->name, "_proj.weight") || (strstr(t->name, ".experts.") && strstr(t->name, ".weight"));
+        bool expert = strstr(t->name, ".experts.") != NULL;
+        const mr_st_tensor *a = mr_ckpt_find(c8, t->name), *b = mr_ckpt_find(c4, t->name);
+        assert_non_null(a);
+        assert_non_null(b);
+        if (!lin) { /* copied as is, in both */
+            assert_int_equal(a->dtype, t->dtype);
+            assert_int_equal(b->dtype, t->dtype);
+            assert_memory_equal(a->data, t->data, (size_t)t->n_bytes);
+            assert_memory_equal(b->data, t->data, (size_t)t->n_bytes);
+            n_copied++;
+            continue;
+        }
+        int64_t N = t->shape[0], K = t->shape[1];
+        /* fp8 */
+        char nm[400];
+        snprintf(nm, sizeof nm, "%.*s.weight_scale_inv", (int)(strlen(t->name) - 7), t->name);
+        const mr_st_tensor *si = mr_ckpt_find(c8, nm);
+        assert_int_equal(a->dtype, MR_ST_F8_E4M3);
+        assert_non_null(si);
+        assert_int_equal(si->dtype, MR_ST_F32);
+        int64_t nb = (N + 127) / 128, kb = (K + 127) / 128;
+        assert_int_equal(si->shape[0], nb);
+        assert_int_equal(si->shape[1], kb);
+        for (int64_t bi = 0; bi < nb; bi++)
+            for (int64_t bj = 0; bj < kb; bj++) {
+                float amax = 0.0f, sinv, top = 0.0f;
+                memcpy(&sinv, (const unsigned char *)si->data + 4 * (size_t)(bi * kb + bj), 4);
+                for (int64_t r = bi * 128; r < N && r < bi * 128 + 128; r++)
+                    for (int64_t c = bj * 128; c < K && c < bj * 128 + 128; c++)
+                        amax = fmaxf(amax, fabsf(bf16_at(t, (size_t)(r * K + c))));
+                /* scale = 448 * (1/amax), as torch evaluates HF's `448.0 / amax` (src/formats/fp8_block.c) */
+                float want = amax > 0.0f ? 1.0f / (448.0f * (1.0f / amax)) : 1.0f;
+                assert_true(sinv == want);
+                for (int64_t r = bi * 128; r < N && r < bi * 128 + 128; r++)
+                    for (int64_t c = bj * 128; c < K && c < bj * 128 + 128; c++) {
+                        float w = bf16_at(t, (size_t)(r * K + c));
+                        float qv = mr_e4m3_to_f32(((const uint8_t *)a->data)[r * K + c]);
+                        top = fmaxf(top, fabsf(qv));
+                        float err = fabsf(qv * sinv - w);
+                        assert_true(err <= fabsf(w) * 0.0625f + sinv * 0x1p-10f + 1e-12f);
+                    }
+                if (amax > 0.0f) assert_true(top == 448.0f);
+            }
+        n_fp8++;
+        /* nvfp4 */
+        if (!expert) {
+            assert_int_equal(b->dtype, MR_ST_BF16); /* attention stays bf16 */
+            assert_memory_equal(b->data, t->data, (size_t)t->n_bytes);
+            continue;
+        }
+        assert_int_equal(b->dtype, MR_ST_U8);
+        snprintf(nm, sizeof nm, "%.*s.weight_scale_2", (int)(strlen(t->name) - 7), t->name);
+        const mr_st_tensor *s2 = mr_ckpt_find(c4, nm);
+        snprintf(nm, sizeof nm, "%.*s.input_scale", (int)(strlen(t->name) - 7), t->name);
+        const mr_st_tensor *is = mr_ckpt_find(c4, nm);
+        assert_non_null(s2);
+        assert_non_null(is);
+        float ws2, isc, amax = 0.0f;
+        memcpy(&ws2, s2->data, 4);
+        memcpy(&isc, is->data, 4);
+        assert_true(isc > 0.0f && isfinite(isc));
+        const mr_st_tensor *pair[2] = {t, NULL};
+        char other[400];
+        snprintf(other, sizeof other, "%s", t->name);
+        char *w = strstr(other, ".w1.") ? strstr(other, ".w1.") : strstr(other, ".w3.");
+        if (w) { /* w1 <-> w3 share the scale */
+            w[2] = w[2] == '1' ? '3' : '1';
+            pair[1] = mr_ckpt_find(ci, other);
+            assert_non_null(pair[1]);
+        }
+        for (int k = 0; k < 2 && pair[k]; k++)
+            for (size_t e = 0; e < (size_t)pair[k]->n_elements; e++) amax = fmaxf(amax, fabsf(bf16_at(pair[k], e)));
+        assert_true(ws2 == amax / 2688.0f);
+        n_nv++;
+    }
+    assert_true(n_fp8 == 4 + 3 * 4 && n_nv == 3 * 4 && n_copied > 0);
+    mr_ckpt_close(ci);
+    mr_ckpt_close(c8);
+    mr_ckpt_close(c4);
+    tu_rmtree(base);
+    free(base);
+}
+
 /* ---- sampler ---- */
 static void fill_logits(float *l, int V, uint64_t seed) {
     tu_rng r = {seed};
@@ -461,6 +626,9 @@ int main(void) {
         cmocka_unit_test(test_loader_errors),
         cmocka_unit_test(test_loader_alloc_failures),
         cmocka_unit_test(test_nvfp4_input_scale_fallback),
+        cmocka_unit_test(test_nvfp4_input_scale_group_missing),
+        cmocka_unit_test(test_forward_huge_count),
+        cmocka_unit_test(test_quantize_follows_spec),
         cmocka_unit_test(test_sampler_greedy),
         cmocka_unit_test(test_sampler_seeded),
         cmocka_unit_test(test_sampler_filters),

@@ -150,6 +150,12 @@ typedef struct {
 } mr_quantize_params;
 mr_status mr_model_quantize(const char *in_dir, const char *out_dir, const mr_quantize_params *p);
 
+/* Removes the scratch folders ("DIR.tmp.XXXXXX") of a gen-tiny / quantize in
+ * progress, so that an interrupted tool leaves nothing behind. Meant for a
+ * signal handler: async-signal-safe (getdents64, unlinkat, rmdir only); the
+ * process is expected to die right after. */
+void mr_tools_remove_scratch(void);
+
 #ifdef __cplusplus
 }
 #endif

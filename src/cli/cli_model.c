@@ -4,11 +4,13 @@
 #include <errno.h>
 #include <sys/types.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "moerun/model.h"
 
 int mr_cli_parse_long(const char *s, long lo, long hi, long *out) {
     char *end;
@@ -189,4 +191,23 @@ int mr_cli_resolve(const char *cmd, const mr_options *o, bool explain, mr_resolu
         return 1;
     }
     return 0;
+}
+
+static void on_fatal_signal(int sig) {
+    mr_tools_remove_scratch();
+    signal(sig, SIG_DFL); /* then die of it, so that the parent sees the signal */
+    raise(sig);
+}
+
+void mr_cli_remove_scratch_on_signal(void) {
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        struct sigaction old, sa;
+        if (sigaction(sigs[i], NULL, &old) != 0 || old.sa_handler == SIG_IGN) continue; /* nohup & co. */
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_fatal_signal;
+        sigemptyset(&sa.sa_mask);
+        for (size_t j = 0; j < sizeof sigs / sizeof sigs[0]; j++) sigaddset(&sa.sa_mask, sigs[j]);
+        sigaction(sigs[i], &sa, NULL);
+    }
 }

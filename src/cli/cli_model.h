@@ -29,4 +29,9 @@ void mr_cli_prompts_free(mr_cli_prompts *p);
  * freed by the caller. */
 int mr_cli_resolve(const char *cmd, const mr_options *o, bool explain, mr_resolution **r);
 
+/* gen-tiny / quantize: on SIGINT, SIGTERM or SIGHUP remove the scratch
+ * folders in progress (mr_tools_remove_scratch), then die of the signal as
+ * usual. A signal the parent set to be ignored stays ignored. */
+void mr_cli_remove_scratch_on_signal(void);
+
 #endif

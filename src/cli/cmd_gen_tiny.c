@@ -86,6 +86,7 @@ int mr_cmd_gen_tiny(int argc, char **argv) {
         mr_cli_fail("gen-tiny", "invalid shape");
         return 2;
     }
+    mr_cli_remove_scratch_on_signal(); /* Ctrl-C leaves no DIR.tmp.* behind */
     mr_status st = mr_tiny_write(dir, &p);
     if (st) {
         mr_cli_fail("gen-tiny", "cannot write the checkpoint");

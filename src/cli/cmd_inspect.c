@@ -134,20 +134,17 @@ int mr_cmd_inspect(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--json")) {
             as_json = true;
         } else if (argv[i][0] == '-' && argv[i][1] != 0) {
-            fprintf(stderr, "moerun inspect: unknown option '%s'\n\n", argv[i]);
-            usage(stderr);
+            fprintf(stderr, "moerun inspect: unknown option '%s' (see --help)\n", argv[i]);
             return 2;
         } else if (path == NULL) {
             path = argv[i];
         } else {
-            fprintf(stderr, "moerun inspect: only one PATH may be given ('%s' and '%s')\n\n", path, argv[i]);
-            usage(stderr);
+            fprintf(stderr, "moerun inspect: only one PATH may be given ('%s' and '%s'; see --help)\n", path, argv[i]);
             return 2;
         }
     }
     if (path == NULL) {
-        fprintf(stderr, "moerun inspect: missing PATH\n\n");
-        usage(stderr);
+        fprintf(stderr, "moerun inspect: missing PATH (see --help)\n");
         return 2;
     }
     mr_ckpt *c = NULL;

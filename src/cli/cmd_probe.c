@@ -27,13 +27,14 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: moerun probe --model DIR [--prompts N] [--steps N] [--seed S] [--tol R] [--against DIR2]\n"
-            "                    [resolver options]\n\n"
+            "                    [--explain] [resolver options]\n\n"
             "Temperature-0 probe: N seeded prompts (default 4) and N greedy steps (default 16) through every\n"
             "runner that accepts the model, teacher-forced on the reference runner's tokens and compared\n"
             "with it. Exit 1 when a runner's max |logit error| exceeds R * max(1, max|reference logit|)\n"
             "(R defaults by weight format: bf16 1e-3, fp8 2e-2, nvfp4 5e-2) or when it disagrees on a top-1\n"
             "token the reference holds by more than that. --against DIR2 compares two checkpoints and\n"
-            "only reports.\n\n");
+            "only reports. --tol 0 demands exact agreement. --explain prints the resolution story of DIR\n"
+            "first.\n\n");
     mr_options_print_help(f);
 }
 
@@ -176,8 +177,9 @@ int mr_cmd_probe(int argc, char **argv) {
     if (mr_options_init(&o) != MR_OK) return 1;
     int rc = 2;
     long n_prompts = 4, steps = 16, seed = 1;
-    float tol_flag = 0.0f;
+    float tol_flag = -1.0f; /* unset: the format's default; 0 demands exact agreement */
     const char *against = NULL, *flag = "probe";
+    bool explain = false;
     probe_set ps = {0};
     float *ref = NULL, *got = NULL;
     double *step_err = NULL;
@@ -202,6 +204,8 @@ int mr_cmd_probe(int argc, char **argv) {
             if (mr_cli_parse_long(argv[++i], 0, INT32_MAX, &seed)) goto bad;
         } else if (v && !strcmp(a, "--tol")) {
             if (mr_cli_parse_float(argv[++i], 0.0f, 1e6f, &tol_flag)) goto bad;
+        } else if (!strcmp(a, "--explain")) {
+            explain = true;
         } else if (v && !strcmp(a, "--against")) {
             against = argv[++i];
         } else if (!v && (!strcmp(a, "--prompts") || !strcmp(a, "--steps") || !strcmp(a, "--seed") ||
@@ -262,6 +266,7 @@ int mr_cmd_probe(int argc, char **argv) {
     char line[1024];
     mr_resolution_summary(rr, line, sizeof line);
     printf("%s\n", line);
+    if (explain) mr_resolution_explain(rr, stdout);
     printf("probe: %d prompts, prefill + %d greedy steps, teacher-forced on %s's tokens\n", ps.n, ps.steps,
            against ? model_dir : "the reference runner");
     rc = 1;
@@ -288,10 +293,10 @@ int mr_cmd_probe(int argc, char **argv) {
                 mr_cli_fail("probe", "the run of the second checkpoint failed");
                 e = 1;
             } else {
-                compare(&ps, ref, got, tol_flag > 0 ? tol_flag : default_tol(xr->weight_format), &c);
+                compare(&ps, ref, got, tol_flag >= 0 ? tol_flag : default_tol(xr->weight_format), &c);
                 char label[600];
                 snprintf(label, sizeof label, "%s vs %s", model_dir, against);
-                print_cmp(label, &ps, &c, tol_flag > 0 ? tol_flag : default_tol(xr->weight_format), false, &pass);
+                print_cmp(label, &ps, &c, tol_flag >= 0 ? tol_flag : default_tol(xr->weight_format), false, &pass);
             }
         }
         mr_model_close(m2);
@@ -316,7 +321,7 @@ int mr_cmd_probe(int argc, char **argv) {
             pass = false;
         } else {
             const mr_exec *x2 = mr_resolution_exec(r2);
-            double tol = tol_flag > 0 ? tol_flag : default_tol(x2->weight_format);
+            double tol = tol_flag >= 0 ? tol_flag : default_tol(x2->weight_format);
             compare(&ps, ref, got, tol, &c);
             char label[200];
             snprintf(label, sizeof label, "runner %s (%s)", run->name, mr_act_mode_name(x2->act_mode));

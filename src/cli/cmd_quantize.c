@@ -73,6 +73,7 @@ int mr_cmd_quantize(int argc, char **argv) {
         fprintf(stderr, "moerun quantize: --to fp8|nvfp4 is required\n");
         return 2;
     }
+    mr_cli_remove_scratch_on_signal(); /* Ctrl-C leaves no DIR.tmp.* behind */
     mr_status st = mr_model_quantize(in, out, &p);
     if (st) {
         mr_cli_fail("quantize", "failed");

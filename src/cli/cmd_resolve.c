@@ -60,8 +60,7 @@ int mr_cmd_resolve(int argc, char **argv) {
         return 2;
     }
     if (!mr_options_get(&o, MR_OPT_MODEL)[0]) {
-        fprintf(stderr, "moerun resolve: --model DIR is required\n");
-        usage(stderr);
+        fprintf(stderr, "moerun resolve: --model DIR is required (see --help)\n");
         mr_options_free(&o);
         return 2;
     }

@@ -90,11 +90,11 @@ mr_status mr_model_forward(mr_model *m, const mr_batch *b, float *logits) {
         for (int j = 0; j < i; j++)
             if (b->seq[j] == sl) return mr_error_set(MR_EINVAL, "forward: slot %d appears twice in one batch", sl);
         if (b->n_tok[i] < 1) return mr_error_set(MR_EINVAL, "forward: sequence %d has no new tokens", i);
-        if (s->len[sl] + b->n_tok[i] > s->max_ctx)
+        if (b->n_tok[i] > s->max_ctx - s->len[sl]) /* len <= max_ctx: no overflow */
             return mr_error_set(MR_ECAPACITY,
-                                "forward: sequence in slot %d would hold %lld tokens; the KV cache was allocated for a "
-                                "context of %lld",
-                                sl, (long long)(s->len[sl] + b->n_tok[i]), (long long)s->max_ctx);
+                                "forward: sequence in slot %d holds %lld tokens and gets %lld more; the KV cache was "
+                                "allocated for a context of %lld",
+                                sl, (long long)s->len[sl], (long long)b->n_tok[i], (long long)s->max_ctx);
         total += b->n_tok[i];
     }
     for (int64_t t = 0; t < total; t++)

@@ -11,6 +11,7 @@
  *   nvfp4   experts only: U8 weight [N][K/2], F8_E4M3 weight_scale [N][K/16],
  *           F32 weight_scale_2 [], F32 input_scale []; the rest bf16
  * MTP layers (index >= num_hidden_layers) are never looked up. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -120,6 +121,8 @@ static mr_status load_scalar_f32(const mr_ckpt *ck, const char *name, float *out
         return mr_error_set(MR_EFORMAT, "tensor %s: expected a F32 scalar, found %s with %llu elements", name,
                             mr_st_dtype_name(t->dtype), (unsigned long long)t->n_elements);
     memcpy(out, t->data, 4);
+    if (!isfinite(*out) || *out < 0.0f)
+        return mr_error_set(MR_EFORMAT, "tensor %s: expected a finite non-negative scale, found %g", name, (double)*out);
     return MR_OK;
 }
 
@@ -307,10 +310,20 @@ static mr_status load_layer(mr_model *m, const mr_ckpt *ck, const mr_model_desc 
         }
     }
     if (!st && missing) {
-        /* An NVFP4 expert without input_scale takes the maximum over the others. */
-        if ((max_in13 == 0.0f && max_in2 == 0.0f))
-            st = mr_error_set(MR_ENOTFOUND, "layer %d: no NVFP4 expert carries an input_scale "
-                              "(e.g. %sblock_sparse_moe.experts.0.w1.input_scale)", l, p);
+        /* An NVFP4 expert without input_scale takes the maximum over the
+         * others of the same input: w1/w3 (the layer input) or w2 (the
+         * intermediate). A group where none has one has nothing to fall back on. */
+        bool miss13 = false, miss2 = false;
+        for (int64_t x = 0; x < E; x++) {
+            miss13 = miss13 || miss[x * 3] || miss[x * 3 + 1];
+            miss2 = miss2 || miss[x * 3 + 2];
+        }
+        if (miss13 && max_in13 == 0.0f)
+            st = mr_error_set(MR_ENOTFOUND, "layer %d: no NVFP4 expert carries a w1/w3 input_scale to fall back on "
+                              "(e.g. %sblock_sparse_moe.experts.0.w1.input_scale, expected F32 [])", l, p);
+        else if (miss2 && max_in2 == 0.0f)
+            st = mr_error_set(MR_ENOTFOUND, "layer %d: no NVFP4 expert carries a w2 input_scale to fall back on "
+                              "(e.g. %sblock_sparse_moe.experts.0.w2.input_scale, expected F32 [])", l, p);
         for (int64_t x = 0; x < E && !st; x++) {
             for (int i = 0; i < 3; i++) {
                 if (!miss[x * 3 + i]) continue;
@@ -360,8 +373,9 @@ static mr_status alloc_state(mr_model *m) {
     if (!mr_size_mul((size_t)c->n_layers * (size_t)s->max_batch, (size_t)s->max_ctx, &kv) ||
         !mr_size_mul(kv, kd * sizeof(float), &kv))
         return mr_error_set(MR_EOVERFLOW, "KV cache size overflows");
+    size_t bytes;
 #define A(ptr, count) \
-    if (!((ptr) = own_alloc(m, (size_t)(count) * sizeof(*(ptr))))) return MR_ENOMEM
+    if (!mr_size_mul((size_t)(count), sizeof(*(ptr)), &bytes) || !((ptr) = own_alloc(m, bytes))) return MR_ENOMEM
     A(s->x, T * H);
     A(s->xn, T * H);
     A(s->q, T * qd);
@@ -441,10 +455,13 @@ mr_status mr_model_open(const char *dir, const mr_model_opts *opts, mr_model **o
     mr__state *s = &m->s;
     s->max_batch = m->opts.max_batch > 0 ? m->opts.max_batch : 1;
     s->max_ctx = m->opts.max_ctx > 0 ? m->opts.max_ctx : 256;
-    s->max_tokens = m->opts.max_tokens > 0 ? m->opts.max_tokens : (int64_t)s->max_batch * s->max_ctx;
-    if (m->opts.max_tokens <= 0 && s->max_tokens > 512) s->max_tokens = 512;
     s->n_threads = m->opts.exec && m->opts.exec->threads > 0 ? m->opts.exec->threads : omp_get_max_threads();
     if ((st = check_kv_fits(m))) goto out;
+    /* after the check: max_batch * max_ctx is bounded by memory (no overflow);
+     * a call never holds more tokens than the cache does */
+    int64_t cache_tokens = (int64_t)s->max_batch * s->max_ctx;
+    s->max_tokens = m->opts.max_tokens > 0 ? m->opts.max_tokens : (cache_tokens < 512 ? cache_tokens : 512);
+    if (s->max_tokens > cache_tokens) s->max_tokens = cache_tokens;
     if ((st = setup_runner(m, d))) goto out;
     if ((st = mr_ckpt_open(dir, &ck))) goto out;
     m->ckpt = ck;

@@ -1,9 +1,12 @@
 /* tools_util.c — helpers of the checkpoint tools (gen-tiny, quantize):
  * atomic JSON files, scratch folders next to the target renamed into place
- * when complete, a terminal-only progress bar. */
+ * when complete (and a registry of the live ones, so that a signal handler
+ * can remove them: mr_tools_remove_scratch), a terminal-only progress bar. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +35,67 @@ mr_status mr__write_json_atomic(const char *path, json_t *j) {
     return st;
 }
 
+/* ---- live scratch folders ----
+ * A slot is written (path, then live = 1) by the thread that creates the
+ * folder and read by a signal handler, which only looks at slots marked
+ * live. gen-tiny of a quantized form holds two at once (its bf16 folder and
+ * the quantizer's output). */
+#define MR_SCRATCH_SLOTS 4
+static char scratch_path[MR_SCRATCH_SLOTS][4096];
+static volatile sig_atomic_t scratch_live[MR_SCRATCH_SLOTS];
+
+static void scratch_remember(const char *path) {
+    if (strlen(path) >= sizeof scratch_path[0]) return;
+    for (int i = 0; i < MR_SCRATCH_SLOTS; i++) {
+        if (scratch_live[i]) continue;
+        memcpy(scratch_path[i], path, strlen(path) + 1);
+        __atomic_signal_fence(__ATOMIC_SEQ_CST); /* the path is complete before a handler can see the slot */
+        scratch_live[i] = 1;
+        return;
+    }
+}
+
+static void scratch_forget(const char *path) {
+    for (int i = 0; i < MR_SCRATCH_SLOTS; i++)
+        if (scratch_live[i] && !strcmp(scratch_path[i], path)) scratch_live[i] = 0;
+}
+
+/* Removes everything inside the open folder dfd, then nothing else; only
+ * async-signal-safe calls (getdents64, unlinkat, openat, close). */
+static void rm_contents_at(int dfd, int depth) {
+    char buf[4096] __attribute__((aligned(8)));
+    for (;;) {
+        ssize_t n = getdents64(dfd, buf, sizeof buf);
+        if (n <= 0) return;
+        for (ssize_t o = 0; o < n;) {
+            struct dirent64 *e = (struct dirent64 *)(void *)(buf + o);
+            o += e->d_reclen;
+            const char *nm = e->d_name;
+            if (!strcmp(nm, ".") || !strcmp(nm, "..")) continue;
+            if (unlinkat(dfd, nm, 0) == 0 || depth >= 8) continue;
+            int sub = openat(dfd, nm, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (sub < 0) continue;
+            rm_contents_at(sub, depth + 1);
+            close(sub);
+            unlinkat(dfd, nm, AT_REMOVEDIR);
+        }
+    }
+}
+
+void mr_tools_remove_scratch(void) {
+    for (int i = 0; i < MR_SCRATCH_SLOTS; i++) {
+        if (!scratch_live[i]) continue;
+        /* the writing thread may add a file meanwhile: retry a few times */
+        for (int tries = 0; tries < 16; tries++) {
+            int dfd = open(scratch_path[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (dfd < 0) break;
+            rm_contents_at(dfd, 0);
+            close(dfd);
+            if (rmdir(scratch_path[i]) == 0 || errno == ENOENT) break;
+        }
+    }
+}
+
 static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
     (void)sb;
     (void)flag;
@@ -39,7 +103,10 @@ static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw
     return remove(p);
 }
 void mr__rmtree(const char *path) {
-    if (path && *path) nftw(path, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+    if (path && *path) {
+        nftw(path, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+        scratch_forget(path);
+    }
 }
 
 mr_status mr__tmpdir_next_to(const char *dir, char *out, size_t n) {
@@ -48,6 +115,7 @@ mr_status mr__tmpdir_next_to(const char *dir, char *out, size_t n) {
     if (snprintf(out, n, "%.*s.tmp.XXXXXX", (int)len, dir) >= (int)n)
         return mr_error_set(MR_EINVAL, "path too long: %s", dir);
     if (!mkdtemp(out)) return mr_error_set(MR_EIO, "cannot create a scratch folder next to %s: %s", dir, strerror(errno));
+    scratch_remember(out);
     return MR_OK;
 }
 
@@ -61,6 +129,7 @@ mr_status mr__publish_dir(const char *tmp, const char *dir) {
         return mr_error_set(MR_EIO, "cannot move the finished checkpoint into %s: %s%s", dir, strerror(e),
                             (e == ENOTEMPTY || e == EEXIST) ? " (the folder exists and is not empty)" : "");
     }
+    scratch_forget(tmp); /* after the rename: a signal in between finds no folder, which is harmless */
     return MR_OK;
 }
 

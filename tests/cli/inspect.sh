@@ -86,8 +86,11 @@ grep -q "model-00002-of-00002.safetensors" "$SCRATCH/err.txt" || fail "missing s
 # --- usage: exit 2; --help: exit 0 ---
 "$MOERUN" inspect >/dev/null 2>&1
 [ $? -eq 2 ] || fail "no PATH: exit status"
-"$MOERUN" inspect --bogus "$DATA/io/ckpt" >/dev/null 2>&1
+"$MOERUN" inspect --bogus "$DATA/io/ckpt" >/dev/null 2>"$SCRATCH/err.txt"
 [ $? -eq 2 ] || fail "unknown option: exit status"
+# a usage error is one line on stderr, naming the problem (not the whole help)
+[ "$(wc -l < "$SCRATCH/err.txt")" -eq 1 ] || fail "unknown option: more than one line of error"
+grep -q "unknown option '--bogus'" "$SCRATCH/err.txt" || fail "unknown option message"
 "$MOERUN" inspect "$DATA/io/ckpt" "$DATA/io/ckpt" >/dev/null 2>&1
 [ $? -eq 2 ] || fail "two paths: exit status"
 "$MOERUN" inspect --help | grep -q "usage: moerun inspect" || fail "--help"

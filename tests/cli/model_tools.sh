@@ -34,6 +34,18 @@ for q in bf16 fp8 nvfp4; do
   echo "$out" | grep -q "PASS$" || fail "probe $q verdict"
 done
 
+# probe can fail: with --tol 0 any logit difference is a failure (exit 1);
+# the verdict must follow the numbers it prints
+out=$("$M" probe --model "$S/bf16" --prompts 2 --steps 2 --threads 1 --tol 0); rc=$?
+err=$(echo "$out" | sed -n 's/^runner routed.*max |logit err| \([^ ]*\).*/\1/p')
+[ -n "$err" ] || { echo "$out"; fail "probe --tol 0 printed no routed error"; }
+if [ "$err" = 0 ]; then [ $rc -eq 0 ] || fail "probe --tol 0: exact agreement but exit $rc"
+else [ $rc -eq 1 ] && echo "$out" | grep -q "FAIL$" || { echo "$out"; fail "probe --tol 0: error $err but exit $rc"; }; fi
+# probe takes --explain like every command that takes --model
+out=$("$M" probe --model "$S/bf16" --prompts 1 --steps 1 --threads 1 --explain) || fail "probe --explain"
+echo "$out" | grep -q '^resolved:' || fail "probe: no resolution summary"
+echo "$out" | grep -q 'model_overrides' || { echo "$out"; fail "probe --explain: no story"; }
+
 # quantize the bf16 checkpoint and compare against it (reports, exit 0)
 "$M" quantize "$S/bf16" "$S/q8" --to fp8 >/dev/null || fail "quantize fp8"
 cmp -s "$S/q8/model.safetensors" "$S/fp8/model.safetensors" || fail "quantize fp8 != gen-tiny --quant fp8"
