@@ -101,7 +101,7 @@ static void test_log_minimax_nvfp4(void **st) {
             {S, "moe_runner", "moe_runner_backend", "routed"},
             {S, "a2a", "moe_a2a_backend", "none"},
             {S, "a2a", "ep_size", "1"},
-            {S, "layout", "layout", "gateup=concat inter_padded=1536 pack=0"},
+            {S, "layout", "layout", "gateup=interleaved/16 inter_padded=1536 pack=2"},
         };
         expect_log(r, want, sizeof want / sizeof want[0], false);
         /* the refusal says why, in the runner's own words */
@@ -129,7 +129,7 @@ static void test_log_minimax_nvfp4(void **st) {
         assert_int_equal(x->problem.routing, MR_ROUTING_MINIMAX2);
         assert_int_equal(x->problem.n_experts, 256);
         assert_int_equal(x->problem.top_k, 8);
-        assert_int_equal(x->layout.gateup, MR_GATEUP_CONCAT);
+        assert_int_equal(x->layout.gateup, MR_GATEUP_INTERLEAVED);
         assert_string_equal(x->model->architecture, "MiniMaxM2ForCausalLM");
         assert_int_equal(x->model->quant.n_exclude, 5);
         assert_true(mr_quant_is_excluded(&x->model->quant, "lm_head.weight"));

@@ -120,8 +120,199 @@ static void test_matmul(void **st) {
     free(w), free(x), free(y), free(row);
 }
 
+/* ---- packed micro-kernels: every kind of every table this host can run,
+ * gemv and gemm entries, against a double-precision reference on the
+ * dequantized source rows and the kernel-input values. Shapes: N = 40 (a
+ * partial last tile), one and two interleaved sources, K not a multiple of
+ * the pack unit where the format allows, M = 1, 3, 9 (crosses the 8-token
+ * register block) and 20 (the gemm path). Tolerance as above: exact
+ * products (fp32 products for BF16_F32), fp32 sums in another order,
+ * |err| <= 1e-5 * sum |terms|. */
+typedef struct {
+    mr_uk_kind kind;
+    mr_format fmt;
+    mr_pack_id pack;
+    int64_t K;
+} ukcase;
+
+static void check_uk(const mr_kernels *k, const ukcase *uc, int nsrc, int64_t M, bool gemm, bool use_xs) {
+    const int64_t N = 40, K = uc->K;
+    tu_rng r = {0x77 + (uint64_t)(uc->kind * 100 + nsrc * 10 + M)};
+    mr_qmatrix q[2];
+    float *w = malloc(sizeof(float) * (size_t)(N * K));
+    for (int i = 0; i < nsrc; i++) {
+        fill(&r, w, N * K, 0.1f);
+        memset(&q[i], 0, sizeof q[i]);
+        assert_int_equal(mr_qmatrix_quantize(&q[i], uc->fmt, w, N, K, 3.0f), MR_OK);
+    }
+    const mr_qmatrix *src[2] = {&q[0], &q[1]};
+    mr_pmatrix pm;
+    assert_int_equal(mr_pmatrix_pack(&pm, uc->pack, src, nsrc), MR_OK);
+    const int64_t Kp = pm.Kp, blk = uc->kind == MR_UK_FP8_BF16 ? 128 : 16, nbk = (Kp + blk - 1) / blk;
+    /* kernel input and the values it stands for (xv), zero past K */
+    const bool i8 = uc->kind == MR_UK_NVFP4_I8, f32 = uc->kind == MR_UK_BF16_F32;
+    void *x = calloc((size_t)(M * Kp), 4);
+    float *xv = calloc((size_t)(M * Kp), sizeof(float)), *xs = malloc(sizeof(float) * (size_t)(M * nbk));
+    int32_t *xb = calloc((size_t)(M * (Kp / 16 + 1)), sizeof(int32_t));
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t i = 0; i < K; i++) {
+            if (i8) {
+                int8_t v = (int8_t)(tu_uniform(&r) * 254.0f - 127.0f);
+                ((int8_t *)x)[m * Kp + i] = v;
+                xv[m * Kp + i] = v;
+                xb[m * (Kp / 16 + 1) + i / 16] -= 12 * v;
+            } else if (f32) {
+                ((float *)x)[m * Kp + i] = xv[m * Kp + i] = tu_normal(&r);
+            } else {
+                uint16_t b = mr_f32_to_bf16(tu_normal(&r));
+                ((uint16_t *)x)[m * Kp + i] = b;
+                xv[m * Kp + i] = mr_bf16_to_f32(b);
+            }
+        }
+    for (int64_t i = 0; i < M * nbk; i++) xs[i] = use_xs ? 0.5f + tu_uniform(&r) : 1.0f;
+    const float post = i8 ? 0.75f : 1.0f;
+    mr_uk_act a = {.x = x, .ldx = Kp, .xs = use_xs ? xs : NULL, .ldxs = nbk, .xb = xb, .ldb = Kp / 16 + 1, .post = post};
+    float *y = malloc(sizeof(float) * (size_t)(M * 16));
+    void *scratch = mr_aligned_alloc(64, MR_UK_SCRATCH);
+    float *row = malloc(sizeof(float) * (size_t)K);
+    const mr_uk_fn fn = gemm ? k->uk_gemm[uc->kind].fn : k->uk_gemv[uc->kind].fn;
+    const char *name = gemm ? k->uk_gemm[uc->kind].name : k->uk_gemv[uc->kind].name;
+    for (int64_t t = 0; t < pm.n_tiles; t++) {
+        for (int64_t i = 0; i < M * 16; i++) y[i] = NAN; /* never read */
+        fn(&pm, t, &a, M, y, 16, scratch);
+        for (int d = 0; d < 16; d++) {
+            const int64_t n = 16 * (t / nsrc) + d;
+            if (n < N) mr_qmatrix_dequant_row(&q[t % nsrc], n, row);
+            for (int64_t m = 0; m < M; m++) {
+                double ref = 0, mag = 0;
+                for (int64_t i = 0; n < N && i < K; i++) {
+                    double p = (double)row[i] * xv[m * Kp + i] * xs[m * nbk + i / blk] * post;
+                    ref += p, mag += fabs(p);
+                }
+                if (!(fabs(y[m * 16 + d] - ref) <= 1e-5 * mag + 1e-30))
+                    fail_msg("%s: nsrc %d K %lld M %lld xs %d tile %lld row %d token %lld: %.9g, ref %.9g", name, nsrc,
+                             (long long)K, (long long)M, use_xs, (long long)t, d, (long long)m, y[m * 16 + d], ref);
+            }
+        }
+    }
+    mr_pmatrix_free(&pm);
+    for (int i = 0; i < nsrc; i++) mr_qmatrix_free(&q[i]);
+    mr_aligned_free(scratch);
+    free(w), free(x), free(xv), free(xs), free(xb), free(y), free(row);
+}
+
+static void test_packed_kernels_all_tables(void **st) {
+    (void)st;
+    static const ukcase cases[] = {
+        {MR_UK_FP8_BF16, MR_FMT_FP8_BLOCK, MR_PACK_FP8_R16K4, 200},
+        {MR_UK_FP8_BF16, MR_FMT_FP8_BLOCK, MR_PACK_FP8_R16K4, 384},
+        {MR_UK_NVFP4_I8, MR_FMT_NVFP4, MR_PACK_NVFP4_R16K16, 80},
+        {MR_UK_NVFP4_I8, MR_FMT_NVFP4, MR_PACK_NVFP4_R16K16, 256},
+        {MR_UK_NVFP4_BF16, MR_FMT_NVFP4, MR_PACK_NVFP4_R16K16B, 80},
+        {MR_UK_BF16_BF16, MR_FMT_BF16, MR_PACK_BF16_R16K2, 131},
+        {MR_UK_BF16_F32, MR_FMT_BF16, MR_PACK_BF16_R16K2, 131},
+    };
+    uint32_t levels[3] = {0, MR_CPU_AVX2 | MR_CPU_FMA | MR_CPU_F16C, mr_cpu()->flags};
+    for (int l = 0; l < 3; l++) {
+        if ((mr_cpu()->flags & levels[l]) != levels[l]) continue;
+        mr_kernels k;
+        mr_kernels_init(&k, levels[l]);
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+            for (int nsrc = 1; nsrc <= 2; nsrc++) {
+                const int64_t Ms[] = {1, 3, 9, 20};
+                for (int mi = 0; mi < 4; mi++)
+                    for (int gemm = 0; gemm < 2; gemm++)
+                        check_uk(&k, &cases[c], nsrc, Ms[mi], gemm, mi % 2 == 1 && cases[c].fmt != MR_FMT_BF16);
+            }
+    }
+}
+
+/* All 256 E4M3 codes through every table's FP8 kernels: W[d][k] = code,
+ * block multiplier 1, x = one-hot bf16 rows (token m has 1.0 at k = m):
+ * y[m][d] must equal mr_e4m3_to_f32(W[d][m]) exactly (NaN for NaN codes). */
+static void test_fp8_kernels_all_codes(void **st) {
+    (void)st;
+    const int64_t N = 16, K = 128;
+    uint8_t codes[16 * 128];
+    float one = 1.0f;
+    /* NaN codes would poison every sum through 0 * NaN: they get their own check below */
+    for (int i = 0; i < 16 * 128; i++) {
+        codes[i] = (uint8_t)(i * 7 + i / 256);
+        if ((codes[i] & 0x7F) == 0x7F) codes[i] = (uint8_t)(codes[i] & 0x80);
+    }
+    mr_qmatrix q = {.fmt = MR_FMT_FP8_BLOCK, .rows = N, .cols = K, .data = codes, .scale = &one, .scale2 = 1.0f};
+    const mr_qmatrix *src[1] = {&q};
+    mr_pmatrix pm;
+    assert_int_equal(mr_pmatrix_pack(&pm, MR_PACK_FP8_R16K4, src, 1), MR_OK);
+    uint16_t *x = calloc(128 * 128, 2);
+    for (int m = 0; m < 128; m++) x[m * 128 + m] = 0x3F80;
+    float *y = malloc(sizeof(float) * 128 * 16);
+    void *scratch = mr_aligned_alloc(64, MR_UK_SCRATCH);
+    int seen[256] = {0};
+    uint32_t levels[3] = {0, MR_CPU_AVX2 | MR_CPU_FMA | MR_CPU_F16C, mr_cpu()->flags};
+    for (int l = 0; l < 3; l++) {
+        if ((mr_cpu()->flags & levels[l]) != levels[l]) continue;
+        mr_kernels k;
+        mr_kernels_init(&k, levels[l]);
+        for (int gemm = 0; gemm < 2; gemm++) {
+            mr_uk_act a = {.x = x, .ldx = 128, .post = 1.0f};
+            (gemm ? k.uk_gemm : k.uk_gemv)[MR_UK_FP8_BF16].fn(&pm, 0, &a, 128, y, 16, scratch);
+            for (int m = 0; m < 128; m++)
+                for (int d = 0; d < 16; d++) {
+                    uint8_t c = codes[d * 128 + m];
+                    float want = mr_e4m3_to_f32(c), got = y[m * 16 + d];
+                    seen[c] = 1;
+                    if (isnan(want) ? !isnan(got) : got != want)
+                        fail_msg("%s: code 0x%02X gives %.9g, want %.9g", k.uk_gemv[MR_UK_FP8_BF16].name, c, got, want);
+                }
+        }
+    }
+    for (int c = 0; c < 256; c++) assert_true(seen[c] || (c & 0x7F) == 0x7F);
+    mr_pmatrix_free(&pm);
+    /* the NaN codes decode to NaN */
+    memset(codes, 0x7F, sizeof codes);
+    codes[5] = 0xFF;
+    assert_int_equal(mr_pmatrix_pack(&pm, MR_PACK_FP8_R16K4, src, 1), MR_OK);
+    for (int l = 0; l < 3; l++) {
+        if ((mr_cpu()->flags & levels[l]) != levels[l]) continue;
+        mr_kernels k;
+        mr_kernels_init(&k, levels[l]);
+        mr_uk_act a = {.x = x, .ldx = 128, .post = 1.0f};
+        k.uk_gemv[MR_UK_FP8_BF16].fn(&pm, 0, &a, 8, y, 16, scratch);
+        for (int i = 0; i < 8 * 16; i++) assert_true(isnan(y[i]));
+    }
+    mr_pmatrix_free(&pm);
+    mr_aligned_free(scratch);
+    free(x), free(y);
+}
+
+/* Bad input to the packer: a clear error, nothing allocated left behind. */
+static void test_pack_errors(void **st) {
+    (void)st;
+    float w[32 * 48];
+    for (int i = 0; i < 32 * 48; i++) w[i] = (float)(i % 13) - 6.0f;
+    mr_qmatrix a, b;
+    memset(&a, 0, sizeof a), memset(&b, 0, sizeof b);
+    assert_int_equal(mr_qmatrix_quantize(&a, MR_FMT_NVFP4, w, 32, 48, 0.0f), MR_OK);
+    assert_int_equal(mr_qmatrix_quantize(&b, MR_FMT_NVFP4, w, 16, 48, 0.0f), MR_OK);
+    const mr_qmatrix *src[2] = {&a, &b};
+    mr_pmatrix pm;
+    assert_int_equal(mr_pmatrix_pack(&pm, MR_PACK_FP8_R16K4, src, 1), MR_EINVAL); /* wrong format */
+    assert_int_equal(mr_pmatrix_pack(&pm, MR_PACK_NVFP4_R16K16, src, 2), MR_EINVAL); /* shapes differ */
+    assert_non_null(strstr(mr_error_last(), "shape"));
+    assert_null(pm.data);
+    b.rows = 32;
+    b.scale2 = a.scale2 * 2.0f;
+    assert_int_equal(mr_pmatrix_pack(&pm, MR_PACK_NVFP4_R16K16, src, 2), MR_EFORMAT); /* scale2 differs */
+    b.rows = 16;
+    mr_qmatrix_free(&a), mr_qmatrix_free(&b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_packed_kernels_all_tables),
+        cmocka_unit_test(test_fp8_kernels_all_codes),
+        cmocka_unit_test(test_pack_errors),
         cmocka_unit_test(test_gemm_rows_all_tables),
         cmocka_unit_test(test_table_names),
         cmocka_unit_test(test_matmul),

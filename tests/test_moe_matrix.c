@@ -73,6 +73,7 @@ static const mcase cases[] = {
     {64, 64, 2, 128, 144, MR_ROUTING_TOPK_SOFTMAX, 0, 0, 1.0f, false, false},
     {64, 64, 8, 64, 48, MR_ROUTING_DEEPSEEK_V3, 8, 4, 2.5f, false, false},
     {300, 8, 2, 64, 48, MR_ROUTING_TOPK, 0, 0, 1.0f, false, false}, /* 75 rows per expert: > one 64-row chunk */
+    {300, 4, 2, 144, 80, MR_ROUTING_RENORMALIZE, 0, 0, 1.0f, false, false}, /* 150 per expert: > one 128-row chunk, gemm kernels */
     {17, 8, 1, 64, 32, MR_ROUTING_LLAMA4, 0, 0, 1.0f, false, false},
     {1, 4, 2, 3072, 1536, MR_ROUTING_MINIMAX2, 0, 0, 1.0f, false, true},
     {3, 4, 2, 3072, 1536, MR_ROUTING_RENORMALIZE, 0, 0, 1.0f, true, true},
@@ -320,13 +321,16 @@ static void test_layout_checked_at_dispatch(void **st) {
     mr_moe_ctx *ctx2;
     assert_int_equal(mr_moe_ctx_new(mr_moe_runner_find("fused"), &p, w, 4, &ctx2), MR_ESTATE);
     /* tamper with the descriptor: the routed context refuses to run */
-    w->layout.gateup = MR_GATEUP_INTERLEAVED;
+    w->layout.gateup = MR_GATEUP_CONCAT;
     float x[3 * 128] = {0}, out[3 * 128];
     int32_t ids[6] = {0, 1, 2, 3, 4, 5};
     float wts[6] = {0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f};
     mr_moe_args a = {.T = 3, .x = x, .out = out, .ids = ids, .weights = wts};
     assert_int_equal(mr_moe_run(ctx, &a), MR_ESTATE);
-    w->layout.gateup = MR_GATEUP_CONCAT;
+    w->layout.gateup = MR_GATEUP_INTERLEAVED;
+    w->layout.pack = MR_PACK_NONE; /* same rows, but not the routed packing: refused too */
+    assert_int_equal(mr_moe_run(ctx, &a), MR_ESTATE);
+    w->layout.pack = MR_PACK_FP8_R16K4;
     assert_int_equal(mr_moe_run(ctx, &a), MR_OK);
     ids[3] = 8; /* bad id: clean error */
     assert_int_equal(mr_moe_run(ctx, &a), MR_EINPUT);
@@ -371,8 +375,15 @@ static void test_predicates(void **st) {
     p.a2a = MR_A2A_NONE;
     assert_true(fu->supports(&p, why, sizeof why));
     mr_moe_layout L;
+    ro->required_layout(&p, &L); /* nvfp4 w4a4: int8 tiles, gate/up interleaved per 16-row tile */
+    assert_int_equal(L.gateup, MR_GATEUP_INTERLEAVED);
+    assert_int_equal(L.interleave_rows, 16);
+    assert_int_equal(L.pack, MR_PACK_NVFP4_R16K16);
+    assert_int_equal(L.pack_tile, 16);
+    p.act_mode = MR_ACT_W4A16;
     ro->required_layout(&p, &L);
-    assert_int_equal(L.gateup, MR_GATEUP_CONCAT);
+    assert_int_equal(L.pack, MR_PACK_NVFP4_R16K16B);
+    p.act_mode = MR_ACT_W4A4;
     p.weight_format = MR_FMT_FP8_BLOCK;
     p.inter = 200;
     fu->required_layout(&p, &L);
@@ -391,8 +402,44 @@ static void test_predicates(void **st) {
     assert_int_equal(mr_act_mode_default(MR_FMT_NVFP4), MR_ACT_W4A4);
 }
 
+/* The routed per-call path allocates nothing: a second call with another
+ * routing, on the gemv (T 1) and the gemm (many tokens per expert) kernels,
+ * leaves mr_debug_alloc_count unchanged. */
+static void test_routed_no_alloc_per_call(void **st) {
+    (void)st;
+    const mcase c = {64, 8, 2, 256, 128, MR_ROUTING_RENORMALIZE, 0, 0, 1.0f, false, false};
+    const mr_format fmts[] = {MR_FMT_FP8_BLOCK, MR_FMT_NVFP4, MR_FMT_BF16};
+    const mr_act_mode modes[] = {MR_ACT_W8A8, MR_ACT_W4A8, MR_ACT_W16A16};
+    for (int f = 0; f < 3; f++) {
+        mr_moe_weights *w = make_weights(&c, fmts[f], 77);
+        mr_moe_problem p = {.device = MR_DEVICE_CPU, .weight_format = fmts[f], .act_mode = modes[f],
+                            .act_dtype = MR_FMT_F32, .routing = c.routing, .n_experts = c.E, .top_k = c.k,
+                            .hidden = c.H, .inter = c.I};
+        mr_moe_ctx *ctx;
+        assert_int_equal(mr_moe_ctx_new(mr_moe_runner_find("routed"), &p, w, c.T, &ctx), MR_OK);
+        float *x = calloc((size_t)(c.T * c.H), sizeof(float)), *out = malloc(sizeof(float) * (size_t)(c.T * c.H));
+        int32_t ids[64 * 2];
+        float wts[64 * 2];
+        for (int t = 0; t < 64; t++) ids[2 * t] = t % 8, ids[2 * t + 1] = (t + 3) % 8, wts[2 * t] = wts[2 * t + 1] = 0.5f;
+        for (int i = 0; i < 64 * 256; i++) x[i] = (float)(i % 7) - 3.0f;
+        mr_moe_args a = {.T = 1, .x = x, .out = out, .ids = ids, .weights = wts};
+        assert_int_equal(mr_moe_run(ctx, &a), MR_OK);
+        const uint64_t before = mr_debug_alloc_count();
+        for (int64_t T = 1; T <= 64; T += 63) {
+            a.T = T;
+            ids[0] = 5; /* another routing */
+            assert_int_equal(mr_moe_run(ctx, &a), MR_OK);
+        }
+        assert_int_equal(mr_debug_alloc_count(), before);
+        mr_moe_ctx_free(ctx);
+        mr_moe_weights_free(w);
+        free(x), free(out);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_routed_no_alloc_per_call),
         cmocka_unit_test(test_predicates),
         cmocka_unit_test(test_layout_checked_at_dispatch),
         cmocka_unit_test(test_matrix),

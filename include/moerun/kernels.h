@@ -32,6 +32,116 @@ typedef void (*mr_kern_decode_fn)(const mr_qmatrix *W, int64_t n, int64_t g, flo
 typedef float (*mr_kern_dot_f32_fn)(const float *w, const float *x, int len);
 typedef float (*mr_kern_dot_bf16_fn)(const float *w, const uint16_t *x, int len);
 
+/* ---- packed weight matrices (tile layouts, produced once at load) ----
+ * A packed matrix holds nsrc source matrices of the same shape [src_rows][K]
+ * cut into 16-row tiles and interleaved tile by tile: tile t holds rows
+ * 16*(t/nsrc) .. +15 of source t%nsrc (nsrc = 2: gate tile, up tile, gate
+ * tile, ... so one task reads one contiguous run). A tile's bytes are
+ * contiguous; rows past src_rows and columns past K are zero codes (value 0).
+ * Layouts (byte p of a 64-byte line; d = row in the tile):
+ *  MR_PACK_FP8_R16K4   one line per 4 k: lane = p>>4, q = p&15,
+ *                      d = 4*lane + ((q&7)>>1), k = 4g + 2*(q>>3) + (q&1);
+ *                      K padded to 128; tscale [n_tiles][Kp/128] holds the
+ *                      128x128 block multiplier of each tile's rows.
+ *  MR_PACK_NVFP4_R16K16 per 16-k block j two lines L: low nibble of byte p =
+ *                      code(d = p>>2, k = 16j + 8L + (p&3)), high nibble =
+ *                      code(d, k + 4); after the Kp*8 code bytes the tile's
+ *                      e4m3 scales [Kp/16][16]. (int8 kernels: w4a4, w4a8)
+ *  MR_PACK_NVFP4_R16K16B the same but each line in bf16-pair order: nibble h
+ *                      of byte p: lane = p>>4, q = p&15, d = 4*lane +
+ *                      ((q&7)>>1), k = 16j + 2*(4L + 2h + (q>>3)) + (q&1).
+ *                      (bf16 kernels: w4a16)
+ *  MR_PACK_BF16_R16K2  one line per k pair g: dword d = (W[d][2g], W[d][2g+1]);
+ *                      K padded to 2.
+ * The layouts and the AVX-512 kernels come from dev/perf (README there). */
+typedef enum {
+    MR_PACK_NONE = 0,
+    MR_PACK_FP8_R16K4 = 1,
+    MR_PACK_NVFP4_R16K16 = 2,
+    MR_PACK_NVFP4_R16K16B = 3,
+    MR_PACK_BF16_R16K2 = 4,
+    MR_PACK_COUNT
+} mr_pack_id;
+#define MR_PACK_TILE 16 /* rows per tile, every pack */
+
+typedef struct {
+    mr_pack_id pack;
+    mr_format fmt;       /* the source format: FP8_BLOCK, NVFP4 or BF16 */
+    int nsrc;            /* sources interleaved tile by tile (1 or 2) */
+    int64_t src_rows, cols; /* rows of each source, K */
+    int64_t Kp;          /* K padded to the pack's k unit (128, 16, 2) */
+    int64_t n_tiles;     /* nsrc * ceil(src_rows / 16) */
+    size_t tile_bytes;
+    uint8_t *data;       /* n_tiles * tile_bytes, 64-byte aligned */
+    float *tscale;       /* FP8: [n_tiles][Kp/128]; else NULL */
+    float scale2;        /* NVFP4 weight_scale_2 (sources must share it); 1 otherwise */
+    float input_scale;   /* max of the sources' input_scale (NVFP4 W4A4) */
+} mr_pmatrix;
+
+/* Packs src[0..nsrc) (same format and shape) into `pack`; out owns its
+ * buffers (mr_pmatrix_free). Clear errors for a format the pack does not
+ * take, shapes that differ, NVFP4 sources with different scale2, overflow. */
+mr_status mr_pmatrix_pack(mr_pmatrix *out, mr_pack_id pack, const mr_qmatrix *const *src, int nsrc);
+void mr_pmatrix_free(mr_pmatrix *m);
+mr_status mr_pmatrix_clone(const mr_pmatrix *src, mr_pmatrix *dst);
+size_t mr_pmatrix_bytes(const mr_pmatrix *m); /* data + tile scales */
+const char *mr_pack_name(mr_pack_id p);       /* "fp8_r16k4", ... */
+
+/* ---- packed micro-kernels ----
+ * Kinds (weight pack x kernel input):
+ *  FP8_BF16   FP8_R16K4, x bf16 (w8a16: bf16(x); w8a8: the E4M3 codes as
+ *             exact bf16), xs per 128-k block (w8a8: the 1x128 scale) or NULL;
+ *  NVFP4_I8   NVFP4_R16K16, x int8 (w4a4: 2*e2m1 of the activation codes;
+ *             w4a8: the int8 q), xb = -12 * sum of x over each 16-k block
+ *             (AVX-512 uses weights biased to u8 by +12), xs per 16-k block;
+ *  NVFP4_BF16 NVFP4_R16K16B, x bf16, xs per 16-k block or NULL;
+ *  BF16_BF16  BF16_R16K2, x bf16;
+ *  BF16_F32   BF16_R16K2, x fp32 (products rounded to fp32: FMA on widened weights).
+ * Contract of every kernel (every ISA):
+ *   y[m*ldy + d] = post * scale2 * sum_b xs[m][b] * wscale(d, b) * sum_{k in b} W[d][k] * x[m][k]
+ * for one tile (d = 0..15, all 16 rows written, padded rows give 0), m in
+ * [0, M), any M >= 1 (kernels loop over token blocks themselves), over the
+ * whole Kp (x rows must hold Kp finite values, zeros past K). wscale is the
+ * FP8 block multiplier or the NVFP4 e4m3 per-16 scale; the BF16 kinds have
+ * neither (wscale = 1, xs is ignored). Products
+ * are exact (except BF16_F32), sums are fp32 in the kernel's own order.
+ * Writes y, never reads what was there before. No allocation. scratch: a
+ * 64-byte aligned buffer of MR_UK_SCRATCH bytes, private to the caller's
+ * thread. Two entries per kind: gemv (few tokens; streams the weights
+ * once per block of 8 tokens) and gemm (many tokens; decodes a block of the
+ * tile once into scratch in L1 and runs all tokens over it). */
+typedef enum {
+    MR_UK_FP8_BF16 = 0,
+    MR_UK_NVFP4_I8,
+    MR_UK_NVFP4_BF16,
+    MR_UK_BF16_BF16,
+    MR_UK_BF16_F32,
+    MR_UK_COUNT
+} mr_uk_kind;
+#define MR_UK_SCRATCH 16384
+#define MR_UK_MT 8 /* tokens per register block of the gemv kernels */
+
+typedef struct {
+    const void *x;      /* [M][ldx] in the kind's input type */
+    int64_t ldx;        /* elements */
+    const float *xs;    /* [M][ldxs] per-block multipliers, NULL = 1 */
+    int64_t ldxs;
+    const int32_t *xb;  /* NVFP4_I8 only: [M][ldb] */
+    int64_t ldb;
+    float post;         /* final multiplier (w4a4: the global input_scale) */
+} mr_uk_act;
+
+typedef void (*mr_uk_fn)(const mr_pmatrix *W, int64_t tile, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                         void *scratch);
+
+/* Dense row-major fast path for small M: y[m*ldy + j] = sum_g gscale(n, g) *
+ * sum_{k in g} Wdec[n][k] * x[m*K + k], n = n0 + j, j < nr, m < M; W BF16
+ * (widened exactly, fp32 FMA) or FP8_BLOCK (E4M3 decoded exactly, block
+ * multiplier per 128 columns). Writes y, never reads it. NULL where the ISA
+ * has none; mr_matmul then uses mr_gemm_rows. */
+typedef void (*mr_kern_rows_fn)(const mr_qmatrix *W, int64_t n0, int64_t nr, const float *x, int64_t M, float *y,
+                                int64_t ldy);
+
 typedef struct {
     const char *isa; /* "generic", "avx2", "avx512": the best level that filled any entry */
     struct {
@@ -46,7 +156,18 @@ typedef struct {
         const char *name;
         mr_kern_dot_bf16_fn fn;
     } dot_bf16;
+    struct {
+        const char *name;
+        mr_uk_fn fn;
+    } uk_gemv[MR_UK_COUNT], uk_gemm[MR_UK_COUNT];
+    int uk_gemm_min_m; /* use uk_gemm at this many tokens per expert and above */
+    struct {
+        const char *name;
+        mr_kern_rows_fn fn;
+    } rows[MR_FMT_COUNT]; /* dense row-major fast path (BF16, FP8_BLOCK), NULL if none */
 } mr_kernels;
+
+
 
 /* The process-wide table, built on first use from mr_cpu()->flags. */
 const mr_kernels *mr_kernels_get(void);
@@ -66,11 +187,23 @@ void mr_matmul(const mr_qmatrix *W, const float *x, int64_t M, float *y);
 
 /* ---- ceilings for benchmarks (probe.c) ---- */
 /* Best-of-reps multi-threaded read bandwidth over a pre-faulted buffer of
- * `bytes`, in GB/s (1e9 bytes/s). 0 if the buffer cannot be allocated. */
+ * `bytes`, in GB/s (1e9 bytes/s), under the same conditions as the packed
+ * weights: 2 MiB-aligned with transparent huge pages asked for, and (AVX-512
+ * table) zmm loads with the kernels' software prefetch 16 KiB ahead. 0 if
+ * the buffer cannot be allocated. */
 double mr_probe_read_bw(size_t bytes, int reps);
 /* Peak GFLOP/s of the instruction the kernels' inner loop uses (FP32 FMA of
  * the chosen ISA), all threads; *instr names it. 0 for the generic table. */
 double mr_probe_peak_gflops(const char **instr);
+/* Peak rate of one instruction, all threads, 12 independent accumulator
+ * chains, best of 3: G ops/s counting 2 per multiply-add (vfmadd231ps zmm:
+ * 32 per instruction, vdpbf16ps zmm: 64, vpdpbusd zmm: 128; ymm forms for
+ * AVX2: vfmadd231ps ymm 16). *instr names it. 0 if the table's ISA lacks it. */
+typedef enum { MR_PROBE_FMA = 0, MR_PROBE_DPBF16 = 1, MR_PROBE_DPBUSD = 2 } mr_probe_instr;
+double mr_probe_peak(mr_probe_instr which, const char **instr);
+/* The instruction the packed kernel of a kind runs in its inner loop on the
+ * process table's ISA. */
+mr_probe_instr mr_uk_instr(mr_uk_kind kind);
 
 #ifdef __cplusplus
 }

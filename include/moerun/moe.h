@@ -13,6 +13,7 @@
 
 #include "moerun/base.h"
 #include "moerun/formats.h"
+#include "moerun/kernels.h"
 #include "moerun/routing.h"
 
 #ifdef __cplusplus
@@ -85,7 +86,7 @@ typedef struct {
     mr_gateup_order gateup;
     int interleave_rows;   /* block size for INTERLEAVED, else 0 */
     int64_t inter_padded;  /* I rounded up to the runner's alignment (== I if none) */
-    int pack;              /* runner-specific packing id (0 = row-major as stored) */
+    int pack;              /* packing id, an mr_pack_id (0 = row-major as stored; see moerun/kernels.h) */
     int pack_tile;         /* rows per packed tile, 0 if none */
     const char *owner;     /* name of the runner whose after-load produced it */
 } mr_moe_layout;
@@ -124,9 +125,15 @@ typedef struct {
     mr_format fmt;         /* BF16, FP8_BLOCK or NVFP4 (F32 also accepted, for tests) */
     mr_qmatrix *w1, *w3;   /* [E] gate, up [I][H]; freed (zeroed) when merged into w13 */
     mr_qmatrix *w2;        /* [E] down [H][I] */
-    mr_qmatrix *w13;       /* [E] merged [2*inter_padded][H] (CONCAT/INTERLEAVED), else NULL */
+    mr_qmatrix *w13;       /* [E] merged [2*inter_padded][H] (CONCAT/INTERLEAVED, pack 0), else NULL */
+    mr_pmatrix *p13, *p2;  /* [E] packed (layout.pack != 0): gate/up tiles interleaved, down; else NULL.
+                              The HF copies (w1, w3, w2) are then freed (zeroed). */
     mr_moe_layout layout;  /* as loaded: SEPARATE, owner "checkpoint" */
 } mr_moe_weights;
+
+/* Bytes of one expert's weights (gate, up, down with their scales) in the
+ * set's current layout (expert 0; every expert has the same size). */
+size_t mr_moe_weights_expert_bytes(const mr_moe_weights *w);
 
 /* Empty set with E zeroed matrices of each kind; the caller fills
  * w1/w3/w2 (e.g. with mr_qmatrix_quantize). */
@@ -170,6 +177,8 @@ mr_status mr_moe_ctx_new(const mr_moe_runner *r, const mr_moe_problem *p, mr_moe
 /* One MoE layer call. Checks the layout (MR_ESTATE on mismatch) and args. */
 mr_status mr_moe_run(mr_moe_ctx *c, const mr_moe_args *a);
 void mr_moe_ctx_free(mr_moe_ctx *c);
+/* Bytes of workspace the context allocated (activations, permutation, per-thread scratch). */
+size_t mr_moe_ctx_workspace_bytes(const mr_moe_ctx *c);
 
 /* Runs the after-load of runner r on w without a context (e.g. at model load). */
 mr_status mr_moe_weights_prepare(const mr_moe_runner *r, const mr_moe_problem *p, mr_moe_weights *w);

@@ -1,16 +1,21 @@
 /* cmd_bench.c — `moerun bench moe`: times one synthetic MoE layer (seeded
  * random weights in the chosen format, MiniMax-M2 shapes by default) and
  * prints each result against ceilings measured in the same run: the
- * multi-threaded read bandwidth (1 GiB probe) and the peak of the kernels'
- * inner-loop instruction. Routing is re-drawn every iteration so that the
+ * multi-threaded read bandwidth (1 GiB probe, pre-faulted, best of 5) and the
+ * peak of the instruction the kernel's inner loop uses (vdpbf16ps, vpdpbusd
+ * or vfmadd231ps, 12 chains). Routing is re-drawn every iteration so that the
  * expert weights come from DRAM; all buffers are pre-faulted (a warm-up call)
- * before timing. */
+ * before timing. It ends with the issue-6 targets as ratios: T = 1 and
+ * T = 8/32 effective bandwidth (unique experts touched), T >= 512 peak
+ * ratio, 2-vs-1 thread scaling at T >= 32 (--scaling), and the peak RSS
+ * against weights + activations + workspace. */
 #include <jansson.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 #include "moerun/kernels.h"
@@ -29,6 +34,7 @@ static void usage(FILE *f) {
             "  --iters N           timed iterations per T (default 10)\n"
             "  --seed S            weight/routing seed (default 1)\n"
             "  --json FILE         also write the results as JSON\n"
+            "  --scaling           also time each T in 32..512 with 1 thread: the N-vs-1 thread ratio\n"
             "  --quick             tokens 1,32,512, 3 iterations (< 2 minutes)\n");
 }
 
@@ -102,13 +108,74 @@ static void draw_routing(uint64_t *s, bool skewed, int64_t T, int E, int k, int3
     }
 }
 
+/* VmHWM of this process in bytes (0 if unknown) */
+static size_t peak_rss(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    size_t kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmHWM:", 6)) kb = strtoull(line + 6, NULL, 10);
+    fclose(f);
+    return kb * 1024;
+}
+
+/* the packed kernel kind a mode runs (moe/actmode.c mr__act_uk_kind) */
+static mr_uk_kind mode_kind(mr_act_mode m) {
+    switch (m) {
+    case MR_ACT_W16A32: return MR_UK_BF16_F32;
+    case MR_ACT_W16A16: return MR_UK_BF16_BF16;
+    case MR_ACT_W8A8:
+    case MR_ACT_W8A16: return MR_UK_FP8_BF16;
+    case MR_ACT_W4A4:
+    case MR_ACT_W4A8: return MR_UK_NVFP4_I8;
+    default: return MR_UK_NVFP4_BF16;
+    }
+}
+
+typedef struct {
+    double med, mn, mx, mean_bytes, gbs;
+} timing;
+
+static int cmp_double(const void *a, const void *b);
+static void draw_routing(uint64_t *s, bool skewed, int64_t T, int E, int k, int32_t *ids, float *w, float *logits);
+
+/* iters timed calls at T tokens, routing re-drawn before each */
+static mr_status time_calls(mr_moe_ctx *ctx, mr_moe_args *a, uint64_t *s, bool skewed, int E, int k, int iters,
+                            size_t expert_bytes, unsigned char *used, double *ms, timing *out) {
+    const int64_t T = a->T;
+    draw_routing(s, skewed, T, E, k, (int32_t *)a->ids, (float *)a->weights, (float *)a->logits);
+    mr_status st = mr_moe_run(ctx, a); /* warm-up: pre-faults the workspace */
+    if (st) return st;
+    double bytes_sum = 0, sum_ms = 0;
+    for (int it = 0; it < iters; it++) {
+        draw_routing(s, skewed, T, E, k, (int32_t *)a->ids, (float *)a->weights, (float *)a->logits);
+        memset(used, 0, (size_t)E);
+        int nu = 0;
+        for (int64_t i = 0; i < T * k; i++) nu += !used[a->ids[i]], used[a->ids[i]] = 1;
+        bytes_sum += (double)nu * (double)expert_bytes;
+        uint64_t a0 = mr_now_ns();
+        st = mr_moe_run(ctx, a);
+        ms[it] = (double)(mr_now_ns() - a0) / 1e6;
+        if (st) return st;
+        sum_ms += ms[it];
+    }
+    qsort(ms, (size_t)iters, sizeof(double), cmp_double);
+    out->med = iters % 2 ? ms[iters / 2] : 0.5 * (ms[iters / 2 - 1] + ms[iters / 2]);
+    out->mn = ms[0];
+    out->mx = ms[iters - 1];
+    out->mean_bytes = bytes_sum / iters;
+    out->gbs = bytes_sum / (sum_ms * 1e6); /* bytes over the same calls' time */
+    return MR_OK;
+}
+
 static int bench_moe(int argc, char **argv) {
     const char *runner_name = "routed", *fmt_name = "fp8", *mode_name = NULL, *tokens = "1,8,32,128,512";
     const char *json_path = NULL;
     int E = 256, k = 8, threads = 0, iters = 10;
     int64_t H = 3072, I = 1536;
     uint64_t seed = 1;
-    bool skewed = false, quick = false;
+    bool skewed = false, quick = false, scaling = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define OPT(name) (!strcmp(a, name) && v && ++i)
@@ -116,6 +183,7 @@ static int bench_moe(int argc, char **argv) {
             usage(stdout);
             return 0;
         } else if (!strcmp(a, "--quick")) quick = true;
+        else if (!strcmp(a, "--scaling")) scaling = true;
         else if (OPT("--runner")) runner_name = v;
         else if (OPT("--format")) fmt_name = v;
         else if (OPT("--act-mode")) mode_name = v;
@@ -188,14 +256,18 @@ static int bench_moe(int argc, char **argv) {
     /* ceilings first (they need the memory the weights will take later) */
     const char *instr;
     double bw = mr_probe_read_bw((size_t)1 << 30, 5);
-    double peak = mr_probe_peak_gflops(&instr);
+    const mr_probe_instr pi = strcmp(run->name, "routed") ? MR_PROBE_FMA : mr_uk_instr(mode_kind(mode));
+    double peak = mr_probe_peak(pi, &instr);
     int nthr = omp_get_max_threads();
+    /* the probe's 1 GiB is freed: restart the peak-RSS count (VmHWM) from here */
+    FILE *cr = fopen("/proc/self/clear_refs", "w");
+    if (cr) fputs("5", cr), fclose(cr);
     printf("moerun bench moe: runner %s, format %s, act-mode %s, E %d H %lld I %lld k %d, %d threads, routing %s\n",
            run->name, fmt_name, mr_act_mode_name(mode), E, (long long)H, (long long)I, k, nthr,
            skewed ? "skewed" : "uniform");
     printf("cpu: %s; kernels: %s\n", mr_cpu()->brand, mr_kernels_get()->isa);
-    printf("ceilings (this run): read bandwidth %.1f GB/s (1 GiB, %d threads); peak %s %.0f GFLOP/s\n", bw, nthr, instr,
-           peak);
+    printf("ceilings (this run): read bandwidth %.1f GB/s (1 GiB, %d threads); peak of the kernel's instruction %s: %.0f G%s/s\n",
+           bw, nthr, instr, peak, pi == MR_PROBE_DPBUSD ? "OP" : "FLOP");
 
     uint64_t t0 = mr_now_ns(), s = seed;
     mr_moe_weights *w = NULL;
@@ -214,10 +286,13 @@ static int bench_moe(int argc, char **argv) {
         mr_moe_weights_free(w);
         return 1;
     }
-    size_t expert_bytes = mr_qmatrix_bytes(&w->w2[0]) + (w->w13 ? mr_qmatrix_bytes(&w->w13[0])
-                                                                 : mr_qmatrix_bytes(&w->w1[0]) + mr_qmatrix_bytes(&w->w3[0]));
-    printf("weights: %.2f GB in layout of %s (%.1f MB per expert), generated in %.1f s\n",
-           (double)expert_bytes * E / 1e9, w->layout.owner, (double)expert_bytes / 1e6, (double)(mr_now_ns() - t0) / 1e9);
+    size_t expert_bytes = mr_moe_weights_expert_bytes(w);
+    printf("weights: %.2f GB in layout of %s (pack %s, %.1f MB per expert), generated in %.1f s\n",
+           (double)expert_bytes * E / 1e9, w->layout.owner, mr_pack_name((mr_pack_id)w->layout.pack),
+           (double)expert_bytes / 1e6, (double)(mr_now_ns() - t0) / 1e9);
+    if (w->layout.pack != MR_PACK_NONE)
+        printf("kernels: gemv %s, gemm %s (from %d tokens per expert)\n", mr_kernels_get()->uk_gemv[mode_kind(mode)].name,
+               mr_kernels_get()->uk_gemm[mode_kind(mode)].name, mr_kernels_get()->uk_gemm_min_m);
 
     float *x = malloc(sizeof(float) * (size_t)(maxT * H)), *out = malloc(sizeof(float) * (size_t)(maxT * H));
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)(maxT * k));
@@ -231,58 +306,84 @@ static int bench_moe(int argc, char **argv) {
     mr_routing ro = {.method = p.routing, .n_experts = E, .top_k = k, .scale = 1.0f};
 
     printf("\n%6s %9s %9s %9s %10s %10s %8s %7s %9s %7s\n", "T", "median", "min", "max", "tokens/s", "uniq MB", "GB/s",
-           "bw%", "GFLOP/s", "peak%");
+           "bw%", "G(FL)OP/s", "peak%");
     int rc = 0;
+    double t1_bw = -1, t8_bw = -1, t32_bw = -1, pf_peak = -1, scale_min = -1;
     for (int ti = 0; ti < nT && !rc; ti++) {
         int64_t T = Ts[ti];
         mr_moe_args a = {.T = T, .x = x, .out = out, .ids = ids, .weights = wts, .logits = logits, .routing = &ro};
-        draw_routing(&s, skewed, T, E, k, ids, wts, logits);
-        if (mr_moe_run(ctx, &a)) { /* warm-up: pre-faults the workspace */
+        timing tm;
+        if (time_calls(ctx, &a, &s, skewed, E, k, iters, expert_bytes, used, ms, &tm)) {
             mr_cli_fail("bench moe", "run failed");
             rc = 1;
             break;
         }
-        double bytes_sum = 0;
-        for (int it = 0; it < iters; it++) {
-            draw_routing(&s, skewed, T, E, k, ids, wts, logits);
-            memset(used, 0, (size_t)E);
-            int nu = 0;
-            for (int64_t i = 0; i < T * k; i++) nu += !used[ids[i]], used[ids[i]] = 1;
-            bytes_sum += (double)nu * (double)expert_bytes;
-            uint64_t a0 = mr_now_ns();
-            st = mr_moe_run(ctx, &a);
-            ms[it] = (double)(mr_now_ns() - a0) / 1e6;
-            if (st) {
+        double flops = 2.0 * (double)T * k * 3.0 * (double)H * (double)I;
+        double gflops = flops / (tm.med * 1e6), bwr = bw > 0 ? tm.gbs / bw : 0.0, pkr = peak > 0 ? gflops / peak : 0.0;
+        printf("%6lld %7.3fms %7.3fms %7.3fms %10.1f %10.1f %8.2f %6.1f%% %9.1f %6.1f%%\n", (long long)T, tm.med, tm.mn,
+               tm.mx, (double)T / (tm.med * 1e-3), tm.mean_bytes / 1e6, tm.gbs, 100.0 * bwr, gflops, 100.0 * pkr);
+        fflush(stdout);
+        if (T == 1) t1_bw = bwr;
+        if (T == 8) t8_bw = bwr;
+        if (T == 32) t32_bw = bwr;
+        if (T >= 512 && (pf_peak < 0 || pkr < pf_peak)) pf_peak = pkr;
+        json_t *jr = json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "tokens", (json_int_t)T, "median_ms",
+                               tm.med, "min_ms", tm.mn, "max_ms", tm.mx, "tokens_per_s", (double)T / (tm.med * 1e-3),
+                               "unique_bytes", tm.mean_bytes, "gb_per_s", tm.gbs, "bw_ratio", bwr, "gflop_per_s", gflops,
+                               "peak_ratio", pkr);
+        if (scaling && T >= 32 && T <= 512 && nthr > 1) {
+            timing t1;
+            omp_set_num_threads(1);
+            mr_status st1 = time_calls(ctx, &a, &s, skewed, E, k, iters, expert_bytes, used, ms, &t1);
+            omp_set_num_threads(nthr);
+            if (st1) {
                 mr_cli_fail("bench moe", "run failed");
+                json_decref(jr);
                 rc = 1;
                 break;
             }
+            double sc = t1.med / tm.med;
+            printf("%6s 1 thread: %.3f ms median -> %d threads are %.2fx faster\n", "", t1.med, nthr, sc);
+            if (scale_min < 0 || sc < scale_min) scale_min = sc;
+            json_object_set_new(jr, "median_ms_1thread", json_real(t1.med));
+            json_object_set_new(jr, "scaling", json_real(sc));
         }
-        if (rc) break;
-        double sum_ms = 0;
-        for (int it = 0; it < iters; it++) sum_ms += ms[it];
-        double mean_bytes = bytes_sum / iters;
-        qsort(ms, (size_t)iters, sizeof(double), cmp_double);
-        double med = iters % 2 ? ms[iters / 2] : 0.5 * (ms[iters / 2 - 1] + ms[iters / 2]);
-        double gbs = bytes_sum / (sum_ms * 1e6); /* bytes over the same calls' time */
-        double flops = 2.0 * (double)T * k * 3.0 * (double)H * (double)I;
-        double gflops = flops / (med * 1e6);
-        printf("%6lld %7.3fms %7.3fms %7.3fms %10.1f %10.1f %8.2f %6.1f%% %9.1f %6.1f%%\n", (long long)T, med, ms[0],
-               ms[iters - 1], (double)T / (med * 1e-3), mean_bytes / 1e6, gbs, bw > 0 ? 100.0 * gbs / bw : 0.0, gflops,
-               peak > 0 ? 100.0 * gflops / peak : 0.0);
-        fflush(stdout);
-        json_array_append_new(jres, json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "tokens", (json_int_t)T,
-                                              "median_ms", med, "min_ms", ms[0], "max_ms", ms[iters - 1], "tokens_per_s",
-                                              (double)T / (med * 1e-3), "unique_bytes", mean_bytes, "gb_per_s", gbs,
-                                              "bw_ratio", bw > 0 ? gbs / bw : 0.0, "gflop_per_s", gflops, "peak_ratio",
-                                              peak > 0 ? gflops / peak : 0.0));
+        json_array_append_new(jres, jr);
+    }
+    /* peak RSS against what the layer needs: weights, the caller's buffers, the context's workspace */
+    const size_t rss = peak_rss();
+    const double need = (double)expert_bytes * E + (double)mr_moe_ctx_workspace_bytes(ctx) +
+                        (double)maxT * (double)H * 8.0 + (double)maxT * k * 8.0 + (logits ? (double)maxT * E * 4.0 : 0.0);
+    const double rss_ratio = rss ? (double)rss / need : 0.0;
+    if (!rc) {
+        printf("\nissue-6 targets (ratios against this run's ceilings; %s, %s, %d threads):\n", fmt_name,
+               mr_act_mode_name(mode), nthr);
+        const double t1_target = fmt == MR_FMT_BF16 ? 0.85 : 0.90;
+        if (t1_bw >= 0) printf("  decode T=1 bandwidth       %5.1f%%  (target >= %.0f%%)%s\n", 100 * t1_bw, 100 * t1_target, t1_bw >= t1_target ? "" : "  NOT MET");
+        if (t8_bw >= 0) printf("  decode T=8 bandwidth       %5.1f%%  (target >= 80%%, unique experts)%s\n", 100 * t8_bw, t8_bw >= 0.8 ? "" : "  NOT MET");
+        if (t32_bw >= 0) printf("  decode T=32 bandwidth      %5.1f%%  (target >= 80%%, unique experts)%s\n", 100 * t32_bw, t32_bw >= 0.8 ? "" : "  NOT MET");
+        if (pf_peak >= 0) printf("  prefill T>=512 of %-14s %5.1f%%  (target >= 60%%)%s\n", instr, 100 * pf_peak, pf_peak >= 0.6 ? "" : "  NOT MET");
+        if (scale_min >= 0) printf("  scaling %d vs 1 thread, T>=32 %5.2fx  (target >= 1.8x)%s\n", nthr, scale_min, scale_min >= 1.8 ? "" : "  NOT MET");
+        if (rss) printf("  peak RSS %.2f GB / (weights + activations + workspace %.2f GB) = %.3f  (target <= 1.10)%s\n",
+                        (double)rss / 1e9, need / 1e9, rss_ratio, rss_ratio <= 1.10 ? "" : "  NOT MET");
     }
     if (!rc && json_path) {
+        char date[32];
+        time_t now = time(NULL);
+        strftime(date, sizeof date, "%Y-%m-%d %H:%M", localtime(&now));
         json_t *root = json_pack("{s:s, s:s, s:s, s:s, s:s, s:i, s:I, s:I, s:i, s:i, s:s, s:i, s:f, s:s, s:f, s:O}", "bench",
                                  "moe", "runner", run->name, "format", fmt_name, "act_mode", mr_act_mode_name(mode), "cpu",
                                  mr_cpu()->brand, "experts", E, "hidden", (json_int_t)H, "inter", (json_int_t)I, "topk", k,
                                  "threads", nthr, "routing", skewed ? "skewed" : "uniform", "iters", iters,
                                  "read_bw_gb_per_s", bw, "peak_instr", instr, "peak_gflop_per_s", peak, "results", jres);
+        if (root) {
+            json_object_set_new(root, "date", json_string(date));
+            json_object_set_new(root, "kernel_isa", json_string(mr_kernels_get()->isa));
+            json_object_set_new(root, "pack", json_string(mr_pack_name((mr_pack_id)w->layout.pack)));
+            json_object_set_new(root, "peak_rss_bytes", json_integer((json_int_t)rss));
+            json_object_set_new(root, "rss_ratio", json_real(rss_ratio));
+            if (scale_min >= 0) json_object_set_new(root, "scaling_min", json_real(scale_min));
+        }
         if (!root || json_dump_file(root, json_path, JSON_INDENT(2)) != 0) {
             fprintf(stderr, "moerun bench moe: cannot write %s\n", json_path);
             rc = 1;

@@ -103,10 +103,16 @@ void mr_kernels_init(mr_kernels *k, uint32_t flags) {
     mr__kern_luts_init();
     memset(k, 0, sizeof *k);
     mr__kernels_fill_generic(k);
+    mr__uk_fill_generic(k);
     uint32_t avx2 = MR_CPU_AVX2 | MR_CPU_FMA | MR_CPU_F16C;
-    if ((flags & avx2) == avx2) mr__kernels_fill_avx2(k);
+    if ((flags & avx2) == avx2) {
+        mr__kernels_fill_avx2(k);
+        mr__uk_fill_avx2(k);
+    }
     uint32_t avx512 = avx2 | MR_CPU_AVX512F | MR_CPU_AVX512BW | MR_CPU_AVX512VL;
     if ((flags & avx512) == avx512) mr__kernels_fill_avx512(k);
+    uint32_t uk512 = avx512 | MR_CPU_AVX512BF16 | MR_CPU_AVX512VNNI | MR_CPU_AVX512VBMI;
+    if ((flags & uk512) == uk512) mr__uk_fill_avx512(k);
 }
 
 static mr_kernels g_kernels;
@@ -149,16 +155,20 @@ void mr_gemm_rows(const mr_kernels *k, const mr_qmatrix *W, int64_t n0, int64_t 
     }
 }
 
-/* Threaded over blocks of output columns; each thread writes a private
- * tile and copies it into y (y rows are M apart). */
+/* Threaded over blocks of 16 output columns (y rows are M apart). Small M
+ * on BF16/FP8 weights takes the ISA's row-major fast path (k->rows), which
+ * streams each weight row once per block of 4 tokens; otherwise the
+ * decode-and-dot driver. */
 void mr_matmul(const mr_qmatrix *W, const float *x, int64_t M, float *y) {
     const mr_kernels *k = mr_kernels_get();
     const int64_t N = W->rows, K = W->cols;
-    enum { NB = 16 };
+    enum { NB = 16, FAST_MAX_M = 8 };
     int64_t nblk = (N + NB - 1) / NB;
+    mr_kern_rows_fn fast = M <= FAST_MAX_M && W->fmt < MR_FMT_COUNT ? k->rows[W->fmt].fn : NULL;
 #pragma omp parallel for schedule(dynamic, 4) if (N * K * (M > 0 ? M : 1) > 65536)
     for (int64_t b = 0; b < nblk; b++) {
         int64_t n0 = b * NB, nr = N - n0 < NB ? N - n0 : NB;
-        mr_gemm_rows(k, W, n0, nr, MR_FMT_F32, x, K, NULL, 0, M, y + n0, N);
+        if (fast) fast(W, n0, nr, x, M, y + n0, N);
+        else mr_gemm_rows(k, W, n0, nr, MR_FMT_F32, x, K, NULL, 0, M, y + n0, N);
     }
 }

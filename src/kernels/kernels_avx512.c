@@ -7,6 +7,7 @@
 
 #include "kernels/kern_internal.h"
 
+
 static inline int group_len(const mr_qmatrix *W, int64_t g) {
     int64_t r = W->cols - g * MR_KGROUP;
     return (int)(r < MR_KGROUP ? r : MR_KGROUP);
@@ -91,7 +92,92 @@ static float dot_bf16_avx512(const float *w, const uint16_t *x, int len) {
     return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
 }
 
+/* ---- dense row-major fast paths for mr_matmul at small M (contract in
+ * moerun/kernels.h): each weight row is streamed once per block of up to 4
+ * tokens, 16-wide, two accumulator chains per token, prefetch 16 KiB ahead
+ * (rows are contiguous, so this runs ahead into the next rows). ---- */
+#define RPF(p) _mm_prefetch((const char *)(p) + 16384, _MM_HINT_T2)
+
+static inline __attribute__((always_inline)) __m512 bf16w16(__mmask16 m, const uint16_t *w) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, w)), 16));
+}
+/* 16 E4M3 bytes -> value * 2^-8 exactly (NaN codes give 480 * 2^-8: weights never hold NaN) */
+static inline __attribute__((always_inline)) __m512 e4m3w16(__mmask16 m, const uint8_t *s) {
+    __m256i b = _mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(m, s));
+    __m256i h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x80)), 8),
+                                _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x7F)), 7));
+    return _mm512_cvtph_ps(h);
+}
+
+static inline __attribute__((always_inline)) void rows_body(const mr_qmatrix *W, int64_t n0, int64_t nr,
+                                                            const float *x, float *y, int64_t ldy, const int M) {
+    const int64_t K = W->cols;
+    const bool fp8 = W->fmt == MR_FMT_FP8_BLOCK;
+    const int64_t G = fp8 ? (K + 127) / 128 : 1, GL = fp8 ? 128 : K;
+    for (int64_t j = 0; j < nr; j++) {
+        const int64_t n = n0 + j;
+        __m512 tot[4];
+        #pragma GCC unroll 16
+        for (int m = 0; m < M; m++) tot[m] = _mm512_setzero_ps();
+        for (int64_t g = 0; g < G; g++) {
+            const int64_t k0 = g * GL, k1 = k0 + GL < K ? k0 + GL : K;
+            __m512 a0[4], a1[4];
+            #pragma GCC unroll 16
+            for (int m = 0; m < M; m++) a0[m] = a1[m] = _mm512_setzero_ps();
+            int64_t i = k0;
+            for (; i + 32 <= k1; i += 32) {
+                __m512 w0, w1;
+                if (fp8) {
+                    const uint8_t *s = (const uint8_t *)W->data + n * K + i;
+                    RPF(s);
+                    w0 = e4m3w16(0xFFFF, s), w1 = e4m3w16(0xFFFF, s + 16);
+                } else {
+                    const uint16_t *s = (const uint16_t *)W->data + n * K + i;
+                    RPF(s);
+                    w0 = bf16w16(0xFFFF, s), w1 = bf16w16(0xFFFF, s + 16);
+                }
+                #pragma GCC unroll 16
+                for (int m = 0; m < M; m++) {
+                    a0[m] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + m * K + i), a0[m]);
+                    a1[m] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + m * K + i + 16), a1[m]);
+                }
+            }
+            for (; i < k1; i += 16) {
+                __mmask16 mk = tail_mask((int)(k1 - i));
+                __m512 w0 = fp8 ? e4m3w16(mk, (const uint8_t *)W->data + n * K + i)
+                                : bf16w16(mk, (const uint16_t *)W->data + n * K + i);
+                #pragma GCC unroll 16
+                for (int m = 0; m < M; m++) a0[m] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(mk, x + m * K + i), a0[m]);
+            }
+            const float gs = fp8 ? 256.0f * ((const float *)W->scale)[(n / 128) * G + g] : 1.0f;
+            #pragma GCC unroll 16
+            for (int m = 0; m < M; m++) tot[m] = _mm512_fmadd_ps(_mm512_add_ps(a0[m], a1[m]), _mm512_set1_ps(gs), tot[m]);
+        }
+        #pragma GCC unroll 16
+        for (int m = 0; m < M; m++) y[m * ldy + j] = _mm512_reduce_add_ps(tot[m]);
+    }
+}
+
+static void rows_avx512(const mr_qmatrix *W, int64_t n0, int64_t nr, const float *x, int64_t M, float *y,
+                        int64_t ldy) {
+    const int64_t K = W->cols;
+    for (int64_t m0 = 0; m0 < M; m0 += 4) {
+        const float *xm = x + m0 * K;
+        float *ym = y + m0 * ldy;
+        switch (M - m0 < 4 ? M - m0 : 4) {
+        case 1: rows_body(W, n0, nr, xm, ym, ldy, 1); break;
+        case 2: rows_body(W, n0, nr, xm, ym, ldy, 2); break;
+        case 3: rows_body(W, n0, nr, xm, ym, ldy, 3); break;
+        default: rows_body(W, n0, nr, xm, ym, ldy, 4); break;
+        }
+    }
+}
+
 void mr__kernels_fill_avx512(mr_kernels *k) {
+    k->rows[MR_FMT_BF16].name = "rows_bf16_avx512_1x32x4";
+    k->rows[MR_FMT_BF16].fn = rows_avx512;
+    k->rows[MR_FMT_FP8_BLOCK].name = "rows_fp8_block_avx512_1x32x4";
+    k->rows[MR_FMT_FP8_BLOCK].fn = rows_avx512;
     k->isa = "avx512";
     k->decode[MR_FMT_BF16].name = "decode_bf16_avx512_1x16";
     k->decode[MR_FMT_BF16].fn = decode_bf16_avx512;

@@ -1,14 +1,18 @@
 /* probe.c — machine ceilings measured in the same run as a benchmark: the
- * multi-threaded read bandwidth of a buffer larger than any cache, and the
- * peak rate of the instruction the kernels' inner loop uses (FP32 FMA at the
- * widest ISA the dispatch table chose). */
+ * multi-threaded read bandwidth of a pre-faulted buffer larger than any
+ * cache (best of N), and the peak rate of the instruction a kernel's inner
+ * loop uses (vfmadd231ps, vdpbf16ps or vpdpbusd; see mr_uk_instr). */
 #include <omp.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "kernels/kern_internal.h"
 
 double mr__probe_fma_avx512(int64_t iters);
+double mr__probe_dpbf16_avx512(int64_t iters);
+double mr__probe_dpbusd_avx512(int64_t iters);
 double mr__probe_fma_avx2(int64_t iters);
+uint64_t mr__probe_read_avx512(const uint64_t *p, size_t n);
 
 /* Sum of 64-bit words; the optimizer vectorizes it; 8 independent sums. */
 static uint64_t sum_words(const uint64_t *p, size_t n) {
@@ -20,10 +24,17 @@ static uint64_t sum_words(const uint64_t *p, size_t n) {
 
 double mr_probe_read_bw(size_t bytes, int reps) {
     size_t n = bytes / 8;
-    uint64_t *buf = mr_aligned_alloc(64, n * 8);
+    /* on 2 MiB boundaries with transparent huge pages asked for, as the
+     * packed expert weights are (pack.c): the same TLB conditions */
+    const size_t huge = (size_t)2 << 20;
+    uint64_t *buf = mr_aligned_alloc(n * 8 >= huge ? huge : 64, n * 8);
     if (!buf) return 0.0;
+#ifdef MADV_HUGEPAGE
+    if (n * 8 >= huge) (void)madvise(buf, n * 8, MADV_HUGEPAGE);
+#endif
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) buf[i] = i; /* pre-fault, with the same thread split as below */
+    const bool a512 = !strcmp(mr_kernels_get()->isa, "avx512"); /* zmm loads + prefetch, as the kernels */
     double best = 0.0;
     volatile uint64_t sink = 0;
     for (int r = 0; r < reps; r++) {
@@ -32,7 +43,7 @@ double mr_probe_read_bw(size_t bytes, int reps) {
         {
             int nt = omp_get_num_threads(), id = omp_get_thread_num();
             size_t chunk = n / (size_t)nt / 8 * 8, lo = chunk * (size_t)id, hi = id == nt - 1 ? n : lo + chunk;
-            tot += sum_words(buf + lo, hi - lo);
+            tot += a512 ? mr__probe_read_avx512(buf + lo, hi - lo) : sum_words(buf + lo, hi - lo);
         }
         uint64_t t1 = mr_now_ns();
         sink += tot;
@@ -44,32 +55,41 @@ double mr_probe_read_bw(size_t bytes, int reps) {
     return best;
 }
 
-double mr_probe_peak_gflops(const char **instr) {
+/* ops per iteration of each probe (12 chains x lanes x 2 per multiply-add) */
+double mr_probe_peak(mr_probe_instr which, const char **instr) {
     const mr_kernels *k = mr_kernels_get();
-    const int64_t iters = 20 * 1000 * 1000;
-    double flops_per_iter;
-    double (*fn)(int64_t);
-    if (!strcmp(k->isa, "avx512")) {
-        fn = mr__probe_fma_avx512, flops_per_iter = 10 * 16 * 2;
-        if (instr) *instr = "vfmadd231ps zmm";
-    } else if (!strcmp(k->isa, "avx2")) {
-        fn = mr__probe_fma_avx2, flops_per_iter = 10 * 8 * 2;
-        if (instr) *instr = "vfmadd231ps ymm";
-    } else {
-        fn = NULL, flops_per_iter = 0;
-        if (instr) *instr = "scalar (not probed)";
-        return 0.0;
-    }
+    const uint32_t f = mr_cpu()->flags;
+    const int64_t iters = 8 * 1000 * 1000;
+    double ops = 0;
+    double (*fn)(int64_t) = NULL;
+    const char *name = "none";
+    const bool a512 = !strcmp(k->isa, "avx512");
+    if (which == MR_PROBE_FMA && a512) fn = mr__probe_fma_avx512, ops = 12 * 16 * 2, name = "vfmadd231ps zmm";
+    else if (which == MR_PROBE_FMA && !strcmp(k->isa, "avx2"))
+        fn = mr__probe_fma_avx2, ops = 12 * 8 * 2, name = "vfmadd231ps ymm";
+    else if (which == MR_PROBE_DPBF16 && a512 && (f & MR_CPU_AVX512BF16))
+        fn = mr__probe_dpbf16_avx512, ops = 12 * 32 * 2, name = "vdpbf16ps zmm";
+    else if (which == MR_PROBE_DPBUSD && a512 && (f & MR_CPU_AVX512VNNI))
+        fn = mr__probe_dpbusd_avx512, ops = 12 * 64 * 2, name = "vpdpbusd zmm";
+    if (instr) *instr = fn ? name : "scalar (not probed)";
+    if (!fn) return 0.0;
     double best = 0.0;
     for (int r = 0; r < 3; r++) {
         uint64_t t0 = mr_now_ns();
         double sink = 0;
+        int nt = 1;
 #pragma omp parallel reduction(+ : sink)
-        sink += fn(iters / omp_get_num_threads());
+        {
+#pragma omp single
+            nt = omp_get_num_threads();
+            sink += fn(iters);
+        }
         uint64_t t1 = mr_now_ns();
-        double g = (double)iters * flops_per_iter / (double)(t1 - t0);
+        double g = (double)iters * nt * ops / (double)(t1 - t0);
         if (sink == 12345.678) g += 1e-9; /* keep the result alive */
         if (g > best) best = g;
     }
     return best;
 }
+
+double mr_probe_peak_gflops(const char **instr) { return mr_probe_peak(MR_PROBE_FMA, instr); }

@@ -94,6 +94,78 @@ void mr__act_prepare_row(mr_act_mode m, const float *x, int64_t n, float input_s
     }
 }
 
+/* ---- kernel input of the packed micro-kernels (moerun/kernels.h) ----
+ * The same values as mr__act_prepare_row, in the form the packed kernels
+ * take: fp32 / bf16 rows as above (xs = the per-128 scales: w8a8's s, else
+ * 1); NVFP4 int8 modes as int8 x with per-16 multipliers xs and the bias
+ * sums xb = -12 * sum of x over each 16 (see the NVFP4_I8 kernel):
+ *   w4a4: x = 2*e2m1(q) (exact), xs = e4m3(sc)/2 (exact), post = input_scale
+ *         => the GEMM sees e2m1(q) * e4m3(sc) * input_scale, as defined above;
+ *   w4a8: x = q, xs = s of its 128 group (replicated per 16), post = 1. */
+mr_uk_kind mr__act_uk_kind(mr_act_mode m) {
+    switch (m) {
+    case MR_ACT_W16A32: return MR_UK_BF16_F32;
+    case MR_ACT_W16A16: return MR_UK_BF16_BF16;
+    case MR_ACT_W8A8:
+    case MR_ACT_W8A16: return MR_UK_FP8_BF16;
+    case MR_ACT_W4A4:
+    case MR_ACT_W4A8: return MR_UK_NVFP4_I8;
+    default: return MR_UK_NVFP4_BF16;
+    }
+}
+
+int mr__act_uk_esize(mr_act_mode m) {
+    switch (mr__act_uk_kind(m)) {
+    case MR_UK_BF16_F32: return 4;
+    case MR_UK_NVFP4_I8: return 1;
+    default: return 2;
+    }
+}
+
+int mr__act_uk_block(mr_act_mode m) {
+    switch (mr__act_uk_kind(m)) {
+    case MR_UK_FP8_BF16: return 128;
+    case MR_UK_NVFP4_I8:
+    case MR_UK_NVFP4_BF16: return 16;
+    default: return 0; /* no per-block multiplier */
+    }
+}
+
+static void i8_finish(const float *qv, int64_t len, int8_t *d, int32_t *xb) {
+    for (int64_t b = 0; b < len / 16; b++) {
+        int32_t s = 0;
+        for (int i = 0; i < 16; i++) {
+            d[b * 16 + i] = (int8_t)qv[b * 16 + i];
+            s += d[b * 16 + i];
+        }
+        xb[b] = -12 * s;
+    }
+}
+
+void mr__act_prepare_uk_row(mr_act_mode m, const float *x, int64_t n, float input_scale, void *dst, float *xs,
+                            int32_t *xb) {
+    if (mr__act_uk_kind(m) != MR_UK_NVFP4_I8) {
+        mr__act_prepare_row(m, x, n, input_scale, dst, xs); /* xs: ceil(n/128) scales */
+        return;
+    }
+    int8_t *d = dst;
+    for (int64_t c = 0; c < n; c += 128) {
+        const int64_t len = n - c < 128 ? n - c : 128; /* n % 16 == 0 (nvfp4) */
+        float qv[128];
+        if (m == MR_ACT_W4A4) {
+            uint8_t q[64], sc[8];
+            mr_nvfp4_act_quantize_row_ref(x + c, len, input_scale, q, sc);
+            for (int64_t i = 0; i < len; i++) qv[i] = 2.0f * mr_e2m1_to_f32((uint8_t)((q[i / 2] >> (4 * (i & 1))) & 15));
+            for (int64_t b = 0; b < len / 16; b++) xs[c / 16 + b] = 0.5f * mr_e4m3_to_f32(sc[b]);
+        } else {
+            float s;
+            int8_group(x + c, len, qv, &s);
+            for (int64_t b = 0; b < len / 16; b++) xs[c / 16 + b] = s;
+        }
+        i8_finish(qv, len, d + c, xb + c / 16);
+    }
+}
+
 void mr__act_effective_row(mr_act_mode m, const float *x, int64_t n, float input_scale, float *dst) {
     float vals[128], s;
     for (int64_t c = 0; c < n; c += 128) {

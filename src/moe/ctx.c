@@ -25,6 +25,8 @@ void mr__moe_w4a4_scales(const mr_moe_weights *w, float *s13, float *s2) {
     float a = 0.0f, b = 0.0f;
     for (int e = 0; e < w->n_experts; e++) {
         if (w->w13 && w->w13[e].data) a = fmaxf(a, w->w13[e].input_scale);
+        if (w->p13 && w->p13[e].data) a = fmaxf(a, w->p13[e].input_scale);
+        if (w->p2 && w->p2[e].data) b = fmaxf(b, w->p2[e].input_scale);
         if (w->w1[e].data) a = fmaxf(a, w->w1[e].input_scale);
         if (w->w3[e].data) a = fmaxf(a, w->w3[e].input_scale);
         b = fmaxf(b, w->w2[e].input_scale);
@@ -59,8 +61,16 @@ void mr_moe_ctx_free(mr_moe_ctx *c) {
     mr_aligned_free(c->yslot);
     mr_aligned_free(c->tmp);
     mr_free(c->tasks);
+    mr_aligned_free(c->x1);
+    mr_aligned_free(c->x2);
+    mr_aligned_free(c->xs1);
+    mr_aligned_free(c->xs2);
+    mr_aligned_free(c->xb1);
+    mr_aligned_free(c->xb2);
     mr_free(c);
 }
+
+static _Thread_local size_t ws_total; /* bytes ws_alloc handed out since mr_moe_ctx_new started */
 
 /* n elements of sz bytes, overflow-checked, 64-byte aligned */
 static void *ws_alloc(size_t n, size_t sz, mr_status *st) {
@@ -72,8 +82,11 @@ static void *ws_alloc(size_t n, size_t sz, mr_status *st) {
     }
     void *p = mr_aligned_alloc(64, b ? b : 64);
     if (!p) *st = MR_ENOMEM;
+    else ws_total += b;
     return p;
 }
+
+size_t mr_moe_ctx_workspace_bytes(const mr_moe_ctx *c) { return c ? c->ws_bytes : 0; }
 
 mr_status mr_moe_ctx_new(const mr_moe_runner *r, const mr_moe_problem *p, mr_moe_weights *w, int64_t max_T,
                          mr_moe_ctx **out) {
@@ -91,6 +104,7 @@ mr_status mr_moe_ctx_new(const mr_moe_runner *r, const mr_moe_problem *p, mr_moe
 
     mr_moe_ctx *c = mr_calloc(1, sizeof *c);
     if (!c) return MR_ENOMEM;
+    ws_total = 0;
     c->runner = r;
     c->p = *p;
     c->w = w;
@@ -119,7 +133,9 @@ mr_status mr_moe_ctx_new(const mr_moe_runner *r, const mr_moe_problem *p, mr_moe
     size_t GH = (H + 127) / 128, GI = (Ip + 127) / 128;
     size_t SH = 0, SI = 0;
     if (!mr_size_mul(S, H, &SH) || !mr_size_mul(S, Ip, &SI)) st = mr_error_set(MR_EOVERFLOW, "workspace overflows");
-    if (strcmp(r->name, "reference") != 0) {
+    if (c->layout.pack != MR_PACK_NONE) {
+        if (!st) st = mr__moe_packed_ws(c);
+    } else if (strcmp(r->name, "reference") != 0) {
         c->xq = ws_alloc(SH, 4, &st);
         c->xs = ws_alloc(S, GH * 4, &st);
         c->hq = ws_alloc(SI, 4, &st);
@@ -130,6 +146,9 @@ mr_status mr_moe_ctx_new(const mr_moe_runner *r, const mr_moe_problem *p, mr_moe
     }
     /* per thread: gate, up chunk [64][128] each, y chunk [64][64], rows of H and I */
     size_t core = 64 * 128 * 2 + 64 * 64 + 2 * H + 2 * Ip + 256;
+    /* packed path: gate, up [128][128], y [128][64], a row of max(H, Ip), kernel scratch */
+    size_t packed = 128 * 128 * 2 + 128 * 64 + (H > Ip ? H : Ip) + 64 + MR_UK_SCRATCH / 4 + 16;
+    if (packed > core) core = packed;
     size_t ref = 5 * H + 3 * I + 256;
     c->tmp_stride = (int64_t)((core > ref ? core : ref) + 15) / 16 * 16;
     c->tmp = ws_alloc((size_t)c->n_threads, (size_t)c->tmp_stride * 4, &st);
@@ -137,6 +156,7 @@ mr_status mr_moe_ctx_new(const mr_moe_runner *r, const mr_moe_problem *p, mr_moe
         mr_moe_ctx_free(c);
         return st;
     }
+    c->ws_bytes = ws_total;
     *out = c;
     return MR_OK;
 }
@@ -158,4 +178,41 @@ mr_status mr_moe_run(mr_moe_ctx *c, const mr_moe_args *a) {
         return mr_error_set(MR_EINVAL, "runner %s needs precomputed ids and weights", c->runner->name);
     }
     return c->runner->ops->run(c, a);
+}
+
+/* workspace of the packed path (expert_packed.c): rows of kernel input for
+ * every slot, zeroed once so that the padding columns [n, Kp) stay 0 */
+mr_status mr__moe_packed_ws(mr_moe_ctx *c) {
+    const mr_moe_problem *p = &c->p;
+    const mr_act_mode m = p->act_mode;
+    const int64_t unit = p->weight_format == MR_FMT_FP8_BLOCK ? 128 : p->weight_format == MR_FMT_NVFP4 ? 16 : 2;
+    const int64_t Ip = c->layout.inter_padded, H = p->hidden;
+    c->ld1 = (H + unit - 1) / unit * unit;
+    c->ld2 = (Ip + unit - 1) / unit * unit;
+    /* per-block multipliers: per 16 (nvfp4) or per 128, at least one per 128 for the generic preparation */
+    c->nxs1 = mr__act_uk_block(m) == 16 ? c->ld1 / 16 : (c->ld1 + 127) / 128;
+    c->nxs2 = mr__act_uk_block(m) == 16 ? c->ld2 / 16 : (c->ld2 + 127) / 128;
+    const size_t S = (size_t)c->max_T * (size_t)p->top_k, es = (size_t)mr__act_uk_esize(m);
+    mr_status st = MR_OK;
+    size_t n1, n2;
+    if (!mr_size_mul(S, (size_t)c->ld1, &n1) || !mr_size_mul(S, (size_t)c->ld2, &n2))
+        return mr_error_set(MR_EOVERFLOW, "MoE workspace too large");
+    c->x1 = ws_alloc(n1, es, &st);
+    c->x2 = ws_alloc(n2, es, &st);
+    c->xs1 = ws_alloc(S, (size_t)c->nxs1 * 4, &st);
+    c->xs2 = ws_alloc(S, (size_t)c->nxs2 * 4, &st);
+    c->xb1 = ws_alloc(S, (size_t)(c->ld1 / 16 + 1) * 4, &st);
+    c->xb2 = ws_alloc(S, (size_t)(c->ld2 / 16 + 1) * 4, &st);
+    c->yslot = ws_alloc(S, (size_t)H * 4, &st);
+    const size_t E = (size_t)p->n_experts;
+    size_t nb1 = (size_t)(Ip + 127) / 128, nb2 = (size_t)(H + 63) / 64;
+    c->tasks = ws_alloc(E, (nb1 > nb2 ? nb1 : nb2) * 4, &st);
+    if (st) return st;
+    memset(c->x1, 0, n1 * es);
+    memset(c->x2, 0, n2 * es);
+    memset(c->xs1, 0, S * (size_t)c->nxs1 * 4);
+    memset(c->xs2, 0, S * (size_t)c->nxs2 * 4);
+    memset(c->xb1, 0, S * (size_t)(c->ld1 / 16 + 1) * 4);
+    memset(c->xb2, 0, S * (size_t)(c->ld2 / 16 + 1) * 4);
+    return MR_OK;
 }

@@ -39,7 +39,24 @@ struct mr_moe_ctx {
     int n_threads;
     int32_t *tasks; /* flat task list: (expert << 16 | block), [E * max blocks] */
     float s13, s2;  /* W4A4 global input scales (0 otherwise) */
+    /* packed path (layout.pack != 0; expert_packed.c): kernel inputs of
+     * GEMM1 ([S][ld1] elements) and GEMM2 ([S][ld2]), per-block multipliers
+     * ([S][nxs1], [S][nxs2]) and int8 bias sums ([S][ld1/16], [S][ld2/16]) */
+    size_t ws_bytes; /* bytes of workspace allocated for this context */
+    int64_t ld1, ld2, nxs1, nxs2;
+    void *x1, *x2;
+    float *xs1, *xs2;
+    int32_t *xb1, *xb2;
 };
+
+/* The packed expert compute of `routed` (expert_packed.c). */
+mr_status mr__moe_experts_run_packed(mr_moe_ctx *c, const mr_moe_args *a, const int32_t *ids, const float *wts);
+/* After-load helper (weights.c): packs w1/w3 into p13 (tiles of gate and up
+ * interleaved; swap: up first, mutation test only) and w2 into p2 with
+ * L->pack, frees the HF copies, records L. */
+mr_status mr__moe_pack(mr_moe_weights *w, const mr_moe_layout *L, bool swap);
+/* Allocates the packed-path workspace of c (ctx.c helper). */
+mr_status mr__moe_packed_ws(mr_moe_ctx *c);
 
 /* Activation preparation for a mode (actmode.c). Quantizes/rounds n values of
  * one row into the kernel input: dst is fp32 or bf16 per mr__act_kernel_dtype;
@@ -47,6 +64,16 @@ struct mr_moe_ctx {
  * post receives the factor to apply to the dot product (w4a4: input_scale). */
 mr_format mr__act_kernel_dtype(mr_act_mode m);
 void mr__act_prepare_row(mr_act_mode m, const float *x, int64_t n, float input_scale, void *dst, float *scales);
+/* Packed-kernel form of the same values (actmode.c): the kernel kind of a
+ * mode, the element size of its input (4 f32, 2 bf16, 1 int8), its
+ * per-block multiplier width (128, 16 or 0 = none), and one row: dst [n]
+ * elements, xs [ceil(n/block)] (ceil(n/128) for modes without a block; must
+ * not be NULL), xb [n/16] for the int8 modes. */
+mr_uk_kind mr__act_uk_kind(mr_act_mode m);
+int mr__act_uk_esize(mr_act_mode m);
+int mr__act_uk_block(mr_act_mode m);
+void mr__act_prepare_uk_row(mr_act_mode m, const float *x, int64_t n, float input_scale, void *dst, float *xs,
+                            int32_t *xb);
 /* The value each prepared element stands for (x ≈ value): fp32 [n]. */
 void mr__act_effective_row(mr_act_mode m, const float *x, int64_t n, float input_scale, float *dst);
 

@@ -93,12 +93,21 @@ static bool routed_supports(const mr_moe_problem *p, char *why, size_t n) {
 
 static int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
-/* gate rows then up rows in one [2*Ip][H] matrix; FP8 pads I to 128 so
- * that up starts on a 128-row scale block. */
+/* The packed micro-kernels' tile layouts (moerun/kernels.h): gate and up
+ * interleaved per 16-row tile, I padded to 16; the pack follows the weight
+ * format and, for NVFP4, the kernel input (int8 for w4a4/w4a8, bf16 for
+ * w4a16). */
 static void routed_layout(const mr_moe_problem *p, mr_moe_layout *out) {
     memset(out, 0, sizeof *out);
-    out->gateup = MR_GATEUP_CONCAT;
-    out->inter_padded = p->weight_format == MR_FMT_FP8_BLOCK ? round_up(p->inter, 128) : p->inter;
+    out->gateup = MR_GATEUP_INTERLEAVED;
+    out->interleave_rows = MR_PACK_TILE;
+    out->inter_padded = round_up(p->inter, MR_PACK_TILE);
+    out->pack_tile = MR_PACK_TILE;
+    switch (p->weight_format) {
+    case MR_FMT_FP8_BLOCK: out->pack = MR_PACK_FP8_R16K4; break;
+    case MR_FMT_NVFP4: out->pack = p->act_mode == MR_ACT_W4A16 ? MR_PACK_NVFP4_R16K16B : MR_PACK_NVFP4_R16K16; break;
+    default: out->pack = MR_PACK_BF16_R16K2; break;
+    }
     out->owner = "routed";
 }
 

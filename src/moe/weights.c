@@ -39,7 +39,11 @@ void mr_moe_weights_free(mr_moe_weights *w) {
         if (w->w3) mr_qmatrix_free(&w->w3[e]);
         if (w->w2) mr_qmatrix_free(&w->w2[e]);
         if (w->w13) mr_qmatrix_free(&w->w13[e]);
+        if (w->p13) mr_pmatrix_free(&w->p13[e]);
+        if (w->p2) mr_pmatrix_free(&w->p2[e]);
     }
+    mr_free(w->p13);
+    mr_free(w->p2);
     mr_free(w->w1);
     mr_free(w->w3);
     mr_free(w->w2);
@@ -71,7 +75,7 @@ static mr_status qm_sizes(mr_format fmt, int64_t rows, int64_t cols, size_t *dat
 
 /* Allocates an owned, zero-filled matrix. */
 static mr_status qm_alloc(mr_qmatrix *m, mr_format fmt, int64_t rows, int64_t cols) {
-    size_t d, s;
+    size_t d = 0, s = 0;
     mr_status st = qm_sizes(fmt, rows, cols, &d, &s);
     if (st) return st;
     memset(m, 0, sizeof *m);
@@ -111,11 +115,15 @@ mr_status mr_moe_weights_clone(const mr_moe_weights *src, mr_moe_weights **out) 
     if (st) return st;
     w->layout = src->layout;
     if (src->w13 && !(w->w13 = mr_calloc((size_t)src->n_experts, sizeof(mr_qmatrix)))) st = MR_ENOMEM;
+    if (!st && src->p13 && !(w->p13 = mr_calloc((size_t)src->n_experts, sizeof(mr_pmatrix)))) st = MR_ENOMEM;
+    if (!st && src->p2 && !(w->p2 = mr_calloc((size_t)src->n_experts, sizeof(mr_pmatrix)))) st = MR_ENOMEM;
     for (int e = 0; !st && e < src->n_experts; e++) {
         st = qm_clone(&src->w1[e], &w->w1[e]);
         if (!st) st = qm_clone(&src->w3[e], &w->w3[e]);
         if (!st) st = qm_clone(&src->w2[e], &w->w2[e]);
         if (!st && src->w13) st = qm_clone(&src->w13[e], &w->w13[e]);
+        if (!st && src->p13) st = mr_pmatrix_clone(&src->p13[e], &w->p13[e]);
+        if (!st && src->p2) st = mr_pmatrix_clone(&src->p2[e], &w->p2[e]);
     }
     if (st) {
         mr_moe_weights_free(w);
@@ -138,7 +146,32 @@ static mr_status check_qm(const mr_qmatrix *m, mr_format fmt, int64_t rows, int6
     return MR_OK;
 }
 
+static mr_status check_pm(const mr_pmatrix *m, int pack, int nsrc, int64_t rows, int64_t cols, const char *what, int e) {
+    if (!m->data) return mr_error_set(MR_EINVAL, "expert %d: packed %s is missing", e, what);
+    if ((int)m->pack != pack || m->nsrc != nsrc || m->src_rows != rows || m->cols != cols)
+        return mr_error_set(MR_EINVAL, "expert %d: packed %s is %s x%d [%lld][%lld], expected %s x%d [%lld][%lld]", e,
+                            what, mr_pack_name(m->pack), m->nsrc, (long long)m->src_rows, (long long)m->cols,
+                            mr_pack_name((mr_pack_id)pack), nsrc, (long long)rows, (long long)cols);
+    return MR_OK;
+}
+
+size_t mr_moe_weights_expert_bytes(const mr_moe_weights *w) {
+    if (w->layout.pack != MR_PACK_NONE && w->p13 && w->p2) return mr_pmatrix_bytes(&w->p13[0]) + mr_pmatrix_bytes(&w->p2[0]);
+    size_t b = mr_qmatrix_bytes(&w->w2[0]);
+    if (w->w13 && w->w13[0].data) return b + mr_qmatrix_bytes(&w->w13[0]);
+    return b + mr_qmatrix_bytes(&w->w1[0]) + mr_qmatrix_bytes(&w->w3[0]);
+}
+
 mr_status mr_moe_weights_validate(const mr_moe_weights *w) {
+    if (w->layout.pack != MR_PACK_NONE) {
+        if (!w->p13 || !w->p2) return mr_error_set(MR_EINVAL, "packed layout without packed matrices");
+        for (int e = 0; e < w->n_experts; e++) {
+            mr_status st;
+            if ((st = check_pm(&w->p13[e], w->layout.pack, 2, w->inter, w->hidden, "w13 (gate/up)", e))) return st;
+            if ((st = check_pm(&w->p2[e], w->layout.pack, 1, w->hidden, w->inter, "w2 (down)", e))) return st;
+        }
+        return MR_OK;
+    }
     for (int e = 0; e < w->n_experts; e++) {
         mr_status st;
         if (w->layout.gateup == MR_GATEUP_SEPARATE) {
@@ -256,6 +289,48 @@ mr_status mr__moe_merge_gateup(mr_moe_weights *w, const mr_moe_layout *L, bool s
         mr_qmatrix_free(&w->w3[e]);
         memset(&w->w1[e], 0, sizeof(mr_qmatrix));
         memset(&w->w3[e], 0, sizeof(mr_qmatrix));
+    }
+    if (st) {
+        /* leave nothing half-converted: this set is unusable, say so */
+        w->layout.owner = "broken";
+        w->layout.gateup = MR_GATEUP_CONCAT;
+        w->layout.inter_padded = -1;
+        return st;
+    }
+    w->layout = *L;
+    return MR_OK;
+}
+
+/* ---- after-load: pack into the 16-row tile layouts (routed) ---- */
+mr_status mr__moe_pack(mr_moe_weights *w, const mr_moe_layout *L, bool swap) {
+    if (w->layout.gateup != MR_GATEUP_SEPARATE)
+        return mr_error_set(MR_ESTATE, "weights are already in layout of runner %s", w->layout.owner);
+    mr_status st = mr_moe_weights_validate(w);
+    if (st) return st;
+    MR_ASSERT(L->pack != MR_PACK_NONE && L->gateup == MR_GATEUP_INTERLEAVED && L->interleave_rows == MR_PACK_TILE);
+    const int E = w->n_experts;
+    w->p13 = mr_calloc((size_t)E, sizeof(mr_pmatrix));
+    w->p2 = mr_calloc((size_t)E, sizeof(mr_pmatrix));
+    if (!w->p13 || !w->p2) st = MR_ENOMEM;
+    for (int e = 0; !st && e < E; e++) {
+        const mr_qmatrix *gu[2] = {swap ? &w->w3[e] : &w->w1[e], swap ? &w->w1[e] : &w->w3[e]};
+        const mr_qmatrix *dn[1] = {&w->w2[e]};
+        st = mr_pmatrix_pack(&w->p13[e], (mr_pack_id)L->pack, gu, 2);
+        if (st) {
+            st = mr_error_set(st, "expert %d gate/up: %s", e, mr_error_last());
+            break;
+        }
+        if ((st = mr_pmatrix_pack(&w->p2[e], (mr_pack_id)L->pack, dn, 1))) {
+            st = mr_error_set(st, "expert %d down: %s", e, mr_error_last());
+            break;
+        }
+        /* the HF copies are no longer needed: free them as we go (peak memory) */
+        mr_qmatrix_free(&w->w1[e]);
+        mr_qmatrix_free(&w->w3[e]);
+        mr_qmatrix_free(&w->w2[e]);
+        memset(&w->w1[e], 0, sizeof(mr_qmatrix));
+        memset(&w->w3[e], 0, sizeof(mr_qmatrix));
+        memset(&w->w2[e], 0, sizeof(mr_qmatrix));
     }
     if (st) {
         /* leave nothing half-converted: this set is unusable, say so */

@@ -1,0 +1,234 @@
+/* pack.c — packed weight matrices (mr_pmatrix): the packers from the
+ * checkpoint layouts (row-major E4M3 + 128x128 scales, packed E2M1 + E4M3
+ * per 16, bf16) into the 16-row tile layouts of moerun/kernels.h, and the
+ * scalar block decoders the generic and AVX2 micro-kernels use on them.
+ * Padding rows and columns are zero codes (value 0). */
+#include <string.h>
+#include <sys/mman.h>
+
+#include "kernels/kern_internal.h"
+
+static int64_t rup(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
+
+const char *mr_pack_name(mr_pack_id p) {
+    switch (p) {
+    case MR_PACK_NONE: return "none";
+    case MR_PACK_FP8_R16K4: return "fp8_r16k4";
+    case MR_PACK_NVFP4_R16K16: return "nvfp4_r16k16";
+    case MR_PACK_NVFP4_R16K16B: return "nvfp4_r16k16b";
+    case MR_PACK_BF16_R16K2: return "bf16_r16k2";
+    default: return "?";
+    }
+}
+
+static mr_format pack_format(mr_pack_id p) {
+    switch (p) {
+    case MR_PACK_FP8_R16K4: return MR_FMT_FP8_BLOCK;
+    case MR_PACK_NVFP4_R16K16:
+    case MR_PACK_NVFP4_R16K16B: return MR_FMT_NVFP4;
+    case MR_PACK_BF16_R16K2: return MR_FMT_BF16;
+    default: return MR_FMT_COUNT;
+    }
+}
+
+void mr_pmatrix_free(mr_pmatrix *m) {
+    if (!m) return;
+    mr_aligned_free(m->data);
+    mr_aligned_free(m->tscale);
+    memset(m, 0, sizeof *m);
+}
+
+size_t mr_pmatrix_bytes(const mr_pmatrix *m) {
+    size_t b = (size_t)m->n_tiles * m->tile_bytes;
+    if (m->tscale) b += (size_t)m->n_tiles * (size_t)(m->Kp / 128) * sizeof(float);
+    return b;
+}
+
+static size_t tile_bytes(mr_pack_id p, int64_t Kp) {
+    switch (p) {
+    case MR_PACK_FP8_R16K4: return (size_t)16 * (size_t)Kp;
+    case MR_PACK_NVFP4_R16K16:
+    case MR_PACK_NVFP4_R16K16B: /* 8*Kp code bytes + Kp e4m3 scales, rounded to 64 so every tile is aligned */
+        return ((size_t)9 * (size_t)Kp + 63) / 64 * 64;
+    case MR_PACK_BF16_R16K2: return (size_t)32 * (size_t)Kp;
+    default: return 0;
+    }
+}
+
+static mr_status alloc_like(mr_pmatrix *m) {
+    size_t d, s = 0;
+    if (!mr_size_mul((size_t)m->n_tiles, m->tile_bytes, &d) ||
+        (m->pack == MR_PACK_FP8_R16K4 && !mr_size_mul((size_t)m->n_tiles, (size_t)(m->Kp / 128) * 4, &s)))
+        return mr_error_set(MR_EOVERFLOW, "packed matrix of %lld tiles is too large", (long long)m->n_tiles);
+    /* large matrices on 2 MiB boundaries with transparent huge pages asked
+     * for: the kernels stream random experts, and with 4 KiB pages every
+     * 4 KiB of the stream costs a TLB walk */
+    const size_t huge = (size_t)2 << 20;
+    m->data = mr_aligned_alloc(d >= huge ? huge : 64, d ? d : 64);
+#ifdef MADV_HUGEPAGE
+    if (m->data && d >= huge) (void)madvise(m->data, d, MADV_HUGEPAGE);
+#endif
+    m->tscale = s ? mr_aligned_alloc(64, s) : NULL;
+    if (!m->data || (s && !m->tscale)) {
+        mr_pmatrix_free(m);
+        return MR_ENOMEM;
+    }
+    return MR_OK;
+}
+
+mr_status mr_pmatrix_clone(const mr_pmatrix *src, mr_pmatrix *dst) {
+    *dst = *src;
+    dst->data = NULL;
+    dst->tscale = NULL;
+    if (!src->data) return MR_OK;
+    mr_status st = alloc_like(dst);
+    if (st) return st;
+    memcpy(dst->data, src->data, (size_t)src->n_tiles * src->tile_bytes);
+    if (src->tscale) memcpy(dst->tscale, src->tscale, (size_t)src->n_tiles * (size_t)(src->Kp / 128) * 4);
+    return MR_OK;
+}
+
+/* code of row n, column k of an NVFP4 source (0 outside) */
+static uint8_t nib(const mr_qmatrix *w, int64_t n, int64_t k) {
+    if (n >= w->rows || k >= w->cols) return 0;
+    uint8_t b = ((const uint8_t *)w->data)[n * (w->cols / 2) + k / 2];
+    return (k & 1) ? (uint8_t)(b >> 4) : (uint8_t)(b & 15);
+}
+
+static void pack_tile(const mr_pmatrix *m, const mr_qmatrix *w, int64_t st, uint8_t *tile, float *ts) {
+    const int64_t K = w->cols, N = w->rows, Kp = m->Kp;
+    switch (m->pack) {
+    case MR_PACK_FP8_R16K4: {
+        const uint8_t *src = w->data;
+        for (int64_t g = 0; g < Kp / 4; g++)
+            for (int p = 0; p < 64; p++) {
+                int lane = p >> 4, q = p & 15, d = 4 * lane + ((q & 7) >> 1), kk = 2 * (q >> 3) + (q & 1);
+                int64_t n = 16 * st + d, k = 4 * g + kk;
+                tile[g * 64 + p] = (n < N && k < K) ? src[n * K + k] : 0;
+            }
+        const int64_t nbc = (K + 127) / 128, rb = (16 * st) / 128;
+        for (int64_t kb = 0; kb < Kp / 128; kb++) ts[kb] = 16 * st < N ? ((const float *)w->scale)[rb * nbc + kb] : 0.0f;
+        break;
+    }
+    case MR_PACK_NVFP4_R16K16:
+    case MR_PACK_NVFP4_R16K16B: {
+        const bool b = m->pack == MR_PACK_NVFP4_R16K16B;
+        for (int64_t j = 0; j < Kp / 16; j++)
+            for (int L = 0; L < 2; L++)
+                for (int p = 0; p < 64; p++) {
+                    uint8_t v = 0;
+                    if (!b) {
+                        int64_t n = 16 * st + (p >> 2), k = 16 * j + 8 * L + (p & 3);
+                        v = (uint8_t)(nib(w, n, k) | nib(w, n, k + 4) << 4);
+                    } else {
+                        int lane = p >> 4, q = p & 15, d = 4 * lane + ((q & 7) >> 1), u = q >> 3, e = q & 1;
+                        for (int h = 0; h < 2; h++)
+                            v |= (uint8_t)(nib(w, 16 * st + d, 16 * j + 2 * (4 * L + 2 * h + u) + e) << (4 * h));
+                    }
+                    tile[(j * 2 + L) * 64 + p] = v;
+                }
+        uint8_t *sc = tile + 8 * Kp;
+        for (int64_t j = 0; j < Kp / 16; j++)
+            for (int r = 0; r < 16; r++) {
+                int64_t n = 16 * st + r;
+                sc[j * 16 + r] = (n < N && j < K / 16) ? ((const uint8_t *)w->scale)[n * (K / 16) + j] : 0;
+            }
+        break;
+    }
+    case MR_PACK_BF16_R16K2: {
+        uint16_t *t = (uint16_t *)tile;
+        const uint16_t *src = w->data;
+        for (int64_t g = 0; g < Kp / 2; g++)
+            for (int d = 0; d < 16; d++)
+                for (int e = 0; e < 2; e++) {
+                    int64_t n = 16 * st + d, k = 2 * g + e;
+                    t[g * 32 + d * 2 + e] = (n < N && k < K) ? src[n * K + k] : 0;
+                }
+        break;
+    }
+    default: MR_ASSERT(!"pack");
+    }
+}
+
+mr_status mr_pmatrix_pack(mr_pmatrix *out, mr_pack_id pack, const mr_qmatrix *const *src, int nsrc) {
+    memset(out, 0, sizeof *out);
+    mr_format f = pack_format(pack);
+    if (f == MR_FMT_COUNT) return mr_error_set(MR_EINVAL, "unknown pack id %d", (int)pack);
+    if (nsrc < 1 || nsrc > 2) return mr_error_set(MR_EINVAL, "pack takes 1 or 2 sources, not %d", nsrc);
+    const mr_qmatrix *w = src[0];
+    for (int i = 0; i < nsrc; i++) {
+        if (!src[i]->data || src[i]->fmt != f)
+            return mr_error_set(MR_EINVAL, "pack %s needs %s source matrices", mr_pack_name(pack),
+                                mr_format_traits_get(f) ? mr_format_traits_get(f)->name : "?");
+        if (src[i]->rows != w->rows || src[i]->cols != w->cols)
+            return mr_error_set(MR_EINVAL, "packed sources differ in shape ([%lld][%lld] vs [%lld][%lld])",
+                                (long long)src[i]->rows, (long long)src[i]->cols, (long long)w->rows,
+                                (long long)w->cols);
+        if (f == MR_FMT_NVFP4 && src[i]->scale2 != w->scale2)
+            return mr_error_set(MR_EFORMAT, "nvfp4 sources packed together must share weight_scale_2 (%g vs %g)",
+                                src[i]->scale2, w->scale2);
+    }
+    if (f == MR_FMT_NVFP4 && w->cols % 16)
+        return mr_error_set(MR_EINVAL, "nvfp4 matrix needs cols %% 16 == 0 (got %lld)", (long long)w->cols);
+    if (w->rows < 1 || w->cols < 1 || w->rows > ((int64_t)1 << 30) || w->cols > ((int64_t)1 << 30))
+        return mr_error_set(MR_EINVAL, "cannot pack a [%lld][%lld] matrix", (long long)w->rows, (long long)w->cols);
+    out->pack = pack;
+    out->fmt = f;
+    out->nsrc = nsrc;
+    out->src_rows = w->rows;
+    out->cols = w->cols;
+    out->Kp = rup(w->cols, f == MR_FMT_FP8_BLOCK ? 128 : f == MR_FMT_NVFP4 ? 16 : 2);
+    out->n_tiles = (int64_t)nsrc * (rup(w->rows, 16) / 16);
+    out->tile_bytes = tile_bytes(pack, out->Kp);
+    out->scale2 = f == MR_FMT_NVFP4 ? w->scale2 : 1.0f;
+    out->input_scale = 0.0f;
+    for (int i = 0; i < nsrc; i++)
+        if (src[i]->input_scale > out->input_scale) out->input_scale = src[i]->input_scale;
+    mr_status st = alloc_like(out);
+    if (st) return st;
+    const int64_t nkb = out->Kp / 128;
+    for (int64_t t = 0; t < out->n_tiles; t++)
+        pack_tile(out, src[t % nsrc], t / nsrc, out->data + (size_t)t * out->tile_bytes,
+                  out->tscale ? out->tscale + t * nkb : NULL);
+    return MR_OK;
+}
+
+/* ---- scalar block decoders (generic and AVX2 kernels) ---- */
+void mr__pk_fp8_block_f32(const uint8_t *tile, int64_t kb, float *out) {
+    const uint8_t *p0 = tile + kb * 2048;
+    for (int g = 0; g < 32; g++)
+        for (int p = 0; p < 64; p++) {
+            int lane = p >> 4, q = p & 15, d = 4 * lane + ((q & 7) >> 1), kk = 2 * (q >> 3) + (q & 1);
+            out[(4 * g + kk) * 16 + d] = mr__e4m3_lut[p0[g * 64 + p]];
+        }
+}
+
+void mr__pk_nvfp4_block_f32(const mr_pmatrix *W, const uint8_t *tile, int64_t j, float *w, float *sc) {
+    const uint8_t *p0 = tile + j * 128;
+    for (int L = 0; L < 2; L++)
+        for (int p = 0; p < 64; p++) {
+            uint8_t b = p0[L * 64 + p];
+            for (int h = 0; h < 2; h++) {
+                int d, k;
+                if (W->pack == MR_PACK_NVFP4_R16K16) {
+                    d = p >> 2, k = 8 * L + (p & 3) + 4 * h;
+                } else {
+                    int lane = p >> 4, q = p & 15;
+                    d = 4 * lane + ((q & 7) >> 1), k = 2 * (4 * L + 2 * h + (q >> 3)) + (q & 1);
+                }
+                w[k * 16 + d] = mr__e2m1_lut[h ? b >> 4 : b & 15];
+            }
+        }
+    const uint8_t *s = tile + 8 * W->Kp + 16 * j;
+    for (int d = 0; d < 16; d++) sc[d] = mr__e4m3_lut[s[d]];
+}
+
+void mr__pk_bf16_pairs_f32(const uint8_t *tile, int64_t g0, int ng, float *out) {
+    const uint16_t *t = (const uint16_t *)tile + g0 * 32;
+    for (int g = 0; g < ng; g++)
+        for (int d = 0; d < 16; d++)
+            for (int e = 0; e < 2; e++) {
+                uint32_t u = (uint32_t)t[g * 32 + d * 2 + e] << 16;
+                memcpy(&out[(2 * g + e) * 16 + d], &u, 4);
+            }
+}

@@ -1,0 +1,117 @@
+/* uk.c — the packed micro-kernels' generic driver (contract in
+ * moerun/kernels.h): per block of the tile (128 k for FP8, 16 k for NVFP4,
+ * 64 k for bf16) the weights are decoded once by the scalar decoders of
+ * pack.c into an f32 [k][16] buffer in scratch, then every token is run over
+ * it by a "stage" (acc[16] += sum_k w[k][d] * x[k]): scalar C here, AVX2 in
+ * uk_avx2.c. The block result is scaled (block multiplier, per-row NVFP4
+ * scale, the activation's per-block multiplier) into y. Also the generic
+ * table entries, and which instruction each kind's kernel runs. */
+#include <string.h>
+
+#include "kernels/kern_internal.h"
+
+static inline float bf16f(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static int blk_of(mr_uk_kind kind) {
+    switch (kind) {
+    case MR_UK_FP8_BF16: return 128;
+    case MR_UK_NVFP4_I8:
+    case MR_UK_NVFP4_BF16: return 16;
+    default: return 64;
+    }
+}
+
+void mr__uk_drive(mr_uk_kind kind, const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y,
+                  int64_t ldy, void *scratch, mr__uk_stage_fn stage) {
+    const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
+    const int blk = blk_of(kind);
+    const int64_t Kp = W->Kp, nb = (Kp + blk - 1) / blk;
+    float *wb = scratch;             /* [128][16] */
+    float *xf = wb + 128 * 16;       /* [128] */
+    float sc[16];
+    for (int64_t m = 0; m < M; m++) memset(y + m * ldy, 0, 16 * sizeof(float));
+    for (int64_t b = 0; b < nb; b++) {
+        const int64_t k0 = b * blk;
+        const int nk = (int)(Kp - k0 < blk ? Kp - k0 : blk);
+        float bs = 1.0f;
+        switch (kind) {
+        case MR_UK_FP8_BF16:
+            mr__pk_fp8_block_f32(tile, b, wb);
+            bs = W->tscale[t * (Kp / 128) + b];
+            for (int d = 0; d < 16; d++) sc[d] = 1.0f;
+            break;
+        case MR_UK_NVFP4_I8:
+        case MR_UK_NVFP4_BF16: mr__pk_nvfp4_block_f32(W, tile, b, wb, sc); break;
+        default:
+            mr__pk_bf16_pairs_f32(tile, k0 / 2, nk / 2, wb);
+            for (int d = 0; d < 16; d++) sc[d] = 1.0f;
+            break;
+        }
+        for (int64_t m = 0; m < M; m++) {
+            const int64_t xo = m * a->ldx + k0;
+            if (kind == MR_UK_NVFP4_I8)
+                for (int i = 0; i < nk; i++) xf[i] = (float)((const int8_t *)a->x)[xo + i];
+            else if (kind == MR_UK_BF16_F32)
+                memcpy(xf, (const float *)a->x + xo, (size_t)nk * sizeof(float));
+            else
+                for (int i = 0; i < nk; i++) xf[i] = bf16f(((const uint16_t *)a->x)[xo + i]);
+            float acc[16] = {0};
+            stage(wb, xf, nk, acc);
+            const bool has_xs = a->xs && kind != MR_UK_BF16_BF16 && kind != MR_UK_BF16_F32;
+            const float s = bs * (has_xs ? a->xs[m * a->ldxs + b] : 1.0f);
+            for (int d = 0; d < 16; d++) y[m * ldy + d] += acc[d] * (sc[d] * s);
+        }
+    }
+    const float post = a->post * W->scale2;
+    if (post != 1.0f)
+        for (int64_t m = 0; m < M; m++)
+            for (int d = 0; d < 16; d++) y[m * ldy + d] *= post;
+}
+
+static void stage_generic(const float *w, const float *x, int nk, float *acc) {
+    for (int k = 0; k < nk; k++)
+        for (int d = 0; d < 16; d++) acc[d] += w[k * 16 + d] * x[k];
+}
+
+#define GEN(kind, fname)                                                                                           \
+    static void fname(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,        \
+                      void *scratch) {                                                                             \
+        mr__uk_drive(kind, W, t, a, M, y, ldy, scratch, stage_generic);                                            \
+    }
+GEN(MR_UK_FP8_BF16, uk_fp8_bf16_generic)
+GEN(MR_UK_NVFP4_I8, uk_nvfp4_i8_generic)
+GEN(MR_UK_NVFP4_BF16, uk_nvfp4_bf16_generic)
+GEN(MR_UK_BF16_BF16, uk_bf16_bf16_generic)
+GEN(MR_UK_BF16_F32, uk_bf16_f32_generic)
+#undef GEN
+
+void mr__uk_fill_generic(mr_kernels *k) {
+    static const struct {
+        const char *name;
+        mr_uk_fn fn;
+    } e[MR_UK_COUNT] = {
+        {"uk_fp8_bf16_generic_16x128", uk_fp8_bf16_generic},  {"uk_nvfp4_i8_generic_16x16", uk_nvfp4_i8_generic},
+        {"uk_nvfp4_bf16_generic_16x16", uk_nvfp4_bf16_generic}, {"uk_bf16_bf16_generic_16x64", uk_bf16_bf16_generic},
+        {"uk_bf16_f32_generic_16x64", uk_bf16_f32_generic},
+    };
+    for (int i = 0; i < MR_UK_COUNT; i++) {
+        k->uk_gemv[i].name = k->uk_gemm[i].name = e[i].name;
+        k->uk_gemv[i].fn = k->uk_gemm[i].fn = e[i].fn;
+    }
+    k->uk_gemm_min_m = 1 << 30; /* one kernel: the block decode is already shared by all tokens */
+}
+
+mr_probe_instr mr_uk_instr(mr_uk_kind kind) {
+    const mr_kernels *k = mr_kernels_get();
+    if (!k->uk_gemv[kind].name || !strstr(k->uk_gemv[kind].name, "avx512")) return MR_PROBE_FMA;
+    switch (kind) {
+    case MR_UK_NVFP4_I8: return MR_PROBE_DPBUSD;
+    case MR_UK_BF16_F32: return MR_PROBE_FMA;
+    default: return MR_PROBE_DPBF16;
+    }
+}

@@ -1,0 +1,437 @@
+/* uk_avx512.c — AVX-512 packed micro-kernels (F/BW/VL + BF16, VNNI, VBMI),
+ * the winners of dev/perf (README there), behind the contract of
+ * moerun/kernels.h (one 16-row tile, all of Kp, any M, y written not read):
+ *  fp8_bf16 gemv  (dev fp8.v1) E4M3 -> bf16 by two 128-entry vpermi2b byte
+ *                 LUTs, 2 vdpbf16ps per token per 64-byte line; tokens in
+ *                 register blocks of 8; block multiplier by one FMA per 128 k;
+ *  fp8_bf16 gemm  (dev fp8.v3) decodes a 16x128 block to bf16 once into
+ *                 scratch (L1), then 8-token blocks: 1 load + 8 vdpbf16ps;
+ *  nvfp4_i8       (dev nvfp4.v1) vpshufb nibble -> u8 = 2*e2m1 + 12,
+ *                 vpdpbusd with broadcast int8 activations; the int32 sum of
+ *                 a 16-k block starts at xb = -12*sum(x) (removes the bias),
+ *                 then vcvtdq2ps and one FMA with the 16 row scales (E4M3 by
+ *                 the exact f16 bit trick) times the activation multiplier;
+ *  nvfp4_bf16     (dev nvfp4.v2) two vpshufb LUTs give the bf16 bytes of
+ *                 E2M1, vdpbf16ps per block, FMA with the scales;
+ *  bf16_bf16      (dev bf16.v1) one vdpbf16ps per token per line;
+ *  bf16_f32       bf16 pairs widened exactly to fp32 (shift / mask),
+ *                 vfmadd231ps with broadcast fp32 activations.
+ * All weight streams are prefetched 16 KiB ahead into L2 (_MM_HINT_T2): the
+ * measured difference between 71% and 92-98% of read bandwidth at T = 1.
+ * Also the dense row-major fast paths of mr_matmul (bf16, FP8 block). */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/kern_internal.h"
+
+
+#define INL static inline __attribute__((always_inline))
+#define PFD 16384
+#define PF(p) _mm_prefetch((const char *)(p) + PFD, _MM_HINT_T2)
+#define MT MR_UK_MT
+
+/* bf16 bits of the E4M3 magnitude m (0..127) as low and high bytes; 0x7F
+ * (NaN) -> 0x7FC0. Exact for every code (subnormals become bf16 normals).
+ * tests/test_kernels.c checks all 256 codes against mr_e4m3_to_f32. */
+static const uint8_t LUT_LO[128] __attribute__((aligned(64))) = {
+    0x00, 0x00, 0x80, 0xC0, 0x00, 0x20, 0x40, 0x60, 0x80, 0x90, 0xA0, 0xB0, 0xC0, 0xD0, 0xE0, 0xF0,
+    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xA0, 0xB0, 0xC0, 0xD0, 0xE0, 0xF0,
+    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xA0, 0xB0, 0xC0, 0xD0, 0xE0, 0xF0,
+    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xA0, 0xB0, 0xC0, 0xD0, 0xE0, 0xF0,
+    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xA0, 0xB0, 0xC0, 0xD0, 0xE0, 0xF0,
+    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xA0, 0xB0, 0xC0, 0xD0, 0xE0, 0xF0,
+    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xA0, 0xB0, 0xC0, 0xD0, 0xE0, 0xF0,
+    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xA0, 0xB0, 0xC0, 0xD0, 0xE0, 0xC0};
+static const uint8_t LUT_HI[128] __attribute__((aligned(64))) = {
+    0x00, 0x3B, 0x3B, 0x3B, 0x3C, 0x3C, 0x3C, 0x3C, 0x3C, 0x3C, 0x3C, 0x3C, 0x3C, 0x3C, 0x3C, 0x3C,
+    0x3D, 0x3D, 0x3D, 0x3D, 0x3D, 0x3D, 0x3D, 0x3D, 0x3D, 0x3D, 0x3D, 0x3D, 0x3D, 0x3D, 0x3D, 0x3D,
+    0x3E, 0x3E, 0x3E, 0x3E, 0x3E, 0x3E, 0x3E, 0x3E, 0x3E, 0x3E, 0x3E, 0x3E, 0x3E, 0x3E, 0x3E, 0x3E,
+    0x3F, 0x3F, 0x3F, 0x3F, 0x3F, 0x3F, 0x3F, 0x3F, 0x3F, 0x3F, 0x3F, 0x3F, 0x3F, 0x3F, 0x3F, 0x3F,
+    0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40,
+    0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41,
+    0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42,
+    0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x7F};
+
+INL __m512 bcast_pair(const uint16_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_castsi512_ps(_mm512_set1_epi32((int)v));
+}
+INL int32_t ld32(const void *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+#define DP(acc, w, xv) _mm512_dpbf16_ps((acc), (__m512bh)(w), (__m512bh)(xv))
+
+static void apply_post(float *y, int64_t ldy, int64_t M, float post) {
+    if (post == 1.0f) return;
+    const __m512 p = _mm512_set1_ps(post);
+    for (int64_t m = 0; m < M; m++) _mm512_storeu_ps(y + m * ldy, _mm512_mul_ps(_mm512_loadu_ps(y + m * ldy), p));
+}
+
+/* the switch that turns a runtime token count 1..8 into a constant for the bodies */
+#define DISPATCH_MT(mt, CALL)                                                                                     \
+    switch (mt) {                                                                                                  \
+    case 1: CALL(1); break;                                                                                        \
+    case 2: CALL(2); break;                                                                                        \
+    case 3: CALL(3); break;                                                                                        \
+    case 4: CALL(4); break;                                                                                        \
+    case 5: CALL(5); break;                                                                                        \
+    case 6: CALL(6); break;                                                                                        \
+    case 7: CALL(7); break;                                                                                        \
+    default: CALL(8); break;                                                                                       \
+    }
+
+/* ---------------- FP8 ---------------- */
+typedef struct {
+    __m512i l0, l1, h0, h1, m80;
+} fp8_lut;
+
+INL fp8_lut fp8_lut_load(void) {
+    fp8_lut t;
+    t.l0 = _mm512_load_si512(LUT_LO);
+    t.l1 = _mm512_load_si512(LUT_LO + 64);
+    t.h0 = _mm512_load_si512(LUT_HI);
+    t.h1 = _mm512_load_si512(LUT_HI + 64);
+    t.m80 = _mm512_set1_epi8((char)0x80);
+    return t;
+}
+
+/* One line -> z0 = 16 rows x bf16 pair (k0,k1), z1 = 16 rows x (k2,k3). The
+ * sign bit is ignored by the 7-bit LUT index and OR-ed back. */
+INL void fp8_line_bf16(const fp8_lut *t, const uint8_t *p, __m512i *z0, __m512i *z1) {
+    __m512i w = _mm512_load_si512(p);
+    __m512i lo = _mm512_permutex2var_epi8(t->l0, w, t->l1);
+    __m512i hi = _mm512_permutex2var_epi8(t->h0, w, t->h1);
+    hi = _mm512_ternarylogic_epi32(hi, w, t->m80, 0xF8); /* hi | (w & 0x80) */
+    *z0 = _mm512_unpacklo_epi8(lo, hi);
+    *z1 = _mm512_unpackhi_epi8(lo, hi);
+}
+
+INL void fp8_gemv_body(const uint8_t *tile, const float *bs, int64_t Kp, const uint16_t *x, int64_t ldx,
+                       const float *xs, int64_t ldxs, float *y, int64_t ldy, const int M) {
+    const fp8_lut t = fp8_lut_load();
+    const int two = M <= 4; /* two accumulator chains per token while registers allow */
+    __m512 out[MT], a0[MT], a1[MT];
+    #pragma GCC unroll 16
+    for (int m = 0; m < M; m++) out[m] = _mm512_setzero_ps();
+    for (int64_t kb = 0; kb < Kp / 128; kb++) {
+        const uint8_t *p = tile + kb * 2048;
+        #pragma GCC unroll 16
+        for (int m = 0; m < M; m++) a0[m] = a1[m] = _mm512_setzero_ps();
+        for (int g = 0; g < 32; g++) {
+            __m512i z0, z1;
+            PF(p + g * 64);
+            fp8_line_bf16(&t, p + g * 64, &z0, &z1);
+            #pragma GCC unroll 16
+            for (int m = 0; m < M; m++) {
+                const uint16_t *xm = x + m * ldx + kb * 128 + 4 * g;
+                a0[m] = DP(a0[m], z0, bcast_pair(xm));
+                if (two) a1[m] = DP(a1[m], z1, bcast_pair(xm + 2));
+                else a0[m] = DP(a0[m], z1, bcast_pair(xm + 2));
+            }
+        }
+        #pragma GCC unroll 16
+        for (int m = 0; m < M; m++) {
+            float s = bs[kb] * (xs ? xs[m * ldxs + kb] : 1.0f);
+            __m512 acc = two ? _mm512_add_ps(a0[m], a1[m]) : a0[m];
+            out[m] = _mm512_fmadd_ps(acc, _mm512_set1_ps(s), out[m]);
+        }
+    }
+    #pragma GCC unroll 16
+    for (int m = 0; m < M; m++) _mm512_storeu_ps(y + m * ldy, out[m]);
+}
+
+static void uk_fp8_bf16_gemv(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                             void *scratch) {
+    (void)scratch;
+    const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
+    const float *bs = W->tscale + t * (W->Kp / 128);
+    for (int64_t m0 = 0; m0 < M; m0 += MT) {
+        const int mt = (int)(M - m0 < MT ? M - m0 : MT);
+        const uint16_t *x = (const uint16_t *)a->x + m0 * a->ldx;
+        const float *xs = a->xs ? a->xs + m0 * a->ldxs : NULL;
+#define CALL(n) fp8_gemv_body(tile, bs, W->Kp, x, a->ldx, xs, a->ldxs, y + m0 * ldy, ldy, n)
+        DISPATCH_MT(mt, CALL)
+#undef CALL
+    }
+    apply_post(y, ldy, M, a->post * W->scale2);
+}
+
+INL void fp8_gemm_tok(const __m512i *buf, const uint16_t *x, int64_t ldx, const float *xs, int64_t ldxs, float s0,
+                      int64_t kb, float *y, int64_t ldy, int first, const int M) {
+    __m512 acc[MT];
+    #pragma GCC unroll 16
+    for (int m = 0; m < M; m++) acc[m] = _mm512_setzero_ps();
+    #pragma GCC unroll 16
+    for (int pr = 0; pr < 64; pr++) {
+        __m512i w = _mm512_load_si512(buf + pr);
+        #pragma GCC unroll 16
+        for (int m = 0; m < M; m++) acc[m] = DP(acc[m], w, bcast_pair(x + m * ldx + kb * 128 + 2 * pr));
+    }
+    #pragma GCC unroll 16
+    for (int m = 0; m < M; m++) {
+        __m512 s = _mm512_set1_ps(s0 * (xs ? xs[m * ldxs + kb] : 1.0f));
+        __m512 r = first ? _mm512_mul_ps(acc[m], s) : _mm512_fmadd_ps(acc[m], s, _mm512_loadu_ps(y + m * ldy));
+        _mm512_storeu_ps(y + m * ldy, r);
+    }
+}
+
+static void uk_fp8_bf16_gemm(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                             void *scratch) {
+    const fp8_lut lut = fp8_lut_load();
+    const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
+    const float *bs = W->tscale + t * (W->Kp / 128);
+    __m512i *b = (__m512i *)scratch; /* 16 rows x 128 k as 64 bf16-pair vectors: 4 KiB */
+    for (int64_t kb = 0; kb < W->Kp / 128; kb++) {
+        const uint8_t *p = tile + kb * 2048;
+        for (int g = 0; g < 32; g++) {
+            __m512i z0, z1;
+            PF(p + g * 64);
+            fp8_line_bf16(&lut, p + g * 64, &z0, &z1);
+            _mm512_store_si512(b + 2 * g, z0);
+            _mm512_store_si512(b + 2 * g + 1, z1);
+        }
+        for (int64_t m0 = 0; m0 < M; m0 += MT) {
+            const int mt = (int)(M - m0 < MT ? M - m0 : MT);
+            const uint16_t *xm = (const uint16_t *)a->x + m0 * a->ldx;
+            const float *xsm = a->xs ? a->xs + m0 * a->ldxs : NULL;
+#define CALL(n) fp8_gemm_tok(b, xm, a->ldx, xsm, a->ldxs, bs[kb], kb, y + m0 * ldy, ldy, kb == 0, n)
+            DISPATCH_MT(mt, CALL)
+#undef CALL
+        }
+    }
+    apply_post(y, ldy, M, a->post * W->scale2);
+}
+
+/* ---------------- NVFP4 ---------------- */
+/* 16 E4M3 bytes -> 16 f32 equal to value * 2^-8 (f16 bit trick, exact). */
+INL __m512 e4m3x16_f32(const uint8_t *p) {
+    __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p));
+    w = _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16((short)0xBF80));
+    return _mm512_cvtph_ps(w);
+}
+
+/* 2*e2m1(c) + 12 for c = 0..15: an unsigned byte in [0, 24]. */
+static const uint8_t U8LUT[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
+/* bf16 bytes of e2m1(c): high byte (sign included) and low byte. */
+static const uint8_t BHI[16] = {0x00, 0x3F, 0x3F, 0x3F, 0x40, 0x40, 0x40, 0x40,
+                                0x80, 0xBF, 0xBF, 0xBF, 0xC0, 0xC0, 0xC0, 0xC0};
+static const uint8_t BLO[16] = {0x00, 0x00, 0x80, 0xC0, 0x00, 0x40, 0x80, 0xC0,
+                                0x00, 0x00, 0x80, 0xC0, 0x00, 0x40, 0x80, 0xC0};
+INL __m512i lut16(const uint8_t *t) { return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)t)); }
+
+INL void nvfp4_i8_body(const uint8_t *tile, int64_t Kp, const int8_t *xq, int64_t ldx, const int32_t *xb,
+                       int64_t ldb, const float *xs, int64_t ldxs, float post, float *y, int64_t ldy, const int M) {
+    const __m512i lut = lut16(U8LUT);
+    const __m512i m0f = _mm512_set1_epi8(0x0F);
+    const uint8_t *scp = tile + 8 * Kp;
+    __m512 out[MT];
+    #pragma GCC unroll 16
+    for (int m = 0; m < M; m++) out[m] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < Kp / 16; j++) {
+        PF(tile + j * 128);
+        PF(tile + j * 128 + 64);
+        if ((j & 3) == 0) PF(scp + 16 * j);
+        __m512i v0 = _mm512_load_si512(tile + j * 128), v1 = _mm512_load_si512(tile + j * 128 + 64);
+        __m512i A = _mm512_shuffle_epi8(lut, _mm512_and_si512(v0, m0f));
+        __m512i B = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v0, 4), m0f));
+        __m512i C = _mm512_shuffle_epi8(lut, _mm512_and_si512(v1, m0f));
+        __m512i D = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v1, 4), m0f));
+        __m512 sc = e4m3x16_f32(scp + 16 * j);
+        #pragma GCC unroll 16
+        for (int m = 0; m < M; m++) {
+            const int8_t *x4 = xq + m * ldx + 16 * j;
+            __m512i acc = _mm512_set1_epi32(xb[m * ldb + j]);
+            acc = _mm512_dpbusd_epi32(acc, A, _mm512_set1_epi32(ld32(x4)));
+            acc = _mm512_dpbusd_epi32(acc, B, _mm512_set1_epi32(ld32(x4 + 4)));
+            acc = _mm512_dpbusd_epi32(acc, C, _mm512_set1_epi32(ld32(x4 + 8)));
+            acc = _mm512_dpbusd_epi32(acc, D, _mm512_set1_epi32(ld32(x4 + 12)));
+            __m512 s = xs ? _mm512_mul_ps(sc, _mm512_set1_ps(xs[m * ldxs + j])) : sc;
+            out[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), s, out[m]);
+        }
+    }
+    /* the sums are of 2*e2m1(w)*x with scales * 2^-8: fold 2^8 / 2 = 128 */
+    const __m512 f = _mm512_set1_ps(128.0f * post);
+    #pragma GCC unroll 16
+    for (int m = 0; m < M; m++) _mm512_storeu_ps(y + m * ldy, _mm512_mul_ps(out[m], f));
+}
+
+static void uk_nvfp4_i8(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                        void *scratch) {
+    (void)scratch;
+    const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
+    const float post = a->post * W->scale2;
+    for (int64_t m0 = 0; m0 < M; m0 += MT) {
+        const int mt = (int)(M - m0 < MT ? M - m0 : MT);
+        const int8_t *x = (const int8_t *)a->x + m0 * a->ldx;
+        const int32_t *xb = a->xb + m0 * a->ldb;
+        const float *xs = a->xs ? a->xs + m0 * a->ldxs : NULL;
+#define CALL(n) nvfp4_i8_body(tile, W->Kp, x, a->ldx, xb, a->ldb, xs, a->ldxs, post, y + m0 * ldy, ldy, n)
+        DISPATCH_MT(mt, CALL)
+#undef CALL
+    }
+}
+
+INL void nvfp4_bf16_body(const uint8_t *tile, int64_t Kp, const uint16_t *x, int64_t ldx, const float *xs,
+                         int64_t ldxs, float post, float *y, int64_t ldy, const int M) {
+    const __m512i lhi = lut16(BHI);
+    const __m512i llo = lut16(BLO);
+    const __m512i m0f = _mm512_set1_epi8(0x0F);
+    const uint8_t *scp = tile + 8 * Kp;
+    __m512 out[MT];
+    #pragma GCC unroll 16
+    for (int m = 0; m < M; m++) out[m] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < Kp / 16; j++) {
+        __m512i z[8];
+        #pragma GCC unroll 16
+        for (int L = 0; L < 2; L++) {
+            PF(tile + j * 128 + 64 * L);
+            if (L == 0 && (j & 3) == 0) PF(scp + 16 * j);
+            __m512i v = _mm512_load_si512(tile + j * 128 + 64 * L);
+            #pragma GCC unroll 16
+            for (int h = 0; h < 2; h++) {
+                __m512i n = _mm512_and_si512(h ? _mm512_srli_epi16(v, 4) : v, m0f);
+                __m512i hi = _mm512_shuffle_epi8(lhi, n), lo = _mm512_shuffle_epi8(llo, n);
+                z[4 * L + 2 * h] = _mm512_unpacklo_epi8(lo, hi);
+                z[4 * L + 2 * h + 1] = _mm512_unpackhi_epi8(lo, hi);
+            }
+        }
+        __m512 sc = e4m3x16_f32(scp + 16 * j);
+        #pragma GCC unroll 16
+        for (int m = 0; m < M; m++) {
+            const uint16_t *xm = x + m * ldx + 16 * j;
+            __m512 a0 = DP(_mm512_setzero_ps(), z[0], bcast_pair(xm));
+            __m512 a1 = DP(_mm512_setzero_ps(), z[1], bcast_pair(xm + 2));
+            #pragma GCC unroll 16
+            for (int pr = 2; pr < 8; pr += 2) {
+                a0 = DP(a0, z[pr], bcast_pair(xm + 2 * pr));
+                a1 = DP(a1, z[pr + 1], bcast_pair(xm + 2 * pr + 2));
+            }
+            __m512 s = xs ? _mm512_mul_ps(sc, _mm512_set1_ps(xs[m * ldxs + j])) : sc;
+            out[m] = _mm512_fmadd_ps(_mm512_add_ps(a0, a1), s, out[m]);
+        }
+    }
+    const __m512 f = _mm512_set1_ps(256.0f * post);
+    #pragma GCC unroll 16
+    for (int m = 0; m < M; m++) _mm512_storeu_ps(y + m * ldy, _mm512_mul_ps(out[m], f));
+}
+
+static void uk_nvfp4_bf16(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                          void *scratch) {
+    (void)scratch;
+    const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
+    const float post = a->post * W->scale2;
+    for (int64_t m0 = 0; m0 < M; m0 += MT) {
+        const int mt = (int)(M - m0 < MT ? M - m0 : MT);
+        const uint16_t *x = (const uint16_t *)a->x + m0 * a->ldx;
+        const float *xs = a->xs ? a->xs + m0 * a->ldxs : NULL;
+#define CALL(n) nvfp4_bf16_body(tile, W->Kp, x, a->ldx, xs, a->ldxs, post, y + m0 * ldy, ldy, n)
+        DISPATCH_MT(mt, CALL)
+#undef CALL
+    }
+}
+
+/* ---------------- bf16 weights ---------------- */
+INL void bf16_body(const uint8_t *tile, int64_t Kp, const uint16_t *x, int64_t ldx, float *y, int64_t ldy,
+                   const int M) {
+    /* 4 chains per token for M == 1, 2 for M <= 4, 1 above (latency vs registers) */
+    enum { MAXC = 4 };
+    const int nc = M == 1 ? 4 : M <= 4 ? 2 : 1;
+    __m512 acc[MT][MAXC];
+    #pragma GCC unroll 16
+    for (int m = 0; m < M; m++)
+        #pragma GCC unroll 16
+        for (int c = 0; c < MAXC; c++) acc[m][c] = _mm512_setzero_ps();
+    const int64_t np = Kp / 2;
+    int64_t g = 0;
+    for (; g + 4 <= np; g += 4) {
+        PF(tile + g * 64);
+        PF(tile + g * 64 + 128);
+        #pragma GCC unroll 16
+        for (int u = 0; u < 4; u++) {
+            __m512i w = _mm512_load_si512(tile + (g + u) * 64);
+            #pragma GCC unroll 16
+            for (int m = 0; m < M; m++)
+                acc[m][u % nc] = DP(acc[m][u % nc], w, bcast_pair(x + m * ldx + 2 * (g + u)));
+        }
+    }
+    for (; g < np; g++) {
+        __m512i w = _mm512_load_si512(tile + g * 64);
+        #pragma GCC unroll 16
+        for (int m = 0; m < M; m++) acc[m][0] = DP(acc[m][0], w, bcast_pair(x + m * ldx + 2 * g));
+    }
+    #pragma GCC unroll 16
+    for (int m = 0; m < M; m++) {
+        __m512 s = acc[m][0];
+        #pragma GCC unroll 16
+        for (int c = 1; c < nc; c++) s = _mm512_add_ps(s, acc[m][c]);
+        _mm512_storeu_ps(y + m * ldy, s);
+    }
+}
+
+static void uk_bf16_bf16(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                         void *scratch) {
+    (void)scratch;
+    const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
+    for (int64_t m0 = 0; m0 < M; m0 += MT) {
+        const int mt = (int)(M - m0 < MT ? M - m0 : MT);
+        const uint16_t *x = (const uint16_t *)a->x + m0 * a->ldx;
+#define CALL(n) bf16_body(tile, W->Kp, x, a->ldx, y + m0 * ldy, ldy, n)
+        DISPATCH_MT(mt, CALL)
+#undef CALL
+    }
+    apply_post(y, ldy, M, a->post * W->scale2);
+}
+
+INL void bf16_f32_body(const uint8_t *tile, int64_t Kp, const float *x, int64_t ldx, float *y, int64_t ldy,
+                       const int M) {
+    const __m512i hm = _mm512_set1_epi32((int)0xFFFF0000u);
+    __m512 a0[MT], a1[MT];
+    #pragma GCC unroll 16
+    for (int m = 0; m < M; m++) a0[m] = a1[m] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < Kp / 2; g++) {
+        if ((g & 1) == 0) PF(tile + g * 64);
+        __m512i w = _mm512_load_si512(tile + g * 64);
+        __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)), hi = _mm512_castsi512_ps(_mm512_and_si512(w, hm));
+        #pragma GCC unroll 16
+        for (int m = 0; m < M; m++) {
+            a0[m] = _mm512_fmadd_ps(lo, _mm512_set1_ps(x[m * ldx + 2 * g]), a0[m]);
+            a1[m] = _mm512_fmadd_ps(hi, _mm512_set1_ps(x[m * ldx + 2 * g + 1]), a1[m]);
+        }
+    }
+    #pragma GCC unroll 16
+    for (int m = 0; m < M; m++) _mm512_storeu_ps(y + m * ldy, _mm512_add_ps(a0[m], a1[m]));
+}
+
+static void uk_bf16_f32(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                        void *scratch) {
+    (void)scratch;
+    const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
+    for (int64_t m0 = 0; m0 < M; m0 += MT) {
+        const int mt = (int)(M - m0 < MT ? M - m0 : MT);
+        const float *x = (const float *)a->x + m0 * a->ldx;
+#define CALL(n) bf16_f32_body(tile, W->Kp, x, a->ldx, y + m0 * ldy, ldy, n)
+        DISPATCH_MT(mt, CALL)
+#undef CALL
+    }
+    apply_post(y, ldy, M, a->post * W->scale2);
+}
+
+void mr__uk_fill_avx512(mr_kernels *k) {
+    k->isa = "avx512";
+    k->uk_gemv[MR_UK_FP8_BF16].name = "uk_fp8_bf16_avx512_16x8";
+    k->uk_gemv[MR_UK_FP8_BF16].fn = uk_fp8_bf16_gemv;
+    k->uk_gemm[MR_UK_FP8_BF16].name = "uk_fp8_bf16_avx512_l1_16x128x8";
+    k->uk_gemm[MR_UK_FP8_BF16].fn = uk_fp8_bf16_gemm;
+    k->uk_gemv[MR_UK_NVFP4_I8].name = k->uk_gemm[MR_UK_NVFP4_I8].name = "uk_nvfp4_i8_avx512_16x8";
+    k->uk_gemv[MR_UK_NVFP4_I8].fn = k->uk_gemm[MR_UK_NVFP4_I8].fn = uk_nvfp4_i8;
+    k->uk_gemv[MR_UK_NVFP4_BF16].name = k->uk_gemm[MR_UK_NVFP4_BF16].name = "uk_nvfp4_bf16_avx512_16x8";
+    k->uk_gemv[MR_UK_NVFP4_BF16].fn = k->uk_gemm[MR_UK_NVFP4_BF16].fn = uk_nvfp4_bf16;
+    k->uk_gemv[MR_UK_BF16_BF16].name = k->uk_gemm[MR_UK_BF16_BF16].name = "uk_bf16_bf16_avx512_16x8";
+    k->uk_gemv[MR_UK_BF16_BF16].fn = k->uk_gemm[MR_UK_BF16_BF16].fn = uk_bf16_bf16;
+    k->uk_gemv[MR_UK_BF16_F32].name = k->uk_gemm[MR_UK_BF16_F32].name = "uk_bf16_f32_avx512_16x8";
+    k->uk_gemv[MR_UK_BF16_F32].fn = k->uk_gemm[MR_UK_BF16_F32].fn = uk_bf16_f32;
+    k->uk_gemm_min_m = 16; /* dev/perf: fp8.v3 equals v1 at 16 tokens per expert and wins above */
+}
