@@ -101,7 +101,7 @@ static void test_log_minimax_nvfp4(void **st) {
             {S, "moe_runner", "moe_runner_backend", "routed"},
             {S, "a2a", "moe_a2a_backend", "none"},
             {S, "a2a", "ep_size", "1"},
-            {S, "layout", "layout", "gateup=interleaved/16 inter_padded=1536 pack=2"},
+            {S, "layout", "layout", "gateup=interleaved/16 inter_padded=1536 pack=nvfp4_r16k16"},
         };
         expect_log(r, want, sizeof want / sizeof want[0], false);
         /* the refusal says why, in the runner's own words */
@@ -154,7 +154,7 @@ static void test_log_mixtral(void **st) {
         {S, "moe_runner", "router_dtype", "fp32"},
         {S, "a2a", "moe_a2a_backend", "none"},
         {S, "a2a", "ep_size", "1"},
-        {S, "layout", "layout", "gateup=interleaved/16 inter_padded=14336 pack=0"},
+        {S, "layout", "layout", "gateup=interleaved/16 inter_padded=14336 pack=none"},
     };
     expect_log(r, want, sizeof want / sizeof want[0], false);
     const mr_exec *x = mr_resolution_exec(r);

@@ -26,6 +26,7 @@
 
 #include "config/config_internal.h"
 #include "moerun/io.h"
+#include "moerun/kernels.h"
 
 /* ---- small helpers ---- */
 
@@ -631,11 +632,11 @@ static mr_status pass_layout(mr_resolution *r) {
     const mr_moe_layout *l = &r->w.layout;
     char v[160];
     if (l->gateup == MR_GATEUP_INTERLEAVED)
-        snprintf(v, sizeof v, "gateup=interleaved/%d inter_padded=%lld pack=%d", l->interleave_rows,
-                 (long long)l->inter_padded, l->pack);
+        snprintf(v, sizeof v, "gateup=interleaved/%d inter_padded=%lld pack=%s", l->interleave_rows,
+                 (long long)l->inter_padded, mr_pack_name((mr_pack_id)l->pack));
     else
-        snprintf(v, sizeof v, "gateup=%s inter_padded=%lld pack=%d", gateup_name(l->gateup), (long long)l->inter_padded,
-                 l->pack);
+        snprintf(v, sizeof v, "gateup=%s inter_padded=%lld pack=%s", gateup_name(l->gateup), (long long)l->inter_padded,
+                 mr_pack_name((mr_pack_id)l->pack));
     return mr__decl(r, MR_DECL_SET, "layout", "layout", v,
                     "what %s's after-load makes of the experts (I=%lld); recorded in the weight descriptor and "
                     "asserted at dispatch",
