@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "moe/moe_internal.h" /* mr__act_prepare_uk_row */
 #include "moerun/kernels.h"
 #include "testutil.h"
 
@@ -308,6 +309,182 @@ static void test_pack_errors(void **st) {
     mr_qmatrix_free(&a), mr_qmatrix_free(&b);
 }
 
+/* ---- activation preparation of the packed path (actmode.c; AVX-512 forms in
+ * actq_avx512.c) against the formats/ reference quantizers, bit for bit ---- */
+static float u2f_(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* A group whose scaled values sit exactly on rounding midpoints (used with
+ * input_scale 1): kind 0, w8a8: amax 448 so s = 1 and x/s = x, values halfway
+ * between E4M3 neighbours (normal and subnormal); kind 1, w4a4: each 16-block
+ * has vmax 6 so the block scale is 1 and x*os = x, values on the E2M1
+ * thresholds 0.25 .. 5; kind 2, w4a8: amax 127 so s = 1, values k + 0.5;
+ * kind 3: all zero (the 1e-10 floor). */
+static void tie_group(tu_rng *r, float *x, int64_t len, int kind) {
+    static const float e2[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+    for (int64_t i = 0; i < len; i++) {
+        const float sg = (tu_next(r) & 1) ? -1.0f : 1.0f;
+        const uint64_t u = tu_next(r);
+        switch (kind % 4) {
+        case 0: /* (2m+1)/16 in [1,2) times 2^e, e in -6..7; or (2m+1) * 2^-10 (subnormal midpoints) */
+            x[i] = sg * ((u & 1) ? (float)(2 * (int)(u >> 8 & 7) + 17) / 16.0f * ldexpf(1.0f, (int)(u >> 16 & 15) - 7 > 7 ? 7 : (int)(u >> 16 & 15) - 6)
+                                 : (float)(2 * (int)(u >> 8 & 7) + 1) * ldexpf(1.0f, -10));
+            if (i == 0) x[i] = 448.0f;
+            break;
+        case 1: x[i] = i % 16 == 0 ? 6.0f : sg * e2[u % 7]; break;
+        case 2: x[i] = i == 0 ? 127.0f : sg * ((float)(u % 127) + 0.5f); break;
+        default: x[i] = 0.0f;
+        }
+    }
+}
+
+/* rows that hit every branch: N(0,s) at several scales, all-zero and tiny
+ * groups (E4M3 subnormals, the 1e-10 floor), huge values (the clamps), exact
+ * bf16 ties, and (special = true) NaN and inf in single groups */
+static void act_row(tu_rng *r, float *x, int64_t n, int variant, bool special) {
+    const float sc[4] = {1.0f, 1e-3f, 300.0f, 1e-7f};
+    for (int64_t i = 0; i < n; i++) x[i] = tu_normal(r) * sc[(i / 128 + variant) % 4];
+    if (n > 256) {
+        for (int64_t i = 128; i < 144; i++) x[i] = 0.0f;
+        for (int64_t i = 144; i < 160; i++) x[i] = -0.0f;
+        for (int64_t i = 160; i < 176; i++) x[i] = (float)(i - 168) * 1e-12f;
+        for (int64_t i = 176; i < 192; i++) x[i] = u2f_(((uint32_t)tu_next(r) & 0x80000000u) | 0x3F808000u | (uint32_t)(i & 1) << 16); /* bf16 ties */
+        for (int64_t i = 192; i < 200; i++) x[i] = (i & 1 ? -1.0f : 1.0f) * 3e38f;
+    }
+    if (variant == 4) /* exact ties of every rounding: see tie_group */
+        for (int64_t g0 = 0; g0 < n; g0 += 128) tie_group(r, x + g0, n - g0 < 128 ? n - g0 : 128, (int)(g0 / 128));
+    if (special && n > 512) {
+        x[300] = NAN;
+        x[420] = INFINITY;
+        x[421] = -INFINITY;
+    }
+}
+
+static void expect_row(mr_act_mode m, const float *x, int64_t n, float is, uint8_t *dst, float *xs, int32_t *xb) {
+    uint16_t *d16 = (uint16_t *)dst;
+    int8_t *d8 = (int8_t *)dst;
+    switch (m) {
+    case MR_ACT_W16A16:
+    case MR_ACT_W8A16:
+    case MR_ACT_W4A16:
+        for (int64_t i = 0; i < n; i++) d16[i] = mr_f32_to_bf16(x[i]);
+        for (int64_t g = 0; g < (n + 127) / 128; g++) xs[g] = 1.0f;
+        break;
+    case MR_ACT_W8A8: {
+        uint8_t *q = malloc((size_t)n);
+        mr_fp8_act_quantize_row_ref(x, n, q, xs);
+        for (int64_t i = 0; i < n; i++) d16[i] = mr_f32_to_bf16(mr_e4m3_to_f32(q[i]));
+        free(q);
+        break;
+    }
+    case MR_ACT_W4A4: {
+        uint8_t *q = malloc((size_t)n / 2), *sc = malloc((size_t)n / 16);
+        mr_nvfp4_act_quantize_row_ref(x, n, is, q, sc);
+        for (int64_t j = 0; j < n / 16; j++) {
+            int32_t s = 0;
+            for (int i = 0; i < 16; i++) {
+                const int64_t e = 16 * j + i;
+                d8[e] = (int8_t)(2.0f * mr_e2m1_to_f32((uint8_t)((q[e / 2] >> (4 * (e & 1))) & 15)));
+                s += d8[e];
+            }
+            xs[j] = 0.5f * mr_e4m3_to_f32(sc[j]);
+            xb[j] = -12 * s;
+        }
+        free(q), free(sc);
+        break;
+    }
+    case MR_ACT_W4A8: /* docs/activation-modes.md: symmetric int8 per 128, s = max(amax, 1e-10)/127 */
+        for (int64_t g0 = 0; g0 < n; g0 += 128) {
+            const int64_t len = n - g0 < 128 ? n - g0 : 128;
+            float amax = 0.0f;
+            for (int64_t i = 0; i < len; i++)
+                if (fabsf(x[g0 + i]) > amax) amax = fabsf(x[g0 + i]); /* NaN never wins */
+            const float s = (amax > 1e-10f ? amax : 1e-10f) / 127.0f;
+            for (int64_t i = 0; i < len; i++) {
+                const float v = rintf(x[g0 + i] / s);
+                d8[g0 + i] = (int8_t)(isnan(v) ? -127.0f : v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v);
+            }
+            for (int64_t j = g0 / 16; j < (g0 + len) / 16; j++) {
+                int32_t sum = 0;
+                for (int i = 0; i < 16; i++) sum += d8[16 * j + i];
+                xs[j] = s;
+                xb[j] = -12 * sum;
+            }
+        }
+        break;
+    default: fail();
+    }
+}
+
+static void test_act_prepare_bit_exact(void **st) {
+    (void)st;
+    static const mr_act_mode modes[] = {MR_ACT_W16A16, MR_ACT_W8A16, MR_ACT_W4A16, MR_ACT_W8A8, MR_ACT_W4A4, MR_ACT_W4A8};
+    static const int64_t ns[] = {3072, 1536, 128, 48, 1040, 200};
+    tu_rng r = {0x5eed};
+    enum { NMAX = 3072 };
+    float *x = malloc(NMAX * sizeof(float));
+    uint8_t *d = malloc(NMAX * 2), *e = malloc(NMAX * 2);
+    float *xs = malloc(NMAX / 16 * sizeof(float)), *exs = malloc(NMAX / 16 * sizeof(float));
+    int32_t *xb = malloc(NMAX / 16 * 4), *exb = malloc(NMAX / 16 * 4);
+    int checked = 0;
+    for (size_t mi = 0; mi < sizeof modes / sizeof *modes; mi++) {
+        const mr_act_mode m = modes[mi];
+        const bool i8 = m == MR_ACT_W4A4 || m == MR_ACT_W4A8;
+        const size_t es = i8 ? 1 : 2;
+        for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+            const int64_t n = ns[ni];
+            if (i8 && n % 16) continue;
+            for (int v = 0; v < 8; v++) {
+                act_row(&r, x, n, v, v >= 6);
+                const float is = v == 5 ? 0.0f : v == 4 ? 1.0f : 1.0f / (float)(1 + v * 500); /* 0: all codes 0 */
+                const int64_t nx = i8 ? n / 16 : (n + 127) / 128;
+                memset(d, 0xAB, NMAX * 2), memset(e, 0xCD, NMAX * 2);
+                memset(xs, 0xAB, NMAX / 16 * 4), memset(exs, 0xCD, NMAX / 16 * 4);
+                memset(xb, 0xAB, NMAX / 16 * 4), memset(exb, 0xCD, NMAX / 16 * 4);
+                mr__act_prepare_uk_row(m, x, n, is, d, xs, xb);
+                expect_row(m, x, n, is, e, exs, exb);
+                if (memcmp(d, e, (size_t)n * es) || memcmp(xs, exs, (size_t)nx * 4) ||
+                    (i8 && memcmp(xb, exb, (size_t)nx * 4))) {
+                    for (int64_t i = 0; i < n; i++)
+                        if (memcmp(d + (size_t)i * es, e + (size_t)i * es, es)) {
+                            print_error("mode %s n %lld variant %d: element %lld x = %a differs\n", mr_act_mode_name(m),
+                                        (long long)n, v, (long long)i, (double)x[i]);
+                            break;
+                        }
+                    fail_msg("mode %s n %lld variant %d: prepared row differs from the formats/ reference",
+                             mr_act_mode_name(m), (long long)n, v);
+                }
+                checked++;
+            }
+        }
+    }
+    assert_true(checked > 200);
+    free(x), free(d), free(e), free(xs), free(exs), free(xb), free(exb);
+}
+
+/* silu(g)*u of the table against libm, within 8 ulp-ish relative (2^-20) plus a tiny absolute term */
+static void test_silu_mul(void **st) {
+    (void)st;
+    const mr_kernels *k = mr_kernels_get();
+    enum { N = 1000 };
+    float g[N], u[N], o[N];
+    tu_rng r = {77};
+    for (int i = 0; i < N; i++) g[i] = tu_normal(&r) * (i < 900 ? 4.0f : 60.0f), u[i] = tu_normal(&r);
+    g[0] = 0.0f, g[1] = -0.0f, g[2] = 100.0f, g[3] = -100.0f, g[4] = 88.9f, g[5] = -88.9f, g[6] = NAN;
+    k->silu_mul.fn(g, u, N - 3, o); /* a length that is not a multiple of 16 */
+    for (int i = 0; i < N - 3; i++) {
+        const double ref = (double)g[i] / (1.0 + exp(-(double)g[i])) * (double)u[i];
+        if (isnan(g[i])) {
+            assert_true(isnan(o[i]));
+            continue;
+        }
+        if (fabs(o[i] - ref) > 1e-6 * fabs(ref) + 1e-30) fail_msg("silu_mul %s: g %g u %g: %g vs %g", k->silu_mul.name, g[i], u[i], o[i], ref);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_packed_kernels_all_tables),
@@ -316,6 +493,8 @@ int main(void) {
         cmocka_unit_test(test_gemm_rows_all_tables),
         cmocka_unit_test(test_table_names),
         cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_act_prepare_bit_exact),
+        cmocka_unit_test(test_silu_mul),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

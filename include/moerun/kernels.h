@@ -119,6 +119,7 @@ typedef enum {
     MR_UK_COUNT
 } mr_uk_kind;
 #define MR_UK_SCRATCH 16384
+#define MR_UK_PREFETCH 16384 /* bytes the kernels' software prefetch runs ahead of their loads */
 #define MR_UK_MT 8 /* tokens per register block of the gemv kernels */
 
 typedef struct {
@@ -130,6 +131,10 @@ typedef struct {
     int64_t ldb;
     float post;         /* final multiplier (w4a4: the global input_scale) */
 } mr_uk_act;
+
+/* out[i] = silu(g[i]) * u[i] = g / (1 + exp(-g)) * u, i < n (within a few
+ * ulp of the libm expf form; NaN in, NaN out). */
+typedef void (*mr_kern_silu_mul_fn)(const float *g, const float *u, int64_t n, float *out);
 
 typedef void (*mr_uk_fn)(const mr_pmatrix *W, int64_t tile, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
                          void *scratch);
@@ -163,6 +168,15 @@ typedef struct {
     int uk_gemm_min_m; /* use uk_gemm at this many tokens per expert and above */
     struct {
         const char *name;
+        mr_kern_silu_mul_fn fn;
+    } silu_mul; /* the SwiGLU epilogue of the MoE GEMM1 */
+    struct {
+        const char *name;
+        mr_uk_fn fn;
+    } uk_stream; /* benchmark isolation: reads the whole tile as the kernels do (loads
+                    and prefetch), writes y = 0 for the M tokens, computes nothing */
+    struct {
+        const char *name;
         mr_kern_rows_fn fn;
     } rows[MR_FMT_COUNT]; /* dense row-major fast path (BF16, FP8_BLOCK), NULL if none */
 } mr_kernels;
@@ -192,6 +206,11 @@ void mr_matmul(const mr_qmatrix *W, const float *x, int64_t M, float *y);
  * table) zmm loads with the kernels' software prefetch 16 KiB ahead. 0 if
  * the buffer cannot be allocated. */
 double mr_probe_read_bw(size_t bytes, int reps);
+/* The same probe in two steps, for runs that interleave it with other work:
+ * a pre-faulted buffer (free with mr_aligned_free; NULL if out of memory)
+ * and one timed pass over it, GB/s. */
+uint64_t *mr_probe_buf_new(size_t bytes);
+double mr_probe_read_once(const uint64_t *buf, size_t bytes);
 /* Peak GFLOP/s of the instruction the kernels' inner loop uses (FP32 FMA of
  * the chosen ISA), all threads; *instr names it. 0 for the generic table. */
 double mr_probe_peak_gflops(const char **instr);

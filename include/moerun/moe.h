@@ -180,6 +180,24 @@ void mr_moe_ctx_free(mr_moe_ctx *c);
 /* Bytes of workspace the context allocated (activations, permutation, per-thread scratch). */
 size_t mr_moe_ctx_workspace_bytes(const mr_moe_ctx *c);
 
+/* Phase profile of the packed (`routed`) path, summed over the calls since
+ * the last reset. wall_ns: each phase as the calling thread sees it
+ * (barriers included); busy_ns: the threads' own work in it, summed over
+ * threads (wall * threads - busy = time spent waiting). Phases: routing
+ * permutation and task list, preparation of x, GEMM1 (gate/up + SiLU*up +
+ * preparation of h), GEMM2 (down), reduction of the k slots. */
+enum { MR_MOE_PH_SETUP = 0, MR_MOE_PH_PREP, MR_MOE_PH_GEMM1, MR_MOE_PH_GEMM2, MR_MOE_PH_REDUCE, MR_MOE_NPH };
+typedef struct {
+    int64_t calls;
+    int n_threads;
+    uint64_t wall_ns[MR_MOE_NPH], busy_ns[MR_MOE_NPH];
+} mr_moe_profile;
+void mr_moe_ctx_profile(mr_moe_ctx *c, mr_moe_profile *out, bool reset);
+/* Benchmark isolation only: the packed path calls the table's uk_stream
+ * (reads every weight byte of each tile as the kernels do, computes
+ * nothing) instead of the micro-kernels; outputs are then meaningless. */
+void mr_moe_ctx_debug_stream_only(mr_moe_ctx *c, bool on);
+
 /* Runs the after-load of runner r on w without a context (e.g. at model load). */
 mr_status mr_moe_weights_prepare(const mr_moe_runner *r, const mr_moe_problem *p, mr_moe_weights *w);
 

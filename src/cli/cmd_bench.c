@@ -8,7 +8,10 @@
  * before timing. It ends with the issue-6 targets as ratios: T = 1 and
  * T = 8/32 effective bandwidth (unique experts touched), T >= 512 peak
  * ratio, 2-vs-1 thread scaling at T >= 32 (--scaling), and the peak RSS
- * against weights + activations + workspace. */
+ * against weights + activations + workspace. --phases prints the packed
+ * path's per-phase profile; --isolate interleaves probe / call / stream-only
+ * call (kernels replaced by a pure read of the same tiles) and prints the
+ * medians of their ratios. */
 #include <jansson.h>
 #include <math.h>
 #include <omp.h>
@@ -35,7 +38,14 @@ static void usage(FILE *f) {
             "  --seed S            weight/routing seed (default 1)\n"
             "  --json FILE         also write the results as JSON\n"
             "  --scaling           also time each T in 32..512 with 1 thread: the N-vs-1 thread ratio\n"
-            "  --quick             tokens 1,32,512, 3 iterations (< 2 minutes)\n");
+            "  --quick             tokens 1,32,512, 3 iterations (< 2 minutes)\n"
+            "  --phases            print the packed path's per-phase time per call (wall, and busy\n"
+            "                      share of the threads) after each T\n"
+            "  --isolate           after each T, iters rounds of: the read probe (as many bytes as a call\n"
+            "                      touches, from a 1 GiB buffer), one call, one\n"
+            "                      stream-only call; prints the medians of the per-round ratios\n"
+            "  --stream-only       isolation: replace the micro-kernels by a pure read of the same\n"
+            "                      tiles (outputs meaningless): the layer's memory-side limit\n");
 }
 
 static uint64_t rng_next(uint64_t *s) { /* splitmix64 */
@@ -120,6 +130,19 @@ static size_t peak_rss(void) {
     return kb * 1024;
 }
 
+/* AnonHugePages of this process in bytes (smaps_rollup; 0 if unknown): the
+ * transparent huge pages actually backing the packed weights */
+static size_t anon_huge(void) {
+    FILE *f = fopen("/proc/self/smaps_rollup", "r");
+    if (!f) return 0;
+    char line[256];
+    size_t kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "AnonHugePages:", 14)) kb = strtoull(line + 14, NULL, 10);
+    fclose(f);
+    return kb * 1024;
+}
+
 /* the packed kernel kind a mode runs (moe/actmode.c mr__act_uk_kind) */
 static mr_uk_kind mode_kind(mr_act_mode m) {
     switch (m) {
@@ -135,7 +158,20 @@ static mr_uk_kind mode_kind(mr_act_mode m) {
 
 typedef struct {
     double med, mn, mx, mean_bytes, gbs;
+    mr_moe_profile prof; /* of the timed calls */
 } timing;
+
+static void print_phases(const mr_moe_profile *p) {
+    static const char *nm[MR_MOE_NPH] = {"setup", "prep x", "gemm1", "gemm2", "reduce"};
+    if (p->calls < 1) return;
+    printf("%6s phases per call (ms wall / threads busy%%):", "");
+    for (int i = 0; i < MR_MOE_NPH; i++) {
+        double w = (double)p->wall_ns[i] / (double)p->calls / 1e6;
+        double b = p->wall_ns[i] ? (double)p->busy_ns[i] / ((double)p->wall_ns[i] * p->n_threads) : 0.0;
+        printf(" %s %.3f/%.0f%%", nm[i], w, 100.0 * b);
+    }
+    printf("\n");
+}
 
 static int cmp_double(const void *a, const void *b);
 static void draw_routing(uint64_t *s, bool skewed, int64_t T, int E, int k, int32_t *ids, float *w, float *logits);
@@ -155,12 +191,14 @@ static mr_status time_calls(mr_moe_ctx *ctx, mr_moe_args *a, uint64_t *s, bool s
         for (int64_t i = 0; i < T * k; i++) nu += !used[a->ids[i]], used[a->ids[i]] = 1;
         bytes_sum += (double)nu * (double)expert_bytes;
         uint64_t a0 = mr_now_ns();
+        if (it == 0) mr_moe_ctx_profile(ctx, NULL, true);
         st = mr_moe_run(ctx, a);
         ms[it] = (double)(mr_now_ns() - a0) / 1e6;
         if (st) return st;
         sum_ms += ms[it];
     }
     qsort(ms, (size_t)iters, sizeof(double), cmp_double);
+    mr_moe_ctx_profile(ctx, &out->prof, true);
     out->med = iters % 2 ? ms[iters / 2] : 0.5 * (ms[iters / 2 - 1] + ms[iters / 2]);
     out->mn = ms[0];
     out->mx = ms[iters - 1];
@@ -175,7 +213,7 @@ static int bench_moe(int argc, char **argv) {
     int E = 256, k = 8, threads = 0, iters = 10;
     int64_t H = 3072, I = 1536;
     uint64_t seed = 1;
-    bool skewed = false, quick = false, scaling = false;
+    bool skewed = false, quick = false, scaling = false, phases = false, stream_only = false, isolate = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define OPT(name) (!strcmp(a, name) && v && ++i)
@@ -184,6 +222,9 @@ static int bench_moe(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--quick")) quick = true;
         else if (!strcmp(a, "--scaling")) scaling = true;
+        else if (!strcmp(a, "--phases")) phases = true;
+        else if (!strcmp(a, "--stream-only")) stream_only = true;
+        else if (!strcmp(a, "--isolate")) isolate = true;
         else if (OPT("--runner")) runner_name = v;
         else if (OPT("--format")) fmt_name = v;
         else if (OPT("--act-mode")) mode_name = v;
@@ -286,10 +327,12 @@ static int bench_moe(int argc, char **argv) {
         mr_moe_weights_free(w);
         return 1;
     }
+    if (stream_only) mr_moe_ctx_debug_stream_only(ctx, true);
     size_t expert_bytes = mr_moe_weights_expert_bytes(w);
     printf("weights: %.2f GB in layout of %s (pack %s, %.1f MB per expert), generated in %.1f s\n",
            (double)expert_bytes * E / 1e9, w->layout.owner, mr_pack_name((mr_pack_id)w->layout.pack),
            (double)expert_bytes / 1e6, (double)(mr_now_ns() - t0) / 1e9);
+    printf("transparent huge pages in use: %.2f GB (AnonHugePages)\n", (double)anon_huge() / 1e9);
     if (w->layout.pack != MR_PACK_NONE)
         printf("kernels: gemv %s, gemm %s (from %d tokens per expert)\n", mr_kernels_get()->uk_gemv[mode_kind(mode)].name,
                mr_kernels_get()->uk_gemm[mode_kind(mode)].name, mr_kernels_get()->uk_gemm_min_m);
@@ -301,6 +344,9 @@ static int bench_moe(int argc, char **argv) {
     double *ms = malloc(sizeof(double) * (size_t)iters);
     unsigned char *used = malloc((size_t)E);
     json_t *jres = json_array();
+    const size_t iso_bytes = (size_t)1 << 30;
+    uint64_t *iso_buf = isolate ? mr_probe_buf_new(iso_bytes) : NULL;
+    double *iso = isolate ? malloc(sizeof(double) * 3 * (size_t)iters) : NULL;
     for (int64_t i = 0; i < maxT * H; i++) x[i] = (float)((double)(rng_next(&s) % 2001) / 1000.0 - 1.0);
     memset(out, 0, sizeof(float) * (size_t)(maxT * H));
     mr_routing ro = {.method = p.routing, .n_experts = E, .top_k = k, .scale = 1.0f};
@@ -322,6 +368,7 @@ static int bench_moe(int argc, char **argv) {
         double gflops = flops / (tm.med * 1e6), bwr = bw > 0 ? tm.gbs / bw : 0.0, pkr = peak > 0 ? gflops / peak : 0.0;
         printf("%6lld %7.3fms %7.3fms %7.3fms %10.1f %10.1f %8.2f %6.1f%% %9.1f %6.1f%%\n", (long long)T, tm.med, tm.mn,
                tm.mx, (double)T / (tm.med * 1e-3), tm.mean_bytes / 1e6, tm.gbs, 100.0 * bwr, gflops, 100.0 * pkr);
+        if (phases) print_phases(&tm.prof);
         fflush(stdout);
         if (T == 1) t1_bw = bwr;
         if (T == 8) t8_bw = bwr;
@@ -331,6 +378,41 @@ static int bench_moe(int argc, char **argv) {
                                tm.med, "min_ms", tm.mn, "max_ms", tm.mx, "tokens_per_s", (double)T / (tm.med * 1e-3),
                                "unique_bytes", tm.mean_bytes, "gb_per_s", tm.gbs, "bw_ratio", bwr, "gflop_per_s", gflops,
                                "peak_ratio", pkr);
+        if (iso_buf && iso) {
+            /* rounds of probe / call / stream-only call: ratios within a round share the host's mood */
+            double *rp = iso, *sp = iso + iters, *rs = iso + 2 * iters;
+            /* the probe reads as many bytes as a call touches (a rotating window of the 1 GiB
+             * buffer), so that the three measurements of a round span similar times */
+            size_t pbytes = (size_t)tm.mean_bytes / ((size_t)2 << 20) * ((size_t)2 << 20);
+            if (pbytes < ((size_t)32 << 20)) pbytes = (size_t)32 << 20;
+            if (pbytes > iso_bytes) pbytes = iso_bytes;
+            size_t poff = 0;
+            for (int it = 0; it < iters && !rc; it++) {
+                if (poff + pbytes > iso_bytes) poff = 0;
+                double pb = mr_probe_read_once(iso_buf + poff / 8, pbytes);
+                poff += pbytes;
+                timing r1, r2;
+                mr_status s1 = time_calls(ctx, &a, &s, skewed, E, k, 1, expert_bytes, used, ms, &r1);
+                mr_moe_ctx_debug_stream_only(ctx, true);
+                mr_status s2 = time_calls(ctx, &a, &s, skewed, E, k, 1, expert_bytes, used, ms, &r2);
+                mr_moe_ctx_debug_stream_only(ctx, stream_only);
+                if (s1 || s2) rc = 1;
+                rp[it] = r1.gbs / pb, sp[it] = r2.gbs / pb, rs[it] = r1.gbs / r2.gbs;
+            }
+            if (rc) {
+                mr_cli_fail("bench moe", "run failed");
+                json_decref(jr);
+                break;
+            }
+            qsort(rp, (size_t)iters, sizeof(double), cmp_double);
+            qsort(sp, (size_t)iters, sizeof(double), cmp_double);
+            qsort(rs, (size_t)iters, sizeof(double), cmp_double);
+            printf("%6s isolate (medians of %d rounds): kernels/probe %.1f%%, stream-only/probe %.1f%%, kernels/stream-only %.1f%%\n",
+                   "", iters, 100 * rp[iters / 2], 100 * sp[iters / 2], 100 * rs[iters / 2]);
+            json_object_set_new(jr, "isolate_kernels_over_probe", json_real(rp[iters / 2]));
+            json_object_set_new(jr, "isolate_stream_over_probe", json_real(sp[iters / 2]));
+            json_object_set_new(jr, "isolate_kernels_over_stream", json_real(rs[iters / 2]));
+        }
         if (scaling && T >= 32 && T <= 512 && nthr > 1) {
             timing t1;
             omp_set_num_threads(1);
@@ -344,6 +426,7 @@ static int bench_moe(int argc, char **argv) {
             }
             double sc = t1.med / tm.med;
             printf("%6s 1 thread: %.3f ms median -> %d threads are %.2fx faster\n", "", t1.med, nthr, sc);
+            if (phases) print_phases(&t1.prof);
             if (scale_min < 0 || sc < scale_min) scale_min = sc;
             json_object_set_new(jr, "median_ms_1thread", json_real(t1.med));
             json_object_set_new(jr, "scaling", json_real(sc));
@@ -353,7 +436,8 @@ static int bench_moe(int argc, char **argv) {
     /* peak RSS against what the layer needs: weights, the caller's buffers, the context's workspace */
     const size_t rss = peak_rss();
     const double need = (double)expert_bytes * E + (double)mr_moe_ctx_workspace_bytes(ctx) +
-                        (double)maxT * (double)H * 8.0 + (double)maxT * k * 8.0 + (logits ? (double)maxT * E * 4.0 : 0.0);
+                        (double)maxT * (double)H * 8.0 + (double)maxT * k * 8.0 + (logits ? (double)maxT * E * 4.0 : 0.0) +
+                        (iso_buf ? (double)iso_bytes : 0.0);
     const double rss_ratio = rss ? (double)rss / need : 0.0;
     if (!rc) {
         printf("\nissue-6 targets (ratios against this run's ceilings; %s, %s, %d threads):\n", fmt_name,
@@ -391,6 +475,8 @@ static int bench_moe(int argc, char **argv) {
         json_decref(root);
     }
     json_decref(jres);
+    mr_aligned_free(iso_buf);
+    free(iso);
     free(x), free(out), free(ids), free(wts), free(logits), free(ms), free(used);
     mr_moe_ctx_free(ctx);
     mr_moe_weights_free(w);

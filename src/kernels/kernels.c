@@ -83,7 +83,13 @@ static float dot_bf16_generic(const float *w, const uint16_t *x, int len) {
     return (a[0] + a[1]) + (a[2] + a[3]);
 }
 
+static void silu_mul_generic(const float *g, const float *u, int64_t n, float *out) {
+    for (int64_t i = 0; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
 void mr__kernels_fill_generic(mr_kernels *k) {
+    k->silu_mul.name = "silu_mul_generic_libm";
+    k->silu_mul.fn = silu_mul_generic;
     k->isa = "generic";
     k->decode[MR_FMT_F32].name = "decode_f32_generic_1x128";
     k->decode[MR_FMT_F32].fn = decode_f32_generic;

@@ -22,35 +22,45 @@ static uint64_t sum_words(const uint64_t *p, size_t n) {
     return s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
 }
 
-double mr_probe_read_bw(size_t bytes, int reps) {
+uint64_t *mr_probe_buf_new(size_t bytes) {
     size_t n = bytes / 8;
     /* on 2 MiB boundaries with transparent huge pages asked for, as the
      * packed expert weights are (pack.c): the same TLB conditions */
     const size_t huge = (size_t)2 << 20;
-    uint64_t *buf = mr_aligned_alloc(n * 8 >= huge ? huge : 64, n * 8);
-    if (!buf) return 0.0;
+    uint64_t *buf = mr_aligned_alloc(n * 8 >= huge ? huge : 64, n ? n * 8 : 64);
+    if (!buf) return NULL;
 #ifdef MADV_HUGEPAGE
     if (n * 8 >= huge) (void)madvise(buf, n * 8, MADV_HUGEPAGE);
 #endif
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) buf[i] = i; /* pre-fault, with the same thread split as below */
+    return buf;
+}
+
+double mr_probe_read_once(const uint64_t *buf, size_t bytes) {
+    const size_t n = bytes / 8;
     const bool a512 = !strcmp(mr_kernels_get()->isa, "avx512"); /* zmm loads + prefetch, as the kernels */
-    double best = 0.0;
-    volatile uint64_t sink = 0;
-    for (int r = 0; r < reps; r++) {
-        uint64_t t0 = mr_now_ns(), tot = 0;
+    static volatile uint64_t sink;
+    uint64_t t0 = mr_now_ns(), tot = 0;
 #pragma omp parallel reduction(+ : tot)
-        {
-            int nt = omp_get_num_threads(), id = omp_get_thread_num();
-            size_t chunk = n / (size_t)nt / 8 * 8, lo = chunk * (size_t)id, hi = id == nt - 1 ? n : lo + chunk;
-            tot += a512 ? mr__probe_read_avx512(buf + lo, hi - lo) : sum_words(buf + lo, hi - lo);
-        }
-        uint64_t t1 = mr_now_ns();
-        sink += tot;
-        double gbs = (double)(n * 8) / (double)(t1 - t0);
+    {
+        int nt = omp_get_num_threads(), id = omp_get_thread_num();
+        size_t chunk = n / (size_t)nt / 8 * 8, lo = chunk * (size_t)id, hi = id == nt - 1 ? n : lo + chunk;
+        tot += a512 ? mr__probe_read_avx512(buf + lo, hi - lo) : sum_words(buf + lo, hi - lo);
+    }
+    uint64_t t1 = mr_now_ns();
+    sink += tot;
+    return (double)(n * 8) / (double)(t1 - t0);
+}
+
+double mr_probe_read_bw(size_t bytes, int reps) {
+    uint64_t *buf = mr_probe_buf_new(bytes);
+    if (!buf) return 0.0;
+    double best = 0.0;
+    for (int r = 0; r < reps; r++) {
+        double gbs = mr_probe_read_once(buf, bytes);
         if (gbs > best) best = gbs;
     }
-    (void)sink;
     mr_aligned_free(buf);
     return best;
 }

@@ -90,6 +90,17 @@ GEN(MR_UK_BF16_BF16, uk_bf16_bf16_generic)
 GEN(MR_UK_BF16_F32, uk_bf16_f32_generic)
 #undef GEN
 
+/* benchmark isolation (kernels.h uk_stream): reads the tile, computes nothing */
+static void uk_stream_generic(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                              void *scratch) {
+    (void)a;
+    const uint64_t *p = (const uint64_t *)(W->data + (size_t)t * W->tile_bytes);
+    uint64_t s = 0;
+    for (size_t i = 0; i < W->tile_bytes / 8; i++) s += p[i];
+    *(volatile uint64_t *)scratch = s;
+    for (int64_t m = 0; m < M; m++) memset(y + m * ldy, 0, 16 * sizeof(float));
+}
+
 void mr__uk_fill_generic(mr_kernels *k) {
     static const struct {
         const char *name;
@@ -104,6 +115,8 @@ void mr__uk_fill_generic(mr_kernels *k) {
         k->uk_gemv[i].fn = k->uk_gemm[i].fn = e[i].fn;
     }
     k->uk_gemm_min_m = 1 << 30; /* one kernel: the block decode is already shared by all tokens */
+    k->uk_stream.name = "uk_stream_generic";
+    k->uk_stream.fn = uk_stream_generic;
 }
 
 mr_probe_instr mr_uk_instr(mr_uk_kind kind) {

@@ -26,7 +26,7 @@
 
 
 #define INL static inline __attribute__((always_inline))
-#define PFD 16384
+#define PFD MR_UK_PREFETCH
 #define PF(p) _mm_prefetch((const char *)(p) + PFD, _MM_HINT_T2)
 #define MT MR_UK_MT
 
@@ -419,6 +419,28 @@ static void uk_bf16_f32(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int6
     apply_post(y, ldy, M, a->post * W->scale2);
 }
 
+/* benchmark isolation (kernels.h uk_stream): the tile read with zmm loads
+ * and the kernels' prefetch, 4 lines per step, nothing computed */
+static void uk_stream(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                      void *scratch) {
+    (void)a;
+    const uint8_t *p = W->data + (size_t)t * W->tile_bytes;
+    const size_t n = W->tile_bytes / 64;
+    __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0;
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        PF(p + i * 64);
+        PF(p + i * 64 + 128);
+        s0 = _mm512_add_epi64(s0, _mm512_load_si512(p + i * 64));
+        s1 = _mm512_add_epi64(s1, _mm512_load_si512(p + i * 64 + 64));
+        s2 = _mm512_add_epi64(s2, _mm512_load_si512(p + i * 64 + 128));
+        s3 = _mm512_add_epi64(s3, _mm512_load_si512(p + i * 64 + 192));
+    }
+    for (; i < n; i++) s0 = _mm512_add_epi64(s0, _mm512_load_si512(p + i * 64));
+    _mm512_store_si512(scratch, _mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3)));
+    for (int64_t m = 0; m < M; m++) _mm512_storeu_ps(y + m * ldy, _mm512_setzero_ps());
+}
+
 void mr__uk_fill_avx512(mr_kernels *k) {
     k->isa = "avx512";
     k->uk_gemv[MR_UK_FP8_BF16].name = "uk_fp8_bf16_avx512_16x8";
@@ -434,4 +456,6 @@ void mr__uk_fill_avx512(mr_kernels *k) {
     k->uk_gemv[MR_UK_BF16_F32].name = k->uk_gemm[MR_UK_BF16_F32].name = "uk_bf16_f32_avx512_16x8";
     k->uk_gemv[MR_UK_BF16_F32].fn = k->uk_gemm[MR_UK_BF16_F32].fn = uk_bf16_f32;
     k->uk_gemm_min_m = 16; /* dev/perf: fp8.v3 equals v1 at 16 tokens per expert and wins above */
+    k->uk_stream.name = "uk_stream_avx512";
+    k->uk_stream.fn = uk_stream;
 }

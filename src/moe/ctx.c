@@ -61,6 +61,7 @@ void mr_moe_ctx_free(mr_moe_ctx *c) {
     mr_aligned_free(c->yslot);
     mr_aligned_free(c->tmp);
     mr_free(c->tasks);
+    mr_aligned_free((void *)c->ranges);
     mr_aligned_free(c->x1);
     mr_aligned_free(c->x2);
     mr_aligned_free(c->xs1);
@@ -147,11 +148,12 @@ mr_status mr_moe_ctx_new(const mr_moe_runner *r, const mr_moe_problem *p, mr_moe
     /* per thread: gate, up chunk [64][128] each, y chunk [64][64], rows of H and I */
     size_t core = 64 * 128 * 2 + 64 * 64 + 2 * H + 2 * Ip + 256;
     /* packed path: gate, up [128][128], y [128][64], a row of max(H, Ip), kernel scratch */
-    size_t packed = 128 * 128 * 2 + 128 * 64 + (H > Ip ? H : Ip) + 64 + MR_UK_SCRATCH / 4 + 16;
+    size_t packed = 128 * 128 * 2 + 128 * MR__MOE_CB2 + (H > Ip ? H : Ip) + 64 + MR_UK_SCRATCH / 4 + 16;
     if (packed > core) core = packed;
     size_t ref = 5 * H + 3 * I + 256;
     c->tmp_stride = (int64_t)((core > ref ? core : ref) + 15) / 16 * 16;
     c->tmp = ws_alloc((size_t)c->n_threads, (size_t)c->tmp_stride * 4, &st);
+    c->ranges = ws_alloc((size_t)c->n_threads * 2, MR__MOE_RSTRIDE * sizeof(uint64_t), &st);
     if (st) {
         mr_moe_ctx_free(c);
         return st;
@@ -179,6 +181,13 @@ mr_status mr_moe_run(mr_moe_ctx *c, const mr_moe_args *a) {
     }
     return c->runner->ops->run(c, a);
 }
+
+void mr_moe_ctx_profile(mr_moe_ctx *c, mr_moe_profile *out, bool reset) {
+    if (out) *out = c->prof;
+    if (reset) memset(&c->prof, 0, sizeof c->prof);
+}
+
+void mr_moe_ctx_debug_stream_only(mr_moe_ctx *c, bool on) { c->stream_only = on; }
 
 /* workspace of the packed path (expert_packed.c): rows of kernel input for
  * every slot, zeroed once so that the padding columns [n, Kp) stay 0 */

@@ -47,7 +47,15 @@ struct mr_moe_ctx {
     void *x1, *x2;
     float *xs1, *xs2;
     int32_t *xb1, *xb2;
+    /* phase profile (mr_moe_ctx_profile) and the stream-only isolation switch */
+    mr_moe_profile prof;
+    bool stream_only;
+    /* packed path scheduling: per thread, the [front, back) of its chunk
+     * range in GEMM1 and in GEMM2, one cache line apart (expert_packed.c) */
+    _Atomic uint64_t *ranges; /* [2][n_threads][MR__MOE_RSTRIDE] */
 };
+#define MR__MOE_RSTRIDE 8 /* uint64 per range slot: one 64-byte line */
+#define MR__MOE_CB2 128   /* GEMM2 chunk: rows of H (8 tiles) */
 
 /* The packed expert compute of `routed` (expert_packed.c). */
 mr_status mr__moe_experts_run_packed(mr_moe_ctx *c, const mr_moe_args *a, const int32_t *ids, const float *wts);
@@ -74,6 +82,15 @@ int mr__act_uk_esize(mr_act_mode m);
 int mr__act_uk_block(mr_act_mode m);
 void mr__act_prepare_uk_row(mr_act_mode m, const float *x, int64_t n, float input_scale, void *dst, float *xs,
                             int32_t *xb);
+/* AVX-512 forms of the packed-path preparation (actq_avx512.c), bit-identical
+ * to the scalar ones; called by mr__act_prepare_uk_row when the CPU has
+ * AVX-512 F/BW/VL. bf16: dst = mr_f32_to_bf16(x); fp8 (w8a8): dst = bf16 of
+ * the E4M3 values, scales per 128; w4a4 / w4a8: int8, xs and xb per 16. */
+void mr__actq_bf16_avx512(const float *x, int64_t n, uint16_t *dst);
+void mr__actq_fp8_avx512(const float *x, int64_t n, uint16_t *dst, float *scales);
+void mr__actq_w4a4_avx512(const float *x, int64_t n, float input_scale, int8_t *dst, float *xs, int32_t *xb);
+void mr__actq_w4a8_avx512(const float *x, int64_t n, int8_t *dst, float *xs, int32_t *xb);
+
 /* The value each prepared element stands for (x ≈ value): fp32 [n]. */
 void mr__act_effective_row(mr_act_mode m, const float *x, int64_t n, float input_scale, float *dst);
 
