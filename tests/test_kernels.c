@@ -92,33 +92,75 @@ static void test_table_names(void **st) {
     assert_non_null(strstr(k->decode[MR_FMT_FP8_BLOCK].name, k->isa));
 }
 
+/* y[m][n] of x . W^T against a double reference on the dequantized row;
+ * tolerance: exact products, fp32 sums in another order */
+static void check_matmul_out(const mr_qmatrix *q, const float *x, int64_t M, const float *y) {
+    const int64_t N = q->rows, K = q->cols;
+    float *row = malloc(sizeof(float) * (size_t)K);
+    for (int64_t n = 0; n < N; n++) {
+        mr_qmatrix_dequant_row(q, n, row);
+        for (int64_t m = 0; m < M; m++) {
+            double ref = 0, mag = 0;
+            for (int64_t i = 0; i < K; i++) ref += (double)row[i] * x[m * K + i], mag += fabs(row[i] * x[m * K + i]);
+            if (!(fabs(y[m * N + n] - ref) <= 1e-5 * mag + 1e-30))
+                fail_msg("fmt %d N %lld K %lld M %lld: y[%lld][%lld] = %.9g, reference %.9g", (int)q->fmt, (long long)N,
+                         (long long)K, (long long)M, (long long)m, (long long)n, y[m * N + n], ref);
+        }
+    }
+    free(row);
+}
+
+/* mr_matmul on every weight format: M = 1..9 (the small-M fast path's token
+ * passes 1-4 and 5-8 and the driver past 8), shapes with partial 16-row and
+ * 8-row blocks, K not a multiple of 128 / 32 / 16, and N crossing a 128-row
+ * scale block; mr_matmul_multi on q/k/v-like matrices sharing x. */
 static void test_matmul(void **st) {
     (void)st;
     const mr_format fmts[] = {MR_FMT_F32, MR_FMT_BF16, MR_FMT_FP8_BLOCK, MR_FMT_NVFP4};
-    const int64_t N = 300, K = 272;
+    const int64_t shapes[][2] = {{300, 272}, {37, 130}, {141, 48}, {9, 7}, {19, 288}};
     tu_rng r = {77};
-    float *w = malloc(sizeof(float) * N * K), *x = malloc(sizeof(float) * 5 * K), *y = malloc(sizeof(float) * 5 * N);
-    float *row = malloc(sizeof(float) * K);
-    fill(&r, w, N * K, 0.05f);
-    fill(&r, x, 5 * K, 1.0f);
+    const int64_t maxNK = 300 * 288, maxM = 9;
+    float *w = malloc(sizeof(float) * maxNK), *x = malloc(sizeof(float) * maxM * 300),
+          *y = malloc(sizeof(float) * maxM * 300);
+    fill(&r, x, maxM * 300, 1.0f);
     for (size_t f = 0; f < 4; f++)
-        for (int64_t M = 1; M <= 5; M += 4) {
+        for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
+            const int64_t N = shapes[sh][0], K = shapes[sh][1];
+            if (fmts[f] == MR_FMT_NVFP4 && K % 16) continue;
+            fill(&r, w, N * K, 0.05f);
             mr_qmatrix q;
             memset(&q, 0, sizeof q);
             assert_int_equal(mr_qmatrix_quantize(&q, fmts[f], w, N, K, 0.0f), MR_OK);
-            for (int64_t i = 0; i < M * N; i++) y[i] = NAN;
-            mr_matmul(&q, x, M, y);
-            for (int64_t n = 0; n < N; n++) {
-                mr_qmatrix_dequant_row(&q, n, row);
-                for (int64_t m = 0; m < M; m++) {
-                    double ref = 0, mag = 0;
-                    for (int64_t i = 0; i < K; i++) ref += (double)row[i] * x[m * K + i], mag += fabs(row[i] * x[m * K + i]);
-                    assert_true(fabs(y[m * N + n] - ref) <= 1e-5 * mag);
-                }
+            for (int64_t M = 1; M <= maxM; M++) {
+                for (int64_t i = 0; i < M * N; i++) y[i] = NAN;
+                mr_matmul(&q, x, M, y);
+                check_matmul_out(&q, x, M, y);
             }
             mr_qmatrix_free(&q);
         }
-    free(w), free(x), free(y), free(row);
+    /* three matrices sharing x (K 200): rows 144 (crosses a scale block), 40, 17 */
+    const int64_t K = 200, Ns[3] = {144, 40, 17};
+    for (size_t f = 0; f < 4; f++) {
+        if (fmts[f] == MR_FMT_NVFP4) continue;
+        mr_qmatrix q[3];
+        const mr_qmatrix *qp[3];
+        float *ys[3];
+        for (int i = 0; i < 3; i++) {
+            fill(&r, w, Ns[i] * K, 0.05f);
+            memset(&q[i], 0, sizeof q[i]);
+            assert_int_equal(mr_qmatrix_quantize(&q[i], fmts[f], w, Ns[i], K, 0.0f), MR_OK);
+            qp[i] = &q[i];
+            ys[i] = malloc(sizeof(float) * (size_t)(maxM * Ns[i]));
+        }
+        for (int64_t M = 1; M <= maxM; M += 3) {
+            for (int i = 0; i < 3; i++)
+                for (int64_t j = 0; j < M * Ns[i]; j++) ys[i][j] = NAN;
+            mr_matmul_multi(3, qp, x, M, ys);
+            for (int i = 0; i < 3; i++) check_matmul_out(&q[i], x, M, ys[i]);
+        }
+        for (int i = 0; i < 3; i++) mr_qmatrix_free(&q[i]), free(ys[i]);
+    }
+    free(w), free(x), free(y);
 }
 
 /* ---- packed micro-kernels: every kind of every table this host can run,

@@ -142,8 +142,8 @@ typedef void (*mr_uk_fn)(const mr_pmatrix *W, int64_t tile, const mr_uk_act *a, 
 /* Dense row-major fast path for small M: y[m*ldy + j] = sum_g gscale(n, g) *
  * sum_{k in g} Wdec[n][k] * x[m*K + k], n = n0 + j, j < nr, m < M; W BF16
  * (widened exactly, fp32 FMA) or FP8_BLOCK (E4M3 decoded exactly, block
- * multiplier per 128 columns). Writes y, never reads it. NULL where the ISA
- * has none; mr_matmul then uses mr_gemm_rows. */
+ * multiplier per 128 columns). n0 is a multiple of 16. Writes y, never
+ * reads it. NULL where the ISA has none; mr_matmul then uses mr_gemm_rows. */
 typedef void (*mr_kern_rows_fn)(const mr_qmatrix *W, int64_t n0, int64_t nr, const float *x, int64_t M, float *y,
                                 int64_t ldy);
 
@@ -198,6 +198,10 @@ void mr_gemm_rows(const mr_kernels *k, const mr_qmatrix *W, int64_t n0, int64_t 
 /* Dense matmul, threaded: y[M][N] = x[M][K] . W^T for W in F32, BF16,
  * FP8_BLOCK or NVFP4 (weight-only: activations stay fp32). */
 void mr_matmul(const mr_qmatrix *W, const float *x, int64_t M, float *y);
+/* n matmuls sharing x (all W[i] with the same K): y[i][M][W[i]->rows] =
+ * x[M][K] . W[i]^T, the same values as n mr_matmul calls, in one parallel
+ * region when the small-M fast path applies (q/k/v projections at decode). */
+void mr_matmul_multi(int n, const mr_qmatrix *const *W, const float *x, int64_t M, float *const *y);
 
 /* ---- ceilings for benchmarks (probe.c) ---- */
 /* Best-of-reps multi-threaded read bandwidth over a pre-faulted buffer of

@@ -4,6 +4,9 @@
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "kernels/kern_internal.h"
 
@@ -161,20 +164,62 @@ void mr_gemm_rows(const mr_kernels *k, const mr_qmatrix *W, int64_t n0, int64_t 
     }
 }
 
-/* Threaded over blocks of 16 output columns (y rows are M apart). Small M
- * on BF16/FP8 weights takes the ISA's row-major fast path (k->rows), which
- * streams each weight row once per block of 4 tokens; otherwise the
- * decode-and-dot driver. */
-void mr_matmul(const mr_qmatrix *W, const float *x, int64_t M, float *y) {
+/* The small-M fast path over several matrices sharing x (same K): one
+ * parallel region; the 16-row blocks of all matrices, in order, form one list
+ * that is cut into one contiguous range per thread (every row costs the same
+ * bytes when the formats match), so each thread streams one run of memory. */
+static void matmul_fast(int n, const mr_qmatrix *const *W, const float *x, int64_t M, float *const *y) {
     const mr_kernels *k = mr_kernels_get();
-    const int64_t N = W->rows, K = W->cols;
+    enum { NB = 16 };
+    int64_t nblk = 0, work = 0;
+    for (int i = 0; i < n; i++) nblk += (W[i]->rows + NB - 1) / NB, work += W[i]->rows * W[i]->cols;
+#pragma omp parallel if (work * M > 65536)
+    {
+        int nt = 1, t = 0;
+#ifdef _OPENMP
+        nt = omp_get_num_threads(), t = omp_get_thread_num();
+#endif
+        int64_t b0 = nblk * t / nt, b1 = nblk * (t + 1) / nt, base = 0;
+        for (int i = 0; i < n && b0 < b1; i++) {
+            const int64_t N = W[i]->rows, nb = (N + NB - 1) / NB;
+            const int64_t lo = b0 > base ? b0 - base : 0, hi = b1 - base < nb ? b1 - base : nb;
+            if (lo < hi) {
+                const int64_t r0 = lo * NB, r1 = hi * NB < N ? hi * NB : N;
+                k->rows[W[i]->fmt].fn(W[i], r0, r1 - r0, x, M, y[i] + r0, N);
+            }
+            base += nb;
+        }
+    }
+}
+
+/* Small M on BF16/FP8 weights takes the ISA's row-major fast path (k->rows,
+ * see matmul_fast); otherwise the decode-and-dot driver, threaded over
+ * blocks of 16 output columns (y rows are M apart). */
+void mr_matmul(const mr_qmatrix *W, const float *x, int64_t M, float *y) {
+    mr_matmul_multi(1, &W, x, M, &y);
+}
+
+void mr_matmul_multi(int n, const mr_qmatrix *const *W, const float *x, int64_t M, float *const *y) {
+    const mr_kernels *k = mr_kernels_get();
     enum { NB = 16, FAST_MAX_M = 8 };
-    int64_t nblk = (N + NB - 1) / NB;
-    mr_kern_rows_fn fast = M <= FAST_MAX_M && W->fmt < MR_FMT_COUNT ? k->rows[W->fmt].fn : NULL;
+    bool fast = M >= 1 && M <= FAST_MAX_M;
+    for (int i = 0; i < n; i++) {
+        MR_ASSERT(W[i]->cols == W[0]->cols);
+        fast = fast && W[i]->fmt < MR_FMT_COUNT && k->rows[W[i]->fmt].fn && W[i]->fmt == W[0]->fmt;
+    }
+    if (fast) {
+        matmul_fast(n, W, x, M, y);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        const int64_t N = W[i]->rows, K = W[i]->cols;
+        const int64_t nblk = (N + NB - 1) / NB;
+        const mr_qmatrix *Wi = W[i];
+        float *yi = y[i];
 #pragma omp parallel for schedule(dynamic, 4) if (N * K * (M > 0 ? M : 1) > 65536)
-    for (int64_t b = 0; b < nblk; b++) {
-        int64_t n0 = b * NB, nr = N - n0 < NB ? N - n0 : NB;
-        if (fast) fast(W, n0, nr, x, M, y + n0, N);
-        else mr_gemm_rows(k, W, n0, nr, MR_FMT_F32, x, K, NULL, 0, M, y + n0, N);
+        for (int64_t b = 0; b < nblk; b++) {
+            int64_t n0 = b * NB, nr = N - n0 < NB ? N - n0 : NB;
+            mr_gemm_rows(k, Wi, n0, nr, MR_FMT_F32, x, K, NULL, 0, M, yi + n0, N);
+        }
     }
 }

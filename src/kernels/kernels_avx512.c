@@ -93,82 +93,142 @@ static float dot_bf16_avx512(const float *w, const uint16_t *x, int len) {
 }
 
 /* ---- dense row-major fast paths for mr_matmul at small M (contract in
- * moerun/kernels.h): each weight row is streamed once per block of up to 4
- * tokens, 16-wide, two accumulator chains per token, prefetch 16 KiB ahead
- * (rows are contiguous, so this runs ahead into the next rows). ---- */
-#define RPF(p) _mm_prefetch((const char *)(p) + 16384, _MM_HINT_T2)
+ * moerun/kernels.h). A register block of R rows x MT tokens: each step
+ * decodes 32 weights of each of the R rows and loads 32 values of each of the
+ * MT activation rows once, R*MT independent FMA chains; per 128-column group
+ * the chains fold into per-(row, token) totals with the group's multiplier
+ * (FP8), so the R rows must share their 128-row scale block (n0 % R == 0
+ * within blocks of 16). Tokens past MT rerun the same R rows (then in L1).
+ * Software prefetch of the same columns whole register blocks (>= 16 KiB) ahead. ---- */
+#define RPF(p) _mm_prefetch((const char *)(p) + pf, _MM_HINT_T0)
 
+/* E4M3 -> fp16 with the value * 2^-8 (exact): sign-extend the byte to a word,
+ * shift left 7 (sign lands in bits 15 and 14, exponent+mantissa in 13..7),
+ * clear bit 14. NaN codes give 480 * 2^-8 (weights never hold NaN). */
+static inline __attribute__((always_inline)) void e4m3x32(const uint8_t *s, __m512 *w0, __m512 *w1) {
+    __m512i h = _mm512_and_si512(_mm512_slli_epi16(_mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)s)), 7),
+                                 _mm512_set1_epi16((short)0xBF80));
+    *w0 = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+    *w1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+}
+static inline __attribute__((always_inline)) __m512 e4m3x16(__mmask16 m, const uint8_t *s) {
+    __m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_maskz_loadu_epi8(m, s)), 7),
+                                 _mm256_set1_epi16((short)0xBF80));
+    return _mm512_cvtph_ps(h);
+}
+static inline __attribute__((always_inline)) void bf16x32(const uint16_t *s, __m512 *w0, __m512 *w1) {
+    __m512i v = _mm512_loadu_si512(s);
+    *w0 = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));                     /* even elements */
+    *w1 = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xFFFF0000))); /* odd elements */
+}
 static inline __attribute__((always_inline)) __m512 bf16w16(__mmask16 m, const uint16_t *w) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, w)), 16));
 }
-/* 16 E4M3 bytes -> value * 2^-8 exactly (NaN codes give 480 * 2^-8: weights never hold NaN) */
-static inline __attribute__((always_inline)) __m512 e4m3w16(__mmask16 m, const uint8_t *s) {
-    __m256i b = _mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(m, s));
-    __m256i h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x80)), 8),
-                                _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x7F)), 7));
-    return _mm512_cvtph_ps(h);
-}
 
-static inline __attribute__((always_inline)) void rows_body(const mr_qmatrix *W, int64_t n0, int64_t nr,
-                                                            const float *x, float *y, int64_t ldy, const int M) {
+static inline __attribute__((always_inline)) void rows_block(const mr_qmatrix *W, int64_t n, const float *x,
+                                                             float *y, int64_t ldy, const int R, const int MT) {
     const int64_t K = W->cols;
     const bool fp8 = W->fmt == MR_FMT_FP8_BLOCK;
     const int64_t G = fp8 ? (K + 127) / 128 : 1, GL = fp8 ? 128 : K;
-    for (int64_t j = 0; j < nr; j++) {
-        const int64_t n = n0 + j;
-        __m512 tot[4];
+    const float *scl = fp8 ? (const float *)W->scale + (n / 128) * G : NULL;
+    const uint8_t *w8 = (const uint8_t *)W->data + n * K;
+    const uint16_t *w16 = (const uint16_t *)W->data + n * K;
+    /* prefetch the same columns of a later register block (the rows are
+     * contiguous): whole blocks of R rows ahead, at least 16 KiB */
+    const int64_t blk = (int64_t)R * K * (fp8 ? 1 : 2), pf = blk * ((16384 + blk - 1) / blk);
+    __m512 tot[16], acc[16];
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    #pragma GCC unroll 16
+    for (int i = 0; i < R * MT; i++) tot[i] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < G; g++) {
+        const int64_t k0 = g * GL, k1 = k0 + GL < K ? k0 + GL : K;
         #pragma GCC unroll 16
-        for (int m = 0; m < M; m++) tot[m] = _mm512_setzero_ps();
-        for (int64_t g = 0; g < G; g++) {
-            const int64_t k0 = g * GL, k1 = k0 + GL < K ? k0 + GL : K;
-            __m512 a0[4], a1[4];
-            #pragma GCC unroll 16
-            for (int m = 0; m < M; m++) a0[m] = a1[m] = _mm512_setzero_ps();
-            int64_t i = k0;
-            for (; i + 32 <= k1; i += 32) {
+        for (int i = 0; i < R * MT; i++) acc[i] = _mm512_setzero_ps();
+        int64_t i = k0;
+        for (; i + 32 <= k1; i += 32) {
+            __m512 xa[8], xb[8];
+            #pragma GCC unroll 8
+            for (int m = 0; m < MT; m++) {
+                xa[m] = _mm512_loadu_ps(x + m * K + i), xb[m] = _mm512_loadu_ps(x + m * K + i + 16);
+                if (!fp8) { /* bf16 steps take the even / odd elements of 32 (bf16x32) */
+                    const __m512 e = _mm512_permutex2var_ps(xa[m], ev, xb[m]);
+                    xb[m] = _mm512_permutex2var_ps(xa[m], od, xb[m]);
+                    xa[m] = e;
+                }
+            }
+            #pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
                 __m512 w0, w1;
                 if (fp8) {
-                    const uint8_t *s = (const uint8_t *)W->data + n * K + i;
-                    RPF(s);
-                    w0 = e4m3w16(0xFFFF, s), w1 = e4m3w16(0xFFFF, s + 16);
+                    RPF(w8 + r * K + i);
+                    e4m3x32(w8 + r * K + i, &w0, &w1);
+                    #pragma GCC unroll 8
+                    for (int m = 0; m < MT; m++)
+                        acc[r * MT + m] = _mm512_fmadd_ps(w1, xb[m], _mm512_fmadd_ps(w0, xa[m], acc[r * MT + m]));
                 } else {
-                    const uint16_t *s = (const uint16_t *)W->data + n * K + i;
-                    RPF(s);
-                    w0 = bf16w16(0xFFFF, s), w1 = bf16w16(0xFFFF, s + 16);
-                }
-                #pragma GCC unroll 16
-                for (int m = 0; m < M; m++) {
-                    a0[m] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + m * K + i), a0[m]);
-                    a1[m] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + m * K + i + 16), a1[m]);
+                    RPF(w16 + r * K + i);
+                    bf16x32(w16 + r * K + i, &w0, &w1);
+                    #pragma GCC unroll 8
+                    for (int m = 0; m < MT; m++)
+                        acc[r * MT + m] = _mm512_fmadd_ps(w1, xb[m], _mm512_fmadd_ps(w0, xa[m], acc[r * MT + m]));
                 }
             }
-            for (; i < k1; i += 16) {
-                __mmask16 mk = tail_mask((int)(k1 - i));
-                __m512 w0 = fp8 ? e4m3w16(mk, (const uint8_t *)W->data + n * K + i)
-                                : bf16w16(mk, (const uint16_t *)W->data + n * K + i);
-                #pragma GCC unroll 16
-                for (int m = 0; m < M; m++) a0[m] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(mk, x + m * K + i), a0[m]);
-            }
-            const float gs = fp8 ? 256.0f * ((const float *)W->scale)[(n / 128) * G + g] : 1.0f;
-            #pragma GCC unroll 16
-            for (int m = 0; m < M; m++) tot[m] = _mm512_fmadd_ps(_mm512_add_ps(a0[m], a1[m]), _mm512_set1_ps(gs), tot[m]);
         }
+        for (; i < k1; i += 16) {
+            const __mmask16 mk = tail_mask((int)(k1 - i));
+            __m512 xa[8];
+            #pragma GCC unroll 8
+            for (int m = 0; m < MT; m++) xa[m] = _mm512_maskz_loadu_ps(mk, x + m * K + i);
+            #pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
+                const __m512 w0 = fp8 ? e4m3x16(mk, w8 + r * K + i) : bf16w16(mk, w16 + r * K + i);
+                #pragma GCC unroll 8
+                for (int m = 0; m < MT; m++) acc[r * MT + m] = _mm512_fmadd_ps(w0, xa[m], acc[r * MT + m]);
+            }
+        }
+        const __m512 gs = _mm512_set1_ps(fp8 ? 256.0f * scl[g] : 1.0f);
         #pragma GCC unroll 16
-        for (int m = 0; m < M; m++) y[m * ldy + j] = _mm512_reduce_add_ps(tot[m]);
+        for (int j = 0; j < R * MT; j++) tot[j] = _mm512_fmadd_ps(acc[j], gs, tot[j]);
     }
+    #pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+        #pragma GCC unroll 8
+        for (int m = 0; m < MT; m++) y[m * ldy + r] = _mm512_reduce_add_ps(tot[r * MT + m]);
 }
+
+#define RB(R, MT)                                                                                             \
+    static void rb_##R##_##MT(const mr_qmatrix *W, int64_t n, const float *x, float *y, int64_t ldy) {          \
+        rows_block(W, n, x, y, ldy, R, MT);                                                                   \
+    }
+RB(8, 1)
+RB(4, 2)
+RB(2, 3)
+RB(2, 4)
+RB(1, 1)
+RB(1, 2)
+RB(1, 3)
+RB(1, 4)
+#undef RB
 
 static void rows_avx512(const mr_qmatrix *W, int64_t n0, int64_t nr, const float *x, int64_t M, float *y,
                         int64_t ldy) {
+    typedef void (*rbf)(const mr_qmatrix *, int64_t, const float *, float *, int64_t);
+    static const rbf full[5] = {NULL, rb_8_1, rb_4_2, rb_2_3, rb_2_4}, one[5] = {NULL, rb_1_1, rb_1_2, rb_1_3, rb_1_4};
+    static const int rows_of[5] = {0, 8, 4, 2, 2};
     const int64_t K = W->cols;
-    for (int64_t m0 = 0; m0 < M; m0 += 4) {
-        const float *xm = x + m0 * K;
-        float *ym = y + m0 * ldy;
-        switch (M - m0 < 4 ? M - m0 : 4) {
-        case 1: rows_body(W, n0, nr, xm, ym, ldy, 1); break;
-        case 2: rows_body(W, n0, nr, xm, ym, ldy, 2); break;
-        case 3: rows_body(W, n0, nr, xm, ym, ldy, 3); break;
-        default: rows_body(W, n0, nr, xm, ym, ldy, 4); break;
+    /* chunks of 8 rows (n0 is a multiple of 16 from mr_matmul, so a chunk
+     * stays inside one 128-row scale block); every token pass reruns the chunk */
+    for (int64_t j = 0; j < nr; j += 8) {
+        const int64_t rows = nr - j < 8 ? nr - j : 8;
+        for (int64_t m0 = 0; m0 < M; m0 += 4) {
+            const int mt = (int)(M - m0 < 4 ? M - m0 : 4), R = rows_of[mt];
+            const float *xm = x + m0 * K;
+            float *ym = y + m0 * ldy + j;
+            int64_t r = 0;
+            if ((n0 + j) % R == 0)
+                for (; r + R <= rows; r += R) full[mt](W, n0 + j + r, xm, ym + r, ldy);
+            for (; r < rows; r++) one[mt](W, n0 + j + r, xm, ym + r, ldy);
         }
     }
 }
@@ -208,9 +268,9 @@ static void silu_mul_avx512(const float *g, const float *u, int64_t n, float *ou
 void mr__kernels_fill_avx512(mr_kernels *k) {
     k->silu_mul.name = "silu_mul_avx512_16";
     k->silu_mul.fn = silu_mul_avx512;
-    k->rows[MR_FMT_BF16].name = "rows_bf16_avx512_1x32x4";
+    k->rows[MR_FMT_BF16].name = "rows_bf16_avx512_8x32x1_2x32x4";
     k->rows[MR_FMT_BF16].fn = rows_avx512;
-    k->rows[MR_FMT_FP8_BLOCK].name = "rows_fp8_block_avx512_1x32x4";
+    k->rows[MR_FMT_FP8_BLOCK].name = "rows_fp8_block_avx512_8x32x1_2x32x4";
     k->rows[MR_FMT_FP8_BLOCK].fn = rows_avx512;
     k->isa = "avx512";
     k->decode[MR_FMT_BF16].name = "decode_bf16_avx512_1x16";

@@ -42,9 +42,11 @@ static mr_status forward_chunk(mr_model *m, const int32_t *tokens, int64_t T, in
         float *kc = s->kcache + (size_t)l * layer_kv, *vc = s->vcache + (size_t)l * layer_kv;
         t0 = mr_now_ns();
         mr__rmsnorm(s->xn, s->x, L->attn_norm, T, H, c->rms_eps);   /* a = rmsnorm(h) */
-        mr__dense(&L->wq, s->xn, T, s->q);                           /* q = q_proj(a) */
-        mr__dense(&L->wk, s->xn, T, s->k);                           /* k = k_proj(a) */
-        mr__dense(&L->wv, s->xn, T, s->v);                           /* v = v_proj(a) */
+        {                                                            /* q, k, v = q/k/v_proj(a), one parallel region */
+            const mr_qmatrix *qkv[3] = {&L->wq, &L->wk, &L->wv};
+            float *const out_qkv[3] = {s->q, s->k, s->v};
+            mr_matmul_multi(3, qkv, s->xn, T, out_qkv);
+        }
         mr__rmsnorm(s->q, s->q, L->q_norm, T, qd, c->rms_eps);       /* QK-norm over the whole q vector */
         mr__rmsnorm(s->k, s->k, L->k_norm, T, kvd, c->rms_eps);      /* ... and the whole k vector */
         mr__rope(s->q, s->pos, T, Hq, D, c->rotary_dim, s->inv_freq);  /* partial NeoX RoPE */
