@@ -14,6 +14,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -82,10 +83,34 @@ static mr_status get_tensor(const mr_ckpt *ck, const char *name, int dt0, int dt
     return MR_OK;
 }
 
-/* Data used in place when aligned for its element size, else copied into an
- * aligned buffer (mapped tensors carry no alignment guarantee). */
+/* Reads the pages of a mapped range into memory now, at load, so that the
+ * first forward pass does not pay for page faults and disk reads (measured
+ * on a 2-layer real-shape checkpoint not in the page cache: the first
+ * prefill spent 1.5 s faulting in the 1.2 GB lm_head). MADV_POPULATE_READ
+ * (Linux 5.14) does it in one call; older kernels get one read per page. */
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+static void prefault(const void *p, size_t n) {
+    long pg = sysconf(_SC_PAGESIZE);
+    uintptr_t page = pg > 0 ? (uintptr_t)pg : 4096;
+    uintptr_t a = (uintptr_t)p & ~(page - 1), e = (uintptr_t)p + n;
+    if (n == 0) return;
+    if (madvise((void *)a, e - a, MADV_POPULATE_READ) == 0) return;
+    unsigned char sink = 0;
+    for (uintptr_t q = a < (uintptr_t)p ? (uintptr_t)p : a; q < e; q = (q & ~(page - 1)) + page)
+        sink ^= *(const volatile unsigned char *)q;
+    (void)sink;
+}
+
+/* Data used in place when aligned for its element size (its pages read in
+ * now), else copied into an aligned buffer (mapped tensors carry no
+ * alignment guarantee). */
 static const void *in_place(mr_model *m, const mr_st_tensor *t, size_t align) {
-    if (((uintptr_t)t->data % align) == 0) return t->data;
+    if (((uintptr_t)t->data % align) == 0) {
+        prefault(t->data, (size_t)t->n_bytes);
+        return t->data;
+    }
     void *p = own_alloc(m, (size_t)t->n_bytes);
     if (p) memcpy(p, t->data, (size_t)t->n_bytes);
     return p;
