@@ -59,6 +59,8 @@ mr_status mr_act_mode_from_name(const char *name, mr_act_mode *out);
 mr_format mr_act_mode_weight_format(mr_act_mode m);
 /* The default mode for a weight format (the GPU-faithful one: w8a8, w4a4, w16a32). */
 mr_act_mode mr_act_mode_default(mr_format weight_format);
+/* The packed micro-kernel kind the routed runner uses for a mode (not AUTO). */
+mr_uk_kind mr_act_mode_uk_kind(mr_act_mode m);
 
 /* Everything a capability predicate looks at. */
 typedef struct {

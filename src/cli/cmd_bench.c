@@ -145,19 +145,6 @@ static size_t anon_huge(void) {
     return kb * 1024;
 }
 
-/* the packed kernel kind a mode runs (moe/actmode.c mr__act_uk_kind) */
-static mr_uk_kind mode_kind(mr_act_mode m) {
-    switch (m) {
-    case MR_ACT_W16A32: return MR_UK_BF16_F32;
-    case MR_ACT_W16A16: return MR_UK_BF16_BF16;
-    case MR_ACT_W8A8:
-    case MR_ACT_W8A16: return MR_UK_FP8_BF16;
-    case MR_ACT_W4A4:
-    case MR_ACT_W4A8: return MR_UK_NVFP4_I8;
-    default: return MR_UK_NVFP4_BF16;
-    }
-}
-
 typedef struct {
     double med, mn, mx, mean_bytes, gbs;
     mr_moe_profile prof; /* of the timed calls */
@@ -299,7 +286,7 @@ static int bench_moe(int argc, char **argv) {
     /* ceilings first (they need the memory the weights will take later) */
     const char *instr;
     double bw = mr_probe_read_bw((size_t)1 << 30, 5);
-    const mr_probe_instr pi = strcmp(run->name, "routed") ? MR_PROBE_FMA : mr_uk_instr(mode_kind(mode));
+    const mr_probe_instr pi = strcmp(run->name, "routed") ? MR_PROBE_FMA : mr_uk_instr(mr_act_mode_uk_kind(mode));
     double peak = mr_probe_peak(pi, &instr);
     int nthr = omp_get_max_threads();
     /* the probe's 1 GiB is freed: restart the peak-RSS count (VmHWM) from here */
@@ -336,8 +323,8 @@ static int bench_moe(int argc, char **argv) {
            (double)expert_bytes / 1e6, (double)(mr_now_ns() - t0) / 1e9);
     printf("transparent huge pages in use: %.2f GB (AnonHugePages)\n", (double)anon_huge() / 1e9);
     if (w->layout.pack != MR_PACK_NONE)
-        printf("kernels: gemv %s, gemm %s (from %d tokens per expert)\n", mr_kernels_get()->uk_gemv[mode_kind(mode)].name,
-               mr_kernels_get()->uk_gemm[mode_kind(mode)].name, mr_kernels_get()->uk_gemm_min_m);
+        printf("kernels: gemv %s, gemm %s (from %d tokens per expert)\n", mr_kernels_get()->uk_gemv[mr_act_mode_uk_kind(mode)].name,
+               mr_kernels_get()->uk_gemm[mr_act_mode_uk_kind(mode)].name, mr_kernels_get()->uk_gemm_min_m);
 
     float *x = malloc(sizeof(float) * (size_t)(maxT * H)), *out = malloc(sizeof(float) * (size_t)(maxT * H));
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)(maxT * k));

@@ -114,6 +114,8 @@ mr_uk_kind mr__act_uk_kind(mr_act_mode m) {
     }
 }
 
+mr_uk_kind mr_act_mode_uk_kind(mr_act_mode m) { return mr__act_uk_kind(m); }
+
 int mr__act_uk_esize(mr_act_mode m) {
     switch (mr__act_uk_kind(m)) {
     case MR_UK_BF16_F32: return 4;

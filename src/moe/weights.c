@@ -215,6 +215,25 @@ mr_status mr_moe_weights_calibrate(mr_moe_weights *w, const float *x, int64_t T)
     return MR_OK;
 }
 
+/* Ends an after-load step: on failure the set is marked unusable (nothing
+ * half-converted is ever dispatched), else it takes the layout L. */
+static mr_status finish_after_load(mr_moe_weights *w, const mr_moe_layout *L, mr_status st) {
+    if (st) {
+        w->layout.owner = "broken";
+        w->layout.gateup = MR_GATEUP_CONCAT;
+        w->layout.inter_padded = -1;
+        return st;
+    }
+    w->layout = *L;
+    return MR_OK;
+}
+
+/* Frees one HF matrix once its converted copy exists (keeps peak memory down). */
+static void drop_hf(mr_qmatrix *m) {
+    mr_qmatrix_free(m);
+    memset(m, 0, sizeof *m);
+}
+
 /* ---- after-load: merge w1/w3 into w13 in the required layout ----
  * Row r of the result takes row src_row(r) of gate or up; rows beyond I
  * (padding) stay zero (zero codes and, for FP8, zero scales: exactly 0). */
@@ -285,20 +304,10 @@ mr_status mr__moe_merge_gateup(mr_moe_weights *w, const mr_moe_layout *L, bool s
             }
         }
         /* the HF copies are no longer needed: free them as we go (peak memory) */
-        mr_qmatrix_free(&w->w1[e]);
-        mr_qmatrix_free(&w->w3[e]);
-        memset(&w->w1[e], 0, sizeof(mr_qmatrix));
-        memset(&w->w3[e], 0, sizeof(mr_qmatrix));
+        drop_hf(&w->w1[e]);
+        drop_hf(&w->w3[e]);
     }
-    if (st) {
-        /* leave nothing half-converted: this set is unusable, say so */
-        w->layout.owner = "broken";
-        w->layout.gateup = MR_GATEUP_CONCAT;
-        w->layout.inter_padded = -1;
-        return st;
-    }
-    w->layout = *L;
-    return MR_OK;
+    return finish_after_load(w, L, st);
 }
 
 /* ---- after-load: pack into the 16-row tile layouts (routed) ---- */
@@ -325,20 +334,9 @@ mr_status mr__moe_pack(mr_moe_weights *w, const mr_moe_layout *L, bool swap) {
             break;
         }
         /* the HF copies are no longer needed: free them as we go (peak memory) */
-        mr_qmatrix_free(&w->w1[e]);
-        mr_qmatrix_free(&w->w3[e]);
-        mr_qmatrix_free(&w->w2[e]);
-        memset(&w->w1[e], 0, sizeof(mr_qmatrix));
-        memset(&w->w3[e], 0, sizeof(mr_qmatrix));
-        memset(&w->w2[e], 0, sizeof(mr_qmatrix));
+        drop_hf(&w->w1[e]);
+        drop_hf(&w->w3[e]);
+        drop_hf(&w->w2[e]);
     }
-    if (st) {
-        /* leave nothing half-converted: this set is unusable, say so */
-        w->layout.owner = "broken";
-        w->layout.gateup = MR_GATEUP_CONCAT;
-        w->layout.inter_padded = -1;
-        return st;
-    }
-    w->layout = *L;
-    return MR_OK;
+    return finish_after_load(w, L, st);
 }
