@@ -178,7 +178,7 @@ typedef struct {
     int64_t K;
 } ukcase;
 
-static void check_uk(const mr_kernels *k, const ukcase *uc, int nsrc, int64_t M, bool gemm, bool use_xs) {
+static void check_uk(const mr_kernels *k, const ukcase *uc, int nsrc, int64_t M, bool gemm, bool use_xs, int xs_group) {
     const int64_t N = 40, K = uc->K;
     tu_rng r = {0x77 + (uint64_t)(uc->kind * 100 + nsrc * 10 + M)};
     mr_qmatrix q[2];
@@ -213,8 +213,12 @@ static void check_uk(const mr_kernels *k, const ukcase *uc, int nsrc, int64_t M,
             }
         }
     for (int64_t i = 0; i < M * nbk; i++) xs[i] = use_xs ? 0.5f + tu_uniform(&r) : 1.0f;
+    if (xs_group > 1) /* the promise of mr_uk_act.xs_group: equal over each run of xs_group blocks */
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t b = 0; b < nbk; b++) xs[m * nbk + b] = xs[m * nbk + b / xs_group * xs_group];
     const float post = i8 ? 0.75f : 1.0f;
-    mr_uk_act a = {.x = x, .ldx = Kp, .xs = use_xs ? xs : NULL, .ldxs = nbk, .xb = xb, .ldb = Kp / 16 + 1, .post = post};
+    mr_uk_act a = {.x = x, .ldx = Kp, .xs = use_xs ? xs : NULL, .ldxs = nbk, .xb = xb, .ldb = Kp / 16 + 1, .post = post,
+                   .xs_group = xs_group};
     float *y = malloc(sizeof(float) * (size_t)(M * 16));
     void *scratch = mr_aligned_alloc(64, MR_UK_SCRATCH);
     float *row = malloc(sizeof(float) * (size_t)K);
@@ -233,8 +237,9 @@ static void check_uk(const mr_kernels *k, const ukcase *uc, int nsrc, int64_t M,
                     ref += p, mag += fabs(p);
                 }
                 if (!(fabs(y[m * 16 + d] - ref) <= 1e-5 * mag + 1e-30))
-                    fail_msg("%s: nsrc %d K %lld M %lld xs %d tile %lld row %d token %lld: %.9g, ref %.9g", name, nsrc,
-                             (long long)K, (long long)M, use_xs, (long long)t, d, (long long)m, y[m * 16 + d], ref);
+                    fail_msg("%s: nsrc %d K %lld M %lld xs %d group %d tile %lld row %d token %lld: %.9g, ref %.9g",
+                             name, nsrc, (long long)K, (long long)M, use_xs, xs_group, (long long)t, d, (long long)m,
+                             y[m * 16 + d], ref);
             }
         }
     }
@@ -251,6 +256,7 @@ static void test_packed_kernels_all_tables(void **st) {
         {MR_UK_FP8_BF16, MR_FMT_FP8_BLOCK, MR_PACK_FP8_R16K4, 384},
         {MR_UK_NVFP4_I8, MR_FMT_NVFP4, MR_PACK_NVFP4_R16K16, 80},
         {MR_UK_NVFP4_I8, MR_FMT_NVFP4, MR_PACK_NVFP4_R16K16, 256},
+        {MR_UK_NVFP4_I8, MR_FMT_NVFP4, MR_PACK_NVFP4_R16K16, 336},
         {MR_UK_NVFP4_BF16, MR_FMT_NVFP4, MR_PACK_NVFP4_R16K16B, 80},
         {MR_UK_BF16_BF16, MR_FMT_BF16, MR_PACK_BF16_R16K2, 131},
         {MR_UK_BF16_F32, MR_FMT_BF16, MR_PACK_BF16_R16K2, 131},
@@ -265,8 +271,16 @@ static void test_packed_kernels_all_tables(void **st) {
                 const int64_t Ms[] = {1, 3, 9, 20};
                 for (int mi = 0; mi < 4; mi++)
                     for (int gemm = 0; gemm < 2; gemm++)
-                        check_uk(&k, &cases[c], nsrc, Ms[mi], gemm, mi % 2 == 1 && cases[c].fmt != MR_FMT_BF16);
+                        check_uk(&k, &cases[c], nsrc, Ms[mi], gemm, mi % 2 == 1 && cases[c].fmt != MR_FMT_BF16, 1);
             }
+        /* NVFP4_I8 with xs shared per 128 columns (w4a8): a partial last run
+         * (K 80, 336), and token counts across the 8- and 16-token blocks */
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            if (cases[c].kind != MR_UK_NVFP4_I8) continue;
+            const int64_t Ms[] = {1, 2, 9, 16, 17, 33};
+            for (int mi = 0; mi < 6; mi++)
+                for (int gemm = 0; gemm < 2; gemm++) check_uk(&k, &cases[c], 2, Ms[mi], gemm, true, 8);
+        }
     }
 }
 

@@ -130,6 +130,9 @@ typedef struct {
     const int32_t *xb;  /* NVFP4_I8 only: [M][ldb] */
     int64_t ldb;
     float post;         /* final multiplier (w4a4: the global input_scale) */
+    int xs_group;       /* NVFP4_I8: xs[m][b] is equal over each run of xs_group blocks
+                           starting at a multiple of it (w4a8: 8, one 128 group), so a
+                           kernel may apply it once per run; 0 or 1 = no promise */
 } mr_uk_act;
 
 /* out[i] = silu(g[i]) * u[i] = g / (1 + exp(-g)) * u, i < n (within a few

@@ -8,7 +8,8 @@
  *  fp8_bf16 gemm  (dev fp8.v3) decodes a 16x128 block to bf16 once into
  *                 scratch (L1), then 8-token blocks: 1 load + 8 vdpbf16ps;
  *  nvfp4_i8       (dev nvfp4.v1) vpermb nibble -> u8 = 2*e2m1 + 12 (round 4:
- *                 vpermb instead of and + vpshufb; 1 token: split chains),
+ *                 vpermb instead of and + vpshufb; 1 token: split chains;
+ *                 round 5: up to 16 tokens a pass, xs once per 128 for w4a8),
  *                 vpdpbusd with broadcast int8 activations; the int32 sum of
  *                 a 16-k block starts at xb = -12*sum(x) (removes the bias),
  *                 then vcvtdq2ps and one FMA with the 16 row scales (E4M3 by
@@ -72,6 +73,14 @@ static void apply_post(float *y, int64_t ldy, int64_t M, float post) {
     for (int64_t m = 0; m < M; m++) _mm512_storeu_ps(y + m * ldy, _mm512_mul_ps(_mm512_loadu_ps(y + m * ldy), p));
 }
 
+/* Tokens of the next register block when `left` remain: the blocks of a
+ * call are balanced (17 = 6 + 6 + 5, not 8 + 8 + 1), because a block of 1-2
+ * tokens runs at about half the compute rate of 5-8 (dev/perf/hot_uk). */
+INL int64_t token_block(int64_t left) {
+    const int64_t nb = (left + MT - 1) / MT;
+    return (left + nb - 1) / nb;
+}
+
 /* the switch that turns a runtime token count 1..8 into a constant for the bodies */
 #define DISPATCH_MT(mt, CALL)                                                                                     \
     switch (mt) {                                                                                                  \
@@ -83,6 +92,19 @@ static void apply_post(float *y, int64_t ldy, int64_t M, float post) {
     case 6: CALL(6); break;                                                                                        \
     case 7: CALL(7); break;                                                                                        \
     default: CALL(8); break;                                                                                       \
+    }
+
+#define DISPATCH_MT16(mt, CALL)                                                                                   \
+    switch (mt) {                                                                                                  \
+    case 9: CALL(9); break;                                                                                        \
+    case 10: CALL(10); break;                                                                                      \
+    case 11: CALL(11); break;                                                                                      \
+    case 12: CALL(12); break;                                                                                      \
+    case 13: CALL(13); break;                                                                                      \
+    case 14: CALL(14); break;                                                                                      \
+    case 15: CALL(15); break;                                                                                      \
+    case 16: CALL(16); break;                                                                                      \
+    default: DISPATCH_MT(mt, CALL)                                                                                 \
     }
 
 /* ---------------- FP8 ---------------- */
@@ -170,8 +192,8 @@ static void uk_fp8_bf16_gemv(const mr_pmatrix *W, int64_t t, const mr_uk_act *a,
     (void)scratch;
     const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
     const float *bs = W->tscale + t * (W->Kp / 128);
-    for (int64_t m0 = 0; m0 < M; m0 += MT) {
-        const int mt = (int)(M - m0 < MT ? M - m0 : MT);
+    for (int64_t m0 = 0, mt; m0 < M; m0 += mt) {
+        mt = token_block(M - m0);
         const uint16_t *x = (const uint16_t *)a->x + m0 * a->ldx;
         const float *xs = a->xs ? a->xs + m0 * a->ldxs : NULL;
 #define CALL(n) fp8_gemv_body(tile, bs, W->Kp, x, a->ldx, xs, a->ldxs, y + m0 * ldy, ldy, n)
@@ -215,8 +237,8 @@ static void uk_fp8_bf16_gemm(const mr_pmatrix *W, int64_t t, const mr_uk_act *a,
             _mm512_store_si512(b + 2 * g, z0);
             _mm512_store_si512(b + 2 * g + 1, z1);
         }
-        for (int64_t m0 = 0; m0 < M; m0 += MT) {
-            const int mt = (int)(M - m0 < MT ? M - m0 : MT);
+        for (int64_t m0 = 0, mt; m0 < M; m0 += mt) {
+            mt = token_block(M - m0);
             const uint16_t *xm = (const uint16_t *)a->x + m0 * a->ldx;
             const float *xsm = a->xs ? a->xs + m0 * a->ldxs : NULL;
 #define CALL(n) fp8_gemm_tok(b, xm, a->ldx, xsm, a->ldxs, bs[kb], kb, y + m0 * ldy, ldy, kb == 0, n)
@@ -244,14 +266,26 @@ static const uint8_t BLO[16] = {0x00, 0x00, 0x80, 0xC0, 0x00, 0x40, 0x80, 0xC0,
                                 0x00, 0x00, 0x80, 0xC0, 0x00, 0x40, 0x80, 0xC0};
 INL __m512i lut16(const uint8_t *t) { return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)t)); }
 
+/* Up to MT16 = 16 tokens per pass over the tile: the decode (4 vpermb, the
+ * scales) and the tile's trip from L2 are shared by all of them.
+ * G = 1: xs per 16-k block, folded into the scales per block. G = 8: xs equal
+ * over each run of 8 blocks (mr_uk_act.xs_group, w4a8): the block sums go
+ * into a per-run accumulator ga and xs costs one FMA per run, one FP-pipe op
+ * less per token and block (bench/README round 5). Above 8 tokens with G = 8,
+ * ga[16] plus out[16] do not fit in 32 zmm, so out lives in y (read back
+ * only after this call wrote it). */
+enum { MT16 = 16 };
 INL void nvfp4_i8_body(const uint8_t *tile, int64_t Kp, const int8_t *xq, int64_t ldx, const int32_t *xb,
-                       int64_t ldb, const float *xs, int64_t ldxs, float post, float *y, int64_t ldy, const int M) {
+                       int64_t ldb, const float *xs, int64_t ldxs, float post, float *y, int64_t ldy, const int M,
+                       const int G) {
     const __m512i lut = lut16(U8LUT);
     const uint8_t *scp = tile + 8 * Kp;
-    __m512 out[MT], out1 = _mm512_setzero_ps();
+    const int omem = G > 1 && M > 8;
+    const int64_t nblk = Kp / 16;
+    __m512 out[MT16], ga[MT16], out1 = _mm512_setzero_ps();
     #pragma GCC unroll 16
-    for (int m = 0; m < M; m++) out[m] = _mm512_setzero_ps();
-    for (int64_t j = 0; j < Kp / 16; j++) {
+    for (int m = 0; m < M; m++) out[m] = ga[m] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < nblk; j++) {
         PF(tile + j * 128);
         PF(tile + j * 128 + 64);
         if ((j & 3) == 0) PF(scp + 16 * j);
@@ -270,29 +304,45 @@ INL void nvfp4_i8_body(const uint8_t *tile, int64_t Kp, const int8_t *xq, int64_
             acc2 = _mm512_dpbusd_epi32(acc2, B, _mm512_set1_epi32(ld32(x4 + 4)));
             acc = _mm512_dpbusd_epi32(acc, C, _mm512_set1_epi32(ld32(x4 + 8)));
             acc2 = _mm512_dpbusd_epi32(acc2, D, _mm512_set1_epi32(ld32(x4 + 12)));
-            __m512 s = xs ? _mm512_mul_ps(sc, _mm512_set1_ps(xs[j])) : sc;
+            __m512 s = xs && G == 1 ? _mm512_mul_ps(sc, _mm512_set1_ps(xs[j])) : sc;
             __m512 v = _mm512_cvtepi32_ps(_mm512_add_epi32(acc, acc2));
             if (j & 1) out1 = _mm512_fmadd_ps(v, s, out1);
-            else out[0] = _mm512_fmadd_ps(v, s, out[0]);
-            continue;
+            else ga[0] = _mm512_fmadd_ps(v, s, ga[0]);
+        } else {
+            #pragma GCC unroll 16
+            for (int m = 0; m < M; m++) {
+                const int8_t *x4 = xq + m * ldx + 16 * j;
+                __m512i acc = _mm512_set1_epi32(xb[m * ldb + j]);
+                acc = _mm512_dpbusd_epi32(acc, A, _mm512_set1_epi32(ld32(x4)));
+                acc = _mm512_dpbusd_epi32(acc, B, _mm512_set1_epi32(ld32(x4 + 4)));
+                acc = _mm512_dpbusd_epi32(acc, C, _mm512_set1_epi32(ld32(x4 + 8)));
+                acc = _mm512_dpbusd_epi32(acc, D, _mm512_set1_epi32(ld32(x4 + 12)));
+                __m512 s = xs && G == 1 ? _mm512_mul_ps(sc, _mm512_set1_ps(xs[m * ldxs + j])) : sc;
+                ga[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), s, ga[m]);
+            }
         }
-        #pragma GCC unroll 16
-        for (int m = 0; m < M; m++) {
-            const int8_t *x4 = xq + m * ldx + 16 * j;
-            __m512i acc = _mm512_set1_epi32(xb[m * ldb + j]);
-            acc = _mm512_dpbusd_epi32(acc, A, _mm512_set1_epi32(ld32(x4)));
-            acc = _mm512_dpbusd_epi32(acc, B, _mm512_set1_epi32(ld32(x4 + 4)));
-            acc = _mm512_dpbusd_epi32(acc, C, _mm512_set1_epi32(ld32(x4 + 8)));
-            acc = _mm512_dpbusd_epi32(acc, D, _mm512_set1_epi32(ld32(x4 + 12)));
-            __m512 s = xs ? _mm512_mul_ps(sc, _mm512_set1_ps(xs[m * ldxs + j])) : sc;
-            out[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), s, out[m]);
+        if (G > 1 && ((j % G) == G - 1 || j == nblk - 1)) {
+            if (M == 1) ga[0] = _mm512_add_ps(ga[0], out1), out1 = _mm512_setzero_ps();
+            #pragma GCC unroll 16
+            for (int m = 0; m < M; m++) {
+                const __m512 xv = _mm512_set1_ps(xs ? xs[m * ldxs + j] : 1.0f);
+                if (omem) {
+                    const __m512 prev = j < G ? _mm512_setzero_ps() : _mm512_loadu_ps(y + m * ldy);
+                    _mm512_storeu_ps(y + m * ldy, _mm512_fmadd_ps(ga[m], xv, prev));
+                } else {
+                    out[m] = _mm512_fmadd_ps(ga[m], xv, out[m]);
+                }
+                ga[m] = _mm512_setzero_ps();
+            }
         }
     }
     /* the sums are of 2*e2m1(w)*x with scales * 2^-8: fold 2^8 / 2 = 128 */
     const __m512 f = _mm512_set1_ps(128.0f * post);
-    if (M == 1) out[0] = _mm512_add_ps(out[0], out1);
+    if (G == 1 && M == 1) ga[0] = _mm512_add_ps(ga[0], out1);
     #pragma GCC unroll 16
-    for (int m = 0; m < M; m++) _mm512_storeu_ps(y + m * ldy, _mm512_mul_ps(out[m], f));
+    for (int m = 0; m < M; m++)
+        _mm512_storeu_ps(y + m * ldy,
+                         _mm512_mul_ps(G == 1 ? ga[m] : omem ? _mm512_loadu_ps(y + m * ldy) : out[m], f));
 }
 
 static void uk_nvfp4_i8(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
@@ -300,13 +350,17 @@ static void uk_nvfp4_i8(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int6
     (void)scratch;
     const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
     const float post = a->post * W->scale2;
-    for (int64_t m0 = 0; m0 < M; m0 += MT) {
-        const int mt = (int)(M - m0 < MT ? M - m0 : MT);
+    const int grouped = a->xs_group == 8;
+    for (int64_t m0 = 0, mt; m0 < M; m0 += mt) {
+        const int64_t left = M - m0, nb = (left + MT16 - 1) / MT16;
+        mt = (left + nb - 1) / nb; /* balanced blocks of at most 16 */
         const int8_t *x = (const int8_t *)a->x + m0 * a->ldx;
         const int32_t *xb = a->xb + m0 * a->ldb;
         const float *xs = a->xs ? a->xs + m0 * a->ldxs : NULL;
-#define CALL(n) nvfp4_i8_body(tile, W->Kp, x, a->ldx, xb, a->ldb, xs, a->ldxs, post, y + m0 * ldy, ldy, n)
-        DISPATCH_MT(mt, CALL)
+#define CALL(n)                                                                                                   \
+    (grouped ? nvfp4_i8_body(tile, W->Kp, x, a->ldx, xb, a->ldb, xs, a->ldxs, post, y + m0 * ldy, ldy, n, 8)    \
+             : nvfp4_i8_body(tile, W->Kp, x, a->ldx, xb, a->ldb, xs, a->ldxs, post, y + m0 * ldy, ldy, n, 1))
+        DISPATCH_MT16(mt, CALL)
 #undef CALL
     }
 }
@@ -360,8 +414,8 @@ static void uk_nvfp4_bf16(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, in
     (void)scratch;
     const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
     const float post = a->post * W->scale2;
-    for (int64_t m0 = 0; m0 < M; m0 += MT) {
-        const int mt = (int)(M - m0 < MT ? M - m0 : MT);
+    for (int64_t m0 = 0, mt; m0 < M; m0 += mt) {
+        mt = token_block(M - m0);
         const uint16_t *x = (const uint16_t *)a->x + m0 * a->ldx;
         const float *xs = a->xs ? a->xs + m0 * a->ldxs : NULL;
 #define CALL(n) nvfp4_bf16_body(tile, W->Kp, x, a->ldx, xs, a->ldxs, post, y + m0 * ldy, ldy, n)
@@ -412,8 +466,8 @@ static void uk_bf16_bf16(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int
                          void *scratch) {
     (void)scratch;
     const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
-    for (int64_t m0 = 0; m0 < M; m0 += MT) {
-        const int mt = (int)(M - m0 < MT ? M - m0 : MT);
+    for (int64_t m0 = 0, mt; m0 < M; m0 += mt) {
+        mt = token_block(M - m0);
         const uint16_t *x = (const uint16_t *)a->x + m0 * a->ldx;
 #define CALL(n) bf16_body(tile, W->Kp, x, a->ldx, y + m0 * ldy, ldy, n)
         DISPATCH_MT(mt, CALL)
@@ -446,8 +500,8 @@ static void uk_bf16_f32(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int6
                         void *scratch) {
     (void)scratch;
     const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
-    for (int64_t m0 = 0; m0 < M; m0 += MT) {
-        const int mt = (int)(M - m0 < MT ? M - m0 : MT);
+    for (int64_t m0 = 0, mt; m0 < M; m0 += mt) {
+        mt = token_block(M - m0);
         const float *x = (const float *)a->x + m0 * a->ldx;
 #define CALL(n) bf16_f32_body(tile, W->Kp, x, a->ldx, y + m0 * ldy, ldy, n)
         DISPATCH_MT(mt, CALL)
@@ -484,7 +538,7 @@ void mr__uk_fill_avx512(mr_kernels *k) {
     k->uk_gemv[MR_UK_FP8_BF16].fn = uk_fp8_bf16_gemv;
     k->uk_gemm[MR_UK_FP8_BF16].name = "uk_fp8_bf16_avx512_l1_16x128x8";
     k->uk_gemm[MR_UK_FP8_BF16].fn = uk_fp8_bf16_gemm;
-    k->uk_gemv[MR_UK_NVFP4_I8].name = k->uk_gemm[MR_UK_NVFP4_I8].name = "uk_nvfp4_i8_avx512_16x8";
+    k->uk_gemv[MR_UK_NVFP4_I8].name = k->uk_gemm[MR_UK_NVFP4_I8].name = "uk_nvfp4_i8_avx512_16x16";
     k->uk_gemv[MR_UK_NVFP4_I8].fn = k->uk_gemm[MR_UK_NVFP4_I8].fn = uk_nvfp4_i8;
     k->uk_gemv[MR_UK_NVFP4_BF16].name = k->uk_gemm[MR_UK_NVFP4_BF16].name = "uk_nvfp4_bf16_avx512_16x8";
     k->uk_gemv[MR_UK_NVFP4_BF16].fn = k->uk_gemm[MR_UK_NVFP4_BF16].fn = uk_nvfp4_bf16;

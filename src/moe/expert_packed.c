@@ -112,6 +112,7 @@ mr_status mr__moe_experts_run_packed(mr_moe_ctx *c, const mr_moe_args *a, const 
     const float post1 = mode == MR_ACT_W4A4 ? c->s13 : 1.0f, post2 = mode == MR_ACT_W4A4 ? c->s2 : 1.0f;
     /* the multiplier and bias arrays are given to the kernels only where the mode has them */
     const bool use_xs = blk != 0 && (mode == MR_ACT_W8A8 || kind == MR_UK_NVFP4_I8);
+    const int xs_group = mode == MR_ACT_W4A8 ? 8 : 1; /* w4a8: one s per 128-column group, replicated per 16 */
     const mr_uk_fn fn_stream = c->stream_only ? K->uk_stream.fn : NULL;
     const int max_nt = omp_get_max_threads() < c->n_threads ? omp_get_max_threads() : c->n_threads;
     tph[1] = mr_now_ns();
@@ -184,7 +185,8 @@ mr_status mr__moe_experts_run_packed(mr_moe_ctx *c, const mr_moe_args *a, const 
                 const mr_uk_fn fn = fn_stream ? fn_stream : mm >= K->uk_gemm_min_m ? K->uk_gemm[kind].fn : K->uk_gemv[kind].fn;
                 const mr_uk_act in = {.x = row_at(c->x1, s0, c->ld1, es), .ldx = c->ld1,
                                       .xs = use_xs ? c->xs1 + s0 * c->nxs1 : NULL, .ldxs = c->nxs1,
-                                      .xb = c->xb1 + s0 * (c->ld1 / 16 + 1), .ldb = c->ld1 / 16 + 1, .post = post1};
+                                      .xb = c->xb1 + s0 * (c->ld1 / 16 + 1), .ldb = c->ld1 / 16 + 1, .post = post1,
+                                      .xs_group = xs_group};
                 for (int64_t i = 0; i < npair; i++) {
                     fn(W, tile0 + 2 * i, &in, mm, gb + i * T, CB1, scratch);
                     fn(W, tile0 + 2 * i + 1, &in, mm, ub + i * T, CB1, scratch);
@@ -211,7 +213,8 @@ mr_status mr__moe_experts_run_packed(mr_moe_ctx *c, const mr_moe_args *a, const 
                 const mr_uk_fn fn = fn_stream ? fn_stream : mm >= K->uk_gemm_min_m ? K->uk_gemm[kind].fn : K->uk_gemv[kind].fn;
                 const mr_uk_act in = {.x = row_at(c->x2, s0, c->ld2, es), .ldx = c->ld2,
                                       .xs = use_xs ? c->xs2 + s0 * c->nxs2 : NULL, .ldxs = c->nxs2,
-                                      .xb = c->xb2 + s0 * (c->ld2 / 16 + 1), .ldb = c->ld2 / 16 + 1, .post = post2};
+                                      .xb = c->xb2 + s0 * (c->ld2 / 16 + 1), .ldb = c->ld2 / 16 + 1, .post = post2,
+                                      .xs_group = xs_group};
                 for (int64_t i = 0; i < ntl; i++) fn(W, n0 / T + i, &in, mm, yb + i * T, CB2, scratch);
                 for (int64_t m = 0; m < mm; m++) {
                     const float wt = woi ? 1.0f : wts[c->token_of[s0 + m]];
