@@ -168,7 +168,7 @@ static void test_matmul(void **st) {
  * dequantized source rows and the kernel-input values. Shapes: N = 40 (a
  * partial last tile), one and two interleaved sources, K not a multiple of
  * the pack unit where the format allows, M = 1, 3, 9 (crosses the 8-token
- * register block) and 20 (the gemm path). Tolerance as above: exact
+ * register block), 20 (the gemm path) and 33 (three 11-token blocks). Tolerance as above: exact
  * products (fp32 products for BF16_F32), fp32 sums in another order,
  * |err| <= 1e-5 * sum |terms|. */
 typedef struct {
@@ -268,8 +268,8 @@ static void test_packed_kernels_all_tables(void **st) {
         mr_kernels_init(&k, levels[l]);
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
             for (int nsrc = 1; nsrc <= 2; nsrc++) {
-                const int64_t Ms[] = {1, 3, 9, 20};
-                for (int mi = 0; mi < 4; mi++)
+                const int64_t Ms[] = {1, 3, 9, 20, 33}; /* 33: three blocks of 11 where a kernel takes 16 */
+                for (int mi = 0; mi < 5; mi++)
                     for (int gemm = 0; gemm < 2; gemm++)
                         check_uk(&k, &cases[c], nsrc, Ms[mi], gemm, mi % 2 == 1 && cases[c].fmt != MR_FMT_BF16, 1);
             }
