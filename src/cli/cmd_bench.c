@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "cli_model.h"
 #include "moerun/kernels.h"
 #include "moerun/moe.h"
 
@@ -48,6 +49,13 @@ static void usage(FILE *f) {
             "                      stream-only call; prints the medians of the per-round ratios\n"
             "  --stream-only       isolation: replace the micro-kernels by a pure read of the same\n"
             "                      tiles (outputs meaningless): the layer's memory-side limit\n");
+}
+
+/* An integer option value in [lo, hi]; 1 (after a message naming the option) if it is not one. */
+static int num(const char *opt, const char *v, long lo, long hi, long *out) {
+    if (!mr_cli_parse_long(v, lo, hi, out)) return 0;
+    fprintf(stderr, "moerun bench: %s: %s\n", opt, mr_error_last());
+    return 1;
 }
 
 static uint64_t rng_next(uint64_t *s) { /* splitmix64 */
@@ -199,7 +207,8 @@ static mr_status time_calls(mr_moe_ctx *ctx, mr_moe_args *a, uint64_t *s, bool s
 static int bench_moe(int argc, char **argv) {
     const char *runner_name = "routed", *fmt_name = "fp8", *mode_name = NULL, *tokens = "1,8,32,128,512";
     const char *json_path = NULL;
-    int E = 256, k = 8, threads = 0, iters = 10;
+    int E = 256, k = 8, threads = 0, iters = 10, bad = 0;
+    long lv = 0;
     int64_t H = 3072, I = 1536;
     uint64_t seed = 1;
     bool skewed = false, quick = false, scaling = false, phases = false, stream_only = false, isolate = false;
@@ -218,13 +227,13 @@ static int bench_moe(int argc, char **argv) {
         else if (OPT("--format")) fmt_name = v;
         else if (OPT("--act-mode")) mode_name = v;
         else if (OPT("--tokens")) tokens = v;
-        else if (OPT("--threads")) threads = atoi(v);
-        else if (OPT("--iters")) iters = atoi(v);
-        else if (OPT("--experts")) E = atoi(v);
-        else if (OPT("--topk")) k = atoi(v);
-        else if (OPT("--hidden")) H = atoll(v);
-        else if (OPT("--inter")) I = atoll(v);
-        else if (OPT("--seed")) seed = strtoull(v, NULL, 10);
+        else if (OPT("--threads")) bad = num(a, v, 1, 1024, &lv), threads = (int)lv;
+        else if (OPT("--iters")) bad = num(a, v, 1, 100000, &lv), iters = (int)lv;
+        else if (OPT("--experts")) bad = num(a, v, 1, 4096, &lv), E = (int)lv;
+        else if (OPT("--topk")) bad = num(a, v, 1, 4096, &lv), k = (int)lv;
+        else if (OPT("--hidden")) bad = num(a, v, 1, 65536, &lv), H = lv;
+        else if (OPT("--inter")) bad = num(a, v, 1, 65536, &lv), I = lv;
+        else if (OPT("--seed")) bad = num(a, v, 0, 0x7fffffffL, &lv), seed = (uint64_t)lv;
         else if (OPT("--json")) json_path = v;
         else if (OPT("--routing")) {
             if (!strcmp(v, "skewed")) skewed = true;
@@ -238,9 +247,13 @@ static int bench_moe(int argc, char **argv) {
             return 2;
         }
 #undef OPT
+        if (bad) return 2;
     }
     if (quick) tokens = "1,32,512", iters = 3;
-    if (iters < 1) iters = 1;
+    if (k > E) {
+        fprintf(stderr, "moerun bench moe: --topk %d is more than --experts %d\n", k, E);
+        return 2;
+    }
     if (threads > 0) omp_set_num_threads(threads);
     const mr_moe_runner *run = mr_moe_runner_find(runner_name);
     if (!run) {
@@ -263,11 +276,12 @@ static int bench_moe(int argc, char **argv) {
     int64_t Ts[16];
     int nT = 0;
     int64_t maxT = 0;
-    for (const char *p = tokens; *p && nT < 16;) {
+    for (const char *p = tokens; *p;) {
         char *end;
         long long t = strtoll(p, &end, 10);
-        if (end == p || t < 1) {
-            fprintf(stderr, "moerun bench moe: bad --tokens list '%s'\n", tokens);
+        if (end == p || t < 1 || t > 65536 || nT == 16 || (*end && *end != ',') || (*end == ',' && !end[1])) {
+            fprintf(stderr, "moerun bench moe: bad --tokens list '%s' (at most 16 comma-separated T in 1..65536)\n",
+                    tokens);
             return 2;
         }
         Ts[nT++] = t;
@@ -283,12 +297,30 @@ static int bench_moe(int argc, char **argv) {
         return 2;
     }
 
+    if (json_path) { /* fail now, not after minutes of timing */
+        char tmp[4096];
+        FILE *jf = snprintf(tmp, sizeof tmp, "%s.tmp", json_path) < (int)sizeof tmp ? fopen(tmp, "w") : NULL;
+        if (!jf) {
+            fprintf(stderr, "moerun bench moe: cannot write --json %s\n", json_path);
+            return 1;
+        }
+        fclose(jf);
+        remove(tmp);
+    }
     /* ceilings first (they need the memory the weights will take later) */
     const char *instr;
     double bw = mr_probe_read_bw((size_t)1 << 30, 5);
     const mr_probe_instr pi = strcmp(run->name, "routed") ? MR_PROBE_FMA : mr_uk_instr(mr_act_mode_uk_kind(mode));
     double peak = mr_probe_peak(pi, &instr);
     int nthr = omp_get_max_threads();
+    /* --scaling: the 1-thread read bandwidth bounds what N threads can gain on a call that is
+     * bandwidth-bound (decode): at most bw / bw1 */
+    double bw1 = 0;
+    if (scaling && nthr > 1) {
+        omp_set_num_threads(1);
+        bw1 = mr_probe_read_bw((size_t)1 << 30, 5);
+        omp_set_num_threads(nthr);
+    }
     /* the probe's 1 GiB is freed: restart the peak-RSS count (VmHWM) from here */
     FILE *cr = fopen("/proc/self/clear_refs", "w");
     if (cr) fputs("5", cr), fclose(cr);
@@ -296,6 +328,9 @@ static int bench_moe(int argc, char **argv) {
            run->name, fmt_name, mr_act_mode_name(mode), E, (long long)H, (long long)I, k, nthr,
            skewed ? "skewed" : "uniform");
     printf("cpu: %s; kernels: %s\n", mr_cpu()->brand, mr_kernels_get()->isa);
+    if (bw1 > 0)
+        printf("read bandwidth with 1 thread: %.1f GB/s, so a bandwidth-bound call gains at most %.2fx from %d threads\n", bw1,
+               bw / bw1, nthr);
     printf("ceilings (this run): read bandwidth %.1f GB/s (1 GiB, %d threads); peak of the kernel's instruction %s: %.0f G%s/s\n",
            bw, nthr, instr, peak, pi == MR_PROBE_DPBUSD ? "OP" : "FLOP");
 
@@ -336,6 +371,16 @@ static int bench_moe(int argc, char **argv) {
     const size_t iso_bytes = (size_t)1 << 30;
     uint64_t *iso_buf = isolate ? mr_probe_buf_new(iso_bytes) : NULL;
     double *iso = isolate ? malloc(sizeof(double) * 3 * (size_t)iters) : NULL;
+    if (!x || !out || !ids || !wts || (run->routes_itself && !logits) || !ms || !used || !jres ||
+        (isolate && (!iso_buf || !iso))) {
+        fprintf(stderr, "moerun bench moe: out of memory for %lld tokens\n", (long long)maxT);
+        free(x), free(out), free(ids), free(wts), free(logits), free(ms), free(used), free(iso);
+        json_decref(jres);
+        mr_aligned_free(iso_buf);
+        mr_moe_ctx_free(ctx);
+        mr_moe_weights_free(w);
+        return 1;
+    }
     for (int64_t i = 0; i < maxT * H; i++) x[i] = (float)((double)(rng_next(&s) % 2001) / 1000.0 - 1.0);
     memset(out, 0, sizeof(float) * (size_t)(maxT * H));
     mr_routing ro = {.method = p.routing, .n_experts = E, .top_k = k, .scale = 1.0f};
@@ -414,7 +459,8 @@ static int bench_moe(int argc, char **argv) {
                 break;
             }
             double sc = t1.med / tm.med;
-            printf("%6s 1 thread: %.3f ms median -> %d threads are %.2fx faster\n", "", t1.med, nthr, sc);
+            printf("%6s 1 thread: %.3f ms median (%.1f GB/s of unique experts) -> %d threads are %.2fx faster\n", "",
+                   t1.med, tm.mean_bytes / (t1.med * 1e-3) / 1e9, nthr, sc);
             if (phases) print_phases(&t1.prof);
             if (scale_min < 0 || sc < scale_min) scale_min = sc;
             json_object_set_new(jr, "median_ms_1thread", json_real(t1.med));
@@ -437,6 +483,8 @@ static int bench_moe(int argc, char **argv) {
         if (t32_bw >= 0) printf("  decode T=32 bandwidth      %5.1f%%  (target >= 80%%, unique experts)%s\n", 100 * t32_bw, t32_bw >= 0.8 ? "" : "  NOT MET");
         if (pf_peak >= 0) printf("  prefill T>=512 of %-14s %5.1f%%  (target >= 60%%)%s\n", instr, 100 * pf_peak, pf_peak >= 0.6 ? "" : "  NOT MET");
         if (scale_min >= 0) printf("  scaling %d vs 1 thread, T>=32 %5.2fx  (target >= 1.8x)%s\n", nthr, scale_min, scale_min >= 1.8 ? "" : "  NOT MET");
+        if (scale_min >= 0 && bw1 > 0)
+            printf("    (read bandwidth %d vs 1 thread in this run: %.2fx, the ceiling of a bandwidth-bound T)\n", nthr, bw / bw1);
         if (rss) printf("  peak RSS %.2f GB / (weights + activations + workspace %.2f GB) = %.3f  (target <= 1.10)%s\n",
                         (double)rss / 1e9, need / 1e9, rss_ratio, rss_ratio <= 1.10 ? "" : "  NOT MET");
     }
@@ -456,9 +504,14 @@ static int bench_moe(int argc, char **argv) {
             json_object_set_new(root, "peak_rss_bytes", json_integer((json_int_t)rss));
             json_object_set_new(root, "rss_ratio", json_real(rss_ratio));
             if (scale_min >= 0) json_object_set_new(root, "scaling_min", json_real(scale_min));
+            if (bw1 > 0) json_object_set_new(root, "read_bw_1thread_gb_per_s", json_real(bw1));
         }
-        if (!root || json_dump_file(root, json_path, JSON_INDENT(2)) != 0) {
+        /* written beside the target and renamed: a failed run leaves no partial file */
+        char tmp[4096];
+        if (!root || snprintf(tmp, sizeof tmp, "%s.tmp", json_path) >= (int)sizeof tmp ||
+            json_dump_file(root, tmp, JSON_INDENT(2)) != 0 || rename(tmp, json_path) != 0) {
             fprintf(stderr, "moerun bench moe: cannot write %s\n", json_path);
+            if (root) remove(tmp);
             rc = 1;
         }
         json_decref(root);
@@ -485,6 +538,7 @@ typedef struct {
 static int bench_dense(int argc, char **argv) {
     const char *fmt_name = "fp8", *tokens = "1,2,4,8";
     int threads = 0, iters = 20;
+    long lv = 0;
     bool small_pages = false;
     int64_t H = 3072, QD = 6144, KVD = 1024;
     for (int i = 1; i < argc; i++) {
@@ -497,9 +551,13 @@ static int bench_dense(int argc, char **argv) {
         } else if (!strcmp(a, "--small-pages")) small_pages = true;
         else if (OPT("--format")) fmt_name = v;
         else if (OPT("--tokens")) tokens = v;
-        else if (OPT("--threads")) threads = atoi(v);
-        else if (OPT("--iters")) iters = atoi(v);
-        else {
+        else if (OPT("--threads")) {
+            if (num(a, v, 1, 1024, &lv)) return 2;
+            threads = (int)lv;
+        } else if (OPT("--iters")) {
+            if (num(a, v, 1, 100000, &lv)) return 2;
+            iters = (int)lv;
+        } else {
             fprintf(stderr, "moerun bench dense: unknown or incomplete option '%s'\n", a);
             return 2;
         }
@@ -512,10 +570,10 @@ static int bench_dense(int argc, char **argv) {
     }
     int64_t Ts[16];
     int nT = 0;
-    for (const char *p = tokens; *p && nT < 16;) {
+    for (const char *p = tokens; *p;) {
         char *e;
         long t = strtol(p, &e, 10);
-        if (e == p || t < 1 || t > 64) {
+        if (e == p || t < 1 || t > 64 || nT == 16 || (*e && *e != ',') || (*e == ',' && !e[1])) {
             fprintf(stderr, "moerun bench dense: bad --tokens list '%s'\n", tokens);
             return 2;
         }

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# bench.sh — `moerun bench moe` runs end to end on small shapes for every
+# weight format, prints its ceilings and the issue-6 target lines, and writes
+# a JSON file with the fields bench/README.md reads; bad options are refused
+# with exit 2 and a message, and an unwritable --json path fails without
+# leaving a file. (Timings are not checked: machines here are shared.)
+# Args: <moerun> <tests/data> <scratch dir>
+set -u
+M=$1; S=$3
+rm -rf "$S"; mkdir -p "$S"
+fail() { echo "FAIL: $*"; exit 1; }
+small="--experts 8 --hidden 256 --inter 128 --topk 2 --iters 2 --threads 2"
+for fa in "fp8 w8a8" "fp8 w8a16" "nvfp4 w4a4" "nvfp4 w4a8" "nvfp4 w4a16" "bf16 w16a16"; do
+  set -- $fa
+  j="$S/$1_$2.json"
+  out=$("$M" bench moe --format "$1" --act-mode "$2" --tokens 1,32 $small --scaling --phases --json "$j" 2>&1) \
+    || fail "bench $1 $2: $out"
+  for want in "ceilings (this run): read bandwidth" "read bandwidth with 1 thread" "issue-6 targets" \
+              "decode T=1 bandwidth" "scaling 2 vs 1 thread" "phases per call" "peak RSS"; do
+    echo "$out" | grep -qF "$want" || fail "bench $1 $2: no '$want' in: $out"
+  done
+  [ -s "$j" ] || fail "no JSON from bench $1 $2"
+  for key in '"format": "'"$1"'"' '"act_mode": "'"$2"'"' '"read_bw_gb_per_s"' '"read_bw_1thread_gb_per_s"' \
+             '"peak_instr"' '"results"' '"median_ms_1thread"' '"rss_ratio"'; do
+    grep -qF "$key" "$j" || fail "JSON of $1 $2 lacks $key"
+  done
+done
+# bad input: exit 2 with a message naming the problem
+for bad in "--tokens 0" "--tokens 1,,2" "--format nope" "--act-mode w4a4 --format fp8" "--iters 0" \
+           "--threads 0" "--experts 4 --topk 8" "--hidden 100 --format nvfp4 --act-mode w4a4" "--frobnicate"; do
+  out=$("$M" bench moe $bad --iters 1 2>&1 </dev/null); rc=$?
+  case "$bad" in "--iters 0") out=$("$M" bench moe --iters 0 2>&1); rc=$? ;; esac
+  [ $rc -eq 2 ] || fail "'bench moe $bad' must exit 2, got $rc: $out"
+  [ -n "$out" ] || fail "'bench moe $bad' says nothing"
+done
+# an unwritable JSON path: failure, and nothing left behind
+out=$("$M" bench moe $small --tokens 1 --json "$S/no/such/dir/r.json" 2>&1); rc=$?
+[ $rc -ne 0 ] || fail "unwritable --json must fail: $out"
+[ ! -e "$S/no/such/dir/r.json" ] || fail "partial JSON left"
+echo "ok"
