@@ -227,6 +227,11 @@ double mr_probe_peak_gflops(const char **instr);
  * AVX2: vfmadd231ps ymm 16). *instr names it. 0 if the table's ISA lacks it. */
 typedef enum { MR_PROBE_FMA = 0, MR_PROBE_DPBF16 = 1, MR_PROBE_DPBUSD = 2 } mr_probe_instr;
 double mr_probe_peak(mr_probe_instr which, const char **instr);
+/* One timed pass of the same probe over `iters` iterations (12 instructions
+ * each, per thread): for benchmarks that sample the compute the host gives
+ * between calls (a busy sibling hyperthread on the host shows here). 0 if the
+ * table's ISA lacks the instruction. */
+double mr_probe_peak_once(mr_probe_instr which, int64_t iters);
 /* The instruction the packed kernel of a kind runs in its inner loop on the
  * process table's ISA. */
 mr_probe_instr mr_uk_instr(mr_uk_kind kind);

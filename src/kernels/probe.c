@@ -65,41 +65,59 @@ double mr_probe_read_bw(size_t bytes, int reps) {
     return best;
 }
 
-/* ops per iteration of each probe (12 chains x lanes x 2 per multiply-add) */
-double mr_probe_peak(mr_probe_instr which, const char **instr) {
+/* the probe function of an instruction on this table's ISA, with its ops per
+ * iteration (12 chains x lanes x 2 per multiply-add); NULL if none */
+typedef double (*probe_fn)(int64_t);
+static probe_fn peak_fn(mr_probe_instr which, double *ops, const char **name) {
     const mr_kernels *k = mr_kernels_get();
     const uint32_t f = mr_cpu()->flags;
-    const int64_t iters = 8 * 1000 * 1000;
-    double ops = 0;
-    double (*fn)(int64_t) = NULL;
-    const char *name = "none";
     const bool a512 = !strcmp(k->isa, "avx512");
-    if (which == MR_PROBE_FMA && a512) fn = mr__probe_fma_avx512, ops = 12 * 16 * 2, name = "vfmadd231ps zmm";
-    else if (which == MR_PROBE_FMA && !strcmp(k->isa, "avx2"))
-        fn = mr__probe_fma_avx2, ops = 12 * 8 * 2, name = "vfmadd231ps ymm";
-    else if (which == MR_PROBE_DPBF16 && a512 && (f & MR_CPU_AVX512BF16))
-        fn = mr__probe_dpbf16_avx512, ops = 12 * 32 * 2, name = "vdpbf16ps zmm";
-    else if (which == MR_PROBE_DPBUSD && a512 && (f & MR_CPU_AVX512VNNI))
-        fn = mr__probe_dpbusd_avx512, ops = 12 * 64 * 2, name = "vpdpbusd zmm";
-    if (instr) *instr = fn ? name : "scalar (not probed)";
+    *name = "scalar (not probed)";
+    if (which == MR_PROBE_FMA && a512) return *ops = 12 * 16 * 2, *name = "vfmadd231ps zmm", mr__probe_fma_avx512;
+    if (which == MR_PROBE_FMA && !strcmp(k->isa, "avx2"))
+        return *ops = 12 * 8 * 2, *name = "vfmadd231ps ymm", mr__probe_fma_avx2;
+    if (which == MR_PROBE_DPBF16 && a512 && (f & MR_CPU_AVX512BF16))
+        return *ops = 12 * 32 * 2, *name = "vdpbf16ps zmm", mr__probe_dpbf16_avx512;
+    if (which == MR_PROBE_DPBUSD && a512 && (f & MR_CPU_AVX512VNNI))
+        return *ops = 12 * 64 * 2, *name = "vpdpbusd zmm", mr__probe_dpbusd_avx512;
+    return NULL;
+}
+
+static double peak_pass(probe_fn fn, double ops, int64_t iters) {
+    uint64_t t0 = mr_now_ns();
+    double sink = 0;
+    int nt = 1;
+#pragma omp parallel reduction(+ : sink)
+    {
+#pragma omp single
+        nt = omp_get_num_threads();
+        sink += fn(iters);
+    }
+    uint64_t t1 = mr_now_ns();
+    double g = (double)iters * nt * ops / (double)(t1 - t0 ? t1 - t0 : 1);
+    if (sink == 12345.678) g += 1e-9; /* keep the result alive */
+    return g;
+}
+
+double mr_probe_peak(mr_probe_instr which, const char **instr) {
+    double ops = 0;
+    const char *name;
+    probe_fn fn = peak_fn(which, &ops, &name);
+    if (instr) *instr = name;
     if (!fn) return 0.0;
     double best = 0.0;
     for (int r = 0; r < 3; r++) {
-        uint64_t t0 = mr_now_ns();
-        double sink = 0;
-        int nt = 1;
-#pragma omp parallel reduction(+ : sink)
-        {
-#pragma omp single
-            nt = omp_get_num_threads();
-            sink += fn(iters);
-        }
-        uint64_t t1 = mr_now_ns();
-        double g = (double)iters * nt * ops / (double)(t1 - t0);
-        if (sink == 12345.678) g += 1e-9; /* keep the result alive */
+        double g = peak_pass(fn, ops, 8 * 1000 * 1000);
         if (g > best) best = g;
     }
     return best;
+}
+
+double mr_probe_peak_once(mr_probe_instr which, int64_t iters) {
+    double ops = 0;
+    const char *name;
+    probe_fn fn = peak_fn(which, &ops, &name);
+    return fn && iters > 0 ? peak_pass(fn, ops, iters) : 0.0;
 }
 
 double mr_probe_peak_gflops(const char **instr) { return mr_probe_peak(MR_PROBE_FMA, instr); }
