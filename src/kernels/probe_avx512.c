@@ -40,8 +40,12 @@ double mr__probe_dpbusd_avx512(int64_t iters) {
 #pragma GCC unroll 16
         for (int i = 0; i < NCH; i++) a[i] = _mm512_dpbusd_epi32(a[i], w, x);
     __m512i s = a[0];
-    for (int i = 1; i < NCH; i++) s = _mm512_add_epi32(s, a[i]);
-    return (double)_mm512_reduce_add_epi32(s);
+    for (int i = 1; i < NCH; i++) s = _mm512_add_epi32(s, a[i]); /* wraps: only kept alive */
+    int32_t lanes[16];
+    _mm512_storeu_si512(lanes, s);
+    int64_t t = 0; /* _mm512_reduce_add_epi32 adds in signed int: overflow is undefined */
+    for (int i = 0; i < 16; i++) t += lanes[i];
+    return (double)t;
 }
 
 /* Read bandwidth kernel: 64-bit sums over zmm loads, 4 lines per step, with
