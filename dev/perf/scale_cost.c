@@ -7,6 +7,9 @@
  * int8 activations, then an epilogue), one thread, registers only. The
  * epilogues:
  *   w4a4  vcvtdq2ps, vmulps (row scales x the token's per-16 scale), vfmadd: the kernel with xs per 16
+ *   w4a4 mantissa table: per block the 8 products row scales x (1 + i/8), per token
+ *         the product picked by the scale's mantissa and its exponent added as an
+ *         integer (exact; an idea to replace the vmulps, slower here)
  *   w4a8  vcvtdq2ps, vfmadd (row scales; xs applied once per 8 blocks): the kernel with xs_group 8
  *   cvt+add   vcvtdq2ps, vaddps (no multiply: not a kernel, a probe)
  *   int add   vpaddd only (no conversion: the vpdpbusd ceiling of this loop)
@@ -27,16 +30,21 @@ static int8_t xbuf[16384] __attribute__((aligned(64)));
 static int32_t xbb[1024];
 static float xsv[1024];
 
-enum { W4A4, W4A8, CVT_ADD, INT_ADD, NVAR };
-static const char *names[NVAR] = {"w4a4: cvt + mul + fma", "w4a8: cvt + fma", "probe: cvt + add", "probe: int add"};
+enum { W4A4, W4A4_TAB, W4A8, CVT_ADD, INT_ADD, NVAR };
+static const char *names[NVAR] = {"w4a4: cvt + mul + fma", "w4a4 mantissa table + exp add", "w4a8: cvt + fma",
+                                  "probe: cvt + add", "probe: int add"};
 
 static inline __attribute__((always_inline)) float body(const int var, long iters) {
     __m512i A = _mm512_set1_epi8(3), B = _mm512_set1_epi8(5), C = _mm512_set1_epi8(7), D = _mm512_set1_epi8(9);
     __m512 sc = _mm512_set1_ps(1.0001f);
     __m512 out[N];
+    __m512 tab[8]; /* W4A4_TAB: sc x (1 + i/8), rebuilt per block as the kernel would */
+    const __mmask16 nz = 0xFFFF;
     for (int m = 0; m < N; m++) out[m] = _mm512_setzero_ps();
     for (long i = 0; i < iters; i++) {
         __asm__("" : "+v"(A), "+v"(B), "+v"(C), "+v"(D), "+v"(sc));
+        if (var == W4A4_TAB)
+            for (int t = 0; t < 8; t++) tab[t] = _mm512_mul_ps(sc, _mm512_set1_ps(1.0f + (float)t / 8));
         const int8_t *x = xbuf + (i & 63) * 16;
         #pragma GCC unroll 16
         for (int m = 0; m < N; m++) {
@@ -54,7 +62,15 @@ static inline __attribute__((always_inline)) float body(const int var, long iter
             if (var == W4A4)
                 out[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(sc, _mm512_set1_ps(xsv[m * 64 + (i & 63)])),
                                          out[m]);
-            else if (var == W4A8) out[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), sc, out[m]);
+            else if (var == W4A4_TAB) {
+                uint32_t b;
+                __builtin_memcpy(&b, &xsv[m * 64 + (i & 63)], 4);
+                const int32_t dl = b ? (int32_t)(b & 0x7F800000u) - 0x3F800000 : 0;
+                const __m512 s = _mm512_castsi512_ps(_mm512_mask_add_epi32(_mm512_castps_si512(tab[(b >> 20) & 7]), nz,
+                                                                           _mm512_castps_si512(tab[(b >> 20) & 7]),
+                                                                           _mm512_set1_epi32(dl)));
+                out[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), s, out[m]);
+            } else if (var == W4A8) out[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), sc, out[m]);
             else if (var == CVT_ADD) out[m] = _mm512_add_ps(_mm512_cvtepi32_ps(acc), out[m]);
             else out[m] = _mm512_castsi512_ps(_mm512_add_epi32(acc, _mm512_castps_si512(out[m])));
         }
@@ -83,8 +99,8 @@ __attribute__((noinline)) static float peak(long iters) {
 }
 #define W(n) \
     __attribute__((noinline)) static float run##n(long it) { return body(n, it); }
-W(0) W(1) W(2) W(3)
-static float (*const runs[NVAR])(long) = {run0, run1, run2, run3};
+W(0) W(1) W(2) W(3) W(4)
+static float (*const runs[NVAR])(long) = {run0, run1, run2, run3, run4};
 static volatile float sink;
 
 int main(void) {
