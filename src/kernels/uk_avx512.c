@@ -21,7 +21,8 @@
  *  bf16_f32       bf16 pairs widened exactly to fp32 (shift / mask),
  *                 vfmadd231ps with broadcast fp32 activations.
  * All weight streams are prefetched 16 KiB ahead into L2 (_MM_HINT_T2): the
- * measured difference between 71% and 92-98% of read bandwidth at T = 1.
+ * measured difference between 71% and 92-98% of read bandwidth at T = 1;
+ * except the fp8 gemv: 4 KiB ahead into L1 (round 5, see PF_FP8).
  * Also the dense row-major fast paths of mr_matmul (bf16, FP8 block). */
 #include <immintrin.h>
 #include <string.h>
@@ -32,6 +33,13 @@
 #define INL static inline __attribute__((always_inline))
 #define PFD MR_UK_PREFETCH
 #define PF(p) _mm_prefetch((const char *)(p) + PFD, _MM_HINT_T2)
+/* fp8 gemv only: 4 KiB ahead into L1. Its decode waits on each freshly loaded
+ * line (perf: half the kernel's samples on the first use of a line that was
+ * prefetched into L2). In 4 interleaved A/B rounds (bench --isolate) T = 1
+ * read 91-96% of the probe against 63-90%, T = 8 85-99% against 72-91%
+ * (bench/README round 5). The nvfp4 and bf16 kernels read worse with an L1
+ * prefetch and keep PF. */
+#define PF_FP8(p) _mm_prefetch((const char *)(p) + 4096, _MM_HINT_T0)
 #define MT MR_UK_MT
 
 /* bf16 bits of the E4M3 magnitude m (0..127) as low and high bytes; 0x7F
@@ -158,8 +166,8 @@ INL void fp8_gemv_body(const uint8_t *tile, const float *bs, int64_t Kp, const u
             __m512 a2 = _mm512_setzero_ps(), a3 = a2;
             for (int g = 0; g < 32; g += 2) {
                 __m512i z0, z1, z2, z3;
-                PF(p + g * 64);
-                PF(p + g * 64 + 64);
+                PF_FP8(p + g * 64);
+                PF_FP8(p + g * 64 + 64);
                 fp8_line_bf16(&t, p + g * 64, &z0, &z1, 1);
                 fp8_line_bf16(&t, p + g * 64 + 64, &z2, &z3, 1);
                 const uint16_t *xm = x + kb * 128 + 4 * g;
@@ -173,7 +181,7 @@ INL void fp8_gemv_body(const uint8_t *tile, const float *bs, int64_t Kp, const u
         }
         for (int g = 0; M > 1 && g < 32; g++) {
             __m512i z0, z1;
-            PF(p + g * 64);
+            PF_FP8(p + g * 64);
             fp8_line_bf16(&t, p + g * 64, &z0, &z1, 0);
             #pragma GCC unroll 16
             for (int m = 0; m < M; m++) {
