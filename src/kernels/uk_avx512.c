@@ -22,7 +22,7 @@
  *                 vfmadd231ps with broadcast fp32 activations.
  * All weight streams are prefetched 16 KiB ahead into L2 (_MM_HINT_T2): the
  * measured difference between 71% and 92-98% of read bandwidth at T = 1;
- * except the fp8 gemv: 4 KiB ahead into L1 (round 5, see PF_FP8).
+ * round 5 adds L1 prefetches to the fp8 and nvfp4 kernels (PF_FP8, PF_NV).
  * Also the dense row-major fast paths of mr_matmul (bf16, FP8 block). */
 #include <immintrin.h>
 #include <string.h>
@@ -33,13 +33,19 @@
 #define INL static inline __attribute__((always_inline))
 #define PFD MR_UK_PREFETCH
 #define PF(p) _mm_prefetch((const char *)(p) + PFD, _MM_HINT_T2)
-/* fp8 gemv only: 4 KiB ahead into L1. Its decode waits on each freshly loaded
- * line (perf: half the kernel's samples on the first use of a line that was
- * prefetched into L2). In 4 interleaved A/B rounds (bench --isolate) T = 1
- * read 91-96% of the probe against 63-90%, T = 8 85-99% against 72-91%
- * (bench/README round 5). The nvfp4 and bf16 kernels read worse with an L1
- * prefetch and keep PF. */
-#define PF_FP8(p) _mm_prefetch((const char *)(p) + 4096, _MM_HINT_T0)
+/* Round 5 (bench/README): the decode-heavy kernels also prefetch into L1.
+ * perf showed the fp8 kernel waiting on the first use of each line that had
+ * been prefetched into L2. In interleaved A/B isolation rounds:
+ *  - fp8 gemv, 4 KiB ahead into L1 instead of PF: T = 1 read 91-96% of the
+ *    probe against 63-90%, T = 8 85-99% against 72-91%. Adding PF made it
+ *    worse.
+ *  - nvfp4 kernels, PF plus 2 KiB ahead into L1: int8 T = 1 72-88% against
+ *    57-83% (6 rounds), and bf16 (w4a16) T = 8 88-98% against 59-91%. L1
+ *    alone, at 2 or 4 KiB, was worse.
+ *  - the bf16 kernel reads worse with any L1 prefetch and keeps PF. */
+#define PF_L1(p, d) _mm_prefetch((const char *)(p) + (d), _MM_HINT_T0)
+#define PF_FP8(p) PF_L1(p, 4096)
+#define PF_NV(p) (PF(p), PF_L1(p, 2048))
 #define MT MR_UK_MT
 
 /* bf16 bits of the E4M3 magnitude m (0..127) as low and high bytes; 0x7F
@@ -300,8 +306,8 @@ INL void nvfp4_i8_body(const uint8_t *tile, int64_t Kp, const int8_t *xq, int64_
     #pragma GCC unroll 16
     for (int m = 0; m < M; m++) out[m] = ga[m] = _mm512_setzero_ps();
     for (int64_t j = 0; j < nblk; j++) {
-        PF(tile + j * 128);
-        PF(tile + j * 128 + 64);
+        PF_NV(tile + j * 128);
+        PF_NV(tile + j * 128 + 64);
         if ((j & 3) == 0) PF(scp + 16 * j);
         __m512i v0 = _mm512_load_si512(tile + j * 128), v1 = _mm512_load_si512(tile + j * 128 + 64);
         /* vpermb reads 6 index bits and lut repeats the 16 entries 4 times, so
@@ -391,7 +397,7 @@ INL void nvfp4_bf16_body(const uint8_t *tile, int64_t Kp, const uint16_t *x, int
         __m512i z[8];
         #pragma GCC unroll 16
         for (int L = 0; L < 2; L++) {
-            PF(tile + j * 128 + 64 * L);
+            PF_NV(tile + j * 128 + 64 * L);
             if (L == 0 && (j & 3) == 0) PF(scp + 16 * j);
             __m512i v = _mm512_load_si512(tile + j * 128 + 64 * L);
             #pragma GCC unroll 16
