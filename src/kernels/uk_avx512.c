@@ -40,7 +40,7 @@
  *    probe against 63-90%, T = 8 85-99% against 72-91%. Adding PF made it
  *    worse.
  *  - nvfp4 kernels, PF plus 2 KiB ahead into L1: int8 T = 1 72-88% against
- *    57-83% (6 rounds), and bf16 (w4a16) T = 8 88-98% against 59-91%. L1
+ *    57-83% (6 rounds), and bf16 (w4a16) T = 8 88-98% against 59-94%. L1
  *    alone, at 2 or 4 KiB, was worse.
  *  - the bf16 kernel reads worse with any L1 prefetch and keeps PF. */
 #define PF_L1(p, d) _mm_prefetch((const char *)(p) + (d), _MM_HINT_T0)
