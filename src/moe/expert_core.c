@@ -36,6 +36,21 @@ static void gateup_rows(const mr_moe_ctx *c, const mr_qmatrix *W13, int64_t c0, 
     }
 }
 
+void mr__moe_reduce_token(const mr_moe_ctx *c, const mr_moe_args *a, int64_t t, float *row) {
+    const int k = c->p.top_k;
+    const int64_t H = c->p.hidden;
+    const float *y0 = c->yslot + (size_t)c->slot_of[t * k] * (size_t)H;
+    for (int64_t n = 0; n < H; n++) row[n] = y0[n];
+    for (int j = 1; j < k; j++) {
+        const float *y = c->yslot + (size_t)c->slot_of[t * k + j] * (size_t)H;
+        for (int64_t n = 0; n < H; n++) row[n] += y[n];
+    }
+    if (c->p.act_dtype == MR_FMT_BF16)
+        for (int64_t n = 0; n < H; n++) ((uint16_t *)a->out)[t * H + n] = mr_f32_to_bf16(row[n]);
+    else
+        memcpy((float *)a->out + t * H, row, (size_t)H * sizeof(float));
+}
+
 mr_status mr__moe_experts_run(mr_moe_ctx *c, const mr_moe_args *a, const int32_t *ids, const float *wts) {
     const mr_moe_problem *p = &c->p;
     const int k = p->top_k, E = p->n_experts;
@@ -114,17 +129,7 @@ mr_status mr__moe_experts_run(mr_moe_ctx *c, const mr_moe_args *a, const int32_t
 
         /* 4. reduce each token's k slots in selection order, store in the activation dtype */
 #pragma omp for schedule(static)
-        for (int64_t t = 0; t < T; t++) {
-            for (int64_t n = 0; n < H; n++) row[n] = 0.0f;
-            for (int j = 0; j < k; j++) {
-                const float *y = c->yslot + (size_t)c->slot_of[t * k + j] * (size_t)H;
-                for (int64_t n = 0; n < H; n++) row[n] += y[n];
-            }
-            if (xbf)
-                for (int64_t n = 0; n < H; n++) ((uint16_t *)a->out)[t * H + n] = mr_f32_to_bf16(row[n]);
-            else
-                memcpy((float *)a->out + t * H, row, (size_t)H * sizeof(float));
-        }
+        for (int64_t t = 0; t < T; t++) mr__moe_reduce_token(c, a, t, row);
     }
     return MR_OK;
 }

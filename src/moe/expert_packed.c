@@ -227,18 +227,7 @@ mr_status mr__moe_experts_run_packed(mr_moe_ctx *c, const mr_moe_args *a, const 
 
         /* 4. each token's k slots in selection order, stored in the activation dtype */
 #pragma omp for schedule(static) nowait
-        for (int64_t t = 0; t < Tn; t++) {
-            const float *y0 = c->yslot + (size_t)c->slot_of[t * k] * (size_t)H;
-            for (int64_t n = 0; n < H; n++) row[n] = y0[n];
-            for (int j = 1; j < k; j++) {
-                const float *y = c->yslot + (size_t)c->slot_of[t * k + j] * (size_t)H;
-                for (int64_t n = 0; n < H; n++) row[n] += y[n];
-            }
-            if (xbf)
-                for (int64_t n = 0; n < H; n++) ((uint16_t *)a->out)[t * H + n] = mr_f32_to_bf16(row[n]);
-            else
-                memcpy((float *)a->out + t * H, row, (size_t)H * sizeof(float));
-        }
+        for (int64_t t = 0; t < Tn; t++) mr__moe_reduce_token(c, a, t, row);
         PHASE_END(MR_MOE_PH_REDUCE)
 #undef PHASE_END
     }

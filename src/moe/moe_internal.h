@@ -97,6 +97,9 @@ void mr__act_effective_row(mr_act_mode m, const float *x, int64_t n, float input
 /* The expert compute core shared by routed and fused (expert_core.c): uses
  * c->ids / c->wts for T tokens and writes a->out. */
 mr_status mr__moe_experts_run(mr_moe_ctx *c, const mr_moe_args *a, const int32_t *ids, const float *wts);
+/* Token t's output: the sum of its k slot rows of c->yslot in selection order
+ * (fp32, row[H] as scratch), stored into a->out in the activation dtype. */
+void mr__moe_reduce_token(const mr_moe_ctx *c, const mr_moe_args *a, int64_t t, float *row);
 
 float mr__silu(float x);
 
