@@ -128,30 +128,37 @@ static void draw_routing(uint64_t *s, bool skewed, int64_t T, int E, int k, int3
     }
 }
 
-/* VmHWM of this process in bytes (0 if unknown) */
-static size_t peak_rss(void) {
-    FILE *f = fopen("/proc/self/status", "r");
+/* The "<key> <n> kB" line of a /proc file of this process, in bytes (0 if unknown) */
+static size_t proc_kb(const char *path, const char *key) {
+    FILE *f = fopen(path, "r");
     if (!f) return 0;
     char line[256];
-    size_t kb = 0;
+    size_t kb = 0, n = strlen(key);
     while (fgets(line, sizeof line, f))
-        if (!strncmp(line, "VmHWM:", 6)) kb = strtoull(line + 6, NULL, 10);
+        if (!strncmp(line, key, n)) kb = strtoull(line + n, NULL, 10);
     fclose(f);
     return kb * 1024;
+}
+/* VmHWM: the peak RSS */
+static size_t peak_rss(void) { return proc_kb("/proc/self/status", "VmHWM:"); }
+/* AnonHugePages (smaps_rollup): the transparent huge pages actually backing the packed weights */
+static size_t anon_huge(void) { return proc_kb("/proc/self/smaps_rollup", "AnonHugePages:"); }
+
+/* A comma list of at most 16 token counts in [1, max] into Ts; 0 on success. */
+static int parse_tokens(const char *list, long long max, int64_t Ts[16], int *nT) {
+    *nT = 0;
+    for (const char *p = list; *p;) {
+        char *end;
+        long long t = strtoll(p, &end, 10);
+        if (end == p || t < 1 || t > max || *nT == 16 || (*end && *end != ',') || (*end == ',' && !end[1])) return 1;
+        Ts[(*nT)++] = t;
+        p = *end == ',' ? end + 1 : end;
+    }
+    return *nT == 0;
 }
 
-/* AnonHugePages of this process in bytes (smaps_rollup; 0 if unknown): the
- * transparent huge pages actually backing the packed weights */
-static size_t anon_huge(void) {
-    FILE *f = fopen("/proc/self/smaps_rollup", "r");
-    if (!f) return 0;
-    char line[256];
-    size_t kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, "AnonHugePages:", 14)) kb = strtoull(line + 14, NULL, 10);
-    fclose(f);
-    return kb * 1024;
-}
+/* path + ".tmp" into tmp (the --json file is written there and renamed); 0 if it fits */
+static int json_tmp(const char *path, char *tmp, size_t n) { return snprintf(tmp, n, "%s.tmp", path) >= (int)n; }
 
 typedef struct {
     double med, mn, mx, mean_bytes, gbs;
@@ -276,18 +283,11 @@ static int bench_moe(int argc, char **argv) {
     int64_t Ts[16];
     int nT = 0;
     int64_t maxT = 0;
-    for (const char *p = tokens; *p;) {
-        char *end;
-        long long t = strtoll(p, &end, 10);
-        if (end == p || t < 1 || t > 65536 || nT == 16 || (*end && *end != ',') || (*end == ',' && !end[1])) {
-            fprintf(stderr, "moerun bench moe: bad --tokens list '%s' (at most 16 comma-separated T in 1..65536)\n",
-                    tokens);
-            return 2;
-        }
-        Ts[nT++] = t;
-        if (t > maxT) maxT = t;
-        p = *end == ',' ? end + 1 : end;
+    if (parse_tokens(tokens, 65536, Ts, &nT)) {
+        fprintf(stderr, "moerun bench moe: bad --tokens list '%s' (at most 16 comma-separated T in 1..65536)\n", tokens);
+        return 2;
     }
+    for (int i = 0; i < nT; i++) maxT = Ts[i] > maxT ? Ts[i] : maxT;
     mr_moe_problem p = {.device = MR_DEVICE_CPU, .cpu_flags = mr_cpu()->flags, .weight_format = fmt, .act_mode = mode,
                         .act_dtype = MR_FMT_F32, .routing = run->routes_itself ? MR_ROUTING_RENORMALIZE : MR_ROUTING_MINIMAX2,
                         .n_experts = E, .top_k = k, .hidden = H, .inter = I, .a2a = MR_A2A_NONE};
@@ -299,7 +299,7 @@ static int bench_moe(int argc, char **argv) {
 
     if (json_path) { /* fail now, not after minutes of timing */
         char tmp[4096];
-        FILE *jf = snprintf(tmp, sizeof tmp, "%s.tmp", json_path) < (int)sizeof tmp ? fopen(tmp, "w") : NULL;
+        FILE *jf = json_tmp(json_path, tmp, sizeof tmp) ? NULL : fopen(tmp, "w");
         if (!jf) {
             fprintf(stderr, "moerun bench moe: cannot write --json %s\n", json_path);
             return 1;
@@ -536,7 +536,7 @@ static int bench_moe(int argc, char **argv) {
         }
         /* written beside the target and renamed: a failed run leaves no partial file */
         char tmp[4096];
-        if (!root || snprintf(tmp, sizeof tmp, "%s.tmp", json_path) >= (int)sizeof tmp ||
+        if (!root || json_tmp(json_path, tmp, sizeof tmp) ||
             json_dump_file(root, tmp, JSON_INDENT(2)) != 0 || rename(tmp, json_path) != 0) {
             fprintf(stderr, "moerun bench moe: cannot write %s\n", json_path);
             if (root) remove(tmp);
@@ -598,15 +598,9 @@ static int bench_dense(int argc, char **argv) {
     }
     int64_t Ts[16];
     int nT = 0;
-    for (const char *p = tokens; *p;) {
-        char *e;
-        long t = strtol(p, &e, 10);
-        if (e == p || t < 1 || t > 64 || nT == 16 || (*e && *e != ',') || (*e == ',' && !e[1])) {
-            fprintf(stderr, "moerun bench dense: bad --tokens list '%s'\n", tokens);
-            return 2;
-        }
-        Ts[nT++] = t;
-        p = *e == ',' ? e + 1 : e;
+    if (parse_tokens(tokens, 64, Ts, &nT)) {
+        fprintf(stderr, "moerun bench dense: bad --tokens list '%s' (at most 16 comma-separated T in 1..64)\n", tokens);
+        return 2;
     }
     if (threads > 0) omp_set_num_threads(threads);
     const int64_t rows[4] = {QD, KVD, KVD, H}, cols[4] = {H, H, H, QD};
