@@ -91,16 +91,12 @@ static void apply_post(float *y, int64_t ldy, int64_t M, float post) {
 /* Tokens of the next register block when `left` remain: the blocks of a
  * call are balanced (17 = 6 + 6 + 5, not 8 + 8 + 1), because a block of 1-2
  * tokens runs at about half the compute rate of 5-8 (dev/perf/hot_uk). */
-INL int64_t token_block(int64_t left) {
-    const int64_t nb = (left + MT - 1) / MT;
+INL int64_t token_block(int64_t left, int64_t most) {
+    const int64_t nb = (left + most - 1) / most;
     return (left + nb - 1) / nb;
 }
 
 enum { MT16 = 16 }; /* tokens per register block of the kernels that take 16 */
-INL int64_t token_block16(int64_t left) {
-    const int64_t nb = (left + MT16 - 1) / MT16;
-    return (left + nb - 1) / nb;
-}
 
 /* the switch that turns a runtime token count 1..8 into a constant for the bodies */
 #define DISPATCH_MT(mt, CALL)                                                                                     \
@@ -214,7 +210,7 @@ static void uk_fp8_bf16_gemv(const mr_pmatrix *W, int64_t t, const mr_uk_act *a,
     const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
     const float *bs = W->tscale + t * (W->Kp / 128);
     for (int64_t m0 = 0, mt; m0 < M; m0 += mt) {
-        mt = token_block(M - m0);
+        mt = token_block(M - m0, MT);
         const uint16_t *x = (const uint16_t *)a->x + m0 * a->ldx;
         const float *xs = a->xs ? a->xs + m0 * a->ldxs : NULL;
 #define CALL(n) fp8_gemv_body(tile, bs, W->Kp, x, a->ldx, xs, a->ldxs, y + m0 * ldy, ldy, n)
@@ -259,7 +255,7 @@ static void uk_fp8_bf16_gemm(const mr_pmatrix *W, int64_t t, const mr_uk_act *a,
             _mm512_store_si512(b + 2 * g + 1, z1);
         }
         for (int64_t m0 = 0, mt; m0 < M; m0 += mt) {
-            mt = token_block(M - m0);
+            mt = token_block(M - m0, MT);
             const uint16_t *xm = (const uint16_t *)a->x + m0 * a->ldx;
             const float *xsm = a->xs ? a->xs + m0 * a->ldxs : NULL;
 #define CALL(n) fp8_gemm_tok(b, xm, a->ldx, xsm, a->ldxs, bs[kb], kb, y + m0 * ldy, ldy, kb == 0, n)
@@ -372,7 +368,7 @@ static void uk_nvfp4_i8(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int6
     const float post = a->post * W->scale2;
     const int grouped = a->xs_group == 8;
     for (int64_t m0 = 0, mt; m0 < M; m0 += mt) {
-        mt = token_block16(M - m0);
+        mt = token_block(M - m0, MT16);
         const int8_t *x = (const int8_t *)a->x + m0 * a->ldx;
         const int32_t *xb = a->xb + m0 * a->ldb;
         const float *xs = a->xs ? a->xs + m0 * a->ldxs : NULL;
@@ -434,7 +430,7 @@ static void uk_nvfp4_bf16(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, in
     const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
     const float post = a->post * W->scale2;
     for (int64_t m0 = 0, mt; m0 < M; m0 += mt) {
-        mt = token_block(M - m0);
+        mt = token_block(M - m0, MT);
         const uint16_t *x = (const uint16_t *)a->x + m0 * a->ldx;
         const float *xs = a->xs ? a->xs + m0 * a->ldxs : NULL;
 #define CALL(n) nvfp4_bf16_body(tile, W->Kp, x, a->ldx, xs, a->ldxs, post, y + m0 * ldy, ldy, n)
@@ -486,7 +482,7 @@ static void uk_bf16_bf16(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int
     (void)scratch;
     const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
     for (int64_t m0 = 0, mt; m0 < M; m0 += mt) {
-        mt = token_block16(M - m0); /* 16 tokens a pass: half the weight traffic per FLOP of 8 */
+        mt = token_block(M - m0, MT16); /* 16 tokens a pass: half the weight traffic per FLOP of 8 */
         const uint16_t *x = (const uint16_t *)a->x + m0 * a->ldx;
 #define CALL(n) bf16_body(tile, W->Kp, x, a->ldx, y + m0 * ldy, ldy, n)
         DISPATCH_MT16(mt, CALL)
@@ -520,7 +516,7 @@ static void uk_bf16_f32(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int6
     (void)scratch;
     const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
     for (int64_t m0 = 0, mt; m0 < M; m0 += mt) {
-        mt = token_block(M - m0);
+        mt = token_block(M - m0, MT);
         const float *x = (const float *)a->x + m0 * a->ldx;
 #define CALL(n) bf16_f32_body(tile, W->Kp, x, a->ldx, y + m0 * ldy, ldy, n)
         DISPATCH_MT(mt, CALL)

@@ -33,6 +33,13 @@ for bad in "--tokens 0" "--tokens 1,,2" "--format nope" "--act-mode w4a4 --forma
   [ $rc -eq 2 ] || fail "'bench moe $bad' must exit 2, got $rc: $out"
   [ -n "$out" ] || fail "'bench moe $bad' says nothing"
 done
+# empty token lists, and bench dense's own bad input
+for args in "moe --tokens=" "dense --tokens=" "dense --tokens=65" "dense --iters=0" "dense --threads=x"; do
+  set -- $args
+  out=$("$M" bench "$1" "${2%%=*}" "${2#*=}" 2>&1); rc=$?
+  [ $rc -eq 2 ] || fail "'bench $1 ${2%%=*} ${2#*=}' must exit 2, got $rc: $out"
+  [ -n "$out" ] || fail "'bench $args' says nothing"
+done
 # an unwritable JSON path: failure, and nothing left behind
 out=$("$M" bench moe $small --tokens 1 --json "$S/no/such/dir/r.json" 2>&1); rc=$?
 [ $rc -ne 0 ] || fail "unwritable --json must fail: $out"
