@@ -33,7 +33,7 @@
 #define INL static inline __attribute__((always_inline))
 #define PFD MR_UK_PREFETCH
 #define PF(p) _mm_prefetch((const char *)(p) + PFD, _MM_HINT_T2)
-/* Round 5 (bench/README): the decode-heavy kernels also prefetch into L1.
+/* (bench/README.md) The decode-heavy kernels also prefetch into L1.
  * perf showed the fp8 kernel waiting on the first use of each line that had
  * been prefetched into L2. In interleaved A/B isolation rounds:
  *  - fp8 gemv, 4 KiB ahead into L1 instead of PF: T = 1 read 91-96% of the
