@@ -102,6 +102,11 @@ static void test_log_minimax_nvfp4(void **st) {
             {S, "a2a", "moe_a2a_backend", "none"},
             {S, "a2a", "ep_size", "1"},
             {S, "layout", "layout", "gateup=interleaved/16 inter_padded=1536 pack=nvfp4_r16k16"},
+            {S, "engine", "kv_cache_dtype", "bf16"},
+            {S, "engine", "context_length", NULL},
+            {S, "engine", "max_running_requests", "256"},
+            {S, "engine", "max_batch_tokens", "512"},
+            {S, "engine", "kv_cache_memory", NULL},
         };
         expect_log(r, want, sizeof want / sizeof want[0], false);
         /* the refusal says why, in the runner's own words */
@@ -155,6 +160,11 @@ static void test_log_mixtral(void **st) {
         {S, "a2a", "moe_a2a_backend", "none"},
         {S, "a2a", "ep_size", "1"},
         {S, "layout", "layout", "gateup=interleaved/16 inter_padded=14336 pack=none"},
+        {S, "engine", "kv_cache_dtype", "bf16"},
+        {S, "engine", "context_length", NULL},
+        {S, "engine", "max_running_requests", "256"},
+        {S, "engine", "max_batch_tokens", "512"},
+        {S, "engine", "kv_cache_memory", NULL},
     };
     expect_log(r, want, sizeof want / sizeof want[0], false);
     const mr_exec *x = mr_resolution_exec(r);

@@ -31,7 +31,8 @@ extern "C" {
     X(ERANGE, -10, "value out of range")                             \
     X(ECAPACITY, -11, "capacity exceeded")                           \
     X(ESTATE, -12, "invalid state")                                  \
-    X(EINPUT, -13, "invalid input data")
+    X(EINPUT, -13, "invalid input data")                             \
+    X(EBUSY, -14, "busy: try again later")
 
 typedef enum {
 #define MR__STATUS_ENUM(name, code, msg) MR_##name = (code),
