@@ -76,7 +76,8 @@ static int one_round(mr_engine *e, int B, int64_t prompt, int steps, int warmup,
     int rc = 0;
     for (int i = 0; i < B && !rc; i++) {
         for (int64_t j = 0; j < prompt; j++) p[j] = (int32_t)(mr_bench_rng(seed) % (uint64_t)c->vocab);
-        mr_request_params rp = {.prompt = p, .n_prompt = prompt, .max_tokens = warmup + steps + 2, .ignore_eos = true};
+        /* up to the context (the first ones decode while the last are prefilled); cancelled at the end */
+        mr_request_params rp = {.prompt = p, .n_prompt = prompt, .max_tokens = 0, .ignore_eos = true};
         if (mr_engine_add(e, &rp, &ids[i])) {
             mr_cli_fail("bench engine", "request refused");
             rc = 1;
@@ -195,8 +196,14 @@ int mr_bench_engine(int argc, char **argv) {
         snprintf(v, sizeof v, "%lld", (long long)maxB);
         mr_options_set(&o, "max_running_requests", v, MR_SRC_FLAG);
     }
+    /* the context: the prompt, the tokens decoded while the other requests of
+     * the round are prefilled (budget-long steps), the warm-up and timed steps */
     if (!mr_options_is_explicit(&o, MR_OPT_CONTEXT_LENGTH)) {
-        snprintf(v, sizeof v, "%ld", prompt + warmup + steps + 2);
+        long bt = mr_options_is_explicit(&o, MR_OPT_MAX_BATCH_TOKENS) ? (long)mr_options_get_int(&o, MR_OPT_MAX_BATCH_TOKENS)
+                                                                        : 0;
+        if (bt <= 0) bt = maxB > 512 ? (long)maxB : 512; /* the resolver's default */
+        long prefill_steps = (long)((maxB * prompt + bt - 1) / bt);
+        snprintf(v, sizeof v, "%ld", prompt + prefill_steps + warmup + steps + 4);
         mr_options_set(&o, "context_length", v, MR_SRC_FLAG);
     }
     if (mr_cli_resolve(cmd, &o, false, &r)) goto out;
