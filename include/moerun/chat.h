@@ -114,6 +114,8 @@ typedef struct {
     const json_t *kwargs;    /* object of extra template variables (chat_template_kwargs); NULL: none */
     bool add_generation_prompt;
     bool continue_final_message; /* render the last message open-ended (no end-of-turn after it) */
+    bool parse_tool_arguments;   /* assistant tool_calls[].function.arguments given as JSON text are parsed
+                                    into objects first (what vLLM does; templates iterate over them) */
     const char *template_name;   /* NULL: mr_chat_pick's rule */
     const mr_chat_limits *limits; /* NULL: defaults */
 } mr_chat_request;

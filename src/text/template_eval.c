@@ -564,10 +564,17 @@ static targs eval_args(mr__tpl_ctx *c, tscope *s, const tnode *x, tv *prefix, si
     return r;
 }
 
+_Noreturn static void unknown_name(mr__tpl_ctx *c, const tnode *x) {
+    const char *what = x->kind == N_FILTER ? "filter" : "test";
+    if (x->id == -2) mr__tpl_raise(c, x->line, "the %s '%s' is not supported by moerun", what, x->name);
+    mr__tpl_raise(c, x->line, "No %s named '%s' found.", what, x->name);
+}
+
 /* applies a filter chain (innermost node has a == NULL) to v */
 static tv apply_filters(mr__tpl_ctx *c, tscope *s, const tnode *f, tv v) {
     if (!f) return v;
     if (f->a) v = apply_filters(c, s, f->a, v);
+    if (f->id < 0) unknown_name(c, f);
     targs a = eval_args(c, s, f, NULL, 0);
     return mr__tpl_filter_call(c, f->line, f->id, v, a.args, a.nargs, a.kwn, a.kwv, a.nkw);
 }
@@ -623,12 +630,14 @@ static tv eval(mr__tpl_ctx *c, tscope *s, const tnode *x) {
         break;
     }
     case N_FILTER: {
+        if (x->id < 0) unknown_name(c, x);
         tv v = eval(c, s, x->a);
         targs a = eval_args(c, s, x, NULL, 0);
         r = mr__tpl_filter_call(c, x->line, x->id, v, a.args, a.nargs, a.kwn, a.kwv, a.nkw);
         break;
     }
     case N_TEST: {
+        if (x->id < 0) unknown_name(c, x);
         tv v = eval(c, s, x->a);
         targs a = eval_args(c, s, x, NULL, 0);
         r = tv_bool(mr__tpl_test_call(c, x->line, x->id, v, a.args, a.nargs, a.kwn, a.kwv, a.nkw));

@@ -334,8 +334,7 @@ static tnode *parse_unary(parser *P, bool with_filter) {
                 if (cur(P)->type == TK_DOT) fail(P, line, "No test named '%s'.", nt->p);
                 bool unsup = false;
                 tn->id = mr__tpl_test_id(nt->p, &unsup);
-                if (tn->id < 0)
-                    fail(P, line, unsup ? "the test '%s' is not supported by moerun" : "No test named '%s'.", nt->p);
+                if (tn->id < 0) tn->id = unsup ? -2 : -1; /* checked after the parse (see check_names) */
                 const ttoken *c2 = cur(P);
                 if (c2->type == TK_LPAREN) {
                     parse_call_args(P, tn);
@@ -424,7 +423,7 @@ static tnode *parse_filter(parser *P, tnode *x, bool start_inline) {
         f->name = t->p;
         bool unsup = false;
         f->id = mr__tpl_filter_id(t->p, &unsup);
-        if (f->id < 0) fail(P, t->line, unsup ? "the filter '%s' is not supported by moerun" : "No filter named '%s'.", t->p);
+        if (f->id < 0) f->id = unsup ? -2 : -1; /* checked after the parse (see check_names) */
         if (cur(P)->type == TK_LPAREN) parse_call_args(P, f);
         x = f;
         start_inline = false;
@@ -889,10 +888,69 @@ static tnlist subparse(parser *P, const char *const *end_tokens) {
     return nv_done(&body);
 }
 
+/* Unknown filter and test names fail the parse, as jinja2's compiler does,
+ * except directly inside an if statement or an inline if-expression (its
+ * "soft" frames): there jinja2 defers the error to the moment the filter
+ * runs, and so does moerun. Loops, macros, with, filter and set blocks start
+ * a new frame that is not soft. */
+static void check_names(parser *P, const tnode *x, bool soft);
+static void check_list(parser *P, const tnlist *l, bool soft) {
+    for (size_t i = 0; i < l->n; i++) check_names(P, l->v[i], soft);
+}
+static void check_names(parser *P, const tnode *x, bool soft) {
+    if (!x) return;
+    switch (x->kind) {
+    case N_FILTER:
+    case N_TEST:
+        if (x->id < 0 && !soft) {
+            const char *what = x->kind == N_FILTER ? "filter" : "test";
+            char msg[200];
+            if (x->id == -2) snprintf(msg, sizeof msg, "the %s '%s' is not supported by moerun", what, x->name);
+            else snprintf(msg, sizeof msg, "No %s named '%s'.", what, x->name);
+            fail(P, x->line, "%s", msg);
+        }
+        break;
+    case N_IF:
+    case N_COND:
+        soft = true;
+        break;
+    case N_FOR:
+        check_names(P, x->b, soft);
+        check_names(P, x->a, false);
+        check_names(P, x->c, false);
+        check_list(P, &x->body, false);
+        check_list(P, &x->orelse, false);
+        return;
+    case N_MACRO:
+    case N_CALLBLOCK:
+    case N_WITH:
+    case N_FILTERBLOCK:
+    case N_SETBLOCK:
+        if (x->kind == N_CALLBLOCK || x->kind == N_WITH) {
+            check_names(P, x->a, soft);
+            check_list(P, &x->kwargs, soft);
+        }
+        if (x->kind == N_SETBLOCK || x->kind == N_FILTERBLOCK) check_names(P, x->b, false);
+        check_list(P, &x->args, false);
+        check_list(P, &x->body, false);
+        return;
+    default:
+        break;
+    }
+    check_names(P, x->a, soft);
+    check_names(P, x->b, soft);
+    check_names(P, x->c, soft);
+    check_list(P, &x->args, soft);
+    check_list(P, &x->kwargs, soft);
+    check_list(P, &x->body, soft);
+    check_list(P, &x->orelse, soft);
+}
+
 tnode *mr__tpl_parse(mr__arena *a, mr__tpl_err *e, const ttokens *toks) {
     parser P = {.a = a, .e = e, .t = toks->t, .n = toks->n};
     tnode *root = node(&P, N_BODY, 1);
     root->body = subparse(&P, NULL);
     if (cur(&P)->type != TK_EOF) fail(&P, cur(&P)->line, "unexpected '%s'", tk_desc(cur(&P)));
+    check_names(&P, root, false);
     return root;
 }
