@@ -738,13 +738,10 @@ static tv py_format(mr__tpl_ctx *c, int line, tstr *fmt, tv *args, size_t nargs,
             if (k + 1 >= flen) mr__tpl_raise(c, line, "end of string while looking for conversion specifier");
             char conv = field[k + 1];
             if (conv == 'r' || conv == 'a') {
-                if (c->n_outs >= (int)(sizeof c->outs / sizeof c->outs[0])) mr__tpl_raise(c, line, "nested too deeply");
-                memset(&c->outs[c->n_outs], 0, sizeof c->outs[0]);
-                mr__buf *ob = &c->outs[c->n_outs++];
+                mr__buf *ob = mr__tpl_push_buf(c);
                 mr__tv_repr(c, ob, val, 0);
                 tstr *r = mr__tstr_new(&c->arena, ob->p ? ob->p : "", ob->n);
-                mr__buf_free(ob);
-                c->n_outs--;
+                mr__tpl_pop_buf(c);
                 val = tv_strv(r);
             } else if (conv == 's') {
                 val = tv_strv(mr__tv_to_str(c, val));
@@ -848,14 +845,10 @@ tv mr__tpl_percent_format(mr__tpl_ctx *c, int line, tstr *fmt, tv args) {
             tv sv;
             if (type == 's') sv = tv_strv(mr__tv_to_str(c, val));
             else {
-                mr__buf *ob;
-                if (c->n_outs >= (int)(sizeof c->outs / sizeof c->outs[0])) mr__tpl_raise(c, line, "nested too deeply");
-                memset(&c->outs[c->n_outs], 0, sizeof c->outs[0]);
-                ob = &c->outs[c->n_outs++];
+                mr__buf *ob = mr__tpl_push_buf(c);
                 mr__tv_repr(c, ob, val, 0);
                 sv = str_from_buf(c, ob->p ? ob->p : "", ob->n);
-                mr__buf_free(ob);
-                c->n_outs--;
+                mr__tpl_pop_buf(c);
             }
             f.type = 's';
             fmt_value(c, line, &b, sv, &f);
@@ -1642,13 +1635,10 @@ tv mr__tpl_filter_call(mr__tpl_ctx *c, int line, int id, tv v, ARGS) {
             isep = sp.u.l->v[0].u.s->p;
             ksep = sp.u.l->v[1].u.s->p;
         }
-        if (c->n_outs >= (int)(sizeof c->outs / sizeof c->outs[0])) mr__tpl_raise(c, line, "nested too deeply");
-        memset(&c->outs[c->n_outs], 0, sizeof c->outs[0]);
-        mr__buf *ob = &c->outs[c->n_outs++];
+        mr__buf *ob = mr__tpl_push_buf(c);
         mr__tv_json(c, line, ob, v, ascii, indent, isep, ksep, arg_bool(o[3], false), 0);
         tv r = str_from_buf(c, ob->p ? ob->p : "", ob->n);
-        mr__buf_free(ob);
-        c->n_outs--;
+        mr__tpl_pop_buf(c);
         return r;
     }
     case F_trim: {

@@ -64,12 +64,21 @@ static void out_add(mr__tpl_ctx *c, const char *p, size_t n) {
     if (!mr__buf_add(b, p, n)) mr__tpl_oom(c);
 }
 
-static void capture_begin(mr__tpl_ctx *c) {
-    if (c->n_outs >= (int)(sizeof c->outs / sizeof c->outs[0]))
-        mr__tpl_raise(c, c->cur_line, "blocks that capture output (macros, set blocks, filter blocks) nest too deeply");
-    memset(&c->outs[c->n_outs], 0, sizeof c->outs[0]);
-    c->n_outs++;
+mr__buf *mr__tpl_push_buf(mr__tpl_ctx *c) {
+    if (c->n_outs >= c->cap_outs)
+        mr__tpl_fail(&c->err, MR_ECAPACITY, c->cur_line,
+                     "blocks that capture output (macros, set blocks, filter blocks) nest too deeply");
+    mr__buf *b = &c->outs[c->n_outs++];
+    memset(b, 0, sizeof *b);
+    return b;
 }
+
+void mr__tpl_pop_buf(mr__tpl_ctx *c) {
+    mr__buf_free(&c->outs[c->n_outs - 1]);
+    c->n_outs--;
+}
+
+static void capture_begin(mr__tpl_ctx *c) { mr__tpl_push_buf(c); }
 
 static tstr *capture_end(mr__tpl_ctx *c) {
     mr__buf *b = &c->outs[c->n_outs - 1];
@@ -87,16 +96,25 @@ static tscope *scope_new(mr__tpl_ctx *c, tscope *parent) {
     return s;
 }
 
+/* A scope entry holding TV_MISSING is unset: loop scopes keep their keys
+ * between iterations and unset the values, so that an iteration allocates
+ * nothing. */
 static tv *scope_find(tscope *s, const char *name, size_t n) {
     for (; s; s = s->parent) {
         tv *v = mr__tdict_get_str(s->vars, name, n);
-        if (v) return v;
+        if (v && v->kind != TV_MISSING) return v;
     }
     return NULL;
 }
 
 static void scope_set(mr__tpl_ctx *c, tscope *s, const char *name, tv v) {
-    mr__tdict_set(&c->arena, s->vars, mr__tv_cstr(&c->arena, name), v);
+    tv *o = mr__tdict_get_str(s->vars, name, strlen(name));
+    if (o) *o = v;
+    else mr__tdict_set(&c->arena, s->vars, mr__tv_cstr(&c->arena, name), v);
+}
+
+static void scope_unset_all(tscope *s) {
+    for (size_t i = 0; i < s->vars->n; i++) s->vars->v[i] = tv_missing();
 }
 
 static tv undef_hint(mr__tpl_ctx *c, const char *fmt, const char *a, const char *b) {
@@ -850,7 +868,7 @@ static void exec_for(mr__tpl_ctx *c, tscope *s, const tnode *x) {
         /* the loop filter sees the target, not `loop` */
         tlist *kept = mr__tlist_new(&c->arena, items->n);
         for (size_t i = 0; i < items->n; i++) {
-            ls->vars->n = 0;
+            scope_unset_all(ls);
             assign(c, ls, x->a, items->v[i]);
             tv t = eval(c, ls, x->c);
             if (mr__tv_truthy(&t)) kept->v[kept->n++] = items->v[i];
@@ -869,7 +887,7 @@ static void exec_for(mr__tpl_ctx *c, tscope *s, const tnode *x) {
     lv.u.loop = L;
     for (size_t i = 0; i < items->n; i++) {
         mr__tpl_step(c, 1);
-        ls->vars = mr__tdict_new(&c->arena, 4);
+        scope_unset_all(ls);
         L->index0 = i;
         L->prev = i ? items->v[i - 1] : tv_undef();
         L->next = i + 1 < items->n ? items->v[i + 1] : tv_undef();
@@ -1050,6 +1068,8 @@ const char *mr_chat_template_source(const mr_chat_template *t) { return t ? t->s
 static void free_ctx(mr__tpl_ctx *c) {
     for (int i = 0; i < c->n_outs; i++) mr__buf_free(&c->outs[i]);
     c->n_outs = 0;
+    mr_free(c->outs);
+    c->outs = NULL;
     mr__arena_free(&c->arena);
 }
 
@@ -1064,6 +1084,13 @@ mr_status mr_chat_template_render(const mr_chat_template *t, const json_t *vars,
     if (limits) c->lim = *limits;
     else mr_chat_limits_default(&c->lim);
     if (c->lim.max_depth <= 0) c->lim.max_depth = 500;
+    if (c->lim.max_depth > 100000) c->lim.max_depth = 100000;
+    c->cap_outs = 2 * c->lim.max_depth + 16;
+    c->outs = mr_calloc((size_t)c->cap_outs, sizeof *c->outs);
+    if (!c->outs) {
+        mr_free(c);
+        return MR_ENOMEM;
+    }
     mr__arena_init(&c->arena, c->lim.max_memory_bytes, &c->err);
     c->err.tpl_name = t->name;
     if (setjmp(c->err.jb)) {

@@ -316,8 +316,8 @@ typedef struct mr__tpl_ctx {
     uint64_t steps;
     int depth;
     /* output buffers: out[0] is the result; captures push more */
-    mr__buf outs[64];
-    int n_outs;
+    mr__buf *outs; /* cap_outs entries, sized from max_depth: captures nest only inside deeper frames */
+    int n_outs, cap_outs;
     tscope *root;
     int cur_line;
     int loop_ctl; /* 0, 1 = break, 2 = continue */
@@ -368,6 +368,10 @@ tv mr__tpl_macro_call(mr__tpl_ctx *c, int line, tmacro *m, tv *args, size_t narg
 /* `str % args` (printf style) and `+` for the sum filter */
 tv mr__tpl_percent_format(mr__tpl_ctx *c, int line, tstr *fmt, tv args);
 tv mr__tpl_binop_add(mr__tpl_ctx *c, int line, tv a, tv b);
+/* a fresh scratch output buffer on the context's stack (freed on errors
+ * with the context), and its release */
+mr__buf *mr__tpl_push_buf(mr__tpl_ctx *c);
+void mr__tpl_pop_buf(mr__tpl_ctx *c);
 /* out-of-memory or budget: raise through the context */
 void mr__tpl_oom(mr__tpl_ctx *c);
 

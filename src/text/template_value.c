@@ -781,16 +781,12 @@ tstr *mr__tv_to_str(mr__tpl_ctx *c, tv v) {
         mr__py_float_repr(v.u.f, num);
         return mr__tstr_cstr(&c->arena, num);
     default: {
-        mr__buf b = {0};
-        /* the buffer is freed on every path: errors inside repr longjmp, so
-         * keep it in the context's output stack while it is alive */
-        if (c->n_outs >= (int)(sizeof c->outs / sizeof c->outs[0]))
-            mr__tpl_raise(c, c->cur_line, "output captures nested too deeply");
-        c->outs[c->n_outs++] = b;
-        mr__tv_repr(c, &c->outs[c->n_outs - 1], v, 0);
-        mr__buf *t = &c->outs[--c->n_outs];
+        /* the buffer lives on the context's stack so that an error inside
+         * repr (which longjmps) still frees it */
+        mr__buf *t = mr__tpl_push_buf(c);
+        mr__tv_repr(c, t, v, 0);
         tstr *s = mr__tstr_new(&c->arena, t->p ? t->p : "", t->n);
-        mr__buf_free(t);
+        mr__tpl_pop_buf(c);
         return s;
     }
     }
