@@ -117,7 +117,7 @@ static json_t *parse_cut(const mr_chat_parser_opts *o, const char *text, size_t 
             L->bad = true;
             snprintf(L->why, sizeof L->why, "call %d differs from its deltas", i);
         }
-        json_t *pa = json_loads(args, 0, NULL);
+        json_t *pa = json_loads(args, JSON_ALLOW_NUL, NULL); /* \u0000 is valid JSON */
         if (!json_is_object(pa)) {
             L->bad = true;
             snprintf(L->why, sizeof L->why, "call %d arguments are not a JSON object: %.120s", i, args);

@@ -148,6 +148,7 @@ static size_t utf8_incomplete_tail(const char *s, size_t n) {
 
 /* appends s to b with invalid UTF-8 replaced by U+FFFD */
 static void add_clean(mr_chat_parser *p, mr__buf *b, const char *s, size_t n) {
+    if (!n) return;
     size_t i = 0, run = 0;
     while (i < n) {
         if ((unsigned char)s[i] < 0x80) {
@@ -214,6 +215,7 @@ static void warn(mr_chat_parser *p, const char *fmt, const char *a) {
 
 /* ---------------- output ---------------- */
 static void out_reason(mr_chat_parser *p, const char *s, size_t n) {
+    if (!n) return;
     if (!p->r_started) {
         size_t k = ltrim_len(s, n);
         s += k;
@@ -235,6 +237,7 @@ static void out_reason(mr_chat_parser *p, const char *s, size_t n) {
 }
 
 static void out_content(mr_chat_parser *p, const char *s, size_t n) {
+    if (!n) return;
     if (p->c_drop_lead) {
         size_t k = ltrim_len(s, n);
         s += k;
@@ -556,14 +559,10 @@ static void begin_call(mr_chat_parser *p, const char *name, size_t nlen) {
     uint64_t x = p->seed ^ ((uint64_t)idx * 0xD1B54A32D192ED03ull);
     uint64_t a = splitmix(&x), b = splitmix(&x);
     snprintf(c->id, sizeof c->id, "call_%016llx%08llx", (unsigned long long)a, (unsigned long long)(b >> 32));
-    c->name = mr_malloc(nlen + 1);
-    if (!c->name) {
-        p->oom = true;
-        c->name = NULL;
-    } else {
-        memcpy(c->name, name, nlen);
-        c->name[nlen] = 0;
-    }
+    mr__buf nb = {0};
+    add_clean(p, &nb, name, nlen); /* names become JSON strings: valid UTF-8 only */
+    addb(p, &nb, "", 0);
+    c->name = nb.p; /* NULL only after an allocation failure */
     addb(p, &c->args, "", 0);
     c->props = c->name ? tool_props(p->tools, c->name) : NULL;
     p->cur = idx;
@@ -765,7 +764,7 @@ static void malformed(mr_chat_parser *p, const char *why) {
 
 /* one step; returns false when it needs more input */
 static bool step(mr_chat_parser *p, bool final) {
-    const char *s = p->in.p + p->in_off;
+    const char *s = p->in.p ? p->in.p + p->in_off : "";
     size_t n = p->in.n - p->in_off;
     if (n == 0 && !final) return false;
     int which = 0;
