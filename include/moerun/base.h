@@ -127,6 +127,8 @@ typedef enum {
 
 typedef struct {
     uint32_t detected; /* what the CPU and OS support */
+    uint32_t host;     /* detected minus what MOERUN_CPU_MASK hides: the host this process
+                          may run on (a mask simulates a smaller machine); fixed at startup */
     uint32_t hidden;   /* what MOERUN_CPU_MASK / mr_cpu_set_hidden hides */
     uint32_t flags;    /* detected & ~hidden: what kernels may use */
     int n_cores;       /* online CPUs this process may run on */

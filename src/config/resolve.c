@@ -939,7 +939,7 @@ mr_status mr_exec_check_runnable(const mr_exec *x) {
     if (x->device != MR_DEVICE_CPU)
         return mr_error_set(MR_EUNSUPPORTED, "device %s: no GPU runner is built into this binary",
                             mr_device_name(x->device));
-    uint32_t missing = x->cpu_flags & ~mr_cpu()->detected;
+    uint32_t missing = x->cpu_flags & ~mr_cpu()->host;
     if (missing) {
         char names[256] = "";
         size_t used = 0;
@@ -950,9 +950,9 @@ mr_status mr_exec_check_runnable(const mr_exec *x) {
             used += (size_t)w;
         }
         return mr_error_set(MR_EUNSUPPORTED,
-                            "the resolution simulates CPU features this machine lacks (%s): it can be planned with "
-                            "`moerun resolve`, not run here",
-                            names);
+                            "the resolution simulates CPU features this machine lacks%s (%s): it can be planned "
+                            "with `moerun resolve`, not run here",
+                            (missing & mr_cpu()->detected) ? " or MOERUN_CPU_MASK hides" : "", names);
     }
     return MR_OK;
 }
