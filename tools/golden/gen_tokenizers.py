@@ -8,6 +8,7 @@ model folders use, writes them as tokenizer.json, and records what
 
   tests/data/text/<name>/tokenizer.json         the tokenizer
   tests/data/text/<name>/tokenizer_config.json  bos/eos names (as HF folders have)
+  tests/data/text/<name>/cli_cases.tsv          some of them for the CLI test
   tests/data/text/<name>/golden.json            per input: the bytes (hex), the
       ids with and without add_special_tokens, the ids with
       encode_special_tokens (special tokens spelled in the text stay text),
@@ -320,6 +321,15 @@ def golden(name, j, cfg, inputs, rng):
          "cases": cases, "decodes": decodes, "pieces": pieces}
     with open(os.path.join(d, "golden.json"), "w", encoding="utf-8") as f:
         json.dump(g, f, separators=(",", ":"))
+    # a few cases for the CLI test (tests/cli/tokenize.sh): hex, ids with and
+    # without special tokens added, the decode of ids with skip_special_tokens
+    with open(os.path.join(d, "cli_cases.tsv"), "w", encoding="utf-8") as f:
+        for c in cases:
+            if "bad_offset" in c or not c["hex"] or len(c["hex"]) > 400 or "00" in [c["hex"][i:i + 2] for i in range(0, len(c["hex"]), 2)]:
+                continue
+            if rng.random() < 0.1 or len(cases) < 20:
+                f.write("\t".join([c["hex"], ",".join(map(str, c["ids"])), ",".join(map(str, c["ids_plain"])),
+                                   c["decode_skip"]]) + "\n")
     print(f"{name}: {n} tokens, {len(cases)} inputs, {len(decodes)} decodes")
 
 
