@@ -12,21 +12,7 @@
 
 #include "text/tokenizer_internal.h"
 
-static bool is_ascii(const char *s, size_t n) {
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, s + i, 8);
-        if (w & 0x8080808080808080ull) return false;
-    }
-    for (; i < n; i++)
-        if ((unsigned char)s[i] & 0x80) return false;
-    return true;
-}
-
-static mr_status unicode_form(const char *s, size_t n, utf8proc_option_t opt, mr__buf *out) {
-    out->n = 0;
-    if (is_ascii(s, n)) return mr__buf_put(out, s, n); /* every form of ASCII is itself */
+static mr_status map_segment(const char *s, size_t n, utf8proc_option_t opt, mr__buf *out) {
     if (n > (size_t)PTRDIFF_MAX / 8) return mr_error_set(MR_EINPUT, "text too long to normalize");
     utf8proc_uint8_t *dst = NULL;
     utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &dst, opt | UTF8PROC_STABLE);
@@ -37,6 +23,31 @@ static mr_status unicode_form(const char *s, size_t n, utf8proc_option_t opt, mr
     mr_status st = mr__buf_put(out, dst, (size_t)r);
     free(dst);
     return st;
+}
+
+/* NFC/NFD/NFKC/NFKD. An ASCII character is a starter that never composes
+ * with what comes before it and is its own normal form, so the text splits
+ * before every ASCII character into pieces that normalize independently:
+ * ASCII is copied, and each stretch "one ASCII character (if any) + the
+ * non-ASCII characters after it" goes to utf8proc alone. */
+static mr_status unicode_form(const char *s, size_t n, utf8proc_option_t opt, mr__buf *out) {
+    out->n = 0;
+    mr_status st = mr__buf_reserve(out, n);
+    if (st) return st;
+    out->p[0] = 0;
+    size_t i = 0, copied = 0;
+    while (i < n) {
+        if (!((unsigned char)s[i] & 0x80)) {
+            i++;
+            continue;
+        }
+        size_t b = i > copied ? i - 1 : i; /* the ASCII character before belongs to the stretch */
+        size_t e = i;
+        while (e < n && ((unsigned char)s[e] & 0x80)) e++;
+        if ((st = mr__buf_put(out, s + copied, b - copied)) || (st = map_segment(s + b, e - b, opt, out))) return st;
+        copied = i = e;
+    }
+    return mr__buf_put(out, s + copied, n - copied);
 }
 
 static mr_status lowercase(const char *s, size_t n, mr__buf *out) {
