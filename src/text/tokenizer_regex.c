@@ -18,6 +18,7 @@
  * Matching mirrors Oniguruma's find_iter as tokenizers uses it: search from
  * the end of the previous match; an empty match right where the previous
  * match ended is skipped by advancing one character. */
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -184,13 +185,30 @@ void mr__regex_free(mr__regex *re) {
     re->code = NULL;
 }
 
+/* One match context for every match: it bounds backtracking, so that a
+ * hostile regex in a tokenizer file fails a match instead of hanging it. It
+ * is only read while matching, so threads share it. */
+#define MATCH_LIMIT 10000000u
+static pcre2_match_context *match_ctx;
+static pthread_once_t match_once = PTHREAD_ONCE_INIT;
+static void match_ctx_init(void) {
+    match_ctx = pcre2_match_context_create(NULL);
+    if (match_ctx) {
+        pcre2_set_match_limit(match_ctx, MATCH_LIMIT);
+        pcre2_set_depth_limit(match_ctx, MATCH_LIMIT);
+        pcre2_set_heap_limit(match_ctx, 64u * 1024); /* KiB */
+    }
+}
+
 static int run(const mr__regex *re, pcre2_match_data *md, const char *s, size_t n, size_t start) {
     int rc;
+    pthread_once(&match_once, match_ctx_init);
+    if (!match_ctx) return PCRE2_ERROR_NOMEMORY;
     if (re->jit) {
-        rc = pcre2_jit_match(re->code, (PCRE2_SPTR)s, n, start, PCRE2_NO_UTF_CHECK, md, NULL);
+        rc = pcre2_jit_match(re->code, (PCRE2_SPTR)s, n, start, PCRE2_NO_UTF_CHECK, md, match_ctx);
         if (rc != PCRE2_ERROR_JIT_STACKLIMIT) return rc;
     }
-    return pcre2_match(re->code, (PCRE2_SPTR)s, n, start, PCRE2_NO_UTF_CHECK, md, NULL);
+    return pcre2_match(re->code, (PCRE2_SPTR)s, n, start, PCRE2_NO_UTF_CHECK, md, match_ctx);
 }
 
 mr_status mr__regex_each(const mr__regex *re, pcre2_match_data *md, const char *s, size_t n, mr__match_fn fn,

