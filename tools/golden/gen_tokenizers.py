@@ -349,6 +349,8 @@ def small_copy(j, keep=300):
             out.append(mg)
     m["merges"] = out
     j["added_tokens"] = [t for t in j.get("added_tokens", []) if t["id"] < 200000 or t["id"] in (200019, 200034, 200050)]
+    for t in j["added_tokens"]:  # keep their ids (and the post-processor's) valid
+        m["vocab"][t["content"]] = t["id"]
     return j
 
 
