@@ -483,6 +483,15 @@ static void test_allocation_light(void **state) {
     mr_tokenizer_free(t);
 }
 
+static void test_golden_fallback(void **state) {
+    (void)state;
+    check_form("fallback");
+}
+static void test_golden_subword(void **state) {
+    (void)state;
+    check_form("subword");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_files),
@@ -494,6 +503,8 @@ int main(void) {
         cmocka_unit_test(test_golden_gpt2),
         cmocka_unit_test(test_golden_llama3),
         cmocka_unit_test(test_golden_normseq),
+        cmocka_unit_test(test_golden_fallback),
+        cmocka_unit_test(test_golden_subword),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

