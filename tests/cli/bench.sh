@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench.sh — `moerun bench moe` runs end to end on small shapes for every
-# weight format, prints its ceilings and the issue-6 target lines, and writes
+# weight format, prints its ceilings and the target lines, and writes
 # a JSON file with the fields bench/README.md reads; bad options are refused
 # with exit 2 and a message, and an unwritable --json path fails without
 # leaving a file. (Timings are not checked: machines here are shared.)
@@ -15,7 +15,7 @@ for fa in "fp8 w8a8" "fp8 w8a16" "nvfp4 w4a4" "nvfp4 w4a8" "nvfp4 w4a16" "bf16 w
   j="$S/$1_$2.json"
   out=$("$M" bench moe --format "$1" --act-mode "$2" --tokens 1,32 $small --scaling --phases --json "$j" 2>&1) \
     || fail "bench $1 $2: $out"
-  for want in "ceilings (this run): read bandwidth" "read bandwidth with 1 thread" "issue-6 targets" \
+  for want in "ceilings (this run): read bandwidth" "read bandwidth with 1 thread" "the project's targets" \
               "decode T=1 bandwidth" "scaling 2 vs 1 thread" "phases per call" "peak RSS"; do
     echo "$out" | grep -qF "$want" || fail "bench $1 $2: no '$want' in: $out"
   done

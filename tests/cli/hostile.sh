@@ -57,7 +57,7 @@ expect 2 "unknown option '--bogus'" inspect "$T" --bogus
 expect 1 "No such file or directory" inspect "$S/none"
 expect 1 "header too large" inspect /etc/passwd
 
-# ---- resolve: every failure exits 2 (issue 4), options read cleanly once
+# ---- resolve: every failure exits 2, options read cleanly once
 expect 2 "--model DIR is required" resolve
 expect 2 "moerun resolve: --model needs a value" resolve --model
 expect 2 "--model needs a value (found the flag '--threads'" resolve --model --threads 1
