@@ -162,6 +162,16 @@ mr_status mr_sampler_init(mr_sampler *s, const mr_sampler_params *p, int64_t voc
 void mr_sampler_free(mr_sampler *s);
 /* Picks one token from logits [vocab]; does not modify logits. */
 int32_t mr_sampler_sample(mr_sampler *s, const float *logits);
+/* Checks the parameters (MR_EINVAL naming the field). */
+mr_status mr_sampler_params_check(const mr_sampler_params *p);
+/* The same draw with the caller's generator state and scratch (prob and idx
+ * [vocab] each), for callers that sample for many sequences (the engine):
+ * O(vocab) unless top-k or top-p ask for an order, then O(vocab log k) or a
+ * sort of the candidates above a threshold only. */
+int32_t mr_sample_logits(const mr_sampler_params *p, uint64_t *state, const float *logits, int64_t vocab,
+                         float *prob, int32_t *idx);
+/* The generator state for a seed. */
+uint64_t mr_sampler_seed_state(uint64_t seed);
 /* argmax, ties to the lower id; NaN never wins. */
 int32_t mr_argmax(const float *x, int64_t n);
 bool mr_model_is_eos(const mr_model *m, int32_t tok);
