@@ -27,6 +27,7 @@
 
 #include "moerun/base.h"
 #include "moerun/chat.h"
+#include "text/textutil.h"
 
 /* ---------------- arena ---------------- */
 typedef struct mr__arena_block mr__arena_block;
@@ -175,22 +176,12 @@ size_t mr__utf8_valid_prefix(const char *p, size_t n); /* length of the valid pr
 int64_t mr__tstr_ncp(tstr *s);
 /* byte offset of code point index i (0 <= i <= ncp) */
 size_t mr__utf8_offset(const char *p, size_t n, int64_t i);
-uint32_t mr__utf8_decode(const char *p, size_t n, size_t *adv);
-size_t mr__utf8_encode(uint32_t cp, char out[4]);
 bool mr__py_isspace(uint32_t cp);
 
 /* Python-compatible conversions; json.dumps */
 double mr__py_float_parse_ok(const char *p, size_t n, bool *ok);
 void mr__py_float_repr(double f, char out[40]);
 
-/* a growable byte buffer (mr_malloc'd, outside the arena) */
-typedef struct {
-    char *p;
-    size_t n, cap;
-} mr__buf;
-bool mr__buf_add(mr__buf *b, const char *p, size_t n); /* false on ENOMEM */
-bool mr__buf_addc(mr__buf *b, char c);
-void mr__buf_free(mr__buf *b);
 
 /* ---------------- tokens ---------------- */
 typedef enum {

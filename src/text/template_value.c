@@ -102,38 +102,6 @@ void mr__arena_free(mr__arena *a) {
     a->used = 0;
 }
 
-/* ---------------- byte buffer ---------------- */
-bool mr__buf_add(mr__buf *b, const char *p, size_t n) {
-    size_t need;
-    if (!mr_size_add(b->n, n, &need) || !mr_size_add(need, 1, &need)) return false;
-    if (need > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < need) {
-            if (cap > SIZE_MAX / 2) {
-                cap = need;
-                break;
-            }
-            cap *= 2;
-        }
-        char *np = mr_realloc(b->p, cap);
-        if (!np) return false;
-        b->p = np;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->n, p, n);
-    b->n += n;
-    b->p[b->n] = 0;
-    return true;
-}
-
-bool mr__buf_addc(mr__buf *b, char c) { return mr__buf_add(b, &c, 1); }
-
-void mr__buf_free(mr__buf *b) {
-    mr_free(b->p);
-    b->p = NULL;
-    b->n = b->cap = 0;
-}
-
 /* ---------------- strings ---------------- */
 tstr *mr__tstr_new(mr__arena *a, const char *p, size_t n) {
     size_t sz;
@@ -309,37 +277,6 @@ void mr__tdict_set(mr__arena *a, tdict *d, tv key, tv val) {
 }
 
 /* ---------------- UTF-8 ---------------- */
-uint32_t mr__utf8_decode(const char *s, size_t n, size_t *adv) {
-    const unsigned char *p = (const unsigned char *)s;
-    if (n == 0) {
-        *adv = 0;
-        return 0;
-    }
-    unsigned c = p[0];
-    if (c < 0x80) {
-        *adv = 1;
-        return c;
-    }
-    int len = (c >= 0xF0 && c <= 0xF4) ? 4 : (c >= 0xE0) && c < 0xF0 ? 3 : (c >= 0xC2 && c < 0xE0) ? 2 : 0;
-    if (len == 0 || (size_t)len > n) {
-        *adv = 1;
-        return 0xFFFD;
-    }
-    uint32_t cp = c & (len == 2 ? 0x1F : len == 3 ? 0x0F : 0x07);
-    for (int i = 1; i < len; i++) {
-        if ((p[i] & 0xC0) != 0x80) {
-            *adv = 1;
-            return 0xFFFD;
-        }
-        cp = (cp << 6) | (p[i] & 0x3F);
-    }
-    if ((len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF))) {
-        *adv = 1;
-        return 0xFFFD;
-    }
-    *adv = (size_t)len;
-    return cp;
-}
 
 size_t mr__utf8_valid_prefix(const char *p, size_t n) {
     size_t i = 0;
@@ -359,28 +296,6 @@ size_t mr__utf8_valid_prefix(const char *p, size_t n) {
     return n;
 }
 
-size_t mr__utf8_encode(uint32_t cp, char out[4]) {
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (char)(0xC0 | (cp >> 6));
-        out[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (char)(0xE0 | (cp >> 12));
-        out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        out[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (char)(0xF0 | (cp >> 18));
-    out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    out[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
 
 int64_t mr__tstr_ncp(tstr *s) {
     if (s->ncp >= 0) return s->ncp;
