@@ -15,6 +15,8 @@
 #pragma weak mr_cmd_probe
 #pragma weak mr_cmd_tokenize
 #pragma weak mr_cmd_detokenize
+#pragma weak mr_cmd_chat_template
+#pragma weak mr_cmd_parse_output
 
 typedef struct {
     const char *name;
@@ -33,6 +35,8 @@ static const command commands[] = {
     {"probe", mr_cmd_probe, "temperature-0 correctness probe of every runner against the reference"},
     {"tokenize", mr_cmd_tokenize, "text to token ids with a model's tokenizer.json"},
     {"detokenize", mr_cmd_detokenize, "token ids to text with a model's tokenizer.json"},
+    {"chat-template", mr_cmd_chat_template, "render a conversation with a model's chat template (as transformers does)"},
+    {"parse-output", mr_cmd_parse_output, "split model output into reasoning, content and tool calls (JSON)"},
 };
 
 void mr_cli_fail(const char *cmd, const char *what) {
