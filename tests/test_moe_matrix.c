@@ -2,7 +2,7 @@
  * format x activation mode x routing preset the runner accepts) on the same
  * inputs against `reference`, over a table of shapes (T 1..300, E 8..256,
  * k 1..8, H/I non-multiples of 128 where the format allows, and the real
- * 3072/1536). Run 3x by CTest with CPU masks (generic, AVX2, AVX-512).
+ * 3072/1536). Run once per kernel level by CTest (MOERUN_TEST_ISA: generic, AVX2, AVX-512).
  *
  * Rules: the fused runner's selected experts equal mr_route's exactly (and
  * its weights within 1e-5 relative); every output element is written (the
@@ -438,6 +438,7 @@ static void test_routed_no_alloc_per_call(void **st) {
 }
 
 int main(void) {
+    tu_isa_begin("test_moe_matrix");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_routed_no_alloc_per_call),
         cmocka_unit_test(test_predicates),

@@ -23,6 +23,9 @@ typedef struct {
     mr_a2a a2a;               /* prospective until the a2a pass */
     int ep_size;
     mr_moe_layout layout;
+    mr_format kv_dtype;       /* the engine pass */
+    int64_t kv_token_bytes, kv_blocks, max_batch_tokens, context_length;
+    int max_running;
 } mr__work;
 
 struct mr_resolution {

@@ -374,19 +374,22 @@ static mr_status load_layer(mr_model *m, const mr_ckpt *ck, const mr_model_desc 
 static mr_status check_kv_fits(const mr_model *m) {
     const mr_model_config *c = &m->c;
     const mr__state *s = &m->s;
-    size_t kv;
+    size_t kv, pool;
     if (!mr_size_mul((size_t)c->n_layers * (size_t)s->max_batch, (size_t)s->max_ctx, &kv) ||
         !mr_size_mul(kv, (size_t)(c->n_kv_heads * c->head_dim) * sizeof(float) * 2, &kv))
         return mr_error_set(MR_ECAPACITY, "the KV cache for a batch of %lld x context %lld overflows",
                             (long long)s->max_batch, (long long)s->max_ctx);
+    if (!mr_size_mul((size_t)s->kv_blocks * MR_KV_BLOCK_TOKENS, mr_model_kv_token_bytes(c, s->kv_dtype), &pool) ||
+        !mr_size_add(kv, pool, &kv))
+        return mr_error_set(MR_ECAPACITY, "the KV pool of %lld blocks overflows", (long long)s->kv_blocks);
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     double have = (double)pages * (double)psz;
     if (pages > 0 && psz > 0 && (double)kv > have)
         return mr_error_set(MR_ECAPACITY,
-                            "the KV cache for a batch of %lld x context %lld needs %.1f GiB, more than this machine's "
-                            "%.1f GiB of memory",
-                            (long long)s->max_batch, (long long)s->max_ctx, (double)kv / 1073741824.0,
-                            have / 1073741824.0);
+                            "the KV cache (a batch of %lld x context %lld, and a pool of %lld blocks of %d tokens) "
+                            "needs %.1f GiB, more than this machine's %.1f GiB of memory",
+                            (long long)s->max_batch, (long long)s->max_ctx, (long long)s->kv_blocks,
+                            MR_KV_BLOCK_TOKENS, (double)kv / 1073741824.0, have / 1073741824.0);
     return MR_OK;
 }
 
@@ -409,9 +412,17 @@ static mr_status alloc_state(mr_model *m) {
     A(s->att, T * qd);
     A(s->y, T * H);
     A(s->hlast, T * H);
-    A(s->scores, (size_t)s->n_threads * (size_t)s->max_ctx);
+    /* per thread: a query group's scores [group][max_ctx], then one widened K/V row [D] */
+    int64_t group = c->n_heads / c->n_kv_heads;
+    if (!mr_size_mul((size_t)group, (size_t)s->max_ctx, &s->scores_per_thread) ||
+        !mr_size_add(s->scores_per_thread, (size_t)c->head_dim + 16, &s->scores_per_thread))
+        return mr_error_set(MR_EOVERFLOW, "attention scratch size overflows");
+    A(s->scores, (size_t)s->n_threads * s->scores_per_thread);
     A(s->pos, T);
     A(s->slot, T);
+    A(s->tok_bt, T);
+    A(s->out_tok, T);
+    A(s->out_row, T);
     A(s->inv_freq, (size_t)c->rotary_dim / 2 + 1);
     A(s->len, (size_t)s->max_batch);
     A(s->rlogits, T * (size_t)c->n_experts);
@@ -420,10 +431,22 @@ static mr_status alloc_state(mr_model *m) {
     A(s->xb, T * H);
     A(s->ob, T * H);
 #undef A
-    s->kcache = own_alloc(m, kv);
-    s->vcache = own_alloc(m, kv);
-    if (!s->kcache || !s->vcache) return mr_error_set(MR_ENOMEM, "KV cache of 2 x %zu bytes does not fit in memory", kv);
-    memset(s->len, 0, (size_t)s->max_batch * sizeof(int64_t));
+    if (s->max_batch > 0) {
+        s->kcache = own_alloc(m, kv);
+        s->vcache = own_alloc(m, kv);
+        if (!s->kcache || !s->vcache)
+            return mr_error_set(MR_ENOMEM, "KV cache of 2 x %zu bytes does not fit in memory", kv);
+        memset(s->len, 0, (size_t)s->max_batch * sizeof(int64_t));
+    }
+    if (s->kv_blocks > 0) { /* sizes checked by check_kv_fits */
+        s->kv_pool_bytes = (size_t)s->kv_blocks * MR_KV_BLOCK_TOKENS * mr_model_kv_token_bytes(c, s->kv_dtype) / 2;
+        s->kpool = own_alloc(m, s->kv_pool_bytes);
+        s->vpool = own_alloc(m, s->kv_pool_bytes);
+        s->blk_mark = own_alloc(m, (size_t)s->kv_blocks);
+        if (!s->kpool || !s->vpool || !s->blk_mark)
+            return mr_error_set(MR_ENOMEM, "KV pool of 2 x %zu bytes does not fit in memory", s->kv_pool_bytes);
+        memset(s->blk_mark, 0, (size_t)s->kv_blocks);
+    }
     mr__rope_freqs(s->inv_freq, c->rotary_dim, c->rope_theta);
     return MR_OK;
 }
@@ -478,13 +501,28 @@ mr_status mr_model_open(const char *dir, const mr_model_opts *opts, mr_model **o
     if ((st = read_generation_config(dir, &m->c))) goto out;
     /* state sizes */
     mr__state *s = &m->s;
-    s->max_batch = m->opts.max_batch > 0 ? m->opts.max_batch : 1;
+    s->kv_blocks = m->opts.kv_blocks > 0 ? m->opts.kv_blocks : 0;
+    s->kv_dtype = m->opts.kv_dtype == MR_FMT_F32 ? MR_FMT_F32 : MR_FMT_BF16;
+    if (m->opts.kv_dtype != 0 && m->opts.kv_dtype != MR_FMT_F32 && m->opts.kv_dtype != MR_FMT_BF16) {
+        st = mr_error_set(MR_EINVAL, "the KV pool holds bf16 or fp32");
+        goto out;
+    }
+    if (s->kv_blocks > INT32_MAX) {
+        st = mr_error_set(MR_ECAPACITY, "a KV pool of %lld blocks: block ids are 32-bit", (long long)s->kv_blocks);
+        goto out;
+    }
+    s->max_batch = m->opts.max_batch > 0 ? m->opts.max_batch : s->kv_blocks > 0 ? 0 : 1;
     s->max_ctx = m->opts.max_ctx > 0 ? m->opts.max_ctx : 256;
     s->n_threads = m->opts.exec && m->opts.exec->threads > 0 ? m->opts.exec->threads : omp_get_max_threads();
+    if (m->c.n_heads / m->c.n_kv_heads > 64) {
+        st = mr_error_set(MR_EUNSUPPORTED, "%lld query heads per kv head: attention handles up to 64",
+                          (long long)(m->c.n_heads / m->c.n_kv_heads));
+        goto out;
+    }
     if ((st = check_kv_fits(m))) goto out;
-    /* after the check: max_batch * max_ctx is bounded by memory (no overflow);
-     * a call never holds more tokens than the cache does */
-    int64_t cache_tokens = (int64_t)s->max_batch * s->max_ctx;
+    /* after the check: max_batch * max_ctx and the pool are bounded by memory
+     * (no overflow); a call never holds more tokens than the caches do */
+    int64_t cache_tokens = (int64_t)s->max_batch * s->max_ctx + s->kv_blocks * MR_KV_BLOCK_TOKENS;
     s->max_tokens = m->opts.max_tokens > 0 ? m->opts.max_tokens : (cache_tokens < 512 ? cache_tokens : 512);
     if (s->max_tokens > cache_tokens) s->max_tokens = cache_tokens;
     if ((st = setup_runner(m, d))) goto out;

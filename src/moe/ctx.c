@@ -113,17 +113,23 @@ mr_status mr_moe_ctx_new(const mr_moe_runner *r, const mr_moe_problem *p, mr_moe
     c->kern = mr_kernels_get();
     r->required_layout(p, &c->layout);
     if (p->act_mode == MR_ACT_W4A4) {
-        mr__moe_w4a4_scales(w, &c->s13, &c->s2);
-        if (!(c->s13 > 0.0f) || !(c->s2 > 0.0f) || !isfinite(c->s13) || !isfinite(c->s2)) {
-            mr_moe_ctx_free(c);
-            return mr_error_set(MR_EINPUT, "w4a4 needs calibrated input_scale on every expert (gate/up %g, down %g)",
-                                c->s13, c->s2);
+        float s13, s2;
+        mr__moe_w4a4_scales(w, &s13, &s2);
+        if (!(s13 > 0.0f) || !(s2 > 0.0f) || !isfinite(s13) || !isfinite(s2)) {
+            st = mr_error_set(MR_EINPUT, "w4a4 needs calibrated input_scale on every expert (gate/up %g, down %g)",
+                              s13, s2);
+            goto out;
         }
+        c->s13 = s13;
+        c->s2 = s2;
     }
     const size_t E = (size_t)p->n_experts, k = (size_t)p->top_k, H = (size_t)p->hidden;
     const size_t Ip = (size_t)c->layout.inter_padded, I = (size_t)p->inter;
     size_t S;
-    if (!mr_size_mul((size_t)max_T, k, &S)) return mr_error_set(MR_EOVERFLOW, "max_T * k overflows");
+    if (!mr_size_mul((size_t)max_T, k, &S)) {
+        st = mr_error_set(MR_EOVERFLOW, "max_T * k overflows");
+        goto out;
+    }
     c->n_threads = omp_get_max_threads();
     c->counts = ws_alloc(E, 4, &st);
     c->offsets = ws_alloc(E + 1, 4, &st);
@@ -154,8 +160,9 @@ mr_status mr_moe_ctx_new(const mr_moe_runner *r, const mr_moe_problem *p, mr_moe
     c->tmp_stride = (int64_t)((core > ref ? core : ref) + 15) / 16 * 16;
     c->tmp = ws_alloc((size_t)c->n_threads, (size_t)c->tmp_stride * 4, &st);
     c->ranges = ws_alloc((size_t)c->n_threads * 2, MR__MOE_RSTRIDE * sizeof(uint64_t), &st);
+out:
     if (st) {
-        mr_moe_ctx_free(c);
+        mr_moe_ctx_free(c); /* nothing of c is read after this */
         return st;
     }
     c->ws_bytes = ws_total;
