@@ -470,6 +470,7 @@ def export(work, out):
     vstream = np.load(os.path.join(work, "valid.npy"))
     ctx = TRAIN["ctx"]
     ppl_bf16, n = eval_ppl(ref, vstream, ctx)
+    ppl_8192, _ = eval_ppl(ref, vstream[:8192], ctx)  # tests/cli/perplexity.sh checks moerun against this
     stream = np.load(os.path.join(work, "train.npy"))
     ppl_train, _ = eval_ppl(ref, stream[: len(vstream)], ctx)
     meta = json.load(open(os.path.join(work, "prepare.json")))
@@ -502,7 +503,7 @@ def export(work, out):
         f.write(bytes(blob))
     log = {"config": CFG, "train": TRAIN, "corpus": meta, "train_seconds": state["seconds"],
            "steps": state["step"], "final_train_loss_avg50": float(np.mean([r["loss"] for r in state["log"][-50:]])),
-           "valid_ppl_bf16_torch": ppl_bf16, "valid_tokens_scored": n, "train_ppl_bf16_torch": ppl_train,
+           "valid_ppl_bf16_torch": ppl_bf16, "valid_tokens_scored": n, "valid_ppl_bf16_torch_first8192": ppl_8192, "train_ppl_bf16_torch": ppl_train,
            "eval": "non-overlapping windows of %d tokens; each scores its tokens 1..n-1" % ctx,
            "torch": torch.__version__, "greedy_samples": samples,
            "evals": [r for r in state["log"] if "valid_ppl_40w" in r]}
