@@ -22,7 +22,7 @@ fails=0
 fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
 field() { sed -n "s/.*\"$1\": \\([^,}]*\\).*/\\1/p"; }
 ppl() { # DIR [options] -> perplexity JSON line on stdout
-    "$MOERUN" perplexity --model "$@" --file "$V" --ctx 256 --max-tokens 8192 --json 2>"$SCRATCH/err" ||
+    "$MOERUN" perplexity --threads 1 --model "$@" --file "$V" --ctx 256 --max-tokens 8192 --json 2>"$SCRATCH/err" ||
         { fail "perplexity $*: $(cat "$SCRATCH/err")"; echo '{}'; }
 }
 
@@ -34,7 +34,7 @@ echo "bf16: moerun $bf16, transformers $want"
 awk -v a="$bf16" -v b="$want" 'BEGIN { d = a / b - 1; if (d < 0) d = -d; exit !(a > 0 && d < 1e-4) }' ||
     fail "bf16 perplexity $bf16 is not transformers' $want (1e-4 relative)"
 [ "$(printf '%s' "$j" | field tokens_scored)" = $((8192 - 32)) ] || fail "stride 256: scored $(printf '%s' "$j" | field tokens_scored), want 8160"
-j2=$("$MOERUN" perplexity --model "$M" --file "$V" --ctx 256 --stride 128 --max-tokens 2048 --json 2>"$SCRATCH/err") ||
+j2=$("$MOERUN" perplexity --threads 1 --model "$M" --file "$V" --ctx 256 --stride 128 --max-tokens 2048 --json 2>"$SCRATCH/err") ||
     fail "stride 128: $(cat "$SCRATCH/err")"
 [ "$(printf '%s' "$j2" | field tokens_scored)" = 2047 ] || fail "stride 128: scored $(printf '%s' "$j2" | field tokens_scored), want 2047"
 [ "$(printf '%s' "$j2" | field windows)" = 15 ] || fail "stride 128: $(printf '%s' "$j2" | field windows) windows, want 15"
