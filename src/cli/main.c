@@ -17,6 +17,8 @@
 #pragma weak mr_cmd_detokenize
 #pragma weak mr_cmd_perplexity
 #pragma weak mr_cmd_chat
+#pragma weak mr_cmd_chat_template
+#pragma weak mr_cmd_parse_output
 
 typedef struct {
     const char *name;
@@ -37,6 +39,8 @@ static const command commands[] = {
     {"tokenize", mr_cmd_tokenize, "text to token ids with a model's tokenizer.json"},
     {"detokenize", mr_cmd_detokenize, "token ids to text with a model's tokenizer.json"},
     {"perplexity", mr_cmd_perplexity, "perplexity of a model on a text file, and tokens/s"},
+    {"chat-template", mr_cmd_chat_template, "render a conversation with a model's chat template (as transformers does)"},
+    {"parse-output", mr_cmd_parse_output, "split model output into reasoning, content and tool calls (JSON)"},
 };
 
 void mr_cli_fail(const char *cmd, const char *what) {

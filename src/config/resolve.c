@@ -141,6 +141,13 @@ void mr__problem(const mr_resolution *r, mr_moe_problem *p) {
     p->hidden = r->model.hidden;
     p->inter = r->model.moe_inter;
     p->a2a = r->w.a2a;
+    /* the experts this process computes: all of them, or its share of a contiguous placement */
+    p->ep_size = r->w.ep_size > 0 ? r->w.ep_size : 1;
+    p->ep_rank = p->ep_size > 1 ? r->w.ep_rank : 0;
+    p->local_first = 0;
+    p->n_local = p->n_experts;
+    if (p->ep_size > 1 && p->n_experts > 0)
+        mr_moe_placement_contiguous(p->n_experts, p->ep_size, p->ep_rank, &p->local_first, &p->n_local);
 }
 
 /* "routed, reference": the runners whose predicate (and pair) accepts p. */
@@ -546,6 +553,19 @@ static mr_status pass_moe_runner(mr_resolution *r) {
 
 /* ---- pass 5: a2a ---- */
 
+/* This process's rank in the MPI world, from the launcher's environment (0 if none). */
+static int mpi_world_rank(void) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) {
+            long n = strtol(v, NULL, 10);
+            if (n >= 0 && n < 65536) return (int)n;
+        }
+    }
+    return 0;
+}
+
 static int mpi_world_size(const char **from) {
     static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
@@ -591,7 +611,11 @@ static mr_status pass_a2a(mr_resolution *r) {
                         "ep_size=%lld must equal the MPI world size under moe_a2a_backend=mpi (%d%s%s)",
                         (long long)ep_user, world, from ? ", from " : ", not started by mpirun", from ? from : "");
         r->w.ep_size = world;
+        r->w.ep_rank = mpi_world_rank();
         snprintf(v, sizeof v, "%d", world);
+        if (r->w.ep_rank >= world)
+            return fail(r, MR_ERESOLVE, SRC, "ep_size", v, "this process's MPI rank %d is outside the world size %d",
+                        r->w.ep_rank, world);
         if (!ep_fixed &&
             (s = mr__decl(r, MR_DECL_SET, SRC, "ep_size", v, "the MPI world size (%s)",
                           from ? from : "not started by mpirun: 1")) != MR_OK)

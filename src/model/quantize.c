@@ -75,11 +75,10 @@ static mr_status run_calibration(const char *in_dir, const mr_ckpt *ck, const mr
     int64_t n_tok = p->calib_tokens > 0 ? p->calib_tokens : 256, seq = 64;
     mr_model_opts o = {.max_batch = 1, .max_ctx = seq, .max_tokens = seq, .quiet = true};
     mr_model *m = NULL;
-    /* the fast runner when it accepts the model, else the reference */
-    o.runner = "routed";
+    /* the runner resolution picks (auto) when one accepts the model, else the scalar ground truth */
     mr_status st = mr_model_open(in_dir, &o, &m);
     if (st) {
-        o.runner = "reference";
+        o.runner = mr_moe_runner_ground_truth()->name;
         st = mr_model_open(in_dir, &o, &m);
     }
     if (st) return st;
