@@ -641,7 +641,19 @@ static void test_tensor_dtype_contradiction(void **st) {
     write_sparse_safetensors(path, e, n);
     assert_int_equal(resolve(dir, &r, NULL), MR_ECONFIG);
     assert_non_null(strstr(mr_resolution_error(r), "expert tensor model.layers.0.block_sparse_moe.experts.1.w1.weight is BF16"));
+    /* what is expected comes from the format's tensor list (formats/ traits) */
+    assert_non_null(strstr(mr_resolution_error(r), "expected U8 with F8_E4M3 weight_scale, F32 weight_scale_2"));
+    assert_non_null(strstr(mr_resolution_error(r), "and has no weight_scale"));
     mr_resolution_free(r);
+    /* a right dtype without its scalar scale: refused, naming it */
+    n = 5;
+    add(e, &n, "model.layers.0.block_sparse_moe.experts.1.w1.weight", "U8", 8, 1536, 1536, 2);
+    add(e, &n, "model.layers.0.block_sparse_moe.experts.1.w1.weight_scale", "F8_E4M3", 8, 1536, 192, 2);
+    write_sparse_safetensors(path, e, n);
+    assert_int_equal(resolve(dir, &r, NULL), MR_ECONFIG);
+    assert_non_null(strstr(mr_resolution_error(r), "experts.1.w1.weight is U8 and has no weight_scale_2"));
+    mr_resolution_free(r);
+    n = 5;
     /* a quantized tensor the config excludes */
     n = 4;
     add(e, &n, "model.layers.0.block_sparse_moe.gate.weight", "U8", 8, 256, 1536, 2);

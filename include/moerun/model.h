@@ -24,20 +24,12 @@
 extern "C" {
 #endif
 
-#define MR_MODEL_MAX_EOS 8
+#define MR_MODEL_MAX_EOS MR_MAX_EOS
 
-/* Hyperparameters of a MiniMax-M2-architecture model (config.json). */
-typedef struct {
-    int64_t vocab, hidden, n_layers;
-    int64_t n_heads, n_kv_heads, head_dim, rotary_dim;
-    int64_t n_experts, top_k, inter; /* inter: per-expert intermediate size */
-    double rope_theta;
-    float rms_eps;
-    int32_t eos[MR_MODEL_MAX_EOS]; /* config.json + generation_config.json */
-    int n_eos;
-    mr_format attn_format;   /* weights of q/k/v/o: BF16 or FP8_BLOCK */
-    mr_format expert_format; /* BF16, FP8_BLOCK or NVFP4 */
-} mr_model_config;
+/* The model's hyperparameters are config/'s mr_model_desc (config.json,
+ * hf_quant_config.json and generation_config.json's EOS ids): one struct,
+ * read once. The model holds a copy without the quantization exclusion list. */
+typedef mr_model_desc mr_model_config;
 
 /* How to open a model. Zeroed fields take the defaults in brackets. */
 typedef struct {

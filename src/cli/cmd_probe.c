@@ -282,7 +282,8 @@ int mr_cmd_probe(int argc, char **argv) {
         s = s * 6364136223846793005ull + 1442695040888963407ull;
         ps.ids[i] = (int32_t)((s >> 33) % (uint64_t)ps.V);
     }
-    if ((rc = open_with(&o, model_dir, against ? NULL : "reference", &ps, &rr, &mref, false))) goto out;
+    const mr_moe_runner *truth = mr_moe_runner_ground_truth();
+    if ((rc = open_with(&o, model_dir, against ? NULL : truth->name, &ps, &rr, &mref, false))) goto out;
     /* the logits buffers, once the loader has checked the vocabulary against
      * the embedding (V <= 2^31, n <= 64, steps <= 4096: no size_t overflow) */
     size_t nlog = (size_t)(ps.steps + 1) * (size_t)ps.n * (size_t)ps.V;
@@ -340,7 +341,7 @@ int mr_cmd_probe(int argc, char **argv) {
     int compared = 0;
     for (int i = 0; i < mr_moe_runner_count(); i++) {
         const mr_moe_runner *run = mr_moe_runner_at(i);
-        if (!strcmp(run->name, "reference")) continue;
+        if (run->ground_truth) continue; /* the runs compare against it */
         mr_resolution *r2 = NULL;
         mr_engine *m2 = NULL;
         int e = open_with(&o, model_dir, run->name, &ps, &r2, &m2, true);

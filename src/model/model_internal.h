@@ -21,9 +21,8 @@ typedef struct {
     mr_qmatrix wo;        /* [H][Hq*D] */
     mr_qmatrix gate;      /* [E][H] router, fp32 (owned, widened from the checkpoint) */
     float *bias;          /* [E] e_score_correction_bias, fp32 */
-    mr_moe_weights *experts; /* E x (w1 gate [I][H], w3 up [I][H], w2 down [H][I]), in place until
-                                the runner's after-load repacks them */
-    mr_moe_ctx *moe;         /* the resolved runner's context for this layer */
+    mr_moe_weights *experts; /* the local experts x (w1 gate [I][H], w3 up [I][H], w2 down [H][I]), in
+                                place until the runner's after-load repacks them */
 } mr__layer;
 
 typedef struct {
@@ -78,6 +77,10 @@ struct mr_model {
     mr_model_opts opts;
     const mr_moe_runner *runner;
     mr_moe_problem problem;  /* what the runner accepted */
+    mr_format attn_format;   /* weights of q/k/v/o: BF16 or FP8_BLOCK (from the quantization) */
+    mr_format expert_format; /* BF16, FP8_BLOCK or NVFP4 */
+    mr_moe_ctx *moe;         /* the runner's context: one workspace shared by every layer */
+    mr_resolution *own_res;  /* the resolution made at open when opts.exec is NULL (owns the exec) */
     mr_routing routing;      /* minimax2, k, E; bias set per layer */
     void *ckpt;          /* the open checkpoint (mapped tensors live there) */
     void **owned;        /* buffers allocated by the loader, freed at close */
@@ -132,6 +135,11 @@ mr_status mr__moe_forward(mr_model *m, int l, const float *xn, int64_t T, float 
 /* ---- loader helpers shared with the tools ---- */
 /* Records a loader-owned buffer freed at close (NULL-safe; on OOM frees p). */
 mr_status mr__model_own(mr_model *m, void *p);
+/* Layer l's experts [first, first + n) from checkpoint ck (an mr_ckpt), in
+ * HF layout, as a weight set of n experts starting at global id first;
+ * only those experts' tensors are read (and every expert's NVFP4
+ * input_scale, for the layer's w4a4 scales). The model's config is used. */
+mr_status mr__model_load_experts(mr_model *m, const void *ck, int l, int first, int n, mr_moe_weights **out);
 /* Test/calibration hook (quantize uses it to collect expert input amax). */
 void mr__model_set_moe_hook(mr_model *m,
                             void (*hook)(void *user, int layer, const float *x, int64_t T, const int32_t *ids, int k),
