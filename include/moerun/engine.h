@@ -29,7 +29,7 @@
  * holds the same K/V; sampling happens on the scheduling rank only. With
  * data-parallel attention later, the sequences of one batch would be split
  * between ranks, each with its own pool and block tables; the batch already
- * carries everything per sequence for that split. */
+ * carries everything per sequence for that split.
  *
  * The per-step path does not allocate: every buffer is sized at
  * mr_engine_new from the options (mr_engine_add allocates once per request,
