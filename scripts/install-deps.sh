@@ -3,7 +3,8 @@
 # Idempotent: does nothing (and needs no network) when all are present.
 set -euo pipefail
 
-PKGS=(build-essential cmake pkg-config libcmocka-dev libjansson-dev clang libclang-rt-14-dev libomp-dev)
+PKGS=(build-essential cmake pkg-config libcmocka-dev libjansson-dev clang libclang-rt-14-dev libomp-dev
+      libmicrohttpd-dev libcurl4-openssl-dev gnuplot-nox curl python3-venv)
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -1,0 +1,168 @@
+/* cli_probe.c — see cli_probe.h. */
+#include "cli_probe.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+int mr_cli_probe_set_make(mr_cli_probe_set *ps, int n, int steps, long seed, int64_t V) {
+    memset(ps, 0, sizeof *ps);
+    ps->n = n;
+    ps->steps = steps;
+    ps->V = V;
+    ps->len = calloc((size_t)n, sizeof(int64_t));
+    int64_t total = 0;
+    for (int i = 0; ps->len && i < n; i++) total += ps->len[i] = 3 + (i * 5) % 9;
+    ps->ids = malloc((size_t)(total ? total : 1) * sizeof(int32_t));
+    ps->tokens = malloc((size_t)(steps + 1) * (size_t)n * sizeof(int32_t));
+    if (!ps->len || !ps->ids || !ps->tokens) {
+        mr_cli_probe_set_free(ps);
+        return 1;
+    }
+    uint64_t s = (uint64_t)seed * 0x9E3779B97F4A7C15ull + 1;
+    for (int64_t i = 0; i < total; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        ps->ids[i] = (int32_t)((s >> 33) % (uint64_t)V);
+    }
+    return 0;
+}
+
+void mr_cli_probe_set_free(mr_cli_probe_set *ps) {
+    free(ps->len);
+    free(ps->ids);
+    free(ps->tokens);
+    ps->len = NULL;
+    ps->ids = NULL;
+    ps->tokens = NULL;
+}
+
+void mr_cli_probe_set_sizes(const mr_cli_probe_set *ps, int64_t *longest, int64_t *total) {
+    *longest = *total = 0;
+    for (int i = 0; i < ps->n; i++) {
+        *total += ps->len[i];
+        if (ps->len[i] > *longest) *longest = ps->len[i];
+    }
+}
+
+int mr_cli_probe_run(mr_model *m, mr_cli_probe_set *ps, bool follow, float *logits) {
+    int n = ps->n;
+    int seq[64];
+    int64_t nt[64];
+    int32_t step_tok[64];
+    if (n > 64) return 1;
+    for (int i = 0; i < n; i++) {
+        seq[i] = i;
+        nt[i] = ps->len[i];
+        mr_model_seq_reset(m, i);
+    }
+    mr_batch b = {.n_seq = n, .seq = seq, .n_tok = nt, .tokens = ps->ids};
+    int rc = 0;
+    for (int s = 0; s <= ps->steps && !rc; s++) {
+        float *lg = logits + (size_t)s * (size_t)n * (size_t)ps->V;
+        if (mr_model_forward(m, &b, lg)) {
+            rc = 1;
+            break;
+        }
+        for (int i = 0; i < n; i++) {
+            if (!follow) ps->tokens[s * n + i] = mr_argmax(lg + (size_t)i * (size_t)ps->V, ps->V);
+            step_tok[i] = ps->tokens[s * n + i];
+            nt[i] = 1;
+        }
+        b.tokens = step_tok;
+    }
+    for (int i = 0; i < n; i++) mr_model_seq_reset(m, i);
+    return rc;
+}
+
+void mr_cli_probe_compare(const mr_cli_probe_set *ps, const float *ref, const float *got, double tol_rel,
+                          mr_cli_probe_cmp *c) {
+    int n = ps->n;
+    int64_t V = ps->V;
+    c->max_err = 0;
+    c->scale = 1.0;
+    c->agree = c->total = c->bad_flips = 0;
+    c->first_step = c->first_prompt = -1;
+    for (size_t i = 0; i < (size_t)(ps->steps + 1) * (size_t)n * (size_t)V; i++)
+        if (fabs(ref[i]) > c->scale) c->scale = fabs(ref[i]);
+    double tol = tol_rel * c->scale;
+    for (int s = 0; s <= ps->steps; s++) {
+        c->step_err[s] = 0;
+        for (int i = 0; i < n; i++) {
+            const float *r = ref + ((size_t)s * (size_t)n + (size_t)i) * (size_t)V;
+            const float *g = got + ((size_t)s * (size_t)n + (size_t)i) * (size_t)V;
+            for (int64_t v = 0; v < V; v++) {
+                double d = fabs((double)r[v] - (double)g[v]);
+                if (!(d <= c->step_err[s])) c->step_err[s] = d; /* NaN counts as infinite */
+            }
+            int32_t tr = mr_argmax(r, V), tg = mr_argmax(g, V);
+            c->total++;
+            if (tr == tg) {
+                c->agree++;
+            } else {
+                if (c->first_step < 0 || s < c->first_step) {
+                    c->first_step = s;
+                    c->first_prompt = i;
+                }
+                if ((double)r[tr] - (double)r[tg] > tol) c->bad_flips++;
+            }
+        }
+        if (!(c->step_err[s] <= c->max_err)) c->max_err = c->step_err[s];
+    }
+}
+
+void mr_cli_probe_print(FILE *f, const char *label, const mr_cli_probe_set *ps, const mr_cli_probe_cmp *c,
+                        double tol_rel, bool judge, bool *pass) {
+    double tol = tol_rel * c->scale;
+    bool ok = c->max_err <= tol && c->bad_flips == 0;
+    fprintf(f, "%s: max |logit err| %.3g", label, c->max_err);
+    if (judge)
+        fprintf(f, " (tol %.3g = %.0e x %.3g)", tol, tol_rel, c->scale);
+    else
+        fprintf(f, " (max |logit| %.3g; report only)", c->scale);
+    fprintf(f, ", top-1 agreement %d/%d (%.1f%%), first divergent token: ", c->agree, c->total,
+            100.0 * c->agree / (c->total ? c->total : 1));
+    if (c->first_step < 0)
+        fprintf(f, "none");
+    else
+        fprintf(f, "prompt %d step %d", c->first_prompt, c->first_step);
+    if (judge) fprintf(f, "  %s", ok ? "PASS" : "FAIL");
+    fprintf(f, "\n  per-step max err:");
+    for (int s = 0; s <= ps->steps; s++) fprintf(f, " %.2g", c->step_err[s]);
+    fprintf(f, "\n");
+    if (judge && !ok) *pass = false;
+}
+
+double mr_cli_probe_default_tol(mr_format f) {
+    return f == MR_FMT_NVFP4 ? 5e-2 : f == MR_FMT_FP8_BLOCK ? 2e-2 : 1e-3;
+}
+
+int mr_cli_probe_open(const char *cmd, const mr_options *base, const char *model_dir, const char *runner,
+                      const mr_cli_probe_set *ps, mr_resolution **r, mr_model **m, bool quiet_fail) {
+    mr_options o;
+    if (mr_options_init(&o)) return 1;
+    for (int i = 0; i < MR_OPT_COUNT; i++)
+        if (mr_options_is_explicit(base, (mr_opt_id)i)) mr_options_set(&o, mr_option_at(i)->name, base->value[i], base->source[i]);
+    mr_options_set(&o, "model", model_dir, MR_SRC_FLAG);
+    if (runner) mr_options_set(&o, "moe_runner_backend", runner, MR_SRC_FLAG);
+    *r = NULL;
+    *m = NULL;
+    int rc = 0;
+    if (mr_resolve(&o, r) != MR_OK || mr_exec_apply(mr_resolution_exec(*r)) != MR_OK) {
+        if (!quiet_fail) mr_cli_fail(cmd, "resolution failed");
+        rc = 2;
+    } else {
+        int64_t longest, total;
+        mr_cli_probe_set_sizes(ps, &longest, &total);
+        mr_model_opts mo = {.exec = mr_resolution_exec(*r), .max_batch = ps->n, .max_ctx = longest + ps->steps + 1,
+                            .max_tokens = total, .quiet = true};
+        if (mr_model_open(model_dir, &mo, m)) {
+            mr_cli_fail(cmd, "cannot load the model");
+            rc = 1;
+        }
+    }
+    mr_options_free(&o);
+    return rc;
+}

@@ -1,0 +1,381 @@
+/* respond.c — turning a job's tokens into what the client reads: per choice,
+ * the streaming detokenizer (an incomplete UTF-8 sequence waits for the next
+ * token), the stop strings (a partial match waits until it is decided; a
+ * match ends the choice and cancels its gen), the reasoning / tool-call
+ * parser of chat, then either one SSE event per token (serving.md section 2)
+ * or, at the end, the whole JSON body.
+ *
+ * Event shapes (one JSON object per line, "data: " before, a blank line after):
+ *   completions  {"id","object":"text_completion","created","model",
+ *                 "choices":[{"index","text","logprobs":null,"finish_reason"}]}
+ *   chat         {"id","object":"chat.completion.chunk","created","model",
+ *                 "choices":[{"index","delta":{...},"logprobs":null,"finish_reason"}]}
+ *   usage        the same head with "choices":[] and "usage":{...}, before "data: [DONE]".
+ * A checkpoint without a tokenizer adds "token_ids" to each choice. */
+#include <stdio.h>
+#include <string.h>
+
+#include "serve/serve_internal.h"
+
+typedef struct {
+    sv_gen *g;
+    sv_detok *dt;
+    sv_parse *ps;
+    sv_stop stop;
+    sv_buf text;          /* decoded completion so far */
+    size_t scanned, sent; /* stop strings searched up to; bytes released to the client */
+    int64_t consumed;     /* tokens taken from g->out */
+    int64_t counted;      /* completion tokens (up to the token that ended it) */
+    int64_t cached;       /* prompt tokens found in the prefix cache */
+    bool done;
+    const char *reason;
+    bool failed;
+    char err[200];
+    /* the non-streaming body */
+    sv_buf content, reasoning, ids;
+    json_t *calls;
+    int n_calls;
+} sv_choice;
+
+struct sv_out {
+    sv_job *j;
+    const sv_text *t;
+    bool chat, ids_mode, stream;
+    int n;
+    sv_choice *c;
+    sv_buf head;          /* {"id":..,"object":..,"created":..,"model":.., */
+    bool started, finished;
+    int64_t prompt_tokens;
+};
+
+void sv_job_cancel(sv_job *j) {
+    for (int i = 0; i < j->n_gen; i++) atomic_store(&j->gens[i].cancel, 1);
+}
+
+void sv_out_free(sv_out *o) {
+    if (!o) return;
+    for (int i = 0; i < o->n; i++) {
+        sv_choice *c = &o->c[i];
+        sv_detok_free(c->dt);
+        sv_parse_free(c->ps);
+        sv_buf_free(&c->text);
+        sv_buf_free(&c->content);
+        sv_buf_free(&c->reasoning);
+        sv_buf_free(&c->ids);
+        json_decref(c->calls);
+    }
+    mr_free(o->c);
+    sv_buf_free(&o->head);
+    mr_free(o);
+}
+
+mr_status sv_out_new(sv_job *j, const sv_text *t, const char *model_name, sv_out **out) {
+    *out = NULL;
+    sv_out *o = mr_calloc(1, sizeof *o);
+    if (!o) return MR_ENOMEM;
+    o->j = j;
+    o->t = t;
+    o->chat = j->req.kind == SV_CHAT;
+    o->stream = j->req.stream;
+    o->ids_mode = !sv_text_has_tokenizer(t);
+    o->n = j->n_gen;
+    for (int i = 0; i < j->n_prompts; i++) o->prompt_tokens += j->prompt_len[i];
+    if (!(o->c = mr_calloc((size_t)o->n, sizeof *o->c))) goto oom;
+    for (int i = 0; i < o->n; i++) {
+        sv_choice *c = &o->c[i];
+        c->g = &j->gens[i];
+        sv_stop_init(&c->stop, j->req.n_stop, j->req.stop);
+        if (!o->ids_mode && sv_detok_new(t, j->req.skip_special_tokens, &c->dt)) goto oom;
+        if (o->chat && sv_parse_new(t, j->req.tool_choice == SV_TOOLS_NONE ? NULL : j->req.tools,
+                                    j->req.separate_reasoning, &c->ps))
+            goto oom;
+        if (o->chat && !(c->calls = json_array())) goto oom;
+    }
+    if (sv_buf_printf(&o->head, "{\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":", j->id,
+                      o->chat ? (o->stream ? "chat.completion.chunk" : "chat.completion")
+                              : "text_completion",
+                      (long long)j->created) ||
+        sv_buf_json_str(&o->head, model_name, strlen(model_name)) || sv_buf_add(&o->head, ",", 1))
+        goto oom;
+    *out = o;
+    return MR_OK;
+oom:
+    sv_out_free(o);
+    return mr_error_set(MR_ENOMEM, NULL);
+}
+
+static const char *fin_reason(sv_fin f) {
+    switch (f) {
+    case SV_FIN_STOP: return "stop";
+    case SV_FIN_LENGTH: return "length";
+    case SV_FIN_ABORT: return "abort";
+    default: return "error";
+    }
+}
+
+static int64_t completion_tokens(const sv_out *o) {
+    int64_t n = 0;
+    for (int i = 0; i < o->n; i++) n += o->c[i].counted;
+    return n;
+}
+
+static int usage_obj(const sv_out *o, sv_buf *b) {
+    int64_t ct = completion_tokens(o), cached = 0;
+    for (int i = 0; i < o->n; i += o->j->req.n) cached += o->c[i].cached; /* once per prompt */
+    return sv_buf_printf(b,
+                         "{\"prompt_tokens\":%lld,\"completion_tokens\":%lld,\"total_tokens\":%lld,"
+                         "\"prompt_tokens_details\":{\"cached_tokens\":%lld}}",
+                         (long long)o->prompt_tokens, (long long)ct, (long long)(o->prompt_tokens + ct),
+                         (long long)cached);
+}
+
+/* One SSE event for choice i: text/content delta d (chat: the parsed parts),
+ * the token id (ids mode, -1 none), finish reason or NULL. */
+static int event(sv_out *o, sv_buf *b, int i, const sv_parse_out *po, const char *d, size_t nd, int32_t tok,
+                 const char *reason, bool role) {
+    if (sv_buf_add(b, "data: ", 6) || sv_buf_add(b, o->head.p, o->head.len) ||
+        sv_buf_printf(b, "\"choices\":[{\"index\":%d,", i))
+        return -1;
+    if (o->chat) {
+        if (sv_buf_add(b, "\"delta\":{", 9)) return -1;
+        bool any = false;
+        if (role) {
+            if (sv_buf_add(b, "\"role\":\"assistant\",\"content\":\"\"", 31)) return -1;
+            any = true;
+        }
+        if (po && po->n_reasoning) {
+            if ((any && sv_buf_add(b, ",", 1)) || sv_buf_add(b, "\"reasoning_content\":", 20) ||
+                sv_buf_json_str(b, po->reasoning, po->n_reasoning))
+                return -1;
+            any = true;
+        }
+        if (po && po->n_content) {
+            if ((any && sv_buf_add(b, ",", 1)) || sv_buf_add(b, "\"content\":", 10) ||
+                sv_buf_json_str(b, po->content, po->n_content))
+                return -1;
+            any = true;
+        }
+        if (po && po->n_calls) {
+            if ((any && sv_buf_add(b, ",", 1)) || sv_buf_add(b, "\"tool_calls\":[", 14)) return -1;
+            for (int k = 0; k < po->n_calls; k++) {
+                const json_t *call = json_array_get(po->calls, (size_t)k);
+                const char *name = json_string_value(json_object_get(call, "name"));
+                const char *args = json_string_value(json_object_get(call, "arguments"));
+                int idx = o->c[i].n_calls - po->n_calls + k;
+                if ((k && sv_buf_add(b, ",", 1)) ||
+                    sv_buf_printf(b, "{\"index\":%d,\"id\":\"call_%s_%d_%d\",\"type\":\"function\",\"function\":{\"name\":",
+                                  idx, o->j->id, i, idx) ||
+                    sv_buf_json_str(b, name ? name : "", name ? strlen(name) : 0) ||
+                    sv_buf_add(b, ",\"arguments\":", 13) || sv_buf_json_str(b, args ? args : "{}", args ? strlen(args) : 2) ||
+                    sv_buf_add(b, "}}", 2))
+                    return -1;
+            }
+            if (sv_buf_add(b, "]", 1)) return -1;
+            any = true;
+        }
+        if (o->ids_mode && tok >= 0) {
+            if ((any && sv_buf_add(b, ",", 1)) || sv_buf_printf(b, "\"content\":\"\"")) return -1;
+        }
+        if (sv_buf_add(b, "}", 1)) return -1;
+    } else {
+        if (sv_buf_add(b, "\"text\":", 7) || sv_buf_json_str(b, d, nd)) return -1;
+    }
+    if (o->ids_mode && tok >= 0 && sv_buf_printf(b, ",\"token_ids\":[%d]", tok)) return -1;
+    if (sv_buf_add(b, ",\"logprobs\":null,\"finish_reason\":", 33)) return -1;
+    if (reason ? sv_buf_printf(b, "\"%s\"", reason) : sv_buf_add(b, "null", 4)) return -1;
+    if (sv_buf_add(b, "}]", 2)) return -1;
+    if (o->j->req.continuous_usage) {
+        if (sv_buf_add(b, ",\"usage\":", 9) || usage_obj(o, b)) return -1;
+    } else if (o->j->req.include_usage) {
+        if (sv_buf_add(b, ",\"usage\":null", 13)) return -1;
+    }
+    return sv_buf_add(b, "}\n\n", 3);
+}
+
+/* Releases what the stop strings allow of c->text (everything when final),
+ * parses it (chat) and emits or accumulates it. tok: the token this follows
+ * (ids mode), or -1. */
+static int release(sv_out *o, int i, bool final, int32_t tok, sv_buf *sse) {
+    sv_choice *c = &o->c[i];
+    const sv_request *r = &o->j->req;
+    size_t safe = c->text.len;
+    if (c->stop.n && c->text.len > c->scanned) {
+        size_t cut, cut_end, s;
+        if (sv_stop_scan(&c->stop, c->text.p, c->text.len, c->scanned, &cut, &cut_end, &s)) {
+            safe = r->include_stop_str ? cut_end : cut;
+            if (safe < c->sent) safe = c->sent;
+            c->done = true;
+            c->reason = "stop";
+            atomic_store(&c->g->cancel, 1); /* the engine frees it at its next step */
+        } else {
+            safe = final ? c->text.len : s;
+        }
+        c->scanned = c->text.len;
+    } else if (c->stop.n && !final) {
+        safe = c->sent; /* no new text: what is held stays held */
+    }
+    if (safe < c->sent) safe = c->sent;
+    const char *d = c->text.p ? c->text.p + c->sent : "";
+    size_t nd = safe - c->sent;
+    c->sent = safe;
+    sv_parse_out po = {0};
+    if (o->chat) {
+        if (sv_parse_push(c->ps, d, nd, final || c->done, &po)) return -1;
+        c->n_calls += po.n_calls;
+    } else {
+        po.content = d;
+        po.n_content = nd;
+    }
+    if (o->stream) {
+        bool has = po.n_content || po.n_reasoning || po.n_calls || (o->ids_mode && tok >= 0);
+        if (has && event(o, sse, i, &po, d, nd, tok, NULL, false)) return -1;
+        return 0;
+    }
+    if (sv_buf_add(&c->content, po.content ? po.content : "", po.n_content) ||
+        sv_buf_add(&c->reasoning, po.reasoning ? po.reasoning : "", po.n_reasoning))
+        return -1;
+    for (int k = 0; k < po.n_calls; k++)
+        if (json_array_append(c->calls, json_array_get(po.calls, (size_t)k))) return -1;
+    if (o->ids_mode && tok >= 0 && sv_buf_printf(&c->ids, "%s%d", c->ids.len ? "," : "", tok)) return -1;
+    return 0;
+}
+
+/* The choice's last event: what is held back, then the finish reason. */
+static int finalize(sv_out *o, int i, sv_fin fin, const char *err, sv_buf *sse) {
+    sv_choice *c = &o->c[i];
+    if (!c->done) {
+        if (c->dt && sv_detok_flush(c->dt, &c->text.p, &c->text.len, &c->text.cap)) return -1;
+        if (release(o, i, true, -1, sse)) return -1;
+        if (!c->done) c->reason = fin_reason(fin);
+        c->done = true;
+        if (fin == SV_FIN_ERROR) {
+            c->failed = true;
+            snprintf(c->err, sizeof c->err, "%s", err && *err ? err : "the request failed in the engine");
+        }
+    }
+    if (o->chat && c->n_calls && !strcmp(c->reason, "stop")) c->reason = "tool_calls";
+    if (!o->stream) return 0;
+    if (c->failed) {
+        sv_error e;
+        sv_fail(&e, 500, NULL, "%s", c->err);
+        char *body = sv_error_body(&e);
+        int rc = body ? sv_buf_printf(sse, "data: %s\n\n", body) : -1;
+        free(body);
+        return rc;
+    }
+    return event(o, sse, i, NULL, "", 0, -1, c->reason, false);
+}
+
+int sv_out_advance(sv_out *o, sv_buf *sse) {
+    sv_job *j = o->j;
+    if (o->finished) return 1;
+    if (!o->started) {
+        o->started = true;
+        if (o->stream && o->chat)
+            for (int i = 0; i < o->n; i++)
+                if (event(o, sse, i, NULL, "", 0, -1, NULL, true)) return -1;
+        if (o->stream && j->req.echo)
+            for (int i = 0; i < o->n; i++) {
+                const char *pt = j->prompt_text[i / j->req.n];
+                sv_parse_out po = {.content = pt, .n_content = pt ? strlen(pt) : 0};
+                if (po.n_content && event(o, sse, i, &po, pt, po.n_content, -1, NULL, false)) return -1;
+            }
+    }
+    /* per choice, a snapshot of what the engine published: out[] only grows and never moves */
+    bool all_done = true;
+    for (int i = 0; i < o->n; i++) {
+        sv_choice *c = &o->c[i];
+        if (c->done && c->reason) continue;
+        pthread_mutex_lock(&j->mu);
+        int64_t avail = c->g->n_out;
+        sv_fin fin = c->g->fin;
+        char err[200];
+        snprintf(err, sizeof err, "%s", c->g->err);
+        c->cached = c->g->cached_tokens;
+        pthread_mutex_unlock(&j->mu);
+        while (!c->done && c->consumed < avail) {
+            int32_t tok = c->g->out[c->consumed++];
+            c->counted = c->consumed;
+            if (c->dt && sv_detok_push(c->dt, tok, &c->text.p, &c->text.len, &c->text.cap)) return -1;
+            if (release(o, i, false, o->ids_mode ? tok : -1, sse)) return -1;
+        }
+        if (c->done || (fin != SV_FIN_NONE && c->consumed == avail)) {
+            if (finalize(o, i, fin == SV_FIN_NONE ? SV_FIN_STOP : fin, err, sse)) return -1;
+        } else {
+            all_done = false;
+        }
+    }
+    if (!all_done) return 0;
+    o->finished = true;
+    if (o->stream) {
+        if (j->req.include_usage) {
+            if (sv_buf_add(sse, "data: ", 6) || sv_buf_add(sse, o->head.p, o->head.len) ||
+                sv_buf_add(sse, "\"choices\":[],\"usage\":", 21) || usage_obj(o, sse) || sv_buf_add(sse, "}\n\n", 3))
+                return -1;
+        }
+        if (sv_buf_add(sse, "data: [DONE]\n\n", 14)) return -1;
+    }
+    return 1;
+}
+
+char *sv_out_body(sv_out *o, int *http) {
+    for (int i = 0; i < o->n; i++)
+        if (o->c[i].failed) {
+            sv_error e;
+            sv_fail(&e, 500, NULL, "%s", o->c[i].err);
+            *http = 500;
+            return sv_error_body(&e);
+        }
+    sv_buf b = {0};
+    if (sv_buf_add(&b, o->head.p, o->head.len) || sv_buf_add(&b, "\"choices\":[", 11)) goto oom;
+    for (int i = 0; i < o->n; i++) {
+        sv_choice *c = &o->c[i];
+        if (sv_buf_printf(&b, "%s{\"index\":%d,", i ? "," : "", i)) goto oom;
+        if (o->chat) {
+            if (sv_buf_add(&b, "\"message\":{\"role\":\"assistant\",\"content\":", 40)) goto oom;
+            if (c->content.len || !c->n_calls) {
+                if (sv_buf_json_str(&b, c->content.p ? c->content.p : "", c->content.len)) goto oom;
+            } else if (sv_buf_add(&b, "null", 4)) {
+                goto oom;
+            }
+            if (c->reasoning.len && (sv_buf_add(&b, ",\"reasoning_content\":", 21) ||
+                                     sv_buf_json_str(&b, c->reasoning.p, c->reasoning.len)))
+                goto oom;
+            if (c->n_calls) {
+                if (sv_buf_add(&b, ",\"tool_calls\":[", 15)) goto oom;
+                for (size_t k = 0; k < json_array_size(c->calls); k++) {
+                    const json_t *call = json_array_get(c->calls, k);
+                    const char *name = json_string_value(json_object_get(call, "name"));
+                    const char *args = json_string_value(json_object_get(call, "arguments"));
+                    if ((k && sv_buf_add(&b, ",", 1)) ||
+                        sv_buf_printf(&b, "{\"id\":\"call_%s_%d_%zu\",\"type\":\"function\",\"function\":{\"name\":",
+                                      o->j->id, i, k) ||
+                        sv_buf_json_str(&b, name ? name : "", name ? strlen(name) : 0) ||
+                        sv_buf_add(&b, ",\"arguments\":", 13) ||
+                        sv_buf_json_str(&b, args ? args : "{}", args ? strlen(args) : 2) || sv_buf_add(&b, "}}", 2))
+                        goto oom;
+                }
+                if (sv_buf_add(&b, "]", 1)) goto oom;
+            }
+            if (sv_buf_add(&b, "}", 1)) goto oom;
+        } else {
+            const char *pt = o->j->req.echo ? o->j->prompt_text[i / o->j->req.n] : NULL;
+            sv_buf t = {0};
+            if ((pt && sv_buf_add(&t, pt, strlen(pt))) || sv_buf_add(&t, c->content.p ? c->content.p : "", c->content.len) ||
+                sv_buf_add(&b, "\"text\":", 7) || sv_buf_json_str(&b, t.p ? t.p : "", t.len)) {
+                sv_buf_free(&t);
+                goto oom;
+            }
+            sv_buf_free(&t);
+        }
+        if (o->ids_mode && sv_buf_printf(&b, ",\"token_ids\":[%s]", c->ids.p ? c->ids.p : "")) goto oom;
+        if (sv_buf_printf(&b, ",\"logprobs\":null,\"finish_reason\":\"%s\"}", c->reason ? c->reason : "stop")) goto oom;
+    }
+    if (sv_buf_add(&b, "],\"usage\":", 10) || usage_obj(o, &b) || sv_buf_add(&b, "}", 1)) goto oom;
+    *http = 200;
+    return b.p;
+oom:
+    sv_buf_free(&b);
+    *http = 500;
+    return NULL;
+}
