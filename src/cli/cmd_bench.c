@@ -716,11 +716,12 @@ static int bench_dense(int argc, char **argv) {
 
 int mr_cmd_bench(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        printf("usage: moerun bench moe|dense [options]   (`moerun bench moe --help`, `moerun bench dense --help`)\n");
+        printf("usage: moerun bench moe|dense|serve [options]   (`moerun bench <name> --help`)\n");
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "moe")) return bench_moe(argc - 1, argv + 1);
     if (!strcmp(argv[1], "dense")) return bench_dense(argc - 1, argv + 1);
-    fprintf(stderr, "moerun bench: unknown benchmark '%s' (available: moe, dense)\n", argv[1]);
+    if (!strcmp(argv[1], "serve")) return mr_cmd_bench_serve(argc - 1, argv + 1);
+    fprintf(stderr, "moerun bench: unknown benchmark '%s' (available: moe, dense, serve)\n", argv[1]);
     return 2;
 }

@@ -13,6 +13,7 @@
 #pragma weak mr_cmd_quantize
 #pragma weak mr_cmd_generate
 #pragma weak mr_cmd_probe
+#pragma weak mr_cmd_serve
 
 typedef struct {
     const char *name;
@@ -29,6 +30,7 @@ static const command commands[] = {
     {"quantize", mr_cmd_quantize, "convert a bf16 checkpoint to FP8 block or NVFP4"},
     {"generate", mr_cmd_generate, "generate token ids from a prompt"},
     {"probe", mr_cmd_probe, "temperature-0 correctness probe of every runner against the reference"},
+    {"serve", mr_cmd_serve, "OpenAI-compatible HTTP server (completions, chat, metrics)"},
 };
 
 void mr_cli_fail(const char *cmd, const char *what) {
