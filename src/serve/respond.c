@@ -155,18 +155,19 @@ static int event(sv_out *o, sv_buf *b, int i, const sv_parse_out *po, const char
                 return -1;
             any = true;
         }
-        if (po && po->n_calls) {
+        if (po && po->n_tools) {
             if ((any && sv_buf_add(b, ",", 1)) || sv_buf_add(b, "\"tool_calls\":[", 14)) return -1;
-            for (int k = 0; k < po->n_calls; k++) {
-                const json_t *call = json_array_get(po->calls, (size_t)k);
-                const char *name = json_string_value(json_object_get(call, "name"));
-                const char *args = json_string_value(json_object_get(call, "arguments"));
-                int idx = o->c[i].n_calls - po->n_calls + k;
-                if ((k && sv_buf_add(b, ",", 1)) ||
-                    sv_buf_printf(b, "{\"index\":%d,\"id\":\"call_%s_%d_%d\",\"type\":\"function\",\"function\":{\"name\":",
-                                  idx, o->j->id, i, idx) ||
-                    sv_buf_json_str(b, name ? name : "", name ? strlen(name) : 0) ||
-                    sv_buf_add(b, ",\"arguments\":", 13) || sv_buf_json_str(b, args ? args : "{}", args ? strlen(args) : 2) ||
+            for (size_t k = 0; k < po->n_tools; k++) {
+                const sv_tool_piece *t = &po->tools[k];
+                if ((k && sv_buf_add(b, ",", 1)) || sv_buf_printf(b, "{\"index\":%d,", t->index)) return -1;
+                if (t->id && (sv_buf_add(b, "\"id\":", 5) || sv_buf_json_str(b, t->id, strlen(t->id)) ||
+                              sv_buf_add(b, ",\"type\":\"function\",", 19)))
+                    return -1;
+                if (sv_buf_add(b, "\"function\":{", 12)) return -1;
+                if (t->name && (sv_buf_add(b, "\"name\":", 7) || sv_buf_json_str(b, t->name, strlen(t->name)) ||
+                                sv_buf_add(b, ",", 1)))
+                    return -1;
+                if (sv_buf_add(b, "\"arguments\":", 12) || sv_buf_json_str(b, t->args ? t->args : "", t->args_len) ||
                     sv_buf_add(b, "}}", 2))
                     return -1;
             }
@@ -190,6 +191,40 @@ static int event(sv_out *o, sv_buf *b, int i, const sv_parse_out *po, const char
         if (sv_buf_add(b, ",\"usage\":null", 13)) return -1;
     }
     return sv_buf_add(b, "}\n\n", 3);
+}
+
+/* Sends (stream) or keeps (body) one parsed piece of choice i. */
+static int emit(sv_out *o, int i, const sv_parse_out *po, const char *d, size_t nd, int32_t tok, sv_buf *sse) {
+    sv_choice *c = &o->c[i];
+    for (size_t k = 0; k < po->n_tools; k++) /* a new call: its first piece has the id */
+        if (po->tools[k].id) c->n_calls++;
+    if (o->stream) {
+        bool has = po->n_content || po->n_reasoning || po->n_tools || (o->ids_mode && tok >= 0);
+        return has ? event(o, sse, i, po, d, nd, tok, NULL, false) : 0;
+    }
+    if (sv_buf_add(&c->content, po->content ? po->content : "", po->n_content) ||
+        sv_buf_add(&c->reasoning, po->reasoning ? po->reasoning : "", po->n_reasoning))
+        return -1;
+    for (size_t k = 0; k < po->n_tools; k++) {
+        const sv_tool_piece *t = &po->tools[k];
+        json_t *call = json_array_get(c->calls, (size_t)t->index);
+        if (!call) {
+            call = json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", t->id ? t->id : "", "type", "function", "function", "name",
+                             t->name ? t->name : "", "arguments", "");
+            if (!call || json_array_append_new(c->calls, call)) return -1;
+        }
+        json_t *fn = json_object_get(call, "function");
+        const char *a = json_string_value(json_object_get(fn, "arguments"));
+        sv_buf cat = {0};
+        if (sv_buf_add(&cat, a ? a : "", a ? strlen(a) : 0) || sv_buf_add(&cat, t->args ? t->args : "", t->args_len) ||
+            json_object_set_new(fn, "arguments", json_stringn(cat.p, cat.len))) {
+            sv_buf_free(&cat);
+            return -1;
+        }
+        sv_buf_free(&cat);
+    }
+    if (o->ids_mode && tok >= 0 && sv_buf_printf(&c->ids, "%s%d", c->ids.len ? "," : "", tok)) return -1;
+    return 0;
 }
 
 /* Releases what the stop strings allow of c->text (everything when final),
@@ -220,23 +255,15 @@ static int release(sv_out *o, int i, bool final, int32_t tok, sv_buf *sse) {
     c->sent = safe;
     sv_parse_out po = {0};
     if (o->chat) {
-        if (sv_parse_push(c->ps, d, nd, final || c->done, &po)) return -1;
-        c->n_calls += po.n_calls;
+        if (sv_parse_push(c->ps, d, nd, &po)) return -1;
     } else {
         po.content = d;
         po.n_content = nd;
     }
-    if (o->stream) {
-        bool has = po.n_content || po.n_reasoning || po.n_calls || (o->ids_mode && tok >= 0);
-        if (has && event(o, sse, i, &po, d, nd, tok, NULL, false)) return -1;
-        return 0;
+    if (emit(o, i, &po, d, nd, tok, sse)) return -1;
+    if (o->chat && (final || c->done)) { /* the parser's held-back tail */
+        if (sv_parse_finish(c->ps, &po) || emit(o, i, &po, "", 0, -1, sse)) return -1;
     }
-    if (sv_buf_add(&c->content, po.content ? po.content : "", po.n_content) ||
-        sv_buf_add(&c->reasoning, po.reasoning ? po.reasoning : "", po.n_reasoning))
-        return -1;
-    for (int k = 0; k < po.n_calls; k++)
-        if (json_array_append(c->calls, json_array_get(po.calls, (size_t)k))) return -1;
-    if (o->ids_mode && tok >= 0 && sv_buf_printf(&c->ids, "%s%d", c->ids.len ? "," : "", tok)) return -1;
     return 0;
 }
 
@@ -333,7 +360,7 @@ char *sv_out_body(sv_out *o, int *http) {
         if (sv_buf_printf(&b, "%s{\"index\":%d,", i ? "," : "", i)) goto oom;
         if (o->chat) {
             if (sv_buf_add(&b, "\"message\":{\"role\":\"assistant\",\"content\":", 40)) goto oom;
-            if (c->content.len || !c->n_calls) {
+            if (c->content.len || !json_array_size(c->calls)) {
                 if (sv_buf_json_str(&b, c->content.p ? c->content.p : "", c->content.len)) goto oom;
             } else if (sv_buf_add(&b, "null", 4)) {
                 goto oom;
@@ -341,21 +368,11 @@ char *sv_out_body(sv_out *o, int *http) {
             if (c->reasoning.len && (sv_buf_add(&b, ",\"reasoning_content\":", 21) ||
                                      sv_buf_json_str(&b, c->reasoning.p, c->reasoning.len)))
                 goto oom;
-            if (c->n_calls) {
-                if (sv_buf_add(&b, ",\"tool_calls\":[", 15)) goto oom;
-                for (size_t k = 0; k < json_array_size(c->calls); k++) {
-                    const json_t *call = json_array_get(c->calls, k);
-                    const char *name = json_string_value(json_object_get(call, "name"));
-                    const char *args = json_string_value(json_object_get(call, "arguments"));
-                    if ((k && sv_buf_add(&b, ",", 1)) ||
-                        sv_buf_printf(&b, "{\"id\":\"call_%s_%d_%zu\",\"type\":\"function\",\"function\":{\"name\":",
-                                      o->j->id, i, k) ||
-                        sv_buf_json_str(&b, name ? name : "", name ? strlen(name) : 0) ||
-                        sv_buf_add(&b, ",\"arguments\":", 13) ||
-                        sv_buf_json_str(&b, args ? args : "{}", args ? strlen(args) : 2) || sv_buf_add(&b, "}}", 2))
-                        goto oom;
-                }
-                if (sv_buf_add(&b, "]", 1)) goto oom;
+            if (json_array_size(c->calls)) {
+                char *calls = json_dumps(c->calls, JSON_COMPACT);
+                int bad = !calls || sv_buf_add(&b, ",\"tool_calls\":", 14) || sv_buf_add(&b, calls, strlen(calls));
+                free(calls);
+                if (bad) goto oom;
             }
             if (sv_buf_add(&b, "}", 1)) goto oom;
         } else {

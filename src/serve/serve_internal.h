@@ -97,9 +97,9 @@ void sv_request_free(sv_request *r);
 bool sv_json_depth_ok(const char *body, size_t len, int max_depth, sv_error *e);
 
 /* ======================================================================
- * Stop strings (stop.c): finds the earliest stop string in a growing text
- * and says how much of the text is safe to send, holding back a tail that
- * could still be the start of a stop string.
+ * Stop strings (stop.c): finds the first stop string a growing text
+ * completes and says how much of the text is safe to send, holding back a
+ * tail that could still be the start of a stop string.
  * ====================================================================== */
 typedef struct {
     int n;
@@ -110,7 +110,7 @@ typedef struct {
 
 void sv_stop_init(sv_stop *st, int n, char *const *s);
 /* text[0..n): the whole decoded output so far. Returns true when a stop
- * string occurs: *cut is where it starts (the output ends there) and *cut_end
+ * string occurs (the one that ends first): *cut is where it starts (the output ends there) and *cut_end
  * where it ends. Otherwise *safe is the length that can be sent: all of it
  * except a suffix that is a proper prefix of some stop string. from: bytes
  * before this were already searched (a match can only end after from). */
@@ -180,17 +180,30 @@ mr_status sv_detok_push(sv_detok *d, int32_t id, char **buf, size_t *len, size_t
 /* End of stream: whatever is held back (invalid tails become U+FFFD). */
 mr_status sv_detok_flush(sv_detok *d, char **buf, size_t *len, size_t *cap);
 
-/* Incremental reasoning / tool-call split of a chat answer. */
+/* Incremental reasoning / tool-call split of a chat answer (text may come in
+ * any pieces). A tool call streams as pieces: the first carries its id and
+ * name, later ones argument text, as OpenAI's deltas do. */
 typedef struct sv_parse sv_parse;
 typedef struct {
-    const char *reasoning; size_t n_reasoning;
-    const char *content; size_t n_content;
-    int n_calls;             /* complete tool calls that this push finished */
-    json_t *calls;           /* array of {"name", "arguments" (a JSON string)}: owned by the parser until the next push */
+    int index;              /* the call's index in the message */
+    const char *id, *name;  /* on a call's first piece, else NULL */
+    const char *args;       /* argument JSON text piece (may be "") */
+    size_t args_len;
+} sv_tool_piece;
+typedef struct {
+    const char *reasoning;
+    size_t n_reasoning;
+    const char *content;
+    size_t n_content;
+    const sv_tool_piece *tools;
+    size_t n_tools;
 } sv_parse_out;
+/* tools: the request's tools (NULL: tool calls stay content); reasoning:
+ * split reasoning_content out. Pointers in *o live until the next call. */
 mr_status sv_parse_new(const sv_text *t, const json_t *tools, bool reasoning, sv_parse **out);
 void sv_parse_free(sv_parse *p);
-mr_status sv_parse_push(sv_parse *p, const char *text, size_t n, bool final, sv_parse_out *o);
+mr_status sv_parse_push(sv_parse *p, const char *text, size_t n, sv_parse_out *o);
+mr_status sv_parse_finish(sv_parse *p, sv_parse_out *o);
 
 /* ======================================================================
  * The job: one HTTP request as the engine sees it. A request with k prompts

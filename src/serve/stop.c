@@ -1,6 +1,8 @@
-/* stop.c — stop strings over a growing decoded text. The output ends just
- * before the earliest occurrence of any stop string (vLLM's and OpenAI's
- * rule: the stop string itself is not returned unless asked). While no stop
+/* stop.c — stop strings over a growing decoded text. Generation stops at the
+ * first stop string it completes (the occurrence with the smallest end; on a
+ * tie the longer one), whatever pieces the text arrived in, and the output
+ * ends just before it (vLLM's and OpenAI's rule: the stop string itself is
+ * not returned unless asked). While no stop
  * string has occurred, the longest suffix of the text that is a proper
  * prefix of some stop string is held back, so that a stream never sends
  * bytes that a later token turns into a stop. */
@@ -20,7 +22,9 @@ void sv_stop_init(sv_stop *st, int n, char *const *s) {
 
 bool sv_stop_scan(const sv_stop *st, const char *text, size_t n, size_t from, size_t *cut, size_t *cut_end,
                   size_t *safe) {
-    /* earliest match: a match that ends after `from` starts at or after from - (len - 1) */
+    /* the match that completes first (smallest end; ties: the longer), which is
+     * the one generation reaches first whatever the pieces the text came in;
+     * a match that ends after `from` starts at or after from - (len - 1) */
     bool found = false;
     size_t best = 0, best_end = 0;
     for (int i = 0; i < st->n; i++) {
@@ -28,9 +32,9 @@ bool sv_stop_scan(const sv_stop *st, const char *text, size_t n, size_t from, si
         if (L == 0 || L > n) continue;
         size_t start = from >= L - 1 ? from - (L - 1) : 0;
         for (size_t p = start; p + L <= n; p++) {
-            if (found && p >= best) break;
+            if (found && p + L > best_end) break;
             if (text[p] == st->s[i][0] && !memcmp(text + p, st->s[i], L)) {
-                if (!found || p < best || (p == best && p + L > best_end)) {
+                if (!found || p + L < best_end || (p + L == best_end && p < best)) {
                     best = p;
                     best_end = p + L;
                 }

@@ -86,10 +86,15 @@ mr_status sv_parse_new(const sv_text *t, const json_t *tools, bool reasoning, sv
     return MR_OK;
 }
 void sv_parse_free(sv_parse *p) { mr_free(p); }
-mr_status sv_parse_push(sv_parse *p, const char *text, size_t n, bool final, sv_parse_out *o) {
-    (void)p, (void)final;
+mr_status sv_parse_push(sv_parse *p, const char *text, size_t n, sv_parse_out *o) {
+    (void)p;
     memset(o, 0, sizeof *o);
     o->content = text;
     o->n_content = n;
+    return MR_OK;
+}
+mr_status sv_parse_finish(sv_parse *p, sv_parse_out *o) {
+    (void)p;
+    memset(o, 0, sizeof *o);
     return MR_OK;
 }
