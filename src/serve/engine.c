@@ -281,6 +281,23 @@ static int build_batch(sv_engine *e, int64_t *n_prefill) {
     return n;
 }
 
+/* The gauges of /metrics after a step, and the step's generated tokens. */
+static void gauges(sv_engine *e, int64_t generated) {
+    int64_t running = 0, used = 0;
+    for (int i = 0; i < e->max_running; i++)
+        if (e->slot[i]) {
+            running++;
+            used += e->slot[i]->n_fed + e->slot[i]->n_out;
+        }
+    pthread_mutex_lock(&e->met->mu);
+    e->met->generation_tokens += (uint64_t)generated;
+    e->met->running = running;
+    e->met->waiting = e->n_waiting;
+    e->met->kv_used_tokens = used;
+    e->met->kv_usage = (double)used / (double)((int64_t)e->max_running * e->ctx);
+    pthread_mutex_unlock(&e->met->mu);
+}
+
 static void *engine_main(void *arg) {
     sv_engine *e = arg;
     bool abort = false;
@@ -292,7 +309,10 @@ static void *engine_main(void *arg) {
         /* 3. build one batch */
         int64_t n_prefill;
         int n = build_batch(e, &n_prefill);
-        if (n == 0) continue;
+        if (n == 0) {
+            gauges(e, 0);
+            continue;
+        }
         /* 4. forward */
         mr_batch b = {.n_seq = n, .seq = e->b_seq, .n_tok = e->b_ntok, .tokens = e->b_tok};
         if (mr_model_forward(e->m, &b, e->logits) != MR_OK) {
@@ -334,19 +354,7 @@ static void *engine_main(void *arg) {
             if (fin != SV_FIN_NONE) finish(e, g, fin, NULL);
         }
         /* 7. gauges */
-        int64_t running = 0, used = 0;
-        for (int i = 0; i < e->max_running; i++)
-            if (e->slot[i]) {
-                running++;
-                used += e->slot[i]->n_fed + e->slot[i]->n_out;
-            }
-        pthread_mutex_lock(&e->met->mu);
-        e->met->generation_tokens += (uint64_t)generated;
-        e->met->running = running;
-        e->met->waiting = e->n_waiting;
-        e->met->kv_used_tokens = used;
-        e->met->kv_usage = (double)used / (double)((int64_t)e->max_running * e->ctx);
-        pthread_mutex_unlock(&e->met->mu);
+        gauges(e, generated);
     }
     /* stopping: everything still admitted ends as aborted */
     pthread_mutex_lock(&e->mu);
