@@ -37,8 +37,9 @@ enum { ST_LOADING = 0, ST_READY = 1, ST_DRAINING = 2 };
 /* One TCP connection, as the watchdog sees it. */
 typedef struct sv_conn {
     int fd;
-    int phase;                 /* 0 waiting for a head, 1 receiving the body, 2 handled */
-    uint64_t since_ns;         /* start of the phase */
+    int phase;                 /* 0 waiting for a head, 1 receiving the body, 2 answering */
+    uint64_t since_ns;         /* start of the phase; in phase 2, the last time the client took bytes */
+    bool busy;                 /* phase 2: the server is waiting for the engine, not for the client */
     bool killed;
     struct sv_conn *prev, *next;
 } sv_conn;
@@ -171,6 +172,16 @@ static bool peer_gone(struct MHD_Connection *c) {
     struct pollfd p = {.fd = ci->connect_fd, .events = POLLRDHUP};
     if (poll(&p, 1, 0) < 0) return false;
     return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+}
+
+/* Phase 2 bookkeeping for the watchdog: busy while the server waits for the
+ * engine; progress when the client has taken bytes. */
+static void conn_busy(sv_hreq *h, bool busy) {
+    if (!h->conn) return;
+    pthread_mutex_lock(&h->s->cmu);
+    h->conn->busy = busy;
+    if (!busy) h->conn->since_ns = mr_now_ns();
+    pthread_mutex_unlock(&h->s->cmu);
 }
 
 /* Waits until the engine publishes something for the job, up to 100 ms. */
@@ -539,6 +550,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     sv_hreq *h = cls;
     for (;;) {
         if (h->sse_off < h->sse.len) {
+            conn_busy(h, false);
             size_t n = h->sse.len - h->sse_off;
             if (n > max) n = max;
             memcpy(buf, h->sse.p + h->sse_off, n);
@@ -555,6 +567,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         if (r == 1) h->stream_done = true;
         if (h->sse.len || r == 1) continue;
         if (atomic_load(&h->s->stopping)) return MHD_CONTENT_READER_END_WITH_ERROR;
+        conn_busy(h, true);
         wait_job(h);
         if (peer_gone(h->mc)) return MHD_CONTENT_READER_END_WITH_ERROR; /* the completion callback cancels */
     }
@@ -596,6 +609,11 @@ static enum MHD_Result do_generate(mr_server *s, struct MHD_Connection *c, sv_hr
     h->job = j;
     atomic_fetch_add(&j->refs, 1); /* the engine's */
     sv_engine_submit(s->eng, j);
+    /* while the engine works the client may rightly hear nothing for long (a
+     * queue, a long prefill): libmicrohttpd's silence timeout is off for this
+     * response, and the watchdog's stalled-client check takes its place */
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+    conn_busy(h, true);
     if (j->req.stream) {
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, stream_reader, h, NULL);
         if (!resp) return MHD_NO;
@@ -625,6 +643,7 @@ static enum MHD_Result do_generate(mr_server *s, struct MHD_Connection *c, sv_hr
         }
     }
     sv_buf_free(&none);
+    conn_busy(h, false);
     int status;
     char *body = sv_out_body(h->out, &status);
     if (!body) return fail(s, c, 500, NULL, "out of memory");
@@ -681,22 +700,26 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         size_t n = *upload_size;
         *upload_size = 0;
         h->received += n;
-        if (h->over) return MHD_YES;
+        if (h->over) return MHD_YES; /* read and dropped, so that the client sees the 413 (the body
+                                        deadline bounds how long) */
         if (h->body.len + n > s->o.max_body_bytes) {
             h->over = true;
             sv_buf_free(&h->body);
-            return fail(s, c, 413, NULL, "the body is over %zu bytes, this server's limit (--max-body-bytes)",
-                        s->o.max_body_bytes);
+            return MHD_YES;
         }
         if (sv_buf_add(&h->body, upload, n)) return fail(s, c, 500, NULL, "out of memory");
         return MHD_YES;
     }
     /* the whole request is in */
-    if (h->over) return MHD_YES; /* answered already */
+    if (h->over)
+        return fail(s, c, 413, NULL, "the body is %zu bytes, above this server's limit of %zu (--max-body-bytes)",
+                    h->received, s->o.max_body_bytes);
     h->t_arrive_ns = mr_now_ns();
     if (h->conn) {
         pthread_mutex_lock(&s->cmu);
         h->conn->phase = 2;
+        h->conn->busy = false;
+        h->conn->since_ns = mr_now_ns();
         pthread_mutex_unlock(&s->cmu);
     }
     if (!authorized(s, c) && h->route != R_HEALTH) {
@@ -715,7 +738,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)c;
     mr_server *s = cls;
     sv_hreq *h = *con_cls;
     if (!h) return;
@@ -729,9 +751,11 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
         sv_out_free(h->out);
         sv_job_release(h->job);
     }
+    if (h->job) MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->o.idle_timeout_s);
     if (h->conn) {
         pthread_mutex_lock(&s->cmu);
         h->conn->phase = 0;
+        h->conn->busy = false;
         h->conn->since_ns = mr_now_ns();
         pthread_mutex_unlock(&s->cmu);
     }
@@ -783,11 +807,14 @@ static void *watchdog(void *arg) {
         pthread_cond_timedwait(&s->ccv, &s->cmu, &ts);
         uint64_t now = mr_now_ns();
         for (sv_conn *k = s->conns; k; k = k->next) {
-            if (k->killed || k->phase == 2) continue;
-            uint64_t lim = (uint64_t)(k->phase == 0 ? s->o.header_timeout_s : s->o.body_timeout_s) * 1000000000ull;
-            if (now - k->since_ns > lim) {
-                MR_DEBUG("serve: closing a connection that sent no complete request %s in %d s",
-                         k->phase == 0 ? "head" : "body", k->phase == 0 ? s->o.header_timeout_s : s->o.body_timeout_s);
+            if (k->killed || (k->phase == 2 && k->busy)) continue;
+            int secs = k->phase == 0 ? s->o.header_timeout_s : k->phase == 1 ? s->o.body_timeout_s : s->o.idle_timeout_s;
+            if (now - k->since_ns > (uint64_t)secs * 1000000000ull) {
+                MR_DEBUG("serve: closing a connection: %s in %d s",
+                         k->phase == 0   ? "no complete request head"
+                         : k->phase == 1 ? "no complete body"
+                                         : "the client took none of its response",
+                         secs);
                 shutdown(k->fd, SHUT_RDWR);
                 k->killed = true;
             }
