@@ -933,7 +933,7 @@ mr_status mr_server_start(mr_server *s) {
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->o.idle_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
                             (unsigned)s->o.max_connections, MHD_OPTION_THREAD_STACK_SIZE, (size_t)512 * 1024,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
-                            MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
+                            MHD_OPTION_END);
     int err = errno;
     freeaddrinfo(ai);
     if (!s->d)
