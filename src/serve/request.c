@@ -33,6 +33,7 @@ int sv_fail(sv_error *e, int http, const char *param, const char *fmt, ...) {
 const char *sv_error_type(int http) {
     switch (http) {
     case 400: case 405: case 413: case 431: return "invalid_request_error";
+    case 401: return "authentication_error";
     case 404: return "not_found_error";
     case 503: return "unavailable_error";
     default: return "server_error";
