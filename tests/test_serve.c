@@ -93,6 +93,8 @@ typedef struct {
 static const bad_case bad[] = {
     {SV_COMPLETIONS, "{\"prompt\":", 400, "", "not valid JSON"},
     {SV_COMPLETIONS, "", 400, "", "not valid JSON"},
+    {SV_COMPLETIONS, "{\"lp\\\xd1\xa4", 400, "", "not valid JSON"}, /* the message quotes invalid UTF-8 */
+    {SV_COMPLETIONS, "{\"\xff\":1}", 400, "", "not valid JSON"},
     {SV_COMPLETIONS, "[1,2]", 400, "", "must be a JSON object"},
     {SV_COMPLETIONS, "{\"prompt\":\"a\",\"prompt\":\"b\"}", 400, "", "duplicate"},
     {SV_COMPLETIONS, "{\"prompt\":\"a\",\"foo\":1}", 400, "foo", "unknown field 'foo'"},

@@ -118,7 +118,7 @@ static long http(const char *base, const char *path, const char *body, char **ou
     if (curl_easy_perform(h) == CURLE_OK) curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
     curl_easy_cleanup(h);
     curl_slist_free_all(hd);
-    sv_buf_add(&b, "", 0);
+    sv_buf_lit(&b, "");
     if (out) *out = b.p;
     else sv_buf_free(&b);
     return code;
@@ -197,9 +197,9 @@ static void prompt_of(int k, int32_t *p, int *n) {
 
 static char *ids_json(const int32_t *p, int n) {
     sv_buf b = {0};
-    sv_buf_add(&b, "[", 1);
+    sv_buf_lit(&b, "[");
     for (int i = 0; i < n; i++) sv_buf_printf(&b, "%s%d", i ? "," : "", p[i]);
-    sv_buf_add(&b, "]", 1);
+    sv_buf_lit(&b, "]");
     return b.p;
 }
 
@@ -573,9 +573,9 @@ static void test_errors(void **st) {
                  "--max-completion-tokens");
     /* a prompt longer than the context: both numbers */
     sv_buf b = {0};
-    sv_buf_add(&b, "{\"prompt\":[", 11);
+    sv_buf_lit(&b, "{\"prompt\":[");
     for (int i = 0; i < 300; i++) sv_buf_printf(&b, "%s7", i ? "," : "");
-    sv_buf_add(&b, "]}", 2);
+    sv_buf_lit(&b, "]}");
     expect_error("/v1/completions", b.p, 400, "invalid_request_error", "prompt", "300 tokens, above this server's limit of 255");
     sv_buf_free(&b);
     expect_error("/v1/nothing", "{}", 404, "not_found_error", NULL, "no route");

@@ -95,7 +95,7 @@ mr_status mr_http_get(const char *base_url, const char *path, double timeout_s, 
         sv_buf_free(&b);
         return mr_error_set(MR_EIO, "GET %s: %s", url, curl_easy_strerror(rc));
     }
-    if (sv_buf_add(&b, "", 0)) {
+    if (sv_buf_lit(&b, "")) {
         sv_buf_free(&b);
         return MR_ENOMEM;
     }
@@ -127,7 +127,7 @@ static mr_status http_post(const char *base_url, const char *path, const char *j
         sv_buf_free(&b);
         return mr_error_set(MR_EIO, "POST %s: %s", url, curl_easy_strerror(rc));
     }
-    if (sv_buf_add(&b, "", 0)) {
+    if (sv_buf_lit(&b, "")) {
         sv_buf_free(&b);
         return MR_ENOMEM;
     }

@@ -41,12 +41,17 @@ const char *sv_error_type(int http) {
 }
 
 char *sv_error_body(const sv_error *e) {
-    json_t *o = json_pack("{s:{s:s,s:s,s:o,s:i}}", "error", "message", e->message, "type", sv_error_type(e->http),
-                          "param", e->param[0] ? json_string(e->param) : json_null(), "code", e->http);
-    if (!o) return NULL;
-    char *s = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
-    return s;
+    /* written by hand rather than with json_pack: the message may quote the
+     * client's bytes (jansson's parse errors do), and those need not be UTF-8 */
+    sv_buf b = {0};
+    if (sv_buf_lit(&b, "{\"error\":{\"message\":") || sv_buf_json_str(&b, e->message, strlen(e->message)) ||
+        sv_buf_printf(&b, ",\"type\":\"%s\",\"param\":", sv_error_type(e->http)) ||
+        (e->param[0] ? sv_buf_json_str(&b, e->param, strlen(e->param)) : sv_buf_lit(&b, "null")) ||
+        sv_buf_printf(&b, ",\"code\":%d}}", e->http)) {
+        sv_buf_free(&b);
+        return NULL;
+    }
+    return b.p;
 }
 
 bool sv_json_depth_ok(const char *body, size_t len, int max_depth, sv_error *e) {
@@ -557,7 +562,7 @@ static int content_text(const json_t *c, const char *nm, json_t **out, sv_error 
             sv_buf_free(&b);
             return sv_fail(e, 400, pn, "%s.text must be a string", pn);
         }
-        if ((j && sv_buf_add(&b, "\n", 1)) || sv_buf_add(&b, json_string_value(tx), json_string_length(tx))) {
+        if ((j && sv_buf_lit(&b, "\n")) || sv_buf_add(&b, json_string_value(tx), json_string_length(tx))) {
             sv_buf_free(&b);
             return sv_fail(e, 500, NULL, "out of memory");
         }

@@ -95,7 +95,7 @@ mr_status sv_out_new(sv_job *j, const sv_text *t, const char *model_name, sv_out
                       o->chat ? (o->stream ? "chat.completion.chunk" : "chat.completion")
                               : "text_completion",
                       (long long)j->created) ||
-        sv_buf_json_str(&o->head, model_name, strlen(model_name)) || sv_buf_add(&o->head, ",", 1))
+        sv_buf_json_str(&o->head, model_name, strlen(model_name)) || sv_buf_lit(&o->head, ","))
         goto oom;
     *out = o;
     return MR_OK;
@@ -133,64 +133,64 @@ static int usage_obj(const sv_out *o, sv_buf *b) {
  * the token id (ids mode, -1 none), finish reason or NULL. */
 static int event(sv_out *o, sv_buf *b, int i, const sv_parse_out *po, const char *d, size_t nd, int32_t tok,
                  const char *reason, bool role) {
-    if (sv_buf_add(b, "data: ", 6) || sv_buf_add(b, o->head.p, o->head.len) ||
+    if (sv_buf_lit(b, "data: ") || sv_buf_add(b, o->head.p, o->head.len) ||
         sv_buf_printf(b, "\"choices\":[{\"index\":%d,", i))
         return -1;
     if (o->chat) {
-        if (sv_buf_add(b, "\"delta\":{", 9)) return -1;
+        if (sv_buf_lit(b, "\"delta\":{")) return -1;
         bool any = false;
         if (role) {
-            if (sv_buf_add(b, "\"role\":\"assistant\",\"content\":\"\"", 31)) return -1;
+            if (sv_buf_lit(b, "\"role\":\"assistant\",\"content\":\"\"")) return -1;
             any = true;
         }
         if (po && po->n_reasoning) {
-            if ((any && sv_buf_add(b, ",", 1)) || sv_buf_add(b, "\"reasoning_content\":", 20) ||
+            if ((any && sv_buf_lit(b, ",")) || sv_buf_lit(b, "\"reasoning_content\":") ||
                 sv_buf_json_str(b, po->reasoning, po->n_reasoning))
                 return -1;
             any = true;
         }
         if (po && po->n_content) {
-            if ((any && sv_buf_add(b, ",", 1)) || sv_buf_add(b, "\"content\":", 10) ||
+            if ((any && sv_buf_lit(b, ",")) || sv_buf_lit(b, "\"content\":") ||
                 sv_buf_json_str(b, po->content, po->n_content))
                 return -1;
             any = true;
         }
         if (po && po->n_tools) {
-            if ((any && sv_buf_add(b, ",", 1)) || sv_buf_add(b, "\"tool_calls\":[", 14)) return -1;
+            if ((any && sv_buf_lit(b, ",")) || sv_buf_lit(b, "\"tool_calls\":[")) return -1;
             for (size_t k = 0; k < po->n_tools; k++) {
                 const sv_tool_piece *t = &po->tools[k];
-                if ((k && sv_buf_add(b, ",", 1)) || sv_buf_printf(b, "{\"index\":%d,", t->index)) return -1;
-                if (t->id && (sv_buf_add(b, "\"id\":", 5) || sv_buf_json_str(b, t->id, strlen(t->id)) ||
-                              sv_buf_add(b, ",\"type\":\"function\",", 19)))
+                if ((k && sv_buf_lit(b, ",")) || sv_buf_printf(b, "{\"index\":%d,", t->index)) return -1;
+                if (t->id && (sv_buf_lit(b, "\"id\":") || sv_buf_json_str(b, t->id, strlen(t->id)) ||
+                              sv_buf_lit(b, ",\"type\":\"function\",")))
                     return -1;
-                if (sv_buf_add(b, "\"function\":{", 12)) return -1;
-                if (t->name && (sv_buf_add(b, "\"name\":", 7) || sv_buf_json_str(b, t->name, strlen(t->name)) ||
-                                sv_buf_add(b, ",", 1)))
+                if (sv_buf_lit(b, "\"function\":{")) return -1;
+                if (t->name && (sv_buf_lit(b, "\"name\":") || sv_buf_json_str(b, t->name, strlen(t->name)) ||
+                                sv_buf_lit(b, ",")))
                     return -1;
-                if (sv_buf_add(b, "\"arguments\":", 12) || sv_buf_json_str(b, t->args ? t->args : "", t->args_len) ||
-                    sv_buf_add(b, "}}", 2))
+                if (sv_buf_lit(b, "\"arguments\":") || sv_buf_json_str(b, t->args ? t->args : "", t->args_len) ||
+                    sv_buf_lit(b, "}}"))
                     return -1;
             }
-            if (sv_buf_add(b, "]", 1)) return -1;
+            if (sv_buf_lit(b, "]")) return -1;
             any = true;
         }
         if (o->ids_mode && tok >= 0) {
-            if ((any && sv_buf_add(b, ",", 1)) || sv_buf_printf(b, "\"content\":\"\"")) return -1;
+            if ((any && sv_buf_lit(b, ",")) || sv_buf_printf(b, "\"content\":\"\"")) return -1;
         }
-        if (sv_buf_add(b, "}", 1)) return -1;
+        if (sv_buf_lit(b, "}")) return -1;
     } else {
-        if (sv_buf_add(b, "\"text\":", 7) || sv_buf_json_str(b, d, nd)) return -1;
+        if (sv_buf_lit(b, "\"text\":") || sv_buf_json_str(b, d, nd)) return -1;
     }
     if (o->ids_mode && tok >= 0 && sv_buf_printf(b, ",\"token_ids\":[%d]", tok)) return -1;
-    if (sv_buf_add(b, ",\"logprobs\":null,\"finish_reason\":", 33)) return -1;
-    if (reason ? sv_buf_printf(b, "\"%s\"", reason) : sv_buf_add(b, "null", 4)) return -1;
-    if (sv_buf_add(b, "}]", 2)) return -1;
+    if (sv_buf_lit(b, ",\"logprobs\":null,\"finish_reason\":")) return -1;
+    if (reason ? sv_buf_printf(b, "\"%s\"", reason) : sv_buf_lit(b, "null")) return -1;
+    if (sv_buf_lit(b, "}]")) return -1;
     if (o->j->req.continuous_usage) {
-        if (sv_buf_add(b, ",\"usage\":", 9) || usage_obj(o, b)) return -1;
+        if (sv_buf_lit(b, ",\"usage\":") || usage_obj(o, b)) return -1;
     } else if (o->j->req.include_usage) {
-        if (sv_buf_add(b, ",\"usage\":null", 13)) return -1;
+        if (sv_buf_lit(b, ",\"usage\":null")) return -1;
     }
-    return sv_buf_add(b, "}\n\n", 3);
+    return sv_buf_lit(b, "}\n\n");
 }
 
 /* Sends (stream) or keeps (body) one parsed piece of choice i. */
@@ -336,11 +336,11 @@ int sv_out_advance(sv_out *o, sv_buf *sse) {
     o->finished = true;
     if (o->stream) {
         if (j->req.include_usage) {
-            if (sv_buf_add(sse, "data: ", 6) || sv_buf_add(sse, o->head.p, o->head.len) ||
-                sv_buf_add(sse, "\"choices\":[],\"usage\":", 21) || usage_obj(o, sse) || sv_buf_add(sse, "}\n\n", 3))
+            if (sv_buf_lit(sse, "data: ") || sv_buf_add(sse, o->head.p, o->head.len) ||
+                sv_buf_lit(sse, "\"choices\":[],\"usage\":") || usage_obj(o, sse) || sv_buf_lit(sse, "}\n\n"))
                 return -1;
         }
-        if (sv_buf_add(sse, "data: [DONE]\n\n", 14)) return -1;
+        if (sv_buf_lit(sse, "data: [DONE]\n\n")) return -1;
     }
     return 1;
 }
@@ -354,32 +354,32 @@ char *sv_out_body(sv_out *o, int *http) {
             return sv_error_body(&e);
         }
     sv_buf b = {0};
-    if (sv_buf_add(&b, o->head.p, o->head.len) || sv_buf_add(&b, "\"choices\":[", 11)) goto oom;
+    if (sv_buf_add(&b, o->head.p, o->head.len) || sv_buf_lit(&b, "\"choices\":[")) goto oom;
     for (int i = 0; i < o->n; i++) {
         sv_choice *c = &o->c[i];
         if (sv_buf_printf(&b, "%s{\"index\":%d,", i ? "," : "", i)) goto oom;
         if (o->chat) {
-            if (sv_buf_add(&b, "\"message\":{\"role\":\"assistant\",\"content\":", 40)) goto oom;
+            if (sv_buf_lit(&b, "\"message\":{\"role\":\"assistant\",\"content\":")) goto oom;
             if (c->content.len || !json_array_size(c->calls)) {
                 if (sv_buf_json_str(&b, c->content.p ? c->content.p : "", c->content.len)) goto oom;
-            } else if (sv_buf_add(&b, "null", 4)) {
+            } else if (sv_buf_lit(&b, "null")) {
                 goto oom;
             }
-            if (c->reasoning.len && (sv_buf_add(&b, ",\"reasoning_content\":", 21) ||
+            if (c->reasoning.len && (sv_buf_lit(&b, ",\"reasoning_content\":") ||
                                      sv_buf_json_str(&b, c->reasoning.p, c->reasoning.len)))
                 goto oom;
             if (json_array_size(c->calls)) {
                 char *calls = json_dumps(c->calls, JSON_COMPACT);
-                int bad = !calls || sv_buf_add(&b, ",\"tool_calls\":", 14) || sv_buf_add(&b, calls, strlen(calls));
+                int bad = !calls || sv_buf_lit(&b, ",\"tool_calls\":") || sv_buf_add(&b, calls, strlen(calls));
                 free(calls);
                 if (bad) goto oom;
             }
-            if (sv_buf_add(&b, "}", 1)) goto oom;
+            if (sv_buf_lit(&b, "}")) goto oom;
         } else {
             const char *pt = o->j->req.echo ? o->j->prompt_text[i / o->j->req.n] : NULL;
             sv_buf t = {0};
             if ((pt && sv_buf_add(&t, pt, strlen(pt))) || sv_buf_add(&t, c->content.p ? c->content.p : "", c->content.len) ||
-                sv_buf_add(&b, "\"text\":", 7) || sv_buf_json_str(&b, t.p ? t.p : "", t.len)) {
+                sv_buf_lit(&b, "\"text\":") || sv_buf_json_str(&b, t.p ? t.p : "", t.len)) {
                 sv_buf_free(&t);
                 goto oom;
             }
@@ -388,7 +388,7 @@ char *sv_out_body(sv_out *o, int *http) {
         if (o->ids_mode && sv_buf_printf(&b, ",\"token_ids\":[%s]", c->ids.p ? c->ids.p : "")) goto oom;
         if (sv_buf_printf(&b, ",\"logprobs\":null,\"finish_reason\":\"%s\"}", c->reason ? c->reason : "stop")) goto oom;
     }
-    if (sv_buf_add(&b, "],\"usage\":", 10) || usage_obj(o, &b) || sv_buf_add(&b, "}", 1)) goto oom;
+    if (sv_buf_lit(&b, "],\"usage\":") || usage_obj(o, &b) || sv_buf_lit(&b, "}")) goto oom;
     *http = 200;
     return b.p;
 oom:

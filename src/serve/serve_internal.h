@@ -287,6 +287,8 @@ typedef struct {
     size_t len, cap;
 } sv_buf;
 int sv_buf_add(sv_buf *b, const char *s, size_t n);   /* 0 or -1 (out of memory) */
+/* Appends a string literal (its length from sizeof, never counted by hand). */
+#define sv_buf_lit(b, lit) sv_buf_add((b), "" lit, sizeof(lit) - 1)
 int sv_buf_printf(sv_buf *b, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
