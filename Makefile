@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 MAKEFLAGS += --no-print-directory
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build run test asan fuzz clean
+.PHONY: all deps build run test asan fuzz clean install uninstall
 
 all: build
 
@@ -33,6 +33,17 @@ asan: deps
 FUZZ_SECONDS ?= 60
 fuzz: deps
 	bash scripts/fuzz.sh $(FUZZ_SECONDS)
+
+# The library (static + shared), the public headers, the CLI and moerun.pc
+# under PREFIX (default /usr/local); DESTDIR stages a package.
+PREFIX ?= /usr/local
+install: build
+	DESTDIR="$(DESTDIR)" cmake --install $(BUILD) --prefix "$(PREFIX)"
+
+# Removes what the last `make install` wrote (CMake's install_manifest.txt).
+uninstall:
+	@test -f $(BUILD)/install_manifest.txt || { echo "no $(BUILD)/install_manifest.txt: nothing installed from $(BUILD)"; exit 1; }
+	xargs -d '\n' rm -f -- < $(BUILD)/install_manifest.txt
 
 clean:
 	rm -rf $(BUILD) build-asan build-fuzz

@@ -55,6 +55,30 @@ static mr_status resolve(const char *dir, mr_resolution **out, ...) {
     return s;
 }
 
+/* Can this host run kernels that use `flags`? Answered without the library's
+ * cpuid code where the compiler can (__builtin_cpu_supports), minus what
+ * MOERUN_CPU_MASK hides (the mask simulates a smaller host). */
+static bool host_can_run(uint32_t flags) {
+    __builtin_cpu_init();
+    const struct {
+        uint32_t bit;
+        bool has;
+    } known[] = {{MR_CPU_SSE42, __builtin_cpu_supports("sse4.2")},
+                 {MR_CPU_AVX2, __builtin_cpu_supports("avx2")},
+                 {MR_CPU_FMA, __builtin_cpu_supports("fma")},
+                 {MR_CPU_AVX512F, __builtin_cpu_supports("avx512f")},
+                 {MR_CPU_AVX512BW, __builtin_cpu_supports("avx512bw")},
+                 {MR_CPU_AVX512VL, __builtin_cpu_supports("avx512vl")},
+                 {MR_CPU_AVX512VNNI, __builtin_cpu_supports("avx512vnni")},
+                 {MR_CPU_AVX512BF16, __builtin_cpu_supports("avx512bf16")},
+                 {MR_CPU_AVX512VBMI, __builtin_cpu_supports("avx512vbmi")}};
+    uint32_t host = mr_cpu()->detected, hidden = 0; /* f16c, fp16, amx: the library's own detection */
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        host = known[i].has ? host | known[i].bit : host & ~known[i].bit;
+    assert_int_equal(mr_cpu_parse_mask(getenv("MOERUN_CPU_MASK"), &hidden), MR_OK);
+    return (flags & ~(host & ~hidden)) == 0;
+}
+
 typedef struct {
     mr_decl_kind kind;
     const char *source, *field, *value;
@@ -102,6 +126,11 @@ static void test_log_minimax_nvfp4(void **st) {
             {S, "a2a", "moe_a2a_backend", "none"},
             {S, "a2a", "ep_size", "1"},
             {S, "layout", "layout", "gateup=interleaved/16 inter_padded=1536 pack=nvfp4_r16k16"},
+            {S, "engine", "kv_cache_dtype", "bf16"},
+            {S, "engine", "context_length", NULL},
+            {S, "engine", "max_running_requests", "256"},
+            {S, "engine", "max_batch_tokens", "512"},
+            {S, "engine", "kv_cache_memory", NULL},
         };
         expect_log(r, want, sizeof want / sizeof want[0], false);
         /* the refusal says why, in the runner's own words */
@@ -133,7 +162,13 @@ static void test_log_minimax_nvfp4(void **st) {
         assert_string_equal(x->model->architecture, "MiniMaxM2ForCausalLM");
         assert_int_equal(x->model->quant.n_exclude, 5);
         assert_true(mr_quant_is_excluded(&x->model->quant, "lm_head.weight"));
-        assert_int_equal(mr_exec_check_runnable(x), MR_OK);
+        /* the simulated CPU decides the plan above; whether it runs HERE is the real host's answer */
+        if (host_can_run(x->cpu_flags)) {
+            assert_int_equal(mr_exec_check_runnable(x), MR_OK);
+        } else {
+            assert_int_equal(mr_exec_check_runnable(x), MR_EUNSUPPORTED);
+            assert_non_null(strstr(mr_error_last(), "not run here"));
+        }
         mr_resolution_free(r);
     }
 }
@@ -155,6 +190,11 @@ static void test_log_mixtral(void **st) {
         {S, "a2a", "moe_a2a_backend", "none"},
         {S, "a2a", "ep_size", "1"},
         {S, "layout", "layout", "gateup=interleaved/16 inter_padded=14336 pack=none"},
+        {S, "engine", "kv_cache_dtype", "bf16"},
+        {S, "engine", "context_length", NULL},
+        {S, "engine", "max_running_requests", "256"},
+        {S, "engine", "max_batch_tokens", "512"},
+        {S, "engine", "kv_cache_memory", NULL},
     };
     expect_log(r, want, sizeof want / sizeof want[0], false);
     const mr_exec *x = mr_resolution_exec(r);

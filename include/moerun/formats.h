@@ -62,8 +62,10 @@ mr_status mr_qmatrix_quantize(mr_qmatrix *out, mr_format fmt, const float *w, in
                               float shared_amax);
 /* Dequantizes row r into dst [cols] (fp32, exact products of the stored values). */
 void mr_qmatrix_dequant_row(const mr_qmatrix *m, int64_t r, float *dst);
-/* Bytes of data + scales. */
+/* Bytes of data + scales; of the data alone; of the scales alone. */
 size_t mr_qmatrix_bytes(const mr_qmatrix *m);
+size_t mr_qmatrix_data_bytes(const mr_qmatrix *m);
+size_t mr_qmatrix_scale_bytes(const mr_qmatrix *m);
 void mr_qmatrix_free(mr_qmatrix *m); /* frees owned buffers; safe on zeroed structs */
 
 /* ---- activation quantizers (reference) ---- */

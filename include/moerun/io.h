@@ -165,6 +165,17 @@ size_t mr_ckpt_count(const mr_ckpt *c);
 const mr_st_tensor *mr_ckpt_tensor_at(const mr_ckpt *c, size_t i);
 const mr_st_tensor *mr_ckpt_find(const mr_ckpt *c, const char *name); /* NULL if absent; sets no error */
 
+/* ---- giving mapped pages back ----
+ * After a tensor has been copied or repacked, its bytes in the mapping are no
+ * longer read: mr_st_release gives the pages of [p, p + n) back to the kernel
+ * (madvise MADV_DONTNEED on the pages wholly inside the range; a page shared
+ * with a neighbouring tensor stays) when the range lies in f's mapping, and
+ * leaves any other memory alone. The data stays readable: a later read
+ * faults it in again from the file. Returns the bytes given back.
+ * mr_ckpt_release does the same for whichever of the checkpoint's files maps p. */
+size_t mr_st_release(const mr_st_file *f, const void *p, size_t n);
+size_t mr_ckpt_release(const mr_ckpt *c, const void *p, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -12,6 +12,8 @@ int mr_cmd_gen_tiny(int argc, char **argv);
 int mr_cmd_quantize(int argc, char **argv);
 int mr_cmd_generate(int argc, char **argv);
 int mr_cmd_probe(int argc, char **argv);
+int mr_cmd_tokenize(int argc, char **argv);
+int mr_cmd_detokenize(int argc, char **argv);
 int mr_cmd_serve(int argc, char **argv);
 int mr_cmd_bench_serve(int argc, char **argv); /* `bench serve` */
 

@@ -104,7 +104,9 @@ int mr_cmd_probe(int argc, char **argv) {
         rc = 1;
         goto out;
     }
-    if ((rc = mr_cli_probe_open("probe", &o, model_dir, against ? NULL : "reference", &ps, &rr, &mref, false))) goto out;
+    const mr_moe_runner *truth = mr_moe_runner_ground_truth();
+    if ((rc = mr_cli_probe_open("probe", &o, model_dir, against ? NULL : truth->name, &ps, &rr, &mref, false)))
+        goto out;
     /* the logits buffers, once the loader has checked the vocabulary against
      * the embedding (V <= 2^31, n <= 64, steps <= 4096: no size_t overflow) */
     size_t nlog = (size_t)(ps.steps + 1) * (size_t)ps.n * (size_t)ps.V;
@@ -162,7 +164,7 @@ int mr_cmd_probe(int argc, char **argv) {
     int compared = 0;
     for (int i = 0; i < mr_moe_runner_count(); i++) {
         const mr_moe_runner *run = mr_moe_runner_at(i);
-        if (!strcmp(run->name, "reference")) continue;
+        if (run->ground_truth) continue; /* the runs compare against it */
         mr_resolution *r2 = NULL;
         mr_model *m2 = NULL;
         int e = mr_cli_probe_open("probe", &o, model_dir, run->name, &ps, &r2, &m2, true);

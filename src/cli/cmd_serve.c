@@ -92,7 +92,7 @@ static void *signal_thread(void *arg) {
 static int self_check_reference(const mr_options *o, const char *dir, mr_cli_probe_set *ps, float **ref) {
     mr_resolution *r = NULL;
     mr_model *m = NULL;
-    int rc = mr_cli_probe_open("serve", o, dir, "reference", ps, &r, &m, false);
+    int rc = mr_cli_probe_open("serve", o, dir, mr_moe_runner_ground_truth()->name, ps, &r, &m, false);
     if (!rc) {
         size_t n = (size_t)(ps->steps + 1) * (size_t)ps->n * (size_t)ps->V;
         *ref = malloc(n * sizeof(float));

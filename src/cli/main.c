@@ -13,6 +13,8 @@
 #pragma weak mr_cmd_quantize
 #pragma weak mr_cmd_generate
 #pragma weak mr_cmd_probe
+#pragma weak mr_cmd_tokenize
+#pragma weak mr_cmd_detokenize
 #pragma weak mr_cmd_serve
 
 typedef struct {
@@ -30,6 +32,8 @@ static const command commands[] = {
     {"quantize", mr_cmd_quantize, "convert a bf16 checkpoint to FP8 block or NVFP4"},
     {"generate", mr_cmd_generate, "generate token ids from a prompt"},
     {"probe", mr_cmd_probe, "temperature-0 correctness probe of every runner against the reference"},
+    {"tokenize", mr_cmd_tokenize, "text to token ids with a model's tokenizer.json"},
+    {"detokenize", mr_cmd_detokenize, "token ids to text with a model's tokenizer.json"},
     {"serve", mr_cmd_serve, "OpenAI-compatible HTTP server (completions, chat, metrics)"},
 };
 

@@ -124,10 +124,18 @@ void mr_qmatrix_dequant_row(const mr_qmatrix *m, int64_t r, float *dst) {
     }
 }
 
-size_t mr_qmatrix_bytes(const mr_qmatrix *m) {
+size_t mr_qmatrix_bytes(const mr_qmatrix *m) { return mr_qmatrix_data_bytes(m) + mr_qmatrix_scale_bytes(m); }
+
+size_t mr_qmatrix_data_bytes(const mr_qmatrix *m) {
     size_t d = 0, s = 0;
     if (m == NULL || m->data == NULL || !qm_sizes(m->fmt, m->rows, m->cols, &d, &s)) return 0;
-    return d + s;
+    return d;
+}
+
+size_t mr_qmatrix_scale_bytes(const mr_qmatrix *m) {
+    size_t d = 0, s = 0;
+    if (m == NULL || m->data == NULL || !qm_sizes(m->fmt, m->rows, m->cols, &d, &s)) return 0;
+    return m->scale ? s : 0;
 }
 
 void mr_qmatrix_free(mr_qmatrix *m) {

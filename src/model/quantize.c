@@ -74,11 +74,10 @@ static mr_status run_calibration(const char *in_dir, const mr_ckpt *ck, const mr
     int64_t n_tok = p->calib_tokens > 0 ? p->calib_tokens : 256, seq = 64;
     mr_model_opts o = {.max_batch = 1, .max_ctx = seq, .max_tokens = seq, .quiet = true};
     mr_model *m = NULL;
-    /* the fast runner when it accepts the model, else the reference */
-    o.runner = "routed";
+    /* the runner resolution picks (auto) when one accepts the model, else the scalar ground truth */
     mr_status st = mr_model_open(in_dir, &o, &m);
     if (st) {
-        o.runner = "reference";
+        o.runner = mr_moe_runner_ground_truth()->name;
         st = mr_model_open(in_dir, &o, &m);
     }
     if (st) return st;
@@ -107,6 +106,52 @@ static mr_status run_calibration(const char *in_dir, const mr_ckpt *ck, const mr
     mr_free(logits);
     mr_model_close(m);
     return st;
+}
+
+/* ---- input check: every floating-point element is finite ---- */
+/* MR_EINPUT naming t and the index of its first NaN or infinite element;
+ * MR_OK for finite data and for non-float dtypes. A NaN weight has no
+ * quantized form, and in calibration it would reach the router first. */
+static mr_status check_finite(const mr_st_tensor *t) {
+    const unsigned char *d = t->data;
+    uint64_t bad = t->n_elements;
+    bool nan = false;
+    if (t->dtype == MR_ST_BF16 || t->dtype == MR_ST_F16) {
+        const uint16_t exp = t->dtype == MR_ST_BF16 ? 0x7F80 : 0x7C00;
+        for (uint64_t i = 0; i < t->n_elements; i++) {
+            uint16_t b;
+            memcpy(&b, d + 2 * i, 2);
+            if ((b & exp) == exp) {
+                bad = i, nan = (b & (uint16_t)~(exp | 0x8000)) != 0;
+                break;
+            }
+        }
+    } else if (t->dtype == MR_ST_F32) {
+        for (uint64_t i = 0; i < t->n_elements; i++) {
+            uint32_t b;
+            memcpy(&b, d + 4 * i, 4);
+            if ((b & 0x7F800000u) == 0x7F800000u) {
+                bad = i, nan = (b & 0x007FFFFFu) != 0;
+                break;
+            }
+        }
+    }
+    if (bad == t->n_elements) return MR_OK;
+    char idx[160] = "";
+    size_t n = 0;
+    uint64_t rem = bad;
+    int64_t sub[8] = {0};
+    const int nd = t->ndim < 8 ? t->ndim : 8;
+    for (int k = t->ndim - 1; k >= 0; k--) { /* row-major coordinates of the flat index */
+        uint64_t dim = t->shape[k] > 0 ? (uint64_t)t->shape[k] : 1;
+        if (k < 8) sub[k] = (int64_t)(rem % dim);
+        rem /= dim;
+    }
+    for (int k = 0; k < nd && n < sizeof idx; k++)
+        n += (size_t)snprintf(idx + n, sizeof idx - n, "%s%lld", k ? ", " : "", (long long)sub[k]);
+    return mr_error_set(MR_EINPUT, "quantize: tensor %s [%s] (element %llu of %llu) is %s; the input must be finite",
+                        t->name, idx, (unsigned long long)bad, (unsigned long long)t->n_elements,
+                        nan ? "NaN" : "infinite");
 }
 
 /* ---- the output writer: remembers every buffer until the file is written ---- */
@@ -307,6 +352,10 @@ mr_status mr_model_quantize(const char *in_dir, const char *out_dir, const mr_qu
     }
     if ((st = mr__check_target_dir(out_dir))) goto out;
     if ((st = mr_ckpt_open(in_dir, &ck))) goto out;
+    /* NVFP4 runs the bf16 model for calibration first: its input is checked
+     * whole before that (FP8 checks each tensor as it comes, below) */
+    for (size_t i = 0; p->to == MR_FMT_NVFP4 && i < mr_ckpt_count(ck); i++)
+        if ((st = check_finite(mr_ckpt_tensor_at(ck, i)))) goto out;
     if (p->to == MR_FMT_NVFP4) {
         size_t n = (size_t)(d.n_layers * d.n_experts);
         cal.amax13 = mr_calloc(n, sizeof(float));
@@ -335,6 +384,7 @@ mr_status mr_model_quantize(const char *in_dir, const char *out_dir, const mr_qu
     size_t n = mr_ckpt_count(ck);
     for (size_t i = 0; i < n && !st; i++) {
         const mr_st_tensor *t = mr_ckpt_tensor_at(ck, i);
+        if (p->to == MR_FMT_FP8_BLOCK && (st = check_finite(t))) break;
         const char *rest = NULL;
         long l = layer_of(t->name, &rest);
         size_t nl = strlen(t->name);

@@ -57,7 +57,7 @@ expect 2 "unknown option '--bogus'" inspect "$T" --bogus
 expect 1 "No such file or directory" inspect "$S/none"
 expect 1 "header too large" inspect /etc/passwd
 
-# ---- resolve: every failure exits 2 (issue 4), options read cleanly once
+# ---- resolve: every failure exits 2, options read cleanly once
 expect 2 "--model DIR is required" resolve
 expect 2 "moerun resolve: --model needs a value" resolve --model
 expect 2 "--model needs a value (found the flag '--threads'" resolve --model --threads 1
@@ -151,10 +151,13 @@ expect 2 "NUL byte" $G --batch "$S/nul.txt"
 expect 0 "" generate --model "$T" --threads 1 --batch "$S/long.txt" -n 1
 grep -q '^\[0\]' "$out" && ! grep -q '^\[1\]' "$out" || { echo "FAIL: a long line was split into prompts"; cat "$out"; fails=$((fails+1)); }
 
-# a KV cache no machine holds is refused before loading, not left to the allocator
+# a KV cache no machine holds is refused before loading, not left to the allocator;
+# requests longer than the context are refused at admission, with both numbers
 for _ in $(seq 1 40000); do echo 1,2; done >"$S/many.txt"
-expect 1 "more than this machine's" generate --model "$T" --threads 1 --batch "$S/many.txt" -n 1048576
+expect 2 "more than this machine's" generate --model "$T" --threads 1 --batch "$S/many.txt" -n 1 --kv-cache-memory 1000TiB
 oneline "generate with an impossible KV cache"
+expect 2 "2 prompt tokens + max_tokens 1048576 = 1048578 exceed the context length of 4096" generate --model "$T" --threads 1 --batch "$S/many.txt" -n 1048576
+oneline "generate beyond the context"
 
 # ---- probe: arguments
 expect 2 "--model DIR is required" probe
