@@ -32,6 +32,8 @@ static void test_parse_fields(void **st) {
               "\"user\":\"u\",\"suffix\":\"\",\"skip_special_tokens\":false,\"include_stop_str_in_output\":true,"
               "\"min_tokens\":0}",
               &r);
+    assert_false(r.logprobs);
+    assert_true(r.repetition_penalty == 1.0f && r.presence_penalty == 0.0f);
     assert_string_equal(r.model, "m");
     assert_int_equal(r.n_prompts, 1);
     assert_string_equal(r.prompts[0].text, "hi");
@@ -52,6 +54,13 @@ static void test_parse_fields(void **st) {
     assert_int_equal(r.prompts[1].n_ids, 1);
     assert_int_equal(r.prompts[1].ids[0], 3);
     assert_int_equal(r.max_tokens, 16);
+    sv_request_free(&r);
+    expect_ok(SV_COMPLETIONS,
+              "{\"prompt\":[1],\"logprobs\":3,\"presence_penalty\":0.5,\"frequency_penalty\":-1,"
+              "\"repetition_penalty\":1.3}",
+              &r);
+    assert_true(r.logprobs && r.top_logprobs == 3);
+    assert_true(r.presence_penalty == 0.5f && r.frequency_penalty == -1.0f && fabsf(r.repetition_penalty - 1.3f) < 1e-6f);
     sv_request_free(&r);
     expect_ok(SV_COMPLETIONS, "{\"prompt\":[\"a\",\"b\",\"c\"]}", &r);
     assert_int_equal(r.n_prompts, 3);
@@ -135,11 +144,8 @@ static const bad_case bad[] = {
     {SV_COMPLETIONS, "{\"prompt\":\"a\",\"stream\":true,\"stream_options\":{\"foo\":1}}", 400, "stream_options.foo", "unknown"},
     {SV_COMPLETIONS, "{\"prompt\":\"a\",\"stream\":true,\"stream_options\":{\"include_usage\":1}}", 400,
      "stream_options.include_usage", "boolean"},
-    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"logprobs\":1}", 400, "logprobs", "not supported"},
-    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"presence_penalty\":0.5}", 400, "presence_penalty", "not supported"},
     {SV_COMPLETIONS, "{\"prompt\":\"a\",\"frequency_penalty\":3}", 400, "frequency_penalty", "[-2, 2]"},
-    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"repetition_penalty\":1.1}", 400, "repetition_penalty", "not supported"},
-    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"repetition_penalty\":0}", 400, "repetition_penalty", "> 0"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"repetition_penalty\":0}", 400, "repetition_penalty", "(0, 10]"},
     {SV_COMPLETIONS, "{\"prompt\":\"a\",\"logit_bias\":{\"5\":1}}", 400, "logit_bias", "not supported"},
     {SV_COMPLETIONS, "{\"prompt\":\"a\",\"suffix\":\"x\"}", 400, "suffix", "not supported"},
     {SV_COMPLETIONS, "{\"prompt\":\"a\",\"min_tokens\":4}", 400, "min_tokens", "not supported"},
@@ -173,8 +179,15 @@ static const bad_case bad[] = {
      "tool_choice", "not supported"},
     {SV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"}}", 400,
      "response_format", "not supported"},
-    {SV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true}", 400, "logprobs", "not supported"},
-    {SV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}", 400, "top_logprobs", "not supported"},
+    {SV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}", 400, "top_logprobs", "needs logprobs"},
+    {SV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,\"top_logprobs\":21}", 400,
+     "top_logprobs", "[0, 20]"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"logprobs\":21}", 400, "logprobs", "[0, 20]"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"logprobs\":true}", 400, "logprobs", "integer"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"logprobs\":2,\"echo\":true}", 400, "logprobs", "echo"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"repetition_penalty\":11}", 400, "repetition_penalty", "must be in"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"stop_token_ids\":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]}", 400,
+     "stop_token_ids", "at most 16"},
     {SV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_completion_tokens\":0}", 400,
      "max_completion_tokens", "must be in"},
     {SV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"echo\":true}", 400, "echo", "unknown field"},

@@ -9,6 +9,7 @@
  * the event grammar of serving.md section 2; the error shape of section 3. */
 #include <curl/curl.h>
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -188,6 +189,50 @@ static int32_t *oracle_eos(const int32_t *prompt, int n_prompt, int n_new, bool 
 static int32_t *oracle(const int32_t *prompt, int n_prompt, int n_new) {
     int n;
     return oracle_eos(prompt, n_prompt, n_new, true, &n);
+}
+
+/* Greedy with the engine's penalties applied by the test itself (engine.h:
+ * repetition over prompt and output, a positive logit divided, a negative one
+ * multiplied; then logit -= frequency * count + presence * (count > 0) over
+ * the output). lsm, when not NULL, gets log-softmax of the raw logits of every
+ * step, [n_new][V]. */
+static int32_t *oracle_pen(const int32_t *prompt, int n_prompt, int n_new, float presence, float frequency,
+                           float repetition, double *lsm) {
+    mr_model_opts mo = {.max_batch = 1, .max_ctx = n_prompt + n_new + 1, .runner = "routed"};
+    mr_model *m = NULL;
+    assert_int_equal(mr_model_open(g_model, &mo, &m), MR_OK);
+    int64_t V = mr_model_config_of(m)->vocab;
+    float *lg = malloc((size_t)V * sizeof(float));
+    int *count = calloc((size_t)V, sizeof(int));
+    bool *in_prompt = calloc((size_t)V, sizeof(bool));
+    int32_t *out = malloc((size_t)n_new * sizeof(int32_t));
+    for (int i = 0; i < n_prompt; i++) in_prompt[prompt[i]] = true;
+    int seq = 0;
+    int64_t nt = n_prompt;
+    mr_batch b = {.n_seq = 1, .seq = &seq, .n_tok = &nt, .tokens = prompt};
+    for (int i = 0; i < n_new; i++) {
+        assert_int_equal(mr_model_forward(m, &b, lg), MR_OK);
+        if (lsm) {
+            double mx = -INFINITY, z = 0;
+            for (int64_t v = 0; v < V; v++) mx = lg[v] > mx ? lg[v] : mx;
+            for (int64_t v = 0; v < V; v++) z += exp((double)lg[v] - mx);
+            for (int64_t v = 0; v < V; v++) lsm[(size_t)i * (size_t)V + (size_t)v] = (double)lg[v] - mx - log(z);
+        }
+        for (int64_t v = 0; v < V; v++) {
+            if (repetition != 1.0f && (in_prompt[v] || count[v]))
+                lg[v] = lg[v] > 0 ? lg[v] / repetition : lg[v] * repetition;
+            if (count[v]) lg[v] -= frequency * (float)count[v] + presence;
+        }
+        out[i] = mr_argmax(lg, V);
+        count[out[i]]++;
+        nt = 1;
+        b.tokens = &out[i];
+    }
+    free(lg);
+    free(count);
+    free(in_prompt);
+    mr_model_close(m);
+    return out;
 }
 
 static void prompt_of(int k, int32_t *p, int *n) {
@@ -535,7 +580,7 @@ static void test_eos_and_ignore_eos(void **st) {
     assert_int_equal(tu_write_file(path, fixed, strlen(fixed)), 0);
     free(cfg);
     server s2;
-    const char *args[] = {"--model", dir, "--context-length", "256", "--skip-self-check", NULL};
+    const char *args[] = {"--model", dir, "--context-length", "256", "--kv-cache-dtype", "fp32", "--skip-self-check", NULL};
     assert_int_equal(srv_start(&s2, args), 0);
     server saved = g_srv;
     g_srv = s2;
@@ -629,13 +674,13 @@ static void test_disconnect_frees(void **st) {
     /* within a few seconds: nothing running, nothing held in the KV cache, one abort counted */
     bool freed = false;
     for (int i = 0; i < 500 && !freed; i++) {
-        freed = metric("moerun:num_requests_running{") == 0 && metric("moerun:kv_cache_used_tokens{") == 0 &&
+        freed = metric("moerun:num_requests_running{") == 0 && metric("moerun:kv_cache_used_blocks{") == 0 &&
                 metric("moerun:request_success_total{model_name=\"tiny-test\",finished_reason=\"abort\"}") == aborts0 + 1;
         if (!freed) usleep(10000);
     }
     if (!freed)
         fprintf(stderr, "running %g, kv %g, aborts %g (before %g)\n", metric("moerun:num_requests_running{"),
-                metric("moerun:kv_cache_used_tokens{"),
+                metric("moerun:kv_cache_used_blocks{"),
                 metric("moerun:request_success_total{model_name=\"tiny-test\",finished_reason=\"abort\"}"), aborts0);
     assert_true(freed);
     assert_true(metric("moerun:client_disconnects_total{") >= gone0 + 1);
@@ -652,7 +697,7 @@ static void test_disconnect_frees(void **st) {
     sv_buf_free(&junk);
     freed = false;
     for (int i = 0; i < 500 && !freed; i++) {
-        freed = metric("moerun:num_requests_running{") == 0 && metric("moerun:kv_cache_used_tokens{") == 0;
+        freed = metric("moerun:num_requests_running{") == 0 && metric("moerun:kv_cache_used_blocks{") == 0;
         if (!freed) usleep(10000);
     }
     assert_true(freed);
@@ -708,6 +753,71 @@ static void test_queue_full(void **st) {
     assert_int_equal(srv_stop(&s2), 0);
 }
 
+/* Penalties at temperature 0 change the greedy path exactly as the oracle's own arithmetic says. */
+static void test_penalties(void **st) {
+    (void)st;
+    int32_t p[] = {7, 7, 9, 7, 9, 11};
+    struct {
+        float pres, freq, rep;
+    } cases[] = {{0, 0, 1}, {1.5f, 0, 1}, {0, 1.0f, 1}, {0, 0, 1.8f}, {0.5f, 0.5f, 1.2f}};
+    int differ = 0;
+    int32_t *plain = oracle_pen(p, 6, 24, 0, 0, 1, NULL);
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        int32_t *want = oracle_pen(p, 6, 24, cases[k].pres, cases[k].freq, cases[k].rep, NULL);
+        char body[512];
+        snprintf(body, sizeof body,
+                 "{\"prompt\":[7,7,9,7,9,11],\"max_tokens\":24,\"temperature\":0,\"ignore_eos\":true,"
+                 "\"presence_penalty\":%g,\"frequency_penalty\":%g,\"repetition_penalty\":%g}",
+                 cases[k].pres, cases[k].freq, cases[k].rep);
+        json_t *j = complete(body);
+        check_ids(choice_ids(j, 0), want, 24);
+        if (memcmp(want, plain, sizeof(int32_t) * 24)) differ++;
+        json_decref(j);
+        free(want);
+    }
+    free(plain);
+    assert_true(differ >= 2); /* the penalties did change something */
+}
+
+/* logprobs: the sampled token's value is log-softmax of the raw logits; the alternatives are the top-k, in order. */
+static void test_logprobs(void **st) {
+    (void)st;
+    int32_t p[] = {3, 4, 5};
+    int64_t V = 256;
+    double *lsm = malloc((size_t)6 * (size_t)V * sizeof(double));
+    int32_t *want = oracle_pen(p, 3, 6, 0, 0, 1, lsm);
+    json_t *j = complete("{\"prompt\":[3,4,5],\"max_tokens\":6,\"temperature\":0,\"ignore_eos\":true,\"logprobs\":3}");
+    json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
+    check_ids(json_object_get(c0, "token_ids"), want, 6);
+    json_t *lp = json_object_get(c0, "logprobs");
+    json_t *vals = json_object_get(lp, "token_logprobs"), *tops = json_object_get(lp, "top_logprobs");
+    assert_int_equal(json_array_size(vals), 6);
+    assert_int_equal(json_array_size(json_object_get(lp, "tokens")), 6);
+    for (size_t k = 0; k < 6; k++) {
+        double got = json_number_value(json_array_get(vals, k)), exp_ = lsm[k * (size_t)V + (size_t)want[k]];
+        if (fabs(got - exp_) > 1e-4) fprintf(stderr, "token %zu: logprob %g, want %g\n", k, got, exp_);
+        assert_true(fabs(got - exp_) < 1e-4);
+        json_t *t = json_array_get(tops, k);
+        assert_int_equal(json_object_size(t), 3);
+        /* the best alternative is the greedy token; every alternative's value is its log-softmax */
+        const char *key;
+        json_t *v;
+        double prev = 1;
+        json_object_foreach(t, key, v) {
+            int id = atoi(key + strlen("token_id:"));
+            assert_true(fabs(json_number_value(v) - lsm[k * (size_t)V + (size_t)id]) < 1e-4);
+            assert_true(json_number_value(v) <= prev);
+            prev = json_number_value(v);
+        }
+        char first[32];
+        snprintf(first, sizeof first, "token_id:%d", want[k]);
+        assert_non_null(json_object_get(t, first));
+    }
+    json_decref(j);
+    free(want);
+    free(lsm);
+}
+
 static int setup(void **st) {
     (void)st;
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -717,7 +827,7 @@ static int setup(void **st) {
     snprintf(cmd, sizeof cmd, "cp -r '%s' '%s'", tu_data("model/tiny"), g_model);
     if (system(cmd)) return -1;
     const char *args[] = {"--model", g_model, "--context-length", "256", "--max-running-requests", "8",
-                          "--max-body-bytes", "65536", NULL};
+                          "--max-body-bytes", "65536", "--kv-cache-dtype", "fp32", NULL};
     if (srv_start(&g_srv, args)) {
         char *t = tu_read_file(g_srv.log, NULL);
         fprintf(stderr, "the server did not start:\n%s\n", t ? t : "");
@@ -751,7 +861,8 @@ int main(void) {
         cmocka_unit_test(test_sampling_seed_and_n),    cmocka_unit_test(test_stop_ids_and_eos),
         cmocka_unit_test(test_eos_and_ignore_eos),     cmocka_unit_test(test_errors),
         cmocka_unit_test(test_disconnect_frees),       cmocka_unit_test(test_metrics_count),
-        cmocka_unit_test(test_queue_full),
+        cmocka_unit_test(test_queue_full),             cmocka_unit_test(test_penalties),
+        cmocka_unit_test(test_logprobs),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -24,6 +24,7 @@
 #include <stdio.h>
 
 #include "moerun/base.h"
+#include "moerun/engine.h"
 #include "moerun/model.h"
 
 #ifdef __cplusplus
@@ -37,12 +38,10 @@ typedef struct {
     int port;                      /* [30000]; 0 picks a free port (see mr_server_port) */
     const char *served_model_name; /* id in /v1/models and responses [the model folder's name] */
     const char *model_dir;         /* the checkpoint folder: tokenizer and generation_config [required] */
-    int max_running_requests;      /* sequences in the engine at once [16] */
-    int max_queued_requests;       /* admitted but not yet running, beyond which 503 at once [256] */
-    int64_t context_length;        /* prompt + completion tokens per sequence [4096] */
-    int64_t chunked_prefill_size;  /* tokens of one step (prefill chunks and decodes) [2048] */
-    int64_t max_prompt_tokens;     /* [context_length] */
-    int64_t max_completion_tokens; /* the largest max_tokens a request may ask [context_length] */
+    int max_queued_requests;       /* sequences admitted beyond the engine's running set; past
+                                      running + queued, 503 at once [256] */
+    int64_t max_prompt_tokens;     /* [0: the engine's context length - 1] */
+    int64_t max_completion_tokens; /* the largest max_tokens a request may ask [0: context length - 1] */
     int max_choices;               /* prompts x n of one request [64] */
     size_t max_body_bytes;         /* request body [8 MiB] */
     int header_timeout_s;          /* a request head must arrive within this of the connection's start
@@ -66,10 +65,14 @@ mr_status mr_server_open(const mr_server_opts *o, mr_server **out);
 mr_status mr_server_start(mr_server *s);
 /* The port actually bound (useful with port 0). */
 int mr_server_port(const mr_server *s);
-/* Hands the server an open model (borrowed: it must outlive the server; from
- * here on the engine thread is its only user), reads the tokenizer from
- * o->model_dir and starts the engine thread. */
-mr_status mr_server_attach(mr_server *s, mr_model *m);
+/* The model id clients send (--served-model-name or the folder's name). */
+const char *mr_server_model_name(const mr_server *s);
+/* Hands the server an engine (moerun/engine.h), which it owns from here on
+ * (freed by mr_server_close; the model under it stays the caller's and must
+ * outlive the server): the engine thread becomes its only user. Reads the
+ * tokenizer and chat template from o->model_dir and starts the engine thread.
+ * The running set, context length and step budget are the engine's. */
+mr_status mr_server_attach(mr_server *s, mr_engine *e);
 /* Opens for work: /health turns 200. Needs a model attached. */
 mr_status mr_server_set_ready(mr_server *s);
 /* Stops taking work (new generation requests and /health get 503), then waits

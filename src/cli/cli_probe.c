@@ -2,6 +2,7 @@
 #include "cli_probe.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,6 +160,91 @@ int mr_cli_probe_open(const char *cmd, const mr_options *base, const char *model
         mr_model_opts mo = {.exec = mr_resolution_exec(*r), .max_batch = ps->n, .max_ctx = longest + ps->steps + 1,
                             .max_tokens = total, .quiet = true};
         if (mr_model_open(model_dir, &mo, m)) {
+            mr_cli_fail(cmd, "cannot load the model");
+            rc = 1;
+        }
+    }
+    mr_options_free(&o);
+    return rc;
+}
+
+int mr_cli_probe_run_engine(mr_engine *e, mr_cli_probe_set *ps, bool follow, float *logits) {
+    int n = ps->n, S = ps->steps + 1;
+    size_t V = (size_t)ps->V;
+    int32_t *forced = follow ? malloc((size_t)n * (size_t)S * sizeof(int32_t)) : NULL;
+    if (follow && !forced) return 1;
+    int64_t off = 0;
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        if (follow)
+            for (int st = 0; st < S; st++) forced[i * S + st] = ps->tokens[st * n + i];
+        mr_request_params p = {.prompt = ps->ids + off, .n_prompt = ps->len[i], .max_tokens = S, .ignore_eos = true,
+                               .want_logits = true, .forced = follow ? forced + i * S : NULL, .n_forced = follow ? S : 0,
+                               .user = (void *)(intptr_t)i};
+        mr_req_id id;
+        if (mr_engine_add(e, &p, &id)) rc = 1;
+        off += ps->len[i];
+    }
+    int seen = 0;
+    while (!rc && mr_engine_has_work(e)) {
+        const mr_engine_step_out *out;
+        if (mr_engine_step(e, &out)) {
+            rc = 1;
+            break;
+        }
+        for (int k = 0; k < out->n_events; k++) {
+            const mr_engine_event *ev = &out->events[k];
+            int i = (int)(intptr_t)ev->user;
+            if (ev->finish == MR_FINISH_ERROR) {
+                mr_error_set(MR_ESTATE, "%s", ev->error ? ev->error : "the engine failed");
+                rc = 1;
+            }
+            if (ev->n_tokens == 1 && ev->logits && ev->n_generated >= 1 && ev->n_generated <= S) {
+                int64_t st = ev->n_generated - 1;
+                memcpy(logits + ((size_t)st * (size_t)n + (size_t)i) * V, ev->logits, V * sizeof(float));
+                if (!follow) ps->tokens[st * n + i] = ev->token;
+                seen++;
+            }
+        }
+    }
+    free(forced);
+    if (!rc && seen != n * S) {
+        mr_error_set(MR_ESTATE, "the engine returned %d of the %d logits rows", seen, n * S);
+        rc = 1;
+    }
+    return rc;
+}
+
+int mr_cli_probe_open_engine(const char *cmd, const mr_options *base, const char *model_dir, const char *runner,
+                             const mr_cli_probe_set *ps, mr_format kv_dtype, mr_resolution **r, mr_model **m,
+                             mr_engine **e) {
+    mr_options o;
+    if (mr_options_init(&o)) return 1;
+    for (int i = 0; i < MR_OPT_COUNT; i++)
+        if (mr_options_is_explicit(base, (mr_opt_id)i)) mr_options_set(&o, mr_option_at(i)->name, base->value[i], base->source[i]);
+    mr_options_set(&o, "model", model_dir, MR_SRC_FLAG);
+    if (runner) mr_options_set(&o, "moe_runner_backend", runner, MR_SRC_FLAG);
+    *r = NULL;
+    *m = NULL;
+    *e = NULL;
+    int rc = 0;
+    if (mr_resolve(&o, r) != MR_OK || mr_exec_apply(mr_resolution_exec(*r)) != MR_OK) {
+        if (!false) mr_cli_fail(cmd, "resolution failed");
+        rc = 2;
+    } else {
+        int64_t longest, total;
+        mr_cli_probe_set_sizes(ps, &longest, &total);
+        int64_t ctx = longest + ps->steps + 1;
+        mr_engine_opts eo = {.kv_dtype = kv_dtype,
+                             .kv_blocks = (int64_t)ps->n * ((ctx + MR_KV_BLOCK_TOKENS - 1) / MR_KV_BLOCK_TOKENS),
+                             .max_batch_tokens = total > ps->n ? total : ps->n,
+                             .max_running_requests = ps->n,
+                             .max_queued_requests = ps->n,
+                             .context_length = ctx,
+                             .no_prefix_caching = true};
+        mr_model_opts mo = {.exec = mr_resolution_exec(*r), .quiet = true};
+        mr_engine_model_opts(&eo, &mo);
+        if (mr_model_open(model_dir, &mo, m) || mr_engine_new(*m, &eo, e)) {
             mr_cli_fail(cmd, "cannot load the model");
             rc = 1;
         }

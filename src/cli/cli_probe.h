@@ -1,7 +1,8 @@
 /* cli_probe.h — the temperature-0 probe shared by `moerun probe` and the
  * startup self-check of `moerun serve`: seeded prompts through a leader
- * model (greedy) and a follower teacher-forced on the leader's tokens, the
- * per-step comparison of their logits and its report. */
+ * model (greedy) and a follower teacher-forced on the leader's tokens, over
+ * the model's slots or through an engine, the per-step comparison of their
+ * logits and its report. */
 #ifndef MR_CLI_PROBE_H
 #define MR_CLI_PROBE_H
 
@@ -9,6 +10,7 @@
 #include <stdint.h>
 
 #include "moerun/config.h"
+#include "moerun/engine.h"
 #include "moerun/model.h"
 
 typedef struct {
@@ -32,6 +34,12 @@ void mr_cli_probe_set_sizes(const mr_cli_probe_set *ps, int64_t *longest, int64_
  * [steps + 1][n][V]. Nonzero on a failed forward (detail set). */
 int mr_cli_probe_run(mr_model *m, mr_cli_probe_set *ps, bool follow, float *logits);
 
+/* The same over an engine (moerun/engine.h): the prompts as requests, the
+ * logits of every generated token (want_logits); with follow, ps->tokens are
+ * forced (teacher forcing), otherwise greedy tokens are recorded into them.
+ * The engine must have room for ps->n requests. Nonzero on failure (detail set). */
+int mr_cli_probe_run_engine(mr_engine *e, mr_cli_probe_set *ps, bool follow, float *logits);
+
 typedef struct {
     double max_err, scale;
     int agree, total, first_step, first_prompt, bad_flips;
@@ -54,5 +62,11 @@ double mr_cli_probe_default_tol(mr_format f);
  * caller's to free. */
 int mr_cli_probe_open(const char *cmd, const mr_options *base, const char *model_dir, const char *runner,
                       const mr_cli_probe_set *ps, mr_resolution **r, mr_model **m, bool quiet_fail);
+
+/* As mr_cli_probe_open, for an engine sized for ps (a paged KV pool of
+ * kv_dtype): *e drives *m; free *e before *m. */
+int mr_cli_probe_open_engine(const char *cmd, const mr_options *base, const char *model_dir, const char *runner,
+                             const mr_cli_probe_set *ps, mr_format kv_dtype, mr_resolution **r, mr_model **m,
+                             mr_engine **e);
 
 #endif

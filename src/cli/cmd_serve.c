@@ -12,6 +12,7 @@
  * --shutdown-timeout seconds; then exit 0); a second one exits at once. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,8 @@
 #include "cli_model.h"
 #include "cli_probe.h"
 #include "moerun/config.h"
+#include "moerun/engine.h"
+#include "moerun/formats.h"
 #include "moerun/kernels.h"
 #include "moerun/model.h"
 #include "moerun/moe.h"
@@ -33,14 +36,13 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: moerun serve --model DIR [options] [resolver options]\n\n"
             "An OpenAI-compatible HTTP server: POST /v1/completions, /v1/chat/completions, /tokenize,\n"
-            "/detokenize; GET /v1/models, /health, /metrics (Prometheus). Limits (default in brackets):\n"
+            "/detokenize; GET /v1/models, /health, /metrics (Prometheus). The engine's limits are resolver\n"
+            "options (below): --max-running-requests, --context-length, --max-batch-tokens (alias\n"
+            "--chunked-prefill-size), --kv-cache-memory, --kv-cache-dtype. The server's (default in brackets):\n"
             "  --host H                   listen address [%s]\n"
             "  --port P                   [%d]; 0 picks a free port (printed)\n"
             "  --served-model-name NAME   the model id clients send [the model folder's name]\n"
-            "  --max-running-requests N   sequences in one engine step [%d]\n"
-            "  --max-queued-requests N    admitted but waiting; beyond running + queued: 503 at once [%d]\n"
-            "  --context-length N         prompt + completion tokens per sequence [%lld]\n"
-            "  --chunked-prefill-size N   tokens per engine step (prefill chunks and decodes) [%lld]\n"
+            "  --max-queued-requests N    admitted beyond the running set; past running + queued: 503 at once [%d]\n"
             "  --max-prompt-tokens N      [context length - 1]\n"
             "  --max-completion-tokens N  the largest max_tokens [context length - 1]\n"
             "  --max-choices N            prompts x n in one request [%d]\n"
@@ -48,14 +50,14 @@ static void usage(FILE *f) {
             "  --header-timeout S         a request head must arrive within S seconds of the connection or of\n"
             "                             its previous response [%d]\n"
             "  --body-timeout S           the body must arrive within S seconds of its head [%d]\n"
-            "  --idle-timeout S           a connection silent for S seconds is closed [%d]\n"
+            "  --idle-timeout S           a connection silent for S seconds, or a client that takes none of its\n"
+            "                             response for S seconds, is closed [%d]\n"
             "  --max-connections N        open connections [%d]\n"
             "  --shutdown-timeout S       on SIGTERM/SIGINT, wait up to S seconds for running requests [30]\n"
             "  --api-key KEY              require \"Authorization: Bearer KEY\"\n"
             "  --skip-self-check          do not compare the resolved runner with the reference at start\n"
             "  --log-requests             one line on stderr per refused request\n\n",
-            d.host, d.port, d.max_running_requests, d.max_queued_requests, (long long)d.context_length,
-            (long long)d.chunked_prefill_size, d.max_choices, d.max_body_bytes, d.header_timeout_s,
+            d.host, d.port, d.max_queued_requests, d.max_choices, d.max_body_bytes, d.header_timeout_s,
             d.body_timeout_s, d.idle_timeout_s, d.max_connections);
     mr_options_print_help(f);
 }
@@ -88,44 +90,49 @@ static void *signal_thread(void *arg) {
 
 /* ---- the self-check ---- */
 
-/* The reference half: greedy tokens and logits of the seeded prompts. */
-static int self_check_reference(const mr_options *o, const char *dir, mr_cli_probe_set *ps, float **ref) {
+/* The reference half: greedy tokens and logits of the seeded prompts from
+ * the ground-truth runner, through an engine with the serving KV dtype (so
+ * that the two halves differ by the runner only). */
+static int self_check_reference(const mr_options *o, const char *dir, mr_format kv_dtype, mr_cli_probe_set *ps,
+                                float **ref) {
     mr_resolution *r = NULL;
     mr_model *m = NULL;
-    int rc = mr_cli_probe_open("serve", o, dir, mr_moe_runner_ground_truth()->name, ps, &r, &m, false);
+    mr_engine *e = NULL;
+    int rc = mr_cli_probe_open_engine("serve", o, dir, mr_moe_runner_ground_truth()->name, ps, kv_dtype, &r, &m, &e);
     if (!rc) {
         size_t n = (size_t)(ps->steps + 1) * (size_t)ps->n * (size_t)ps->V;
         *ref = malloc(n * sizeof(float));
         if (!*ref) {
             fprintf(stderr, "moerun serve: out of memory for the self-check\n");
             rc = 1;
-        } else if (mr_cli_probe_run(m, ps, false, *ref)) {
+        } else if (mr_cli_probe_run_engine(e, ps, false, *ref)) {
             mr_cli_fail("serve", "the self-check's reference run failed");
             rc = 1;
         }
     }
+    mr_engine_free(e);
     mr_model_close(m);
     mr_resolution_free(r);
     return rc;
 }
 
-/* The resolved runner's half, on the serving model itself. */
-static int self_check_compare(mr_model *m, const mr_exec *x, mr_cli_probe_set *ps, const float *ref) {
+static int self_check_compare(mr_engine *e, const mr_exec *x, mr_cli_probe_set *ps, const float *ref) {
+    mr_model *m = mr_engine_model(e);
     size_t n = (size_t)(ps->steps + 1) * (size_t)ps->n * (size_t)ps->V;
-    float *got = malloc(n * sizeof(float));
+    float *got = calloc(n, sizeof(float));
     double *step_err = malloc((size_t)(ps->steps + 1) * sizeof(double));
     int rc = 1;
     if (!got || !step_err) {
         fprintf(stderr, "moerun serve: out of memory for the self-check\n");
-    } else if (mr_cli_probe_run(m, ps, true, got)) {
+    } else if (mr_cli_probe_run_engine(e, ps, true, got)) {
         mr_cli_fail("serve", "the self-check's run of the resolved runner failed");
     } else {
         mr_cli_probe_cmp c = {.step_err = step_err};
         double tol = mr_cli_probe_default_tol(x->weight_format);
         mr_cli_probe_compare(ps, ref, got, tol, &c);
         char label[160];
-        snprintf(label, sizeof label, "self-check: runner %s (%s) vs reference", mr_model_runner_name(m),
-                 mr_act_mode_name(mr_model_act_mode(m)));
+        snprintf(label, sizeof label, "self-check: runner %s (%s) vs %s", mr_model_runner_name(m),
+                 mr_act_mode_name(mr_model_act_mode(m)), mr_moe_runner_ground_truth()->name);
         bool pass = true;
         mr_cli_probe_print(stdout, label, ps, &c, tol, true, &pass);
         fflush(stdout);
@@ -133,10 +140,10 @@ static int self_check_compare(mr_model *m, const mr_exec *x, mr_cli_probe_set *p
             rc = 0;
         } else {
             fprintf(stderr,
-                    "moerun serve: refusing to serve: the resolved runner %s disagrees with the reference runner on "
-                    "the self-check's tokens (report above). Check `moerun probe --model DIR`; --skip-self-check "
+                    "moerun serve: refusing to serve: the resolved runner %s disagrees with the %s runner on the "
+                    "self-check's tokens (report above). Check `moerun probe --model DIR`; --skip-self-check "
                     "serves anyway.\n",
-                    mr_model_runner_name(m));
+                    mr_model_runner_name(m), mr_moe_runner_ground_truth()->name);
         }
     }
     free(got);
@@ -161,10 +168,13 @@ int mr_cmd_serve(int argc, char **argv) {
     unsigned mutation = MR_MUT_NONE;
     mr_resolution *r = NULL;
     mr_model *m = NULL;
+    mr_engine *eng = NULL;
     mr_server *srv = NULL;
     mr_cli_probe_set ps = {0};
     float *ref = NULL;
-    bool prompt_set = false, completion_set = false;
+    /* sglang's name for the step's token budget is the resolver's --max-batch-tokens */
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--chunked-prefill-size")) argv[i] = (char *)"--max-batch-tokens";
     if (mr_options_parse(&o, &argc, argv, true) != MR_OK) {
         mr_cli_fail("serve", NULL);
         goto out;
@@ -192,26 +202,15 @@ int mr_cmd_serve(int argc, char **argv) {
             so.served_model_name = argv[++i];
         } else if (!strcmp(a, "--api-key")) {
             so.api_key = argv[++i];
-        } else if (!strcmp(a, "--max-running-requests")) {
-            if (opt_long(a, argv[++i], 1, 4096, &x)) goto out;
-            so.max_running_requests = (int)x;
         } else if (!strcmp(a, "--max-queued-requests")) {
             if (opt_long(a, argv[++i], 0, 1 << 20, &x)) goto out;
             so.max_queued_requests = (int)x;
-        } else if (!strcmp(a, "--context-length")) {
-            if (opt_long(a, argv[++i], 2, 1 << 24, &x)) goto out;
-            so.context_length = x;
-        } else if (!strcmp(a, "--chunked-prefill-size")) {
-            if (opt_long(a, argv[++i], 1, 1 << 24, &x)) goto out;
-            so.chunked_prefill_size = x;
         } else if (!strcmp(a, "--max-prompt-tokens")) {
             if (opt_long(a, argv[++i], 1, 1 << 24, &x)) goto out;
             so.max_prompt_tokens = x;
-            prompt_set = true;
         } else if (!strcmp(a, "--max-completion-tokens")) {
             if (opt_long(a, argv[++i], 1, 1 << 24, &x)) goto out;
             so.max_completion_tokens = x;
-            completion_set = true;
         } else if (!strcmp(a, "--max-choices")) {
             if (opt_long(a, argv[++i], 1, 4096, &x)) goto out;
             so.max_choices = (int)x;
@@ -251,15 +250,11 @@ int mr_cmd_serve(int argc, char **argv) {
         goto out;
     }
     so.model_dir = dir;
-    if (so.chunked_prefill_size < so.max_running_requests) so.chunked_prefill_size = so.max_running_requests;
-    if (prompt_set && so.max_prompt_tokens >= so.context_length) {
-        fprintf(stderr, "moerun serve: --max-prompt-tokens %lld must be below --context-length %lld\n",
-                (long long)so.max_prompt_tokens, (long long)so.context_length);
-        goto out;
-    }
-    if (completion_set && so.max_completion_tokens >= so.context_length) {
-        fprintf(stderr, "moerun serve: --max-completion-tokens %lld must be below --context-length %lld\n",
-                (long long)so.max_completion_tokens, (long long)so.context_length);
+    int64_t ctx = mr_options_get_int(&o, MR_OPT_CONTEXT_LENGTH);
+    if (ctx > 0 && (so.max_prompt_tokens >= ctx || so.max_completion_tokens >= ctx)) {
+        fprintf(stderr, "moerun serve: %s %lld must be below --context-length %lld\n",
+                so.max_prompt_tokens >= ctx ? "--max-prompt-tokens" : "--max-completion-tokens",
+                (long long)(so.max_prompt_tokens >= ctx ? so.max_prompt_tokens : so.max_completion_tokens), (long long)ctx);
         goto out;
     }
 
@@ -307,7 +302,7 @@ int mr_cmd_serve(int argc, char **argv) {
             fprintf(stderr, "moerun serve: out of memory\n");
             goto out;
         }
-        int e = self_check_reference(&o, dir, &ps, &ref);
+        int e = self_check_reference(&o, dir, x->kv_dtype, &ps, &ref);
         if (e) {
             rc = e;
             goto out;
@@ -319,11 +314,25 @@ int mr_cmd_serve(int argc, char **argv) {
         goto out;
     }
     if (mutation) mr_moe_debug_mutation(mutation);
-    mr_model_opts mo = {.exec = x, .max_batch = so.max_running_requests, .max_ctx = so.context_length,
-                        .max_tokens = so.chunked_prefill_size, .progress = true};
+    mr_engine_opts eo;
+    mr_engine_opts_from_exec(x, &eo);
+    /* the server admits at most running + queued sequences, so the engine's own queue never refuses */
+    eo.max_queued_requests = eo.max_running_requests + so.max_queued_requests;
+    if (so.max_prompt_tokens >= eo.context_length || so.max_completion_tokens >= eo.context_length) {
+        fprintf(stderr, "moerun serve: --max-prompt-tokens and --max-completion-tokens must be below the context length %lld\n",
+                (long long)eo.context_length);
+        rc = 2;
+        goto out;
+    }
+    mr_model_opts mo = {.exec = x, .progress = true};
+    mr_engine_model_opts(&eo, &mo);
     uint64_t t0 = mr_now_ns();
     if (mr_model_open(dir, &mo, &m)) {
         mr_cli_fail("serve", "cannot load the model");
+        goto out;
+    }
+    if (mr_engine_new(m, &eo, &eng)) {
+        mr_cli_fail("serve", "cannot start the engine");
         goto out;
     }
     const mr_model_config *c = mr_model_config_of(m);
@@ -331,11 +340,13 @@ int mr_cmd_serve(int argc, char **argv) {
            (long long)c->n_layers, (long long)c->n_experts, (long long)c->top_k, (long long)c->vocab,
            mr_model_runner_name(m), mr_act_mode_name(mr_model_act_mode(m)), mr_kernels_get()->isa,
            (double)(mr_now_ns() - t0) * 1e-9, (double)mr_model_peak_rss(m) / (1024.0 * 1024.0));
-    /* 4. the self-check's comparison, on the model that will serve */
-    if (!skip_check && self_check_compare(m, x, &ps, ref)) goto out;
+    /* 4. the self-check's comparison, through the engine that will serve */
+    if (!skip_check && self_check_compare(eng, x, &ps, ref)) goto out;
     if (skip_check) printf("self-check: skipped (--skip-self-check)\n");
-    /* 5. open for work */
-    if (mr_server_attach(srv, m) || mr_server_set_ready(srv)) {
+    /* 5. open for work: the server owns the engine from here on */
+    mr_status ast = mr_server_attach(srv, eng);
+    eng = NULL;
+    if (ast || mr_server_set_ready(srv)) {
         mr_cli_fail("serve", NULL);
         goto out;
     }
@@ -343,9 +354,11 @@ int mr_cmd_serve(int argc, char **argv) {
     sig_ready = true;
     int early = sig_count;
     pthread_mutex_unlock(&sig_mu);
-    printf("moerun serve: ready on http://%s:%d, model '%s' (max %d running, %d queued, context %lld)\n", so.host,
-           mr_server_port(srv), so.served_model_name ? so.served_model_name : dir, so.max_running_requests,
-           so.max_queued_requests, (long long)so.context_length);
+    printf("moerun serve: ready on http://%s:%d, model '%s' (%d running + %d queued sequences, context %lld, "
+           "%lld KV blocks of %d tokens in %s, %lld tokens per step)\n",
+           so.host, mr_server_port(srv), mr_server_model_name(srv), eo.max_running_requests, so.max_queued_requests,
+           (long long)eo.context_length, (long long)eo.kv_blocks, MR_KV_BLOCK_TOKENS, mr_format_traits_get(eo.kv_dtype)->name,
+           (long long)eo.max_batch_tokens);
     fflush(stdout);
     /* 6. serve until a signal */
     pthread_mutex_lock(&sig_mu);
@@ -360,6 +373,7 @@ int mr_cmd_serve(int argc, char **argv) {
     rc = 0;
 out:
     mr_server_close(srv);
+    mr_engine_free(eng);
     mr_model_close(m);
     mr_resolution_free(r);
     mr_cli_probe_set_free(&ps);

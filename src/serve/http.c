@@ -49,6 +49,8 @@ struct mr_server {
     char *name, *model_dir, *host, *api_key;
     mr_model *m;
     int64_t vocab;
+    int64_t context_length, kv_blocks; /* the engine's */
+    int max_running;
     sv_text *text;
     sv_metrics met;
     sv_engine *eng;
@@ -57,7 +59,7 @@ struct mr_server {
     atomic_int state;
     atomic_bool stopping;
     /* unset sampling fields take generation_config.json */
-    float def_temperature, def_top_p, def_min_p;
+    float def_temperature, def_top_p, def_min_p, def_repetition_penalty;
     int def_top_k;
     /* connections, for the watchdog */
     pthread_mutex_t cmu;
@@ -93,10 +95,7 @@ void mr_server_opts_default(mr_server_opts *o) {
     *o = (mr_server_opts){
         .host = "127.0.0.1",
         .port = 30000,
-        .max_running_requests = 16,
         .max_queued_requests = 256,
-        .context_length = 4096,
-        .chunked_prefill_size = 2048,
         .max_choices = 64,
         .max_body_bytes = (size_t)8 << 20,
         .header_timeout_s = 10,
@@ -115,7 +114,10 @@ void sv_job_release(sv_job *j) {
     mr_free(j->prompt_text);
     mr_free(j->prompt_len);
     mr_free(j->ids);
-    if (j->gens) mr_free(j->gens[0].out);
+    if (j->gens) {
+        mr_free(j->gens[0].out);
+        mr_free(j->gens[0].lp);
+    }
     mr_free(j->gens);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
@@ -242,7 +244,7 @@ static enum MHD_Result do_health(mr_server *s, struct MHD_Connection *c) {
 
 static json_t *model_card(mr_server *s) {
     return json_pack("{s:s,s:s,s:I,s:s,s:s,s:I}", "id", s->name, "object", "model", "created", (json_int_t)time(NULL),
-                     "owned_by", "moerun", "root", s->model_dir, "max_model_len", (json_int_t)s->o.context_length);
+                     "owned_by", "moerun", "root", s->model_dir, "max_model_len", (json_int_t)s->context_length);
 }
 
 static enum MHD_Result do_models(mr_server *s, struct MHD_Connection *c, const char *url, int route) {
@@ -350,7 +352,7 @@ static enum MHD_Result do_tokenize(mr_server *s, struct MHD_Connection *c, sv_hr
         json_t *arr = json_array();
         for (int64_t i = 0; arr && i < n; i++) json_array_append_new(arr, json_integer(ids[i]));
         out = json_pack("{s:o,s:I,s:I}", "tokens", arr, "count", (json_int_t)n, "max_model_len",
-                        (json_int_t)s->o.context_length);
+                        (json_int_t)s->context_length);
     }
     char *b = out ? json_dumps(out, JSON_COMPACT) : NULL;
     res = b ? send_json(c, 200, b) : fail(s, c, 500, NULL, "out of memory");
@@ -364,6 +366,14 @@ out:
 }
 
 /* ---- generation ---- */
+
+/* max_tokens of a prompt of L tokens: the request's, else 16 (completions)
+ * or the rest of the context (chat), within --max-completion-tokens. */
+static int64_t max_tokens_of(const mr_server *s, const sv_request *r, int64_t L) {
+    if (r->max_tokens >= 0) return r->max_tokens;
+    int64_t mt = r->kind == SV_CHAT ? s->context_length - L : 16;
+    return mt < s->o.max_completion_tokens ? mt : s->o.max_completion_tokens;
+}
 
 /* Tokenizes the request's prompt(s) into a job; 0 or -1 with e filled. */
 static int make_job(mr_server *s, sv_request *r, sv_job **out, sv_error *e) {
@@ -454,17 +464,21 @@ static int make_job(mr_server *s, sv_request *r, sv_job **out, sv_error *e) {
                     r->kind == SV_CHAT ? "the prompt" : nm, (long long)L, (long long)s->o.max_prompt_tokens);
             goto out;
         }
-        int64_t mt = r->max_tokens;
-        if (mt < 0) {
-            mt = r->kind == SV_CHAT ? s->o.context_length - L : 16;
-            if (mt > s->o.max_completion_tokens) mt = s->o.max_completion_tokens;
-        }
-        if (mt < 1 || L + mt > s->o.context_length) {
+        int64_t mt = max_tokens_of(s, r, L);
+        if (mt < 1 || L + mt > s->context_length) {
             sv_fail(e, 400, r->max_tokens < 0 ? (r->kind == SV_CHAT ? "messages" : nm) : "max_tokens",
                     "This model's maximum context length is %lld tokens. However, you requested %lld tokens (%lld in the "
                     "%s, %lld in the completion). Please reduce the length of the %s or max_tokens.",
-                    (long long)s->o.context_length, (long long)(L + mt), (long long)L,
+                    (long long)s->context_length, (long long)(L + mt), (long long)L,
                     r->kind == SV_CHAT ? "messages" : "prompt", (long long)mt, r->kind == SV_CHAT ? "messages" : "prompt");
+            goto out;
+        }
+        int64_t blocks = (L + mt + MR_KV_BLOCK_TOKENS - 1) / MR_KV_BLOCK_TOKENS;
+        if (s->kv_blocks > 0 && blocks > s->kv_blocks) {
+            sv_fail(e, 400, r->max_tokens < 0 ? (r->kind == SV_CHAT ? "messages" : nm) : "max_tokens",
+                    "%lld prompt + %lld completion tokens need %lld KV blocks; the whole cache holds %lld "
+                    "(--kv-cache-memory)",
+                    (long long)L, (long long)mt, (long long)blocks, (long long)s->kv_blocks);
             goto out;
         }
         if (!mr_u64_add((uint64_t)total, (uint64_t)L, (uint64_t *)&total)) {
@@ -478,11 +492,7 @@ static int make_job(mr_server *s, sv_request *r, sv_job **out, sv_error *e) {
     j->ids = mr_malloc((size_t)(total ? total : 1) * sizeof(int32_t));
     size_t n_out = 0;
     for (int i = 0; i < np; i++) {
-        int64_t mt = r->max_tokens;
-        if (mt < 0) {
-            mt = r->kind == SV_CHAT ? s->o.context_length - j->prompt_len[i] : 16;
-            if (mt > s->o.max_completion_tokens) mt = s->o.max_completion_tokens;
-        }
+        int64_t mt = max_tokens_of(s, r, j->prompt_len[i]);
         size_t add;
         if (!mr_size_mul((size_t)mt, (size_t)r->n, &add) || !mr_size_add(n_out, add, &n_out)) {
             sv_fail(e, 400, "max_tokens", "max_tokens x n overflows");
@@ -490,8 +500,10 @@ static int make_job(mr_server *s, sv_request *r, sv_job **out, sv_error *e) {
         }
     }
     int32_t *outs = j->gens ? mr_malloc(n_out * sizeof(int32_t)) : NULL;
-    if (!j->gens || !j->ids || !outs) {
+    sv_logprob *lps = r->logprobs && outs ? mr_malloc(n_out * sizeof(sv_logprob)) : NULL;
+    if (!j->gens || !j->ids || !outs || (r->logprobs && !lps)) {
         mr_free(outs);
+        mr_free(lps);
         sv_fail(e, 500, NULL, "out of memory");
         goto out;
     }
@@ -499,11 +511,7 @@ static int make_job(mr_server *s, sv_request *r, sv_job **out, sv_error *e) {
     size_t ooff = 0;
     for (int i = 0; i < np; i++) {
         memcpy(j->ids + off, pid[i], (size_t)j->prompt_len[i] * sizeof(int32_t));
-        int64_t mt = r->max_tokens;
-        if (mt < 0) {
-            mt = r->kind == SV_CHAT ? s->o.context_length - j->prompt_len[i] : 16;
-            if (mt > s->o.max_completion_tokens) mt = s->o.max_completion_tokens;
-        }
+        int64_t mt = max_tokens_of(s, r, j->prompt_len[i]);
         for (int k = 0; k < r->n; k++) {
             sv_gen *g = &j->gens[i * r->n + k];
             g->job = j;
@@ -513,16 +521,19 @@ static int make_job(mr_server *s, sv_request *r, sv_job **out, sv_error *e) {
             g->max_tokens = mt;
             g->ignore_eos = r->ignore_eos;
             g->out = outs + ooff;
-            g->slot = -1;
             atomic_init(&g->cancel, 0);
-            ooff += (size_t)mt;
-            g->sp = (mr_sampler_params){
+            g->sp = (mr_sampling){
                 .temperature = r->has_temperature ? r->temperature : s->def_temperature,
                 .top_p = r->has_top_p ? r->top_p : s->def_top_p,
                 .top_k = r->has_top_k ? r->top_k : s->def_top_k,
                 .min_p = r->has_min_p ? r->min_p : s->def_min_p,
                 .seed = r->seed + (uint64_t)g->index,
+                .presence_penalty = r->presence_penalty,
+                .frequency_penalty = r->frequency_penalty,
+                .repetition_penalty = r->has_repetition_penalty ? r->repetition_penalty : s->def_repetition_penalty,
             };
+            if (lps) g->lp = lps + ooff;
+            ooff += (size_t)mt;
         }
         off += j->prompt_len[i];
     }
@@ -597,11 +608,11 @@ static enum MHD_Result do_generate(mr_server *s, struct MHD_Connection *c, sv_hr
         sv_fail(&e, 503, NULL,
                 "the server is full: %lld sequences admitted, the limit is %d running + %d queued "
                 "(--max-running-requests, --max-queued-requests); retry later",
-                (long long)sv_engine_inflight(s->eng), s->o.max_running_requests, s->o.max_queued_requests);
+                (long long)sv_engine_inflight(s->eng), s->max_running, s->o.max_queued_requests);
         sv_job_release(j);
         return send_error(s, c, &e);
     }
-    if (sv_out_new(j, s->text, s->name, &h->out)) {
+    if (sv_out_new(j, s->text, s->m, s->name, &h->out)) {
         sv_engine_unreserve(s->eng, j->n_gen);
         sv_job_release(j);
         return fail(s, c, 500, NULL, "out of memory");
@@ -841,6 +852,7 @@ static void read_generation_config(mr_server *s) {
     s->def_top_p = 1.0f;
     s->def_top_k = 0;
     s->def_min_p = 0.0f;
+    s->def_repetition_penalty = 1.0f;
     char path[4096];
     snprintf(path, sizeof path, "%s/generation_config.json", s->model_dir);
     json_error_t je;
@@ -858,6 +870,9 @@ static void read_generation_config(mr_server *s) {
         s->def_top_k = (int)json_integer_value(v);
     if (json_is_number(v = json_object_get(g, "min_p")) && json_number_value(v) >= 0 && json_number_value(v) <= 1)
         s->def_min_p = (float)json_number_value(v);
+    if (json_is_number(v = json_object_get(g, "repetition_penalty")) && json_number_value(v) > 0 &&
+        json_number_value(v) <= 10)
+        s->def_repetition_penalty = (float)json_number_value(v);
     json_decref(g);
 }
 
@@ -877,17 +892,13 @@ static char *base_name(const char *dir) {
 mr_status mr_server_open(const mr_server_opts *o, mr_server **out) {
     *out = NULL;
     if (!o->model_dir) return mr_error_set(MR_EINVAL, "serve: the model folder is required");
-    if (o->max_running_requests < 1 || o->max_queued_requests < 0 || o->context_length < 2 ||
-        o->chunked_prefill_size < 1 || o->max_choices < 1 || o->max_body_bytes < 64 || o->header_timeout_s < 1 ||
-        o->body_timeout_s < 1 || o->idle_timeout_s < 1 || o->max_connections < 1 || o->port < 0 || o->port > 65535)
+    if (o->max_queued_requests < 0 || o->max_choices < 1 || o->max_body_bytes < 64 || o->header_timeout_s < 1 ||
+        o->body_timeout_s < 1 || o->idle_timeout_s < 1 || o->max_connections < 1 || o->port < 0 || o->port > 65535 ||
+        o->max_prompt_tokens < 0 || o->max_completion_tokens < 0)
         return mr_error_set(MR_EINVAL, "serve: a limit is out of range");
     mr_server *s = mr_calloc(1, sizeof *s);
     if (!s) return MR_ENOMEM;
     s->o = *o;
-    if (s->o.max_prompt_tokens <= 0 || s->o.max_prompt_tokens > o->context_length - 1)
-        s->o.max_prompt_tokens = o->context_length - 1;
-    if (s->o.max_completion_tokens <= 0 || s->o.max_completion_tokens > o->context_length - 1)
-        s->o.max_completion_tokens = o->context_length - 1;
     s->model_dir = mr_strdup(o->model_dir);
     s->host = mr_strdup(o->host ? o->host : "127.0.0.1");
     s->name = o->served_model_name && *o->served_model_name ? mr_strdup(o->served_model_name) : base_name(o->model_dir);
@@ -909,12 +920,24 @@ mr_status mr_server_open(const mr_server_opts *o, mr_server **out) {
     return MR_OK;
 }
 
-mr_status mr_server_attach(mr_server *s, mr_model *m) {
-    if (s->eng) return mr_error_set(MR_ESTATE, "serve: a model is attached already");
-    s->m = m;
-    s->vocab = mr_model_config_of(m)->vocab;
-    mr_status st = sv_text_open(s->model_dir, s->vocab, &s->text);
-    if (!st) st = sv_engine_new(m, &s->o, &s->met, &s->eng);
+mr_status mr_server_attach(mr_server *s, mr_engine *e) {
+    if (s->eng) return mr_error_set(MR_ESTATE, "serve: an engine is attached already");
+    const mr_engine_opts *eo = mr_engine_opts_of(e);
+    s->m = mr_engine_model(e);
+    s->vocab = mr_model_config_of(s->m)->vocab;
+    s->context_length = eo->context_length;
+    s->kv_blocks = eo->kv_blocks;
+    s->max_running = eo->max_running_requests;
+    if (s->o.max_prompt_tokens <= 0 || s->o.max_prompt_tokens > s->context_length - 1)
+        s->o.max_prompt_tokens = s->context_length - 1;
+    if (s->o.max_completion_tokens <= 0 || s->o.max_completion_tokens > s->context_length - 1)
+        s->o.max_completion_tokens = s->context_length - 1;
+    mr_status st = sv_engine_new(e, &s->o, &s->met, &s->eng);
+    if (st) {
+        mr_engine_free(e);
+        return st;
+    }
+    if (!st) st = sv_text_open(s->model_dir, s->vocab, &s->text);
     if (!st) st = sv_engine_start(s->eng);
     return st;
 }
@@ -947,6 +970,7 @@ mr_status mr_server_start(mr_server *s) {
 }
 
 int mr_server_port(const mr_server *s) { return s->port; }
+const char *mr_server_model_name(const mr_server *s) { return s->name; }
 mr_status mr_server_set_ready(mr_server *s) {
     if (!s->eng) return mr_error_set(MR_ESTATE, "serve: no model attached");
     atomic_store(&s->state, ST_READY);

@@ -74,8 +74,8 @@ char *sv_metrics_render(sv_metrics *m) {
     one(&b, mn, "gauge", "num_requests_running", "Requests in the engine's running batch.", (double)m->running);
     one(&b, mn, "gauge", "num_requests_waiting", "Requests admitted and waiting for a slot.", (double)m->waiting);
     one(&b, mn, "gauge", "kv_cache_usage_perc", "Fraction of the KV cache in use (0 to 1).", m->kv_usage);
-    one(&b, mn, "gauge", "kv_cache_used_tokens", "KV cache positions held by requests.", (double)m->kv_used_tokens);
-    one(&b, mn, "gauge", "kv_cache_capacity_tokens", "KV cache positions in all.", (double)m->kv_capacity_tokens);
+    one(&b, mn, "gauge", "kv_cache_used_blocks", "KV cache blocks referenced by requests.", (double)m->kv_used_blocks);
+    one(&b, mn, "gauge", "kv_cache_total_blocks", "KV cache blocks in the pool.", (double)m->kv_total_blocks);
     one(&b, mn, "counter", "prompt_tokens_total", "Prompt tokens processed (prefill).", (double)m->prompt_tokens);
     one(&b, mn, "counter", "generation_tokens_total", "Tokens generated.", (double)m->generation_tokens);
     sv_buf_printf(&b, "# HELP moerun:request_success_total Finished requests by finish reason.\n"

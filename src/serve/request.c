@@ -3,9 +3,9 @@
  *
  * Fields (serving.md section 1) are read from one table per endpoint. A
  * field that is not in the table is a 400 naming it; a field the server
- * knows but does not implement (logprobs, penalties, logit_bias, ...) is a
- * 400 naming it unless it carries its neutral value (null, 0, 1.0, empty),
- * which is what benchmark clients send. null is "absent" for every field.
+ * knows but does not implement (logit_bias, best_of > 1, suffix, min_tokens,
+ * constrained decoding, ...) is a 400 naming it unless it carries its
+ * neutral value (null, 0, 1, empty), which is what benchmark clients send. null is "absent" for every field.
  * Types and ranges are checked here, where the input enters; the checks
  * that need the tokenizer (prompt length against the context) come later,
  * in the HTTP layer. Integers may be written as integral reals (16.0), as
@@ -371,45 +371,50 @@ static int f_stream_options(sv_request *r, const json_t *v, const sv_limits *lim
     return 0;
 }
 static int f_logprobs_cmpl(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
-    (void)r, (void)lim, (void)v;
-    return unsupported("logprobs", NULL, e);
+    (void)lim;
+    int64_t x = 0;
+    if (get_int(v, "logprobs", 0, SV_MAX_TOP_LOGPROBS, &x, e)) return -1;
+    r->logprobs = true;
+    r->top_logprobs = (int)x;
+    return 0;
 }
 static int f_logprobs_chat(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
-    (void)r, (void)lim;
-    bool b = false;
-    if (get_bool(v, "logprobs", &b, e)) return -1;
-    return b ? unsupported("logprobs", NULL, e) : 0;
+    (void)lim;
+    return get_bool(v, "logprobs", &r->logprobs, e);
 }
 static int f_top_logprobs(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
-    (void)r, (void)lim;
+    (void)lim;
     int64_t x = 0;
-    if (get_int(v, "top_logprobs", 0, 20, &x, e)) return -1;
-    return x ? unsupported("top_logprobs", NULL, e) : 0;
+    if (get_int(v, "top_logprobs", 0, SV_MAX_TOP_LOGPROBS, &x, e)) return -1;
+    r->top_logprobs = (int)x;
+    return 0;
 }
 static int f_echo(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
     (void)lim;
     return get_bool(v, "echo", &r->echo, e);
 }
-static int neutral_num(const json_t *v, const char *name, double lo, double hi, double neutral, sv_error *e) {
+static int f_presence_penalty(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)lim;
     double x = 0;
-    if (get_num(v, name, lo, hi, &x, e)) return -1;
-    if (x != neutral) return unsupported(name, neutral == 0.0 ? "only 0" : "only 1", e);
+    if (get_num(v, "presence_penalty", -2.0, 2.0, &x, e)) return -1;
+    r->presence_penalty = (float)x;
     return 0;
 }
-static int f_presence_penalty(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
-    (void)r, (void)lim;
-    return neutral_num(v, "presence_penalty", -2.0, 2.0, 0.0, e);
-}
 static int f_frequency_penalty(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
-    (void)r, (void)lim;
-    return neutral_num(v, "frequency_penalty", -2.0, 2.0, 0.0, e);
+    (void)lim;
+    double x = 0;
+    if (get_num(v, "frequency_penalty", -2.0, 2.0, &x, e)) return -1;
+    r->frequency_penalty = (float)x;
+    return 0;
 }
 static int f_repetition_penalty(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
-    (void)r, (void)lim;
+    (void)lim;
     double x = 0;
-    if (get_num(v, "repetition_penalty", 0.0, 100.0, &x, e)) return -1;
-    if (x <= 0.0) return sv_fail(e, 400, "repetition_penalty", "repetition_penalty must be > 0");
-    return x != 1.0 ? unsupported("repetition_penalty", "only 1", e) : 0;
+    if (get_num(v, "repetition_penalty", 0.0, 10.0, &x, e)) return -1;
+    if (x <= 0.0) return sv_fail(e, 400, "repetition_penalty", "repetition_penalty is %g; it must be in (0, 10]", x);
+    r->repetition_penalty = (float)x;
+    r->has_repetition_penalty = true;
+    return 0;
 }
 static int f_logit_bias(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
     (void)r, (void)lim;
@@ -762,6 +767,7 @@ int sv_request_parse(sv_kind kind, const char *body, size_t len, const sv_limits
     r->max_tokens = -1;
     r->n = 1;
     r->top_p = 1.0f;
+    r->repetition_penalty = 1.0f;
     r->skip_special_tokens = true;
     r->separate_reasoning = true;
     r->add_generation_prompt = true;
@@ -808,6 +814,14 @@ int sv_request_parse(sv_kind kind, const char *body, size_t len, const sv_limits
     }
     if (kind == SV_CHAT && !r->messages) {
         sv_fail(e, 400, "messages", "messages is required");
+        goto out;
+    }
+    if (kind == SV_CHAT && r->top_logprobs && !r->logprobs) {
+        sv_fail(e, 400, "top_logprobs", "top_logprobs needs logprobs: true");
+        goto out;
+    }
+    if (r->echo && r->logprobs) {
+        sv_fail(e, 400, "logprobs", "logprobs with echo (the prompt's log-probabilities) is not supported by this server");
         goto out;
     }
     const json_t *so = json_object_get(root, "stream_options");

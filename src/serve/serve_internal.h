@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "moerun/base.h"
+#include "moerun/engine.h"
 #include "moerun/model.h"
 #include "moerun/serve.h"
 
@@ -52,7 +53,8 @@ typedef struct {
 
 #define SV_MAX_STOP 16          /* stop strings per request */
 #define SV_MAX_STOP_BYTES 256   /* bytes per stop string */
-#define SV_MAX_STOP_IDS 64
+#define SV_MAX_STOP_IDS 16     /* the engine's MR_ENGINE_MAX_STOP_IDS */
+#define SV_MAX_TOP_LOGPROBS 20  /* the engine's default max_top_logprobs */
 
 typedef struct {
     sv_kind kind;
@@ -65,7 +67,7 @@ typedef struct {
     json_t *chat_template_kwargs; /* chat: object or NULL */
     bool add_generation_prompt;   /* chat [true] */
     int64_t max_tokens;           /* -1: the default (16 for completions, the rest of the context for chat) */
-    bool has_temperature, has_top_p, has_top_k, has_min_p, has_seed;
+    bool has_temperature, has_top_p, has_top_k, has_min_p, has_seed, has_repetition_penalty;
     float temperature, top_p, min_p;
     int top_k;                    /* 0 = off (-1 is taken as 0) */
     uint64_t seed;
@@ -75,6 +77,9 @@ typedef struct {
     int32_t stop_ids[SV_MAX_STOP_IDS];
     int n;                        /* choices per prompt [1] */
     bool ignore_eos, stream, include_usage, continuous_usage, echo;
+    bool logprobs;                /* report the sampled token's log-probability */
+    int top_logprobs;             /* and this many alternatives (0..SV_MAX_TOP_LOGPROBS) */
+    float presence_penalty, frequency_penalty, repetition_penalty; /* [0, 0, 1] = off */
     bool skip_special_tokens;     /* [true] */
     bool include_stop_str;        /* vLLM's include_stop_str_in_output [false] */
     bool separate_reasoning;      /* chat: reasoning_content split out [true] */
@@ -136,7 +141,7 @@ typedef struct {
     /* gauges (set by the engine thread each step) */
     int64_t running, waiting;
     double kv_usage;        /* 0..1 */
-    int64_t kv_used_tokens, kv_capacity_tokens;
+    int64_t kv_used_blocks, kv_total_blocks;
     /* counters */
     uint64_t prompt_tokens, generation_tokens, preemptions, prefix_queries, prefix_hits;
     uint64_t success[SV_FR_COUNT];
@@ -164,6 +169,11 @@ bool sv_text_has_tokenizer(const sv_text *t);
 bool sv_text_has_chat_template(const sv_text *t);
 /* Encodes UTF-8 text (add_special: the post-processor's BOS/EOS). *ids is mr_malloc'd. */
 mr_status sv_text_encode(const sv_text *t, const char *s, size_t n, bool add_special, int32_t **ids, int64_t *n_ids);
+/* The chat template's output has tags for the parser (reasoning, tool
+ * calls): decode chat answers without skipping special tokens. */
+bool sv_text_tagged_output(const sv_text *t);
+/* The bytes one token decodes to (may be an incomplete UTF-8 sequence). */
+mr_status sv_text_piece(const sv_text *t, int32_t id, const char **bytes, size_t *n);
 /* Decodes ids into a malloc'd NUL-terminated string. */
 mr_status sv_text_decode(const sv_text *t, const int32_t *ids, int64_t n, bool skip_special, char **out);
 /* Renders the chat template over messages/tools into a malloc'd prompt. */
@@ -213,6 +223,13 @@ mr_status sv_parse_finish(sv_parse *p, sv_parse_out *o);
  * ====================================================================== */
 typedef enum { SV_FIN_NONE = 0, SV_FIN_STOP, SV_FIN_LENGTH, SV_FIN_ABORT, SV_FIN_ERROR } sv_fin;
 
+/* One generated token's log-probabilities (only when the request asks). */
+typedef struct {
+    float logprob;
+    int n_top;
+    mr_token_logprob top[SV_MAX_TOP_LOGPROBS];
+} sv_logprob;
+
 struct sv_job;
 typedef struct sv_gen {
     struct sv_job *job;
@@ -220,22 +237,24 @@ typedef struct sv_gen {
     /* inputs (read-only once submitted) */
     const int32_t *prompt;
     int64_t n_prompt;
-    mr_sampler_params sp;
+    mr_sampling sp;             /* the engine's sampling parameters */
     int64_t max_tokens;
     bool ignore_eos;
     /* HTTP thread -> engine: set when the client left, a stop string matched or the drain ran out */
     atomic_int cancel;
     /* engine -> HTTP thread, under job->mu */
     int32_t *out;               /* [max_tokens] */
+    sv_logprob *lp;             /* [max_tokens] when the request asks for logprobs, else NULL */
     int64_t n_out;
     sv_fin fin;
     int64_t cached_tokens;
     char err[200];
     /* engine thread only */
-    struct sv_gen *next;        /* waiting list / submission queue */
-    int slot;                   /* KV slot while running, -1 otherwise */
-    int64_t n_fed;              /* prompt tokens already through the model */
-    uint64_t t_sched_ns, t_last_ns;
+    struct sv_gen *next;        /* submission queue */
+    struct sv_gen *lprev, *lnext; /* the engine thread's list of gens in the engine */
+    uint64_t rid;               /* the engine's request id */
+    uint64_t t_last_ns;         /* the previous token */
+    bool seen_first;
 } sv_gen;
 
 typedef struct sv_job {
@@ -263,7 +282,9 @@ void sv_job_release(sv_job *j); /* drops one reference; the last frees */
  * The engine thread (engine.c).
  * ====================================================================== */
 typedef struct sv_engine sv_engine;
-mr_status sv_engine_new(mr_model *m, const mr_server_opts *o, sv_metrics *metrics, sv_engine **out);
+/* Wraps an engine (owned from here on: freed by sv_engine_free) whose only
+ * user becomes the engine thread. */
+mr_status sv_engine_new(mr_engine *eng, const mr_server_opts *o, sv_metrics *metrics, sv_engine **out);
 mr_status sv_engine_start(sv_engine *e);
 /* Hands the job's gens to the engine thread (takes the engine reference). */
 void sv_engine_submit(sv_engine *e, sv_job *j);
@@ -302,7 +323,7 @@ int sv_buf_json_str(sv_buf *b, const char *s, size_t n);
  * choice the streaming detokenizer, the stop strings, the reasoning /
  * tool-call parser and what was sent. */
 typedef struct sv_out sv_out;
-mr_status sv_out_new(sv_job *j, const sv_text *t, const char *model_name, sv_out **out);
+mr_status sv_out_new(sv_job *j, const sv_text *t, const mr_model *m, const char *model_name, sv_out **out);
 void sv_out_free(sv_out *o);
 /* Takes what the engine has published since the last call. Streaming: the
  * SSE events for it are appended to sse (one event per token). Returns 1

@@ -94,7 +94,7 @@ done
 wait $pids
 freed=
 for i in $(seq 1 200); do
-    [ "$(metric 'moerun:num_requests_running{')" = 0 ] && [ "$(metric 'moerun:kv_cache_used_tokens{')" = 0 ] && \
+    [ "$(metric 'moerun:num_requests_running{')" = 0 ] && [ "$(metric 'moerun:kv_cache_used_blocks{')" = 0 ] && \
         [ "$(metric 'moerun:num_requests_waiting{')" = 0 ] && { freed=1; break; }
     sleep 0.05
 done
