@@ -66,7 +66,7 @@ static void test_parse_fields(void **st) {
     assert_int_equal(r.n_prompts, 3);
     assert_int_equal(r.max_tokens, -1);
     sv_request_free(&r);
-    /* chat: messages normalized (parts joined, developer -> system, null keys dropped, arguments parsed) */
+    /* chat: messages normalized (developer -> system, null keys dropped, arguments parsed) */
     expect_ok(SV_CHAT,
               "{\"messages\":[{\"role\":\"developer\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\","
               "\"text\":\"b\"}]},{\"role\":\"user\",\"content\":\"q\",\"name\":null},{\"role\":\"assistant\","
@@ -79,7 +79,9 @@ static void test_parse_fields(void **st) {
     assert_int_equal(json_array_size(r.messages), 4);
     json_t *m0 = json_array_get(r.messages, 0);
     assert_string_equal(json_string_value(json_object_get(m0, "role")), "system");
-    assert_string_equal(json_string_value(json_object_get(m0, "content")), "a\nb");
+    json_t *parts = json_object_get(m0, "content"); /* the template gets the parts */
+    assert_int_equal(json_array_size(parts), 2);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(parts, 1), "text")), "b");
     assert_null(json_object_get(json_array_get(r.messages, 1), "name"));
     json_t *call = json_array_get(json_object_get(json_array_get(r.messages, 2), "tool_calls"), 0);
     json_t *args = json_object_get(json_object_get(call, "function"), "arguments");

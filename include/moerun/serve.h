@@ -51,6 +51,7 @@ typedef struct {
     int max_connections;           /* open connections, beyond which new ones are refused [512] */
     const char *api_key;           /* when set, requests need "Authorization: Bearer KEY" [NULL] */
     bool log_requests;             /* one line per finished request on stderr [false] */
+    bool debug_forced_output;      /* tests only: requests may carry debug_forced_output [false] */
 } mr_server_opts;
 
 void mr_server_opts_default(mr_server_opts *o);

@@ -190,6 +190,8 @@ int mr_cmd_serve(int argc, char **argv) {
             skip_check = true;
         } else if (!strcmp(a, "--log-requests")) {
             so.log_requests = true;
+        } else if (!strcmp(a, "--debug-forced-output")) { /* tests only: requests may dictate their output */
+            so.debug_forced_output = true;
         } else if (!v && a[0] == '-' && a[1] == '-') {
             fprintf(stderr, "moerun serve: %s: unknown option or missing value (see --help)\n", a);
             goto out;

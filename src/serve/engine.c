@@ -148,6 +148,8 @@ static void admit(sv_engine *e, sv_gen *g) {
         .ignore_eos = g->ignore_eos,
         .logprobs = r->logprobs,
         .top_logprobs = r->top_logprobs,
+        .forced = g->forced,
+        .n_forced = g->n_forced,
         .cancel = &g->cancel,
         .user = g,
     };

@@ -114,6 +114,7 @@ void sv_job_release(sv_job *j) {
     mr_free(j->prompt_text);
     mr_free(j->prompt_len);
     mr_free(j->ids);
+    mr_free(j->forced);
     if (j->gens) {
         mr_free(j->gens[0].out);
         mr_free(j->gens[0].lp);
@@ -272,8 +273,9 @@ static enum MHD_Result do_metrics(mr_server *s, struct MHD_Connection *c) {
     return r;
 }
 
-/* /tokenize (vLLM: prompt, add_special_tokens; llama-server: content, add_special)
- * and /detokenize (tokens). */
+/* /tokenize (vLLM: prompt, add_special_tokens, or messages (+ tools,
+ * add_generation_prompt) for a rendered chat; llama-server: content,
+ * add_special) and /detokenize (tokens). */
 static enum MHD_Result do_tokenize(mr_server *s, struct MHD_Connection *c, sv_hreq *h, bool detok) {
     sv_error e = {0};
     if (atomic_load(&s->state) != ST_READY) return unavailable(s, c);
@@ -291,6 +293,26 @@ static enum MHD_Result do_tokenize(mr_server *s, struct MHD_Connection *c, sv_hr
     json_t *out = NULL;
     const char *k;
     json_t *v;
+    if (!detok && json_object_get(root, "messages")) { /* vLLM's chat form: the rendered conversation's ids */
+        sv_request r;
+        sv_limits lim = {.max_completion_tokens = s->o.max_completion_tokens, .max_choices = s->o.max_choices,
+                         .vocab = s->vocab};
+        if (sv_request_parse(SV_CHAT, h->body.p, h->body.len, &lim, &r, &e)) {
+            res = send_error(s, c, &e);
+            goto out;
+        }
+        mr_status st = !sv_text_has_chat_template(s->text)
+                           ? mr_error_set(MR_EUNSUPPORTED, "this model has no chat template")
+                           : sv_text_render_chat(s->text, r.messages, r.tool_choice == SV_TOOLS_NONE ? NULL : r.tools,
+                                                 r.chat_template_kwargs, r.add_generation_prompt, &text);
+        if (!st) st = sv_text_encode(s->text, text, strlen(text), false, &ids, &n);
+        sv_request_free(&r);
+        if (st) {
+            res = fail(s, c, 400, "messages", "%s", mr_error_last());
+            goto out;
+        }
+        goto ids_out;
+    }
     json_object_foreach(root, k, v) {
         static const char *const tok_keys[] = {"model", "prompt", "content", "add_special_tokens", "add_special", NULL};
         static const char *const det_keys[] = {"model", "tokens", NULL};
@@ -349,6 +371,7 @@ static enum MHD_Result do_tokenize(mr_server *s, struct MHD_Connection *c, sv_hr
             res = fail(s, c, 400, "prompt", "%s", mr_error_last());
             goto out;
         }
+    ids_out:;
         json_t *arr = json_array();
         for (int64_t i = 0; arr && i < n; i++) json_array_append_new(arr, json_integer(ids[i]));
         out = json_pack("{s:o,s:I,s:I}", "tokens", arr, "count", (json_int_t)n, "max_model_len",
@@ -486,6 +509,16 @@ static int make_job(mr_server *s, sv_request *r, sv_job **out, sv_error *e) {
             goto out;
         }
     }
+    if (r->forced_text) { /* tests: the output's tokens, special-token text included */
+        if (sv_text_encode(s->text, r->forced_text, strlen(r->forced_text), false, &j->forced, &j->n_forced)) {
+            sv_fail(e, 400, "debug_forced_output", "%s", mr_error_last());
+            goto out;
+        }
+    } else if (r->forced_ids) {
+        j->forced = r->forced_ids;
+        j->n_forced = r->n_forced_ids;
+        r->forced_ids = NULL;
+    }
     /* the gens: prompt-major, n per prompt; one out[] block for all */
     j->n_gen = np * r->n;
     j->gens = mr_calloc((size_t)j->n_gen, sizeof *j->gens);
@@ -521,6 +554,8 @@ static int make_job(mr_server *s, sv_request *r, sv_job **out, sv_error *e) {
             g->max_tokens = mt;
             g->ignore_eos = r->ignore_eos;
             g->out = outs + ooff;
+            g->forced = j->forced;
+            g->n_forced = j->n_forced;
             atomic_init(&g->cancel, 0);
             g->sp = (mr_sampling){
                 .temperature = r->has_temperature ? r->temperature : s->def_temperature,
@@ -589,7 +624,7 @@ static enum MHD_Result do_generate(mr_server *s, struct MHD_Connection *c, sv_hr
     sv_request r;
     if (atomic_load(&s->state) != ST_READY) return unavailable(s, c);
     sv_limits lim = {.max_completion_tokens = s->o.max_completion_tokens, .max_choices = s->o.max_choices,
-                     .vocab = s->vocab};
+                     .vocab = s->vocab, .allow_forced = s->o.debug_forced_output};
     if (sv_request_parse(h->route == R_CHAT ? SV_CHAT : SV_COMPLETIONS, h->body.p ? h->body.p : "", h->body.len, &lim,
                          &r, &e))
         return send_error(s, c, &e);
@@ -916,6 +951,11 @@ mr_status mr_server_open(const mr_server_opts *o, mr_server **out) {
     s->o.served_model_name = s->name;
     s->o.api_key = s->api_key;
     read_generation_config(s);
+    mr_status st = sv_text_open(s->model_dir, &s->text); /* before any weight is read: fail fast */
+    if (st) {
+        mr_server_close(s);
+        return st;
+    }
     *out = s;
     return MR_OK;
 }
@@ -937,7 +977,7 @@ mr_status mr_server_attach(mr_server *s, mr_engine *e) {
         mr_engine_free(e);
         return st;
     }
-    if (!st) st = sv_text_open(s->model_dir, s->vocab, &s->text);
+    if (!st) st = sv_text_check_vocab(s->text, s->vocab);
     if (!st) st = sv_engine_start(s->eng);
     return st;
 }

@@ -90,6 +90,8 @@ void sv_request_free(sv_request *r) {
     json_decref(r->tools);
     json_decref(r->chat_template_kwargs);
     for (int i = 0; i < r->n_stop; i++) mr_free(r->stop[i]);
+    mr_free(r->forced_text);
+    mr_free(r->forced_ids);
     memset(r, 0, sizeof *r);
 }
 
@@ -471,6 +473,11 @@ static int f_continue_final(sv_request *r, const json_t *v, const sv_limits *lim
     if (get_bool(v, "continue_final_message", &b, e)) return -1;
     return b ? unsupported("continue_final_message", NULL, e) : 0;
 }
+static int f_forced(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    if (json_is_string(v)) return dup_string(v, "debug_forced_output", &r->forced_text, e);
+    if (json_is_array(v)) return id_list(v, "debug_forced_output", lim, &r->forced_ids, &r->n_forced_ids, e);
+    return sv_fail(e, 400, "debug_forced_output", "debug_forced_output must be a string or a list of token ids");
+}
 static int f_separate_reasoning(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
     (void)lim;
     return get_bool(v, "separate_reasoning", &r->separate_reasoning, e);
@@ -539,8 +546,10 @@ static int f_tools(sv_request *r, const json_t *v, const sv_limits *lim, sv_erro
     return 0;
 }
 
-/* The text of a message's content: a string, or a list of {"type": "text",
- * "text"} parts joined with "\n" (as vLLM does). *out is a new reference. */
+/* A message's content: a string, or a list of {"type": "text", "text"}
+ * parts, which goes to the chat template as it is (as transformers'
+ * apply_chat_template passes it; the templates join the parts). *out is a
+ * new reference. */
 static int content_text(const json_t *c, const char *nm, json_t **out, sv_error *e) {
     if (json_is_string(c)) {
         *out = json_incref((json_t *)c);
@@ -548,33 +557,32 @@ static int content_text(const json_t *c, const char *nm, json_t **out, sv_error 
     }
     if (!json_is_array(c))
         return sv_fail(e, 400, nm, "%s must be a string or a list of content parts, got %s", nm, type_name(c));
-    sv_buf b = {0};
+    json_t *parts = json_array();
+    if (!parts) return sv_fail(e, 500, NULL, "out of memory");
     for (size_t j = 0; j < json_array_size(c); j++) {
         const json_t *p = json_array_get(c, j);
         char pn[200];
         snprintf(pn, sizeof pn, "%s[%zu]", nm, j);
         const json_t *ty = json_is_object(p) ? json_object_get(p, "type") : NULL;
         if (!json_is_string(ty)) {
-            sv_buf_free(&b);
+            json_decref(parts);
             return sv_fail(e, 400, pn, "%s must be an object with a \"type\"", pn);
         }
         if (strcmp(json_string_value(ty), "text")) {
-            sv_buf_free(&b);
+            json_decref(parts);
             return sv_fail(e, 400, pn, "%s is a \"%.40s\" part; this server takes text only", pn, json_string_value(ty));
         }
         const json_t *tx = json_object_get(p, "text");
         if (!json_is_string(tx)) {
-            sv_buf_free(&b);
+            json_decref(parts);
             return sv_fail(e, 400, pn, "%s.text must be a string", pn);
         }
-        if ((j && sv_buf_lit(&b, "\n")) || sv_buf_add(&b, json_string_value(tx), json_string_length(tx))) {
-            sv_buf_free(&b);
+        if (json_array_append_new(parts, json_pack("{s:s,s:O}", "type", "text", "text", tx))) {
+            json_decref(parts);
             return sv_fail(e, 500, NULL, "out of memory");
         }
     }
-    *out = json_stringn(b.p ? b.p : "", b.len);
-    sv_buf_free(&b);
-    if (!*out) return sv_fail(e, 500, NULL, "out of memory");
+    *out = parts;
     return 0;
 }
 
@@ -647,16 +655,19 @@ static int f_messages(sv_request *r, const json_t *v, const sv_limits *lim, sv_e
             snprintf(fn, sizeof fn, "%s.%.40s", nm, key);
             if (!strcmp(key, "role") || json_is_null(x)) continue;
             if (!strcmp(key, "content")) {
-                json_t *t;
+                json_t *t = NULL;
                 if (content_text(x, fn, &t, e)) goto bad;
                 if (json_object_set_new(o, "content", t)) goto oom;
             } else if (!strcmp(key, "name") || (!strcmp(key, "tool_call_id") && tool) ||
-                       (!strcmp(key, "reasoning_content") && assistant)) {
+                       (assistant && (!strcmp(key, "reasoning_content") || !strcmp(key, "reasoning") ||
+                                      !strcmp(key, "thinking")))) {
                 if (!json_is_string(x)) {
                     sv_fail(e, 400, fn, "%s must be a string, got %s", fn, type_name(x));
                     goto bad;
                 }
-                if (json_object_set(o, key, x)) goto oom;
+                /* an earlier answer's reasoning, under any of the names clients use */
+                const char *as = !strcmp(key, "reasoning") || !strcmp(key, "thinking") ? "reasoning_content" : key;
+                if (json_object_set(o, as, x)) goto oom;
             } else if (!strcmp(key, "tool_calls") && assistant) {
                 if (!json_is_array(x)) {
                     sv_fail(e, 400, fn, "%s must be a list", fn);
@@ -759,6 +770,7 @@ static const field fields[] = {
     {"add_generation_prompt", K_CHAT, f_add_generation_prompt},
     {"continue_final_message", K_CHAT, f_continue_final},
     {"separate_reasoning", K_CHAT, f_separate_reasoning},
+    {"debug_forced_output", K_BOTH, f_forced}, /* only with lim->allow_forced */
 };
 
 int sv_request_parse(sv_kind kind, const char *body, size_t len, const sv_limits *lim, sv_request *r, sv_error *e) {
@@ -791,7 +803,7 @@ int sv_request_parse(sv_kind kind, const char *body, size_t len, const sv_limits
     json_object_foreach(root, key, v) {
         const field *f = NULL;
         for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
-            if ((fields[i].kinds & k) && !strcmp(fields[i].name, key)) {
+            if ((fields[i].kinds & k) && !strcmp(fields[i].name, key) && (fields[i].fn != f_forced || lim->allow_forced)) {
                 f = &fields[i];
                 break;
             }

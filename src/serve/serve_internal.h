@@ -83,12 +83,18 @@ typedef struct {
     bool skip_special_tokens;     /* [true] */
     bool include_stop_str;        /* vLLM's include_stop_str_in_output [false] */
     bool separate_reasoning;      /* chat: reasoning_content split out [true] */
+    /* tests only (serve --debug-forced-output): the output is this text's
+     * tokens (or these ids), forced through the engine, then sampled on */
+    char *forced_text;
+    int32_t *forced_ids;
+    int64_t n_forced_ids;
 } sv_request;
 
 typedef struct {
     int64_t max_completion_tokens; /* largest max_tokens */
     int max_choices;               /* prompts x n */
     int64_t vocab;                 /* token ids must be in [0, vocab) */
+    bool allow_forced;             /* accept debug_forced_output (tests); otherwise it is an unknown field */
 } sv_limits;
 
 /* Parses and validates a JSON body for kind. 0 on success (free *r with
@@ -163,7 +169,9 @@ char *sv_metrics_render(sv_metrics *m);
  * ====================================================================== */
 typedef struct sv_text sv_text;
 
-mr_status sv_text_open(const char *model_dir, int64_t vocab, sv_text **out);
+mr_status sv_text_open(const char *model_dir, sv_text **out);
+/* The tokenizer's ids fit the model's vocabulary. */
+mr_status sv_text_check_vocab(const sv_text *t, int64_t vocab);
 void sv_text_close(sv_text *t);
 bool sv_text_has_tokenizer(const sv_text *t);
 bool sv_text_has_chat_template(const sv_text *t);
@@ -243,6 +251,8 @@ typedef struct sv_gen {
     /* HTTP thread -> engine: set when the client left, a stop string matched or the drain ran out */
     atomic_int cancel;
     /* engine -> HTTP thread, under job->mu */
+    const int32_t *forced;      /* tests: forced output tokens (the job's), or NULL */
+    int64_t n_forced;
     int32_t *out;               /* [max_tokens] */
     sv_logprob *lp;             /* [max_tokens] when the request asks for logprobs, else NULL */
     int64_t n_out;
@@ -263,6 +273,8 @@ typedef struct sv_job {
     int n_gen;
     sv_gen *gens;
     int n_prompts;              /* completions: the request's prompts; chat: 1 */
+    int32_t *forced;            /* tests: the forced output tokens of every gen */
+    int64_t n_forced;
     int32_t *ids;               /* all prompt ids of the gens (gens point into it) */
     int64_t *prompt_len;        /* [n_prompts] tokens per prompt */
     char **prompt_text;         /* [n_prompts] text of each prompt (for echo), may be NULL */

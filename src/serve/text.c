@@ -12,13 +12,13 @@
 #include "serve/serve_internal.h"
 
 struct sv_text {
-    int64_t vocab;
     mr_tokenizer *tok;  /* NULL: ids only */
     mr_chat *chat;      /* NULL: no chat template */
     mr_chat_format format;
 };
 
 struct sv_detok {
+    const mr_tokenizer *t;
     mr_tokstream *s;
 };
 
@@ -27,22 +27,16 @@ struct sv_parse {
     sv_tool_piece pieces[16];
 };
 
-mr_status sv_text_open(const char *model_dir, int64_t vocab, sv_text **out) {
+mr_status sv_text_open(const char *model_dir, sv_text **out) {
     *out = NULL;
     sv_text *t = mr_calloc(1, sizeof *t);
     if (!t) return MR_ENOMEM;
-    t->vocab = vocab;
     char path[4096];
     struct stat st;
     snprintf(path, sizeof path, "%s/tokenizer.json", model_dir);
     mr_status s = MR_OK;
     if (stat(path, &st) == 0) {
         if ((s = mr_tokenizer_load(model_dir, &t->tok))) goto fail;
-        if (mr_tokenizer_id_limit(t->tok) > vocab) {
-            s = mr_error_set(MR_ECONFIG, "%s has ids up to %d, above the model's vocabulary of %lld", path,
-                             (int)mr_tokenizer_id_limit(t->tok) - 1, (long long)vocab);
-            goto fail;
-        }
         s = mr_chat_open(model_dir, &t->chat);
         if (s == MR_ENOTFOUND) {
             s = MR_OK; /* completions only */
@@ -58,6 +52,13 @@ mr_status sv_text_open(const char *model_dir, int64_t vocab, sv_text **out) {
 fail:
     sv_text_close(t);
     return s;
+}
+
+mr_status sv_text_check_vocab(const sv_text *t, int64_t vocab) {
+    if (t->tok && mr_tokenizer_id_limit(t->tok) > vocab)
+        return mr_error_set(MR_ECONFIG, "tokenizer.json has ids up to %d, above the model's vocabulary of %lld",
+                            (int)mr_tokenizer_id_limit(t->tok) - 1, (long long)vocab);
+    return MR_OK;
 }
 
 void sv_text_close(sv_text *t) {
@@ -117,6 +118,7 @@ mr_status sv_detok_new(const sv_text *t, bool skip_special, sv_detok **out) {
     *out = NULL;
     sv_detok *d = mr_calloc(1, sizeof *d);
     if (!d) return MR_ENOMEM;
+    d->t = t->tok;
     mr_status st = mr_tokstream_new(t->tok, skip_special, &d->s);
     if (st) {
         mr_free(d);
@@ -135,6 +137,8 @@ void sv_detok_free(sv_detok *d) {
 mr_status sv_detok_push(sv_detok *d, int32_t id, char **buf, size_t *len, size_t *cap) {
     const char *o;
     size_t n;
+    /* an id of the model's padded vocabulary that names no token has no text */
+    if (!mr_tokenizer_id_to_piece(d->t, id, NULL)) return MR_OK;
     mr_status st = mr_tokstream_push(d->s, &id, 1, &o, &n);
     if (st) return st;
     sv_buf b = {*buf, *len, *cap};
