@@ -59,8 +59,8 @@ grep -q "moerun serve: stopped" "$S/ok.log" || bad "no 'stopped' line"
 clean_log "$S/ok.log" || bad "sanitizer report in the drained server"
 
 # --- the drain's timeout cancels what is left, exit 0 ---
-start_server "$S/to.log" --model "$T" --context-length 8192 --shutdown-timeout 1 --skip-self-check || exit 1
-curl -s -N -d '{"prompt":[1,2,3],"max_tokens":8000,"ignore_eos":true,"stream":true}' "$SV_URL/v1/completions" \
+start_server "$S/to.log" --model "$T" --context-length 4096 --shutdown-timeout 1 --skip-self-check || exit 1
+curl -s -N -d '{"prompt":[1,2,3],"max_tokens":4000,"n":16,"ignore_eos":true,"stream":true}' "$SV_URL/v1/completions" \
     >"$S/to.out" 2>/dev/null &
 cpid=$!
 for i in $(seq 1 200); do [ "$(tokens $S/to.out)" -ge 3 ] && break; sleep 0.02; done
@@ -74,8 +74,8 @@ grep -q "cancelled" "$S/to.log" || bad "the drain timeout did not say what it ca
 clean_log "$S/to.log" || bad "sanitizer report after the drain timeout"
 
 # --- a second SIGINT exits at once ---
-start_server "$S/int.log" --model "$T" --context-length 8192 --shutdown-timeout 600 --skip-self-check || exit 1
-curl -s -N -d '{"prompt":[1,2,3],"max_tokens":8000,"ignore_eos":true,"stream":true}' "$SV_URL/v1/completions" \
+start_server "$S/int.log" --model "$T" --context-length 4096 --shutdown-timeout 600 --skip-self-check || exit 1
+curl -s -N -d '{"prompt":[1,2,3],"max_tokens":4000,"n":16,"ignore_eos":true,"stream":true}' "$SV_URL/v1/completions" \
     >"$S/int.out" 2>/dev/null &
 cpid=$!
 for i in $(seq 1 200); do [ "$(tokens $S/int.out)" -ge 3 ] && break; sleep 0.02; done
@@ -112,8 +112,8 @@ stop_server
 # --- bad flags, busy port ---
 "$M" serve --model "$T" --port 70000 >/dev/null 2>"$S/e1"; rc=$?
 [ $rc = 2 ] && grep -q -- "--port" "$S/e1" || bad "--port 70000: exit $rc: $(cat "$S/e1")"
-"$M" serve --model "$T" --max-running-requests 0 >/dev/null 2>"$S/e2"; rc=$?
-[ $rc = 2 ] || bad "--max-running-requests 0: exit $rc"
+"$M" serve --model "$T" --max-queued-requests -1 >/dev/null 2>"$S/e2"; rc=$?
+[ $rc = 2 ] || bad "--max-queued-requests -1: exit $rc"
 "$M" serve --model "$T" --context-length 100 --max-prompt-tokens 200 >/dev/null 2>"$S/e3"; rc=$?
 [ $rc = 2 ] && grep -q "below --context-length" "$S/e3" || bad "--max-prompt-tokens above the context: exit $rc"
 "$M" serve --model "$T" --bogus 1 >/dev/null 2>"$S/e4"; rc=$?
