@@ -18,6 +18,20 @@
 
 #define MOERUN MR_BINARY_DIR "/moerun"
 
+/* A whole file as a NUL-terminated string (free), or NULL. */
+static char *read_text(const char *path) {
+    size_t n = 0;
+    char *p = tu_read_file(path, &n);
+    if (!p) return NULL;
+    char *t = realloc(p, n + 1);
+    if (!t) {
+        free(p);
+        return NULL;
+    }
+    t[n] = 0;
+    return t;
+}
+
 typedef struct {
     pid_t pid;
     char url[64];
@@ -48,8 +62,7 @@ static int srv_start(server *s, const char *const *extra) {
         _exit(127);
     }
     for (int i = 0; i < 6000; i++) { /* up to 60 s (sanitizer builds are slow to start) */
-        size_t len = 0;
-        char *t = tu_read_file(s->log, &len);
+        char *t = read_text(s->log);
         char *p = t ? strstr(t, "ready on http://") : NULL;
         if (p) {
             char host[32];
@@ -81,7 +94,7 @@ static int srv_stop(server *s) {
 }
 
 static bool log_has(const server *s, const char *what) {
-    char *t = tu_read_file(s->log, NULL);
+    char *t = read_text(s->log);
     bool r = t && strstr(t, what);
     free(t);
     return r;

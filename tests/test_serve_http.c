@@ -441,7 +441,7 @@ static void test_eos_and_ignore_eos(void **st) {
     snprintf(path, sizeof path, "%s/generation_config.json", dir);
     assert_int_equal(tu_write_file(path, gc, strlen(gc)), 0);
     snprintf(path, sizeof path, "%s/config.json", dir); /* config.json's eos too */
-    char *cfg = tu_read_file(path, NULL);
+    char *cfg = read_text(path);
     char *e = strstr(cfg, "\"eos_token_id\": 2");
     assert_non_null(e);
     char fixed[8192];
@@ -698,7 +698,7 @@ static int setup(void **st) {
     const char *args[] = {"--model", g_model, "--context-length", "256", "--max-running-requests", "8",
                           "--max-body-bytes", "65536", "--kv-cache-dtype", "fp32", NULL};
     if (srv_start(&g_srv, args)) {
-        char *t = tu_read_file(g_srv.log, NULL);
+        char *t = read_text(g_srv.log);
         fprintf(stderr, "the server did not start:\n%s\n", t ? t : "");
         free(t);
         return -1;
@@ -712,7 +712,7 @@ static int teardown(void **st) {
     bool clean = !log_has(&g_srv, "ERROR: AddressSanitizer") && !log_has(&g_srv, "runtime error:") &&
                  !log_has(&g_srv, "LeakSanitizer") && log_has(&g_srv, "moerun serve: stopped");
     if (rc != 0 || !clean) {
-        char *t = tu_read_file(g_srv.log, NULL);
+        char *t = read_text(g_srv.log);
         fprintf(stderr, "server exit %d, log:\n%s\n", rc, t ? t : "");
         free(t);
         return -1;

@@ -502,7 +502,7 @@ static int setup(void **st) {
     const char *args[] = {"--model", g_model, "--context-length", "1024", "--max-running-requests", "8",
                           "--kv-cache-dtype", "fp32", "--debug-forced-output", NULL};
     if (srv_start(&g_srv, args)) {
-        char *t = tu_read_file(g_srv.log, NULL);
+        char *t = read_text(g_srv.log);
         fprintf(stderr, "the server did not start:\n%s\n", t ? t : "");
         free(t);
         return -1;
@@ -516,7 +516,7 @@ static int teardown(void **st) {
     bool clean = !log_has(&g_srv, "ERROR: AddressSanitizer") && !log_has(&g_srv, "runtime error:") &&
                  !log_has(&g_srv, "LeakSanitizer") && log_has(&g_srv, "moerun serve: stopped");
     if (rc != 0 || !clean) {
-        char *t = tu_read_file(g_srv.log, NULL);
+        char *t = read_text(g_srv.log);
         fprintf(stderr, "server exit %d, log:\n%s\n", rc, t ? t : "");
         free(t);
         return -1;
