@@ -24,20 +24,12 @@
 extern "C" {
 #endif
 
-#define MR_MODEL_MAX_EOS 8
+#define MR_MODEL_MAX_EOS MR_MAX_EOS
 
-/* Hyperparameters of a MiniMax-M2-architecture model (config.json). */
-typedef struct {
-    int64_t vocab, hidden, n_layers;
-    int64_t n_heads, n_kv_heads, head_dim, rotary_dim;
-    int64_t n_experts, top_k, inter; /* inter: per-expert intermediate size */
-    double rope_theta;
-    float rms_eps;
-    int32_t eos[MR_MODEL_MAX_EOS]; /* config.json + generation_config.json */
-    int n_eos;
-    mr_format attn_format;   /* weights of q/k/v/o: BF16 or FP8_BLOCK */
-    mr_format expert_format; /* BF16, FP8_BLOCK or NVFP4 */
-} mr_model_config;
+/* The model's hyperparameters are config/'s mr_model_desc (config.json,
+ * hf_quant_config.json and generation_config.json's EOS ids): one struct,
+ * read once. The model holds a copy without the quantization exclusion list. */
+typedef mr_model_desc mr_model_config;
 
 /* How to open a model. Zeroed fields take the defaults in brackets. */
 typedef struct {
@@ -134,9 +126,21 @@ int64_t mr_model_max_ctx(const mr_model *m);
 typedef struct {
     uint64_t attention_ns, moe_ns, other_ns;
     uint64_t tokens, calls;
+    uint64_t experts_touched; /* distinct experts routed to, summed over the MoE calls of every layer */
 } mr_model_timing;
 void mr_model_timing_get(const mr_model *m, mr_model_timing *t);
 void mr_model_timing_reset(mr_model *m);
+
+/* Weight bytes a forward call reads: every call reads all of the attention
+ * projections, router gates and the lm_head; an expert's gate, up and down
+ * are read when a token routes to it (mr_model_timing.experts_touched). */
+typedef struct {
+    size_t attn;      /* q, k, v, o projections with their scales, all layers */
+    size_t router;    /* router gates and correction biases, all layers */
+    size_t expert;    /* one expert's gate, up and down in the runner's layout */
+    size_t lm_head;
+} mr_model_weight_bytes;
+void mr_model_weight_bytes_get(const mr_model *m, mr_model_weight_bytes *out);
 
 /* ---- sampler ----
  * temperature <= 0 is greedy exactly (argmax, ties to the lower id). Otherwise
@@ -162,6 +166,16 @@ mr_status mr_sampler_init(mr_sampler *s, const mr_sampler_params *p, int64_t voc
 void mr_sampler_free(mr_sampler *s);
 /* Picks one token from logits [vocab]; does not modify logits. */
 int32_t mr_sampler_sample(mr_sampler *s, const float *logits);
+/* Checks the parameters (MR_EINVAL naming the field). */
+mr_status mr_sampler_params_check(const mr_sampler_params *p);
+/* The same draw with the caller's generator state and scratch (prob and idx
+ * [vocab] each), for callers that sample for many sequences (the engine):
+ * O(vocab) unless top-k or top-p ask for an order, then O(vocab log k) or a
+ * sort of the candidates above a threshold only. */
+int32_t mr_sample_logits(const mr_sampler_params *p, uint64_t *state, const float *logits, int64_t vocab,
+                         float *prob, int32_t *idx);
+/* The generator state for a seed. */
+uint64_t mr_sampler_seed_state(uint64_t seed);
 /* argmax, ties to the lower id; NaN never wins. */
 int32_t mr_argmax(const float *x, int64_t n);
 bool mr_model_is_eos(const mr_model *m, int32_t tok);

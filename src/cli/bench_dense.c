@@ -64,9 +64,11 @@ int mr_bench_dense(int argc, char **argv) {
     int NL = (int)(((size_t)640 << 20) / layer_bytes) + 1;
     if (NL > 64) NL = 64;
     dense_layer *L = calloc((size_t)NL, sizeof *L);
-    uint64_t *slab[64 * 4] = {0};
+    uint64_t *slab[64 * 4] = {0}, *pbuf = NULL;
+    float *x = NULL, *y = NULL;
+    double *med = NULL;
     uint64_t s = 12345;
-    int rc = 0;
+    int rc = !L;
     for (int l = 0; l < NL && !rc; l++)
         for (int j = 0; j < 4; j++) {
             mr_qmatrix *q = &L[l].m[j];
@@ -89,6 +91,10 @@ int mr_bench_dense(int argc, char **argv) {
                 }
                 size_t ns = (size_t)(((rows[j] + 127) / 128) * ((cols[j] + 127) / 128));
                 float *sc = malloc(ns * sizeof(float));
+                if (!sc) {
+                    rc = 1;
+                    break;
+                }
                 for (size_t i = 0; i < ns; i++) sc[i] = (float)(1e-3 * (1 + mr_bench_rng(&s) % 100));
                 q->scale = sc;
             } else {
@@ -101,15 +107,20 @@ int mr_bench_dense(int argc, char **argv) {
                 }
             }
         }
-    if (rc) {
-        fprintf(stderr, "moerun bench dense: out of memory\n");
-        return 1;
-    }
     const size_t pbytes = (size_t)1 << 30;
-    uint64_t *pbuf = mr_probe_buf_new(pbytes);
     int64_t maxT = 1;
     for (int i = 0; i < nT; i++) maxT = Ts[i] > maxT ? Ts[i] : maxT;
-    float *x = malloc(sizeof(float) * (size_t)(maxT * QD)), *y = malloc(sizeof(float) * (size_t)(maxT * (QD + 2 * KVD)));
+    if (!rc) {
+        pbuf = mr_probe_buf_new(pbytes);
+        x = malloc(sizeof(float) * (size_t)(maxT * QD));
+        y = malloc(sizeof(float) * (size_t)(maxT * (QD + 2 * KVD)));
+        med = malloc(sizeof(double) * 8 * (size_t)iters);
+        rc = !pbuf || !x || !y || !med;
+    }
+    if (rc) {
+        fprintf(stderr, "moerun bench dense: out of memory\n");
+        goto out;
+    }
     for (int64_t i = 0; i < maxT * QD; i++) x[i] = (float)((double)(mr_bench_rng(&s) % 2001) / 1000.0 - 1.0);
     const mr_kernels *kt = mr_kernels_get();
     printf("moerun bench dense: format %s, %d threads, %d layer copies of %.1f MB (%s pages), kernel %s\n", fmt_name,
@@ -117,10 +128,9 @@ int mr_bench_dense(int argc, char **argv) {
            kt->rows[fmt].name ? kt->rows[fmt].name : "gemm_rows");
     printf("%4s %8s %8s %8s %8s %9s %9s %9s %7s   (GB/s per matrix, medians of %d rounds; probe = same bytes)\n", "T",
            "q", "k", "v", "o", "qkv-multi", "layer", "probe", "layer%", iters);
-    double *med = malloc(sizeof(double) * 8 * (size_t)iters);
     int cur = 0;
     size_t poff = 0;
-    for (int ti = 0; ti < nT && pbuf && x && y && med; ti++) {
+    for (int ti = 0; ti < nT; ti++) {
         int64_t T = Ts[ti];
         for (int it = -1; it < iters; it++) {
             double t[8];
@@ -159,13 +169,14 @@ int mr_bench_dense(int argc, char **argv) {
                mv[4], mv[5], mv[6], 100.0 * mv[7]);
         fflush(stdout);
     }
-    for (int l = 0; l < NL; l++)
+out:
+    for (int l = 0; L && l < NL; l++)
         for (int j = 0; j < 4; j++) {
             mr_aligned_free(slab[l * 4 + j]);
             free(L[l].m[j].scale);
         }
     mr_aligned_free(pbuf);
     free(L), free(x), free(y), free(med);
-    return 0;
+    return rc;
 }
 

@@ -148,7 +148,10 @@ static int parse_opts(int argc, char **argv, moe_opts *o, mr_moe_problem *p) {
     if (o->threads > 0) omp_set_num_threads(o->threads);
     o->run = mr_moe_runner_find(o->runner_name);
     if (!o->run) {
-        fprintf(stderr, "moerun bench moe: unknown runner '%s' (routed, fused, reference)\n", o->runner_name);
+        fprintf(stderr, "moerun bench moe: unknown runner '%s' (", o->runner_name);
+        for (int i = 0; i < mr_moe_runner_count(); i++)
+            fprintf(stderr, "%s%s", i ? ", " : "", mr_moe_runner_at(i)->name);
+        fprintf(stderr, ")\n");
         return 2;
     }
     if (!strcmp(o->fmt_name, "fp8")) o->fmt = MR_FMT_FP8_BLOCK;
@@ -257,7 +260,7 @@ static void draw_routing(uint64_t *s, bool skewed, int64_t T, int E, int k, int3
 }
 
 static void print_phases(const mr_moe_profile *p) {
-    static const char *nm[MR_MOE_NPH] = {"setup", "prep x", "gemm1", "gemm2", "reduce"};
+    static const char *nm[MR_MOE_NPH] = {"route", "prep x", "gemm1", "gemm2", "finalize", "a2a"};
     if (p->calls < 1) return;
     printf("%6s phases per call (ms wall / threads busy%%):", "");
     for (int i = 0; i < MR_MOE_NPH; i++) {
@@ -269,11 +272,11 @@ static void print_phases(const mr_moe_profile *p) {
 }
 
 /* iters timed calls at T tokens, routing re-drawn before each */
-static mr_status time_calls(mr_moe_ctx *ctx, mr_moe_args *a, uint64_t *s, bool skewed, int E, int k, int iters,
+static mr_status time_calls(mr_moe_ctx *ctx, const mr_moe_weights *w, mr_moe_args *a, uint64_t *s, bool skewed, int E, int k, int iters,
                             size_t expert_bytes, unsigned char *used, double *ms, timing *out) {
     const int64_t T = a->T;
     draw_routing(s, skewed, T, E, k, (int32_t *)a->ids, (float *)a->weights, (float *)a->logits);
-    mr_status st = mr_moe_run(ctx, a); /* warm-up: pre-faults the workspace */
+    mr_status st = mr_moe_run(ctx, w, a); /* warm-up: pre-faults the workspace */
     if (st) return st;
     double bytes_sum = 0, sum_ms = 0;
     for (int it = 0; it < iters; it++) {
@@ -284,7 +287,7 @@ static mr_status time_calls(mr_moe_ctx *ctx, mr_moe_args *a, uint64_t *s, bool s
         bytes_sum += (double)nu * (double)expert_bytes;
         uint64_t a0 = mr_now_ns();
         if (it == 0) mr_moe_ctx_profile(ctx, NULL, true);
-        st = mr_moe_run(ctx, a);
+        st = mr_moe_run(ctx, w, a);
         ms[it] = (double)(mr_now_ns() - a0) / 1e6;
         if (st) return st;
         sum_ms += ms[it];
@@ -300,10 +303,10 @@ static mr_status time_calls(mr_moe_ctx *ctx, mr_moe_args *a, uint64_t *s, bool s
 }
 
 /* Reads the starting ceilings and prints the header lines. */
-static void read_ceilings(const moe_opts *o, ceilings *c) {
+static void read_ceilings(const moe_opts *o, const mr_moe_problem *p, ceilings *c) {
     /* ceilings first (they need the memory the weights will take later) */
     c->bw = mr_probe_read_bw((size_t)1 << 30, 5);
-    c->pi = strcmp(o->run->name, "routed") ? MR_PROBE_FMA : mr_uk_instr(mr_act_mode_uk_kind(o->mode));
+    c->pi = mr_moe_runner_instr(o->run, p); /* the runner says which instruction its inner loop runs */
     c->peak = mr_probe_peak(c->pi, &c->instr);
     c->nthr = omp_get_max_threads();
     /* --scaling: the 1-thread read bandwidth bounds what N threads can gain on a call that is
@@ -351,7 +354,7 @@ static int bufs_new(const moe_opts *o, moe_bufs *b) {
 
 /* --isolate at one T: iters rounds of probe / call / stream-only call, their
  * medians printed and added to jr. 0, or 1 if a call failed. */
-static int isolate_rounds(const moe_opts *o, const ceilings *c, mr_moe_ctx *ctx, mr_moe_args *a, uint64_t *s,
+static int isolate_rounds(const moe_opts *o, const ceilings *c, mr_moe_ctx *ctx, const mr_moe_weights *w, mr_moe_args *a, uint64_t *s,
                           size_t expert_bytes, const timing *tm, moe_bufs *b, json_t *jr) {
     const int iters = o->iters;
     /* rounds of probe / call / stream-only call: ratios within a round share the host's mood */
@@ -368,9 +371,9 @@ static int isolate_rounds(const moe_opts *o, const ceilings *c, mr_moe_ctx *ctx,
         double pb = mr_probe_read_once(b->iso_buf + poff / 8, pbytes);
         poff += pbytes;
         timing r1, r2;
-        mr_status s1 = time_calls(ctx, a, s, o->skewed, o->E, o->k, 1, expert_bytes, b->used, b->ms, &r1);
+        mr_status s1 = time_calls(ctx, w, a, s, o->skewed, o->E, o->k, 1, expert_bytes, b->used, b->ms, &r1);
         mr_moe_ctx_debug_stream_only(ctx, true);
-        mr_status s2 = time_calls(ctx, a, s, o->skewed, o->E, o->k, 1, expert_bytes, b->used, b->ms, &r2);
+        mr_status s2 = time_calls(ctx, w, a, s, o->skewed, o->E, o->k, 1, expert_bytes, b->used, b->ms, &r2);
         mr_moe_ctx_debug_stream_only(ctx, o->stream_only);
         if (s1 || s2) rc = 1;
         rp[it] = r1.gbs / pb, sp[it] = r2.gbs / pb, rs[it] = r1.gbs / r2.gbs;
@@ -463,7 +466,7 @@ int mr_bench_moe(int argc, char **argv) {
     if (rc >= 0) return rc;
     rc = 0;
     ceilings c;
-    read_ceilings(&o, &c);
+    read_ceilings(&o, &p, &c);
 
     uint64_t t0 = mr_now_ns(), s = o.seed;
     mr_moe_weights *w = NULL;
@@ -471,7 +474,8 @@ int mr_bench_moe(int argc, char **argv) {
     moe_bufs b = {0};
     json_t *jres = NULL;
     mr_status st = synth_weights(&o, &s, &w);
-    if (!st) st = mr_moe_ctx_new(o.run, &p, w, o.maxT, &ctx);
+    if (!st) st = mr_moe_ctx_new(o.run, &p, o.maxT, &ctx);
+    if (!st) st = mr_moe_ctx_prepare(ctx, w);
     if (st) {
         mr_cli_fail("bench moe", "setup failed");
         rc = 1;
@@ -507,7 +511,7 @@ int mr_bench_moe(int argc, char **argv) {
         int64_t T = o.Ts[ti];
         mr_moe_args a = {.T = T, .x = b.x, .out = b.out, .ids = b.ids, .weights = b.wts, .logits = b.logits, .routing = &ro};
         timing tm;
-        if (time_calls(ctx, &a, &s, o.skewed, o.E, o.k, o.iters, expert_bytes, b.used, b.ms, &tm)) {
+        if (time_calls(ctx, w, &a, &s, o.skewed, o.E, o.k, o.iters, expert_bytes, b.used, b.ms, &tm)) {
             mr_cli_fail("bench moe", "run failed");
             rc = 1;
             break;
@@ -528,7 +532,7 @@ int mr_bench_moe(int argc, char **argv) {
                                tm.med, "min_ms", tm.mn, "max_ms", tm.mx, "tokens_per_s", (double)T / (tm.med * 1e-3),
                                "unique_bytes", tm.mean_bytes, "gb_per_s", tm.gbs, "bw_ratio", bwr, "gflop_per_s", gflops,
                                "peak_ratio", pkr);
-        if (b.iso_buf && b.iso && isolate_rounds(&o, &c, ctx, &a, &s, expert_bytes, &tm, &b, jr)) {
+        if (b.iso_buf && b.iso && isolate_rounds(&o, &c, ctx, w, &a, &s, expert_bytes, &tm, &b, jr)) {
             mr_cli_fail("bench moe", "run failed");
             json_decref(jr);
             rc = 1;
@@ -537,7 +541,7 @@ int mr_bench_moe(int argc, char **argv) {
         if (o.scaling && T >= 32 && T <= 512 && c.nthr > 1) {
             timing t1;
             omp_set_num_threads(1);
-            mr_status st1 = time_calls(ctx, &a, &s, o.skewed, o.E, o.k, o.iters, expert_bytes, b.used, b.ms, &t1);
+            mr_status st1 = time_calls(ctx, w, &a, &s, o.skewed, o.E, o.k, o.iters, expert_bytes, b.used, b.ms, &t1);
             omp_set_num_threads(c.nthr);
             if (st1) {
                 mr_cli_fail("bench moe", "run failed");

@@ -3,6 +3,7 @@
  * and docs/options.md. Adding an option is one row here plus its use in the
  * resolver; the CLI, environment and docs follow. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +11,16 @@
 
 #include "moerun/config.h"
 
-static const char *const v_runner[] = {"auto", "reference", "routed", "fused", NULL};
+/* moe_runner_backend: "auto", then the runners built into the registry
+ * (moe/), by stable id; filled once (the registry is the only list of runners). */
+static const char *v_runner[MR_RUNNER_COUNT + 2] = {"auto", NULL};
+static pthread_once_t runner_once = PTHREAD_ONCE_INIT;
+static void runner_values_fill(void) {
+    int n = 1;
+    for (int id = 0; id < MR_RUNNER_COUNT; id++)
+        if (mr_moe_runner_get((mr_moe_runner_id)id)) v_runner[n++] = mr_moe_runner_get((mr_moe_runner_id)id)->name;
+    v_runner[n] = NULL;
+}
 static const char *const v_a2a[] = {"auto", "none", "mpi", NULL};
 static const char *const v_quant[] = {"auto", "bf16", "fp8", "modelopt_fp4", NULL};
 static const char *const v_act[] = {"auto", "w16a32", "w16a16", "w8a8", "w8a16", "w4a4", "w4a8", "w4a16", NULL};
@@ -106,6 +116,7 @@ const mr_option_def *mr_option_find(const char *key) {
 }
 
 static void list_values(const mr_option_def *d, char *buf, size_t n) {
+    pthread_once(&runner_once, runner_values_fill);
     size_t used = 0;
     buf[0] = 0;
     for (int i = 0; d->values && d->values[i]; i++) {
@@ -118,6 +129,7 @@ static void list_values(const mr_option_def *d, char *buf, size_t n) {
 /* The value check; the detail does not name the option (callers prefix the
  * name, the flag or the environment variable, whichever the user wrote). */
 static mr_status check_value(const mr_option_def *d, const char *value) {
+    pthread_once(&runner_once, runner_values_fill);
     switch (d->type) {
     case MR_OPT_ENUM:
         for (int i = 0; d->values[i]; i++)
@@ -342,6 +354,11 @@ void mr_options_print_help(FILE *f) {
             snprintf(vals, sizeof vals, "text");
         fprintf(f, "  %s <%s>\n      %s\n      default: %s%s; env %s\n", d->flag, vals, d->help,
                 *d->def ? d->def : "(none)", d->resolvable ? " (resolvable)" : "", d->env);
+        if (d->id == MR_OPT_MOE_RUNNER_BACKEND) /* the registry's own words for each runner */
+            for (int id = 0; id < MR_RUNNER_COUNT; id++)
+                if (mr_moe_runner_get((mr_moe_runner_id)id))
+                    fprintf(f, "        %-10s %s\n", mr_moe_runner_get((mr_moe_runner_id)id)->name,
+                            mr_moe_runner_get((mr_moe_runner_id)id)->help);
     }
 }
 

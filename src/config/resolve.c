@@ -141,6 +141,13 @@ void mr__problem(const mr_resolution *r, mr_moe_problem *p) {
     p->hidden = r->model.hidden;
     p->inter = r->model.moe_inter;
     p->a2a = r->w.a2a;
+    /* the experts this process computes: all of them, or its share of a contiguous placement */
+    p->ep_size = r->w.ep_size > 0 ? r->w.ep_size : 1;
+    p->ep_rank = p->ep_size > 1 ? r->w.ep_rank : 0;
+    p->local_first = 0;
+    p->n_local = p->n_experts;
+    if (p->ep_size > 1 && p->n_experts > 0)
+        mr_moe_placement_contiguous(p->n_experts, p->ep_size, p->ep_rank, &p->local_first, &p->n_local);
 }
 
 /* "routed, reference": the runners whose predicate (and pair) accepts p. */
@@ -202,34 +209,36 @@ static mr_status check_tensor_headers(mr_resolution *r) {
             break;
         }
         if (!is_weight || excluded || strstr(name, ".experts.") == NULL) continue;
-        /* an expert weight: check it and its companions */
-        char comp[600];
+        /* an expert weight: its dtype and companions as the declared format stores them (formats/ traits) */
         size_t stem = len - 7; /* without ".weight" */
         if (stem > 500) continue;
         experts++;
         if (m->quant.kind == MR_QUANT_NONE) continue;
-        if (m->quant.kind == MR_QUANT_FP8_BLOCK) {
-            snprintf(comp, sizeof comp, "%.*s.weight_scale_inv", (int)stem, name);
-            const mr_st_tensor *sc = mr_ckpt_find(ck, comp);
-            if (t->dtype != MR_ST_F8_E4M3 || sc == NULL || sc->dtype != MR_ST_F32)
-                s = fail(r, MR_ECONFIG, SRC, "tensors", "contradiction",
-                         "the config declares fp8 (%s), but expert tensor %s is %s%s (expected F8_E4M3 with an F32 "
-                         "weight_scale_inv)",
-                         m->quant.where, name, mr_st_dtype_name(t->dtype),
-                         sc == NULL ? " and has no weight_scale_inv" : "");
-        } else if (m->quant.kind == MR_QUANT_NVFP4) {
-            snprintf(comp, sizeof comp, "%.*s.weight_scale", (int)stem, name);
-            const mr_st_tensor *sc = mr_ckpt_find(ck, comp);
-            snprintf(comp, sizeof comp, "%.*s.weight_scale_2", (int)stem, name);
-            const mr_st_tensor *sc2 = mr_ckpt_find(ck, comp);
-            if (t->dtype != MR_ST_U8 || sc == NULL || sc->dtype != MR_ST_F8_E4M3 || sc2 == NULL ||
-                sc2->dtype != MR_ST_F32)
-                s = fail(r, MR_ECONFIG, SRC, "tensors", "contradiction",
-                         "the config declares modelopt_fp4 (%s), but expert tensor %s is %s%s (expected U8 packed "
-                         "E2M1 with F8_E4M3 weight_scale and F32 weight_scale_2)",
-                         m->quant.where, name, mr_st_dtype_name(t->dtype),
-                         sc == NULL || sc2 == NULL ? " without its scales" : "");
+        const mr_format wf = mr_quant_weight_format(m->quant.kind);
+        const mr_format_traits *tr = mr_format_traits_get(wf);
+        bool ok = true;
+        char expect[256] = "", missing[160] = "";
+        size_t eu = 0;
+        for (int j = 0; j < tr->n_tensors; j++) {
+            const mr_format_tensor *ft = &tr->tensors[j];
+            int w = snprintf(expect + eu, sizeof expect - eu, "%s%s%s%s", j == 0 ? "" : j == 1 ? " with " : ", ",
+                             ft->st_dtype, j == 0 ? "" : " ", j == 0 ? "" : ft->suffix);
+            if (w > 0 && (size_t)w < sizeof expect - eu) eu += (size_t)w;
+            if (ft->role == MR_FT_DATA) {
+                ok = ok && !strcmp(mr_st_dtype_name(t->dtype), ft->st_dtype);
+                continue;
+            }
+            if (ft->optional) continue;
+            char comp[600];
+            snprintf(comp, sizeof comp, "%.*s.%s", (int)stem, name, ft->suffix);
+            const mr_st_tensor *c = mr_ckpt_find(ck, comp);
+            if (c == NULL && !missing[0]) snprintf(missing, sizeof missing, " and has no %s", ft->suffix);
+            ok = ok && c != NULL && !strcmp(mr_st_dtype_name(c->dtype), ft->st_dtype);
         }
+        if (!ok)
+            s = fail(r, MR_ECONFIG, SRC, "tensors", "contradiction",
+                     "the config declares %s (%s), but expert tensor %s is %s%s (expected %s)",
+                     mr_quant_name(m->quant.kind), m->quant.where, name, mr_st_dtype_name(t->dtype), missing, expect);
     }
     if (s == MR_OK) {
         r->n_tensors_checked = (int)n;
@@ -546,6 +555,19 @@ static mr_status pass_moe_runner(mr_resolution *r) {
 
 /* ---- pass 5: a2a ---- */
 
+/* This process's rank in the MPI world, from the launcher's environment (0 if none). */
+static int mpi_world_rank(void) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) {
+            long n = strtol(v, NULL, 10);
+            if (n >= 0 && n < 65536) return (int)n;
+        }
+    }
+    return 0;
+}
+
 static int mpi_world_size(const char **from) {
     static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
@@ -591,7 +613,11 @@ static mr_status pass_a2a(mr_resolution *r) {
                         "ep_size=%lld must equal the MPI world size under moe_a2a_backend=mpi (%d%s%s)",
                         (long long)ep_user, world, from ? ", from " : ", not started by mpirun", from ? from : "");
         r->w.ep_size = world;
+        r->w.ep_rank = mpi_world_rank();
         snprintf(v, sizeof v, "%d", world);
+        if (r->w.ep_rank >= world)
+            return fail(r, MR_ERESOLVE, SRC, "ep_size", v, "this process's MPI rank %d is outside the world size %d",
+                        r->w.ep_rank, world);
         if (!ep_fixed &&
             (s = mr__decl(r, MR_DECL_SET, SRC, "ep_size", v, "the MPI world size (%s)",
                           from ? from : "not started by mpirun: 1")) != MR_OK)
@@ -797,7 +823,7 @@ static mr_status pass_engine(mr_resolution *r) {
         how = howbuf;
     } else if (bytes == 0) {
         /* auto: every running request at full context, within a share of the free memory */
-        uint64_t want = (uint64_t)run * (uint64_t)ctx * (uint64_t)tok_bytes;
+        uint64_t want = (uint64_t)run * (uint64_t)((ctx + 15) / 16) * block_bytes; /* whole blocks per request */
         uint64_t cap = (uint64_t)((double)after * MR__AUTO_KV_SHARE);
         fmt_bytes(want, c, sizeof c);
         if (after == 0 || want <= cap) {

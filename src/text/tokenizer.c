@@ -187,7 +187,7 @@ static mr_status scan_added(enc *e, const mr__trie *tr, const char *s, size_t n,
                 while (ns > 0) {
                     size_t k = prev_char(s, ns);
                     int32_t cp;
-                    mr__utf8_decode(u + k, &cp);
+                    mr__utf8_decode_valid(u + k, &cp);
                     if (!mr__is_white_space(cp)) break;
                     ns = k;
                 }
@@ -196,7 +196,7 @@ static mr_status scan_added(enc *e, const mr__trie *tr, const char *s, size_t n,
             if (a->rstrip) {
                 while (stop < n) {
                     int32_t cp;
-                    int l = mr__utf8_decode(u + stop, &cp);
+                    int l = mr__utf8_decode_valid(u + stop, &cp);
                     if (!mr__is_white_space(cp)) break;
                     stop += (size_t)l;
                 }

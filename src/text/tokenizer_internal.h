@@ -16,20 +16,13 @@
 
 #include "moerun/base.h"
 #include "moerun/text.h"
+#include "text/textutil.h"
 
 /* Pre-tokenizer steps after Sequences are flattened. */
 #define MR__MAX_PRE 8
 /* Ids above this are refused at load: the id -> token table is dense. */
 #define MR__TOK_MAX_ID ((int32_t)(1 << 24))
 
-/* ---- a growable byte buffer (scratch) ---- */
-typedef struct {
-    char *p;
-    size_t n, cap;
-} mr__buf;
-mr_status mr__buf_reserve(mr__buf *b, size_t extra);
-mr_status mr__buf_put(mr__buf *b, const void *s, size_t n);
-void mr__buf_free(mr__buf *b);
 
 /* ---- UTF-8 ---- */
 /* Length of the valid sequence at s[0, n): 1..4, or 0 when s starts an
@@ -40,9 +33,6 @@ int mr__utf8_seq(const unsigned char *s, size_t n, size_t *bad, bool *trunc);
  * invalid subpart). With final == false an incomplete tail is not converted:
  * *used tells how many bytes were consumed. */
 mr_status mr__utf8_lossy(const char *s, size_t n, bool final, mr__buf *out, size_t *used);
-/* Decodes one code point from valid UTF-8; returns its length. */
-int mr__utf8_decode(const unsigned char *s, int32_t *cp);
-int mr__utf8_encode(int32_t cp, char out[4]);
 bool mr__is_white_space(int32_t cp); /* Unicode White_Space (Rust char::is_whitespace) */
 
 /* ---- regex (PCRE2, from Oniguruma/HF syntax) ---- */

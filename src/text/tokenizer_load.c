@@ -769,7 +769,7 @@ static mr_status build_ids(mr_tokenizer *t) {
                 all = false;
                 break;
             }
-            i += (size_t)mr__utf8_decode((const unsigned char *)s + i, &cp);
+            i += (size_t)mr__utf8_decode_valid((const unsigned char *)s + i, &cp);
             int by = mr__cp_to_byte(cp);
             if (by < 0) all = false;
             else {

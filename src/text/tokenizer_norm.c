@@ -63,7 +63,7 @@ static mr_status lowercase(const char *s, size_t n, mr__buf *out) {
             continue;
         }
         int32_t cp;
-        int l = mr__utf8_decode((const unsigned char *)s + i, &cp);
+        int l = mr__utf8_decode_valid((const unsigned char *)s + i, &cp);
         i += (size_t)l;
         char enc[8];
         int m;
@@ -108,7 +108,7 @@ static mr_status strip(const mr__norm_step *step, const char *s, size_t n, mr__b
     if (step->left) {
         while (b < e) {
             int32_t cp;
-            int l = mr__utf8_decode((const unsigned char *)s + b, &cp);
+            int l = mr__utf8_decode_valid((const unsigned char *)s + b, &cp);
             if (!mr__is_white_space(cp)) break;
             b += (size_t)l;
         }
@@ -118,7 +118,7 @@ static mr_status strip(const mr__norm_step *step, const char *s, size_t n, mr__b
             size_t k = e - 1;
             while (k > b && ((unsigned char)s[k] & 0xC0) == 0x80) k--;
             int32_t cp;
-            mr__utf8_decode((const unsigned char *)s + k, &cp);
+            mr__utf8_decode_valid((const unsigned char *)s + k, &cp);
             if (!mr__is_white_space(cp)) break;
             e = k;
         }
@@ -134,7 +134,7 @@ static mr_status strip_accents(const char *s, size_t n, mr__buf *out) {
     out->p[0] = 0;
     for (size_t i = 0; i < n;) {
         int32_t cp;
-        int l = mr__utf8_decode((const unsigned char *)s + i, &cp);
+        int l = mr__utf8_decode_valid((const unsigned char *)s + i, &cp);
         utf8proc_category_t c = utf8proc_category(cp);
         bool mark = c == UTF8PROC_CATEGORY_MN || c == UTF8PROC_CATEGORY_MC || c == UTF8PROC_CATEGORY_ME;
         if (!mark && (st = mr__buf_put(out, s + i, (size_t)l))) return st;

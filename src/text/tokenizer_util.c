@@ -9,38 +9,6 @@
 
 #include "text/tokenizer_internal.h"
 
-/* ---- buffers ---- */
-mr_status mr__buf_reserve(mr__buf *b, size_t extra) {
-    size_t need;
-    if (!mr_size_add(b->n, extra, &need)) return mr_error_set(MR_EOVERFLOW, "text buffer size overflows");
-    if (need + 1 <= b->cap) return MR_OK;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < need + 1) {
-        if (cap > SIZE_MAX / 2) return mr_error_set(MR_EOVERFLOW, "text buffer size overflows");
-        cap *= 2;
-    }
-    char *p = mr_realloc(b->p, cap);
-    if (!p) return MR_ENOMEM;
-    b->p = p;
-    b->cap = cap;
-    return MR_OK;
-}
-
-mr_status mr__buf_put(mr__buf *b, const void *s, size_t n) {
-    mr_status st = mr__buf_reserve(b, n);
-    if (st) return st;
-    if (n) memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-    return MR_OK;
-}
-
-void mr__buf_free(mr__buf *b) {
-    mr_free(b->p);
-    b->p = NULL;
-    b->n = b->cap = 0;
-}
-
 void mr_tok_ids_free(mr_tok_ids *v) {
     if (!v) return;
     mr_free(v->ids);
@@ -154,47 +122,6 @@ mr_status mr__utf8_lossy(const char *s, size_t n, bool final, mr__buf *out, size
     return MR_OK;
 }
 
-int mr__utf8_decode(const unsigned char *s, int32_t *cp) {
-    unsigned c = s[0];
-    if (c < 0x80) {
-        *cp = (int32_t)c;
-        return 1;
-    }
-    if (c < 0xE0) {
-        *cp = (int32_t)(((c & 0x1F) << 6) | (s[1] & 0x3F));
-        return 2;
-    }
-    if (c < 0xF0) {
-        *cp = (int32_t)(((c & 0x0F) << 12) | ((s[1] & 0x3Fu) << 6) | (s[2] & 0x3F));
-        return 3;
-    }
-    *cp = (int32_t)(((c & 0x07) << 18) | ((s[1] & 0x3Fu) << 12) | ((s[2] & 0x3Fu) << 6) | (s[3] & 0x3F));
-    return 4;
-}
-
-int mr__utf8_encode(int32_t cp, char out[4]) {
-    uint32_t c = (uint32_t)cp;
-    if (c < 0x80) {
-        out[0] = (char)c;
-        return 1;
-    }
-    if (c < 0x800) {
-        out[0] = (char)(0xC0 | (c >> 6));
-        out[1] = (char)(0x80 | (c & 0x3F));
-        return 2;
-    }
-    if (c < 0x10000) {
-        out[0] = (char)(0xE0 | (c >> 12));
-        out[1] = (char)(0x80 | ((c >> 6) & 0x3F));
-        out[2] = (char)(0x80 | (c & 0x3F));
-        return 3;
-    }
-    out[0] = (char)(0xF0 | (c >> 18));
-    out[1] = (char)(0x80 | ((c >> 12) & 0x3F));
-    out[2] = (char)(0x80 | ((c >> 6) & 0x3F));
-    out[3] = (char)(0x80 | (c & 0x3F));
-    return 4;
-}
 
 bool mr__is_white_space(int32_t c) {
     /* PropList.txt White_Space */

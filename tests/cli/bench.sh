@@ -40,6 +40,12 @@ for args in "moe --tokens=" "dense --tokens=" "dense --tokens=65" "dense --iters
   [ $rc -eq 2 ] || fail "'bench $1 ${2%%=*} ${2#*=}' must exit 2, got $rc: $out"
   [ -n "$out" ] || fail "'bench $args' says nothing"
 done
+# bench dense without the memory it needs (1 GiB probe + 640 MB of layers): exit 1 and a
+# message, not a crash or a silent 0 (skipped under ASan, which reserves terabytes of address space)
+if ! "$M" version 2>&1 | grep -q ASan; then
+  out=$(ulimit -v 1400000; "$M" bench dense --tokens 1 --iters 1 2>&1); rc=$?
+  [ $rc -eq 1 ] && echo "$out" | grep -q "out of memory" || fail "bench dense out of memory: exit $rc: $out"
+fi
 # an unwritable JSON path: failure, and nothing left behind
 out=$("$M" bench moe $small --tokens 1 --json "$S/no/such/dir/r.json" 2>&1); rc=$?
 [ $rc -ne 0 ] || fail "unwritable --json must fail: $out"
