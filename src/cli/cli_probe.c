@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cli_model.h"
 
 int mr_cli_probe_set_make(mr_cli_probe_set *ps, int n, int steps, long seed, int64_t V) {
     memset(ps, 0, sizeof *ps);
@@ -46,36 +47,6 @@ void mr_cli_probe_set_sizes(const mr_cli_probe_set *ps, int64_t *longest, int64_
         *total += ps->len[i];
         if (ps->len[i] > *longest) *longest = ps->len[i];
     }
-}
-
-int mr_cli_probe_run(mr_model *m, mr_cli_probe_set *ps, bool follow, float *logits) {
-    int n = ps->n;
-    int seq[64];
-    int64_t nt[64];
-    int32_t step_tok[64];
-    if (n > 64) return 1;
-    for (int i = 0; i < n; i++) {
-        seq[i] = i;
-        nt[i] = ps->len[i];
-        mr_model_seq_reset(m, i);
-    }
-    mr_batch b = {.n_seq = n, .seq = seq, .n_tok = nt, .tokens = ps->ids};
-    int rc = 0;
-    for (int s = 0; s <= ps->steps && !rc; s++) {
-        float *lg = logits + (size_t)s * (size_t)n * (size_t)ps->V;
-        if (mr_model_forward(m, &b, lg)) {
-            rc = 1;
-            break;
-        }
-        for (int i = 0; i < n; i++) {
-            if (!follow) ps->tokens[s * n + i] = mr_argmax(lg + (size_t)i * (size_t)ps->V, ps->V);
-            step_tok[i] = ps->tokens[s * n + i];
-            nt[i] = 1;
-        }
-        b.tokens = step_tok;
-    }
-    for (int i = 0; i < n; i++) mr_model_seq_reset(m, i);
-    return rc;
 }
 
 void mr_cli_probe_compare(const mr_cli_probe_set *ps, const float *ref, const float *got, double tol_rel,
@@ -140,35 +111,7 @@ double mr_cli_probe_default_tol(mr_format f) {
     return f == MR_FMT_NVFP4 ? 5e-2 : f == MR_FMT_FP8_BLOCK ? 2e-2 : 1e-3;
 }
 
-int mr_cli_probe_open(const char *cmd, const mr_options *base, const char *model_dir, const char *runner,
-                      const mr_cli_probe_set *ps, mr_resolution **r, mr_model **m, bool quiet_fail) {
-    mr_options o;
-    if (mr_options_init(&o)) return 1;
-    for (int i = 0; i < MR_OPT_COUNT; i++)
-        if (mr_options_is_explicit(base, (mr_opt_id)i)) mr_options_set(&o, mr_option_at(i)->name, base->value[i], base->source[i]);
-    mr_options_set(&o, "model", model_dir, MR_SRC_FLAG);
-    if (runner) mr_options_set(&o, "moe_runner_backend", runner, MR_SRC_FLAG);
-    *r = NULL;
-    *m = NULL;
-    int rc = 0;
-    if (mr_resolve(&o, r) != MR_OK || mr_exec_apply(mr_resolution_exec(*r)) != MR_OK) {
-        if (!quiet_fail) mr_cli_fail(cmd, "resolution failed");
-        rc = 2;
-    } else {
-        int64_t longest, total;
-        mr_cli_probe_set_sizes(ps, &longest, &total);
-        mr_model_opts mo = {.exec = mr_resolution_exec(*r), .max_batch = ps->n, .max_ctx = longest + ps->steps + 1,
-                            .max_tokens = total, .quiet = true};
-        if (mr_model_open(model_dir, &mo, m)) {
-            mr_cli_fail(cmd, "cannot load the model");
-            rc = 1;
-        }
-    }
-    mr_options_free(&o);
-    return rc;
-}
-
-int mr_cli_probe_run_engine(mr_engine *e, mr_cli_probe_set *ps, bool follow, float *logits) {
+int mr_cli_probe_run(mr_engine *e, mr_cli_probe_set *ps, bool follow, float *logits) {
     int n = ps->n, S = ps->steps + 1;
     size_t V = (size_t)ps->V;
     int32_t *forced = follow ? malloc((size_t)n * (size_t)S * sizeof(int32_t)) : NULL;
@@ -215,39 +158,46 @@ int mr_cli_probe_run_engine(mr_engine *e, mr_cli_probe_set *ps, bool follow, flo
     return rc;
 }
 
-int mr_cli_probe_open_engine(const char *cmd, const mr_options *base, const char *model_dir, const char *runner,
-                             const mr_cli_probe_set *ps, mr_format kv_dtype, mr_resolution **r, mr_model **m,
-                             mr_engine **e) {
+void mr_cli_probe_close(mr_engine *e) {
+    if (!e) return;
+    mr_model *m = mr_engine_model(e);
+    mr_engine_free(e);
+    mr_model_close(m);
+}
+
+int mr_cli_probe_open(const char *cmd, const mr_options *base, const char *model_dir, const char *runner,
+                      const mr_cli_probe_set *ps, const char *kv_dtype, mr_resolution **r, mr_engine **e,
+                      bool quiet_fail) {
     mr_options o;
     if (mr_options_init(&o)) return 1;
     for (int i = 0; i < MR_OPT_COUNT; i++)
         if (mr_options_is_explicit(base, (mr_opt_id)i)) mr_options_set(&o, mr_option_at(i)->name, base->value[i], base->source[i]);
     mr_options_set(&o, "model", model_dir, MR_SRC_FLAG);
     if (runner) mr_options_set(&o, "moe_runner_backend", runner, MR_SRC_FLAG);
+    int64_t longest, total;
+    mr_cli_probe_set_sizes(ps, &longest, &total);
+    char v[32];
+    bool sized = kv_dtype != NULL; /* a server's self-check: small whatever the server's own sizes */
+    if (kv_dtype) mr_options_set(&o, "kv_cache_dtype", kv_dtype, MR_SRC_FLAG);
+    else if (!mr_options_is_explicit(base, MR_OPT_KV_CACHE_DTYPE)) mr_options_set(&o, "kv_cache_dtype", "fp32", MR_SRC_FLAG);
+    snprintf(v, sizeof v, "%lld", (long long)(longest + ps->steps + 1));
+    if (sized || !mr_options_is_explicit(base, MR_OPT_CONTEXT_LENGTH)) mr_options_set(&o, "context_length", v, MR_SRC_FLAG);
+    snprintf(v, sizeof v, "%d", ps->n);
+    if (sized || !mr_options_is_explicit(base, MR_OPT_MAX_RUNNING_REQUESTS))
+        mr_options_set(&o, "max_running_requests", v, MR_SRC_FLAG);
+    if (sized) {
+        mr_options_set(&o, "kv_cache_memory", "auto", MR_SRC_FLAG);
+        mr_options_set(&o, "max_batch_tokens", "0", MR_SRC_FLAG);
+    }
     *r = NULL;
-    *m = NULL;
     *e = NULL;
     int rc = 0;
     if (mr_resolve(&o, r) != MR_OK || mr_exec_apply(mr_resolution_exec(*r)) != MR_OK) {
-        if (!false) mr_cli_fail(cmd, "resolution failed");
+        if (!quiet_fail) mr_cli_fail(cmd, "resolution failed");
         rc = 2;
     } else {
-        int64_t longest, total;
-        mr_cli_probe_set_sizes(ps, &longest, &total);
-        int64_t ctx = longest + ps->steps + 1;
-        mr_engine_opts eo = {.kv_dtype = kv_dtype,
-                             .kv_blocks = (int64_t)ps->n * ((ctx + MR_KV_BLOCK_TOKENS - 1) / MR_KV_BLOCK_TOKENS),
-                             .max_batch_tokens = total > ps->n ? total : ps->n,
-                             .max_running_requests = ps->n,
-                             .max_queued_requests = ps->n,
-                             .context_length = ctx,
-                             .no_prefix_caching = true};
-        mr_model_opts mo = {.exec = mr_resolution_exec(*r), .quiet = true};
-        mr_engine_model_opts(&eo, &mo);
-        if (mr_model_open(model_dir, &mo, m) || mr_engine_new(*m, &eo, e)) {
-            mr_cli_fail(cmd, "cannot load the model");
-            rc = 1;
-        }
+        mr_model *m = NULL;
+        if (mr_cli_engine_open(cmd, model_dir, mr_resolution_exec(*r), false, ps->n, &m, e)) rc = 1;
     }
     mr_options_free(&o);
     return rc;

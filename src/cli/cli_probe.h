@@ -28,17 +28,15 @@ void mr_cli_probe_set_free(mr_cli_probe_set *ps);
 /* Tokens of the longest prompt and of all prompts. */
 void mr_cli_probe_set_sizes(const mr_cli_probe_set *ps, int64_t *longest, int64_t *total);
 
-/* Runs m over the prompts in KV slots 0..n-1 (reset first and after):
- * prefill, then `steps` decode steps. With follow == false it picks its own
- * greedy tokens into ps->tokens; otherwise it is fed them. logits
- * [steps + 1][n][V]. Nonzero on a failed forward (detail set). */
-int mr_cli_probe_run(mr_model *m, mr_cli_probe_set *ps, bool follow, float *logits);
-
-/* The same over an engine (moerun/engine.h): the prompts as requests, the
- * logits of every generated token (want_logits); with follow, ps->tokens are
- * forced (teacher forcing), otherwise greedy tokens are recorded into them.
- * The engine must have room for ps->n requests. Nonzero on failure (detail set). */
-int mr_cli_probe_run_engine(mr_engine *e, mr_cli_probe_set *ps, bool follow, float *logits);
+/* Runs the prompts through engine e: every prompt a request (greedy, no EOS
+ * stop), prefill then `steps` more tokens, the logits of every generated
+ * token (want_logits). With follow, ps->tokens are forced (teacher forcing);
+ * otherwise greedy tokens are recorded into them. logits [steps + 1][n][V]:
+ * row s of prompt i is the one that chose its token s. The engine must have
+ * room for ps->n requests. Nonzero on failure (detail set). */
+int mr_cli_probe_run(mr_engine *e, mr_cli_probe_set *ps, bool follow, float *logits);
+/* Frees an engine opened by mr_cli_probe_open and its model. NULL ok. */
+void mr_cli_probe_close(mr_engine *e);
 
 typedef struct {
     double max_err, scale;
@@ -56,17 +54,16 @@ void mr_cli_probe_print(FILE *f, const char *label, const mr_cli_probe_set *ps, 
  * to max(1, max |reference logit|)). */
 double mr_cli_probe_default_tol(mr_format f);
 
-/* Resolves base with model_dir and runner forced (NULL: as given), applies it
- * and opens the model sized for ps. Returns 0, 2 (resolution refused; printed
- * unless quiet_fail) or 1 (load failed, printed). *r and *m are the
- * caller's to free. */
+/* Resolves base with model_dir and runner forced (NULL: as given), applies
+ * it and opens the model with its engine. With kv_dtype NULL (the probe),
+ * unless base says otherwise: the KV cache in fp32 (the probe compares
+ * runners, not KV rounding), a context of the longest prompt + steps, room
+ * for every prompt at once. With kv_dtype ("bf16" / "fp32": a server's
+ * self-check) that KV dtype, and the engine sized for ps whatever base says. Returns 0, 2 (resolution refused; printed unless
+ * quiet_fail) or 1 (load failed, printed). *r and *e are the caller's to
+ * free (mr_cli_probe_close). */
 int mr_cli_probe_open(const char *cmd, const mr_options *base, const char *model_dir, const char *runner,
-                      const mr_cli_probe_set *ps, mr_resolution **r, mr_model **m, bool quiet_fail);
-
-/* As mr_cli_probe_open, for an engine sized for ps (a paged KV pool of
- * kv_dtype): *e drives *m; free *e before *m. */
-int mr_cli_probe_open_engine(const char *cmd, const mr_options *base, const char *model_dir, const char *runner,
-                             const mr_cli_probe_set *ps, mr_format kv_dtype, mr_resolution **r, mr_model **m,
-                             mr_engine **e);
+                      const mr_cli_probe_set *ps, const char *kv_dtype, mr_resolution **r, mr_engine **e,
+                      bool quiet_fail);
 
 #endif

@@ -1,6 +1,7 @@
 /* cmd_probe.c — `moerun probe`: the temperature-0 correctness probe.
  *
- * The same seeded prompts go through the reference runner, which produces
+ * The same seeded prompts go through the engine (fp32 KV unless
+ * --kv-cache-dtype says otherwise) with the reference runner, which produces
  * the greedy token stream; every other runner that the resolver accepts for
  * the model is then run teacher-forced on that stream (so that every step's
  * logits are comparable) and compared with the reference: per-step max
@@ -23,6 +24,7 @@
 #include "cli_model.h"
 #include "cli_probe.h"
 #include "moerun/config.h"
+#include "moerun/engine.h"
 #include "moerun/model.h"
 
 static void usage(FILE *f) {
@@ -51,7 +53,7 @@ int mr_cmd_probe(int argc, char **argv) {
     float *ref = NULL, *got = NULL;
     double *step_err = NULL;
     mr_resolution *rr = NULL;
-    mr_model *mref = NULL;
+    mr_engine *mref = NULL;
     if (mr_options_parse(&o, &argc, argv, true) != MR_OK) {
         mr_cli_fail("probe", NULL);
         goto out;
@@ -105,8 +107,7 @@ int mr_cmd_probe(int argc, char **argv) {
         goto out;
     }
     const mr_moe_runner *truth = mr_moe_runner_ground_truth();
-    if ((rc = mr_cli_probe_open("probe", &o, model_dir, against ? NULL : truth->name, &ps, &rr, &mref, false)))
-        goto out;
+    if ((rc = mr_cli_probe_open("probe", &o, model_dir, against ? NULL : truth->name, &ps, NULL, &rr, &mref, false))) goto out;
     /* the logits buffers, once the loader has checked the vocabulary against
      * the embedding (V <= 2^31, n <= 64, steps <= 4096: no size_t overflow) */
     size_t nlog = (size_t)(ps.steps + 1) * (size_t)ps.n * (size_t)ps.V;
@@ -135,12 +136,12 @@ int mr_cmd_probe(int argc, char **argv) {
     bool pass = true;
     if (against) {
         mr_resolution *r2 = NULL;
-        mr_model *m2 = NULL;
-        int e = mr_cli_probe_open("probe", &o, against, NULL, &ps, &r2, &m2, false);
-        if (!e && mr_model_config_of(m2)->vocab != ps.V) {
+        mr_engine *m2 = NULL;
+        int e = mr_cli_probe_open("probe", &o, against, NULL, &ps, NULL, &r2, &m2, false);
+        if (!e && mr_model_config_of(mr_engine_model(m2))->vocab != ps.V) {
             /* its logits rows would not fit the buffers, nor compare */
             fprintf(stderr, "moerun probe: %s has a vocabulary of %lld, %s of %lld: not the same model\n", against,
-                    (long long)mr_model_config_of(m2)->vocab, model_dir, (long long)ps.V);
+                    (long long)mr_model_config_of(mr_engine_model(m2))->vocab, model_dir, (long long)ps.V);
             e = 2;
         }
         if (!e) {
@@ -156,7 +157,7 @@ int mr_cmd_probe(int argc, char **argv) {
                 mr_cli_probe_print(stdout, label, &ps, &c, tol_flag >= 0 ? tol_flag : mr_cli_probe_default_tol(xr->weight_format), false, &pass);
             }
         }
-        mr_model_close(m2);
+        mr_cli_probe_close(m2);
         mr_resolution_free(r2);
         rc = e ? e : 0;
         goto out;
@@ -166,8 +167,8 @@ int mr_cmd_probe(int argc, char **argv) {
         const mr_moe_runner *run = mr_moe_runner_at(i);
         if (run->ground_truth) continue; /* the runs compare against it */
         mr_resolution *r2 = NULL;
-        mr_model *m2 = NULL;
-        int e = mr_cli_probe_open("probe", &o, model_dir, run->name, &ps, &r2, &m2, true);
+        mr_engine *m2 = NULL;
+        int e = mr_cli_probe_open("probe", &o, model_dir, run->name, &ps, NULL, &r2, &m2, true);
         if (e == 2) {
             printf("runner %s: not applicable: %s\n", run->name,
                    r2 && mr_resolution_error(r2)[0] ? mr_resolution_error(r2) : mr_error_last());
@@ -185,7 +186,7 @@ int mr_cmd_probe(int argc, char **argv) {
             mr_cli_probe_print(stdout, label, &ps, &c, tol, true, &pass);
             compared++;
         }
-        mr_model_close(m2);
+        mr_cli_probe_close(m2);
         mr_resolution_free(r2);
     }
     printf("probe: %d runner%s compared with the reference: %s\n", compared, compared == 1 ? "" : "s",
@@ -196,7 +197,7 @@ bad:
     fprintf(stderr, "moerun probe: %s: %s\n", flag, mr_error_last());
     rc = 2;
 out:
-    mr_model_close(mref);
+    mr_cli_probe_close(mref);
     mr_resolution_free(rr);
     mr_cli_probe_set_free(&ps);
     free(ref);

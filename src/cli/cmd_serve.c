@@ -96,26 +96,27 @@ static void *signal_thread(void *arg) {
 static int self_check_reference(const mr_options *o, const char *dir, mr_format kv_dtype, mr_cli_probe_set *ps,
                                 float **ref) {
     mr_resolution *r = NULL;
-    mr_model *m = NULL;
     mr_engine *e = NULL;
-    int rc = mr_cli_probe_open_engine("serve", o, dir, mr_moe_runner_ground_truth()->name, ps, kv_dtype, &r, &m, &e);
+    int rc = mr_cli_probe_open("serve", o, dir, mr_moe_runner_ground_truth()->name, ps,
+                               kv_dtype == MR_FMT_F32 ? "fp32" : "bf16", &r, &e, false);
     if (!rc) {
         size_t n = (size_t)(ps->steps + 1) * (size_t)ps->n * (size_t)ps->V;
         *ref = malloc(n * sizeof(float));
         if (!*ref) {
             fprintf(stderr, "moerun serve: out of memory for the self-check\n");
             rc = 1;
-        } else if (mr_cli_probe_run_engine(e, ps, false, *ref)) {
+        } else if (mr_cli_probe_run(e, ps, false, *ref)) {
             mr_cli_fail("serve", "the self-check's reference run failed");
             rc = 1;
         }
     }
-    mr_engine_free(e);
-    mr_model_close(m);
+    mr_cli_probe_close(e);
     mr_resolution_free(r);
     return rc;
 }
 
+/* The resolved runner's half, through the engine that will serve: the same
+ * prompts, the reference's tokens forced, the logits of every step. */
 static int self_check_compare(mr_engine *e, const mr_exec *x, mr_cli_probe_set *ps, const float *ref) {
     mr_model *m = mr_engine_model(e);
     size_t n = (size_t)(ps->steps + 1) * (size_t)ps->n * (size_t)ps->V;
@@ -124,7 +125,7 @@ static int self_check_compare(mr_engine *e, const mr_exec *x, mr_cli_probe_set *
     int rc = 1;
     if (!got || !step_err) {
         fprintf(stderr, "moerun serve: out of memory for the self-check\n");
-    } else if (mr_cli_probe_run_engine(e, ps, true, got)) {
+    } else if (mr_cli_probe_run(e, ps, true, got)) {
         mr_cli_fail("serve", "the self-check's run of the resolved runner failed");
     } else {
         mr_cli_probe_cmp c = {.step_err = step_err};
