@@ -117,10 +117,13 @@ typedef struct {
     char first_error[256];  /* what the first failed request said */
 } mr_bench_serve_result;
 
-/* Runs one sweep point. Failed requests are counted, never fatal; the
- * status is an error only when the run could not be made (bad URL, out of
- * memory). */
+/* Runs one sweep point (after one warm-up request when o->warmup). Failed
+ * requests are counted, never fatal; the status is an error only when the
+ * run could not be made (bad URL, out of memory, a failed warm-up). */
 mr_status mr_bench_serve_run(const mr_bench_serve_opts *o, mr_bench_serve_result *r);
+/* The warm-up alone: one request of min(output_len, 32) tokens, outside any
+ * timing (for a caller that reads the server's counters in between). */
+mr_status mr_bench_serve_warmup(const mr_bench_serve_opts *o);
 /* GETs base_url + path into a NUL-terminated malloc'd buffer (*body, free
  * with free()); *http gets the status. Used for /metrics and /v1/models. */
 mr_status mr_http_get(const char *base_url, const char *path, double timeout_s, long *http, char **body);

@@ -330,8 +330,17 @@ int mr_cmd_bench_serve(int argc, char **argv) {
         o.concurrency = cs[k];
         o.num_prompts = num ? (int)num : (4 * cs[k] < 16 ? 16 : 4 * cs[k]);
         counters a, b;
+        bool warm = o.warmup;
+        if (warm && mr_bench_serve_warmup(&o)) { /* outside the counters too */
+            mr_cli_fail("bench serve", NULL);
+            rc = 1;
+            break;
+        }
+        o.warmup = false;
         read_counters(o.base_url, &a);
-        if (mr_bench_serve_run(&o, &rs[k])) {
+        mr_status st = mr_bench_serve_run(&o, &rs[k]);
+        o.warmup = warm;
+        if (st) {
             mr_cli_fail("bench serve", NULL);
             rc = 1;
             break;

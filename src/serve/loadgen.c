@@ -394,8 +394,8 @@ mr_status mr_bench_serve_run(const mr_bench_serve_opts *o, mr_bench_serve_result
     if (o->warmup) {
         flight w;
         drive(o, bodies, o->num_prompts, 1, 1, &w, &warm_itl);
-        if (w.failed) {
-            st = mr_error_set(MR_EIO, "bench serve: the warm-up request failed: %s", w.err);
+        if (w.failed || !w.got_first) {
+            st = mr_error_set(MR_EIO, "bench serve: the warm-up request failed: %s", w.err[0] ? w.err : "no output");
             goto out;
         }
     }
@@ -447,5 +447,18 @@ out:
     free(ttft);
     free(tpot);
     free(e2e);
+    return st;
+}
+
+mr_status mr_bench_serve_warmup(const mr_bench_serve_opts *o) {
+    mr_bench_serve_opts w = *o;
+    w.num_prompts = 1;
+    w.concurrency = 1;
+    w.warmup = false;
+    w.output_len = o->output_len < 32 ? o->output_len : 32;
+    mr_bench_serve_result r;
+    mr_status st = mr_bench_serve_run(&w, &r);
+    if (!st && r.completed != 1)
+        st = mr_error_set(MR_EIO, "bench serve: the warm-up request failed: %s", r.first_error);
     return st;
 }
