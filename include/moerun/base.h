@@ -91,6 +91,13 @@ void mr_debug_alloc_fail_after(long n);
 /* Number of allocations made so far (for "no allocation in the hot path" tests). */
 uint64_t mr_debug_alloc_count(void);
 
+/* ---- resident memory of this process (/proc/self; 0 where unknown) ---- */
+size_t mr_mem_rss(void);            /* VmRSS: resident now */
+size_t mr_mem_rss_peak(void);       /* VmHWM: the peak since start (or the last reset) */
+void mr_mem_rss_peak_reset(void);   /* restarts the peak from the current RSS (best effort) */
+/* A "<key> <n> kB" field of a /proc file, in bytes (0 if absent). */
+size_t mr_mem_proc_kb(const char *path, const char *key);
+
 /* ---- overflow-checked size arithmetic: return false on overflow ---- */
 static inline bool mr_size_mul(size_t a, size_t b, size_t *out) { return !__builtin_mul_overflow(a, b, out); }
 static inline bool mr_size_add(size_t a, size_t b, size_t *out) { return !__builtin_add_overflow(a, b, out); }
