@@ -5,6 +5,7 @@ set -euo pipefail
 
 PKGS=(build-essential cmake pkg-config libcmocka-dev libjansson-dev clang libclang-rt-14-dev libomp-dev
       libpcre2-dev libutf8proc-dev)
+PKGS+=(jq) # tests/cli/chat_template.sh reads the chat goldens
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -146,9 +146,21 @@ int64_t mr_model_max_ctx(const mr_model *m);
 typedef struct {
     uint64_t attention_ns, moe_ns, other_ns;
     uint64_t tokens, calls;
+    uint64_t experts_touched; /* distinct experts routed to, summed over the MoE calls of every layer */
 } mr_model_timing;
 void mr_model_timing_get(const mr_model *m, mr_model_timing *t);
 void mr_model_timing_reset(mr_model *m);
+
+/* Weight bytes a forward call reads: every call reads all of the attention
+ * projections, router gates and the lm_head; an expert's gate, up and down
+ * are read when a token routes to it (mr_model_timing.experts_touched). */
+typedef struct {
+    size_t attn;      /* q, k, v, o projections with their scales, all layers */
+    size_t router;    /* router gates and correction biases, all layers */
+    size_t expert;    /* one expert's gate, up and down in the runner's layout */
+    size_t lm_head;
+} mr_model_weight_bytes;
+void mr_model_weight_bytes_get(const mr_model *m, mr_model_weight_bytes *out);
 
 /* ---- sampler ----
  * temperature <= 0 is greedy exactly (argmax, ties to the lower id). Otherwise

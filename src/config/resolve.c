@@ -823,7 +823,7 @@ static mr_status pass_engine(mr_resolution *r) {
         how = howbuf;
     } else if (bytes == 0) {
         /* auto: every running request at full context, within a share of the free memory */
-        uint64_t want = (uint64_t)run * (uint64_t)ctx * (uint64_t)tok_bytes;
+        uint64_t want = (uint64_t)run * (uint64_t)((ctx + 15) / 16) * block_bytes; /* whole blocks per request */
         uint64_t cap = (uint64_t)((double)after * MR__AUTO_KV_SHARE);
         fmt_bytes(want, c, sizeof c);
         if (after == 0 || want <= cap) {

@@ -473,6 +473,7 @@ static mr_status alloc_state(mr_model *m) {
     A(s->wts, T * (size_t)c->top_k);
     A(s->xb, T * H);
     A(s->ob, T * H);
+    A(s->emark, (size_t)c->n_experts);
 #undef A
     if (s->max_batch > 0) {
         s->kcache = own_alloc(m, kv);
@@ -652,6 +653,17 @@ const char *mr_model_runner_name(const mr_model *m) { return m->runner->name; }
 mr_act_mode mr_model_act_mode(const mr_model *m) { return m->problem.act_mode; }
 size_t mr_model_peak_rss(const mr_model *m) { return m->peak_rss; }
 void mr_model_memory_get(const mr_model *m, mr_model_memory *out) { *out = m->mem; }
+void mr_model_weight_bytes_get(const mr_model *m, mr_model_weight_bytes *out) {
+    memset(out, 0, sizeof *out);
+    for (int64_t l = 0; l < m->c.n_layers; l++) {
+        const mr__layer *L = &m->w.layers[l];
+        out->attn += mr_qmatrix_bytes(&L->wq) + mr_qmatrix_bytes(&L->wk) + mr_qmatrix_bytes(&L->wv) +
+                     mr_qmatrix_bytes(&L->wo);
+        out->router += mr_qmatrix_bytes(&L->gate) + (size_t)m->c.n_experts * sizeof(float);
+    }
+    if (m->c.n_layers > 0) out->expert = mr_moe_weights_expert_bytes(m->w.layers[0].experts);
+    out->lm_head = mr_qmatrix_bytes(&m->w.lm_head);
+}
 bool mr_model_is_eos(const mr_model *m, int32_t tok) {
     for (int i = 0; i < m->c.n_eos; i++)
         if (m->c.eos_ids[i] == tok) return true;

@@ -67,6 +67,7 @@ typedef struct {
     float *wts;      /* [T][k] routing weights */
     uint16_t *xb;    /* [T][H] bf16 copies when the runner's activation dtype is bf16 */
     uint16_t *ob;    /* [T][H] */
+    uint8_t *emark;  /* [E] scratch: experts routed to in one MoE call */
 } mr__state;
 
 struct mr_model {

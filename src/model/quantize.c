@@ -15,6 +15,7 @@
  *          hf_quant_config.json is written too.
  * Everything is written into a scratch folder next to OUT, renamed into
  * place at the end; on failure nothing is left. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -282,6 +283,36 @@ static json_t *quant_config(mr_format to, bool hf) {
     return q;
 }
 
+/* The files beside the weights that a user of the model needs (its
+ * tokenizer and chat template) are copied unchanged when present. */
+static const char *const CARRIED_FILES[] = {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
+                                            "special_tokens_map.json"};
+
+static mr_status copy_if_present(const char *in_dir, const char *tmp, const char *name) {
+    char src[4096], dst[4096], buf[65536];
+    snprintf(src, sizeof src, "%s/%s", in_dir, name);
+    snprintf(dst, sizeof dst, "%s/%s", tmp, name);
+    FILE *in = fopen(src, "rb");
+    if (!in) return errno == ENOENT ? MR_OK : mr_error_set(MR_EIO, "quantize: cannot open %s: %s", src, strerror(errno));
+    mr_status st = MR_OK;
+    FILE *out = fopen(dst, "wb");
+    if (!out) {
+        st = mr_error_set(MR_EIO, "quantize: cannot create %s: %s", dst, strerror(errno));
+        goto out;
+    }
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0)
+        if (fwrite(buf, 1, n, out) != n) {
+            st = mr_error_set(MR_EIO, "quantize: cannot write %s: %s", dst, strerror(errno));
+            goto out;
+        }
+    if (ferror(in)) st = mr_error_set(MR_EIO, "quantize: cannot read %s", src);
+out:
+    if (out && fclose(out) != 0 && !st) st = mr_error_set(MR_EIO, "quantize: cannot write %s: %s", dst, strerror(errno));
+    fclose(in);
+    return st;
+}
+
 static mr_status write_configs(const char *in_dir, const char *tmp, mr_format to) {
     char path[4096];
     json_error_t e;
@@ -310,6 +341,8 @@ static mr_status write_configs(const char *in_dir, const char *tmp, mr_format to
         snprintf(path, sizeof path, "%s/hf_quant_config.json", tmp);
         if ((st = mr__write_json_atomic(path, h))) return st;
     }
+    for (size_t i = 0; i < sizeof CARRIED_FILES / sizeof CARRIED_FILES[0]; i++)
+        if ((st = copy_if_present(in_dir, tmp, CARRIED_FILES[i]))) return st;
     return MR_OK;
 }
 
