@@ -123,14 +123,15 @@ static inline bool mr_u64_add(uint64_t a, uint64_t b, uint64_t *out) { return !_
     X(AVX512VBMI, 10, "avx512vbmi")    \
     X(AMX_TILE, 11, "amx-tile")        \
     X(AMX_BF16, 12, "amx-bf16")        \
-    X(AMX_INT8, 13, "amx-int8")
+    X(AMX_INT8, 13, "amx-int8")        \
+    X(AVX512DQ, 14, "avx512dq")
 
 typedef enum {
 #define MR__CPU_ENUM(name, bit, str) MR_CPU_##name = 1u << (bit),
     MR_CPU_FEATURE_MAP(MR__CPU_ENUM)
 #undef MR__CPU_ENUM
 } mr_cpu_feature;
-#define MR_CPU_FEATURE_COUNT 14
+#define MR_CPU_FEATURE_COUNT 15
 
 typedef struct {
     uint32_t detected; /* what the CPU and OS support */
