@@ -88,7 +88,8 @@ void mr_server_close(mr_server *s);
  * of `concurrency` around each request, all requests created at t = 0, the
  * clock of a request started just before it is sent; TTFT = first chunk with
  * text (or token ids), ITL = gaps between later chunks, TPOT = (latency -
- * TTFT) / (output_len - 1), output_len from usage.completion_tokens. */
+ * TTFT) / (output_len - 1), output_len from usage.completion_tokens (a server
+ * that sends no usage: the number of events with output). */
 typedef struct {
     const char *base_url;   /* e.g. http://127.0.0.1:30000 */
     const char *model;      /* "model" of the requests [the first of /v1/models] */
@@ -97,6 +98,8 @@ typedef struct {
     int64_t input_len, output_len;
     bool chat;              /* /v1/chat/completions with text prompts (else completions with token ids) */
     bool text_prompts;      /* completions: random text instead of token ids */
+    const char *tokenizer;  /* text prompts decoded here from this model folder's tokenizer.json
+                               (for servers without /detokenize) [NULL: the server's /detokenize] */
     int64_t vocab;          /* token ids are drawn in [min_id, vocab) [from the server's /tokenize, else 1000] */
     int64_t min_id;         /* [10] */
     uint64_t seed;          /* prompt generator [1] */
