@@ -83,43 +83,53 @@ static inline void stream_start(const uint8_t *p, size_t bytes, const uint8_t **
     *expect = p + bytes;
 }
 
-void mr__routed_prepare(mr_moe_ctx *c, const mr_moe_weights *w, const mr_moe_args *a, const float *wts) {
+/* token t's rows: prepared once into its first slot's row, copied to the others */
+static void prepare_token(const mr_moe_ctx *c, const mr_moe_args *a, const float *wts, float s13, int64_t t,
+                          float *row, float *xs_unused) {
     const mr__routed_state *s = c->rs;
-    const int k = c->p.top_k;
-    const int64_t H = c->p.hidden, Tn = a->T;
-    const mr_act_mode mode = c->p.act_mode;
+    const int k = c->p.top_k, es = s->es;
+    const int64_t H = c->p.hidden;
     const bool woi = mr_routing_weight_on_input(c->p.routing);
-    const int es = s->es;
-    float s13 = 0.0f, s2 = 0.0f;
-    if (mode == MR_ACT_W4A4) mr__moe_w4a4_scales(w, &s13, &s2);
     const mr_moe_rowset *R = &c->rows;
     const int pxs = s->use_xs ? 1 : -1, pxb = s->kind == MR_UK_NVFP4_I8 ? R->n_planes - 1 : -1;
-    uint64_t busy = 0;
-#pragma omp parallel num_threads(mr__moe_threads(c)) reduction(+ : busy) if (Tn * k * H >= MR__MOE_PAR_MIN)
-    {
-        const uint64_t t0 = mr_now_ns();
-        float *row = s->tmp + (size_t)s->tmp_stride * (size_t)omp_get_thread_num() + 128 * 128 * 2 + 128 * MR__MOE_CB2;
-        float *xs_unused = row + (H > c->layout.inter_padded ? H : c->layout.inter_padded) + 16;
-#pragma omp for schedule(static)
-        for (int64_t t = 0; t < Tn; t++) {
-            const int64_t s0 = c->slot_of[t * k];
-            for (int j = 0; j < k; j++) {
-                const int64_t r = c->slot_of[t * k + j];
-                if (j > 0 && !woi) { /* the same values: copy the first slot's row */
-                    memcpy(row_at(R->plane[0].base, r, s->ld1, es), row_at(R->plane[0].base, s0, s->ld1, es),
-                           (size_t)H * (size_t)es);
-                    for (int pl = 1; pl < R->n_planes; pl++)
-                        memcpy((char *)R->plane[pl].base + (size_t)r * R->plane[pl].row_bytes,
-                               (char *)R->plane[pl].base + (size_t)s0 * R->plane[pl].row_bytes, R->plane[pl].row_bytes);
-                    continue;
-                }
-                const float *xin = mr__moe_token_row(c, a, t, woi ? wts[t * k + j] : 1.0f, row);
-                float *xs = pxs > 0 ? (float *)R->plane[pxs].base + (size_t)r * (size_t)s->nxs1 : xs_unused;
-                int32_t *xb = pxb > 0 ? (int32_t *)R->plane[pxb].base + (size_t)r * (size_t)s->nxb1 : NULL;
-                mr__act_prepare_uk_row(mode, xin, H, s13, row_at(R->plane[0].base, r, s->ld1, es), xs, xb);
-            }
+    const int64_t s0 = c->slot_of[t * k];
+    for (int j = 0; j < k; j++) {
+        const int64_t r = c->slot_of[t * k + j];
+        if (j > 0 && !woi) { /* the same values: copy the first slot's row */
+            memcpy(row_at(R->plane[0].base, r, s->ld1, es), row_at(R->plane[0].base, s0, s->ld1, es),
+                   (size_t)H * (size_t)es);
+            for (int pl = 1; pl < R->n_planes; pl++)
+                memcpy((char *)R->plane[pl].base + (size_t)r * R->plane[pl].row_bytes,
+                       (char *)R->plane[pl].base + (size_t)s0 * R->plane[pl].row_bytes, R->plane[pl].row_bytes);
+            continue;
         }
-        busy += mr_now_ns() - t0;
+        const float *xin = mr__moe_token_row(c, a, t, woi ? wts[t * k + j] : 1.0f, row);
+        float *xs = pxs > 0 ? (float *)R->plane[pxs].base + (size_t)r * (size_t)s->nxs1 : xs_unused;
+        int32_t *xb = pxb > 0 ? (int32_t *)R->plane[pxb].base + (size_t)r * (size_t)s->nxb1 : NULL;
+        mr__act_prepare_uk_row(c->p.act_mode, xin, H, s13, row_at(R->plane[0].base, r, s->ld1, es), xs, xb);
+    }
+}
+
+void mr__routed_prepare(mr_moe_ctx *c, const mr_moe_weights *w, const mr_moe_args *a, const float *wts) {
+    const mr__routed_state *s = c->rs;
+    const int64_t H = c->p.hidden, Tn = a->T, big = H > c->layout.inter_padded ? H : c->layout.inter_padded;
+    float s13 = 0.0f, s2 = 0.0f;
+    if (c->p.act_mode == MR_ACT_W4A4) mr__moe_w4a4_scales(w, &s13, &s2);
+    const uint64_t t0 = mr_now_ns();
+    if (Tn * c->p.top_k * H < MR__MOE_PAR_MIN) { /* decode sizes: no parallel region at all */
+        float *row = s->tmp + 128 * 128 * 2 + 128 * MR__MOE_CB2;
+        for (int64_t t = 0; t < Tn; t++) prepare_token(c, a, wts, s13, t, row, row + big + 16);
+        c->prof.busy_ns[MR_MOE_PH_PREP] += mr_now_ns() - t0;
+        return;
+    }
+    uint64_t busy = 0;
+#pragma omp parallel num_threads(mr__moe_threads(c)) reduction(+ : busy)
+    {
+        const uint64_t tb = mr_now_ns();
+        float *row = s->tmp + (size_t)s->tmp_stride * (size_t)omp_get_thread_num() + 128 * 128 * 2 + 128 * MR__MOE_CB2;
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < Tn; t++) prepare_token(c, a, wts, s13, t, row, row + big + 16);
+        busy += mr_now_ns() - tb;
     }
     c->prof.busy_ns[MR_MOE_PH_PREP] += busy;
 }

@@ -107,30 +107,41 @@ static mr_status phase_dispatch(mr_moe_ctx *c, int64_t S) {
 static mr_status phase_combine(mr_moe_ctx *c) { return c->a2a->combine(c->a2a_state, &c->xfer); }
 
 /* ---- finalize: each token's k result rows, weighted, in selection order ---- */
-static void phase_finalize(mr_moe_ctx *c, const mr_moe_args *a, const float *wts, const float *y) {
+/* token t: the sum of its k result rows, each times its weight, in slot order */
+static void finalize_token(const mr_moe_ctx *c, const mr_moe_args *a, const float *wts, const float *y, int64_t t,
+                           float *row) {
     const int k = c->p.top_k;
-    const int64_t H = c->p.hidden, T = a->T;
+    const int64_t H = c->p.hidden;
     const bool woi = mr_routing_weight_on_input(c->p.routing), bf = c->p.act_dtype == MR_FMT_BF16;
+    float *dst = bf ? row : (float *)a->out + t * H;
+    for (int j = 0; j < k; j++) {
+        const float wt = woi ? 1.0f : wts[t * k + j];
+        const float *yr = y + (size_t)c->slot_of[t * k + j] * (size_t)H;
+        if (j == 0)
+            for (int64_t n = 0; n < H; n++) dst[n] = wt * yr[n];
+        else
+            for (int64_t n = 0; n < H; n++) dst[n] += wt * yr[n];
+    }
+    if (bf)
+        for (int64_t n = 0; n < H; n++) ((uint16_t *)a->out)[t * H + n] = mr_f32_to_bf16(row[n]);
+}
+
+static void phase_finalize(mr_moe_ctx *c, const mr_moe_args *a, const float *wts, const float *y) {
+    const int64_t T = a->T;
+    const uint64_t t0 = mr_now_ns();
+    if (T * c->p.top_k * c->p.hidden < MR__MOE_PAR_MIN) { /* decode sizes: no parallel region at all */
+        for (int64_t t = 0; t < T; t++) finalize_token(c, a, wts, y, t, c->tmp);
+        c->prof.busy_ns[MR_MOE_PH_REDUCE] += mr_now_ns() - t0;
+        return;
+    }
     uint64_t busy = 0;
-#pragma omp parallel num_threads(mr__moe_threads(c)) reduction(+ : busy) if (T * k * H >= MR__MOE_PAR_MIN)
+#pragma omp parallel num_threads(mr__moe_threads(c)) reduction(+ : busy)
     {
-        const uint64_t t0 = mr_now_ns();
+        const uint64_t tb = mr_now_ns();
         float *row = c->tmp + (size_t)c->tmp_stride * (size_t)omp_get_thread_num();
 #pragma omp for schedule(static)
-        for (int64_t t = 0; t < T; t++) {
-            float *dst = bf ? row : (float *)a->out + t * H;
-            for (int j = 0; j < k; j++) {
-                const float wt = woi ? 1.0f : wts[t * k + j];
-                const float *yr = y + (size_t)c->slot_of[t * k + j] * (size_t)H;
-                if (j == 0)
-                    for (int64_t n = 0; n < H; n++) dst[n] = wt * yr[n];
-                else
-                    for (int64_t n = 0; n < H; n++) dst[n] += wt * yr[n];
-            }
-            if (bf)
-                for (int64_t n = 0; n < H; n++) ((uint16_t *)a->out)[t * H + n] = mr_f32_to_bf16(row[n]);
-        }
-        busy += mr_now_ns() - t0;
+        for (int64_t t = 0; t < T; t++) finalize_token(c, a, wts, y, t, row);
+        busy += mr_now_ns() - tb;
     }
     c->prof.busy_ns[MR_MOE_PH_REDUCE] += busy;
 }
