@@ -189,8 +189,8 @@ static void check_uk(const mr_kernels *k, const ukcase *uc, int nsrc, int64_t M,
         assert_int_equal(mr_qmatrix_quantize(&q[i], uc->fmt, w, N, K, 3.0f), MR_OK);
     }
     const mr_qmatrix *src[2] = {&q[0], &q[1]};
-    mr_pmatrix pm;
-    assert_int_equal(mr_pmatrix_pack(&pm, uc->pack, src, nsrc), MR_OK);
+    mr_pmatrix pm; /* the pack this table's kernels take (uc->pack is the generic/AVX-512 one) */
+    assert_int_equal(mr_pmatrix_pack(&pm, k->uk_pack[uc->kind], src, nsrc), MR_OK);
     const int64_t Kp = pm.Kp, blk = uc->kind == MR_UK_FP8_BF16 ? 128 : 16, nbk = (Kp + blk - 1) / blk;
     /* kernel input and the values it stands for (xv), zero past K */
     const bool i8 = uc->kind == MR_UK_NVFP4_I8, f32 = uc->kind == MR_UK_BF16_F32;
@@ -300,7 +300,6 @@ static void test_fp8_kernels_all_codes(void **st) {
     mr_qmatrix q = {.fmt = MR_FMT_FP8_BLOCK, .rows = N, .cols = K, .data = codes, .scale = &one, .scale2 = 1.0f};
     const mr_qmatrix *src[1] = {&q};
     mr_pmatrix pm;
-    assert_int_equal(mr_pmatrix_pack(&pm, MR_PACK_FP8_R16K4, src, 1), MR_OK);
     uint16_t *x = calloc(128 * 128, 2);
     for (int m = 0; m < 128; m++) x[m * 128 + m] = 0x3F80;
     float *y = malloc(sizeof(float) * 128 * 16);
@@ -311,6 +310,8 @@ static void test_fp8_kernels_all_codes(void **st) {
         if ((mr_cpu()->flags & levels[l]) != levels[l]) continue;
         mr_kernels k;
         mr_kernels_init(&k, levels[l]);
+        assert_int_equal(mr_pmatrix_pack(&pm, k.uk_pack[MR_UK_FP8_BF16], src, 1), MR_OK);
+        assert_false(pm.has_nan);
         for (int gemm = 0; gemm < 2; gemm++) {
             mr_uk_act a = {.x = x, .ldx = 128, .post = 1.0f};
             (gemm ? k.uk_gemm : k.uk_gemv)[MR_UK_FP8_BF16].fn(&pm, 0, &a, 128, y, 16, scratch);
@@ -323,22 +324,33 @@ static void test_fp8_kernels_all_codes(void **st) {
                         fail_msg("%s: code 0x%02X gives %.9g, want %.9g", k.uk_gemv[MR_UK_FP8_BF16].name, c, got, want);
                 }
         }
+        mr_pmatrix_free(&pm);
     }
     for (int c = 0; c < 256; c++) assert_true(seen[c] || (c & 0x7F) == 0x7F);
-    mr_pmatrix_free(&pm);
-    /* the NaN codes decode to NaN */
-    memset(codes, 0x7F, sizeof codes);
-    codes[5] = 0xFF;
-    assert_int_equal(mr_pmatrix_pack(&pm, MR_PACK_FP8_R16K4, src, 1), MR_OK);
+    /* the NaN codes decode to NaN (gemv and gemm), and only where they are
+     * (0 * NaN poisons a row's sum): rows 0-7 hold one NaN code (0x7F or
+     * 0xFF, at k = 3d), rows 8-15 only 1.0 (0x38) */
+    for (int d = 0; d < 16; d++)
+        for (int k = 0; k < 128; k++) codes[d * 128 + k] = d < 8 && k == 3 * d ? (d & 1 ? 0xFF : 0x7F) : 0x38;
     for (int l = 0; l < 3; l++) {
         if ((mr_cpu()->flags & levels[l]) != levels[l]) continue;
         mr_kernels k;
         mr_kernels_init(&k, levels[l]);
-        mr_uk_act a = {.x = x, .ldx = 128, .post = 1.0f};
-        k.uk_gemv[MR_UK_FP8_BF16].fn(&pm, 0, &a, 8, y, 16, scratch);
-        for (int i = 0; i < 8 * 16; i++) assert_true(isnan(y[i]));
+        assert_int_equal(mr_pmatrix_pack(&pm, k.uk_pack[MR_UK_FP8_BF16], src, 1), MR_OK);
+        assert_true(pm.has_nan);
+        for (int gemm = 0; gemm < 2; gemm++) {
+            mr_uk_act a = {.x = x, .ldx = 128, .post = 1.0f};
+            (gemm ? k.uk_gemm : k.uk_gemv)[MR_UK_FP8_BF16].fn(&pm, 0, &a, 20, y, 16, scratch);
+            for (int m = 0; m < 20; m++) /* token m reads k = m only */
+                for (int d = 0; d < 16; d++) {
+                    const bool nan = d < 8;
+                    if (nan ? !isnan(y[m * 16 + d]) : y[m * 16 + d] != 1.0f)
+                        fail_msg("%s: NaN codes: token %d row %d gives %g", (gemm ? k.uk_gemm : k.uk_gemv)[MR_UK_FP8_BF16].name,
+                                 m, d, y[m * 16 + d]);
+                }
+        }
+        mr_pmatrix_free(&pm);
     }
-    mr_pmatrix_free(&pm);
     mr_aligned_free(scratch);
     free(x), free(y);
 }

@@ -126,7 +126,7 @@ int main(int argc, char **argv) {
                 if (fmt == MR_FMT_FP8_BLOCK) {
                     float *b128 = malloc(sizeof(float) * 128 * 16);
                     for (int64_t kb = 0; kb < K / 128; kb++) {
-                        mr__pk_fp8_block_f32(tile, kb, b128);
+                        mr__pk_fp8_block_f32(&P, tile, kb, b128);
                         for (int d = 0; d < 16; d++)
                             for (int k = 0; k < 128; k++)
                                 wd[d * K + 128 * kb + k] = b128[k * 16 + d] * P.tscale[t * (K / 128) + kb];

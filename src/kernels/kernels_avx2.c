@@ -2,6 +2,7 @@
  * -mf16c; only called when mr_cpu() reports those features). Same contracts
  * as the generic entries in kernels.c; tile: one row x 128 columns, 8 lanes. */
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "kernels/kern_internal.h"
@@ -111,7 +112,44 @@ static float dot_bf16_avx2(const float *w, const uint16_t *x, int len) {
     return s;
 }
 
+/* exp(v) for v in [-87.3, 88.3]: 2^n * p(r), n = rne(v log2 e), r = v - n ln2
+ * (two-part ln2), p the degree-7 Taylor polynomial (as kernels_avx512.c);
+ * 2^n built in the exponent bits (n in [-126, 127] on this range) */
+static inline __m256 exp_avx2(__m256 v) {
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(v, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), v);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187045e-06f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+/* silu(g) * u = g / (1 + exp(-g)) * u; -g clamped so exp stays finite (the
+ * quotient is then g/huge, about -0, or g/1 = g, as with libm); a NaN g
+ * stays NaN through the quotient */
+static void silu_mul_avx2(const float *g, const float *u, int64_t n, float *out) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(g + i), y = _mm256_loadu_ps(u + i);
+        const __m256 t = _mm256_min_ps(_mm256_max_ps(_mm256_sub_ps(_mm256_setzero_ps(), x), _mm256_set1_ps(-87.3f)),
+                                       _mm256_set1_ps(88.3f));
+        const __m256 e = exp_avx2(t);
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), y));
+    }
+    for (; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
 void mr__kernels_fill_avx2(mr_kernels *k) {
+    k->silu_mul.name = "silu_mul_avx2_8";
+    k->silu_mul.fn = silu_mul_avx2;
     k->isa = "avx2";
     k->decode[MR_FMT_BF16].name = "decode_bf16_avx2_1x8";
     k->decode[MR_FMT_BF16].fn = decode_bf16_avx2;

@@ -96,6 +96,9 @@ mr_status mr__moe_experts_run_packed(mr_moe_ctx *c, const mr_moe_args *a, const 
     const bool xbf = p->act_dtype == MR_FMT_BF16;
     const mr_kernels *K = c->kern;
     MR_ASSERT(c->layout.pack != MR_PACK_NONE && c->w->p13 && c->w->p2);
+    if (K->uk_pack[kind] != (mr_pack_id)c->layout.pack) /* packed for another CPU's kernels */
+        return mr_error_set(MR_ESTATE, "the experts are packed as %s, but this CPU's %s kernels take %s",
+                            mr_pack_name((mr_pack_id)c->layout.pack), K->isa, mr_pack_name(K->uk_pack[kind]));
 
     uint64_t tph[MR_MOE_NPH + 1];
     tph[0] = mr_now_ns();
