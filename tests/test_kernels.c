@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kern_internal.h" /* the scalar pack decoders */
 #include "moe/moe_internal.h" /* mr__act_prepare_uk_row */
 #include "moerun/kernels.h"
 #include "testutil.h"
@@ -355,6 +356,63 @@ static void test_fp8_kernels_all_codes(void **st) {
     free(x), free(y);
 }
 
+/* Every pack of every format against its source: the scalar block decoders
+ * of pack.c (which the generic driver runs on any pack) give back the
+ * dequantized source rows exactly, padding rows and columns give 0, and the
+ * NVFP4 row scales are the source's. Shapes with a partial last tile and K
+ * not a multiple of the pack unit. */
+static void test_pack_layouts(void **st) {
+    (void)st;
+    static const struct {
+        mr_format fmt;
+        mr_pack_id pack;
+        int64_t N, K;
+    } c[] = {
+        {MR_FMT_FP8_BLOCK, MR_PACK_FP8_R16K4, 40, 200},   {MR_FMT_FP8_BLOCK, MR_PACK_FP8_Y16, 40, 200},
+        {MR_FMT_NVFP4, MR_PACK_NVFP4_R16K16, 40, 80},     {MR_FMT_NVFP4, MR_PACK_NVFP4_R16K16B, 40, 80},
+        {MR_FMT_NVFP4, MR_PACK_NVFP4_Y16I, 40, 80},       {MR_FMT_NVFP4, MR_PACK_NVFP4_Y16F, 40, 80},
+        {MR_FMT_BF16, MR_PACK_BF16_R16K2, 40, 131},
+    };
+    tu_rng r = {4242};
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        const int64_t N = c[i].N, K = c[i].K;
+        float *w = malloc(sizeof(float) * (size_t)(N * K)), *row = malloc(sizeof(float) * (size_t)K);
+        fill(&r, w, N * K, 1.0f);
+        mr_qmatrix q;
+        memset(&q, 0, sizeof q);
+        assert_int_equal(mr_qmatrix_quantize(&q, c[i].fmt, w, N, K, 0.0f), MR_OK);
+        const mr_qmatrix *src[1] = {&q};
+        mr_pmatrix pm;
+        assert_int_equal(mr_pmatrix_pack(&pm, c[i].pack, src, 1), MR_OK);
+        const int64_t Kp = pm.Kp, blk = c[i].fmt == MR_FMT_FP8_BLOCK ? 128 : c[i].fmt == MR_FMT_NVFP4 ? 16 : 64;
+        float *b = malloc(sizeof(float) * 128 * 16), sc[16];
+        for (int64_t t = 0; t < pm.n_tiles; t++) {
+            const uint8_t *tile = pm.data + (size_t)t * pm.tile_bytes;
+            for (int64_t k0 = 0; k0 < Kp; k0 += blk) {
+                const int64_t nk = Kp - k0 < blk ? Kp - k0 : blk;
+                if (c[i].fmt == MR_FMT_FP8_BLOCK) mr__pk_fp8_block_f32(&pm, tile, k0 / 128, b);
+                else if (c[i].fmt == MR_FMT_NVFP4) mr__pk_nvfp4_block_f32(&pm, tile, k0 / 16, b, sc);
+                else mr__pk_bf16_pairs_f32(tile, k0 / 2, (int)(nk / 2), b);
+                for (int d = 0; d < 16; d++) {
+                    const int64_t n = 16 * t + d;
+                    if (n < N) mr_qmatrix_dequant_row(&q, n, row);
+                    for (int64_t k = 0; k < nk; k++) {
+                        float want = n < N && k0 + k < K ? row[k0 + k] : 0.0f, got = b[k * 16 + d];
+                        if (c[i].fmt == MR_FMT_FP8_BLOCK) got *= pm.tscale[t * (Kp / 128) + k0 / 128];
+                        if (c[i].fmt == MR_FMT_NVFP4) got *= sc[d] * pm.scale2; /* e2m1 * (sc * scale2), ModelOpt order */
+                        if (got != want)
+                            fail_msg("pack %s: tile %lld row %d k %lld: %.9g, source %.9g", mr_pack_name(c[i].pack),
+                                     (long long)t, d, (long long)(k0 + k), got, want);
+                    }
+                }
+            }
+        }
+        mr_pmatrix_free(&pm);
+        mr_qmatrix_free(&q);
+        free(w), free(row), free(b);
+    }
+}
+
 /* Bad input to the packer: a clear error, nothing allocated left behind. */
 static void test_pack_errors(void **st) {
     (void)st;
@@ -557,6 +615,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_packed_kernels_all_tables),
         cmocka_unit_test(test_fp8_kernels_all_codes),
+        cmocka_unit_test(test_pack_layouts),
         cmocka_unit_test(test_pack_errors),
         cmocka_unit_test(test_gemm_rows_all_tables),
         cmocka_unit_test(test_table_names),

@@ -337,6 +337,17 @@ static void test_layout_checked_at_dispatch(void **st) {
     assert_int_equal(mr_moe_run(ctx, &a), MR_EINPUT);
     mr_moe_ctx_free(ctx);
     mr_moe_weights_free(w);
+    /* a problem planned for other CPU features (none: the generic packing)
+     * is refused at dispatch when this CPU's kernels take another pack */
+    w = make_weights(&c, MR_FMT_FP8_BLOCK, 9);
+    p.cpu_flags = 0;
+    assert_int_equal(mr_moe_ctx_new(mr_moe_runner_find("routed"), &p, w, 4, &ctx), MR_OK);
+    ids[3] = 3;
+    const bool same = mr_kernels_get()->uk_pack[MR_UK_FP8_BF16] == (mr_pack_id)w->layout.pack;
+    assert_int_equal(mr_moe_run(ctx, &a), same ? MR_OK : MR_ESTATE);
+    if (!same) assert_non_null(strstr(mr_error_last(), "packed as fp8_r16k4"));
+    mr_moe_ctx_free(ctx);
+    mr_moe_weights_free(w);
 }
 
 /* The predicates: order and one-sentence reasons. */

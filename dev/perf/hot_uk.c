@@ -67,6 +67,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     const mr_kernels *kt = mr_kernels_get();
+    pack = kt->uk_pack[kind]; /* the layout this table's kernels take */
     const int64_t N = 16 * NT;
     float *w = malloc(sizeof(float) * (size_t)(N * K));
     for (int64_t i = 0; i < N * K; i++) w[i] = frand() * (float)(1 + (i / 16) % 7);
