@@ -51,11 +51,16 @@ def worker(a):
     llm.eval(ids)
     t_prefill = time.perf_counter() - t0
     import numpy as np
-    tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    nv = llm.n_vocab()
+
+    def greedy():  # the last token's logits (the only output row llama.cpp keeps here)
+        return int(np.argmax(np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(nv,))))
+
+    tok = greedy()
     t0 = time.perf_counter()
     for _ in range(a.decode):
         llm.eval([tok])
-        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        tok = greedy()
     t_decode = time.perf_counter() - t0
     print(json.dumps({"prefill_tok_s": len(ids) / t_prefill, "decode_tok_s": a.decode / t_decode,
                       "load_s": t_load, "version": llama_cpp.__version__,

@@ -18,7 +18,8 @@
  *               then int16 -> fp32 and one FMA with the 16 row scales (E4M3 by
  *               the f16 trick) times the activation multiplier; w4a8 (xs
  *               shared by 8 blocks) sums the blocks first and applies xs once
- *               per 128 k. Up to 8 tokens per pass.
+ *               per 128 k. Many tokens: each block decoded once into 8
+ *               registers, then every token over it (sums in y).
  *  nvfp4_bf16   two vpshufb LUTs give the bf16 bytes of E2M1, unpacked and
  *               widened to fp32 (shift / mask); gemv: 4 FMAs per token per
  *               4 k, row scales per block; gemm: the weights times their
@@ -38,22 +39,8 @@ enum {
     MTF = 6,  /* tokens per register block of f32_core (12 accumulators) */
     MTV = 4,  /* fp8 gemv and bf16 gemv */
     MTB = 2,  /* nvfp4 bf16 gemv */
-    MTI = 8,  /* nvfp4 int8 */
     XCH = 128 /* k per chunk of converted activations / decoded weights */
 };
-
-/* a runtime token count 1..8 into a constant for the bodies */
-#define DISPATCH8(mt, CALL)                                                                                       \
-    switch (mt) {                                                                                                  \
-    case 1: CALL(1); break;                                                                                        \
-    case 2: CALL(2); break;                                                                                        \
-    case 3: CALL(3); break;                                                                                        \
-    case 4: CALL(4); break;                                                                                        \
-    case 5: CALL(5); break;                                                                                        \
-    case 6: CALL(6); break;                                                                                        \
-    case 7: CALL(7); break;                                                                                        \
-    default: CALL(8); break;                                                                                       \
-    }
 
 static void apply_post(float *y, int64_t ldy, int64_t M, float post) {
     if (post == 1.0f) return;
@@ -284,76 +271,98 @@ INL __m256i bcast16(const void *p) {
     return _mm256_set1_epi16(v);
 }
 
-/* Up to MTI tokens per pass. The int16 sums are converted per block; G = 1:
- * one multiplier per 16-k block (scales * xs); G = 8: xs equal over each run
- * of 8 blocks (w4a8), the blocks' sums go into ga and xs is applied once per
- * run. Above 1 token, out and ga live in y and in scratch (ga [M][16]). */
-INL void nvi_body(const uint8_t *tile, int64_t Kp, const int8_t *xq, int64_t ldx, const int32_t *xb, int64_t ldb,
-                  const float *xs, int64_t ldxs, float post, float *y, int64_t ldy, float *gm, const int M,
-                  const int G) {
+/* the 8 u8 weight vectors of 16-k block j (16 rows x 2 k each: U[p] holds
+ * k = 16j + 2p, 2p + 1) and the block's row scales (* 2^-8) */
+INL void nvi_block(const uint8_t *tile, const uint8_t *scp, int64_t j, __m256i U[8], __m256 *sc0, __m256 *sc1) {
     const __m256i lut = lut16(U8LUT), m0f = _mm256_set1_epi8(0x0F);
+    #pragma GCC unroll 4
+    for (int v = 0; v < 4; v++) {
+        const __m256i V = _mm256_load_si256((const __m256i *)(tile + j * 128 + 32 * v));
+        U[2 * v] = _mm256_shuffle_epi8(lut, _mm256_and_si256(V, m0f));
+        U[2 * v + 1] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(V, 4), m0f));
+    }
+    e4m3x16(scp + 16 * j, sc0, sc1);
+}
+
+/* one token's int16 block sum (16 rows): starts at xb = -12*sum(x) mod 2^16
+ * (the low half of the int32), plus the 8 vpmaddubsw of its activation pairs */
+INL void nvi_token(const __m256i U[8], const int8_t *x16, const int32_t *xb, __m256 *f0, __m256 *f1) {
+    __m256i s = bcast16(xb);
+    #pragma GCC unroll 8
+    for (int p = 0; p < 8; p++) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(U[p], bcast16(x16 + 2 * p)));
+    *f0 = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(s)));
+    *f1 = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(s, 1)));
+}
+
+/* the sums are of 2*e2m1(w)*x with scales * 2^-8: 2^8 / 2 = 128 folds in at the end */
+#define NVI_FOLD 128.0f
+
+/* 1 token: the running sums in registers. G = 1: one multiplier per 16-k
+ * block (scales * xs); G = 8: xs equal over each run of 8 blocks (w4a8),
+ * the blocks' sums go into g and xs is applied once per run. */
+INL void nvi_one(const uint8_t *tile, int64_t Kp, const int8_t *xq, const int32_t *xb, const float *xs, float post,
+                 float *y, const int G) {
     const uint8_t *scp = tile + 8 * Kp;
     const int64_t nblk = Kp / 16;
-    __m256 o0 = _mm256_setzero_ps(), o1 = o0, g0 = o0, g1 = o0; /* M == 1 */
+    __m256 o0 = _mm256_setzero_ps(), o1 = o0, g0 = o0, g1 = o0;
     for (int64_t j = 0; j < nblk; j++) {
         PF(tile + j * 128);
         PF(tile + j * 128 + 64);
         if ((j & 3) == 0) PF(scp + 16 * j);
-        __m256 sc0, sc1;
-        e4m3x16(scp + 16 * j, &sc0, &sc1);
-        __m256i s16[MTI];
-        #pragma GCC unroll 8
-        for (int m = 0; m < M; m++) s16[m] = bcast16(xb + m * ldb + j); /* low half: -12*sum mod 2^16 */
-        #pragma GCC unroll 4
-        for (int v = 0; v < 4; v++) {
-            const __m256i V = _mm256_load_si256((const __m256i *)(tile + j * 128 + 32 * v));
-            const __m256i U0 = _mm256_shuffle_epi8(lut, _mm256_and_si256(V, m0f));
-            const __m256i U1 = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(V, 4), m0f));
-            #pragma GCC unroll 8
-            for (int m = 0; m < M; m++) {
-                const int8_t *x4 = xq + m * ldx + 16 * j + 4 * v;
-                s16[m] = _mm256_add_epi16(s16[m], _mm256_maddubs_epi16(U0, bcast16(x4)));
-                s16[m] = _mm256_add_epi16(s16[m], _mm256_maddubs_epi16(U1, bcast16(x4 + 2)));
+        __m256i U[8];
+        __m256 sc0, sc1, f0, f1;
+        nvi_block(tile, scp, j, U, &sc0, &sc1);
+        nvi_token(U, xq + 16 * j, xb + j, &f0, &f1);
+        if (G == 1) {
+            const __m256 xv = _mm256_set1_ps(xs ? xs[j] : 1.0f);
+            o0 = _mm256_fmadd_ps(f0, xs ? _mm256_mul_ps(sc0, xv) : sc0, o0);
+            o1 = _mm256_fmadd_ps(f1, xs ? _mm256_mul_ps(sc1, xv) : sc1, o1);
+        } else {
+            g0 = _mm256_fmadd_ps(f0, sc0, g0), g1 = _mm256_fmadd_ps(f1, sc1, g1);
+            if ((j % G) == G - 1 || j == nblk - 1) {
+                const __m256 xv = _mm256_set1_ps(xs ? xs[j] : 1.0f);
+                o0 = _mm256_fmadd_ps(g0, xv, o0), o1 = _mm256_fmadd_ps(g1, xv, o1);
+                g0 = g1 = _mm256_setzero_ps();
             }
         }
+    }
+    const __m256 f = _mm256_set1_ps(NVI_FOLD * post);
+    _mm256_storeu_ps(y, _mm256_mul_ps(o0, f));
+    _mm256_storeu_ps(y + 8, _mm256_mul_ps(o1, f));
+}
+
+/* many tokens: each block decoded once into registers, then every token over
+ * it; the running sums live in y (G = 8: the run's sums in gm [M][16]) */
+INL void nvi_many(const uint8_t *tile, int64_t Kp, const int8_t *xq, int64_t ldx, const int32_t *xb, int64_t ldb,
+                  const float *xs, int64_t ldxs, float post, int64_t M, float *y, int64_t ldy, float *gm, const int G) {
+    const uint8_t *scp = tile + 8 * Kp;
+    const int64_t nblk = Kp / 16;
+    for (int64_t j = 0; j < nblk; j++) {
+        PF(tile + j * 128);
+        PF(tile + j * 128 + 64);
+        if ((j & 3) == 0) PF(scp + 16 * j);
+        __m256i U[8];
+        __m256 sc0, sc1;
+        nvi_block(tile, scp, j, U, &sc0, &sc1);
         const int gend = G > 1 && ((j % G) == G - 1 || j == nblk - 1), gfirst = G > 1 && (j % G) == 0;
-        #pragma GCC unroll 8
-        for (int m = 0; m < M; m++) {
-            const __m256 f0 = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(s16[m])));
-            const __m256 f1 = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(s16[m], 1)));
+        for (int64_t m = 0; m < M; m++) {
+            __m256 f0, f1;
+            nvi_token(U, xq + m * ldx + 16 * j, xb + m * ldb + j, &f0, &f1);
             if (G == 1) {
                 const __m256 xv = _mm256_set1_ps(xs ? xs[m * ldxs + j] : 1.0f);
-                const __m256 s0 = xs ? _mm256_mul_ps(sc0, xv) : sc0, s1 = xs ? _mm256_mul_ps(sc1, xv) : sc1;
-                if (M == 1) o0 = _mm256_fmadd_ps(f0, s0, o0), o1 = _mm256_fmadd_ps(f1, s1, o1);
-                else y_update(y + m * ldy, f0, f1, s0, s1, j == 0);
+                y_update(y + m * ldy, f0, f1, xs ? _mm256_mul_ps(sc0, xv) : sc0, xs ? _mm256_mul_ps(sc1, xv) : sc1,
+                         j == 0);
             } else {
-                if (M == 1) g0 = _mm256_fmadd_ps(f0, sc0, g0), g1 = _mm256_fmadd_ps(f1, sc1, g1);
-                else y_update(gm + 16 * m, f0, f1, sc0, sc1, gfirst);
+                float *g = gm + 16 * m;
+                y_update(g, f0, f1, sc0, sc1, gfirst);
                 if (gend) {
                     const __m256 xv = _mm256_set1_ps(xs ? xs[m * ldxs + j] : 1.0f);
-                    if (M == 1) {
-                        o0 = _mm256_fmadd_ps(g0, xv, o0), o1 = _mm256_fmadd_ps(g1, xv, o1);
-                        g0 = g1 = _mm256_setzero_ps();
-                    } else {
-                        y_update(y + m * ldy, _mm256_loadu_ps(gm + 16 * m), _mm256_loadu_ps(gm + 16 * m + 8), xv, xv,
-                                 j < G);
-                    }
+                    y_update(y + m * ldy, _mm256_loadu_ps(g), _mm256_loadu_ps(g + 8), xv, xv, j < G);
                 }
             }
         }
     }
-    /* the sums are of 2*e2m1(w)*x with scales * 2^-8: fold 2^8 / 2 = 128 */
-    const __m256 f = _mm256_set1_ps(128.0f * post);
-    if (M == 1) {
-        _mm256_storeu_ps(y, _mm256_mul_ps(o0, f));
-        _mm256_storeu_ps(y + 8, _mm256_mul_ps(o1, f));
-    } else {
-        #pragma GCC unroll 8
-        for (int m = 0; m < M; m++) {
-            _mm256_storeu_ps(y + m * ldy, _mm256_mul_ps(_mm256_loadu_ps(y + m * ldy), f));
-            _mm256_storeu_ps(y + m * ldy + 8, _mm256_mul_ps(_mm256_loadu_ps(y + m * ldy + 8), f));
-        }
-    }
+    apply_post(y, ldy, M, NVI_FOLD * post);
 }
 
 static void uk_nvfp4_i8(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
@@ -361,17 +370,22 @@ static void uk_nvfp4_i8(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int6
     const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
     const float post = a->post * W->scale2;
     const int grouped = a->xs_group == 8;
-    float *gm = scratch; /* [MTI][16] */
-    for (int64_t m0 = 0, mt; m0 < M; m0 += mt) {
-        mt = mr__uk_token_block(M - m0, MTI);
-        const int8_t *x = (const int8_t *)a->x + m0 * a->ldx;
-        const int32_t *xb = a->xb + m0 * a->ldb;
+    const int8_t *x = a->x;
+    float *gm = scratch; /* [M][16]: M <= 128 tokens a call (the runner's chunks) fit in MR_UK_SCRATCH */
+    if (M == 1) {
+        if (grouped) nvi_one(tile, W->Kp, x, a->xb, a->xs, post, y, 8);
+        else nvi_one(tile, W->Kp, x, a->xb, a->xs, post, y, 1);
+        return;
+    }
+    for (int64_t m0 = 0; m0 < M; m0 += MR_UK_SCRATCH / 64) { /* gm holds MR_UK_SCRATCH / 64 tokens */
+        const int64_t mt = M - m0 < MR_UK_SCRATCH / 64 ? M - m0 : MR_UK_SCRATCH / 64;
         const float *xs = a->xs ? a->xs + m0 * a->ldxs : NULL;
-#define CALL(n)                                                                                                   \
-    (grouped ? nvi_body(tile, W->Kp, x, a->ldx, xb, a->ldb, xs, a->ldxs, post, y + m0 * ldy, ldy, gm, n, 8)      \
-             : nvi_body(tile, W->Kp, x, a->ldx, xb, a->ldb, xs, a->ldxs, post, y + m0 * ldy, ldy, gm, n, 1))
-        DISPATCH8(mt, CALL)
-#undef CALL
+        if (grouped)
+            nvi_many(tile, W->Kp, x + m0 * a->ldx, a->ldx, a->xb + m0 * a->ldb, a->ldb, xs, a->ldxs, post, mt,
+                     y + m0 * ldy, ldy, gm, 8);
+        else
+            nvi_many(tile, W->Kp, x + m0 * a->ldx, a->ldx, a->xb + m0 * a->ldb, a->ldb, xs, a->ldxs, post, mt,
+                     y + m0 * ldy, ldy, gm, 1);
     }
 }
 
@@ -666,7 +680,7 @@ void mr__uk_fill_avx2(mr_kernels *k) {
     } e[MR_UK_COUNT] = {
         [MR_UK_FP8_BF16] = {"uk_fp8_bf16_avx2_16x4", "uk_fp8_bf16_avx2_l1_16x128x6", uk_fp8_gemv, uk_fp8_gemm,
                             MR_PACK_FP8_Y16, MR_PROBE_FMA},
-        [MR_UK_NVFP4_I8] = {"uk_nvfp4_i8_avx2_16x8", "uk_nvfp4_i8_avx2_16x8", uk_nvfp4_i8, uk_nvfp4_i8,
+        [MR_UK_NVFP4_I8] = {"uk_nvfp4_i8_avx2_16x1", "uk_nvfp4_i8_avx2_16xM", uk_nvfp4_i8, uk_nvfp4_i8,
                             MR_PACK_NVFP4_Y16I, MR_PROBE_MADDUBS},
         [MR_UK_NVFP4_BF16] = {"uk_nvfp4_bf16_avx2_16x2", "uk_nvfp4_bf16_avx2_l1_16x128x6", uk_nvfp4_bf16_gemv,
                               uk_nvfp4_bf16_gemm, MR_PACK_NVFP4_Y16F, MR_PROBE_FMA},
