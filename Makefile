@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 MAKEFLAGS += --no-print-directory
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build run test asan fuzz clean
+.PHONY: all deps build run test asan fuzz clean install uninstall
 
 all: build
 
@@ -29,10 +29,21 @@ asan: deps
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS)
 
-# libFuzzer run of the safetensors header parser, bounded (FUZZ_SECONDS).
+# libFuzzer run of every fuzz target (safetensors header, tokenizer), each bounded (FUZZ_SECONDS).
 FUZZ_SECONDS ?= 60
 fuzz: deps
 	bash scripts/fuzz.sh $(FUZZ_SECONDS)
+
+# The library (static + shared), the public headers, the CLI and moerun.pc
+# under PREFIX (default /usr/local); DESTDIR stages a package.
+PREFIX ?= /usr/local
+install: build
+	DESTDIR="$(DESTDIR)" cmake --install $(BUILD) --prefix "$(PREFIX)"
+
+# Removes what the last `make install` wrote (CMake's install_manifest.txt).
+uninstall:
+	@test -f $(BUILD)/install_manifest.txt || { echo "no $(BUILD)/install_manifest.txt: nothing installed from $(BUILD)"; exit 1; }
+	xargs -d '\n' rm -f -- < $(BUILD)/install_manifest.txt
 
 clean:
 	rm -rf $(BUILD) build-asan build-fuzz

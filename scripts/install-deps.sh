@@ -3,7 +3,10 @@
 # Idempotent: does nothing (and needs no network) when all are present.
 set -euo pipefail
 
-PKGS=(build-essential cmake pkg-config libcmocka-dev libjansson-dev clang libclang-rt-14-dev libomp-dev)
+PKGS=(build-essential cmake pkg-config libcmocka-dev libjansson-dev clang libclang-rt-14-dev libomp-dev
+      libpcre2-dev libutf8proc-dev
+      libmicrohttpd-dev libcurl4-openssl-dev gnuplot-nox curl python3-venv)
+PKGS+=(jq) # tests/cli/chat_template.sh reads the chat goldens
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -1,5 +1,5 @@
 /* test_kernels.c — every kernel table the host can run (generic, AVX2,
- * AVX-512; the CPU mask of the CTest variant limits which) against the
+ * AVX-512; the CTest variant's MOERUN_TEST_ISA limits which) against the
  * scalar reference: mr_gemm_rows and mr_matmul on every weight format, fp32
  * and bf16 activations, per-group activation scales, K not a multiple of 128,
  * M = 1 (GEMV) and M > 1. Reference: mr_qmatrix_dequant_row (formats/) and a
@@ -612,6 +612,7 @@ static void test_silu_mul(void **st) {
 }
 
 int main(void) {
+    tu_isa_begin("test_kernels");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_packed_kernels_all_tables),
         cmocka_unit_test(test_fp8_kernels_all_codes),

@@ -3,7 +3,7 @@
  * batching and chunking, the KV-cache capacity error, loader errors (missing
  * tensor, wrong shape, wrong dtype, truncated file, NVFP4 input_scale
  * fallback, allocation failures) and sampler properties.
- * Runs three times (generic / AVX2 / AVX-512 kernels via MOERUN_CPU_MASK). */
+ * Runs once per kernel level (generic / AVX2 / AVX-512, MOERUN_TEST_ISA; testutil.h). */
 #include <fnmatch.h>
 #include <math.h>
 #include <stdio.h>
@@ -77,16 +77,17 @@ static float max_abs_diff(const float *a, const float *b, int64_t n) {
 }
 
 /* Runs the golden prompts through runner (batched prefill with every
- * position's logits, then teacher-forced batched decode steps) and compares. */
-static void run_oracle(const char *runner, int64_t max_tokens, int steps) {
+ * position's logits, then teacher-forced batched decode steps) and compares.
+ * Returns false when the runner refused the model at open (MR_ERESOLVE). */
+static bool run_oracle(const char *runner, int64_t max_tokens, int steps) {
     golden g;
     golden_load(&g);
     mr_model_opts o = {.max_batch = g.n, .max_ctx = 64, .max_tokens = max_tokens, .runner = runner, .quiet = true};
     mr_model *m = NULL;
     mr_status st = mr_model_open(tu_data("model/tiny"), &o, &m);
-    if (st == MR_ERESOLVE) { /* the runner refuses minimax2 (e.g. fused): nothing to compare */
+    if (st == MR_ERESOLVE) {
         free(g.blob);
-        return;
+        return false;
     }
     if (st) fprintf(stderr, "open: %s\n", mr_error_last());
     assert_int_equal(st, MR_OK);
@@ -135,17 +136,37 @@ static void run_oracle(const char *runner, int64_t max_tokens, int steps) {
     free(lg);
     mr_model_close(m);
     free(g.blob);
+    return true;
 }
 
+/* Every registered runner against the oracle. Which ones refuse is written
+ * out: fused does not implement minimax2 routing (its declared subset);
+ * reference and routed must run and match. A runner added to the registry
+ * without a line here fails the test. */
 static void test_oracle_all_runners(void **st) {
     (void)st;
-    for (int i = 0; i < mr_moe_runner_count(); i++) run_oracle(mr_moe_runner_at(i)->name, 0, 16);
+    static const struct {
+        const char *name;
+        bool refuses;
+    } expect[] = {{"reference", false}, {"routed", false}, {"fused", true}};
+    const size_t n_expect = sizeof expect / sizeof expect[0];
+    assert_int_equal(mr_moe_runner_count(), (int)n_expect);
+    for (int i = 0; i < mr_moe_runner_count(); i++) {
+        const char *name = mr_moe_runner_at(i)->name;
+        size_t j = 0;
+        while (j < n_expect && strcmp(expect[j].name, name) != 0) j++;
+        if (j == n_expect) fail_msg("runner %s has no expected outcome in the oracle test", name);
+        bool ran = run_oracle(name, 0, 16);
+        if (ran == expect[j].refuses)
+            fail_msg("runner %s %s the oracle model, expected it to %s", name, ran ? "ran" : "refused",
+                     expect[j].refuses ? "refuse" : "run");
+    }
 }
 
 /* Chunked prefill (4 tokens per internal step, prompts split across chunks) gives the same answer. */
 static void test_oracle_chunked(void **st) {
     (void)st;
-    run_oracle("reference", 4, 3);
+    assert_true(run_oracle("reference", 4, 3));
 }
 
 /* The oracle comparison must be able to fail: a perturbed weight breaks it. */
@@ -298,6 +319,76 @@ static void test_loader_errors(void **st) {
 }
 
 /* Every allocation failure during open returns a clean error (ASan: no leak). */
+/* One MoE workspace per model, shared by every layer: a model of 6 layers
+ * holds exactly the workspace of the same model with 1 layer. */
+static void test_workspace_independent_of_layers(void **st) {
+    (void)st;
+    char *base = tu_tmpdir("ws_layers");
+    assert_non_null(base);
+    size_t ws[2] = {0, 0};
+    const int64_t layers[2] = {1, 6};
+    for (int i = 0; i < 2; i++) {
+        char dir[4200];
+        snprintf(dir, sizeof dir, "%s/l%lld", base, (long long)layers[i]);
+        mr_tiny_params tp = {.hidden = 128, .layers = layers[i], .experts = 8, .top_k = 2, .inter = 128, .heads = 2,
+                             .kv_heads = 1, .head_dim = 64, .rotary_dim = 32, .vocab = 64, .quant = MR_FMT_FP8_BLOCK,
+                             .seed = 3};
+        assert_int_equal(mr_tiny_write(dir, &tp), MR_OK);
+        mr_model_opts o = {.runner = "routed", .quiet = true, .max_batch = 2, .max_ctx = 64, .max_tokens = 64};
+        mr_model *m = NULL;
+        assert_int_equal(mr_model_open(dir, &o, &m), MR_OK);
+        ws[i] = mr_moe_ctx_workspace_bytes(m->moe);
+        /* the layers' weight sets are all prepared for the one context */
+        for (int l = 0; l < layers[i]; l++) assert_ptr_equal(m->w.layers[l].experts->prepared_by, m->runner);
+        int slot = 0;
+        int64_t n = 3;
+        int32_t toks[3] = {1, 2, 3};
+        float lg[3 * 64];
+        mr_batch b = {.n_seq = 1, .seq = &slot, .n_tok = &n, .tokens = toks};
+        assert_int_equal(mr_model_forward(m, &b, lg), MR_OK);
+        mr_model_close(m);
+    }
+    assert_true(ws[0] > 0);
+    if (ws[1] != ws[0]) fail_msg("MoE workspace: %zu bytes with 1 layer, %zu with 6", ws[0], ws[1]);
+    tu_rmtree(base);
+    free(base);
+}
+
+/* The loader reads only the local experts' tensors: with a tensor of expert
+ * 5 gone, layer 1's experts [0, 5) and [6, 8) load, a range holding 5 does not. */
+static void test_loader_local_experts(void **st) {
+    (void)st;
+    char srcd[4096];
+    snprintf(srcd, sizeof srcd, "%s", tu_data("model/tiny"));
+    const char *victim = "model.layers.1.block_sparse_moe.experts.5.w3.weight";
+    char *d = copy_with_edit(srcd, victim, EDIT_DROP);
+    mr_model_opts o = {.runner = "reference", .quiet = true, .max_ctx = 16};
+    mr_model *m = NULL;
+    assert_int_equal(mr_model_open(srcd, &o, &m), MR_OK);
+    mr_ckpt *ck = NULL;
+    assert_int_equal(mr_ckpt_open(d, &ck), MR_OK);
+    mr_moe_weights *w = NULL;
+    assert_int_equal(mr__model_load_experts(m, ck, 1, 0, 5, &w), MR_OK);
+    assert_int_equal(w->n_experts, 5);
+    assert_int_equal(w->expert_first, 0);
+    mr_moe_weights_free(w);
+    assert_int_equal(mr__model_load_experts(m, ck, 1, 6, 2, &w), MR_OK);
+    assert_int_equal(w->expert_first, 6);
+    /* expert 6 of the set is the checkpoint's expert 6, bound in place */
+    const mr_st_tensor *t6 = mr_ckpt_find(ck, "model.layers.1.block_sparse_moe.experts.6.w1.weight");
+    assert_non_null(t6);
+    assert_ptr_equal(w->w1[0].data, t6->data);
+    mr_moe_weights_free(w);
+    assert_int_equal(mr__model_load_experts(m, ck, 1, 4, 2, &w), MR_ENOTFOUND);
+    assert_non_null(strstr(mr_error_last(), victim));
+    assert_null(w);
+    assert_int_equal(mr__model_load_experts(m, ck, 1, 7, 2, &w), MR_EINVAL); /* past the last expert */
+    mr_ckpt_close(ck);
+    mr_model_close(m);
+    tu_rmtree(d);
+    free(d);
+}
+
 static void test_loader_alloc_failures(void **st) {
     (void)st;
     mr_model_opts o = {.runner = "reference", .quiet = true, .max_ctx = 16};
@@ -618,6 +709,7 @@ static void test_sampler_filters(void **st) {
 }
 
 int main(void) {
+    tu_isa_begin("test_model");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_oracle_all_runners),
         cmocka_unit_test(test_oracle_chunked),
@@ -625,6 +717,8 @@ int main(void) {
         cmocka_unit_test(test_kv_overflow),
         cmocka_unit_test(test_loader_errors),
         cmocka_unit_test(test_loader_alloc_failures),
+        cmocka_unit_test(test_workspace_independent_of_layers),
+        cmocka_unit_test(test_loader_local_experts),
         cmocka_unit_test(test_nvfp4_input_scale_fallback),
         cmocka_unit_test(test_nvfp4_input_scale_group_missing),
         cmocka_unit_test(test_forward_huge_count),

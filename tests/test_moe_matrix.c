@@ -2,7 +2,7 @@
  * format x activation mode x routing preset the runner accepts) on the same
  * inputs against `reference`, over a table of shapes (T 1..300, E 8..256,
  * k 1..8, H/I non-multiples of 128 where the format allows, and the real
- * 3072/1536). Run 3x by CTest with CPU masks (generic, AVX2, AVX-512).
+ * 3072/1536). Run once per kernel level by CTest (MOERUN_TEST_ISA: generic, AVX2, AVX-512).
  *
  * Rules: the fused runner's selected experts equal mr_route's exactly (and
  * its weights within 1e-5 relative); every output element is written (the
@@ -122,7 +122,8 @@ static double run_and_compare(const mr_moe_runner *r, const mr_moe_problem *p, c
     mr_moe_weights *w;
     assert_int_equal(mr_moe_weights_clone(base, &w), MR_OK);
     mr_moe_ctx *ctx;
-    mr_status st = mr_moe_ctx_new(r, p, w, T, &ctx);
+    mr_status st = mr_moe_ctx_new(r, p, T, &ctx);
+    if (!st) st = mr_moe_ctx_prepare(ctx, w);
     if (st) fail_msg("%s: ctx: %s", label, mr_error_last());
     const int64_t H = p->hidden;
     const bool bf = p->act_dtype == MR_FMT_BF16;
@@ -134,7 +135,7 @@ static double run_and_compare(const mr_moe_runner *r, const mr_moe_problem *p, c
     float *w_out = malloc(sizeof(float) * (size_t)(T * p->top_k));
     mr_moe_args a = {.T = T, .x = x, .out = out, .ids = ids, .weights = wts, .logits = logits, .routing = ro,
                      .ids_out = ids_out, .weights_out = w_out};
-    st = mr_moe_run(ctx, &a);
+    st = mr_moe_run(ctx, w, &a);
     if (st) fail_msg("%s: run: %s", label, mr_error_last());
     double ratio = 0;
     if (r->routes_itself) /* the selection must match mr_route exactly */
@@ -234,15 +235,16 @@ static int run_case(const mcase *c, int ci, tally *ty) {
                 mr_moe_weights *rw;
                 assert_int_equal(mr_moe_weights_clone(base, &rw), MR_OK);
                 mr_moe_ctx *rc;
-                if (mr_moe_ctx_new(mr_moe_runner_find("reference"), &p, rw, T, &rc)) fail_msg("ref ctx: %s", mr_error_last());
+                if (mr_moe_ctx_new(mr_moe_runner_ground_truth(), &p, T, &rc) || mr_moe_ctx_prepare(rc, rw))
+                    fail_msg("ref ctx: %s", mr_error_last());
                 void *ref_out = malloc((size_t)(T * H) * 4);
                 mr_moe_args ra = {.T = T, .x = xin, .out = ref_out, .ids = ids, .weights = wts};
-                assert_int_equal(mr_moe_run(rc, &ra), MR_OK);
+                assert_int_equal(mr_moe_run(rc, rw, &ra), MR_OK);
                 mr_moe_ctx_free(rc);
                 mr_moe_weights_free(rw);
                 for (int ri = 0; ri < mr_moe_runner_count(); ri++) {
                     const mr_moe_runner *run = mr_moe_runner_at(ri);
-                    if (!strcmp(run->name, "reference")) continue;
+                    if (run->ground_truth) continue;
                     char why[256];
                     if (!run->supports(&p, why, sizeof why)) {
                         /* the only refusal expected here: fused and a method outside its subset */
@@ -316,35 +318,42 @@ static void test_layout_checked_at_dispatch(void **st) {
     mr_moe_problem p = {.device = MR_DEVICE_CPU, .cpu_flags = mr_cpu()->flags, .weight_format = MR_FMT_FP8_BLOCK, .act_mode = MR_ACT_W8A8,
                         .act_dtype = MR_FMT_F32, .routing = MR_ROUTING_RENORMALIZE, .n_experts = 8, .top_k = 2,
                         .hidden = 128, .inter = 128};
-    mr_moe_ctx *ctx;
-    assert_int_equal(mr_moe_ctx_new(mr_moe_runner_find("routed"), &p, w, 4, &ctx), MR_OK);
-    mr_moe_ctx *ctx2;
-    assert_int_equal(mr_moe_ctx_new(mr_moe_runner_find("fused"), &p, w, 4, &ctx2), MR_ESTATE);
+    mr_moe_ctx *ctx, *ctx2;
+    assert_int_equal(mr_moe_ctx_new(mr_moe_runner_find("routed"), &p, 4, &ctx), MR_OK);
+    assert_int_equal(mr_moe_ctx_prepare(ctx, w), MR_OK);
+    assert_int_equal(mr_moe_ctx_new(mr_moe_runner_find("fused"), &p, 4, &ctx2), MR_OK);
+    assert_int_equal(mr_moe_ctx_prepare(ctx2, w), MR_ESTATE); /* packed for routed: fused refuses them */
+    float x2[3 * 128] = {0}, out2[3 * 128], lg[3 * 8] = {0};
+    mr_routing ro = {.method = MR_ROUTING_RENORMALIZE, .n_experts = 8, .top_k = 2, .scale = 1.0f};
+    mr_moe_args a2 = {.T = 3, .x = x2, .out = out2, .logits = lg, .routing = &ro};
+    assert_int_equal(mr_moe_run(ctx2, w, &a2), MR_ESTATE); /* and cannot run them */
+    mr_moe_ctx_free(ctx2);
     /* tamper with the descriptor: the routed context refuses to run */
     w->layout.gateup = MR_GATEUP_CONCAT;
     float x[3 * 128] = {0}, out[3 * 128];
     int32_t ids[6] = {0, 1, 2, 3, 4, 5};
     float wts[6] = {0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f};
     mr_moe_args a = {.T = 3, .x = x, .out = out, .ids = ids, .weights = wts};
-    assert_int_equal(mr_moe_run(ctx, &a), MR_ESTATE);
+    assert_int_equal(mr_moe_run(ctx, w, &a), MR_ESTATE);
     w->layout.gateup = MR_GATEUP_INTERLEAVED;
     const int pack = w->layout.pack; /* the CPU's fp8 pack (fp8_r16k4 or fp8_y16) */
     w->layout.pack = MR_PACK_NONE; /* same rows, but not the routed packing: refused too */
-    assert_int_equal(mr_moe_run(ctx, &a), MR_ESTATE);
+    assert_int_equal(mr_moe_run(ctx, w, &a), MR_ESTATE);
     w->layout.pack = pack;
-    assert_int_equal(mr_moe_run(ctx, &a), MR_OK);
+    assert_int_equal(mr_moe_run(ctx, w, &a), MR_OK);
     ids[3] = 8; /* bad id: clean error */
-    assert_int_equal(mr_moe_run(ctx, &a), MR_EINPUT);
+    assert_int_equal(mr_moe_run(ctx, w, &a), MR_EINPUT);
     mr_moe_ctx_free(ctx);
     mr_moe_weights_free(w);
     /* a problem planned for other CPU features (none: the generic packing)
      * is refused at dispatch when this CPU's kernels take another pack */
     w = make_weights(&c, MR_FMT_FP8_BLOCK, 9);
     p.cpu_flags = 0;
-    assert_int_equal(mr_moe_ctx_new(mr_moe_runner_find("routed"), &p, w, 4, &ctx), MR_OK);
+    assert_int_equal(mr_moe_ctx_new(mr_moe_runner_find("routed"), &p, 4, &ctx), MR_OK);
+    assert_int_equal(mr_moe_ctx_prepare(ctx, w), MR_OK);
     ids[3] = 3;
     const bool same = mr_kernels_get()->uk_pack[MR_UK_FP8_BF16] == (mr_pack_id)w->layout.pack;
-    assert_int_equal(mr_moe_run(ctx, &a), same ? MR_OK : MR_ESTATE);
+    assert_int_equal(mr_moe_run(ctx, w, &a), same ? MR_OK : MR_ESTATE);
     if (!same) assert_non_null(strstr(mr_error_last(), "packed as fp8_r16k4"));
     mr_moe_ctx_free(ctx);
     mr_moe_weights_free(w);
@@ -428,19 +437,20 @@ static void test_routed_no_alloc_per_call(void **st) {
                             .act_dtype = MR_FMT_F32, .routing = c.routing, .n_experts = c.E, .top_k = c.k,
                             .hidden = c.H, .inter = c.I};
         mr_moe_ctx *ctx;
-        assert_int_equal(mr_moe_ctx_new(mr_moe_runner_find("routed"), &p, w, c.T, &ctx), MR_OK);
+        assert_int_equal(mr_moe_ctx_new(mr_moe_runner_find("routed"), &p, c.T, &ctx), MR_OK);
+        assert_int_equal(mr_moe_ctx_prepare(ctx, w), MR_OK);
         float *x = calloc((size_t)(c.T * c.H), sizeof(float)), *out = malloc(sizeof(float) * (size_t)(c.T * c.H));
         int32_t ids[64 * 2];
         float wts[64 * 2];
         for (int t = 0; t < 64; t++) ids[2 * t] = t % 8, ids[2 * t + 1] = (t + 3) % 8, wts[2 * t] = wts[2 * t + 1] = 0.5f;
         for (int i = 0; i < 64 * 256; i++) x[i] = (float)(i % 7) - 3.0f;
         mr_moe_args a = {.T = 1, .x = x, .out = out, .ids = ids, .weights = wts};
-        assert_int_equal(mr_moe_run(ctx, &a), MR_OK);
+        assert_int_equal(mr_moe_run(ctx, w, &a), MR_OK);
         const uint64_t before = mr_debug_alloc_count();
         for (int64_t T = 1; T <= 64; T += 63) {
             a.T = T;
             ids[0] = 5; /* another routing */
-            assert_int_equal(mr_moe_run(ctx, &a), MR_OK);
+            assert_int_equal(mr_moe_run(ctx, w, &a), MR_OK);
         }
         assert_int_equal(mr_debug_alloc_count(), before);
         mr_moe_ctx_free(ctx);
@@ -450,6 +460,7 @@ static void test_routed_no_alloc_per_call(void **st) {
 }
 
 int main(void) {
+    tu_isa_begin("test_moe_matrix");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_routed_no_alloc_per_call),
         cmocka_unit_test(test_predicates),

@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "moerun/config.h"
+
 const char *tu_data(const char *rel) {
     static char buf[4096];
     snprintf(buf, sizeof buf, "%s/%s", MR_TEST_DATA, rel);
@@ -73,4 +75,35 @@ float tu_normal(tu_rng *r) {
     float u1 = tu_uniform(r), u2 = tu_uniform(r);
     if (u1 < 1e-7f) u1 = 1e-7f;
     return sqrtf(-2.0f * logf(u1)) * cosf(6.28318530718f * u2);
+}
+
+void tu_isa_begin(const char *suite) {
+    const char *want = getenv("MOERUN_TEST_ISA");
+    if (want == NULL || *want == 0) return;
+    int level = -1;
+    for (int i = 0; i < MR_ISA_COUNT; i++)
+        if (!strcmp(want, mr_kernel_isa_name((mr_kernel_isa)i))) level = i;
+    if (level < 0) {
+        fprintf(stderr, "%s: MOERUN_TEST_ISA=%s is not a kernel level\n", suite, want);
+        exit(2);
+    }
+    const mr_cpu_info *ci = mr_cpu();
+    uint32_t need = mr_kernel_isa_features((mr_kernel_isa)level);
+    if ((ci->flags & need) != need) {
+        char miss[256] = "";
+        size_t used = 0;
+        for (int b = 0; b < MR_CPU_FEATURE_COUNT; b++) {
+            if (!(need & ~ci->flags & (1u << b))) continue;
+            int w = snprintf(miss + used, sizeof miss - used, "%s%s", used ? " " : "", mr_cpu_feature_name(1u << b));
+            if (w > 0 && (size_t)w < sizeof miss - used) used += (size_t)w;
+        }
+        printf("SKIPPED: %s on %s kernels: this host lacks %s%s\n", suite, want, miss,
+               ci->hidden & need ? " (hidden by MOERUN_CPU_MASK)" : "");
+        fflush(stdout);
+        exit(TU_SKIP);
+    }
+    uint32_t above = 0;
+    for (int i = level + 1; i < MR_ISA_COUNT; i++) above |= mr_kernel_isa_features((mr_kernel_isa)i);
+    mr_cpu_set_hidden(ci->hidden | (above & ~need));
+    printf("%s: %s kernels (MOERUN_TEST_ISA)\n", suite, want);
 }

@@ -24,4 +24,13 @@ typedef struct { uint64_t s; } tu_rng;
 uint64_t tu_next(tu_rng *r);
 float tu_uniform(tu_rng *r);               /* [0,1) */
 float tu_normal(tu_rng *r);                /* N(0,1) */
+
+/* Kernel-path selection of the ISA suites (tests/CMakeLists.txt): when
+ * MOERUN_TEST_ISA names a level (generic, avx2, avx512), features above that
+ * level are hidden so that exactly its kernels run. A level this host lacks
+ * (detected by cpuid, minus whatever MOERUN_CPU_MASK hides: the mask
+ * simulates a smaller host) is not run: the suite prints what it skipped and
+ * exits with TU_SKIP (ctest SKIP_RETURN_CODE). Call first in main(). */
+#define TU_SKIP 77
+void tu_isa_begin(const char *suite);
 #endif

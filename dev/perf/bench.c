@@ -1,4 +1,4 @@
-/* dev/perf/bench.c — the issue-6 kernel experiment driver: checks every
+/* dev/perf/bench.c — the MoE kernel experiment driver: checks every
  * numbered variant (kern.h) against the scalar reference of the library
  * (include/moerun/formats.h), then times it on MiniMax-M2 expert shapes
  * (H 3072, I 1536, top-8) with weights re-drawn from a >= 1 GiB pool, with

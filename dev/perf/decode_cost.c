@@ -1,5 +1,5 @@
 /* decode_cost.c — what one 64-byte line of the fp8 gemv kernel (1 token)
- * costs, op group by op group (issue 6: the T = 1 limit). Not part of CMake.
+ * costs, op group by op group (the T = 1 limit). Not part of CMake.
  *
  *   make -C dev/perf decode_cost && dev/perf/decode_cost
  *

@@ -1,6 +1,6 @@
 /* hot_uk.c — the library's packed micro-kernels (mr_kernels_get()) timed on
  * L2-resident tiles, one thread, next to the peak of their inner-loop
- * instruction measured in the same run (issue 6 kernel work; not part of CMake).
+ * instruction measured in the same run (kernel work; not part of CMake).
  *
  *   make -C dev/perf hot_uk && dev/perf/hot_uk [--kind fp8|nvfp4|nvfp4b|bf16] [--M 1,8,16,64] [--xs-group G]
  *

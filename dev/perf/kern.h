@@ -1,4 +1,4 @@
-/* dev/perf/kern.h — candidate MoE expert micro-kernels (issue 6 research):
+/* dev/perf/kern.h — candidate MoE expert micro-kernels (research):
  * the packed weight layouts, their generic-C packers (kern_pack.c) and the
  * AVX-512 micro-kernels (kern_*_avx512.c). Not part of the CMake build; the
  * winners are meant to move into src/kernels/ with their contracts.

@@ -1,5 +1,5 @@
 /* scale_cost.c — what the per-block epilogue of the nvfp4 int8 kernel costs
- * next to its 4 vpdpbusd (issue 6: the w4a4 prefill limit). Not part of CMake.
+ * next to its 4 vpdpbusd (the w4a4 prefill limit). Not part of CMake.
  *
  *   make -C dev/perf scale_cost && dev/perf/scale_cost
  *

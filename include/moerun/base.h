@@ -31,7 +31,8 @@ extern "C" {
     X(ERANGE, -10, "value out of range")                             \
     X(ECAPACITY, -11, "capacity exceeded")                           \
     X(ESTATE, -12, "invalid state")                                  \
-    X(EINPUT, -13, "invalid input data")
+    X(EINPUT, -13, "invalid input data")                             \
+    X(EBUSY, -14, "busy: try again later")
 
 typedef enum {
 #define MR__STATUS_ENUM(name, code, msg) MR_##name = (code),
@@ -126,6 +127,8 @@ typedef enum {
 
 typedef struct {
     uint32_t detected; /* what the CPU and OS support */
+    uint32_t host;     /* detected minus what MOERUN_CPU_MASK hides: the host this process
+                          may run on (a mask simulates a smaller machine); fixed at startup */
     uint32_t hidden;   /* what MOERUN_CPU_MASK / mr_cpu_set_hidden hides */
     uint32_t flags;    /* detected & ~hidden: what kernels may use */
     int n_cores;       /* online CPUs this process may run on */

@@ -51,6 +51,11 @@ typedef enum {
     MR_OPT_CPU_MASK,            /* features to hide (same syntax as MOERUN_CPU_MASK) */
     MR_OPT_THREADS,             /* 0 = all cores */
     MR_OPT_LOG,                 /* debug|info|warn|error|off */
+    MR_OPT_KV_CACHE_DTYPE,      /* auto|bf16|fp32: element type of the paged KV cache */
+    MR_OPT_KV_CACHE_MEMORY,     /* auto | bytes ("4GiB", "512M", "1000000") | fraction of free memory ("0.3") */
+    MR_OPT_MAX_RUNNING_REQUESTS,/* requests in one batch (0 = auto) */
+    MR_OPT_MAX_BATCH_TOKENS,    /* tokens in one engine step (0 = auto) */
+    MR_OPT_CONTEXT_LENGTH,      /* prompt + output tokens of one request (0 = the model's max_position_embeddings) */
     MR_OPT_COUNT
 } mr_opt_id;
 
@@ -78,6 +83,10 @@ const mr_option_def *mr_option_at(int i);                 /* i == id */
 /* By name ("moe_runner_backend"), flag ("--moe-runner-backend") or kebab
  * name ("moe-runner-backend"); NULL if unknown. */
 const mr_option_def *mr_option_find(const char *key);
+/* A memory amount as kv_cache_memory takes it: "auto" (both 0), bytes with an
+ * optional unit ("4GiB", "4G" and "4g" are 4 x 2^30; "4GB" is 4 x 10^9; K, M,
+ * G, T likewise), or a fraction in (0, 1] written with a '.' ("0.3"). */
+mr_status mr_memory_size_parse(const char *s, uint64_t *bytes, double *fraction);
 /* Checks a value against the table; MR_EINVAL listing the allowed values. */
 mr_status mr_option_check(const mr_option_def *d, const char *value);
 
@@ -233,6 +242,13 @@ typedef struct {
     int ep_size;                    /* >= 1 */
     mr_moe_problem problem;         /* what the runner's predicate accepted */
     mr_moe_layout layout;           /* what runner->required_layout said */
+    /* the engine: KV cache and scheduler limits */
+    mr_format kv_dtype;             /* BF16 or F32 */
+    int64_t kv_token_bytes;         /* K + V of one token, every layer */
+    int64_t kv_blocks;              /* pool size in blocks of 16 tokens (>= 1) */
+    int64_t max_batch_tokens;       /* tokens per step (>= max_running_requests) */
+    int max_running_requests;       /* >= 1 */
+    int64_t context_length;         /* >= 1 */
     uint64_t checksum;              /* over everything above and the frozen model copy */
 } mr_exec;
 #define MR_EXEC_MAGIC 0x6D724578u

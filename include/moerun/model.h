@@ -24,20 +24,12 @@
 extern "C" {
 #endif
 
-#define MR_MODEL_MAX_EOS 8
+#define MR_MODEL_MAX_EOS MR_MAX_EOS
 
-/* Hyperparameters of a MiniMax-M2-architecture model (config.json). */
-typedef struct {
-    int64_t vocab, hidden, n_layers;
-    int64_t n_heads, n_kv_heads, head_dim, rotary_dim;
-    int64_t n_experts, top_k, inter; /* inter: per-expert intermediate size */
-    double rope_theta;
-    float rms_eps;
-    int32_t eos[MR_MODEL_MAX_EOS]; /* config.json + generation_config.json */
-    int n_eos;
-    mr_format attn_format;   /* weights of q/k/v/o: BF16 or FP8_BLOCK */
-    mr_format expert_format; /* BF16, FP8_BLOCK or NVFP4 */
-} mr_model_config;
+/* The model's hyperparameters are config/'s mr_model_desc (config.json,
+ * hf_quant_config.json and generation_config.json's EOS ids): one struct,
+ * read once. The model holds a copy without the quantization exclusion list. */
+typedef mr_model_desc mr_model_config;
 
 /* How to open a model. Zeroed fields take the defaults in brackets. */
 typedef struct {
@@ -48,6 +40,9 @@ typedef struct {
                                borrows it. NULL: use runner/act_mode below (tests, tools) */
     const char *runner;     /* without exec: MoE runner name ["reference"] */
     mr_act_mode act_mode;   /* without exec: AUTO = the weight format's default */
+    int64_t kv_blocks;      /* paged KV pool: blocks of MR_KV_BLOCK_TOKENS tokens (0 = none). With a
+                               pool and max_batch 0 there is no contiguous cache */
+    mr_format kv_dtype;     /* paged pool element type: MR_FMT_BF16 or MR_FMT_F32 (0 = BF16) */
     bool progress;          /* draw a progress bar on stderr when it is a terminal */
     bool quiet;             /* reserved: the library prints nothing but warnings */
 } mr_model_opts;
@@ -87,13 +82,65 @@ mr_status mr_model_forward(mr_model *m, const mr_batch *b, float *logits);
 int64_t mr_model_seq_len(const mr_model *m, int slot);
 void mr_model_seq_reset(mr_model *m, int slot);
 
+/* ---- forward over the paged KV cache ----
+ * The pool (opts.kv_blocks blocks, every layer) holds K and V of
+ * MR_KV_BLOCK_TOKENS consecutive positions per block; a sequence's position p
+ * lives in block block_ids[bt_off[i] + p / MR_KV_BLOCK_TOKENS], row
+ * p % MR_KV_BLOCK_TOKENS. Which block belongs to whom is the caller's (the
+ * engine's) bookkeeping; the model only reads and writes the blocks it is
+ * given. The batch is a plain description (flat arrays and counts) so that it
+ * can be serialized and broadcast to other ranks as is.
+ *
+ * Sequence i has n_tok[i] new tokens at positions start[i] ..
+ * start[i] + n_tok[i] - 1 (positions below start[i] are already in its blocks
+ * and are read, not written); its block table must cover every position it
+ * writes. Its new tokens are consecutive in tokens, sequences in order. Rows
+ * of logits: for every sequence with want_logits[i], the logits of its last
+ * new token, in batch order ([n_logits][vocab]). Nothing is written to any
+ * block, nor to logits, when the batch is refused (MR_EINVAL, MR_ECAPACITY,
+ * MR_EINPUT). Two sequences of one batch must not write the same block. */
+#define MR_KV_BLOCK_TOKENS 16
+typedef struct {
+    int n_seq;
+    int64_t n_tokens;               /* sum of n_tok, <= the model's max_tokens */
+    const int32_t *tokens;          /* [n_tokens] */
+    const int64_t *n_tok;           /* [n_seq], each >= 1 */
+    const int64_t *start;           /* [n_seq] position of the sequence's first new token */
+    const int32_t *bt_off;          /* [n_seq + 1] sequence i's blocks: block_ids[bt_off[i] .. bt_off[i+1]) */
+    const int32_t *block_ids;       /* [bt_off[n_seq]] indices into the pool */
+    const uint8_t *want_logits;     /* [n_seq] 1: a logits row for the sequence's last new token */
+    int n_logits;                   /* number of sequences with want_logits */
+} mr_kv_batch;
+mr_status mr_model_forward_kv(mr_model *m, const mr_kv_batch *b, float *logits);
+/* The pool's size in blocks (0 without one), element type, and bytes. */
+int64_t mr_model_kv_blocks(const mr_model *m);
+mr_format mr_model_kv_dtype(const mr_model *m);
+size_t mr_model_kv_bytes(const mr_model *m);
+/* Bytes of K and V one token takes in the pool (every layer). */
+size_t mr_model_kv_token_bytes(const mr_model_config *c, mr_format kv_dtype);
+/* The most tokens one forward call takes, and the longest context it attends to. */
+int64_t mr_model_max_tokens(const mr_model *m);
+int64_t mr_model_max_ctx(const mr_model *m);
+
 /* Accumulated time of the forward calls, split by part (ns). */
 typedef struct {
     uint64_t attention_ns, moe_ns, other_ns;
     uint64_t tokens, calls;
+    uint64_t experts_touched; /* distinct experts routed to, summed over the MoE calls of every layer */
 } mr_model_timing;
 void mr_model_timing_get(const mr_model *m, mr_model_timing *t);
 void mr_model_timing_reset(mr_model *m);
+
+/* Weight bytes a forward call reads: every call reads all of the attention
+ * projections, router gates and the lm_head; an expert's gate, up and down
+ * are read when a token routes to it (mr_model_timing.experts_touched). */
+typedef struct {
+    size_t attn;      /* q, k, v, o projections with their scales, all layers */
+    size_t router;    /* router gates and correction biases, all layers */
+    size_t expert;    /* one expert's gate, up and down in the runner's layout */
+    size_t lm_head;
+} mr_model_weight_bytes;
+void mr_model_weight_bytes_get(const mr_model *m, mr_model_weight_bytes *out);
 
 /* ---- sampler ----
  * temperature <= 0 is greedy exactly (argmax, ties to the lower id). Otherwise
@@ -119,6 +166,16 @@ mr_status mr_sampler_init(mr_sampler *s, const mr_sampler_params *p, int64_t voc
 void mr_sampler_free(mr_sampler *s);
 /* Picks one token from logits [vocab]; does not modify logits. */
 int32_t mr_sampler_sample(mr_sampler *s, const float *logits);
+/* Checks the parameters (MR_EINVAL naming the field). */
+mr_status mr_sampler_params_check(const mr_sampler_params *p);
+/* The same draw with the caller's generator state and scratch (prob and idx
+ * [vocab] each), for callers that sample for many sequences (the engine):
+ * O(vocab) unless top-k or top-p ask for an order, then O(vocab log k) or a
+ * sort of the candidates above a threshold only. */
+int32_t mr_sample_logits(const mr_sampler_params *p, uint64_t *state, const float *logits, int64_t vocab,
+                         float *prob, int32_t *idx);
+/* The generator state for a seed. */
+uint64_t mr_sampler_seed_state(uint64_t seed);
 /* argmax, ties to the lower id; NaN never wins. */
 int32_t mr_argmax(const float *x, int64_t n);
 bool mr_model_is_eos(const mr_model *m, int32_t tok);

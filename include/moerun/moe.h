@@ -1,6 +1,28 @@
 /* moerun/moe.h — the MoE layer: problem description, activation modes,
- * expert weight sets with their layout descriptor, and runners with their
- * capability predicates. See shared/DESIGN.md "Runners".
+ * expert weight sets with their layout descriptor, runners with their
+ * capability predicates, the context (one per model: the runner's private
+ * state, the transport and one workspace shared by every layer), the layer's
+ * phases and the expert-parallel transport seam (mr_a2a_ops). See
+ * shared/DESIGN.md "Runners" and shared/spec/expert-parallel.md.
+ *
+ * One MoE layer call (mr_moe_run), each phase a function (src/moe/layer.c):
+ *   route     (ids, weights) [T][k]: precomputed by the caller, mr_route on
+ *             the router logits, or the runner's own routing (fused); then the
+ *             rows' order: the T*k (token, slot) rows grouped by expert
+ *             (experts ascending, so by owning peer first under a contiguous
+ *             placement), tokens ascending within an expert
+ *   prepare   each row's activation in the runner's kernel form (quantized
+ *             where the mode says so; the scale never depends on the expert)
+ *   dispatch  the transport moves rows to the peers owning their experts
+ *             (none: identity, the rows stay where they are)
+ *   experts   the runner computes every received row with unit routing
+ *             weights into fp32 rows [rows][H]
+ *   combine   the transport brings each result row back to its origin
+ *   finalize  out[t] = sum over slots j in selection order of w[t][j] * y[t][j],
+ *             stored in the activation dtype
+ * Because the routing weight is applied only at the origin, in slot order,
+ * an expert-parallel run gives the single-process output bit for bit as long
+ * as an expert's result for a row does not depend on the other rows.
  *
  * The resolver (config/) only needs mr_moe_problem, the runner registry and
  * the predicates; it never runs a runner. */
@@ -70,11 +92,24 @@ typedef struct {
     mr_act_mode act_mode;     /* never AUTO when asked */
     mr_format act_dtype;      /* dtype of x and out: F32 or BF16 */
     mr_routing_id routing;
-    int n_experts, top_k;
+    int n_experts, top_k;     /* E (all experts of the layer), k */
     int n_group, topk_group;
     int64_t hidden, inter;    /* H, I */
     mr_a2a a2a;
+    /* expert parallelism: this process is peer ep_rank of ep_size (0 of 1
+     * without a transport) and computes the experts [local_first,
+     * local_first + n_local); n_local 0 means all E (0 and 1 for ep_size) */
+    int ep_size, ep_rank;
+    int local_first, n_local;
 } mr_moe_problem;
+
+/* The experts a process computes, normalized (n_local 0 -> all). */
+void mr_moe_problem_local(const mr_moe_problem *p, int *first, int *n);
+/* Contiguous placement (spec/expert-parallel.md): peer r of R owns experts
+ * [r*E/R ...): the first E mod R peers one expert more. *first, *n. */
+void mr_moe_placement_contiguous(int E, int R, int r, int *first, int *n);
+/* The peer owning expert e under that placement. */
+int mr_moe_placement_owner(int E, int R, int e);
 
 /* Layout descriptor of an expert weight set, produced by a runner's
  * after-load step and asserted at dispatch. */
@@ -90,13 +125,16 @@ typedef struct {
     int64_t inter_padded;  /* I rounded up to the runner's alignment (== I if none) */
     int pack;              /* packing id, an mr_pack_id (0 = row-major as stored; see moerun/kernels.h) */
     int pack_tile;         /* rows per packed tile, 0 if none */
-    const char *owner;     /* name of the runner whose after-load produced it */
+    const char *owner;     /* name of the runner whose after-load produced it (for messages) */
 } mr_moe_layout;
+
+/* Stable runner ids (append only); the registry holds one runner per id. */
+typedef enum { MR_RUNNER_REFERENCE = 0, MR_RUNNER_ROUTED = 1, MR_RUNNER_FUSED = 2, MR_RUNNER_COUNT } mr_moe_runner_id;
 
 typedef struct mr_moe_runner mr_moe_runner;
 struct mr_moe_runner {
-    const char *name;     /* "reference", "routed", "fused" */
-    int id;               /* stable */
+    const char *name;     /* "reference", "routed", "fused": for options, messages and logs only */
+    mr_moe_runner_id id;  /* stable */
     bool routes_itself;   /* takes router logits, not (ids, weights) */
     /* Checks, in order: device, weight+activation formats, routing method
      * (if routes_itself), E/k/alignment limits, a2a transport. On refusal
@@ -104,25 +142,35 @@ struct mr_moe_runner {
     bool (*supports)(const mr_moe_problem *p, char *why, size_t n);
     /* The layout this runner needs for p (what after-load will produce). */
     void (*required_layout)(const mr_moe_problem *p, mr_moe_layout *out);
-    /* Further members (after_load, run, ...) are declared in the runner
-     * implementation section below. */
+    /* Its state and phases (src/moe/moe_internal.h). */
     const struct mr_moe_runner_ops *ops;
     /* May `auto` choose it for real work? (reference: false) */
     bool auto_eligible;
+    /* The scalar ground truth every other runner is checked against. */
+    bool ground_truth;
+    const char *help;     /* one line for --help */
 };
 
-/* Registry, in preference order for `auto` on CPU. */
+/* Registry, in preference order for `auto` on CPU. Options, --help and the
+ * resolver read the runners from here (there is no other list). */
 int mr_moe_runner_count(void);
 const mr_moe_runner *mr_moe_runner_at(int i);
-const mr_moe_runner *mr_moe_runner_find(const char *name); /* NULL if unknown */
+const mr_moe_runner *mr_moe_runner_find(const char *name); /* user input -> runner; NULL if unknown */
+const mr_moe_runner *mr_moe_runner_get(mr_moe_runner_id id); /* NULL if not built */
+const mr_moe_runner *mr_moe_runner_ground_truth(void);      /* the reference */
+/* The instruction runner r's inner loop runs on problem p with the process
+ * kernel table (benchmarks compare with its peak). */
+mr_probe_instr mr_moe_runner_instr(const mr_moe_runner *r, const mr_moe_problem *p);
 
 /* ---- expert weight sets ----
- * E experts, each with gate w1 [I][H], up w3 [I][H], down w2 [H][I] (HF
- * layout, as loaded). A runner's after-load step (mr_moe_weights_prepare)
- * turns them into its layout once; the descriptor records the result and the
- * runner checks it at dispatch. */
+ * n_experts experts (the local ones: global ids expert_first ..), each with
+ * gate w1 [I][H], up w3 [I][H], down w2 [H][I] (HF layout, as loaded). A
+ * runner's after-load step (mr_moe_weights_prepare) turns them into its
+ * layout once; the descriptor records the result and the runner checks it at
+ * dispatch. */
 typedef struct {
-    int n_experts;         /* E */
+    int n_experts;         /* experts held (the local range's count) */
+    int expert_first;      /* global id of expert 0 of this set */
     int64_t hidden, inter; /* H, I */
     mr_format fmt;         /* BF16, FP8_BLOCK or NVFP4 (F32 also accepted, for tests) */
     mr_qmatrix *w1, *w3;   /* [E] gate, up [I][H]; freed (zeroed) when merged into w13 */
@@ -131,6 +179,19 @@ typedef struct {
     mr_pmatrix *p13, *p2;  /* [E] packed (layout.pack != 0): gate/up tiles interleaved, down; else NULL.
                               The HF copies (w1, w3, w2) are then freed (zeroed). */
     mr_moe_layout layout;  /* as loaded: SEPARATE, owner "checkpoint" */
+    /* w4a4: the layer's global input scales, max over ALL its experts (also
+     * those other peers hold): gate/up and down. 0 = take the max over this
+     * set at prepare time. */
+    float in_scale13, in_scale2;
+    /* Memory the preparing runner manages itself (a GPU's, later); NULL on
+     * CPU. Released by that runner (its ops) when the set is freed. */
+    void *runner_data;
+    const mr_moe_runner *prepared_by; /* the runner whose after-load ran, NULL before */
+    /* Called with each source matrix (the checkpoint's) once after-load no
+     * longer needs it, before it is dropped: the loader releases the mapped
+     * pages there (weights held once). NULL: nothing to do. */
+    void (*release_source)(void *user, const mr_qmatrix *m);
+    void *release_user;
 } mr_moe_weights;
 
 /* Bytes of one expert's weights (gate, up, down with their scales) in the
@@ -138,10 +199,11 @@ typedef struct {
 size_t mr_moe_weights_expert_bytes(const mr_moe_weights *w);
 
 /* Empty set with E zeroed matrices of each kind; the caller fills
- * w1/w3/w2 (e.g. with mr_qmatrix_quantize). */
+ * w1/w3/w2 (e.g. with mr_qmatrix_quantize). expert_first is 0. */
 mr_status mr_moe_weights_new(mr_moe_weights **out, int E, int64_t H, int64_t I, mr_format fmt);
 void mr_moe_weights_free(mr_moe_weights *w);
-/* Deep copy (data and scales), layout included. */
+/* Deep copy (data and scales), layout included. A set holding runner_data
+ * cannot be copied (MR_EUNSUPPORTED). */
 mr_status mr_moe_weights_clone(const mr_moe_weights *src, mr_moe_weights **out);
 /* Checks shapes and formats of every expert matrix; clear error otherwise. */
 mr_status mr_moe_weights_validate(const mr_moe_weights *w);
@@ -155,53 +217,125 @@ typedef struct {
     int64_t T;                /* tokens, 1..max_T */
     const void *x;            /* [T][H] in the problem's act_dtype (F32 or BF16) */
     void *out;                /* [T][H] in act_dtype: written, every element */
-    const int32_t *ids;       /* [T][k] precomputed routing (runners that do not route) */
+    const int32_t *ids;       /* [T][k] precomputed routing (global expert ids), or NULL: route here */
     const float *weights;     /* [T][k] */
-    const float *logits;      /* [T][E] router logits (runners that route themselves) */
-    const mr_routing *routing;/* method + bias (runners that route themselves) */
-    int32_t *ids_out;         /* optional [T][k]: the selection a self-routing runner made */
+    const float *logits;      /* [T][E] router logits: routed here when ids is NULL (runners that
+                                 route themselves always take these) */
+    const mr_routing *routing;/* method + bias, with logits */
+    int32_t *ids_out;         /* optional [T][k]: the selection used */
     float *weights_out;       /* optional [T][k] */
 } mr_moe_args;
 
 typedef struct mr_moe_ctx mr_moe_ctx;
 
-struct mr_moe_runner_ops {
-    /* After-load: converts w (HF layout) into required_layout(p) in place. */
-    mr_status (*after_load)(const mr_moe_problem *p, mr_moe_weights *w);
-    mr_status (*run)(mr_moe_ctx *c, const mr_moe_args *a);
-};
-
-/* Checks supports(), runs the runner's after-load on w (which the context
- * borrows; free it after the context), and allocates the workspace for up to
- * max_T tokens, so that mr_moe_run never allocates. */
-mr_status mr_moe_ctx_new(const mr_moe_runner *r, const mr_moe_problem *p, mr_moe_weights *w, int64_t max_T,
-                         mr_moe_ctx **out);
-/* One MoE layer call. Checks the layout (MR_ESTATE on mismatch) and args. */
-mr_status mr_moe_run(mr_moe_ctx *c, const mr_moe_args *a);
-void mr_moe_ctx_free(mr_moe_ctx *c);
-/* Bytes of workspace the context allocated (activations, permutation, per-thread scratch). */
+/* The context of one model: checks supports(), makes the runner's private
+ * state (its ops->ctx_new), opens the transport of p->a2a and allocates one
+ * workspace for up to max_T tokens, shared by every layer (one layer runs
+ * at a time), so that mr_moe_run never allocates. */
+mr_status mr_moe_ctx_new(const mr_moe_runner *r, const mr_moe_problem *p, int64_t max_T, mr_moe_ctx **out);
+void mr_moe_ctx_free(mr_moe_ctx *c); /* NULL ok */
+/* Runs the context's runner's after-load on one layer's weight set (its
+ * experts must be the problem's local range) and checks what it needs (w4a4
+ * scales). Call once per layer, before the layer's first run. */
+mr_status mr_moe_ctx_prepare(mr_moe_ctx *c, mr_moe_weights *w);
+/* One MoE layer call on weight set w (prepared by this context's runner):
+ * route -> prepare -> dispatch -> experts -> combine -> finalize. Checks the
+ * layout (MR_ESTATE on mismatch) and args. */
+mr_status mr_moe_run(mr_moe_ctx *c, const mr_moe_weights *w, const mr_moe_args *a);
+/* Bytes of workspace the context allocated (rows, routing, per-thread
+ * scratch, the runner's state); independent of the number of layers. */
 size_t mr_moe_ctx_workspace_bytes(const mr_moe_ctx *c);
 
-/* Phase profile of the packed (`routed`) path, summed over the calls since
- * the last reset. wall_ns: each phase as the calling thread sees it
- * (barriers included); busy_ns: the threads' own work in it, summed over
- * threads (wall * threads - busy = time spent waiting). Phases: routing
- * permutation and task list, preparation of x, GEMM1 (gate/up + SiLU*up +
- * preparation of h), GEMM2 (down), reduction of the k slots. */
-enum { MR_MOE_PH_SETUP = 0, MR_MOE_PH_PREP, MR_MOE_PH_GEMM1, MR_MOE_PH_GEMM2, MR_MOE_PH_REDUCE, MR_MOE_NPH };
+/* Phase profile, summed over the calls since the last reset. wall_ns: each
+ * phase as the calling thread sees it (barriers included); busy_ns: the
+ * threads' own work in it, summed over threads (wall * threads - busy = time
+ * spent waiting; 0 where a runner does not measure it). Phases: route (the
+ * selection and the rows' order), prepare x, GEMM1 (gate/up + SiLU*up +
+ * preparation of h), GEMM2 (down), finalize (the k slots of each token),
+ * a2a (dispatch + combine). */
+enum {
+    MR_MOE_PH_SETUP = 0,
+    MR_MOE_PH_PREP,
+    MR_MOE_PH_GEMM1,
+    MR_MOE_PH_GEMM2,
+    MR_MOE_PH_REDUCE,
+    MR_MOE_PH_A2A,
+    MR_MOE_NPH
+};
 typedef struct {
     int64_t calls;
     int n_threads;
     uint64_t wall_ns[MR_MOE_NPH], busy_ns[MR_MOE_NPH];
 } mr_moe_profile;
 void mr_moe_ctx_profile(mr_moe_ctx *c, mr_moe_profile *out, bool reset);
-/* Benchmark isolation only: the packed path calls the table's uk_stream
+/* Benchmark isolation only: a packed runner calls the table's uk_stream
  * (reads every weight byte of each tile as the kernels do, computes
  * nothing) instead of the micro-kernels; outputs are then meaningless. */
 void mr_moe_ctx_debug_stream_only(mr_moe_ctx *c, bool on);
 
-/* Runs the after-load of runner r on w without a context (e.g. at model load). */
+/* Runs the after-load of runner r on w without a context. */
 mr_status mr_moe_weights_prepare(const mr_moe_runner *r, const mr_moe_problem *p, mr_moe_weights *w);
+
+/* ---- the expert-parallel transport seam ----
+ * A transport moves the prepared rows of one layer call from their origin
+ * to the peers that own their experts (dispatch) and the fp32 result rows
+ * back (combine). Every peer calls both in every layer, in the same order
+ * (an idle peer sends and receives empty sets). `none` is the identity (one
+ * process); an MPI transport plugs in here.
+ *
+ * A row set: n rows, each made of up to MR_MOE_PLANES planes (the kernel
+ * input, its per-block multipliers, its int8 block sums; what the runner's
+ * prepare writes), plane i holding row r at base + r * row_bytes. */
+#define MR_MOE_PLANES 3
+typedef struct {
+    int64_t n;
+    int n_planes;
+    struct {
+        void *base;
+        size_t row_bytes;
+    } plane[MR_MOE_PLANES];
+} mr_moe_rowset;
+
+typedef struct {
+    /* origin: the rows of this call, grouped by destination peer in peer
+     * order and, within a peer, by expert (the route phase's order) */
+    int n_peers;
+    const int64_t *send_counts;  /* [n_peers] */
+    const int32_t *send_expert;  /* [send.n] global expert id of each row */
+    const int32_t *send_slot;    /* [send.n] token * k + slot of each row, at the origin */
+    mr_moe_rowset send;
+    int64_t H;                   /* elements of a result row */
+    /* expert side, set by dispatch: the rows this peer computes, grouped by
+     * local expert; recv_offsets [n_local + 1] delimit each expert's rows */
+    mr_moe_rowset recv;
+    const int32_t *recv_offsets;
+    float *y_recv;               /* [recv.n][H] the experts phase writes here */
+    /* origin, set by combine: y_send [send.n][H], row i the result of send row i */
+    float *y_send;
+} mr_a2a_xfer;
+
+typedef struct {
+    mr_a2a id;
+    const char *name;
+    /* Opens the transport of one context: the problem (experts, placement,
+     * peers), up to max_rows rows per call from this origin, and the row
+     * set shape the runner prepares (plane row bytes). *state is the
+     * transport's own. */
+    mr_status (*open)(const mr_moe_problem *p, int64_t max_rows, const mr_moe_rowset *shape, void **state);
+    void (*close)(void *state);
+    /* dispatch: x->send* (and the origin's buffers) in; x->recv, recv_offsets, y_recv out */
+    mr_status (*dispatch)(void *state, mr_a2a_xfer *x);
+    /* combine: x->y_recv (written by the experts) in; x->y_send out */
+    mr_status (*combine)(void *state, mr_a2a_xfer *x);
+    /* bytes moved by the last dispatch + combine (0 for none) */
+    uint64_t (*bytes_moved)(const void *state);
+} mr_a2a_ops;
+
+/* The transport of an id, NULL when this build has none. */
+const mr_a2a_ops *mr_a2a_ops_get(mr_a2a id);
+/* Test only: puts ops in the table for id (NULL removes it); returns the
+ * previous entry. Not thread-safe; call before contexts are made. */
+const mr_a2a_ops *mr_a2a_debug_set(mr_a2a id, const mr_a2a_ops *ops);
 
 /* Routing presets the fused runner implements (its declared subset). */
 bool mr_moe_fused_supports_routing(mr_routing_id id);

@@ -164,6 +164,7 @@ static void init_once(void) {
         hidden = 0;
     }
     info.hidden = hidden;
+    info.host = info.detected & ~hidden;
     info.flags = info.detected & ~hidden;
 }
 

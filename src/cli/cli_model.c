@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "moerun/engine.h"
 #include "moerun/model.h"
 
 int mr_cli_parse_long(const char *s, long lo, long hi, long *out) {
@@ -171,6 +172,10 @@ void mr_cli_prompts_free(mr_cli_prompts *p) {
 }
 
 int mr_cli_resolve(const char *cmd, const mr_options *o, bool explain, mr_resolution **r) {
+    return mr_cli_resolve_to(cmd, o, explain, stdout, r);
+}
+
+int mr_cli_resolve_to(const char *cmd, const mr_options *o, bool explain, FILE *summary, mr_resolution **r) {
     *r = NULL;
     mr_status st = mr_resolve(o, r);
     if (st != MR_OK) {
@@ -184,8 +189,8 @@ int mr_cli_resolve(const char *cmd, const mr_options *o, bool explain, mr_resolu
     }
     char line[1024];
     mr_resolution_summary(*r, line, sizeof line);
-    printf("%s\n", line);
-    if (explain) mr_resolution_explain(*r, stdout);
+    fprintf(summary, "%s\n", line);
+    if (explain) mr_resolution_explain(*r, summary);
     if (mr_exec_apply(mr_resolution_exec(*r)) != MR_OK) { /* threads and kernel ISA as resolved */
         mr_cli_fail(cmd, "cannot run the resolved configuration");
         return 1;
@@ -210,4 +215,36 @@ void mr_cli_remove_scratch_on_signal(void) {
         for (size_t j = 0; j < sizeof sigs / sizeof sigs[0]; j++) sigaddset(&sa.sa_mask, sigs[j]);
         sigaction(sigs[i], &sa, NULL);
     }
+}
+
+int mr_cli_engine_open(const char *cmd, const char *dir, const mr_exec *x, bool progress, int max_queued, mr_model **m,
+                       mr_engine **e) {
+    *m = NULL;
+    *e = NULL;
+    mr_engine_opts eo;
+    mr_engine_opts_from_exec(x, &eo);
+    if (max_queued > 0) eo.max_queued_requests = max_queued;
+    mr_model_opts mo = {.exec = x, .progress = progress};
+    mr_engine_model_opts(&eo, &mo);
+    if (mr_model_open(dir, &mo, m)) {
+        mr_cli_fail(cmd, "cannot load the model");
+        return 1;
+    }
+    if (mr_engine_new(*m, &eo, e)) {
+        mr_cli_fail(cmd, "cannot start the engine");
+        mr_model_close(*m);
+        *m = NULL;
+        return 1;
+    }
+    return 0;
+}
+
+void mr_cli_print_kv(const mr_engine *e) {
+    const mr_engine_opts *o = mr_engine_opts_of(e);
+    mr_model *m = mr_engine_model((mr_engine *)e);
+    printf("kv cache: %s, %lld blocks of %d tokens = %lld tokens, %.1f MiB; max %d running requests, %lld tokens "
+           "per step, context %lld\n",
+           o->kv_dtype == MR_FMT_F32 ? "fp32" : "bf16", (long long)o->kv_blocks, MR_KV_BLOCK_TOKENS,
+           (long long)(o->kv_blocks * MR_KV_BLOCK_TOKENS), (double)mr_model_kv_bytes(m) / 1048576.0,
+           o->max_running_requests, (long long)o->max_batch_tokens, (long long)o->context_length);
 }

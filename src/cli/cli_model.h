@@ -4,6 +4,7 @@
 #define MR_CLI_MODEL_H
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "moerun/config.h"
@@ -28,6 +29,19 @@ void mr_cli_prompts_free(mr_cli_prompts *p);
  * the story with explain) and returns nonzero (exit 2); *r is always to be
  * freed by the caller. */
 int mr_cli_resolve(const char *cmd, const mr_options *o, bool explain, mr_resolution **r);
+/* The same, with the summary (and explanation) written to summary. */
+int mr_cli_resolve_to(const char *cmd, const mr_options *o, bool explain, FILE *summary, mr_resolution **r);
+
+/* Opens the model of a resolved configuration with the engine it drives:
+ * engine options from the exec (max_queued_requests when > 0), the model
+ * opened to match (mr_engine_model_opts), then the engine. Prints the reason
+ * on failure and returns nonzero (exit 1); *m and *e are set to NULL then. */
+struct mr_model;
+struct mr_engine;
+int mr_cli_engine_open(const char *cmd, const char *dir, const mr_exec *x, bool progress, int max_queued, struct mr_model **m,
+                       struct mr_engine **e);
+/* One line about the KV pool: "kv cache: bf16, 4096 blocks of 16 tokens = 65536 tokens, 8.0 MiB". */
+void mr_cli_print_kv(const struct mr_engine *e);
 
 /* gen-tiny / quantize: on SIGINT, SIGTERM or SIGHUP remove the scratch
  * folders in progress (mr_tools_remove_scratch), then die of the signal as

@@ -1,33 +1,75 @@
-/* cmd_generate.c — `moerun generate`: resolves first, loads the model, runs
- * a batch of prompts (token ids) through prefill and decode, prints the
- * generated ids and the prefill / decode throughput; --stats adds the time
- * split (attention, MoE, other). */
+/* cmd_generate.c — `moerun generate`: resolves first, loads the model and
+ * its engine, admits every prompt (token ids) as a request and steps the
+ * engine (continuous batching: prefill chunks and decodes mixed within the
+ * step budget, paged KV, prefix caching, preemption) until all are done;
+ * prints the generated ids in prompt order and the prefill / decode
+ * throughput; --stats adds the time split (attention, MoE, other, scheduling,
+ * sampling) and the KV pool, prefix-cache and preemption counters. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-
 #include "cli.h"
 #include "cli_model.h"
+#include "cli_text.h"
 #include "moerun/config.h"
+#include "moerun/engine.h"
 #include "moerun/kernels.h"
 #include "moerun/model.h"
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: moerun generate --model DIR (--prompt-ids 1,2,3 | --batch FILE) [-n N]\n"
+            "usage: moerun generate --model DIR (--prompt TEXT [--chat [--system S]] | --prompt-ids 1,2,3 |\n"
+            "                       --batch FILE) [-n N]\n"
             "                       [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
-            "                       [--stats] [--explain] [resolver options]\n\n"
-            "Generates token ids. Resolution runs first and its one-line summary is printed.\n"
+            "                       [--repetition-penalty R] [--presence-penalty P] [--frequency-penalty F]\n"
+            "                       [--ignore-eos] [--stats] [--explain] [resolver options]\n\n"
+            "Generates token ids through the engine (continuous batching over a paged KV cache).\n"
+            "Resolution runs first and its one-line summary is printed.\n"
+            "  --prompt TEXT    one prompt as text (the model's tokenizer.json); the generated text is\n"
+            "                   printed as the tokens arrive, after the prompt\n"
+            "  --chat           TEXT is a user message: the model's chat template renders the conversation\n"
+            "                   (with --system S as the system message) and the answer is printed raw,\n"
+            "                   reasoning included\n"
             "  --prompt-ids L   one prompt: comma-separated token ids\n"
-            "  --batch FILE     several prompts, one comma list of ids per line (run as one batch)\n"
+            "  --batch FILE     several prompts, one comma list of ids per line, all admitted at once and\n"
+            "                   scheduled together (--max-running-requests, --max-batch-tokens and\n"
+            "                   --kv-cache-memory below bound the batch, the step and the KV pool)\n"
             "  -n N             tokens to generate per prompt (default 16); stops early at an EOS id\n"
             "  --temperature T  0 (default) is greedy; then --top-k, --top-p, --min-p filter\n"
-            "  --seed S         sampler seed (default 0)\n"
-            "  --stats          time split (attention / MoE / other) and throughput\n"
+            "  --seed S         sampler seed of every request (default 0)\n"
+            "  --ignore-eos     generate all N tokens even past an EOS id\n"
+            "  --stats          time split (attention / MoE / other / scheduling / sampling), throughput,\n"
+            "                   KV blocks used, prefix-cache hits and preemptions\n"
             "  --explain        print the resolution story before running\n\n");
     mr_options_print_help(f);
+}
+
+/* Model time of the steps, split by what they held. */
+typedef struct {
+    mr_model_timing t;
+    double wall_s;
+    int64_t tokens, steps;
+} phase;
+
+static void phase_add(phase *p, const mr_model_timing *a, const mr_model_timing *b, double dt, int64_t tokens) {
+    p->t.attention_ns += b->attention_ns - a->attention_ns;
+    p->t.moe_ns += b->moe_ns - a->moe_ns;
+    p->t.other_ns += b->other_ns - a->other_ns;
+    p->wall_s += dt;
+    p->tokens += tokens;
+    p->steps++;
+}
+
+static void print_split(const char *label, const phase *p) {
+    double s = (double)(p->t.attention_ns + p->t.moe_ns + p->t.other_ns);
+    if (s <= 0) s = 1;
+    printf("stats %s attention %.1f%% (%.3f s), moe %.1f%% (%.3f s), other %.1f%% (%.3f s); %lld steps\n", label,
+           100.0 * (double)p->t.attention_ns / s, (double)p->t.attention_ns * 1e-9, 100.0 * (double)p->t.moe_ns / s,
+           (double)p->t.moe_ns * 1e-9, 100.0 * (double)p->t.other_ns / s, (double)p->t.other_ns * 1e-9,
+           (long long)p->steps);
 }
 
 int mr_cmd_generate(int argc, char **argv) {
@@ -37,17 +79,19 @@ int mr_cmd_generate(int argc, char **argv) {
     int rc = 2;
     mr_resolution *r = NULL;
     mr_model *m = NULL;
+    mr_engine *e = NULL;
     mr_cli_prompts pr = {0};
-    float *logits = NULL;
-    int32_t *out_ids = NULL, *next = NULL;
-    int64_t *n_gen = NULL, *n_tok = NULL;
-    int *seq = NULL;
-    bool *done = NULL;
-    mr_sampler smp = {0};
-    mr_sampler_params sp = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .seed = 0};
+    int32_t **out_ids = NULL; /* [B] each grown as tokens arrive */
+    int64_t *n_gen = NULL, *cap_gen = NULL;
+    mr_finish_reason *fin = NULL;
+    mr_sampling sp = {.top_p = 1.0f};
     long n_new = 16;
-    bool stats = false, explain = false;
-    const char *prompt_ids = NULL, *batch_file = NULL, *flag = cmd;
+    bool stats = false, explain = false, ignore_eos = false;
+    const char *prompt_ids = NULL, *batch_file = NULL, *flag = cmd, *prompt_text = NULL, *system = NULL;
+    bool chat = false;
+    mr_tokenizer *tok = NULL;
+    mr_chat *tmpl = NULL;
+    mr_tokstream *tstream = NULL;
 
     if (mr_options_parse(&o, &argc, argv, true) != MR_OK) {
         mr_cli_fail(cmd, NULL);
@@ -65,6 +109,14 @@ int mr_cmd_generate(int argc, char **argv) {
             stats = true;
         } else if (!strcmp(a, "--explain")) {
             explain = true;
+        } else if (!strcmp(a, "--ignore-eos")) {
+            ignore_eos = true;
+        } else if (!strcmp(a, "--chat")) {
+            chat = true;
+        } else if (v && !strcmp(a, "--prompt")) {
+            prompt_text = argv[++i];
+        } else if (v && !strcmp(a, "--system")) {
+            system = argv[++i];
         } else if (v && !strcmp(a, "--prompt-ids")) {
             prompt_ids = argv[++i];
         } else if (v && !strcmp(a, "--batch")) {
@@ -81,13 +133,22 @@ int mr_cmd_generate(int argc, char **argv) {
             if (mr_cli_parse_float(argv[++i], 1e-6f, 1.0f, &sp.top_p)) goto bad;
         } else if (v && !strcmp(a, "--min-p")) {
             if (mr_cli_parse_float(argv[++i], 0.0f, 1.0f, &sp.min_p)) goto bad;
+        } else if (v && !strcmp(a, "--repetition-penalty")) {
+            if (mr_cli_parse_float(argv[++i], 1e-3f, 10.0f, &sp.repetition_penalty)) goto bad;
+        } else if (v && !strcmp(a, "--presence-penalty")) {
+            if (mr_cli_parse_float(argv[++i], -2.0f, 2.0f, &sp.presence_penalty)) goto bad;
+        } else if (v && !strcmp(a, "--frequency-penalty")) {
+            if (mr_cli_parse_float(argv[++i], -2.0f, 2.0f, &sp.frequency_penalty)) goto bad;
         } else if (v && !strcmp(a, "--seed")) {
             long s;
             if (mr_cli_parse_long(argv[++i], 0, INT64_MAX, &s)) goto bad;
             sp.seed = (uint64_t)s;
-        } else if (!v && (!strcmp(a, "--prompt-ids") || !strcmp(a, "--batch") || !strcmp(a, "-n") ||
+        } else if (!v && (!strcmp(a, "--prompt-ids") || !strcmp(a, "--prompt") || !strcmp(a, "--system") ||
+                          !strcmp(a, "--batch") || !strcmp(a, "-n") ||
                           !strcmp(a, "--max-tokens") || !strcmp(a, "--temperature") || !strcmp(a, "--top-k") ||
-                          !strcmp(a, "--top-p") || !strcmp(a, "--min-p") || !strcmp(a, "--seed"))) {
+                          !strcmp(a, "--top-p") || !strcmp(a, "--min-p") || !strcmp(a, "--seed") ||
+                          !strcmp(a, "--repetition-penalty") || !strcmp(a, "--presence-penalty") ||
+                          !strcmp(a, "--frequency-penalty"))) {
             fprintf(stderr, "moerun generate: %s needs a value\n", a);
             goto out;
         } else {
@@ -99,147 +160,177 @@ int mr_cmd_generate(int argc, char **argv) {
         fprintf(stderr, "moerun generate: --model DIR is required (see --help)\n");
         goto out;
     }
-    if (!prompt_ids == !batch_file) {
-        fprintf(stderr, "moerun generate: give exactly one of --prompt-ids and --batch\n");
+    if ((prompt_text != NULL) + (prompt_ids != NULL) + (batch_file != NULL) != 1) {
+        fprintf(stderr, "moerun generate: give exactly one of --prompt, --prompt-ids and --batch\n");
         goto out;
     }
-    if (mr_cli_prompts_read(prompt_ids, batch_file, &pr)) {
+    if ((chat || system) && !prompt_text) {
+        fprintf(stderr, "moerun generate: %s goes with --prompt TEXT\n", chat ? "--chat" : "--system");
+        goto out;
+    }
+    if (system && !chat) {
+        fprintf(stderr, "moerun generate: --system needs --chat\n");
+        goto out;
+    }
+    if (prompt_text) {
+        /* text: the model's tokenizer (and chat template), before any weight is read */
+        const char *dir = mr_options_get(&o, MR_OPT_MODEL);
+        if ((rc = mr_cli_text_open(cmd, dir, chat, &tok, &tmpl)) != 0) goto out;
+        rc = 2;
+        mr_tok_ids ids = {0};
+        int e2 = chat ? mr_cli_chat_encode(cmd, tok, tmpl, system, prompt_text, &ids)
+                      : mr_cli_text_encode(cmd, tok, prompt_text, &ids);
+        if (e2) {
+            mr_tok_ids_free(&ids);
+            rc = e2;
+            goto out;
+        }
+        if (mr_cli_prompts_from_ids(&ids, &pr)) {
+            mr_tok_ids_free(&ids);
+            rc = 1;
+            goto out;
+        }
+        if (mr_tokstream_new(tok, true, &tstream)) {
+            mr_cli_fail(cmd, "cannot decode");
+            rc = 1;
+            goto out;
+        }
+    } else if (mr_cli_prompts_read(prompt_ids, batch_file, &pr)) {
         mr_cli_fail(cmd, "bad prompt");
         goto out;
     }
     /* 1. resolve, before any weight is read */
     if (mr_cli_resolve(cmd, &o, explain, &r)) goto out;
     const mr_exec *x = mr_resolution_exec(r);
-    /* 2. load */
+    /* 2. load the model and its engine */
     rc = 1;
-    int64_t total = 0, longest = 0;
-    for (int i = 0; i < pr.n; i++) {
-        total += pr.len[i];
-        if (pr.len[i] > longest) longest = pr.len[i];
-    }
-    mr_model_opts mo = {.exec = x, .max_batch = pr.n, .max_ctx = longest + n_new, .max_tokens = total < 512 ? total : 512,
-                        .progress = true};
-    if (mo.max_tokens < pr.n) mo.max_tokens = pr.n;
     uint64_t t0 = mr_now_ns();
-    if (mr_model_open(mr_options_get(&o, MR_OPT_MODEL), &mo, &m)) {
-        mr_cli_fail(cmd, "cannot load the model");
-        goto out;
-    }
+    if (mr_cli_engine_open(cmd, mr_options_get(&o, MR_OPT_MODEL), x, true, pr.n, &m, &e)) goto out;
     const mr_model_config *c = mr_model_config_of(m);
     printf("loaded: %lld layers, %lld experts top-%lld, runner %s (%s), kernels %s, %.2f s, peak RSS %.1f MiB\n",
            (long long)c->n_layers, (long long)c->n_experts, (long long)c->top_k, mr_model_runner_name(m),
            mr_act_mode_name(mr_model_act_mode(m)), mr_kernels_get()->isa, (double)(mr_now_ns() - t0) * 1e-9,
            (double)mr_model_peak_rss(m) / (1024.0 * 1024.0));
-    for (int i = 0; i < pr.n; i++)
-        for (int64_t j = 0; j < pr.len[i]; j++)
-            if (pr.ids[pr.off[i] + j] < 0 || pr.ids[pr.off[i] + j] >= c->vocab) {
-                fprintf(stderr, "moerun generate: prompt %d: token id %d is outside the vocabulary (%lld)\n", i,
-                        pr.ids[pr.off[i] + j], (long long)c->vocab);
-                rc = 2;
-                goto out;
-            }
-    if (mr_sampler_init(&smp, &sp, c->vocab)) {
-        mr_cli_fail(cmd, "bad sampler settings");
-        rc = 2;
-        goto out;
-    }
+    if (stats) mr_cli_print_kv(e);
     int B = pr.n;
-    logits = malloc((size_t)B * (size_t)c->vocab * sizeof(float));
-    out_ids = calloc((size_t)B * (size_t)(n_new + 1), sizeof(int32_t));
+    out_ids = calloc((size_t)B, sizeof(int32_t *));
     n_gen = calloc((size_t)B, sizeof(int64_t));
-    n_tok = calloc((size_t)B, sizeof(int64_t));
-    seq = calloc((size_t)B, sizeof(int));
-    next = calloc((size_t)B, sizeof(int32_t));
-    done = calloc((size_t)B, sizeof(bool));
-    if (!logits || !out_ids || !n_gen || !n_tok || !seq || !next || !done) {
+    cap_gen = calloc((size_t)B, sizeof(int64_t));
+    fin = calloc((size_t)B, sizeof(mr_finish_reason));
+    if (!out_ids || !n_gen || !cap_gen || !fin) {
         fprintf(stderr, "moerun generate: out of memory\n");
         goto out;
     }
-    /* 3. prefill: every prompt in one batch */
-    for (int i = 0; i < B; i++) {
-        seq[i] = i;
-        n_tok[i] = pr.len[i];
-    }
-    mr_batch b = {.n_seq = B, .seq = seq, .n_tok = n_tok, .tokens = pr.ids};
-    mr_model_timing_reset(m);
-    uint64_t tp = mr_now_ns();
-    if (n_new > 0 && mr_model_forward(m, &b, logits)) {
-        mr_cli_fail(cmd, "prefill failed");
-        goto out;
-    }
-    double prefill_s = (double)(mr_now_ns() - tp) * 1e-9;
-    mr_model_timing tprefill;
-    mr_model_timing_get(m, &tprefill);
-    /* 4. decode: one token per live sequence per step */
-    int64_t decoded = 0;
-    uint64_t td = mr_now_ns();
-    for (int64_t step = 0; step < n_new; step++) {
-        /* logits rows follow the last batch: the live sequences in slot order */
-        int row = 0;
-        for (int i = 0; i < B; i++) {
-            if (done[i]) continue;
-            int32_t tok = mr_sampler_sample(&smp, logits + (size_t)row++ * (size_t)c->vocab);
-            out_ids[(size_t)i * (size_t)(n_new + 1) + (size_t)n_gen[i]++] = tok;
-            if (mr_model_is_eos(m, tok) || n_gen[i] >= n_new) done[i] = true;
-        }
-        /* the next batch: live sequences in slot order */
-        int n = 0;
-        for (int i = 0; i < B; i++) {
-            if (done[i]) continue;
-            seq[n] = i;
-            n_tok[n] = 1;
-            next[n] = out_ids[(size_t)i * (size_t)(n_new + 1) + (size_t)n_gen[i] - 1];
-            n++;
-        }
-        if (n == 0) break;
-        mr_batch db = {.n_seq = n, .seq = seq, .n_tok = n_tok, .tokens = next};
-        if (mr_model_forward(m, &db, logits)) {
-            mr_cli_fail(cmd, "decode failed");
+    /* 3. every prompt is a request (refused ones: the reason, exit 2, nothing run) */
+    for (int i = 0; i < B && n_new > 0; i++) {
+        mr_request_params rp = {.prompt = pr.ids + pr.off[i], .n_prompt = pr.len[i], .max_tokens = n_new,
+                                .sampling = sp, .ignore_eos = ignore_eos, .user = (void *)(intptr_t)i};
+        mr_req_id id;
+        mr_status st = mr_engine_add(e, &rp, &id);
+        if (st) {
+            fprintf(stderr, "moerun generate: prompt %d: %s\n", i, mr_error_last());
+            rc = st == MR_ENOMEM ? 1 : 2;
             goto out;
         }
-        decoded += n;
     }
-    double decode_s = (double)(mr_now_ns() - td) * 1e-9;
-    for (int i = 0; i < B; i++) {
+    /* 4. the engine loop: one step at a time until every request has finished */
+    if (tstream && !chat) { /* the prompt, then the generated text streams after it */
+        fputs(prompt_text, stdout);
+        fflush(stdout);
+    }
+    mr_model_timing_reset(m);
+    phase prefill = {0}, decode = {0};
+    uint64_t tstart = mr_now_ns();
+    while (mr_engine_has_work(e)) {
+        mr_model_timing ta, tb;
+        mr_model_timing_get(m, &ta);
+        uint64_t ts = mr_now_ns();
+        const mr_engine_step_out *so;
+        if (mr_engine_step(e, &so)) {
+            mr_cli_fail(cmd, "engine step failed");
+            goto out;
+        }
+        mr_model_timing_get(m, &tb);
+        double dt = (double)(mr_now_ns() - ts) * 1e-9;
+        if (so->n_prefill_tokens > 0)
+            phase_add(&prefill, &ta, &tb, dt, so->n_prefill_tokens);
+        else if (so->n_seq > 0)
+            phase_add(&decode, &ta, &tb, dt, so->n_decode_tokens);
+        for (int k = 0; k < so->n_events; k++) {
+            const mr_engine_event *v = &so->events[k];
+            int i = (int)(intptr_t)v->user;
+            if (v->n_tokens == 1) {
+                if (n_gen[i] == cap_gen[i]) {
+                    int64_t nc = cap_gen[i] ? 2 * cap_gen[i] : 16;
+                    int32_t *g = realloc(out_ids[i], (size_t)nc * sizeof(int32_t));
+                    if (!g) {
+                        fprintf(stderr, "moerun generate: out of memory\n");
+                        goto out;
+                    }
+                    out_ids[i] = g;
+                    cap_gen[i] = nc;
+                }
+                out_ids[i][n_gen[i]++] = v->token;
+                if (tstream && mr_cli_stream_token(cmd, tstream, v->token)) goto out;
+            }
+            if (v->finish != MR_FINISH_NONE) fin[i] = v->finish;
+            if (v->finish == MR_FINISH_ERROR) {
+                fprintf(stderr, "moerun generate: prompt %d: %s\n", i, v->error ? v->error : "failed");
+                rc = 1;
+            }
+        }
+    }
+    double total_s = (double)(mr_now_ns() - tstart) * 1e-9;
+    if (tstream) {
+        if (mr_cli_stream_end(cmd, tstream)) goto out;
+        printf("%s\n", fin[0] == MR_FINISH_STOP ? "" : fin[0] == MR_FINISH_ERROR ? " <error>" : " ...");
+    }
+    for (int i = 0; i < B && !tstream; i++) {
         printf("[%d]", i);
-        for (int64_t j = 0; j < n_gen[i]; j++) printf(" %d", out_ids[(size_t)i * (size_t)(n_new + 1) + (size_t)j]);
-        printf("%s\n", n_gen[i] < n_new ? " <eos>" : "");
+        for (int64_t j = 0; j < n_gen[i]; j++) printf(" %d", out_ids[i][j]);
+        printf("%s\n", fin[i] == MR_FINISH_STOP ? " <eos>" : fin[i] == MR_FINISH_ERROR ? " <error>" : "");
     }
+    mr_engine_stats es;
+    mr_engine_stats_get(e, &es);
     printf("prefill: %lld tokens in %.3f s (%.1f tok/s); decode: %lld tokens in %.3f s (%.1f tok/s)\n",
-           (long long)total, prefill_s, prefill_s > 0 ? (double)total / prefill_s : 0.0, (long long)decoded, decode_s,
-           decode_s > 0 ? (double)decoded / decode_s : 0.0);
+           (long long)prefill.tokens, prefill.wall_s, prefill.wall_s > 0 ? (double)prefill.tokens / prefill.wall_s : 0.0,
+           (long long)decode.tokens, decode.wall_s, decode.wall_s > 0 ? (double)decode.tokens / decode.wall_s : 0.0);
     if (stats) {
-        mr_model_timing t;
-        mr_model_timing_get(m, &t);
-        mr_model_timing d = {t.attention_ns - tprefill.attention_ns, t.moe_ns - tprefill.moe_ns,
-                             t.other_ns - tprefill.other_ns, 0, 0};
-        double sp_ = (double)(tprefill.attention_ns + tprefill.moe_ns + tprefill.other_ns);
-        double sd = (double)(d.attention_ns + d.moe_ns + d.other_ns);
-        if (sp_ <= 0) sp_ = 1;
-        if (sd <= 0) sd = 1;
-        printf("stats prefill: attention %.1f%% (%.3f s), moe %.1f%% (%.3f s), other %.1f%% (%.3f s)\n",
-               100.0 * (double)tprefill.attention_ns / sp_, (double)tprefill.attention_ns * 1e-9,
-               100.0 * (double)tprefill.moe_ns / sp_, (double)tprefill.moe_ns * 1e-9,
-               100.0 * (double)tprefill.other_ns / sp_, (double)tprefill.other_ns * 1e-9);
-        printf("stats decode:  attention %.1f%% (%.3f s), moe %.1f%% (%.3f s), other %.1f%% (%.3f s)\n",
-               100.0 * (double)d.attention_ns / sd, (double)d.attention_ns * 1e-9, 100.0 * (double)d.moe_ns / sd,
-               (double)d.moe_ns * 1e-9, 100.0 * (double)d.other_ns / sd, (double)d.other_ns * 1e-9);
+        print_split("prefill:", &prefill);
+        print_split("decode: ", &decode);
+        double all = total_s > 0 ? total_s * 1e9 : 1;
+        printf("stats engine:  %llu steps in %.3f s; scheduling %.2f%% (%.3f ms), sampling %.2f%% (%.3f ms), "
+               "completion %.2f%% (%.3f ms)\n",
+               (unsigned long long)es.steps, total_s, 100.0 * (double)es.schedule_ns / all,
+               (double)es.schedule_ns * 1e-6, 100.0 * (double)es.sample_ns / all, (double)es.sample_ns * 1e-6,
+               100.0 * (double)es.complete_ns / all, (double)es.complete_ns * 1e-6);
+        printf("stats kv:      %lld of %lld blocks used at the peak (%.1f%%), %lld cached at the end; prefix cache %llu "
+               "of %llu tokens hit (%llu blocks shared), %llu evictions; %llu preemptions; %llu tokens computed for "
+               "%llu prompt + %llu generated\n",
+               (long long)es.kv_blocks_peak, (long long)es.kv_blocks_total,
+               100.0 * (double)es.kv_blocks_peak / (double)es.kv_blocks_total, (long long)es.kv_blocks_cached,
+               (unsigned long long)es.prefix_hits, (unsigned long long)es.prefix_queries,
+               (unsigned long long)es.prefix_hit_blocks, (unsigned long long)es.evictions,
+               (unsigned long long)es.preemptions, (unsigned long long)es.computed_tokens,
+               (unsigned long long)es.prompt_tokens, (unsigned long long)es.generation_tokens);
     }
+    if (es.requests_finished[MR_FINISH_ERROR] > 0) goto out; /* a request failed: exit 1 */
     rc = 0;
     goto out;
 bad:
     fprintf(stderr, "moerun generate: %s: %s\n", flag, mr_error_last());
     rc = 2;
 out:
-    mr_sampler_free(&smp);
-    free(logits);
+    for (int i = 0; out_ids && i < pr.n; i++) free(out_ids[i]);
     free(out_ids);
     free(n_gen);
-    free(n_tok);
-    free(seq);
-    free(next);
-    free(done);
+    free(cap_gen);
+    free(fin);
+    mr_engine_free(e);
     mr_model_close(m);
+    mr_tokstream_free(tstream);
+    mr_chat_free(tmpl);
+    mr_tokenizer_free(tok);
     mr_cli_prompts_free(&pr);
     mr_resolution_free(r);
     mr_options_free(&o);

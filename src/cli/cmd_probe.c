@@ -1,6 +1,7 @@
 /* cmd_probe.c — `moerun probe`: the temperature-0 correctness probe.
  *
- * The same seeded prompts go through the reference runner, which produces
+ * The same seeded prompts go through the engine (fp32 KV unless
+ * --kv-cache-dtype says otherwise) with the reference runner, which produces
  * the greedy token stream; every other runner that the resolver accepts for
  * the model is then run teacher-forced on that stream (so that every step's
  * logits are comparable) and compared with the reference: per-step max
@@ -21,7 +22,9 @@
 
 #include "cli.h"
 #include "cli_model.h"
+#include "cli_probe.h"
 #include "moerun/config.h"
+#include "moerun/engine.h"
 #include "moerun/model.h"
 
 static void usage(FILE *f) {
@@ -38,140 +41,6 @@ static void usage(FILE *f) {
     mr_options_print_help(f);
 }
 
-typedef struct {
-    int n;             /* prompts */
-    int steps;         /* decode steps after the prefill */
-    int64_t V;
-    int32_t *ids;      /* prompts, concatenated */
-    int64_t *len;      /* [n] */
-    int32_t *tokens;   /* [steps + 1][n] greedy tokens of the leader (row s: chosen after step s) */
-} probe_set;
-
-/* Runs model m over the prompts: prefill, then `steps` decode steps. With
- * follow == false it picks its own greedy tokens into ps->tokens; otherwise
- * it is fed ps->tokens. logits [steps + 1][n][V]. */
-static int run_model(mr_model *m, probe_set *ps, bool follow, float *logits) {
-    int n = ps->n;
-    int seq[64];
-    int64_t nt[64];
-    int32_t step_tok[64];
-    for (int i = 0; i < n; i++) {
-        seq[i] = i;
-        nt[i] = ps->len[i];
-    }
-    mr_batch b = {.n_seq = n, .seq = seq, .n_tok = nt, .tokens = ps->ids};
-    for (int s = 0; s <= ps->steps; s++) {
-        float *lg = logits + (size_t)s * (size_t)n * (size_t)ps->V;
-        if (mr_model_forward(m, &b, lg)) return 1;
-        for (int i = 0; i < n; i++) {
-            if (!follow) ps->tokens[s * n + i] = mr_argmax(lg + (size_t)i * (size_t)ps->V, ps->V);
-            step_tok[i] = ps->tokens[s * n + i];
-            nt[i] = 1;
-        }
-        b.tokens = step_tok;
-    }
-    return 0;
-}
-
-typedef struct {
-    double max_err, scale;
-    int agree, total, first_step, first_prompt, bad_flips;
-    double *step_err; /* [steps + 1] */
-} probe_cmp;
-
-static void compare(const probe_set *ps, const float *ref, const float *got, double tol_rel, probe_cmp *c) {
-    int n = ps->n;
-    int64_t V = ps->V;
-    c->max_err = 0;
-    c->scale = 1.0;
-    c->agree = c->total = c->bad_flips = 0;
-    c->first_step = c->first_prompt = -1;
-    for (size_t i = 0; i < (size_t)(ps->steps + 1) * (size_t)n * (size_t)V; i++)
-        if (fabs(ref[i]) > c->scale) c->scale = fabs(ref[i]);
-    double tol = tol_rel * c->scale;
-    for (int s = 0; s <= ps->steps; s++) {
-        c->step_err[s] = 0;
-        for (int i = 0; i < n; i++) {
-            const float *r = ref + ((size_t)s * (size_t)n + (size_t)i) * (size_t)V;
-            const float *g = got + ((size_t)s * (size_t)n + (size_t)i) * (size_t)V;
-            for (int64_t v = 0; v < V; v++) {
-                double d = fabs((double)r[v] - (double)g[v]);
-                if (!(d <= c->step_err[s])) c->step_err[s] = d; /* NaN counts as infinite */
-            }
-            int32_t tr = mr_argmax(r, V), tg = mr_argmax(g, V);
-            c->total++;
-            if (tr == tg) {
-                c->agree++;
-            } else {
-                if (c->first_step < 0 || s < c->first_step) {
-                    c->first_step = s;
-                    c->first_prompt = i;
-                }
-                if ((double)r[tr] - (double)r[tg] > tol) c->bad_flips++;
-            }
-        }
-        if (!(c->step_err[s] <= c->max_err)) c->max_err = c->step_err[s];
-    }
-}
-
-static void print_cmp(const char *label, const probe_set *ps, const probe_cmp *c, double tol_rel, bool judge,
-                      bool *pass) {
-    double tol = tol_rel * c->scale;
-    bool ok = c->max_err <= tol && c->bad_flips == 0;
-    printf("%s: max |logit err| %.3g", label, c->max_err);
-    if (judge)
-        printf(" (tol %.3g = %.0e x %.3g)", tol, tol_rel, c->scale);
-    else
-        printf(" (max |logit| %.3g; report only)", c->scale);
-    printf(", top-1 agreement %d/%d (%.1f%%), first divergent token: ", c->agree, c->total,
-           100.0 * c->agree / (c->total ? c->total : 1));
-    if (c->first_step < 0)
-        printf("none");
-    else
-        printf("prompt %d step %d", c->first_prompt, c->first_step);
-    if (judge) printf("  %s", ok ? "PASS" : "FAIL");
-    printf("\n  per-step max err:");
-    for (int s = 0; s <= ps->steps; s++) printf(" %.2g", c->step_err[s]);
-    printf("\n");
-    if (judge && !ok) *pass = false;
-}
-
-static double default_tol(mr_format f) {
-    return f == MR_FMT_NVFP4 ? 5e-2 : f == MR_FMT_FP8_BLOCK ? 2e-2 : 1e-3;
-}
-
-/* Resolves o with runner forced (NULL: as given) and opens the model. */
-static int open_with(const mr_options *base, const char *model_dir, const char *runner, const probe_set *ps,
-                     mr_resolution **r, mr_model **m, bool quiet_fail) {
-    mr_options o;
-    if (mr_options_init(&o)) return 1;
-    for (int i = 0; i < MR_OPT_COUNT; i++)
-        if (mr_options_is_explicit(base, (mr_opt_id)i)) mr_options_set(&o, mr_option_at(i)->name, base->value[i], base->source[i]);
-    mr_options_set(&o, "model", model_dir, MR_SRC_FLAG);
-    if (runner) mr_options_set(&o, "moe_runner_backend", runner, MR_SRC_FLAG);
-    *r = NULL;
-    *m = NULL;
-    int rc = 0;
-    if (mr_resolve(&o, r) != MR_OK || mr_exec_apply(mr_resolution_exec(*r)) != MR_OK) {
-        if (!quiet_fail) mr_cli_fail("probe", "resolution failed");
-        rc = 2;
-    } else {
-        int64_t longest = 0, total = 0;
-        for (int i = 0; i < ps->n; i++) {
-            total += ps->len[i];
-            if (ps->len[i] > longest) longest = ps->len[i];
-        }
-        mr_model_opts mo = {.exec = mr_resolution_exec(*r), .max_batch = ps->n, .max_ctx = longest + ps->steps + 1,
-                            .max_tokens = total, .quiet = true};
-        if (mr_model_open(model_dir, &mo, m)) {
-            mr_cli_fail("probe", "cannot load the model");
-            rc = 1;
-        }
-    }
-    mr_options_free(&o);
-    return rc;
-}
-
 int mr_cmd_probe(int argc, char **argv) {
     mr_options o;
     if (mr_options_init(&o) != MR_OK) return 1;
@@ -180,11 +49,11 @@ int mr_cmd_probe(int argc, char **argv) {
     float tol_flag = -1.0f; /* unset: the format's default; 0 demands exact agreement */
     const char *against = NULL, *flag = "probe";
     bool explain = false;
-    probe_set ps = {0};
+    mr_cli_probe_set ps = {0};
     float *ref = NULL, *got = NULL;
     double *step_err = NULL;
     mr_resolution *rr = NULL;
-    mr_model *mref = NULL;
+    mr_engine *mref = NULL;
     if (mr_options_parse(&o, &argc, argv, true) != MR_OK) {
         mr_cli_fail("probe", NULL);
         goto out;
@@ -229,27 +98,16 @@ int mr_cmd_probe(int argc, char **argv) {
         mr_cli_fail("probe", "cannot read the model description");
         goto out;
     }
-    ps.V = d.vocab;
+    int64_t V = d.vocab;
     mr_model_desc_free(&d);
-    ps.n = (int)n_prompts;
-    ps.steps = (int)steps;
-    ps.len = calloc((size_t)ps.n, sizeof(int64_t));
-    int64_t total = 0;
-    for (int i = 0; i < ps.n; i++) total += ps.len[i] = 3 + (i * 5) % 9;
-    ps.ids = malloc((size_t)total * sizeof(int32_t));
-    ps.tokens = malloc((size_t)(ps.steps + 1) * (size_t)ps.n * sizeof(int32_t));
-    step_err = malloc((size_t)(ps.steps + 1) * sizeof(double));
-    if (!ps.len || !ps.ids || !ps.tokens || !step_err) {
+    step_err = malloc((size_t)(steps + 1) * sizeof(double));
+    if (mr_cli_probe_set_make(&ps, (int)n_prompts, (int)steps, seed, V) || !step_err) {
         fprintf(stderr, "moerun probe: out of memory\n");
         rc = 1;
         goto out;
     }
-    uint64_t s = (uint64_t)seed * 0x9E3779B97F4A7C15ull + 1;
-    for (int64_t i = 0; i < total; i++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        ps.ids[i] = (int32_t)((s >> 33) % (uint64_t)ps.V);
-    }
-    if ((rc = open_with(&o, model_dir, against ? NULL : "reference", &ps, &rr, &mref, false))) goto out;
+    const mr_moe_runner *truth = mr_moe_runner_ground_truth();
+    if ((rc = mr_cli_probe_open("probe", &o, model_dir, against ? NULL : truth->name, &ps, NULL, &rr, &mref, false))) goto out;
     /* the logits buffers, once the loader has checked the vocabulary against
      * the embedding (V <= 2^31, n <= 64, steps <= 4096: no size_t overflow) */
     size_t nlog = (size_t)(ps.steps + 1) * (size_t)ps.n * (size_t)ps.V;
@@ -270,36 +128,36 @@ int mr_cmd_probe(int argc, char **argv) {
     printf("probe: %d prompts, prefill + %d greedy steps, teacher-forced on %s's tokens\n", ps.n, ps.steps,
            against ? model_dir : "the reference runner");
     rc = 1;
-    if (run_model(mref, &ps, false, ref)) {
+    if (mr_cli_probe_run(mref, &ps, false, ref)) {
         mr_cli_fail("probe", "the reference run failed");
         goto out;
     }
-    probe_cmp c = {.step_err = step_err};
+    mr_cli_probe_cmp c = {.step_err = step_err};
     bool pass = true;
     if (against) {
         mr_resolution *r2 = NULL;
-        mr_model *m2 = NULL;
-        int e = open_with(&o, against, NULL, &ps, &r2, &m2, false);
-        if (!e && mr_model_config_of(m2)->vocab != ps.V) {
+        mr_engine *m2 = NULL;
+        int e = mr_cli_probe_open("probe", &o, against, NULL, &ps, NULL, &r2, &m2, false);
+        if (!e && mr_model_config_of(mr_engine_model(m2))->vocab != ps.V) {
             /* its logits rows would not fit the buffers, nor compare */
             fprintf(stderr, "moerun probe: %s has a vocabulary of %lld, %s of %lld: not the same model\n", against,
-                    (long long)mr_model_config_of(m2)->vocab, model_dir, (long long)ps.V);
+                    (long long)mr_model_config_of(mr_engine_model(m2))->vocab, model_dir, (long long)ps.V);
             e = 2;
         }
         if (!e) {
             mr_resolution_summary(r2, line, sizeof line);
             printf("against %s\n", line);
-            if (run_model(m2, &ps, true, got)) {
+            if (mr_cli_probe_run(m2, &ps, true, got)) {
                 mr_cli_fail("probe", "the run of the second checkpoint failed");
                 e = 1;
             } else {
-                compare(&ps, ref, got, tol_flag >= 0 ? tol_flag : default_tol(xr->weight_format), &c);
+                mr_cli_probe_compare(&ps, ref, got, tol_flag >= 0 ? tol_flag : mr_cli_probe_default_tol(xr->weight_format), &c);
                 char label[600];
                 snprintf(label, sizeof label, "%s vs %s", model_dir, against);
-                print_cmp(label, &ps, &c, tol_flag >= 0 ? tol_flag : default_tol(xr->weight_format), false, &pass);
+                mr_cli_probe_print(stdout, label, &ps, &c, tol_flag >= 0 ? tol_flag : mr_cli_probe_default_tol(xr->weight_format), false, &pass);
             }
         }
-        mr_model_close(m2);
+        mr_cli_probe_close(m2);
         mr_resolution_free(r2);
         rc = e ? e : 0;
         goto out;
@@ -307,28 +165,28 @@ int mr_cmd_probe(int argc, char **argv) {
     int compared = 0;
     for (int i = 0; i < mr_moe_runner_count(); i++) {
         const mr_moe_runner *run = mr_moe_runner_at(i);
-        if (!strcmp(run->name, "reference")) continue;
+        if (run->ground_truth) continue; /* the runs compare against it */
         mr_resolution *r2 = NULL;
-        mr_model *m2 = NULL;
-        int e = open_with(&o, model_dir, run->name, &ps, &r2, &m2, true);
+        mr_engine *m2 = NULL;
+        int e = mr_cli_probe_open("probe", &o, model_dir, run->name, &ps, NULL, &r2, &m2, true);
         if (e == 2) {
             printf("runner %s: not applicable: %s\n", run->name,
                    r2 && mr_resolution_error(r2)[0] ? mr_resolution_error(r2) : mr_error_last());
         } else if (e) {
             pass = false;
-        } else if (run_model(m2, &ps, true, got)) {
+        } else if (mr_cli_probe_run(m2, &ps, true, got)) {
             mr_cli_fail("probe", "runner failed");
             pass = false;
         } else {
             const mr_exec *x2 = mr_resolution_exec(r2);
-            double tol = tol_flag >= 0 ? tol_flag : default_tol(x2->weight_format);
-            compare(&ps, ref, got, tol, &c);
+            double tol = tol_flag >= 0 ? tol_flag : mr_cli_probe_default_tol(x2->weight_format);
+            mr_cli_probe_compare(&ps, ref, got, tol, &c);
             char label[200];
             snprintf(label, sizeof label, "runner %s (%s)", run->name, mr_act_mode_name(x2->act_mode));
-            print_cmp(label, &ps, &c, tol, true, &pass);
+            mr_cli_probe_print(stdout, label, &ps, &c, tol, true, &pass);
             compared++;
         }
-        mr_model_close(m2);
+        mr_cli_probe_close(m2);
         mr_resolution_free(r2);
     }
     printf("probe: %d runner%s compared with the reference: %s\n", compared, compared == 1 ? "" : "s",
@@ -339,11 +197,9 @@ bad:
     fprintf(stderr, "moerun probe: %s: %s\n", flag, mr_error_last());
     rc = 2;
 out:
-    mr_model_close(mref);
+    mr_cli_probe_close(mref);
     mr_resolution_free(rr);
-    free(ps.len);
-    free(ps.ids);
-    free(ps.tokens);
+    mr_cli_probe_set_free(&ps);
     free(ref);
     free(got);
     free(step_err);

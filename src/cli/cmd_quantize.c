@@ -15,8 +15,9 @@ static void usage(FILE *f) {
             "calibration tokens, default 256). OUT is written atomically (a scratch folder renamed\n"
             "into place, removed on failure). OUT must not exist or must be an empty folder; nothing\n"
             "is ever replaced.\n"
-            "Exit status: 0 written; 2 bad usage or an input that cannot be quantized (e.g. already\n"
-            "quantized); 1 OUT exists (not empty), or a read / write failure.\n");
+            "Exit status: 0 written; 2 bad usage or an input that cannot be quantized (already\n"
+            "quantized, not MiniMax-M2, or a NaN / infinite weight: the tensor and index are named);\n"
+            "1 OUT exists (not empty), or a read / write failure.\n");
 }
 
 int mr_cmd_quantize(int argc, char **argv) {
@@ -77,7 +78,8 @@ int mr_cmd_quantize(int argc, char **argv) {
     mr_status st = mr_model_quantize(in, out, &p);
     if (st) {
         mr_cli_fail("quantize", "failed");
-        return st == MR_EINVAL ? 2 : 1;
+        /* the input cannot be quantized: 2, as for bad usage; I/O and the rest: 1 */
+        return st == MR_EINVAL || st == MR_EINPUT || st == MR_EUNSUPPORTED ? 2 : 1;
     }
     printf("wrote %s (%s)\n", out, p.to == MR_FMT_FP8_BLOCK ? "fp8 block 128x128" : "nvfp4 (ModelOpt)");
     return 0;

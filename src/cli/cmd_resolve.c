@@ -3,7 +3,7 @@
  * hf_quant_config.json and safetensors headers only, never tensor data.
  * Exit status: 0 resolved, 2 resolution failed for any reason (including a
  * missing or unreadable model folder) or bad usage, 1 out of memory or output
- * error (issue 4). Hidden: --print-options-md writes docs/options.md to stdout. */
+ * error. Hidden: --print-options-md writes docs/options.md to stdout. */
 #include <stdio.h>
 #include <string.h>
 

@@ -11,13 +11,15 @@
 
 typedef struct {
     mr_a2a a2a;
-    const char *runner; /* NULL: every runner */
+    bool any;               /* every runner */
+    mr_moe_runner_id runner;
     const char *why;
 } pair_row;
 
 static const pair_row pairs[] = {
-    {MR_A2A_NONE, NULL, "without a transport every runner works, in one process"},
-    {MR_A2A_MPI, "routed", "routed takes precomputed (ids, weights), so mpi can dispatch tokens by expert first"},
+    {MR_A2A_NONE, true, MR_RUNNER_REFERENCE, "without a transport every runner works, in one process"},
+    {MR_A2A_MPI, false, MR_RUNNER_ROUTED,
+     "routed takes precomputed (ids, weights), so mpi can dispatch tokens by expert first"},
 };
 
 bool mr_a2a_pair_supported(mr_a2a a, const mr_moe_runner *r, char *why, size_t n) {
@@ -30,11 +32,13 @@ bool mr_a2a_pair_supported(mr_a2a a, const mr_moe_runner *r, char *why, size_t n
     size_t used = 0;
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
         if (pairs[i].a2a != a) continue;
-        if (pairs[i].runner == NULL || !strcmp(pairs[i].runner, r->name)) {
+        if (pairs[i].any || pairs[i].runner == r->id) {
             if (why && n) snprintf(why, n, "%s.", pairs[i].why);
             return true;
         }
-        int w = snprintf(listed + used, sizeof listed - used, "%s%s", used ? ", " : "", pairs[i].runner);
+        const mr_moe_runner *listed_r = mr_moe_runner_get(pairs[i].runner);
+        int w = snprintf(listed + used, sizeof listed - used, "%s%s", used ? ", " : "",
+                         listed_r ? listed_r->name : "(not built)");
         if (w > 0 && (size_t)w < sizeof listed - used) used += (size_t)w;
     }
     if (why && n) {

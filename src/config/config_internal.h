@@ -22,7 +22,11 @@ typedef struct {
     const mr_moe_runner *preferred; /* model_overrides' preference, if any */
     mr_a2a a2a;               /* prospective until the a2a pass */
     int ep_size;
+    int ep_rank;              /* this process's peer index (0 without a transport) */
     mr_moe_layout layout;
+    mr_format kv_dtype;       /* the engine pass */
+    int64_t kv_token_bytes, kv_blocks, max_batch_tokens, context_length;
+    int max_running;
 } mr__work;
 
 struct mr_resolution {

@@ -11,7 +11,7 @@
 #include "config/config_internal.h"
 
 static const char *const pass_order[] = {"checkpoint", "platform", "model_overrides", "moe_runner",
-                                         "a2a",        "layout",   "validate",        "publish"};
+                                         "a2a",        "layout",   "engine",          "validate", "publish"};
 #define N_PASSES (sizeof pass_order / sizeof pass_order[0])
 
 static char mark(mr_decl_kind k) {

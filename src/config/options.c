@@ -3,13 +3,24 @@
  * and docs/options.md. Adding an option is one row here plus its use in the
  * resolver; the CLI, environment and docs follow. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "moerun/config.h"
 
-static const char *const v_runner[] = {"auto", "reference", "routed", "fused", NULL};
+/* moe_runner_backend: "auto", then the runners built into the registry
+ * (moe/), by stable id; filled once (the registry is the only list of runners). */
+static const char *v_runner[MR_RUNNER_COUNT + 2] = {"auto", NULL};
+static pthread_once_t runner_once = PTHREAD_ONCE_INIT;
+static void runner_values_fill(void) {
+    int n = 1;
+    for (int id = 0; id < MR_RUNNER_COUNT; id++)
+        if (mr_moe_runner_get((mr_moe_runner_id)id)) v_runner[n++] = mr_moe_runner_get((mr_moe_runner_id)id)->name;
+    v_runner[n] = NULL;
+}
 static const char *const v_a2a[] = {"auto", "none", "mpi", NULL};
 static const char *const v_quant[] = {"auto", "bf16", "fp8", "modelopt_fp4", NULL};
 static const char *const v_act[] = {"auto", "w16a32", "w16a16", "w8a8", "w8a16", "w4a4", "w4a8", "w4a16", NULL};
@@ -17,6 +28,7 @@ static const char *const v_router[] = {"auto", "fp32", "bf16", NULL};
 static const char *const v_isa[] = {"auto", "generic", "avx2", "avx512", NULL};
 static const char *const v_device[] = {"auto", "cpu", "sm90", "sm100", "sm103", "sm110", "sm120", NULL};
 static const char *const v_log[] = {"debug", "info", "warn", "error", "off", NULL};
+static const char *const v_kv_dtype[] = {"auto", "bf16", "fp32", NULL};
 
 /* Rows are indexed by mr_opt_id (checked by mr_option_at's assertion). */
 static const mr_option_def table[MR_OPT_COUNT] = {
@@ -57,6 +69,24 @@ static const mr_option_def table[MR_OPT_COUNT] = {
                         "worker threads (0 = all cores)", "MOERUN_THREADS", "--threads"},
     [MR_OPT_LOG] = {MR_OPT_LOG, "log", MR_OPT_ENUM, "warn", v_log, 0, 0, false, "log level on stderr", "MOERUN_LOG",
                     "--log"},
+    [MR_OPT_KV_CACHE_DTYPE] = {MR_OPT_KV_CACHE_DTYPE, "kv_cache_dtype", MR_OPT_ENUM, "auto", v_kv_dtype, 0, 0, true,
+                               "element type of the paged KV cache (auto = bf16; fp32 for exactness)",
+                               "MOERUN_KV_CACHE_DTYPE", "--kv-cache-dtype"},
+    [MR_OPT_KV_CACHE_MEMORY] = {MR_OPT_KV_CACHE_MEMORY, "kv_cache_memory", MR_OPT_STRING, "auto", NULL, 0, 0, true,
+                                "KV cache pool: bytes (4GiB, 512M, 1000000), a fraction of the memory free after "
+                                "the weights (0.3), or auto",
+                                "MOERUN_KV_CACHE_MEMORY", "--kv-cache-memory"},
+    [MR_OPT_MAX_RUNNING_REQUESTS] = {MR_OPT_MAX_RUNNING_REQUESTS, "max_running_requests", MR_OPT_INT, "0", NULL, 0,
+                                     65536, true, "requests batched together in one engine step (0 = auto: 256)",
+                                     "MOERUN_MAX_RUNNING_REQUESTS", "--max-running-requests"},
+    [MR_OPT_MAX_BATCH_TOKENS] = {MR_OPT_MAX_BATCH_TOKENS, "max_batch_tokens", MR_OPT_INT, "0", NULL, 0, 1048576,
+                                 true,
+                                 "tokens in one engine step, prefill chunks and decodes together (0 = auto: 512, "
+                                 "at least max_running_requests)",
+                                 "MOERUN_MAX_BATCH_TOKENS", "--max-batch-tokens"},
+    [MR_OPT_CONTEXT_LENGTH] = {MR_OPT_CONTEXT_LENGTH, "context_length", MR_OPT_INT, "0", NULL, 0, 16777216, true,
+                               "prompt + output tokens of one request (0 = the model's max_position_embeddings)",
+                               "MOERUN_CONTEXT_LENGTH", "--context-length"},
 };
 
 const char *mr_opt_source_name(mr_opt_source s) {
@@ -86,6 +116,7 @@ const mr_option_def *mr_option_find(const char *key) {
 }
 
 static void list_values(const mr_option_def *d, char *buf, size_t n) {
+    pthread_once(&runner_once, runner_values_fill);
     size_t used = 0;
     buf[0] = 0;
     for (int i = 0; d->values && d->values[i]; i++) {
@@ -98,6 +129,7 @@ static void list_values(const mr_option_def *d, char *buf, size_t n) {
 /* The value check; the detail does not name the option (callers prefix the
  * name, the flag or the environment variable, whichever the user wrote). */
 static mr_status check_value(const mr_option_def *d, const char *value) {
+    pthread_once(&runner_once, runner_values_fill);
     switch (d->type) {
     case MR_OPT_ENUM:
         for (int i = 0; d->values[i]; i++)
@@ -126,10 +158,53 @@ static mr_status check_value(const mr_option_def *d, const char *value) {
             mr_status s = mr_cpu_parse_mask(value, &m);
             if (s != MR_OK) return s;
         }
+        if (d->id == MR_OPT_KV_CACHE_MEMORY) {
+            uint64_t b;
+            double f;
+            mr_status s = mr_memory_size_parse(value, &b, &f);
+            if (s != MR_OK) return s;
+        }
         return MR_OK;
     }
     }
     return mr_error_set(MR_EINVAL, "bad option type");
+}
+
+mr_status mr_memory_size_parse(const char *s, uint64_t *bytes, double *fraction) {
+    *bytes = 0;
+    *fraction = 0.0;
+    if (!s || !*s) return mr_error_set(MR_EINVAL, "empty memory amount (give bytes such as 4GiB, a fraction such as 0.3, or auto)");
+    if (!strcmp(s, "auto")) return MR_OK;
+    if (strchr(s, '.')) {
+        char *end = NULL;
+        errno = 0;
+        double f = strtod(s, &end);
+        if (*end || errno || !(f > 0.0 && f <= 1.0))
+            return mr_error_set(MR_EINVAL, "'%s' is not a fraction in (0, 1] (nor bytes such as 4GiB)", s);
+        *fraction = f;
+        return MR_OK;
+    }
+    if (*s < '0' || *s > '9') return mr_error_set(MR_EINVAL, "'%s' is not a memory amount (e.g. 4GiB, 512M, 0.3, auto)", s);
+    char *end = NULL;
+    errno = 0;
+    unsigned long long n = strtoull(s, &end, 10);
+    if (errno == ERANGE) return mr_error_set(MR_EINVAL, "'%s' is too large", s);
+    static const struct { const char *u; uint64_t mul; } units[] = {
+        {"", 1}, {"B", 1}, {"K", 1ull << 10}, {"KiB", 1ull << 10}, {"KB", 1000ull}, {"M", 1ull << 20},
+        {"MiB", 1ull << 20}, {"MB", 1000000ull}, {"G", 1ull << 30}, {"GiB", 1ull << 30}, {"GB", 1000000000ull},
+        {"T", 1ull << 40}, {"TiB", 1ull << 40}, {"TB", 1000000000000ull}};
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (strcasecmp(end, units[i].u) != 0) continue;
+        if (!strcmp(end, "b") || !strcmp(end, "kb") || !strcmp(end, "mb") || !strcmp(end, "gb") || !strcmp(end, "tb"))
+            continue; /* lower-case b would read as bits: ask for B */
+        uint64_t v;
+        if (!mr_u64_mul((uint64_t)n, units[i].mul, &v)) return mr_error_set(MR_EINVAL, "'%s' is too large", s);
+        if (v == 0) return mr_error_set(MR_EINVAL, "'%s' is zero bytes", s);
+        *bytes = v;
+        return MR_OK;
+    }
+    return mr_error_set(MR_EINVAL, "'%s': unknown unit '%s' (B, K/KiB, M/MiB, G/GiB, T/TiB, or KB/MB/GB/TB for powers of 1000)",
+                        s, end);
 }
 
 mr_status mr_option_check(const mr_option_def *d, const char *value) {
@@ -279,6 +354,11 @@ void mr_options_print_help(FILE *f) {
             snprintf(vals, sizeof vals, "text");
         fprintf(f, "  %s <%s>\n      %s\n      default: %s%s; env %s\n", d->flag, vals, d->help,
                 *d->def ? d->def : "(none)", d->resolvable ? " (resolvable)" : "", d->env);
+        if (d->id == MR_OPT_MOE_RUNNER_BACKEND) /* the registry's own words for each runner */
+            for (int id = 0; id < MR_RUNNER_COUNT; id++)
+                if (mr_moe_runner_get((mr_moe_runner_id)id))
+                    fprintf(f, "        %-10s %s\n", mr_moe_runner_get((mr_moe_runner_id)id)->name,
+                            mr_moe_runner_get((mr_moe_runner_id)id)->help);
     }
 }
 

@@ -11,9 +11,9 @@
 
 static const char *const SRC = "model_overrides";
 
-/* MiniMax-M2: router logits in fp32; prefer routed when fused cannot run
- * minimax2 here (its predicate says so), or when a measurement shows routed
- * faster. */
+/* MiniMax-M2: router logits in fp32; prefer a runner that takes
+ * precomputed routing (routed) when the self-routing ones (fused) cannot run
+ * minimax2 here (their predicates say so). */
 static mr_status minimax_m2(mr_resolution *r) {
     mr_status s;
     if (mr__user_fixed(r, MR_OPT_ROUTER_DTYPE)) {
@@ -31,35 +31,45 @@ static mr_status minimax_m2(mr_resolution *r) {
     if (mr__user_fixed(r, MR_OPT_MOE_RUNNER_BACKEND))
         return mr__decl(r, MR_DECL_NOTE, SRC, "moe_runner_backend", mr__user_value(r, MR_OPT_MOE_RUNNER_BACKEND),
                         "explicit; the MiniMax-M2 rule leaves it alone");
-    const mr_moe_runner *fused = mr_moe_runner_find("fused");
-    const mr_moe_runner *routed = mr_moe_runner_find("routed");
-    if (routed == NULL)
-        return mr__decl(r, MR_DECL_NOTE, SRC, "moe_runner_backend", "auto", "routed is not built: no preference");
-    if (fused == NULL) {
-        r->w.preferred = routed;
-        return mr__decl(r, MR_DECL_SET, SRC, "moe_runner_backend", "routed",
-                        "prefer routed: fused is not built into this binary");
-    }
+    /* Runners that route inside their kernel implement a declared subset of
+     * methods; ask each such runner (in registry order) whether it can run
+     * this model here. Any that can: no preference. None: prefer the first
+     * auto-eligible runner that takes precomputed (ids, weights), so that any
+     * routing method works. */
     mr_moe_problem p;
     mr__problem(r, &p);
-    char why[512];
-    if (!fused->supports(&p, why, sizeof why)) {
-        s = mr__decl(r, MR_DECL_REFUSE, SRC, "moe_runner_backend", "fused", "%s", why);
-        if (s != MR_OK) return s;
-        r->w.preferred = routed;
-        return mr__decl(r, MR_DECL_SET, SRC, "moe_runner_backend", "routed",
-                        "prefer routed: fused cannot run %s on %s (its capability check refused, above)",
-                        mr_routing_name(r->model.routing), mr_device_name(r->w.device));
+    const mr_moe_runner *takes_ids = NULL;
+    int n_self = 0;
+    for (int i = 0; i < mr_moe_runner_count(); i++) {
+        const mr_moe_runner *c = mr_moe_runner_at(i);
+        if (!c->auto_eligible) continue;
+        if (!c->routes_itself) {
+            if (!takes_ids) takes_ids = c;
+            continue;
+        }
+        char why[512];
+        n_self++;
+        if (c->supports(&p, why, sizeof why))
+            return mr__decl(r, MR_DECL_NOTE, SRC, "moe_runner_backend", "auto",
+                            "%s can run %s here and no measurement shows another runner faster: no preference",
+                            c->name, mr_routing_name(r->model.routing));
+        if ((s = mr__decl(r, MR_DECL_REFUSE, SRC, "moe_runner_backend", c->name, "%s", why)) != MR_OK) return s;
     }
-    /* fused can run minimax2 here: only a measurement could prefer routed.
-     * No measurement store exists yet, so there is no preference. */
-    return mr__decl(r, MR_DECL_NOTE, SRC, "moe_runner_backend", "auto",
-                    "fused can run %s here and no measurement shows routed faster: no preference",
-                    mr_routing_name(r->model.routing));
+    if (takes_ids == NULL)
+        return mr__decl(r, MR_DECL_NOTE, SRC, "moe_runner_backend", "auto",
+                        "no runner taking precomputed routing is built: no preference");
+    r->w.preferred = takes_ids;
+    if (n_self == 0)
+        return mr__decl(r, MR_DECL_SET, SRC, "moe_runner_backend", takes_ids->name,
+                        "prefer %s: no runner that routes inside its kernel is built into this binary", takes_ids->name);
+    return mr__decl(r, MR_DECL_SET, SRC, "moe_runner_backend", takes_ids->name,
+                    "prefer %s: the runners that route inside their kernel cannot run %s on %s (their capability "
+                    "checks refused, above); %s takes precomputed (ids, weights)",
+                    takes_ids->name, mr_routing_name(r->model.routing), mr_device_name(r->w.device), takes_ids->name);
 }
 
 static const mr__override registry[] = {
-    {"MiniMaxM2ForCausalLM", "router_dtype=fp32; prefer routed when fused cannot run minimax2", minimax_m2},
+    {"MiniMaxM2ForCausalLM", "router_dtype=fp32; prefer a runner taking precomputed routing when the self-routing ones cannot run minimax2", minimax_m2},
 };
 
 int mr__override_count(void) { return (int)(sizeof registry / sizeof registry[0]); }

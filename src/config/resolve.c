@@ -8,8 +8,9 @@
  *   4 moe_runner       walk the preference list, ask each predicate, record refusals
  *   5 a2a              transport, ep_size, the (a2a, runner) pair registry
  *   6 layout           what the chosen runner needs from the weights
- *   7 validate         every explicit choice through the same predicates
- *   8 publish          freeze mr_exec in read-only pages
+ *   7 engine           KV cache dtype and pool size, scheduler limits (context, batch)
+ *   8 validate         every explicit choice through the same predicates
+ *   9 publish          freeze mr_exec in read-only pages
  *
  * The user's options are copied, never mutated. Each pass appends
  * (source, field, value, reason) declarations; the resolved value of an
@@ -21,7 +22,9 @@
 #include <stdlib.h>
 #include <omp.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "config/config_internal.h"
@@ -117,7 +120,9 @@ const char *mr__user_value(const mr_resolution *r, mr_opt_id id) { return r->use
 bool mr__user_fixed(const mr_resolution *r, mr_opt_id id) {
     if (r->user_source[id] == MR_SRC_DEFAULT) return false;
     const char *v = r->user_value[id];
-    if (id == MR_OPT_EP_SIZE) return strcmp(v, "0") != 0;
+    if (id == MR_OPT_EP_SIZE || id == MR_OPT_MAX_RUNNING_REQUESTS || id == MR_OPT_MAX_BATCH_TOKENS ||
+        id == MR_OPT_CONTEXT_LENGTH)
+        return strcmp(v, "0") != 0;
     return strcmp(v, "auto") != 0;
 }
 
@@ -136,6 +141,13 @@ void mr__problem(const mr_resolution *r, mr_moe_problem *p) {
     p->hidden = r->model.hidden;
     p->inter = r->model.moe_inter;
     p->a2a = r->w.a2a;
+    /* the experts this process computes: all of them, or its share of a contiguous placement */
+    p->ep_size = r->w.ep_size > 0 ? r->w.ep_size : 1;
+    p->ep_rank = p->ep_size > 1 ? r->w.ep_rank : 0;
+    p->local_first = 0;
+    p->n_local = p->n_experts;
+    if (p->ep_size > 1 && p->n_experts > 0)
+        mr_moe_placement_contiguous(p->n_experts, p->ep_size, p->ep_rank, &p->local_first, &p->n_local);
 }
 
 /* "routed, reference": the runners whose predicate (and pair) accepts p. */
@@ -197,34 +209,36 @@ static mr_status check_tensor_headers(mr_resolution *r) {
             break;
         }
         if (!is_weight || excluded || strstr(name, ".experts.") == NULL) continue;
-        /* an expert weight: check it and its companions */
-        char comp[600];
+        /* an expert weight: its dtype and companions as the declared format stores them (formats/ traits) */
         size_t stem = len - 7; /* without ".weight" */
         if (stem > 500) continue;
         experts++;
         if (m->quant.kind == MR_QUANT_NONE) continue;
-        if (m->quant.kind == MR_QUANT_FP8_BLOCK) {
-            snprintf(comp, sizeof comp, "%.*s.weight_scale_inv", (int)stem, name);
-            const mr_st_tensor *sc = mr_ckpt_find(ck, comp);
-            if (t->dtype != MR_ST_F8_E4M3 || sc == NULL || sc->dtype != MR_ST_F32)
-                s = fail(r, MR_ECONFIG, SRC, "tensors", "contradiction",
-                         "the config declares fp8 (%s), but expert tensor %s is %s%s (expected F8_E4M3 with an F32 "
-                         "weight_scale_inv)",
-                         m->quant.where, name, mr_st_dtype_name(t->dtype),
-                         sc == NULL ? " and has no weight_scale_inv" : "");
-        } else if (m->quant.kind == MR_QUANT_NVFP4) {
-            snprintf(comp, sizeof comp, "%.*s.weight_scale", (int)stem, name);
-            const mr_st_tensor *sc = mr_ckpt_find(ck, comp);
-            snprintf(comp, sizeof comp, "%.*s.weight_scale_2", (int)stem, name);
-            const mr_st_tensor *sc2 = mr_ckpt_find(ck, comp);
-            if (t->dtype != MR_ST_U8 || sc == NULL || sc->dtype != MR_ST_F8_E4M3 || sc2 == NULL ||
-                sc2->dtype != MR_ST_F32)
-                s = fail(r, MR_ECONFIG, SRC, "tensors", "contradiction",
-                         "the config declares modelopt_fp4 (%s), but expert tensor %s is %s%s (expected U8 packed "
-                         "E2M1 with F8_E4M3 weight_scale and F32 weight_scale_2)",
-                         m->quant.where, name, mr_st_dtype_name(t->dtype),
-                         sc == NULL || sc2 == NULL ? " without its scales" : "");
+        const mr_format wf = mr_quant_weight_format(m->quant.kind);
+        const mr_format_traits *tr = mr_format_traits_get(wf);
+        bool ok = true;
+        char expect[256] = "", missing[160] = "";
+        size_t eu = 0;
+        for (int j = 0; j < tr->n_tensors; j++) {
+            const mr_format_tensor *ft = &tr->tensors[j];
+            int w = snprintf(expect + eu, sizeof expect - eu, "%s%s%s%s", j == 0 ? "" : j == 1 ? " with " : ", ",
+                             ft->st_dtype, j == 0 ? "" : " ", j == 0 ? "" : ft->suffix);
+            if (w > 0 && (size_t)w < sizeof expect - eu) eu += (size_t)w;
+            if (ft->role == MR_FT_DATA) {
+                ok = ok && !strcmp(mr_st_dtype_name(t->dtype), ft->st_dtype);
+                continue;
+            }
+            if (ft->optional) continue;
+            char comp[600];
+            snprintf(comp, sizeof comp, "%.*s.%s", (int)stem, name, ft->suffix);
+            const mr_st_tensor *c = mr_ckpt_find(ck, comp);
+            if (c == NULL && !missing[0]) snprintf(missing, sizeof missing, " and has no %s", ft->suffix);
+            ok = ok && c != NULL && !strcmp(mr_st_dtype_name(c->dtype), ft->st_dtype);
         }
+        if (!ok)
+            s = fail(r, MR_ECONFIG, SRC, "tensors", "contradiction",
+                     "the config declares %s (%s), but expert tensor %s is %s%s (expected %s)",
+                     mr_quant_name(m->quant.kind), m->quant.where, name, mr_st_dtype_name(t->dtype), missing, expect);
     }
     if (s == MR_OK) {
         r->n_tensors_checked = (int)n;
@@ -541,6 +555,19 @@ static mr_status pass_moe_runner(mr_resolution *r) {
 
 /* ---- pass 5: a2a ---- */
 
+/* This process's rank in the MPI world, from the launcher's environment (0 if none). */
+static int mpi_world_rank(void) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) {
+            long n = strtol(v, NULL, 10);
+            if (n >= 0 && n < 65536) return (int)n;
+        }
+    }
+    return 0;
+}
+
 static int mpi_world_size(const char **from) {
     static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
@@ -586,7 +613,11 @@ static mr_status pass_a2a(mr_resolution *r) {
                         "ep_size=%lld must equal the MPI world size under moe_a2a_backend=mpi (%d%s%s)",
                         (long long)ep_user, world, from ? ", from " : ", not started by mpirun", from ? from : "");
         r->w.ep_size = world;
+        r->w.ep_rank = mpi_world_rank();
         snprintf(v, sizeof v, "%d", world);
+        if (r->w.ep_rank >= world)
+            return fail(r, MR_ERESOLVE, SRC, "ep_size", v, "this process's MPI rank %d is outside the world size %d",
+                        r->w.ep_rank, world);
         if (!ep_fixed &&
             (s = mr__decl(r, MR_DECL_SET, SRC, "ep_size", v, "the MPI world size (%s)",
                           from ? from : "not started by mpirun: 1")) != MR_OK)
@@ -643,7 +674,208 @@ static mr_status pass_layout(mr_resolution *r) {
                     r->w.runner->name, (long long)r->model.moe_inter);
 }
 
-/* ---- pass 7: validate ---- */
+/* ---- pass 7: engine (KV cache, scheduler limits) ---- */
+
+/* Bytes of the checkpoint's *.safetensors files (what the weights will
+ * take, near enough, before any packing); 0 without a folder. */
+static uint64_t checkpoint_bytes(const char *dir) {
+    uint64_t total = 0;
+    if (!dir[0]) return 0;
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        size_t l = strlen(e->d_name);
+        if (l < 12 || strcmp(e->d_name + l - 12, ".safetensors") != 0) continue;
+        char p[1400];
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (stat(p, &st) == 0 && S_ISREG(st.st_mode)) total += (uint64_t)st.st_size;
+    }
+    closedir(d);
+    return total;
+}
+
+/* MemAvailable of /proc/meminfo (bytes), else 0. */
+static uint64_t mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
+static void fmt_bytes(uint64_t b, char *buf, size_t n) {
+    if (b >= (1ull << 30))
+        snprintf(buf, n, "%.2f GiB", (double)b / 1073741824.0);
+    else if (b >= (1ull << 20))
+        snprintf(buf, n, "%.1f MiB", (double)b / 1048576.0);
+    else
+        snprintf(buf, n, "%llu bytes", (unsigned long long)b);
+}
+
+/* Default limits of the scheduler (spec/serving.md "The scheduler"). */
+#define MR__DEFAULT_RUNNING 256
+#define MR__DEFAULT_BATCH_TOKENS 512
+#define MR__DEFAULT_CONTEXT 4096
+/* auto kv_cache_memory never takes more than this share of the memory left after the weights */
+#define MR__AUTO_KV_SHARE 0.5
+
+static mr_status pass_engine(mr_resolution *r) {
+    static const char *const SRC = "engine";
+    const mr_model_desc *m = &r->model;
+    mr_status s;
+    char v[64], a[64], b[64], c[64];
+    /* kv_cache_dtype */
+    const char *dt = mr__user_value(r, MR_OPT_KV_CACHE_DTYPE);
+    int64_t per_elem = 2;
+    r->w.kv_dtype = MR_FMT_BF16;
+    if (mr__user_fixed(r, MR_OPT_KV_CACHE_DTYPE)) {
+        if (!strcmp(dt, "fp32")) {
+            r->w.kv_dtype = MR_FMT_F32;
+            per_elem = 4;
+        }
+        s = mr__decl(r, MR_DECL_NOTE, SRC, "kv_cache_dtype", dt,
+                     r->w.kv_dtype == MR_FMT_F32 ? "explicit: K and V kept exactly as computed (fp32), twice the "
+                                                   "memory of bf16"
+                                                 : "explicit: half the memory of fp32; attention widens it to fp32");
+    } else {
+        s = mr__decl(r, MR_DECL_SET, SRC, "kv_cache_dtype", "bf16",
+                     "half the memory of fp32 per token, so twice the tokens in the same pool; attention reads it "
+                     "widened to fp32 (--kv-cache-dtype fp32 keeps K and V exact, for exactness tests)");
+    }
+    if (s) return s;
+    int64_t tok_bytes = m->n_layers * 2 * m->n_kv_heads * m->head_dim * per_elem;
+    if (tok_bytes <= 0) return fail(r, MR_ECONFIG, SRC, "kv_cache_dtype", dt, "the model has no KV dimensions");
+    r->w.kv_token_bytes = tok_bytes;
+    /* context_length */
+    int64_t ctx = strtoll(mr__user_value(r, MR_OPT_CONTEXT_LENGTH), NULL, 10);
+    if (ctx > 0) {
+        if (m->max_pos > 0 && ctx > m->max_pos)
+            return fail(r, MR_ERESOLVE, SRC, "context_length", mr__user_value(r, MR_OPT_CONTEXT_LENGTH),
+                        "context_length=%lld is above the model's max_position_embeddings (%lld)", (long long)ctx,
+                        (long long)m->max_pos);
+    } else {
+        ctx = m->max_pos > 0 ? m->max_pos : MR__DEFAULT_CONTEXT;
+        snprintf(v, sizeof v, "%lld", (long long)ctx);
+        s = mr__decl(r, MR_DECL_SET, SRC, "context_length", v,
+                     m->max_pos > 0 ? "the model's max_position_embeddings" : "config.json gives no "
+                                                                              "max_position_embeddings: the default");
+        if (s) return s;
+    }
+    r->w.context_length = ctx;
+    /* max_running_requests and max_batch_tokens: every running request's decode fits one step */
+    int64_t run = strtoll(mr__user_value(r, MR_OPT_MAX_RUNNING_REQUESTS), NULL, 10);
+    int64_t bt = strtoll(mr__user_value(r, MR_OPT_MAX_BATCH_TOKENS), NULL, 10);
+    if (run > 0 && bt > 0 && bt < run)
+        return fail(r, MR_ERESOLVE, SRC, "max_batch_tokens", mr__user_value(r, MR_OPT_MAX_BATCH_TOKENS),
+                    "max_batch_tokens=%lld is below max_running_requests=%lld: every running request's decode "
+                    "token must fit one step",
+                    (long long)bt, (long long)run);
+    if (run <= 0) {
+        run = MR__DEFAULT_RUNNING;
+        const char *why = "the default";
+        if (bt > 0 && bt < run) {
+            run = bt;
+            why = "as many as max_batch_tokens (each running request decodes one token per step)";
+        }
+        snprintf(v, sizeof v, "%lld", (long long)run);
+        if ((s = mr__decl(r, MR_DECL_SET, SRC, "max_running_requests", v, "%s", why))) return s;
+    }
+    if (bt <= 0) {
+        bt = run > MR__DEFAULT_BATCH_TOKENS ? run : MR__DEFAULT_BATCH_TOKENS;
+        snprintf(v, sizeof v, "%lld", (long long)bt);
+        if ((s = mr__decl(r, MR_DECL_SET, SRC, "max_batch_tokens", v,
+                          bt == MR__DEFAULT_BATCH_TOKENS
+                              ? "the default: one step's prefill chunk stays short enough that running requests keep "
+                                "decoding (a longer prompt is prefilled in chunks)"
+                              : "max_running_requests: every running request's decode fits one step")))
+            return s;
+    }
+    r->w.max_running = (int)run;
+    r->w.max_batch_tokens = bt;
+    /* kv_cache_memory -> blocks */
+    const char *km = mr__user_value(r, MR_OPT_KV_CACHE_MEMORY);
+    uint64_t bytes = 0, block_bytes = (uint64_t)tok_bytes * 16, ckpt = checkpoint_bytes(m->dir);
+    double frac = 0.0;
+    if ((s = mr_memory_size_parse(km, &bytes, &frac))) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "%s", mr_error_last());
+        return fail(r, MR_EINVAL, SRC, "kv_cache_memory", km, "kv_cache_memory: %s", msg);
+    }
+    uint64_t avail = mem_available(), after = avail > ckpt ? avail - ckpt : 0;
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    uint64_t phys = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
+    fmt_bytes(after, a, sizeof a);
+    fmt_bytes(ckpt, b, sizeof b);
+    const char *how;
+    char howbuf[512];
+    if (bytes == 0 && frac > 0.0) {
+        if (after == 0)
+            return fail(r, MR_ERESOLVE, SRC, "kv_cache_memory", km,
+                        "kv_cache_memory=%s is a fraction of the free memory, which cannot be read here "
+                        "(/proc/meminfo); give bytes instead (e.g. 4GiB)", km);
+        bytes = (uint64_t)((double)after * frac);
+        snprintf(howbuf, sizeof howbuf, "%s of the %s free after the weights (%s of checkpoint)", km, a, b);
+        how = howbuf;
+    } else if (bytes == 0) {
+        /* auto: every running request at full context, within a share of the free memory */
+        uint64_t want = (uint64_t)run * (uint64_t)((ctx + 15) / 16) * block_bytes; /* whole blocks per request */
+        uint64_t cap = (uint64_t)((double)after * MR__AUTO_KV_SHARE);
+        fmt_bytes(want, c, sizeof c);
+        if (after == 0 || want <= cap) {
+            bytes = want;
+            snprintf(howbuf, sizeof howbuf,
+                     "auto: room for every one of the %lld running requests at the full context of %lld tokens (%s)",
+                     (long long)run, (long long)ctx, c);
+        } else {
+            bytes = cap;
+            snprintf(howbuf, sizeof howbuf,
+                     "auto: %.0f%% of the %s free after the weights (%s of checkpoint); %lld full contexts would "
+                     "need %s",
+                     100.0 * MR__AUTO_KV_SHARE, a, b, (long long)run, c);
+        }
+        how = howbuf;
+    } else {
+        how = "explicit";
+        if (phys > 0 && bytes > phys) {
+            fmt_bytes(phys, c, sizeof c);
+            return fail(r, MR_ERESOLVE, SRC, "kv_cache_memory", km,
+                        "kv_cache_memory=%s is more than this machine's %s of memory", km, c);
+        }
+    }
+    int64_t blocks = (int64_t)(bytes / block_bytes);
+    if (blocks < 1) {
+        fmt_bytes(block_bytes, c, sizeof c);
+        return fail(r, MR_ERESOLVE, SRC, "kv_cache_memory", km,
+                    "kv_cache_memory (%s) holds less than one KV block: a block of 16 tokens takes %s (%lld bytes "
+                    "per token)",
+                    how, c, (long long)tok_bytes);
+    }
+    if (blocks > INT32_MAX) blocks = INT32_MAX; /* block ids are int32 */
+    r->w.kv_blocks = blocks;
+    uint64_t pool = (uint64_t)blocks * block_bytes;
+    fmt_bytes(pool, c, sizeof c);
+    int64_t tokens = blocks * 16;
+    snprintf(v, sizeof v, "%llu", (unsigned long long)pool);
+    char fit[160];
+    if (tokens >= ctx)
+        snprintf(fit, sizeof fit, "%.1f full contexts of %lld tokens", (double)tokens / (double)ctx, (long long)ctx);
+    else
+        snprintf(fit, sizeof fit, "less than one full context of %lld: longer requests are refused at admission",
+                 (long long)ctx);
+    return mr__decl(r, strcmp(how, "explicit") ? MR_DECL_SET : MR_DECL_NOTE, SRC, "kv_cache_memory", v,
+                    "%s -> %s = %lld blocks of 16 tokens = %lld tokens at %lld bytes per token (%lld layers x K,V x "
+                    "%lld kv heads x %lld dims x %s); %s",
+                    how, c, (long long)blocks, (long long)tokens, (long long)tok_bytes, (long long)m->n_layers,
+                    (long long)m->n_kv_heads, (long long)m->head_dim, r->w.kv_dtype == MR_FMT_F32 ? "fp32" : "bf16",
+                    fit);
+}
+
+/* ---- pass 8: validate ---- */
 
 static mr_status pass_validate(mr_resolution *r) {
     static const char *const SRC = "validate";
@@ -696,7 +928,7 @@ static mr_status pass_validate(mr_resolution *r) {
     return s;
 }
 
-/* ---- pass 8: publish ---- */
+/* ---- pass 9: publish ---- */
 
 static uint64_t fnv(uint64_t h, const void *p, size_t n) {
     const unsigned char *b = p;
@@ -733,7 +965,7 @@ mr_status mr_exec_check_runnable(const mr_exec *x) {
     if (x->device != MR_DEVICE_CPU)
         return mr_error_set(MR_EUNSUPPORTED, "device %s: no GPU runner is built into this binary",
                             mr_device_name(x->device));
-    uint32_t missing = x->cpu_flags & ~mr_cpu()->detected;
+    uint32_t missing = x->cpu_flags & ~mr_cpu()->host;
     if (missing) {
         char names[256] = "";
         size_t used = 0;
@@ -744,9 +976,9 @@ mr_status mr_exec_check_runnable(const mr_exec *x) {
             used += (size_t)w;
         }
         return mr_error_set(MR_EUNSUPPORTED,
-                            "the resolution simulates CPU features this machine lacks (%s): it can be planned with "
-                            "`moerun resolve`, not run here",
-                            names);
+                            "the resolution simulates CPU features this machine lacks%s (%s): it can be planned "
+                            "with `moerun resolve`, not run here",
+                            (missing & mr_cpu()->detected) ? " or MOERUN_CPU_MASK hides" : "", names);
     }
     return MR_OK;
 }
@@ -810,6 +1042,12 @@ static mr_status pass_publish(mr_resolution *r) {
     e.ep_size = r->w.ep_size;
     mr__problem(r, &e.problem);
     e.layout = r->w.layout;
+    e.kv_dtype = r->w.kv_dtype;
+    e.kv_token_bytes = r->w.kv_token_bytes;
+    e.kv_blocks = r->w.kv_blocks;
+    e.max_batch_tokens = r->w.max_batch_tokens;
+    e.max_running_requests = r->w.max_running;
+    e.context_length = r->w.context_length;
     memcpy(x, &e, sizeof e);
     x->checksum = exec_checksum(x);
     if (mprotect(block, size, PROT_READ) != 0) {
@@ -848,7 +1086,7 @@ static mr_resolution *resolution_new(const mr_options *o) {
 static mr_status run_passes(mr_resolution *r) {
     static mr_status (*const passes[])(mr_resolution *) = {pass_checkpoint, pass_platform, pass_model_overrides,
                                                             pass_moe_runner, pass_a2a,      pass_layout,
-                                                            pass_validate,   pass_publish};
+                                                            pass_engine,     pass_validate, pass_publish};
     for (size_t i = 0; i < sizeof passes / sizeof passes[0]; i++) {
         mr_status s = passes[i](r);
         if (s != MR_OK) return s;

@@ -8,6 +8,7 @@
  * Edge blocks (N or K not a multiple of 128) are partial and use the amax of
  * the elements they hold; HF only quantizes divisible shapes, and the same
  * formula on the partial block is what padding with zeros would give. */
+#include <float.h>
 #include <math.h>
 
 #include "formats/formats_internal.h"
@@ -20,7 +21,12 @@ static inline float clamp448(float v) { return v > MR__E4M3_MAX ? MR__E4M3_MAX :
  * q = e4m3(clamp(w*scale, ±448)), scale_inv = 1/scale. HF writes
  * `448.0 / amax` with a Python float on the left, which torch evaluates as
  * reciprocal(amax) * 448 (Tensor.__rtruediv__): two roundings, and in about a
- * quarter of cases one ulp away from a true division. We match those bits. */
+ * quarter of cases one ulp away from a true division. We match those bits.
+ * A block whose amax is below 448 / FLT_MAX (about 1.3e-36) overflows the
+ * scale to inf (HF then writes NaN codes for its zeros and scale_inv 0): its
+ * scale is clamped to FLT_MAX instead (spec/formats.md), so that every
+ * element w * FLT_MAX <= 448 stays finite and scale_inv = 1/FLT_MAX = 2^-128
+ * (an fp32 subnormal) dequantizes it back to within an E4M3 step. */
 void mr__fp8_block_quantize(const float *w, int64_t rows, int64_t cols, uint8_t *q, float *scale_inv) {
     const int64_t nbr = (rows + MR__FP8_BLOCK - 1) / MR__FP8_BLOCK;
     const int64_t nbc = (cols + MR__FP8_BLOCK - 1) / MR__FP8_BLOCK;
@@ -36,7 +42,8 @@ void mr__fp8_block_quantize(const float *w, int64_t rows, int64_t cols, uint8_t 
                 float a = fabsf(w[r * cols + c]);
                 if (a > amax) amax = a;
             }
-        const float s = amax > 0.0f ? MR__E4M3_MAX * (1.0f / amax) : 1.0f;
+        float s = amax > 0.0f ? MR__E4M3_MAX * (1.0f / amax) : 1.0f;
+        if (s > FLT_MAX) s = FLT_MAX; /* amax < 448 / FLT_MAX: inf otherwise */
         for (int64_t r = r0; r < r1; r++)
             for (int64_t c = c0; c < c1; c++) q[r * cols + c] = mr_f32_to_e4m3(clamp448(w[r * cols + c] * s));
         scale_inv[b] = 1.0f / s;

@@ -55,6 +55,14 @@ const mr_st_tensor *mr_ckpt_find(const mr_ckpt *c, const char *name) {
     return NULL;
 }
 
+size_t mr_ckpt_release(const mr_ckpt *c, const void *p, size_t n) {
+    for (size_t i = 0; c && i < c->n_files; i++) {
+        size_t r = mr_st_release(c->files[i], p, n);
+        if (r) return r;
+    }
+    return 0;
+}
+
 static int cmp_tp(const void *a, const void *b) {
     return strcmp((*(const mr_st_tensor *const *)a)->name, (*(const mr_st_tensor *const *)b)->name);
 }

@@ -468,6 +468,18 @@ void mr_st_close(mr_st_file *f) {
 
 const char *mr_st_file_path(const mr_st_file *f) { return f->path; }
 const char *mr_st_file_name(const mr_st_file *f) { return f->display; }
+size_t mr_st_release(const mr_st_file *f, const void *p, size_t n) {
+    if (!f || !f->map || !p || n == 0) return 0;
+    const uintptr_t b = (uintptr_t)f->map, e = b + f->map_len, a0 = (uintptr_t)p;
+    if (a0 < b || a0 >= e || n > e - a0) return 0; /* not (wholly) in this mapping */
+    long pg = sysconf(_SC_PAGESIZE);
+    const uintptr_t page = pg > 0 ? (uintptr_t)pg : 4096;
+    const uintptr_t lo = (a0 + page - 1) & ~(page - 1), hi = (a0 + n) & ~(page - 1);
+    if (hi <= lo) return 0;
+    if (madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0) return 0;
+    return hi - lo;
+}
+
 uint64_t mr_st_file_size(const mr_st_file *f) { return f->len; }
 uint64_t mr_st_header_size(const mr_st_file *f) { return f->header_len; }
 size_t mr_st_count(const mr_st_file *f) { return f->n; }

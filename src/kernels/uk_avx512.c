@@ -4,12 +4,12 @@
  *  fp8_bf16 gemv  (dev fp8.v1) E4M3 -> bf16 by two 128-entry vpermi2b byte
  *                 LUTs, 2 vdpbf16ps per token per 64-byte line; tokens in
  *                 register blocks of 8; block multiplier by one FMA per 128 k;
- *                 1 token: 2 lines a step into 4 chains (round 4: +14% hot);
+ *                 1 token: 2 lines a step into 4 chains (+14% hot);
  *  fp8_bf16 gemm  (dev fp8.v3) decodes a 16x128 block to bf16 once into
  *                 scratch (L1), then 8-token blocks: 1 load + 8 vdpbf16ps;
- *  nvfp4_i8       (dev nvfp4.v1) vpermb nibble -> u8 = 2*e2m1 + 12 (round 4:
- *                 vpermb instead of and + vpshufb; 1 token: split chains;
- *                 round 5: up to 16 tokens a pass, xs once per 128 for w4a8),
+ *  nvfp4_i8       (dev nvfp4.v1) vpermb nibble -> u8 = 2*e2m1 + 12 (vpermb
+ *                 instead of and + vpshufb; 1 token: split chains; up to
+ *                 16 tokens a pass, xs once per 128 for w4a8),
  *                 vpdpbusd with broadcast int8 activations; the int32 sum of
  *                 a 16-k block starts at xb = -12*sum(x) (removes the bias),
  *                 then vcvtdq2ps and one FMA with the 16 row scales (E4M3 by
@@ -17,12 +17,12 @@
  *  nvfp4_bf16     (dev nvfp4.v2) two vpshufb LUTs give the bf16 bytes of
  *                 E2M1, vdpbf16ps per block, FMA with the scales;
  *  bf16_bf16      (dev bf16.v1) one vdpbf16ps per token per line; up to 16
- *                 tokens a pass (round 5: T = 512 from 55% to 74% of peak);
+ *                 tokens a pass (T = 512: from 55% to 74% of peak);
  *  bf16_f32       bf16 pairs widened exactly to fp32 (shift / mask),
  *                 vfmadd231ps with broadcast fp32 activations.
  * All weight streams are prefetched 16 KiB ahead into L2 (_MM_HINT_T2): the
  * measured difference between 71% and 92-98% of read bandwidth at T = 1;
- * round 5 adds L1 prefetches to the fp8 and nvfp4 kernels (PF_FP8, PF_NV).
+ * the fp8 and nvfp4 kernels also prefetch into L1 (PF_FP8, PF_NV).
  * Also the dense row-major fast paths of mr_matmul (bf16, FP8 block). */
 #include <immintrin.h>
 #include <string.h>
@@ -33,7 +33,7 @@
 #define INL static inline __attribute__((always_inline))
 #define PFD MR_UK_PREFETCH
 #define PF(p) _mm_prefetch((const char *)(p) + PFD, _MM_HINT_T2)
-/* Round 5 (bench/README): the decode-heavy kernels also prefetch into L1.
+/* (bench/README.md) The decode-heavy kernels also prefetch into L1.
  * perf showed the fp8 kernel waiting on the first use of each line that had
  * been prefetched into L2. In interleaved A/B isolation rounds:
  *  - fp8 gemv, 4 KiB ahead into L1 instead of PF: T = 1 read 91-96% of the
@@ -164,7 +164,7 @@ INL void fp8_gemv_body(const uint8_t *tile, const float *bs, int64_t Kp, const u
         const uint8_t *p = tile + kb * 2048;
         #pragma GCC unroll 16
         for (int m = 0; m < M; m++) a0[m] = a1[m] = _mm512_setzero_ps();
-        if (M == 1) { /* 4 chains over 2 lines, w pinned: +14% hot (bench/README round 4) */
+        if (M == 1) { /* 4 chains over 2 lines, w pinned: +14% hot (bench/README.md) */
             __m512 a2 = _mm512_setzero_ps(), a3 = a2;
             for (int g = 0; g < 32; g += 2) {
                 __m512i z0, z1, z2, z3;
@@ -288,7 +288,7 @@ INL __m512i lut16(const uint8_t *t) { return _mm512_broadcast_i32x4(_mm_loadu_si
  * G = 1: xs per 16-k block, folded into the scales per block. G = 8: xs equal
  * over each run of 8 blocks (mr_uk_act.xs_group, w4a8): the block sums go
  * into a per-run accumulator ga and xs costs one FMA per run, one FP-pipe op
- * less per token and block (bench/README round 5). Above 8 tokens with G = 8,
+ * less per token and block (bench/README.md). Above 8 tokens with G = 8,
  * ga[16] plus out[16] do not fit in 32 zmm, so out lives in y (read back
  * only after this call wrote it). */
 INL void nvfp4_i8_body(const uint8_t *tile, int64_t Kp, const int8_t *xq, int64_t ldx, const int32_t *xb,

@@ -104,17 +104,21 @@ static void prefault(const void *p, size_t n) {
 }
 
 /* Data used in place when aligned for its element size (its pages read in
- * now), else copied into an aligned buffer (mapped tensors carry no
- * alignment guarantee). */
-static const void *in_place(mr_model *m, const mr_st_tensor *t, size_t align) {
+ * now when `fault`), else copied into an aligned buffer (mapped tensors
+ * carry no alignment guarantee) and the source pages given back. */
+static const void *in_place_as(mr_model *m, const mr_st_tensor *t, size_t align, bool fault) {
     if (((uintptr_t)t->data % align) == 0) {
-        prefault(t->data, (size_t)t->n_bytes);
+        if (fault) prefault(t->data, (size_t)t->n_bytes);
         return t->data;
     }
     void *p = own_alloc(m, (size_t)t->n_bytes);
-    if (p) memcpy(p, t->data, (size_t)t->n_bytes);
+    if (p) {
+        memcpy(p, t->data, (size_t)t->n_bytes);
+        mr_st_release(t->file, t->data, (size_t)t->n_bytes); /* the copy is what is kept */
+    }
     return p;
 }
+static const void *in_place(mr_model *m, const mr_st_tensor *t, size_t align) { return in_place_as(m, t, align, true); }
 
 /* A [n] fp32 copy of a BF16 or F32 vector tensor. */
 static mr_status load_vec(mr_model *m, const mr_ckpt *ck, const char *name, int64_t n, float **out) {
@@ -151,75 +155,58 @@ static mr_status load_scalar_f32(const mr_ckpt *ck, const char *name, float *out
     return MR_OK;
 }
 
-/* A linear weight [N][K] named prefix + ".weight" in format fmt, bound in place. */
+/* A linear weight [N][K] named prefix + ".weight" in format fmt, bound in
+ * place. fault: read its pages in now (weights used in place); expert
+ * weights are not, the after-load reads them once. */
 static mr_status load_linear(mr_model *m, const mr_ckpt *ck, const char *prefix, mr_format fmt, int64_t N, int64_t K,
-                             mr_qmatrix *q, bool *missing_input_scale) {
-    char name[320];
-    const mr_st_tensor *t, *s;
+                             mr_qmatrix *q, bool *missing_input_scale, bool fault) {
+    const mr_format_traits *tr = mr_format_traits_get(fmt);
     *q = (mr_qmatrix){.fmt = fmt, .rows = N, .cols = K, .scale2 = 1.0f};
-    snprintf(name, sizeof name, "%s.weight", prefix);
-    mr_status st;
-    if (fmt == MR_FMT_BF16) {
-        int64_t sh[2] = {N, K};
-        if ((st = get_tensor(ck, name, MR_ST_BF16, -1, 2, sh, &t))) return st;
-        q->data = (void *)in_place(m, t, 2);
-    } else if (fmt == MR_FMT_FP8_BLOCK) {
-        int64_t sh[2] = {N, K}, ssh[2] = {(N + 127) / 128, (K + 127) / 128};
-        if ((st = get_tensor(ck, name, MR_ST_F8_E4M3, -1, 2, sh, &t))) return st;
-        snprintf(name, sizeof name, "%s.weight_scale_inv", prefix);
-        if ((st = get_tensor(ck, name, MR_ST_F32, -1, 2, ssh, &s))) return st;
-        q->data = (void *)t->data;
-        q->scale = (void *)in_place(m, s, 4);
-    } else if (fmt == MR_FMT_NVFP4) {
-        if (K % 16) return mr_error_set(MR_ECONFIG, "%s: NVFP4 needs K %% 16 == 0, K = %lld", prefix, (long long)K);
-        int64_t sh[2] = {N, K / 2}, ssh[2] = {N, K / 16};
-        if ((st = get_tensor(ck, name, MR_ST_U8, -1, 2, sh, &t))) return st;
-        snprintf(name, sizeof name, "%s.weight_scale", prefix);
-        if ((st = get_tensor(ck, name, MR_ST_F8_E4M3, -1, 2, ssh, &s))) return st;
-        q->data = (void *)t->data;
-        q->scale = (void *)s->data;
-        bool found;
-        snprintf(name, sizeof name, "%s.weight_scale_2", prefix);
-        if ((st = load_scalar_f32(ck, name, &q->scale2, &found))) return st;
-        if (!found) return mr_error_set(MR_ENOTFOUND, "tensor %s is missing from the checkpoint (expected F32 [])", name);
-        snprintf(name, sizeof name, "%s.input_scale", prefix);
-        if ((st = load_scalar_f32(ck, name, &q->input_scale, &found))) return st;
-        if (!found) *missing_input_scale = true;
-    } else {
+    if (!tr || tr->n_tensors == 0 || fmt == MR_FMT_F32)
         return mr_error_set(MR_EUNSUPPORTED, "%s: weight format %s is not supported for linears", prefix,
-                            mr_format_traits_get(fmt) ? mr_format_traits_get(fmt)->name : "?");
+                            tr ? tr->name : "?");
+    if (fmt == MR_FMT_NVFP4 && K % 16)
+        return mr_error_set(MR_ECONFIG, "%s: NVFP4 needs K %% 16 == 0, K = %lld", prefix, (long long)K);
+    /* the tensors the format stores (formats/ traits): names, dtypes, shapes */
+    for (int i = 0; i < tr->n_tensors; i++) {
+        const mr_format_tensor *ft = &tr->tensors[i];
+        char name[320];
+        snprintf(name, sizeof name, "%s.%s", prefix, ft->suffix);
+        mr_st_dtype dt;
+        mr_status st = mr_st_dtype_from_name(ft->st_dtype, &dt);
+        MR_ASSERT(st == MR_OK);
+        if (ft->ndim == 0) { /* a scalar (weight_scale_2, input_scale) */
+            bool found;
+            float v = 0.0f;
+            if ((st = load_scalar_f32(ck, name, &v, &found))) return st;
+            if (!found && !ft->optional)
+                return mr_error_set(MR_ENOTFOUND, "tensor %s is missing from the checkpoint (expected %s [])", name,
+                                    ft->st_dtype);
+            if (!found && ft->role == MR_FT_INPUT_SCALE) *missing_input_scale = true;
+            if (found && ft->role == MR_FT_SCALE2) q->scale2 = v;
+            if (found && ft->role == MR_FT_INPUT_SCALE) q->input_scale = v;
+            continue;
+        }
+        int64_t sh[2];
+        mr_format_tensor_shape(ft, N, K, sh);
+        const mr_st_tensor *t;
+        if ((st = get_tensor(ck, name, dt, -1, 2, sh, &t))) return st;
+        const void *p;
+        if (ft->role == MR_FT_DATA && !fault && ((uintptr_t)t->data % (uintptr_t)ft->elem_bytes) != 0) {
+            /* an unaligned expert: a copy the matrix owns, freed when after-load is done with it */
+            void *c = mr_aligned_alloc(64, (size_t)t->n_bytes);
+            if (!c) return MR_ENOMEM;
+            memcpy(c, t->data, (size_t)t->n_bytes);
+            mr_st_release(t->file, t->data, (size_t)t->n_bytes);
+            q->data = c;
+            q->owned = tr->n_tensors == 1; /* the matrix frees only what it owns wholly */
+            if (!q->owned && mr__model_own(m, c)) return MR_ENOMEM;
+            continue;
+        }
+        if (!(p = in_place_as(m, t, (size_t)ft->elem_bytes, fault))) return MR_ENOMEM;
+        if (ft->role == MR_FT_DATA) q->data = (void *)p;
+        else q->scale = (void *)p;
     }
-    if (!q->data || (fmt != MR_FMT_BF16 && !q->scale)) return MR_ENOMEM;
-    q->owned = false;
-    return MR_OK;
-}
-
-/* EOS ids: config.json (via the description) plus generation_config.json. */
-static void add_eos(mr_model_config *c, int64_t id) {
-    for (int i = 0; i < c->n_eos; i++)
-        if (c->eos[i] == id) return;
-    if (c->n_eos < MR_MODEL_MAX_EOS && id >= 0 && id <= INT32_MAX) c->eos[c->n_eos++] = (int32_t)id;
-}
-
-static mr_status read_generation_config(const char *dir, mr_model_config *c) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/generation_config.json", dir);
-    if (access(path, F_OK) != 0) return MR_OK;
-    json_error_t e;
-    bool oom;
-    json_t *root = mr__json_load_file(path, 0, &e, &oom);
-    if (!root) {
-        if (oom) return MR_ENOMEM;
-        return mr_error_set(MR_ECONFIG, "%s: not valid JSON at line %d: %s", path, e.line, e.text);
-    }
-    json_t *eos = json_object_get(root, "eos_token_id");
-    if (json_is_integer(eos)) add_eos(c, json_integer_value(eos));
-    if (json_is_array(eos)) {
-        size_t i;
-        json_t *v;
-        json_array_foreach(eos, i, v) if (json_is_integer(v)) add_eos(c, json_integer_value(v));
-    }
-    json_decref(root);
     return MR_OK;
 }
 
@@ -232,24 +219,19 @@ static mr_status config_from_desc(const mr_model_desc *d, mr_model_config *c) {
     if (d->shared_inter != 0 || d->n_dense_layers != 0)
         return mr_error_set(MR_EUNSUPPORTED, "shared experts and dense layers are not part of MiniMax-M2");
     if (d->tie_embeddings) return mr_error_set(MR_EUNSUPPORTED, "tie_word_embeddings=true is not supported");
-    *c = (mr_model_config){
-        .vocab = d->vocab, .hidden = d->hidden, .n_layers = d->n_layers, .n_heads = d->n_heads,
-        .n_kv_heads = d->n_kv_heads, .head_dim = d->head_dim, .rotary_dim = d->rotary_dim,
-        .n_experts = d->n_experts, .top_k = d->top_k, .inter = d->moe_inter, .rope_theta = d->rope_theta,
-        .rms_eps = (float)d->rms_eps,
-    };
+    /* the one hyperparameter struct: the description itself (the exclusion list stays with d) */
+    *c = *d;
+    c->quant.exclude = NULL;
+    c->quant.n_exclude = 0;
     if (c->vocab <= 0 || c->hidden <= 0 || c->n_layers <= 0 || c->n_heads <= 0 || c->n_kv_heads <= 0 ||
-        c->head_dim <= 0 || c->n_experts <= 0 || c->top_k <= 0 || c->inter <= 0 || c->top_k > c->n_experts ||
+        c->head_dim <= 0 || c->n_experts <= 0 || c->top_k <= 0 || c->moe_inter <= 0 || c->top_k > c->n_experts ||
         c->n_heads % c->n_kv_heads || c->rotary_dim < 0 || c->rotary_dim > c->head_dim || c->rotary_dim % 2 ||
         c->vocab > INT32_MAX)
         return mr_error_set(MR_ECONFIG, "config.json: inconsistent dimensions (hidden %lld, layers %lld, heads %lld/%lld, "
-                            "head_dim %lld, rotary_dim %lld, experts %lld top-%lld, inter %lld, vocab %lld)",
+                            "head_dim %lld, rotary_dim %lld, experts %d top-%d, inter %lld, vocab %lld)",
                             (long long)c->hidden, (long long)c->n_layers, (long long)c->n_heads,
-                            (long long)c->n_kv_heads, (long long)c->head_dim, (long long)c->rotary_dim,
-                            (long long)c->n_experts, (long long)c->top_k, (long long)c->inter, (long long)c->vocab);
-    for (int i = 0; i < d->n_eos; i++) add_eos(c, d->eos_ids[i]);
-    c->expert_format = mr_quant_weight_format(d->quant.kind);
-    c->attn_format = d->quant.kind == MR_QUANT_FP8_BLOCK ? MR_FMT_FP8_BLOCK : MR_FMT_BF16;
+                            (long long)c->n_kv_heads, (long long)c->head_dim, (long long)c->rotary_dim, c->n_experts,
+                            c->top_k, (long long)c->moe_inter, (long long)c->vocab);
     return MR_OK;
 }
 
@@ -268,33 +250,135 @@ static void progress(const mr_model *m, int64_t done, int64_t total) {
     fflush(stderr);
 }
 
+/* The weight set's release hook: once the after-load no longer needs a
+ * source matrix, its pages in the mapping go back (heap copies are not
+ * touched here: the matrix owns those and frees them). */
+static void release_source(void *user, const mr_qmatrix *q) {
+    const mr_ckpt *ck = ((const mr_model *)user)->ckpt;
+    mr_ckpt_release(ck, q->data, mr_qmatrix_data_bytes(q));
+    if (q->scale) mr_ckpt_release(ck, q->scale, mr_qmatrix_scale_bytes(q));
+}
+
+mr_status mr__model_load_experts(mr_model *m, const void *ckv, int l, int first, int n_local, mr_moe_weights **out) {
+    const mr_ckpt *ck = ckv;
+    const mr_model_config *c = &m->c;
+    const int64_t H = c->hidden, E = c->n_experts;
+    const mr_format ef = m->expert_format;
+    *out = NULL;
+    if (first < 0 || n_local < 1 || first > E - n_local)
+        return mr_error_set(MR_EINVAL, "layer %d: local experts [%d, %d) outside the %lld experts", l, first,
+                            first + n_local, (long long)E);
+    mr_moe_weights *w = NULL;
+    mr_status st = mr_moe_weights_new(&w, n_local, H, c->moe_inter, ef);
+    if (st) return st;
+    w->expert_first = first;
+    w->release_source = release_source;
+    w->release_user = m;
+    int missing = 0;
+    float max_in13 = 0.0f, max_in2 = 0.0f;
+    bool *miss = mr_calloc((size_t)E * 3, sizeof(bool));
+    if (!miss) {
+        mr_moe_weights_free(w);
+        return MR_ENOMEM;
+    }
+    /* every expert's input_scale counts towards the layer's w4a4 scales; only the local ones are loaded */
+    for (int64_t x = 0; x < E && !st; x++) {
+        const bool local = x >= first && x < first + n_local;
+        if (!local && ef != MR_FMT_NVFP4) continue;
+        char wn[360];
+        mr_qmatrix scratch[3];
+        mr_qmatrix *q3[3] = {local ? &w->w1[x - first] : &scratch[0], local ? &w->w3[x - first] : &scratch[1],
+                             local ? &w->w2[x - first] : &scratch[2]};
+        static const mr_hf_tensor which[3] = {MR_HF_EXPERT_W1, MR_HF_EXPERT_W3, MR_HF_EXPERT_W2};
+        const int64_t NK[3][2] = {{c->moe_inter, H}, {c->moe_inter, H}, {H, c->moe_inter}};
+        for (int i = 0; i < 3 && !st; i++) {
+            mr_hf_name(which[i], l, (int)x, "", wn, sizeof wn); /* the module */
+            if (local) {
+                st = load_linear(m, ck, wn, ef, NK[i][0], NK[i][1], q3[i], &miss[x * 3 + i], false);
+            } else { /* another peer's expert: only its input_scale */
+                char sn[400];
+                bool found;
+                snprintf(sn, sizeof sn, "%s.input_scale", wn);
+                q3[i]->input_scale = 0.0f;
+                st = load_scalar_f32(ck, sn, &q3[i]->input_scale, &found);
+                miss[x * 3 + i] = !found;
+            }
+            if (!st && !miss[x * 3 + i] && ef == MR_FMT_NVFP4) {
+                float *mx = i < 2 ? &max_in13 : &max_in2;
+                if (q3[i]->input_scale > *mx) *mx = q3[i]->input_scale;
+            }
+            if (miss[x * 3 + i]) missing++;
+        }
+    }
+    if (!st && missing) {
+        /* An NVFP4 expert without input_scale takes the maximum over the
+         * others of the same input: w1/w3 (the layer input) or w2 (the
+         * intermediate). A group where none has one has nothing to fall back on. */
+        bool miss13 = false, miss2 = false;
+        for (int64_t x = 0; x < E; x++) {
+            miss13 = miss13 || miss[x * 3] || miss[x * 3 + 1];
+            miss2 = miss2 || miss[x * 3 + 2];
+        }
+        char ex[360];
+        if (miss13 && max_in13 == 0.0f)
+            st = mr_error_set(MR_ENOTFOUND, "layer %d: no NVFP4 expert carries a w1/w3 input_scale to fall back on "
+                              "(e.g. %s, expected F32 [])", l,
+                              (mr_hf_name(MR_HF_EXPERT_W1, l, 0, "input_scale", ex, sizeof ex), ex));
+        else if (miss2 && max_in2 == 0.0f)
+            st = mr_error_set(MR_ENOTFOUND, "layer %d: no NVFP4 expert carries a w2 input_scale to fall back on "
+                              "(e.g. %s, expected F32 [])", l,
+                              (mr_hf_name(MR_HF_EXPERT_W2, l, 0, "input_scale", ex, sizeof ex), ex));
+        for (int64_t x = first; x < first + n_local && !st; x++) {
+            for (int i = 0; i < 3; i++) {
+                if (!miss[x * 3 + i]) continue;
+                mr_qmatrix *q = i == 0 ? &w->w1[x - first] : i == 1 ? &w->w3[x - first] : &w->w2[x - first];
+                q->input_scale = i < 2 ? max_in13 : max_in2;
+            }
+        }
+        if (!st)
+            MR_WARN("layer %d: %d NVFP4 expert weight%s without input_scale; using the maximum over the other experts",
+                    l, missing, missing == 1 ? "" : "s");
+    }
+    mr_free(miss);
+    /* w4a4's global scales: the max over all the layer's experts, wherever they run */
+    w->in_scale13 = max_in13;
+    w->in_scale2 = max_in2;
+    if (!st) st = mr_moe_weights_validate(w);
+    if (st) {
+        mr_moe_weights_free(w);
+        return st;
+    }
+    *out = w;
+    return MR_OK;
+}
+
 static mr_status load_layer(mr_model *m, const mr_ckpt *ck, const mr_model_desc *d, int l) {
     const mr_model_config *c = &m->c;
     mr__layer *L = &m->w.layers[l];
     int64_t H = c->hidden, qd = c->n_heads * c->head_dim, kd = c->n_kv_heads * c->head_dim, E = c->n_experts;
-    char p[256], n[320];
+    char n[320];
     mr_status st;
-    snprintf(p, sizeof p, "model.layers.%d.", l);
-#define NAME(s) (snprintf(n, sizeof n, "%s%s", p, s), n)
-    if ((st = load_vec(m, ck, NAME("input_layernorm.weight"), H, &L->attn_norm))) return st;
-    if ((st = load_vec(m, ck, NAME("post_attention_layernorm.weight"), H, &L->ffn_norm))) return st;
-    if ((st = load_vec(m, ck, NAME("self_attn.q_norm.weight"), qd, &L->q_norm))) return st;
-    if ((st = load_vec(m, ck, NAME("self_attn.k_norm.weight"), kd, &L->k_norm))) return st;
-    struct { const char *s; mr_qmatrix *q; int64_t N, K; } lin[4] = {
-        {"self_attn.q_proj", &L->wq, qd, H}, {"self_attn.k_proj", &L->wk, kd, H},
-        {"self_attn.v_proj", &L->wv, kd, H}, {"self_attn.o_proj", &L->wo, H, qd}};
+    /* the layer's tensor names (io/ HF map); a suffix of "" names the module of a linear */
+#define NAME(kind, suffix) (mr_hf_name(kind, l, -1, suffix, n, sizeof n), n)
+    if ((st = load_vec(m, ck, NAME(MR_HF_ATTN_NORM, NULL), H, &L->attn_norm))) return st;
+    if ((st = load_vec(m, ck, NAME(MR_HF_FFN_NORM, NULL), H, &L->ffn_norm))) return st;
+    if ((st = load_vec(m, ck, NAME(MR_HF_Q_NORM, NULL), qd, &L->q_norm))) return st;
+    if ((st = load_vec(m, ck, NAME(MR_HF_K_NORM, NULL), kd, &L->k_norm))) return st;
+    struct { mr_hf_tensor kind; mr_qmatrix *q; int64_t N, K; } lin[4] = {
+        {MR_HF_Q_PROJ, &L->wq, qd, H}, {MR_HF_K_PROJ, &L->wk, kd, H},
+        {MR_HF_V_PROJ, &L->wv, kd, H}, {MR_HF_O_PROJ, &L->wo, H, qd}};
     for (int i = 0; i < 4; i++) {
         char wn[320];
-        snprintf(wn, sizeof wn, "%s%s.weight", p, lin[i].s);
-        mr_format f = linear_format(d, c->attn_format, wn);
+        mr_hf_name(lin[i].kind, l, -1, NULL, wn, sizeof wn);
+        mr_format f = linear_format(d, m->attn_format, wn);
         bool unused = false;
-        if ((st = load_linear(m, ck, NAME(lin[i].s), f, lin[i].N, lin[i].K, lin[i].q, &unused))) return st;
+        if ((st = load_linear(m, ck, NAME(lin[i].kind, ""), f, lin[i].N, lin[i].K, lin[i].q, &unused, true))) return st;
     }
     /* router gate, widened to fp32 */
     {
         const mr_st_tensor *t;
         int64_t sh[2] = {E, H};
-        if ((st = get_tensor(ck, NAME("block_sparse_moe.gate.weight"), MR_ST_BF16, MR_ST_F32, 2, sh, &t))) return st;
+        if ((st = get_tensor(ck, NAME(MR_HF_ROUTER, NULL), MR_ST_BF16, MR_ST_F32, 2, sh, &t))) return st;
         float *g = own_alloc(m, (size_t)(E * H) * sizeof(float));
         if (!g) return MR_ENOMEM;
         const unsigned char *src = t->data;
@@ -309,62 +393,12 @@ static mr_status load_layer(mr_model *m, const mr_ckpt *ck, const mr_model_desc 
         }
         L->gate = (mr_qmatrix){.fmt = MR_FMT_F32, .rows = E, .cols = H, .data = g, .scale2 = 1.0f};
     }
-    if ((st = load_vec(m, ck, NAME("block_sparse_moe.e_score_correction_bias"), E, &L->bias))) return st;
-    /* experts */
-    mr_format ef = c->expert_format;
-    if ((st = mr_moe_weights_new(&L->experts, (int)E, H, c->inter, ef))) return st;
-    int missing = 0;
-    float max_in13 = 0.0f, max_in2 = 0.0f;
-    bool *miss = mr_calloc((size_t)E * 3, sizeof(bool));
-    if (!miss) return MR_ENOMEM;
-    for (int64_t x = 0; x < E && !st; x++) {
-        char en[320];
-        snprintf(en, sizeof en, "%sblock_sparse_moe.experts.%lld.", p, (long long)x);
-        char wn[360];
-        struct { const char *s; mr_qmatrix *q; int64_t N, K; } ew[3] = {
-            {"w1", &L->experts->w1[x], c->inter, H}, {"w3", &L->experts->w3[x], c->inter, H},
-            {"w2", &L->experts->w2[x], H, c->inter}};
-        for (int i = 0; i < 3 && !st; i++) {
-            snprintf(wn, sizeof wn, "%s%s", en, ew[i].s);
-            st = load_linear(m, ck, wn, ef, ew[i].N, ew[i].K, ew[i].q, &miss[x * 3 + i]);
-            if (!st && !miss[x * 3 + i] && ef == MR_FMT_NVFP4) {
-                float *mx = i < 2 ? &max_in13 : &max_in2;
-                if (ew[i].q->input_scale > *mx) *mx = ew[i].q->input_scale;
-            }
-            if (miss[x * 3 + i]) missing++;
-        }
-    }
-    if (!st && missing) {
-        /* An NVFP4 expert without input_scale takes the maximum over the
-         * others of the same input: w1/w3 (the layer input) or w2 (the
-         * intermediate). A group where none has one has nothing to fall back on. */
-        bool miss13 = false, miss2 = false;
-        for (int64_t x = 0; x < E; x++) {
-            miss13 = miss13 || miss[x * 3] || miss[x * 3 + 1];
-            miss2 = miss2 || miss[x * 3 + 2];
-        }
-        if (miss13 && max_in13 == 0.0f)
-            st = mr_error_set(MR_ENOTFOUND, "layer %d: no NVFP4 expert carries a w1/w3 input_scale to fall back on "
-                              "(e.g. %sblock_sparse_moe.experts.0.w1.input_scale, expected F32 [])", l, p);
-        else if (miss2 && max_in2 == 0.0f)
-            st = mr_error_set(MR_ENOTFOUND, "layer %d: no NVFP4 expert carries a w2 input_scale to fall back on "
-                              "(e.g. %sblock_sparse_moe.experts.0.w2.input_scale, expected F32 [])", l, p);
-        for (int64_t x = 0; x < E && !st; x++) {
-            for (int i = 0; i < 3; i++) {
-                if (!miss[x * 3 + i]) continue;
-                mr_qmatrix *q = i == 0 ? &L->experts->w1[x] : i == 1 ? &L->experts->w3[x] : &L->experts->w2[x];
-                q->input_scale = i < 2 ? max_in13 : max_in2;
-            }
-        }
-        if (!st)
-            MR_WARN("layer %d: %d NVFP4 expert weight%s without input_scale; using the maximum over the other experts",
-                    l, missing, missing == 1 ? "" : "s");
-    }
-    mr_free(miss);
-    if (st) return st;
-    if ((st = mr_moe_weights_validate(L->experts))) return st;
-    /* the resolved runner's after-load and workspace */
-    return mr_moe_ctx_new(m->runner, &m->problem, L->experts, m->s.max_tokens, &L->moe);
+    if ((st = load_vec(m, ck, NAME(MR_HF_ROUTER_BIAS, NULL), E, &L->bias))) return st;
+    /* experts: the local ones, then the runner's after-load */
+    int first, n_local;
+    mr_moe_problem_local(&m->problem, &first, &n_local);
+    if ((st = mr__model_load_experts(m, ck, l, first, n_local, &L->experts))) return st;
+    return mr_moe_ctx_prepare(m->moe, L->experts);
 #undef NAME
 }
 
@@ -374,19 +408,22 @@ static mr_status load_layer(mr_model *m, const mr_ckpt *ck, const mr_model_desc 
 static mr_status check_kv_fits(const mr_model *m) {
     const mr_model_config *c = &m->c;
     const mr__state *s = &m->s;
-    size_t kv;
+    size_t kv, pool;
     if (!mr_size_mul((size_t)c->n_layers * (size_t)s->max_batch, (size_t)s->max_ctx, &kv) ||
         !mr_size_mul(kv, (size_t)(c->n_kv_heads * c->head_dim) * sizeof(float) * 2, &kv))
         return mr_error_set(MR_ECAPACITY, "the KV cache for a batch of %lld x context %lld overflows",
                             (long long)s->max_batch, (long long)s->max_ctx);
+    if (!mr_size_mul((size_t)s->kv_blocks * MR_KV_BLOCK_TOKENS, mr_model_kv_token_bytes(c, s->kv_dtype), &pool) ||
+        !mr_size_add(kv, pool, &kv))
+        return mr_error_set(MR_ECAPACITY, "the KV pool of %lld blocks overflows", (long long)s->kv_blocks);
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     double have = (double)pages * (double)psz;
     if (pages > 0 && psz > 0 && (double)kv > have)
         return mr_error_set(MR_ECAPACITY,
-                            "the KV cache for a batch of %lld x context %lld needs %.1f GiB, more than this machine's "
-                            "%.1f GiB of memory",
-                            (long long)s->max_batch, (long long)s->max_ctx, (double)kv / 1073741824.0,
-                            have / 1073741824.0);
+                            "the KV cache (a batch of %lld x context %lld, and a pool of %lld blocks of %d tokens) "
+                            "needs %.1f GiB, more than this machine's %.1f GiB of memory",
+                            (long long)s->max_batch, (long long)s->max_ctx, (long long)s->kv_blocks,
+                            MR_KV_BLOCK_TOKENS, (double)kv / 1073741824.0, have / 1073741824.0);
     return MR_OK;
 }
 
@@ -409,9 +446,17 @@ static mr_status alloc_state(mr_model *m) {
     A(s->att, T * qd);
     A(s->y, T * H);
     A(s->hlast, T * H);
-    A(s->scores, (size_t)s->n_threads * (size_t)s->max_ctx);
+    /* per thread: a query group's scores [group][max_ctx], then one widened K/V row [D] */
+    int64_t group = c->n_heads / c->n_kv_heads;
+    if (!mr_size_mul((size_t)group, (size_t)s->max_ctx, &s->scores_per_thread) ||
+        !mr_size_add(s->scores_per_thread, (size_t)c->head_dim + 16, &s->scores_per_thread))
+        return mr_error_set(MR_EOVERFLOW, "attention scratch size overflows");
+    A(s->scores, (size_t)s->n_threads * s->scores_per_thread);
     A(s->pos, T);
     A(s->slot, T);
+    A(s->tok_bt, T);
+    A(s->out_tok, T);
+    A(s->out_row, T);
     A(s->inv_freq, (size_t)c->rotary_dim / 2 + 1);
     A(s->len, (size_t)s->max_batch);
     A(s->rlogits, T * (size_t)c->n_experts);
@@ -419,41 +464,54 @@ static mr_status alloc_state(mr_model *m) {
     A(s->wts, T * (size_t)c->top_k);
     A(s->xb, T * H);
     A(s->ob, T * H);
+    A(s->emark, (size_t)c->n_experts);
 #undef A
-    s->kcache = own_alloc(m, kv);
-    s->vcache = own_alloc(m, kv);
-    if (!s->kcache || !s->vcache) return mr_error_set(MR_ENOMEM, "KV cache of 2 x %zu bytes does not fit in memory", kv);
-    memset(s->len, 0, (size_t)s->max_batch * sizeof(int64_t));
+    if (s->max_batch > 0) {
+        s->kcache = own_alloc(m, kv);
+        s->vcache = own_alloc(m, kv);
+        if (!s->kcache || !s->vcache)
+            return mr_error_set(MR_ENOMEM, "KV cache of 2 x %zu bytes does not fit in memory", kv);
+        memset(s->len, 0, (size_t)s->max_batch * sizeof(int64_t));
+    }
+    if (s->kv_blocks > 0) { /* sizes checked by check_kv_fits */
+        s->kv_pool_bytes = (size_t)s->kv_blocks * MR_KV_BLOCK_TOKENS * mr_model_kv_token_bytes(c, s->kv_dtype) / 2;
+        s->kpool = own_alloc(m, s->kv_pool_bytes);
+        s->vpool = own_alloc(m, s->kv_pool_bytes);
+        s->blk_mark = own_alloc(m, (size_t)s->kv_blocks);
+        if (!s->kpool || !s->vpool || !s->blk_mark)
+            return mr_error_set(MR_ENOMEM, "KV pool of 2 x %zu bytes does not fit in memory", s->kv_pool_bytes);
+        memset(s->blk_mark, 0, (size_t)s->kv_blocks);
+    }
     mr__rope_freqs(s->inv_freq, c->rotary_dim, c->rope_theta);
     return MR_OK;
 }
 
+/* Which runner runs is the frozen exec's answer, and only its: without
+ * opts.exec the loader asks the resolver itself (opts.runner and
+ * opts.act_mode are then the user's options) and keeps that resolution. */
 static mr_status setup_runner(mr_model *m, const mr_model_desc *d) {
     const mr_model_opts *o = &m->opts;
-    if (o->exec) {
-        m->runner = o->exec->runner;
-        m->problem = o->exec->problem;
-    } else {
-        const char *name = o->runner ? o->runner : "reference";
-        m->runner = mr_moe_runner_find(name);
-        if (!m->runner) return mr_error_set(MR_EINVAL, "unknown MoE runner '%s'", name);
-        mr_act_mode am = o->act_mode ? o->act_mode : mr_act_mode_default(m->c.expert_format);
-        m->problem = (mr_moe_problem){
-            .device = MR_DEVICE_CPU, .cpu_flags = mr_cpu()->flags, .weight_format = m->c.expert_format,
-            .act_mode = am, .act_dtype = MR_FMT_F32, .routing = MR_ROUTING_MINIMAX2,
-            .n_experts = (int)m->c.n_experts, .top_k = (int)m->c.top_k, .hidden = m->c.hidden,
-            .inter = m->c.inter, .a2a = MR_A2A_NONE};
+    const mr_exec *x = o->exec;
+    if (!x) {
+        mr_options opt;
+        mr_status st = mr_options_init(&opt);
+        if (!st && o->runner) st = mr_options_set(&opt, "moe_runner_backend", o->runner, MR_SRC_FLAG);
+        if (!st && o->act_mode != MR_ACT_AUTO)
+            st = mr_options_set(&opt, "activation_mode", mr_act_mode_name(o->act_mode), MR_SRC_FLAG);
+        if (!st) st = mr_resolve_model(&opt, d, &m->own_res);
+        mr_options_free(&opt);
+        if (st) return st; /* the resolver's message says why (a runner refusing the model: MR_ERESOLVE) */
+        x = mr_resolution_exec(m->own_res);
     }
+    m->runner = x->runner;
+    m->problem = x->problem;
     if (d->routing != MR_ROUTING_MINIMAX2 || m->problem.routing != MR_ROUTING_MINIMAX2)
         return mr_error_set(MR_ECONFIG, "MiniMax-M2 routes with minimax2; the configuration says %s",
                             mr_routing_name(d->routing));
-    if (m->problem.weight_format != m->c.expert_format)
+    if (m->problem.weight_format != m->expert_format)
         return mr_error_set(MR_ESTATE, "the resolved expert format %s differs from the checkpoint's %s",
                             mr_format_traits_get(m->problem.weight_format)->name,
-                            mr_format_traits_get(m->c.expert_format)->name);
-    char why[256] = "";
-    if (!m->runner->supports(&m->problem, why, sizeof why))
-        return mr_error_set(MR_ERESOLVE, "MoE runner %s refuses this model: %s", m->runner->name, why);
+                            mr_format_traits_get(m->expert_format)->name);
     m->routing = (mr_routing){.method = MR_ROUTING_MINIMAX2, .n_experts = (int)m->c.n_experts,
                               .top_k = (int)m->c.top_k, .scale = d->routed_scale > 0 ? d->routed_scale : 1.0f};
     return MR_OK;
@@ -475,16 +533,32 @@ mr_status mr_model_open(const char *dir, const mr_model_opts *opts, mr_model **o
         goto out;
     }
     if ((st = config_from_desc(d, &m->c))) goto out;
-    if ((st = read_generation_config(dir, &m->c))) goto out;
+    m->expert_format = mr_quant_weight_format(d->quant.kind);
+    m->attn_format = d->quant.kind == MR_QUANT_FP8_BLOCK ? MR_FMT_FP8_BLOCK : MR_FMT_BF16;
     /* state sizes */
     mr__state *s = &m->s;
-    s->max_batch = m->opts.max_batch > 0 ? m->opts.max_batch : 1;
+    s->kv_blocks = m->opts.kv_blocks > 0 ? m->opts.kv_blocks : 0;
+    s->kv_dtype = m->opts.kv_dtype == MR_FMT_F32 ? MR_FMT_F32 : MR_FMT_BF16;
+    if (m->opts.kv_dtype != 0 && m->opts.kv_dtype != MR_FMT_F32 && m->opts.kv_dtype != MR_FMT_BF16) {
+        st = mr_error_set(MR_EINVAL, "the KV pool holds bf16 or fp32");
+        goto out;
+    }
+    if (s->kv_blocks > INT32_MAX) {
+        st = mr_error_set(MR_ECAPACITY, "a KV pool of %lld blocks: block ids are 32-bit", (long long)s->kv_blocks);
+        goto out;
+    }
+    s->max_batch = m->opts.max_batch > 0 ? m->opts.max_batch : s->kv_blocks > 0 ? 0 : 1;
     s->max_ctx = m->opts.max_ctx > 0 ? m->opts.max_ctx : 256;
     s->n_threads = m->opts.exec && m->opts.exec->threads > 0 ? m->opts.exec->threads : omp_get_max_threads();
+    if (m->c.n_heads / m->c.n_kv_heads > 64) {
+        st = mr_error_set(MR_EUNSUPPORTED, "%lld query heads per kv head: attention handles up to 64",
+                          (long long)(m->c.n_heads / m->c.n_kv_heads));
+        goto out;
+    }
     if ((st = check_kv_fits(m))) goto out;
-    /* after the check: max_batch * max_ctx is bounded by memory (no overflow);
-     * a call never holds more tokens than the cache does */
-    int64_t cache_tokens = (int64_t)s->max_batch * s->max_ctx;
+    /* after the check: max_batch * max_ctx and the pool are bounded by memory
+     * (no overflow); a call never holds more tokens than the caches do */
+    int64_t cache_tokens = (int64_t)s->max_batch * s->max_ctx + s->kv_blocks * MR_KV_BLOCK_TOKENS;
     s->max_tokens = m->opts.max_tokens > 0 ? m->opts.max_tokens : (cache_tokens < 512 ? cache_tokens : 512);
     if (s->max_tokens > cache_tokens) s->max_tokens = cache_tokens;
     if ((st = setup_runner(m, d))) goto out;
@@ -494,14 +568,19 @@ mr_status mr_model_open(const char *dir, const mr_model_opts *opts, mr_model **o
     {
         const mr_st_tensor *t;
         int64_t sh[2] = {c->vocab, c->hidden};
-        if ((st = get_tensor(ck, "model.embed_tokens.weight", MR_ST_BF16, -1, 2, sh, &t))) goto out;
+        char n[160];
+        mr_hf_name(MR_HF_EMBED, -1, -1, NULL, n, sizeof n);
+        if ((st = get_tensor(ck, n, MR_ST_BF16, -1, 2, sh, &t))) goto out;
         if (!(m->w.embed = in_place(m, t, 2))) {
             st = MR_ENOMEM;
             goto out;
         }
-        if ((st = load_vec(m, ck, "model.norm.weight", c->hidden, &m->w.final_norm))) goto out;
+        mr_hf_name(MR_HF_FINAL_NORM, -1, -1, NULL, n, sizeof n);
+        if ((st = load_vec(m, ck, n, c->hidden, &m->w.final_norm))) goto out;
         bool unused = false;
-        if ((st = load_linear(m, ck, "lm_head", MR_FMT_BF16, c->vocab, c->hidden, &m->w.lm_head, &unused))) goto out;
+        mr_hf_name(MR_HF_LM_HEAD, -1, -1, "", n, sizeof n);
+        if ((st = load_linear(m, ck, n, MR_FMT_BF16, c->vocab, c->hidden, &m->w.lm_head, &unused, true)))
+            goto out;
     }
     m->w.layers = mr_calloc((size_t)c->n_layers, sizeof(mr__layer));
     if (!m->w.layers) {
@@ -509,6 +588,8 @@ mr_status mr_model_open(const char *dir, const mr_model_opts *opts, mr_model **o
         goto out;
     }
     if ((st = alloc_state(m))) goto out;
+    /* one MoE context (runner state, transport, workspace) for every layer */
+    if ((st = mr_moe_ctx_new(m->runner, &m->problem, s->max_tokens, &m->moe))) goto out;
     for (int l = 0; l < c->n_layers; l++) {
         if ((st = load_layer(m, ck, d, l))) goto out;
         progress(m, l + 1, c->n_layers);
@@ -527,12 +608,10 @@ out:
 
 void mr_model_close(mr_model *m) {
     if (!m) return;
-    if (m->w.layers) {
-        for (int64_t l = 0; l < m->c.n_layers; l++) {
-            mr_moe_ctx_free(m->w.layers[l].moe);
-            mr_moe_weights_free(m->w.layers[l].experts);
-        }
-    }
+    if (m->w.layers)
+        for (int64_t l = 0; l < m->c.n_layers; l++) mr_moe_weights_free(m->w.layers[l].experts);
+    mr_moe_ctx_free(m->moe);
+    mr_resolution_free(m->own_res);
     mr_free(m->w.layers);
     for (int i = 0; i < m->n_owned; i++) mr_aligned_free(m->owned[i]);
     mr_free(m->owned);
@@ -544,9 +623,20 @@ const mr_model_config *mr_model_config_of(const mr_model *m) { return &m->c; }
 const char *mr_model_runner_name(const mr_model *m) { return m->runner->name; }
 mr_act_mode mr_model_act_mode(const mr_model *m) { return m->problem.act_mode; }
 size_t mr_model_peak_rss(const mr_model *m) { return m->peak_rss; }
+void mr_model_weight_bytes_get(const mr_model *m, mr_model_weight_bytes *out) {
+    memset(out, 0, sizeof *out);
+    for (int64_t l = 0; l < m->c.n_layers; l++) {
+        const mr__layer *L = &m->w.layers[l];
+        out->attn += mr_qmatrix_bytes(&L->wq) + mr_qmatrix_bytes(&L->wk) + mr_qmatrix_bytes(&L->wv) +
+                     mr_qmatrix_bytes(&L->wo);
+        out->router += mr_qmatrix_bytes(&L->gate) + (size_t)m->c.n_experts * sizeof(float);
+    }
+    if (m->c.n_layers > 0) out->expert = mr_moe_weights_expert_bytes(m->w.layers[0].experts);
+    out->lm_head = mr_qmatrix_bytes(&m->w.lm_head);
+}
 bool mr_model_is_eos(const mr_model *m, int32_t tok) {
     for (int i = 0; i < m->c.n_eos; i++)
-        if (m->c.eos[i] == tok) return true;
+        if (m->c.eos_ids[i] == tok) return true;
     return false;
 }
 void mr__model_set_moe_hook(mr_model *m,

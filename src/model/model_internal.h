@@ -21,9 +21,8 @@ typedef struct {
     mr_qmatrix wo;        /* [H][Hq*D] */
     mr_qmatrix gate;      /* [E][H] router, fp32 (owned, widened from the checkpoint) */
     float *bias;          /* [E] e_score_correction_bias, fp32 */
-    mr_moe_weights *experts; /* E x (w1 gate [I][H], w3 up [I][H], w2 down [H][I]), in place until
-                                the runner's after-load repacks them */
-    mr_moe_ctx *moe;         /* the resolved runner's context for this layer */
+    mr_moe_weights *experts; /* the local experts x (w1 gate [I][H], w3 up [I][H], w2 down [H][I]), in
+                                place until the runner's after-load repacks them */
 } mr__layer;
 
 typedef struct {
@@ -45,18 +44,30 @@ typedef struct {
     float *att;      /* [T][Hq*D] attention output (heads concatenated) */
     float *y;        /* [T][H] sublayer output */
     float *hlast;    /* [T][H] rows that go to lm_head */
-    float *scores;   /* [n_threads][max_ctx] softmax scratch */
+    float *scores;   /* [n_threads][scores_per_thread]: a query group's softmax rows [group][max_ctx],
+                        then a widened K or V row [D] */
+    size_t scores_per_thread;
     int64_t *pos;    /* [T] position of each token in its sequence */
-    int32_t *slot;   /* [T] KV slot of each token */
+    int32_t *slot;   /* [T] KV slot of each token (contiguous cache) */
+    const int32_t **tok_bt; /* [T] block table of each token's sequence (paged pool) */
+    int64_t *out_tok;/* [T] rows of the chunk that produce logits */
+    float **out_row; /* [T] where each of those rows' logits go */
     float *inv_freq; /* [rotary_dim/2] */
-    float *kcache;   /* [n_layers][max_batch][max_ctx][Hkv*D] */
+    float *kcache;   /* [n_layers][max_batch][max_ctx][Hkv*D] contiguous cache (NULL when max_batch is 0) */
     float *vcache;   /* [n_layers][max_batch][max_ctx][Hkv*D] */
     int64_t *len;    /* [max_batch] tokens held per slot */
+    /* paged pool: [n_layers][kv_blocks][Hkv][MR_KV_BLOCK_TOKENS][D] in kv_dtype (BF16 or F32) */
+    void *kpool, *vpool;
+    int64_t kv_blocks;
+    mr_format kv_dtype;
+    size_t kv_pool_bytes;     /* of each of kpool, vpool */
+    unsigned char *blk_mark;  /* [kv_blocks] scratch: blocks written by the batch being checked */
     float *rlogits;  /* [T][E] router logits */
     int32_t *ids;    /* [T][k] selected experts */
     float *wts;      /* [T][k] routing weights */
     uint16_t *xb;    /* [T][H] bf16 copies when the runner's activation dtype is bf16 */
     uint16_t *ob;    /* [T][H] */
+    uint8_t *emark;  /* [E] scratch: experts routed to in one MoE call */
 } mr__state;
 
 struct mr_model {
@@ -66,6 +77,10 @@ struct mr_model {
     mr_model_opts opts;
     const mr_moe_runner *runner;
     mr_moe_problem problem;  /* what the runner accepted */
+    mr_format attn_format;   /* weights of q/k/v/o: BF16 or FP8_BLOCK (from the quantization) */
+    mr_format expert_format; /* BF16, FP8_BLOCK or NVFP4 */
+    mr_moe_ctx *moe;         /* the runner's context: one workspace shared by every layer */
+    mr_resolution *own_res;  /* the resolution made at open when opts.exec is NULL (owns the exec) */
     mr_routing routing;      /* minimax2, k, E; bias set per layer */
     void *ckpt;          /* the open checkpoint (mapped tensors live there) */
     void **owned;        /* buffers allocated by the loader, freed at close */
@@ -91,11 +106,23 @@ void mr__rope(float *x, const int64_t *pos, int64_t T, int64_t n_heads, int64_t 
               const float *inv_freq);
 /* inv_freq[i] = 1 / theta^(2i/rotary_dim), i < rotary_dim/2 (fp32, as transformers). */
 void mr__rope_freqs(float *inv_freq, int64_t rotary_dim, double theta);
-/* Causal GQA attention in fp32 over the KV cache. q [T][Hq*D] -> out [T][Hq*D];
- * token t reads slot[t]'s cache rows 0..pos[t]. kc/vc: this layer's [max_batch][max_ctx][Hkv*D]. */
-void mr__attention(float *out, const float *q, const float *kc, const float *vc, const int32_t *slot,
-                   const int64_t *pos, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                   int64_t max_ctx, float *scores, int n_threads);
+/* Where one layer's K and V rows are, for mr__attention: either the
+ * contiguous cache (kc/vc [max_batch][max_ctx][Hkv*D] fp32, token t reads slot
+ * slot[t]) or the paged pool (kc/vc [kv_blocks][Hkv][16][D] in dtype, token t
+ * reads through its block table bt[t]). */
+typedef struct {
+    const void *kc, *vc;
+    const int32_t *slot;        /* contiguous, else NULL */
+    const int32_t *const *bt;   /* paged, else NULL */
+    mr_format dtype;            /* F32, or BF16 (paged only) */
+    int64_t max_ctx;
+} mr__kv_view;
+/* Causal GQA attention in fp32: q [T][Hq*D] -> out [T][Hq*D]; token t attends
+ * to positions 0..pos[t] of its sequence. The arithmetic of one (token, head)
+ * does not depend on where the rows live: the contiguous and the paged pool
+ * (fp32) give identical results. scores: [n_threads][per_thread] scratch. */
+void mr__attention(float *out, const float *q, const mr__kv_view *kv, const int64_t *pos, int64_t T, int64_t n_heads,
+                   int64_t n_kv_heads, int64_t head_dim, float *scores, size_t per_thread, int n_threads);
 /* y += x, n values. */
 void mr__add(float *y, const float *x, int64_t n);
 /* y [M][N] = x [M][K] . W^T for W [N][K] in any weight format (kernels dispatch). */
@@ -108,6 +135,11 @@ mr_status mr__moe_forward(mr_model *m, int l, const float *xn, int64_t T, float 
 /* ---- loader helpers shared with the tools ---- */
 /* Records a loader-owned buffer freed at close (NULL-safe; on OOM frees p). */
 mr_status mr__model_own(mr_model *m, void *p);
+/* Layer l's experts [first, first + n) from checkpoint ck (an mr_ckpt), in
+ * HF layout, as a weight set of n experts starting at global id first;
+ * only those experts' tensors are read (and every expert's NVFP4
+ * input_scale, for the layer's w4a4 scales). The model's config is used. */
+mr_status mr__model_load_experts(mr_model *m, const void *ck, int l, int first, int n, mr_moe_weights **out);
 /* Test/calibration hook (quantize uses it to collect expert input amax). */
 void mr__model_set_moe_hook(mr_model *m,
                             void (*hook)(void *user, int layer, const float *x, int64_t T, const int32_t *ids, int k),

@@ -1,6 +1,6 @@
 /* ops.c — the fp32 ops of the MiniMax-M2 forward pass that are not matmuls:
  * RMSNorm, embedding gather, partial NeoX RoPE, causal GQA attention over
- * the KV cache, residual add. Free functions (out, in, weights, dims),
+ * the KV cache (contiguous or paged), residual add. Free functions (out, in, weights, dims),
  * spec/minimax-m2.md "Forward". */
 #include <math.h>
 #include <string.h>
@@ -54,38 +54,75 @@ void mr__rope(float *x, const int64_t *pos, int64_t T, int64_t n_heads, int64_t 
     }
 }
 
-void mr__attention(float *out, const float *q, const float *kc, const float *vc, const int32_t *slot,
-                   const int64_t *pos, int64_t T, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                   int64_t max_ctx, float *scores, int n_threads) {
-    int64_t group = n_heads / n_kv_heads, kvd = n_kv_heads * head_dim;
+/* Dot product in a fixed order: 8 interleaved partial sums, then a fixed
+ * tree (vectorizes, and gives the same bits for the same inputs wherever
+ * the rows live). */
+static inline float dot_f32(const float *a, const float *b, int64_t n) {
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) acc[k] += a[i + k] * b[i + k];
+    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* Row j (a [D] vector of kv head kvh) of one token's K or V: fp32 in place,
+ * or widened from bf16 into tmp (exact). */
+static inline const float *kv_row(const mr__kv_view *kv, const void *base, int64_t t, int64_t j, int64_t kvh,
+                                  int64_t n_kv_heads, int64_t D, float *tmp) {
+    if (kv->slot) { /* contiguous fp32: [slot][max_ctx][Hkv*D] */
+        const float *b = base;
+        return b + (((size_t)kv->slot[t] * (size_t)kv->max_ctx + (size_t)j) * (size_t)n_kv_heads + (size_t)kvh) *
+                       (size_t)D;
+    }
+    size_t blk = (size_t)kv->bt[t][j / MR_KV_BLOCK_TOKENS];
+    size_t off = ((blk * (size_t)n_kv_heads + (size_t)kvh) * MR_KV_BLOCK_TOKENS + (size_t)(j % MR_KV_BLOCK_TOKENS)) *
+                 (size_t)D;
+    if (kv->dtype == MR_FMT_F32) return (const float *)base + off;
+    const uint16_t *h = (const uint16_t *)base + off;
+    for (int64_t i = 0; i < D; i++) tmp[i] = mr__bf16f(h[i]);
+    return tmp;
+}
+
+void mr__attention(float *out, const float *q, const mr__kv_view *kv, const int64_t *pos, int64_t T, int64_t n_heads,
+                   int64_t n_kv_heads, int64_t head_dim, float *scores, size_t per_thread, int n_threads) {
+    int64_t group = n_heads / n_kv_heads, D = head_dim;
     float scale = 1.0f / sqrtf((float)head_dim);
-#pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads) if (T * n_heads > 1)
-    for (int64_t th = 0; th < T * n_heads; th++) {
-        int64_t t = th / n_heads, h = th % n_heads, kvh = h / group, n = pos[t] + 1;
-        float *sc = scores + (int64_t)omp_get_thread_num() * max_ctx;
-        const float *qh = q + t * n_heads * head_dim + h * head_dim;
-        const float *kbase = kc + (int64_t)slot[t] * max_ctx * kvd + kvh * head_dim;
-        const float *vbase = vc + (int64_t)slot[t] * max_ctx * kvd + kvh * head_dim;
-        float mx = -INFINITY;
-        for (int64_t j = 0; j < n; j++) {
-            const float *kj = kbase + j * kvd;
-            float d = 0.0f;
-            for (int64_t i = 0; i < head_dim; i++) d += qh[i] * kj[i];
-            sc[j] = d * scale;
-            if (sc[j] > mx) mx = sc[j];
+    /* one work item per (token, kv head): the group's query heads share each K and V row */
+#pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads) if (T * n_kv_heads > 1)
+    for (int64_t tk = 0; tk < T * n_kv_heads; tk++) {
+        int64_t t = tk / n_kv_heads, kvh = tk % n_kv_heads, n = pos[t] + 1;
+        float *sc = scores + (size_t)omp_get_thread_num() * per_thread; /* [group][n] */
+        float *tmp = sc + (size_t)group * (size_t)kv->max_ctx;          /* [D] */
+        const float *qg = q + (t * n_heads + kvh * group) * D;          /* [group][D] */
+        float *og = out + (t * n_heads + kvh * group) * D;
+        float mx[64], inv[64]; /* group <= 64: checked at open */
+        for (int64_t g = 0; g < group; g++) mx[g] = -INFINITY;
+        for (int64_t j = 0; j < n; j++) { /* scores q . k_j / sqrt(D) */
+            const float *kj = kv_row(kv, kv->kc, t, j, kvh, n_kv_heads, D, tmp);
+            for (int64_t g = 0; g < group; g++) {
+                float d = dot_f32(qg + g * D, kj, D) * scale;
+                sc[g * n + j] = d;
+                if (d > mx[g]) mx[g] = d;
+            }
         }
-        float sum = 0.0f;
-        for (int64_t j = 0; j < n; j++) {
-            sc[j] = expf(sc[j] - mx);
-            sum += sc[j];
+        for (int64_t g = 0; g < group; g++) { /* softmax */
+            float sum = 0.0f;
+            for (int64_t j = 0; j < n; j++) {
+                sc[g * n + j] = expf(sc[g * n + j] - mx[g]);
+                sum += sc[g * n + j];
+            }
+            inv[g] = 1.0f / sum;
+            for (int64_t i = 0; i < D; i++) og[g * D + i] = 0.0f;
         }
-        float inv = 1.0f / sum;
-        float *o = out + t * n_heads * head_dim + h * head_dim;
-        for (int64_t i = 0; i < head_dim; i++) o[i] = 0.0f;
-        for (int64_t j = 0; j < n; j++) {
-            const float *vj = vbase + j * kvd;
-            float p = sc[j] * inv;
-            for (int64_t i = 0; i < head_dim; i++) o[i] += p * vj[i];
+        for (int64_t j = 0; j < n; j++) { /* out = sum_j p_j v_j, in position order */
+            const float *vj = kv_row(kv, kv->vc, t, j, kvh, n_kv_heads, D, tmp);
+            for (int64_t g = 0; g < group; g++) {
+                float p = sc[g * n + j] * inv[g];
+                float *o = og + g * D;
+                for (int64_t i = 0; i < D; i++) o[i] += p * vj[i];
+            }
         }
     }
 }

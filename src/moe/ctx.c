@@ -1,7 +1,8 @@
-/* ctx.c — the MoE run context: capability check, the chosen runner's
- * after-load, the workspace (allocated once for max_T tokens so that the
- * per-call path never allocates), the layout check at dispatch and the
- * test-only mutation switch. */
+/* ctx.c — the MoE context of one model: capability check, the workspace
+ * (allocated once for max_T tokens and shared by every layer, so that the
+ * per-call path never allocates), the runner's private state (its
+ * ops->ctx_new / ctx_free), the transport, the after-load of each layer's
+ * weights, the phase profile and the test-only mutation switch. */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -31,155 +32,151 @@ void mr__moe_w4a4_scales(const mr_moe_weights *w, float *s13, float *s2) {
         if (w->w3[e].data) a = fmaxf(a, w->w3[e].input_scale);
         b = fmaxf(b, w->w2[e].input_scale);
     }
-    *s13 = a;
-    *s2 = b;
+    *s13 = w->in_scale13 > 0.0f ? w->in_scale13 : a;
+    *s2 = w->in_scale2 > 0.0f ? w->in_scale2 : b;
 }
 
 mr_status mr_moe_weights_prepare(const mr_moe_runner *r, const mr_moe_problem *p, mr_moe_weights *w) {
     mr_moe_layout L;
     r->required_layout(p, &L);
-    if (w->layout.gateup != MR_GATEUP_SEPARATE) {
-        if (mr__moe_layout_equal(&w->layout, &L)) return MR_OK;
+    if (w->layout.gateup != MR_GATEUP_SEPARATE || w->prepared_by) {
+        if (w->prepared_by == r && mr__moe_layout_equal(&w->layout, &L)) return MR_OK;
         return mr_error_set(MR_ESTATE, "weights are in the layout of runner %s, runner %s needs another",
-                            w->layout.owner, r->name);
+                            w->layout.owner ? w->layout.owner : "?", r->name);
     }
-    return r->ops->after_load(p, w);
+    mr_status st = r->ops->after_load(r, p, w);
+    if (st == MR_OK) w->prepared_by = r;
+    return st;
+}
+
+void mr_moe_problem_local(const mr_moe_problem *p, int *first, int *n) {
+    if (p->n_local > 0) {
+        *first = p->local_first;
+        *n = p->n_local;
+    } else {
+        *first = 0;
+        *n = p->n_experts;
+    }
+}
+
+void *mr__moe_ws_alloc(mr_moe_ctx *c, size_t n, size_t sz, mr_status *st) {
+    size_t b;
+    if (*st) return NULL;
+    if (!mr_size_mul(n, sz, &b)) {
+        *st = mr_error_set(MR_EOVERFLOW, "MoE workspace too large (%zu x %zu bytes)", n, sz);
+        return NULL;
+    }
+    if (c->n_bufs == MR__MOE_MAX_BUFS) {
+        *st = mr_error_set(MR_ECAPACITY, "MoE workspace: more than %d buffers", MR__MOE_MAX_BUFS);
+        return NULL;
+    }
+    void *p = mr_aligned_alloc(64, b ? b : 64);
+    if (!p) {
+        *st = MR_ENOMEM;
+        return NULL;
+    }
+    memset(p, 0, b ? b : 64); /* padding columns of the kernel inputs stay zero */
+    c->bufs[c->n_bufs++] = p;
+    c->ws_bytes += b;
+    return p;
 }
 
 void mr_moe_ctx_free(mr_moe_ctx *c) {
     if (!c) return;
-    mr_free(c->counts);
-    mr_free(c->offsets);
-    mr_free(c->slot_of);
-    mr_free(c->token_of);
-    mr_free(c->ids);
-    mr_free(c->wts);
-    mr_aligned_free(c->xq);
-    mr_free(c->xs);
-    mr_aligned_free(c->hq);
-    mr_free(c->hs);
-    mr_aligned_free(c->yslot);
-    mr_aligned_free(c->tmp);
-    mr_free(c->tasks);
-    mr_aligned_free((void *)c->ranges);
-    mr_aligned_free(c->x1);
-    mr_aligned_free(c->x2);
-    mr_aligned_free(c->xs1);
-    mr_aligned_free(c->xs2);
-    mr_aligned_free(c->xb1);
-    mr_aligned_free(c->xb2);
+    if (c->a2a && c->a2a_state) c->a2a->close(c->a2a_state);
+    if (c->rs && c->runner->ops->ctx_free) c->runner->ops->ctx_free(c);
+    for (int i = 0; i < c->n_bufs; i++) mr_aligned_free(c->bufs[i]);
     mr_free(c);
-}
-
-static _Thread_local size_t ws_total; /* bytes ws_alloc handed out since mr_moe_ctx_new started */
-
-/* n elements of sz bytes, overflow-checked, 64-byte aligned */
-static void *ws_alloc(size_t n, size_t sz, mr_status *st) {
-    size_t b;
-    if (*st) return NULL;
-    if (!mr_size_mul(n, sz, &b)) {
-        *st = mr_error_set(MR_EOVERFLOW, "MoE workspace too large");
-        return NULL;
-    }
-    void *p = mr_aligned_alloc(64, b ? b : 64);
-    if (!p) *st = MR_ENOMEM;
-    else ws_total += b;
-    return p;
 }
 
 size_t mr_moe_ctx_workspace_bytes(const mr_moe_ctx *c) { return c ? c->ws_bytes : 0; }
 
-mr_status mr_moe_ctx_new(const mr_moe_runner *r, const mr_moe_problem *p, mr_moe_weights *w, int64_t max_T,
-                         mr_moe_ctx **out) {
+mr_probe_instr mr_moe_runner_instr(const mr_moe_runner *r, const mr_moe_problem *p) {
+    return r->ops->instr ? r->ops->instr(p) : MR_PROBE_FMA;
+}
+
+mr_status mr_moe_ctx_new(const mr_moe_runner *r, const mr_moe_problem *p, int64_t max_T, mr_moe_ctx **out) {
     *out = NULL;
     char why[256];
+    if (!r || !p) return mr_error_set(MR_EINVAL, "mr_moe_ctx_new: NULL runner or problem");
     if (!r->supports(p, why, sizeof why)) return mr_error_set(MR_EUNSUPPORTED, "%s", why);
-    if (w->n_experts != p->n_experts || w->hidden != p->hidden || w->inter != p->inter || w->fmt != p->weight_format)
-        return mr_error_set(MR_EINVAL, "weight set (E %d, H %lld, I %lld) does not match the problem (E %d, H %lld, I %lld)",
-                            w->n_experts, (long long)w->hidden, (long long)w->inter, p->n_experts,
-                            (long long)p->hidden, (long long)p->inter);
     if (max_T < 1 || max_T > (1 << 20)) return mr_error_set(MR_EINVAL, "max_T must be in 1..2^20");
-    mr_status st = mr_moe_weights_prepare(r, p, w);
-    if (st) return st;
-    if ((st = mr_moe_weights_validate(w))) return st;
+    int first, n_local;
+    mr_moe_problem_local(p, &first, &n_local);
+    const int R = p->ep_size > 0 ? p->ep_size : 1;
+    if (first < 0 || n_local < 1 || first > p->n_experts - n_local || p->ep_rank < 0 || p->ep_rank >= R)
+        return mr_error_set(MR_EINVAL, "local experts [%d, %d) or peer %d of %d do not fit %d experts", first,
+                            first + n_local, p->ep_rank, R, p->n_experts);
+    const mr_a2a_ops *t = mr_a2a_ops_get(p->a2a);
+    if (!t)
+        return mr_error_set(MR_EUNSUPPORTED, "a2a transport %s is not built into this binary", mr_a2a_name(p->a2a));
 
     mr_moe_ctx *c = mr_calloc(1, sizeof *c);
     if (!c) return MR_ENOMEM;
-    ws_total = 0;
+    mr_status st = MR_OK;
     c->runner = r;
     c->p = *p;
-    c->w = w;
+    c->p.ep_size = R;
+    c->local_first = first;
+    c->n_local = n_local;
     c->max_T = max_T;
     c->kern = mr_kernels_get();
-    r->required_layout(p, &c->layout);
-    if (p->act_mode == MR_ACT_W4A4) {
-        mr__moe_w4a4_scales(w, &c->s13, &c->s2);
-        if (!(c->s13 > 0.0f) || !(c->s2 > 0.0f) || !isfinite(c->s13) || !isfinite(c->s2)) {
-            mr_moe_ctx_free(c);
-            return mr_error_set(MR_EINPUT, "w4a4 needs calibrated input_scale on every expert (gate/up %g, down %g)",
-                                c->s13, c->s2);
-        }
-    }
-    const size_t E = (size_t)p->n_experts, k = (size_t)p->top_k, H = (size_t)p->hidden;
-    const size_t Ip = (size_t)c->layout.inter_padded, I = (size_t)p->inter;
-    size_t S;
-    if (!mr_size_mul((size_t)max_T, k, &S)) return mr_error_set(MR_EOVERFLOW, "max_T * k overflows");
     c->n_threads = omp_get_max_threads();
-    c->counts = ws_alloc(E, 4, &st);
-    c->offsets = ws_alloc(E + 1, 4, &st);
-    c->slot_of = ws_alloc(S, 4, &st);
-    c->token_of = ws_alloc(S, 4, &st);
-    c->ids = ws_alloc(S, 4, &st);
-    c->wts = ws_alloc(S, 4, &st);
-    size_t GH = (H + 127) / 128, GI = (Ip + 127) / 128;
-    size_t SH = 0, SI = 0;
-    if (!mr_size_mul(S, H, &SH) || !mr_size_mul(S, Ip, &SI)) st = mr_error_set(MR_EOVERFLOW, "workspace overflows");
-    if (c->layout.pack != MR_PACK_NONE) {
-        if (!st) st = mr__moe_packed_ws(c);
-    } else if (strcmp(r->name, "reference") != 0) {
-        c->xq = ws_alloc(SH, 4, &st);
-        c->xs = ws_alloc(S, GH * 4, &st);
-        c->hq = ws_alloc(SI, 4, &st);
-        c->hs = ws_alloc(S, GI * 4, &st);
-        c->yslot = ws_alloc(SH, 4, &st);
-        size_t nb = (Ip + 127) / 128 > (H + 63) / 64 ? (Ip + 127) / 128 : (H + 63) / 64;
-        c->tasks = ws_alloc(E * nb, 4, &st);
-    }
-    /* per thread: gate, up chunk [64][128] each, y chunk [64][64], rows of H and I */
-    size_t core = 64 * 128 * 2 + 64 * 64 + 2 * H + 2 * Ip + 256;
-    /* packed path: gate, up [128][128], y [128][64], a row of max(H, Ip), kernel scratch */
-    size_t packed = 128 * 128 * 2 + 128 * MR__MOE_CB2 + (H > Ip ? H : Ip) + 64 + MR_UK_SCRATCH / 4 + 16;
-    if (packed > core) core = packed;
-    size_t ref = 5 * H + 3 * I + 256;
-    c->tmp_stride = (int64_t)((core > ref ? core : ref) + 15) / 16 * 16;
-    c->tmp = ws_alloc((size_t)c->n_threads, (size_t)c->tmp_stride * 4, &st);
-    c->ranges = ws_alloc((size_t)c->n_threads * 2, MR__MOE_RSTRIDE * sizeof(uint64_t), &st);
+    r->required_layout(p, &c->layout);
+    const size_t E = (size_t)p->n_experts, H = (size_t)p->hidden, Ip = (size_t)c->layout.inter_padded;
+    c->max_rows = max_T * p->top_k; /* <= 2^20 * 32: no overflow */
+    c->max_recv = c->max_rows * R;  /* every peer may send all its rows here */
+    const size_t S = (size_t)c->max_rows;
+    /* route */
+    c->ids = mr__moe_ws_alloc(c, S, 4, &st);
+    c->wts = mr__moe_ws_alloc(c, S, 4, &st);
+    c->counts = mr__moe_ws_alloc(c, E, 4, &st);
+    c->offsets = mr__moe_ws_alloc(c, E + 1, 4, &st);
+    c->slot_of = mr__moe_ws_alloc(c, S, 4, &st);
+    c->token_of = mr__moe_ws_alloc(c, S, 4, &st);
+    c->row_expert = mr__moe_ws_alloc(c, S, 4, &st);
+    c->peer_counts = mr__moe_ws_alloc(c, (size_t)R, sizeof(int64_t), &st);
+    /* results, and prepare / finalize scratch: a row of max(H, Ip) and one of H per thread */
+    c->y = mr__moe_ws_alloc(c, S, H * 4, &st);
+    c->tmp_stride = (int64_t)((2 * (H > Ip ? H : Ip) + 64 + 15) / 16 * 16);
+    c->tmp = mr__moe_ws_alloc(c, (size_t)c->n_threads, (size_t)c->tmp_stride * 4, &st);
+    /* the runner's state, then its rows */
+    if (!st) st = r->ops->ctx_new(c);
+    for (int i = 0; !st && i < c->rows.n_planes; i++)
+        c->rows.plane[i].base = mr__moe_ws_alloc(c, S, c->rows.plane[i].row_bytes, &st);
+    c->rows.n = 0;
+    if (!st) st = t->open(&c->p, c->max_rows, &c->rows, &c->a2a_state);
+    if (!st) c->a2a = t;
     if (st) {
-        mr_moe_ctx_free(c);
+        mr_moe_ctx_free(c); /* nothing of c is read after this */
         return st;
     }
-    c->ws_bytes = ws_total;
     *out = c;
     return MR_OK;
 }
 
-mr_status mr_moe_run(mr_moe_ctx *c, const mr_moe_args *a) {
-    if (!c || !a) return mr_error_set(MR_EINVAL, "mr_moe_run: NULL context or args");
-    /* the layout is checked at dispatch, never inferred from a runner name */
-    if (!mr__moe_layout_equal(&c->w->layout, &c->layout))
-        return mr_error_set(MR_ESTATE, "runner %s needs its own weight layout, but the weights are in the layout of %s",
-                            c->runner->name, c->w->layout.owner ? c->w->layout.owner : "nobody");
-    if (a->T < 1 || a->T > c->max_T)
-        return mr_error_set(MR_EINVAL, "T %lld out of range 1..%lld", (long long)a->T, (long long)c->max_T);
-    if (!a->x || !a->out) return mr_error_set(MR_EINVAL, "mr_moe_run: x and out are required");
-    if (c->runner->routes_itself) {
-        if (!a->logits || !a->routing) return mr_error_set(MR_EINVAL, "runner %s needs router logits and the routing", c->runner->name);
-        if (a->routing->method != c->p.routing || a->routing->n_experts != c->p.n_experts || a->routing->top_k != c->p.top_k)
-            return mr_error_set(MR_EINVAL, "routing does not match the problem the context was made for");
-    } else if (!a->ids || !a->weights) {
-        return mr_error_set(MR_EINVAL, "runner %s needs precomputed ids and weights", c->runner->name);
+mr_status mr_moe_ctx_prepare(mr_moe_ctx *c, mr_moe_weights *w) {
+    if (!c || !w) return mr_error_set(MR_EINVAL, "mr_moe_ctx_prepare: NULL context or weights");
+    const mr_moe_problem *p = &c->p;
+    if (w->n_experts != c->n_local || w->expert_first != c->local_first || w->hidden != p->hidden ||
+        w->inter != p->inter || w->fmt != p->weight_format)
+        return mr_error_set(MR_EINVAL,
+                            "weight set (experts [%d, %d), H %lld, I %lld) does not match the problem (experts [%d, "
+                            "%d) of %d, H %lld, I %lld)",
+                            w->expert_first, w->expert_first + w->n_experts, (long long)w->hidden, (long long)w->inter,
+                            c->local_first, c->local_first + c->n_local, p->n_experts, (long long)p->hidden,
+                            (long long)p->inter);
+    mr_status st = mr_moe_weights_prepare(c->runner, p, w);
+    if (st) return st;
+    if ((st = mr_moe_weights_validate(w))) return st;
+    if (p->act_mode == MR_ACT_W4A4) {
+        float s13, s2;
+        mr__moe_w4a4_scales(w, &s13, &s2);
+        if (!(s13 > 0.0f) || !(s2 > 0.0f) || !isfinite(s13) || !isfinite(s2))
+            return mr_error_set(MR_EINPUT, "w4a4 needs calibrated input_scale on every expert (gate/up %g, down %g)",
+                                s13, s2);
     }
-    return c->runner->ops->run(c, a);
+    return MR_OK;
 }
 
 void mr_moe_ctx_profile(mr_moe_ctx *c, mr_moe_profile *out, bool reset) {
@@ -188,40 +185,3 @@ void mr_moe_ctx_profile(mr_moe_ctx *c, mr_moe_profile *out, bool reset) {
 }
 
 void mr_moe_ctx_debug_stream_only(mr_moe_ctx *c, bool on) { c->stream_only = on; }
-
-/* workspace of the packed path (expert_packed.c): rows of kernel input for
- * every slot, zeroed once so that the padding columns [n, Kp) stay 0 */
-mr_status mr__moe_packed_ws(mr_moe_ctx *c) {
-    const mr_moe_problem *p = &c->p;
-    const mr_act_mode m = p->act_mode;
-    const int64_t unit = p->weight_format == MR_FMT_FP8_BLOCK ? 128 : p->weight_format == MR_FMT_NVFP4 ? 16 : 2;
-    const int64_t Ip = c->layout.inter_padded, H = p->hidden;
-    c->ld1 = (H + unit - 1) / unit * unit;
-    c->ld2 = (Ip + unit - 1) / unit * unit;
-    /* per-block multipliers: per 16 (nvfp4) or per 128, at least one per 128 for the generic preparation */
-    c->nxs1 = mr__act_uk_block(m) == 16 ? c->ld1 / 16 : (c->ld1 + 127) / 128;
-    c->nxs2 = mr__act_uk_block(m) == 16 ? c->ld2 / 16 : (c->ld2 + 127) / 128;
-    const size_t S = (size_t)c->max_T * (size_t)p->top_k, es = (size_t)mr__act_uk_esize(m);
-    mr_status st = MR_OK;
-    size_t n1, n2;
-    if (!mr_size_mul(S, (size_t)c->ld1, &n1) || !mr_size_mul(S, (size_t)c->ld2, &n2))
-        return mr_error_set(MR_EOVERFLOW, "MoE workspace too large");
-    c->x1 = ws_alloc(n1, es, &st);
-    c->x2 = ws_alloc(n2, es, &st);
-    c->xs1 = ws_alloc(S, (size_t)c->nxs1 * 4, &st);
-    c->xs2 = ws_alloc(S, (size_t)c->nxs2 * 4, &st);
-    c->xb1 = ws_alloc(S, (size_t)(c->ld1 / 16 + 1) * 4, &st);
-    c->xb2 = ws_alloc(S, (size_t)(c->ld2 / 16 + 1) * 4, &st);
-    c->yslot = ws_alloc(S, (size_t)H * 4, &st);
-    const size_t E = (size_t)p->n_experts;
-    size_t nb1 = (size_t)(Ip + 127) / 128, nb2 = (size_t)(H + 63) / 64;
-    c->tasks = ws_alloc(E, (nb1 > nb2 ? nb1 : nb2) * 4, &st);
-    if (st) return st;
-    memset(c->x1, 0, n1 * es);
-    memset(c->x2, 0, n2 * es);
-    memset(c->xs1, 0, S * (size_t)c->nxs1 * 4);
-    memset(c->xs2, 0, S * (size_t)c->nxs2 * 4);
-    memset(c->xb1, 0, S * (size_t)(c->ld1 / 16 + 1) * 4);
-    memset(c->xb2, 0, S * (size_t)(c->ld2 / 16 + 1) * 4);
-    return MR_OK;
-}

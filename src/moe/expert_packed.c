@@ -1,19 +1,17 @@
-/* expert_packed.c — the expert compute of `routed` on packed weights (the
- * 16-row tile layouts of moerun/kernels.h, gate/up tiles interleaved), in
- * one OpenMP parallel region per call:
- *  1. rows grouped by expert (mr_permutation_build); each token's input is
- *     prepared once in the mode's kernel form (actmode.c) and copied to its
- *     k slots;
- *  2. GEMM1: one flat list of chunks (active expert, 128 columns of I = 8
+/* expert_packed.c — the phases of `routed` on packed weights (the 16-row
+ * tile layouts of moerun/kernels.h, gate/up tiles interleaved):
+ *  prepare: each token's input is prepared once in the mode's kernel form
+ *     (actmode.c) into the row of its first slot and copied to its other
+ *     slots (rows grouped by expert by the route phase);
+ *  experts, in one OpenMP parallel region:
+ *  1. GEMM1: one flat list of chunks (active expert, 128 columns of I = 8
  *     gate/up tile pairs, one contiguous run of weights); gate and up tiles
  *     through the micro-kernel, SiLU*up in the epilogue, h prepared for GEMM2
  *     (a chunk owns whole 128-column groups, as the modes need);
- *  3. GEMM2: one flat list of chunks (active expert, 128 rows of H = 8
- *     tiles); the routing weight applied as the down projection is stored
- *     per slot;
- *  4. a deterministic reduction over each token's k slots, in selection
- *     order, into the caller's buffer in the activation dtype.
- * Scheduling of 2 and 3 (the bandwidth-bound part): each thread owns one
+ *  2. GEMM2: one flat list of chunks (active expert, 128 rows of H = 8
+ *     tiles); each row's down projection stored with unit weight (the
+ *     routing weight is applied by the layer's finalize, at the origin).
+ * Scheduling of 1 and 2 (the bandwidth-bound part): each thread owns one
  * contiguous range of the flat list (so at T = 1 it streams long runs of
  * whole experts, and the kernels' software prefetch always runs ahead into
  * weights the same thread reads next); a thread that runs dry steals the
@@ -28,7 +26,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#include "moe/moe_internal.h"
+#include "moe/runner_routed.h"
 
 enum { CB1 = 128, CB2 = MR__MOE_CB2, MCH = 128, T = MR_PACK_TILE };
 
@@ -85,50 +83,92 @@ static inline void stream_start(const uint8_t *p, size_t bytes, const uint8_t **
     *expect = p + bytes;
 }
 
-mr_status mr__moe_experts_run_packed(mr_moe_ctx *c, const mr_moe_args *a, const int32_t *ids, const float *wts) {
+void mr__routed_prepare(mr_moe_ctx *c, const mr_moe_weights *w, const mr_moe_args *a, const float *wts) {
+    const mr__routed_state *s = c->rs;
+    const int k = c->p.top_k;
+    const int64_t H = c->p.hidden, Tn = a->T;
+    const mr_act_mode mode = c->p.act_mode;
+    const bool woi = mr_routing_weight_on_input(c->p.routing);
+    const int es = s->es;
+    float s13 = 0.0f, s2 = 0.0f;
+    if (mode == MR_ACT_W4A4) mr__moe_w4a4_scales(w, &s13, &s2);
+    const mr_moe_rowset *R = &c->rows;
+    const int pxs = s->use_xs ? 1 : -1, pxb = s->kind == MR_UK_NVFP4_I8 ? R->n_planes - 1 : -1;
+    uint64_t busy = 0;
+#pragma omp parallel num_threads(mr__moe_threads(c)) reduction(+ : busy)
+    {
+        const uint64_t t0 = mr_now_ns();
+        float *row = s->tmp + (size_t)s->tmp_stride * (size_t)omp_get_thread_num() + 128 * 128 * 2 + 128 * MR__MOE_CB2;
+        float *xs_unused = row + (H > c->layout.inter_padded ? H : c->layout.inter_padded) + 16;
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < Tn; t++) {
+            const int64_t s0 = c->slot_of[t * k];
+            for (int j = 0; j < k; j++) {
+                const int64_t r = c->slot_of[t * k + j];
+                if (j > 0 && !woi) { /* the same values: copy the first slot's row */
+                    memcpy(row_at(R->plane[0].base, r, s->ld1, es), row_at(R->plane[0].base, s0, s->ld1, es),
+                           (size_t)H * (size_t)es);
+                    for (int pl = 1; pl < R->n_planes; pl++)
+                        memcpy((char *)R->plane[pl].base + (size_t)r * R->plane[pl].row_bytes,
+                               (char *)R->plane[pl].base + (size_t)s0 * R->plane[pl].row_bytes, R->plane[pl].row_bytes);
+                    continue;
+                }
+                const float *xin = mr__moe_token_row(c, a, t, woi ? wts[t * k + j] : 1.0f, row);
+                float *xs = pxs > 0 ? (float *)R->plane[pxs].base + (size_t)r * (size_t)s->nxs1 : xs_unused;
+                int32_t *xb = pxb > 0 ? (int32_t *)R->plane[pxb].base + (size_t)r * (size_t)s->nxb1 : NULL;
+                mr__act_prepare_uk_row(mode, xin, H, s13, row_at(R->plane[0].base, r, s->ld1, es), xs, xb);
+            }
+        }
+        busy += mr_now_ns() - t0;
+    }
+    c->prof.busy_ns[MR_MOE_PH_PREP] += busy;
+}
+
+mr_status mr__routed_experts(mr_moe_ctx *c, const mr_moe_weights *w, const mr_a2a_xfer *x) {
+    const mr__routed_state *s = c->rs;
     const mr_moe_problem *p = &c->p;
-    const int k = p->top_k, E = p->n_experts;
-    const int64_t H = p->hidden, I = p->inter, Tn = a->T;
+    const int E = c->n_local;
+    const int64_t H = p->hidden, I = p->inter;
     const mr_act_mode mode = p->act_mode;
-    const mr_uk_kind kind = mr__act_uk_kind(mode);
-    const int es = mr__act_uk_esize(mode), blk = mr__act_uk_block(mode);
-    const bool woi = mr_routing_weight_on_input(p->routing);
-    const bool xbf = p->act_dtype == MR_FMT_BF16;
+    const mr_uk_kind kind = s->kind;
+    const int es = s->es, blk = s->blk;
     const mr_kernels *K = c->kern;
-    MR_ASSERT(c->layout.pack != MR_PACK_NONE && c->w->p13 && c->w->p2);
+    const int32_t *off = x->recv_offsets;
+    MR_ASSERT(c->layout.pack != MR_PACK_NONE && w->p13 && w->p2);
     if (K->uk_pack[kind] != (mr_pack_id)c->layout.pack) /* packed for another CPU's kernels */
         return mr_error_set(MR_ESTATE, "the experts are packed as %s, but this CPU's %s kernels take %s",
                             mr_pack_name((mr_pack_id)c->layout.pack), K->isa, mr_pack_name(K->uk_pack[kind]));
+    /* the received rows: kernel input, and its multipliers / int8 sums where the mode has them */
+    const void *x1 = x->recv.plane[0].base;
+    const float *xs1 = s->use_xs ? (const float *)x->recv.plane[1].base : NULL;
+    const int32_t *xb1 = kind == MR_UK_NVFP4_I8 ? (const int32_t *)x->recv.plane[x->recv.n_planes - 1].base : NULL;
+    float *const y = x->y_recv;
 
-    uint64_t tph[MR_MOE_NPH + 1];
+    uint64_t tph[3];
     tph[0] = mr_now_ns();
-    mr_permutation perm = {c->counts, c->offsets, c->slot_of, c->token_of};
-    mr_status st = mr_permutation_build(ids, Tn, k, E, &perm);
-    if (st) return st;
-
     /* flat chunk lists over the active experts: chunk ti is (act[ti / nb], ti % nb) */
     const int64_t nb1 = (I + CB1 - 1) / CB1, nb2 = (H + CB2 - 1) / CB2;
-    int32_t *act = c->tasks;
+    int32_t *act = s->act;
     int64_t n_act = 0;
     for (int e = 0; e < E; e++)
-        if (c->counts[e]) act[n_act++] = e;
-    const float post1 = mode == MR_ACT_W4A4 ? c->s13 : 1.0f, post2 = mode == MR_ACT_W4A4 ? c->s2 : 1.0f;
-    /* the multiplier and bias arrays are given to the kernels only where the mode has them */
-    const bool use_xs = blk != 0 && (mode == MR_ACT_W8A8 || kind == MR_UK_NVFP4_I8);
-    const int xs_group = mode == MR_ACT_W4A8 ? 8 : 1; /* w4a8: one s per 128-column group, replicated per 16 */
+        if (off[e + 1] > off[e]) act[n_act++] = e;
+    float s13 = 1.0f, s2 = 1.0f;
+    if (mode == MR_ACT_W4A4) mr__moe_w4a4_scales(w, &s13, &s2);
+    const float post1 = mode == MR_ACT_W4A4 ? s13 : 1.0f, post2 = mode == MR_ACT_W4A4 ? s2 : 1.0f;
+    const float in2 = mode == MR_ACT_W4A4 ? s2 : 0.0f;
     const mr_uk_fn fn_stream = c->stream_only ? K->uk_stream.fn : NULL;
-    const int max_nt = omp_get_max_threads() < c->n_threads ? omp_get_max_threads() : c->n_threads;
-    tph[1] = mr_now_ns();
-    int nthr = 1;
+    const int max_nt = mr__moe_threads(c);
 
 #pragma omp parallel num_threads(max_nt)
     {
         const int me = omp_get_thread_num(), nt = omp_get_num_threads();
-        float *tmp = c->tmp + (size_t)c->tmp_stride * (size_t)me;
+        float *tmp = s->tmp + (size_t)s->tmp_stride * (size_t)me;
         float *gb = tmp, *ub = gb + MCH * CB1, *yb = ub + MCH * CB1, *row = yb + MCH * CB2;
-        void *scratch = (void *)(((uintptr_t)(row + (H > c->layout.inter_padded ? H : c->layout.inter_padded) + 16) + 63) &
+        void *scratch = (void *)(((uintptr_t)(row + (H > c->layout.inter_padded ? H : c->layout.inter_padded) + 16 +
+                                              s->nxs1 + s->nxs2) +
+                                  63) &
                                  ~(uintptr_t)63);
-        _Atomic uint64_t *r1 = c->ranges, *r2 = c->ranges + (size_t)c->n_threads * MR__MOE_RSTRIDE;
+        _Atomic uint64_t *r1 = s->ranges, *r2 = s->ranges + (size_t)c->n_threads * MR__MOE_RSTRIDE;
         const uint8_t *expect = NULL;
         /* the two chunk lists split into nt contiguous ranges (read after the first barrier) */
         atomic_store_explicit(&r1[(size_t)me * MR__MOE_RSTRIDE],
@@ -137,106 +177,68 @@ mr_status mr__moe_experts_run_packed(mr_moe_ctx *c, const mr_moe_args *a, const 
         atomic_store_explicit(&r2[(size_t)me * MR__MOE_RSTRIDE],
                               rng_pack((uint32_t)(n_act * nb2 * me / nt), (uint32_t)(n_act * nb2 * (me + 1) / nt)),
                               memory_order_relaxed);
+#pragma omp barrier
         uint64_t tb = mr_now_ns(), te;
-#define PHASE_END(ph)                                                                                                \
+#define PHASE_END(ph, i)                                                                                             \
     te = mr_now_ns();                                                                                                \
     _Pragma("omp atomic") c->prof.busy_ns[ph] += te - tb;                                                           \
     _Pragma("omp barrier");                                                                                          \
     tb = mr_now_ns();                                                                                                \
-    _Pragma("omp master") tph[ph + 1] = tb;
-#pragma omp master
-        nthr = nt;
+    _Pragma("omp master") tph[i] = tb;
 
-        /* 1. GEMM1 input, once per token, copied to its k slots (expert-sorted order) */
-#pragma omp for schedule(static) nowait
-        for (int64_t t = 0; t < Tn; t++) {
-            for (int j = 0; j < k; j++) {
-                if (j > 0 && !woi) {
-                    const int64_t s0 = c->slot_of[t * k], s = c->slot_of[t * k + j];
-                    memcpy(row_at(c->x1, s, c->ld1, es), row_at(c->x1, s0, c->ld1, es), (size_t)H * (size_t)es);
-                    memcpy(c->xs1 + s * c->nxs1, c->xs1 + s0 * c->nxs1, (size_t)c->nxs1 * 4);
-                    if (kind == MR_UK_NVFP4_I8) memcpy(c->xb1 + s * (c->ld1 / 16 + 1), c->xb1 + s0 * (c->ld1 / 16 + 1), (size_t)(H / 16) * 4);
-                    continue;
-                }
-                const int64_t s = c->slot_of[t * k + j];
-                const float wt = woi ? wts[t * k + j] : 1.0f;
-                const float *xin;
-                if (xbf || woi) {
-                    for (int64_t i = 0; i < H; i++) {
-                        float v = xbf ? mr_bf16_to_f32(((const uint16_t *)a->x)[t * H + i]) : ((const float *)a->x)[t * H + i];
-                        row[i] = woi ? v * wt : v;
-                    }
-                    xin = row;
-                } else {
-                    xin = (const float *)a->x + t * H;
-                }
-                mr__act_prepare_uk_row(mode, xin, H, c->s13, row_at(c->x1, s, c->ld1, es), c->xs1 + s * c->nxs1,
-                                       c->xb1 + s * (c->ld1 / 16 + 1));
-            }
-        }
-        PHASE_END(MR_MOE_PH_PREP)
-
-        /* 2. GEMM1: gate and up tiles together, SiLU*up, h prepared for GEMM2 */
+        /* 1. GEMM1: gate and up tiles together, SiLU*up, h prepared for GEMM2 */
         for (int64_t ti; (ti = next_chunk(r1, nt, me)) >= 0;) {
             const int e = act[ti / nb1];
             const int64_t c0 = (ti % nb1) * CB1, cn = I - c0 < CB1 ? I - c0 : CB1, npair = (cn + T - 1) / T;
-            const mr_pmatrix *W = &c->w->p13[e];
-            const int64_t tile0 = 2 * (c0 / T);
-            for (int64_t m0 = 0; m0 < c->counts[e]; m0 += MCH) {
+            const mr_pmatrix *W = &w->p13[e];
+            const int64_t tile0 = 2 * (c0 / T), cnt = off[e + 1] - off[e];
+            for (int64_t m0 = 0; m0 < cnt; m0 += MCH) {
                 stream_start(W->data + (size_t)tile0 * W->tile_bytes, (size_t)(2 * npair) * W->tile_bytes, &expect);
-                const int64_t mm = c->counts[e] - m0 < MCH ? c->counts[e] - m0 : MCH, s0 = c->offsets[e] + m0;
+                const int64_t mm = cnt - m0 < MCH ? cnt - m0 : MCH, s0 = off[e] + m0;
                 const mr_uk_fn fn = fn_stream ? fn_stream : mm >= K->uk_gemm_min_m ? K->uk_gemm[kind].fn : K->uk_gemv[kind].fn;
-                const mr_uk_act in = {.x = row_at(c->x1, s0, c->ld1, es), .ldx = c->ld1,
-                                      .xs = use_xs ? c->xs1 + s0 * c->nxs1 : NULL, .ldxs = c->nxs1,
-                                      .xb = c->xb1 + s0 * (c->ld1 / 16 + 1), .ldb = c->ld1 / 16 + 1, .post = post1,
-                                      .xs_group = xs_group};
+                const mr_uk_act in = {.x = row_at((void *)x1, s0, s->ld1, es), .ldx = s->ld1,
+                                      .xs = xs1 ? xs1 + s0 * s->nxs1 : NULL, .ldxs = s->nxs1,
+                                      .xb = xb1 ? xb1 + s0 * s->nxb1 : NULL, .ldb = s->nxb1, .post = post1,
+                                      .xs_group = s->xs_group};
                 for (int64_t i = 0; i < npair; i++) {
                     fn(W, tile0 + 2 * i, &in, mm, gb + i * T, CB1, scratch);
                     fn(W, tile0 + 2 * i + 1, &in, mm, ub + i * T, CB1, scratch);
                 }
                 for (int64_t m = 0; m < mm; m++) {
                     K->silu_mul.fn(gb + m * CB1, ub + m * CB1, cn, row);
-                    const int64_t s = s0 + m;
-                    mr__act_prepare_uk_row(mode, row, cn, c->s2, (char *)row_at(c->x2, s, c->ld2, es) + (size_t)c0 * (size_t)es,
-                                           c->xs2 + s * c->nxs2 + (blk == 16 ? c0 / 16 : c0 / 128),
-                                           c->xb2 + s * (c->ld2 / 16 + 1) + c0 / 16);
+                    const int64_t r = s0 + m;
+                    mr__act_prepare_uk_row(mode, row, cn, in2,
+                                           (char *)row_at(s->x2, r, s->ld2, es) + (size_t)c0 * (size_t)es,
+                                           s->xs2 + r * s->nxs2 + (blk == 16 ? c0 / 16 : c0 / 128),
+                                           s->xb2 ? s->xb2 + r * s->nxb2 + c0 / 16 : NULL);
                 }
             }
         }
-        PHASE_END(MR_MOE_PH_GEMM1)
+        PHASE_END(MR_MOE_PH_GEMM1, 1)
 
-        /* 3. GEMM2: the routing weight applied at the store */
+        /* 2. GEMM2: each row's result with unit weight */
         for (int64_t ti; (ti = next_chunk(r2, nt, me)) >= 0;) {
             const int e = act[ti / nb2];
             const int64_t n0 = (ti % nb2) * CB2, nr = H - n0 < CB2 ? H - n0 : CB2, ntl = (nr + T - 1) / T;
-            const mr_pmatrix *W = &c->w->p2[e];
-            for (int64_t m0 = 0; m0 < c->counts[e]; m0 += MCH) {
+            const mr_pmatrix *W = &w->p2[e];
+            const int64_t cnt = off[e + 1] - off[e];
+            for (int64_t m0 = 0; m0 < cnt; m0 += MCH) {
                 stream_start(W->data + (size_t)(n0 / T) * W->tile_bytes, (size_t)ntl * W->tile_bytes, &expect);
-                const int64_t mm = c->counts[e] - m0 < MCH ? c->counts[e] - m0 : MCH, s0 = c->offsets[e] + m0;
+                const int64_t mm = cnt - m0 < MCH ? cnt - m0 : MCH, s0 = off[e] + m0;
                 const mr_uk_fn fn = fn_stream ? fn_stream : mm >= K->uk_gemm_min_m ? K->uk_gemm[kind].fn : K->uk_gemv[kind].fn;
-                const mr_uk_act in = {.x = row_at(c->x2, s0, c->ld2, es), .ldx = c->ld2,
-                                      .xs = use_xs ? c->xs2 + s0 * c->nxs2 : NULL, .ldxs = c->nxs2,
-                                      .xb = c->xb2 + s0 * (c->ld2 / 16 + 1), .ldb = c->ld2 / 16 + 1, .post = post2,
-                                      .xs_group = xs_group};
+                const mr_uk_act in = {.x = row_at(s->x2, s0, s->ld2, es), .ldx = s->ld2,
+                                      .xs = s->use_xs ? s->xs2 + s0 * s->nxs2 : NULL, .ldxs = s->nxs2,
+                                      .xb = s->xb2 ? s->xb2 + s0 * s->nxb2 : NULL, .ldb = s->nxb2, .post = post2,
+                                      .xs_group = s->xs_group};
                 for (int64_t i = 0; i < ntl; i++) fn(W, n0 / T + i, &in, mm, yb + i * T, CB2, scratch);
-                for (int64_t m = 0; m < mm; m++) {
-                    const float wt = woi ? 1.0f : wts[c->token_of[s0 + m]];
-                    float *dst = c->yslot + (size_t)(s0 + m) * (size_t)H + (size_t)n0;
-                    for (int64_t j = 0; j < nr; j++) dst[j] = wt * yb[m * CB2 + j];
-                }
+                for (int64_t m = 0; m < mm; m++)
+                    memcpy(y + (size_t)(s0 + m) * (size_t)H + (size_t)n0, yb + m * CB2, (size_t)nr * sizeof(float));
             }
         }
-        PHASE_END(MR_MOE_PH_GEMM2)
-
-        /* 4. each token's k slots in selection order, stored in the activation dtype */
-#pragma omp for schedule(static) nowait
-        for (int64_t t = 0; t < Tn; t++) mr__moe_reduce_token(c, a, t, row);
-        PHASE_END(MR_MOE_PH_REDUCE)
+        PHASE_END(MR_MOE_PH_GEMM2, 2)
 #undef PHASE_END
     }
-    c->prof.calls++;
-    c->prof.n_threads = nthr;
-    c->prof.busy_ns[MR_MOE_PH_SETUP] += tph[1] - tph[0];
-    for (int ph = 0; ph < MR_MOE_NPH; ph++) c->prof.wall_ns[ph] += tph[ph + 1] - tph[ph];
+    c->prof.wall_ns[MR_MOE_PH_GEMM1] += tph[1] - tph[0];
+    c->prof.wall_ns[MR_MOE_PH_GEMM2] += tph[2] - tph[1];
     return MR_OK;
 }

@@ -156,12 +156,16 @@ static void fused_layout(const mr_moe_problem *p, mr_moe_layout *out) {
 }
 
 static const mr_moe_runner runners[] = {
-    {.name = "fused", .id = 2, .routes_itself = true, .supports = fused_supports, .required_layout = fused_layout,
-     .ops = &mr__moe_ops_fused, .auto_eligible = true},
-    {.name = "routed", .id = 1, .routes_itself = false, .supports = routed_supports, .required_layout = routed_layout,
-     .ops = &mr__moe_ops_routed, .auto_eligible = true},
-    {.name = "reference", .id = 0, .routes_itself = false, .supports = reference_supports,
-     .required_layout = reference_layout, .ops = &mr__moe_ops_reference, .auto_eligible = false},
+    {.name = "fused", .id = MR_RUNNER_FUSED, .routes_itself = true, .supports = fused_supports,
+     .required_layout = fused_layout, .ops = &mr__moe_ops_fused, .auto_eligible = true,
+     .help = "SIMD, takes router logits and routes inside (softmax_topk, renormalize, topk_softmax, sigmoid_renorm, "
+             "sigmoid, topk); no routing-first transport"},
+    {.name = "routed", .id = MR_RUNNER_ROUTED, .routes_itself = false, .supports = routed_supports,
+     .required_layout = routed_layout, .ops = &mr__moe_ops_routed, .auto_eligible = true,
+     .help = "SIMD on packed tiles, takes precomputed (ids, weights): any routing, any transport"},
+    {.name = "reference", .id = MR_RUNNER_REFERENCE, .routes_itself = false, .supports = reference_supports,
+     .required_layout = reference_layout, .ops = &mr__moe_ops_reference, .auto_eligible = false,
+     .ground_truth = true, .help = "scalar fp32 ground truth, any routing and format; slow by design, never auto"},
 };
 
 int mr_moe_runner_count(void) { return (int)(sizeof runners / sizeof runners[0]); }
@@ -174,5 +178,17 @@ const mr_moe_runner *mr_moe_runner_at(int i) {
 const mr_moe_runner *mr_moe_runner_find(const char *name) {
     for (int i = 0; name && i < mr_moe_runner_count(); i++)
         if (!strcmp(runners[i].name, name)) return &runners[i];
+    return NULL;
+}
+
+const mr_moe_runner *mr_moe_runner_get(mr_moe_runner_id id) {
+    for (int i = 0; i < mr_moe_runner_count(); i++)
+        if (runners[i].id == id) return &runners[i];
+    return NULL;
+}
+
+const mr_moe_runner *mr_moe_runner_ground_truth(void) {
+    for (int i = 0; i < mr_moe_runner_count(); i++)
+        if (runners[i].ground_truth) return &runners[i];
     return NULL;
 }

@@ -34,6 +34,7 @@ mr_status mr_moe_weights_new(mr_moe_weights **out, int E, int64_t H, int64_t I, 
 
 void mr_moe_weights_free(mr_moe_weights *w) {
     if (!w) return;
+    if (w->runner_data && w->prepared_by && w->prepared_by->ops->weights_release) w->prepared_by->ops->weights_release(w);
     for (int e = 0; e < w->n_experts; e++) {
         if (w->w1) mr_qmatrix_free(&w->w1[e]);
         if (w->w3) mr_qmatrix_free(&w->w3[e]);
@@ -51,26 +52,12 @@ void mr_moe_weights_free(mr_moe_weights *w) {
     mr_free(w);
 }
 
-/* Byte sizes of data and scale of a [rows][cols] matrix in fmt (checked). */
+/* Byte sizes of data and scale of a [rows][cols] matrix in fmt (checked;
+ * what a format stores is formats/' traits). */
 static mr_status qm_sizes(mr_format fmt, int64_t rows, int64_t cols, size_t *data, size_t *scale) {
-    size_t r = (size_t)rows, c = (size_t)cols, d = 0, s = 0;
-    bool ok = true;
-    switch (fmt) {
-    case MR_FMT_F32: ok = mr_size_mul(r, c, &d) && mr_size_mul(d, 4, &d); break;
-    case MR_FMT_BF16: ok = mr_size_mul(r, c, &d) && mr_size_mul(d, 2, &d); break;
-    case MR_FMT_FP8_BLOCK:
-        ok = mr_size_mul(r, c, &d) && mr_size_mul((r + 127) / 128, (c + 127) / 128, &s) && mr_size_mul(s, 4, &s);
-        break;
-    case MR_FMT_NVFP4:
-        if (c % 16) return mr_error_set(MR_EINVAL, "nvfp4 matrix needs cols %% 16 == 0 (got %lld)", (long long)cols);
-        ok = mr_size_mul(r, c / 2, &d) && mr_size_mul(r, c / 16, &s);
-        break;
-    default: return mr_error_set(MR_EUNSUPPORTED, "format %d is not an expert weight format", (int)fmt);
-    }
-    if (!ok) return mr_error_set(MR_EOVERFLOW, "matrix [%lld][%lld] is too large", (long long)rows, (long long)cols);
-    *data = d;
-    *scale = s;
-    return MR_OK;
+    if (fmt == MR_FMT_NVFP4 && cols % 16)
+        return mr_error_set(MR_EINVAL, "nvfp4 matrix needs cols %% 16 == 0 (got %lld)", (long long)cols);
+    return mr_qmatrix_sizes(fmt, rows, cols, data, scale);
 }
 
 /* Allocates an owned, zero-filled matrix. */
@@ -100,7 +87,7 @@ static mr_status qm_clone(const mr_qmatrix *src, mr_qmatrix *dst) {
     if (!src->data) return MR_OK;
     mr_status st = qm_alloc(dst, src->fmt, src->rows, src->cols);
     if (st) return st;
-    size_t d, s;
+    size_t d = 0, s = 0;
     qm_sizes(src->fmt, src->rows, src->cols, &d, &s);
     memcpy(dst->data, src->data, d);
     if (s) memcpy(dst->scale, src->scale, s);
@@ -111,9 +98,16 @@ static mr_status qm_clone(const mr_qmatrix *src, mr_qmatrix *dst) {
 
 mr_status mr_moe_weights_clone(const mr_moe_weights *src, mr_moe_weights **out) {
     mr_moe_weights *w;
+    if (src->runner_data)
+        return mr_error_set(MR_EUNSUPPORTED, "the weights live in runner %s's own memory and cannot be copied",
+                            src->prepared_by ? src->prepared_by->name : "?");
     mr_status st = mr_moe_weights_new(&w, src->n_experts, src->hidden, src->inter, src->fmt);
     if (st) return st;
     w->layout = src->layout;
+    w->expert_first = src->expert_first;
+    w->in_scale13 = src->in_scale13;
+    w->in_scale2 = src->in_scale2;
+    w->prepared_by = src->prepared_by;
     if (src->w13 && !(w->w13 = mr_calloc((size_t)src->n_experts, sizeof(mr_qmatrix)))) st = MR_ENOMEM;
     if (!st && src->p13 && !(w->p13 = mr_calloc((size_t)src->n_experts, sizeof(mr_pmatrix)))) st = MR_ENOMEM;
     if (!st && src->p2 && !(w->p2 = mr_calloc((size_t)src->n_experts, sizeof(mr_pmatrix)))) st = MR_ENOMEM;
@@ -228,8 +222,10 @@ static mr_status finish_after_load(mr_moe_weights *w, const mr_moe_layout *L, mr
     return MR_OK;
 }
 
-/* Frees one HF matrix once its converted copy exists (keeps peak memory down). */
-static void drop_hf(mr_qmatrix *m) {
+/* Frees one HF matrix once its converted copy exists (keeps peak memory
+ * down); the set's release_source hook gives its source pages back first. */
+static void drop_hf(mr_moe_weights *w, mr_qmatrix *m) {
+    if (w->release_source && m->data) w->release_source(w->release_user, m);
     mr_qmatrix_free(m);
     memset(m, 0, sizeof *m);
 }
@@ -304,8 +300,8 @@ mr_status mr__moe_merge_gateup(mr_moe_weights *w, const mr_moe_layout *L, bool s
             }
         }
         /* the HF copies are no longer needed: free them as we go (peak memory) */
-        drop_hf(&w->w1[e]);
-        drop_hf(&w->w3[e]);
+        drop_hf(w, &w->w1[e]);
+        drop_hf(w, &w->w3[e]);
     }
     return finish_after_load(w, L, st);
 }
@@ -334,9 +330,9 @@ mr_status mr__moe_pack(mr_moe_weights *w, const mr_moe_layout *L, bool swap) {
             break;
         }
         /* the HF copies are no longer needed: free them as we go (peak memory) */
-        drop_hf(&w->w1[e]);
-        drop_hf(&w->w3[e]);
-        drop_hf(&w->w2[e]);
+        drop_hf(w, &w->w1[e]);
+        drop_hf(w, &w->w3[e]);
+        drop_hf(w, &w->w2[e]);
     }
     return finish_after_load(w, L, st);
 }

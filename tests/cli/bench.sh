@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench.sh — `moerun bench moe` runs end to end on small shapes for every
-# weight format, prints its ceilings and the issue-6 target lines, and writes
+# weight format, prints its ceilings and the target lines, and writes
 # a JSON file with the fields bench/README.md reads; bad options are refused
 # with exit 2 and a message, and an unwritable --json path fails without
 # leaving a file. (Timings are not checked: machines here are shared.)
@@ -15,7 +15,7 @@ for fa in "fp8 w8a8" "fp8 w8a16" "nvfp4 w4a4" "nvfp4 w4a8" "nvfp4 w4a16" "bf16 w
   j="$S/$1_$2.json"
   out=$("$M" bench moe --format "$1" --act-mode "$2" --tokens 1,32 $small --scaling --phases --json "$j" 2>&1) \
     || fail "bench $1 $2: $out"
-  for want in "ceilings (this run): read bandwidth" "read bandwidth with 1 thread" "issue-6 targets" \
+  for want in "ceilings (this run): read bandwidth" "read bandwidth with 1 thread" "the project's targets" \
               "decode T=1 bandwidth" "scaling 2 vs 1 thread" "phases per call" "peak RSS"; do
     echo "$out" | grep -qF "$want" || fail "bench $1 $2: no '$want' in: $out"
   done
@@ -40,6 +40,12 @@ for args in "moe --tokens=" "dense --tokens=" "dense --tokens=65" "dense --iters
   [ $rc -eq 2 ] || fail "'bench $1 ${2%%=*} ${2#*=}' must exit 2, got $rc: $out"
   [ -n "$out" ] || fail "'bench $args' says nothing"
 done
+# bench dense without the memory it needs (1 GiB probe + 640 MB of layers): exit 1 and a
+# message, not a crash or a silent 0 (skipped under ASan, which reserves terabytes of address space)
+if ! "$M" version 2>&1 | grep -q ASan; then
+  out=$(ulimit -v 1400000; "$M" bench dense --tokens 1 --iters 1 2>&1); rc=$?
+  [ $rc -eq 1 ] && echo "$out" | grep -q "out of memory" || fail "bench dense out of memory: exit $rc: $out"
+fi
 # an unwritable JSON path: failure, and nothing left behind
 out=$("$M" bench moe $small --tokens 1 --json "$S/no/such/dir/r.json" 2>&1); rc=$?
 [ $rc -ne 0 ] || fail "unwritable --json must fail: $out"

@@ -57,7 +57,7 @@ expect 2 "unknown option '--bogus'" inspect "$T" --bogus
 expect 1 "No such file or directory" inspect "$S/none"
 expect 1 "header too large" inspect /etc/passwd
 
-# ---- resolve: every failure exits 2 (issue 4), options read cleanly once
+# ---- resolve: every failure exits 2, options read cleanly once
 expect 2 "--model DIR is required" resolve
 expect 2 "moerun resolve: --model needs a value" resolve --model
 expect 2 "--model needs a value (found the flag '--threads'" resolve --model --threads 1
@@ -121,7 +121,7 @@ clean "quantize errors" "$S/q"
 # ---- generate: arguments and prompts
 G="generate --model $T --threads 1"
 expect 2 "--model DIR is required" generate --prompt-ids 1
-expect 2 "exactly one of --prompt-ids and --batch" $G
+expect 2 "exactly one of --prompt, --prompt-ids and --batch" $G
 expect 2 "--prompt-ids needs a value" $G --prompt-ids
 expect 2 "bad token id near ',2'" $G --prompt-ids 1,,2
 expect 2 "bad token id near 'abc'" $G --prompt-ids abc
@@ -151,10 +151,13 @@ expect 2 "NUL byte" $G --batch "$S/nul.txt"
 expect 0 "" generate --model "$T" --threads 1 --batch "$S/long.txt" -n 1
 grep -q '^\[0\]' "$out" && ! grep -q '^\[1\]' "$out" || { echo "FAIL: a long line was split into prompts"; cat "$out"; fails=$((fails+1)); }
 
-# a KV cache no machine holds is refused before loading, not left to the allocator
+# a KV cache no machine holds is refused before loading, not left to the allocator;
+# requests longer than the context are refused at admission, with both numbers
 for _ in $(seq 1 40000); do echo 1,2; done >"$S/many.txt"
-expect 1 "more than this machine's" generate --model "$T" --threads 1 --batch "$S/many.txt" -n 1048576
+expect 2 "more than this machine's" generate --model "$T" --threads 1 --batch "$S/many.txt" -n 1 --kv-cache-memory 1000TiB
 oneline "generate with an impossible KV cache"
+expect 2 "2 prompt tokens + max_tokens 1048576 = 1048578 exceed the context length of 4096" generate --model "$T" --threads 1 --batch "$S/many.txt" -n 1048576
+oneline "generate beyond the context"
 
 # ---- probe: arguments
 expect 2 "--model DIR is required" probe
@@ -206,7 +209,9 @@ expect 1 "expected shape [256, 60], found [256, 64]" generate --model "$S/c/hidd
 mk badjson; printf '{"architectures": [' >"$S/c/badjson/config.json"
 expect 2 "not valid JSON" generate --model "$S/c/badjson" --prompt-ids 1 --threads 1
 mk badgen; printf '{' >"$S/c/badgen/generation_config.json"
-expect 1 "generation_config.json: not valid JSON" generate --model "$S/c/badgen" --prompt-ids 1 --threads 1
+# generation_config.json is read with config.json (its EOS ids: one parser), so a broken one is the
+# same configuration error as a broken config.json
+expect 2 "generation_config.json: not valid JSON" generate --model "$S/c/badgen" --prompt-ids 1 --threads 1
 expect 1 "generation_config.json: not valid JSON" quantize "$S/c/badgen" "$S/qg" --to fp8
 clean "quantize of a checkpoint with a broken generation_config.json" "$S/qg"
 

@@ -12,9 +12,10 @@ fail() { echo "FAIL: $*"; exit 1; }
 "$M" gen-tiny "$S/m" --quant fp8 --hidden 128 --layers 2 --experts 8 --top-k 2 --expert-dim 128 \
   --heads 4 --kv-heads 2 --head-dim 32 --rotary-dim 16 --vocab 128 >/dev/null || fail "gen-tiny"
 feats=$("$M" version | sed -n 's/^features://p')
+# the levels this host offers: features MOERUN_CPU_MASK hides print as "name(masked)"
 levels="generic"
-case "$feats" in *" avx2"*) levels="$levels avx2" ;; esac
-case "$feats" in *avx512bw*) levels="$levels avx512" ;; esac
+case "$feats " in *" avx2 "*) levels="$levels avx2" ;; esac
+case "$feats " in *" avx512bw "*) levels="$levels avx512" ;; esac
 ref=""
 for isa in $levels; do
   out=$("$M" generate --model "$S/m" --prompt-ids 1,2,3,4 -n 12 --kernel-isa $isa) || fail "generate --kernel-isa $isa"

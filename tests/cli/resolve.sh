@@ -73,7 +73,7 @@ has "$err" "valid values: auto, bf16, fp8, modelopt_fp4"
 run 2
 has "$err" "--model DIR is required"
 
-# bad configs: 2; a missing folder: 2 as well (issue 4: every resolution failure exits 2)
+# bad configs: 2; a missing folder: 2 as well (every resolution failure exits 2)
 run 2 --model "$C/bad_unknown_arch"
 has "$err" "known architectures: MiniMaxM2ForCausalLM"
 run 2 --model "$C/bad_block_size" --json

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/issue6.sh — the issue-6 measurement set (bench/README.md), one command:
+# bench/run-all.sh — the whole `bench moe` measurement set (bench/README.md), one command:
 # for every weight format and activation mode of the routed runner,
 #   1. the standard run: T = 1, 8, 32, 512, 2048, 2 threads, 1-thread scaling, phases;
 #   2. REPEAT interleaved-isolation runs at T = 1, 8, 32 (probe / call / stream-only rounds).
@@ -13,7 +13,7 @@ M=${MOERUN:-build/moerun}
 OUT=${OUT:-bench/results}
 N=${REPEAT:-1}
 ONLY=${ONLY:-}
-[ -x "$M" ] || { echo "bench/issue6.sh: no moerun binary at $M (run make, or set MOERUN)" >&2; exit 2; }
+[ -x "$M" ] || { echo "bench/run-all.sh: no moerun binary at $M (run make, or set MOERUN)" >&2; exit 2; }
 mkdir -p "$OUT"
 for fa in "fp8 w8a8" "fp8 w8a16" "nvfp4 w4a4" "nvfp4 w4a8" "nvfp4 w4a16" "bf16 w16a16"; do
   set -- $fa

@@ -1,0 +1,240 @@
+/* moerun/engine.h — the engine loop as a library: requests, the
+ * continuous-batching scheduler (token budget, chunked prefill, FCFS,
+ * preemption by recompute), the paged KV block pool with prefix caching,
+ * sampling (with penalties and logprobs), stop conditions and cancellation.
+ *
+ * Ownership and threads. One thread (the engine thread) owns an mr_engine,
+ * the model it drives and every request in it: mr_engine_add, _step, _cancel
+ * and _stats are called from that thread only. The one exception is a
+ * request's cancel flag (mr_request_params.cancel): memory the caller owns,
+ * which any thread may set; the engine reads it at every step boundary, for
+ * queued and running requests alike, and frees the request's blocks in that
+ * step. A server keeps its own per-request state (and the flag) alive until
+ * it has seen that request's finishing event.
+ *
+ * One step, top to bottom (mr_engine_step):
+ *   schedule   cancellations; running requests first (a decode token, or the
+ *              next chunk of an unfinished prefill), then waiting ones FCFS,
+ *              within max_batch_tokens and max_running_requests; blocks are
+ *              taken from the pool (prefix-cache hits first); when blocks run
+ *              out the newest running request is preempted by recompute
+ *   forward    the batch (mr_kv_batch, a plain description: token ids,
+ *              positions, block tables) through mr_model_forward_kv
+ *   complete   sample, stop checks, events, register full blocks in the
+ *              prefix cache, free the blocks of finished requests.
+ * mr_engine_schedule / mr_engine_complete are the two halves, for a caller
+ * that must run the forward itself (expert parallelism: rank 0 schedules,
+ * broadcasts the batch, every rank runs the forward in lockstep).
+ *
+ * The per-step path does not allocate: every buffer is sized at
+ * mr_engine_new from the options (mr_engine_add allocates once per request,
+ * for its token list and block table). */
+#ifndef MOERUN_ENGINE_H
+#define MOERUN_ENGINE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "moerun/base.h"
+#include "moerun/config.h"
+#include "moerun/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- engine options (all limits have defaults; zeroed fields take them) ---- */
+typedef struct {
+    mr_format kv_dtype;           /* KV cache element type: MR_FMT_BF16 or MR_FMT_F32 (exactness; F32 is 0,
+                                     so zeroed options mean F32; mr_engine_opts_from_exec gives the resolver's) */
+    int64_t kv_blocks;            /* pool size in blocks of MR_KV_BLOCK_TOKENS tokens (required, >= 1) */
+    int64_t max_batch_tokens;     /* tokens in one step, prefill chunks and decodes together [512];
+                                     must be >= max_running_requests */
+    int max_running_requests;     /* requests in the running set [256] */
+    int max_queued_requests;      /* waiting requests beyond which mr_engine_add says MR_EBUSY [1024] */
+    int64_t context_length;       /* prompt + generated tokens of one request [4096] */
+    bool no_prefix_caching;       /* prefix caching is on unless this is set */
+    int max_top_logprobs;         /* largest top_logprobs a request may ask [20] */
+} mr_engine_opts;
+
+/* The engine options the resolution decided (kv_cache_dtype, kv_cache_memory
+ * -> kv_blocks, max_batch_tokens, max_running_requests, context_length);
+ * the rest take their defaults. */
+void mr_engine_opts_from_exec(const mr_exec *x, mr_engine_opts *o);
+/* Fills the KV / batch fields of model opts so that a model opened with them
+ * can run this engine's steps: paged pool of o->kv_blocks in o->kv_dtype, no
+ * contiguous cache, activations for max_batch_tokens, attention scratch for
+ * context_length. The caller sets exec (or runner) and progress. */
+void mr_engine_model_opts(const mr_engine_opts *o, mr_model_opts *mo);
+
+typedef struct mr_engine mr_engine;
+
+/* Creates an engine over m, which it borrows (close the model after
+ * mr_engine_free). m must have been opened with mr_engine_model_opts(o)
+ * (checked: MR_EINVAL naming the field otherwise). */
+mr_status mr_engine_new(mr_model *m, const mr_engine_opts *o, mr_engine **out);
+void mr_engine_free(mr_engine *e); /* NULL ok; drops every request without events */
+mr_model *mr_engine_model(mr_engine *e);
+const mr_engine_opts *mr_engine_opts_of(const mr_engine *e); /* with the defaults filled in */
+
+/* ---- requests ---- */
+typedef uint64_t mr_req_id; /* never 0 */
+
+/* Sampling of one request, in this order: raw logits -> repetition penalty
+ * (prompt and output tokens: a positive logit is divided by it, a negative
+ * one multiplied) -> frequency and presence penalties (output tokens:
+ * logit -= frequency * count + presence * (count > 0)) -> then temperature
+ * <= 0 is greedy (argmax, ties to the lower id); otherwise logits /
+ * temperature -> top-k -> top-p -> min-p -> a draw from the request's own
+ * generator, seeded with seed (same seed and inputs, same tokens). */
+typedef struct {
+    float temperature;        /* [0] greedy */
+    int top_k;                /* 0 = off */
+    float top_p;              /* (0, 1]; 0 is taken as 1 = off */
+    float min_p;              /* [0, 1]; 0 = off */
+    uint64_t seed;
+    float presence_penalty;   /* [-2, 2]; 0 = off (OpenAI semantics) */
+    float frequency_penalty;  /* [-2, 2]; 0 = off */
+    float repetition_penalty; /* (0, 10]; 0 or 1 = off (HF / vLLM semantics) */
+} mr_sampling;
+
+#define MR_ENGINE_MAX_STOP_IDS 16
+
+typedef struct {
+    const int32_t *prompt;        /* [n_prompt] token ids, copied at admission */
+    int64_t n_prompt;             /* >= 1 */
+    int64_t max_tokens;           /* tokens to generate, >= 1; 0 = up to the context length */
+    mr_sampling sampling;
+    const int32_t *stop_ids;      /* [n_stop_ids] extra stop token ids (copied); the model's EOS ids stop too */
+    int n_stop_ids;               /* <= MR_ENGINE_MAX_STOP_IDS */
+    bool ignore_eos;              /* the model's EOS ids do not stop (stop_ids still do) */
+    bool logprobs;                /* report the log-probability of each generated token */
+    int top_logprobs;             /* and the n most likely alternatives (0..max_top_logprobs) */
+    bool want_logits;             /* events carry the raw logits row [vocab] that produced the token */
+    const int32_t *forced;        /* teacher forcing (tests, probe): generated token i is forced[i] */
+    int64_t n_forced;             /* while i < n_forced, instead of sampling (stop checks still apply) */
+    const atomic_int *cancel;     /* optional, caller-owned: nonzero = cancel (any thread may set it) */
+    void *user;                   /* returned in every event of this request */
+} mr_request_params;
+
+/* Admits a request into the waiting queue (FCFS) and returns its id. The
+ * prompt, stop ids and forced tokens are copied. Refusals, each with both
+ * numbers in the detail:
+ *   MR_ECAPACITY  prompt + max_tokens exceed context_length, or the request
+ *                 needs more KV blocks than the whole pool holds (it could not
+ *                 run even alone)
+ *   MR_EINPUT     a token id outside the vocabulary
+ *   MR_EINVAL     bad sampling parameters, empty prompt, too many stop ids,
+ *                 top_logprobs above max_top_logprobs
+ *   MR_EBUSY      max_queued_requests are already waiting (try later)
+ *   MR_ENOMEM     out of memory (this request only) */
+mr_status mr_engine_add(mr_engine *e, const mr_request_params *p, mr_req_id *out);
+/* Cancels a queued or running request at the next step boundary (same as
+ * its cancel flag). MR_ENOTFOUND if the id is unknown or already finished. */
+mr_status mr_engine_cancel(mr_engine *e, mr_req_id id);
+
+/* ---- events: what a step produced, per request ---- */
+typedef enum {
+    MR_FINISH_NONE = 0,      /* still running */
+    MR_FINISH_STOP = 1,      /* a stop token was generated (stop_token; it is the event's token too) */
+    MR_FINISH_LENGTH = 2,    /* max_tokens generated, or the context length reached */
+    MR_FINISH_CANCELLED = 3, /* cancel flag or mr_engine_cancel; no token in this event */
+    MR_FINISH_ERROR = 4,     /* this request failed (error says why); the others go on */
+    MR_FINISH_COUNT
+} mr_finish_reason;
+/* "none", "stop", "length", "cancelled", "error" (the OpenAI finish_reason for the first three). */
+const char *mr_finish_reason_name(mr_finish_reason r);
+
+typedef struct {
+    int32_t token;
+    float logprob;
+} mr_token_logprob;
+
+typedef struct {
+    mr_req_id id;
+    void *user;
+    int n_tokens;                 /* tokens generated in this step: 0 or 1 */
+    int32_t token;                /* the token when n_tokens == 1 */
+    float logprob;                /* its log-probability (log-softmax of the raw logits), when asked */
+    int n_top;                    /* top alternatives, most likely first (ties to the lower id) */
+    const mr_token_logprob *top;  /* [n_top], valid until the next step */
+    const float *logits;          /* [vocab] raw logits (want_logits), valid until the next step */
+    mr_finish_reason finish;      /* NONE while the request goes on */
+    int32_t stop_token;           /* STOP: the id that matched; else -1 */
+    const char *error;            /* ERROR: the reason; else NULL. Valid until the next step */
+    int64_t n_prompt;             /* prompt tokens */
+    int64_t n_generated;          /* tokens generated so far, this one included */
+    int64_t n_cached;             /* prompt tokens served from the prefix cache when first scheduled */
+    bool first_token;             /* this is the request's first generated token */
+} mr_engine_event;
+
+typedef struct {
+    int n_events;
+    const mr_engine_event *events; /* [n_events], valid until the next step (or add/cancel/free) */
+    int n_seq;                     /* requests in the batch */
+    int64_t n_tokens;              /* tokens in the batch (prefill + decode) */
+    int64_t n_prefill_tokens, n_decode_tokens;
+    int n_preempted;               /* requests preempted while scheduling this step */
+} mr_engine_step_out;
+
+/* Runs one step (schedule, forward, complete) and reports what it produced.
+ * With no work it returns at once with nothing. A failure inside the batch
+ * (the forward pass, non-finite logits) ends the requests concerned with
+ * MR_FINISH_ERROR and returns MR_OK; a non-OK status means the engine itself
+ * is unusable (a broken invariant), never a bad request. */
+mr_status mr_engine_step(mr_engine *e, const mr_engine_step_out **out);
+/* Requests waiting or running. */
+bool mr_engine_has_work(const mr_engine *e);
+
+/* The two halves of a step around the forward pass:
+ *   mr_engine_schedule(e, &b);                      rank 0
+ *   ... broadcast b; every rank: mr_model_forward_kv(m, b, logits) ...
+ *   mr_engine_complete(e, st, logits, &out);        rank 0
+ * b->n_seq == 0 when there is nothing to run (complete still reports
+ * cancellations). The batch and its arrays belong to the engine and are valid
+ * until mr_engine_complete. logits: [b->n_logits][vocab], the rows the batch
+ * asked for, in batch order; forward_status is what the forward returned (an
+ * error ends the batch's requests with MR_FINISH_ERROR). mr_engine_step is
+ * exactly these three calls. */
+mr_status mr_engine_schedule(mr_engine *e, const mr_kv_batch **b);
+mr_status mr_engine_complete(mr_engine *e, mr_status forward_status, const float *logits,
+                             const mr_engine_step_out **out);
+/* The logits buffer mr_engine_step uses: [max_running_requests][vocab]. */
+float *mr_engine_logits_buffer(mr_engine *e);
+
+/* ---- counters (for /metrics and --stats) ---- */
+typedef struct {
+    int running, waiting;               /* requests now */
+    int64_t kv_blocks_total;            /* pool size */
+    int64_t kv_blocks_used;             /* referenced by a request */
+    int64_t kv_blocks_cached;           /* unreferenced but kept for the prefix cache (evictable) */
+    int64_t kv_blocks_free;             /* total - used - cached */
+    int64_t kv_blocks_peak;             /* most blocks ever used at once */
+    double kv_usage;                    /* used / total, in [0, 1] */
+    uint64_t prompt_tokens;             /* prompt tokens of admitted requests (each request once) */
+    uint64_t generation_tokens;         /* tokens generated */
+    uint64_t computed_tokens;           /* tokens run through the forward pass (recompute included) */
+    uint64_t preemptions;
+    uint64_t prefix_queries;            /* prompt tokens looked up in the prefix cache */
+    uint64_t prefix_hits;               /* of those, tokens found */
+    uint64_t prefix_hit_blocks;         /* blocks shared through the cache */
+    uint64_t evictions;                 /* cached blocks reused for other content */
+    uint64_t requests_added;
+    uint64_t requests_finished[MR_FINISH_COUNT];
+    uint64_t steps;
+    uint64_t schedule_ns, forward_ns, sample_ns, complete_ns; /* time in each part of the steps */
+} mr_engine_stats;
+void mr_engine_stats_get(const mr_engine *e, mr_engine_stats *s);
+
+/* Checks the block accounting (every block free, cached or referenced,
+ * reference counts equal to the block-table entries, the prefix table and
+ * the LRU list consistent, request states consistent). MR_ESTATE with the
+ * first broken invariant in the detail; for tests and debug builds. */
+mr_status mr_engine_check(const mr_engine *e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

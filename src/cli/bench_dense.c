@@ -1,0 +1,182 @@
+/* bench_dense.c — `moerun bench dense`: the attention projections of MiniMax-M2 at decode
+ * (q [6144][3072], k and v [1024][3072], o [3072][6144]) through mr_matmul,
+ * fp8 (128x128 block scales) or bf16 weights with seeded random values, fp32
+ * activations. Enough layer copies to exceed any cache are cycled; each
+ * round times one layer's q, k, v, o (and q/k/v through mr_matmul_multi) and
+ * then reads as many bytes with the probe (the ceiling), so that the ratios
+ * share the host's state. */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "bench_util.h"
+#include "moerun/kernels.h"
+
+typedef struct {
+    mr_qmatrix m[4]; /* q, k, v, o */
+} dense_layer;
+
+int mr_bench_dense(int argc, char **argv) {
+    const char *fmt_name = "fp8", *tokens = "1,2,4,8";
+    int threads = 0, iters = 20;
+    long lv = 0;
+    bool small_pages = false;
+    int64_t H = 3072, QD = 6144, KVD = 1024;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define OPT(name) (!strcmp(a, name) && v && ++i)
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("usage: moerun bench dense [--format fp8|bf16] [--tokens 1,2,4,8] [--iters N] [--threads N]\n"
+                   "                          [--small-pages]\n");
+            return 0;
+        } else if (!strcmp(a, "--small-pages")) small_pages = true;
+        else if (OPT("--format")) fmt_name = v;
+        else if (OPT("--tokens")) tokens = v;
+        else if (OPT("--threads")) {
+            if (mr_bench_num(a, v, 1, 1024, &lv)) return 2;
+            threads = (int)lv;
+        } else if (OPT("--iters")) {
+            if (mr_bench_num(a, v, 1, 100000, &lv)) return 2;
+            iters = (int)lv;
+        } else {
+            fprintf(stderr, "moerun bench dense: unknown or incomplete option '%s'\n", a);
+            return 2;
+        }
+#undef OPT
+    }
+    mr_format fmt = !strcmp(fmt_name, "fp8") ? MR_FMT_FP8_BLOCK : !strcmp(fmt_name, "bf16") ? MR_FMT_BF16 : MR_FMT_COUNT;
+    if (fmt == MR_FMT_COUNT || iters < 1 || iters > 100000) {
+        fprintf(stderr, "moerun bench dense: --format is fp8 or bf16; --iters 1..100000\n");
+        return 2;
+    }
+    int64_t Ts[MR_BENCH_MAX_TS];
+    int nT = 0;
+    if (mr_bench_parse_tokens(tokens, 64, Ts, &nT)) {
+        fprintf(stderr, "moerun bench dense: bad --tokens list '%s' (at most 16 comma-separated T in 1..64)\n", tokens);
+        return 2;
+    }
+    if (threads > 0) omp_set_num_threads(threads);
+    const int64_t rows[4] = {QD, KVD, KVD, H}, cols[4] = {H, H, H, QD};
+    size_t esz = fmt == MR_FMT_BF16 ? 2 : 1, layer_bytes = 0;
+    for (int j = 0; j < 4; j++) layer_bytes += (size_t)(rows[j] * cols[j]) * esz;
+    int NL = (int)(((size_t)640 << 20) / layer_bytes) + 1;
+    if (NL > 64) NL = 64;
+    dense_layer *L = calloc((size_t)NL, sizeof *L);
+    uint64_t *slab[64 * 4] = {0}, *pbuf = NULL;
+    float *x = NULL, *y = NULL;
+    double *med = NULL;
+    uint64_t s = 12345;
+    int rc = !L;
+    for (int l = 0; l < NL && !rc; l++)
+        for (int j = 0; j < 4; j++) {
+            mr_qmatrix *q = &L[l].m[j];
+            size_t n = (size_t)(rows[j] * cols[j]);
+            uint64_t *buf = small_pages ? mr_aligned_alloc(4096, n * esz + 8) : mr_probe_buf_new(n * esz + 8);
+            if (!buf) {
+                rc = 1;
+                break;
+            }
+#ifdef MADV_NOHUGEPAGE
+            if (small_pages) (void)madvise(buf, n * esz, MADV_NOHUGEPAGE);
+#endif
+            slab[l * 4 + j] = buf;
+            q->fmt = fmt, q->rows = rows[j], q->cols = cols[j], q->data = buf, q->scale2 = 1.0f;
+            if (fmt == MR_FMT_FP8_BLOCK) {
+                uint8_t *d = (uint8_t *)buf;
+                for (size_t i = 0; i < n; i++) {
+                    uint8_t b = (uint8_t)(mr_bench_rng(&s) >> 24);
+                    d[i] = (b & 0x7F) == 0x7F ? (uint8_t)(b - 1) : b;
+                }
+                size_t ns = (size_t)(((rows[j] + 127) / 128) * ((cols[j] + 127) / 128));
+                float *sc = malloc(ns * sizeof(float));
+                if (!sc) {
+                    rc = 1;
+                    break;
+                }
+                for (size_t i = 0; i < ns; i++) sc[i] = (float)(1e-3 * (1 + mr_bench_rng(&s) % 100));
+                q->scale = sc;
+            } else {
+                uint16_t *d = (uint16_t *)buf;
+                for (size_t i = 0; i < n; i++) {
+                    float f = (float)((double)(mr_bench_rng(&s) % 20001) / 10000.0 - 1.0) * 0.05f;
+                    uint32_t u;
+                    memcpy(&u, &f, 4);
+                    d[i] = (uint16_t)(u >> 16);
+                }
+            }
+        }
+    const size_t pbytes = (size_t)1 << 30;
+    int64_t maxT = 1;
+    for (int i = 0; i < nT; i++) maxT = Ts[i] > maxT ? Ts[i] : maxT;
+    if (!rc) {
+        pbuf = mr_probe_buf_new(pbytes);
+        x = malloc(sizeof(float) * (size_t)(maxT * QD));
+        y = malloc(sizeof(float) * (size_t)(maxT * (QD + 2 * KVD)));
+        med = malloc(sizeof(double) * 8 * (size_t)iters);
+        rc = !pbuf || !x || !y || !med;
+    }
+    if (rc) {
+        fprintf(stderr, "moerun bench dense: out of memory\n");
+        goto out;
+    }
+    for (int64_t i = 0; i < maxT * QD; i++) x[i] = (float)((double)(mr_bench_rng(&s) % 2001) / 1000.0 - 1.0);
+    const mr_kernels *kt = mr_kernels_get();
+    printf("moerun bench dense: format %s, %d threads, %d layer copies of %.1f MB (%s pages), kernel %s\n", fmt_name,
+           omp_get_max_threads(), NL, (double)layer_bytes / 1e6, small_pages ? "4 KiB" : "huge",
+           kt->rows[fmt].name ? kt->rows[fmt].name : "gemm_rows");
+    printf("%4s %8s %8s %8s %8s %9s %9s %9s %7s   (GB/s per matrix, medians of %d rounds; probe = same bytes)\n", "T",
+           "q", "k", "v", "o", "qkv-multi", "layer", "probe", "layer%", iters);
+    int cur = 0;
+    size_t poff = 0;
+    for (int ti = 0; ti < nT; ti++) {
+        int64_t T = Ts[ti];
+        for (int it = -1; it < iters; it++) {
+            double t[8];
+            dense_layer *ly = &L[cur];
+            cur = (cur + 1) % NL;
+            for (int j = 0; j < 4; j++) {
+                uint64_t a0 = mr_now_ns();
+                mr_matmul(&ly->m[j], x, T, y);
+                t[j] = (double)(mr_now_ns() - a0);
+            }
+            ly = &L[cur];
+            cur = (cur + 1) % NL;
+            const mr_qmatrix *qkv[3] = {&ly->m[0], &ly->m[1], &ly->m[2]};
+            float *ys[3] = {y, y + maxT * QD, y + maxT * (QD + KVD)};
+            uint64_t a0 = mr_now_ns();
+            mr_matmul_multi(3, qkv, x, T, ys);
+            t[4] = (double)(mr_now_ns() - a0);
+            size_t qkvb = (size_t)((QD + 2 * KVD) * H) * esz;
+            t[5] = t[0] + t[1] + t[2] + t[3];
+            if (poff + layer_bytes > pbytes) poff = 0;
+            double pb = mr_probe_read_once(pbuf + poff / 8, layer_bytes / 4096 * 4096);
+            poff += layer_bytes / 4096 * 4096;
+            if (it < 0) continue;
+            for (int j = 0; j < 4; j++) med[j * iters + it] = (double)(rows[j] * cols[j]) * (double)esz / t[j];
+            med[4 * iters + it] = (double)qkvb / t[4];
+            med[5 * iters + it] = (double)layer_bytes / t[5];
+            med[6 * iters + it] = pb;
+            med[7 * iters + it] = med[5 * iters + it] / pb;
+        }
+        double mv[8];
+        for (int c = 0; c < 8; c++) {
+            qsort(med + c * iters, (size_t)iters, sizeof(double), mr_bench_cmp_double);
+            mv[c] = med[c * iters + iters / 2];
+        }
+        printf("%4lld %8.2f %8.2f %8.2f %8.2f %9.2f %9.2f %9.2f %6.1f%%\n", (long long)T, mv[0], mv[1], mv[2], mv[3],
+               mv[4], mv[5], mv[6], 100.0 * mv[7]);
+        fflush(stdout);
+    }
+out:
+    for (int l = 0; L && l < NL; l++)
+        for (int j = 0; j < 4; j++) {
+            mr_aligned_free(slab[l * 4 + j]);
+            free(L[l].m[j].scale);
+        }
+    mr_aligned_free(pbuf);
+    free(L), free(x), free(y), free(med);
+    return rc;
+}
+

@@ -1,0 +1,85 @@
+/* bench_util.c — the helpers the `moerun bench` benchmarks share
+ * (bench_util.h): option parsing, the seeded generator, /proc readers and
+ * the --json file's temporary-then-rename write. */
+#include "bench_util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_model.h"
+#include "moerun/base.h"
+
+int mr_bench_num(const char *opt, const char *v, long lo, long hi, long *out) {
+    if (!mr_cli_parse_long(v, lo, hi, out)) return 0;
+    fprintf(stderr, "moerun bench: %s: %s\n", opt, mr_error_last());
+    return 1;
+}
+
+int mr_bench_parse_tokens(const char *list, long long max, int64_t Ts[MR_BENCH_MAX_TS], int *nT) {
+    *nT = 0;
+    for (const char *p = list; *p;) {
+        char *end;
+        long long t = strtoll(p, &end, 10);
+        if (end == p || t < 1 || t > max || *nT == MR_BENCH_MAX_TS || (*end && *end != ',') || (*end == ',' && !end[1]))
+            return 1;
+        Ts[(*nT)++] = t;
+        p = *end == ',' ? end + 1 : end;
+    }
+    return *nT == 0;
+}
+
+uint64_t mr_bench_rng(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+int mr_bench_cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The "<key> <n> kB" line of a /proc file of this process, in bytes (0 if unknown) */
+static size_t proc_kb(const char *path, const char *key) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[256];
+    size_t kb = 0, n = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, key, n)) kb = strtoull(line + n, NULL, 10);
+    fclose(f);
+    return kb * 1024;
+}
+
+size_t mr_bench_peak_rss(void) { return proc_kb("/proc/self/status", "VmHWM:"); }
+
+void mr_bench_peak_rss_reset(void) {
+    FILE *cr = fopen("/proc/self/clear_refs", "w"); /* "5": reset the peak RSS */
+    if (cr) fputs("5", cr), fclose(cr);
+}
+
+size_t mr_bench_anon_huge(void) { return proc_kb("/proc/self/smaps_rollup", "AnonHugePages:"); }
+
+/* path + ".tmp" into tmp; 0 if it fits */
+static int json_tmp(const char *path, char *tmp, size_t n) { return snprintf(tmp, n, "%s.tmp", path) >= (int)n; }
+
+int mr_bench_json_check(const char *path) {
+    char tmp[4096];
+    FILE *jf = json_tmp(path, tmp, sizeof tmp) ? NULL : fopen(tmp, "w");
+    if (!jf) return 1;
+    fclose(jf);
+    remove(tmp);
+    return 0;
+}
+
+int mr_bench_json_write(json_t *root, const char *path) {
+    char tmp[4096];
+    if (!root || json_tmp(path, tmp, sizeof tmp)) return 1;
+    if (json_dump_file(root, tmp, JSON_INDENT(2)) != 0 || rename(tmp, path) != 0) {
+        remove(tmp);
+        return 1;
+    }
+    return 0;
+}

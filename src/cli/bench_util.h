@@ -1,0 +1,50 @@
+/* bench_util.h — what the `moerun bench` benchmarks (bench_moe.c,
+ * bench_dense.c) share: option numbers and token lists, the seeded
+ * generator, sorting for medians, the /proc readers for peak RSS and
+ * transparent huge pages, and the --json file (checked before the timing
+ * starts, then written beside its target and renamed, so that a failed run
+ * leaves no partial file). */
+#ifndef MR_BENCH_UTIL_H
+#define MR_BENCH_UTIL_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The most token counts one --tokens list holds. */
+#define MR_BENCH_MAX_TS 16
+
+/* Benchmark entry points (argv[0] is the benchmark's name); exit statuses as cli.h. */
+int mr_bench_moe(int argc, char **argv);
+int mr_bench_dense(int argc, char **argv);
+int mr_bench_engine(int argc, char **argv);
+
+/* An integer option value in [lo, hi] into *out: 0; otherwise 1, after a
+ * message on stderr naming the option. */
+int mr_bench_num(const char *opt, const char *v, long lo, long hi, long *out);
+
+/* A comma list of at most MR_BENCH_MAX_TS token counts in [1, max] into Ts:
+ * 0; 1 for a malformed or empty list. */
+int mr_bench_parse_tokens(const char *list, long long max, int64_t Ts[MR_BENCH_MAX_TS], int *nT);
+
+/* splitmix64: the seeded stream every synthetic weight and routing comes from */
+uint64_t mr_bench_rng(uint64_t *s);
+
+/* qsort comparator of doubles, ascending */
+int mr_bench_cmp_double(const void *a, const void *b);
+
+/* VmHWM (the peak RSS) of this process in bytes, 0 if unknown */
+size_t mr_bench_peak_rss(void);
+/* Restarts the peak-RSS count (VmHWM) from the current RSS (best effort) */
+void mr_bench_peak_rss_reset(void);
+/* AnonHugePages (smaps_rollup) in bytes: the transparent huge pages backing anonymous memory */
+size_t mr_bench_anon_huge(void);
+
+/* Whether path's temporary file can be created (and removes it): 0 if so.
+ * Run before the timing, so that a bad --json fails in a second, not after minutes. */
+int mr_bench_json_check(const char *path);
+/* root into path through path.tmp and a rename: 0 on success; on failure
+ * nothing is left at path or path.tmp. Does not take root. */
+int mr_bench_json_write(json_t *root, const char *path);
+
+#endif

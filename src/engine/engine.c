@@ -1,0 +1,696 @@
+/* engine.c — the engine loop: the request table, the scheduler, the batch
+ * description, completion (sampling, stops, events), the counters and the
+ * accounting check. One step reads top to bottom (mr_engine_step):
+ *
+ *   schedule   sweep cancellations (queued and running: blocks freed now)
+ *              -> running requests in order: a decode token, or the next
+ *                 chunk of an unfinished prefill, blocks taken as needed;
+ *                 when none are left, the newest running request is
+ *                 preempted (blocks freed, back to the front of the queue,
+ *                 its generated tokens kept, recomputed later)
+ *              -> waiting requests FCFS: the longest cached prefix, then a
+ *                 chunk of the rest within the budget; the first that cannot
+ *                 get its blocks stops admission (no overtaking)
+ *              -> the batch (mr_kv_batch): tokens, positions, block tables
+ *   forward    mr_model_forward_kv
+ *   complete   per scheduled request: sample at the end of its known tokens,
+ *              stop checks, an event; full blocks into the prefix table;
+ *              finished requests release their blocks (tail first, so a
+ *              prefix's deeper blocks are evicted before its head).
+ *
+ * Nothing here allocates after mr_engine_new except mr_engine_add (one
+ * allocation per request: its tokens, block table and forced tokens). */
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/engine_internal.h"
+
+#define BT MR_KV_BLOCK_TOKENS
+
+/* Defaults of mr_engine_opts (engine.h). */
+#define DEF_BATCH_TOKENS 512
+#define DEF_RUNNING 256
+#define DEF_QUEUED 1024
+#define DEF_CONTEXT 4096
+#define DEF_TOP_LOGPROBS 20
+
+const char *mr_finish_reason_name(mr_finish_reason r) {
+    switch (r) {
+    case MR_FINISH_NONE: return "none";
+    case MR_FINISH_STOP: return "stop";
+    case MR_FINISH_LENGTH: return "length";
+    case MR_FINISH_CANCELLED: return "cancelled";
+    case MR_FINISH_ERROR: return "error";
+    case MR_FINISH_COUNT: break;
+    }
+    return "?";
+}
+
+static void fill_defaults(mr_engine_opts *o) {
+    /* no default for kv_dtype: MR_FMT_F32 is 0, so a zero is a choice (the resolver's default is BF16) */
+    if (o->max_running_requests <= 0) o->max_running_requests = DEF_RUNNING;
+    if (o->max_batch_tokens <= 0)
+        o->max_batch_tokens = o->max_running_requests > DEF_BATCH_TOKENS ? o->max_running_requests : DEF_BATCH_TOKENS;
+    if (o->max_queued_requests <= 0) o->max_queued_requests = DEF_QUEUED;
+    if (o->context_length <= 0) o->context_length = DEF_CONTEXT;
+    if (o->max_top_logprobs <= 0) o->max_top_logprobs = DEF_TOP_LOGPROBS;
+}
+
+/* A step never holds more tokens than the pool, nor more running requests than it has blocks. */
+static void clamp_to_pool(mr_engine_opts *o) {
+    if (o->kv_blocks > 0 && o->max_batch_tokens > o->kv_blocks * MR_KV_BLOCK_TOKENS)
+        o->max_batch_tokens = o->kv_blocks * MR_KV_BLOCK_TOKENS;
+    if (o->kv_blocks > 0 && o->max_running_requests > o->kv_blocks) o->max_running_requests = (int)o->kv_blocks;
+}
+
+void mr_engine_opts_from_exec(const mr_exec *x, mr_engine_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->kv_dtype = x->kv_dtype;
+    o->kv_blocks = x->kv_blocks;
+    o->max_batch_tokens = x->max_batch_tokens;
+    o->max_running_requests = x->max_running_requests;
+    o->context_length = x->context_length;
+    fill_defaults(o);
+    clamp_to_pool(o);
+}
+
+void mr_engine_model_opts(const mr_engine_opts *o_in, mr_model_opts *mo) {
+    mr_engine_opts o = *o_in;
+    fill_defaults(&o);
+    clamp_to_pool(&o);
+    mo->max_batch = 0;
+    mo->kv_blocks = o.kv_blocks;
+    mo->kv_dtype = o.kv_dtype;
+    mo->max_tokens = o.max_batch_tokens;
+    mo->max_ctx = o.context_length;
+}
+
+mr_model *mr_engine_model(mr_engine *e) { return e->m; }
+const mr_engine_opts *mr_engine_opts_of(const mr_engine *e) { return &e->o; }
+float *mr_engine_logits_buffer(mr_engine *e) { return e->logits; }
+bool mr_engine_has_work(const mr_engine *e) { return e->n_waiting > 0 || e->n_running > 0; }
+
+static int64_t blocks_for(int64_t positions) { return (positions + BT - 1) / BT; }
+
+/* ---- lifetime ---- */
+
+void mr_engine_free(mr_engine *e) {
+    if (!e) return;
+    if (e->req)
+        for (int i = 0; i < e->max_req; i++) mr_free(e->req[i].mem);
+    mr_free(e->req);
+    mr_free(e->free_slots);
+    mr_free(e->waiting);
+    mr_free(e->running);
+    mr_free(e->sched);
+    mr_free(e->b_tokens);
+    mr_free(e->b_ntok);
+    mr_free(e->b_start);
+    mr_free(e->b_btoff);
+    mr_free(e->b_blocks);
+    mr_free(e->b_logits);
+    mr_free(e->logits);
+    mr_free(e->s_prob);
+    mr_free(e->s_work);
+    mr_free(e->s_idx);
+    mr_free(e->s_count);
+    mr_free(e->ev);
+    mr_free(e->top);
+    mr_free(e->chk);
+    mr__pool_free(&e->pool);
+    mr_free(e);
+}
+
+mr_status mr_engine_new(mr_model *m, const mr_engine_opts *opts, mr_engine **out) {
+    *out = NULL;
+    if (!m || !opts) return mr_error_set(MR_EINVAL, "engine: no model or options");
+    mr_engine_opts o = *opts;
+    fill_defaults(&o);
+    const mr_model_config *c = mr_model_config_of(m);
+    if (o.kv_dtype != MR_FMT_BF16 && o.kv_dtype != MR_FMT_F32)
+        return mr_error_set(MR_EINVAL, "engine: the KV cache holds bf16 or fp32");
+    if (o.kv_blocks < 1) return mr_error_set(MR_EINVAL, "engine: kv_blocks must be >= 1");
+    if (o.max_batch_tokens < o.max_running_requests)
+        return mr_error_set(MR_EINVAL,
+                            "engine: max_batch_tokens (%lld) is below max_running_requests (%d): every running "
+                            "request's decode token must fit one step",
+                            (long long)o.max_batch_tokens, o.max_running_requests);
+    clamp_to_pool(&o);
+    if (o.max_running_requests > 1 << 20 || o.max_queued_requests > 1 << 22)
+        return mr_error_set(MR_EINVAL, "engine: max_running_requests %d / max_queued_requests %d are out of range",
+                            o.max_running_requests, o.max_queued_requests);
+    /* the model must run this engine's steps */
+    if (mr_model_kv_blocks(m) != o.kv_blocks)
+        return mr_error_set(MR_EINVAL, "engine: kv_blocks is %lld, the model's pool holds %lld (open the model with "
+                            "mr_engine_model_opts)", (long long)o.kv_blocks, (long long)mr_model_kv_blocks(m));
+    if (mr_model_kv_dtype(m) != o.kv_dtype)
+        return mr_error_set(MR_EINVAL, "engine: kv_dtype differs from the model's pool");
+    if (mr_model_max_tokens(m) < o.max_batch_tokens)
+        return mr_error_set(MR_EINVAL, "engine: max_batch_tokens is %lld, the model runs at most %lld tokens per call",
+                            (long long)o.max_batch_tokens, (long long)mr_model_max_tokens(m));
+    if (mr_model_max_ctx(m) < o.context_length)
+        return mr_error_set(MR_EINVAL, "engine: context_length is %lld, the model attends to at most %lld",
+                            (long long)o.context_length, (long long)mr_model_max_ctx(m));
+    mr_engine *e = mr_calloc(1, sizeof *e);
+    if (!e) return mr_error_set(MR_ENOMEM, NULL);
+    e->o = o;
+    e->m = m;
+    e->vocab = c->vocab;
+    mr_status st = mr__pool_init(&e->pool, o.kv_blocks);
+    if (st) {
+        mr_free(e);
+        return st;
+    }
+    size_t R = (size_t)o.max_running_requests, V = (size_t)c->vocab, bpc = (size_t)blocks_for(o.context_length);
+    e->max_req = o.max_running_requests + o.max_queued_requests;
+    e->cap_ev = e->max_req + o.max_running_requests;
+    size_t nbt;
+    if (!mr_size_mul(R, bpc, &nbt) || nbt > INT32_MAX) {
+        mr_engine_free(e);
+        return mr_error_set(MR_ECAPACITY, "engine: %zu running requests x %zu blocks per context overflow the batch",
+                            R, bpc);
+    }
+    e->req = mr_calloc((size_t)e->max_req, sizeof(mr__req));
+    e->free_slots = mr_malloc((size_t)e->max_req * sizeof(int32_t));
+    e->waiting = mr_malloc((size_t)e->max_req * sizeof(int32_t));
+    e->running = mr_malloc(R * sizeof(int32_t));
+    e->sched = mr_malloc(R * sizeof(mr__sched));
+    e->b_tokens = mr_malloc((size_t)o.max_batch_tokens * sizeof(int32_t));
+    e->b_ntok = mr_malloc(R * sizeof(int64_t));
+    e->b_start = mr_malloc(R * sizeof(int64_t));
+    e->b_btoff = mr_malloc((R + 1) * sizeof(int32_t));
+    e->b_blocks = mr_malloc((nbt ? nbt : 1) * sizeof(int32_t));
+    e->b_logits = mr_malloc(R);
+    e->logits = mr_malloc(R * V * sizeof(float));
+    e->s_prob = mr_malloc(V * sizeof(float));
+    e->s_work = mr_malloc(V * sizeof(float));
+    e->s_idx = mr_malloc(V * sizeof(int32_t));
+    e->s_count = mr_calloc(V, sizeof(int32_t));
+    e->ev = mr_malloc((size_t)e->cap_ev * sizeof(mr_engine_event));
+    e->top = mr_malloc(R * (size_t)o.max_top_logprobs * sizeof(mr_token_logprob));
+    e->chk = mr_malloc((size_t)o.kv_blocks * sizeof(int32_t));
+    if (!e->chk || !e->req || !e->free_slots || !e->waiting || !e->running || !e->sched || !e->b_tokens || !e->b_ntok ||
+        !e->b_start || !e->b_btoff || !e->b_blocks || !e->b_logits || !e->logits || !e->s_prob || !e->s_work ||
+        !e->s_idx || !e->s_count || !e->ev || !e->top) {
+        mr_engine_free(e);
+        return mr_error_set(MR_ENOMEM, NULL);
+    }
+    for (int i = 0; i < e->max_req; i++) e->free_slots[i] = e->max_req - 1 - i;
+    e->n_free_slots = e->max_req;
+    *out = e;
+    return MR_OK;
+}
+
+/* ---- requests ---- */
+
+static mr__req *find(mr_engine *e, mr_req_id id) {
+    uint64_t slot = (id & 0xffffffffu);
+    if (id == 0 || slot == 0 || slot > (uint64_t)e->max_req) return NULL;
+    mr__req *r = &e->req[slot - 1];
+    return r->state != MR__RQ_FREE && r->id == id ? r : NULL;
+}
+
+static bool is_stop(const mr_engine *e, const mr__req *r, int32_t t) {
+    for (int i = 0; i < r->n_stop; i++)
+        if (r->stop_ids[i] == t) return true;
+    return !r->ignore_eos && mr_model_is_eos(e->m, t);
+}
+
+mr_status mr_engine_add(mr_engine *e, const mr_request_params *p, mr_req_id *out) {
+    *out = 0;
+    const mr_engine_opts *o = &e->o;
+    if (!p || !p->prompt || p->n_prompt < 1) return mr_error_set(MR_EINVAL, "request: empty prompt");
+    if (p->n_stop_ids < 0 || p->n_stop_ids > MR_ENGINE_MAX_STOP_IDS || (p->n_stop_ids > 0 && !p->stop_ids))
+        return mr_error_set(MR_EINVAL, "request: %d stop token ids; at most %d", p->n_stop_ids, MR_ENGINE_MAX_STOP_IDS);
+    if (p->top_logprobs < 0 || p->top_logprobs > o->max_top_logprobs)
+        return mr_error_set(MR_EINVAL, "request: top_logprobs %d is outside 0..%d", p->top_logprobs,
+                            o->max_top_logprobs);
+    if (p->max_tokens < 0) return mr_error_set(MR_EINVAL, "request: max_tokens %lld is negative", (long long)p->max_tokens);
+    if (p->n_forced < 0 || (p->n_forced > 0 && !p->forced)) return mr_error_set(MR_EINVAL, "request: bad forced tokens");
+    mr_status st = mr__sampling_check(&p->sampling);
+    if (st) return mr_error_set(st, "request: %s", mr_error_last());
+    /* the context and the pool */
+    if (p->n_prompt >= o->context_length)
+        return mr_error_set(MR_ECAPACITY,
+                            "request: the prompt has %lld tokens; the context length is %lld (prompt + at least one "
+                            "generated token)",
+                            (long long)p->n_prompt, (long long)o->context_length);
+    int64_t max_tokens = p->max_tokens ? p->max_tokens : o->context_length - p->n_prompt;
+    if (max_tokens > o->context_length - p->n_prompt)
+        return mr_error_set(MR_ECAPACITY,
+                            "request: %lld prompt tokens + max_tokens %lld = %lld exceed the context length of %lld",
+                            (long long)p->n_prompt, (long long)max_tokens, (long long)(p->n_prompt + max_tokens),
+                            (long long)o->context_length);
+    /* the last generated token is never fed back: KV for prompt + max_tokens - 1 positions */
+    int64_t need = blocks_for(p->n_prompt + max_tokens - 1);
+    if (need > e->pool.n)
+        return mr_error_set(MR_ECAPACITY,
+                            "request: %lld prompt tokens + max_tokens %lld need %lld KV blocks (%lld tokens); the whole "
+                            "pool holds %lld blocks (%lld tokens)",
+                            (long long)p->n_prompt, (long long)max_tokens, (long long)need, (long long)(need * BT),
+                            (long long)e->pool.n, (long long)(e->pool.n * BT));
+    for (int64_t i = 0; i < p->n_prompt; i++)
+        if (p->prompt[i] < 0 || p->prompt[i] >= e->vocab)
+            return mr_error_set(MR_EINPUT, "request: prompt token %lld: token id %d is outside the vocabulary (%lld)",
+                                (long long)i, (int)p->prompt[i], (long long)e->vocab);
+    for (int i = 0; i < p->n_stop_ids; i++)
+        if (p->stop_ids[i] < 0 || p->stop_ids[i] >= e->vocab)
+            return mr_error_set(MR_EINPUT, "request: stop token id %d is outside the vocabulary (%lld)",
+                                (int)p->stop_ids[i], (long long)e->vocab);
+    int64_t n_forced = p->n_forced < max_tokens ? p->n_forced : max_tokens;
+    for (int64_t i = 0; i < n_forced; i++)
+        if (p->forced[i] < 0 || p->forced[i] >= e->vocab)
+            return mr_error_set(MR_EINPUT, "request: forced token %lld is %d, outside the vocabulary", (long long)i,
+                                (int)p->forced[i]);
+    if (e->n_waiting >= o->max_queued_requests || e->n_free_slots == 0)
+        return mr_error_set(MR_EBUSY, "request: %d requests are waiting already (max_queued_requests %d)",
+                            e->n_waiting, o->max_queued_requests);
+    /* one allocation: tokens, block table, forced tokens */
+    int64_t cap = p->n_prompt + max_tokens;
+    size_t bytes = ((size_t)cap + (size_t)need + (size_t)n_forced) * sizeof(int32_t);
+    void *mem = mr_malloc(bytes);
+    if (!mem) return mr_error_set(MR_ENOMEM, "request: out of memory for %lld tokens", (long long)cap);
+    int32_t slot = e->free_slots[--e->n_free_slots];
+    mr__req *r = &e->req[slot];
+    memset(r, 0, sizeof *r);
+    r->mem = mem;
+    r->tok = mem;
+    r->bt = r->tok + cap;
+    int32_t *forced = r->bt + need;
+    memcpy(r->tok, p->prompt, (size_t)p->n_prompt * sizeof(int32_t));
+    if (n_forced) memcpy(forced, p->forced, (size_t)n_forced * sizeof(int32_t));
+    r->forced = forced;
+    r->n_forced = n_forced;
+    r->n_prompt = r->n_tok = p->n_prompt;
+    r->cap = cap;
+    r->max_tokens = max_tokens;
+    r->max_blocks = (int32_t)need;
+    r->sp = p->sampling;
+    r->rng = mr_sampler_seed_state(p->sampling.seed);
+    r->n_stop = p->n_stop_ids;
+    if (p->n_stop_ids) memcpy(r->stop_ids, p->stop_ids, (size_t)p->n_stop_ids * sizeof(int32_t));
+    r->ignore_eos = p->ignore_eos;
+    r->logprobs = p->logprobs;
+    r->top_logprobs = p->top_logprobs;
+    r->want_logits = p->want_logits;
+    r->cancel = p->cancel;
+    r->user = p->user;
+    r->last_key = MR__ROOT_KEY;
+    if (++e->gen == 0) e->gen = 1;
+    r->id = ((uint64_t)e->gen << 32) | (uint64_t)(slot + 1);
+    r->state = MR__RQ_WAITING;
+    e->waiting[(e->wait_head + e->n_waiting) % e->max_req] = slot;
+    e->n_waiting++;
+    e->st.requests_added++;
+    e->st.prompt_tokens += (uint64_t)p->n_prompt;
+    *out = r->id;
+    return MR_OK;
+}
+
+mr_status mr_engine_cancel(mr_engine *e, mr_req_id id) {
+    mr__req *r = find(e, id);
+    if (!r) return mr_error_set(MR_ENOTFOUND, "cancel: no queued or running request %llu", (unsigned long long)id);
+    r->cancel_asked = true;
+    return MR_OK;
+}
+
+/* ---- helpers of the step ---- */
+
+static mr_engine_event *event(mr_engine *e, mr__req *r) {
+    MR_ASSERT(e->n_ev < e->cap_ev);
+    mr_engine_event *v = &e->ev[e->n_ev++];
+    *v = (mr_engine_event){.id = r->id, .user = r->user, .stop_token = -1, .n_prompt = r->n_prompt,
+                           .n_generated = r->n_tok - r->n_prompt, .n_cached = r->n_cached};
+    return v;
+}
+
+/* Releases every block of r, the last first (a prefix's tail is then
+ * evicted before its head). */
+static void release_blocks(mr_engine *e, mr__req *r) {
+    for (int32_t j = r->n_blocks - 1; j >= 0; j--) mr__pool_release(&e->pool, r->bt[j]);
+    r->n_blocks = 0;
+    r->n_computed = 0;
+    r->n_hashed = 0;
+    r->last_key = MR__ROOT_KEY;
+}
+
+static void running_remove(mr_engine *e, int idx) {
+    memmove(e->running + idx, e->running + idx + 1, (size_t)(e->n_running - idx - 1) * sizeof(int32_t));
+    e->n_running--;
+}
+
+/* Ends request r (already off the queues): blocks back, slot free. */
+static void retire(mr_engine *e, mr__req *r, mr_finish_reason why) {
+    release_blocks(e, r);
+    e->st.requests_finished[why]++;
+    mr_free(r->mem);
+    r->mem = NULL;
+    r->state = MR__RQ_FREE;
+    r->id = 0;
+    e->free_slots[e->n_free_slots++] = (int32_t)(r - e->req);
+}
+
+static bool cancelled(const mr__req *r) {
+    return r->cancel_asked || (r->cancel && atomic_load_explicit(r->cancel, memory_order_acquire) != 0);
+}
+
+/* Cancelled requests, queued or running, end now with their blocks freed. */
+static void sweep_cancelled(mr_engine *e) {
+    int w = 0;
+    for (int i = 0; i < e->n_waiting; i++) { /* compact the queue in place, keeping its order */
+        int32_t s = e->waiting[(e->wait_head + i) % e->max_req];
+        mr__req *r = &e->req[s];
+        if (cancelled(r)) {
+            event(e, r)->finish = MR_FINISH_CANCELLED;
+            retire(e, r, MR_FINISH_CANCELLED);
+        } else {
+            e->waiting[(e->wait_head + w++) % e->max_req] = s;
+        }
+    }
+    e->n_waiting = w;
+    for (int i = 0; i < e->n_running;) {
+        mr__req *r = &e->req[e->running[i]];
+        if (cancelled(r)) {
+            event(e, r)->finish = MR_FINISH_CANCELLED;
+            running_remove(e, i);
+            retire(e, r, MR_FINISH_CANCELLED);
+        } else {
+            i++;
+        }
+    }
+}
+
+/* Preempts the newest running request: blocks freed, to the front of the queue. */
+static void preempt_newest(mr_engine *e) {
+    int32_t s = e->running[e->n_running - 1];
+    mr__req *r = &e->req[s];
+    e->n_running--;
+    release_blocks(e, r);
+    r->state = MR__RQ_WAITING;
+    e->wait_head = (e->wait_head + e->max_req - 1) % e->max_req;
+    e->waiting[e->wait_head] = s;
+    e->n_waiting++;
+    e->st.preemptions++;
+    e->out.n_preempted++;
+}
+
+/* Blocks so that r's table covers positions 0 .. upto - 1. false when the
+ * pool has too few (nothing is taken then). */
+static bool grow(mr_engine *e, mr__req *r, int64_t upto) {
+    int64_t need = blocks_for(upto) - r->n_blocks;
+    if (need <= 0) return true;
+    if (need > mr__pool_available(&e->pool)) return false;
+    MR_ASSERT(r->n_blocks + need <= r->max_blocks);
+    for (int64_t i = 0; i < need; i++) r->bt[r->n_blocks++] = mr__pool_take(&e->pool);
+    return true;
+}
+
+/* The longest cached prefix of r's known tokens, leaving at least one token
+ * to compute (its logits are needed): referenced, into r's table. */
+static void match_prefix(mr_engine *e, mr__req *r) {
+    if (e->o.no_prefix_caching) return;
+    int64_t full = (r->n_tok - 1) / BT;
+    mr__key parent = MR__ROOT_KEY;
+    int32_t j = 0;
+    for (; j < full; j++) {
+        const int32_t *t = r->tok + (size_t)j * BT;
+        mr__key k = mr__block_key(parent, t);
+        int32_t b = mr__pool_lookup(&e->pool, k, parent, t);
+        if (b < 0) break;
+        mr__pool_ref(&e->pool, b);
+        r->bt[j] = b;
+        parent = k;
+    }
+    r->n_blocks = r->n_hashed = j;
+    r->n_computed = (int64_t)j * BT;
+    r->last_key = parent;
+}
+
+static void add_sched(mr_engine *e, int32_t slot, int64_t n) {
+    mr__req *r = &e->req[slot];
+    e->sched[e->n_sched++] = (mr__sched){.slot = slot, .n = n, .sample = r->n_computed + n == r->n_tok};
+}
+
+/* Builds e->batch from e->sched. */
+static void build_batch(mr_engine *e) {
+    int64_t t = 0;
+    int32_t nb = 0;
+    int n_logits = 0;
+    e->b_btoff[0] = 0;
+    for (int i = 0; i < e->n_sched; i++) {
+        const mr__sched *s = &e->sched[i];
+        const mr__req *r = &e->req[s->slot];
+        memcpy(e->b_tokens + t, r->tok + r->n_computed, (size_t)s->n * sizeof(int32_t));
+        t += s->n;
+        e->b_ntok[i] = s->n;
+        e->b_start[i] = r->n_computed;
+        memcpy(e->b_blocks + nb, r->bt, (size_t)r->n_blocks * sizeof(int32_t));
+        nb += r->n_blocks;
+        e->b_btoff[i + 1] = nb;
+        e->b_logits[i] = s->sample;
+        n_logits += s->sample;
+    }
+    e->batch = (mr_kv_batch){.n_seq = e->n_sched, .n_tokens = t, .tokens = e->b_tokens, .n_tok = e->b_ntok,
+                             .start = e->b_start, .bt_off = e->b_btoff, .block_ids = e->b_blocks,
+                             .want_logits = e->b_logits, .n_logits = n_logits};
+}
+
+/* ---- schedule ---- */
+
+mr_status mr_engine_schedule(mr_engine *e, const mr_kv_batch **out) {
+    uint64_t t0 = mr_now_ns();
+    if (e->scheduled) return mr_error_set(MR_ESTATE, "engine: schedule called twice without complete");
+    e->n_ev = 0;
+    e->n_sched = 0;
+    e->out = (mr_engine_step_out){0};
+    e->err[0] = 0;
+    sweep_cancelled(e);
+    int64_t budget = e->o.max_batch_tokens;
+    /* 1. running requests, oldest first: a decode token or the next prefill chunk */
+    for (int i = 0; i < e->n_running && budget > 0; i++) {
+        int32_t slot = e->running[i];
+        mr__req *r = &e->req[slot];
+        int64_t n = r->n_tok - r->n_computed;
+        if (n > budget) n = budget;
+        bool ok;
+        while (!(ok = grow(e, r, r->n_computed + n))) {
+            /* out of blocks: preempt the newest running request (this one, last) */
+            bool self = e->running[e->n_running - 1] == slot;
+            preempt_newest(e);
+            if (self) break;
+        }
+        if (!ok) break; /* r itself went back to the queue; everyone after it too */
+        add_sched(e, slot, n);
+        budget -= n;
+    }
+    /* 2. waiting requests, first come first served */
+    while (e->n_waiting > 0 && e->n_running < e->o.max_running_requests && budget > 0) {
+        int32_t slot = e->waiting[e->wait_head];
+        mr__req *r = &e->req[slot];
+        match_prefix(e, r);
+        int64_t hit = r->n_computed;
+        int64_t n = r->n_tok - r->n_computed;
+        if (n > budget) n = budget;
+        if (!grow(e, r, r->n_computed + n)) {
+            release_blocks(e, r); /* the hits go back; wait for blocks */
+            break;
+        }
+        e->wait_head = (e->wait_head + 1) % e->max_req;
+        e->n_waiting--;
+        r->state = MR__RQ_RUNNING;
+        e->running[e->n_running++] = slot;
+        if (!e->o.no_prefix_caching) {
+            e->st.prefix_queries += (uint64_t)r->n_tok;
+            e->st.prefix_hits += (uint64_t)hit;
+            e->st.prefix_hit_blocks += (uint64_t)(hit / BT);
+        }
+        if (!r->scheduled_once) {
+            r->scheduled_once = true;
+            r->n_cached = hit < r->n_prompt ? hit : r->n_prompt;
+        }
+        add_sched(e, slot, n);
+        budget -= n;
+    }
+    build_batch(e);
+    e->out.n_seq = e->n_sched;
+    e->out.n_tokens = e->batch.n_tokens;
+    for (int i = 0; i < e->n_sched; i++) {
+        const mr__sched *s = &e->sched[i];
+        const mr__req *r = &e->req[s->slot];
+        if (s->n == 1 && r->n_computed == r->n_tok - 1 && r->n_tok > r->n_prompt)
+            e->out.n_decode_tokens += 1;
+        else
+            e->out.n_prefill_tokens += s->n;
+    }
+    e->scheduled = true;
+    *out = &e->batch;
+    uint64_t t1 = mr_now_ns();
+    e->st.schedule_ns += t1 - t0;
+    e->t_sched_end = t1;
+    return MR_OK;
+}
+
+/* ---- complete ---- */
+
+/* Registers r's newly full blocks in the prefix table. */
+static void register_blocks(mr_engine *e, mr__req *r) {
+    if (e->o.no_prefix_caching) return;
+    while ((int64_t)(r->n_hashed + 1) * BT <= r->n_computed) {
+        int32_t j = r->n_hashed;
+        const int32_t *t = r->tok + (size_t)j * BT;
+        mr__key k = mr__block_key(r->last_key, t);
+        int32_t b = r->bt[j];
+        if (!e->pool.cached[b]) mr__pool_register(&e->pool, b, k, r->last_key, t);
+        r->last_key = k;
+        r->n_hashed++;
+    }
+}
+
+mr_status mr_engine_complete(mr_engine *e, mr_status forward_status, const float *logits,
+                             const mr_engine_step_out **out) {
+    if (!e->scheduled) return mr_error_set(MR_ESTATE, "engine: complete called without schedule");
+    uint64_t t0 = mr_now_ns();
+    e->st.forward_ns += t0 - e->t_sched_end;
+    e->scheduled = false;
+    if (forward_status != MR_OK) snprintf(e->err, sizeof e->err, "forward pass failed: %s", mr_error_last());
+    uint64_t sample_ns = 0;
+    int row = 0;
+    for (int i = 0; i < e->n_sched; i++) {
+        const mr__sched *s = &e->sched[i];
+        mr__req *r = &e->req[s->slot];
+        const float *lg = s->sample && logits ? logits + (size_t)row * (size_t)e->vocab : NULL;
+        row += s->sample;
+        if (forward_status != MR_OK) {
+            mr_engine_event *v = event(e, r);
+            v->finish = r->fin = MR_FINISH_ERROR; /* leaves the running list below */
+            v->error = e->err;
+            continue;
+        }
+        r->n_computed += s->n;
+        e->st.computed_tokens += (uint64_t)s->n;
+        register_blocks(e, r);
+        if (!s->sample) continue; /* a prefill chunk that does not reach the end yet */
+        uint64_t ts = mr_now_ns();
+        int32_t tok = 0;
+        float lp = 0.0f;
+        int n_top = 0;
+        mr_token_logprob *top = e->top + (size_t)i * (size_t)e->o.max_top_logprobs;
+        mr_status st = mr__engine_pick(e, r, lg, &tok, &lp, top, &n_top);
+        sample_ns += mr_now_ns() - ts;
+        mr_engine_event *v = event(e, r);
+        if (st) {
+            snprintf(e->err, sizeof e->err, "%s", mr_error_last());
+            v->finish = r->fin = MR_FINISH_ERROR;
+            v->error = e->err;
+            continue;
+        }
+        bool first = r->n_tok == r->n_prompt;
+        r->tok[r->n_tok++] = tok;
+        e->st.generation_tokens++;
+        v->n_tokens = 1;
+        v->token = tok;
+        v->logprob = lp;
+        v->n_top = n_top;
+        v->top = n_top ? top : NULL;
+        v->logits = r->want_logits ? lg : NULL;
+        v->n_generated = r->n_tok - r->n_prompt;
+        v->first_token = first;
+        if (is_stop(e, r, tok)) {
+            v->finish = MR_FINISH_STOP;
+            v->stop_token = tok;
+        } else if (r->n_tok - r->n_prompt >= r->max_tokens || r->n_tok >= e->o.context_length) {
+            v->finish = MR_FINISH_LENGTH;
+        }
+        r->fin = v->finish;
+    }
+    /* finished requests leave the running list (order kept) and free their blocks */
+    for (int i = 0; i < e->n_running;) {
+        mr__req *r = &e->req[e->running[i]];
+        if (r->fin == MR_FINISH_NONE) {
+            i++;
+            continue;
+        }
+        running_remove(e, i);
+        retire(e, r, r->fin);
+    }
+    e->out.n_events = e->n_ev;
+    e->out.events = e->ev;
+    if (e->n_sched > 0) e->st.steps++;
+    e->st.sample_ns += sample_ns;
+    e->st.complete_ns += mr_now_ns() - t0 - sample_ns;
+    *out = &e->out;
+    return MR_OK;
+}
+
+mr_status mr_engine_step(mr_engine *e, const mr_engine_step_out **out) {
+    const mr_kv_batch *b;
+    mr_status st = mr_engine_schedule(e, &b); /* cancellations, decodes, prefill chunks, preemption */
+    if (st) return st;
+    mr_status fst = MR_OK;
+    if (b->n_seq > 0) fst = mr_model_forward_kv(e->m, b, e->logits); /* the batch through the model */
+    return mr_engine_complete(e, fst, e->logits, out);              /* sample, stops, events, free */
+}
+
+/* ---- counters and the accounting check ---- */
+
+void mr_engine_stats_get(const mr_engine *e, mr_engine_stats *s) {
+    *s = e->st;
+    s->running = e->n_running;
+    s->waiting = e->n_waiting;
+    s->kv_blocks_total = e->pool.n;
+    s->kv_blocks_used = e->pool.n_used;
+    s->kv_blocks_cached = e->pool.n_lru;
+    s->kv_blocks_free = e->pool.n_free;
+    s->kv_blocks_peak = e->pool.peak_used;
+    s->kv_usage = (double)e->pool.n_used / (double)e->pool.n;
+    s->evictions = e->pool.evictions;
+}
+
+mr_status mr_engine_check(const mr_engine *e) {
+    mr_status st = mr__pool_check(&e->pool);
+    if (st) return st;
+    /* references: each block's count equals the table entries that list it */
+    int32_t *cnt = e->chk;
+    memset(cnt, 0, (size_t)e->pool.n * sizeof(int32_t));
+    int n_wait = 0, n_run = 0;
+    for (int i = 0; i < e->max_req && !st; i++) {
+        const mr__req *r = &e->req[i];
+        if (r->state == MR__RQ_FREE) continue;
+        n_wait += r->state == MR__RQ_WAITING;
+        n_run += r->state == MR__RQ_RUNNING;
+        if (r->n_blocks < 0 || r->n_blocks > r->max_blocks || r->n_computed < 0 || r->n_computed > r->n_tok ||
+            (int64_t)r->n_blocks * BT < r->n_computed || r->n_hashed > r->n_blocks ||
+            (int64_t)r->n_hashed * BT > r->n_computed || r->n_tok > r->cap || r->n_tok < r->n_prompt)
+            st = mr_error_set(MR_ESTATE, "request %llu: %d blocks (max %d), %lld computed of %lld tokens, %d hashed",
+                              (unsigned long long)r->id, r->n_blocks, r->max_blocks, (long long)r->n_computed,
+                              (long long)r->n_tok, r->n_hashed);
+        else if (r->state == MR__RQ_WAITING && r->n_blocks != 0)
+            st = mr_error_set(MR_ESTATE, "waiting request %llu holds %d blocks", (unsigned long long)r->id, r->n_blocks);
+        for (int32_t j = 0; j < r->n_blocks && !st; j++) {
+            int32_t b = r->bt[j];
+            if (b < 0 || b >= e->pool.n) st = mr_error_set(MR_ESTATE, "request %llu lists block %d", (unsigned long long)r->id, (int)b);
+            else if (cnt[b]++ > 0 && !e->pool.cached[b])
+                st = mr_error_set(MR_ESTATE, "block %d is shared but not in the prefix table", (int)b);
+            else if (e->pool.cached[b] && (int64_t)(j + 1) * BT > r->n_computed)
+                st = mr_error_set(MR_ESTATE, "request %llu: cached block %d holds positions it has not computed",
+                                  (unsigned long long)r->id, (int)b);
+        }
+    }
+    for (int64_t b = 0; b < e->pool.n && !st; b++)
+        if (cnt[b] != e->pool.ref[b])
+            st = mr_error_set(MR_ESTATE, "block %lld: reference count %d, listed by %d request tables", (long long)b,
+                              e->pool.ref[b], cnt[b]);
+    if (st) return st;
+    if (n_wait != e->n_waiting || n_run != e->n_running)
+        return mr_error_set(MR_ESTATE, "%d waiting / %d running requests, the queues hold %d / %d", n_wait, n_run,
+                            e->n_waiting, e->n_running);
+    for (int i = 0; i < e->n_waiting; i++)
+        if (e->req[e->waiting[(e->wait_head + i) % e->max_req]].state != MR__RQ_WAITING)
+            return mr_error_set(MR_ESTATE, "the queue lists a request that is not waiting");
+    for (int i = 0; i < e->n_running; i++)
+        if (e->req[e->running[i]].state != MR__RQ_RUNNING)
+            return mr_error_set(MR_ESTATE, "the running list lists a request that is not running");
+    if (e->n_free_slots + n_wait + n_run != e->max_req)
+        return mr_error_set(MR_ESTATE, "%d free slots + %d requests != %d", e->n_free_slots, n_wait + n_run, e->max_req);
+    return MR_OK;
+}

@@ -1,0 +1,156 @@
+/* engine_internal.h — private to src/engine: the KV block pool with its
+ * prefix table (kvpool.c), the request record, the engine (engine.c) and the
+ * per-token sampling step (sample.c). */
+#ifndef MR_ENGINE_INTERNAL_H
+#define MR_ENGINE_INTERNAL_H
+
+#include <stdatomic.h>
+
+#include "moerun/engine.h"
+
+/* ---- the block pool (kvpool.c) ----
+ * Every block is in exactly one of three states:
+ *   free     ref 0, not in the prefix table, on the free stack
+ *   cached   ref 0, in the prefix table, on the LRU list (evictable: the
+ *            least recently released is reused first)
+ *   used     ref > 0 (in the prefix table or not): ref = the number of
+ *            request block tables that list it.
+ * A full block's key is a 128-bit hash of (its parent's key, its 16 token
+ * ids); the table stores the parent key and the tokens too and a lookup
+ * compares them, so a hit means the same tokens after the same prefix (two
+ * different prefixes would need equal 128-bit parent keys). */
+typedef struct {
+    uint64_t a, b;
+} mr__key;
+#define MR__ROOT_KEY ((mr__key){0, 0})
+
+typedef struct {
+    int64_t n;               /* blocks */
+    int32_t *ref;            /* [n] */
+    int32_t *free_stack;     /* [n] free blocks, top at n_free - 1 */
+    int64_t n_free;
+    int32_t *lru_prev, *lru_next; /* [n] the cached-unreferenced list, -1 ends */
+    int32_t lru_head, lru_tail;   /* head: the next to evict */
+    int64_t n_lru;
+    uint8_t *cached;         /* [n] in the prefix table */
+    mr__key *key, *parent;   /* [n] of cached blocks */
+    int32_t *btok;           /* [n][MR_KV_BLOCK_TOKENS] tokens of cached blocks */
+    int32_t *table;          /* [cap] open addressing (linear probing) of block ids, -1 empty */
+    uint64_t cap_mask;       /* cap - 1, cap a power of two >= 2n */
+    int64_t n_cached;
+    int64_t n_used, peak_used;
+    uint64_t evictions;
+} mr__pool;
+
+mr_status mr__pool_init(mr__pool *p, int64_t n_blocks);
+void mr__pool_free(mr__pool *p);
+/* Blocks a request could take now: free + cached-unreferenced. */
+static inline int64_t mr__pool_available(const mr__pool *p) { return p->n_free + p->n_lru; }
+/* Takes a block (ref 1): a free one, else evicts the least recently used
+ * cached one. -1 when neither exists. */
+int32_t mr__pool_take(mr__pool *p);
+/* One more reference to a block (a prefix-cache hit). */
+void mr__pool_ref(mr__pool *p, int32_t b);
+/* One reference less; at 0 a cached block becomes evictable (LRU tail), another one free. */
+void mr__pool_release(mr__pool *p, int32_t b);
+/* The key of a full block after parent. */
+mr__key mr__block_key(mr__key parent, const int32_t *tokens);
+/* The cached block with these tokens after parent (key = mr__block_key), or -1. */
+int32_t mr__pool_lookup(const mr__pool *p, mr__key key, mr__key parent, const int32_t *tokens);
+/* Registers a used block's content; false when the key is already cached
+ * (by another block: this one stays private). */
+bool mr__pool_register(mr__pool *p, int32_t b, mr__key key, mr__key parent, const int32_t *tokens);
+/* MR_ESTATE when the pool's own structures disagree (free stack, LRU list,
+ * table, counts); the references are checked by the engine. */
+mr_status mr__pool_check(const mr__pool *p);
+
+/* ---- requests ---- */
+typedef enum { MR__RQ_FREE = 0, MR__RQ_WAITING = 1, MR__RQ_RUNNING = 2 } mr__rq_state;
+
+typedef struct {
+    mr_req_id id;
+    mr__rq_state state;
+    void *user;
+    const atomic_int *cancel;
+    bool cancel_asked;          /* mr_engine_cancel */
+    /* one allocation: tok [cap], bt [max_blocks], forced [n_forced] */
+    void *mem;
+    int32_t *tok;               /* prompt, then generated tokens */
+    int64_t n_prompt, n_tok, cap;
+    int64_t max_tokens;         /* resolved, >= 1 */
+    int64_t n_computed;         /* positions 0 .. n_computed - 1 have their K, V in the blocks */
+    int32_t *bt;                /* block table [max_blocks] */
+    int32_t n_blocks, max_blocks;
+    int32_t n_hashed;           /* leading full blocks already keyed (registered or duplicates) */
+    mr__key last_key;           /* key of block n_hashed - 1 (root when 0) */
+    mr_sampling sp;
+    uint64_t rng;
+    int32_t stop_ids[MR_ENGINE_MAX_STOP_IDS];
+    int n_stop;
+    bool ignore_eos, logprobs, want_logits;
+    int top_logprobs;
+    const int32_t *forced;      /* inside mem */
+    int64_t n_forced;
+    int64_t n_cached;           /* prompt tokens hit at the first schedule */
+    bool scheduled_once;
+    mr_finish_reason fin;       /* set by complete; the request leaves the running list at the end of it */
+} mr__req;
+
+/* What the scheduler put in this step for one request. */
+typedef struct {
+    int32_t slot;               /* request table index */
+    int64_t n;                  /* tokens of this step */
+    bool sample;                /* the chunk ends at the last known token: sample after it */
+} mr__sched;
+
+struct mr_engine {
+    mr_engine_opts o;
+    mr_model *m;
+    int64_t vocab;
+    mr__pool pool;
+    /* request table and queues (indices into req) */
+    mr__req *req;               /* [max_req] */
+    int max_req;
+    int32_t *free_slots;        /* [max_req] stack */
+    int n_free_slots;
+    uint32_t gen;               /* id generation counter */
+    int32_t *waiting;           /* ring [max_req]: front at wait_head */
+    int wait_head, n_waiting;
+    int32_t *running;           /* [max_running] in scheduling order (oldest first) */
+    int n_running;
+    /* the step being built */
+    mr__sched *sched;           /* [max_running] */
+    int n_sched;
+    int32_t *b_tokens;          /* [max_batch_tokens] */
+    int64_t *b_ntok, *b_start;  /* [max_running] */
+    int32_t *b_btoff;           /* [max_running + 1] */
+    int32_t *b_blocks;          /* [max_running * blocks per context] */
+    uint8_t *b_logits;          /* [max_running] */
+    mr_kv_batch batch;
+    bool scheduled;             /* schedule done, complete pending */
+    float *logits;              /* [max_running][vocab] */
+    /* sampling scratch (engine thread) */
+    float *s_prob, *s_work;     /* [vocab] */
+    int32_t *s_idx;             /* [vocab] */
+    int32_t *s_count;           /* [vocab], zero between uses */
+    /* step output */
+    mr_engine_event *ev;        /* [max_req + max_running] */
+    int n_ev, cap_ev;
+    mr_token_logprob *top;      /* [max_running][max_top_logprobs] */
+    char err[512];              /* the error of this step's failed forward */
+    int32_t *chk;               /* [kv_blocks] scratch of mr_engine_check */
+    mr_engine_step_out out;
+    mr_engine_stats st;
+    uint64_t t_sched_end;       /* when schedule returned (the forward's start) */
+};
+
+/* ---- sampling one token of a request (sample.c) ---- */
+/* Chooses request r's next token from its raw logits row [vocab]: forced,
+ * else penalties then sampling (mr_sampling order); fills *logprob and top
+ * (n_top entries) when asked. MR_EINPUT when the row holds a non-finite value. */
+mr_status mr__engine_pick(mr_engine *e, mr__req *r, const float *logits, int32_t *tok, float *logprob,
+                          mr_token_logprob *top, int *n_top);
+/* Checks sampling parameters (MR_EINVAL with the field). */
+mr_status mr__sampling_check(const mr_sampling *s);
+
+#endif

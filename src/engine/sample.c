@@ -1,0 +1,105 @@
+/* sample.c — one request's next token from its logits row: the finite
+ * check, log-probabilities (of the raw logits: log-softmax, and the top n),
+ * the repetition / frequency / presence penalties, then the sampler
+ * (model/sampler.c). Uses the engine's scratch (one [vocab] of each, the
+ * engine thread only): no allocation, no per-request vocabulary arrays.
+ * Penalties follow the OpenAI / vLLM definitions (engine.h mr_sampling). */
+#include <math.h>
+#include <string.h>
+
+#include "engine/engine_internal.h"
+
+mr_status mr__sampling_check(const mr_sampling *s) {
+    mr_sampler_params p = {.temperature = s->temperature, .top_k = s->top_k,
+                           .top_p = s->top_p == 0.0f ? 1.0f : s->top_p, .min_p = s->min_p, .seed = s->seed};
+    mr_status st = mr_sampler_params_check(&p);
+    if (st) return st;
+    if (s->temperature < 0.0f) return mr_error_set(MR_EINVAL, "sampling: temperature %g is negative", (double)s->temperature);
+    if (!(s->presence_penalty >= -2.0f && s->presence_penalty <= 2.0f))
+        return mr_error_set(MR_EINVAL, "sampling: presence_penalty must be in [-2, 2]");
+    if (!(s->frequency_penalty >= -2.0f && s->frequency_penalty <= 2.0f))
+        return mr_error_set(MR_EINVAL, "sampling: frequency_penalty must be in [-2, 2]");
+    if (!(s->repetition_penalty >= 0.0f && s->repetition_penalty <= 10.0f))
+        return mr_error_set(MR_EINVAL, "sampling: repetition_penalty must be in (0, 10] (1 or 0 = off)");
+    return MR_OK;
+}
+
+/* log-sum-exp of a finite row, in double. */
+static double logsumexp(const float *l, int64_t V) {
+    float mx = l[0];
+    for (int64_t i = 1; i < V; i++)
+        if (l[i] > mx) mx = l[i];
+    double s = 0.0;
+    for (int64_t i = 0; i < V; i++) s += exp((double)l[i] - (double)mx);
+    return (double)mx + log(s);
+}
+
+/* The n largest logits, descending, ties to the lower id. */
+static int top_n(const float *l, int64_t V, int n, double lse, mr_token_logprob *top) {
+    int k = 0;
+    for (int64_t i = 0; i < V; i++) {
+        if (k == n && !(l[i] > top[k - 1].logprob)) continue;
+        int j = k < n ? k++ : n - 1; /* drop the last when full */
+        while (j > 0 && l[i] > top[j - 1].logprob) {
+            top[j] = top[j - 1];
+            j--;
+        }
+        top[j] = (mr_token_logprob){(int32_t)i, l[i]};
+    }
+    for (int j = 0; j < k; j++) top[j].logprob = (float)((double)top[j].logprob - lse);
+    return k;
+}
+
+/* The penalized copy of the row in e->s_work (only when a penalty is on). */
+static const float *penalize(mr_engine *e, const mr__req *r, const float *logits) {
+    float rep = r->sp.repetition_penalty, fr = r->sp.frequency_penalty, pr = r->sp.presence_penalty;
+    bool use_rep = rep > 0.0f && rep != 1.0f, use_fp = fr != 0.0f || pr != 0.0f;
+    if (!use_rep && !use_fp) return logits;
+    float *w = e->s_work;
+    int32_t *cnt = e->s_count; /* zero on entry and on exit */
+    memcpy(w, logits, (size_t)e->vocab * sizeof(float));
+    if (use_rep) { /* every distinct token of the prompt and the output, once */
+        for (int64_t i = 0; i < r->n_tok; i++) {
+            int32_t t = r->tok[i];
+            if (cnt[t]) continue;
+            cnt[t] = 1;
+            w[t] = w[t] > 0.0f ? w[t] / rep : w[t] * rep;
+        }
+        for (int64_t i = 0; i < r->n_tok; i++) cnt[r->tok[i]] = 0;
+    }
+    if (use_fp) { /* output tokens: counts, then one subtraction per distinct token */
+        for (int64_t i = r->n_prompt; i < r->n_tok; i++) cnt[r->tok[i]]++;
+        for (int64_t i = r->n_prompt; i < r->n_tok; i++) {
+            int32_t t = r->tok[i];
+            if (!cnt[t]) continue;
+            w[t] -= fr * (float)cnt[t] + pr;
+            cnt[t] = 0;
+        }
+    }
+    return w;
+}
+
+mr_status mr__engine_pick(mr_engine *e, mr__req *r, const float *logits, int32_t *tok, float *logprob,
+                          mr_token_logprob *top, int *n_top) {
+    int64_t V = e->vocab;
+    for (int64_t i = 0; i < V; i++)
+        if (!isfinite(logits[i]))
+            return mr_error_set(MR_EINPUT, "the model produced a non-finite logit (%g at token %lld)", (double)logits[i],
+                                (long long)i);
+    int64_t g = r->n_tok - r->n_prompt; /* tokens generated so far */
+    if (g < r->n_forced) {
+        *tok = r->forced[g];
+    } else {
+        const float *l = penalize(e, r, logits);
+        mr_sampler_params p = {.temperature = r->sp.temperature, .top_k = r->sp.top_k,
+                               .top_p = r->sp.top_p == 0.0f ? 1.0f : r->sp.top_p, .min_p = r->sp.min_p};
+        *tok = mr_sample_logits(&p, &r->rng, l, V, e->s_prob, e->s_idx);
+    }
+    *n_top = 0;
+    if (r->logprobs || r->top_logprobs > 0) {
+        double lse = logsumexp(logits, V);
+        *logprob = (float)((double)logits[*tok] - lse);
+        if (r->top_logprobs > 0) *n_top = top_n(logits, V, r->top_logprobs, lse, top);
+    }
+    return MR_OK;
+}

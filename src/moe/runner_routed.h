@@ -1,0 +1,37 @@
+/* runner_routed.h — private to the `routed` runner (runner_routed.c,
+ * expert_packed.c): its state, which nothing else reads. */
+#ifndef MR_MOE_RUNNER_ROUTED_H
+#define MR_MOE_RUNNER_ROUTED_H
+
+#include <stdatomic.h>
+
+#include "moe/moe_internal.h"
+
+typedef struct {
+    mr_uk_kind kind;        /* the micro-kernel kind of the mode */
+    int es, blk;            /* kernel input element size, per-block multiplier width (0 none) */
+    bool use_xs;            /* the kernels take the per-block multipliers */
+    int xs_group;           /* w4a8: one multiplier per 128 columns, replicated per 16 */
+    /* GEMM1 input rows (the context's row planes): x [ld1] elements, xs [nxs1], xb [nxb1] */
+    int64_t ld1, nxs1, nxb1;
+    /* GEMM2 input rows, [max_recv] each: x2 [ld2] elements, xs2 [nxs2], xb2 [nxb2] */
+    int64_t ld2, nxs2, nxb2;
+    void *x2;
+    float *xs2;
+    int32_t *xb2;
+    int32_t *act;           /* [n_local] the local experts with rows in this call */
+    /* per thread: gate, up [128][128], y [128][128], a row of max(H, Ip), the
+     * multipliers of a row the kernels do not take, kernel scratch */
+    float *tmp;
+    int64_t tmp_stride;
+    /* per thread, the [front, back) of its chunk range in GEMM1 and in GEMM2,
+     * one cache line apart */
+    _Atomic uint64_t *ranges; /* [2][n_threads][MR__MOE_RSTRIDE] */
+} mr__routed_state;
+
+/* The packed compute (expert_packed.c): prepare writes the context's rows,
+ * experts computes the received rows. */
+void mr__routed_prepare(mr_moe_ctx *c, const mr_moe_weights *w, const mr_moe_args *a, const float *wts);
+mr_status mr__routed_experts(mr_moe_ctx *c, const mr_moe_weights *w, const mr_a2a_xfer *x);
+
+#endif

@@ -1,0 +1,1100 @@
+/* test_engine.c — the engine: the scheduler (budget, chunked prefill in
+ * order, FCFS), the paged KV path against the contiguous one (the one the
+ * transformers oracle checks, tests/test_model.c), batch invariance, prefix
+ * sharing, eviction, preemption by recompute, cancellation, admission
+ * refusals, per-request failures, sampling features checked against
+ * independent computations in this file, a random property test of the block
+ * accounting, and the per-step path without allocation.
+ *
+ * Every scenario ends with eng_close(), which checks the accounting
+ * (mr_engine_check) and that no block is left referenced. */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine_internal.h"
+#include "moerun/engine.h"
+#include "moerun/model.h"
+#include "testutil.h"
+
+#define V 256 /* the tiny model's vocabulary */
+
+typedef struct {
+    mr_model *m;
+    mr_engine *e;
+} eng;
+
+typedef struct {
+    const char *runner;
+    mr_format kv;
+    int64_t blocks, budget, ctx;
+    int running, queued;
+    bool no_prefix;
+} eng_cfg;
+
+static void eng_open(eng *g, const eng_cfg *c) {
+    mr_engine_opts o = {.kv_dtype = c->kv, .kv_blocks = c->blocks, .max_batch_tokens = c->budget,
+                        .max_running_requests = c->running, .max_queued_requests = c->queued,
+                        .context_length = c->ctx, .no_prefix_caching = c->no_prefix};
+    mr_model_opts mo = {.runner = c->runner ? c->runner : "routed", .quiet = true};
+    mr_engine_model_opts(&o, &mo);
+    mr_status st = mr_model_open(tu_data("model/tiny"), &mo, &g->m);
+    if (st) fprintf(stderr, "open: %s\n", mr_error_last());
+    assert_int_equal(st, MR_OK);
+    st = mr_engine_new(g->m, &o, &g->e);
+    if (st) fprintf(stderr, "engine: %s\n", mr_error_last());
+    assert_int_equal(st, MR_OK);
+}
+
+/* The end of every scenario: the accounting holds and nothing is referenced. */
+static void eng_close(eng *g) {
+    mr_status st = mr_engine_check(g->e);
+    if (st) fprintf(stderr, "check: %s\n", mr_error_last());
+    assert_int_equal(st, MR_OK);
+    mr_engine_stats s;
+    mr_engine_stats_get(g->e, &s);
+    assert_false(mr_engine_has_work(g->e));
+    assert_int_equal(s.kv_blocks_used, 0);
+    assert_int_equal(s.kv_blocks_free + s.kv_blocks_cached, s.kv_blocks_total);
+    mr_engine_free(g->e);
+    mr_model_close(g->m);
+}
+
+static void check_ok(const mr_engine *e) {
+    mr_status st = mr_engine_check(e);
+    if (st) fprintf(stderr, "check: %s\n", mr_error_last());
+    assert_int_equal(st, MR_OK);
+}
+
+static void rand_prompt(tu_rng *r, int32_t *p, int64_t n) {
+    for (int64_t i = 0; i < n; i++) p[i] = 3 + (int32_t)(tu_next(r) % (V - 3)); /* no EOS (2) in prompts */
+}
+
+/* Outputs collected per request (user = index). */
+#define MAXR 128
+#define MAXG 64
+typedef struct {
+    int32_t tok[MAXR][MAXG];
+    int n[MAXR];
+    mr_finish_reason fin[MAXR];
+    int64_t cached[MAXR];
+} outs;
+
+static void collect(outs *o, const mr_engine_step_out *so) {
+    for (int k = 0; k < so->n_events; k++) {
+        const mr_engine_event *v = &so->events[k];
+        int i = (int)(intptr_t)v->user;
+        assert_true(i >= 0 && i < MAXR);
+        if (v->n_tokens) {
+            assert_true(o->n[i] < MAXG);
+            o->tok[i][o->n[i]++] = v->token;
+            assert_int_equal(v->n_generated, o->n[i]);
+        }
+        if (v->finish) o->fin[i] = v->finish;
+        o->cached[i] = v->n_cached;
+    }
+}
+
+static void run_until_idle(mr_engine *e, outs *o, bool check_every_step) {
+    for (int guard = 0; mr_engine_has_work(e); guard++) {
+        assert_true(guard < 100000);
+        const mr_engine_step_out *so;
+        assert_int_equal(mr_engine_step(e, &so), MR_OK);
+        collect(o, so);
+        if (check_every_step) check_ok(e);
+    }
+}
+
+static mr_req_id add_req(mr_engine *e, const int32_t *p, int64_t n, int64_t max_tokens, int user) {
+    mr_request_params rp = {.prompt = p, .n_prompt = n, .max_tokens = max_tokens, .ignore_eos = true,
+                            .user = (void *)(intptr_t)user};
+    mr_req_id id = 0;
+    mr_status st = mr_engine_add(e, &rp, &id);
+    if (st) fprintf(stderr, "add: %s\n", mr_error_last());
+    assert_int_equal(st, MR_OK);
+    return id;
+}
+
+/* ---- scheduler: budget, chunked prefill in order, FCFS (no forward pass) ---- */
+
+/* Complete a scheduled step without the model: logits that make token
+ * 10 + (position of the sequence in the batch) the argmax. */
+static void fake_complete(mr_engine *e, const mr_kv_batch *b, const mr_engine_step_out **so) {
+    float *lg = mr_engine_logits_buffer(e);
+    for (int i = 0; i < b->n_logits; i++) {
+        for (int v = 0; v < V; v++) lg[(size_t)i * V + (size_t)v] = 0.0f;
+        lg[(size_t)i * V + 10 + (size_t)(i % 200)] = 5.0f;
+    }
+    assert_int_equal(mr_engine_complete(e, MR_OK, lg, so), MR_OK);
+}
+
+static void test_budget_and_chunking(void **state) {
+    (void)state;
+    eng g;
+    eng_cfg c = {.kv = MR_FMT_F32, .blocks = 1200, .budget = 64, .running = 8, .ctx = 12000};
+    eng_open(&g, &c);
+    tu_rng rng = {11};
+    enum { N = 6 };
+    int64_t len[N] = {10000, 3, 70, 64, 1, 129};
+    int32_t *prompt[N];
+    mr_req_id id[N];
+    for (int i = 0; i < N; i++) {
+        prompt[i] = malloc((size_t)len[i] * sizeof(int32_t));
+        rand_prompt(&rng, prompt[i], len[i]);
+        id[i] = add_req(g.e, prompt[i], len[i], 4, i);
+    }
+    int64_t done[N] = {0};   /* prompt tokens seen in batches, in order */
+    int first_step[N], chunks[N] = {0}, n_gen[N] = {0}, order[N], n_order = 0;
+    for (int i = 0; i < N; i++) first_step[i] = -1;
+    for (int step = 0; mr_engine_has_work(g.e); step++) {
+        assert_true(step < 10000);
+        const mr_kv_batch *b;
+        assert_int_equal(mr_engine_schedule(g.e, &b), MR_OK);
+        assert_true(b->n_tokens <= c.budget); /* never above the budget */
+        int64_t t = 0;
+        int partial = 0;
+        for (int s = 0; s < b->n_seq; s++) {
+            const mr__req *r = &g.e->req[g.e->sched[s].slot];
+            int i = -1;
+            for (int k = 0; k < N; k++)
+                if (id[k] == r->id) i = k;
+            assert_true(i >= 0);
+            if (first_step[i] < 0) {
+                first_step[i] = step;
+                order[n_order++] = i;
+            }
+            if (done[i] < len[i]) { /* prefill: the next prompt tokens, in order */
+                assert_int_equal(b->start[s], done[i]);
+                assert_memory_equal(b->tokens + t, prompt[i] + done[i], (size_t)b->n_tok[s] * sizeof(int32_t));
+                done[i] += b->n_tok[s];
+                assert_true(done[i] <= len[i]);
+                chunks[i]++;
+                if (done[i] < len[i]) partial++;
+                assert_int_equal(b->want_logits[s], done[i] == len[i]);
+            } else { /* decode: one token, the previous output, at the next position */
+                assert_int_equal(b->n_tok[s], 1);
+                assert_int_equal(b->start[s], len[i] + n_gen[i] - 1);
+                assert_true(b->want_logits[s]);
+            }
+            /* the table covers every position the sequence reads or writes */
+            assert_true((int64_t)(b->bt_off[s + 1] - b->bt_off[s]) * MR_KV_BLOCK_TOKENS >= b->start[s] + b->n_tok[s]);
+            t += b->n_tok[s];
+        }
+        assert_int_equal(t, b->n_tokens);
+        assert_true(partial <= 1); /* at most one partial prefill chunk per step */
+        const mr_engine_step_out *so;
+        fake_complete(g.e, b, &so);
+        for (int k = 0; k < so->n_events; k++) {
+            int i = (int)(intptr_t)so->events[k].user;
+            if (so->events[k].n_tokens) {
+                assert_int_equal(done[i], len[i]); /* a token only after the whole prompt */
+                n_gen[i]++;
+            }
+        }
+        check_ok(g.e);
+    }
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(done[i], len[i]);
+        assert_int_equal(n_gen[i], 4);
+        assert_int_equal(order[i], i); /* first come, first served */
+    }
+    assert_true(chunks[0] >= 10000 / 64); /* the 10k prompt went in chunks of at most the budget */
+    eng_close(&g);
+    for (int i = 0; i < N; i++) free(prompt[i]);
+}
+
+/* ---- paged vs contiguous (model level) ---- */
+
+/* The same mixed batches through the contiguous cache and the paged pool
+ * (shuffled, non-contiguous blocks); returns max |logit difference| and
+ * asserts greedy agreement. */
+static float paged_vs_contiguous(const char *runner, mr_format kv) {
+    enum { NS = 4, CTX = 128, NB = 64 };
+    mr_model_opts o = {.runner = runner, .quiet = true, .max_batch = NS, .max_ctx = CTX, .max_tokens = 128,
+                       .kv_blocks = NB, .kv_dtype = kv};
+    mr_model *m = NULL;
+    assert_int_equal(mr_model_open(tu_data("model/tiny"), &o, &m), MR_OK);
+    tu_rng rng = {5};
+    int32_t perm[NB];
+    for (int i = 0; i < NB; i++) perm[i] = i;
+    for (int i = NB - 1; i > 0; i--) {
+        int j = (int)(tu_next(&rng) % (uint64_t)(i + 1));
+        int32_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    int32_t bt[NS][8]; /* 8 blocks = 128 positions per sequence */
+    for (int s = 0; s < NS; s++)
+        for (int j = 0; j < 8; j++) bt[s][j] = perm[s * 8 + j];
+    /* steps: new tokens per sequence (0 = not in this step) */
+    static const int64_t plan[][NS] = {{37, 5, 20, 0}, {1, 12, 0, 16}, {1, 1, 1, 1}, {1, 0, 30, 1},
+                                       {1, 1, 1, 1},   {15, 1, 1, 2},  {1, 1, 1, 1}, {1, 1, 1, 1}};
+    int64_t len[NS] = {0};
+    float worst = 0.0f;
+    float *lc = malloc((size_t)NS * V * sizeof(float)), *lp = malloc((size_t)NS * V * sizeof(float));
+    for (size_t st = 0; st < sizeof plan / sizeof plan[0]; st++) {
+        int seq[NS], n_seq = 0;
+        int64_t ntok[NS], start[NS];
+        int32_t toks[256], btoff[NS + 1], blocks[NS * 8];
+        uint8_t want[NS];
+        int64_t total = 0;
+        btoff[0] = 0;
+        for (int s = 0; s < NS; s++) {
+            if (!plan[st][s]) continue;
+            seq[n_seq] = s;
+            ntok[n_seq] = plan[st][s];
+            start[n_seq] = len[s];
+            rand_prompt(&rng, toks + total, plan[st][s]);
+            total += plan[st][s];
+            int32_t nb = (int32_t)((len[s] + plan[st][s] + 15) / 16);
+            memcpy(blocks + btoff[n_seq], bt[s], (size_t)nb * sizeof(int32_t));
+            btoff[n_seq + 1] = btoff[n_seq] + nb;
+            want[n_seq] = 1;
+            n_seq++;
+        }
+        mr_batch cb = {.n_seq = n_seq, .seq = seq, .n_tok = ntok, .tokens = toks};
+        mr_kv_batch pb = {.n_seq = n_seq, .n_tokens = total, .tokens = toks, .n_tok = ntok, .start = start,
+                          .bt_off = btoff, .block_ids = blocks, .want_logits = want, .n_logits = n_seq};
+        assert_int_equal(mr_model_forward(m, &cb, lc), MR_OK);
+        assert_int_equal(mr_model_forward_kv(m, &pb, lp), MR_OK);
+        for (int i = 0; i < n_seq; i++) {
+            for (int v = 0; v < V; v++) {
+                float d = fabsf(lc[i * V + v] - lp[i * V + v]);
+                if (!(d <= worst)) worst = d;
+            }
+            if (kv == MR_FMT_F32) assert_int_equal(mr_argmax(lc + i * V, V), mr_argmax(lp + i * V, V));
+            len[seq[i]] += ntok[i];
+        }
+    }
+    free(lc);
+    free(lp);
+    mr_model_close(m);
+    return worst;
+}
+
+/* bf16 KV: K and V rounded to 8 mantissa bits (relative error <= 2^-9 per
+ * element). Through two layers of this model the logits (|l| ~ 5) move by at
+ * most ~1e-2; the bound below is 5x what was measured, and far below what a
+ * wrong block (another sequence's K/V) gives (~1). */
+#define BF16_KV_TOL 5e-2f
+
+static void test_paged_vs_contiguous(void **state) {
+    (void)state;
+    const char *runners[] = {"reference", "routed"};
+    for (int r = 0; r < 2; r++) {
+        float e32 = paged_vs_contiguous(runners[r], MR_FMT_F32);
+        if (e32 != 0.0f) fprintf(stderr, "%s fp32 paged vs contiguous: %g\n", runners[r], (double)e32);
+        assert_true(e32 == 0.0f); /* the same arithmetic, bit for bit */
+        float e16 = paged_vs_contiguous(runners[r], MR_FMT_BF16);
+        fprintf(stderr, "  %s: bf16 KV max |logit diff| vs fp32 contiguous %.3g (tol %.3g)\n", runners[r], (double)e16,
+                (double)BF16_KV_TOL);
+        assert_true(e16 > 0.0f);           /* bf16 really rounds */
+        assert_true(e16 <= BF16_KV_TOL);
+    }
+}
+
+/* A bad paged batch is refused before anything is written. */
+static void test_kv_batch_refused(void **state) {
+    (void)state;
+    mr_model_opts o = {.runner = "reference", .quiet = true, .max_ctx = 64, .max_tokens = 32, .kv_blocks = 8};
+    mr_model *m = NULL;
+    assert_int_equal(mr_model_open(tu_data("model/tiny"), &o, &m), MR_OK);
+    int32_t toks[4] = {5, 6, 7, 8}, btoff[3] = {0, 1, 2}, blocks[2] = {3, 3};
+    int64_t ntok[2] = {2, 2}, start[2] = {0, 0};
+    uint8_t want[2] = {1, 1};
+    float lg[2 * V];
+    mr_kv_batch b = {.n_seq = 2, .n_tokens = 4, .tokens = toks, .n_tok = ntok, .start = start, .bt_off = btoff,
+                     .block_ids = blocks, .want_logits = want, .n_logits = 2};
+    assert_int_equal(mr_model_forward_kv(m, &b, lg), MR_EINVAL); /* two sequences write block 3 */
+    assert_non_null(strstr(mr_error_last(), "written by two sequences"));
+    blocks[1] = 8;
+    assert_int_equal(mr_model_forward_kv(m, &b, lg), MR_EINVAL); /* outside the pool */
+    blocks[1] = 4;
+    start[1] = 15; /* positions 15, 16 need two blocks, the table has one */
+    assert_int_equal(mr_model_forward_kv(m, &b, lg), MR_EINVAL);
+    start[1] = 0;
+    b.n_logits = 1;
+    assert_int_equal(mr_model_forward_kv(m, &b, lg), MR_EINVAL);
+    b.n_logits = 2;
+    toks[3] = V;
+    assert_int_equal(mr_model_forward_kv(m, &b, lg), MR_EINPUT);
+    toks[3] = 8;
+    b.n_tokens = 40;
+    assert_int_equal(mr_model_forward_kv(m, &b, lg), MR_ECAPACITY);
+    b.n_tokens = 4;
+    assert_int_equal(mr_model_forward_kv(m, &b, lg), MR_OK);
+    /* a model without a contiguous cache refuses the slot API */
+    int slot = 0;
+    int64_t n = 1;
+    mr_batch cb = {.n_seq = 1, .seq = &slot, .n_tok = &n, .tokens = toks};
+    assert_int_equal(mr_model_forward(m, &cb, lg), MR_ESTATE);
+    mr_model_close(m);
+}
+
+/* ---- batch invariance ---- */
+
+static void batch_invariance(const char *runner) {
+    enum { N = 64, G = 24 };
+    tu_rng rng = {99};
+    int32_t prompt[N][60];
+    int64_t len[N];
+    for (int i = 0; i < N; i++) {
+        len[i] = 1 + (int64_t)(tu_next(&rng) % 60);
+        rand_prompt(&rng, prompt[i], len[i]);
+    }
+    eng_cfg c = {.runner = runner, .kv = MR_FMT_F32, .blocks = 512, .budget = 128, .running = 64, .ctx = 256};
+    static outs alone, together;
+    memset(&alone, 0, sizeof alone);
+    memset(&together, 0, sizeof together);
+    eng g;
+    eng_open(&g, &c);
+    for (int i = 0; i < N; i++) { /* each request alone */
+        add_req(g.e, prompt[i], len[i], G, i);
+        run_until_idle(g.e, &alone, false);
+    }
+    for (int i = 0; i < N; i++) add_req(g.e, prompt[i], len[i], G, i); /* all 64 at once */
+    run_until_idle(g.e, &together, true);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(alone.n[i], G);
+        assert_int_equal(together.n[i], G);
+        if (memcmp(alone.tok[i], together.tok[i], G * sizeof(int32_t)))
+            fail_msg("runner %s: request %d's tokens differ alone and among %d others", runner, i, N - 1);
+        assert_int_equal(together.fin[i], MR_FINISH_LENGTH);
+    }
+    eng_close(&g);
+}
+
+static void test_batch_invariance(void **state) {
+    (void)state;
+    batch_invariance("reference");
+    batch_invariance("routed");
+}
+
+/* ---- prefix sharing and eviction ---- */
+
+static void test_prefix_sharing(void **state) {
+    (void)state;
+    enum { P = 200, G = 16 };
+    tu_rng rng = {7};
+    int32_t a[P + 7], b[P + 30];
+    rand_prompt(&rng, a, P + 7);
+    memcpy(b, a, P * sizeof(int32_t)); /* a common 200-token prefix */
+    rand_prompt(&rng, b + P, 30);
+    outs with, without;
+    for (int pass = 0; pass < 2; pass++) {
+        outs *o = pass ? &without : &with;
+        memset(o, 0, sizeof *o);
+        eng g;
+        eng_cfg c = {.kv = MR_FMT_F32, .blocks = 64, .budget = 512, .running = 4, .ctx = 512, .no_prefix = pass == 1};
+        eng_open(&g, &c);
+        mr_req_id ia = add_req(g.e, a, P + 7, G, 0);
+        const mr_engine_step_out *so;
+        assert_int_equal(mr_engine_step(g.e, &so), MR_OK); /* A's prefill: its 12 full prompt blocks are cached */
+        collect(o, so);
+        mr_req_id ib = add_req(g.e, b, P + 30, G, 1);
+        assert_int_equal(mr_engine_step(g.e, &so), MR_OK);
+        collect(o, so);
+        mr_engine_stats s;
+        mr_engine_stats_get(g.e, &s);
+        const mr__req *ra = &g.e->req[(ia & 0xffffffffu) - 1], *rb = &g.e->req[(ib & 0xffffffffu) - 1];
+        if (pass == 0) {
+            assert_int_equal(s.prefix_hit_blocks, P / 16); /* 12 blocks = 192 tokens shared */
+            assert_int_equal(s.prefix_hits, (P / 16) * 16);
+            assert_int_equal(o->cached[1], (P / 16) * 16);
+            for (int j = 0; j < P / 16; j++) assert_int_equal(ra->bt[j], rb->bt[j]);
+            assert_true(ra->bt[P / 16] != rb->bt[P / 16]); /* the block holding positions 192..207 differs */
+            /* blocks in use: A's 13 + B's 15 - the 12 shared */
+            assert_int_equal(s.kv_blocks_used, 13 + 15 - P / 16);
+        } else {
+            assert_int_equal(s.prefix_hit_blocks, 0);
+            assert_int_equal(s.kv_blocks_used, 13 + 15);
+        }
+        run_until_idle(g.e, o, true);
+        eng_close(&g);
+    }
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(with.n[i], G);
+        assert_memory_equal(with.tok[i], without.tok[i], G * sizeof(int32_t)); /* sharing changes nothing */
+    }
+    /* a prompt cached whole (32 tokens, two full blocks): its last block is
+     * computed again, for the logits of its last token; same tokens */
+    eng g;
+    eng_cfg c = {.kv = MR_FMT_F32, .blocks = 16, .budget = 64, .running = 2, .ctx = 64};
+    eng_open(&g, &c);
+    outs o;
+    memset(&o, 0, sizeof o);
+    add_req(g.e, a, 32, G, 0);
+    run_until_idle(g.e, &o, true);
+    add_req(g.e, a, 32, G, 1);
+    run_until_idle(g.e, &o, true);
+    assert_int_equal(o.cached[0], 0);
+    assert_int_equal(o.cached[1], 16);
+    assert_int_equal(o.n[1], G);
+    assert_memory_equal(o.tok[0], o.tok[1], G * sizeof(int32_t));
+    eng_close(&g);
+}
+
+/* Many requests over a few shared prefixes in a pool that cannot keep them
+ * all: cached blocks are evicted and reused, and every output equals the
+ * one of a large pool without prefix caching. */
+static void test_eviction_under_pressure(void **state) {
+    (void)state;
+    enum { N = 40, G = 8, NP = 5 };
+    tu_rng rng = {3};
+    int32_t pre[NP][48], prompt[N][80];
+    int64_t len[N];
+    for (int k = 0; k < NP; k++) rand_prompt(&rng, pre[k], 48);
+    for (int i = 0; i < N; i++) {
+        int k = (int)(tu_next(&rng) % NP);
+        int64_t plen = 16 * (1 + (int64_t)(tu_next(&rng) % 3)); /* share 16, 32 or 48 tokens */
+        memcpy(prompt[i], pre[k], (size_t)plen * sizeof(int32_t));
+        len[i] = plen + 1 + (int64_t)(tu_next(&rng) % 20);
+        rand_prompt(&rng, prompt[i] + plen, len[i] - plen);
+    }
+    static outs small, big;
+    memset(&small, 0, sizeof small);
+    memset(&big, 0, sizeof big);
+    eng g;
+    eng_cfg cs = {.kv = MR_FMT_F32, .blocks = 16, .budget = 64, .running = 2, .ctx = 128};
+    eng_open(&g, &cs);
+    for (int i = 0; i < N; i++) add_req(g.e, prompt[i], len[i], G, i);
+    run_until_idle(g.e, &small, true);
+    mr_engine_stats s;
+    mr_engine_stats_get(g.e, &s);
+    assert_true(s.evictions > 0);
+    assert_true(s.prefix_hit_blocks > 0);
+    eng_close(&g);
+    eng_cfg cb = {.kv = MR_FMT_F32, .blocks = 1024, .budget = 64, .running = 2, .ctx = 128, .no_prefix = true};
+    eng_open(&g, &cb);
+    for (int i = 0; i < N; i++) add_req(g.e, prompt[i], len[i], G, i);
+    run_until_idle(g.e, &big, false);
+    eng_close(&g);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(small.n[i], G);
+        assert_memory_equal(small.tok[i], big.tok[i], G * sizeof(int32_t));
+    }
+}
+
+/* ---- preemption ---- */
+
+static void test_preemption(void **state) {
+    (void)state;
+    enum { N = 12, G = 40 };
+    tu_rng rng = {21};
+    int32_t prompt[N][50];
+    int64_t len[N];
+    for (int i = 0; i < N; i++) {
+        len[i] = 10 + (int64_t)(tu_next(&rng) % 40);
+        rand_prompt(&rng, prompt[i], len[i]);
+    }
+    static outs tight, loose;
+    memset(&tight, 0, sizeof tight);
+    memset(&loose, 0, sizeof loose);
+    /* 14 blocks (224 tokens): each request (<= 89 positions, 6 blocks) fits alone, a few together */
+    eng g;
+    eng_cfg ct = {.kv = MR_FMT_F32, .blocks = 14, .budget = 64, .running = N, .ctx = 128};
+    eng_open(&g, &ct);
+    for (int i = 0; i < N; i++) add_req(g.e, prompt[i], len[i], G, i);
+    run_until_idle(g.e, &tight, true);
+    mr_engine_stats s;
+    mr_engine_stats_get(g.e, &s);
+    assert_true(s.preemptions > 0);
+    assert_int_equal(s.requests_finished[MR_FINISH_LENGTH], N);
+    eng_close(&g);
+    eng_cfg cl = {.kv = MR_FMT_F32, .blocks = 1024, .budget = 64, .running = N, .ctx = 128, .no_prefix = true};
+    eng_open(&g, &cl);
+    for (int i = 0; i < N; i++) add_req(g.e, prompt[i], len[i], G, i);
+    run_until_idle(g.e, &loose, false);
+    mr_engine_stats_get(g.e, &s);
+    assert_int_equal(s.preemptions, 0);
+    eng_close(&g);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(tight.n[i], G);
+        if (memcmp(tight.tok[i], loose.tok[i], G * sizeof(int32_t)))
+            fail_msg("request %d: preempted and recomputed tokens differ from the unconstrained run", i);
+    }
+}
+
+/* ---- cancellation ---- */
+
+static void test_cancellation(void **state) {
+    (void)state;
+    tu_rng rng = {4};
+    int32_t p[6][40];
+    for (int i = 0; i < 6; i++) rand_prompt(&rng, p[i], 40);
+    eng g;
+    eng_cfg c = {.kv = MR_FMT_F32, .blocks = 64, .budget = 100, .running = 3, .ctx = 128};
+    eng_open(&g, &c);
+    atomic_int flag[6];
+    mr_req_id id[6];
+    for (int i = 0; i < 6; i++) {
+        atomic_init(&flag[i], 0);
+        mr_request_params rp = {.prompt = p[i], .n_prompt = 40, .max_tokens = 50, .ignore_eos = true,
+                                .cancel = &flag[i], .user = (void *)(intptr_t)i};
+        assert_int_equal(mr_engine_add(g.e, &rp, &id[i]), MR_OK);
+    }
+    const mr_engine_step_out *so;
+    for (int s = 0; s < 4; s++) assert_int_equal(mr_engine_step(g.e, &so), MR_OK);
+    mr_engine_stats st;
+    mr_engine_stats_get(g.e, &st);
+    assert_int_equal(st.running, 3); /* 0, 1, 2 run; 3, 4, 5 wait */
+    assert_int_equal(st.waiting, 3);
+    int64_t used = st.kv_blocks_used;
+    const mr__req *r1 = &g.e->req[(id[1] & 0xffffffffu) - 1];
+    int32_t blocks1 = r1->n_blocks;
+    assert_true(blocks1 > 0);
+    atomic_store(&flag[1], 1);                          /* a running request, by its flag (another thread would) */
+    assert_int_equal(mr_engine_cancel(g.e, id[4]), MR_OK); /* a queued one, by id */
+    atomic_store(&flag[5], 1);                          /* a queued one, by its flag */
+    assert_int_equal(mr_engine_step(g.e, &so), MR_OK);
+    int seen = 0;
+    for (int k = 0; k < so->n_events; k++) {
+        const mr_engine_event *v = &so->events[k];
+        int i = (int)(intptr_t)v->user;
+        if (v->finish == MR_FINISH_CANCELLED) {
+            assert_true(i == 1 || i == 4 || i == 5);
+            assert_int_equal(v->n_tokens, 0);
+            seen |= 1 << i;
+        } else {
+            assert_true(i != 1 && i != 4 && i != 5);
+        }
+    }
+    assert_int_equal(seen, (1 << 1) | (1 << 4) | (1 << 5));
+    mr_engine_stats_get(g.e, &st);
+    /* request 1's blocks went back in this very step (3 was admitted in its place and took its own) */
+    assert_int_equal(st.requests_finished[MR_FINISH_CANCELLED], 3);
+    assert_true(st.kv_blocks_used < used + 3 - blocks1 + 1 + 3); /* sanity: no growth by the cancelled one */
+    check_ok(g.e);
+    for (int i = 0; i < g.e->max_req; i++) /* no trace of the cancelled requests */
+        if (g.e->req[i].state != MR__RQ_FREE)
+            assert_true(g.e->req[i].id != id[1] && g.e->req[i].id != id[4] && g.e->req[i].id != id[5]);
+    assert_int_equal(mr_engine_cancel(g.e, id[1]), MR_ENOTFOUND); /* gone */
+    /* cancel everything left: no block stays referenced */
+    for (int i = 0; i < 6; i++) atomic_store(&flag[i], 1);
+    assert_int_equal(mr_engine_step(g.e, &so), MR_OK);
+    mr_engine_stats_get(g.e, &st);
+    assert_int_equal(st.requests_finished[MR_FINISH_CANCELLED], 6);
+    assert_int_equal(st.kv_blocks_used, 0);
+    eng_close(&g);
+}
+
+/* ---- admission ---- */
+
+static void test_admission(void **state) {
+    (void)state;
+    eng g;
+    eng_cfg c = {.kv = MR_FMT_F32, .blocks = 8, .budget = 32, .running = 2, .queued = 3, .ctx = 200};
+    eng_open(&g, &c);
+    int32_t p[300];
+    for (int i = 0; i < 300; i++) p[i] = 5;
+    mr_request_params rp = {.prompt = p, .n_prompt = 100, .max_tokens = 40};
+    mr_req_id id;
+    /* 100 + 40 - 1 positions need 9 blocks; the pool holds 8: refused with both numbers */
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_ECAPACITY);
+    assert_non_null(strstr(mr_error_last(), "need 9 KV blocks (144 tokens)"));
+    assert_non_null(strstr(mr_error_last(), "pool holds 8 blocks (128 tokens)"));
+    rp.max_tokens = 29; /* 128 positions: fits exactly */
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_OK);
+    rp.n_prompt = 200;
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_ECAPACITY);
+    assert_non_null(strstr(mr_error_last(), "prompt has 200 tokens; the context length is 200"));
+    rp.n_prompt = 150;
+    rp.max_tokens = 60;
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_ECAPACITY);
+    assert_non_null(strstr(mr_error_last(), "150 prompt tokens + max_tokens 60 = 210 exceed the context length of 200"));
+    rp = (mr_request_params){.prompt = p, .n_prompt = 3, .max_tokens = 2};
+    p[1] = V;
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_EINPUT);
+    assert_non_null(strstr(mr_error_last(), "token id 256 is outside the vocabulary (256)"));
+    p[1] = 5;
+    rp.sampling.top_p = 1.5f;
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_EINVAL);
+    rp.sampling.top_p = 0.0f;
+    rp.sampling.repetition_penalty = -1.0f;
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_EINVAL);
+    rp.sampling.repetition_penalty = 0.0f;
+    rp.top_logprobs = 21;
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_EINVAL);
+    rp.top_logprobs = 0;
+    rp.n_prompt = 0;
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_EINVAL);
+    rp.n_prompt = 3;
+    int32_t stop = V + 1;
+    rp.stop_ids = &stop;
+    rp.n_stop_ids = 1;
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_EINPUT);
+    rp.n_stop_ids = 0;
+    /* the queue: 3 waiting at most (one is waiting already) */
+    rp.user = (void *)(intptr_t)1;
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_OK);
+    rp.user = (void *)(intptr_t)2;
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_OK);
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_EBUSY);
+    assert_non_null(strstr(mr_error_last(), "max_queued_requests 3"));
+    check_ok(g.e);
+    outs o;
+    memset(&o, 0, sizeof o);
+    run_until_idle(g.e, &o, true);
+    eng_close(&g);
+    /* an engine over a model that does not match its options is refused */
+    mr_engine_opts eo = {.kv_blocks = 8, .max_batch_tokens = 32, .max_running_requests = 2, .context_length = 200};
+    mr_model_opts mo = {.runner = "reference", .quiet = true};
+    mr_engine_model_opts(&eo, &mo);
+    mr_model *m = NULL;
+    mr_engine *e = NULL;
+    assert_int_equal(mr_model_open(tu_data("model/tiny"), &mo, &m), MR_OK);
+    eo.kv_blocks = 9;
+    assert_int_equal(mr_engine_new(m, &eo, &e), MR_EINVAL);
+    eo.kv_blocks = 8;
+    eo.context_length = 400;
+    assert_int_equal(mr_engine_new(m, &eo, &e), MR_EINVAL);
+    eo.context_length = 200;
+    eo.max_running_requests = 64;
+    assert_int_equal(mr_engine_new(m, &eo, &e), MR_EINVAL); /* budget 32 < 64 running */
+    assert_null(e);
+    mr_model_close(m);
+}
+
+/* ---- stops, logprobs, logits, penalties: checked against this file's own computations ---- */
+
+static double ref_logsumexp(const float *l) {
+    double mx = l[0], s = 0.0;
+    for (int i = 1; i < V; i++)
+        if (l[i] > mx) mx = l[i];
+    for (int i = 0; i < V; i++) s += exp((double)l[i] - mx);
+    return mx + log(s);
+}
+
+static void test_sampling_features(void **state) {
+    (void)state;
+    eng g;
+    eng_cfg c = {.kv = MR_FMT_F32, .blocks = 64, .budget = 64, .running = 4, .ctx = 256};
+    eng_open(&g, &c);
+    tu_rng rng = {8};
+    int32_t p[20];
+    rand_prompt(&rng, p, 20);
+    /* logits, top-5 logprobs, penalties: every token is the argmax of the
+     * penalized raw logits, computed here from the reported logits */
+    mr_request_params rp = {.prompt = p, .n_prompt = 20, .max_tokens = 30, .ignore_eos = true, .logprobs = true,
+                            .top_logprobs = 5, .want_logits = true,
+                            .sampling = {.repetition_penalty = 1.7f, .frequency_penalty = 0.4f,
+                                         .presence_penalty = 0.3f}};
+    mr_req_id id;
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_OK);
+    int32_t hist[64];
+    int n = 0;
+    while (mr_engine_has_work(g.e)) {
+        const mr_engine_step_out *so;
+        assert_int_equal(mr_engine_step(g.e, &so), MR_OK);
+        for (int k = 0; k < so->n_events; k++) {
+            const mr_engine_event *v = &so->events[k];
+            if (!v->n_tokens) continue;
+            assert_non_null(v->logits);
+            const float *l = v->logits;
+            double lse = ref_logsumexp(l);
+            assert_true(fabs((double)v->logprob - ((double)l[v->token] - lse)) < 1e-5);
+            /* top 5: descending, ties to the lower id, the 5 largest */
+            assert_int_equal(v->n_top, 5);
+            for (int j = 0; j < 5; j++) {
+                int32_t t = v->top[j].token;
+                assert_true(fabs((double)v->top[j].logprob - ((double)l[t] - lse)) < 1e-5);
+                int above = 0;
+                for (int u = 0; u < V; u++) above += l[u] > l[t] || (l[u] == l[t] && u < t);
+                assert_int_equal(above, j);
+            }
+            /* penalties, independently */
+            float w[V];
+            memcpy(w, l, sizeof w);
+            for (int u = 0; u < V; u++) {
+                bool seen = false;
+                int cnt = 0;
+                for (int j = 0; j < 20; j++) seen |= p[j] == u;
+                for (int j = 0; j < n; j++) {
+                    seen |= hist[j] == u;
+                    cnt += hist[j] == u;
+                }
+                if (seen) w[u] = w[u] > 0 ? w[u] / 1.7f : w[u] * 1.7f;
+                if (cnt) w[u] -= 0.4f * (float)cnt + 0.3f;
+            }
+            assert_int_equal(v->token, mr_argmax(w, V));
+            hist[n++] = v->token;
+        }
+    }
+    assert_int_equal(n, 30);
+    /* without penalties the same prompt repeats tokens somewhere (so the check above could fail) */
+    rp = (mr_request_params){.prompt = p, .n_prompt = 20, .max_tokens = 30, .ignore_eos = true, .user = (void *)0};
+    outs o;
+    memset(&o, 0, sizeof o);
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_OK);
+    run_until_idle(g.e, &o, false);
+    assert_true(memcmp(o.tok[0], hist, 30 * sizeof(int32_t)) != 0);
+    /* a stop id ends the request with that token; forced tokens are taken as given */
+    int32_t forced[6] = {40, 41, 42, 43, 44, 45}, stop = 43;
+    rp = (mr_request_params){.prompt = p, .n_prompt = 20, .max_tokens = 10, .forced = forced, .n_forced = 6,
+                             .stop_ids = &stop, .n_stop_ids = 1, .user = (void *)(intptr_t)1};
+    memset(&o, 0, sizeof o);
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_OK);
+    run_until_idle(g.e, &o, false);
+    assert_int_equal(o.n[1], 4);
+    assert_memory_equal(o.tok[1], forced, 4 * sizeof(int32_t));
+    assert_int_equal(o.fin[1], MR_FINISH_STOP);
+    /* the model's EOS (2) stops unless ignore_eos */
+    int32_t eos_forced[3] = {9, 2, 9};
+    rp = (mr_request_params){.prompt = p, .n_prompt = 20, .max_tokens = 3, .forced = eos_forced, .n_forced = 3,
+                             .user = (void *)(intptr_t)2};
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_OK);
+    rp.ignore_eos = true;
+    rp.user = (void *)(intptr_t)3;
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_OK);
+    run_until_idle(g.e, &o, false);
+    assert_int_equal(o.n[2], 2);
+    assert_int_equal(o.fin[2], MR_FINISH_STOP);
+    assert_int_equal(o.n[3], 3);
+    assert_int_equal(o.fin[3], MR_FINISH_LENGTH);
+    eng_close(&g);
+}
+
+/* Seeded sampling at temperature > 0: a request's tokens depend on its own
+ * seed only, not on the batch around it. */
+static void test_seeded_sampling_invariance(void **state) {
+    (void)state;
+    enum { N = 8, G = 20 };
+    tu_rng rng = {17};
+    int32_t p[N][30];
+    for (int i = 0; i < N; i++) rand_prompt(&rng, p[i], 30);
+    static outs alone, together, other_seed;
+    memset(&alone, 0, sizeof alone);
+    memset(&together, 0, sizeof together);
+    memset(&other_seed, 0, sizeof other_seed);
+    eng g;
+    eng_cfg c = {.kv = MR_FMT_F32, .blocks = 128, .budget = 64, .running = 8, .ctx = 64};
+    eng_open(&g, &c);
+    for (int pass = 0; pass < 3; pass++) {
+        outs *o = pass == 0 ? &alone : pass == 1 ? &together : &other_seed;
+        for (int i = 0; i < N; i++) {
+            mr_request_params rp = {.prompt = p[i], .n_prompt = 30, .max_tokens = G, .ignore_eos = true,
+                                    .sampling = {.temperature = 1.0f, .top_k = 50, .top_p = 0.95f,
+                                                 .seed = (uint64_t)(1000 + i + (pass == 2 ? 77 : 0))},
+                                    .user = (void *)(intptr_t)i};
+            mr_req_id id;
+            assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_OK);
+            if (pass == 0) run_until_idle(g.e, o, false);
+        }
+        run_until_idle(g.e, o, false);
+    }
+    int differ = 0;
+    for (int i = 0; i < N; i++) {
+        assert_memory_equal(alone.tok[i], together.tok[i], G * sizeof(int32_t));
+        differ += memcmp(alone.tok[i], other_seed.tok[i], G * sizeof(int32_t)) != 0;
+    }
+    assert_true(differ > 0); /* the seed matters */
+    eng_close(&g);
+}
+
+/* ---- failures stay with their requests ---- */
+
+static void test_request_errors(void **state) {
+    (void)state;
+    eng g;
+    eng_cfg c = {.kv = MR_FMT_F32, .blocks = 64, .budget = 64, .running = 4, .ctx = 128};
+    eng_open(&g, &c);
+    int32_t p[10] = {5, 6, 7, 8, 9, 10, 11, 12, 13, 14};
+    for (int i = 0; i < 3; i++) add_req(g.e, p, 10, 5, i);
+    const mr_kv_batch *b;
+    const mr_engine_step_out *so;
+    /* the forward pass fails: the batch's requests end with an error, the engine goes on */
+    assert_int_equal(mr_engine_schedule(g.e, &b), MR_OK);
+    assert_int_equal(b->n_seq, 3);
+    mr_error_set(MR_EIO, "injected failure");
+    assert_int_equal(mr_engine_complete(g.e, MR_EIO, NULL, &so), MR_OK);
+    assert_int_equal(so->n_events, 3);
+    for (int k = 0; k < 3; k++) {
+        assert_int_equal(so->events[k].finish, MR_FINISH_ERROR);
+        assert_non_null(strstr(so->events[k].error, "injected failure"));
+    }
+    check_ok(g.e);
+    assert_false(mr_engine_has_work(g.e));
+    /* a non-finite logit ends that request only */
+    for (int i = 0; i < 3; i++) add_req(g.e, p, 10, 5, i);
+    assert_int_equal(mr_engine_schedule(g.e, &b), MR_OK);
+    assert_int_equal(mr_model_forward_kv(g.m, b, mr_engine_logits_buffer(g.e)), MR_OK);
+    mr_engine_logits_buffer(g.e)[1 * V + 17] = NAN;
+    assert_int_equal(mr_engine_complete(g.e, MR_OK, mr_engine_logits_buffer(g.e), &so), MR_OK);
+    int errors = 0;
+    for (int k = 0; k < so->n_events; k++)
+        if (so->events[k].finish == MR_FINISH_ERROR) {
+            errors++;
+            assert_int_equal((int)(intptr_t)so->events[k].user, 1);
+            assert_non_null(strstr(so->events[k].error, "non-finite"));
+        }
+    assert_int_equal(errors, 1);
+    outs o;
+    memset(&o, 0, sizeof o);
+    collect(&o, so);
+    run_until_idle(g.e, &o, true);
+    assert_int_equal(o.n[0], 5); /* the others went on */
+    assert_int_equal(o.n[2], 5);
+    assert_int_equal(o.fin[1], MR_FINISH_ERROR);
+    /* calls out of order are refused, not crashed on */
+    assert_int_equal(mr_engine_complete(g.e, MR_OK, NULL, &so), MR_ESTATE);
+    eng_close(&g);
+}
+
+/* ---- the property test ---- */
+
+/* Random arrivals, lengths, cancellations (by flag and by id), stop ids and
+ * pool sizes, stepped with the real model; after every step the accounting
+ * holds (mr_engine_check), every request finishes exactly once, with the
+ * reason its parameters imply, and no step exceeds its budget. */
+static void test_property(void **state) {
+    (void)state;
+    tu_rng rng = {2024};
+    int steps_total = 0;
+    for (int round = 0; round < 6; round++) {
+        eng g;
+        eng_cfg c = {.runner = "routed", .kv = round % 2 ? MR_FMT_BF16 : MR_FMT_F32, .blocks = 8 + (int64_t)(tu_next(&rng) % 40),
+                     .budget = 16 + (int64_t)(tu_next(&rng) % 48), .running = 1 + (int)(tu_next(&rng) % 12),
+                     .queued = 64, .ctx = 96, .no_prefix = round == 5};
+        if (c.budget < c.running) c.budget = c.running;
+        eng_open(&g, &c);
+        enum { NR = 400 };
+        static atomic_int flag[NR];
+        static int64_t want_len[NR];
+        static int fin_count[NR];
+        static mr_finish_reason fin[NR];
+        static mr_req_id ids[NR];
+        int n_req = 0;
+        int32_t shared[64];
+        rand_prompt(&rng, shared, 64);
+        for (int step = 0; step < 700 || mr_engine_has_work(g.e); step++) {
+            assert_true(step < 20000);
+            /* arrivals */
+            int arrivals = step < 700 ? (int)(tu_next(&rng) % 3) : 0;
+            for (int a = 0; a < arrivals && n_req < NR; a++) {
+                int32_t p[80];
+                int64_t n = 1 + (int64_t)(tu_next(&rng) % 60);
+                rand_prompt(&rng, p, n);
+                if (tu_next(&rng) % 2) memcpy(p, shared, (size_t)(n < 40 ? n : 40) * sizeof(int32_t));
+                int64_t mt = 1 + (int64_t)(tu_next(&rng) % 20);
+                int32_t stop = 3 + (int32_t)(tu_next(&rng) % (V - 3));
+                atomic_init(&flag[n_req], 0);
+                mr_request_params rp = {.prompt = p, .n_prompt = n, .max_tokens = mt, .ignore_eos = true,
+                                        .stop_ids = &stop, .n_stop_ids = 1, .cancel = &flag[n_req],
+                                        .sampling = {.temperature = (tu_next(&rng) % 2) ? 0.8f : 0.0f,
+                                                     .seed = tu_next(&rng)},
+                                        .user = (void *)(intptr_t)n_req};
+                mr_req_id id;
+                mr_status st = mr_engine_add(g.e, &rp, &id);
+                if (st == MR_ECAPACITY || st == MR_EBUSY) continue; /* too big for this pool, or a full queue */
+                assert_int_equal(st, MR_OK);
+                ids[n_req] = id;
+                want_len[n_req] = mt;
+                fin_count[n_req] = 0;
+                fin[n_req] = MR_FINISH_NONE;
+                n_req++;
+            }
+            /* cancellations */
+            if (n_req > 0 && tu_next(&rng) % 7 == 0) {
+                int k = (int)(tu_next(&rng) % (uint64_t)n_req);
+                if (tu_next(&rng) % 2)
+                    atomic_store(&flag[k], 1);
+                else
+                    (void)mr_engine_cancel(g.e, ids[k]); /* NOTFOUND when it finished already */
+            }
+            const mr_engine_step_out *so;
+            assert_int_equal(mr_engine_step(g.e, &so), MR_OK);
+            assert_true(so->n_tokens <= c.budget);
+            assert_true(so->n_seq <= c.running);
+            for (int k = 0; k < so->n_events; k++) {
+                const mr_engine_event *v = &so->events[k];
+                int i = (int)(intptr_t)v->user;
+                assert_true(v->finish != MR_FINISH_ERROR);
+                assert_true(v->n_generated <= want_len[i]);
+                if (v->finish) {
+                    fin_count[i]++;
+                    fin[i] = v->finish;
+                    if (v->finish == MR_FINISH_LENGTH) assert_int_equal(v->n_generated, want_len[i]);
+                    if (v->finish == MR_FINISH_STOP) assert_int_equal(v->token, v->stop_token);
+                }
+            }
+            check_ok(g.e);
+            steps_total++;
+        }
+        for (int i = 0; i < n_req; i++) {
+            assert_int_equal(fin_count[i], 1); /* every request finished exactly once */
+            assert_true(fin[i] == MR_FINISH_LENGTH || fin[i] == MR_FINISH_STOP || fin[i] == MR_FINISH_CANCELLED);
+        }
+        eng_close(&g);
+    }
+    assert_true(steps_total >= 4200);
+}
+
+/* ---- the per-step path does not allocate ---- */
+
+static void test_step_does_not_allocate(void **state) {
+    (void)state;
+    eng g;
+    eng_cfg c = {.runner = "routed", .kv = MR_FMT_BF16, .blocks = 24, .budget = 40, .running = 6, .ctx = 128};
+    eng_open(&g, &c);
+    tu_rng rng = {1};
+    int32_t p[12][70];
+    atomic_int flag[12];
+    for (int i = 0; i < 12; i++) {
+        rand_prompt(&rng, p[i], 70);
+        if (i % 3 == 0) memcpy(p[i], p[0], 48 * sizeof(int32_t)); /* prefix hits */
+        atomic_init(&flag[i], 0);
+        mr_request_params rp = {.prompt = p[i], .n_prompt = 20 + 4 * i, .max_tokens = 30, .ignore_eos = true,
+                                .cancel = &flag[i], .logprobs = true, .top_logprobs = 3,
+                                .sampling = {.temperature = i % 2 ? 0.7f : 0.0f, .top_p = 0.9f,
+                                             .repetition_penalty = 1.1f},
+                                .user = (void *)(intptr_t)i};
+        mr_req_id id;
+        assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_OK);
+    }
+    const mr_engine_step_out *so;
+    assert_int_equal(mr_engine_step(g.e, &so), MR_OK); /* warm-up (OpenMP, first touch) */
+    uint64_t before = mr_debug_alloc_count();
+    int steps = 0;
+    while (mr_engine_has_work(g.e)) {
+        if (steps == 10) atomic_store(&flag[7], 1);
+        assert_int_equal(mr_engine_step(g.e, &so), MR_OK);
+        steps++;
+    }
+    uint64_t after = mr_debug_alloc_count();
+    mr_engine_stats s;
+    mr_engine_stats_get(g.e, &s);
+    assert_true(s.preemptions > 0 && s.prefix_hit_blocks > 0); /* the steps covered the heavy paths */
+    if (after != before) fprintf(stderr, "%llu allocations in %d steps\n", (unsigned long long)(after - before), steps);
+    assert_int_equal(after, before);
+    eng_close(&g);
+    /* the contiguous forward does not allocate either */
+    mr_model_opts o = {.runner = "routed", .quiet = true, .max_batch = 2, .max_ctx = 32};
+    mr_model *m = NULL;
+    assert_int_equal(mr_model_open(tu_data("model/tiny"), &o, &m), MR_OK);
+    int seq[2] = {0, 1};
+    int64_t nt[2] = {5, 3};
+    int32_t toks[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    float lg[2 * V];
+    mr_batch b = {.n_seq = 2, .seq = seq, .n_tok = nt, .tokens = toks};
+    assert_int_equal(mr_model_forward(m, &b, lg), MR_OK);
+    before = mr_debug_alloc_count();
+    nt[0] = nt[1] = 1;
+    assert_int_equal(mr_model_forward(m, &b, lg), MR_OK);
+    assert_int_equal(mr_debug_alloc_count(), before);
+    mr_model_close(m);
+}
+
+/* ---- the sampler's filters against a brute-force reference ---- */
+
+static int cmp_desc(const void *a, const void *b, void *l) {
+    int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+    const float *x = l;
+    if (x[i] != x[j]) return x[i] > x[j] ? -1 : 1;
+    return (i > j) - (i < j);
+}
+
+/* The kept set by the definition: sort all, top-k, softmax, top-p prefix, min-p. */
+static int ref_kept(const float *l, const mr_sampler_params *p, bool *kept) {
+    int32_t idx[V];
+    for (int i = 0; i < V; i++) idx[i] = i;
+    qsort_r(idx, V, sizeof(int32_t), cmp_desc, (void *)l);
+    int n = p->top_k > 0 && p->top_k < V ? p->top_k : V;
+    double pr[V], sum = 0;
+    for (int i = 0; i < n; i++) sum += pr[i] = exp(((double)l[idx[i]] - (double)l[idx[0]]) / p->temperature);
+    int keep = n;
+    if (p->top_p < 1.0f) {
+        double cum = 0;
+        for (int i = 0; i < n; i++) {
+            cum += pr[i] / sum;
+            if (cum >= p->top_p) {
+                keep = i + 1;
+                break;
+            }
+        }
+    }
+    int k = 1;
+    while (k < keep && pr[k] >= p->min_p * pr[0]) k++;
+    for (int i = 0; i < V; i++) kept[i] = false;
+    for (int i = 0; i < k; i++) kept[idx[i]] = true;
+    return k;
+}
+
+static void test_sampler_filters_reference(void **state) {
+    (void)state;
+    tu_rng rng = {31};
+    float prob[V];
+    int32_t idx[V];
+    for (int trial = 0; trial < 60; trial++) {
+        float l[V];
+        float spread = 1.0f + (float)(trial % 5) * 2.0f;
+        for (int i = 0; i < V; i++) l[i] = tu_normal(&rng) * spread;
+        mr_sampler_params p = {.temperature = 0.5f + (float)(trial % 3) * 0.5f, .top_k = trial % 4 == 0 ? 0 : 40,
+                               .top_p = trial % 3 == 0 ? 1.0f : 0.6f, .min_p = trial % 2 ? 0.05f : 0.0f};
+        bool kept[V];
+        int k = ref_kept(l, &p, kept);
+        uint64_t gs = mr_sampler_seed_state((uint64_t)trial);
+        int hits[V] = {0};
+        for (int d = 0; d < 2000; d++) {
+            int32_t t = mr_sample_logits(&p, &gs, l, V, prob, idx);
+            assert_true(t >= 0 && t < V);
+            if (!kept[t]) fail_msg("trial %d: drew token %d outside the kept set of %d", trial, t, k);
+            hits[t]++;
+        }
+        /* every kept token carrying >= 2% of the kept mass shows up */
+        double mx = l[0], sum = 0;
+        for (int i = 0; i < V; i++)
+            if (l[i] > mx) mx = l[i];
+        for (int i = 0; i < V; i++)
+            if (kept[i]) sum += exp(((double)l[i] - mx) / p.temperature);
+        for (int i = 0; i < V; i++)
+            if (kept[i] && exp(((double)l[i] - mx) / p.temperature) / sum >= 0.02) assert_true(hits[i] > 0);
+    }
+    /* the draw follows the kept distribution: one token far above a flat tail
+     * of 255 (weight e^-6 each), top-p 0.9: the top token holds 1 / 1.47 of
+     * the kept mass, the tail's first ~187 tokens the rest */
+    float l[V];
+    for (int i = 0; i < V; i++) l[i] = -6.0f;
+    l[77] = 0.0f;
+    mr_sampler_params p = {.temperature = 1.0f, .top_p = 0.9f};
+    bool kept[V];
+    int k = ref_kept(l, &p, kept);
+    double want_top = 1.0 / (1.0 + (double)(k - 1) * exp(-6.0));
+    uint64_t gs = mr_sampler_seed_state(5);
+    int top = 0, N = 20000;
+    for (int d = 0; d < N; d++) {
+        int32_t t = mr_sample_logits(&p, &gs, l, V, prob, idx);
+        assert_true(kept[t]);
+        top += t == 77;
+    }
+    if (fabs((double)top / N - want_top) > 0.02)
+        fail_msg("top token drawn %.3f of the time, its share of the kept mass is %.3f", (double)top / N, want_top);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_budget_and_chunking),
+        cmocka_unit_test(test_paged_vs_contiguous),
+        cmocka_unit_test(test_kv_batch_refused),
+        cmocka_unit_test(test_batch_invariance),
+        cmocka_unit_test(test_prefix_sharing),
+        cmocka_unit_test(test_eviction_under_pressure),
+        cmocka_unit_test(test_preemption),
+        cmocka_unit_test(test_cancellation),
+        cmocka_unit_test(test_admission),
+        cmocka_unit_test(test_sampling_features),
+        cmocka_unit_test(test_seeded_sampling_invariance),
+        cmocka_unit_test(test_request_errors),
+        cmocka_unit_test(test_property),
+        cmocka_unit_test(test_step_does_not_allocate),
+        cmocka_unit_test(test_sampler_filters_reference),
+    };
+    /* One thread: the scheduler is single-threaded, and the multi-threaded
+     * parts of the forward (attention, matmuls, MoE) are covered by
+     * test_model; on a loaded 2-core host, OpenMP barriers between busy
+     * threads cost milliseconds per region. MR_TEST_THREADS=N to change. */
+    omp_set_num_threads(getenv("MR_TEST_THREADS") ? atoi(getenv("MR_TEST_THREADS")) : 1);
+    if (getenv("MR_TEST_FILTER")) cmocka_set_test_filter(getenv("MR_TEST_FILTER")); /* e.g. test_prop* */
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
