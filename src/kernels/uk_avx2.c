@@ -26,7 +26,8 @@
  *               scale (exact) decoded to scratch, then f32_core.
  *  bf16         bf16 pairs widened exactly (shift / mask); gemv: FMAs with
  *               broadcast fp32 x; gemm: decoded to scratch, then f32_core.
- * All weight streams are prefetched MR_UK_PREFETCH bytes ahead into L2. */
+ * Weight streams are prefetched MR_UK_PREFETCH bytes ahead into L2 and, for
+ * the decode-heavy gemv kernels, into L1 too (PF_FP8, PF_NV below). */
 #include <immintrin.h>
 #include <string.h>
 
@@ -34,6 +35,13 @@
 
 #define INL static inline __attribute__((always_inline))
 #define PF(p) _mm_prefetch((const char *)(p) + MR_UK_PREFETCH, _MM_HINT_T2)
+/* The L1 prefetches that won the interleaved A/B rounds of the AVX-512
+ * kernels on this memory system (uk_avx512.c, bench/README.md), kept for the
+ * same streams here: fp8 gemv 4 KiB ahead into L1 instead of PF; nvfp4 PF
+ * plus 2 KiB ahead into L1; bf16 PF only. */
+#define PF_L1(p, d) _mm_prefetch((const char *)(p) + (d), _MM_HINT_T0)
+#define PF_FP8(p) PF_L1(p, 4096)
+#define PF_NV(p) (PF(p), PF_L1(p, 2048))
 
 enum {
     MTF = 6,  /* tokens per register block of f32_core (12 accumulators) */
@@ -188,7 +196,7 @@ INL void fp8_gemv_body(const uint8_t *tile, const float *bs, int64_t Kp, const u
             #pragma GCC unroll 2
             for (int c = 0; c < NCMAX; c++) acc[c][m][0] = acc[c][m][1] = _mm256_setzero_ps();
         for (int k = 0; k < 128; k += 4) {
-            PF(p + 16 * k);
+            PF_FP8(p + 16 * k);
             #pragma GCC unroll 4
             for (int u = 0; u < 4; u++) {
                 __m256 w0, w1;
@@ -306,8 +314,8 @@ INL void nvi_one(const uint8_t *tile, int64_t Kp, const int8_t *xq, const int32_
     const int64_t nblk = Kp / 16;
     __m256 o0 = _mm256_setzero_ps(), o1 = o0, g0 = o0, g1 = o0;
     for (int64_t j = 0; j < nblk; j++) {
-        PF(tile + j * 128);
-        PF(tile + j * 128 + 64);
+        PF_NV(tile + j * 128);
+        PF_NV(tile + j * 128 + 64);
         if ((j & 3) == 0) PF(scp + 16 * j);
         __m256i U[8];
         __m256 sc0, sc1, f0, f1;
@@ -338,8 +346,8 @@ INL void nvi_many(const uint8_t *tile, int64_t Kp, const int8_t *xq, int64_t ldx
     const uint8_t *scp = tile + 8 * Kp;
     const int64_t nblk = Kp / 16;
     for (int64_t j = 0; j < nblk; j++) {
-        PF(tile + j * 128);
-        PF(tile + j * 128 + 64);
+        PF_NV(tile + j * 128);
+        PF_NV(tile + j * 128 + 64);
         if ((j & 3) == 0) PF(scp + 16 * j);
         __m256i U[8];
         __m256 sc0, sc1;
@@ -424,8 +432,8 @@ INL void nvf_gemv_body(const uint8_t *tile, int64_t Kp, const uint16_t *x, int64
             #pragma GCC unroll 2
             for (int m = 0; m < M; m++) bf16_to_f32(x + m * ldx + 16 * j, nk, xf + m * XCH);
         }
-        PF(tile + j * 128);
-        PF(tile + j * 128 + 64);
+        PF_NV(tile + j * 128);
+        PF_NV(tile + j * 128 + 64);
         if ((j & 3) == 0) PF(scp + 16 * j);
         __m256 acc[4][MTB][2];
         #pragma GCC unroll 4
