@@ -214,10 +214,8 @@ void mr_model_desc_free(mr_model_desc *d);
  * Resolution.
  * ====================================================================== */
 
-typedef enum { MR_ISA_GENERIC = 0, MR_ISA_AVX2 = 1, MR_ISA_AVX512 = 2, MR_ISA_COUNT } mr_kernel_isa;
-const char *mr_kernel_isa_name(mr_kernel_isa i);
-/* CPU feature bits an ISA level needs. */
-uint32_t mr_kernel_isa_features(mr_kernel_isa i);
+/* The kernel ISA levels (mr_kernel_isa, its names and features) are the
+ * kernels' own table: moerun/kernels.h. */
 
 /* The (a2a transport, runner) pair registry (src/config/a2a_pairs.c): none
  * with every runner; mpi with routed only. On refusal writes one sentence. */

@@ -44,8 +44,8 @@ uint64_t *mr_probe_buf_new(size_t bytes) {
 
 double mr_probe_read_once(const uint64_t *buf, size_t bytes) {
     const size_t n = bytes / 8;
-    const char *isa = mr_kernels_get()->isa; /* the kernels' loads and prefetch: zmm or ymm */
-    const int kind = !strcmp(isa, "avx512") ? 2 : !strcmp(isa, "avx2") ? 1 : 0;
+    const mr_kernel_isa lv = mr_kernels_get()->level; /* the kernels' loads and prefetch: zmm or ymm */
+    const int kind = lv == MR_ISA_AVX512 ? 2 : lv == MR_ISA_AVX2 ? 1 : 0;
     static volatile uint64_t sink;
     uint64_t t0 = mr_now_ns(), tot = 0;
 #pragma omp parallel reduction(+ : tot)
@@ -79,16 +79,16 @@ typedef double (*probe_fn)(int64_t);
 static probe_fn peak_fn(mr_probe_instr which, double *ops, const char **name) {
     const mr_kernels *k = mr_kernels_get();
     const uint32_t f = mr_cpu()->flags;
-    const bool a512 = !strcmp(k->isa, "avx512");
+    const bool a512 = k->level == MR_ISA_AVX512;
     *name = "scalar (not probed)";
     if (which == MR_PROBE_FMA && a512) return *ops = 12 * 16 * 2, *name = "vfmadd231ps zmm", mr__probe_fma_avx512;
-    if (which == MR_PROBE_FMA && !strcmp(k->isa, "avx2"))
+    if (which == MR_PROBE_FMA && k->level == MR_ISA_AVX2)
         return *ops = 12 * 8 * 2, *name = "vfmadd231ps ymm", mr__probe_fma_avx2;
     if (which == MR_PROBE_DPBF16 && a512 && (f & MR_CPU_AVX512BF16))
         return *ops = 12 * 32 * 2, *name = "vdpbf16ps zmm", mr__probe_dpbf16_avx512;
     if (which == MR_PROBE_DPBUSD && a512 && (f & MR_CPU_AVX512VNNI))
         return *ops = 12 * 64 * 2, *name = "vpdpbusd zmm", mr__probe_dpbusd_avx512;
-    if (which == MR_PROBE_MADDUBS && (a512 || !strcmp(k->isa, "avx2")))
+    if (which == MR_PROBE_MADDUBS && (a512 || k->level == MR_ISA_AVX2))
         return *ops = 12 * 32 * 2, *name = "vpmaddubsw ymm", mr__probe_maddubs_avx2;
     return NULL;
 }

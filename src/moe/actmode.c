@@ -144,9 +144,9 @@ static void i8_finish(const float *qv, int64_t len, int8_t *d, int32_t *xb) {
     }
 }
 
-static bool has_all(uint32_t f) { return (mr_cpu()->flags & f) == f; }
-static bool simd512(void) { return has_all(MR_CPU_AVX512F | MR_CPU_AVX512BW | MR_CPU_AVX512VL); }
-static bool simd256(void) { return has_all(MR_CPU_AVX2 | MR_CPU_FMA); }
+/* the SIMD forms run where the kernel table runs their level (kernels/isa.c) */
+static bool simd512(void) { return mr_kernels_get()->level == MR_ISA_AVX512; }
+static bool simd256(void) { return mr_kernels_get()->level == MR_ISA_AVX2; }
 
 void mr__act_prepare_uk_row(mr_act_mode m, const float *x, int64_t n, float input_scale, void *dst, float *xs,
                             int32_t *xb) {
