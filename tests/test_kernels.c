@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kern_internal.h" /* the scalar pack decoders */
 #include "moe/moe_internal.h" /* mr__act_prepare_uk_row */
 #include "moerun/kernels.h"
 #include "testutil.h"
@@ -193,8 +194,8 @@ static void check_uk(const mr_kernels *k, const ukcase *uc, int nsrc, int64_t M,
         assert_int_equal(mr_qmatrix_quantize(&q[i], uc->fmt, w, N, K, 3.0f), MR_OK);
     }
     const mr_qmatrix *src[2] = {&q[0], &q[1]};
-    mr_pmatrix pm;
-    assert_int_equal(mr_pmatrix_pack(&pm, uc->pack, src, nsrc), MR_OK);
+    mr_pmatrix pm; /* the pack this table's kernels take (uc->pack is the generic/AVX-512 one) */
+    assert_int_equal(mr_pmatrix_pack(&pm, k->uk_pack[uc->kind], src, nsrc), MR_OK);
     const int64_t Kp = pm.Kp, blk = uc->kind == MR_UK_FP8_BF16 ? 128 : 16, nbk = (Kp + blk - 1) / blk;
     /* kernel input and the values it stands for (xv), zero past K */
     const bool i8 = uc->kind == MR_UK_NVFP4_I8, f32 = uc->kind == MR_UK_BF16_F32;
@@ -304,7 +305,6 @@ static void test_fp8_kernels_all_codes(void **st) {
     mr_qmatrix q = {.fmt = MR_FMT_FP8_BLOCK, .rows = N, .cols = K, .data = codes, .scale = &one, .scale2 = 1.0f};
     const mr_qmatrix *src[1] = {&q};
     mr_pmatrix pm;
-    assert_int_equal(mr_pmatrix_pack(&pm, MR_PACK_FP8_R16K4, src, 1), MR_OK);
     uint16_t *x = calloc(128 * 128, 2);
     for (int m = 0; m < 128; m++) x[m * 128 + m] = 0x3F80;
     float *y = malloc(sizeof(float) * 128 * 16);
@@ -315,6 +315,8 @@ static void test_fp8_kernels_all_codes(void **st) {
         if ((mr_cpu()->flags & levels[l]) != levels[l]) continue;
         mr_kernels k;
         mr_kernels_init(&k, levels[l]);
+        assert_int_equal(mr_pmatrix_pack(&pm, k.uk_pack[MR_UK_FP8_BF16], src, 1), MR_OK);
+        assert_false(pm.has_nan);
         for (int gemm = 0; gemm < 2; gemm++) {
             mr_uk_act a = {.x = x, .ldx = 128, .post = 1.0f};
             (gemm ? k.uk_gemm : k.uk_gemv)[MR_UK_FP8_BF16].fn(&pm, 0, &a, 128, y, 16, scratch);
@@ -327,24 +329,92 @@ static void test_fp8_kernels_all_codes(void **st) {
                         fail_msg("%s: code 0x%02X gives %.9g, want %.9g", k.uk_gemv[MR_UK_FP8_BF16].name, c, got, want);
                 }
         }
+        mr_pmatrix_free(&pm);
     }
     for (int c = 0; c < 256; c++) assert_true(seen[c] || (c & 0x7F) == 0x7F);
-    mr_pmatrix_free(&pm);
-    /* the NaN codes decode to NaN */
-    memset(codes, 0x7F, sizeof codes);
-    codes[5] = 0xFF;
-    assert_int_equal(mr_pmatrix_pack(&pm, MR_PACK_FP8_R16K4, src, 1), MR_OK);
+    /* the NaN codes decode to NaN (gemv and gemm), and only where they are
+     * (0 * NaN poisons a row's sum): rows 0-7 hold one NaN code (0x7F or
+     * 0xFF, at k = 3d), rows 8-15 only 1.0 (0x38) */
+    for (int d = 0; d < 16; d++)
+        for (int k = 0; k < 128; k++) codes[d * 128 + k] = d < 8 && k == 3 * d ? (d & 1 ? 0xFF : 0x7F) : 0x38;
     for (int l = 0; l < 3; l++) {
         if ((mr_cpu()->flags & levels[l]) != levels[l]) continue;
         mr_kernels k;
         mr_kernels_init(&k, levels[l]);
-        mr_uk_act a = {.x = x, .ldx = 128, .post = 1.0f};
-        k.uk_gemv[MR_UK_FP8_BF16].fn(&pm, 0, &a, 8, y, 16, scratch);
-        for (int i = 0; i < 8 * 16; i++) assert_true(isnan(y[i]));
+        assert_int_equal(mr_pmatrix_pack(&pm, k.uk_pack[MR_UK_FP8_BF16], src, 1), MR_OK);
+        assert_true(pm.has_nan);
+        for (int gemm = 0; gemm < 2; gemm++) {
+            mr_uk_act a = {.x = x, .ldx = 128, .post = 1.0f};
+            (gemm ? k.uk_gemm : k.uk_gemv)[MR_UK_FP8_BF16].fn(&pm, 0, &a, 20, y, 16, scratch);
+            for (int m = 0; m < 20; m++) /* token m reads k = m only */
+                for (int d = 0; d < 16; d++) {
+                    const bool nan = d < 8;
+                    if (nan ? !isnan(y[m * 16 + d]) : y[m * 16 + d] != 1.0f)
+                        fail_msg("%s: NaN codes: token %d row %d gives %g", (gemm ? k.uk_gemm : k.uk_gemv)[MR_UK_FP8_BF16].name,
+                                 m, d, y[m * 16 + d]);
+                }
+        }
+        mr_pmatrix_free(&pm);
     }
-    mr_pmatrix_free(&pm);
     mr_aligned_free(scratch);
     free(x), free(y);
+}
+
+/* Every pack of every format against its source: the scalar block decoders
+ * of pack.c (which the generic driver runs on any pack) give back the
+ * dequantized source rows exactly, padding rows and columns give 0, and the
+ * NVFP4 row scales are the source's. Shapes with a partial last tile and K
+ * not a multiple of the pack unit. */
+static void test_pack_layouts(void **st) {
+    (void)st;
+    static const struct {
+        mr_format fmt;
+        mr_pack_id pack;
+        int64_t N, K;
+    } c[] = {
+        {MR_FMT_FP8_BLOCK, MR_PACK_FP8_R16K4, 40, 200},   {MR_FMT_FP8_BLOCK, MR_PACK_FP8_Y16, 40, 200},
+        {MR_FMT_NVFP4, MR_PACK_NVFP4_R16K16, 40, 80},     {MR_FMT_NVFP4, MR_PACK_NVFP4_R16K16B, 40, 80},
+        {MR_FMT_NVFP4, MR_PACK_NVFP4_Y16I, 40, 80},       {MR_FMT_NVFP4, MR_PACK_NVFP4_Y16F, 40, 80},
+        {MR_FMT_BF16, MR_PACK_BF16_R16K2, 40, 131},
+    };
+    tu_rng r = {4242};
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        const int64_t N = c[i].N, K = c[i].K;
+        float *w = malloc(sizeof(float) * (size_t)(N * K)), *row = malloc(sizeof(float) * (size_t)K);
+        fill(&r, w, N * K, 1.0f);
+        mr_qmatrix q;
+        memset(&q, 0, sizeof q);
+        assert_int_equal(mr_qmatrix_quantize(&q, c[i].fmt, w, N, K, 0.0f), MR_OK);
+        const mr_qmatrix *src[1] = {&q};
+        mr_pmatrix pm;
+        assert_int_equal(mr_pmatrix_pack(&pm, c[i].pack, src, 1), MR_OK);
+        const int64_t Kp = pm.Kp, blk = c[i].fmt == MR_FMT_FP8_BLOCK ? 128 : c[i].fmt == MR_FMT_NVFP4 ? 16 : 64;
+        float *b = malloc(sizeof(float) * 128 * 16), sc[16];
+        for (int64_t t = 0; t < pm.n_tiles; t++) {
+            const uint8_t *tile = pm.data + (size_t)t * pm.tile_bytes;
+            for (int64_t k0 = 0; k0 < Kp; k0 += blk) {
+                const int64_t nk = Kp - k0 < blk ? Kp - k0 : blk;
+                if (c[i].fmt == MR_FMT_FP8_BLOCK) mr__pk_fp8_block_f32(&pm, tile, k0 / 128, b);
+                else if (c[i].fmt == MR_FMT_NVFP4) mr__pk_nvfp4_block_f32(&pm, tile, k0 / 16, b, sc);
+                else mr__pk_bf16_pairs_f32(tile, k0 / 2, (int)(nk / 2), b);
+                for (int d = 0; d < 16; d++) {
+                    const int64_t n = 16 * t + d;
+                    if (n < N) mr_qmatrix_dequant_row(&q, n, row);
+                    for (int64_t k = 0; k < nk; k++) {
+                        float want = n < N && k0 + k < K ? row[k0 + k] : 0.0f, got = b[k * 16 + d];
+                        if (c[i].fmt == MR_FMT_FP8_BLOCK) got *= pm.tscale[t * (Kp / 128) + k0 / 128];
+                        if (c[i].fmt == MR_FMT_NVFP4) got *= sc[d] * pm.scale2; /* e2m1 * (sc * scale2), ModelOpt order */
+                        if (got != want)
+                            fail_msg("pack %s: tile %lld row %d k %lld: %.9g, source %.9g", mr_pack_name(c[i].pack),
+                                     (long long)t, d, (long long)(k0 + k), got, want);
+                    }
+                }
+            }
+        }
+        mr_pmatrix_free(&pm);
+        mr_qmatrix_free(&q);
+        free(w), free(row), free(b);
+    }
 }
 
 /* Bad input to the packer: a clear error, nothing allocated left behind. */
@@ -550,6 +620,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_packed_kernels_all_tables),
         cmocka_unit_test(test_fp8_kernels_all_codes),
+        cmocka_unit_test(test_pack_layouts),
         cmocka_unit_test(test_pack_errors),
         cmocka_unit_test(test_gemm_rows_all_tables),
         cmocka_unit_test(test_table_names),

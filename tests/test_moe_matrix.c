@@ -315,7 +315,7 @@ static void test_layout_checked_at_dispatch(void **st) {
     (void)st;
     const mcase c = {3, 8, 2, 128, 128, MR_ROUTING_RENORMALIZE, 0, 0, 1.0f, false, false};
     mr_moe_weights *w = make_weights(&c, MR_FMT_FP8_BLOCK, 9);
-    mr_moe_problem p = {.device = MR_DEVICE_CPU, .weight_format = MR_FMT_FP8_BLOCK, .act_mode = MR_ACT_W8A8,
+    mr_moe_problem p = {.device = MR_DEVICE_CPU, .cpu_flags = mr_cpu()->flags, .weight_format = MR_FMT_FP8_BLOCK, .act_mode = MR_ACT_W8A8,
                         .act_dtype = MR_FMT_F32, .routing = MR_ROUTING_RENORMALIZE, .n_experts = 8, .top_k = 2,
                         .hidden = 128, .inter = 128};
     mr_moe_ctx *ctx, *ctx2;
@@ -336,12 +336,25 @@ static void test_layout_checked_at_dispatch(void **st) {
     mr_moe_args a = {.T = 3, .x = x, .out = out, .ids = ids, .weights = wts};
     assert_int_equal(mr_moe_run(ctx, w, &a), MR_ESTATE);
     w->layout.gateup = MR_GATEUP_INTERLEAVED;
+    const int pack = w->layout.pack; /* the CPU's fp8 pack (fp8_r16k4 or fp8_y16) */
     w->layout.pack = MR_PACK_NONE; /* same rows, but not the routed packing: refused too */
     assert_int_equal(mr_moe_run(ctx, w, &a), MR_ESTATE);
-    w->layout.pack = MR_PACK_FP8_R16K4;
+    w->layout.pack = pack;
     assert_int_equal(mr_moe_run(ctx, w, &a), MR_OK);
     ids[3] = 8; /* bad id: clean error */
     assert_int_equal(mr_moe_run(ctx, w, &a), MR_EINPUT);
+    mr_moe_ctx_free(ctx);
+    mr_moe_weights_free(w);
+    /* a problem planned for other CPU features (none: the generic packing)
+     * is refused at dispatch when this CPU's kernels take another pack */
+    w = make_weights(&c, MR_FMT_FP8_BLOCK, 9);
+    p.cpu_flags = 0;
+    assert_int_equal(mr_moe_ctx_new(mr_moe_runner_find("routed"), &p, 4, &ctx), MR_OK);
+    assert_int_equal(mr_moe_ctx_prepare(ctx, w), MR_OK);
+    ids[3] = 3;
+    const bool same = mr_kernels_get()->uk_pack[MR_UK_FP8_BF16] == (mr_pack_id)w->layout.pack;
+    assert_int_equal(mr_moe_run(ctx, w, &a), same ? MR_OK : MR_ESTATE);
+    if (!same) assert_non_null(strstr(mr_error_last(), "packed as fp8_r16k4"));
     mr_moe_ctx_free(ctx);
     mr_moe_weights_free(w);
 }
@@ -420,7 +433,7 @@ static void test_routed_no_alloc_per_call(void **st) {
     const mr_act_mode modes[] = {MR_ACT_W8A8, MR_ACT_W4A8, MR_ACT_W16A16};
     for (int f = 0; f < 3; f++) {
         mr_moe_weights *w = make_weights(&c, fmts[f], 77);
-        mr_moe_problem p = {.device = MR_DEVICE_CPU, .weight_format = fmts[f], .act_mode = modes[f],
+        mr_moe_problem p = {.device = MR_DEVICE_CPU, .cpu_flags = mr_cpu()->flags, .weight_format = fmts[f], .act_mode = modes[f],
                             .act_dtype = MR_FMT_F32, .routing = c.routing, .n_experts = c.E, .top_k = c.k,
                             .hidden = c.H, .inter = c.I};
         mr_moe_ctx *ctx;

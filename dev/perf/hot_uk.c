@@ -67,6 +67,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     const mr_kernels *kt = mr_kernels_get();
+    pack = kt->uk_pack[kind]; /* the layout this table's kernels take */
     const int64_t N = 16 * NT;
     float *w = malloc(sizeof(float) * (size_t)(N * K));
     for (int64_t i = 0; i < N * K; i++) w[i] = frand() * (float)(1 + (i / 16) % 7);
@@ -126,7 +127,7 @@ int main(int argc, char **argv) {
                 if (fmt == MR_FMT_FP8_BLOCK) {
                     float *b128 = malloc(sizeof(float) * 128 * 16);
                     for (int64_t kb = 0; kb < K / 128; kb++) {
-                        mr__pk_fp8_block_f32(tile, kb, b128);
+                        mr__pk_fp8_block_f32(&P, tile, kb, b128);
                         for (int d = 0; d < 16; d++)
                             for (int k = 0; k < 128; k++)
                                 wd[d * K + 128 * kb + k] = b128[k * 16 + d] * P.tscale[t * (K / 128) + kb];

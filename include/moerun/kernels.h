@@ -70,13 +70,26 @@ typedef float (*mr_kern_dot_bf16_fn)(const float *w, const uint16_t *x, int len)
  *                      (bf16 kernels: w4a16)
  *  MR_PACK_BF16_R16K2  one line per k pair g: dword d = (W[d][2g], W[d][2g+1]);
  *                      K padded to 2.
- * The layouts and the AVX-512 kernels come from dev/perf (README there). */
+ * The ymm layouts of the AVX2 kernels (32-byte vectors V; q = byte in V):
+ *  MR_PACK_FP8_Y16     16 bytes per k: byte d of k = W[d][k] (rows in order);
+ *                      K padded to 128, tscale as FP8_R16K4.
+ *  MR_PACK_NVFP4_Y16I  per 16-k block j four V (v = 0..3): low nibble of q =
+ *                      code(d = q>>1, k = 16j + 4v + (q&1)), high nibble =
+ *                      code(d, k + 2); scales as NVFP4_R16K16. (int8: w4a4, w4a8)
+ *  MR_PACK_NVFP4_Y16F  per 16-k block j four V: nibble h of q = code(d, k) with
+ *                      d = 8*((q>>3)&1) + 4*(q>>4) + ((q>>1)&3), k = 16j + 4v +
+ *                      2h + (q&1); scales as NVFP4_R16K16. (bf16 input: w4a16)
+ * The layouts and the AVX-512 kernels come from dev/perf (README there); the
+ * table says which pack each of its kernels takes (mr_kernels.uk_pack). */
 typedef enum {
     MR_PACK_NONE = 0,
     MR_PACK_FP8_R16K4 = 1,
     MR_PACK_NVFP4_R16K16 = 2,
     MR_PACK_NVFP4_R16K16B = 3,
     MR_PACK_BF16_R16K2 = 4,
+    MR_PACK_FP8_Y16 = 5,
+    MR_PACK_NVFP4_Y16I = 6,
+    MR_PACK_NVFP4_Y16F = 7,
     MR_PACK_COUNT
 } mr_pack_id;
 #define MR_PACK_TILE 16 /* rows per tile, every pack */
@@ -93,6 +106,8 @@ typedef struct {
     float *tscale;       /* FP8: [n_tiles][Kp/128]; else NULL */
     float scale2;        /* NVFP4 weight_scale_2 (sources must share it); 1 otherwise */
     float input_scale;   /* max of the sources' input_scale (NVFP4 W4A4) */
+    bool has_nan;        /* FP8: some code is a NaN (0x7F / 0xFF); kernels whose fast
+                            decode does not give NaN take an exact path instead */
 } mr_pmatrix;
 
 /* Packs src[0..nsrc) (same format and shape) into `pack`; out owns its
@@ -167,6 +182,13 @@ typedef void (*mr_uk_fn)(const mr_pmatrix *W, int64_t tile, const mr_uk_act *a, 
 typedef void (*mr_kern_rows_fn)(const mr_qmatrix *W, int64_t n0, int64_t nr, const float *x, int64_t M, float *y,
                                 int64_t ldy);
 
+/* The instruction a kernel's inner loop runs (the ceilings' probes, below):
+ * vfmadd231ps (ymm or zmm, by the table's ISA), vdpbf16ps zmm, vpdpbusd zmm,
+ * vpmaddubsw ymm. */
+typedef enum { MR_PROBE_FMA = 0, MR_PROBE_DPBF16 = 1, MR_PROBE_DPBUSD = 2, MR_PROBE_MADDUBS = 3 } mr_probe_instr;
+/* true for the integer instructions (their rate is counted in G OP/s, not GFLOP/s) */
+bool mr_probe_instr_is_int(mr_probe_instr which);
+
 typedef struct {
     mr_kernel_isa level; /* the level the table was built for (mr_kernel_isa_best of the flags) */
     const char *isa;     /* its name */
@@ -187,6 +209,8 @@ typedef struct {
         mr_uk_fn fn;
     } uk_gemv[MR_UK_COUNT], uk_gemm[MR_UK_COUNT];
     int uk_gemm_min_m; /* use uk_gemm at this many tokens per expert and above */
+    mr_pack_id uk_pack[MR_UK_COUNT];       /* the pack each kind's kernels take */
+    mr_probe_instr uk_instr[MR_UK_COUNT];  /* the instruction of their inner loop */
     struct {
         const char *name;
         mr_kern_silu_mul_fn fn;
@@ -242,8 +266,8 @@ double mr_probe_peak_gflops(const char **instr);
 /* Peak rate of one instruction, all threads, 12 independent accumulator
  * chains, best of 3: G ops/s counting 2 per multiply-add (vfmadd231ps zmm:
  * 32 per instruction, vdpbf16ps zmm: 64, vpdpbusd zmm: 128; ymm forms for
- * AVX2: vfmadd231ps ymm 16). *instr names it. 0 if the table's ISA lacks it. */
-typedef enum { MR_PROBE_FMA = 0, MR_PROBE_DPBF16 = 1, MR_PROBE_DPBUSD = 2 } mr_probe_instr;
+ * AVX2: vfmadd231ps ymm 16, vpmaddubsw ymm 64). *instr names it. 0 if the
+ * table's ISA lacks it. */
 double mr_probe_peak(mr_probe_instr which, const char **instr);
 /* One timed pass of the same probe over `iters` iterations (12 instructions
  * each, per thread): for benchmarks that sample the compute the host gives

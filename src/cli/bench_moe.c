@@ -327,7 +327,7 @@ static void read_ceilings(const moe_opts *o, const mr_moe_problem *p, ceilings *
         printf("read bandwidth with 1 thread: %.1f GB/s, so a bandwidth-bound call gains at most %.2fx from %d threads\n",
                c->bw1, c->bw / c->bw1, c->nthr);
     printf("ceilings (this run): read bandwidth %.1f GB/s (1 GiB, %d threads); peak of the kernel's instruction %s: %.0f G%s/s\n",
-           c->bw, c->nthr, c->instr, c->peak, c->pi == MR_PROBE_DPBUSD ? "OP" : "FLOP");
+           c->bw, c->nthr, c->instr, c->peak, mr_probe_instr_is_int(c->pi) ? "OP" : "FLOP");
 }
 
 static void bufs_free(moe_bufs *b) {
@@ -576,7 +576,7 @@ int mr_bench_moe(int argc, char **argv) {
         c.bw_end = mr_probe_read_bw((size_t)1 << 30, 3);
         c.peak_end = mr_probe_peak(c.pi, NULL);
         printf("\nceilings after the run: read bandwidth %.1f GB/s, %s %.0f G%s/s (start: %.1f, %.0f)\n", c.bw_end,
-               c.instr, c.peak_end, c.pi == MR_PROBE_DPBUSD ? "OP" : "FLOP", c.bw, c.peak);
+               c.instr, c.peak_end, mr_probe_instr_is_int(c.pi) ? "OP" : "FLOP", c.bw, c.peak);
         const double bwc = c.bw_end > c.bw ? c.bw_end : c.bw, pkc = c.peak_end > c.peak ? c.peak_end : c.peak;
         if (tg.t1_bw >= 0) tg.t1_bw = bwc > 0 ? tg.t1_bw / bwc : 0.0;
         if (tg.t8_bw >= 0) tg.t8_bw = bwc > 0 ? tg.t8_bw / bwc : 0.0;

@@ -18,16 +18,24 @@ void mr__kernels_fill_avx2(mr_kernels *k);   /* kernels_avx2.c */
 void mr__kernels_fill_avx512(mr_kernels *k); /* kernels_avx512.c */
 
 /* packed micro-kernels (uk*.c) */
+/* Tokens of the next register block when `left` remain and a block takes at
+ * most `most`: the blocks of a call are balanced (17 = 6 + 6 + 5, not
+ * 8 + 8 + 1), because a block of 1-2 tokens runs at about half the compute
+ * rate of 5-8 (dev/perf/hot_uk). */
+static inline int64_t mr__uk_token_block(int64_t left, int64_t most) {
+    const int64_t nb = (left + most - 1) / most;
+    return (left + nb - 1) / nb;
+}
 typedef void (*mr__uk_stage_fn)(const float *w /* [nk][16] */, const float *x /* [nk] */, int nk, float *acc /* [16] */);
 void mr__uk_drive(mr_uk_kind kind, const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y,
                   int64_t ldy, void *scratch, mr__uk_stage_fn stage);
 void mr__uk_fill_generic(mr_kernels *k);
 void mr__uk_fill_avx2(mr_kernels *k);
 void mr__uk_fill_avx512(mr_kernels *k); /* needs AVX512 BF16, VNNI and VBMI too */
-/* scalar decoders of the packed layouts (pack.c): E4M3 values of 128 k
- * [128][16]; E2M1 values of 16-k block j [16][16] and the 16 row scales; bf16
- * pairs g0..g0+ng-1 as [2*ng][16]. */
-void mr__pk_fp8_block_f32(const uint8_t *tile, int64_t kb, float *out);
+/* scalar decoders of the packed layouts (pack.c), every pack of the format:
+ * E4M3 values of 128 k [128][16]; E2M1 values of 16-k block j [16][16] and
+ * the 16 row scales; bf16 pairs g0..g0+ng-1 as [2*ng][16]. */
+void mr__pk_fp8_block_f32(const mr_pmatrix *W, const uint8_t *tile, int64_t kb, float *out);
 void mr__pk_nvfp4_block_f32(const mr_pmatrix *W, const uint8_t *tile, int64_t j, float *w, float *sc);
 void mr__pk_bf16_pairs_f32(const uint8_t *tile, int64_t g0, int ng, float *out);
 

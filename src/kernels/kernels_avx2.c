@@ -2,6 +2,7 @@
  * -mf16c; only called when mr_cpu() reports those features). Same contracts
  * as the generic entries in kernels.c; tile: one row x 128 columns, 8 lanes. */
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "kernels/kern_internal.h"
@@ -111,7 +112,165 @@ static float dot_bf16_avx2(const float *w, const uint16_t *x, int len) {
     return s;
 }
 
+/* ---- dense row-major fast path of mr_matmul (contract in moerun/kernels.h),
+ * the AVX2 form of rows_avx512: a register block of R rows x MT tokens;
+ * each step decodes 16 weights of each of the R rows (E4M3 by the f16 bit
+ * trick, value * 2^-8; bf16 pairs split into even / odd elements) and loads
+ * 16 values of each token once, R*MT independent FMA chains; per 128-column
+ * group (FP8) the chains fold into per-(row, token) totals with the group's
+ * multiplier, so the R rows share their 128-row scale block. The FMA sequence
+ * of a (row, token) does not depend on R, MT or M: a token's result does not
+ * depend on the batch around it. Prefetch: the same columns of the register
+ * block 16 KiB or more ahead. */
+static inline __attribute__((always_inline)) void e4m3x16_rows(const uint8_t *s, __m256 *lo, __m256 *hi) {
+    __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)s));
+    w = _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16((short)0xBF80));
+    *lo = _mm256_cvtph_ps(_mm256_castsi256_si128(w));
+    *hi = _mm256_cvtph_ps(_mm256_extracti128_si256(w, 1));
+}
+
+static inline __attribute__((always_inline)) void rows_block(const mr_qmatrix *W, int64_t n, const float *x,
+                                                             float *y, int64_t ldy, const int R, const int MT) {
+    const int64_t K = W->cols;
+    const bool fp8 = W->fmt == MR_FMT_FP8_BLOCK;
+    const int64_t G = fp8 ? (K + 127) / 128 : 1, GL = fp8 ? 128 : K;
+    const float *scl = fp8 ? (const float *)W->scale + (n / 128) * G : NULL;
+    const uint8_t *w8 = (const uint8_t *)W->data + n * K;
+    const uint16_t *w16 = (const uint16_t *)W->data + n * K;
+    const int64_t blk = (int64_t)R * K * (fp8 ? 1 : 2), pf = blk * ((16384 + blk - 1) / blk);
+    __m256 tot[4], acc[4];
+    #pragma GCC unroll 4
+    for (int i = 0; i < R * MT; i++) tot[i] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < G; g++) {
+        const int64_t k0 = g * GL, k1 = k0 + GL < K ? k0 + GL : K;
+        #pragma GCC unroll 4
+        for (int i = 0; i < R * MT; i++) acc[i] = _mm256_setzero_ps();
+        int64_t i = k0;
+        for (; i + 16 <= k1; i += 16) {
+            __m256 xa[3], xb[3];
+            #pragma GCC unroll 3
+            for (int m = 0; m < MT; m++) {
+                xa[m] = _mm256_loadu_ps(x + m * K + i), xb[m] = _mm256_loadu_ps(x + m * K + i + 8);
+                if (!fp8) { /* even / odd elements of the 16, in order */
+                    const __m256 e = _mm256_shuffle_ps(xa[m], xb[m], 0x88), o = _mm256_shuffle_ps(xa[m], xb[m], 0xDD);
+                    xa[m] = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), 0xD8));
+                    xb[m] = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o), 0xD8));
+                }
+            }
+            #pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                __m256 w0, w1;
+                if (fp8) {
+                    _mm_prefetch((const char *)(w8 + r * K + i) + pf, _MM_HINT_T0);
+                    e4m3x16_rows(w8 + r * K + i, &w0, &w1);
+                } else {
+                    _mm_prefetch((const char *)(w16 + r * K + i) + pf, _MM_HINT_T0);
+                    const __m256i v = _mm256_loadu_si256((const __m256i *)(w16 + r * K + i));
+                    w0 = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+                    w1 = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xFFFF0000u)));
+                }
+                #pragma GCC unroll 3
+                for (int m = 0; m < MT; m++)
+                    acc[r * MT + m] = _mm256_fmadd_ps(w1, xb[m], _mm256_fmadd_ps(w0, xa[m], acc[r * MT + m]));
+            }
+        }
+        if (i < k1) { /* the last < 16 columns, scalar, in the same order for every R and MT */
+            float t[4][3] = {{0}};
+            for (; i < k1; i++)
+                for (int r = 0; r < R; r++) {
+                    const float wv = fp8 ? mr__e4m3_lut[w8[r * K + i]] / 256.0f
+                                         : mr_bf16_to_f32(w16[r * K + i]);
+                    for (int m = 0; m < MT; m++) t[r][m] += wv * x[m * K + i];
+                }
+            for (int r = 0; r < R; r++)
+                for (int m = 0; m < MT; m++)
+                    acc[r * MT + m] = _mm256_add_ps(acc[r * MT + m], _mm256_setr_ps(t[r][m], 0, 0, 0, 0, 0, 0, 0));
+        }
+        const __m256 gs = _mm256_set1_ps(fp8 ? 256.0f * scl[g] : 1.0f);
+        #pragma GCC unroll 4
+        for (int j = 0; j < R * MT; j++) tot[j] = _mm256_fmadd_ps(acc[j], gs, tot[j]);
+    }
+    #pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        #pragma GCC unroll 3
+        for (int m = 0; m < MT; m++) y[m * ldy + r] = hsum8(tot[r * MT + m]);
+}
+
+#define RB(R, MT)                                                                                             \
+    static void rb_##R##_##MT(const mr_qmatrix *W, int64_t n, const float *x, float *y, int64_t ldy) {          \
+        rows_block(W, n, x, y, ldy, R, MT);                                                                   \
+    }
+RB(4, 1)
+RB(2, 2)
+RB(1, 3)
+RB(1, 1)
+RB(1, 2)
+#undef RB
+
+static void rows_avx2(const mr_qmatrix *W, int64_t n0, int64_t nr, const float *x, int64_t M, float *y,
+                      int64_t ldy) {
+    typedef void (*rbf)(const mr_qmatrix *, int64_t, const float *, float *, int64_t);
+    static const rbf full[4] = {NULL, rb_4_1, rb_2_2, rb_1_3}, one[4] = {NULL, rb_1_1, rb_1_2, rb_1_3};
+    static const int rows_of[4] = {0, 4, 2, 1};
+    const int64_t K = W->cols;
+    /* chunks of 8 rows (n0 is a multiple of 16 from mr_matmul, so a chunk
+     * stays inside one 128-row scale block); every token pass reruns the chunk */
+    for (int64_t j = 0; j < nr; j += 8) {
+        const int64_t rows = nr - j < 8 ? nr - j : 8;
+        for (int64_t m0 = 0; m0 < M; m0 += 3) {
+            const int mt = (int)(M - m0 < 3 ? M - m0 : 3), R = rows_of[mt];
+            const float *xm = x + m0 * K;
+            float *ym = y + m0 * ldy + j;
+            int64_t r = 0;
+            if ((n0 + j) % R == 0)
+                for (; r + R <= rows; r += R) full[mt](W, n0 + j + r, xm, ym + r, ldy);
+            for (; r < rows; r++) one[mt](W, n0 + j + r, xm, ym + r, ldy);
+        }
+    }
+}
+
+/* exp(v) for v in [-87.3, 88.3]: 2^n * p(r), n = rne(v log2 e), r = v - n ln2
+ * (two-part ln2), p the degree-7 Taylor polynomial (as kernels_avx512.c);
+ * 2^n built in the exponent bits (n in [-126, 127] on this range) */
+static inline __m256 exp_avx2(__m256 v) {
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(v, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), v);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187045e-06f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+/* silu(g) * u = g / (1 + exp(-g)) * u; -g clamped so exp stays finite (the
+ * quotient is then g/huge, about -0, or g/1 = g, as with libm); a NaN g
+ * stays NaN through the quotient */
+static void silu_mul_avx2(const float *g, const float *u, int64_t n, float *out) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(g + i), y = _mm256_loadu_ps(u + i);
+        const __m256 t = _mm256_min_ps(_mm256_max_ps(_mm256_sub_ps(_mm256_setzero_ps(), x), _mm256_set1_ps(-87.3f)),
+                                       _mm256_set1_ps(88.3f));
+        const __m256 e = exp_avx2(t);
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), y));
+    }
+    for (; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
 void mr__kernels_fill_avx2(mr_kernels *k) {
+    k->silu_mul.name = "silu_mul_avx2_8";
+    k->silu_mul.fn = silu_mul_avx2;
+    k->rows[MR_FMT_BF16].name = "rows_bf16_avx2_4x16x1_1x16x3";
+    k->rows[MR_FMT_BF16].fn = rows_avx2;
+    k->rows[MR_FMT_FP8_BLOCK].name = "rows_fp8_block_avx2_4x16x1_1x16x3";
+    k->rows[MR_FMT_FP8_BLOCK].fn = rows_avx2;
     k->isa = "avx2";
     k->decode[MR_FMT_BF16].name = "decode_bf16_avx2_1x8";
     k->decode[MR_FMT_BF16].fn = decode_bf16_avx2;

@@ -1,7 +1,8 @@
 /* pack.c — packed weight matrices (mr_pmatrix): the packers from the
  * checkpoint layouts (row-major E4M3 + 128x128 scales, packed E2M1 + E4M3
- * per 16, bf16) into the 16-row tile layouts of moerun/kernels.h, and the
- * scalar block decoders the generic and AVX2 micro-kernels use on them.
+ * per 16, bf16) into the 16-row tile layouts of moerun/kernels.h (the zmm
+ * ones of the AVX-512 kernels, the ymm ones of the AVX2 kernels), and the
+ * scalar block decoders the generic driver uses on all of them.
  * Padding rows and columns are zero codes (value 0). */
 #include <string.h>
 #include <sys/mman.h>
@@ -17,15 +18,21 @@ const char *mr_pack_name(mr_pack_id p) {
     case MR_PACK_NVFP4_R16K16: return "nvfp4_r16k16";
     case MR_PACK_NVFP4_R16K16B: return "nvfp4_r16k16b";
     case MR_PACK_BF16_R16K2: return "bf16_r16k2";
+    case MR_PACK_FP8_Y16: return "fp8_y16";
+    case MR_PACK_NVFP4_Y16I: return "nvfp4_y16i";
+    case MR_PACK_NVFP4_Y16F: return "nvfp4_y16f";
     default: return "?";
     }
 }
 
 static mr_format pack_format(mr_pack_id p) {
     switch (p) {
-    case MR_PACK_FP8_R16K4: return MR_FMT_FP8_BLOCK;
+    case MR_PACK_FP8_R16K4:
+    case MR_PACK_FP8_Y16: return MR_FMT_FP8_BLOCK;
     case MR_PACK_NVFP4_R16K16:
-    case MR_PACK_NVFP4_R16K16B: return MR_FMT_NVFP4;
+    case MR_PACK_NVFP4_R16K16B:
+    case MR_PACK_NVFP4_Y16I:
+    case MR_PACK_NVFP4_Y16F: return MR_FMT_NVFP4;
     case MR_PACK_BF16_R16K2: return MR_FMT_BF16;
     default: return MR_FMT_COUNT;
     }
@@ -46,9 +53,12 @@ size_t mr_pmatrix_bytes(const mr_pmatrix *m) {
 
 static size_t tile_bytes(mr_pack_id p, int64_t Kp) {
     switch (p) {
-    case MR_PACK_FP8_R16K4: return (size_t)16 * (size_t)Kp;
+    case MR_PACK_FP8_R16K4:
+    case MR_PACK_FP8_Y16: return (size_t)16 * (size_t)Kp;
     case MR_PACK_NVFP4_R16K16:
-    case MR_PACK_NVFP4_R16K16B: /* 8*Kp code bytes + Kp e4m3 scales, rounded to 64 so every tile is aligned */
+    case MR_PACK_NVFP4_R16K16B:
+    case MR_PACK_NVFP4_Y16I:
+    case MR_PACK_NVFP4_Y16F: /* 8*Kp code bytes + Kp e4m3 scales, rounded to 64 so every tile is aligned */
         return ((size_t)9 * (size_t)Kp + 63) / 64 * 64;
     case MR_PACK_BF16_R16K2: return (size_t)32 * (size_t)Kp;
     default: return 0;
@@ -58,7 +68,7 @@ static size_t tile_bytes(mr_pack_id p, int64_t Kp) {
 static mr_status alloc_like(mr_pmatrix *m) {
     size_t d, s = 0;
     if (!mr_size_mul((size_t)m->n_tiles, m->tile_bytes, &d) ||
-        (m->pack == MR_PACK_FP8_R16K4 && !mr_size_mul((size_t)m->n_tiles, (size_t)(m->Kp / 128) * 4, &s)))
+        (m->fmt == MR_FMT_FP8_BLOCK && !mr_size_mul((size_t)m->n_tiles, (size_t)(m->Kp / 128) * 4, &s)))
         return mr_error_set(MR_EOVERFLOW, "packed matrix of %lld tiles is too large", (long long)m->n_tiles);
     /* large matrices on 2 MiB boundaries with transparent huge pages asked
      * for: the kernels stream random experts, and with 4 KiB pages every
@@ -95,6 +105,22 @@ static uint8_t nib(const mr_qmatrix *w, int64_t n, int64_t k) {
     return (k & 1) ? (uint8_t)(b >> 4) : (uint8_t)(b & 15);
 }
 
+/* the 128x128 block multipliers of source tile st's rows, per 128 k (0 past the rows) */
+static void fp8_tile_scales(const mr_qmatrix *w, int64_t st, int64_t Kp, float *ts) {
+    const int64_t nbc = (w->cols + 127) / 128, rb = (16 * st) / 128;
+    for (int64_t kb = 0; kb < Kp / 128; kb++) ts[kb] = 16 * st < w->rows ? ((const float *)w->scale)[rb * nbc + kb] : 0.0f;
+}
+
+/* the e4m3 scales of source tile st, [Kp/16][16] (code 0 past the rows) */
+static void nvfp4_tile_scales(const mr_qmatrix *w, int64_t st, int64_t Kp, uint8_t *sc) {
+    const int64_t K = w->cols;
+    for (int64_t j = 0; j < Kp / 16; j++)
+        for (int r = 0; r < 16; r++) {
+            const int64_t n = 16 * st + r;
+            sc[j * 16 + r] = (n < w->rows && j < K / 16) ? ((const uint8_t *)w->scale)[n * (K / 16) + j] : 0;
+        }
+}
+
 static void pack_tile(const mr_pmatrix *m, const mr_qmatrix *w, int64_t st, uint8_t *tile, float *ts) {
     const int64_t K = w->cols, N = w->rows, Kp = m->Kp;
     switch (m->pack) {
@@ -106,8 +132,34 @@ static void pack_tile(const mr_pmatrix *m, const mr_qmatrix *w, int64_t st, uint
                 int64_t n = 16 * st + d, k = 4 * g + kk;
                 tile[g * 64 + p] = (n < N && k < K) ? src[n * K + k] : 0;
             }
-        const int64_t nbc = (K + 127) / 128, rb = (16 * st) / 128;
-        for (int64_t kb = 0; kb < Kp / 128; kb++) ts[kb] = 16 * st < N ? ((const float *)w->scale)[rb * nbc + kb] : 0.0f;
+        fp8_tile_scales(w, st, Kp, ts);
+        break;
+    }
+    case MR_PACK_FP8_Y16: {
+        const uint8_t *src = w->data;
+        for (int64_t k = 0; k < Kp; k++)
+            for (int d = 0; d < 16; d++) {
+                const int64_t n = 16 * st + d;
+                tile[k * 16 + d] = (n < N && k < K) ? src[n * K + k] : 0;
+            }
+        fp8_tile_scales(w, st, Kp, ts);
+        break;
+    }
+    case MR_PACK_NVFP4_Y16I:
+    case MR_PACK_NVFP4_Y16F: {
+        const bool f = m->pack == MR_PACK_NVFP4_Y16F;
+        for (int64_t j = 0; j < Kp / 16; j++)
+            for (int v = 0; v < 4; v++)
+                for (int q = 0; q < 32; q++) {
+                    uint8_t b = 0;
+                    for (int h = 0; h < 2; h++) {
+                        const int d = f ? 8 * ((q >> 3) & 1) + 4 * (q >> 4) + ((q >> 1) & 3) : q >> 1;
+                        const int64_t k = 16 * j + 4 * v + 2 * h + (q & 1);
+                        b |= (uint8_t)(nib(w, 16 * st + d, k) << (4 * h));
+                    }
+                    tile[j * 128 + v * 32 + q] = b;
+                }
+        nvfp4_tile_scales(w, st, Kp, tile + 8 * Kp);
         break;
     }
     case MR_PACK_NVFP4_R16K16:
@@ -127,12 +179,7 @@ static void pack_tile(const mr_pmatrix *m, const mr_qmatrix *w, int64_t st, uint
                     }
                     tile[(j * 2 + L) * 64 + p] = v;
                 }
-        uint8_t *sc = tile + 8 * Kp;
-        for (int64_t j = 0; j < Kp / 16; j++)
-            for (int r = 0; r < 16; r++) {
-                int64_t n = 16 * st + r;
-                sc[j * 16 + r] = (n < N && j < K / 16) ? ((const uint8_t *)w->scale)[n * (K / 16) + j] : 0;
-            }
+        nvfp4_tile_scales(w, st, Kp, tile + 8 * Kp);
         break;
     }
     case MR_PACK_BF16_R16K2: {
@@ -186,6 +233,15 @@ mr_status mr_pmatrix_pack(mr_pmatrix *out, mr_pack_id pack, const mr_qmatrix *co
         if (src[i]->input_scale > out->input_scale) out->input_scale = src[i]->input_scale;
     mr_status st = alloc_like(out);
     if (st) return st;
+    if (f == MR_FMT_FP8_BLOCK)
+        for (int i = 0; i < nsrc && !out->has_nan; i++) {
+            const uint8_t *c = src[i]->data;
+            for (size_t e = 0; e < (size_t)w->rows * (size_t)w->cols; e++)
+                if ((c[e] & 0x7F) == 0x7F) {
+                    out->has_nan = true;
+                    break;
+                }
+        }
     const int64_t nkb = out->Kp / 128;
     for (int64_t t = 0; t < out->n_tiles; t++)
         pack_tile(out, src[t % nsrc], t / nsrc, out->data + (size_t)t * out->tile_bytes,
@@ -193,9 +249,13 @@ mr_status mr_pmatrix_pack(mr_pmatrix *out, mr_pack_id pack, const mr_qmatrix *co
     return MR_OK;
 }
 
-/* ---- scalar block decoders (generic and AVX2 kernels) ---- */
-void mr__pk_fp8_block_f32(const uint8_t *tile, int64_t kb, float *out) {
+/* ---- scalar block decoders (the generic driver, uk.c) ---- */
+void mr__pk_fp8_block_f32(const mr_pmatrix *W, const uint8_t *tile, int64_t kb, float *out) {
     const uint8_t *p0 = tile + kb * 2048;
+    if (W->pack == MR_PACK_FP8_Y16) {
+        for (int i = 0; i < 2048; i++) out[i] = mr__e4m3_lut[p0[i]]; /* [k][16] already */
+        return;
+    }
     for (int g = 0; g < 32; g++)
         for (int p = 0; p < 64; p++) {
             int lane = p >> 4, q = p & 15, d = 4 * lane + ((q & 7) >> 1), kk = 2 * (q >> 3) + (q & 1);
@@ -205,7 +265,17 @@ void mr__pk_fp8_block_f32(const uint8_t *tile, int64_t kb, float *out) {
 
 void mr__pk_nvfp4_block_f32(const mr_pmatrix *W, const uint8_t *tile, int64_t j, float *w, float *sc) {
     const uint8_t *p0 = tile + j * 128;
-    for (int L = 0; L < 2; L++)
+    if (W->pack == MR_PACK_NVFP4_Y16I || W->pack == MR_PACK_NVFP4_Y16F) {
+        const bool f = W->pack == MR_PACK_NVFP4_Y16F;
+        for (int v = 0; v < 4; v++)
+            for (int q = 0; q < 32; q++)
+                for (int h = 0; h < 2; h++) {
+                    const int d = f ? 8 * ((q >> 3) & 1) + 4 * (q >> 4) + ((q >> 1) & 3) : q >> 1;
+                    const int k = 4 * v + 2 * h + (q & 1);
+                    w[k * 16 + d] = mr__e2m1_lut[(p0[v * 32 + q] >> (4 * h)) & 15];
+                }
+    }
+    for (int L = 0; L < 2 && W->pack != MR_PACK_NVFP4_Y16I && W->pack != MR_PACK_NVFP4_Y16F; L++)
         for (int p = 0; p < 64; p++) {
             uint8_t b = p0[L * 64 + p];
             for (int h = 0; h < 2; h++) {

@@ -1,7 +1,8 @@
 /* probe.c — machine ceilings measured in the same run as a benchmark: the
  * multi-threaded read bandwidth of a pre-faulted buffer larger than any
  * cache (best of N), and the peak rate of the instruction a kernel's inner
- * loop uses (vfmadd231ps, vdpbf16ps or vpdpbusd; see mr_uk_instr). */
+ * loop uses (vfmadd231ps, vdpbf16ps, vpdpbusd or vpmaddubsw; see
+ * mr_uk_instr). */
 #include <omp.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -12,7 +13,11 @@ double mr__probe_fma_avx512(int64_t iters);
 double mr__probe_dpbf16_avx512(int64_t iters);
 double mr__probe_dpbusd_avx512(int64_t iters);
 double mr__probe_fma_avx2(int64_t iters);
+double mr__probe_maddubs_avx2(int64_t iters);
 uint64_t mr__probe_read_avx512(const uint64_t *p, size_t n);
+uint64_t mr__probe_read_avx2(const uint64_t *p, size_t n);
+
+bool mr_probe_instr_is_int(mr_probe_instr which) { return which == MR_PROBE_DPBUSD || which == MR_PROBE_MADDUBS; }
 
 /* Sum of 64-bit words; the optimizer vectorizes it; 8 independent sums. */
 static uint64_t sum_words(const uint64_t *p, size_t n) {
@@ -39,14 +44,17 @@ uint64_t *mr_probe_buf_new(size_t bytes) {
 
 double mr_probe_read_once(const uint64_t *buf, size_t bytes) {
     const size_t n = bytes / 8;
-    const bool a512 = mr_kernels_get()->level == MR_ISA_AVX512; /* zmm loads + prefetch, as the kernels */
+    const mr_kernel_isa lv = mr_kernels_get()->level; /* the kernels' loads and prefetch: zmm or ymm */
+    const int kind = lv == MR_ISA_AVX512 ? 2 : lv == MR_ISA_AVX2 ? 1 : 0;
     static volatile uint64_t sink;
     uint64_t t0 = mr_now_ns(), tot = 0;
 #pragma omp parallel reduction(+ : tot)
     {
         int nt = omp_get_num_threads(), id = omp_get_thread_num();
         size_t chunk = n / (size_t)nt / 8 * 8, lo = chunk * (size_t)id, hi = id == nt - 1 ? n : lo + chunk;
-        tot += a512 ? mr__probe_read_avx512(buf + lo, hi - lo) : sum_words(buf + lo, hi - lo);
+        tot += kind == 2   ? mr__probe_read_avx512(buf + lo, hi - lo)
+               : kind == 1 ? mr__probe_read_avx2(buf + lo, hi - lo)
+                           : sum_words(buf + lo, hi - lo);
     }
     uint64_t t1 = mr_now_ns();
     sink += tot;
@@ -80,6 +88,8 @@ static probe_fn peak_fn(mr_probe_instr which, double *ops, const char **name) {
         return *ops = 12 * 32 * 2, *name = "vdpbf16ps zmm", mr__probe_dpbf16_avx512;
     if (which == MR_PROBE_DPBUSD && a512 && (f & MR_CPU_AVX512VNNI))
         return *ops = 12 * 64 * 2, *name = "vpdpbusd zmm", mr__probe_dpbusd_avx512;
+    if (which == MR_PROBE_MADDUBS && (a512 || k->level == MR_ISA_AVX2))
+        return *ops = 12 * 32 * 2, *name = "vpmaddubsw ymm", mr__probe_maddubs_avx2;
     return NULL;
 }
 

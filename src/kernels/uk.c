@@ -2,10 +2,10 @@
  * moerun/kernels.h): per block of the tile (128 k for FP8, 16 k for NVFP4,
  * 64 k for bf16) the weights are decoded once by the scalar decoders of
  * pack.c into an f32 [k][16] buffer in scratch, then every token is run over
- * it by a "stage" (acc[16] += sum_k w[k][d] * x[k]): scalar C here, AVX2 in
- * uk_avx2.c. The block result is scaled (block multiplier, per-row NVFP4
+ * it by a "stage" (acc[16] += sum_k w[k][d] * x[k]): scalar C here (the
+ * AVX2 kernels use it with an FMA stage for FP8 tiles holding NaN codes). The block result is scaled (block multiplier, per-row NVFP4
  * scale, the activation's per-block multiplier) into y. Also the generic
- * table entries, and which instruction each kind's kernel runs. */
+ * table entries (and their packs), and which instruction each kind's kernel runs. */
 #include <string.h>
 
 #include "kernels/kern_internal.h"
@@ -41,7 +41,7 @@ void mr__uk_drive(mr_uk_kind kind, const mr_pmatrix *W, int64_t t, const mr_uk_a
         float bs = 1.0f;
         switch (kind) {
         case MR_UK_FP8_BF16:
-            mr__pk_fp8_block_f32(tile, b, wb);
+            mr__pk_fp8_block_f32(W, tile, b, wb);
             bs = W->tscale[t * (Kp / 128) + b];
             for (int d = 0; d < 16; d++) sc[d] = 1.0f;
             break;
@@ -110,21 +110,17 @@ void mr__uk_fill_generic(mr_kernels *k) {
         {"uk_nvfp4_bf16_generic_16x16", uk_nvfp4_bf16_generic}, {"uk_bf16_bf16_generic_16x64", uk_bf16_bf16_generic},
         {"uk_bf16_f32_generic_16x64", uk_bf16_f32_generic},
     };
+    static const mr_pack_id pk[MR_UK_COUNT] = {MR_PACK_FP8_R16K4, MR_PACK_NVFP4_R16K16, MR_PACK_NVFP4_R16K16B,
+                                                MR_PACK_BF16_R16K2, MR_PACK_BF16_R16K2};
     for (int i = 0; i < MR_UK_COUNT; i++) {
         k->uk_gemv[i].name = k->uk_gemm[i].name = e[i].name;
         k->uk_gemv[i].fn = k->uk_gemm[i].fn = e[i].fn;
+        k->uk_pack[i] = pk[i];
+        k->uk_instr[i] = MR_PROBE_FMA; /* scalar: no probe (mr_probe_peak gives 0 on the generic table) */
     }
     k->uk_gemm_min_m = 1 << 30; /* one kernel: the block decode is already shared by all tokens */
     k->uk_stream.name = "uk_stream_generic";
     k->uk_stream.fn = uk_stream_generic;
 }
 
-mr_probe_instr mr_uk_instr(mr_uk_kind kind) {
-    const mr_kernels *k = mr_kernels_get();
-    if (k->level != MR_ISA_AVX512) return MR_PROBE_FMA; /* the generic and avx2 kernels: FMA stages */
-    switch (kind) {
-    case MR_UK_NVFP4_I8: return MR_PROBE_DPBUSD;
-    case MR_UK_BF16_F32: return MR_PROBE_FMA;
-    default: return MR_PROBE_DPBF16;
-    }
-}
+mr_probe_instr mr_uk_instr(mr_uk_kind kind) { return mr_kernels_get()->uk_instr[kind]; }

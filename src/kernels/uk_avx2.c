@@ -1,53 +1,711 @@
-/* uk_avx2.c — AVX2+FMA packed micro-kernels: the generic driver of uk.c
- * (scalar block decode into L1) with an AVX2 stage: 16 rows as two ymm
- * accumulator pairs, one broadcast activation and two FMAs per k. Same
- * contract as every packed kernel (moerun/kernels.h). */
+/* uk_avx2.c — AVX2 + FMA + F16C packed micro-kernels, behind the contract of
+ * moerun/kernels.h (one 16-row tile, all of Kp, any M, y written not read),
+ * on the ymm layouts declared there (fp8_y16, nvfp4_y16i, nvfp4_y16f) and on
+ * bf16_r16k2. Research and timings: dev/perf/README.md (AVX2 section).
+ *  fp8 gemv     16 E4M3 bytes of one k -> 16 fp32 rows by the f16 bit trick
+ *               (vpmovsxbw, shift 7, and 0xBF80, 2 vcvtph2ps: exact, value
+ *               * 2^-8, folded into the block multiplier); x converted to
+ *               fp32 per 128 k; 2 FMAs per token per k. NaN codes do not
+ *               survive the trick: a matrix holding one (mr_pmatrix.has_nan)
+ *               goes through the exact generic driver instead.
+ *  fp8 gemm     a 16x128 block decoded once to fp32 in scratch (L1), then
+ *               6-token register blocks: 2 loads + 6 broadcasts + 12 FMAs
+ *               per k (the shared f32_core).
+ *  nvfp4_i8     vpshufb nibble -> u8 = 2*e2m1 + 12 (16 rows x 2 k per ymm),
+ *               vpmaddubsw with the broadcast int8 activation pair; the int16
+ *               sum of a 16-k block starts at xb = -12*sum(x) (mod 2^16: the
+ *               biased partial sums may wrap, the true sum |.| <= 24576 fits),
+ *               then int16 -> fp32 and one FMA with the 16 row scales (E4M3 by
+ *               the f16 trick) times the activation multiplier; w4a8 (xs
+ *               shared by 8 blocks) sums the blocks first and applies xs once
+ *               per 128 k. Many tokens: each block decoded once into 8
+ *               registers, then every token over it (sums in y).
+ *  nvfp4_bf16   two vpshufb LUTs give the bf16 bytes of E2M1, unpacked and
+ *               widened to fp32 (shift / mask); gemv: 4 FMAs per token per
+ *               4 k, row scales per block; gemm: the weights times their
+ *               scale (exact) decoded to scratch, then f32_core.
+ *  bf16         bf16 pairs widened exactly (shift / mask); gemv: FMAs with
+ *               broadcast fp32 x; gemm: decoded to scratch, then f32_core.
+ * Weight streams are prefetched MR_UK_PREFETCH bytes ahead into L2 and, for
+ * the decode-heavy gemv kernels, into L1 too (PF_FP8, PF_NV below). */
 #include <immintrin.h>
+#include <string.h>
 
 #include "kernels/kern_internal.h"
 
-static void stage_avx2(const float *w, const float *x, int nk, float *acc) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), b0 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps();
-    int k = 0;
-    for (; k + 2 <= nk; k += 2) {
-        __m256 x0 = _mm256_broadcast_ss(x + k), x1 = _mm256_broadcast_ss(x + k + 1);
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k * 16), x0, a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k * 16 + 8), x0, a1);
-        b0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k * 16 + 16), x1, b0);
-        b1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k * 16 + 24), x1, b1);
+#define INL static inline __attribute__((always_inline))
+#define PF(p) _mm_prefetch((const char *)(p) + MR_UK_PREFETCH, _MM_HINT_T2)
+/* The L1 prefetches that won the interleaved A/B rounds of the AVX-512
+ * kernels on this memory system (uk_avx512.c, bench/README.md), kept for the
+ * same streams here: fp8 gemv 4 KiB ahead into L1 instead of PF; nvfp4 PF
+ * plus 2 KiB ahead into L1; bf16 PF only. */
+#define PF_L1(p, d) _mm_prefetch((const char *)(p) + (d), _MM_HINT_T0)
+#define PF_FP8(p) PF_L1(p, 4096)
+#define PF_NV(p) (PF(p), PF_L1(p, 2048))
+
+enum {
+    MTF = 6,  /* tokens per register block of f32_core (12 accumulators) */
+    MTV = 4,  /* fp8 gemv and bf16 gemv */
+    MTB = 2,  /* nvfp4 bf16 gemv */
+    XCH = 128 /* k per chunk of converted activations / decoded weights */
+};
+
+static void apply_post(float *y, int64_t ldy, int64_t M, float post) {
+    if (post == 1.0f) return;
+    const __m256 p = _mm256_set1_ps(post);
+    for (int64_t m = 0; m < M; m++) {
+        _mm256_storeu_ps(y + m * ldy, _mm256_mul_ps(_mm256_loadu_ps(y + m * ldy), p));
+        _mm256_storeu_ps(y + m * ldy + 8, _mm256_mul_ps(_mm256_loadu_ps(y + m * ldy + 8), p));
     }
-    for (; k < nk; k++) {
-        __m256 x0 = _mm256_broadcast_ss(x + k);
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k * 16), x0, a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k * 16 + 8), x0, a1);
-    }
-    _mm256_storeu_ps(acc, _mm256_add_ps(_mm256_loadu_ps(acc), _mm256_add_ps(a0, b0)));
-    _mm256_storeu_ps(acc + 8, _mm256_add_ps(_mm256_loadu_ps(acc + 8), _mm256_add_ps(a1, b1)));
 }
 
-#define GEN(kind, fname)                                                                                           \
-    static void fname(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,        \
-                      void *scratch) {                                                                             \
-        mr__uk_drive(kind, W, t, a, M, y, ldy, scratch, stage_avx2);                                               \
+/* y[0..15] = first ? a * s : y + a * s (two ymm of rows 0-7 and 8-15) */
+INL void y_update(float *y, __m256 a0, __m256 a1, __m256 s0, __m256 s1, int first) {
+    if (first) {
+        _mm256_storeu_ps(y, _mm256_mul_ps(a0, s0));
+        _mm256_storeu_ps(y + 8, _mm256_mul_ps(a1, s1));
+    } else {
+        _mm256_storeu_ps(y, _mm256_fmadd_ps(a0, s0, _mm256_loadu_ps(y)));
+        _mm256_storeu_ps(y + 8, _mm256_fmadd_ps(a1, s1, _mm256_loadu_ps(y + 8)));
     }
-GEN(MR_UK_FP8_BF16, uk_fp8_bf16_avx2)
-GEN(MR_UK_NVFP4_I8, uk_nvfp4_i8_avx2)
-GEN(MR_UK_NVFP4_BF16, uk_nvfp4_bf16_avx2)
-GEN(MR_UK_BF16_BF16, uk_bf16_bf16_avx2)
-GEN(MR_UK_BF16_F32, uk_bf16_f32_avx2)
-#undef GEN
+}
+
+/* n bf16 values -> fp32 (exact) */
+INL void bf16_to_f32(const uint16_t *x, int n, float *dst) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(x + i)));
+        _mm256_store_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+    }
+    for (; i < n; i++) {
+        const uint32_t u = (uint32_t)x[i] << 16;
+        memcpy(dst + i, &u, 4);
+    }
+}
+
+/* 16 E4M3 bytes (16-byte aligned) -> rows 0-7 and 8-15 as fp32 * 2^-8: the
+ * f16 bit trick (sign to bit 15, exponent and mantissa shifted by 7) is exact
+ * for every code but the NaN codes 0x7F / 0xFF (they give +-480 * 2^-8).
+ * tests/test_kernels.c pushes all 256 codes through every table. */
+INL void e4m3x16(const uint8_t *p, __m256 *lo, __m256 *hi) {
+    __m256i w = _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)p));
+    w = _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16((short)0xBF80));
+    *lo = _mm256_cvtph_ps(_mm256_castsi256_si128(w));
+    *hi = _mm256_cvtph_ps(_mm256_extracti128_si256(w, 1));
+}
+
+/* ---------------- the fp32 register-blocked core (gemm kernels) ----------------
+ * acc[m] (rows 0-7, 8-15) = sum_{k < nk} wb[k][0..15] * x[m][k]; wb 32-byte
+ * aligned [nk][16] fp32 in scratch, x fp32 rows ldx apart. */
+INL void f32_core(const float *wb, const float *x, int64_t ldx, int nk, __m256 acc[][2], const int MT) {
+    #pragma GCC unroll 8
+    for (int m = 0; m < MT; m++) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
+    #pragma GCC unroll 2
+    for (int k = 0; k < nk; k++) {
+        const __m256 w0 = _mm256_load_ps(wb + 16 * k), w1 = _mm256_load_ps(wb + 16 * k + 8);
+        #pragma GCC unroll 8
+        for (int m = 0; m < MT; m++) {
+            const __m256 xv = _mm256_broadcast_ss(x + m * ldx + k);
+            acc[m][0] = _mm256_fmadd_ps(w0, xv, acc[m][0]);
+            acc[m][1] = _mm256_fmadd_ps(w1, xv, acc[m][1]);
+        }
+    }
+}
+
+/* The token loop of the gemm kernels over one decoded chunk wb [nk][16]:
+ * tokens in balanced blocks of up to MTF; x rows are bf16 (converted into
+ * xf, [MTF][XCH] in scratch) or fp32 (xf32 != NULL, used in place); segments
+ * of seg k (seg divides nk, or nk itself) each scaled by s(m, segment) into
+ * y: y += acc * s, or y = acc * s where first (the first chunk). s is
+ * ss[seg index] times xs[m][xs0 + seg index] when xs != NULL. */
+typedef struct {
+    const uint16_t *xb16; /* bf16 x at this chunk's first k, or NULL */
+    const float *xf32;    /* fp32 x at this chunk's first k, or NULL */
+    int64_t ldx;
+    const float *xs; /* per-segment activation multipliers (at the chunk's first segment), or NULL */
+    int64_t ldxs;
+    float ss; /* the segment multiplier common to all tokens */
+} gemm_in;
+
+INL void gemm_tokens_n(const float *wb, int nk, int seg, const gemm_in *in, int64_t m0, float *y, int64_t ldy,
+                       float *xf, int first, const int MT) {
+    const float *x;
+    int64_t ldx;
+    if (in->xf32) {
+        x = in->xf32 + m0 * in->ldx, ldx = in->ldx;
+    } else {
+        for (int m = 0; m < MT; m++) bf16_to_f32(in->xb16 + (m0 + m) * in->ldx, nk, xf + m * XCH);
+        x = xf, ldx = XCH;
+    }
+    __m256 acc[MTF][2];
+    for (int s0 = 0, si = 0; s0 < nk; s0 += seg, si++) {
+        f32_core(wb + 16 * s0, x + s0, ldx, seg, acc, MT);
+        #pragma GCC unroll 8
+        for (int m = 0; m < MT; m++) {
+            const __m256 s = _mm256_set1_ps(in->ss * (in->xs ? in->xs[(m0 + m) * in->ldxs + si] : 1.0f));
+            y_update(y + (m0 + m) * ldy, acc[m][0], acc[m][1], s, s, first && s0 == 0);
+        }
+    }
+}
+
+static void gemm_tokens(const float *wb, int nk, int seg, const gemm_in *in, int64_t M, float *y, int64_t ldy,
+                        float *xf, int first) {
+    for (int64_t m0 = 0, mt; m0 < M; m0 += mt) {
+        mt = mr__uk_token_block(M - m0, MTF);
+        switch (mt) {
+        case 1: gemm_tokens_n(wb, nk, seg, in, m0, y, ldy, xf, first, 1); break;
+        case 2: gemm_tokens_n(wb, nk, seg, in, m0, y, ldy, xf, first, 2); break;
+        case 3: gemm_tokens_n(wb, nk, seg, in, m0, y, ldy, xf, first, 3); break;
+        case 4: gemm_tokens_n(wb, nk, seg, in, m0, y, ldy, xf, first, 4); break;
+        case 5: gemm_tokens_n(wb, nk, seg, in, m0, y, ldy, xf, first, 5); break;
+        default: gemm_tokens_n(wb, nk, seg, in, m0, y, ldy, xf, first, 6); break;
+        }
+    }
+}
+
+/* scratch of the gemm kernels: the decoded chunk [XCH][16] fp32 (8 KiB),
+ * then the converted activations [MTF][XCH] (3 KiB) */
+static float *scratch_wb(void *scratch) { return (float *)scratch; }
+static float *scratch_xf(void *scratch) { return (float *)scratch + XCH * 16; }
+
+/* the exact generic driver with an FMA stage: fp8 tiles with NaN codes */
+static void stage_fma(const float *w, const float *x, int nk, float *acc) {
+    __m256 a0 = _mm256_loadu_ps(acc), a1 = _mm256_loadu_ps(acc + 8);
+    for (int k = 0; k < nk; k++) {
+        const __m256 xv = _mm256_broadcast_ss(x + k);
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + 16 * k), xv, a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + 16 * k + 8), xv, a1);
+    }
+    _mm256_storeu_ps(acc, a0);
+    _mm256_storeu_ps(acc + 8, a1);
+}
+
+/* ---------------- FP8 (fp8_y16) ---------------- */
+/* NC accumulator chains per token (k even / odd) while registers allow */
+INL void fp8_gemv_body(const uint8_t *tile, const float *bs, int64_t Kp, const uint16_t *x, int64_t ldx,
+                       const float *xs, int64_t ldxs, float *y, int64_t ldy, float *xf, const int M) {
+    enum { NCMAX = 2 };
+    const int NC = M <= 2 ? 2 : 1;
+    for (int64_t kb = 0; kb < Kp / 128; kb++) {
+        #pragma GCC unroll 4
+        for (int m = 0; m < M; m++) bf16_to_f32(x + m * ldx + kb * 128, 128, xf + m * 128);
+        const uint8_t *p = tile + kb * 2048;
+        __m256 acc[NCMAX][MTV][2];
+        #pragma GCC unroll 4
+        for (int m = 0; m < M; m++)
+            #pragma GCC unroll 2
+            for (int c = 0; c < NCMAX; c++) acc[c][m][0] = acc[c][m][1] = _mm256_setzero_ps();
+        for (int k = 0; k < 128; k += 4) {
+            PF_FP8(p + 16 * k);
+            #pragma GCC unroll 4
+            for (int u = 0; u < 4; u++) {
+                __m256 w0, w1;
+                e4m3x16(p + 16 * (k + u), &w0, &w1);
+                const int c = NC == 2 ? (u & 1) : 0;
+                #pragma GCC unroll 4
+                for (int m = 0; m < M; m++) {
+                    const __m256 xv = _mm256_broadcast_ss(xf + m * 128 + k + u);
+                    acc[c][m][0] = _mm256_fmadd_ps(w0, xv, acc[c][m][0]);
+                    acc[c][m][1] = _mm256_fmadd_ps(w1, xv, acc[c][m][1]);
+                }
+            }
+        }
+        #pragma GCC unroll 4
+        for (int m = 0; m < M; m++) {
+            __m256 a0 = acc[0][m][0], a1 = acc[0][m][1];
+            if (NC == 2) a0 = _mm256_add_ps(a0, acc[1][m][0]), a1 = _mm256_add_ps(a1, acc[1][m][1]);
+            const __m256 s = _mm256_set1_ps(256.0f * bs[kb] * (xs ? xs[m * ldxs + kb] : 1.0f));
+            y_update(y + m * ldy, a0, a1, s, s, kb == 0);
+        }
+    }
+}
+
+static void uk_fp8_gemv(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                        void *scratch) {
+    if (W->has_nan) {
+        mr__uk_drive(MR_UK_FP8_BF16, W, t, a, M, y, ldy, scratch, stage_fma);
+        return;
+    }
+    const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
+    const float *bs = W->tscale + t * (W->Kp / 128);
+    float *xf = scratch;
+    for (int64_t m0 = 0, mt; m0 < M; m0 += mt) {
+        mt = mr__uk_token_block(M - m0, MTV);
+        const uint16_t *x = (const uint16_t *)a->x + m0 * a->ldx;
+        const float *xs = a->xs ? a->xs + m0 * a->ldxs : NULL;
+        switch (mt) {
+        case 1: fp8_gemv_body(tile, bs, W->Kp, x, a->ldx, xs, a->ldxs, y + m0 * ldy, ldy, xf, 1); break;
+        case 2: fp8_gemv_body(tile, bs, W->Kp, x, a->ldx, xs, a->ldxs, y + m0 * ldy, ldy, xf, 2); break;
+        case 3: fp8_gemv_body(tile, bs, W->Kp, x, a->ldx, xs, a->ldxs, y + m0 * ldy, ldy, xf, 3); break;
+        default: fp8_gemv_body(tile, bs, W->Kp, x, a->ldx, xs, a->ldxs, y + m0 * ldy, ldy, xf, 4); break;
+        }
+    }
+    apply_post(y, ldy, M, a->post * W->scale2);
+}
+
+static void uk_fp8_gemm(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                        void *scratch) {
+    if (W->has_nan) {
+        mr__uk_drive(MR_UK_FP8_BF16, W, t, a, M, y, ldy, scratch, stage_fma);
+        return;
+    }
+    const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
+    const float *bs = W->tscale + t * (W->Kp / 128);
+    float *wb = scratch_wb(scratch), *xf = scratch_xf(scratch);
+    for (int64_t kb = 0; kb < W->Kp / 128; kb++) {
+        const uint8_t *p = tile + kb * 2048;
+        for (int k = 0; k < 128; k++) {
+            if ((k & 3) == 0) PF(p + 16 * k);
+            __m256 w0, w1;
+            e4m3x16(p + 16 * k, &w0, &w1);
+            _mm256_store_ps(wb + 16 * k, w0);
+            _mm256_store_ps(wb + 16 * k + 8, w1);
+        }
+        const gemm_in in = {.xb16 = (const uint16_t *)a->x + kb * 128, .ldx = a->ldx,
+                            .xs = a->xs ? a->xs + kb : NULL, .ldxs = a->ldxs, .ss = 256.0f * bs[kb]};
+        gemm_tokens(wb, 128, 128, &in, M, y, ldy, xf, kb == 0);
+    }
+    apply_post(y, ldy, M, a->post * W->scale2);
+}
+
+/* ---------------- NVFP4, int8 activations (nvfp4_y16i) ---------------- */
+/* 2*e2m1(c) + 12 for c = 0..15: an unsigned byte in [0, 24] */
+static const uint8_t U8LUT[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
+
+INL __m256i lut16(const uint8_t *t) { return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)t)); }
+INL __m256i bcast16(const void *p) {
+    int16_t v;
+    memcpy(&v, p, 2);
+    return _mm256_set1_epi16(v);
+}
+
+/* the 8 u8 weight vectors of 16-k block j (16 rows x 2 k each: U[p] holds
+ * k = 16j + 2p, 2p + 1) and the block's row scales (* 2^-8) */
+INL void nvi_block(const uint8_t *tile, const uint8_t *scp, int64_t j, __m256i U[8], __m256 *sc0, __m256 *sc1) {
+    const __m256i lut = lut16(U8LUT), m0f = _mm256_set1_epi8(0x0F);
+    #pragma GCC unroll 4
+    for (int v = 0; v < 4; v++) {
+        const __m256i V = _mm256_load_si256((const __m256i *)(tile + j * 128 + 32 * v));
+        U[2 * v] = _mm256_shuffle_epi8(lut, _mm256_and_si256(V, m0f));
+        U[2 * v + 1] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(V, 4), m0f));
+    }
+    e4m3x16(scp + 16 * j, sc0, sc1);
+}
+
+/* one token's int16 block sum (16 rows): starts at xb = -12*sum(x) mod 2^16
+ * (the low half of the int32), plus the 8 vpmaddubsw of its activation pairs */
+INL void nvi_token(const __m256i U[8], const int8_t *x16, const int32_t *xb, __m256 *f0, __m256 *f1) {
+    __m256i s = bcast16(xb);
+    #pragma GCC unroll 8
+    for (int p = 0; p < 8; p++) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(U[p], bcast16(x16 + 2 * p)));
+    *f0 = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(s)));
+    *f1 = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(s, 1)));
+}
+
+/* the sums are of 2*e2m1(w)*x with scales * 2^-8: 2^8 / 2 = 128 folds in at the end */
+#define NVI_FOLD 128.0f
+
+/* 1 token: the running sums in registers. G = 1: one multiplier per 16-k
+ * block (scales * xs); G = 8: xs equal over each run of 8 blocks (w4a8),
+ * the blocks' sums go into g and xs is applied once per run. */
+INL void nvi_one(const uint8_t *tile, int64_t Kp, const int8_t *xq, const int32_t *xb, const float *xs, float post,
+                 float *y, const int G) {
+    const uint8_t *scp = tile + 8 * Kp;
+    const int64_t nblk = Kp / 16;
+    __m256 o0 = _mm256_setzero_ps(), o1 = o0, g0 = o0, g1 = o0;
+    for (int64_t j = 0; j < nblk; j++) {
+        PF_NV(tile + j * 128);
+        PF_NV(tile + j * 128 + 64);
+        if ((j & 3) == 0) PF(scp + 16 * j);
+        __m256i U[8];
+        __m256 sc0, sc1, f0, f1;
+        nvi_block(tile, scp, j, U, &sc0, &sc1);
+        nvi_token(U, xq + 16 * j, xb + j, &f0, &f1);
+        if (G == 1) {
+            const __m256 xv = _mm256_set1_ps(xs ? xs[j] : 1.0f);
+            o0 = _mm256_fmadd_ps(f0, xs ? _mm256_mul_ps(sc0, xv) : sc0, o0);
+            o1 = _mm256_fmadd_ps(f1, xs ? _mm256_mul_ps(sc1, xv) : sc1, o1);
+        } else {
+            g0 = _mm256_fmadd_ps(f0, sc0, g0), g1 = _mm256_fmadd_ps(f1, sc1, g1);
+            if ((j % G) == G - 1 || j == nblk - 1) {
+                const __m256 xv = _mm256_set1_ps(xs ? xs[j] : 1.0f);
+                o0 = _mm256_fmadd_ps(g0, xv, o0), o1 = _mm256_fmadd_ps(g1, xv, o1);
+                g0 = g1 = _mm256_setzero_ps();
+            }
+        }
+    }
+    const __m256 f = _mm256_set1_ps(NVI_FOLD * post);
+    _mm256_storeu_ps(y, _mm256_mul_ps(o0, f));
+    _mm256_storeu_ps(y + 8, _mm256_mul_ps(o1, f));
+}
+
+/* many tokens: each block decoded once into registers, then every token over
+ * it; the running sums live in y (G = 8: the run's sums in gm [M][16]) */
+INL void nvi_many(const uint8_t *tile, int64_t Kp, const int8_t *xq, int64_t ldx, const int32_t *xb, int64_t ldb,
+                  const float *xs, int64_t ldxs, float post, int64_t M, float *y, int64_t ldy, float *gm, const int G) {
+    const uint8_t *scp = tile + 8 * Kp;
+    const int64_t nblk = Kp / 16;
+    for (int64_t j = 0; j < nblk; j++) {
+        PF_NV(tile + j * 128);
+        PF_NV(tile + j * 128 + 64);
+        if ((j & 3) == 0) PF(scp + 16 * j);
+        __m256i U[8];
+        __m256 sc0, sc1;
+        nvi_block(tile, scp, j, U, &sc0, &sc1);
+        const int gend = G > 1 && ((j % G) == G - 1 || j == nblk - 1), gfirst = G > 1 && (j % G) == 0;
+        for (int64_t m = 0; m < M; m++) {
+            __m256 f0, f1;
+            nvi_token(U, xq + m * ldx + 16 * j, xb + m * ldb + j, &f0, &f1);
+            if (G == 1) {
+                const __m256 xv = _mm256_set1_ps(xs ? xs[m * ldxs + j] : 1.0f);
+                y_update(y + m * ldy, f0, f1, xs ? _mm256_mul_ps(sc0, xv) : sc0, xs ? _mm256_mul_ps(sc1, xv) : sc1,
+                         j == 0);
+            } else {
+                float *g = gm + 16 * m;
+                y_update(g, f0, f1, sc0, sc1, gfirst);
+                if (gend) {
+                    const __m256 xv = _mm256_set1_ps(xs ? xs[m * ldxs + j] : 1.0f);
+                    y_update(y + m * ldy, _mm256_loadu_ps(g), _mm256_loadu_ps(g + 8), xv, xv, j < G);
+                }
+            }
+        }
+    }
+    apply_post(y, ldy, M, NVI_FOLD * post);
+}
+
+static void uk_nvfp4_i8(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                        void *scratch) {
+    const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
+    const float post = a->post * W->scale2;
+    const int grouped = a->xs_group == 8;
+    const int8_t *x = a->x;
+    float *gm = scratch; /* [M][16]: M <= 128 tokens a call (the runner's chunks) fit in MR_UK_SCRATCH */
+    if (M == 1) {
+        if (grouped) nvi_one(tile, W->Kp, x, a->xb, a->xs, post, y, 8);
+        else nvi_one(tile, W->Kp, x, a->xb, a->xs, post, y, 1);
+        return;
+    }
+    for (int64_t m0 = 0; m0 < M; m0 += MR_UK_SCRATCH / 64) { /* gm holds MR_UK_SCRATCH / 64 tokens */
+        const int64_t mt = M - m0 < MR_UK_SCRATCH / 64 ? M - m0 : MR_UK_SCRATCH / 64;
+        const float *xs = a->xs ? a->xs + m0 * a->ldxs : NULL;
+        if (grouped)
+            nvi_many(tile, W->Kp, x + m0 * a->ldx, a->ldx, a->xb + m0 * a->ldb, a->ldb, xs, a->ldxs, post, mt,
+                     y + m0 * ldy, ldy, gm, 8);
+        else
+            nvi_many(tile, W->Kp, x + m0 * a->ldx, a->ldx, a->xb + m0 * a->ldb, a->ldb, xs, a->ldxs, post, mt,
+                     y + m0 * ldy, ldy, gm, 1);
+    }
+}
+
+/* ---------------- NVFP4, bf16 activations (nvfp4_y16f) ---------------- */
+/* bf16 bytes of e2m1(c): high byte (sign included) and low byte */
+static const uint8_t BHI[16] = {0x00, 0x3F, 0x3F, 0x3F, 0x40, 0x40, 0x40, 0x40,
+                                0x80, 0xBF, 0xBF, 0xBF, 0xC0, 0xC0, 0xC0, 0xC0};
+static const uint8_t BLO[16] = {0x00, 0x00, 0x80, 0xC0, 0x00, 0x40, 0x80, 0xC0,
+                                0x00, 0x00, 0x80, 0xC0, 0x00, 0x40, 0x80, 0xC0};
+
+/* nibble h of the 32 bytes V -> fp32: a0/a1 = rows 0-7 / 8-15 at k, b0/b1 at
+ * k + 1 (k = 16j + 4v + 2h, the pack's order) */
+INL void nvf_dec(__m256i V, int h, __m256i lhi, __m256i llo, __m256 *a0, __m256 *a1, __m256 *b0, __m256 *b1) {
+    const __m256i m0f = _mm256_set1_epi8(0x0F), hm = _mm256_set1_epi32((int)0xFFFF0000u);
+    const __m256i idx = _mm256_and_si256(h ? _mm256_srli_epi16(V, 4) : V, m0f);
+    const __m256i H = _mm256_shuffle_epi8(lhi, idx), L = _mm256_shuffle_epi8(llo, idx);
+    const __m256i W0 = _mm256_unpacklo_epi8(L, H), W1 = _mm256_unpackhi_epi8(L, H);
+    *a0 = _mm256_castsi256_ps(_mm256_slli_epi32(W0, 16));
+    *b0 = _mm256_castsi256_ps(_mm256_and_si256(W0, hm));
+    *a1 = _mm256_castsi256_ps(_mm256_slli_epi32(W1, 16));
+    *b1 = _mm256_castsi256_ps(_mm256_and_si256(W1, hm));
+}
+
+/* M <= MTB tokens; chains: 1 token, 4 (k, k+1) x (nibble) per half; 2
+ * tokens, 2 per half each. Out in y after each block (scale per block). */
+INL void nvf_gemv_body(const uint8_t *tile, int64_t Kp, const uint16_t *x, int64_t ldx, const float *xs,
+                       int64_t ldxs, float *y, int64_t ldy, float *xf, const int M) {
+    const __m256i lhi = lut16(BHI), llo = lut16(BLO);
+    const uint8_t *scp = tile + 8 * Kp;
+    const int NC = M == 1 ? 4 : 2;
+    __m256 o0 = _mm256_setzero_ps(), o1 = o0;
+    for (int64_t j = 0; j < Kp / 16; j++) {
+        const int64_t jc = j % (XCH / 16);
+        if (jc == 0) {
+            const int nk = (int)(Kp - 16 * j < XCH ? Kp - 16 * j : XCH);
+            #pragma GCC unroll 2
+            for (int m = 0; m < M; m++) bf16_to_f32(x + m * ldx + 16 * j, nk, xf + m * XCH);
+        }
+        PF_NV(tile + j * 128);
+        PF_NV(tile + j * 128 + 64);
+        if ((j & 3) == 0) PF(scp + 16 * j);
+        __m256 acc[4][MTB][2];
+        #pragma GCC unroll 4
+        for (int c = 0; c < 4; c++)
+            #pragma GCC unroll 2
+            for (int m = 0; m < M; m++) acc[c][m][0] = acc[c][m][1] = _mm256_setzero_ps();
+        #pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) {
+            const __m256i V = _mm256_load_si256((const __m256i *)(tile + j * 128 + 32 * v));
+            #pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                __m256 a0, a1, b0, b1;
+                nvf_dec(V, h, lhi, llo, &a0, &a1, &b0, &b1);
+                const int ca = NC == 4 ? 2 * h : 0, cb = ca + 1;
+                #pragma GCC unroll 2
+                for (int m = 0; m < M; m++) {
+                    const float *xk = xf + m * XCH + 16 * jc + 4 * v + 2 * h;
+                    const __m256 x0 = _mm256_broadcast_ss(xk), x1 = _mm256_broadcast_ss(xk + 1);
+                    acc[ca][m][0] = _mm256_fmadd_ps(a0, x0, acc[ca][m][0]);
+                    acc[ca][m][1] = _mm256_fmadd_ps(a1, x0, acc[ca][m][1]);
+                    acc[cb][m][0] = _mm256_fmadd_ps(b0, x1, acc[cb][m][0]);
+                    acc[cb][m][1] = _mm256_fmadd_ps(b1, x1, acc[cb][m][1]);
+                }
+            }
+        }
+        __m256 sc0, sc1;
+        e4m3x16(scp + 16 * j, &sc0, &sc1);
+        #pragma GCC unroll 2
+        for (int m = 0; m < M; m++) {
+            __m256 s0 = _mm256_add_ps(acc[0][m][0], acc[1][m][0]), s1 = _mm256_add_ps(acc[0][m][1], acc[1][m][1]);
+            if (NC == 4) {
+                s0 = _mm256_add_ps(s0, _mm256_add_ps(acc[2][m][0], acc[3][m][0]));
+                s1 = _mm256_add_ps(s1, _mm256_add_ps(acc[2][m][1], acc[3][m][1]));
+            }
+            const __m256 xv = _mm256_set1_ps(xs ? xs[m * ldxs + j] : 1.0f);
+            const __m256 c0 = xs ? _mm256_mul_ps(sc0, xv) : sc0, c1 = xs ? _mm256_mul_ps(sc1, xv) : sc1;
+            if (M == 1) o0 = _mm256_fmadd_ps(s0, c0, o0), o1 = _mm256_fmadd_ps(s1, c1, o1);
+            else y_update(y + m * ldy, s0, s1, c0, c1, j == 0);
+        }
+    }
+    if (M == 1) _mm256_storeu_ps(y, o0), _mm256_storeu_ps(y + 8, o1);
+}
+
+static void uk_nvfp4_bf16_gemv(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y,
+                               int64_t ldy, void *scratch) {
+    const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
+    float *xf = scratch;
+    for (int64_t m0 = 0, mt; m0 < M; m0 += mt) {
+        mt = mr__uk_token_block(M - m0, MTB);
+        const uint16_t *x = (const uint16_t *)a->x + m0 * a->ldx;
+        const float *xs = a->xs ? a->xs + m0 * a->ldxs : NULL;
+        if (mt == 1) nvf_gemv_body(tile, W->Kp, x, a->ldx, xs, a->ldxs, y + m0 * ldy, ldy, xf, 1);
+        else nvf_gemv_body(tile, W->Kp, x, a->ldx, xs, a->ldxs, y + m0 * ldy, ldy, xf, 2);
+    }
+    apply_post(y, ldy, M, 256.0f * a->post * W->scale2);
+}
+
+/* decoded chunk: k0 .. k0 + nk of the tile as fp32 [nk][16], each weight
+ * times its row's block scale (e2m1 * e4m3 * 2^-8: exact) */
+static void nvf_decode_chunk(const uint8_t *tile, int64_t Kp, int64_t k0, int nk, float *wb) {
+    const __m256i lhi = lut16(BHI), llo = lut16(BLO);
+    const uint8_t *scp = tile + 8 * Kp;
+    for (int64_t j = k0 / 16; j < (k0 + nk) / 16; j++) {
+        PF(tile + j * 128);
+        PF(tile + j * 128 + 64);
+        __m256 sc0, sc1;
+        e4m3x16(scp + 16 * j, &sc0, &sc1);
+        float *b = wb + 16 * (16 * j - k0);
+        for (int v = 0; v < 4; v++) {
+            const __m256i V = _mm256_load_si256((const __m256i *)(tile + j * 128 + 32 * v));
+            for (int h = 0; h < 2; h++) {
+                __m256 a0, a1, b0, b1;
+                nvf_dec(V, h, lhi, llo, &a0, &a1, &b0, &b1);
+                float *r = b + 16 * (4 * v + 2 * h);
+                _mm256_store_ps(r, _mm256_mul_ps(a0, sc0));
+                _mm256_store_ps(r + 8, _mm256_mul_ps(a1, sc1));
+                _mm256_store_ps(r + 16, _mm256_mul_ps(b0, sc0));
+                _mm256_store_ps(r + 24, _mm256_mul_ps(b1, sc1));
+            }
+        }
+    }
+}
+
+static void uk_nvfp4_bf16_gemm(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y,
+                               int64_t ldy, void *scratch) {
+    const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
+    float *wb = scratch_wb(scratch), *xf = scratch_xf(scratch);
+    for (int64_t k0 = 0; k0 < W->Kp; k0 += XCH) {
+        const int nk = (int)(W->Kp - k0 < XCH ? W->Kp - k0 : XCH);
+        nvf_decode_chunk(tile, W->Kp, k0, nk, wb);
+        /* with xs the multiplier changes every 16 k: segments of 16 */
+        const gemm_in in = {.xb16 = (const uint16_t *)a->x + k0, .ldx = a->ldx,
+                            .xs = a->xs ? a->xs + k0 / 16 : NULL, .ldxs = a->ldxs, .ss = 1.0f};
+        gemm_tokens(wb, nk, a->xs ? 16 : nk, &in, M, y, ldy, xf, k0 == 0);
+    }
+    apply_post(y, ldy, M, 256.0f * a->post * W->scale2);
+}
+
+/* ---------------- bf16 weights (bf16_r16k2) ---------------- */
+/* pair g: rows 0-7 / 8-15 at k = 2g (lo) and 2g + 1 (hi), exact */
+INL void bf16_pair(const uint8_t *line, __m256 *l0, __m256 *l1, __m256 *h0, __m256 *h1) {
+    const __m256i hm = _mm256_set1_epi32((int)0xFFFF0000u);
+    const __m256i v0 = _mm256_load_si256((const __m256i *)line), v1 = _mm256_load_si256((const __m256i *)(line + 32));
+    *l0 = _mm256_castsi256_ps(_mm256_slli_epi32(v0, 16));
+    *h0 = _mm256_castsi256_ps(_mm256_and_si256(v0, hm));
+    *l1 = _mm256_castsi256_ps(_mm256_slli_epi32(v1, 16));
+    *h1 = _mm256_castsi256_ps(_mm256_and_si256(v1, hm));
+}
+
+/* M <= MTV tokens; x fp32 rows (bf16 inputs converted per chunk into xf) */
+INL void bf16_gemv_body(const uint8_t *tile, int64_t Kp, const uint16_t *x16, const float *x32, int64_t ldx,
+                        float *y, int64_t ldy, float *xf, const int M) {
+    enum { NCMAX = 4 };
+    const int NC = M == 1 ? 4 : M == 2 ? 2 : 1;
+    __m256 acc[NCMAX][MTV][2];
+    #pragma GCC unroll 4
+    for (int c = 0; c < NCMAX; c++)
+        #pragma GCC unroll 4
+        for (int m = 0; m < M; m++) acc[c][m][0] = acc[c][m][1] = _mm256_setzero_ps();
+    const int64_t np = Kp / 2;
+    for (int64_t k0 = 0; k0 < Kp; k0 += XCH) {
+        const int nk = (int)(Kp - k0 < XCH ? Kp - k0 : XCH);
+        const float *xc;
+        int64_t ldc;
+        if (x32) {
+            xc = x32 + k0, ldc = ldx;
+        } else {
+            #pragma GCC unroll 4
+            for (int m = 0; m < M; m++) bf16_to_f32(x16 + m * ldx + k0, nk, xf + m * XCH);
+            xc = xf, ldc = XCH;
+        }
+        for (int64_t g = k0 / 2; g < (k0 + nk) / 2; g += 2) {
+            PF(tile + g * 64);
+            PF(tile + g * 64 + 64);
+            #pragma GCC unroll 2
+            for (int u = 0; u < 2; u++) {
+                if (g + u >= np) break;
+                __m256 l0, l1, h0, h1;
+                bf16_pair(tile + (g + u) * 64, &l0, &l1, &h0, &h1);
+                const int cl = NC == 4 ? 2 * u : 0, ch = NC >= 2 ? cl + 1 : 0;
+                #pragma GCC unroll 4
+                for (int m = 0; m < M; m++) {
+                    const float *xk = xc + m * ldc + 2 * (g + u) - k0;
+                    const __m256 x0 = _mm256_broadcast_ss(xk), x1 = _mm256_broadcast_ss(xk + 1);
+                    acc[cl][m][0] = _mm256_fmadd_ps(l0, x0, acc[cl][m][0]);
+                    acc[cl][m][1] = _mm256_fmadd_ps(l1, x0, acc[cl][m][1]);
+                    acc[ch][m][0] = _mm256_fmadd_ps(h0, x1, acc[ch][m][0]);
+                    acc[ch][m][1] = _mm256_fmadd_ps(h1, x1, acc[ch][m][1]);
+                }
+            }
+        }
+    }
+    #pragma GCC unroll 4
+    for (int m = 0; m < M; m++) {
+        __m256 s0 = acc[0][m][0], s1 = acc[0][m][1];
+        #pragma GCC unroll 4
+        for (int c = 1; c < NC; c++) s0 = _mm256_add_ps(s0, acc[c][m][0]), s1 = _mm256_add_ps(s1, acc[c][m][1]);
+        _mm256_storeu_ps(y + m * ldy, s0);
+        _mm256_storeu_ps(y + m * ldy + 8, s1);
+    }
+}
+
+static void bf16_gemv(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                      void *scratch, int f32) {
+    const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
+    float *xf = scratch;
+    for (int64_t m0 = 0, mt; m0 < M; m0 += mt) {
+        mt = mr__uk_token_block(M - m0, MTV);
+        const uint16_t *x16 = f32 ? NULL : (const uint16_t *)a->x + m0 * a->ldx;
+        const float *x32 = f32 ? (const float *)a->x + m0 * a->ldx : NULL;
+        switch (mt) {
+        case 1: bf16_gemv_body(tile, W->Kp, x16, x32, a->ldx, y + m0 * ldy, ldy, xf, 1); break;
+        case 2: bf16_gemv_body(tile, W->Kp, x16, x32, a->ldx, y + m0 * ldy, ldy, xf, 2); break;
+        case 3: bf16_gemv_body(tile, W->Kp, x16, x32, a->ldx, y + m0 * ldy, ldy, xf, 3); break;
+        default: bf16_gemv_body(tile, W->Kp, x16, x32, a->ldx, y + m0 * ldy, ldy, xf, 4); break;
+        }
+    }
+    apply_post(y, ldy, M, a->post * W->scale2);
+}
+
+static void bf16_gemm(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                      void *scratch, int f32) {
+    const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
+    float *wb = scratch_wb(scratch), *xf = scratch_xf(scratch);
+    for (int64_t k0 = 0; k0 < W->Kp; k0 += XCH) {
+        const int nk = (int)(W->Kp - k0 < XCH ? W->Kp - k0 : XCH);
+        for (int g = 0; g < nk / 2; g++) {
+            const uint8_t *line = tile + (k0 / 2 + g) * 64;
+            if ((g & 1) == 0) PF(line);
+            __m256 l0, l1, h0, h1;
+            bf16_pair(line, &l0, &l1, &h0, &h1);
+            _mm256_store_ps(wb + 32 * g, l0);
+            _mm256_store_ps(wb + 32 * g + 8, l1);
+            _mm256_store_ps(wb + 32 * g + 16, h0);
+            _mm256_store_ps(wb + 32 * g + 24, h1);
+        }
+        const gemm_in in = {.xb16 = f32 ? NULL : (const uint16_t *)a->x + k0,
+                            .xf32 = f32 ? (const float *)a->x + k0 : NULL, .ldx = a->ldx, .ss = 1.0f};
+        gemm_tokens(wb, nk, nk, &in, M, y, ldy, xf, k0 == 0);
+    }
+    apply_post(y, ldy, M, a->post * W->scale2);
+}
+
+static void uk_bf16_bf16_gemv(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y,
+                              int64_t ldy, void *scratch) {
+    bf16_gemv(W, t, a, M, y, ldy, scratch, 0);
+}
+static void uk_bf16_f32_gemv(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                             void *scratch) {
+    bf16_gemv(W, t, a, M, y, ldy, scratch, 1);
+}
+static void uk_bf16_bf16_gemm(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y,
+                              int64_t ldy, void *scratch) {
+    bf16_gemm(W, t, a, M, y, ldy, scratch, 0);
+}
+static void uk_bf16_f32_gemm(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                             void *scratch) {
+    bf16_gemm(W, t, a, M, y, ldy, scratch, 1);
+}
+
+/* benchmark isolation (kernels.h uk_stream): the tile read with ymm loads
+ * and the kernels' prefetch, 4 vectors per step, nothing computed */
+static void uk_stream(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                      void *scratch) {
+    (void)a;
+    const uint8_t *p = W->data + (size_t)t * W->tile_bytes;
+    const size_t n = W->tile_bytes / 32;
+    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        PF(p + i * 32);
+        PF(p + i * 32 + 64);
+        s0 = _mm256_add_epi64(s0, _mm256_load_si256((const __m256i *)(p + i * 32)));
+        s1 = _mm256_add_epi64(s1, _mm256_load_si256((const __m256i *)(p + i * 32 + 32)));
+        s2 = _mm256_add_epi64(s2, _mm256_load_si256((const __m256i *)(p + i * 32 + 64)));
+        s3 = _mm256_add_epi64(s3, _mm256_load_si256((const __m256i *)(p + i * 32 + 96)));
+    }
+    for (; i < n; i++) s0 = _mm256_add_epi64(s0, _mm256_load_si256((const __m256i *)(p + i * 32)));
+    _mm256_store_si256(scratch, _mm256_add_epi64(_mm256_add_epi64(s0, s1), _mm256_add_epi64(s2, s3)));
+    for (int64_t m = 0; m < M; m++) {
+        _mm256_storeu_ps(y + m * ldy, _mm256_setzero_ps());
+        _mm256_storeu_ps(y + m * ldy + 8, _mm256_setzero_ps());
+    }
+}
 
 void mr__uk_fill_avx2(mr_kernels *k) {
     static const struct {
-        const char *name;
-        mr_uk_fn fn;
+        const char *gemv, *gemm;
+        mr_uk_fn fv, fm;
+        mr_pack_id pack;
+        mr_probe_instr instr;
     } e[MR_UK_COUNT] = {
-        {"uk_fp8_bf16_avx2_16x128", uk_fp8_bf16_avx2},   {"uk_nvfp4_i8_avx2_16x16", uk_nvfp4_i8_avx2},
-        {"uk_nvfp4_bf16_avx2_16x16", uk_nvfp4_bf16_avx2}, {"uk_bf16_bf16_avx2_16x64", uk_bf16_bf16_avx2},
-        {"uk_bf16_f32_avx2_16x64", uk_bf16_f32_avx2},
+        [MR_UK_FP8_BF16] = {"uk_fp8_bf16_avx2_16x4", "uk_fp8_bf16_avx2_l1_16x128x6", uk_fp8_gemv, uk_fp8_gemm,
+                            MR_PACK_FP8_Y16, MR_PROBE_FMA},
+        [MR_UK_NVFP4_I8] = {"uk_nvfp4_i8_avx2_16x1", "uk_nvfp4_i8_avx2_16xM", uk_nvfp4_i8, uk_nvfp4_i8,
+                            MR_PACK_NVFP4_Y16I, MR_PROBE_MADDUBS},
+        [MR_UK_NVFP4_BF16] = {"uk_nvfp4_bf16_avx2_16x2", "uk_nvfp4_bf16_avx2_l1_16x128x6", uk_nvfp4_bf16_gemv,
+                              uk_nvfp4_bf16_gemm, MR_PACK_NVFP4_Y16F, MR_PROBE_FMA},
+        [MR_UK_BF16_BF16] = {"uk_bf16_bf16_avx2_16x4", "uk_bf16_bf16_avx2_l1_16x128x6", uk_bf16_bf16_gemv,
+                             uk_bf16_bf16_gemm, MR_PACK_BF16_R16K2, MR_PROBE_FMA},
+        [MR_UK_BF16_F32] = {"uk_bf16_f32_avx2_16x4", "uk_bf16_f32_avx2_l1_16x128x6", uk_bf16_f32_gemv,
+                            uk_bf16_f32_gemm, MR_PACK_BF16_R16K2, MR_PROBE_FMA},
     };
     for (int i = 0; i < MR_UK_COUNT; i++) {
-        k->uk_gemv[i].name = k->uk_gemm[i].name = e[i].name;
-        k->uk_gemv[i].fn = k->uk_gemm[i].fn = e[i].fn;
+        k->uk_gemv[i].name = e[i].gemv;
+        k->uk_gemv[i].fn = e[i].fv;
+        k->uk_gemm[i].name = e[i].gemm;
+        k->uk_gemm[i].fn = e[i].fm;
+        k->uk_pack[i] = e[i].pack;
+        k->uk_instr[i] = e[i].instr;
     }
+    k->uk_gemm_min_m = 5; /* past MTV the gemv decodes once per 4 tokens; the gemm once */
+    k->uk_stream.name = "uk_stream_avx2";
+    k->uk_stream.fn = uk_stream;
 }

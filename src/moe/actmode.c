@@ -144,11 +144,26 @@ static void i8_finish(const float *qv, int64_t len, int8_t *d, int32_t *xb) {
     }
 }
 
-/* the AVX-512 forms run where the kernel table runs the AVX-512 level (kernels/isa.c) */
+/* the SIMD forms run where the kernel table runs their level (kernels/isa.c) */
 static bool simd512(void) { return mr_kernels_get()->level == MR_ISA_AVX512; }
+static bool simd256(void) { return mr_kernels_get()->level == MR_ISA_AVX2; }
 
 void mr__act_prepare_uk_row(mr_act_mode m, const float *x, int64_t n, float input_scale, void *dst, float *xs,
                             int32_t *xb) {
+    if (!simd512() && simd256()) { /* the same values, bit for bit (actq_avx2.c) */
+        switch (m) {
+        case MR_ACT_W16A16:
+        case MR_ACT_W8A16:
+        case MR_ACT_W4A16:
+            mr__actq_bf16_avx2(x, n, dst);
+            for (int64_t g = 0; g < (n + 127) / 128; g++) xs[g] = 1.0f;
+            return;
+        case MR_ACT_W8A8: mr__actq_fp8_avx2(x, n, dst, xs); return;
+        case MR_ACT_W4A4: mr__actq_w4a4_avx2(x, n, input_scale, dst, xs, xb); return;
+        case MR_ACT_W4A8: mr__actq_w4a8_avx2(x, n, dst, xs, xb); return;
+        default: break;
+        }
+    }
     if (simd512()) { /* the same values, bit for bit (actq_avx512.c) */
         switch (m) {
         case MR_ACT_W16A16:

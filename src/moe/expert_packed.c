@@ -145,6 +145,9 @@ mr_status mr__routed_experts(mr_moe_ctx *c, const mr_moe_weights *w, const mr_a2
     const mr_kernels *K = c->kern;
     const int32_t *off = x->recv_offsets;
     MR_ASSERT(c->layout.pack != MR_PACK_NONE && w->p13 && w->p2);
+    if (K->uk_pack[kind] != (mr_pack_id)c->layout.pack) /* packed for another CPU's kernels */
+        return mr_error_set(MR_ESTATE, "the experts are packed as %s, but this CPU's %s kernels take %s",
+                            mr_pack_name((mr_pack_id)c->layout.pack), K->isa, mr_pack_name(K->uk_pack[kind]));
     /* the received rows: kernel input, and its multipliers / int8 sums where the mode has them */
     const void *x1 = x->recv.plane[0].base;
     const float *xs1 = s->use_xs ? (const float *)x->recv.plane[1].base : NULL;

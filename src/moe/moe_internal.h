@@ -148,6 +148,12 @@ void mr__actq_bf16_avx512(const float *x, int64_t n, uint16_t *dst);
 void mr__actq_fp8_avx512(const float *x, int64_t n, uint16_t *dst, float *scales);
 void mr__actq_w4a4_avx512(const float *x, int64_t n, float input_scale, int8_t *dst, float *xs, int32_t *xb);
 void mr__actq_w4a8_avx512(const float *x, int64_t n, int8_t *dst, float *xs, int32_t *xb);
+/* The same four in AVX2 + FMA (actq_avx2.c), bit-identical too; called when
+ * the CPU has those but not AVX-512 F/BW/VL. */
+void mr__actq_bf16_avx2(const float *x, int64_t n, uint16_t *dst);
+void mr__actq_fp8_avx2(const float *x, int64_t n, uint16_t *dst, float *scales);
+void mr__actq_w4a4_avx2(const float *x, int64_t n, float input_scale, int8_t *dst, float *xs, int32_t *xb);
+void mr__actq_w4a8_avx2(const float *x, int64_t n, int8_t *dst, float *xs, int32_t *xb);
 
 /* The value each prepared element stands for (x ≈ value): fp32 [n]. */
 void mr__act_effective_row(mr_act_mode m, const float *x, int64_t n, float input_scale, float *dst);

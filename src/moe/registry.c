@@ -94,20 +94,24 @@ static bool routed_supports(const mr_moe_problem *p, char *why, size_t n) {
 static int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 /* The packed micro-kernels' tile layouts (moerun/kernels.h): gate and up
- * interleaved per 16-row tile, I padded to 16; the pack follows the weight
- * format and, for NVFP4, the kernel input (int8 for w4a4/w4a8, bf16 for
- * w4a16). */
+ * interleaved per 16-row tile, I padded to 16; the pack is the one the
+ * kernel table of the problem's CPU features takes for the mode's kernel
+ * kind (it follows the weight format and, for NVFP4, the kernel input:
+ * int8 for w4a4/w4a8, bf16 for w4a16). */
 static void routed_layout(const mr_moe_problem *p, mr_moe_layout *out) {
     memset(out, 0, sizeof *out);
     out->gateup = MR_GATEUP_INTERLEAVED;
     out->interleave_rows = MR_PACK_TILE;
     out->inter_padded = round_up(p->inter, MR_PACK_TILE);
     out->pack_tile = MR_PACK_TILE;
-    switch (p->weight_format) {
-    case MR_FMT_FP8_BLOCK: out->pack = MR_PACK_FP8_R16K4; break;
-    case MR_FMT_NVFP4: out->pack = p->act_mode == MR_ACT_W4A16 ? MR_PACK_NVFP4_R16K16B : MR_PACK_NVFP4_R16K16; break;
-    default: out->pack = MR_PACK_BF16_R16K2; break;
-    }
+    /* the pack the kernels of this CPU take for the mode's kernel kind (a
+     * mode of another format, or none yet: the format's default mode) */
+    mr_act_mode m = mr_act_mode_weight_format(p->act_mode) == p->weight_format ? p->act_mode
+                                                                               : mr_act_mode_default(p->weight_format);
+    if (m == MR_ACT_AUTO) m = MR_ACT_W16A32; /* bf16 packing, as for F32 test weights */
+    mr_kernels k;
+    mr_kernels_init(&k, p->cpu_flags);
+    out->pack = k.uk_pack[mr_act_mode_uk_kind(m)];
     out->owner = "routed";
 }
 

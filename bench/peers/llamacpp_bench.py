@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""llamacpp_bench.py — moerun and llama.cpp on the same MiniMax-M2 checkpoint,
+timed in one run, interleaved round by round: prefill tok/s of a P-token
+prompt and decode tok/s at batch 1 (N greedy tokens after that prompt).
+
+    bench/peers/llamacpp_bench.py --isa avx2|native \\
+        --pair fp8=/work/ckpt/real2-fp8:/work/ckpt/real2-q8_0.gguf \\
+        --pair nvfp4=/work/ckpt/real2-nvfp4:/work/ckpt/real2-q4_0.gguf [--rounds 3]
+
+Each --pair is LABEL=MOERUN_CHECKPOINT:GGUF (bench/peers/llamacpp_setup.sh
+makes the GGUF files). --isa avx2 runs moerun with MOERUN_CPU_MASK=avx512
+(its AVX2 kernels) and llama.cpp from the AVX2 build; --isa native runs both
+with everything this CPU has. Every round starts each engine in its own
+process (load time is not counted; only one engine holds memory at a time),
+the same token ids, the same thread count. It prints both versions, every
+round, the medians and ranges, and the moerun / llama.cpp ratios; --json
+writes them too. Exit status: 0 done, 1 an engine failed (its message is
+printed), 2 bad usage.
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def prompt_ids(n, vocab, seed=12345):
+    """deterministic ids in [3, vocab): the same prompt for both engines"""
+    x, out = seed, []
+    for _ in range(n):
+        x = (x * 6364136223846793005 + 1442695040888963407) % (1 << 64)
+        out.append(3 + (x >> 33) % (vocab - 3))
+    return out
+
+
+# ---------------- the llama.cpp side (run inside the peer venv) ----------------
+def worker(a):
+    import llama_cpp
+    ids = [int(t) for t in a.ids.split(",")]
+    t_load = time.perf_counter()
+    llm = llama_cpp.Llama(model_path=a.gguf, n_ctx=len(ids) + a.decode + 16, n_batch=len(ids), n_ubatch=len(ids),
+                          n_threads=a.threads, n_threads_batch=a.threads, use_mmap=True, verbose=False,
+                          logits_all=False)
+    t_load = time.perf_counter() - t_load
+    t0 = time.perf_counter()
+    llm.eval(ids)
+    t_prefill = time.perf_counter() - t0
+    import numpy as np
+    nv = llm.n_vocab()
+
+    def greedy():  # the last token's logits (the only output row llama.cpp keeps here)
+        return int(np.argmax(np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(nv,))))
+
+    tok = greedy()
+    t0 = time.perf_counter()
+    for _ in range(a.decode):
+        llm.eval([tok])
+        tok = greedy()
+    t_decode = time.perf_counter() - t0
+    print(json.dumps({"prefill_tok_s": len(ids) / t_prefill, "decode_tok_s": a.decode / t_decode,
+                      "load_s": t_load, "version": llama_cpp.__version__,
+                      "system_info": llama_cpp.llama_print_system_info().decode(errors="replace").strip()}))
+
+
+def run_llamacpp(py, gguf, ids, decode, threads):
+    cmd = [py, os.path.abspath(__file__), "--worker", "--gguf", gguf, "--ids", ",".join(map(str, ids)),
+           "--decode", str(decode), "--threads", str(threads)]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+    if p.returncode != 0 or not lines:
+        tail = "\n".join((p.stderr or p.stdout).strip().splitlines()[-15:])
+        raise RuntimeError(f"llama.cpp could not run {gguf} (exit {p.returncode}):\n{tail}")
+    return json.loads(lines[-1])
+
+
+# ---------------- the moerun side ----------------
+STATS = re.compile(r"prefill: (\d+) tokens in ([\d.]+) s \(([\d.]+) tok/s\); decode: (\d+) tokens in ([\d.]+) s "
+                   r"\(([\d.]+) tok/s\)")
+
+
+def run_moerun(moerun, ckpt, ids, decode, threads, env):
+    cmd = [moerun, "generate", "--model", ckpt, "--prompt-ids", ",".join(map(str, ids)), "-n", str(decode + 1),
+           "--stats", "--threads", str(threads)]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    m = STATS.search(p.stdout + p.stderr)
+    if p.returncode != 0 or not m:
+        tail = "\n".join((p.stderr or p.stdout).strip().splitlines()[-15:])
+        raise RuntimeError(f"moerun could not run {ckpt} (exit {p.returncode}):\n{tail}")
+    kern = re.search(r"kernels (\w+)", p.stdout + p.stderr)
+    return {"prefill_tok_s": float(m.group(3)), "decode_tok_s": float(m.group(6)),
+            "kernels": kern.group(1) if kern else "?"}
+
+
+def rng(v):
+    return f"{statistics.median(v):8.1f} [{min(v):.1f}-{max(v):.1f}]"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--gguf", help=argparse.SUPPRESS)
+    ap.add_argument("--ids", help=argparse.SUPPRESS)
+    ap.add_argument("--isa", choices=["avx2", "native"], default="avx2")
+    ap.add_argument("--pair", action="append", default=[], help="LABEL=MOERUN_CHECKPOINT:GGUF (repeatable)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--prefill", type=int, default=512, help="prompt tokens (default 512)")
+    ap.add_argument("--decode", type=int, default=32, help="decode steps at batch 1 (default 32)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--moerun", default=os.path.join(ROOT, "build", "moerun"))
+    ap.add_argument("--peers", default=os.environ.get("PEERS", os.path.join(ROOT, "build", "peers")))
+    ap.add_argument("--json", help="also write the results here")
+    a = ap.parse_args()
+    if a.worker:
+        worker(a)
+        return 0
+    if not a.pair:
+        ap.error("give at least one --pair LABEL=CHECKPOINT:GGUF")
+    if a.rounds < 1 or a.prefill < 1 or a.decode < 1 or a.threads < 1:
+        ap.error("--rounds, --prefill, --decode and --threads must be >= 1")
+    pairs = []
+    for s in a.pair:
+        m = re.fullmatch(r"([\w.-]+)=([^:]+):(.+)", s)
+        if not m:
+            ap.error(f"--pair {s!r}: expected LABEL=CHECKPOINT:GGUF")
+        label, ckpt, gguf = m.groups()
+        for f in (os.path.join(ckpt, "config.json"), gguf):
+            if not os.path.exists(f):
+                ap.error(f"--pair {label}: {f} does not exist (bench/peers/llamacpp_setup.sh makes the GGUF files)")
+        pairs.append((label, ckpt, gguf))
+    py = os.path.join(a.peers, "venv-avx2" if a.isa == "avx2" else "venv-native", "bin", "python")
+    if not os.path.exists(py):
+        ap.error(f"{py} is missing: run bench/peers/llamacpp_setup.sh venv first")
+    if not os.access(a.moerun, os.X_OK):
+        ap.error(f"{a.moerun} is not an executable (make build)")
+    env = dict(os.environ)
+    env.pop("MOERUN_CPU_MASK", None)
+    if a.isa == "avx2":
+        env["MOERUN_CPU_MASK"] = "avx512"
+    mver = subprocess.run([a.moerun, "version"], capture_output=True, text=True, env=env).stdout.strip().splitlines()
+    print(f"moerun: {mver[0] if mver else '?'}")
+    results, failed = {}, False
+    for label, ckpt, gguf in pairs:
+        with open(os.path.join(ckpt, "config.json")) as f:
+            vocab = json.load(f)["vocab_size"]
+        ids = prompt_ids(a.prefill, vocab)
+        r = {"moerun": [], "llamacpp": [], "checkpoint": ckpt, "gguf": gguf}
+        print(f"\n== {label}: moerun {ckpt} vs llama.cpp {os.path.basename(gguf)}; {a.prefill} prompt tokens, "
+              f"{a.decode} decode steps, {a.threads} threads, isa {a.isa}")
+        for rd in range(a.rounds):
+            try:
+                for eng in (("llamacpp", "moerun") if rd % 2 == 0 else ("moerun", "llamacpp")):
+                    if eng == "moerun":
+                        v = run_moerun(a.moerun, ckpt, ids, a.decode, a.threads, env)
+                    else:
+                        v = run_llamacpp(py, gguf, ids, a.decode, a.threads)
+                        if rd == 0:
+                            print(f"llama.cpp: llama-cpp-python {v['version']}; {v['system_info']}")
+                    r[eng].append(v)
+                    print(f"  round {rd + 1} {eng:9s} prefill {v['prefill_tok_s']:8.1f} tok/s   decode "
+                          f"{v['decode_tok_s']:7.2f} tok/s" + (f"   (kernels {v['kernels']})" if eng == "moerun" else
+                                                               f"   (load {v['load_s']:.1f} s)"), flush=True)
+            except RuntimeError as e:
+                print(f"  {e}", file=sys.stderr)
+                r["error"] = str(e)
+                failed = True
+                break
+        if r["moerun"] and r["llamacpp"]:
+            for key, what in (("prefill_tok_s", f"prefill {a.prefill}"), ("decode_tok_s", "decode batch 1")):
+                mo = [v[key] for v in r["moerun"]]
+                lc = [v[key] for v in r["llamacpp"]]
+                ratio = [x / y for x, y in zip(mo, lc)]
+                r[key + "_ratio"] = ratio
+                print(f"  {what:16s} moerun {rng(mo)}  llama.cpp {rng(lc)}  tok/s; moerun / llama.cpp "
+                      f"{statistics.median(ratio):.2f}x [{min(ratio):.2f}-{max(ratio):.2f}] (per round)")
+        results[label] = r
+    if a.json:
+        tmp = a.json + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({"isa": a.isa, "threads": a.threads, "prefill": a.prefill, "decode": a.decode,
+                       "moerun_version": mver, "results": results}, f, indent=1)
+        os.replace(tmp, a.json)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

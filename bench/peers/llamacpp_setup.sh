@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# bench/peers/llamacpp_setup.sh — prepares the llama.cpp peer: private Python
+# virtual environments with llama-cpp-python (built from its PyPI source, which
+# compiles llama.cpp's CPU backend) and GGUF files converted from moerun
+# checkpoints. Reusable by any tool that wants llama.cpp beside moerun (the
+# timing script bench/peers/llamacpp_bench.py, a server comparison, ...).
+#
+#   bench/peers/llamacpp_setup.sh venv              # both builds (see below)
+#   bench/peers/llamacpp_setup.sh gguf CKPT OUT.gguf [q8_0|q4_0|nvfp4|bf16]
+#   bench/peers/llamacpp_setup.sh all               # venv + the real-shape set (real_set below)
+#
+# Two builds, so that each moerun kernel path has a llama.cpp of the same ISA:
+#   $PEERS/venv-native  llama.cpp compiled for this CPU (-march=native: AVX-512 here)
+#   $PEERS/venv-avx2    llama.cpp compiled for AVX2 + FMA + F16C, no AVX-512
+# PEERS defaults to build/peers (ignored by git). Every step is idempotent: a
+# finished venv or GGUF file is kept (delete it to redo it); a failed step
+# leaves nothing half-written (builds go to a temporary folder, GGUF files to
+# a temporary name, both renamed at the end).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+PEERS=${PEERS:-$ROOT/build/peers}
+LLAMA_CPP_PYTHON_VERSION=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
+GGUF_VERSION=${GGUF_VERSION:-0.19.0}
+PY=${PYTHON:-python3}
+JOBS=${JOBS:-$(nproc)}
+
+die() { echo "llamacpp_setup: $*" >&2; exit 1; }
+
+make_venv() { # name cmake_args
+    local name=$1 args=$2 dir=$PEERS/$1
+    if [ -x "$dir/bin/python" ] && "$dir/bin/python" -c "import llama_cpp, gguf, numpy" 2>/dev/null; then
+        echo "llamacpp_setup: $name ready ($("$dir/bin/python" -c 'import llama_cpp; print(llama_cpp.__version__)'))"
+        return 0
+    fi
+    local tmp=$dir.tmp.$$
+    rm -rf "$tmp"
+    mkdir -p "$PEERS"
+    echo "llamacpp_setup: building $name (llama-cpp-python $LLAMA_CPP_PYTHON_VERSION, CMAKE_ARGS=$args); this compiles llama.cpp and takes minutes"
+    "$PY" -m venv "$tmp" || die "cannot create a virtual environment with $PY (Debian: apt-get install python3-venv)"
+    "$tmp/bin/python" -m pip install --quiet --upgrade pip >/dev/null
+    "$tmp/bin/python" -m pip install --quiet "numpy<3" "gguf==$GGUF_VERSION" || { rm -rf "$tmp"; die "pip could not install numpy and gguf"; }
+    CMAKE_ARGS="$args" CMAKE_BUILD_PARALLEL_LEVEL=$JOBS \
+        "$tmp/bin/python" -m pip install --no-cache-dir --no-binary llama-cpp-python \
+        "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" || { rm -rf "$tmp"; die "building llama-cpp-python failed (see above)"; }
+    "$tmp/bin/python" -c "import llama_cpp" || { rm -rf "$tmp"; die "llama_cpp does not import after the build"; }
+    # a venv records its own path in its scripts: move by re-creating the launcher paths
+    rm -rf "$dir"
+    mv "$tmp" "$dir"
+    sed -i "s#$tmp#$dir#g" "$dir"/bin/* 2>/dev/null || true
+    echo "llamacpp_setup: $name ready"
+}
+
+venvs() {
+    make_venv venv-native "-DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF"
+    make_venv venv-avx2 "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AVX_VNNI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF"
+}
+
+gguf() { # ckpt out type: kept if OUT exists (the converter writes OUT.tmp and renames)
+    local ckpt=$1 out=$2 type=${3:-q8_0}
+    [ -f "$ckpt/config.json" ] || die "$ckpt: not a moerun/HF checkpoint folder (no config.json)"
+    if [ -f "$out" ]; then echo "llamacpp_setup: $out exists, kept"; return 0; fi
+    local py=$PEERS/venv-native/bin/python
+    [ -x "$py" ] || py=$PEERS/venv-avx2/bin/python
+    [ -x "$py" ] || die "no peer venv yet: run $0 venv first"
+    "$py" "$ROOT/bench/peers/gguf_convert.py" "$ckpt" "$out" --type "$type"
+}
+
+# The real-shape MiniMax-M2 set of bench/README.md (2 layers, hidden 3072, 256
+# experts of 1536, top-8, vocab 8192): moerun checkpoints made with gen-tiny
+# under $CKPT (default /work/ckpt), GGUF files beside them.
+real_set() {
+    local C=${CKPT:-/work/ckpt} M=${MOERUN:-$ROOT/build/moerun}
+    local shape="--hidden 3072 --layers 2 --experts 256 --top-k 8 --expert-dim 1536 --heads 48 --kv-heads 8 --head-dim 128 --rotary-dim 64 --vocab 8192"
+    for q in fp8 nvfp4; do
+        [ -f "$C/real2-$q/config.json" ] && continue
+        [ -x "$M" ] || die "no moerun binary at $M (make build) to generate $C/real2-$q"
+        # shellcheck disable=SC2086
+        "$M" gen-tiny "$C/real2-$q" $shape --quant "$q"
+    done
+    gguf "$C/real2-fp8" "$C/real2-q8_0.gguf" q8_0
+    gguf "$C/real2-nvfp4" "$C/real2-nvfp4.gguf" nvfp4
+    gguf "$C/real2-nvfp4" "$C/real2-q4_0.gguf" q4_0
+}
+
+cmd=${1:-all}
+case "$cmd" in
+venv) venvs ;;
+gguf) [ $# -ge 3 ] || die "usage: $0 gguf CKPT OUT.gguf [q8_0|q4_0|nvfp4|bf16]"; gguf "$2" "$3" "${4:-q8_0}" ;;
+all) venvs; real_set ;;
+*) die "unknown command $cmd (venv | gguf CKPT OUT [TYPE] | all)" ;;
+esac
