@@ -695,6 +695,8 @@ static void fmt_bytes(uint64_t b, char *buf, size_t n) {
 #define MR__DEFAULT_CONTEXT 4096
 /* auto kv_cache_memory never takes more than this share of the memory left after the weights */
 #define MR__AUTO_KV_SHARE 0.5
+/* ... but never less than one request of this many tokens (or the context, if shorter) */
+#define MR__AUTO_MIN_TOKENS 4096
 
 static mr_status pass_engine(mr_resolution *r) {
     static const char *const SRC = "engine";
@@ -809,6 +811,17 @@ static mr_status pass_engine(mr_resolution *r) {
                      "auto: %.0f%% of the %s free after the weights (%s of checkpoint); %lld full contexts would "
                      "need %s",
                      100.0 * MR__AUTO_KV_SHARE, a, b, (long long)run, c);
+            /* never below one request of min(context, 4096) tokens: auto does not fail resolution (the
+             * loader still refuses what the machine cannot hold) */
+            int64_t floor_tok = ctx < MR__AUTO_MIN_TOKENS ? ctx : MR__AUTO_MIN_TOKENS;
+            uint64_t floor_b = (uint64_t)((floor_tok + 15) / 16) * block_bytes;
+            if (bytes < floor_b) {
+                bytes = floor_b;
+                snprintf(howbuf, sizeof howbuf,
+                         "auto: the free memory after the weights (%s, %s of checkpoint) is short; the minimum of one "
+                         "request of %lld tokens",
+                         a, b, (long long)floor_tok);
+            }
         }
         how = howbuf;
     } else {
