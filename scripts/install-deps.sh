@@ -4,7 +4,8 @@
 set -euo pipefail
 
 PKGS=(build-essential cmake pkg-config libcmocka-dev libjansson-dev clang libclang-rt-14-dev libomp-dev
-      libpcre2-dev libutf8proc-dev)
+      libpcre2-dev libutf8proc-dev
+      libopenmpi-dev openmpi-bin)
 
 missing=()
 for p in "${PKGS[@]}"; do
