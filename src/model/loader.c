@@ -655,7 +655,8 @@ bool mr_model_is_eos(const mr_model *m, int32_t tok) {
     return false;
 }
 void mr__model_set_moe_hook(mr_model *m,
-                            void (*hook)(void *user, int layer, const float *x, int64_t T, const int32_t *ids, int k),
+                            void (*hook)(void *user, int layer, const float *x, const float *out, int64_t T,
+                                         const int32_t *ids, int k),
                             void *user) {
     m->moe_input_hook = hook;
     m->moe_input_user = user;
