@@ -4,8 +4,9 @@
 set -euo pipefail
 
 PKGS=(build-essential cmake pkg-config libcmocka-dev libjansson-dev clang libclang-rt-14-dev libomp-dev
-      libpcre2-dev libutf8proc-dev
-      libopenmpi-dev openmpi-bin)
+      libpcre2-dev libutf8proc-dev)
+PKGS+=(jq) # tests/cli/chat_template.sh reads the chat goldens
+PKGS+=(libopenmpi-dev openmpi-bin) # the mpi expert-parallel transport and its tests (mpirun)
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# run-main.sh — the main job of `make run`, on the built-in tiny default
-# model: writes it with `moerun gen-tiny` into $BUILD/tiny when absent, then
-# generates from it (the resolution summary comes first, then the ids and
-# the prefill / decode throughput with the time split).
+# run-main.sh — the main job of `make run`, on the trained default model
+# models/tiny-kjv (tools/train_tiny.py: a small MiniMax-M2 trained on the King
+# James Bible): a text continuation of a fixed prompt, then a chat answer
+# (reasoning, then the answer) through the model's chat template. Each run
+# prints the resolution line first, then the text as it is generated, then
+# the prefill / decode throughput (tokens/s).
 set -euo pipefail
 BUILD=${1:-build}
 M="$BUILD/moerun"
+MODEL="$(cd "$(dirname "$0")/.." && pwd)/models/tiny-kjv"
 "$M" version
-if [ ! -f "$BUILD/tiny/config.json" ]; then
-  "$M" gen-tiny "$BUILD/tiny"
-fi
-"$M" generate --model "$BUILD/tiny" --prompt-ids 1,2,3,4,5,6,7,8 -n 16 --stats
+echo
+"$M" generate --model "$MODEL" --prompt "And God said," -n 64 --temperature 0.7 --top-p 0.9 --seed 3
+echo
+"$M" generate --model "$MODEL" --chat --prompt "Genesis 1:3" -n 64 --temperature 0.5 --seed 1

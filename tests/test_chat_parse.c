@@ -320,7 +320,8 @@ static void test_streaming_shape(void **st) {
     assert_int_equal(d->n_warnings, 0);
     json_t *m = mr_chat_parser_message(p);
     char *ms = json_dumps(m, JSON_COMPACT);
-    const char *id = json_string_value(json_object_get(json_array_get(json_object_get(m, "tool_calls"), 0), "id"));
+    char id[64];
+    snprintf(id, sizeof id, "%s", json_string_value(json_object_get(json_array_get(json_object_get(m, "tool_calls"), 0), "id")));
     char want[512];
     snprintf(want, sizeof want,
              "{\"role\":\"assistant\",\"content\":\"Sure.\",\"reasoning_content\":\"Plan it.\",\"tool_calls\":[{\"id\":"

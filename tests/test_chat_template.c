@@ -202,7 +202,7 @@ static void test_limits(void **st) {
     }
     json_decref(vars);
     /* deep nesting in the source is refused by the parser, not by the stack */
-    char *deep = malloc(200000);
+    char *deep = malloc(400000);
     size_t n = 0;
     n += (size_t)sprintf(deep + n, "{{ ");
     for (int k = 0; k < 50000; k++) deep[n++] = '(';

@@ -347,6 +347,12 @@ static void test_inline_variations(void **st) {
     assert_int_equal(m.n_eos, 2);
     assert_int_equal(m.eos_ids[1], 9);
     mr_model_desc_free(&m);
+    /* repeated ids once; an id that is not a token id is refused */
+    assert_int_equal(parse_mm(", \"eos_token_id\": [7, 9, 7]", NULL, &m), MR_OK);
+    assert_int_equal(m.n_eos, 2);
+    mr_model_desc_free(&m);
+    assert_int_equal(parse_mm(", \"eos_token_id\": [7, -1]", NULL, &m), MR_ECONFIG);
+    assert_non_null(strstr(mr_error_last(), "-1 is not a token id"));
     /* wrong types name the field */
     assert_int_equal(parse_mm(", \"rope_theta\": \"big\"", NULL, &m), MR_ECONFIG);
     mr_model_desc_free(&m);
@@ -448,9 +454,55 @@ static void test_load_fault_injection(void **st) {
     }
 }
 
+/* generation_config.json's eos_token_id joins config.json's (the same
+ * parser), each id once, config.json's first; a broken file is an error. */
+static void test_generation_config_eos(void **st) {
+    (void)st;
+    char *dir = tu_tmpdir("gen_eos");
+    assert_non_null(dir);
+    char p[4200];
+    size_t n;
+    char *cfg = tu_read_file(tu_data("configs/minimax_m2_bf16/config.json"), &n);
+    assert_non_null(cfg);
+    /* config.json with eos [200020, 3], generation_config.json with [3, 4, 3]: 200020, 3, 4 */
+    char *brace = strchr(cfg, '{');
+    assert_non_null(brace);
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    FILE *f = fopen(p, "wb");
+    assert_non_null(f);
+    fprintf(f, "{\"eos_token_id\": [200020, 3], %s", brace + 1);
+    fclose(f);
+    free(cfg);
+    cfg = tu_read_file(p, &n);
+    snprintf(p, sizeof p, "%s/generation_config.json", dir);
+    const char *gen = "{\"bos_token_id\": 1, \"eos_token_id\": [3, 4, 3]}";
+    assert_int_equal(tu_write_file(p, gen, strlen(gen)), 0);
+    mr_model_desc d, c0;
+    assert_int_equal(mr_model_desc_load(dir, &d), MR_OK);
+    assert_int_equal(mr_model_desc_parse(cfg, NULL, &c0), MR_OK); /* config.json alone */
+    assert_int_equal(c0.n_eos, 2);
+    assert_int_equal(d.n_eos, 3);
+    assert_int_equal(d.eos_ids[0], 200020);
+    assert_int_equal(d.eos_ids[1], 3);
+    assert_int_equal(d.eos_ids[2], 4);
+    mr_model_desc_free(&d);
+    mr_model_desc_free(&c0);
+    assert_int_equal(tu_write_file(p, "{", 1), 0);
+    assert_int_equal(mr_model_desc_load(dir, &d), MR_ECONFIG);
+    assert_non_null(strstr(mr_error_last(), "generation_config.json: not valid JSON"));
+    const char *bad = "{\"eos_token_id\": \"x\"}";
+    assert_int_equal(tu_write_file(p, bad, strlen(bad)), 0);
+    assert_int_equal(mr_model_desc_load(dir, &d), MR_ECONFIG);
+    assert_non_null(strstr(mr_error_last(), "generation_config.json: field 'eos_token_id'"));
+    free(cfg);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table_shape),
+        cmocka_unit_test(test_generation_config_eos),
         cmocka_unit_test(test_values_checked),
         cmocka_unit_test(test_precedence),
         cmocka_unit_test(test_docs_options_md_current),

@@ -678,7 +678,19 @@ static void test_tensor_dtype_contradiction(void **st) {
     write_sparse_safetensors(path, e, n);
     assert_int_equal(resolve(dir, &r, NULL), MR_ECONFIG);
     assert_non_null(strstr(mr_resolution_error(r), "expert tensor model.layers.0.block_sparse_moe.experts.1.w1.weight is BF16"));
+    /* what is expected comes from the format's tensor list (formats/ traits) */
+    assert_non_null(strstr(mr_resolution_error(r), "expected U8 with F8_E4M3 weight_scale, F32 weight_scale_2"));
+    assert_non_null(strstr(mr_resolution_error(r), "and has no weight_scale"));
     mr_resolution_free(r);
+    /* a right dtype without its scalar scale: refused, naming it */
+    n = 5;
+    add(e, &n, "model.layers.0.block_sparse_moe.experts.1.w1.weight", "U8", 8, 1536, 1536, 2);
+    add(e, &n, "model.layers.0.block_sparse_moe.experts.1.w1.weight_scale", "F8_E4M3", 8, 1536, 192, 2);
+    write_sparse_safetensors(path, e, n);
+    assert_int_equal(resolve(dir, &r, NULL), MR_ECONFIG);
+    assert_non_null(strstr(mr_resolution_error(r), "experts.1.w1.weight is U8 and has no weight_scale_2"));
+    mr_resolution_free(r);
+    n = 5;
     /* a quantized tensor the config excludes */
     n = 4;
     add(e, &n, "model.layers.0.block_sparse_moe.gate.weight", "U8", 8, 256, 1536, 2);
@@ -745,6 +757,90 @@ static void test_json_and_summary(void **st) {
     mr_resolution_free(r);
 }
 
+/* The engine pass: KV dtype, pool size in blocks from bytes or a fraction,
+ * the scheduler limits and their contradictions, each with its numbers. */
+static const mr_decl *find_decl(const mr_resolution *r, const char *field) {
+    const mr_decl *d = NULL;
+    for (int i = 0; i < mr_resolution_decl_count(r); i++)
+        if (!strcmp(mr_resolution_decl_at(r, i)->field, field)) d = mr_resolution_decl_at(r, i);
+    return d;
+}
+
+static void test_engine_pass(void **st) {
+    (void)st;
+    mr_resolution *r;
+    /* 62 layers x K,V x 8 kv heads x 128 dims x 4 bytes = 507904 bytes per token; 1 GiB = 132 blocks of 16 */
+    assert_int_equal(resolve("minimax_m2_bf16", &r, "kv_cache_memory", "1GiB", "kv_cache_dtype", "fp32", NULL), MR_OK);
+    const mr_exec *x = mr_resolution_exec(r);
+    assert_int_equal(x->kv_dtype, MR_FMT_F32);
+    assert_int_equal(x->kv_token_bytes, 507904);
+    assert_int_equal(x->kv_blocks, 132);
+    assert_int_equal(x->context_length, 196608); /* max_position_embeddings */
+    assert_int_equal(x->max_running_requests, 256);
+    assert_int_equal(x->max_batch_tokens, 512);
+    const mr_decl *d = find_decl(r, "kv_cache_memory");
+    assert_non_null(d);
+    assert_non_null(strstr(d->reason, "132 blocks of 16 tokens = 2112 tokens at 507904 bytes per token"));
+    assert_non_null(strstr(d->reason, "less than one full context of 196608"));
+    mr_resolution_free(r);
+    /* bf16 by default: half the bytes, twice the blocks */
+    assert_int_equal(resolve("minimax_m2_bf16", &r, "kv_cache_memory", "1GiB", NULL), MR_OK);
+    assert_int_equal(mr_resolution_exec(r)->kv_dtype, MR_FMT_BF16);
+    assert_int_equal(mr_resolution_exec(r)->kv_blocks, 264);
+    assert_string_equal(mr_resolution_value(r, MR_OPT_KV_CACHE_DTYPE), "bf16");
+    mr_resolution_free(r);
+    /* a budget below the running set: refused with both numbers, or the running set follows it */
+    assert_int_equal(resolve("minimax_m2_bf16", &r, "max_batch_tokens", "8", "max_running_requests", "16",
+                             "kv_cache_memory", "1GiB", NULL),
+                     MR_ERESOLVE);
+    assert_non_null(strstr(mr_resolution_error(r), "max_batch_tokens=8 is below max_running_requests=16"));
+    mr_resolution_free(r);
+    assert_int_equal(resolve("minimax_m2_bf16", &r, "max_batch_tokens", "8", "kv_cache_memory", "1GiB", NULL), MR_OK);
+    assert_int_equal(mr_resolution_exec(r)->max_running_requests, 8);
+    mr_resolution_free(r);
+    /* auto: every running request at full context when that fits in half the free memory */
+    assert_int_equal(resolve("minimax_m2_bf16", &r, "max_running_requests", "2", "context_length", "100", NULL), MR_OK);
+    assert_int_equal(mr_resolution_exec(r)->kv_blocks, 2 * 7); /* 100 tokens = 7 blocks each */
+    assert_int_equal(mr_resolution_exec(r)->max_batch_tokens, 512);
+    mr_resolution_free(r);
+    /* refusals */
+    assert_int_equal(resolve("minimax_m2_bf16", &r, "kv_cache_memory", "1K", NULL), MR_ERESOLVE);
+    assert_non_null(strstr(mr_resolution_error(r), "holds less than one KV block"));
+    mr_resolution_free(r);
+    assert_int_equal(resolve("minimax_m2_bf16", &r, "context_length", "200000", "kv_cache_memory", "1GiB", NULL),
+                     MR_ERESOLVE);
+    assert_non_null(strstr(mr_resolution_error(r), "context_length=200000 is above the model's max_position_embeddings (196608)"));
+    mr_resolution_free(r);
+    assert_int_equal(resolve("minimax_m2_bf16", &r, "kv_cache_memory", "1000000TiB", NULL), MR_ERESOLVE);
+    assert_non_null(strstr(mr_resolution_error(r), "more than this machine's"));
+    mr_resolution_free(r);
+    /* the value syntax */
+    uint64_t b;
+    double f;
+    assert_int_equal(mr_memory_size_parse("4GiB", &b, &f), MR_OK);
+    assert_true(b == 4ull << 30 && f == 0.0);
+    assert_int_equal(mr_memory_size_parse("4g", &b, &f), MR_OK);
+    assert_true(b == 4ull << 30);
+    assert_int_equal(mr_memory_size_parse("512M", &b, &f), MR_OK);
+    assert_true(b == 512ull << 20);
+    assert_int_equal(mr_memory_size_parse("2GB", &b, &f), MR_OK);
+    assert_true(b == 2000000000ull);
+    assert_int_equal(mr_memory_size_parse("123", &b, &f), MR_OK);
+    assert_true(b == 123);
+    assert_int_equal(mr_memory_size_parse("0.25", &b, &f), MR_OK);
+    assert_true(b == 0 && f == 0.25);
+    assert_int_equal(mr_memory_size_parse("auto", &b, &f), MR_OK);
+    assert_true(b == 0 && f == 0.0);
+    const char *bad[] = {"", "0", "1.5", "-1", "4gb", "4Q", "GiB", "0.0", "99999999999999999999", "20000000TiB"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        if (mr_memory_size_parse(bad[i], &b, &f) != MR_EINVAL) fail_msg("'%s' was accepted", bad[i]);
+    mr_options o;
+    assert_int_equal(mr_options_init(&o), MR_OK);
+    assert_int_equal(mr_options_set(&o, "kv_cache_memory", "lots", MR_SRC_FLAG), MR_EINVAL);
+    assert_int_equal(mr_options_set(&o, "kv_cache_dtype", "fp16", MR_SRC_FLAG), MR_EINVAL);
+    mr_options_free(&o);
+}
+
 static void test_resolve_fault_injection(void **st) {
     (void)st;
     for (long k = 0; k < 400; k++) {
@@ -777,6 +873,7 @@ int main(void) {
         cmocka_unit_test(test_sparse_reads_no_tensor_data),
         cmocka_unit_test(test_tensor_dtype_contradiction),
         cmocka_unit_test(test_json_and_summary),
+        cmocka_unit_test(test_engine_pass),
         cmocka_unit_test(test_resolve_fault_injection),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

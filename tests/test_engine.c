@@ -418,6 +418,22 @@ static void test_prefix_sharing(void **state) {
         assert_int_equal(with.n[i], G);
         assert_memory_equal(with.tok[i], without.tok[i], G * sizeof(int32_t)); /* sharing changes nothing */
     }
+    /* a prompt cached whole (32 tokens, two full blocks): its last block is
+     * computed again, for the logits of its last token; same tokens */
+    eng g;
+    eng_cfg c = {.kv = MR_FMT_F32, .blocks = 16, .budget = 64, .running = 2, .ctx = 64};
+    eng_open(&g, &c);
+    outs o;
+    memset(&o, 0, sizeof o);
+    add_req(g.e, a, 32, G, 0);
+    run_until_idle(g.e, &o, true);
+    add_req(g.e, a, 32, G, 1);
+    run_until_idle(g.e, &o, true);
+    assert_int_equal(o.cached[0], 0);
+    assert_int_equal(o.cached[1], 16);
+    assert_int_equal(o.n[1], G);
+    assert_memory_equal(o.tok[0], o.tok[1], G * sizeof(int32_t));
+    eng_close(&g);
 }
 
 /* Many requests over a few shared prefixes in a pool that cannot keep them
@@ -1035,6 +1051,25 @@ static void test_sampler_filters_reference(void **state) {
         for (int i = 0; i < V; i++)
             if (kept[i] && exp(((double)l[i] - mx) / p.temperature) / sum >= 0.02) assert_true(hits[i] > 0);
     }
+    /* the draw follows the kept distribution: one token far above a flat tail
+     * of 255 (weight e^-6 each), top-p 0.9: the top token holds 1 / 1.47 of
+     * the kept mass, the tail's first ~187 tokens the rest */
+    float l[V];
+    for (int i = 0; i < V; i++) l[i] = -6.0f;
+    l[77] = 0.0f;
+    mr_sampler_params p = {.temperature = 1.0f, .top_p = 0.9f};
+    bool kept[V];
+    int k = ref_kept(l, &p, kept);
+    double want_top = 1.0 / (1.0 + (double)(k - 1) * exp(-6.0));
+    uint64_t gs = mr_sampler_seed_state(5);
+    int top = 0, N = 20000;
+    for (int d = 0; d < N; d++) {
+        int32_t t = mr_sample_logits(&p, &gs, l, V, prob, idx);
+        assert_true(kept[t]);
+        top += t == 77;
+    }
+    if (fabs((double)top / N - want_top) > 0.02)
+        fail_msg("top token drawn %.3f of the time, its share of the kept mass is %.3f", (double)top / N, want_top);
 }
 
 int main(void) {

@@ -966,8 +966,55 @@ static void test_fault_injection_writer(void **st) {
     free(dir);
 }
 
+/* The HF name map: every kind written and parsed back (layer, expert,
+ * suffix), the names the checkpoints use, and names outside the map. */
+static void test_hf_names(void **st) {
+    (void)st;
+    char b[256];
+    assert_true(mr_hf_name(MR_HF_EXPERT_W3, 61, 255, NULL, b, sizeof b));
+    assert_string_equal(b, "model.layers.61.block_sparse_moe.experts.255.w3.weight");
+    assert_true(mr_hf_name(MR_HF_EXPERT_W1, 2, 7, "weight_scale_inv", b, sizeof b));
+    assert_string_equal(b, "model.layers.2.block_sparse_moe.experts.7.w1.weight_scale_inv");
+    assert_true(mr_hf_name(MR_HF_ROUTER_BIAS, 0, -1, NULL, b, sizeof b));
+    assert_string_equal(b, "model.layers.0.block_sparse_moe.e_score_correction_bias");
+    assert_true(mr_hf_name(MR_HF_LM_HEAD, -1, -1, "", b, sizeof b));
+    assert_string_equal(b, "lm_head");
+    assert_true(mr_hf_name(MR_HF_Q_NORM, 3, -1, NULL, b, sizeof b));
+    assert_string_equal(b, "model.layers.3.self_attn.q_norm.weight");
+    assert_false(mr_hf_name(MR_HF_EMBED, -1, -1, NULL, b, 10)); /* does not fit */
+    const char *sufs[] = {NULL, "weight_scale", "input_scale"};
+    for (int k = 0; k < MR_HF_COUNT; k++)
+        for (int si = 0; si < 3; si++) {
+            const int l = 17, e = 42;
+            assert_true(mr_hf_name((mr_hf_tensor)k, l, e, sufs[si], b, sizeof b));
+            mr_hf_tensor t;
+            int pl, pe;
+            const char *suf;
+            if (!mr_hf_parse(b, &t, &pl, &pe, &suf)) fail_msg("%s does not parse", b);
+            assert_int_equal(t, k);
+            assert_int_equal(pl, strstr(b, "layers.") ? l : -1);
+            assert_int_equal(pe, mr_hf_is_expert(t) ? e : -1);
+            if (sufs[si]) assert_string_equal(suf, sufs[si]);
+        }
+    static const char *const outside[] = {"model.layers.0.mlp.gate_proj.weight",
+                                          "model.layers.01.input_layernorm.weight",
+                                          "model.layers.3.block_sparse_moe.experts.x.w1.weight",
+                                          "model.layers.3.block_sparse_moe.experts.1.w4.weight",
+                                          "model.layers.-1.self_attn.q_proj.weight",
+                                          "model.norm",
+                                          "lm_head.weight.extra"};
+    for (size_t i = 0; i < sizeof outside / sizeof outside[0]; i++) {
+        mr_hf_tensor t;
+        int pl, pe;
+        const char *suf;
+        if (mr_hf_parse(outside[i], &t, &pl, &pe, &suf)) fail_msg("%s parsed as kind %d", outside[i], t);
+    }
+    assert_true(mr_hf_is_linear(MR_HF_O_PROJ) && mr_hf_is_linear(MR_HF_EXPERT_W2) && !mr_hf_is_linear(MR_HF_ROUTER));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hf_names),
         cmocka_unit_test(test_dtype_table),
         cmocka_unit_test(test_bad_files),
         cmocka_unit_test(test_bad_prefix),

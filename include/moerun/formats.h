@@ -79,6 +79,33 @@ void mr_nvfp4_act_quantize_row_ref(const float *x, int64_t n, float input_scale,
 /* Value the W4A4 GEMM sees for quantized activations: e2m1(q) * (decode(sc) * input_scale). */
 void mr_nvfp4_act_dequant_row_ref(const uint8_t *q, const uint8_t *sc, int64_t n, float input_scale, float *dst);
 
+/* ---- what a weight format stores in a checkpoint ----
+ * A weight [N][K] of format f is the tensors "<module>.<suffix>" listed in
+ * its traits (spec/formats.md, the HF/ModelOpt names):
+ *   f32        weight F32 [N][K]
+ *   bf16       weight BF16 [N][K]
+ *   fp8_block  weight F8_E4M3 [N][K], weight_scale_inv F32 [ceil(N/128)][ceil(K/128)]
+ *   nvfp4      weight U8 [N][K/2] (two E2M1 codes a byte), weight_scale F8_E4M3
+ *              [N][K/16], weight_scale_2 F32 [], input_scale F32 [] (optional)
+ * The loader, the resolver's header check, quantize (and so gen-tiny) and
+ * the mr_qmatrix buffer sizes all read this list. */
+typedef enum {
+    MR_FT_DATA = 0,        /* -> mr_qmatrix.data */
+    MR_FT_SCALE = 1,       /* -> mr_qmatrix.scale */
+    MR_FT_SCALE2 = 2,      /* scalar -> mr_qmatrix.scale2 */
+    MR_FT_INPUT_SCALE = 3  /* scalar -> mr_qmatrix.input_scale */
+} mr_ft_role;
+typedef struct {
+    const char *suffix;   /* "weight", "weight_scale_inv", ... */
+    mr_ft_role role;
+    const char *st_dtype; /* its safetensors dtype ("F8_E4M3", "F32", "U8", "BF16") */
+    int elem_bytes;       /* bytes of one stored element (also the alignment an in-place use needs) */
+    int ndim;             /* 2, or 0 for a scalar */
+    int row_div, col_div; /* shape [ceil(N / row_div)][ceil(K / col_div)] */
+    bool optional;        /* may be absent (the loader has a fallback) */
+} mr_format_tensor;
+#define MR_FORMAT_MAX_TENSORS 4
+
 /* ---- traits table, indexed by mr_format ---- */
 typedef struct {
     mr_format fmt;
@@ -91,9 +118,21 @@ typedef struct {
     /* Element formats: convert n values. NULL for composite formats. */
     void (*quantize_row_ref)(const float *src, void *dst, int64_t n);
     void (*dequantize_row_ref)(const void *src, float *dst, int64_t n);
+    /* weight formats: the tensors one weight stores (above), data first */
+    int n_tensors;
+    mr_format_tensor tensors[MR_FORMAT_MAX_TENSORS];
 } mr_format_traits;
 
 const mr_format_traits *mr_format_traits_get(mr_format f); /* NULL if out of range */
+/* The tensor of role r that format f stores, NULL if none. */
+const mr_format_tensor *mr_format_tensor_find(mr_format f, mr_ft_role r);
+/* Its shape for a [N][K] weight (shape[0..ndim)); returns ndim. */
+int mr_format_tensor_shape(const mr_format_tensor *t, int64_t N, int64_t K, int64_t shape[2]);
+/* Its bytes for a [N][K] weight; false on overflow. */
+bool mr_format_tensor_bytes(const mr_format_tensor *t, int64_t N, int64_t K, size_t *bytes);
+/* The data and scale buffer bytes of a [rows][cols] mr_qmatrix in fmt (the
+ * DATA and SCALE tensors); MR_EOVERFLOW / MR_EUNSUPPORTED with detail. */
+mr_status mr_qmatrix_sizes(mr_format fmt, int64_t rows, int64_t cols, size_t *data, size_t *scale);
 /* Looks a format up by its name ("bf16", "fp8", "fp8_block", "nvfp4", ...). */
 mr_status mr_format_from_name(const char *name, mr_format *out);
 

@@ -165,6 +165,49 @@ size_t mr_ckpt_count(const mr_ckpt *c);
 const mr_st_tensor *mr_ckpt_tensor_at(const mr_ckpt *c, size_t i);
 const mr_st_tensor *mr_ckpt_find(const mr_ckpt *c, const char *name); /* NULL if absent; sets no error */
 
+/* ---- the HF tensor names of a MiniMax-M2 checkpoint (the one map: io/hfnames.c) ----
+ * A tensor is "<module>.<suffix>": the module of a kind (for layer L and
+ * expert E where the kind has them) and a suffix, "weight" unless the kind
+ * says otherwise (linear modules also carry their format's companions,
+ * "weight_scale_inv", "weight_scale", ...: formats/ traits):
+ *   model.embed_tokens  model.norm  lm_head
+ *   model.layers.L.input_layernorm  model.layers.L.post_attention_layernorm
+ *   model.layers.L.self_attn.{q,k,v,o}_proj  model.layers.L.self_attn.{q,k}_norm
+ *   model.layers.L.block_sparse_moe.gate
+ *   model.layers.L.block_sparse_moe (suffix e_score_correction_bias)
+ *   model.layers.L.block_sparse_moe.experts.E.{w1,w3,w2}
+ * The loader, quantize and gen-tiny name and recognise tensors through it. */
+typedef enum {
+    MR_HF_EMBED = 0,
+    MR_HF_FINAL_NORM,
+    MR_HF_LM_HEAD,
+    MR_HF_ATTN_NORM,
+    MR_HF_FFN_NORM,
+    MR_HF_Q_PROJ,
+    MR_HF_K_PROJ,
+    MR_HF_V_PROJ,
+    MR_HF_O_PROJ,
+    MR_HF_Q_NORM,
+    MR_HF_K_NORM,
+    MR_HF_ROUTER,
+    MR_HF_ROUTER_BIAS,
+    MR_HF_EXPERT_W1, /* gate */
+    MR_HF_EXPERT_W3, /* up */
+    MR_HF_EXPERT_W2, /* down */
+    MR_HF_COUNT
+} mr_hf_tensor;
+/* Writes "<module>.<suffix>" of kind t into buf (suffix NULL: the kind's
+ * own, "weight" for most; "" : the module alone). layer / expert are used
+ * where the kind has them. Returns false if it does not fit n bytes. */
+bool mr_hf_name(mr_hf_tensor t, int layer, int expert, const char *suffix, char *buf, size_t n);
+/* Is the kind a linear module (quantizable: a format's tensors under it)? */
+bool mr_hf_is_linear(mr_hf_tensor t);
+bool mr_hf_is_expert(mr_hf_tensor t);
+/* Parses a tensor name: its kind, layer and expert (-1 where the kind has
+ * none) and the suffix after the module (a pointer into name). false for a
+ * name outside the map (MTP layers' extra tensors, other architectures). */
+bool mr_hf_parse(const char *name, mr_hf_tensor *t, int *layer, int *expert, const char **suffix);
+
 /* ---- giving mapped pages back ----
  * After a tensor has been copied or repacked, its bytes in the mapping are no
  * longer read: mr_st_release gives the pages of [p, p + n) back to the kernel

@@ -24,20 +24,12 @@
 extern "C" {
 #endif
 
-#define MR_MODEL_MAX_EOS 8
+#define MR_MODEL_MAX_EOS MR_MAX_EOS
 
-/* Hyperparameters of a MiniMax-M2-architecture model (config.json). */
-typedef struct {
-    int64_t vocab, hidden, n_layers;
-    int64_t n_heads, n_kv_heads, head_dim, rotary_dim;
-    int64_t n_experts, top_k, inter; /* inter: per-expert intermediate size */
-    double rope_theta;
-    float rms_eps;
-    int32_t eos[MR_MODEL_MAX_EOS]; /* config.json + generation_config.json */
-    int n_eos;
-    mr_format attn_format;   /* weights of q/k/v/o: BF16 or FP8_BLOCK */
-    mr_format expert_format; /* BF16, FP8_BLOCK or NVFP4 */
-} mr_model_config;
+/* The model's hyperparameters are config/'s mr_model_desc (config.json,
+ * hf_quant_config.json and generation_config.json's EOS ids): one struct,
+ * read once. The model holds a copy without the quantization exclusion list. */
+typedef mr_model_desc mr_model_config;
 
 /* How to open a model. Zeroed fields take the defaults in brackets. */
 typedef struct {
@@ -134,9 +126,21 @@ int64_t mr_model_max_ctx(const mr_model *m);
 typedef struct {
     uint64_t attention_ns, moe_ns, other_ns;
     uint64_t tokens, calls;
+    uint64_t experts_touched; /* distinct experts routed to, summed over the MoE calls of every layer */
 } mr_model_timing;
 void mr_model_timing_get(const mr_model *m, mr_model_timing *t);
 void mr_model_timing_reset(mr_model *m);
+
+/* Weight bytes a forward call reads: every call reads all of the attention
+ * projections, router gates and the lm_head; an expert's gate, up and down
+ * are read when a token routes to it (mr_model_timing.experts_touched). */
+typedef struct {
+    size_t attn;      /* q, k, v, o projections with their scales, all layers */
+    size_t router;    /* router gates and correction biases, all layers */
+    size_t expert;    /* one expert's gate, up and down in the runner's layout */
+    size_t lm_head;
+} mr_model_weight_bytes;
+void mr_model_weight_bytes_get(const mr_model *m, mr_model_weight_bytes *out);
 
 /* ---- sampler ----
  * temperature <= 0 is greedy exactly (argmax, ties to the lower id). Otherwise

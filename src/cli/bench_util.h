@@ -17,6 +17,7 @@
 /* Benchmark entry points (argv[0] is the benchmark's name); exit statuses as cli.h. */
 int mr_bench_moe(int argc, char **argv);
 int mr_bench_dense(int argc, char **argv);
+int mr_bench_engine(int argc, char **argv);
 
 /* An integer option value in [lo, hi] into *out: 0; otherwise 1, after a
  * message on stderr naming the option. */

@@ -14,6 +14,10 @@ int mr_cmd_generate(int argc, char **argv);
 int mr_cmd_probe(int argc, char **argv);
 int mr_cmd_tokenize(int argc, char **argv);
 int mr_cmd_detokenize(int argc, char **argv);
+int mr_cmd_perplexity(int argc, char **argv);
+int mr_cmd_chat(int argc, char **argv);
+int mr_cmd_chat_template(int argc, char **argv);
+int mr_cmd_parse_output(int argc, char **argv);
 
 /* Prints "moerun <cmd>: <what>: <last error detail>" to stderr; with what ==
  * NULL, "moerun <cmd>: <detail>" (for details that already name the flag). */

@@ -172,6 +172,10 @@ void mr_cli_prompts_free(mr_cli_prompts *p) {
 }
 
 int mr_cli_resolve(const char *cmd, const mr_options *o, bool explain, mr_resolution **r) {
+    return mr_cli_resolve_to(cmd, o, explain, stdout, r);
+}
+
+int mr_cli_resolve_to(const char *cmd, const mr_options *o, bool explain, FILE *summary, mr_resolution **r) {
     *r = NULL;
     mr_status st = mr_resolve(o, r);
     if (st != MR_OK) {
@@ -185,8 +189,8 @@ int mr_cli_resolve(const char *cmd, const mr_options *o, bool explain, mr_resolu
     }
     char line[1024];
     mr_resolution_summary(*r, line, sizeof line);
-    printf("%s\n", line);
-    if (explain) mr_resolution_explain(*r, stdout);
+    fprintf(summary, "%s\n", line);
+    if (explain) mr_resolution_explain(*r, summary);
     if (mr_exec_apply(mr_resolution_exec(*r)) != MR_OK) { /* threads and kernel ISA as resolved */
         mr_cli_fail(cmd, "cannot run the resolved configuration");
         return 1;

@@ -4,6 +4,7 @@
 #define MR_CLI_MODEL_H
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "moerun/config.h"
@@ -28,6 +29,8 @@ void mr_cli_prompts_free(mr_cli_prompts *p);
  * the story with explain) and returns nonzero (exit 2); *r is always to be
  * freed by the caller. */
 int mr_cli_resolve(const char *cmd, const mr_options *o, bool explain, mr_resolution **r);
+/* The same, with the summary (and explanation) written to summary. */
+int mr_cli_resolve_to(const char *cmd, const mr_options *o, bool explain, FILE *summary, mr_resolution **r);
 
 /* Opens the model of a resolved configuration with the engine it drives:
  * engine options from the exec (max_queued_requests when > 0), the model

@@ -13,6 +13,7 @@
 
 #include "cli.h"
 #include "cli_model.h"
+#include "cli_text.h"
 #include "moerun/config.h"
 #include "moerun/engine.h"
 #include "moerun/kernels.h"
@@ -20,12 +21,18 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: moerun generate --model DIR (--prompt-ids 1,2,3 | --batch FILE) [-n N]\n"
+            "usage: moerun generate --model DIR (--prompt TEXT [--chat [--system S]] | --prompt-ids 1,2,3 |\n"
+            "                       --batch FILE) [-n N]\n"
             "                       [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
             "                       [--repetition-penalty R] [--presence-penalty P] [--frequency-penalty F]\n"
             "                       [--ignore-eos] [--stats] [--explain] [resolver options]\n\n"
             "Generates token ids through the engine (continuous batching over a paged KV cache).\n"
             "Resolution runs first and its one-line summary is printed.\n"
+            "  --prompt TEXT    one prompt as text (the model's tokenizer.json); the generated text is\n"
+            "                   printed as the tokens arrive, after the prompt\n"
+            "  --chat           TEXT is a user message: the model's chat template renders the conversation\n"
+            "                   (with --system S as the system message) and the answer is printed raw,\n"
+            "                   reasoning included\n"
             "  --prompt-ids L   one prompt: comma-separated token ids\n"
             "  --batch FILE     several prompts, one comma list of ids per line, all admitted at once and\n"
             "                   scheduled together (--max-running-requests, --max-batch-tokens and\n"
@@ -80,7 +87,11 @@ int mr_cmd_generate(int argc, char **argv) {
     mr_sampling sp = {.top_p = 1.0f};
     long n_new = 16;
     bool stats = false, explain = false, ignore_eos = false;
-    const char *prompt_ids = NULL, *batch_file = NULL, *flag = cmd;
+    const char *prompt_ids = NULL, *batch_file = NULL, *flag = cmd, *prompt_text = NULL, *system = NULL;
+    bool chat = false;
+    mr_tokenizer *tok = NULL;
+    mr_chat *tmpl = NULL;
+    mr_tokstream *tstream = NULL;
 
     if (mr_options_parse(&o, &argc, argv, true) != MR_OK) {
         mr_cli_fail(cmd, NULL);
@@ -100,6 +111,12 @@ int mr_cmd_generate(int argc, char **argv) {
             explain = true;
         } else if (!strcmp(a, "--ignore-eos")) {
             ignore_eos = true;
+        } else if (!strcmp(a, "--chat")) {
+            chat = true;
+        } else if (v && !strcmp(a, "--prompt")) {
+            prompt_text = argv[++i];
+        } else if (v && !strcmp(a, "--system")) {
+            system = argv[++i];
         } else if (v && !strcmp(a, "--prompt-ids")) {
             prompt_ids = argv[++i];
         } else if (v && !strcmp(a, "--batch")) {
@@ -126,7 +143,8 @@ int mr_cmd_generate(int argc, char **argv) {
             long s;
             if (mr_cli_parse_long(argv[++i], 0, INT64_MAX, &s)) goto bad;
             sp.seed = (uint64_t)s;
-        } else if (!v && (!strcmp(a, "--prompt-ids") || !strcmp(a, "--batch") || !strcmp(a, "-n") ||
+        } else if (!v && (!strcmp(a, "--prompt-ids") || !strcmp(a, "--prompt") || !strcmp(a, "--system") ||
+                          !strcmp(a, "--batch") || !strcmp(a, "-n") ||
                           !strcmp(a, "--max-tokens") || !strcmp(a, "--temperature") || !strcmp(a, "--top-k") ||
                           !strcmp(a, "--top-p") || !strcmp(a, "--min-p") || !strcmp(a, "--seed") ||
                           !strcmp(a, "--repetition-penalty") || !strcmp(a, "--presence-penalty") ||
@@ -142,11 +160,42 @@ int mr_cmd_generate(int argc, char **argv) {
         fprintf(stderr, "moerun generate: --model DIR is required (see --help)\n");
         goto out;
     }
-    if (!prompt_ids == !batch_file) {
-        fprintf(stderr, "moerun generate: give exactly one of --prompt-ids and --batch\n");
+    if ((prompt_text != NULL) + (prompt_ids != NULL) + (batch_file != NULL) != 1) {
+        fprintf(stderr, "moerun generate: give exactly one of --prompt, --prompt-ids and --batch\n");
         goto out;
     }
-    if (mr_cli_prompts_read(prompt_ids, batch_file, &pr)) {
+    if ((chat || system) && !prompt_text) {
+        fprintf(stderr, "moerun generate: %s goes with --prompt TEXT\n", chat ? "--chat" : "--system");
+        goto out;
+    }
+    if (system && !chat) {
+        fprintf(stderr, "moerun generate: --system needs --chat\n");
+        goto out;
+    }
+    if (prompt_text) {
+        /* text: the model's tokenizer (and chat template), before any weight is read */
+        const char *dir = mr_options_get(&o, MR_OPT_MODEL);
+        if ((rc = mr_cli_text_open(cmd, dir, chat, &tok, &tmpl)) != 0) goto out;
+        rc = 2;
+        mr_tok_ids ids = {0};
+        int e2 = chat ? mr_cli_chat_encode(cmd, tok, tmpl, system, prompt_text, &ids)
+                      : mr_cli_text_encode(cmd, tok, prompt_text, &ids);
+        if (e2) {
+            mr_tok_ids_free(&ids);
+            rc = e2;
+            goto out;
+        }
+        if (mr_cli_prompts_from_ids(&ids, &pr)) {
+            mr_tok_ids_free(&ids);
+            rc = 1;
+            goto out;
+        }
+        if (mr_tokstream_new(tok, true, &tstream)) {
+            mr_cli_fail(cmd, "cannot decode");
+            rc = 1;
+            goto out;
+        }
+    } else if (mr_cli_prompts_read(prompt_ids, batch_file, &pr)) {
         mr_cli_fail(cmd, "bad prompt");
         goto out;
     }
@@ -185,6 +234,10 @@ int mr_cmd_generate(int argc, char **argv) {
         }
     }
     /* 4. the engine loop: one step at a time until every request has finished */
+    if (tstream && !chat) { /* the prompt, then the generated text streams after it */
+        fputs(prompt_text, stdout);
+        fflush(stdout);
+    }
     mr_model_timing_reset(m);
     phase prefill = {0}, decode = {0};
     uint64_t tstart = mr_now_ns();
@@ -218,6 +271,7 @@ int mr_cmd_generate(int argc, char **argv) {
                     cap_gen[i] = nc;
                 }
                 out_ids[i][n_gen[i]++] = v->token;
+                if (tstream && mr_cli_stream_token(cmd, tstream, v->token)) goto out;
             }
             if (v->finish != MR_FINISH_NONE) fin[i] = v->finish;
             if (v->finish == MR_FINISH_ERROR) {
@@ -227,7 +281,11 @@ int mr_cmd_generate(int argc, char **argv) {
         }
     }
     double total_s = (double)(mr_now_ns() - tstart) * 1e-9;
-    for (int i = 0; i < B; i++) {
+    if (tstream) {
+        if (mr_cli_stream_end(cmd, tstream)) goto out;
+        printf("%s\n", fin[0] == MR_FINISH_STOP ? "" : fin[0] == MR_FINISH_ERROR ? " <error>" : " ...");
+    }
+    for (int i = 0; i < B && !tstream; i++) {
         printf("[%d]", i);
         for (int64_t j = 0; j < n_gen[i]; j++) printf(" %d", out_ids[i][j]);
         printf("%s\n", fin[i] == MR_FINISH_STOP ? " <eos>" : fin[i] == MR_FINISH_ERROR ? " <error>" : "");
@@ -270,6 +328,9 @@ out:
     free(fin);
     mr_engine_free(e);
     mr_model_close(m);
+    mr_tokstream_free(tstream);
+    mr_chat_free(tmpl);
+    mr_tokenizer_free(tok);
     mr_cli_prompts_free(&pr);
     mr_resolution_free(r);
     mr_options_free(&o);

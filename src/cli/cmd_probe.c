@@ -1,6 +1,7 @@
 /* cmd_probe.c — `moerun probe`: the temperature-0 correctness probe.
  *
- * The same seeded prompts go through the reference runner, which produces
+ * The same seeded prompts go through the engine (fp32 KV unless
+ * --kv-cache-dtype says otherwise) with the reference runner, which produces
  * the greedy token stream; every other runner that the resolver accepts for
  * the model is then run teacher-forced on that stream (so that every step's
  * logits are comparable) and compared with the reference: per-step max
@@ -22,6 +23,7 @@
 #include "cli.h"
 #include "cli_model.h"
 #include "moerun/config.h"
+#include "moerun/engine.h"
 #include "moerun/model.h"
 
 static void usage(FILE *f) {
@@ -47,30 +49,58 @@ typedef struct {
     int32_t *tokens;   /* [steps + 1][n] greedy tokens of the leader (row s: chosen after step s) */
 } probe_set;
 
-/* Runs model m over the prompts: prefill, then `steps` decode steps. With
- * follow == false it picks its own greedy tokens into ps->tokens; otherwise
- * it is fed ps->tokens. logits [steps + 1][n][V]. */
-static int run_model(mr_model *m, probe_set *ps, bool follow, float *logits) {
+/* Runs the prompts through engine e: every prompt a request (greedy, no
+ * EOS stop), prefill then `steps` more tokens. With follow == false it picks
+ * its own greedy tokens into ps->tokens; otherwise it is fed ps->tokens
+ * (teacher forcing). logits [steps + 1][n][V]: row s of prompt i is the one
+ * that chose its token s. */
+static int run_model(mr_engine *e, probe_set *ps, bool follow, float *logits) {
     int n = ps->n;
-    int seq[64];
-    int64_t nt[64];
-    int32_t step_tok[64];
+    int64_t off = 0;
+    int32_t *forced = NULL;
+    if (follow && !(forced = malloc((size_t)(ps->steps + 1) * sizeof(int32_t)))) return 1;
     for (int i = 0; i < n; i++) {
-        seq[i] = i;
-        nt[i] = ps->len[i];
-    }
-    mr_batch b = {.n_seq = n, .seq = seq, .n_tok = nt, .tokens = ps->ids};
-    for (int s = 0; s <= ps->steps; s++) {
-        float *lg = logits + (size_t)s * (size_t)n * (size_t)ps->V;
-        if (mr_model_forward(m, &b, lg)) return 1;
-        for (int i = 0; i < n; i++) {
-            if (!follow) ps->tokens[s * n + i] = mr_argmax(lg + (size_t)i * (size_t)ps->V, ps->V);
-            step_tok[i] = ps->tokens[s * n + i];
-            nt[i] = 1;
+        mr_request_params rp = {.prompt = ps->ids + off, .n_prompt = ps->len[i], .max_tokens = ps->steps + 1,
+                                .ignore_eos = true, .want_logits = true, .user = (void *)(intptr_t)i};
+        if (follow) { /* the leader's tokens of prompt i (a column of ps->tokens) */
+            for (int s = 0; s <= ps->steps; s++) forced[s] = ps->tokens[s * n + i];
+            rp.forced = forced;
+            rp.n_forced = ps->steps + 1;
         }
-        b.tokens = step_tok;
+        mr_req_id id;
+        off += ps->len[i];
+        if (mr_engine_add(e, &rp, &id)) { /* the forced tokens are copied */
+            free(forced);
+            return 1;
+        }
     }
-    return 0;
+    free(forced);
+    int rc = 0;
+    while (mr_engine_has_work(e)) {
+        const mr_engine_step_out *so;
+        if (mr_engine_step(e, &so)) return 1;
+        for (int k = 0; k < so->n_events; k++) {
+            const mr_engine_event *v = &so->events[k];
+            int i = (int)(intptr_t)v->user;
+            if (v->finish == MR_FINISH_ERROR) {
+                fprintf(stderr, "moerun probe: prompt %d: %s\n", i, v->error);
+                rc = 1;
+            }
+            if (!v->n_tokens) continue;
+            int64_t s = v->n_generated - 1;
+            memcpy(logits + ((size_t)s * (size_t)n + (size_t)i) * (size_t)ps->V, v->logits,
+                   (size_t)ps->V * sizeof(float));
+            if (!follow) ps->tokens[s * n + i] = v->token;
+        }
+    }
+    return rc;
+}
+
+static void close_run(mr_engine *e) {
+    if (!e) return;
+    mr_model *m = mr_engine_model(e);
+    mr_engine_free(e);
+    mr_model_close(m);
 }
 
 typedef struct {
@@ -140,33 +170,36 @@ static double default_tol(mr_format f) {
     return f == MR_FMT_NVFP4 ? 5e-2 : f == MR_FMT_FP8_BLOCK ? 2e-2 : 1e-3;
 }
 
-/* Resolves o with runner forced (NULL: as given) and opens the model. */
+/* Resolves o with runner forced (NULL: as given) and opens the model with
+ * its engine. Unless given: the KV cache in fp32 (the probe compares
+ * runners, not KV rounding), a context of the longest prompt + steps, room
+ * for every prompt at once. */
 static int open_with(const mr_options *base, const char *model_dir, const char *runner, const probe_set *ps,
-                     mr_resolution **r, mr_model **m, bool quiet_fail) {
+                     mr_resolution **r, mr_engine **e, bool quiet_fail) {
     mr_options o;
     if (mr_options_init(&o)) return 1;
     for (int i = 0; i < MR_OPT_COUNT; i++)
         if (mr_options_is_explicit(base, (mr_opt_id)i)) mr_options_set(&o, mr_option_at(i)->name, base->value[i], base->source[i]);
     mr_options_set(&o, "model", model_dir, MR_SRC_FLAG);
     if (runner) mr_options_set(&o, "moe_runner_backend", runner, MR_SRC_FLAG);
+    int64_t longest = 0;
+    for (int i = 0; i < ps->n; i++)
+        if (ps->len[i] > longest) longest = ps->len[i];
+    char v[32];
+    if (!mr_options_is_explicit(base, MR_OPT_KV_CACHE_DTYPE)) mr_options_set(&o, "kv_cache_dtype", "fp32", MR_SRC_FLAG);
+    snprintf(v, sizeof v, "%lld", (long long)(longest + ps->steps + 1));
+    if (!mr_options_is_explicit(base, MR_OPT_CONTEXT_LENGTH)) mr_options_set(&o, "context_length", v, MR_SRC_FLAG);
+    snprintf(v, sizeof v, "%d", ps->n);
+    if (!mr_options_is_explicit(base, MR_OPT_MAX_RUNNING_REQUESTS)) mr_options_set(&o, "max_running_requests", v, MR_SRC_FLAG);
     *r = NULL;
-    *m = NULL;
+    *e = NULL;
     int rc = 0;
     if (mr_resolve(&o, r) != MR_OK || mr_exec_apply(mr_resolution_exec(*r)) != MR_OK) {
         if (!quiet_fail) mr_cli_fail("probe", "resolution failed");
         rc = 2;
     } else {
-        int64_t longest = 0, total = 0;
-        for (int i = 0; i < ps->n; i++) {
-            total += ps->len[i];
-            if (ps->len[i] > longest) longest = ps->len[i];
-        }
-        mr_model_opts mo = {.exec = mr_resolution_exec(*r), .max_batch = ps->n, .max_ctx = longest + ps->steps + 1,
-                            .max_tokens = total, .quiet = true};
-        if (mr_model_open(model_dir, &mo, m)) {
-            mr_cli_fail("probe", "cannot load the model");
-            rc = 1;
-        }
+        mr_model *m = NULL;
+        if (mr_cli_engine_open("probe", model_dir, mr_resolution_exec(*r), false, ps->n, &m, e)) rc = 1;
     }
     mr_options_free(&o);
     return rc;
@@ -184,7 +217,7 @@ int mr_cmd_probe(int argc, char **argv) {
     float *ref = NULL, *got = NULL;
     double *step_err = NULL;
     mr_resolution *rr = NULL;
-    mr_model *mref = NULL;
+    mr_engine *mref = NULL;
     if (mr_options_parse(&o, &argc, argv, true) != MR_OK) {
         mr_cli_fail("probe", NULL);
         goto out;
@@ -279,12 +312,12 @@ int mr_cmd_probe(int argc, char **argv) {
     bool pass = true;
     if (against) {
         mr_resolution *r2 = NULL;
-        mr_model *m2 = NULL;
+        mr_engine *m2 = NULL;
         int e = open_with(&o, against, NULL, &ps, &r2, &m2, false);
-        if (!e && mr_model_config_of(m2)->vocab != ps.V) {
+        if (!e && mr_model_config_of(mr_engine_model(m2))->vocab != ps.V) {
             /* its logits rows would not fit the buffers, nor compare */
             fprintf(stderr, "moerun probe: %s has a vocabulary of %lld, %s of %lld: not the same model\n", against,
-                    (long long)mr_model_config_of(m2)->vocab, model_dir, (long long)ps.V);
+                    (long long)mr_model_config_of(mr_engine_model(m2))->vocab, model_dir, (long long)ps.V);
             e = 2;
         }
         if (!e) {
@@ -300,7 +333,7 @@ int mr_cmd_probe(int argc, char **argv) {
                 print_cmp(label, &ps, &c, tol_flag >= 0 ? tol_flag : default_tol(xr->weight_format), false, &pass);
             }
         }
-        mr_model_close(m2);
+        close_run(m2);
         mr_resolution_free(r2);
         rc = e ? e : 0;
         goto out;
@@ -310,7 +343,7 @@ int mr_cmd_probe(int argc, char **argv) {
         const mr_moe_runner *run = mr_moe_runner_at(i);
         if (run->ground_truth) continue; /* the runs compare against it */
         mr_resolution *r2 = NULL;
-        mr_model *m2 = NULL;
+        mr_engine *m2 = NULL;
         int e = open_with(&o, model_dir, run->name, &ps, &r2, &m2, true);
         if (e == 2) {
             printf("runner %s: not applicable: %s\n", run->name,
@@ -329,7 +362,7 @@ int mr_cmd_probe(int argc, char **argv) {
             print_cmp(label, &ps, &c, tol, true, &pass);
             compared++;
         }
-        mr_model_close(m2);
+        close_run(m2);
         mr_resolution_free(r2);
     }
     printf("probe: %d runner%s compared with the reference: %s\n", compared, compared == 1 ? "" : "s",
@@ -340,7 +373,7 @@ bad:
     fprintf(stderr, "moerun probe: %s: %s\n", flag, mr_error_last());
     rc = 2;
 out:
-    mr_model_close(mref);
+    close_run(mref);
     mr_resolution_free(rr);
     free(ps.len);
     free(ps.ids);

@@ -15,6 +15,10 @@
 #pragma weak mr_cmd_probe
 #pragma weak mr_cmd_tokenize
 #pragma weak mr_cmd_detokenize
+#pragma weak mr_cmd_perplexity
+#pragma weak mr_cmd_chat
+#pragma weak mr_cmd_chat_template
+#pragma weak mr_cmd_parse_output
 
 typedef struct {
     const char *name;
@@ -29,10 +33,14 @@ static const command commands[] = {
     {"bench", mr_cmd_bench, "benchmarks: `bench moe` times one MoE layer against this machine's ceilings"},
     {"gen-tiny", mr_cmd_gen_tiny, "write a small random MiniMax-M2 checkpoint"},
     {"quantize", mr_cmd_quantize, "convert a bf16 checkpoint to FP8 block or NVFP4"},
-    {"generate", mr_cmd_generate, "generate token ids from a prompt"},
+    {"generate", mr_cmd_generate, "generate text (or token ids) from a prompt"},
+    {"chat", mr_cmd_chat, "an interactive conversation in the terminal"},
     {"probe", mr_cmd_probe, "temperature-0 correctness probe of every runner against the reference"},
     {"tokenize", mr_cmd_tokenize, "text to token ids with a model's tokenizer.json"},
     {"detokenize", mr_cmd_detokenize, "token ids to text with a model's tokenizer.json"},
+    {"perplexity", mr_cmd_perplexity, "perplexity of a model on a text file, and tokens/s"},
+    {"chat-template", mr_cmd_chat_template, "render a conversation with a model's chat template (as transformers does)"},
+    {"parse-output", mr_cmd_parse_output, "split model output into reasoning, content and tool calls (JSON)"},
 };
 
 void mr_cli_fail(const char *cmd, const char *what) {

@@ -101,6 +101,26 @@ static json_t *get(const jctx *c, const char *key) {
     return (v && !json_is_null(v)) ? v : NULL;
 }
 
+/* eos_token_id of one file (config.json, generation_config.json): an
+ * integer or a list of integers, each a token id; added to m once each, in
+ * order, up to MR_MAX_EOS. The one parser of EOS ids. */
+static mr_status read_eos(const jctx *c, mr_model_desc *m) {
+    json_t *eos = json_object_get(c->root, "eos_token_id");
+    if (eos == NULL || json_is_null(eos)) return MR_OK;
+    size_t n = json_is_array(eos) ? json_array_size(eos) : 1;
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_is_array(eos) ? json_array_get(eos, i) : eos;
+        if (!json_is_integer(e)) return wrong_type(c, "eos_token_id", "an integer or a list of integers");
+        json_int_t id = json_integer_value(e);
+        if (id < 0 || id > INT32_MAX)
+            return mr_error_set(MR_ECONFIG, "%s: field 'eos_token_id': %lld is not a token id", c->file, (long long)id);
+        bool seen = false;
+        for (int j = 0; j < m->n_eos; j++) seen = seen || m->eos_ids[j] == (int32_t)id;
+        if (!seen && m->n_eos < MR_MAX_EOS) m->eos_ids[m->n_eos++] = (int32_t)id;
+    }
+    return MR_OK;
+}
+
 static mr_status get_int(const jctx *c, const char *key, bool required, int64_t lo, int64_t hi, int64_t *out) {
     json_t *v = get(c, key);
     if (v == NULL) return required ? missing(c, key, NULL) : MR_OK;
@@ -505,23 +525,7 @@ static mr_status read_common(const jctx *c, mr_model_desc *m) {
     int tie;
     TRY(get_bool(c, "tie_word_embeddings", &tie));
     m->tie_embeddings = tie == 1; /* the HF classes of all four architectures default to false */
-    /* eos_token_id: an integer or a list */
-    json_t *eos = get(c, "eos_token_id");
-    if (eos) {
-        if (json_is_integer(eos)) {
-            m->eos_ids[m->n_eos++] = (int32_t)json_integer_value(eos);
-        } else if (json_is_array(eos)) {
-            size_t i;
-            json_t *e;
-            json_array_foreach(eos, i, e) {
-                if (!json_is_integer(e)) return wrong_type(c, "eos_token_id", "an integer or a list of integers");
-                if (m->n_eos < MR_MAX_EOS) m->eos_ids[m->n_eos++] = (int32_t)json_integer_value(e);
-            }
-        } else {
-            return wrong_type(c, "eos_token_id", "an integer or a list of integers");
-        }
-    }
-    return MR_OK;
+    return read_eos(c, m);
 }
 
 static mr_status read_experts(const jctx *c, const char *e_key, mr_model_desc *m) {
@@ -805,7 +809,7 @@ mr_status mr_model_desc_load(const char *dir, mr_model_desc *out) {
     memset(out, 0, sizeof *out);
     if (dir == NULL || *dir == 0) return mr_error_set(MR_EINVAL, "no model folder given (--model DIR)");
     char path[1024];
-    char *cfg = NULL, *hfq = NULL;
+    char *cfg = NULL, *hfq = NULL, *gen = NULL;
     snprintf(path, sizeof path, "%s/config.json", dir);
     mr_status s = mr__config_read_text(path, &cfg);
     if (s == MR_ENOTFOUND) s = mr_error_set(MR_EIO, "%s: the model folder has no config.json", dir);
@@ -818,6 +822,20 @@ mr_status mr_model_desc_load(const char *dir, mr_model_desc *out) {
     }
     if (s != MR_OK) goto out;
     s = mr_model_desc_parse(cfg, hfq, out);
+    if (s == MR_OK) { /* generation_config.json (optional): more EOS ids */
+        snprintf(path, sizeof path, "%s/generation_config.json", dir);
+        s = mr__config_read_text(path, &gen);
+        if (s == MR_ENOTFOUND) {
+            mr_error_clear();
+            s = MR_OK;
+        } else if (s == MR_OK) {
+            jctx g = {"generation_config.json", NULL};
+            s = parse_text(gen, g.file, &g.root);
+            if (s == MR_OK) s = read_eos(&g, out);
+            json_decref(g.root);
+        }
+        if (s != MR_OK) mr_model_desc_free(out);
+    }
     if (s != MR_OK) {
         /* prefix the folder so that the message says which model */
         char msg[1024];
@@ -829,5 +847,6 @@ mr_status mr_model_desc_load(const char *dir, mr_model_desc *out) {
 out:
     mr_free(cfg);
     mr_free(hfq);
+    mr_free(gen);
     return s;
 }

@@ -238,34 +238,36 @@ static mr_status check_tensor_headers(mr_resolution *r) {
             break;
         }
         if (!is_weight || excluded || strstr(name, ".experts.") == NULL) continue;
-        /* an expert weight: check it and its companions */
-        char comp[600];
+        /* an expert weight: its dtype and companions as the declared format stores them (formats/ traits) */
         size_t stem = len - 7; /* without ".weight" */
         if (stem > 500) continue;
         experts++;
         if (m->quant.kind == MR_QUANT_NONE) continue;
-        if (m->quant.kind == MR_QUANT_FP8_BLOCK) {
-            snprintf(comp, sizeof comp, "%.*s.weight_scale_inv", (int)stem, name);
-            const mr_st_tensor *sc = mr_ckpt_find(ck, comp);
-            if (t->dtype != MR_ST_F8_E4M3 || sc == NULL || sc->dtype != MR_ST_F32)
-                s = fail(r, MR_ECONFIG, SRC, "tensors", "contradiction",
-                         "the config declares fp8 (%s), but expert tensor %s is %s%s (expected F8_E4M3 with an F32 "
-                         "weight_scale_inv)",
-                         m->quant.where, name, mr_st_dtype_name(t->dtype),
-                         sc == NULL ? " and has no weight_scale_inv" : "");
-        } else if (m->quant.kind == MR_QUANT_NVFP4) {
-            snprintf(comp, sizeof comp, "%.*s.weight_scale", (int)stem, name);
-            const mr_st_tensor *sc = mr_ckpt_find(ck, comp);
-            snprintf(comp, sizeof comp, "%.*s.weight_scale_2", (int)stem, name);
-            const mr_st_tensor *sc2 = mr_ckpt_find(ck, comp);
-            if (t->dtype != MR_ST_U8 || sc == NULL || sc->dtype != MR_ST_F8_E4M3 || sc2 == NULL ||
-                sc2->dtype != MR_ST_F32)
-                s = fail(r, MR_ECONFIG, SRC, "tensors", "contradiction",
-                         "the config declares modelopt_fp4 (%s), but expert tensor %s is %s%s (expected U8 packed "
-                         "E2M1 with F8_E4M3 weight_scale and F32 weight_scale_2)",
-                         m->quant.where, name, mr_st_dtype_name(t->dtype),
-                         sc == NULL || sc2 == NULL ? " without its scales" : "");
+        const mr_format wf = mr_quant_weight_format(m->quant.kind);
+        const mr_format_traits *tr = mr_format_traits_get(wf);
+        bool ok = true;
+        char expect[256] = "", missing[160] = "";
+        size_t eu = 0;
+        for (int j = 0; j < tr->n_tensors; j++) {
+            const mr_format_tensor *ft = &tr->tensors[j];
+            int w = snprintf(expect + eu, sizeof expect - eu, "%s%s%s%s", j == 0 ? "" : j == 1 ? " with " : ", ",
+                             ft->st_dtype, j == 0 ? "" : " ", j == 0 ? "" : ft->suffix);
+            if (w > 0 && (size_t)w < sizeof expect - eu) eu += (size_t)w;
+            if (ft->role == MR_FT_DATA) {
+                ok = ok && !strcmp(mr_st_dtype_name(t->dtype), ft->st_dtype);
+                continue;
+            }
+            if (ft->optional) continue;
+            char comp[600];
+            snprintf(comp, sizeof comp, "%.*s.%s", (int)stem, name, ft->suffix);
+            const mr_st_tensor *c = mr_ckpt_find(ck, comp);
+            if (c == NULL && !missing[0]) snprintf(missing, sizeof missing, " and has no %s", ft->suffix);
+            ok = ok && c != NULL && !strcmp(mr_st_dtype_name(c->dtype), ft->st_dtype);
         }
+        if (!ok)
+            s = fail(r, MR_ECONFIG, SRC, "tensors", "contradiction",
+                     "the config declares %s (%s), but expert tensor %s is %s%s (expected %s)",
+                     mr_quant_name(m->quant.kind), m->quant.where, name, mr_st_dtype_name(t->dtype), missing, expect);
     }
     if (s == MR_OK) {
         r->n_tensors_checked = (int)n;
@@ -849,7 +851,7 @@ static mr_status pass_engine(mr_resolution *r) {
         how = howbuf;
     } else if (bytes == 0) {
         /* auto: every running request at full context, within a share of the free memory */
-        uint64_t want = (uint64_t)run * (uint64_t)ctx * (uint64_t)tok_bytes;
+        uint64_t want = (uint64_t)run * (uint64_t)((ctx + 15) / 16) * block_bytes; /* whole blocks per request */
         uint64_t cap = (uint64_t)((double)after * MR__AUTO_KV_SHARE);
         fmt_bytes(want, c, sizeof c);
         if (after == 0 || want <= cap) {

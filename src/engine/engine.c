@@ -56,6 +56,13 @@ static void fill_defaults(mr_engine_opts *o) {
     if (o->max_top_logprobs <= 0) o->max_top_logprobs = DEF_TOP_LOGPROBS;
 }
 
+/* A step never holds more tokens than the pool, nor more running requests than it has blocks. */
+static void clamp_to_pool(mr_engine_opts *o) {
+    if (o->kv_blocks > 0 && o->max_batch_tokens > o->kv_blocks * MR_KV_BLOCK_TOKENS)
+        o->max_batch_tokens = o->kv_blocks * MR_KV_BLOCK_TOKENS;
+    if (o->kv_blocks > 0 && o->max_running_requests > o->kv_blocks) o->max_running_requests = (int)o->kv_blocks;
+}
+
 void mr_engine_opts_from_exec(const mr_exec *x, mr_engine_opts *o) {
     memset(o, 0, sizeof *o);
     o->kv_dtype = x->kv_dtype;
@@ -64,11 +71,13 @@ void mr_engine_opts_from_exec(const mr_exec *x, mr_engine_opts *o) {
     o->max_running_requests = x->max_running_requests;
     o->context_length = x->context_length;
     fill_defaults(o);
+    clamp_to_pool(o);
 }
 
 void mr_engine_model_opts(const mr_engine_opts *o_in, mr_model_opts *mo) {
     mr_engine_opts o = *o_in;
     fill_defaults(&o);
+    clamp_to_pool(&o);
     mo->max_batch = 0;
     mo->kv_blocks = o.kv_blocks;
     mo->kv_dtype = o.kv_dtype;
@@ -126,6 +135,7 @@ mr_status mr_engine_new(mr_model *m, const mr_engine_opts *opts, mr_engine **out
                             "engine: max_batch_tokens (%lld) is below max_running_requests (%d): every running "
                             "request's decode token must fit one step",
                             (long long)o.max_batch_tokens, o.max_running_requests);
+    clamp_to_pool(&o);
     if (o.max_running_requests > 1 << 20 || o.max_queued_requests > 1 << 22)
         return mr_error_set(MR_EINVAL, "engine: max_running_requests %d / max_queued_requests %d are out of range",
                             o.max_running_requests, o.max_queued_requests);

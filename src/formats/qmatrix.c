@@ -8,30 +8,24 @@
 #include "formats/formats_internal.h"
 #include "moerun/formats.h"
 
-/* Sizes of data and scale buffers in bytes; false on overflow. */
+/* Sizes of data and scale buffers in bytes (the format's DATA and SCALE
+ * tensors, formats/traits.c); false on overflow or for a format that is
+ * not a weight format. */
 static bool qm_sizes(mr_format fmt, int64_t rows, int64_t cols, size_t *data, size_t *scale) {
-    size_t n;
-    if (!mr_size_mul((size_t)rows, (size_t)cols, &n)) return false;
-    *scale = 0;
-    switch (fmt) {
-    case MR_FMT_F32:
-        return mr_size_mul(n, sizeof(float), data);
-    case MR_FMT_BF16:
-        return mr_size_mul(n, sizeof(uint16_t), data);
-    case MR_FMT_FP8_BLOCK: {
-        size_t nbr = (size_t)(rows / MR__FP8_BLOCK + (rows % MR__FP8_BLOCK != 0));
-        size_t nbc = (size_t)(cols / MR__FP8_BLOCK + (cols % MR__FP8_BLOCK != 0));
-        size_t nb;
-        *data = n;
-        return mr_size_mul(nbr, nbc, &nb) && mr_size_mul(nb, sizeof(float), scale);
-    }
-    case MR_FMT_NVFP4:
-        *data = n / 2;
-        *scale = n / MR__NVFP4_BLOCK;
-        return true;
-    default:
-        return false;
-    }
+    const mr_format_tensor *d = mr_format_tensor_find(fmt, MR_FT_DATA), *s = mr_format_tensor_find(fmt, MR_FT_SCALE);
+    *data = *scale = 0;
+    if (!d || rows < 0 || cols < 0) return false;
+    return mr_format_tensor_bytes(d, rows, cols, data) && (!s || mr_format_tensor_bytes(s, rows, cols, scale));
+}
+
+mr_status mr_qmatrix_sizes(mr_format fmt, int64_t rows, int64_t cols, size_t *data, size_t *scale) {
+    const mr_format_traits *tr = mr_format_traits_get(fmt);
+    if (!tr || !mr_format_tensor_find(fmt, MR_FT_DATA))
+        return mr_error_set(MR_EUNSUPPORTED, "format %s is not a weight format", tr ? tr->name : "(invalid)");
+    if (!qm_sizes(fmt, rows, cols, data, scale))
+        return mr_error_set(MR_EOVERFLOW, "%s matrix [%lld][%lld] is too large", tr->name, (long long)rows,
+                            (long long)cols);
+    return MR_OK;
 }
 
 mr_status mr_qmatrix_quantize(mr_qmatrix *out, mr_format fmt, const float *w, int64_t rows, int64_t cols,

@@ -68,12 +68,14 @@ static void e2m1_dequantize_row(const void *src, float *dst, int64_t n) {
 static const mr_format_traits traits[MR_FMT_COUNT] = {
     [MR_FMT_F32] = {.fmt = MR_FMT_F32, .name = "f32", .st_dtype = "F32", .block_size = 1, .bytes_per_block = 4,
                     .is_weight_format = true, .quantize_row_ref = mr__f32_quantize_row,
-                    .dequantize_row_ref = mr__f32_dequantize_row},
+                    .dequantize_row_ref = mr__f32_dequantize_row, .n_tensors = 1,
+                    .tensors = {{"weight", MR_FT_DATA, "F32", 4, 2, 1, 1, false}}},
     [MR_FMT_F16] = {.fmt = MR_FMT_F16, .name = "f16", .st_dtype = "F16", .block_size = 1, .bytes_per_block = 2,
                     .quantize_row_ref = f16_quantize_row, .dequantize_row_ref = f16_dequantize_row},
     [MR_FMT_BF16] = {.fmt = MR_FMT_BF16, .name = "bf16", .st_dtype = "BF16", .block_size = 1, .bytes_per_block = 2,
                      .is_weight_format = true, .quantize_row_ref = mr__bf16_quantize_row,
-                     .dequantize_row_ref = mr__bf16_dequantize_row},
+                     .dequantize_row_ref = mr__bf16_dequantize_row, .n_tensors = 1,
+                     .tensors = {{"weight", MR_FT_DATA, "BF16", 2, 2, 1, 1, false}}},
     [MR_FMT_E4M3] = {.fmt = MR_FMT_E4M3, .name = "e4m3", .st_dtype = "F8_E4M3", .block_size = 1,
                      .bytes_per_block = 1, .quantize_row_ref = e4m3_quantize_row,
                      .dequantize_row_ref = e4m3_dequantize_row},
@@ -85,15 +87,46 @@ static const mr_format_traits traits[MR_FMT_COUNT] = {
                      .quantize_row_ref = e2m1_quantize_row, .dequantize_row_ref = e2m1_dequantize_row},
     [MR_FMT_NVFP4] = {.fmt = MR_FMT_NVFP4, .name = "nvfp4", .st_dtype = "U8", .block_size = MR__NVFP4_BLOCK,
                       .bytes_per_block = MR__NVFP4_BLOCK / 2, .scale_rows = 1, .scale_cols = MR__NVFP4_BLOCK,
-                      .is_weight_format = true},
+                      .is_weight_format = true, .n_tensors = 4,
+                      .tensors = {{"weight", MR_FT_DATA, "U8", 1, 2, 1, 2, false},
+                                  {"weight_scale", MR_FT_SCALE, "F8_E4M3", 1, 2, 1, MR__NVFP4_BLOCK, false},
+                                  {"weight_scale_2", MR_FT_SCALE2, "F32", 4, 0, 1, 1, false},
+                                  {"input_scale", MR_FT_INPUT_SCALE, "F32", 4, 0, 1, 1, true}}},
     [MR_FMT_FP8_BLOCK] = {.fmt = MR_FMT_FP8_BLOCK, .name = "fp8_block", .st_dtype = "F8_E4M3",
                           .block_size = MR__FP8_BLOCK, .bytes_per_block = MR__FP8_BLOCK,
-                          .scale_rows = MR__FP8_BLOCK, .scale_cols = MR__FP8_BLOCK, .is_weight_format = true},
+                          .scale_rows = MR__FP8_BLOCK, .scale_cols = MR__FP8_BLOCK, .is_weight_format = true,
+                          .n_tensors = 2,
+                          .tensors = {{"weight", MR_FT_DATA, "F8_E4M3", 1, 2, 1, 1, false},
+                                      {"weight_scale_inv", MR_FT_SCALE, "F32", 4, 2, MR__FP8_BLOCK, MR__FP8_BLOCK,
+                                       false}}},
 };
 
 const mr_format_traits *mr_format_traits_get(mr_format f) {
     if ((int)f < 0 || f >= MR_FMT_COUNT) return NULL;
     return &traits[f];
+}
+
+const mr_format_tensor *mr_format_tensor_find(mr_format f, mr_ft_role r) {
+    const mr_format_traits *t = mr_format_traits_get(f);
+    for (int i = 0; t && i < t->n_tensors; i++)
+        if (t->tensors[i].role == r) return &t->tensors[i];
+    return NULL;
+}
+
+int mr_format_tensor_shape(const mr_format_tensor *t, int64_t N, int64_t K, int64_t shape[2]) {
+    if (t->ndim == 0) return 0;
+    shape[0] = (N + t->row_div - 1) / t->row_div;
+    shape[1] = (K + t->col_div - 1) / t->col_div;
+    return 2;
+}
+
+bool mr_format_tensor_bytes(const mr_format_tensor *t, int64_t N, int64_t K, size_t *bytes) {
+    int64_t sh[2] = {1, 1};
+    int nd = mr_format_tensor_shape(t, N, K, sh);
+    size_t n = 1;
+    for (int i = 0; i < nd; i++)
+        if (sh[i] < 0 || !mr_size_mul(n, (size_t)sh[i], &n)) return false;
+    return mr_size_mul(n, (size_t)t->elem_bytes, bytes);
 }
 
 /* Aliases, compared after lower-casing and mapping '-' to '_'. */

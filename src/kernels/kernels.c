@@ -192,17 +192,21 @@ static void matmul_fast(int n, const mr_qmatrix *const *W, const float *x, int64
     }
 }
 
-/* Small M on BF16/FP8 weights takes the ISA's row-major fast path (k->rows,
- * see matmul_fast); otherwise the decode-and-dot driver, threaded over
- * blocks of 16 output columns (y rows are M apart). */
+/* BF16/FP8 weights take the ISA's row-major path (k->rows, see matmul_fast)
+ * at any M: it reruns each 8-row chunk (in L1) per 4 tokens, and a token's
+ * result does not depend on M (the same FMA sequence per row and token), so
+ * a request's logits do not depend on the batch around it. Measured on a
+ * 2-layer hidden-1024 FP8 model at 128 tokens (the engine's decode batch):
+ * 3.2x faster than the decode-and-dot driver, which stays for the other
+ * formats (threaded over blocks of 16 output columns; y rows are M apart). */
 void mr_matmul(const mr_qmatrix *W, const float *x, int64_t M, float *y) {
     mr_matmul_multi(1, &W, x, M, &y);
 }
 
 void mr_matmul_multi(int n, const mr_qmatrix *const *W, const float *x, int64_t M, float *const *y) {
     const mr_kernels *k = mr_kernels_get();
-    enum { NB = 16, FAST_MAX_M = 8 };
-    bool fast = M >= 1 && M <= FAST_MAX_M;
+    enum { NB = 16 };
+    bool fast = M >= 1;
     for (int i = 0; i < n; i++) {
         MR_ASSERT(W[i]->cols == W[0]->cols);
         fast = fast && W[i]->fmt < MR_FMT_COUNT && k->rows[W[i]->fmt].fn && W[i]->fmt == W[0]->fmt;

@@ -160,80 +160,53 @@ static mr_status load_scalar_f32(const mr_ckpt *ck, const char *name, float *out
  * weights are not, the after-load reads them once. */
 static mr_status load_linear(mr_model *m, const mr_ckpt *ck, const char *prefix, mr_format fmt, int64_t N, int64_t K,
                              mr_qmatrix *q, bool *missing_input_scale, bool fault) {
-    char name[320];
-    const mr_st_tensor *t, *s;
+    const mr_format_traits *tr = mr_format_traits_get(fmt);
     *q = (mr_qmatrix){.fmt = fmt, .rows = N, .cols = K, .scale2 = 1.0f};
-    snprintf(name, sizeof name, "%s.weight", prefix);
-    mr_status st;
-    if (fmt == MR_FMT_BF16) {
-        int64_t sh[2] = {N, K};
-        if ((st = get_tensor(ck, name, MR_ST_BF16, -1, 2, sh, &t))) return st;
-        if (fault || ((uintptr_t)t->data % 2) == 0) {
-            q->data = (void *)in_place_as(m, t, 2, fault);
-        } else { /* an unaligned expert: a copy the matrix owns, freed when after-load is done with it */
-            if (!(q->data = mr_aligned_alloc(64, (size_t)t->n_bytes))) return MR_ENOMEM;
-            memcpy(q->data, t->data, (size_t)t->n_bytes);
-            mr_st_release(t->file, t->data, (size_t)t->n_bytes);
-            q->owned = true;
-            return MR_OK;
-        }
-    } else if (fmt == MR_FMT_FP8_BLOCK) {
-        int64_t sh[2] = {N, K}, ssh[2] = {(N + 127) / 128, (K + 127) / 128};
-        if ((st = get_tensor(ck, name, MR_ST_F8_E4M3, -1, 2, sh, &t))) return st;
-        snprintf(name, sizeof name, "%s.weight_scale_inv", prefix);
-        if ((st = get_tensor(ck, name, MR_ST_F32, -1, 2, ssh, &s))) return st;
-        q->data = (void *)t->data;
-        q->scale = (void *)in_place_as(m, s, 4, fault);
-    } else if (fmt == MR_FMT_NVFP4) {
-        if (K % 16) return mr_error_set(MR_ECONFIG, "%s: NVFP4 needs K %% 16 == 0, K = %lld", prefix, (long long)K);
-        int64_t sh[2] = {N, K / 2}, ssh[2] = {N, K / 16};
-        if ((st = get_tensor(ck, name, MR_ST_U8, -1, 2, sh, &t))) return st;
-        snprintf(name, sizeof name, "%s.weight_scale", prefix);
-        if ((st = get_tensor(ck, name, MR_ST_F8_E4M3, -1, 2, ssh, &s))) return st;
-        q->data = (void *)t->data;
-        q->scale = (void *)s->data;
-        bool found;
-        snprintf(name, sizeof name, "%s.weight_scale_2", prefix);
-        if ((st = load_scalar_f32(ck, name, &q->scale2, &found))) return st;
-        if (!found) return mr_error_set(MR_ENOTFOUND, "tensor %s is missing from the checkpoint (expected F32 [])", name);
-        snprintf(name, sizeof name, "%s.input_scale", prefix);
-        if ((st = load_scalar_f32(ck, name, &q->input_scale, &found))) return st;
-        if (!found) *missing_input_scale = true;
-    } else {
+    if (!tr || tr->n_tensors == 0 || fmt == MR_FMT_F32)
         return mr_error_set(MR_EUNSUPPORTED, "%s: weight format %s is not supported for linears", prefix,
-                            mr_format_traits_get(fmt) ? mr_format_traits_get(fmt)->name : "?");
+                            tr ? tr->name : "?");
+    if (fmt == MR_FMT_NVFP4 && K % 16)
+        return mr_error_set(MR_ECONFIG, "%s: NVFP4 needs K %% 16 == 0, K = %lld", prefix, (long long)K);
+    /* the tensors the format stores (formats/ traits): names, dtypes, shapes */
+    for (int i = 0; i < tr->n_tensors; i++) {
+        const mr_format_tensor *ft = &tr->tensors[i];
+        char name[320];
+        snprintf(name, sizeof name, "%s.%s", prefix, ft->suffix);
+        mr_st_dtype dt;
+        mr_status st = mr_st_dtype_from_name(ft->st_dtype, &dt);
+        MR_ASSERT(st == MR_OK);
+        if (ft->ndim == 0) { /* a scalar (weight_scale_2, input_scale) */
+            bool found;
+            float v = 0.0f;
+            if ((st = load_scalar_f32(ck, name, &v, &found))) return st;
+            if (!found && !ft->optional)
+                return mr_error_set(MR_ENOTFOUND, "tensor %s is missing from the checkpoint (expected %s [])", name,
+                                    ft->st_dtype);
+            if (!found && ft->role == MR_FT_INPUT_SCALE) *missing_input_scale = true;
+            if (found && ft->role == MR_FT_SCALE2) q->scale2 = v;
+            if (found && ft->role == MR_FT_INPUT_SCALE) q->input_scale = v;
+            continue;
+        }
+        int64_t sh[2];
+        mr_format_tensor_shape(ft, N, K, sh);
+        const mr_st_tensor *t;
+        if ((st = get_tensor(ck, name, dt, -1, 2, sh, &t))) return st;
+        const void *p;
+        if (ft->role == MR_FT_DATA && !fault && ((uintptr_t)t->data % (uintptr_t)ft->elem_bytes) != 0) {
+            /* an unaligned expert: a copy the matrix owns, freed when after-load is done with it */
+            void *c = mr_aligned_alloc(64, (size_t)t->n_bytes);
+            if (!c) return MR_ENOMEM;
+            memcpy(c, t->data, (size_t)t->n_bytes);
+            mr_st_release(t->file, t->data, (size_t)t->n_bytes);
+            q->data = c;
+            q->owned = tr->n_tensors == 1; /* the matrix frees only what it owns wholly */
+            if (!q->owned && mr__model_own(m, c)) return MR_ENOMEM;
+            continue;
+        }
+        if (!(p = in_place_as(m, t, (size_t)ft->elem_bytes, fault))) return MR_ENOMEM;
+        if (ft->role == MR_FT_DATA) q->data = (void *)p;
+        else q->scale = (void *)p;
     }
-    if (!q->data || (fmt != MR_FMT_BF16 && !q->scale)) return MR_ENOMEM;
-    q->owned = false;
-    return MR_OK;
-}
-
-/* EOS ids: config.json (via the description) plus generation_config.json. */
-static void add_eos(mr_model_config *c, int64_t id) {
-    for (int i = 0; i < c->n_eos; i++)
-        if (c->eos[i] == id) return;
-    if (c->n_eos < MR_MODEL_MAX_EOS && id >= 0 && id <= INT32_MAX) c->eos[c->n_eos++] = (int32_t)id;
-}
-
-static mr_status read_generation_config(const char *dir, mr_model_config *c) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/generation_config.json", dir);
-    if (access(path, F_OK) != 0) return MR_OK;
-    json_error_t e;
-    bool oom;
-    json_t *root = mr__json_load_file(path, 0, &e, &oom);
-    if (!root) {
-        if (oom) return MR_ENOMEM;
-        return mr_error_set(MR_ECONFIG, "%s: not valid JSON at line %d: %s", path, e.line, e.text);
-    }
-    json_t *eos = json_object_get(root, "eos_token_id");
-    if (json_is_integer(eos)) add_eos(c, json_integer_value(eos));
-    if (json_is_array(eos)) {
-        size_t i;
-        json_t *v;
-        json_array_foreach(eos, i, v) if (json_is_integer(v)) add_eos(c, json_integer_value(v));
-    }
-    json_decref(root);
     return MR_OK;
 }
 
@@ -246,24 +219,19 @@ static mr_status config_from_desc(const mr_model_desc *d, mr_model_config *c) {
     if (d->shared_inter != 0 || d->n_dense_layers != 0)
         return mr_error_set(MR_EUNSUPPORTED, "shared experts and dense layers are not part of MiniMax-M2");
     if (d->tie_embeddings) return mr_error_set(MR_EUNSUPPORTED, "tie_word_embeddings=true is not supported");
-    *c = (mr_model_config){
-        .vocab = d->vocab, .hidden = d->hidden, .n_layers = d->n_layers, .n_heads = d->n_heads,
-        .n_kv_heads = d->n_kv_heads, .head_dim = d->head_dim, .rotary_dim = d->rotary_dim,
-        .n_experts = d->n_experts, .top_k = d->top_k, .inter = d->moe_inter, .rope_theta = d->rope_theta,
-        .rms_eps = (float)d->rms_eps,
-    };
+    /* the one hyperparameter struct: the description itself (the exclusion list stays with d) */
+    *c = *d;
+    c->quant.exclude = NULL;
+    c->quant.n_exclude = 0;
     if (c->vocab <= 0 || c->hidden <= 0 || c->n_layers <= 0 || c->n_heads <= 0 || c->n_kv_heads <= 0 ||
-        c->head_dim <= 0 || c->n_experts <= 0 || c->top_k <= 0 || c->inter <= 0 || c->top_k > c->n_experts ||
+        c->head_dim <= 0 || c->n_experts <= 0 || c->top_k <= 0 || c->moe_inter <= 0 || c->top_k > c->n_experts ||
         c->n_heads % c->n_kv_heads || c->rotary_dim < 0 || c->rotary_dim > c->head_dim || c->rotary_dim % 2 ||
         c->vocab > INT32_MAX)
         return mr_error_set(MR_ECONFIG, "config.json: inconsistent dimensions (hidden %lld, layers %lld, heads %lld/%lld, "
-                            "head_dim %lld, rotary_dim %lld, experts %lld top-%lld, inter %lld, vocab %lld)",
+                            "head_dim %lld, rotary_dim %lld, experts %d top-%d, inter %lld, vocab %lld)",
                             (long long)c->hidden, (long long)c->n_layers, (long long)c->n_heads,
-                            (long long)c->n_kv_heads, (long long)c->head_dim, (long long)c->rotary_dim,
-                            (long long)c->n_experts, (long long)c->top_k, (long long)c->inter, (long long)c->vocab);
-    for (int i = 0; i < d->n_eos; i++) add_eos(c, d->eos_ids[i]);
-    c->expert_format = mr_quant_weight_format(d->quant.kind);
-    c->attn_format = d->quant.kind == MR_QUANT_FP8_BLOCK ? MR_FMT_FP8_BLOCK : MR_FMT_BF16;
+                            (long long)c->n_kv_heads, (long long)c->head_dim, (long long)c->rotary_dim, c->n_experts,
+                            c->top_k, (long long)c->moe_inter, (long long)c->vocab);
     return MR_OK;
 }
 
@@ -295,15 +263,13 @@ mr_status mr__model_load_experts(mr_model *m, const void *ckv, int l, int first,
     const mr_ckpt *ck = ckv;
     const mr_model_config *c = &m->c;
     const int64_t H = c->hidden, E = c->n_experts;
-    const mr_format ef = c->expert_format;
-    char p[64];
-    snprintf(p, sizeof p, "model.layers.%d.", l);
+    const mr_format ef = m->expert_format;
     *out = NULL;
     if (first < 0 || n_local < 1 || first > E - n_local)
         return mr_error_set(MR_EINVAL, "layer %d: local experts [%d, %d) outside the %lld experts", l, first,
                             first + n_local, (long long)E);
     mr_moe_weights *w = NULL;
-    mr_status st = mr_moe_weights_new(&w, n_local, H, c->inter, ef);
+    mr_status st = mr_moe_weights_new(&w, n_local, H, c->moe_inter, ef);
     if (st) return st;
     w->expert_first = first;
     w->release_source = release_source;
@@ -319,15 +285,14 @@ mr_status mr__model_load_experts(mr_model *m, const void *ckv, int l, int first,
     for (int64_t x = 0; x < E && !st; x++) {
         const bool local = x >= first && x < first + n_local;
         if (!local && ef != MR_FMT_NVFP4) continue;
-        char en[320], wn[360];
-        snprintf(en, sizeof en, "%sblock_sparse_moe.experts.%lld.", p, (long long)x);
+        char wn[360];
         mr_qmatrix scratch[3];
         mr_qmatrix *q3[3] = {local ? &w->w1[x - first] : &scratch[0], local ? &w->w3[x - first] : &scratch[1],
                              local ? &w->w2[x - first] : &scratch[2]};
-        static const char *const which[3] = {"w1", "w3", "w2"};
-        const int64_t NK[3][2] = {{c->inter, H}, {c->inter, H}, {H, c->inter}};
+        static const mr_hf_tensor which[3] = {MR_HF_EXPERT_W1, MR_HF_EXPERT_W3, MR_HF_EXPERT_W2};
+        const int64_t NK[3][2] = {{c->moe_inter, H}, {c->moe_inter, H}, {H, c->moe_inter}};
         for (int i = 0; i < 3 && !st; i++) {
-            snprintf(wn, sizeof wn, "%s%s", en, which[i]);
+            mr_hf_name(which[i], l, (int)x, "", wn, sizeof wn); /* the module */
             if (local) {
                 st = load_linear(m, ck, wn, ef, NK[i][0], NK[i][1], q3[i], &miss[x * 3 + i], false);
             } else { /* another peer's expert: only its input_scale */
@@ -354,12 +319,15 @@ mr_status mr__model_load_experts(mr_model *m, const void *ckv, int l, int first,
             miss13 = miss13 || miss[x * 3] || miss[x * 3 + 1];
             miss2 = miss2 || miss[x * 3 + 2];
         }
+        char ex[360];
         if (miss13 && max_in13 == 0.0f)
             st = mr_error_set(MR_ENOTFOUND, "layer %d: no NVFP4 expert carries a w1/w3 input_scale to fall back on "
-                              "(e.g. %sblock_sparse_moe.experts.0.w1.input_scale, expected F32 [])", l, p);
+                              "(e.g. %s, expected F32 [])", l,
+                              (mr_hf_name(MR_HF_EXPERT_W1, l, 0, "input_scale", ex, sizeof ex), ex));
         else if (miss2 && max_in2 == 0.0f)
             st = mr_error_set(MR_ENOTFOUND, "layer %d: no NVFP4 expert carries a w2 input_scale to fall back on "
-                              "(e.g. %sblock_sparse_moe.experts.0.w2.input_scale, expected F32 [])", l, p);
+                              "(e.g. %s, expected F32 [])", l,
+                              (mr_hf_name(MR_HF_EXPERT_W2, l, 0, "input_scale", ex, sizeof ex), ex));
         for (int64_t x = first; x < first + n_local && !st; x++) {
             for (int i = 0; i < 3; i++) {
                 if (!miss[x * 3 + i]) continue;
@@ -388,29 +356,29 @@ static mr_status load_layer(mr_model *m, const mr_ckpt *ck, const mr_model_desc 
     const mr_model_config *c = &m->c;
     mr__layer *L = &m->w.layers[l];
     int64_t H = c->hidden, qd = c->n_heads * c->head_dim, kd = c->n_kv_heads * c->head_dim, E = c->n_experts;
-    char p[256], n[320];
+    char n[320];
     mr_status st;
-    snprintf(p, sizeof p, "model.layers.%d.", l);
-#define NAME(s) (snprintf(n, sizeof n, "%s%s", p, s), n)
-    if ((st = load_vec(m, ck, NAME("input_layernorm.weight"), H, &L->attn_norm))) return st;
-    if ((st = load_vec(m, ck, NAME("post_attention_layernorm.weight"), H, &L->ffn_norm))) return st;
-    if ((st = load_vec(m, ck, NAME("self_attn.q_norm.weight"), qd, &L->q_norm))) return st;
-    if ((st = load_vec(m, ck, NAME("self_attn.k_norm.weight"), kd, &L->k_norm))) return st;
-    struct { const char *s; mr_qmatrix *q; int64_t N, K; } lin[4] = {
-        {"self_attn.q_proj", &L->wq, qd, H}, {"self_attn.k_proj", &L->wk, kd, H},
-        {"self_attn.v_proj", &L->wv, kd, H}, {"self_attn.o_proj", &L->wo, H, qd}};
+    /* the layer's tensor names (io/ HF map); a suffix of "" names the module of a linear */
+#define NAME(kind, suffix) (mr_hf_name(kind, l, -1, suffix, n, sizeof n), n)
+    if ((st = load_vec(m, ck, NAME(MR_HF_ATTN_NORM, NULL), H, &L->attn_norm))) return st;
+    if ((st = load_vec(m, ck, NAME(MR_HF_FFN_NORM, NULL), H, &L->ffn_norm))) return st;
+    if ((st = load_vec(m, ck, NAME(MR_HF_Q_NORM, NULL), qd, &L->q_norm))) return st;
+    if ((st = load_vec(m, ck, NAME(MR_HF_K_NORM, NULL), kd, &L->k_norm))) return st;
+    struct { mr_hf_tensor kind; mr_qmatrix *q; int64_t N, K; } lin[4] = {
+        {MR_HF_Q_PROJ, &L->wq, qd, H}, {MR_HF_K_PROJ, &L->wk, kd, H},
+        {MR_HF_V_PROJ, &L->wv, kd, H}, {MR_HF_O_PROJ, &L->wo, H, qd}};
     for (int i = 0; i < 4; i++) {
         char wn[320];
-        snprintf(wn, sizeof wn, "%s%s.weight", p, lin[i].s);
-        mr_format f = linear_format(d, c->attn_format, wn);
+        mr_hf_name(lin[i].kind, l, -1, NULL, wn, sizeof wn);
+        mr_format f = linear_format(d, m->attn_format, wn);
         bool unused = false;
-        if ((st = load_linear(m, ck, NAME(lin[i].s), f, lin[i].N, lin[i].K, lin[i].q, &unused, true))) return st;
+        if ((st = load_linear(m, ck, NAME(lin[i].kind, ""), f, lin[i].N, lin[i].K, lin[i].q, &unused, true))) return st;
     }
     /* router gate, widened to fp32 */
     {
         const mr_st_tensor *t;
         int64_t sh[2] = {E, H};
-        if ((st = get_tensor(ck, NAME("block_sparse_moe.gate.weight"), MR_ST_BF16, MR_ST_F32, 2, sh, &t))) return st;
+        if ((st = get_tensor(ck, NAME(MR_HF_ROUTER, NULL), MR_ST_BF16, MR_ST_F32, 2, sh, &t))) return st;
         float *g = own_alloc(m, (size_t)(E * H) * sizeof(float));
         if (!g) return MR_ENOMEM;
         const unsigned char *src = t->data;
@@ -425,7 +393,7 @@ static mr_status load_layer(mr_model *m, const mr_ckpt *ck, const mr_model_desc 
         }
         L->gate = (mr_qmatrix){.fmt = MR_FMT_F32, .rows = E, .cols = H, .data = g, .scale2 = 1.0f};
     }
-    if ((st = load_vec(m, ck, NAME("block_sparse_moe.e_score_correction_bias"), E, &L->bias))) return st;
+    if ((st = load_vec(m, ck, NAME(MR_HF_ROUTER_BIAS, NULL), E, &L->bias))) return st;
     /* experts: the local ones, then the runner's after-load */
     int first, n_local;
     mr_moe_problem_local(&m->problem, &first, &n_local);
@@ -496,6 +464,7 @@ static mr_status alloc_state(mr_model *m) {
     A(s->wts, T * (size_t)c->top_k);
     A(s->xb, T * H);
     A(s->ob, T * H);
+    A(s->emark, (size_t)c->n_experts);
 #undef A
     if (s->max_batch > 0) {
         s->kcache = own_alloc(m, kv);
@@ -539,10 +508,10 @@ static mr_status setup_runner(mr_model *m, const mr_model_desc *d) {
     if (d->routing != MR_ROUTING_MINIMAX2 || m->problem.routing != MR_ROUTING_MINIMAX2)
         return mr_error_set(MR_ECONFIG, "MiniMax-M2 routes with minimax2; the configuration says %s",
                             mr_routing_name(d->routing));
-    if (m->problem.weight_format != m->c.expert_format)
+    if (m->problem.weight_format != m->expert_format)
         return mr_error_set(MR_ESTATE, "the resolved expert format %s differs from the checkpoint's %s",
                             mr_format_traits_get(m->problem.weight_format)->name,
-                            mr_format_traits_get(m->c.expert_format)->name);
+                            mr_format_traits_get(m->expert_format)->name);
     m->routing = (mr_routing){.method = MR_ROUTING_MINIMAX2, .n_experts = (int)m->c.n_experts,
                               .top_k = (int)m->c.top_k, .scale = d->routed_scale > 0 ? d->routed_scale : 1.0f};
     return MR_OK;
@@ -564,7 +533,8 @@ mr_status mr_model_open(const char *dir, const mr_model_opts *opts, mr_model **o
         goto out;
     }
     if ((st = config_from_desc(d, &m->c))) goto out;
-    if ((st = read_generation_config(dir, &m->c))) goto out;
+    m->expert_format = mr_quant_weight_format(d->quant.kind);
+    m->attn_format = d->quant.kind == MR_QUANT_FP8_BLOCK ? MR_FMT_FP8_BLOCK : MR_FMT_BF16;
     /* state sizes */
     mr__state *s = &m->s;
     s->kv_blocks = m->opts.kv_blocks > 0 ? m->opts.kv_blocks : 0;
@@ -598,14 +568,18 @@ mr_status mr_model_open(const char *dir, const mr_model_opts *opts, mr_model **o
     {
         const mr_st_tensor *t;
         int64_t sh[2] = {c->vocab, c->hidden};
-        if ((st = get_tensor(ck, "model.embed_tokens.weight", MR_ST_BF16, -1, 2, sh, &t))) goto out;
+        char n[160];
+        mr_hf_name(MR_HF_EMBED, -1, -1, NULL, n, sizeof n);
+        if ((st = get_tensor(ck, n, MR_ST_BF16, -1, 2, sh, &t))) goto out;
         if (!(m->w.embed = in_place(m, t, 2))) {
             st = MR_ENOMEM;
             goto out;
         }
-        if ((st = load_vec(m, ck, "model.norm.weight", c->hidden, &m->w.final_norm))) goto out;
+        mr_hf_name(MR_HF_FINAL_NORM, -1, -1, NULL, n, sizeof n);
+        if ((st = load_vec(m, ck, n, c->hidden, &m->w.final_norm))) goto out;
         bool unused = false;
-        if ((st = load_linear(m, ck, "lm_head", MR_FMT_BF16, c->vocab, c->hidden, &m->w.lm_head, &unused, true)))
+        mr_hf_name(MR_HF_LM_HEAD, -1, -1, "", n, sizeof n);
+        if ((st = load_linear(m, ck, n, MR_FMT_BF16, c->vocab, c->hidden, &m->w.lm_head, &unused, true)))
             goto out;
     }
     m->w.layers = mr_calloc((size_t)c->n_layers, sizeof(mr__layer));
@@ -649,9 +623,20 @@ const mr_model_config *mr_model_config_of(const mr_model *m) { return &m->c; }
 const char *mr_model_runner_name(const mr_model *m) { return m->runner->name; }
 mr_act_mode mr_model_act_mode(const mr_model *m) { return m->problem.act_mode; }
 size_t mr_model_peak_rss(const mr_model *m) { return m->peak_rss; }
+void mr_model_weight_bytes_get(const mr_model *m, mr_model_weight_bytes *out) {
+    memset(out, 0, sizeof *out);
+    for (int64_t l = 0; l < m->c.n_layers; l++) {
+        const mr__layer *L = &m->w.layers[l];
+        out->attn += mr_qmatrix_bytes(&L->wq) + mr_qmatrix_bytes(&L->wk) + mr_qmatrix_bytes(&L->wv) +
+                     mr_qmatrix_bytes(&L->wo);
+        out->router += mr_qmatrix_bytes(&L->gate) + (size_t)m->c.n_experts * sizeof(float);
+    }
+    if (m->c.n_layers > 0) out->expert = mr_moe_weights_expert_bytes(m->w.layers[0].experts);
+    out->lm_head = mr_qmatrix_bytes(&m->w.lm_head);
+}
 bool mr_model_is_eos(const mr_model *m, int32_t tok) {
     for (int i = 0; i < m->c.n_eos; i++)
-        if (m->c.eos[i] == tok) return true;
+        if (m->c.eos_ids[i] == tok) return true;
     return false;
 }
 void mr__model_set_moe_hook(mr_model *m,

@@ -67,6 +67,7 @@ typedef struct {
     float *wts;      /* [T][k] routing weights */
     uint16_t *xb;    /* [T][H] bf16 copies when the runner's activation dtype is bf16 */
     uint16_t *ob;    /* [T][H] */
+    uint8_t *emark;  /* [E] scratch: experts routed to in one MoE call */
 } mr__state;
 
 struct mr_model {
@@ -76,6 +77,8 @@ struct mr_model {
     mr_model_opts opts;
     const mr_moe_runner *runner;
     mr_moe_problem problem;  /* what the runner accepted */
+    mr_format attn_format;   /* weights of q/k/v/o: BF16 or FP8_BLOCK (from the quantization) */
+    mr_format expert_format; /* BF16, FP8_BLOCK or NVFP4 */
     mr_moe_ctx *moe;         /* the runner's context: one workspace shared by every layer */
     mr_resolution *own_res;  /* the resolution made at open when opts.exec is NULL (owns the exec) */
     mr_routing routing;      /* minimax2, k, E; bias set per layer */

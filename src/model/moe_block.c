@@ -29,6 +29,15 @@ mr_status mr__moe_forward(mr_model *m, int l, const float *xn, int64_t T, float 
     }
     mr_status st = mr_moe_run(m->moe, L->experts, &a); /* route, experts, weighted sum */
     if (st) return st;
+    uint64_t touched = 0; /* distinct experts of this call (the bench's bytes moved) */
+    for (int64_t i = 0; i < T * k; i++)
+        if (s->ids[i] >= 0 && s->ids[i] < m->c.n_experts && !s->emark[s->ids[i]]) {
+            s->emark[s->ids[i]] = 1;
+            touched++;
+        }
+    for (int64_t i = 0; i < T * k; i++)
+        if (s->ids[i] >= 0 && s->ids[i] < m->c.n_experts) s->emark[s->ids[i]] = 0;
+    m->timing.experts_touched += touched;
     if (m->problem.act_dtype == MR_FMT_BF16)
         for (int64_t i = 0; i < T * H; i++) out[i] = mr_bf16_to_f32(s->ob[i]);
     if (m->moe_input_hook) m->moe_input_hook(m->moe_input_user, l, xn, out, T, s->ids, (int)k);

@@ -15,6 +15,7 @@
  *          hf_quant_config.json is written too.
  * Everything is written into a scratch folder next to OUT, renamed into
  * place at the end; on failure nothing is left. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,8 +56,8 @@ static void calib_hook(void *user, int layer, const float *x, const float *out, 
             int e = ids[t * k + j];
             float *a13 = &c->amax13[(int64_t)layer * c->E + e], *a2 = &c->amax2[(int64_t)layer * c->E + e];
             *a13 = fmaxf(*a13, ax);
-            snprintf(n1, sizeof n1, "model.layers.%d.block_sparse_moe.experts.%d.w1.weight", layer, e);
-            snprintf(n3, sizeof n3, "model.layers.%d.block_sparse_moe.experts.%d.w3.weight", layer, e);
+            mr_hf_name(MR_HF_EXPERT_W1, layer, e, NULL, n1, sizeof n1);
+            mr_hf_name(MR_HF_EXPERT_W3, layer, e, NULL, n3, sizeof n3);
             const mr_st_tensor *t1 = mr_ckpt_find(c->ck, n1), *t3 = mr_ckpt_find(c->ck, n3);
             if (!t1 || !t3) continue; /* the loader already checked them */
             mr_qmatrix w1 = bf16_matrix(t1), w3 = bf16_matrix(t3);
@@ -85,7 +86,7 @@ static mr_status run_calibration(const char *in_dir, const mr_ckpt *ck, const mr
     c->ck = ck;
     c->E = mc->n_experts;
     c->H = mc->hidden;
-    c->I = mc->inter;
+    c->I = mc->moe_inter;
     mr__model_set_moe_hook(m, calib_hook, c);
     int32_t *toks = mr_malloc((size_t)seq * sizeof(int32_t));
     float *logits = mr_malloc((size_t)mc->vocab * sizeof(float));
@@ -234,34 +235,24 @@ static mr_status add_quantized(outw *o, const char *base, const mr_st_tensor *t,
     mr_status st = mr_qmatrix_quantize(q, fmt, f, N, K, shared_amax);
     mr_free(f);
     if (st) return st;
-    char name[320];
-    if (fmt == MR_FMT_FP8_BLOCK) {
-        int64_t sh[2] = {N, K}, ssh[2] = {(N + 127) / 128, (K + 127) / 128};
-        snprintf(name, sizeof name, "%s.weight", base);
-        if ((st = mr_st_writer_add(o->w, name, MR_ST_F8_E4M3, sh, 2, q->data))) return st;
-        snprintf(name, sizeof name, "%s.weight_scale_inv", base);
-        return mr_st_writer_add(o->w, name, MR_ST_F32, ssh, 2, q->scale);
+    /* the tensors the format stores (formats/ traits): names, dtypes, shapes */
+    const mr_format_traits *tr = mr_format_traits_get(fmt);
+    for (int i = 0; i < tr->n_tensors && !st; i++) {
+        const mr_format_tensor *ft = &tr->tensors[i];
+        char name[320];
+        snprintf(name, sizeof name, "%s.%s", base, ft->suffix);
+        mr_st_dtype dt;
+        if ((st = mr_st_dtype_from_name(ft->st_dtype, &dt))) break;
+        int64_t sh[2];
+        const int nd = mr_format_tensor_shape(ft, N, K, sh);
+        switch (ft->role) {
+        case MR_FT_DATA: st = mr_st_writer_add(o->w, name, dt, sh, nd, q->data); break;
+        case MR_FT_SCALE: st = mr_st_writer_add(o->w, name, dt, sh, nd, q->scale); break;
+        case MR_FT_SCALE2: st = add_scalar(o, name, q->scale2); break;
+        case MR_FT_INPUT_SCALE: st = add_scalar(o, name, input_scale); break;
+        }
     }
-    int64_t sh[2] = {N, K / 2}, ssh[2] = {N, K / 16};
-    snprintf(name, sizeof name, "%s.weight", base);
-    if ((st = mr_st_writer_add(o->w, name, MR_ST_U8, sh, 2, q->data))) return st;
-    snprintf(name, sizeof name, "%s.weight_scale", base);
-    if ((st = mr_st_writer_add(o->w, name, MR_ST_F8_E4M3, ssh, 2, q->scale))) return st;
-    snprintf(name, sizeof name, "%s.weight_scale_2", base);
-    if ((st = add_scalar(o, name, q->scale2))) return st;
-    snprintf(name, sizeof name, "%s.input_scale", base);
-    return add_scalar(o, name, input_scale);
-}
-
-/* Parses "model.layers.L.<rest>"; returns L or -1. */
-static long layer_of(const char *name, const char **rest) {
-    const char *p = "model.layers.";
-    if (strncmp(name, p, strlen(p)) != 0) return -1;
-    char *end;
-    long l = strtol(name + strlen(p), &end, 10);
-    if (*end != '.') return -1;
-    *rest = end + 1;
-    return l;
+    return st;
 }
 
 static json_t *quant_config(mr_format to, bool hf) {
@@ -293,6 +284,36 @@ static json_t *quant_config(mr_format to, bool hf) {
     return q;
 }
 
+/* The files beside the weights that a user of the model needs (its
+ * tokenizer and chat template) are copied unchanged when present. */
+static const char *const CARRIED_FILES[] = {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
+                                            "special_tokens_map.json"};
+
+static mr_status copy_if_present(const char *in_dir, const char *tmp, const char *name) {
+    char src[4096], dst[4096], buf[65536];
+    snprintf(src, sizeof src, "%s/%s", in_dir, name);
+    snprintf(dst, sizeof dst, "%s/%s", tmp, name);
+    FILE *in = fopen(src, "rb");
+    if (!in) return errno == ENOENT ? MR_OK : mr_error_set(MR_EIO, "quantize: cannot open %s: %s", src, strerror(errno));
+    mr_status st = MR_OK;
+    FILE *out = fopen(dst, "wb");
+    if (!out) {
+        st = mr_error_set(MR_EIO, "quantize: cannot create %s: %s", dst, strerror(errno));
+        goto out;
+    }
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0)
+        if (fwrite(buf, 1, n, out) != n) {
+            st = mr_error_set(MR_EIO, "quantize: cannot write %s: %s", dst, strerror(errno));
+            goto out;
+        }
+    if (ferror(in)) st = mr_error_set(MR_EIO, "quantize: cannot read %s", src);
+out:
+    if (out && fclose(out) != 0 && !st) st = mr_error_set(MR_EIO, "quantize: cannot write %s: %s", dst, strerror(errno));
+    fclose(in);
+    return st;
+}
+
 static mr_status write_configs(const char *in_dir, const char *tmp, mr_format to) {
     char path[4096];
     json_error_t e;
@@ -321,6 +342,8 @@ static mr_status write_configs(const char *in_dir, const char *tmp, mr_format to
         snprintf(path, sizeof path, "%s/hf_quant_config.json", tmp);
         if ((st = mr__write_json_atomic(path, h))) return st;
     }
+    for (size_t i = 0; i < sizeof CARRIED_FILES / sizeof CARRIED_FILES[0]; i++)
+        if ((st = copy_if_present(in_dir, tmp, CARRIED_FILES[i]))) return st;
     return MR_OK;
 }
 
@@ -335,8 +358,6 @@ mr_status mr_model_quantize(const char *in_dir, const char *out_dir, const mr_qu
     outw o = {0};
     calib cal = {0};
     char tmp[4096] = "";
-    mr_model_config mc = {.vocab = d.vocab, .hidden = d.hidden, .n_layers = d.n_layers, .n_experts = d.n_experts,
-                          .inter = d.moe_inter};
     if (d.arch != MR_ARCH_MINIMAX_M2) {
         st = mr_error_set(MR_EUNSUPPORTED, "quantize: %s is not MiniMaxM2ForCausalLM", d.architecture);
         goto out;
@@ -367,7 +388,7 @@ mr_status mr_model_quantize(const char *in_dir, const char *out_dir, const mr_qu
             st = MR_ENOMEM;
             goto out;
         }
-        if ((st = run_calibration(in_dir, ck, &mc, p, &cal))) goto out;
+        if ((st = run_calibration(in_dir, ck, &d, p, &cal))) goto out;
         /* experts no calibration token reached: the maximum over the others */
         for (int64_t l = 0; l < d.n_layers; l++) {
             float m13 = 0.0f, m2 = 0.0f;
@@ -386,24 +407,19 @@ mr_status mr_model_quantize(const char *in_dir, const char *out_dir, const mr_qu
     for (size_t i = 0; i < n && !st; i++) {
         const mr_st_tensor *t = mr_ckpt_tensor_at(ck, i);
         if (p->to == MR_FMT_FP8_BLOCK && (st = check_finite(t))) break;
-        const char *rest = NULL;
-        long l = layer_of(t->name, &rest);
-        size_t nl = strlen(t->name);
-        bool is_weight = nl > 7 && !strcmp(t->name + nl - 7, ".weight") && t->ndim == 2 && t->dtype == MR_ST_BF16;
-        char base[320];
-        snprintf(base, sizeof base, "%.*s", (int)(nl > 7 ? nl - 7 : nl), t->name);
-        bool attn = l >= 0 && l < d.n_layers && is_weight && !strncmp(rest, "self_attn.", 10) &&
-                    strstr(rest, "_proj.weight");
-        int expert = -1;
-        char which = 0;
-        if (l >= 0 && l < d.n_layers && is_weight && !strncmp(rest, "block_sparse_moe.experts.", 25)) {
-            char *end;
-            expert = (int)strtol(rest + 25, &end, 10);
-            if (end[0] == '.' && end[1] == 'w' && (end[2] == '1' || end[2] == '2' || end[2] == '3') && end[3] == '.')
-                which = end[2];
-            else
-                expert = -1;
-        }
+        /* what the tensor is, by its HF name (io/ map): attention and expert linears are quantized */
+        mr_hf_tensor kind = MR_HF_COUNT;
+        int l = -1, expert = -1;
+        const char *suffix = "";
+        const bool known = mr_hf_parse(t->name, &kind, &l, &expert, &suffix);
+        const bool is_weight = known && !strcmp(suffix, "weight") && t->ndim == 2 && t->dtype == MR_ST_BF16 &&
+                               l >= 0 && l < d.n_layers;
+        char base[320] = "";
+        if (known) mr_hf_name(kind, l, expert, "", base, sizeof base);
+        const bool attn = is_weight && (kind == MR_HF_Q_PROJ || kind == MR_HF_K_PROJ || kind == MR_HF_V_PROJ ||
+                                        kind == MR_HF_O_PROJ);
+        if (!(is_weight && mr_hf_is_expert(kind))) expert = -1;
+        const char which = expert < 0 ? 0 : kind == MR_HF_EXPERT_W1 ? '1' : kind == MR_HF_EXPERT_W3 ? '3' : '2';
         if (p->to == MR_FMT_FP8_BLOCK && (attn || expert >= 0) && !mr_quant_is_excluded(&d.quant, t->name)) {
             st = add_quantized(&o, base, t, MR_FMT_FP8_BLOCK, 0.0f, 0.0f);
         } else if (p->to == MR_FMT_NVFP4 && expert >= 0) {
@@ -414,8 +430,8 @@ mr_status mr_model_quantize(const char *in_dir, const char *out_dir, const mr_qu
             } else if (which == '1') {
                 /* w1 and w3 share weight_scale_2 (amax over both) and input_scale */
                 char n3[400], b3[320];
-                snprintf(b3, sizeof b3, "model.layers.%ld.block_sparse_moe.experts.%d.w3", l, expert);
-                snprintf(n3, sizeof n3, "%s.weight", b3);
+                mr_hf_name(MR_HF_EXPERT_W3, l, expert, "", b3, sizeof b3);
+                mr_hf_name(MR_HF_EXPERT_W3, l, expert, NULL, n3, sizeof n3);
                 const mr_st_tensor *t3 = mr_ckpt_find(ck, n3);
                 if (!t3 || t3->dtype != MR_ST_BF16 || t3->ndim != 2) {
                     st = mr_error_set(MR_EFORMAT, "quantize: %s is missing or not a BF16 matrix", n3);

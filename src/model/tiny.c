@@ -169,20 +169,21 @@ static mr_status write_bf16(const char *tmp, const mr_tiny_params *p) {
         fill_bf16(b_, (int64_t)cnt_, name_seed(p->seed, nm), (scale), (off));                \
         if ((st = mr_st_writer_add(w, nm, MR_ST_BF16, sh_, (nd), b_))) goto out;              \
     } while (0)
-    ADD_BF16("model.embed_tokens.weight", V, H, 2, 1.0f, 0.0f);
-    ADD_BF16("model.norm.weight", H, 0, 1, 0.2f, 1.0f);
-    ADD_BF16("lm_head.weight", V, H, 2, 2.0f / sqrtf((float)H), 0.0f);
+    /* the HF names (io/ map) */
+#define N(kind, l, e) (mr_hf_name(kind, (int)(l), (int)(e), NULL, name, sizeof name), name)
+    ADD_BF16(N(MR_HF_EMBED, -1, -1), V, H, 2, 1.0f, 0.0f);
+    ADD_BF16(N(MR_HF_FINAL_NORM, -1, -1), H, 0, 1, 0.2f, 1.0f);
+    ADD_BF16(N(MR_HF_LM_HEAD, -1, -1), V, H, 2, 2.0f / sqrtf((float)H), 0.0f);
     for (int64_t l = 0; l < p->layers; l++) {
-#define N(s) (snprintf(name, sizeof name, "model.layers.%lld.%s", (long long)l, s), name)
-        ADD_BF16(N("input_layernorm.weight"), H, 0, 1, 0.2f, 1.0f);
-        ADD_BF16(N("post_attention_layernorm.weight"), H, 0, 1, 0.2f, 1.0f);
-        ADD_BF16(N("self_attn.q_proj.weight"), qd, H, 2, 1.0f / sqrtf((float)H), 0.0f);
-        ADD_BF16(N("self_attn.k_proj.weight"), kd, H, 2, 1.0f / sqrtf((float)H), 0.0f);
-        ADD_BF16(N("self_attn.v_proj.weight"), kd, H, 2, 1.0f / sqrtf((float)H), 0.0f);
-        ADD_BF16(N("self_attn.o_proj.weight"), H, qd, 2, 1.0f / sqrtf((float)qd), 0.0f);
-        ADD_BF16(N("self_attn.q_norm.weight"), qd, 0, 1, 0.2f, 1.0f);
-        ADD_BF16(N("self_attn.k_norm.weight"), kd, 0, 1, 0.2f, 1.0f);
-        ADD_BF16(N("block_sparse_moe.gate.weight"), E, H, 2, 2.0f / sqrtf((float)H), 0.0f);
+        ADD_BF16(N(MR_HF_ATTN_NORM, l, -1), H, 0, 1, 0.2f, 1.0f);
+        ADD_BF16(N(MR_HF_FFN_NORM, l, -1), H, 0, 1, 0.2f, 1.0f);
+        ADD_BF16(N(MR_HF_Q_PROJ, l, -1), qd, H, 2, 1.0f / sqrtf((float)H), 0.0f);
+        ADD_BF16(N(MR_HF_K_PROJ, l, -1), kd, H, 2, 1.0f / sqrtf((float)H), 0.0f);
+        ADD_BF16(N(MR_HF_V_PROJ, l, -1), kd, H, 2, 1.0f / sqrtf((float)H), 0.0f);
+        ADD_BF16(N(MR_HF_O_PROJ, l, -1), H, qd, 2, 1.0f / sqrtf((float)qd), 0.0f);
+        ADD_BF16(N(MR_HF_Q_NORM, l, -1), qd, 0, 1, 0.2f, 1.0f);
+        ADD_BF16(N(MR_HF_K_NORM, l, -1), kd, 0, 1, 0.2f, 1.0f);
+        ADD_BF16(N(MR_HF_ROUTER, l, -1), E, H, 2, 2.0f / sqrtf((float)H), 0.0f);
         {
             float *bias = mr_malloc((size_t)E * sizeof(float));
             if (!bias) { st = MR_ENOMEM; goto out; }
@@ -190,23 +191,19 @@ static mr_status write_bf16(const char *tmp, const mr_tiny_params *p) {
             /* drawn as bf16 values, stored widened (the bias stays fp32 on disk) */
             uint16_t *b16 = mr_malloc((size_t)E * 2);
             if (!b16) { st = MR_ENOMEM; goto out; }
-            fill_bf16(b16, E, name_seed(p->seed, N("block_sparse_moe.e_score_correction_bias")), 0.15f, 0.0f);
+            fill_bf16(b16, E, name_seed(p->seed, N(MR_HF_ROUTER_BIAS, l, -1)), 0.15f, 0.0f);
             for (int64_t x = 0; x < E; x++) bias[x] = mr__bf16f(b16[x]);
             mr_free(b16);
             int64_t sh[1] = {E};
             if ((st = mr_st_writer_add(w, name, MR_ST_F32, sh, 1, bias))) goto out;
         }
         for (int64_t x = 0; x < E; x++) {
-            char en[200];
-            snprintf(en, sizeof en, "block_sparse_moe.experts.%lld.w1.weight", (long long)x);
-            ADD_BF16(N(en), I, H, 2, 1.0f / sqrtf((float)H), 0.0f);
-            snprintf(en, sizeof en, "block_sparse_moe.experts.%lld.w3.weight", (long long)x);
-            ADD_BF16(N(en), I, H, 2, 1.0f / sqrtf((float)H), 0.0f);
-            snprintf(en, sizeof en, "block_sparse_moe.experts.%lld.w2.weight", (long long)x);
-            ADD_BF16(N(en), H, I, 2, 1.0f / sqrtf((float)I), 0.0f);
+            ADD_BF16(N(MR_HF_EXPERT_W1, l, x), I, H, 2, 1.0f / sqrtf((float)H), 0.0f);
+            ADD_BF16(N(MR_HF_EXPERT_W3, l, x), I, H, 2, 1.0f / sqrtf((float)H), 0.0f);
+            ADD_BF16(N(MR_HF_EXPERT_W2, l, x), H, I, 2, 1.0f / sqrtf((float)I), 0.0f);
         }
-#undef N
     }
+#undef N
 #undef ADD_BF16
     {
         char path[4096];

@@ -52,26 +52,12 @@ void mr_moe_weights_free(mr_moe_weights *w) {
     mr_free(w);
 }
 
-/* Byte sizes of data and scale of a [rows][cols] matrix in fmt (checked). */
+/* Byte sizes of data and scale of a [rows][cols] matrix in fmt (checked;
+ * what a format stores is formats/' traits). */
 static mr_status qm_sizes(mr_format fmt, int64_t rows, int64_t cols, size_t *data, size_t *scale) {
-    size_t r = (size_t)rows, c = (size_t)cols, d = 0, s = 0;
-    bool ok = true;
-    switch (fmt) {
-    case MR_FMT_F32: ok = mr_size_mul(r, c, &d) && mr_size_mul(d, 4, &d); break;
-    case MR_FMT_BF16: ok = mr_size_mul(r, c, &d) && mr_size_mul(d, 2, &d); break;
-    case MR_FMT_FP8_BLOCK:
-        ok = mr_size_mul(r, c, &d) && mr_size_mul((r + 127) / 128, (c + 127) / 128, &s) && mr_size_mul(s, 4, &s);
-        break;
-    case MR_FMT_NVFP4:
-        if (c % 16) return mr_error_set(MR_EINVAL, "nvfp4 matrix needs cols %% 16 == 0 (got %lld)", (long long)cols);
-        ok = mr_size_mul(r, c / 2, &d) && mr_size_mul(r, c / 16, &s);
-        break;
-    default: return mr_error_set(MR_EUNSUPPORTED, "format %d is not an expert weight format", (int)fmt);
-    }
-    if (!ok) return mr_error_set(MR_EOVERFLOW, "matrix [%lld][%lld] is too large", (long long)rows, (long long)cols);
-    *data = d;
-    *scale = s;
-    return MR_OK;
+    if (fmt == MR_FMT_NVFP4 && cols % 16)
+        return mr_error_set(MR_EINVAL, "nvfp4 matrix needs cols %% 16 == 0 (got %lld)", (long long)cols);
+    return mr_qmatrix_sizes(fmt, rows, cols, data, scale);
 }
 
 /* Allocates an owned, zero-filled matrix. */

@@ -209,7 +209,9 @@ expect 1 "expected shape [256, 60], found [256, 64]" generate --model "$S/c/hidd
 mk badjson; printf '{"architectures": [' >"$S/c/badjson/config.json"
 expect 2 "not valid JSON" generate --model "$S/c/badjson" --prompt-ids 1 --threads 1
 mk badgen; printf '{' >"$S/c/badgen/generation_config.json"
-expect 1 "generation_config.json: not valid JSON" generate --model "$S/c/badgen" --prompt-ids 1 --threads 1
+# generation_config.json is read with config.json (its EOS ids: one parser), so a broken one is the
+# same configuration error as a broken config.json
+expect 2 "generation_config.json: not valid JSON" generate --model "$S/c/badgen" --prompt-ids 1 --threads 1
 expect 1 "generation_config.json: not valid JSON" quantize "$S/c/badgen" "$S/qg" --to fp8
 clean "quantize of a checkpoint with a broken generation_config.json" "$S/qg"
 

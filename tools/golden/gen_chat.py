@@ -440,6 +440,61 @@ case("vars_types", "{{ i }} {{ f }} {{ b }} {{ n }} {{ s }} {{ l }} {{ d }} {{ b
      i=42, f=2.5, b=True, n=None, s="str", l=[1, "x", None], d={"k": [1, {"z": False}]}, big=2**62, neg=-17)
 case("message_like", "{% for m in messages %}{{ m.role }}:{{ m['content'] }}{% if not loop.last %}\n{% endif %}{% endfor %}",
      messages=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}])
+# idioms of published chat templates (Qwen3, DeepSeek, gpt-oss, Llama, Gemma shapes)
+MSGS = [{"role": "system", "content": "S"}, {"role": "user", "content": "q1"},
+        {"role": "assistant", "content": "<think>\nr1\n</think>\n\na1"},
+        {"role": "user", "content": "q2"}, {"role": "assistant", "content": None, "tool_calls": [
+            {"function": {"name": "f", "arguments": "{\"x\": 1}"}}]},
+        {"role": "tool", "content": "out"}, {"role": "assistant", "content": "done"}]
+case("idiom_reverse_last_query",
+     "{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}"
+     "{%- for message in messages[::-1] %}{%- set index = (messages|length - 1) - loop.index0 %}"
+     "{%- if ns.multi_step_tool and message.role == 'user' and message.content is string and not"
+     "(message.content.startswith('<tool_response>') and message.content.endswith('</tool_response>')) %}"
+     "{%- set ns.multi_step_tool = false %}{%- set ns.last_query_index = index %}{%- endif %}{%- endfor %}"
+     "{{ ns.last_query_index }}", messages=MSGS)
+case("idiom_think_split",
+     "{%- for m in messages if m.role == 'assistant' and m.content %}{%- set content = m.content %}"
+     "{%- if '</think>' in content %}{%- set reasoning = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') %}"
+     "{%- set content = content.split('</think>')[-1].lstrip('\n') %}[{{ reasoning }}|{{ content }}]"
+     "{%- else %}[{{ content }}]{%- endif %}{%- endfor %}", messages=MSGS)
+case("idiom_tool_args_string_or_mapping",
+     "{%- for m in messages %}{%- for tc in m.tool_calls or [] %}{%- if tc.function is defined %}{%- set tc = tc.function %}{%- endif %}"
+     "<{{ tc.name }}>{%- if tc.arguments is string %}{{ tc.arguments }}{%- else %}{{ tc.arguments | tojson }}{%- endif %}"
+     "{%- endfor %}{%- endfor %}", messages=MSGS)
+case("idiom_deepseek_ns",
+     "{%- set ns = namespace(is_first=false, is_tool=false, system_prompt='', is_first_sp=true) %}"
+     "{%- for message in messages %}{%- if message['role'] == 'system' %}{%- if ns.is_first_sp %}"
+     "{% set ns.system_prompt = ns.system_prompt + message['content'] %}{% set ns.is_first_sp = false %}"
+     "{%- else %}{% set ns.system_prompt = ns.system_prompt + '\n\n' + message['content'] %}{%- endif %}{%- endif %}{%- endfor %}"
+     "{{ bos_token }}{{ ns.system_prompt }}{%- for message in messages %}"
+     "{%- if message['role'] == 'assistant' and message['content'] is none %}{%- set ns.is_tool = false -%}"
+     "{%- for tool in message['tool_calls'] %}{%- if not ns.is_first %}<call>{{ tool['function']['name'] }}{%- set ns.is_first = true -%}"
+     "{%- else %}<more>{%- endif %}{%- endfor %}{%- endif %}{%- endfor %}", messages=MSGS, bos_token="<B>")
+case("idiom_gemma_role_map",
+     "{%- for message in messages %}{%- if (message['role'] == 'assistant') %}{%- set role = 'model' %}"
+     "{%- else %}{%- set role = message['role'] %}{%- endif %}{{ '<start_of_turn>' + role + '\n' + (message['content'] or '') | trim + '<end_of_turn>\n' }}"
+     "{%- endfor %}{%- if add_generation_prompt %}{{'<start_of_turn>model\n'}}{%- endif %}", messages=MSGS, add_generation_prompt=True)
+case("idiom_gptoss_macro",
+     "{%- macro render_params(props, required) -%}{%- for name, spec in props.items() -%}"
+     "{{ name }}{{ '?' if name not in required }}: {{ spec.type | default('any') }}"
+     "{%- if spec.enum is defined %} // {{ spec.enum | map('tojson') | join(' | ') }}{%- endif %}{{ ', ' if not loop.last }}"
+     "{%- endfor -%}{%- endmacro -%}{%- for t in tools %}type {{ t.function.name }} = ({{ render_params(t.function.parameters.properties, "
+     "t.function.parameters.required | default([])) }}) => any;\n{%- endfor %}",
+     tools=[{"type": "function", "function": {"name": "w", "parameters": {"properties": {
+         "unit": {"type": "string", "enum": ["c", "f"]}, "city": {"type": "string"}, "n": {}}, "required": ["city"]}}}])
+case("idiom_loop_messages_offset",
+     "{%- if messages[0]['role'] == 'system' %}{%- set loop_messages = messages[1:] %}{%- set system_message = messages[0]['content'] %}"
+     "{%- else %}{%- set loop_messages = messages %}{%- set system_message = false %}{%- endif %}"
+     "{%- for message in loop_messages %}{%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+     "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{%- endif %}"
+     "{%- if loop.index0 == 0 and system_message != false %}{%- set content = '<<SYS>>\n' + system_message + '\n<</SYS>>\n\n' + message['content'] %}"
+     "{%- else %}{%- set content = message['content'] %}{%- endif %}{{ '[' + message['role'] + ']' + content.strip() }}{%- endfor %}",
+     messages=[{"role": "system", "content": "S "}, {"role": "user", "content": " u "}, {"role": "assistant", "content": "a"}])
+case("err_idiom_alternation",
+     "{%- for message in messages %}{%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}\n"
+     "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{%- endif %}{%- endfor %}",
+     messages=[{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
 # errors: each must fail, naming the line
 case("err_unknown_filter", "line one\n{{ x | nosuch }}")
 case("unknown_filter_dead_if", "{% if false %}\n{{ x | nosuch }}\n{% endif %}{{ 1 if true else x|nosuch }}")

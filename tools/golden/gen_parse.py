@@ -237,7 +237,7 @@ CASES = [
     ("types_fallback", "r</think>" + typed_call(i="4.5", n="abc", b="yes", o="[1]", a="{not json", s="null", any="x1",
                                                 opt="x", e="four", u="plain words", nt="[1]", f="1e400", bl="maybe"),
      TYPED, {}),
-    ("types_more_numbers", "r</think>" + typed_call(i="+7", n="1e3", f="-0.25", opt="-12", any="1_000", e=" 3 "),
+    ("types_more_numbers", "r</think>" + typed_call(i="+7", n="1e3", f="-0.25", opt="-12", any="1_000", e=" 3 ", b="1", bl="FALSE"),
      TYPED, {}),
     ("unknown_tool_and_param", "r</think><minimax:tool_call><invoke name=\"mystery\"><parameter name=\"x\">5"
      "</parameter><parameter name=\"y\">{\"a\": 1}</parameter></invoke></minimax:tool_call>", TYPED, {}),
