@@ -220,6 +220,13 @@ const char *mr_kernel_isa_name(mr_kernel_isa i);
 /* CPU feature bits an ISA level needs. */
 uint32_t mr_kernel_isa_features(mr_kernel_isa i);
 
+/* The world an MPI launcher (mpirun, srun, ...) started this process in,
+ * read from its environment (OMPI_COMM_WORLD_SIZE/RANK, PMI_*, PMIX_*): the
+ * number of ranks (1 when not launched), *rank (0), and the variable read
+ * (*from, NULL). The resolver's ep_size and placement come from here, before
+ * MPI is started. */
+int mr_launcher_world(int *rank, const char **from);
+
 /* The (a2a transport, runner) pair registry (src/config/a2a_pairs.c): none
  * with every runner; mpi with routed and reference. On refusal writes one
  * sentence. */

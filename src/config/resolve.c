@@ -126,34 +126,44 @@ bool mr__user_fixed(const mr_resolution *r, mr_opt_id id) {
     return strcmp(v, "auto") != 0;
 }
 
-/* This process's rank in the MPI world, from the launcher's environment (0 if none). */
-static int mpi_world_rank(void) {
-    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-        const char *v = getenv(vars[i]);
-        if (v && *v) {
-            long n = strtol(v, NULL, 10);
-            if (n >= 0 && n < 65536) return (int)n;
-        }
+/* The launcher's world (mr_launcher_world): its size, this process's rank, and the variable read. */
+int mr_launcher_world(int *rank, const char **from) {
+    static const char *const size_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"};
+    static const char *const rank_vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MPI_LOCALRANKID"};
+    if (rank) *rank = 0;
+    if (from) *from = NULL;
+    for (size_t i = 0; i < sizeof size_vars / sizeof size_vars[0]; i++) {
+        const char *v = getenv(size_vars[i]);
+        long n = v && *v ? strtol(v, NULL, 10) : 0;
+        if (n < 1 || n > 65536) continue;
+        const char *rv = getenv(rank_vars[i]);
+        long r = rv && *rv ? strtol(rv, NULL, 10) : 0;
+        if (rank) *rank = r >= 0 && r < 65536 ? (int)r : 0;
+        if (from) *from = size_vars[i];
+        return (int)n;
     }
-    return 0;
-}
-
-static int mpi_world_size(const char **from) {
-    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-        const char *v = getenv(vars[i]);
-        if (v && *v) {
-            long n = strtol(v, NULL, 10);
-            if (n >= 1 && n <= 65536) {
-                *from = vars[i];
-                return (int)n;
-            }
-        }
-    }
-    *from = NULL;
     return 1;
 }
+
+/* Ranks the launcher started on this machine (1 when not launched). */
+static int launcher_local_ranks(void) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PMIX_LOCAL_SIZE",
+                                       "SLURM_NTASKS_PER_NODE"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        long n = v && *v ? strtol(v, NULL, 10) : 0;
+        if (n >= 1 && n <= 65536) return (int)n;
+    }
+    return 1;
+}
+
+static int mpi_world_rank(void) {
+    int r;
+    mr_launcher_world(&r, NULL);
+    return r;
+}
+
+static int mpi_world_size(const char **from) { return mr_launcher_world(NULL, from); }
 
 void mr__problem(const mr_resolution *r, mr_moe_problem *p) {
     memset(p, 0, sizeof *p);
@@ -486,10 +496,17 @@ static mr_status pass_platform(mr_resolution *r) {
     /* threads */
     int64_t t = strtoll(mr__user_value(r, MR_OPT_THREADS), NULL, 10);
     if (t == 0) {
-        r->w.threads = ci->n_cores > 0 ? ci->n_cores : 1;
+        const int local = launcher_local_ranks();
+        const int cores = ci->n_cores > 0 ? ci->n_cores : 1;
+        r->w.threads = local > 1 ? (cores / local > 0 ? cores / local : 1) : cores;
         char v[16];
         snprintf(v, sizeof v, "%d", r->w.threads);
-        s = mr__decl(r, MR_DECL_SET, SRC, "threads", v, "all cores of this machine (threads=0)");
+        if (local > 1)
+            s = mr__decl(r, MR_DECL_SET, SRC, "threads", v,
+                         "this machine's %d cores shared by the %d ranks the launcher started on it (threads=0)", cores,
+                         local);
+        else
+            s = mr__decl(r, MR_DECL_SET, SRC, "threads", v, "all cores of this machine (threads=0)");
     } else {
         r->w.threads = (int)t;
     }

@@ -623,6 +623,10 @@ const mr_model_config *mr_model_config_of(const mr_model *m) { return &m->c; }
 const char *mr_model_runner_name(const mr_model *m) { return m->runner->name; }
 mr_act_mode mr_model_act_mode(const mr_model *m) { return m->problem.act_mode; }
 size_t mr_model_peak_rss(const mr_model *m) { return m->peak_rss; }
+void mr_model_ep(const mr_model *m, int *rank, int *size) {
+    *rank = m->problem.ep_size > 1 ? m->problem.ep_rank : 0;
+    *size = m->problem.ep_size > 1 ? m->problem.ep_size : 1;
+}
 void mr_model_weight_bytes_get(const mr_model *m, mr_model_weight_bytes *out) {
     memset(out, 0, sizeof *out);
     for (int64_t l = 0; l < m->c.n_layers; l++) {
