@@ -302,7 +302,8 @@ typedef struct {
     uint64_t dispatch_bytes, combine_bytes, gather_bytes;
     uint64_t dispatch_ns, combine_ns, gather_ns;
     int n_local;                  /* local experts */
-    const int64_t *recv_per_expert; /* [n_local] rows computed per local expert; valid while the context lives */
+    const int64_t *recv_per_expert; /* [n_local] rows computed per local expert: the context's own
+                                       counters (a reset zeroes them), valid while it lives */
     int64_t last_rows_recv;       /* rows computed in the last call */
 } mr_a2a_stats;
 void mr_moe_ctx_a2a_stats(mr_moe_ctx *c, mr_a2a_stats *out, bool reset);
