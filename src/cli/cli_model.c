@@ -182,7 +182,7 @@ int mr_cli_resolve_to(const char *cmd, const mr_options *o, bool explain, FILE *
     if (st != MR_OK) {
         /* one line; the whole story only when asked for (--explain) */
         if (*r && mr_resolution_error(*r)[0])
-            fprintf(stderr, "moerun %s: resolution failed: %s\n", cmd, mr_resolution_error(*r));
+            fprintf(stderr, "moerun %s: resolution failed: %s\n", mr_cli_who(cmd), mr_resolution_error(*r));
         else
             mr_cli_fail(cmd, "resolution failed");
         if (*r && explain) mr_resolution_explain(*r, stderr);

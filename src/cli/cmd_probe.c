@@ -21,6 +21,7 @@
 
 
 #include "cli.h"
+#include "cli_ep.h"
 #include "cli_model.h"
 #include "moerun/config.h"
 #include "moerun/engine.h"
@@ -54,7 +55,7 @@ typedef struct {
  * its own greedy tokens into ps->tokens; otherwise it is fed ps->tokens
  * (teacher forcing). logits [steps + 1][n][V]: row s of prompt i is the one
  * that chose its token s. */
-static int run_model(mr_engine *e, probe_set *ps, bool follow, float *logits) {
+static int run_leader(mr_engine *e, probe_set *ps, bool follow, float *logits) {
     int n = ps->n;
     int64_t off = 0;
     int32_t *forced = NULL;
@@ -94,6 +95,22 @@ static int run_model(mr_engine *e, probe_set *ps, bool follow, float *logits) {
         }
     }
     return rc;
+}
+
+/* One model's run. Under expert parallelism rank 0 owns the requests (run_leader) and the other
+ * ranks run its steps until it is done; only rank 0 has the logits (it compares and prints). */
+static int run_model(mr_engine *e, probe_set *ps, bool follow, float *logits) {
+    int rc = 0;
+    if (mr_cli_ep_multi() && mr_ep_rank() > 0) {
+        if (mr_engine_follow(e) != MR_OK) {
+            mr_cli_fail("probe", "expert-parallel step failed");
+            rc = 1;
+        }
+    } else {
+        rc = run_leader(e, ps, follow, logits);
+        if (mr_engine_ep_stop(e) && !rc) rc = 1;
+    }
+    return mr_cli_ep_agree("probe", "a run", rc); /* the leader's failure is everyone's */
 }
 
 static void close_run(mr_engine *e) {
@@ -197,7 +214,9 @@ static int open_with(const mr_options *base, const char *model_dir, const char *
     if (mr_resolve(&o, r) != MR_OK || mr_exec_apply(mr_resolution_exec(*r)) != MR_OK) {
         if (!quiet_fail) mr_cli_fail("probe", "resolution failed");
         rc = 2;
-    } else {
+    }
+    rc = mr_cli_ep_agree("probe", "resolution", rc); /* every rank of an expert-parallel run, the same answer */
+    if (!rc) {
         mr_model *m = NULL;
         if (mr_cli_engine_open("probe", model_dir, mr_resolution_exec(*r), false, ps->n, &m, e)) rc = 1;
     }
@@ -288,14 +307,16 @@ int mr_cmd_probe(int argc, char **argv) {
      * the embedding (V <= 2^31, n <= 64, steps <= 4096: no size_t overflow) */
     size_t nlog = (size_t)(ps.steps + 1) * (size_t)ps.n * (size_t)ps.V;
     double gib = (double)nlog * sizeof(float) / (1024.0 * 1024.0 * 1024.0);
-    if (gib > 64.0 || !(ref = malloc(nlog * sizeof(float))) || !(got = malloc(nlog * sizeof(float)))) {
+    /* expert parallel: only rank 0 gets the logits (the others run its steps) */
+    const bool leader = !(mr_cli_ep_multi() && mr_ep_rank() > 0);
+    if (gib > 64.0 || (leader && (!(ref = calloc(nlog, sizeof(float))) || !(got = calloc(nlog, sizeof(float)))))) {
         fprintf(stderr,
                 "moerun probe: the logits of %d prompts x %d steps x vocab %lld need 2 x %.1f GiB%s; lower --prompts "
                 "or --steps\n",
                 ps.n, ps.steps + 1, (long long)ps.V, gib, gib > 64.0 ? " (limit 64 GiB)" : " (out of memory)");
         rc = gib > 64.0 ? 2 : 1;
-        goto out;
     }
+    if ((rc = mr_cli_ep_agree("probe", "allocating the logits", rc))) goto out;
     const mr_exec *xr = mr_resolution_exec(rr);
     char line[1024];
     mr_resolution_summary(rr, line, sizeof line);
@@ -326,7 +347,7 @@ int mr_cmd_probe(int argc, char **argv) {
             if (run_model(m2, &ps, true, got)) {
                 mr_cli_fail("probe", "the run of the second checkpoint failed");
                 e = 1;
-            } else {
+            } else if (leader) {
                 compare(&ps, ref, got, tol_flag >= 0 ? tol_flag : default_tol(xr->weight_format), &c);
                 char label[600];
                 snprintf(label, sizeof label, "%s vs %s", model_dir, against);
@@ -353,7 +374,7 @@ int mr_cmd_probe(int argc, char **argv) {
         } else if (run_model(m2, &ps, true, got)) {
             mr_cli_fail("probe", "runner failed");
             pass = false;
-        } else {
+        } else if (leader) {
             const mr_exec *x2 = mr_resolution_exec(r2);
             double tol = tol_flag >= 0 ? tol_flag : default_tol(x2->weight_format);
             compare(&ps, ref, got, tol, &c);
@@ -373,6 +394,8 @@ bad:
     fprintf(stderr, "moerun probe: %s: %s\n", flag, mr_error_last());
     rc = 2;
 out:
+    /* expert parallel: the verdict is rank 0's (only it compared the logits) */
+    if (mr_cli_ep_multi() && !mr_ep_broken() && mr_ep_bcast(&rc, sizeof rc, 0, 0) != MR_OK) rc = rc ? rc : 1;
     close_run(mref);
     mr_resolution_free(rr);
     free(ps.len);

@@ -62,13 +62,18 @@ static const command commands[] = {
     {"parse-output", mr_cmd_parse_output, "split model output into reasoning, content and tool calls (JSON)"},
 };
 
-void mr_cli_fail(const char *cmd, const char *what) {
-    const char *d = mr_error_last();
-    char who[96];
+const char *mr_cli_who(const char *cmd) {
+    static char who[96];
     if (mr_ep_size() > 1) /* every rank prints its own errors */
         snprintf(who, sizeof who, "%s [rank %d/%d]", cmd, mr_ep_rank(), mr_ep_size());
     else
         snprintf(who, sizeof who, "%s", cmd);
+    return who;
+}
+
+void mr_cli_fail(const char *cmd, const char *what) {
+    const char *d = mr_error_last();
+    const char *who = mr_cli_who(cmd);
     if (!what)
         fprintf(stderr, "moerun %s: %s\n", who, d && *d ? d : "failed");
     else if (d && *d)

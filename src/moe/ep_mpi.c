@@ -86,8 +86,8 @@ mr_status mr_ep_init(void) {
     int len = 0;
     char lib[MPI_MAX_LIBRARY_VERSION_STRING];
     if (MPI_Get_library_version(lib, &len) == MPI_SUCCESS) {
-        /* the first line ("Open MPI v4.1.4, package: ...") */
-        size_t n = strcspn(lib, "\n");
+        /* the name and version ("Open MPI v4.1.4", of "Open MPI v4.1.4, package: ...") */
+        size_t n = strcspn(lib, ",\n");
         snprintf(g.library, sizeof g.library, "%.*s", (int)(n < sizeof g.library ? n : sizeof g.library - 1), lib);
     }
     parse_fault();
