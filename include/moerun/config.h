@@ -226,6 +226,9 @@ uint32_t mr_kernel_isa_features(mr_kernel_isa i);
  * (*from, NULL). The resolver's ep_size and placement come from here, before
  * MPI is started. */
 int mr_launcher_world(int *rank, const char **from);
+/* Ranks the launcher started on this machine (1 when not launched): they
+ * share its cores (threads = 0 gives each its part). */
+int mr_launcher_local(void);
 
 /* The (a2a transport, runner) pair registry (src/config/a2a_pairs.c): none
  * with every runner; mpi with routed and reference. On refusal writes one

@@ -305,6 +305,7 @@ typedef struct {
     const int64_t *recv_per_expert; /* [n_local] rows computed per local expert: the context's own
                                        counters (a reset zeroes them), valid while it lives */
     int64_t last_rows_recv;       /* rows computed in the last call */
+    size_t row_wire_bytes;        /* bytes of one dispatched row on the wire (activation, scales, expert, slot) */
 } mr_a2a_stats;
 void mr_moe_ctx_a2a_stats(mr_moe_ctx *c, mr_a2a_stats *out, bool reset);
 /* The context's placement table. */
@@ -367,6 +368,8 @@ typedef struct {
     float *y_send;
     /* set by each exchange: the bytes this peer sent to other peers in it */
     uint64_t bytes_sent;
+    /* set by dispatch: the bytes of one row on the wire (0 for none) */
+    size_t row_wire_bytes;
 } mr_a2a_xfer;
 
 typedef struct {

@@ -145,8 +145,7 @@ int mr_launcher_world(int *rank, const char **from) {
     return 1;
 }
 
-/* Ranks the launcher started on this machine (1 when not launched). */
-static int launcher_local_ranks(void) {
+int mr_launcher_local(void) {
     static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PMIX_LOCAL_SIZE",
                                        "SLURM_NTASKS_PER_NODE"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
@@ -496,7 +495,7 @@ static mr_status pass_platform(mr_resolution *r) {
     /* threads */
     int64_t t = strtoll(mr__user_value(r, MR_OPT_THREADS), NULL, 10);
     if (t == 0) {
-        const int local = launcher_local_ranks();
+        const int local = mr_launcher_local();
         const int cores = ci->n_cores > 0 ? ci->n_cores : 1;
         r->w.threads = local > 1 ? (cores / local > 0 ? cores / local : 1) : cores;
         char v[16];

@@ -270,6 +270,7 @@ static mr_status mpi_dispatch(void *state, mr_a2a_xfer *x) {
     mr_status st;
     MPI_Request rq;
     x->bytes_sent = 0;
+    x->row_wire_bytes = s->wire_bytes;
     if (x->n_peers != R || x->H != s->H || n > s->max_rows || x->send.n_planes != s->shape.n_planes)
         return mr_error_set(MR_EINVAL, "mpi transport: a call of %d peers, H %lld, %lld rows does not fit the "
                             "transport opened for %d peers, H %lld, %lld rows",

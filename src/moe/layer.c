@@ -115,6 +115,7 @@ static mr_status phase_dispatch(mr_moe_ctx *c, int64_t Tn, bool replicated, int6
     x->y_recv = c->y;
     x->y_send = c->y;
     x->bytes_sent = 0;
+    x->row_wire_bytes = 0;
     return c->a2a->dispatch(c->a2a_state, x);
 }
 
@@ -196,6 +197,7 @@ mr_status mr_moe_run(mr_moe_ctx *c, const mr_moe_weights *w, const mr_moe_args *
     as->dispatch_bytes += c->xfer.bytes_sent;
     as->rows_sent += Tn * c->p.top_k;
     as->rows_recv += as->last_rows_recv = c->xfer.recv.n;
+    as->row_wire_bytes = c->xfer.row_wire_bytes;
     for (int e = 0; e < c->n_local; e++) c->recv_per_expert[e] += c->xfer.recv_offsets[e + 1] - c->xfer.recv_offsets[e];
     const uint64_t split = c->prof.wall_ns[MR_MOE_PH_GEMM1] + c->prof.wall_ns[MR_MOE_PH_GEMM2];
     if ((st = c->runner->ops->experts(c, w, &c->xfer))) return st; /* unit weights, fp32 rows */
