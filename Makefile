@@ -29,7 +29,7 @@ asan: deps
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS)
 
-# libFuzzer run of the safetensors header parser, bounded (FUZZ_SECONDS).
+# libFuzzer run of every fuzz target (safetensors header, tokenizer), each bounded (FUZZ_SECONDS).
 FUZZ_SECONDS ?= 60
 fuzz: deps
 	bash scripts/fuzz.sh $(FUZZ_SECONDS)

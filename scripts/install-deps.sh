@@ -4,7 +4,8 @@
 set -euo pipefail
 
 PKGS=(build-essential cmake pkg-config libcmocka-dev libjansson-dev clang libclang-rt-14-dev libomp-dev
-      libpcre2-dev libutf8proc-dev)
+      libpcre2-dev libutf8proc-dev
+      libmicrohttpd-dev libcurl4-openssl-dev gnuplot-nox curl python3-venv)
 PKGS+=(jq) # tests/cli/chat_template.sh reads the chat goldens
 PKGS+=(libopenmpi-dev openmpi-bin) # the mpi expert-parallel transport and its tests (mpirun)
 

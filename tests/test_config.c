@@ -465,12 +465,12 @@ static void test_generation_config_eos(void **st) {
     char *cfg = tu_read_file(tu_data("configs/minimax_m2_bf16/config.json"), &n);
     assert_non_null(cfg);
     /* config.json with eos [200020, 3], generation_config.json with [3, 4, 3]: 200020, 3, 4 */
-    char *brace = strchr(cfg, '{');
+    char *brace = memchr(cfg, '{', n); /* the buffer is not NUL-terminated */
     assert_non_null(brace);
     snprintf(p, sizeof p, "%s/config.json", dir);
     FILE *f = fopen(p, "wb");
     assert_non_null(f);
-    fprintf(f, "{\"eos_token_id\": [200020, 3], %s", brace + 1);
+    fprintf(f, "{\"eos_token_id\": [200020, 3], %.*s", (int)(n - (size_t)(brace + 1 - cfg)), brace + 1);
     fclose(f);
     free(cfg);
     cfg = tu_read_file(p, &n);

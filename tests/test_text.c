@@ -269,6 +269,8 @@ static void test_bad_files(void **state) {
          "{\"Sequence\":{\"id\":\"A\"}}],\"special_tokens\":{}}," TINY_MODEL "}", MR_EUNSUPPORTED, "repeats"},
         {"{\"post_processor\":{\"type\":\"BertProcessing\",\"sep\":[\"x\",7],\"cls\":[\"y\",0]}," TINY_MODEL "}", MR_EFORMAT, "names no token"},
         {"{\"decoder\":{\"type\":\"Metaspace\"}," TINY_MODEL "}", MR_EUNSUPPORTED, "Metaspace"},
+        {"{\"post_processor\":{\"type\":\"RobertaProcessing\",\"sep\":[\"x\",2],\"cls\":[\"y\",1]},"
+         "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":2},\"merges\":[]}}", MR_EFORMAT, "id 1 names no token"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         mr_tokenizer *t = (mr_tokenizer *)&t;

@@ -47,7 +47,8 @@ extern "C" {
 
 /* ---- engine options (all limits have defaults; zeroed fields take them) ---- */
 typedef struct {
-    mr_format kv_dtype;           /* KV cache element type: MR_FMT_BF16 [default] or MR_FMT_F32 (exactness) */
+    mr_format kv_dtype;           /* KV cache element type: MR_FMT_BF16 or MR_FMT_F32 (exactness; F32 is 0,
+                                     so zeroed options mean F32; mr_engine_opts_from_exec gives the resolver's) */
     int64_t kv_blocks;            /* pool size in blocks of MR_KV_BLOCK_TOKENS tokens (required, >= 1) */
     int64_t max_batch_tokens;     /* tokens in one step, prefill chunks and decodes together [512];
                                      must be >= max_running_requests */

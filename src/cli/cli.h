@@ -18,6 +18,8 @@ int mr_cmd_perplexity(int argc, char **argv);
 int mr_cmd_chat(int argc, char **argv);
 int mr_cmd_chat_template(int argc, char **argv);
 int mr_cmd_parse_output(int argc, char **argv);
+int mr_cmd_serve(int argc, char **argv);
+int mr_cmd_bench_serve(int argc, char **argv); /* `bench serve` */
 
 /* Prints "moerun <cmd>: <what>: <last error detail>" to stderr; with what ==
  * NULL, "moerun <cmd>: <detail>" (for details that already name the flag). */

@@ -8,12 +8,11 @@
 
 int mr_cmd_bench(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        printf("usage: moerun bench moe|dense|engine [options]   (`moerun bench <name> --help`)\n");
+        printf("usage: moerun bench moe|dense|engine|serve [options]   (`moerun bench <name> --help`)\n");
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "moe")) return mr_bench_moe(argc - 1, argv + 1);
     if (!strcmp(argv[1], "dense")) return mr_bench_dense(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "engine")) return mr_bench_engine(argc - 1, argv + 1);
-    fprintf(stderr, "moerun bench: unknown benchmark '%s' (available: moe, dense, engine)\n", argv[1]);
+        printf("usage: moerun bench moe|dense|engine|serve [options]   (`moerun bench <name> --help`)\n");
     return 2;
 }

@@ -25,6 +25,7 @@
 #pragma weak mr_cmd_chat
 #pragma weak mr_cmd_chat_template
 #pragma weak mr_cmd_parse_output
+#pragma weak mr_cmd_serve
 
 typedef struct {
     const char *name;
@@ -60,6 +61,7 @@ static const command commands[] = {
     {"perplexity", mr_cmd_perplexity, "perplexity of a model on a text file, and tokens/s"},
     {"chat-template", mr_cmd_chat_template, "render a conversation with a model's chat template (as transformers does)"},
     {"parse-output", mr_cmd_parse_output, "split model output into reasoning, content and tool calls (JSON)"},
+    {"serve", mr_cmd_serve, "OpenAI-compatible HTTP server (completions, chat, metrics)"},
 };
 
 const char *mr_cli_who(const char *cmd) {

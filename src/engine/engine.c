@@ -47,7 +47,7 @@ const char *mr_finish_reason_name(mr_finish_reason r) {
 }
 
 static void fill_defaults(mr_engine_opts *o) {
-    if (o->kv_dtype == 0) o->kv_dtype = MR_FMT_BF16;
+    /* no default for kv_dtype: MR_FMT_F32 is 0, so a zero is a choice (the resolver's default is BF16) */
     if (o->max_running_requests <= 0) o->max_running_requests = DEF_RUNNING;
     if (o->max_batch_tokens <= 0)
         o->max_batch_tokens = o->max_running_requests > DEF_BATCH_TOKENS ? o->max_running_requests : DEF_BATCH_TOKENS;

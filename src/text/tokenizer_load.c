@@ -689,10 +689,6 @@ static mr_status build_ids(mr_tokenizer *t) {
         if (t->vocab_ids[i] + 1 > lim) lim = t->vocab_ids[i] + 1;
     for (size_t i = 0; i < t->n_added; i++)
         if (t->added[i].id + 1 > lim) lim = t->added[i].id + 1;
-    for (size_t i = 0; i < t->n_post_prefix; i++)
-        if (t->post_prefix[i] >= lim) return mr_error_set(MR_EFORMAT, "tokenizer.json: post-processor id %ld names no token", (long)t->post_prefix[i]);
-    for (size_t i = 0; i < t->n_post_suffix; i++)
-        if (t->post_suffix[i] >= lim) return mr_error_set(MR_EFORMAT, "tokenizer.json: post-processor id %ld names no token", (long)t->post_suffix[i]);
     size_t count = t->n_vocab + t->n_added;
     if ((size_t)lim > (size_t)1 << 21 && (size_t)lim / 4 > count)
         return mr_error_set(MR_EUNSUPPORTED, "tokenizer.json: ids up to %ld for %zu tokens: too sparse", (long)lim - 1,
@@ -734,6 +730,12 @@ static mr_status build_ids(mr_tokenizer *t) {
     mr__buf_free(&nb);
     mr__buf_free(&scratch);
     if (st) return st;
+    /* the post-processor's ids must be tokens (tokenizers would emit them anyway) */
+    for (size_t i = 0; i < t->n_post_prefix + t->n_post_suffix; i++) {
+        int32_t id = i < t->n_post_prefix ? t->post_prefix[i] : t->post_suffix[i - t->n_post_prefix];
+        if (id >= lim || !t->id_str[id])
+            return mr_error_set(MR_EFORMAT, "tokenizer.json: post-processor id %ld names no token", (long)id);
+    }
     /* distinct strings (HF get_vocab_size(true)): the vocab plus added
      * contents that are not in it */
     t->n_tokens = t->n_vocab;

@@ -121,7 +121,7 @@ clean "quantize errors" "$S/q"
 # ---- generate: arguments and prompts
 G="generate --model $T --threads 1"
 expect 2 "--model DIR is required" generate --prompt-ids 1
-expect 2 "exactly one of --prompt-ids and --batch" $G
+expect 2 "exactly one of --prompt, --prompt-ids and --batch" $G
 expect 2 "--prompt-ids needs a value" $G --prompt-ids
 expect 2 "bad token id near ',2'" $G --prompt-ids 1,,2
 expect 2 "bad token id near 'abc'" $G --prompt-ids abc

@@ -1,0 +1,134 @@
+/* moerun/serve.h — the OpenAI-compatible HTTP server (`moerun serve`) and the
+ * load generator of `moerun bench serve`. Behaviour: shared/spec/serving.md.
+ *
+ * Threads and ownership. One engine thread owns the model, its KV cache and
+ * the table of running requests; it runs the step loop (schedule, build the
+ * batch, forward, sample, stop checks, free). HTTP threads (libmicrohttpd,
+ * one per connection) only parse and validate a request, tokenize it, hand
+ * it to the engine thread through the submission queue, and then read the
+ * request's tokens from its own output queue, turning them into text and
+ * server-sent events. A client that goes away sets the request's cancel flag;
+ * the engine thread sees it at its next step boundary and frees the request
+ * there. Nothing else is shared.
+ *
+ * Lifetime: mr_server_open -> mr_server_start (listens; /health answers 503
+ * while loading) -> mr_server_attach (an open model) -> mr_server_set_ready
+ * (after the startup self-check) -> ... -> mr_server_drain (503 for new
+ * work, waits for the admitted requests) -> mr_server_close. */
+#ifndef MOERUN_SERVE_H
+#define MOERUN_SERVE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "moerun/base.h"
+#include "moerun/engine.h"
+#include "moerun/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Limits and settings of a server. mr_server_opts_default fills every field
+ * with the default named in brackets; each is a `moerun serve` flag. */
+typedef struct {
+    const char *host;              /* listen address ["127.0.0.1"] */
+    int port;                      /* [30000]; 0 picks a free port (see mr_server_port) */
+    const char *served_model_name; /* id in /v1/models and responses [the model folder's name] */
+    const char *model_dir;         /* the checkpoint folder: tokenizer and generation_config [required] */
+    int max_queued_requests;       /* sequences admitted beyond the engine's running set; past
+                                      running + queued, 503 at once [256] */
+    int64_t max_prompt_tokens;     /* [0: the engine's context length - 1] */
+    int64_t max_completion_tokens; /* the largest max_tokens a request may ask [0: context length - 1] */
+    int max_choices;               /* prompts x n of one request [64] */
+    size_t max_body_bytes;         /* request body [8 MiB] */
+    int header_timeout_s;          /* a request head must arrive within this of the connection's start
+                                      or of its previous response [10] */
+    int body_timeout_s;            /* the body must arrive within this of the head [30] */
+    int idle_timeout_s;            /* a connection that sends and takes nothing this long is closed [60] */
+    int max_connections;           /* open connections, beyond which new ones are refused [512] */
+    const char *api_key;           /* when set, requests need "Authorization: Bearer KEY" [NULL] */
+    bool log_requests;             /* one line per finished request on stderr [false] */
+    bool debug_forced_output;      /* tests only: requests may carry debug_forced_output [false] */
+} mr_server_opts;
+
+void mr_server_opts_default(mr_server_opts *o);
+
+typedef struct mr_server mr_server;
+
+/* Creates the server (nothing is loaded; every model route answers 503
+ * until a model is attached and the server is set ready). Reads
+ * generation_config.json from o->model_dir for the sampling defaults. */
+mr_status mr_server_open(const mr_server_opts *o, mr_server **out);
+/* Listens. /health is 503 ("loading") until mr_server_set_ready. */
+mr_status mr_server_start(mr_server *s);
+/* The port actually bound (useful with port 0). */
+int mr_server_port(const mr_server *s);
+/* The model id clients send (--served-model-name or the folder's name). */
+const char *mr_server_model_name(const mr_server *s);
+/* Hands the server an engine (moerun/engine.h), which it owns from here on
+ * (freed by mr_server_close; the model under it stays the caller's and must
+ * outlive the server): the engine thread becomes its only user. Reads the
+ * tokenizer and chat template from o->model_dir and starts the engine thread.
+ * The running set, context length and step budget are the engine's. */
+mr_status mr_server_attach(mr_server *s, mr_engine *e);
+/* Opens for work: /health turns 200. Needs a model attached. */
+mr_status mr_server_set_ready(mr_server *s);
+/* Stops taking work (new generation requests and /health get 503), then waits
+ * up to timeout_s seconds for the admitted requests to finish. Returns the
+ * number still unfinished at the end (they are cancelled). */
+int mr_server_drain(mr_server *s, double timeout_s);
+/* Stops listening and the engine thread, frees everything. NULL ok. */
+void mr_server_close(mr_server *s);
+
+/* ---- the load generator (`moerun bench serve`) ----
+ * Definitions of sglang's bench_serving (serving.md section 6): a semaphore
+ * of `concurrency` around each request, all requests created at t = 0, the
+ * clock of a request started just before it is sent; TTFT = first chunk with
+ * text (or token ids), ITL = gaps between later chunks, TPOT = (latency -
+ * TTFT) / (output_len - 1), output_len from usage.completion_tokens. */
+typedef struct {
+    const char *base_url;   /* e.g. http://127.0.0.1:30000 */
+    const char *model;      /* "model" of the requests [the first of /v1/models] */
+    int concurrency;
+    int num_prompts;
+    int64_t input_len, output_len;
+    bool chat;              /* /v1/chat/completions with text prompts (else completions with token ids) */
+    bool text_prompts;      /* completions: random text instead of token ids */
+    int64_t vocab;          /* token ids are drawn in [min_id, vocab) [from the server's /tokenize, else 1000] */
+    int64_t min_id;         /* [10] */
+    uint64_t seed;          /* prompt generator [1] */
+    bool warmup;            /* one request outside the timing [true] */
+    double timeout_s;       /* per request [600] */
+} mr_bench_serve_opts;
+
+typedef struct {
+    int concurrency, completed, failed;
+    double duration_s;
+    int64_t total_input, total_output;
+    double request_throughput, input_throughput, output_throughput, total_throughput, concurrency_measured;
+    /* milliseconds */
+    double ttft_mean, ttft_median, ttft_p99, ttft_std;
+    double tpot_mean, tpot_median, tpot_p99, tpot_std;
+    double itl_mean, itl_median, itl_p95, itl_p99, itl_max, itl_std;
+    double e2e_mean, e2e_median, e2e_p99, e2e_std;
+    char first_error[256];  /* what the first failed request said */
+} mr_bench_serve_result;
+
+/* Runs one sweep point. Failed requests are counted, never fatal; the
+ * status is an error only when the run could not be made (bad URL, out of
+ * memory). */
+mr_status mr_bench_serve_run(const mr_bench_serve_opts *o, mr_bench_serve_result *r);
+/* GETs base_url + path into a NUL-terminated malloc'd buffer (*body, free
+ * with free()); *http gets the status. Used for /metrics and /v1/models. */
+mr_status mr_http_get(const char *base_url, const char *path, double timeout_s, long *http, char **body);
+/* Percentile of v[0..n) with linear interpolation between closest ranks
+ * (numpy's default); sorts v. 0 when n == 0. */
+double mr_percentile(double *v, size_t n, double pct);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

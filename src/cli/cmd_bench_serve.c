@@ -1,0 +1,387 @@
+/* cmd_bench_serve.c — `moerun bench serve`: the serving benchmark against a
+ * running OpenAI-compatible server (ours or another), a sweep over
+ * concurrencies. Per concurrency it prints sglang bench_serving's table and
+ * the server's own counters from /metrics (their change over the run), then
+ * a summary over the sweep; --json writes every number, --plot draws output
+ * tok/s and the TTFT / ITL percentiles against concurrency with gnuplot.
+ * The measurement itself is the library's (serve/loadgen.c). */
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "cli_model.h"
+#include "moerun/serve.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: moerun bench serve --base-url URL [--concurrency 1,16,64,128] [--num-prompts N]\n"
+            "                          [--input-len L] [--output-len O] [--chat] [--text-prompts]\n"
+            "                          [--model NAME] [--vocab V] [--seed S] [--timeout S] [--no-warmup]\n"
+            "                          [--json FILE] [--plot FILE.png]\n\n"
+            "Serving benchmark with sglang bench_serving's definitions: at each concurrency C, N requests\n"
+            "(default 4 x C, at least 16) of L random prompt tokens (default 128) and O output tokens\n"
+            "(default 128; ignore_eos, temperature 0, streamed with include_usage), at most C in flight, one\n"
+            "warm-up request first. Completions take the prompt as token ids; --chat (or --text-prompts)\n"
+            "sends their text from the server's /detokenize. Prints TTFT, TPOT, ITL and E2E (mean, median,\n"
+            "p99), the throughputs and the server's /metrics counters over the run.\n"
+            "  --vocab V   token ids are drawn in [10, V) (default: the server's /v1/models max id is not\n"
+            "              published, so 1000 unless given)\n");
+}
+
+/* The value of the first series named `name` (with any labels) in a
+ * Prometheus text, or NAN. With label (e.g. finished_reason="stop"), the
+ * series whose labels contain it. */
+static double prom(const char *text, const char *name, const char *label) {
+    if (!text) return NAN;
+    size_t n = strlen(name);
+    for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+        if (*p == '#' || strncmp(p, name, n) || (p[n] != '{' && p[n] != ' ')) continue;
+        const char *eol = strchr(p, '\n');
+        const char *sp = p + n;
+        if (*sp == '{') {
+            const char *close = strchr(sp, '}');
+            if (!close || (eol && close > eol)) continue;
+            if (label) {
+                char *hit = strstr(sp, label);
+                if (!hit || hit > close) continue;
+            }
+            sp = close + 1;
+        } else if (label) {
+            continue;
+        }
+        return strtod(sp, NULL);
+    }
+    return NAN;
+}
+
+typedef struct {
+    double prompt, gen, ok_stop, ok_len, abort, preempt, pq, ph, ttft_sum, ttft_n, itl_sum, itl_n, e2e_sum, e2e_n,
+        q_sum, q_n, rej;
+} counters;
+
+static void read_counters(const char *base, counters *c) {
+    long http = 0;
+    char *t = NULL;
+    memset(c, 0, sizeof *c);
+    if (mr_http_get(base, "/metrics", 30, &http, &t) || http != 200) {
+        free(t);
+        t = NULL;
+    }
+    c->prompt = prom(t, "moerun:prompt_tokens_total", NULL);
+    c->gen = prom(t, "moerun:generation_tokens_total", NULL);
+    c->ok_stop = prom(t, "moerun:request_success_total", "finished_reason=\"stop\"");
+    c->ok_len = prom(t, "moerun:request_success_total", "finished_reason=\"length\"");
+    c->abort = prom(t, "moerun:request_success_total", "finished_reason=\"abort\"");
+    c->preempt = prom(t, "moerun:num_preemptions_total", NULL);
+    c->pq = prom(t, "moerun:prefix_cache_queries_total", NULL);
+    c->ph = prom(t, "moerun:prefix_cache_hits_total", NULL);
+    c->ttft_sum = prom(t, "moerun:time_to_first_token_seconds_sum", NULL);
+    c->ttft_n = prom(t, "moerun:time_to_first_token_seconds_count", NULL);
+    c->itl_sum = prom(t, "moerun:inter_token_latency_seconds_sum", NULL);
+    c->itl_n = prom(t, "moerun:inter_token_latency_seconds_count", NULL);
+    c->e2e_sum = prom(t, "moerun:e2e_request_latency_seconds_sum", NULL);
+    c->e2e_n = prom(t, "moerun:e2e_request_latency_seconds_count", NULL);
+    c->q_sum = prom(t, "moerun:request_queue_time_seconds_sum", NULL);
+    c->q_n = prom(t, "moerun:request_queue_time_seconds_count", NULL);
+    c->rej = prom(t, "moerun:request_rejected_total", "reason=\"queue_full\"");
+    free(t);
+}
+
+static void line(const char *k, double v) { printf("%-40s %-10.2f\n", k, v); }
+
+static void print_table(const mr_bench_serve_result *r, const mr_bench_serve_opts *o) {
+    printf("\n============ Serving Benchmark Result ============\n");
+    printf("%-40s %-10s\n", "Backend:", o->chat ? "openai-chat" : "openai-completions");
+    printf("%-40s %-10s\n", "Traffic request rate:", "inf");
+    printf("%-40s %-10d\n", "Max request concurrency:", r->concurrency);
+    printf("%-40s %-10d\n", "Successful requests:", r->completed);
+    printf("%-40s %-10d\n", "Failed requests:", r->failed);
+    line("Benchmark duration (s):", r->duration_s);
+    printf("%-40s %-10lld\n", "Total input tokens:", (long long)r->total_input);
+    printf("%-40s %-10lld\n", "Total generated tokens:", (long long)r->total_output);
+    line("Request throughput (req/s):", r->request_throughput);
+    line("Input token throughput (tok/s):", r->input_throughput);
+    line("Output token throughput (tok/s):", r->output_throughput);
+    line("Total token throughput (tok/s):", r->total_throughput);
+    line("Concurrency:", r->concurrency_measured);
+    printf("----------------End-to-End Latency----------------\n");
+    line("Mean E2E Latency (ms):", r->e2e_mean);
+    line("Median E2E Latency (ms):", r->e2e_median);
+    line("P99 E2E Latency (ms):", r->e2e_p99);
+    printf("---------------Time to First Token----------------\n");
+    line("Mean TTFT (ms):", r->ttft_mean);
+    line("Median TTFT (ms):", r->ttft_median);
+    line("P99 TTFT (ms):", r->ttft_p99);
+    printf("-----Time per Output Token (excl. 1st token)------\n");
+    line("Mean TPOT (ms):", r->tpot_mean);
+    line("Median TPOT (ms):", r->tpot_median);
+    line("P99 TPOT (ms):", r->tpot_p99);
+    printf("---------------Inter-Token Latency----------------\n");
+    line("Mean ITL (ms):", r->itl_mean);
+    line("Median ITL (ms):", r->itl_median);
+    line("P95 ITL (ms):", r->itl_p95);
+    line("P99 ITL (ms):", r->itl_p99);
+    line("Max ITL (ms):", r->itl_max);
+    if (r->failed) printf("%-40s %s\n", "First failure:", r->first_error);
+}
+
+static double dlt(double a, double b) { return isnan(a) || isnan(b) ? NAN : b - a; }
+
+static void print_server(const counters *a, const counters *b) {
+    printf("-------------Server counters (/metrics)-----------\n");
+    printf("%-40s %-10.0f\n", "prompt_tokens_total (delta):", dlt(a->prompt, b->prompt));
+    printf("%-40s %-10.0f\n", "generation_tokens_total (delta):", dlt(a->gen, b->gen));
+    printf("%-40s %.0f stop, %.0f length, %.0f abort\n", "request_success_total (delta):", dlt(a->ok_stop, b->ok_stop),
+           dlt(a->ok_len, b->ok_len), dlt(a->abort, b->abort));
+    printf("%-40s %-10.0f\n", "num_preemptions_total (delta):", dlt(a->preempt, b->preempt));
+    printf("%-40s %.0f / %.0f\n", "prefix cache hits / queries (delta):", dlt(a->ph, b->ph), dlt(a->pq, b->pq));
+    printf("%-40s %-10.0f\n", "rejected, queue full (delta):", dlt(a->rej, b->rej));
+    double n;
+    n = dlt(a->ttft_n, b->ttft_n);
+    printf("%-40s %-10.2f\n", "server mean TTFT (ms):", n > 0 ? 1e3 * dlt(a->ttft_sum, b->ttft_sum) / n : NAN);
+    n = dlt(a->itl_n, b->itl_n);
+    printf("%-40s %-10.2f\n", "server mean ITL (ms):", n > 0 ? 1e3 * dlt(a->itl_sum, b->itl_sum) / n : NAN);
+    n = dlt(a->e2e_n, b->e2e_n);
+    printf("%-40s %-10.2f\n", "server mean E2E (ms):", n > 0 ? 1e3 * dlt(a->e2e_sum, b->e2e_sum) / n : NAN);
+    n = dlt(a->q_n, b->q_n);
+    printf("%-40s %-10.2f\n", "server mean queue time (ms):", n > 0 ? 1e3 * dlt(a->q_sum, b->q_sum) / n : NAN);
+    printf("==================================================\n");
+}
+
+static json_t *result_json(const mr_bench_serve_result *r, const counters *a, const counters *b) {
+    json_t *o = json_pack(
+        "{s:i,s:i,s:i,s:f,s:I,s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f}",
+        "max_concurrency", r->concurrency, "completed", r->completed, "failed", r->failed, "duration", r->duration_s,
+        "total_input_tokens", (json_int_t)r->total_input, "total_output_tokens", (json_int_t)r->total_output,
+        "request_throughput", r->request_throughput, "input_throughput", r->input_throughput, "output_throughput",
+        r->output_throughput, "total_throughput", r->total_throughput, "concurrency", r->concurrency_measured,
+        "mean_ttft_ms", r->ttft_mean, "median_ttft_ms", r->ttft_median, "p99_ttft_ms", r->ttft_p99, "std_ttft_ms",
+        r->ttft_std, "mean_tpot_ms", r->tpot_mean, "median_tpot_ms", r->tpot_median, "p99_tpot_ms", r->tpot_p99,
+        "mean_itl_ms", r->itl_mean, "median_itl_ms", r->itl_median, "p95_itl_ms", r->itl_p95, "p99_itl_ms",
+        r->itl_p99, "max_itl_ms", r->itl_max, "mean_e2e_latency_ms", r->e2e_mean, "median_e2e_latency_ms",
+        r->e2e_median, "p99_e2e_latency_ms", r->e2e_p99, "std_e2e_latency_ms", r->e2e_std);
+    if (!o) return NULL;
+    json_t *sc = json_object();
+    double d;
+#define PUT(k, x)                                                   \
+    d = dlt(a->x, b->x);                                            \
+    if (!isnan(d)) json_object_set_new(sc, k, json_real(d));
+    PUT("prompt_tokens", prompt);
+    PUT("generation_tokens", gen);
+    PUT("success_stop", ok_stop);
+    PUT("success_length", ok_len);
+    PUT("abort", abort);
+    PUT("preemptions", preempt);
+    PUT("prefix_cache_queries", pq);
+    PUT("prefix_cache_hits", ph);
+    PUT("rejected_queue_full", rej);
+#undef PUT
+    json_object_set_new(o, "server_counters_delta", sc);
+    if (r->failed) json_object_set_new(o, "first_error", json_string(r->first_error));
+    return o;
+}
+
+/* gnuplot: output tok/s (left axis) and TTFT / ITL percentiles (right, log) against concurrency. */
+static int plot(const char *png, const mr_bench_serve_result *rs, int n, const char *title) {
+    char dat[] = "/tmp/moerun-bench-serve-XXXXXX";
+    int fd = mkstemp(dat);
+    if (fd < 0) return 1;
+    FILE *f = fdopen(fd, "w");
+    if (!f) {
+        close(fd);
+        unlink(dat);
+        return 1;
+    }
+    fprintf(f, "# concurrency out_tok_s ttft_p50 ttft_p99 itl_p50 itl_p99\n");
+    for (int i = 0; i < n; i++)
+        fprintf(f, "%d %.3f %.3f %.3f %.3f %.3f\n", rs[i].concurrency, rs[i].output_throughput, rs[i].ttft_median,
+                rs[i].ttft_p99, rs[i].itl_median, rs[i].itl_p99);
+    fclose(f);
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", png);
+    FILE *g = popen("gnuplot", "w");
+    if (!g) {
+        unlink(dat);
+        return 1;
+    }
+    fprintf(g,
+            "set terminal pngcairo size 1000,600 font ',10'\nset output '%s'\nset title '%s'\n"
+            "set xlabel 'concurrency'\nset logscale x 2\nset ylabel 'output tokens/s'\nset y2label 'ms (log)'\n"
+            "set logscale y2\nset ytics nomirror\nset y2tics\nset key left top\nset grid\n"
+            "plot '%s' u 1:2 w lp lw 2 t 'output tok/s' axes x1y1, '' u 1:3 w lp t 'TTFT p50' axes x1y2,"
+            " '' u 1:4 w lp t 'TTFT p99' axes x1y2, '' u 1:5 w lp t 'ITL p50' axes x1y2, '' u 1:6 w lp t 'ITL p99' axes x1y2\n",
+            tmp, title, dat);
+    int rc = pclose(g);
+    unlink(dat);
+    if (rc != 0 || rename(tmp, png)) {
+        unlink(tmp);
+        return 1;
+    }
+    return 0;
+}
+
+int mr_cmd_bench_serve(int argc, char **argv) {
+    mr_bench_serve_opts o = {.vocab = 1000, .min_id = 10, .seed = 1, .warmup = true, .timeout_s = 600, .input_len = 128,
+                             .output_len = 128};
+    const char *conc = "1,16,64,128", *json_path = NULL, *plot_path = NULL;
+    long num = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long x;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--chat")) {
+            o.chat = true;
+        } else if (!strcmp(a, "--text-prompts")) {
+            o.text_prompts = true;
+        } else if (!strcmp(a, "--no-warmup")) {
+            o.warmup = false;
+        } else if (!v) {
+            fprintf(stderr, "moerun bench serve: %s: unknown option or missing value (see --help)\n", a);
+            return 2;
+        } else if (!strcmp(a, "--base-url")) {
+            o.base_url = argv[++i];
+        } else if (!strcmp(a, "--model")) {
+            o.model = argv[++i];
+        } else if (!strcmp(a, "--concurrency")) {
+            conc = argv[++i];
+        } else if (!strcmp(a, "--json")) {
+            json_path = argv[++i];
+        } else if (!strcmp(a, "--plot")) {
+            plot_path = argv[++i];
+        } else if (!strcmp(a, "--num-prompts") || !strcmp(a, "--input-len") || !strcmp(a, "--output-len") ||
+                   !strcmp(a, "--vocab") || !strcmp(a, "--seed") || !strcmp(a, "--timeout")) {
+            if (mr_cli_parse_long(argv[++i], 1, 1L << 31, &x)) {
+                fprintf(stderr, "moerun bench serve: %s: %s\n", a, mr_error_last());
+                return 2;
+            }
+            if (!strcmp(a, "--num-prompts")) num = x;
+            else if (!strcmp(a, "--input-len")) o.input_len = x;
+            else if (!strcmp(a, "--output-len")) o.output_len = x;
+            else if (!strcmp(a, "--vocab")) o.vocab = x;
+            else if (!strcmp(a, "--seed")) o.seed = (uint64_t)x;
+            else o.timeout_s = (double)x;
+        } else {
+            fprintf(stderr, "moerun bench serve: unknown argument '%s' (see --help)\n", a);
+            return 2;
+        }
+    }
+    if (!o.base_url) {
+        fprintf(stderr, "moerun bench serve: --base-url URL is required (e.g. http://127.0.0.1:30000)\n");
+        return 2;
+    }
+    if (o.vocab <= o.min_id) {
+        fprintf(stderr, "moerun bench serve: --vocab must be above %lld\n", (long long)o.min_id);
+        return 2;
+    }
+    int cs[64], nc = 0;
+    for (const char *p = conc; *p;) {
+        char *end;
+        errno = 0;
+        long c = strtol(p, &end, 10);
+        if (end == p || errno || c < 1 || c > 4096 || nc == 64 || (*end && *end != ',')) {
+            fprintf(stderr, "moerun bench serve: --concurrency: '%s' is not a comma list of integers in [1, 4096]\n", conc);
+            return 2;
+        }
+        cs[nc++] = (int)c;
+        p = *end ? end + 1 : end;
+    }
+    if (nc == 0) {
+        fprintf(stderr, "moerun bench serve: --concurrency is empty\n");
+        return 2;
+    }
+    if (json_path) { /* checked up front: a sweep is long */
+        FILE *f = fopen(json_path, "a");
+        if (!f) {
+            fprintf(stderr, "moerun bench serve: --json %s: %s\n", json_path, strerror(errno));
+            return 2;
+        }
+        fclose(f);
+    }
+    /* the model id: --model or the first of /v1/models */
+    char model[256] = "";
+    long http = 0;
+    char *body = NULL;
+    if (mr_http_get(o.base_url, "/v1/models", 30, &http, &body) || http != 200) {
+        fprintf(stderr, "moerun bench serve: %s/v1/models: %s\n", o.base_url, body && http ? body : mr_error_last());
+        free(body);
+        return 1;
+    }
+    json_error_t je;
+    json_t *ms = json_loads(body, 0, &je);
+    free(body);
+    const char *mid = json_string_value(json_object_get(json_array_get(json_object_get(ms, "data"), 0), "id"));
+    snprintf(model, sizeof model, "%s", o.model ? o.model : mid ? mid : "default");
+    json_decref(ms);
+    o.model = model;
+    printf("bench serve: %s, model '%s', %s, input %lld, output %lld tokens, concurrency %s\n", o.base_url, model,
+           o.chat ? "chat" : o.text_prompts ? "completions (text)" : "completions (token ids)", (long long)o.input_len,
+           (long long)o.output_len, conc);
+    mr_bench_serve_result *rs = calloc((size_t)nc, sizeof *rs);
+    json_t *all = json_array();
+    int rc = 0;
+    for (int k = 0; k < nc && rs; k++) {
+        o.concurrency = cs[k];
+        o.num_prompts = num ? (int)num : (4 * cs[k] < 16 ? 16 : 4 * cs[k]);
+        counters a, b;
+        read_counters(o.base_url, &a);
+        if (mr_bench_serve_run(&o, &rs[k])) {
+            mr_cli_fail("bench serve", NULL);
+            rc = 1;
+            break;
+        }
+        read_counters(o.base_url, &b);
+        print_table(&rs[k], &o);
+        print_server(&a, &b);
+        fflush(stdout);
+        json_t *j = result_json(&rs[k], &a, &b);
+        if (j) {
+            json_object_set_new(j, "input_len", json_integer(o.input_len));
+            json_object_set_new(j, "output_len", json_integer(o.output_len));
+            json_object_set_new(j, "num_prompts", json_integer(o.num_prompts));
+            json_array_append_new(all, j);
+        }
+        if (rs[k].failed) rc = 1;
+    }
+    if (rs && json_array_size(all) > 1) {
+        printf("\nsweep: concurrency | output tok/s | TTFT p50 / p99 ms | ITL p50 / p99 ms | TPOT p50 ms | failed\n");
+        for (size_t k = 0; k < json_array_size(all); k++)
+            printf("  %5d | %10.1f | %8.2f / %8.2f | %7.2f / %7.2f | %7.2f | %d\n", rs[k].concurrency,
+                   rs[k].output_throughput, rs[k].ttft_median, rs[k].ttft_p99, rs[k].itl_median, rs[k].itl_p99,
+                   rs[k].tpot_median, rs[k].failed);
+    }
+    if (json_path && all) {
+        json_t *doc = json_pack("{s:s,s:s,s:s,s:I,s:I,s:O}", "bench", "serve", "base_url", o.base_url, "model", model,
+                                "input_len", (json_int_t)o.input_len, "output_len", (json_int_t)o.output_len, "results", all);
+        char tmp[4200];
+        snprintf(tmp, sizeof tmp, "%s.tmp", json_path);
+        if (!doc || json_dump_file(doc, tmp, JSON_INDENT(2)) || rename(tmp, json_path)) {
+            fprintf(stderr, "moerun bench serve: cannot write %s\n", json_path);
+            unlink(tmp);
+            rc = 1;
+        }
+        json_decref(doc);
+    }
+    if (plot_path && rs) {
+        char title[400];
+        snprintf(title, sizeof title, "moerun bench serve: %s, in %lld / out %lld tokens", model, (long long)o.input_len,
+                 (long long)o.output_len);
+        for (char *p = title; *p; p++)
+            if (*p == '\'') *p = ' ';
+        if (plot(plot_path, rs, (int)json_array_size(all), title)) {
+            fprintf(stderr, "moerun bench serve: gnuplot could not write %s\n", plot_path);
+            rc = 1;
+        } else {
+            printf("plot: %s\n", plot_path);
+        }
+    }
+    json_decref(all);
+    free(rs);
+    return rc;
+}

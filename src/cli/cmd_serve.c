@@ -1,0 +1,386 @@
+/* cmd_serve.c — `moerun serve`: the OpenAI-compatible server.
+ *
+ * Order of start: listen at once (/health answers 503 while loading),
+ * resolve, run the startup self-check's reference half (a few seeded prompt
+ * tokens through the reference runner, greedy), load the model with the
+ * resolved runner, run the same tokens through it teacher-forced and compare
+ * as `moerun probe` does (cli_probe.c): a mismatch prints the report and
+ * exits 1 before any request is served. Then /health turns 200.
+ *
+ * Signals are taken by one thread (sigwait): SIGTERM or SIGINT starts the
+ * drain (new work and /health get 503, admitted requests finish, up to
+ * --shutdown-timeout seconds; then exit 0); a second one exits at once. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "cli_model.h"
+#include "cli_probe.h"
+#include "moerun/config.h"
+#include "moerun/engine.h"
+#include "moerun/formats.h"
+#include "moerun/kernels.h"
+#include "moerun/model.h"
+#include "moerun/moe.h"
+#include "moerun/serve.h"
+
+static void usage(FILE *f) {
+    mr_server_opts d;
+    mr_server_opts_default(&d);
+    fprintf(f,
+            "usage: moerun serve --model DIR [options] [resolver options]\n\n"
+            "An OpenAI-compatible HTTP server: POST /v1/completions, /v1/chat/completions, /tokenize,\n"
+            "/detokenize; GET /v1/models, /health, /metrics (Prometheus). The engine's limits are resolver\n"
+            "options (below): --max-running-requests, --context-length, --max-batch-tokens (alias\n"
+            "--chunked-prefill-size), --kv-cache-memory, --kv-cache-dtype. The server's (default in brackets):\n"
+            "  --host H                   listen address [%s]\n"
+            "  --port P                   [%d]; 0 picks a free port (printed)\n"
+            "  --served-model-name NAME   the model id clients send [the model folder's name]\n"
+            "  --max-queued-requests N    admitted beyond the running set; past running + queued: 503 at once [%d]\n"
+            "  --max-prompt-tokens N      [context length - 1]\n"
+            "  --max-completion-tokens N  the largest max_tokens [context length - 1]\n"
+            "  --max-choices N            prompts x n in one request [%d]\n"
+            "  --max-body-bytes N         request body [%zu]\n"
+            "  --header-timeout S         a request head must arrive within S seconds of the connection or of\n"
+            "                             its previous response [%d]\n"
+            "  --body-timeout S           the body must arrive within S seconds of its head [%d]\n"
+            "  --idle-timeout S           a connection silent for S seconds, or a client that takes none of its\n"
+            "                             response for S seconds, is closed [%d]\n"
+            "  --max-connections N        open connections [%d]\n"
+            "  --shutdown-timeout S       on SIGTERM/SIGINT, wait up to S seconds for running requests [30]\n"
+            "  --api-key KEY              require \"Authorization: Bearer KEY\"\n"
+            "  --skip-self-check          do not compare the resolved runner with the reference at start\n"
+            "  --log-requests             one line on stderr per refused request\n\n",
+            d.host, d.port, d.max_queued_requests, d.max_choices, d.max_body_bytes, d.header_timeout_s,
+            d.body_timeout_s, d.idle_timeout_s, d.max_connections);
+    mr_options_print_help(f);
+}
+
+/* ---- signals ---- */
+static pthread_mutex_t sig_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t sig_cv = PTHREAD_COND_INITIALIZER;
+static int sig_count;
+static bool sig_ready; /* serving: a first signal drains instead of exiting */
+
+static void *signal_thread(void *arg) {
+    sigset_t *set = arg;
+    for (;;) {
+        int sig;
+        if (sigwait(set, &sig)) continue;
+        pthread_mutex_lock(&sig_mu);
+        int n = ++sig_count;
+        bool ready = sig_ready;
+        pthread_cond_broadcast(&sig_cv);
+        pthread_mutex_unlock(&sig_mu);
+        if (n >= 2 || !ready) {
+            static const char msg[] = "moerun serve: exiting at once\n";
+            if (write(2, msg, sizeof msg - 1) < 0) { /* nothing to do */
+            }
+            _exit(sig == SIGTERM && !ready && n == 1 ? 0 : 128 + sig);
+        }
+    }
+    return NULL;
+}
+
+/* ---- the self-check ---- */
+
+/* The reference half: greedy tokens and logits of the seeded prompts from
+ * the ground-truth runner, through an engine with the serving KV dtype (so
+ * that the two halves differ by the runner only). */
+static int self_check_reference(const mr_options *o, const char *dir, mr_format kv_dtype, mr_cli_probe_set *ps,
+                                float **ref) {
+    mr_resolution *r = NULL;
+    mr_engine *e = NULL;
+    int rc = mr_cli_probe_open("serve", o, dir, mr_moe_runner_ground_truth()->name, ps,
+                               kv_dtype == MR_FMT_F32 ? "fp32" : "bf16", &r, &e, false);
+    if (!rc) {
+        size_t n = (size_t)(ps->steps + 1) * (size_t)ps->n * (size_t)ps->V;
+        *ref = malloc(n * sizeof(float));
+        if (!*ref) {
+            fprintf(stderr, "moerun serve: out of memory for the self-check\n");
+            rc = 1;
+        } else if (mr_cli_probe_run(e, ps, false, *ref)) {
+            mr_cli_fail("serve", "the self-check's reference run failed");
+            rc = 1;
+        }
+    }
+    mr_cli_probe_close(e);
+    mr_resolution_free(r);
+    return rc;
+}
+
+/* The resolved runner's half, through the engine that will serve: the same
+ * prompts, the reference's tokens forced, the logits of every step. */
+static int self_check_compare(mr_engine *e, const mr_exec *x, mr_cli_probe_set *ps, const float *ref) {
+    mr_model *m = mr_engine_model(e);
+    size_t n = (size_t)(ps->steps + 1) * (size_t)ps->n * (size_t)ps->V;
+    float *got = calloc(n, sizeof(float));
+    double *step_err = malloc((size_t)(ps->steps + 1) * sizeof(double));
+    int rc = 1;
+    if (!got || !step_err) {
+        fprintf(stderr, "moerun serve: out of memory for the self-check\n");
+    } else if (mr_cli_probe_run(e, ps, true, got)) {
+        mr_cli_fail("serve", "the self-check's run of the resolved runner failed");
+    } else {
+        mr_cli_probe_cmp c = {.step_err = step_err};
+        double tol = mr_cli_probe_default_tol(x->weight_format);
+        mr_cli_probe_compare(ps, ref, got, tol, &c);
+        char label[160];
+        snprintf(label, sizeof label, "self-check: runner %s (%s) vs %s", mr_model_runner_name(m),
+                 mr_act_mode_name(mr_model_act_mode(m)), mr_moe_runner_ground_truth()->name);
+        bool pass = true;
+        mr_cli_probe_print(stdout, label, ps, &c, tol, true, &pass);
+        fflush(stdout);
+        if (pass) {
+            rc = 0;
+        } else {
+            fprintf(stderr,
+                    "moerun serve: refusing to serve: the resolved runner %s disagrees with the %s runner on the "
+                    "self-check's tokens (report above). Check `moerun probe --model DIR`; --skip-self-check "
+                    "serves anyway.\n",
+                    mr_model_runner_name(m), mr_moe_runner_ground_truth()->name);
+        }
+    }
+    free(got);
+    free(step_err);
+    return rc;
+}
+
+static int opt_long(const char *flag, const char *v, long lo, long hi, long *out) {
+    if (!mr_cli_parse_long(v, lo, hi, out)) return 0;
+    fprintf(stderr, "moerun serve: %s: %s\n", flag, mr_error_last());
+    return 1;
+}
+
+int mr_cmd_serve(int argc, char **argv) {
+    mr_options o;
+    if (mr_options_init(&o) != MR_OK) return 1;
+    int rc = 2;
+    mr_server_opts so;
+    mr_server_opts_default(&so);
+    long shutdown_timeout = 30;
+    bool skip_check = false;
+    unsigned mutation = MR_MUT_NONE;
+    mr_resolution *r = NULL;
+    mr_model *m = NULL;
+    mr_engine *eng = NULL;
+    mr_server *srv = NULL;
+    mr_cli_probe_set ps = {0};
+    float *ref = NULL;
+    /* sglang's name for the step's token budget is the resolver's --max-batch-tokens */
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--chunked-prefill-size")) argv[i] = (char *)"--max-batch-tokens";
+    if (mr_options_parse(&o, &argc, argv, true) != MR_OK) {
+        mr_cli_fail("serve", NULL);
+        goto out;
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long x;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            rc = 0;
+            goto out;
+        } else if (!strcmp(a, "--skip-self-check")) {
+            skip_check = true;
+        } else if (!strcmp(a, "--log-requests")) {
+            so.log_requests = true;
+        } else if (!strcmp(a, "--debug-forced-output")) { /* tests only: requests may dictate their output */
+            so.debug_forced_output = true;
+        } else if (!v && a[0] == '-' && a[1] == '-') {
+            fprintf(stderr, "moerun serve: %s: unknown option or missing value (see --help)\n", a);
+            goto out;
+        } else if (!strcmp(a, "--host")) {
+            so.host = argv[++i];
+        } else if (!strcmp(a, "--port")) {
+            if (opt_long(a, argv[++i], 0, 65535, &x)) goto out;
+            so.port = (int)x;
+        } else if (!strcmp(a, "--served-model-name")) {
+            so.served_model_name = argv[++i];
+        } else if (!strcmp(a, "--api-key")) {
+            so.api_key = argv[++i];
+        } else if (!strcmp(a, "--max-queued-requests")) {
+            if (opt_long(a, argv[++i], 0, 1 << 20, &x)) goto out;
+            so.max_queued_requests = (int)x;
+        } else if (!strcmp(a, "--max-prompt-tokens")) {
+            if (opt_long(a, argv[++i], 1, 1 << 24, &x)) goto out;
+            so.max_prompt_tokens = x;
+        } else if (!strcmp(a, "--max-completion-tokens")) {
+            if (opt_long(a, argv[++i], 1, 1 << 24, &x)) goto out;
+            so.max_completion_tokens = x;
+        } else if (!strcmp(a, "--max-choices")) {
+            if (opt_long(a, argv[++i], 1, 4096, &x)) goto out;
+            so.max_choices = (int)x;
+        } else if (!strcmp(a, "--max-body-bytes")) {
+            if (opt_long(a, argv[++i], 64, 1L << 32, &x)) goto out;
+            so.max_body_bytes = (size_t)x;
+        } else if (!strcmp(a, "--header-timeout")) {
+            if (opt_long(a, argv[++i], 1, 86400, &x)) goto out;
+            so.header_timeout_s = (int)x;
+        } else if (!strcmp(a, "--body-timeout")) {
+            if (opt_long(a, argv[++i], 1, 86400, &x)) goto out;
+            so.body_timeout_s = (int)x;
+        } else if (!strcmp(a, "--idle-timeout")) {
+            if (opt_long(a, argv[++i], 1, 86400, &x)) goto out;
+            so.idle_timeout_s = (int)x;
+        } else if (!strcmp(a, "--max-connections")) {
+            if (opt_long(a, argv[++i], 1, 65536, &x)) goto out;
+            so.max_connections = (int)x;
+        } else if (!strcmp(a, "--shutdown-timeout")) {
+            if (opt_long(a, argv[++i], 0, 86400, &shutdown_timeout)) goto out;
+        } else if (!strcmp(a, "--debug-mutation")) { /* tests only: break the resolved runner on purpose */
+            const char *mv = argv[++i];
+            if (!strcmp(mv, "swap-gate-up")) mutation = MR_MUT_SWAP_GATE_UP;
+            else if (!strcmp(mv, "fused-no-renorm")) mutation = MR_MUT_FUSED_NO_RENORM;
+            else {
+                fprintf(stderr, "moerun serve: --debug-mutation: '%s' is not swap-gate-up or fused-no-renorm\n", mv);
+                goto out;
+            }
+        } else {
+            fprintf(stderr, "moerun serve: unknown argument '%s' (see --help)\n", a);
+            goto out;
+        }
+    }
+    const char *dir = mr_options_get(&o, MR_OPT_MODEL);
+    if (!dir[0]) {
+        fprintf(stderr, "moerun serve: --model DIR is required (see --help)\n");
+        goto out;
+    }
+    so.model_dir = dir;
+    int64_t ctx = mr_options_get_int(&o, MR_OPT_CONTEXT_LENGTH);
+    if (ctx > 0 && (so.max_prompt_tokens >= ctx || so.max_completion_tokens >= ctx)) {
+        fprintf(stderr, "moerun serve: %s %lld must be below --context-length %lld\n",
+                so.max_prompt_tokens >= ctx ? "--max-prompt-tokens" : "--max-completion-tokens",
+                (long long)(so.max_prompt_tokens >= ctx ? so.max_prompt_tokens : so.max_completion_tokens), (long long)ctx);
+        goto out;
+    }
+
+    /* signals: one thread takes them all */
+    static sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    pthread_t st;
+    if (pthread_create(&st, NULL, signal_thread, &set)) {
+        fprintf(stderr, "moerun serve: cannot start the signal thread\n");
+        rc = 1;
+        goto out;
+    }
+    pthread_detach(st);
+
+    /* listen first: /health says 503 while the model loads */
+    rc = 1;
+    if (mr_server_open(&so, &srv) || mr_server_start(srv)) {
+        mr_cli_fail("serve", NULL);
+        goto out;
+    }
+    printf("moerun serve: listening on http://%s:%d (loading)\n", so.host, mr_server_port(srv));
+    fflush(stdout);
+
+    /* 1. resolve, before any weight is read */
+    if (mr_cli_resolve("serve", &o, false, &r)) {
+        rc = 2;
+        goto out;
+    }
+    const mr_exec *x = mr_resolution_exec(r);
+    /* 2. the self-check's reference half */
+    if (!skip_check) {
+        mr_model_desc d;
+        memset(&d, 0, sizeof d);
+        if (mr_model_desc_load(dir, &d)) {
+            mr_cli_fail("serve", "cannot read the model description");
+            goto out;
+        }
+        int64_t V = d.vocab;
+        mr_model_desc_free(&d);
+        if (mr_cli_probe_set_make(&ps, 2, 4, 1, V)) {
+            fprintf(stderr, "moerun serve: out of memory\n");
+            goto out;
+        }
+        int e = self_check_reference(&o, dir, x->kv_dtype, &ps, &ref);
+        if (e) {
+            rc = e;
+            goto out;
+        }
+    }
+    /* 3. load with the resolved runner */
+    if (mr_exec_apply(x)) {
+        mr_cli_fail("serve", "cannot apply the resolution");
+        goto out;
+    }
+    if (mutation) mr_moe_debug_mutation(mutation);
+    mr_engine_opts eo;
+    mr_engine_opts_from_exec(x, &eo);
+    /* the server admits at most running + queued sequences, so the engine's own queue never refuses */
+    eo.max_queued_requests = eo.max_running_requests + so.max_queued_requests;
+    if (so.max_prompt_tokens >= eo.context_length || so.max_completion_tokens >= eo.context_length) {
+        fprintf(stderr, "moerun serve: --max-prompt-tokens and --max-completion-tokens must be below the context length %lld\n",
+                (long long)eo.context_length);
+        rc = 2;
+        goto out;
+    }
+    mr_model_opts mo = {.exec = x, .progress = true};
+    mr_engine_model_opts(&eo, &mo);
+    uint64_t t0 = mr_now_ns();
+    if (mr_model_open(dir, &mo, &m)) {
+        mr_cli_fail("serve", "cannot load the model");
+        goto out;
+    }
+    if (mr_engine_new(m, &eo, &eng)) {
+        mr_cli_fail("serve", "cannot start the engine");
+        goto out;
+    }
+    const mr_model_config *c = mr_model_config_of(m);
+    printf("loaded: %lld layers, %lld experts top-%lld, vocab %lld, runner %s (%s), kernels %s, %.2f s, peak RSS %.1f MiB\n",
+           (long long)c->n_layers, (long long)c->n_experts, (long long)c->top_k, (long long)c->vocab,
+           mr_model_runner_name(m), mr_act_mode_name(mr_model_act_mode(m)), mr_kernels_get()->isa,
+           (double)(mr_now_ns() - t0) * 1e-9, (double)mr_model_peak_rss(m) / (1024.0 * 1024.0));
+    /* 4. the self-check's comparison, through the engine that will serve */
+    if (!skip_check && self_check_compare(eng, x, &ps, ref)) goto out;
+    if (skip_check) printf("self-check: skipped (--skip-self-check)\n");
+    /* 5. open for work: the server owns the engine from here on */
+    mr_status ast = mr_server_attach(srv, eng);
+    eng = NULL;
+    if (ast || mr_server_set_ready(srv)) {
+        mr_cli_fail("serve", NULL);
+        goto out;
+    }
+    pthread_mutex_lock(&sig_mu);
+    sig_ready = true;
+    int early = sig_count;
+    pthread_mutex_unlock(&sig_mu);
+    printf("moerun serve: ready on http://%s:%d, model '%s' (%d running + %d queued sequences, context %lld, "
+           "%lld KV blocks of %d tokens in %s, %lld tokens per step)\n",
+           so.host, mr_server_port(srv), mr_server_model_name(srv), eo.max_running_requests, so.max_queued_requests,
+           (long long)eo.context_length, (long long)eo.kv_blocks, MR_KV_BLOCK_TOKENS, mr_format_traits_get(eo.kv_dtype)->name,
+           (long long)eo.max_batch_tokens);
+    fflush(stdout);
+    /* 6. serve until a signal */
+    pthread_mutex_lock(&sig_mu);
+    while (sig_count == 0 && !early) pthread_cond_wait(&sig_cv, &sig_mu);
+    pthread_mutex_unlock(&sig_mu);
+    printf("moerun serve: draining (up to %ld s; a second signal exits at once)\n", shutdown_timeout);
+    fflush(stdout);
+    int left = mr_server_drain(srv, (double)shutdown_timeout);
+    if (left) printf("moerun serve: %d sequence%s still running at the timeout were cancelled\n", left, left == 1 ? "" : "s");
+    printf("moerun serve: stopped\n");
+    fflush(stdout);
+    rc = 0;
+out:
+    mr_server_close(srv);
+    mr_engine_free(eng);
+    mr_model_close(m);
+    mr_resolution_free(r);
+    mr_cli_probe_set_free(&ps);
+    free(ref);
+    mr_options_free(&o);
+    return rc;
+}

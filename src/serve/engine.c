@@ -1,0 +1,290 @@
+/* engine.c — the engine thread of the server: the only user of the engine
+ * (moerun/engine.h) and so of the model, its KV block pool and its request
+ * table. HTTP threads hand it gens through a submission queue; each turn of
+ * its loop reads top to bottom:
+ *   take      the new submissions (waiting on the queue when there is no work)
+ *   admit     each into the engine (mr_engine_add; the gen's cancel flag and
+ *             the gen itself ride along as the request's flag and user pointer)
+ *   step      mr_engine_step: schedule, forward, sample, stop checks; the
+ *             engine reads every cancel flag at the step boundary and frees
+ *             the blocks of what was cancelled in that step
+ *   publish   each event's token goes to its job's output queue (g->out,
+ *             under the job's lock, which wakes the job's HTTP thread); a
+ *             finished gen drops its hold on the job
+ *   gauges    /metrics from the engine's counters.
+ * Nothing here allocates per token: g->out was sized by the HTTP thread at
+ * admission. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "serve/serve_internal.h"
+
+struct sv_engine {
+    mr_engine *eng;
+    mr_model *m;
+    int64_t capacity;          /* max_running + max_queued gens */
+    sv_metrics *met;
+    pthread_t th;
+    bool started;
+    /* submission queue: HTTP threads -> engine thread */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    sv_gen *sub_head, *sub_tail;
+    bool stop, abort_all;
+    atomic_llong reserved;     /* admitted, unfinished gens */
+    /* engine thread only */
+    sv_gen *live;              /* gens inside the engine */
+    uint64_t seed_counter;
+};
+
+mr_status sv_engine_new(mr_engine *eng, const mr_server_opts *o, sv_metrics *metrics, sv_engine **out) {
+    *out = NULL;
+    sv_engine *e = mr_calloc(1, sizeof *e);
+    if (!e) return MR_ENOMEM;
+    e->eng = eng;
+    e->m = mr_engine_model(eng);
+    e->capacity = (int64_t)mr_engine_opts_of(eng)->max_running_requests + o->max_queued_requests;
+    e->met = metrics;
+    e->seed_counter = mr_now_ns();
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    *out = e;
+    return MR_OK;
+}
+
+void sv_engine_free(sv_engine *e) {
+    if (!e) return;
+    mr_engine_free(e->eng);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    mr_free(e);
+}
+
+bool sv_engine_reserve(sv_engine *e, int k) {
+    long long cur = atomic_load(&e->reserved);
+    do {
+        if (cur + k > e->capacity) return false;
+    } while (!atomic_compare_exchange_weak(&e->reserved, &cur, cur + k));
+    return true;
+}
+
+void sv_engine_unreserve(sv_engine *e, int k) { atomic_fetch_sub(&e->reserved, k); }
+int64_t sv_engine_inflight(sv_engine *e) { return (int64_t)atomic_load(&e->reserved); }
+
+void sv_engine_submit(sv_engine *e, sv_job *j) {
+    pthread_mutex_lock(&e->mu);
+    for (int i = 0; i < j->n_gen; i++) {
+        sv_gen *g = &j->gens[i];
+        g->next = NULL;
+        if (e->sub_tail) e->sub_tail->next = g;
+        else e->sub_head = g;
+        e->sub_tail = g;
+    }
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void sv_engine_abort_all(sv_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    e->abort_all = true;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+static int fin_index(sv_fin f) {
+    return f == SV_FIN_STOP ? SV_FR_STOP : f == SV_FIN_LENGTH ? SV_FR_LENGTH : f == SV_FIN_ABORT ? SV_FR_ABORT : SV_FR_ERROR;
+}
+
+/* Ends a gen: publishes the reason, drops the job's engine hold with its last gen. */
+static void finish(sv_engine *e, sv_gen *g, sv_fin fin, const char *err) {
+    sv_job *j = g->job;
+    if (g->rid) { /* out of the live list */
+        if (g->lprev) g->lprev->lnext = g->lnext;
+        else e->live = g->lnext;
+        if (g->lnext) g->lnext->lprev = g->lprev;
+        g->lprev = g->lnext = NULL;
+        g->rid = 0;
+    }
+    uint64_t now = mr_now_ns();
+    pthread_mutex_lock(&e->met->mu);
+    e->met->success[fin_index(fin)]++;
+    if (fin == SV_FIN_STOP || fin == SV_FIN_LENGTH) sv_hist_observe(&e->met->e2e, (double)(now - j->t_arrive_ns) * 1e-9);
+    pthread_mutex_unlock(&e->met->mu);
+    pthread_mutex_lock(&j->mu);
+    g->fin = fin;
+    if (err) snprintf(g->err, sizeof g->err, "%s", err);
+    bool last = --j->live == 0;
+    j->version++;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    atomic_fetch_sub(&e->reserved, 1);
+    if (last) sv_job_release(j);
+}
+
+/* Takes the submissions; false when the thread is to stop. */
+static sv_gen *take(sv_engine *e, bool *go, bool *abort) {
+    pthread_mutex_lock(&e->mu);
+    while (!e->stop && !e->sub_head && !e->abort_all && !mr_engine_has_work(e->eng)) pthread_cond_wait(&e->cv, &e->mu);
+    *go = !e->stop;
+    *abort = e->abort_all || e->stop;
+    e->abort_all = false;
+    sv_gen *g = e->sub_head;
+    e->sub_head = e->sub_tail = NULL;
+    pthread_mutex_unlock(&e->mu);
+    return g;
+}
+
+/* Into the engine; a refusal ends the gen with its reason. */
+static void admit(sv_engine *e, sv_gen *g) {
+    const sv_request *r = &g->job->req;
+    mr_request_params p = {
+        .prompt = g->prompt,
+        .n_prompt = g->n_prompt,
+        .max_tokens = g->max_tokens,
+        .sampling = g->sp,
+        .stop_ids = r->stop_ids,
+        .n_stop_ids = r->n_stop_ids,
+        .ignore_eos = g->ignore_eos,
+        .logprobs = r->logprobs,
+        .top_logprobs = r->top_logprobs,
+        .forced = g->forced,
+        .n_forced = g->n_forced,
+        .cancel = &g->cancel,
+        .user = g,
+    };
+    if (!r->has_seed) p.sampling.seed = e->seed_counter++ * 0x9E3779B97F4A7C15ull;
+    mr_req_id id;
+    mr_status st = mr_engine_add(e->eng, &p, &id);
+    if (st) {
+        char why[200];
+        snprintf(why, sizeof why, "the engine refused the request: %s", mr_error_last());
+        finish(e, g, SV_FIN_ERROR, why);
+        return;
+    }
+    g->rid = id;
+    g->lprev = NULL;
+    g->lnext = e->live;
+    if (e->live) e->live->lprev = g;
+    e->live = g;
+}
+
+static sv_fin fin_of(mr_finish_reason f) {
+    switch (f) {
+    case MR_FINISH_STOP: return SV_FIN_STOP;
+    case MR_FINISH_LENGTH: return SV_FIN_LENGTH;
+    case MR_FINISH_CANCELLED: return SV_FIN_ABORT;
+    default: return SV_FIN_ERROR;
+    }
+}
+
+/* One event: its token to the job's queue, then the end if it is one. */
+static void publish(sv_engine *e, const mr_engine_event *ev, uint64_t now) {
+    sv_gen *g = ev->user;
+    sv_job *j = g->job;
+    if (ev->n_tokens == 1) {
+        pthread_mutex_lock(&e->met->mu);
+        if (!g->seen_first) sv_hist_observe(&e->met->ttft, (double)(now - j->t_arrive_ns) * 1e-9);
+        else sv_hist_observe(&e->met->itl, (double)(now - g->t_last_ns) * 1e-9);
+        pthread_mutex_unlock(&e->met->mu);
+        pthread_mutex_lock(&j->mu);
+        if (g->n_out < g->max_tokens) {
+            g->out[g->n_out] = ev->token;
+            if (g->lp) {
+                sv_logprob *l = &g->lp[g->n_out];
+                l->logprob = ev->logprob;
+                l->n_top = ev->n_top < SV_MAX_TOP_LOGPROBS ? ev->n_top : SV_MAX_TOP_LOGPROBS;
+                for (int k = 0; k < l->n_top; k++) l->top[k] = ev->top[k];
+            }
+            g->n_out++;
+        }
+        if (!g->seen_first) g->cached_tokens = ev->n_cached;
+        j->version++;
+        pthread_cond_broadcast(&j->cv);
+        pthread_mutex_unlock(&j->mu);
+        g->seen_first = true;
+        g->t_last_ns = now;
+    }
+    if (ev->finish != MR_FINISH_NONE) finish(e, g, fin_of(ev->finish), ev->error);
+}
+
+static void gauges(sv_engine *e) {
+    mr_engine_stats st;
+    mr_engine_stats_get(e->eng, &st);
+    pthread_mutex_lock(&e->met->mu);
+    e->met->running = st.running;
+    e->met->waiting = st.waiting;
+    e->met->kv_usage = st.kv_usage;
+    e->met->kv_used_blocks = st.kv_blocks_used;
+    e->met->kv_total_blocks = st.kv_blocks_total;
+    e->met->prompt_tokens = st.prompt_tokens;
+    e->met->generation_tokens = st.generation_tokens;
+    e->met->preemptions = st.preemptions;
+    e->met->prefix_queries = st.prefix_queries;
+    e->met->prefix_hits = st.prefix_hits;
+    pthread_mutex_unlock(&e->met->mu);
+}
+
+static void *engine_main(void *arg) {
+    sv_engine *e = arg;
+    bool go = true, abort = false;
+    for (;;) {
+        /* 1. take the submissions */
+        sv_gen *subs = take(e, &go, &abort);
+        /* 2. admit them (aborting: they end here) */
+        for (sv_gen *g = subs, *nx; g; g = nx) {
+            nx = g->next;
+            if (abort) finish(e, g, SV_FIN_ABORT, NULL);
+            else admit(e, g);
+        }
+        if (abort)
+            for (sv_gen *g = e->live; g; g = g->lnext) atomic_store(&g->cancel, 1);
+        if (!go && !e->live) break;
+        /* 3. one step (cancellations included) */
+        const mr_engine_step_out *out = NULL;
+        if (mr_engine_has_work(e->eng)) {
+            mr_status st = mr_engine_step(e->eng, &out);
+            if (st) { /* the engine itself broke: end everything, never hang */
+                char why[200];
+                snprintf(why, sizeof why, "the engine failed: %s", mr_error_last());
+                MR_ERROR("serve: %s", why);
+                while (e->live) finish(e, e->live, SV_FIN_ERROR, why);
+                out = NULL;
+            }
+        }
+        /* 4. publish */
+        uint64_t now = mr_now_ns();
+        for (int i = 0; out && i < out->n_events; i++) publish(e, &out->events[i], now);
+        /* 5. gauges */
+        gauges(e);
+        if (!go && !e->live) break;
+    }
+    /* stopping: what is still submitted ends as aborted */
+    pthread_mutex_lock(&e->mu);
+    sv_gen *g = e->sub_head;
+    e->sub_head = e->sub_tail = NULL;
+    pthread_mutex_unlock(&e->mu);
+    for (sv_gen *nx; g; g = nx) {
+        nx = g->next;
+        finish(e, g, SV_FIN_ABORT, NULL);
+    }
+    return NULL;
+}
+
+mr_status sv_engine_start(sv_engine *e) {
+    if (pthread_create(&e->th, NULL, engine_main, e)) return mr_error_set(MR_ESTATE, "serve: cannot start the engine thread");
+    e->started = true;
+    return MR_OK;
+}
+
+/* Stops the thread: every gen is cancelled and the engine runs until their
+ * cancellations are reported (one step). */
+void sv_engine_stop(sv_engine *e) {
+    if (!e || !e->started) return;
+    pthread_mutex_lock(&e->mu);
+    e->stop = true;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    pthread_join(e->th, NULL);
+    e->started = false;
+}

@@ -1,0 +1,1064 @@
+/* http.c — the HTTP layer of the server (libmicrohttpd, a thread per
+ * connection): routing, the limits where input enters (body size, header and
+ * body deadlines, idle timeout, connection count, queue length), the
+ * admission of a request into a job, and the streaming of its events.
+ *
+ * An HTTP thread parses and validates the body, tokenizes the prompt(s),
+ * reserves room in the engine's queue (503 at once when full), submits the
+ * job and then waits on the job's condition variable: for a stream it sends
+ * one SSE event per token as the engine publishes it; otherwise it builds
+ * the body at the end. While it waits it watches its socket: a client that
+ * has gone (hang-up, reset) cancels the job, which the engine frees at its
+ * next step. libmicrohttpd's completion callback cancels it too when a write
+ * fails.
+ *
+ * Deadlines that libmicrohttpd does not have (its timeout only sees silence,
+ * and a client dribbling one byte a second is never silent) are kept by a
+ * watchdog thread: a connection must deliver a request head within
+ * header_timeout of its start or of its previous response, and the body
+ * within body_timeout of the head; otherwise its socket is shut down. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/json_internal.h"
+#include "serve/serve_internal.h"
+
+enum { ST_LOADING = 0, ST_READY = 1, ST_DRAINING = 2 };
+
+/* One TCP connection, as the watchdog sees it. */
+typedef struct sv_conn {
+    int fd;
+    int phase;                 /* 0 waiting for a head, 1 receiving the body, 2 answering */
+    uint64_t since_ns;         /* start of the phase; in phase 2, the last time the client took bytes */
+    bool busy;                 /* phase 2: the server is waiting for the engine, not for the client */
+    bool killed;
+    struct sv_conn *prev, *next;
+} sv_conn;
+
+struct mr_server {
+    mr_server_opts o;
+    char *name, *model_dir, *host, *api_key;
+    mr_model *m;
+    int64_t vocab;
+    int64_t context_length, kv_blocks; /* the engine's */
+    int max_running;
+    sv_text *text;
+    sv_metrics met;
+    sv_engine *eng;
+    struct MHD_Daemon *d;
+    int port;
+    atomic_int state;
+    atomic_bool stopping;
+    /* unset sampling fields take generation_config.json */
+    float def_temperature, def_top_p, def_min_p, def_repetition_penalty;
+    int def_top_k;
+    /* connections, for the watchdog */
+    pthread_mutex_t cmu;
+    pthread_cond_t ccv;
+    sv_conn *conns;
+    pthread_t wd;
+    bool wd_started, wd_stop;
+    atomic_ullong counter;
+};
+
+enum { R_NONE = 0, R_HEALTH, R_MODELS, R_MODEL, R_METRICS, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE };
+
+/* One HTTP request. */
+typedef struct {
+    mr_server *s;
+    struct MHD_Connection *mc;
+    sv_conn *conn;
+    int route;
+    bool post;
+    sv_buf body;
+    bool over;                 /* the body passed max_body_bytes */
+    size_t received;
+    sv_job *job;
+    sv_out *out;
+    sv_buf sse;
+    size_t sse_off;
+    bool stream_done, complete;
+    uint64_t seen;             /* job->version last looked at */
+    uint64_t t_arrive_ns;
+} sv_hreq;
+
+void mr_server_opts_default(mr_server_opts *o) {
+    *o = (mr_server_opts){
+        .host = "127.0.0.1",
+        .port = 30000,
+        .max_queued_requests = 256,
+        .max_choices = 64,
+        .max_body_bytes = (size_t)8 << 20,
+        .header_timeout_s = 10,
+        .body_timeout_s = 30,
+        .idle_timeout_s = 60,
+        .max_connections = 512,
+    };
+}
+
+/* ---- jobs ---- */
+
+void sv_job_release(sv_job *j) {
+    if (atomic_fetch_sub(&j->refs, 1) != 1) return;
+    sv_request_free(&j->req);
+    for (int i = 0; i < j->n_prompts && j->prompt_text; i++) mr_free(j->prompt_text[i]);
+    mr_free(j->prompt_text);
+    mr_free(j->prompt_len);
+    mr_free(j->ids);
+    mr_free(j->forced);
+    if (j->gens) {
+        mr_free(j->gens[0].out);
+        mr_free(j->gens[0].lp);
+    }
+    mr_free(j->gens);
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    mr_free(j);
+}
+
+/* ---- small helpers ---- */
+
+static enum MHD_Result send_text(struct MHD_Connection *c, int status, const char *type, const char *body, size_t n) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(n, (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", type);
+    enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+static enum MHD_Result send_json(struct MHD_Connection *c, int status, const char *body) {
+    return send_text(c, status, "application/json", body, strlen(body));
+}
+
+static enum MHD_Result send_error(mr_server *s, struct MHD_Connection *c, const sv_error *e) {
+    char *b = sv_error_body(e);
+    if (e->http == 400 || e->http == 413 || e->http == 404) {
+        pthread_mutex_lock(&s->met.mu);
+        s->met.bad_requests++;
+        pthread_mutex_unlock(&s->met.mu);
+    }
+    if (s->o.log_requests) fprintf(stderr, "serve: %d %s\n", e->http, e->message);
+    enum MHD_Result ok = b ? send_json(c, e->http, b) : MHD_NO;
+    free(b);
+    return ok;
+}
+
+static enum MHD_Result fail(mr_server *s, struct MHD_Connection *c, int http, const char *param, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 5, 6)))
+#endif
+    ;
+static enum MHD_Result fail(mr_server *s, struct MHD_Connection *c, int http, const char *param, const char *fmt, ...) {
+    sv_error e = {.http = http};
+    snprintf(e.param, sizeof e.param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e.message, sizeof e.message, fmt, ap);
+    va_end(ap);
+    return send_error(s, c, &e);
+}
+
+/* True when the peer has hung up or the socket failed. */
+static bool peer_gone(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return true;
+    struct pollfd p = {.fd = ci->connect_fd, .events = POLLRDHUP};
+    if (poll(&p, 1, 0) < 0) return false;
+    return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+}
+
+/* Phase 2 bookkeeping for the watchdog: busy while the server waits for the
+ * engine; progress when the client has taken bytes. */
+static void conn_busy(sv_hreq *h, bool busy) {
+    if (!h->conn) return;
+    pthread_mutex_lock(&h->s->cmu);
+    h->conn->busy = busy;
+    if (!busy) h->conn->since_ns = mr_now_ns();
+    pthread_mutex_unlock(&h->s->cmu);
+}
+
+/* Waits until the engine publishes something for the job, up to 100 ms. */
+static void wait_job(sv_hreq *h) {
+    sv_job *j = h->job;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 100 * 1000 * 1000;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    pthread_mutex_lock(&j->mu);
+    while (j->version == h->seen && j->live > 0)
+        if (pthread_cond_timedwait(&j->cv, &j->mu, &ts)) break;
+    h->seen = j->version;
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* ---- routes ---- */
+
+static int route_of(const char *url, const char *method, bool *post, bool *bad_method) {
+    static const struct {
+        const char *path;
+        int route;
+        bool post;
+    } t[] = {{"/health", R_HEALTH, false},           {"/v1/models", R_MODELS, false},
+             {"/metrics", R_METRICS, false},         {"/v1/completions", R_COMPLETIONS, true},
+             {"/v1/chat/completions", R_CHAT, true}, {"/tokenize", R_TOKENIZE, true},
+             {"/detokenize", R_DETOKENIZE, true}};
+    bool is_post = !strcmp(method, "POST"), is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+    *bad_method = false;
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        if (strcmp(url, t[i].path)) continue;
+        *post = t[i].post;
+        if (t[i].post ? !is_post : !is_get) *bad_method = true;
+        return t[i].route;
+    }
+    if (!strncmp(url, "/v1/models/", 11) && url[11]) {
+        *post = false;
+        if (!is_get) *bad_method = true;
+        return R_MODEL;
+    }
+    return R_NONE;
+}
+
+static enum MHD_Result unavailable(mr_server *s, struct MHD_Connection *c) {
+    int st = atomic_load(&s->state);
+    if (st == ST_DRAINING) {
+        pthread_mutex_lock(&s->met.mu);
+        s->met.rejected_draining++;
+        pthread_mutex_unlock(&s->met.mu);
+    }
+    return fail(s, c, 503, NULL, "%s", st == ST_LOADING ? "the server is loading the model" : "the server is shutting down");
+}
+
+static enum MHD_Result do_health(mr_server *s, struct MHD_Connection *c) {
+    if (atomic_load(&s->state) != ST_READY) return unavailable(s, c);
+    return send_json(c, 200, "{\"status\":\"ok\"}");
+}
+
+static json_t *model_card(mr_server *s) {
+    return json_pack("{s:s,s:s,s:I,s:s,s:s,s:I}", "id", s->name, "object", "model", "created", (json_int_t)time(NULL),
+                     "owned_by", "moerun", "root", s->model_dir, "max_model_len", (json_int_t)s->context_length);
+}
+
+static enum MHD_Result do_models(mr_server *s, struct MHD_Connection *c, const char *url, int route) {
+    json_t *o;
+    if (route == R_MODEL) {
+        if (strcmp(url + 11, s->name))
+            return fail(s, c, 404, "model", "The model '%.200s' does not exist (this server serves '%s')", url + 11, s->name);
+        o = model_card(s);
+    } else {
+        o = json_pack("{s:s,s:[o]}", "object", "list", "data", model_card(s));
+    }
+    char *b = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!b) return fail(s, c, 500, NULL, "out of memory");
+    enum MHD_Result r = send_json(c, 200, b);
+    free(b);
+    return r;
+}
+
+static enum MHD_Result do_metrics(mr_server *s, struct MHD_Connection *c) {
+    char *b = sv_metrics_render(&s->met);
+    if (!b) return fail(s, c, 500, NULL, "out of memory");
+    enum MHD_Result r = send_text(c, 200, "text/plain; version=0.0.4; charset=utf-8", b, strlen(b));
+    mr_free(b);
+    return r;
+}
+
+/* /tokenize (vLLM: prompt, add_special_tokens, or messages (+ tools,
+ * add_generation_prompt) for a rendered chat; llama-server: content,
+ * add_special) and /detokenize (tokens). */
+static enum MHD_Result do_tokenize(mr_server *s, struct MHD_Connection *c, sv_hreq *h, bool detok) {
+    sv_error e = {0};
+    if (atomic_load(&s->state) != ST_READY) return unavailable(s, c);
+    if (!sv_json_depth_ok(h->body.p ? h->body.p : "", h->body.len, SV_MAX_JSON_DEPTH, &e)) return send_error(s, c, &e);
+    json_error_t je;
+    json_t *root = mr__json_loadb(h->body.p ? h->body.p : "", h->body.len, JSON_REJECT_DUPLICATES, &je, NULL);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return fail(s, c, 400, NULL, "the body must be a JSON object%s%s", root ? "" : ": ", root ? "" : je.text);
+    }
+    enum MHD_Result res;
+    char *text = NULL;
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    json_t *out = NULL;
+    const char *k;
+    json_t *v;
+    if (!detok && json_object_get(root, "messages")) { /* vLLM's chat form: the rendered conversation's ids */
+        sv_request r;
+        sv_limits lim = {.max_completion_tokens = s->o.max_completion_tokens, .max_choices = s->o.max_choices,
+                         .vocab = s->vocab};
+        if (sv_request_parse(SV_CHAT, h->body.p, h->body.len, &lim, &r, &e)) {
+            res = send_error(s, c, &e);
+            goto out;
+        }
+        mr_status st = !sv_text_has_chat_template(s->text)
+                           ? mr_error_set(MR_EUNSUPPORTED, "this model has no chat template")
+                           : sv_text_render_chat(s->text, r.messages, r.tool_choice == SV_TOOLS_NONE ? NULL : r.tools,
+                                                 r.chat_template_kwargs, r.add_generation_prompt, &text);
+        if (!st) st = sv_text_encode(s->text, text, strlen(text), false, &ids, &n);
+        sv_request_free(&r);
+        if (st) {
+            res = fail(s, c, 400, "messages", "%s", mr_error_last());
+            goto out;
+        }
+        goto ids_out;
+    }
+    json_object_foreach(root, k, v) {
+        static const char *const tok_keys[] = {"model", "prompt", "content", "add_special_tokens", "add_special", NULL};
+        static const char *const det_keys[] = {"model", "tokens", NULL};
+        const char *const *keys = detok ? det_keys : tok_keys;
+        bool known = false;
+        for (int i = 0; keys[i]; i++) known |= !strcmp(keys[i], k);
+        if (!known) {
+            res = fail(s, c, 400, k, "unknown field '%.80s'", k);
+            goto out;
+        }
+    }
+    if (!sv_text_has_tokenizer(s->text)) {
+        res = fail(s, c, 400, NULL, "this model has no tokenizer.json: the server takes and returns token ids only");
+        goto out;
+    }
+    if (detok) {
+        const json_t *t = json_object_get(root, "tokens");
+        if (!json_is_array(t)) {
+            res = fail(s, c, 400, "tokens", "tokens must be a list of token ids");
+            goto out;
+        }
+        n = (int64_t)json_array_size(t);
+        if (!(ids = mr_malloc((size_t)(n ? n : 1) * sizeof(int32_t)))) {
+            res = fail(s, c, 500, NULL, "out of memory");
+            goto out;
+        }
+        for (int64_t i = 0; i < n; i++) {
+            const json_t *x = json_array_get(t, (size_t)i);
+            if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) >= s->vocab) {
+                res = fail(s, c, 400, "tokens", "tokens[%lld] is not a token id in [0, %lld)", (long long)i, (long long)s->vocab);
+                goto out;
+            }
+            ids[i] = (int32_t)json_integer_value(x);
+        }
+        if (sv_text_decode(s->text, ids, n, false, &text)) {
+            res = fail(s, c, 500, NULL, "cannot decode: %s", mr_error_last());
+            goto out;
+        }
+        out = json_pack("{s:s,s:s}", "prompt", text, "content", text);
+    } else {
+        const json_t *p = json_object_get(root, "prompt");
+        if (!p) p = json_object_get(root, "content");
+        const json_t *as = json_object_get(root, "add_special_tokens");
+        bool llama = !json_object_get(root, "prompt") && json_object_get(root, "content");
+        if (!as) as = json_object_get(root, "add_special");
+        if (!json_is_string(p)) {
+            res = fail(s, c, 400, "prompt", "prompt must be a string");
+            goto out;
+        }
+        if (as && !json_is_boolean(as)) {
+            res = fail(s, c, 400, "add_special_tokens", "add_special_tokens must be a boolean");
+            goto out;
+        }
+        bool add = as ? json_is_true(as) : !llama; /* vLLM's default is true, llama-server's false */
+        if (sv_text_encode(s->text, json_string_value(p), json_string_length(p), add, &ids, &n)) {
+            res = fail(s, c, 400, "prompt", "%s", mr_error_last());
+            goto out;
+        }
+    ids_out:;
+        json_t *arr = json_array();
+        for (int64_t i = 0; arr && i < n; i++) json_array_append_new(arr, json_integer(ids[i]));
+        out = json_pack("{s:o,s:I,s:I}", "tokens", arr, "count", (json_int_t)n, "max_model_len",
+                        (json_int_t)s->context_length);
+    }
+    char *b = out ? json_dumps(out, JSON_COMPACT) : NULL;
+    res = b ? send_json(c, 200, b) : fail(s, c, 500, NULL, "out of memory");
+    free(b);
+out:
+    json_decref(out);
+    json_decref(root);
+    mr_free(ids);
+    free(text);
+    return res;
+}
+
+/* ---- generation ---- */
+
+/* max_tokens of a prompt of L tokens: the request's, else 16 (completions)
+ * or the rest of the context (chat), within --max-completion-tokens. */
+static int64_t max_tokens_of(const mr_server *s, const sv_request *r, int64_t L) {
+    if (r->max_tokens >= 0) return r->max_tokens;
+    int64_t mt = r->kind == SV_CHAT ? s->context_length - L : 16;
+    return mt < s->o.max_completion_tokens ? mt : s->o.max_completion_tokens;
+}
+
+/* Tokenizes the request's prompt(s) into a job; 0 or -1 with e filled. */
+static int make_job(mr_server *s, sv_request *r, sv_job **out, sv_error *e) {
+    *out = NULL;
+    int np = r->kind == SV_CHAT ? 1 : r->n_prompts;
+    sv_job *j = mr_calloc(1, sizeof *j);
+    if (!j) return sv_fail(e, 500, NULL, "out of memory");
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    atomic_init(&j->refs, 1);
+    j->srv = s;
+    j->n_prompts = np;
+    j->req = *r;
+    memset(r, 0, sizeof *r); /* the job owns the request now */
+    r = &j->req;
+    int32_t **pid = mr_calloc((size_t)np, sizeof *pid);
+    j->prompt_len = mr_calloc((size_t)np, sizeof *j->prompt_len);
+    j->prompt_text = mr_calloc((size_t)np, sizeof *j->prompt_text);
+    int rc = -1;
+    if (!pid || !j->prompt_len || !j->prompt_text) {
+        sv_fail(e, 500, NULL, "out of memory");
+        goto out;
+    }
+    bool tok = sv_text_has_tokenizer(s->text);
+    if (r->echo && !tok) {
+        sv_fail(e, 400, "echo", "echo needs text: this model has no tokenizer.json");
+        goto out;
+    }
+    if (r->n_stop && !tok) {
+        sv_fail(e, 400, "stop", "stop strings need text: this model has no tokenizer.json (use stop_token_ids)");
+        goto out;
+    }
+    int64_t total = 0;
+    for (int i = 0; i < np; i++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, np > 1 ? "prompt[%d]" : "prompt", i);
+        if (r->kind == SV_CHAT) {
+            if (!sv_text_has_chat_template(s->text)) {
+                sv_fail(e, 400, "messages", "this model has no chat template (no tokenizer_config.json chat_template "
+                        "or chat_template.jinja): use /v1/completions");
+                goto out;
+            }
+            char *prompt = NULL;
+            if (sv_text_render_chat(s->text, r->messages, r->tool_choice == SV_TOOLS_NONE ? NULL : r->tools,
+                                    r->chat_template_kwargs, r->add_generation_prompt, &prompt)) {
+                sv_fail(e, 400, "messages", "the chat template refused the messages: %s", mr_error_last());
+                goto out;
+            }
+            j->prompt_text[i] = prompt;
+            if (sv_text_encode(s->text, prompt, strlen(prompt), false, &pid[i], &j->prompt_len[i])) {
+                sv_fail(e, 400, "messages", "cannot tokenize the rendered chat: %s", mr_error_last());
+                goto out;
+            }
+        } else if (r->prompts[i].text) {
+            if (!tok) {
+                sv_fail(e, 400, nm, "this model has no tokenizer.json: send the prompt as token ids");
+                goto out;
+            }
+            if (sv_text_encode(s->text, r->prompts[i].text, strlen(r->prompts[i].text), true, &pid[i],
+                               &j->prompt_len[i])) {
+                sv_fail(e, 400, nm, "cannot tokenize %s: %s", nm, mr_error_last());
+                goto out;
+            }
+            j->prompt_text[i] = mr_strdup(r->prompts[i].text);
+            if (!j->prompt_text[i]) {
+                sv_fail(e, 500, NULL, "out of memory");
+                goto out;
+            }
+        } else {
+            pid[i] = r->prompts[i].ids;
+            r->prompts[i].ids = NULL;
+            j->prompt_len[i] = r->prompts[i].n_ids;
+            if (tok && r->echo && sv_text_decode(s->text, pid[i], j->prompt_len[i], r->skip_special_tokens,
+                                                 &j->prompt_text[i])) {
+                sv_fail(e, 500, NULL, "cannot decode the prompt for echo: %s", mr_error_last());
+                goto out;
+            }
+        }
+        int64_t L = j->prompt_len[i];
+        if (L == 0) {
+            sv_fail(e, 400, r->kind == SV_CHAT ? "messages" : nm, "%s is empty (0 tokens)",
+                    r->kind == SV_CHAT ? "the rendered chat" : nm);
+            goto out;
+        }
+        if (L > s->o.max_prompt_tokens) {
+            sv_fail(e, 400, r->kind == SV_CHAT ? "messages" : nm,
+                    "%s is %lld tokens, above this server's limit of %lld prompt tokens (--max-prompt-tokens)",
+                    r->kind == SV_CHAT ? "the prompt" : nm, (long long)L, (long long)s->o.max_prompt_tokens);
+            goto out;
+        }
+        int64_t mt = max_tokens_of(s, r, L);
+        if (mt < 1 || L + mt > s->context_length) {
+            sv_fail(e, 400, r->max_tokens < 0 ? (r->kind == SV_CHAT ? "messages" : nm) : "max_tokens",
+                    "This model's maximum context length is %lld tokens. However, you requested %lld tokens (%lld in the "
+                    "%s, %lld in the completion). Please reduce the length of the %s or max_tokens.",
+                    (long long)s->context_length, (long long)(L + mt), (long long)L,
+                    r->kind == SV_CHAT ? "messages" : "prompt", (long long)mt, r->kind == SV_CHAT ? "messages" : "prompt");
+            goto out;
+        }
+        int64_t blocks = (L + mt + MR_KV_BLOCK_TOKENS - 1) / MR_KV_BLOCK_TOKENS;
+        if (s->kv_blocks > 0 && blocks > s->kv_blocks) {
+            sv_fail(e, 400, r->max_tokens < 0 ? (r->kind == SV_CHAT ? "messages" : nm) : "max_tokens",
+                    "%lld prompt + %lld completion tokens need %lld KV blocks; the whole cache holds %lld "
+                    "(--kv-cache-memory)",
+                    (long long)L, (long long)mt, (long long)blocks, (long long)s->kv_blocks);
+            goto out;
+        }
+        if (!mr_u64_add((uint64_t)total, (uint64_t)L, (uint64_t *)&total)) {
+            sv_fail(e, 400, NULL, "prompt sizes overflow");
+            goto out;
+        }
+    }
+    if (r->forced_text) { /* tests: the output's tokens, special-token text included */
+        if (sv_text_encode(s->text, r->forced_text, strlen(r->forced_text), false, &j->forced, &j->n_forced)) {
+            sv_fail(e, 400, "debug_forced_output", "%s", mr_error_last());
+            goto out;
+        }
+    } else if (r->forced_ids) {
+        j->forced = r->forced_ids;
+        j->n_forced = r->n_forced_ids;
+        r->forced_ids = NULL;
+    }
+    /* the gens: prompt-major, n per prompt; one out[] block for all */
+    j->n_gen = np * r->n;
+    j->gens = mr_calloc((size_t)j->n_gen, sizeof *j->gens);
+    j->ids = mr_malloc((size_t)(total ? total : 1) * sizeof(int32_t));
+    size_t n_out = 0;
+    for (int i = 0; i < np; i++) {
+        int64_t mt = max_tokens_of(s, r, j->prompt_len[i]);
+        size_t add;
+        if (!mr_size_mul((size_t)mt, (size_t)r->n, &add) || !mr_size_add(n_out, add, &n_out)) {
+            sv_fail(e, 400, "max_tokens", "max_tokens x n overflows");
+            goto out;
+        }
+    }
+    int32_t *outs = j->gens ? mr_malloc(n_out * sizeof(int32_t)) : NULL;
+    sv_logprob *lps = r->logprobs && outs ? mr_malloc(n_out * sizeof(sv_logprob)) : NULL;
+    if (!j->gens || !j->ids || !outs || (r->logprobs && !lps)) {
+        mr_free(outs);
+        mr_free(lps);
+        sv_fail(e, 500, NULL, "out of memory");
+        goto out;
+    }
+    int64_t off = 0;
+    size_t ooff = 0;
+    for (int i = 0; i < np; i++) {
+        memcpy(j->ids + off, pid[i], (size_t)j->prompt_len[i] * sizeof(int32_t));
+        int64_t mt = max_tokens_of(s, r, j->prompt_len[i]);
+        for (int k = 0; k < r->n; k++) {
+            sv_gen *g = &j->gens[i * r->n + k];
+            g->job = j;
+            g->index = i * r->n + k;
+            g->prompt = j->ids + off;
+            g->n_prompt = j->prompt_len[i];
+            g->max_tokens = mt;
+            g->ignore_eos = r->ignore_eos;
+            g->out = outs + ooff;
+            g->forced = j->forced;
+            g->n_forced = j->n_forced;
+            atomic_init(&g->cancel, 0);
+            g->sp = (mr_sampling){
+                .temperature = r->has_temperature ? r->temperature : s->def_temperature,
+                .top_p = r->has_top_p ? r->top_p : s->def_top_p,
+                .top_k = r->has_top_k ? r->top_k : s->def_top_k,
+                .min_p = r->has_min_p ? r->min_p : s->def_min_p,
+                .seed = r->seed + (uint64_t)g->index,
+                .presence_penalty = r->presence_penalty,
+                .frequency_penalty = r->frequency_penalty,
+                .repetition_penalty = r->has_repetition_penalty ? r->repetition_penalty : s->def_repetition_penalty,
+            };
+            if (lps) g->lp = lps + ooff;
+            ooff += (size_t)mt;
+        }
+        off += j->prompt_len[i];
+    }
+    j->live = j->n_gen;
+    unsigned long long id = atomic_fetch_add(&s->counter, 1);
+    snprintf(j->id, sizeof j->id, "%s-%08llx%08llx", r->kind == SV_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)(mr_now_ns() & 0xffffffffu), id);
+    j->created = (int64_t)time(NULL);
+    rc = 0;
+out:
+    if (pid) {
+        for (int i = 0; i < np; i++) mr_free(pid[i]);
+        mr_free(pid);
+    }
+    if (rc) {
+        sv_job_release(j);
+        return -1;
+    }
+    *out = j;
+    return 0;
+}
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    sv_hreq *h = cls;
+    for (;;) {
+        if (h->sse_off < h->sse.len) {
+            conn_busy(h, false);
+            size_t n = h->sse.len - h->sse_off;
+            if (n > max) n = max;
+            memcpy(buf, h->sse.p + h->sse_off, n);
+            h->sse_off += n;
+            if (h->sse_off == h->sse.len) h->sse_off = h->sse.len = 0;
+            return (ssize_t)n;
+        }
+        if (h->stream_done) {
+            h->complete = true;
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        int r = sv_out_advance(h->out, &h->sse);
+        if (r < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (r == 1) h->stream_done = true;
+        if (h->sse.len || r == 1) continue;
+        if (atomic_load(&h->s->stopping)) return MHD_CONTENT_READER_END_WITH_ERROR;
+        conn_busy(h, true);
+        wait_job(h);
+        if (peer_gone(h->mc)) return MHD_CONTENT_READER_END_WITH_ERROR; /* the completion callback cancels */
+    }
+}
+
+static enum MHD_Result do_generate(mr_server *s, struct MHD_Connection *c, sv_hreq *h) {
+    sv_error e = {0};
+    sv_request r;
+    if (atomic_load(&s->state) != ST_READY) return unavailable(s, c);
+    sv_limits lim = {.max_completion_tokens = s->o.max_completion_tokens, .max_choices = s->o.max_choices,
+                     .vocab = s->vocab, .allow_forced = s->o.debug_forced_output};
+    if (sv_request_parse(h->route == R_CHAT ? SV_CHAT : SV_COMPLETIONS, h->body.p ? h->body.p : "", h->body.len, &lim,
+                         &r, &e))
+        return send_error(s, c, &e);
+    if (r.model && strcmp(r.model, s->name)) {
+        sv_fail(&e, 404, "model", "The model '%.200s' does not exist (this server serves '%s')", r.model, s->name);
+        sv_request_free(&r);
+        return send_error(s, c, &e);
+    }
+    sv_job *j;
+    if (make_job(s, &r, &j, &e)) return send_error(s, c, &e);
+    j->t_arrive_ns = h->t_arrive_ns;
+    if (!sv_engine_reserve(s->eng, j->n_gen)) {
+        pthread_mutex_lock(&s->met.mu);
+        s->met.rejected_queue_full++;
+        pthread_mutex_unlock(&s->met.mu);
+        sv_fail(&e, 503, NULL,
+                "the server is full: %lld sequences admitted, the limit is %d running + %d queued "
+                "(--max-running-requests, --max-queued-requests); retry later",
+                (long long)sv_engine_inflight(s->eng), s->max_running, s->o.max_queued_requests);
+        sv_job_release(j);
+        return send_error(s, c, &e);
+    }
+    if (sv_out_new(j, s->text, s->m, s->name, &h->out)) {
+        sv_engine_unreserve(s->eng, j->n_gen);
+        sv_job_release(j);
+        return fail(s, c, 500, NULL, "out of memory");
+    }
+    h->job = j;
+    atomic_fetch_add(&j->refs, 1); /* the engine's */
+    sv_engine_submit(s->eng, j);
+    /* while the engine works the client may rightly hear nothing for long (a
+     * queue, a long prefill): libmicrohttpd's silence timeout is off for this
+     * response, and the watchdog's stalled-client check takes its place */
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+    conn_busy(h, true);
+    if (j->req.stream) {
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, stream_reader, h, NULL);
+        if (!resp) return MHD_NO;
+        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+        MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        enum MHD_Result ok = MHD_queue_response(c, 200, resp);
+        MHD_destroy_response(resp);
+        return ok;
+    }
+    /* not streaming: wait here for the end, watching the client */
+    sv_buf none = {0};
+    for (;;) {
+        int rc = sv_out_advance(h->out, &none);
+        if (rc < 0) {
+            sv_buf_free(&none);
+            return fail(s, c, 500, NULL, "out of memory");
+        }
+        if (rc == 1) break;
+        if (atomic_load(&s->stopping)) {
+            sv_buf_free(&none);
+            return MHD_NO;
+        }
+        wait_job(h);
+        if (peer_gone(c)) {
+            sv_buf_free(&none);
+            return MHD_NO; /* the completion callback cancels the job */
+        }
+    }
+    sv_buf_free(&none);
+    conn_busy(h, false);
+    int status;
+    char *body = sv_out_body(h->out, &status);
+    if (!body) return fail(s, c, 500, NULL, "out of memory");
+    h->complete = true;
+    enum MHD_Result ok = send_json(c, status, body);
+    mr_free(body);
+    return ok;
+}
+
+/* ---- libmicrohttpd callbacks ---- */
+
+static bool authorized(mr_server *s, struct MHD_Connection *c) {
+    if (!s->api_key) return true;
+    const char *a = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    return a && !strncmp(a, "Bearer ", 7) && !strcmp(a + 7, s->api_key);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    (void)version;
+    mr_server *s = cls;
+    sv_hreq *h = *con_cls;
+    if (!h) { /* the head is complete */
+        if (!(h = mr_calloc(1, sizeof *h))) return MHD_NO;
+        h->s = s;
+        h->mc = c;
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        h->conn = ci ? ci->socket_context : NULL;
+        if (h->conn) {
+            pthread_mutex_lock(&s->cmu);
+            h->conn->phase = 1;
+            h->conn->since_ns = mr_now_ns();
+            pthread_mutex_unlock(&s->cmu);
+        }
+        *con_cls = h;
+        bool bad_method;
+        h->route = route_of(url, method, &h->post, &bad_method);
+        if (h->route == R_NONE) return fail(s, c, 404, NULL, "no route for %.16s %.200s", method, url);
+        if (bad_method) return fail(s, c, 405, NULL, "%.200s takes %s, not %.16s", url, h->post ? "POST" : "GET", method);
+        if (h->post) {
+            const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+            if (cl) {
+                char *end;
+                errno = 0;
+                unsigned long long n = strtoull(cl, &end, 10);
+                if (!errno && end != cl && n > s->o.max_body_bytes)
+                    return fail(s, c, 413, NULL, "the body is %llu bytes, above this server's limit of %zu (--max-body-bytes)",
+                                n, s->o.max_body_bytes);
+            }
+        }
+        return MHD_YES;
+    }
+    if (*upload_size) { /* a piece of the body */
+        size_t n = *upload_size;
+        *upload_size = 0;
+        h->received += n;
+        if (h->over) return MHD_YES; /* read and dropped, so that the client sees the 413 (the body
+                                        deadline bounds how long) */
+        if (h->body.len + n > s->o.max_body_bytes) {
+            h->over = true;
+            sv_buf_free(&h->body);
+            return MHD_YES;
+        }
+        if (sv_buf_add(&h->body, upload, n)) return fail(s, c, 500, NULL, "out of memory");
+        return MHD_YES;
+    }
+    /* the whole request is in */
+    if (h->over)
+        return fail(s, c, 413, NULL, "the body is %zu bytes, above this server's limit of %zu (--max-body-bytes)",
+                    h->received, s->o.max_body_bytes);
+    h->t_arrive_ns = mr_now_ns();
+    if (h->conn) {
+        pthread_mutex_lock(&s->cmu);
+        h->conn->phase = 2;
+        h->conn->busy = false;
+        h->conn->since_ns = mr_now_ns();
+        pthread_mutex_unlock(&s->cmu);
+    }
+    if (!authorized(s, c) && h->route != R_HEALTH) {
+        sv_error e;
+        sv_fail(&e, 401, NULL, "a valid \"Authorization: Bearer <key>\" header is required");
+        return send_error(s, c, &e);
+    }
+    switch (h->route) {
+    case R_HEALTH: return do_health(s, c);
+    case R_MODELS: case R_MODEL: return do_models(s, c, url, h->route);
+    case R_METRICS: return do_metrics(s, c);
+    case R_TOKENIZE: return do_tokenize(s, c, h, false);
+    case R_DETOKENIZE: return do_tokenize(s, c, h, true);
+    default: return do_generate(s, c, h);
+    }
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    mr_server *s = cls;
+    sv_hreq *h = *con_cls;
+    if (!h) return;
+    if (h->job) {
+        if (!h->complete || toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
+            sv_job_cancel(h->job);
+            pthread_mutex_lock(&s->met.mu);
+            s->met.disconnects++;
+            pthread_mutex_unlock(&s->met.mu);
+        }
+        sv_out_free(h->out);
+        sv_job_release(h->job);
+    }
+    if (h->job) MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->o.idle_timeout_s);
+    if (h->conn) {
+        pthread_mutex_lock(&s->cmu);
+        h->conn->phase = 0;
+        h->conn->busy = false;
+        h->conn->since_ns = mr_now_ns();
+        pthread_mutex_unlock(&s->cmu);
+    }
+    sv_buf_free(&h->body);
+    sv_buf_free(&h->sse);
+    mr_free(h);
+    *con_cls = NULL;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+    mr_server *s = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        sv_conn *k = mr_calloc(1, sizeof *k);
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (!k || !ci) {
+            mr_free(k);
+            return;
+        }
+        k->fd = ci->connect_fd;
+        k->since_ns = mr_now_ns();
+        pthread_mutex_lock(&s->cmu);
+        k->next = s->conns;
+        if (s->conns) s->conns->prev = k;
+        s->conns = k;
+        pthread_mutex_unlock(&s->cmu);
+        *socket_context = k;
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED && *socket_context) {
+        sv_conn *k = *socket_context;
+        pthread_mutex_lock(&s->cmu);
+        if (k->prev) k->prev->next = k->next;
+        else s->conns = k->next;
+        if (k->next) k->next->prev = k->prev;
+        pthread_mutex_unlock(&s->cmu);
+        mr_free(k);
+        *socket_context = NULL;
+    }
+}
+
+/* The head and body deadlines (see the file comment). */
+static void *watchdog(void *arg) {
+    mr_server *s = arg;
+    pthread_mutex_lock(&s->cmu);
+    while (!s->wd_stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 200 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&s->ccv, &s->cmu, &ts);
+        uint64_t now = mr_now_ns();
+        for (sv_conn *k = s->conns; k; k = k->next) {
+            if (k->killed || (k->phase == 2 && k->busy)) continue;
+            int secs = k->phase == 0 ? s->o.header_timeout_s : k->phase == 1 ? s->o.body_timeout_s : s->o.idle_timeout_s;
+            if (now - k->since_ns > (uint64_t)secs * 1000000000ull) {
+                MR_DEBUG("serve: closing a connection: %s in %d s",
+                         k->phase == 0   ? "no complete request head"
+                         : k->phase == 1 ? "no complete body"
+                                         : "the client took none of its response",
+                         secs);
+                shutdown(k->fd, SHUT_RDWR);
+                k->killed = true;
+            }
+        }
+    }
+    pthread_mutex_unlock(&s->cmu);
+    return NULL;
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    if (mr_log_get_level() > MR_LOG_DEBUG) return;
+    char line[512];
+    vsnprintf(line, sizeof line, fmt, ap);
+    size_t n = strlen(line);
+    while (n && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
+    MR_DEBUG("libmicrohttpd: %s", line);
+}
+
+/* ---- the server's lifetime ---- */
+
+static void read_generation_config(mr_server *s) {
+    s->def_temperature = 1.0f; /* OpenAI's defaults, when the model says nothing */
+    s->def_top_p = 1.0f;
+    s->def_top_k = 0;
+    s->def_min_p = 0.0f;
+    s->def_repetition_penalty = 1.0f;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/generation_config.json", s->model_dir);
+    json_error_t je;
+    json_t *g = mr__json_load_file(path, 0, &je, NULL);
+    if (!json_is_object(g)) {
+        json_decref(g);
+        return;
+    }
+    const json_t *v;
+    if (json_is_number(v = json_object_get(g, "temperature")) && json_number_value(v) >= 0)
+        s->def_temperature = (float)json_number_value(v);
+    if (json_is_number(v = json_object_get(g, "top_p")) && json_number_value(v) > 0 && json_number_value(v) <= 1)
+        s->def_top_p = (float)json_number_value(v);
+    if (json_is_integer(v = json_object_get(g, "top_k")) && json_integer_value(v) >= 0)
+        s->def_top_k = (int)json_integer_value(v);
+    if (json_is_number(v = json_object_get(g, "min_p")) && json_number_value(v) >= 0 && json_number_value(v) <= 1)
+        s->def_min_p = (float)json_number_value(v);
+    if (json_is_number(v = json_object_get(g, "repetition_penalty")) && json_number_value(v) > 0 &&
+        json_number_value(v) <= 10)
+        s->def_repetition_penalty = (float)json_number_value(v);
+    json_decref(g);
+}
+
+static char *base_name(const char *dir) {
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--;
+    size_t b = n;
+    while (b > 0 && dir[b - 1] != '/') b--;
+    char *r = mr_malloc(n - b + 1);
+    if (r) {
+        memcpy(r, dir + b, n - b);
+        r[n - b] = 0;
+    }
+    return r;
+}
+
+mr_status mr_server_open(const mr_server_opts *o, mr_server **out) {
+    *out = NULL;
+    if (!o->model_dir) return mr_error_set(MR_EINVAL, "serve: the model folder is required");
+    if (o->max_queued_requests < 0 || o->max_choices < 1 || o->max_body_bytes < 64 || o->header_timeout_s < 1 ||
+        o->body_timeout_s < 1 || o->idle_timeout_s < 1 || o->max_connections < 1 || o->port < 0 || o->port > 65535 ||
+        o->max_prompt_tokens < 0 || o->max_completion_tokens < 0)
+        return mr_error_set(MR_EINVAL, "serve: a limit is out of range");
+    mr_server *s = mr_calloc(1, sizeof *s);
+    if (!s) return MR_ENOMEM;
+    s->o = *o;
+    s->model_dir = mr_strdup(o->model_dir);
+    s->host = mr_strdup(o->host ? o->host : "127.0.0.1");
+    s->name = o->served_model_name && *o->served_model_name ? mr_strdup(o->served_model_name) : base_name(o->model_dir);
+    s->api_key = o->api_key && *o->api_key ? mr_strdup(o->api_key) : NULL;
+    pthread_mutex_init(&s->cmu, NULL);
+    pthread_cond_init(&s->ccv, NULL);
+    atomic_init(&s->state, ST_LOADING);
+    sv_metrics_init(&s->met, s->name ? s->name : "");
+    if (!s->model_dir || !s->host || !s->name || (o->api_key && *o->api_key && !s->api_key)) {
+        mr_server_close(s);
+        return mr_error_set(MR_ENOMEM, NULL);
+    }
+    s->o.model_dir = s->model_dir;
+    s->o.host = s->host;
+    s->o.served_model_name = s->name;
+    s->o.api_key = s->api_key;
+    read_generation_config(s);
+    mr_status st = sv_text_open(s->model_dir, &s->text); /* before any weight is read: fail fast */
+    if (st) {
+        mr_server_close(s);
+        return st;
+    }
+    *out = s;
+    return MR_OK;
+}
+
+mr_status mr_server_attach(mr_server *s, mr_engine *e) {
+    if (s->eng) return mr_error_set(MR_ESTATE, "serve: an engine is attached already");
+    const mr_engine_opts *eo = mr_engine_opts_of(e);
+    s->m = mr_engine_model(e);
+    s->vocab = mr_model_config_of(s->m)->vocab;
+    s->context_length = eo->context_length;
+    s->kv_blocks = eo->kv_blocks;
+    s->max_running = eo->max_running_requests;
+    if (s->o.max_prompt_tokens <= 0 || s->o.max_prompt_tokens > s->context_length - 1)
+        s->o.max_prompt_tokens = s->context_length - 1;
+    if (s->o.max_completion_tokens <= 0 || s->o.max_completion_tokens > s->context_length - 1)
+        s->o.max_completion_tokens = s->context_length - 1;
+    mr_status st = sv_engine_new(e, &s->o, &s->met, &s->eng);
+    if (st) {
+        mr_engine_free(e);
+        return st;
+    }
+    if (!st) st = sv_text_check_vocab(s->text, s->vocab);
+    if (!st) st = sv_engine_start(s->eng);
+    return st;
+}
+
+mr_status mr_server_start(mr_server *s) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai = NULL;
+    char port[16];
+    snprintf(port, sizeof port, "%d", s->o.port);
+    int gai = getaddrinfo(s->host, port, &hints, &ai);
+    if (gai) return mr_error_set(MR_EINVAL, "serve: cannot resolve --host %s: %s", s->host, gai_strerror(gai));
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    errno = 0;
+    s->d = MHD_start_daemon(flags, (uint16_t)s->o.port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->o.idle_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
+                            (unsigned)s->o.max_connections, MHD_OPTION_THREAD_STACK_SIZE, (size_t)512 * 1024,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
+                            MHD_OPTION_END);
+    int err = errno;
+    freeaddrinfo(ai);
+    if (!s->d)
+        return mr_error_set(MR_EIO, "serve: cannot listen on %s:%d%s%s", s->host, s->o.port, err ? ": " : "",
+                            err ? strerror(err) : "");
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : s->o.port;
+    if (pthread_create(&s->wd, NULL, watchdog, s)) return mr_error_set(MR_ESTATE, "serve: cannot start the watchdog");
+    s->wd_started = true;
+    return MR_OK;
+}
+
+int mr_server_port(const mr_server *s) { return s->port; }
+const char *mr_server_model_name(const mr_server *s) { return s->name; }
+mr_status mr_server_set_ready(mr_server *s) {
+    if (!s->eng) return mr_error_set(MR_ESTATE, "serve: no model attached");
+    atomic_store(&s->state, ST_READY);
+    return MR_OK;
+}
+
+int mr_server_drain(mr_server *s, double timeout_s) {
+    atomic_store(&s->state, ST_DRAINING);
+    if (!s->eng) return 0;
+    uint64_t end = mr_now_ns() + (uint64_t)(timeout_s * 1e9);
+    while (sv_engine_inflight(s->eng) > 0 && mr_now_ns() < end) {
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    int left = (int)sv_engine_inflight(s->eng);
+    if (left > 0) {
+        sv_engine_abort_all(s->eng);
+        for (int i = 0; i < 100 && sv_engine_inflight(s->eng) > 0; i++) {
+            struct timespec ts = {0, 10 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    return left;
+}
+
+void mr_server_close(mr_server *s) {
+    if (!s) return;
+    atomic_store(&s->stopping, true);
+    if (s->eng) sv_engine_abort_all(s->eng);
+    if (s->d) MHD_stop_daemon(s->d); /* joins the connection threads */
+    if (s->wd_started) {
+        pthread_mutex_lock(&s->cmu);
+        s->wd_stop = true;
+        pthread_cond_signal(&s->ccv);
+        pthread_mutex_unlock(&s->cmu);
+        pthread_join(s->wd, NULL);
+    }
+    if (s->eng) {
+        sv_engine_stop(s->eng);
+        sv_engine_free(s->eng);
+    }
+    sv_text_close(s->text);
+    sv_metrics_free(&s->met);
+    pthread_mutex_destroy(&s->cmu);
+    pthread_cond_destroy(&s->ccv);
+    mr_free(s->name);
+    mr_free(s->model_dir);
+    mr_free(s->host);
+    mr_free(s->api_key);
+    mr_free(s);
+}

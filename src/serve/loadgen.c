@@ -1,0 +1,451 @@
+/* loadgen.c — the load generator of `moerun bench serve`: one thread drives
+ * up to `concurrency` streaming requests at once through libcurl's multi
+ * interface, with the definitions of sglang's bench_serving (serving.md
+ * section 6):
+ *   - all requests exist at t = 0 (request rate inf); at most C are in
+ *     flight (the semaphore); a request's clock starts just before it is
+ *     handed to curl;
+ *   - TTFT: to the first event that carries text (choices[0].text, or
+ *     delta.content / delta.reasoning_content) or, for a checkpoint served
+ *     by ids, token ids; ITL: every gap between later such events, pooled
+ *     over requests; latency: to the last line of the stream;
+ *   - output_len: usage.completion_tokens of the stream (include_usage);
+ *   - TPOT_i = (latency_i - TTFT_i) / (output_len_i - 1) when output_len_i > 1;
+ *   - throughputs over the wall time from the first send to the last end;
+ *     "concurrency" = sum of latencies / wall time;
+ *   - percentiles interpolate linearly between closest ranks (numpy).
+ * Prompts: input_len random token ids in [min_id, vocab) (completions), or
+ * their text from the server's /detokenize (chat, or text_prompts). */
+#include <curl/curl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/json_internal.h"
+#include "serve/serve_internal.h"
+
+/* ---- statistics ---- */
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double mr_percentile(double *v, size_t n, double pct) {
+    if (n == 0) return 0.0;
+    qsort(v, n, sizeof *v, cmp_double);
+    double pos = pct / 100.0 * (double)(n - 1);
+    size_t lo = (size_t)floor(pos), hi = lo + 1 < n ? lo + 1 : lo;
+    return v[lo] + (v[hi] - v[lo]) * (pos - (double)lo);
+}
+
+static void summarize(double *v, size_t n, double *mean, double *median, double *p99, double *std) {
+    double s = 0, s2 = 0;
+    for (size_t i = 0; i < n; i++) s += v[i];
+    *mean = n ? s / (double)n : 0;
+    for (size_t i = 0; i < n; i++) s2 += (v[i] - *mean) * (v[i] - *mean);
+    *std = n ? sqrt(s2 / (double)n) : 0;
+    *median = mr_percentile(v, n, 50);
+    *p99 = mr_percentile(v, n, 99);
+}
+
+/* ---- a growable array of doubles ---- */
+typedef struct {
+    double *v;
+    size_t n, cap;
+} dvec;
+
+static int dvec_push(dvec *d, double x) {
+    if (d->n == d->cap) {
+        size_t c = d->cap ? d->cap * 2 : 1024;
+        double *p = realloc(d->v, c * sizeof *p);
+        if (!p) return -1;
+        d->v = p;
+        d->cap = c;
+    }
+    d->v[d->n++] = x;
+    return 0;
+}
+
+/* ---- HTTP GET ---- */
+
+static size_t collect(char *p, size_t sz, size_t nm, void *ud) {
+    sv_buf *b = ud;
+    return sv_buf_add(b, p, sz * nm) ? 0 : sz * nm;
+}
+
+mr_status mr_http_get(const char *base_url, const char *path, double timeout_s, long *http, char **body) {
+    *body = NULL;
+    *http = 0;
+    CURL *h = curl_easy_init();
+    if (!h) return mr_error_set(MR_ENOMEM, "curl_easy_init failed");
+    char url[2048];
+    snprintf(url, sizeof url, "%s%s", base_url, path);
+    sv_buf b = {0};
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)(timeout_s * 1000));
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    CURLcode rc = curl_easy_perform(h);
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, http);
+    curl_easy_cleanup(h);
+    if (rc != CURLE_OK) {
+        sv_buf_free(&b);
+        return mr_error_set(MR_EIO, "GET %s: %s", url, curl_easy_strerror(rc));
+    }
+    if (sv_buf_lit(&b, "")) {
+        sv_buf_free(&b);
+        return MR_ENOMEM;
+    }
+    *body = b.p; /* mr_malloc'd: free() works (mr_free is free) */
+    return MR_OK;
+}
+
+static mr_status http_post(const char *base_url, const char *path, const char *json, double timeout_s, long *http,
+                           char **body) {
+    *body = NULL;
+    CURL *h = curl_easy_init();
+    if (!h) return mr_error_set(MR_ENOMEM, "curl_easy_init failed");
+    char url[2048];
+    snprintf(url, sizeof url, "%s%s", base_url, path);
+    sv_buf b = {0};
+    struct curl_slist *hd = curl_slist_append(NULL, "Content-Type: application/json");
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, json);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)(timeout_s * 1000));
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    CURLcode rc = curl_easy_perform(h);
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, http);
+    curl_easy_cleanup(h);
+    curl_slist_free_all(hd);
+    if (rc != CURLE_OK) {
+        sv_buf_free(&b);
+        return mr_error_set(MR_EIO, "POST %s: %s", url, curl_easy_strerror(rc));
+    }
+    if (sv_buf_lit(&b, "")) {
+        sv_buf_free(&b);
+        return MR_ENOMEM;
+    }
+    *body = b.p;
+    return MR_OK;
+}
+
+/* ---- one request in flight ---- */
+typedef struct {
+    CURL *h;
+    struct curl_slist *hd;
+    char *body;           /* the request JSON */
+    sv_buf line;          /* a partial SSE line */
+    uint64_t t0, t_last_tok, t_last;
+    double ttft;
+    bool got_first, failed, saw_done;
+    int64_t output_len;
+    dvec *itl;            /* pooled */
+    char err[256];
+    int idx;
+} flight;
+
+/* Does the event carry output? (text, content, reasoning or token ids) */
+static bool has_output(const json_t *ev) {
+    const json_t *ch = json_object_get(ev, "choices");
+    const json_t *c0 = json_array_get(ch, 0);
+    if (!c0) return false;
+    const json_t *t = json_object_get(c0, "text");
+    if (json_is_string(t) && json_string_length(t)) return true;
+    const json_t *d = json_object_get(c0, "delta");
+    if (d) {
+        const json_t *x = json_object_get(d, "content");
+        if (json_is_string(x) && json_string_length(x)) return true;
+        x = json_object_get(d, "reasoning_content");
+        if (json_is_string(x) && json_string_length(x)) return true;
+        x = json_object_get(d, "tool_calls");
+        if (json_is_array(x) && json_array_size(x)) return true;
+    }
+    const json_t *ids = json_object_get(c0, "token_ids");
+    return json_is_array(ids) && json_array_size(ids) > 0;
+}
+
+static void on_line(flight *f, const char *s, size_t n) {
+    while (n && (s[n - 1] == '\r' || s[n - 1] == ' ')) n--;
+    if (n == 0) return;
+    uint64_t now = mr_now_ns();
+    f->t_last = now;
+    if (n < 5 || memcmp(s, "data:", 5)) return;
+    s += 5, n -= 5;
+    while (n && *s == ' ') s++, n--;
+    if (n == 6 && !memcmp(s, "[DONE]", 6)) {
+        f->saw_done = true;
+        return;
+    }
+    json_error_t je;
+    json_t *ev = mr__json_loadb(s, n, 0, &je, NULL);
+    if (!ev) {
+        f->failed = true;
+        snprintf(f->err, sizeof f->err, "an event is not JSON: %s", je.text);
+        return;
+    }
+    const json_t *e = json_object_get(ev, "error");
+    if (e) {
+        f->failed = true;
+        snprintf(f->err, sizeof f->err, "the stream reported an error: %s",
+                 json_string_value(json_object_get(e, "message")) ? json_string_value(json_object_get(e, "message")) : "?");
+    } else {
+        if (has_output(ev)) {
+            if (!f->got_first) {
+                f->got_first = true;
+                f->ttft = (double)(now - f->t0) * 1e-9;
+            } else if (dvec_push(f->itl, (double)(now - f->t_last_tok) * 1e-9)) {
+                f->failed = true;
+            }
+            f->t_last_tok = now;
+        }
+        const json_t *u = json_object_get(ev, "usage");
+        const json_t *ct = json_object_get(u, "completion_tokens");
+        if (json_is_integer(ct)) f->output_len = (int64_t)json_integer_value(ct);
+    }
+    json_decref(ev);
+}
+
+static size_t on_data(char *p, size_t sz, size_t nm, void *ud) {
+    flight *f = ud;
+    size_t n = sz * nm;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] == '\n') {
+            on_line(f, f->line.p ? f->line.p : "", f->line.len);
+            f->line.len = 0;
+        } else if (sv_buf_add(&f->line, p + i, 1)) {
+            return 0;
+        }
+    }
+    return n;
+}
+
+/* ---- prompts ---- */
+
+static uint64_t rng(uint64_t *s) { /* splitmix64 */
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* The request bodies: num_prompts (+1 for the warm-up, index num_prompts). */
+static mr_status make_bodies(const mr_bench_serve_opts *o, const char *model, char ***out) {
+    int n = o->num_prompts + 1;
+    char **b = calloc((size_t)n, sizeof *b);
+    if (!b) return MR_ENOMEM;
+    uint64_t s = o->seed * 0x9E3779B97F4A7C15ull + 7;
+    int64_t lo = o->min_id, hi = o->vocab;
+    mr_status st = MR_OK;
+    for (int i = 0; i < n && !st; i++) {
+        json_t *ids = json_array();
+        for (int64_t k = 0; ids && k < o->input_len; k++)
+            json_array_append_new(ids, json_integer(lo + (json_int_t)(rng(&s) % (uint64_t)(hi - lo))));
+        int64_t olen = i == o->num_prompts ? (o->output_len < 32 ? o->output_len : 32) : o->output_len;
+        json_t *req = json_pack("{s:s,s:f,s:I,s:b,s:b,s:{s:b}}", "model", model, "temperature", 0.0, "max_tokens",
+                                (json_int_t)olen, "stream", 1, "ignore_eos", 1, "stream_options", "include_usage", 1);
+        if (!ids || !req) {
+            json_decref(ids);
+            json_decref(req);
+            st = MR_ENOMEM;
+            break;
+        }
+        if (o->chat || o->text_prompts) {
+            /* text: the server's detokenization of the random ids (sglang's random dataset does the same) */
+            json_t *dq = json_pack("{s:O}", "tokens", ids);
+            char *dqs = dq ? json_dumps(dq, JSON_COMPACT) : NULL;
+            json_decref(dq);
+            long http = 0;
+            char *resp = NULL;
+            st = dqs ? http_post(o->base_url, "/detokenize", dqs, 60, &http, &resp) : MR_ENOMEM;
+            free(dqs);
+            json_t *r = NULL;
+            if (!st) {
+                json_error_t je;
+                r = mr__json_loads(resp, 0, &je, NULL);
+                const char *t = json_string_value(json_object_get(r, "prompt"));
+                if (http != 200 || !t) {
+                    st = mr_error_set(MR_EUNSUPPORTED, "bench serve: /detokenize answered %ld (%.200s): text prompts need "
+                                      "a server with a tokenizer", http, resp ? resp : "");
+                } else if (o->chat) {
+                    json_object_set_new(req, "messages", json_pack("[{s:s,s:s}]", "role", "user", "content", t));
+                } else {
+                    json_object_set_new(req, "prompt", json_string(t));
+                }
+            }
+            json_decref(r);
+            free(resp);
+            json_decref(ids);
+        } else {
+            json_object_set_new(req, "prompt", ids);
+        }
+        if (!st) {
+            b[i] = json_dumps(req, JSON_COMPACT);
+            if (!b[i]) st = MR_ENOMEM;
+        }
+        json_decref(req);
+    }
+    if (st) {
+        for (int i = 0; i < n; i++) free(b[i]);
+        free(b);
+        return st;
+    }
+    *out = b;
+    return MR_OK;
+}
+
+static void flight_start(flight *f, const mr_bench_serve_opts *o, const char *body, CURLM *mh) {
+    char url[2048];
+    snprintf(url, sizeof url, "%s%s", o->base_url, o->chat ? "/v1/chat/completions" : "/v1/completions");
+    f->h = curl_easy_init();
+    f->hd = curl_slist_append(NULL, "Content-Type: application/json");
+    curl_easy_setopt(f->h, CURLOPT_URL, url);
+    curl_easy_setopt(f->h, CURLOPT_HTTPHEADER, f->hd);
+    curl_easy_setopt(f->h, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(f->h, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(f->h, CURLOPT_WRITEDATA, f);
+    curl_easy_setopt(f->h, CURLOPT_PRIVATE, f);
+    curl_easy_setopt(f->h, CURLOPT_TIMEOUT_MS, (long)(o->timeout_s * 1000));
+    curl_easy_setopt(f->h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(f->h, CURLOPT_TCP_NODELAY, 1L);
+    f->t0 = f->t_last = f->t_last_tok = mr_now_ns();
+    curl_multi_add_handle(mh, f->h);
+}
+
+/* Runs the bodies [first, first + count) at concurrency C; fills fl[]. */
+static mr_status drive(const mr_bench_serve_opts *o, char **bodies, int first, int count, int C, flight *fl,
+                       dvec *itl) {
+    CURLM *mh = curl_multi_init();
+    if (!mh) return MR_ENOMEM;
+    curl_multi_setopt(mh, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)C);
+    int next = 0, running = 0, done = 0;
+    while (done < count) {
+        while (running < C && next < count) {
+            flight *f = &fl[next];
+            memset(f, 0, sizeof *f);
+            f->itl = itl;
+            f->idx = first + next;
+            flight_start(f, o, bodies[first + next], mh);
+            next++;
+            running++;
+        }
+        int still;
+        curl_multi_perform(mh, &still);
+        CURLMsg *msg;
+        int left;
+        while ((msg = curl_multi_info_read(mh, &left))) {
+            if (msg->msg != CURLMSG_DONE) continue;
+            flight *f;
+            curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&f);
+            long http = 0;
+            curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &http);
+            if (f->line.len) on_line(f, f->line.p, f->line.len);
+            if (msg->data.result != CURLE_OK) {
+                f->failed = true;
+                snprintf(f->err, sizeof f->err, "%s", curl_easy_strerror(msg->data.result));
+            } else if (http != 200) {
+                f->failed = true;
+                snprintf(f->err, sizeof f->err, "HTTP %ld", http);
+            } else if (!f->saw_done && !f->failed) {
+                f->failed = true;
+                snprintf(f->err, sizeof f->err, "the stream ended without [DONE]");
+            }
+            curl_multi_remove_handle(mh, f->h);
+            curl_easy_cleanup(f->h);
+            curl_slist_free_all(f->hd);
+            sv_buf_free(&f->line);
+            f->h = NULL;
+            running--;
+            done++;
+        }
+        if (done < count) curl_multi_poll(mh, NULL, 0, 50, NULL);
+    }
+    curl_multi_cleanup(mh);
+    return MR_OK;
+}
+
+mr_status mr_bench_serve_run(const mr_bench_serve_opts *o, mr_bench_serve_result *r) {
+    memset(r, 0, sizeof *r);
+    r->concurrency = o->concurrency;
+    if (o->concurrency < 1 || o->num_prompts < 1 || o->input_len < 1 || o->output_len < 1 || o->vocab <= o->min_id)
+        return mr_error_set(MR_EINVAL, "bench serve: bad options");
+    static bool inited;
+    if (!inited) {
+        curl_global_init(CURL_GLOBAL_DEFAULT);
+        inited = true;
+    }
+    char **bodies = NULL;
+    mr_status st = make_bodies(o, o->model ? o->model : "default", &bodies);
+    if (st) return st;
+    flight *fl = calloc((size_t)o->num_prompts, sizeof *fl);
+    dvec itl = {0}, warm_itl = {0};
+    double *ttft = malloc((size_t)o->num_prompts * sizeof(double));
+    double *tpot = malloc((size_t)o->num_prompts * sizeof(double));
+    double *e2e = malloc((size_t)o->num_prompts * sizeof(double));
+    if (!fl || !ttft || !tpot || !e2e) {
+        st = MR_ENOMEM;
+        goto out;
+    }
+    if (o->warmup) {
+        flight w;
+        drive(o, bodies, o->num_prompts, 1, 1, &w, &warm_itl);
+        if (w.failed) {
+            st = mr_error_set(MR_EIO, "bench serve: the warm-up request failed: %s", w.err);
+            goto out;
+        }
+    }
+    uint64_t t0 = mr_now_ns();
+    if ((st = drive(o, bodies, 0, o->num_prompts, o->concurrency, fl, &itl))) goto out;
+    uint64_t t1 = 0;
+    size_t nt = 0, np = 0;
+    double sum_lat = 0;
+    for (int i = 0; i < o->num_prompts; i++) {
+        flight *f = &fl[i];
+        if (f->t_last > t1) t1 = f->t_last;
+        if (f->failed || !f->got_first) {
+            if (!r->first_error[0])
+                snprintf(r->first_error, sizeof r->first_error, "%s", f->err[0] ? f->err : "no output in the stream");
+            r->failed++;
+            continue;
+        }
+        double lat = (double)(f->t_last - f->t0) * 1e-9;
+        r->completed++;
+        r->total_input += o->input_len;
+        r->total_output += f->output_len;
+        ttft[nt++] = f->ttft;
+        e2e[r->completed - 1] = lat;
+        sum_lat += lat;
+        if (f->output_len > 1) tpot[np++] = (lat - f->ttft) / (double)(f->output_len - 1);
+    }
+    r->duration_s = (double)(t1 > t0 ? t1 - t0 : 1) * 1e-9;
+    r->request_throughput = r->completed / r->duration_s;
+    r->input_throughput = (double)r->total_input / r->duration_s;
+    r->output_throughput = (double)r->total_output / r->duration_s;
+    r->total_throughput = (double)(r->total_input + r->total_output) / r->duration_s;
+    r->concurrency_measured = sum_lat / r->duration_s;
+    for (size_t i = 0; i < nt; i++) ttft[i] *= 1e3;
+    for (size_t i = 0; i < np; i++) tpot[i] *= 1e3;
+    for (int i = 0; i < r->completed; i++) e2e[i] *= 1e3;
+    for (size_t i = 0; i < itl.n; i++) itl.v[i] *= 1e3;
+    summarize(ttft, nt, &r->ttft_mean, &r->ttft_median, &r->ttft_p99, &r->ttft_std);
+    summarize(tpot, np, &r->tpot_mean, &r->tpot_median, &r->tpot_p99, &r->tpot_std);
+    summarize(e2e, (size_t)r->completed, &r->e2e_mean, &r->e2e_median, &r->e2e_p99, &r->e2e_std);
+    summarize(itl.v, itl.n, &r->itl_mean, &r->itl_median, &r->itl_p99, &r->itl_std);
+    r->itl_p95 = mr_percentile(itl.v, itl.n, 95);
+    r->itl_max = itl.n ? itl.v[itl.n - 1] : 0; /* sorted by the percentiles */
+out:
+    for (int i = 0; bodies && i <= o->num_prompts; i++) free(bodies[i]);
+    free(bodies);
+    free(fl);
+    free(itl.v);
+    free(warm_itl.v);
+    free(ttft);
+    free(tpot);
+    free(e2e);
+    return st;
+}

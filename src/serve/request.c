@@ -1,0 +1,855 @@
+/* request.c — the JSON bodies of /v1/completions and /v1/chat/completions
+ * into an sv_request, and the error shape of every refusal.
+ *
+ * Fields (serving.md section 1) are read from one table per endpoint. A
+ * field that is not in the table is a 400 naming it; a field the server
+ * knows but does not implement (logit_bias, best_of > 1, suffix, min_tokens,
+ * constrained decoding, ...) is a 400 naming it unless it carries its
+ * neutral value (null, 0, 1, empty), which is what benchmark clients send. null is "absent" for every field.
+ * Types and ranges are checked here, where the input enters; the checks
+ * that need the tokenizer (prompt length against the context) come later,
+ * in the HTTP layer. Integers may be written as integral reals (16.0), as
+ * pydantic-based servers accept them. Duplicate keys are refused. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/json_internal.h"
+#include "serve/serve_internal.h"
+
+/* ---- errors ---- */
+
+int sv_fail(sv_error *e, int http, const char *param, const char *fmt, ...) {
+    e->http = http;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+const char *sv_error_type(int http) {
+    switch (http) {
+    case 400: case 405: case 413: case 431: return "invalid_request_error";
+    case 401: return "authentication_error";
+    case 404: return "not_found_error";
+    case 503: return "unavailable_error";
+    default: return "server_error";
+    }
+}
+
+char *sv_error_body(const sv_error *e) {
+    /* written by hand rather than with json_pack: the message may quote the
+     * client's bytes (jansson's parse errors do), and those need not be UTF-8 */
+    sv_buf b = {0};
+    if (sv_buf_lit(&b, "{\"error\":{\"message\":") || sv_buf_json_str(&b, e->message, strlen(e->message)) ||
+        sv_buf_printf(&b, ",\"type\":\"%s\",\"param\":", sv_error_type(e->http)) ||
+        (e->param[0] ? sv_buf_json_str(&b, e->param, strlen(e->param)) : sv_buf_lit(&b, "null")) ||
+        sv_buf_printf(&b, ",\"code\":%d}}", e->http)) {
+        sv_buf_free(&b);
+        return NULL;
+    }
+    return b.p;
+}
+
+bool sv_json_depth_ok(const char *body, size_t len, int max_depth, sv_error *e) {
+    int depth = 0;
+    bool in_str = false;
+    for (size_t i = 0; i < len; i++) {
+        char ch = body[i];
+        if (in_str) {
+            if (ch == '\\') i++;
+            else if (ch == '"') in_str = false;
+        } else if (ch == '"') {
+            in_str = true;
+        } else if (ch == '[' || ch == '{') {
+            if (++depth > max_depth) {
+                sv_fail(e, 400, NULL, "the body nests deeper than %d levels", max_depth);
+                return false;
+            }
+        } else if (ch == ']' || ch == '}') {
+            depth--;
+        }
+    }
+    return true;
+}
+
+/* ---- request ---- */
+
+void sv_request_free(sv_request *r) {
+    if (!r) return;
+    mr_free(r->model);
+    for (int i = 0; i < r->n_prompts; i++) {
+        mr_free(r->prompts[i].text);
+        mr_free(r->prompts[i].ids);
+    }
+    mr_free(r->prompts);
+    json_decref(r->messages);
+    json_decref(r->tools);
+    json_decref(r->chat_template_kwargs);
+    for (int i = 0; i < r->n_stop; i++) mr_free(r->stop[i]);
+    mr_free(r->forced_text);
+    mr_free(r->forced_ids);
+    memset(r, 0, sizeof *r);
+}
+
+static const char *type_name(const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a number";
+    case JSON_TRUE: case JSON_FALSE: return "a boolean";
+    default: return "null";
+    }
+}
+
+/* An integer (or an integral real) in [lo, hi]. */
+static int get_int(const json_t *v, const char *name, int64_t lo, int64_t hi, int64_t *out, sv_error *e) {
+    int64_t x = 0;
+    if (json_is_integer(v)) {
+        x = (int64_t)json_integer_value(v);
+    } else if (json_is_real(v)) {
+        double d = json_real_value(v);
+        if (!(d == floor(d)) || !(fabs(d) < 9.0e18)) return sv_fail(e, 400, name, "%s must be an integer, got %g", name, d);
+        x = (int64_t)d;
+    } else {
+        return sv_fail(e, 400, name, "%s must be an integer, got %s", name, type_name(v));
+    }
+    if (x < lo || x > hi)
+        return sv_fail(e, 400, name, "%s is %lld; it must be in [%lld, %lld]", name, (long long)x, (long long)lo,
+                       (long long)hi);
+    *out = x;
+    return 0;
+}
+
+static int get_num(const json_t *v, const char *name, double lo, double hi, double *out, sv_error *e) {
+    if (!json_is_number(v)) return sv_fail(e, 400, name, "%s must be a number, got %s", name, type_name(v));
+    double x = json_number_value(v);
+    if (!(x >= lo && x <= hi)) return sv_fail(e, 400, name, "%s is %g; it must be in [%g, %g]", name, x, lo, hi);
+    *out = x;
+    return 0;
+}
+
+static int get_bool(const json_t *v, const char *name, bool *out, sv_error *e) {
+    if (!json_is_boolean(v)) return sv_fail(e, 400, name, "%s must be a boolean, got %s", name, type_name(v));
+    *out = json_is_true(v);
+    return 0;
+}
+
+static int dup_string(const json_t *v, const char *name, char **out, sv_error *e) {
+    if (!json_is_string(v)) return sv_fail(e, 400, name, "%s must be a string, got %s", name, type_name(v));
+    char *s = mr_malloc(json_string_length(v) + 1);
+    if (!s) return sv_fail(e, 500, NULL, "out of memory");
+    memcpy(s, json_string_value(v), json_string_length(v) + 1);
+    *out = s;
+    return 0;
+}
+
+/* Refuses a field the server does not implement unless it holds its neutral value. */
+static int unsupported(const char *name, const char *what, sv_error *e) {
+    return sv_fail(e, 400, name, "%s is not supported by this server%s%s", name, what ? ": " : "", what ? what : "");
+}
+
+/* ---- the fields ---- */
+
+typedef int (*field_fn)(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e);
+
+static int f_model(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)lim;
+    return dup_string(v, "model", &r->model, e);
+}
+
+/* A list of token ids: a non-empty array of integers in [0, vocab). */
+static int id_list(const json_t *v, const char *name, const sv_limits *lim, int32_t **ids, int64_t *n, sv_error *e) {
+    size_t k = json_array_size(v);
+    if (k == 0) return sv_fail(e, 400, name, "%s is an empty list of token ids", name);
+    int32_t *p = mr_malloc(k * sizeof(int32_t));
+    if (!p) return sv_fail(e, 500, NULL, "out of memory");
+    for (size_t i = 0; i < k; i++) {
+        const json_t *x = json_array_get(v, i);
+        char nm[96];
+        snprintf(nm, sizeof nm, "%s[%zu]", name, i);
+        int64_t id;
+        if (!json_is_integer(x)) {
+            mr_free(p);
+            return sv_fail(e, 400, nm, "%s must be a token id (an integer), got %s", nm, type_name(x));
+        }
+        id = (int64_t)json_integer_value(x);
+        if (id < 0 || id >= lim->vocab) {
+            mr_free(p);
+            return sv_fail(e, 400, nm, "%s is token id %lld, outside the vocabulary [0, %lld)", nm, (long long)id,
+                           (long long)lim->vocab);
+        }
+        p[i] = (int32_t)id;
+    }
+    *ids = p;
+    *n = (int64_t)k;
+    return 0;
+}
+
+static int f_prompt(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    if (json_is_string(v)) {
+        if (!(r->prompts = mr_calloc(1, sizeof(sv_prompt)))) return sv_fail(e, 500, NULL, "out of memory");
+        r->n_prompts = 1;
+        return dup_string(v, "prompt", &r->prompts[0].text, e);
+    }
+    if (!json_is_array(v))
+        return sv_fail(e, 400, "prompt", "prompt must be a string, a list of strings, a list of token ids or a list of "
+                       "lists of token ids; got %s", type_name(v));
+    size_t k = json_array_size(v);
+    if (k == 0) return sv_fail(e, 400, "prompt", "prompt is an empty list");
+    const json_t *first = json_array_get(v, 0);
+    if (json_is_integer(first)) { /* one prompt of ids */
+        if (!(r->prompts = mr_calloc(1, sizeof(sv_prompt)))) return sv_fail(e, 500, NULL, "out of memory");
+        r->n_prompts = 1;
+        return id_list(v, "prompt", lim, &r->prompts[0].ids, &r->prompts[0].n_ids, e);
+    }
+    if (k > (size_t)lim->max_choices)
+        return sv_fail(e, 400, "prompt", "prompt holds %zu prompts; this server takes at most %d per request "
+                       "(--max-choices)", k, lim->max_choices);
+    if (!(r->prompts = mr_calloc(k, sizeof(sv_prompt)))) return sv_fail(e, 500, NULL, "out of memory");
+    r->n_prompts = (int)k;
+    for (size_t i = 0; i < k; i++) {
+        const json_t *x = json_array_get(v, i);
+        char nm[48];
+        snprintf(nm, sizeof nm, "prompt[%zu]", i);
+        if (json_is_string(first)) {
+            if (!json_is_string(x))
+                return sv_fail(e, 400, nm, "%s must be a string like prompt[0], got %s", nm, type_name(x));
+            if (dup_string(x, nm, &r->prompts[i].text, e)) return -1;
+        } else if (json_is_array(first)) {
+            if (!json_is_array(x))
+                return sv_fail(e, 400, nm, "%s must be a list of token ids like prompt[0], got %s", nm, type_name(x));
+            if (id_list(x, nm, lim, &r->prompts[i].ids, &r->prompts[i].n_ids, e)) return -1;
+        } else {
+            return sv_fail(e, 400, "prompt[0]", "prompt[0] must be a string, a token id or a list of token ids, got %s",
+                           type_name(first));
+        }
+    }
+    return 0;
+}
+
+static int f_max_tokens_named(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e, const char *name) {
+    int64_t x = 0;
+    if (get_int(v, name, 1, INT64_MAX, &x, e)) return -1;
+    if (x > lim->max_completion_tokens)
+        return sv_fail(e, 400, name, "%s is %lld, above this server's limit of %lld (--max-completion-tokens)", name,
+                       (long long)x, (long long)lim->max_completion_tokens);
+    r->max_tokens = x;
+    return 0;
+}
+static int f_max_tokens(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    return f_max_tokens_named(r, v, lim, e, "max_tokens");
+}
+static int f_max_completion_tokens(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    return f_max_tokens_named(r, v, lim, e, "max_completion_tokens");
+}
+
+static int f_temperature(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)lim;
+    double x = 0;
+    if (get_num(v, "temperature", 0.0, 2.0, &x, e)) return -1;
+    r->temperature = (float)x;
+    r->has_temperature = true;
+    return 0;
+}
+static int f_top_p(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)lim;
+    double x = 0;
+    if (get_num(v, "top_p", 0.0, 1.0, &x, e)) return -1;
+    if (x <= 0.0) return sv_fail(e, 400, "top_p", "top_p is %g; it must be in (0, 1]", x);
+    r->top_p = (float)x;
+    r->has_top_p = true;
+    return 0;
+}
+static int f_top_k(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)lim;
+    int64_t x = 0;
+    if (get_int(v, "top_k", -1, INT32_MAX, &x, e)) return -1;
+    r->top_k = x < 0 ? 0 : (int)x; /* -1 (vLLM) and 0 (llama-server) both mean off */
+    r->has_top_k = true;
+    return 0;
+}
+static int f_min_p(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)lim;
+    double x = 0;
+    if (get_num(v, "min_p", 0.0, 1.0, &x, e)) return -1;
+    r->min_p = (float)x;
+    r->has_min_p = true;
+    return 0;
+}
+static int f_seed(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)lim;
+    int64_t x = 0;
+    if (get_int(v, "seed", INT64_MIN, INT64_MAX, &x, e)) return -1;
+    r->seed = (uint64_t)x;
+    r->has_seed = true;
+    return 0;
+}
+
+static int one_stop(sv_request *r, const json_t *x, const char *nm, sv_error *e) {
+    if (!json_is_string(x)) return sv_fail(e, 400, nm, "%s must be a string, got %s", nm, type_name(x));
+    size_t n = json_string_length(x);
+    if (n == 0) return sv_fail(e, 400, nm, "%s is an empty stop string", nm);
+    if (n > SV_MAX_STOP_BYTES)
+        return sv_fail(e, 400, nm, "%s is %zu bytes long; stop strings are at most %d bytes", nm, n, SV_MAX_STOP_BYTES);
+    if (r->n_stop == SV_MAX_STOP)
+        return sv_fail(e, 400, "stop", "stop holds more than %d strings", SV_MAX_STOP);
+    return dup_string(x, nm, &r->stop[r->n_stop++], e);
+}
+static int f_stop(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)lim;
+    if (json_is_string(v)) return one_stop(r, v, "stop", e);
+    if (!json_is_array(v)) return sv_fail(e, 400, "stop", "stop must be a string or a list of strings, got %s", type_name(v));
+    if (json_array_size(v) > SV_MAX_STOP)
+        return sv_fail(e, 400, "stop", "stop holds %zu strings; at most %d are allowed", json_array_size(v), SV_MAX_STOP);
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "stop[%zu]", i);
+        if (one_stop(r, json_array_get(v, i), nm, e)) return -1;
+    }
+    return 0;
+}
+static int f_stop_token_ids(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    if (!json_is_array(v)) return sv_fail(e, 400, "stop_token_ids", "stop_token_ids must be a list of token ids, got %s", type_name(v));
+    if (json_array_size(v) > SV_MAX_STOP_IDS)
+        return sv_fail(e, 400, "stop_token_ids", "stop_token_ids holds %zu ids; at most %d are allowed", json_array_size(v),
+                       SV_MAX_STOP_IDS);
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        char nm[40];
+        snprintf(nm, sizeof nm, "stop_token_ids[%zu]", i);
+        const json_t *x = json_array_get(v, i);
+        if (!json_is_integer(x)) return sv_fail(e, 400, nm, "%s must be a token id (an integer), got %s", nm, type_name(x));
+        int64_t id = (int64_t)json_integer_value(x);
+        if (id < 0 || id >= lim->vocab)
+            return sv_fail(e, 400, nm, "%s is token id %lld, outside the vocabulary [0, %lld)", nm, (long long)id,
+                           (long long)lim->vocab);
+        r->stop_ids[r->n_stop_ids++] = (int32_t)id;
+    }
+    return 0;
+}
+static int f_ignore_eos(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)lim;
+    return get_bool(v, "ignore_eos", &r->ignore_eos, e);
+}
+static int f_n(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    int64_t x = 0;
+    if (get_int(v, "n", 1, lim->max_choices, &x, e)) return -1;
+    r->n = (int)x;
+    return 0;
+}
+static int f_best_of(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)r;
+    int64_t x = 0;
+    if (get_int(v, "best_of", 1, lim->max_choices, &x, e)) return -1;
+    if (x != 1) return unsupported("best_of", "only best_of 1 (each choice is returned)", e);
+    return 0;
+}
+static int f_stream(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)lim;
+    return get_bool(v, "stream", &r->stream, e);
+}
+static int f_stream_options(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)lim;
+    if (!json_is_object(v)) return sv_fail(e, 400, "stream_options", "stream_options must be an object, got %s", type_name(v));
+    const char *k;
+    json_t *x;
+    json_object_foreach((json_t *)v, k, x) {
+        if (json_is_null(x)) continue;
+        if (!strcmp(k, "include_usage")) {
+            if (get_bool(x, "stream_options.include_usage", &r->include_usage, e)) return -1;
+        } else if (!strcmp(k, "continuous_usage_stats")) {
+            if (get_bool(x, "stream_options.continuous_usage_stats", &r->continuous_usage, e)) return -1;
+        } else {
+            char nm[96];
+            snprintf(nm, sizeof nm, "stream_options.%.60s", k);
+            return sv_fail(e, 400, nm, "unknown field %s", nm);
+        }
+    }
+    return 0;
+}
+static int f_logprobs_cmpl(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)lim;
+    int64_t x = 0;
+    if (get_int(v, "logprobs", 0, SV_MAX_TOP_LOGPROBS, &x, e)) return -1;
+    r->logprobs = true;
+    r->top_logprobs = (int)x;
+    return 0;
+}
+static int f_logprobs_chat(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)lim;
+    return get_bool(v, "logprobs", &r->logprobs, e);
+}
+static int f_top_logprobs(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)lim;
+    int64_t x = 0;
+    if (get_int(v, "top_logprobs", 0, SV_MAX_TOP_LOGPROBS, &x, e)) return -1;
+    r->top_logprobs = (int)x;
+    return 0;
+}
+static int f_echo(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)lim;
+    return get_bool(v, "echo", &r->echo, e);
+}
+static int f_presence_penalty(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)lim;
+    double x = 0;
+    if (get_num(v, "presence_penalty", -2.0, 2.0, &x, e)) return -1;
+    r->presence_penalty = (float)x;
+    return 0;
+}
+static int f_frequency_penalty(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)lim;
+    double x = 0;
+    if (get_num(v, "frequency_penalty", -2.0, 2.0, &x, e)) return -1;
+    r->frequency_penalty = (float)x;
+    return 0;
+}
+static int f_repetition_penalty(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)lim;
+    double x = 0;
+    if (get_num(v, "repetition_penalty", 0.0, 10.0, &x, e)) return -1;
+    if (x <= 0.0) return sv_fail(e, 400, "repetition_penalty", "repetition_penalty is %g; it must be in (0, 10]", x);
+    r->repetition_penalty = (float)x;
+    r->has_repetition_penalty = true;
+    return 0;
+}
+static int f_logit_bias(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)r, (void)lim;
+    if (!json_is_object(v)) return sv_fail(e, 400, "logit_bias", "logit_bias must be an object, got %s", type_name(v));
+    return json_object_size(v) ? unsupported("logit_bias", NULL, e) : 0;
+}
+static int f_user(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)r, (void)lim;
+    if (!json_is_string(v)) return sv_fail(e, 400, "user", "user must be a string, got %s", type_name(v));
+    return 0; /* an end-user id for abuse tracking: nothing to do with it */
+}
+static int f_suffix(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)r, (void)lim;
+    if (!json_is_string(v)) return sv_fail(e, 400, "suffix", "suffix must be a string, got %s", type_name(v));
+    return json_string_length(v) ? unsupported("suffix", NULL, e) : 0;
+}
+static int f_skip_special(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)lim;
+    return get_bool(v, "skip_special_tokens", &r->skip_special_tokens, e);
+}
+static int f_include_stop(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)lim;
+    return get_bool(v, "include_stop_str_in_output", &r->include_stop_str, e);
+}
+static int f_min_tokens(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)r, (void)lim;
+    int64_t x = 0;
+    if (get_int(v, "min_tokens", 0, INT64_MAX, &x, e)) return -1;
+    return x ? unsupported("min_tokens", "only 0", e) : 0;
+}
+static int f_response_format(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)r, (void)lim;
+    if (!json_is_object(v)) return sv_fail(e, 400, "response_format", "response_format must be an object, got %s", type_name(v));
+    const json_t *t = json_object_get(v, "type");
+    if (!json_is_string(t)) return sv_fail(e, 400, "response_format.type", "response_format.type must be a string");
+    if (strcmp(json_string_value(t), "text") != 0)
+        return unsupported("response_format", "only {\"type\": \"text\"} (no constrained decoding)", e);
+    return 0;
+}
+static int f_chat_template_kwargs(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)lim;
+    if (!json_is_object(v))
+        return sv_fail(e, 400, "chat_template_kwargs", "chat_template_kwargs must be an object, got %s", type_name(v));
+    r->chat_template_kwargs = json_incref((json_t *)v);
+    return 0;
+}
+static int f_add_generation_prompt(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)lim;
+    return get_bool(v, "add_generation_prompt", &r->add_generation_prompt, e);
+}
+static int f_continue_final(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)r, (void)lim;
+    bool b = false;
+    if (get_bool(v, "continue_final_message", &b, e)) return -1;
+    return b ? unsupported("continue_final_message", NULL, e) : 0;
+}
+static int f_forced(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    if (json_is_string(v)) return dup_string(v, "debug_forced_output", &r->forced_text, e);
+    if (json_is_array(v)) return id_list(v, "debug_forced_output", lim, &r->forced_ids, &r->n_forced_ids, e);
+    return sv_fail(e, 400, "debug_forced_output", "debug_forced_output must be a string or a list of token ids");
+}
+static int f_separate_reasoning(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)lim;
+    return get_bool(v, "separate_reasoning", &r->separate_reasoning, e);
+}
+static int f_parallel_tool_calls(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)r, (void)lim;
+    bool b = false;
+    return get_bool(v, "parallel_tool_calls", &b, e);
+}
+static int f_tool_choice(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)lim;
+    if (json_is_string(v)) {
+        const char *s = json_string_value(v);
+        if (!strcmp(s, "auto")) return (r->tool_choice = SV_TOOLS_AUTO), 0;
+        if (!strcmp(s, "none")) return (r->tool_choice = SV_TOOLS_NONE), 0;
+        if (!strcmp(s, "required")) return unsupported("tool_choice", "\"required\" needs constrained decoding; use \"auto\"", e);
+        return sv_fail(e, 400, "tool_choice", "tool_choice is \"%.40s\"; it must be \"auto\", \"none\" or \"required\"", s);
+    }
+    if (json_is_object(v))
+        return unsupported("tool_choice", "naming a function needs constrained decoding; use \"auto\"", e);
+    return sv_fail(e, 400, "tool_choice", "tool_choice must be a string or an object, got %s", type_name(v));
+}
+
+/* tools: [{"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}] */
+static int f_tools(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)lim;
+    if (!json_is_array(v)) return sv_fail(e, 400, "tools", "tools must be a list, got %s", type_name(v));
+    if (json_array_size(v) > 256) return sv_fail(e, 400, "tools", "tools holds %zu tools; at most 256", json_array_size(v));
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        const json_t *t = json_array_get(v, i);
+        char nm[64];
+        snprintf(nm, sizeof nm, "tools[%zu]", i);
+        if (!json_is_object(t)) return sv_fail(e, 400, nm, "%s must be an object, got %s", nm, type_name(t));
+        const char *k;
+        json_t *x;
+        json_object_foreach((json_t *)t, k, x) {
+            if (strcmp(k, "type") && strcmp(k, "function")) {
+                char f[128];
+                snprintf(f, sizeof f, "%s.%.40s", nm, k);
+                return sv_fail(e, 400, f, "unknown field %s", f);
+            }
+        }
+        const json_t *ty = json_object_get(t, "type");
+        if (!json_is_string(ty) || strcmp(json_string_value(ty), "function"))
+            return sv_fail(e, 400, nm, "%s.type must be \"function\"", nm);
+        const json_t *fn = json_object_get(t, "function");
+        if (!json_is_object(fn)) return sv_fail(e, 400, nm, "%s.function must be an object", nm);
+        json_object_foreach((json_t *)fn, k, x) {
+            char f[120];
+            snprintf(f, sizeof f, "%s.function.%.40s", nm, k);
+            if (!strcmp(k, "name")) {
+                if (!json_is_string(x) || !json_string_length(x)) return sv_fail(e, 400, f, "%s must be a non-empty string", f);
+            } else if (!strcmp(k, "description")) {
+                if (!json_is_string(x) && !json_is_null(x)) return sv_fail(e, 400, f, "%s must be a string", f);
+            } else if (!strcmp(k, "parameters")) {
+                if (!json_is_object(x) && !json_is_null(x)) return sv_fail(e, 400, f, "%s must be a JSON schema object", f);
+            } else if (!strcmp(k, "strict")) {
+                if (!json_is_boolean(x) && !json_is_null(x)) return sv_fail(e, 400, f, "%s must be a boolean", f);
+            } else {
+                return sv_fail(e, 400, f, "unknown field %s", f);
+            }
+        }
+        if (!json_is_string(json_object_get(fn, "name"))) return sv_fail(e, 400, nm, "%s.function.name is required", nm);
+    }
+    if (json_array_size(v)) r->tools = json_incref((json_t *)v);
+    return 0;
+}
+
+/* A message's content: a string, or a list of {"type": "text", "text"}
+ * parts, which goes to the chat template as it is (as transformers'
+ * apply_chat_template passes it; the templates join the parts). *out is a
+ * new reference. */
+static int content_text(const json_t *c, const char *nm, json_t **out, sv_error *e) {
+    if (json_is_string(c)) {
+        *out = json_incref((json_t *)c);
+        return 0;
+    }
+    if (!json_is_array(c))
+        return sv_fail(e, 400, nm, "%s must be a string or a list of content parts, got %s", nm, type_name(c));
+    json_t *parts = json_array();
+    if (!parts) return sv_fail(e, 500, NULL, "out of memory");
+    for (size_t j = 0; j < json_array_size(c); j++) {
+        const json_t *p = json_array_get(c, j);
+        char pn[200];
+        snprintf(pn, sizeof pn, "%s[%zu]", nm, j);
+        const json_t *ty = json_is_object(p) ? json_object_get(p, "type") : NULL;
+        if (!json_is_string(ty)) {
+            json_decref(parts);
+            return sv_fail(e, 400, pn, "%s must be an object with a \"type\"", pn);
+        }
+        if (strcmp(json_string_value(ty), "text")) {
+            json_decref(parts);
+            return sv_fail(e, 400, pn, "%s is a \"%.40s\" part; this server takes text only", pn, json_string_value(ty));
+        }
+        const json_t *tx = json_object_get(p, "text");
+        if (!json_is_string(tx)) {
+            json_decref(parts);
+            return sv_fail(e, 400, pn, "%s.text must be a string", pn);
+        }
+        if (json_array_append_new(parts, json_pack("{s:s,s:O}", "type", "text", "text", tx))) {
+            json_decref(parts);
+            return sv_fail(e, 500, NULL, "out of memory");
+        }
+    }
+    *out = parts;
+    return 0;
+}
+
+/* One assistant tool call, normalized for the template: arguments parsed
+ * from their JSON text into a value. */
+static int tool_call(const json_t *c, const char *nm, json_t **out, sv_error *e) {
+    if (!json_is_object(c)) return sv_fail(e, 400, nm, "%s must be an object", nm);
+    const json_t *fn = json_object_get(c, "function");
+    const json_t *id = json_object_get(c, "id");
+    const json_t *ty = json_object_get(c, "type");
+    if (ty && !json_is_null(ty) && (!json_is_string(ty) || strcmp(json_string_value(ty), "function")))
+        return sv_fail(e, 400, nm, "%s.type must be \"function\"", nm);
+    if (id && !json_is_null(id) && !json_is_string(id)) return sv_fail(e, 400, nm, "%s.id must be a string", nm);
+    if (!json_is_object(fn)) return sv_fail(e, 400, nm, "%s.function must be an object", nm);
+    const json_t *name = json_object_get(fn, "name"), *args = json_object_get(fn, "arguments");
+    if (!json_is_string(name)) return sv_fail(e, 400, nm, "%s.function.name must be a string", nm);
+    json_t *a;
+    if (json_is_string(args)) {
+        json_error_t je;
+        a = mr__json_loadb(json_string_value(args), json_string_length(args), JSON_DECODE_ANY, &je, NULL);
+        if (!a) return sv_fail(e, 400, nm, "%s.function.arguments is not valid JSON: %s", nm, je.text);
+    } else if (json_is_object(args)) {
+        a = json_incref((json_t *)args);
+    } else if (!args || json_is_null(args)) {
+        a = json_object();
+    } else {
+        return sv_fail(e, 400, nm, "%s.function.arguments must be a JSON string", nm);
+    }
+    *out = json_pack("{s:O?,s:s,s:{s:O,s:o}}", "id", id, "type", "function", "function", "name", name, "arguments", a);
+    if (!*out) return sv_fail(e, 500, NULL, "out of memory");
+    return 0;
+}
+
+/* messages: validated and normalized into a new array that the template reads. */
+static int f_messages(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)lim;
+    if (!json_is_array(v)) return sv_fail(e, 400, "messages", "messages must be a list, got %s", type_name(v));
+    size_t k = json_array_size(v);
+    if (k == 0) return sv_fail(e, 400, "messages", "messages is an empty list");
+    json_t *out = json_array();
+    if (!out) return sv_fail(e, 500, NULL, "out of memory");
+    for (size_t i = 0; i < k; i++) {
+        const json_t *m = json_array_get(v, i);
+        char nm[48];
+        snprintf(nm, sizeof nm, "messages[%zu]", i);
+        json_t *o = NULL;
+        if (!json_is_object(m)) {
+            sv_fail(e, 400, nm, "%s must be an object, got %s", nm, type_name(m));
+            goto bad;
+        }
+        const json_t *role = json_object_get(m, "role");
+        char rn[64];
+        snprintf(rn, sizeof rn, "%s.role", nm);
+        if (!json_is_string(role)) {
+            sv_fail(e, 400, rn, "%s is required (a string)", rn);
+            goto bad;
+        }
+        const char *rs = json_string_value(role);
+        bool assistant = !strcmp(rs, "assistant"), tool = !strcmp(rs, "tool");
+        if (!assistant && !tool && strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "developer")) {
+            sv_fail(e, 400, rn, "%s is \"%.40s\"; it must be system, developer, user, assistant or tool", rn, rs);
+            goto bad;
+        }
+        if (!(o = json_pack("{s:s}", "role", !strcmp(rs, "developer") ? "system" : rs))) goto oom;
+        const char *key;
+        json_t *x;
+        bool has_calls = false;
+        json_object_foreach((json_t *)m, key, x) {
+            char fn[160];
+            snprintf(fn, sizeof fn, "%s.%.40s", nm, key);
+            if (!strcmp(key, "role") || json_is_null(x)) continue;
+            if (!strcmp(key, "content")) {
+                json_t *t = NULL;
+                if (content_text(x, fn, &t, e)) goto bad;
+                if (json_object_set_new(o, "content", t)) goto oom;
+            } else if (!strcmp(key, "name") || (!strcmp(key, "tool_call_id") && tool) ||
+                       (assistant && (!strcmp(key, "reasoning_content") || !strcmp(key, "reasoning") ||
+                                      !strcmp(key, "thinking")))) {
+                if (!json_is_string(x)) {
+                    sv_fail(e, 400, fn, "%s must be a string, got %s", fn, type_name(x));
+                    goto bad;
+                }
+                /* an earlier answer's reasoning, under any of the names clients use */
+                const char *as = !strcmp(key, "reasoning") || !strcmp(key, "thinking") ? "reasoning_content" : key;
+                if (json_object_set(o, as, x)) goto oom;
+            } else if (!strcmp(key, "tool_calls") && assistant) {
+                if (!json_is_array(x)) {
+                    sv_fail(e, 400, fn, "%s must be a list", fn);
+                    goto bad;
+                }
+                json_t *calls = json_array();
+                if (!calls || json_object_set_new(o, "tool_calls", calls)) goto oom;
+                for (size_t j = 0; j < json_array_size(x); j++) {
+                    char cn[200];
+                    snprintf(cn, sizeof cn, "%s[%zu]", fn, j);
+                    json_t *c;
+                    if (tool_call(json_array_get(x, j), cn, &c, e)) goto bad;
+                    if (json_array_append_new(calls, c)) goto oom;
+                }
+                has_calls = json_array_size(x) > 0;
+            } else if (!strcmp(key, "refusal") || !strcmp(key, "annotations") || !strcmp(key, "audio") ||
+                       !strcmp(key, "function_call")) {
+                /* fields of a returned assistant message that clients pass back: only empty values */
+                if (assistant && ((json_is_array(x) && !json_array_size(x)) || (json_is_string(x) && !json_string_length(x))))
+                    continue;
+                sv_fail(e, 400, fn, "%s is not supported by this server", fn);
+                goto bad;
+            } else {
+                sv_fail(e, 400, fn, "unknown field %s", fn);
+                goto bad;
+            }
+        }
+        if (!json_object_get(o, "content")) {
+            if (!assistant || !has_calls) {
+                char cn[64];
+                snprintf(cn, sizeof cn, "%s.content", nm);
+                if (!assistant) {
+                    sv_fail(e, 400, cn, "%s is required", cn);
+                    goto bad;
+                }
+            }
+            if (json_object_set_new(o, "content", json_string(""))) goto oom;
+        }
+        if (json_array_append_new(out, o)) {
+            o = NULL;
+            goto oom;
+        }
+        continue;
+    oom:
+        sv_fail(e, 500, NULL, "out of memory");
+    bad:
+        json_decref(o);
+        json_decref(out);
+        return -1;
+    }
+    r->messages = out;
+    return 0;
+}
+
+/* ---- the tables ---- */
+
+enum { K_CMPL = 1, K_CHAT = 2, K_BOTH = 3 };
+typedef struct {
+    const char *name;
+    unsigned kinds;
+    field_fn fn;
+} field;
+
+static const field fields[] = {
+    {"model", K_BOTH, f_model},
+    {"prompt", K_CMPL, f_prompt},
+    {"messages", K_CHAT, f_messages},
+    {"max_tokens", K_BOTH, f_max_tokens},
+    {"max_completion_tokens", K_CHAT, f_max_completion_tokens},
+    {"temperature", K_BOTH, f_temperature},
+    {"top_p", K_BOTH, f_top_p},
+    {"top_k", K_BOTH, f_top_k},
+    {"min_p", K_BOTH, f_min_p},
+    {"seed", K_BOTH, f_seed},
+    {"stop", K_BOTH, f_stop},
+    {"stop_token_ids", K_BOTH, f_stop_token_ids},
+    {"ignore_eos", K_BOTH, f_ignore_eos},
+    {"n", K_BOTH, f_n},
+    {"best_of", K_CMPL, f_best_of},
+    {"stream", K_BOTH, f_stream},
+    {"stream_options", K_BOTH, f_stream_options},
+    {"logprobs", K_CMPL, f_logprobs_cmpl},
+    {"logprobs", K_CHAT, f_logprobs_chat},
+    {"top_logprobs", K_CHAT, f_top_logprobs},
+    {"echo", K_CMPL, f_echo},
+    {"presence_penalty", K_BOTH, f_presence_penalty},
+    {"frequency_penalty", K_BOTH, f_frequency_penalty},
+    {"repetition_penalty", K_BOTH, f_repetition_penalty},
+    {"logit_bias", K_BOTH, f_logit_bias},
+    {"user", K_BOTH, f_user},
+    {"suffix", K_CMPL, f_suffix},
+    {"skip_special_tokens", K_BOTH, f_skip_special},
+    {"include_stop_str_in_output", K_BOTH, f_include_stop},
+    {"min_tokens", K_BOTH, f_min_tokens},
+    {"response_format", K_CHAT, f_response_format},
+    {"tools", K_CHAT, f_tools},
+    {"tool_choice", K_CHAT, f_tool_choice},
+    {"parallel_tool_calls", K_CHAT, f_parallel_tool_calls},
+    {"chat_template_kwargs", K_CHAT, f_chat_template_kwargs},
+    {"add_generation_prompt", K_CHAT, f_add_generation_prompt},
+    {"continue_final_message", K_CHAT, f_continue_final},
+    {"separate_reasoning", K_CHAT, f_separate_reasoning},
+    {"debug_forced_output", K_BOTH, f_forced}, /* only with lim->allow_forced */
+};
+
+int sv_request_parse(sv_kind kind, const char *body, size_t len, const sv_limits *lim, sv_request *r, sv_error *e) {
+    memset(r, 0, sizeof *r);
+    r->kind = kind;
+    r->max_tokens = -1;
+    r->n = 1;
+    r->top_p = 1.0f;
+    r->repetition_penalty = 1.0f;
+    r->skip_special_tokens = true;
+    r->separate_reasoning = true;
+    r->add_generation_prompt = true;
+    r->tool_choice = SV_TOOLS_AUTO;
+    if (!sv_json_depth_ok(body, len, SV_MAX_JSON_DEPTH, e)) return -1;
+    json_error_t je;
+    bool oom = false;
+    json_t *root = mr__json_loadb(body, len, JSON_REJECT_DUPLICATES, &je, &oom);
+    if (!root) {
+        if (oom) return sv_fail(e, 500, NULL, "out of memory");
+        return sv_fail(e, 400, NULL, "the body is not valid JSON: %s (line %d, column %d)", je.text, je.line, je.column);
+    }
+    int rc = -1;
+    unsigned k = kind == SV_CHAT ? K_CHAT : K_CMPL;
+    if (!json_is_object(root)) {
+        sv_fail(e, 400, NULL, "the body must be a JSON object, got %s", type_name(root));
+        goto out;
+    }
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v) {
+        const field *f = NULL;
+        for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+            if ((fields[i].kinds & k) && !strcmp(fields[i].name, key) && (fields[i].fn != f_forced || lim->allow_forced)) {
+                f = &fields[i];
+                break;
+            }
+        if (!f) {
+            char nm[96];
+            snprintf(nm, sizeof nm, "%.80s", key);
+            sv_fail(e, 400, nm, "unknown field '%s'%s", nm,
+                    kind == SV_CHAT && !strcmp(key, "prompt")     ? " (chat takes messages; /v1/completions takes a prompt)"
+                    : kind == SV_COMPLETIONS && !strcmp(key, "messages") ? " (/v1/completions takes a prompt; use /v1/chat/completions)"
+                                                                 : "");
+            goto out;
+        }
+        if (json_is_null(v)) continue;
+        if (f->fn(r, v, lim, e)) goto out;
+    }
+    /* fields that depend on each other */
+    if (kind == SV_COMPLETIONS && !r->n_prompts) {
+        sv_fail(e, 400, "prompt", "prompt is required");
+        goto out;
+    }
+    if (kind == SV_CHAT && !r->messages) {
+        sv_fail(e, 400, "messages", "messages is required");
+        goto out;
+    }
+    if (kind == SV_CHAT && r->top_logprobs && !r->logprobs) {
+        sv_fail(e, 400, "top_logprobs", "top_logprobs needs logprobs: true");
+        goto out;
+    }
+    if (r->echo && r->logprobs) {
+        sv_fail(e, 400, "logprobs", "logprobs with echo (the prompt's log-probabilities) is not supported by this server");
+        goto out;
+    }
+    const json_t *so = json_object_get(root, "stream_options");
+    if (!r->stream && so && !json_is_null(so)) {
+        sv_fail(e, 400, "stream_options", "stream_options can only be given with stream: true");
+        goto out;
+    }
+    if ((int64_t)(r->n_prompts ? r->n_prompts : 1) * r->n > lim->max_choices) {
+        sv_fail(e, 400, "n", "%d prompts x n %d is %lld choices; this server takes at most %d per request (--max-choices)",
+                r->n_prompts ? r->n_prompts : 1, r->n, (long long)(r->n_prompts ? r->n_prompts : 1) * r->n,
+                lim->max_choices);
+        goto out;
+    }
+    rc = 0;
+out:
+    json_decref(root);
+    if (rc) sv_request_free(r);
+    return rc;
+}

@@ -1,0 +1,523 @@
+/* respond.c — turning a job's tokens into what the client reads: per choice,
+ * the streaming detokenizer (an incomplete UTF-8 sequence waits for the next
+ * token), the stop strings (a partial match waits until it is decided; a
+ * match ends the choice and cancels its gen), the reasoning / tool-call
+ * parser of chat, the log-probabilities when asked, then either one SSE
+ * event per token (serving.md section 2) or, at the end, the whole body.
+ *
+ * Event shapes (one JSON object per line, "data: " before, a blank line after):
+ *   completions  {"id","object":"text_completion","created","model",
+ *                 "choices":[{"index","text","logprobs","finish_reason"}]}
+ *   chat         {"id","object":"chat.completion.chunk","created","model",
+ *                 "choices":[{"index","delta":{...},"logprobs","finish_reason"}]}
+ *   usage        the same head with "choices":[] and "usage":{...}, before "data: [DONE]".
+ * A checkpoint without a tokenizer adds "token_ids" to each choice.
+ *
+ * The token that ended a choice by a stop id (an EOS, or stop_token_ids) is
+ * counted in completion_tokens but not turned into text, as OpenAI's and
+ * vLLM's servers do. Chat answers of a template whose output carries tags
+ * (<think>, tool-call markup) are decoded with the special tokens kept, so
+ * that the parser sees its tags. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "serve/serve_internal.h"
+
+typedef struct {
+    sv_gen *g;
+    sv_detok *dt;
+    sv_parse *ps;
+    sv_stop stop;
+    sv_buf text;          /* decoded completion so far */
+    size_t scanned, sent; /* stop strings searched up to; bytes released to the client */
+    int64_t consumed;     /* tokens taken from g->out */
+    int64_t counted;      /* completion tokens (up to the token that ended it) */
+    int64_t cached;       /* prompt tokens found in the prefix cache */
+    int64_t lp_offset;    /* text_offset of the next token's logprobs entry */
+    bool done;
+    const char *reason;
+    bool failed;
+    char err[200];
+    int n_calls;
+    /* the non-streaming body */
+    sv_buf content, reasoning, ids;
+    sv_buf lp_tokens, lp_values, lp_tops, lp_offsets; /* completions' logprobs arrays, or chat's content items */
+    json_t *calls;
+} sv_choice;
+
+struct sv_out {
+    sv_job *j;
+    const sv_text *t;
+    const mr_model *m;
+    bool chat, ids_mode, stream;
+    int n;
+    sv_choice *c;
+    sv_buf head;          /* {"id":..,"object":..,"created":..,"model":.., */
+    bool started, finished;
+    int64_t prompt_tokens;
+};
+
+void sv_job_cancel(sv_job *j) {
+    for (int i = 0; i < j->n_gen; i++) atomic_store(&j->gens[i].cancel, 1);
+}
+
+void sv_out_free(sv_out *o) {
+    if (!o) return;
+    for (int i = 0; i < o->n; i++) {
+        sv_choice *c = &o->c[i];
+        sv_detok_free(c->dt);
+        sv_parse_free(c->ps);
+        sv_buf_free(&c->text);
+        sv_buf_free(&c->content);
+        sv_buf_free(&c->reasoning);
+        sv_buf_free(&c->ids);
+        sv_buf_free(&c->lp_tokens);
+        sv_buf_free(&c->lp_values);
+        sv_buf_free(&c->lp_tops);
+        sv_buf_free(&c->lp_offsets);
+        json_decref(c->calls);
+    }
+    mr_free(o->c);
+    sv_buf_free(&o->head);
+    mr_free(o);
+}
+
+mr_status sv_out_new(sv_job *j, const sv_text *t, const mr_model *m, const char *model_name, sv_out **out) {
+    *out = NULL;
+    sv_out *o = mr_calloc(1, sizeof *o);
+    if (!o) return MR_ENOMEM;
+    o->j = j;
+    o->t = t;
+    o->m = m;
+    o->chat = j->req.kind == SV_CHAT;
+    o->stream = j->req.stream;
+    o->ids_mode = !sv_text_has_tokenizer(t);
+    o->n = j->n_gen;
+    for (int i = 0; i < j->n_prompts; i++) o->prompt_tokens += j->prompt_len[i];
+    bool skip = o->chat && sv_text_tagged_output(t) ? false : j->req.skip_special_tokens;
+    if (!(o->c = mr_calloc((size_t)o->n, sizeof *o->c))) goto oom;
+    for (int i = 0; i < o->n; i++) {
+        sv_choice *c = &o->c[i];
+        c->g = &j->gens[i];
+        sv_stop_init(&c->stop, j->req.n_stop, j->req.stop);
+        if (!o->ids_mode && sv_detok_new(t, skip, &c->dt)) goto oom;
+        if (o->chat && sv_parse_new(t, j->req.tool_choice == SV_TOOLS_NONE ? NULL : j->req.tools,
+                                    j->req.separate_reasoning, &c->ps))
+            goto oom;
+        if (o->chat && !(c->calls = json_array())) goto oom;
+    }
+    if (sv_buf_printf(&o->head, "{\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":", j->id,
+                      o->chat ? (o->stream ? "chat.completion.chunk" : "chat.completion") : "text_completion",
+                      (long long)j->created) ||
+        sv_buf_json_str(&o->head, model_name, strlen(model_name)) || sv_buf_lit(&o->head, ","))
+        goto oom;
+    *out = o;
+    return MR_OK;
+oom:
+    sv_out_free(o);
+    return mr_error_set(MR_ENOMEM, NULL);
+}
+
+static const char *fin_reason(sv_fin f) {
+    switch (f) {
+    case SV_FIN_STOP: return "stop";
+    case SV_FIN_LENGTH: return "length";
+    case SV_FIN_ABORT: return "abort";
+    default: return "error";
+    }
+}
+
+static int64_t completion_tokens(const sv_out *o) {
+    int64_t n = 0;
+    for (int i = 0; i < o->n; i++) n += o->c[i].counted;
+    return n;
+}
+
+static int usage_obj(const sv_out *o, sv_buf *b) {
+    int64_t ct = completion_tokens(o), cached = 0;
+    for (int i = 0; i < o->n; i += o->j->req.n) cached += o->c[i].cached; /* once per prompt */
+    return sv_buf_printf(b,
+                         "{\"prompt_tokens\":%lld,\"completion_tokens\":%lld,\"total_tokens\":%lld,"
+                         "\"prompt_tokens_details\":{\"cached_tokens\":%lld}}",
+                         (long long)o->prompt_tokens, (long long)ct, (long long)(o->prompt_tokens + ct),
+                         (long long)cached);
+}
+
+/* A stop id ends the generation; its text is not the client's. */
+static bool is_stop_token(const sv_out *o, const sv_gen *g, int32_t tok) {
+    const sv_request *r = &o->j->req;
+    if (!g->ignore_eos && mr_model_is_eos(o->m, tok)) return true;
+    for (int i = 0; i < r->n_stop_ids; i++)
+        if (r->stop_ids[i] == tok) return true;
+    return false;
+}
+
+/* ---- log-probabilities ---- */
+
+static double lp_value(float x) { return isfinite(x) ? (double)x : -9999.0; /* JSON has no -inf (vLLM clamps the same) */ }
+
+/* The token as a JSON string: its text, or "token_id:N" without a tokenizer. */
+static int lp_token(const sv_out *o, int32_t id, sv_buf *b) {
+    const char *p;
+    size_t n;
+    if (o->ids_mode || sv_text_piece(o->t, id, &p, &n)) return sv_buf_printf(b, "\"token_id:%d\"", id);
+    return sv_buf_json_str(b, p, n);
+}
+
+static int lp_bytes(const sv_out *o, int32_t id, sv_buf *b) {
+    const char *p;
+    size_t n;
+    if (o->ids_mode || sv_text_piece(o->t, id, &p, &n)) return sv_buf_lit(b, "null");
+    if (sv_buf_lit(b, "[")) return -1;
+    for (size_t i = 0; i < n; i++)
+        if (sv_buf_printf(b, "%s%u", i ? "," : "", (unsigned)(unsigned char)p[i])) return -1;
+    return sv_buf_lit(b, "]");
+}
+
+static size_t piece_len(const sv_out *o, int32_t id) {
+    const char *p;
+    size_t n;
+    return o->ids_mode || sv_text_piece(o->t, id, &p, &n) ? 0 : n;
+}
+
+/* Chat: one {"token","logprob","bytes","top_logprobs":[...]} item. */
+static int lp_chat_item(const sv_out *o, int32_t tok, const sv_logprob *l, sv_buf *b) {
+    if (sv_buf_lit(b, "{\"token\":") || lp_token(o, tok, b) || sv_buf_printf(b, ",\"logprob\":%.9g,\"bytes\":", lp_value(l->logprob)) ||
+        lp_bytes(o, tok, b) || sv_buf_lit(b, ",\"top_logprobs\":["))
+        return -1;
+    for (int k = 0; k < l->n_top && k < o->j->req.top_logprobs; k++) {
+        const mr_token_logprob *t = &l->top[k];
+        if ((k && sv_buf_lit(b, ",")) || sv_buf_lit(b, "{\"token\":") || lp_token(o, t->token, b) ||
+            sv_buf_printf(b, ",\"logprob\":%.9g,\"bytes\":", lp_value(t->logprob)) || lp_bytes(o, t->token, b) ||
+            sv_buf_lit(b, "}"))
+            return -1;
+    }
+    return sv_buf_lit(b, "]}");
+}
+
+/* Completions: the {"tok": logprob, ...} object of the alternatives. */
+static int lp_top_obj(const sv_out *o, const sv_logprob *l, sv_buf *b) {
+    if (sv_buf_lit(b, "{")) return -1;
+    for (int k = 0; k < l->n_top && k < o->j->req.top_logprobs; k++)
+        if ((k && sv_buf_lit(b, ",")) || lp_token(o, l->top[k].token, b) ||
+            sv_buf_printf(b, ":%.9g", lp_value(l->top[k].logprob)))
+            return -1;
+    return sv_buf_lit(b, "}");
+}
+
+/* The "logprobs" value of an event that carries token tok of choice i. */
+static int lp_event(sv_out *o, int i, int32_t tok, const sv_logprob *l, sv_buf *b) {
+    sv_choice *c = &o->c[i];
+    if (o->chat) return sv_buf_lit(b, "{\"content\":[") || lp_chat_item(o, tok, l, b) || sv_buf_lit(b, "]}");
+    int rc = sv_buf_lit(b, "{\"tokens\":[") || lp_token(o, tok, b) ||
+             sv_buf_printf(b, "],\"token_logprobs\":[%.9g],\"top_logprobs\":[", lp_value(l->logprob)) ||
+             lp_top_obj(o, l, b) || sv_buf_printf(b, "],\"text_offset\":[%lld]}", (long long)c->lp_offset);
+    c->lp_offset += (int64_t)piece_len(o, tok);
+    return rc;
+}
+
+/* Non-streaming: keeps the token's entry for the body. */
+static int lp_keep(sv_out *o, int i, int32_t tok, const sv_logprob *l) {
+    sv_choice *c = &o->c[i];
+    if (o->chat) return (c->lp_tokens.len && sv_buf_lit(&c->lp_tokens, ",")) || lp_chat_item(o, tok, l, &c->lp_tokens);
+    bool first = c->lp_tokens.len == 0;
+    int rc = (!first && (sv_buf_lit(&c->lp_tokens, ",") || sv_buf_lit(&c->lp_values, ",") ||
+                         sv_buf_lit(&c->lp_tops, ",") || sv_buf_lit(&c->lp_offsets, ","))) ||
+             lp_token(o, tok, &c->lp_tokens) || sv_buf_printf(&c->lp_values, "%.9g", lp_value(l->logprob)) ||
+             lp_top_obj(o, l, &c->lp_tops) || sv_buf_printf(&c->lp_offsets, "%lld", (long long)c->lp_offset);
+    c->lp_offset += (int64_t)piece_len(o, tok);
+    return rc;
+}
+
+/* ---- events ---- */
+
+/* One SSE event for choice i: the parsed piece po (completions: its content
+ * is the text delta), the token it follows (ids mode / logprobs; -1 none),
+ * the token's logprobs (NULL none), the finish reason or NULL, the role
+ * (chat's first event). */
+static int event(sv_out *o, sv_buf *b, int i, const sv_parse_out *po, int32_t tok, const sv_logprob *lp,
+                 const char *reason, bool role) {
+    if (sv_buf_lit(b, "data: ") || sv_buf_add(b, o->head.p, o->head.len) ||
+        sv_buf_printf(b, "\"choices\":[{\"index\":%d,", i))
+        return -1;
+    if (o->chat) {
+        if (sv_buf_lit(b, "\"delta\":{")) return -1;
+        bool any = false;
+        if (role) {
+            if (sv_buf_lit(b, "\"role\":\"assistant\",\"content\":\"\"")) return -1;
+            any = true;
+        }
+        if (po && po->n_reasoning) {
+            if ((any && sv_buf_lit(b, ",")) || sv_buf_lit(b, "\"reasoning_content\":") ||
+                sv_buf_json_str(b, po->reasoning, po->n_reasoning))
+                return -1;
+            any = true;
+        }
+        if (po && po->n_content) {
+            if ((any && sv_buf_lit(b, ",")) || sv_buf_lit(b, "\"content\":") ||
+                sv_buf_json_str(b, po->content, po->n_content))
+                return -1;
+            any = true;
+        }
+        if (po && po->n_tools) {
+            if ((any && sv_buf_lit(b, ",")) || sv_buf_lit(b, "\"tool_calls\":[")) return -1;
+            for (size_t k = 0; k < po->n_tools; k++) {
+                const sv_tool_piece *t = &po->tools[k];
+                if ((k && sv_buf_lit(b, ",")) || sv_buf_printf(b, "{\"index\":%d,", t->index)) return -1;
+                if (t->id && (sv_buf_lit(b, "\"id\":") || sv_buf_json_str(b, t->id, strlen(t->id)) ||
+                              sv_buf_lit(b, ",\"type\":\"function\",")))
+                    return -1;
+                if (sv_buf_lit(b, "\"function\":{")) return -1;
+                if (t->name && (sv_buf_lit(b, "\"name\":") || sv_buf_json_str(b, t->name, strlen(t->name)) ||
+                                sv_buf_lit(b, ",")))
+                    return -1;
+                if (sv_buf_lit(b, "\"arguments\":") || sv_buf_json_str(b, t->args ? t->args : "", t->args_len) ||
+                    sv_buf_lit(b, "}}"))
+                    return -1;
+            }
+            if (sv_buf_lit(b, "]")) return -1;
+            any = true;
+        }
+        if (!any && !reason && sv_buf_lit(b, "\"content\":\"\"")) return -1;
+        if (sv_buf_lit(b, "}")) return -1;
+    } else {
+        if (sv_buf_lit(b, "\"text\":") ||
+            sv_buf_json_str(b, po && po->content ? po->content : "", po ? po->n_content : 0))
+            return -1;
+    }
+    if (o->ids_mode && tok >= 0 && sv_buf_printf(b, ",\"token_ids\":[%d]", tok)) return -1;
+    if (sv_buf_lit(b, ",\"logprobs\":")) return -1;
+    if (lp ? lp_event(o, i, tok, lp, b) : sv_buf_lit(b, "null")) return -1;
+    if (sv_buf_lit(b, ",\"finish_reason\":")) return -1;
+    if (reason ? sv_buf_printf(b, "\"%s\"", reason) : sv_buf_lit(b, "null")) return -1;
+    if (sv_buf_lit(b, "}]")) return -1;
+    if (o->j->req.continuous_usage) {
+        if (sv_buf_lit(b, ",\"usage\":") || usage_obj(o, b)) return -1;
+    } else if (o->j->req.include_usage) {
+        if (sv_buf_lit(b, ",\"usage\":null")) return -1;
+    }
+    return sv_buf_lit(b, "}\n\n");
+}
+
+/* Sends (stream) or keeps (body) one parsed piece of choice i. */
+static int emit(sv_out *o, int i, const sv_parse_out *po, int32_t tok, const sv_logprob *lp, sv_buf *sse) {
+    sv_choice *c = &o->c[i];
+    for (size_t k = 0; k < po->n_tools; k++) /* a new call: its first piece has the id */
+        if (po->tools[k].id) c->n_calls++;
+    if (o->stream) {
+        bool has = po->n_content || po->n_reasoning || po->n_tools || (tok >= 0 && (o->ids_mode || lp));
+        return has ? event(o, sse, i, po, tok, lp, NULL, false) : 0;
+    }
+    if (sv_buf_add(&c->content, po->content ? po->content : "", po->n_content) ||
+        sv_buf_add(&c->reasoning, po->reasoning ? po->reasoning : "", po->n_reasoning))
+        return -1;
+    for (size_t k = 0; k < po->n_tools; k++) {
+        const sv_tool_piece *t = &po->tools[k];
+        json_t *call = json_array_get(c->calls, (size_t)t->index);
+        if (!call) {
+            call = json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", t->id ? t->id : "", "type", "function", "function", "name",
+                             t->name ? t->name : "", "arguments", "");
+            if (!call || json_array_append_new(c->calls, call)) return -1;
+        }
+        json_t *fn = json_object_get(call, "function");
+        const char *a = json_string_value(json_object_get(fn, "arguments"));
+        sv_buf cat = {0};
+        if (sv_buf_add(&cat, a ? a : "", a ? strlen(a) : 0) || sv_buf_add(&cat, t->args ? t->args : "", t->args_len) ||
+            json_object_set_new(fn, "arguments", json_stringn(cat.p ? cat.p : "", cat.len))) {
+            sv_buf_free(&cat);
+            return -1;
+        }
+        sv_buf_free(&cat);
+    }
+    if (o->ids_mode && tok >= 0 && sv_buf_printf(&c->ids, "%s%d", c->ids.len ? "," : "", tok)) return -1;
+    if (lp && tok >= 0 && lp_keep(o, i, tok, lp)) return -1;
+    return 0;
+}
+
+/* Releases what the stop strings allow of c->text (everything when final),
+ * parses it (chat) and emits or keeps it. tok / lp: the token this follows
+ * (-1 / NULL: none). */
+static int release(sv_out *o, int i, bool final, int32_t tok, const sv_logprob *lp, sv_buf *sse) {
+    sv_choice *c = &o->c[i];
+    const sv_request *r = &o->j->req;
+    size_t safe = c->text.len;
+    if (c->stop.n && c->text.len > c->scanned) {
+        size_t cut, cut_end, s;
+        if (sv_stop_scan(&c->stop, c->text.p, c->text.len, c->scanned, &cut, &cut_end, &s)) {
+            safe = r->include_stop_str ? cut_end : cut;
+            if (safe < c->sent) safe = c->sent;
+            c->done = true;
+            c->reason = "stop";
+            atomic_store(&c->g->cancel, 1); /* the engine frees it at its next step */
+        } else {
+            safe = final ? c->text.len : s;
+        }
+        c->scanned = c->text.len;
+    } else if (c->stop.n && !final) {
+        safe = c->sent; /* no new text: what is held stays held */
+    }
+    if (safe < c->sent) safe = c->sent;
+    const char *d = c->text.p ? c->text.p + c->sent : "";
+    size_t nd = safe - c->sent;
+    c->sent = safe;
+    sv_parse_out po = {0};
+    if (o->chat) {
+        if (sv_parse_push(c->ps, d, nd, &po)) return -1;
+    } else {
+        po.content = d;
+        po.n_content = nd;
+    }
+    if (emit(o, i, &po, tok, lp, sse)) return -1;
+    if (o->chat && (final || c->done)) { /* the parser's held-back tail */
+        if (sv_parse_finish(c->ps, &po) || emit(o, i, &po, -1, NULL, sse)) return -1;
+    }
+    return 0;
+}
+
+/* The choice's last event: what is held back, then the finish reason. */
+static int finalize(sv_out *o, int i, sv_fin fin, const char *err, sv_buf *sse) {
+    sv_choice *c = &o->c[i];
+    if (!c->done) {
+        if (c->dt && sv_detok_flush(c->dt, &c->text.p, &c->text.len, &c->text.cap)) return -1;
+        if (release(o, i, true, -1, NULL, sse)) return -1;
+        if (!c->done) c->reason = fin_reason(fin);
+        c->done = true;
+        if (fin == SV_FIN_ERROR) {
+            c->failed = true;
+            snprintf(c->err, sizeof c->err, "%s", err && *err ? err : "the request failed in the engine");
+        }
+    }
+    if (o->chat && c->n_calls && !strcmp(c->reason, "stop")) c->reason = "tool_calls";
+    if (!o->stream) return 0;
+    if (c->failed) {
+        sv_error e;
+        sv_fail(&e, 500, NULL, "%s", c->err);
+        char *body = sv_error_body(&e);
+        int rc = body ? sv_buf_printf(sse, "data: %s\n\n", body) : -1;
+        mr_free(body);
+        return rc;
+    }
+    return event(o, sse, i, NULL, -1, NULL, c->reason, false);
+}
+
+int sv_out_advance(sv_out *o, sv_buf *sse) {
+    sv_job *j = o->j;
+    if (o->finished) return 1;
+    if (!o->started) {
+        o->started = true;
+        if (o->stream && o->chat)
+            for (int i = 0; i < o->n; i++)
+                if (event(o, sse, i, NULL, -1, NULL, NULL, true)) return -1;
+        if (o->stream && j->req.echo)
+            for (int i = 0; i < o->n; i++) {
+                const char *pt = j->prompt_text[i / j->req.n];
+                sv_parse_out po = {.content = pt, .n_content = pt ? strlen(pt) : 0};
+                if (po.n_content && event(o, sse, i, &po, -1, NULL, NULL, false)) return -1;
+            }
+    }
+    /* per choice, a snapshot of what the engine published: out[] only grows and never moves */
+    bool all_done = true;
+    for (int i = 0; i < o->n; i++) {
+        sv_choice *c = &o->c[i];
+        if (c->done && c->reason) continue;
+        pthread_mutex_lock(&j->mu);
+        int64_t avail = c->g->n_out;
+        sv_fin fin = c->g->fin;
+        char err[200];
+        snprintf(err, sizeof err, "%s", c->g->err);
+        c->cached = c->g->cached_tokens;
+        pthread_mutex_unlock(&j->mu);
+        while (!c->done && c->consumed < avail) {
+            int64_t k = c->consumed++;
+            int32_t tok = c->g->out[k];
+            const sv_logprob *lp = c->g->lp ? &c->g->lp[k] : NULL;
+            c->counted = c->consumed;
+            bool text = !is_stop_token(o, c->g, tok);
+            if (c->dt && text && sv_detok_push(c->dt, tok, &c->text.p, &c->text.len, &c->text.cap)) return -1;
+            if (release(o, i, false, o->ids_mode || lp ? tok : -1, lp, sse)) return -1;
+        }
+        if (c->done || (fin != SV_FIN_NONE && c->consumed == avail)) {
+            if (finalize(o, i, fin == SV_FIN_NONE ? SV_FIN_STOP : fin, err, sse)) return -1;
+        } else {
+            all_done = false;
+        }
+    }
+    if (!all_done) return 0;
+    o->finished = true;
+    if (o->stream) {
+        if (j->req.include_usage) {
+            if (sv_buf_lit(sse, "data: ") || sv_buf_add(sse, o->head.p, o->head.len) ||
+                sv_buf_lit(sse, "\"choices\":[],\"usage\":") || usage_obj(o, sse) || sv_buf_lit(sse, "}\n\n"))
+                return -1;
+        }
+        if (sv_buf_lit(sse, "data: [DONE]\n\n")) return -1;
+    }
+    return 1;
+}
+
+static int body_logprobs(const sv_out *o, const sv_choice *c, sv_buf *b) {
+    if (!o->j->req.logprobs) return sv_buf_lit(b, "null");
+    if (o->chat)
+        return sv_buf_lit(b, "{\"content\":[") || sv_buf_add(b, c->lp_tokens.p ? c->lp_tokens.p : "", c->lp_tokens.len) ||
+               sv_buf_lit(b, "]}");
+    return sv_buf_lit(b, "{\"tokens\":[") || sv_buf_add(b, c->lp_tokens.p ? c->lp_tokens.p : "", c->lp_tokens.len) ||
+           sv_buf_lit(b, "],\"token_logprobs\":[") ||
+           sv_buf_add(b, c->lp_values.p ? c->lp_values.p : "", c->lp_values.len) ||
+           sv_buf_lit(b, "],\"top_logprobs\":[") || sv_buf_add(b, c->lp_tops.p ? c->lp_tops.p : "", c->lp_tops.len) ||
+           sv_buf_lit(b, "],\"text_offset\":[") ||
+           sv_buf_add(b, c->lp_offsets.p ? c->lp_offsets.p : "", c->lp_offsets.len) || sv_buf_lit(b, "]}");
+}
+
+char *sv_out_body(sv_out *o, int *http) {
+    for (int i = 0; i < o->n; i++)
+        if (o->c[i].failed) {
+            sv_error e;
+            sv_fail(&e, 500, NULL, "%s", o->c[i].err);
+            *http = 500;
+            return sv_error_body(&e);
+        }
+    sv_buf b = {0};
+    if (sv_buf_add(&b, o->head.p, o->head.len) || sv_buf_lit(&b, "\"choices\":[")) goto oom;
+    for (int i = 0; i < o->n; i++) {
+        sv_choice *c = &o->c[i];
+        if (sv_buf_printf(&b, "%s{\"index\":%d,", i ? "," : "", i)) goto oom;
+        if (o->chat) {
+            if (sv_buf_lit(&b, "\"message\":{\"role\":\"assistant\",\"content\":")) goto oom;
+            if (c->content.len || !json_array_size(c->calls)) {
+                if (sv_buf_json_str(&b, c->content.p ? c->content.p : "", c->content.len)) goto oom;
+            } else if (sv_buf_lit(&b, "null")) {
+                goto oom;
+            }
+            if (c->reasoning.len && (sv_buf_lit(&b, ",\"reasoning_content\":") ||
+                                     sv_buf_json_str(&b, c->reasoning.p, c->reasoning.len)))
+                goto oom;
+            if (json_array_size(c->calls)) {
+                char *calls = json_dumps(c->calls, JSON_COMPACT);
+                int bad = !calls || sv_buf_lit(&b, ",\"tool_calls\":") || sv_buf_add(&b, calls, strlen(calls));
+                mr_free(calls);
+                if (bad) goto oom;
+            }
+            if (sv_buf_lit(&b, "}")) goto oom;
+        } else {
+            const char *pt = o->j->req.echo ? o->j->prompt_text[i / o->j->req.n] : NULL;
+            sv_buf t = {0};
+            if ((pt && sv_buf_add(&t, pt, strlen(pt))) || sv_buf_add(&t, c->content.p ? c->content.p : "", c->content.len) ||
+                sv_buf_lit(&b, "\"text\":") || sv_buf_json_str(&b, t.p ? t.p : "", t.len)) {
+                sv_buf_free(&t);
+                goto oom;
+            }
+            sv_buf_free(&t);
+        }
+        if (o->ids_mode && sv_buf_printf(&b, ",\"token_ids\":[%s]", c->ids.p ? c->ids.p : "")) goto oom;
+        if (sv_buf_lit(&b, ",\"logprobs\":") || body_logprobs(o, c, &b)) goto oom;
+        if (sv_buf_printf(&b, ",\"finish_reason\":\"%s\"}", c->reason ? c->reason : "stop")) goto oom;
+    }
+    if (sv_buf_lit(&b, "],\"usage\":") || usage_obj(o, &b) || sv_buf_lit(&b, "}")) goto oom;
+    *http = 200;
+    return b.p;
+oom:
+    sv_buf_free(&b);
+    *http = 500;
+    return NULL;
+}

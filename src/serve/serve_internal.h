@@ -1,0 +1,349 @@
+/* serve_internal.h — private to src/serve: the parsed request, the error
+ * shape, the job shared by one HTTP thread and the engine thread, the stop
+ * string matcher, the metrics, and the text seam (tokenizer, chat template,
+ * parsers). See moerun/serve.h for the threading model. */
+#ifndef MR_SERVE_INTERNAL_H
+#define MR_SERVE_INTERNAL_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "moerun/base.h"
+#include "moerun/engine.h"
+#include "moerun/model.h"
+#include "moerun/serve.h"
+
+/* ======================================================================
+ * Errors (serving.md section 3): {"error": {"message", "type", "param", "code"}}
+ * ====================================================================== */
+typedef struct {
+    int http;           /* 400, 404, 405, 413, 503, 500 */
+    char param[96];     /* the field at fault ("" when none), e.g. "messages[1].content" */
+    char message[640];
+} sv_error;
+
+/* Fills e and returns -1 (so that parsers can `return sv_fail(...)`). */
+int sv_fail(sv_error *e, int http, const char *param, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+/* The OpenAI error type of an HTTP status. */
+const char *sv_error_type(int http);
+/* The error body as a malloc'd JSON string (NULL on out of memory). */
+char *sv_error_body(const sv_error *e);
+
+/* ======================================================================
+ * A parsed request (request.c). Every field of serving.md section 1 is read;
+ * those the server does not implement are refused unless they carry their
+ * neutral value.
+ * ====================================================================== */
+typedef enum { SV_COMPLETIONS = 0, SV_CHAT = 1 } sv_kind;
+typedef enum { SV_TOOLS_AUTO = 0, SV_TOOLS_NONE = 1 } sv_tool_choice;
+
+typedef struct {
+    char *text;     /* a text prompt, or NULL when given as ids */
+    int32_t *ids;   /* [n_ids] token-id prompt */
+    int64_t n_ids;
+} sv_prompt;
+
+#define SV_MAX_STOP 16          /* stop strings per request */
+#define SV_MAX_STOP_BYTES 256   /* bytes per stop string */
+#define SV_MAX_STOP_IDS 16     /* the engine's MR_ENGINE_MAX_STOP_IDS */
+#define SV_MAX_TOP_LOGPROBS 20  /* the engine's default max_top_logprobs */
+
+typedef struct {
+    sv_kind kind;
+    char *model;                  /* NULL when absent */
+    int n_prompts;                /* completions: prompts of the request (a list is a batch) */
+    sv_prompt *prompts;
+    json_t *messages;             /* chat: the validated messages (a reference we hold) */
+    json_t *tools;                /* chat: validated tool list, or NULL */
+    sv_tool_choice tool_choice;
+    json_t *chat_template_kwargs; /* chat: object or NULL */
+    bool add_generation_prompt;   /* chat [true] */
+    int64_t max_tokens;           /* -1: the default (16 for completions, the rest of the context for chat) */
+    bool has_temperature, has_top_p, has_top_k, has_min_p, has_seed, has_repetition_penalty;
+    float temperature, top_p, min_p;
+    int top_k;                    /* 0 = off (-1 is taken as 0) */
+    uint64_t seed;
+    int n_stop;
+    char *stop[SV_MAX_STOP];
+    int n_stop_ids;
+    int32_t stop_ids[SV_MAX_STOP_IDS];
+    int n;                        /* choices per prompt [1] */
+    bool ignore_eos, stream, include_usage, continuous_usage, echo;
+    bool logprobs;                /* report the sampled token's log-probability */
+    int top_logprobs;             /* and this many alternatives (0..SV_MAX_TOP_LOGPROBS) */
+    float presence_penalty, frequency_penalty, repetition_penalty; /* [0, 0, 1] = off */
+    bool skip_special_tokens;     /* [true] */
+    bool include_stop_str;        /* vLLM's include_stop_str_in_output [false] */
+    bool separate_reasoning;      /* chat: reasoning_content split out [true] */
+    /* tests only (serve --debug-forced-output): the output is this text's
+     * tokens (or these ids), forced through the engine, then sampled on */
+    char *forced_text;
+    int32_t *forced_ids;
+    int64_t n_forced_ids;
+} sv_request;
+
+typedef struct {
+    int64_t max_completion_tokens; /* largest max_tokens */
+    int max_choices;               /* prompts x n */
+    int64_t vocab;                 /* token ids must be in [0, vocab) */
+    bool allow_forced;             /* accept debug_forced_output (tests); otherwise it is an unknown field */
+} sv_limits;
+
+/* Parses and validates a JSON body for kind. 0 on success (free *r with
+ * sv_request_free), -1 with *e filled (r is then already freed). Never
+ * crashes on any input (fuzzed: tests/fuzz/fuzz_serve_request.c). */
+int sv_request_parse(sv_kind kind, const char *body, size_t len, const sv_limits *lim, sv_request *r, sv_error *e);
+void sv_request_free(sv_request *r);
+/* Bodies nest at most this deep: checked before jansson (whose parser
+ * recurses) sees them, so that a hostile body cannot exhaust a thread's stack. */
+#define SV_MAX_JSON_DEPTH 64
+bool sv_json_depth_ok(const char *body, size_t len, int max_depth, sv_error *e);
+
+/* ======================================================================
+ * Stop strings (stop.c): finds the first stop string a growing text
+ * completes and says how much of the text is safe to send, holding back a
+ * tail that could still be the start of a stop string.
+ * ====================================================================== */
+typedef struct {
+    int n;
+    const char *const *s;  /* borrowed from the request */
+    size_t len[SV_MAX_STOP];
+    size_t max_len;
+} sv_stop;
+
+void sv_stop_init(sv_stop *st, int n, char *const *s);
+/* text[0..n): the whole decoded output so far. Returns true when a stop
+ * string occurs (the one that ends first): *cut is where it starts (the output ends there) and *cut_end
+ * where it ends. Otherwise *safe is the length that can be sent: all of it
+ * except a suffix that is a proper prefix of some stop string. from: bytes
+ * before this were already searched (a match can only end after from). */
+bool sv_stop_scan(const sv_stop *st, const char *text, size_t n, size_t from, size_t *cut, size_t *cut_end,
+                  size_t *safe);
+
+/* ======================================================================
+ * Metrics (metrics.c): Prometheus text, names of serving.md section 5.
+ * ====================================================================== */
+enum { SV_FR_STOP = 0, SV_FR_LENGTH, SV_FR_ABORT, SV_FR_ERROR, SV_FR_COUNT };
+#define SV_HIST_MAX_BUCKETS 24
+typedef struct {
+    int n;
+    const double *le;                /* upper bounds, ascending */
+    uint64_t count[SV_HIST_MAX_BUCKETS + 1];
+    double sum;
+    uint64_t total;
+} sv_hist;
+
+typedef struct {
+    pthread_mutex_t mu;
+    char model_name[256];
+    /* gauges (set by the engine thread each step) */
+    int64_t running, waiting;
+    double kv_usage;        /* 0..1 */
+    int64_t kv_used_blocks, kv_total_blocks;
+    /* counters */
+    uint64_t prompt_tokens, generation_tokens, preemptions, prefix_queries, prefix_hits;
+    uint64_t success[SV_FR_COUNT];
+    uint64_t rejected_queue_full, rejected_draining, bad_requests, disconnects;
+    sv_hist ttft, itl, e2e, queue;
+} sv_metrics;
+
+void sv_metrics_init(sv_metrics *m, const char *model_name);
+void sv_metrics_free(sv_metrics *m);
+void sv_hist_observe(sv_hist *h, double v); /* caller holds mu */
+/* Renders the exposition text into a malloc'd string. */
+char *sv_metrics_render(sv_metrics *m);
+
+/* ======================================================================
+ * The text seam (text.c): tokenizer, streaming detokenizer, chat template
+ * and the reasoning / tool-call parsers of the model folder. A checkpoint
+ * without tokenizer.json serves token ids only: prompts must be ids, and
+ * each choice carries the generated ids ("token_ids") with empty text.
+ * ====================================================================== */
+typedef struct sv_text sv_text;
+
+mr_status sv_text_open(const char *model_dir, sv_text **out);
+/* The tokenizer's ids fit the model's vocabulary. */
+mr_status sv_text_check_vocab(const sv_text *t, int64_t vocab);
+void sv_text_close(sv_text *t);
+bool sv_text_has_tokenizer(const sv_text *t);
+bool sv_text_has_chat_template(const sv_text *t);
+/* Encodes UTF-8 text (add_special: the post-processor's BOS/EOS). *ids is mr_malloc'd. */
+mr_status sv_text_encode(const sv_text *t, const char *s, size_t n, bool add_special, int32_t **ids, int64_t *n_ids);
+/* The chat template's output has tags for the parser (reasoning, tool
+ * calls): decode chat answers without skipping special tokens. */
+bool sv_text_tagged_output(const sv_text *t);
+/* The bytes one token decodes to (may be an incomplete UTF-8 sequence). */
+mr_status sv_text_piece(const sv_text *t, int32_t id, const char **bytes, size_t *n);
+/* Decodes ids into a malloc'd NUL-terminated string. */
+mr_status sv_text_decode(const sv_text *t, const int32_t *ids, int64_t n, bool skip_special, char **out);
+/* Renders the chat template over messages/tools into a malloc'd prompt. */
+mr_status sv_text_render_chat(const sv_text *t, const json_t *messages, const json_t *tools,
+                              const json_t *kwargs, bool add_generation_prompt, char **out);
+
+/* Streaming decode of one choice: push one id, get the bytes it completes
+ * (an incomplete UTF-8 sequence is held back until the next token). */
+typedef struct sv_detok sv_detok;
+mr_status sv_detok_new(const sv_text *t, bool skip_special, sv_detok **out);
+void sv_detok_free(sv_detok *d);
+/* Appends the newly completed text to *buf (grown with mr_realloc), *len updated. */
+mr_status sv_detok_push(sv_detok *d, int32_t id, char **buf, size_t *len, size_t *cap);
+/* End of stream: whatever is held back (invalid tails become U+FFFD). */
+mr_status sv_detok_flush(sv_detok *d, char **buf, size_t *len, size_t *cap);
+
+/* Incremental reasoning / tool-call split of a chat answer (text may come in
+ * any pieces). A tool call streams as pieces: the first carries its id and
+ * name, later ones argument text, as OpenAI's deltas do. */
+typedef struct sv_parse sv_parse;
+typedef struct {
+    int index;              /* the call's index in the message */
+    const char *id, *name;  /* on a call's first piece, else NULL */
+    const char *args;       /* argument JSON text piece (may be "") */
+    size_t args_len;
+} sv_tool_piece;
+typedef struct {
+    const char *reasoning;
+    size_t n_reasoning;
+    const char *content;
+    size_t n_content;
+    const sv_tool_piece *tools;
+    size_t n_tools;
+} sv_parse_out;
+/* tools: the request's tools (NULL: tool calls stay content); reasoning:
+ * split reasoning_content out. Pointers in *o live until the next call. */
+mr_status sv_parse_new(const sv_text *t, const json_t *tools, bool reasoning, sv_parse **out);
+void sv_parse_free(sv_parse *p);
+mr_status sv_parse_push(sv_parse *p, const char *text, size_t n, sv_parse_out *o);
+mr_status sv_parse_finish(sv_parse *p, sv_parse_out *o);
+
+/* ======================================================================
+ * The job: one HTTP request as the engine sees it. A request with k prompts
+ * and n choices each becomes k*n generations ("gens"), each one engine
+ * sequence. The HTTP thread writes the inputs before submitting and never
+ * again; the engine thread appends tokens under job->mu and signals job->cv.
+ * ====================================================================== */
+typedef enum { SV_FIN_NONE = 0, SV_FIN_STOP, SV_FIN_LENGTH, SV_FIN_ABORT, SV_FIN_ERROR } sv_fin;
+
+/* One generated token's log-probabilities (only when the request asks). */
+typedef struct {
+    float logprob;
+    int n_top;
+    mr_token_logprob top[SV_MAX_TOP_LOGPROBS];
+} sv_logprob;
+
+struct sv_job;
+typedef struct sv_gen {
+    struct sv_job *job;
+    int index;                  /* choice index in the response */
+    /* inputs (read-only once submitted) */
+    const int32_t *prompt;
+    int64_t n_prompt;
+    mr_sampling sp;             /* the engine's sampling parameters */
+    int64_t max_tokens;
+    bool ignore_eos;
+    /* HTTP thread -> engine: set when the client left, a stop string matched or the drain ran out */
+    atomic_int cancel;
+    /* engine -> HTTP thread, under job->mu */
+    const int32_t *forced;      /* tests: forced output tokens (the job's), or NULL */
+    int64_t n_forced;
+    int32_t *out;               /* [max_tokens] */
+    sv_logprob *lp;             /* [max_tokens] when the request asks for logprobs, else NULL */
+    int64_t n_out;
+    sv_fin fin;
+    int64_t cached_tokens;
+    char err[200];
+    /* engine thread only */
+    struct sv_gen *next;        /* submission queue */
+    struct sv_gen *lprev, *lnext; /* the engine thread's list of gens in the engine */
+    uint64_t rid;               /* the engine's request id */
+    uint64_t t_last_ns;         /* the previous token */
+    bool seen_first;
+} sv_gen;
+
+typedef struct sv_job {
+    struct mr_server *srv;
+    sv_request req;
+    int n_gen;
+    sv_gen *gens;
+    int n_prompts;              /* completions: the request's prompts; chat: 1 */
+    int32_t *forced;            /* tests: the forced output tokens of every gen */
+    int64_t n_forced;
+    int32_t *ids;               /* all prompt ids of the gens (gens point into it) */
+    int64_t *prompt_len;        /* [n_prompts] tokens per prompt */
+    char **prompt_text;         /* [n_prompts] text of each prompt (for echo), may be NULL */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int live;                   /* gens the engine has not finished, under mu */
+    uint64_t version;           /* bumped (under mu) by every publish: the HTTP side waits for a change */
+    atomic_int refs;            /* 1 for the HTTP side + 1 while the engine holds any gen */
+    uint64_t t_arrive_ns;
+    char id[40];                /* "cmpl-..." */
+    int64_t created;            /* unix seconds */
+} sv_job;
+
+void sv_job_release(sv_job *j); /* drops one reference; the last frees */
+
+/* ======================================================================
+ * The engine thread (engine.c).
+ * ====================================================================== */
+typedef struct sv_engine sv_engine;
+/* Wraps an engine (owned from here on: freed by sv_engine_free) whose only
+ * user becomes the engine thread. */
+mr_status sv_engine_new(mr_engine *eng, const mr_server_opts *o, sv_metrics *metrics, sv_engine **out);
+mr_status sv_engine_start(sv_engine *e);
+/* Hands the job's gens to the engine thread (takes the engine reference). */
+void sv_engine_submit(sv_engine *e, sv_job *j);
+/* Cancels everything admitted (drain timeout, shutdown). */
+void sv_engine_abort_all(sv_engine *e);
+/* Stops the thread after finishing the current step; finishes every gen as aborted. */
+void sv_engine_stop(sv_engine *e);
+void sv_engine_free(sv_engine *e);
+/* Admitted gens not yet finished (running + waiting). */
+int64_t sv_engine_inflight(sv_engine *e);
+/* Reserves k gens against max_running + max_queued; false when full. */
+bool sv_engine_reserve(sv_engine *e, int k);
+void sv_engine_unreserve(sv_engine *e, int k);
+
+/* ======================================================================
+ * Response building (respond.c): the JSON bodies and SSE chunks.
+ * ====================================================================== */
+/* A growable byte buffer. */
+typedef struct {
+    char *p;
+    size_t len, cap;
+} sv_buf;
+int sv_buf_add(sv_buf *b, const char *s, size_t n);   /* 0 or -1 (out of memory) */
+/* Appends a string literal (its length from sizeof, never counted by hand). */
+#define sv_buf_lit(b, lit) sv_buf_add((b), "" lit, sizeof(lit) - 1)
+int sv_buf_printf(sv_buf *b, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+void sv_buf_free(sv_buf *b);
+/* Appends s as a JSON string literal (quotes and escapes; invalid UTF-8 as U+FFFD). */
+int sv_buf_json_str(sv_buf *b, const char *s, size_t n);
+
+/* The output side of one job (respond.c), owned by its HTTP thread: per
+ * choice the streaming detokenizer, the stop strings, the reasoning /
+ * tool-call parser and what was sent. */
+typedef struct sv_out sv_out;
+mr_status sv_out_new(sv_job *j, const sv_text *t, const mr_model *m, const char *model_name, sv_out **out);
+void sv_out_free(sv_out *o);
+/* Takes what the engine has published since the last call. Streaming: the
+ * SSE events for it are appended to sse (one event per token). Returns 1
+ * when the response is complete, 0 when more is to come, -1 on out of memory. */
+int sv_out_advance(sv_out *o, sv_buf *sse);
+/* Non-streaming, once complete: the response body (malloc'd) and its status. */
+char *sv_out_body(sv_out *o, int *http);
+/* Sets every unfinished gen's cancel flag (client gone). */
+void sv_job_cancel(sv_job *j);
+
+#endif

@@ -1,0 +1,211 @@
+/* text.c — the text seam of the server over the text library: the model
+ * folder's tokenizer (moerun/text.h), its chat template and output parser
+ * (moerun/chat.h). A checkpoint without tokenizer.json is served by token
+ * ids: prompts must be ids, chat is refused, and each choice carries the ids
+ * it generated ("token_ids") with empty text. */
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "moerun/chat.h"
+#include "moerun/text.h"
+#include "serve/serve_internal.h"
+
+struct sv_text {
+    mr_tokenizer *tok;  /* NULL: ids only */
+    mr_chat *chat;      /* NULL: no chat template */
+    mr_chat_format format;
+};
+
+struct sv_detok {
+    const mr_tokenizer *t;
+    mr_tokstream *s;
+};
+
+struct sv_parse {
+    mr_chat_parser *p;
+    sv_tool_piece pieces[16];
+};
+
+mr_status sv_text_open(const char *model_dir, sv_text **out) {
+    *out = NULL;
+    sv_text *t = mr_calloc(1, sizeof *t);
+    if (!t) return MR_ENOMEM;
+    char path[4096];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/tokenizer.json", model_dir);
+    mr_status s = MR_OK;
+    if (stat(path, &st) == 0) {
+        if ((s = mr_tokenizer_load(model_dir, &t->tok))) goto fail;
+        s = mr_chat_open(model_dir, &t->chat);
+        if (s == MR_ENOTFOUND) {
+            s = MR_OK; /* completions only */
+            mr_error_clear();
+        } else if (s) {
+            goto fail;
+        } else {
+            t->format = mr_chat_format_of(t->chat);
+        }
+    }
+    *out = t;
+    return MR_OK;
+fail:
+    sv_text_close(t);
+    return s;
+}
+
+mr_status sv_text_check_vocab(const sv_text *t, int64_t vocab) {
+    if (t->tok && mr_tokenizer_id_limit(t->tok) > vocab)
+        return mr_error_set(MR_ECONFIG, "tokenizer.json has ids up to %d, above the model's vocabulary of %lld",
+                            (int)mr_tokenizer_id_limit(t->tok) - 1, (long long)vocab);
+    return MR_OK;
+}
+
+void sv_text_close(sv_text *t) {
+    if (!t) return;
+    mr_tokenizer_free(t->tok);
+    mr_chat_free(t->chat);
+    mr_free(t);
+}
+
+bool sv_text_has_tokenizer(const sv_text *t) { return t && t->tok; }
+bool sv_text_has_chat_template(const sv_text *t) { return t && t->chat; }
+bool sv_text_tagged_output(const sv_text *t) { return t && t->chat && t->format != MR_CHAT_FORMAT_PLAIN; }
+
+mr_status sv_text_encode(const sv_text *t, const char *s, size_t n, bool add_special, int32_t **ids, int64_t *n_ids) {
+    *ids = NULL;
+    *n_ids = 0;
+    if (!t->tok) return mr_error_set(MR_EUNSUPPORTED, "this model has no tokenizer: send the prompt as token ids");
+    mr_tok_ids v = {0};
+    mr_status st = mr_tokenizer_encode(t->tok, s, n, add_special ? MR_TOK_ADD_SPECIAL : 0, &v, NULL);
+    if (st) {
+        mr_tok_ids_free(&v);
+        return st;
+    }
+    *ids = v.ids;
+    *n_ids = (int64_t)v.n;
+    return MR_OK;
+}
+
+mr_status sv_text_decode(const sv_text *t, const int32_t *ids, int64_t n, bool skip_special, char **out) {
+    *out = NULL;
+    if (!t->tok) return mr_error_set(MR_EUNSUPPORTED, "this model has no tokenizer: token ids cannot be turned into text");
+    size_t len;
+    return mr_tokenizer_decode(t->tok, ids, (size_t)n, skip_special, out, &len);
+}
+
+mr_status sv_text_piece(const sv_text *t, int32_t id, const char **bytes, size_t *n) {
+    *bytes = t->tok ? mr_tokenizer_id_to_bytes(t->tok, id, n) : NULL;
+    if (!*bytes) {
+        *n = 0;
+        return mr_error_set(MR_ERANGE, "token %d has no text", id);
+    }
+    return MR_OK;
+}
+
+mr_status sv_text_render_chat(const sv_text *t, const json_t *messages, const json_t *tools, const json_t *kwargs,
+                              bool add_generation_prompt, char **out) {
+    *out = NULL;
+    if (!t->chat)
+        return mr_error_set(MR_EUNSUPPORTED, "this model has no chat template (tokenizer_config.json or chat_template.jinja)");
+    mr_chat_request r = {.messages = messages, .tools = tools, .kwargs = kwargs,
+                         .add_generation_prompt = add_generation_prompt};
+    size_t len;
+    return mr_chat_apply(t->chat, &r, out, &len);
+}
+
+mr_status sv_detok_new(const sv_text *t, bool skip_special, sv_detok **out) {
+    *out = NULL;
+    sv_detok *d = mr_calloc(1, sizeof *d);
+    if (!d) return MR_ENOMEM;
+    d->t = t->tok;
+    mr_status st = mr_tokstream_new(t->tok, skip_special, &d->s);
+    if (st) {
+        mr_free(d);
+        return st;
+    }
+    *out = d;
+    return MR_OK;
+}
+
+void sv_detok_free(sv_detok *d) {
+    if (!d) return;
+    mr_tokstream_free(d->s);
+    mr_free(d);
+}
+
+mr_status sv_detok_push(sv_detok *d, int32_t id, char **buf, size_t *len, size_t *cap) {
+    const char *o;
+    size_t n;
+    /* an id of the model's padded vocabulary that names no token has no text */
+    if (!mr_tokenizer_id_to_piece(d->t, id, NULL)) return MR_OK;
+    mr_status st = mr_tokstream_push(d->s, &id, 1, &o, &n);
+    if (st) return st;
+    sv_buf b = {*buf, *len, *cap};
+    if (n && sv_buf_add(&b, o, n)) return mr_error_set(MR_ENOMEM, NULL);
+    *buf = b.p, *len = b.len, *cap = b.cap;
+    return MR_OK;
+}
+
+mr_status sv_detok_flush(sv_detok *d, char **buf, size_t *len, size_t *cap) {
+    const char *o;
+    size_t n;
+    mr_status st = mr_tokstream_flush(d->s, &o, &n);
+    if (st) return st;
+    sv_buf b = {*buf, *len, *cap};
+    if (n && sv_buf_add(&b, o, n)) return mr_error_set(MR_ENOMEM, NULL);
+    *buf = b.p, *len = b.len, *cap = b.cap;
+    return MR_OK;
+}
+
+mr_status sv_parse_new(const sv_text *t, const json_t *tools, bool reasoning, sv_parse **out) {
+    *out = NULL;
+    sv_parse *p = mr_calloc(1, sizeof *p);
+    if (!p) return MR_ENOMEM;
+    mr_chat_parser_opts o;
+    mr_chat_parser_opts_default(&o, t->chat ? t->format : MR_CHAT_FORMAT_PLAIN);
+    o.reasoning = o.reasoning && reasoning;
+    o.tool_calls = o.tool_calls && tools && json_array_size(tools) > 0;
+    o.tools = tools;
+    mr_status st = mr_chat_parser_new(&o, &p->p);
+    if (st) {
+        mr_free(p);
+        return st;
+    }
+    *out = p;
+    return MR_OK;
+}
+
+void sv_parse_free(sv_parse *p) {
+    if (!p) return;
+    mr_chat_parser_free(p->p);
+    mr_free(p);
+}
+
+static mr_status convert(sv_parse *p, const mr_chat_delta *d, sv_parse_out *o) {
+    memset(o, 0, sizeof *o);
+    o->reasoning = d->reasoning;
+    o->n_reasoning = d->reasoning_len;
+    o->content = d->content;
+    o->n_content = d->content_len;
+    size_t n = d->n_tools < sizeof p->pieces / sizeof p->pieces[0] ? d->n_tools : sizeof p->pieces / sizeof p->pieces[0];
+    for (size_t i = 0; i < n; i++)
+        p->pieces[i] = (sv_tool_piece){d->tools[i].index, d->tools[i].id, d->tools[i].name, d->tools[i].args,
+                                       d->tools[i].args_len};
+    o->tools = p->pieces;
+    o->n_tools = n;
+    for (size_t i = 0; i < d->n_warnings; i++) MR_DEBUG("serve: output parser: %s", d->warnings[i]);
+    return n < d->n_tools ? mr_error_set(MR_ECAPACITY, "more than 16 tool-call pieces in one token") : MR_OK;
+}
+
+mr_status sv_parse_push(sv_parse *p, const char *text, size_t n, sv_parse_out *o) {
+    const mr_chat_delta *d;
+    mr_status st = mr_chat_parser_feed(p->p, text, n, &d);
+    return st ? st : convert(p, d, o);
+}
+
+mr_status sv_parse_finish(sv_parse *p, sv_parse_out *o) {
+    const mr_chat_delta *d;
+    mr_status st = mr_chat_parser_finish(p->p, &d);
+    return st ? st : convert(p, d, o);
+}

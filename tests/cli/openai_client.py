@@ -1,0 +1,195 @@
+"""The official `openai` Python client against `moerun serve` (run by
+tests/cli/serve_openai.sh inside a private venv).
+
+usage: openai_client.py BASE_URL PROMPT_IDS EXPECTED_IDS [AUTH_URL [TEXT_URL]]
+
+PROMPT_IDS / EXPECTED_IDS: comma lists; EXPECTED_IDS are `moerun generate`'s
+greedy tokens for the prompt (an independent driver of the same model).
+AUTH_URL: a second server started with --api-key secret.
+TEXT_URL: a server of a MiniMax-form checkpoint with a tokenizer and chat
+template, started with --debug-forced-output (its outputs are dictated by
+the requests: chat, reasoning, tool calls and stop strings through the
+client's own types).
+Prints one line per case; exits 1 on the first failure."""
+import sys
+
+import openai
+
+base, prompt_s, expected_s = sys.argv[1], sys.argv[2], sys.argv[3]
+auth_url = sys.argv[4] if len(sys.argv) > 4 else None
+text_url = sys.argv[5] if len(sys.argv) > 5 else None
+prompt = [int(x) for x in prompt_s.split(",")]
+expected = [int(x) for x in expected_s.split(",")]
+n_exp = len(expected)
+client = openai.OpenAI(base_url=base + "/v1", api_key="none", max_retries=0, timeout=120)
+checks = 0
+
+
+def check(cond, what):
+    global checks
+    checks += 1
+    if not cond:
+        print("FAIL:", what)
+        sys.exit(1)
+
+
+def extra(obj, key):
+    d = getattr(obj, "model_extra", None) or {}
+    return d.get(key)
+
+
+print("openai", openai.__version__)
+models = client.models.list()
+ids = [m.id for m in models.data]
+check(len(ids) == 1, f"one model, got {ids}")
+model = ids[0]
+
+# completions, not streaming: the exact tokens, usage, finish_reason
+r = client.completions.create(model=model, prompt=prompt, max_tokens=n_exp, temperature=0,
+                              extra_body={"ignore_eos": True})
+check(r.object == "text_completion", f"object {r.object}")
+check(r.choices[0].finish_reason == "length", f"finish_reason {r.choices[0].finish_reason}")
+check(extra(r.choices[0], "token_ids") == expected, f"tokens {extra(r.choices[0], 'token_ids')} != {expected}")
+check(r.usage.prompt_tokens == len(prompt), f"prompt_tokens {r.usage.prompt_tokens}")
+check(r.usage.completion_tokens == n_exp, f"completion_tokens {r.usage.completion_tokens}")
+check(r.usage.total_tokens == len(prompt) + n_exp, "total_tokens")
+print("completions: ok")
+
+# streaming with include_usage: one token per chunk, then a usage chunk with no choices
+chunks = list(client.completions.create(model=model, prompt=prompt, max_tokens=n_exp, temperature=0, stream=True,
+                                        stream_options={"include_usage": True}, extra_body={"ignore_eos": True}))
+toks = [t for c in chunks if c.choices for t in (extra(c.choices[0], "token_ids") or [])]
+per_chunk = [len(extra(c.choices[0], "token_ids") or []) for c in chunks if c.choices]
+check(toks == expected, f"streamed tokens {toks} != {expected}")
+check(max(per_chunk) == 1, "more than one token in a chunk")
+check(chunks[-1].choices == [] and chunks[-1].usage is not None, "the last chunk is not the usage chunk")
+check(chunks[-1].usage.completion_tokens == n_exp, f"streamed completion_tokens {chunks[-1].usage.completion_tokens}")
+check(all(c.usage is None for c in chunks[:-1]), "usage before the last chunk")
+fin = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+check(fin == ["length"], f"finish reasons {fin}")
+print("streaming + include_usage: ok")
+
+# max_tokens, seed, n
+r = client.completions.create(model=model, prompt=prompt, max_tokens=3, temperature=0, extra_body={"ignore_eos": True})
+check(extra(r.choices[0], "token_ids") == expected[:3], "max_tokens 3 is not the first 3 tokens")
+a = client.completions.create(model=model, prompt=prompt, max_tokens=12, temperature=1.0, seed=7, n=2,
+                              extra_body={"ignore_eos": True})
+b = client.completions.create(model=model, prompt=prompt, max_tokens=12, temperature=1.0, seed=7, n=2,
+                              extra_body={"ignore_eos": True})
+check([extra(c, "token_ids") for c in a.choices] == [extra(c, "token_ids") for c in b.choices], "seed is not reproducible")
+check(len(a.choices) == 2 and [c.index for c in a.choices] == [0, 1], "n=2 choices")
+check(extra(a.choices[0], "token_ids") != extra(a.choices[1], "token_ids"), "the n choices are equal")
+check(a.usage.completion_tokens == 24, f"n=2 completion_tokens {a.usage.completion_tokens}")
+print("max_tokens, seed, n: ok")
+
+# stop_token_ids: ends at the first occurrence, counted
+stop = expected[2]
+first = expected.index(stop)
+r = client.completions.create(model=model, prompt=prompt, max_tokens=n_exp, temperature=0,
+                              extra_body={"ignore_eos": True, "stop_token_ids": [stop]})
+check(r.choices[0].finish_reason == "stop", f"stop_token_ids finish {r.choices[0].finish_reason}")
+check(extra(r.choices[0], "token_ids") == expected[:first + 1], "stop_token_ids tokens")
+check(r.usage.completion_tokens == first + 1, "stop_token_ids completion_tokens")
+print("stop_token_ids: ok")
+
+
+# errors: the right exception class, with the server's message and param
+def expect_exc(cls, fn, param=None, text=None):
+    try:
+        fn()
+    except cls as e:
+        body = e.body if isinstance(e.body, dict) else {}
+        if param is not None:
+            check(body.get("param") == param, f"{cls.__name__}: param {body.get('param')} != {param}")
+        if text is not None:
+            check(text in str(e), f"{cls.__name__}: '{text}' not in {e}")
+        return
+    except Exception as e:  # noqa: BLE001
+        check(False, f"expected {cls.__name__}, got {type(e).__name__}: {e}")
+    check(False, f"expected {cls.__name__}, got no error")
+
+
+expect_exc(openai.BadRequestError, lambda: client.completions.create(model=model, prompt=prompt, max_tokens=4,
+                                                                     extra_body={"bogus": 1}), param="bogus")
+expect_exc(openai.BadRequestError, lambda: client.completions.create(model=model, prompt=prompt, max_tokens=4,
+                                                                     temperature=5), param="temperature")
+expect_exc(openai.BadRequestError, lambda: client.completions.create(model=model, prompt=prompt, max_tokens=10**6),
+           param="max_tokens")
+expect_exc(openai.BadRequestError, lambda: client.completions.create(model=model, prompt=prompt, max_tokens=4,
+                                                                     best_of=2), param="best_of")
+r = client.completions.create(model=model, prompt=prompt, max_tokens=4, temperature=0, logprobs=2,
+                              extra_body={"ignore_eos": True})
+lp = r.choices[0].logprobs
+check(lp is not None and len(lp.token_logprobs) == 4 and len(lp.top_logprobs) == 4, "completions logprobs")
+check(all(v <= 0 for v in lp.token_logprobs) and all(len(t) == 2 for t in lp.top_logprobs), "logprob values")
+expect_exc(openai.NotFoundError, lambda: client.completions.create(model="no-such-model", prompt=prompt, max_tokens=4),
+           param="model", text="does not exist")
+expect_exc(openai.BadRequestError, lambda: list(client.completions.create(model=model, prompt=prompt, max_tokens=4,
+                                                                          stream=True, extra_body={"n": 0}))),
+if auth_url:
+    bad_key = openai.OpenAI(base_url=auth_url + "/v1", api_key="wrong", max_retries=0)
+    expect_exc(openai.AuthenticationError, lambda: bad_key.models.list())
+    good_key = openai.OpenAI(base_url=auth_url + "/v1", api_key="secret", max_retries=0)
+    check(len(good_key.models.list().data) == 1, "the right key is refused")
+print("errors: ok")
+
+if text_url:
+    tc = openai.OpenAI(base_url=text_url + "/v1", api_key="none", max_retries=0, timeout=120)
+    tmodel = tc.models.list().data[0].id
+    EOS = "[e~["
+    say = "Two plus two.</think>\n\nThe answer is 4." + EOS
+    r = tc.chat.completions.create(model=tmodel, messages=[{"role": "user", "content": "2+2?"}], max_tokens=64,
+                                   extra_body={"debug_forced_output": say})
+    m = r.choices[0].message
+    check(r.object == "chat.completion", f"object {r.object}")
+    check(m.role == "assistant" and m.content == "The answer is 4.", f"content {m.content!r}")
+    check(extra(m, "reasoning_content") == "Two plus two.", f"reasoning {extra(m, 'reasoning_content')!r}")
+    check(r.choices[0].finish_reason == "stop", "chat finish_reason")
+    print("chat + reasoning: ok")
+
+    chunks = list(tc.chat.completions.create(model=tmodel, messages=[{"role": "user", "content": "2+2?"}],
+                                             max_tokens=64, stream=True, stream_options={"include_usage": True},
+                                             extra_body={"debug_forced_output": say}))
+    content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    reasoning = "".join(extra(c.choices[0].delta, "reasoning_content") or "" for c in chunks if c.choices)
+    check(chunks[0].choices[0].delta.role == "assistant", "the first delta carries the role")
+    check(content == "The answer is 4." and reasoning == "Two plus two.", f"streamed {content!r} / {reasoning!r}")
+    check(chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == r.usage.completion_tokens,
+          "streamed usage differs from the non-streamed one")
+    print("chat streaming + include_usage: ok")
+
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
+              "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+                             "required": ["city"]}}}]
+    call = ("Look it up.</think>\n\n<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">Paris"
+            "</parameter>\n<parameter name=\"days\">3</parameter>\n</invoke>\n</minimax:tool_call>" + EOS)
+    r = tc.chat.completions.create(model=tmodel, messages=[{"role": "user", "content": "Weather?"}], tools=tools,
+                                   max_tokens=200, extra_body={"debug_forced_output": call})
+    tcs = r.choices[0].message.tool_calls
+    check(r.choices[0].finish_reason == "tool_calls", f"finish {r.choices[0].finish_reason}")
+    check(tcs is not None and len(tcs) == 1 and tcs[0].type == "function", f"tool_calls {tcs}")
+    check(tcs[0].function.name == "get_weather", "tool name")
+    import json as _json
+    check(_json.loads(tcs[0].function.arguments) == {"city": "Paris", "days": 3}, f"arguments {tcs[0].function.arguments}")
+    # the call and its result go back in the next turn
+    r2 = tc.chat.completions.create(model=tmodel, tools=tools, max_tokens=64, messages=[
+        {"role": "user", "content": "Weather?"}, r.choices[0].message,
+        {"role": "tool", "tool_call_id": tcs[0].id, "content": "sunny"}],
+        extra_body={"debug_forced_output": "ok</think>\n\nSunny." + EOS})
+    check(r2.choices[0].message.content == "Sunny.", "the next turn after a tool result")
+    stream_args = ""
+    for c in tc.chat.completions.create(model=tmodel, messages=[{"role": "user", "content": "Weather?"}], tools=tools,
+                                        max_tokens=200, stream=True, extra_body={"debug_forced_output": call}):
+        for d in (c.choices[0].delta.tool_calls or []) if c.choices else []:
+            stream_args += d.function.arguments or ""
+    check(_json.loads(stream_args) == {"city": "Paris", "days": 3}, f"streamed arguments {stream_args}")
+    print("tool calls: ok")
+
+    r = tc.completions.create(model=tmodel, prompt="Go:", max_tokens=40, stop=["STOP"],
+                              extra_body={"debug_forced_output": "alpha beta STOP gamma" + EOS})
+    check(r.choices[0].text == "alpha beta " and r.choices[0].finish_reason == "stop", f"stop string {r.choices[0].text!r}")
+    print("stop strings: ok")
+    expect_exc(openai.BadRequestError, lambda: tc.chat.completions.create(
+        model=tmodel, messages=[{"role": "robot", "content": "x"}], max_tokens=4), param="messages[0].role")
+    print("chat errors: ok")
+print(f"OK ({checks} checks)")

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# serve_hostile.sh — `moerun serve` against hostile clients: malformed JSON,
+# wrong types, invalid UTF-8, deep nesting, oversize bodies (declared and
+# chunked), oversize headers, garbage request lines, a client that sends one
+# byte a second (closed by --header-timeout), one that sends nothing (closed
+# by --idle-timeout), clients that vanish mid-stream (their sequences are
+# freed: /metrics), and 200 connections at once beyond the queue (503s
+# counted by the server exactly, the rest complete, no crash). Afterwards the
+# server still answers, stops with exit 0 on SIGTERM, and its log holds no
+# sanitizer report.
+# Args: <moerun> <tests/data> <scratch dir>
+set -u
+M=$1; DATA=$2; S=$3
+rm -rf "$S"; mkdir -p "$S"
+for v in $(env | sed -n 's/^\(MOERUN_[A-Z_0-9]*\)=.*/\1/p'); do unset "$v"; done
+export OMP_NUM_THREADS=1
+. "$(dirname "$0")/lib/serve.sh"
+fails=0
+bad() { echo "FAIL: $*"; fails=$((fails+1)); }
+cp -r "$DATA/model/tiny" "$S/tiny"
+
+start_server "$S/serve.log" --model "$S/tiny" --context-length 512 --max-running-requests 2 \
+    --max-queued-requests 4 --max-body-bytes 10000 --header-timeout 6 --idle-timeout 2 --skip-self-check || exit 1
+
+# post BODY_FILE WANT_STATUS WANT_PARAM(or -) : the error body names the field
+post() {
+    local body=$1 want=$2 param=$3 got
+    got=$(curl -s -o "$S/resp" -w '%{http_code}' -H 'Content-Type: application/json' --data-binary @"$body" "$SV_URL/v1/completions")
+    if [ "$got" != "$want" ]; then bad "$(head -c 80 "$body"): HTTP $got, want $want: $(head -c 300 "$S/resp")"; return; fi
+    grep -q '"error":{"message":' "$S/resp" || bad "$(head -c 80 "$body"): no error body: $(head -c 300 "$S/resp")"
+    if [ "$param" != - ] && ! grep -qF "\"param\":\"$param\"" "$S/resp"; then
+        bad "$(head -c 80 "$body"): param is not $param: $(head -c 300 "$S/resp")"
+    fi
+}
+b=$S/body
+printf '{"prompt":[1,2,3],' >"$b"; post "$b" 400 -
+printf '{"prompt":[1,2,3],"max_tokens":"many"}' >"$b"; post "$b" 400 max_tokens
+printf '{"prompt":[1,2,3],"n":[1]}' >"$b"; post "$b" 400 n
+printf '{"prompt":{"a":1}}' >"$b"; post "$b" 400 prompt
+printf '{"prompt":[1,2,3],"stop_token_ids":[9999]}' >"$b"; post "$b" 400 'stop_token_ids[0]'
+printf '{"prompt":[1,2,3],"temperature":1e999}' >"$b"; post "$b" 400 -
+printf '{"prompt":"\xff\xfe"}' >"$b"; post "$b" 400 -
+printf '{"prompt":[1,2],"user":"a\0b"}' >"$b"; post "$b" 400 -
+printf '\x00\x01\x02garbage' >"$b"; post "$b" 400 -
+printf 'null' >"$b"; post "$b" 400 -
+: >"$b"; post "$b" 400 -
+{ printf '{"prompt":[1],"logit_bias":'; head -c 100000 /dev/zero | tr '\0' '['; } >"$b"
+post "$b" 413 -                                        # over --max-body-bytes, by Content-Length
+{ printf '{"prompt":[1],"logit_bias":'; head -c 5000 /dev/zero | tr '\0' '['; } >"$b"
+post "$b" 400 -                                        # deep nesting, under the size limit
+# chunked upload over the limit (no Content-Length)
+{ printf '{"prompt":[1],"user":"'; head -c 20000 /dev/zero | tr '\0' 'a'; printf '"}'; } >"$b"
+got=$(curl -s -o "$S/resp" -w '%{http_code}' -H 'Transfer-Encoding: chunked' --data-binary @"$b" "$SV_URL/v1/completions")
+[ "$got" = 413 ] || bad "chunked oversize body: HTTP $got, want 413"
+# a 100 KB header
+got=$(curl -s -o /dev/null -w '%{http_code}' -H "X-Big: $(head -c 100000 /dev/zero | tr '\0' 'x')" "$SV_URL/health")
+case "$got" in 4*|000) ;; *) bad "oversize header: HTTP $got, want a 4xx or a closed connection";; esac
+# garbage and half requests on raw sockets
+for junk in 'GARBAGE\r\n\r\n' 'GET / HTTP/9.9\r\n\r\n' 'POST /v1/completions HTTP/1.1\r\nContent-Length: -5\r\n\r\n' \
+            'POST /v1/completions HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n{' '\x16\x03\x01\x02\x00\x01\x00'; do
+    exec 3<>/dev/tcp/127.0.0.1/"$SV_PORT"
+    printf "$junk" >&3 2>/dev/null
+    timeout 5 cat <&3 >/dev/null 2>&1
+    exec 3>&-
+done
+[ "$(curl -s -o /dev/null -w '%{http_code}' "$SV_URL/health")" = 200 ] || bad "the server does not answer after the junk"
+
+# closed_after SECONDS_MAX MODE: opens a connection; MODE slow sends one byte a
+# second, MODE idle sends nothing. Prints the seconds until the server closed it.
+closed_after() {
+    local max=$1 mode=$2 t0 rc i
+    exec 4<>/dev/tcp/127.0.0.1/"$SV_PORT"
+    t0=$(date +%s%N)
+    for i in $(seq 1 "$max"); do
+        [ "$mode" = slow ] && { printf 'G' >&4 2>/dev/null || break; }
+        read -r -t 1 -u 4 _; rc=$?
+        [ $rc -gt 128 ] || break           # not a timeout: EOF (closed) or data
+    done
+    exec 4>&-
+    echo $(( ($(date +%s%N) - t0) / 1000000 ))
+}
+ms=$(closed_after 20 slow)
+{ [ "$ms" -ge 5000 ] && [ "$ms" -le 12000 ]; } || bad "a one-byte-a-second client was closed after $ms ms (want the 6 s header timeout)"
+ms=$(closed_after 20 idle)
+{ [ "$ms" -ge 1000 ] && [ "$ms" -le 5000 ]; } || bad "a silent client was closed after $ms ms (want the 2 s idle timeout)"
+
+# clients that vanish mid-stream: their sequences end and free their KV
+pids=
+for i in $(seq 1 6); do
+    curl -s -N --max-time 0.3 -d '{"prompt":[1,2,3],"max_tokens":400,"ignore_eos":true,"stream":true}' \
+        "$SV_URL/v1/completions" >/dev/null 2>&1 &
+    pids="$pids $!"
+done
+wait $pids
+freed=
+for i in $(seq 1 200); do
+    [ "$(metric 'moerun:num_requests_running{')" = 0 ] && [ "$(metric 'moerun:kv_cache_used_blocks{')" = 0 ] && \
+        [ "$(metric 'moerun:num_requests_waiting{')" = 0 ] && { freed=1; break; }
+    sleep 0.05
+done
+[ -n "$freed" ] || bad "vanished clients still hold sequences: $(curl -s "$SV_URL/metrics" | grep -E 'running|waiting|used_tokens' | grep -v '#')"
+[ "$(metric 'moerun:client_disconnects_total{')" -ge 1 ] 2>/dev/null || bad "no disconnect counted"
+
+# 200 connections at once, beyond 2 running + 4 queued
+rej0=$(metric 'reason="queue_full"')
+mkdir -p "$S/many"
+pids=
+for i in $(seq 1 200); do
+    curl -s -N -o "$S/many/$i.out" -w '%{http_code}\n' --max-time 120 \
+        -d '{"prompt":[4,5,6],"max_tokens":24,"ignore_eos":true,"stream":true}' "$SV_URL/v1/completions" \
+        >"$S/many/$i.code" 2>/dev/null &
+    pids="$pids $!"
+done
+wait $pids
+ok=0; busy=0; other=0
+for i in $(seq 1 200); do
+    c=$(cat "$S/many/$i.code")
+    case "$c" in
+        200) if grep -q '^data: \[DONE\]' "$S/many/$i.out" && [ "$(grep -c '"token_ids"' "$S/many/$i.out")" = 24 ]; then ok=$((ok+1)); else other=$((other+1)); fi ;;
+        503) grep -q '"type":"unavailable_error"' "$S/many/$i.out" && busy=$((busy+1)) || other=$((other+1)) ;;
+        *) other=$((other+1)) ;;
+    esac
+done
+echo "200 at once: $ok completed, $busy refused with 503, $other other"
+[ $other = 0 ] || bad "200 connections: $other answers were neither a complete stream nor a 503"
+[ $busy -ge 1 ] || bad "200 connections: no 503 beyond the queue"
+[ $ok -ge 6 ] || bad "200 connections: only $ok completed"
+rej1=$(metric 'reason="queue_full"')
+[ $((rej1 - rej0)) = $busy ] || bad "the server counted $((rej1 - rej0)) queue-full refusals, the clients saw $busy"
+[ "$(curl -s -o /dev/null -w '%{http_code}' "$SV_URL/health")" = 200 ] || bad "the server does not answer after the flood"
+
+stop_server
+[ "$SV_RC" = 0 ] || bad "the server exited $SV_RC on SIGTERM"
+clean_log "$S/serve.log" || { bad "sanitizer report or crash in the server log"; grep -E -A20 "ERROR|runtime error" "$S/serve.log" | head -60; }
+[ $fails = 0 ] || exit 1
+rm -rf "$S"
+echo OK

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# serve_openai.sh — compatibility with the official `openai` Python client
+# (PyPI, in a private venv made by scripts/openai-venv.sh under the build
+# tree): completions, streaming with include_usage, max_tokens, seed, n,
+# stop_token_ids, errors raised as the right exception classes, and, on a
+# MiniMax-form checkpoint with its tokenizer and chat template, chat with
+# reasoning, tool calls (and the next turn), stop strings
+# (tests/cli/openai_client.py). Expected tokens come from `moerun generate`.
+# SKIPPED (exit 77) only when Python's venv/pip or PyPI is not reachable.
+# Args: <moerun> <tests/data> <scratch dir>
+set -u
+M=$1; DATA=$2; S=$3
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+VENV=$(cd "$(dirname "$M")" && pwd)/venv-openai
+rm -rf "$S"; mkdir -p "$S"
+for v in $(env | sed -n 's/^\(MOERUN_[A-Z_0-9]*\)=.*/\1/p'); do unset "$v"; done
+export OMP_NUM_THREADS=1
+. "$HERE/lib/serve.sh"
+bash "$ROOT/scripts/openai-venv.sh" "$VENV"
+rc=$?
+if [ $rc = 77 ]; then echo "SKIPPED: the openai client cannot be installed here (see above)"; exit 77; fi
+[ $rc = 0 ] || { echo "FAIL: scripts/openai-venv.sh exited $rc"; exit 1; }
+T=$S/tiny
+cp -r "$DATA/model/tiny" "$T"
+# a prompt whose 10 greedy tokens hold no EOS (the server is asked to ignore it; generate stops at it)
+for p in 5,6,7 9,8,7,6 30,31 40,41,42,43; do
+    line=$("$M" generate --model "$T" --prompt-ids "$p" -n 10 | grep '^\[0\]')
+    case "$line" in *"<eos>"*) continue;; esac
+    prompt=$p; expected=$(echo "$line" | sed 's/^\[0\] //; s/ /,/g'); break
+done
+[ -n "${prompt:-}" ] || { echo "FAIL: no prompt without an EOS in 10 tokens"; exit 1; }
+start_server "$S/a.log" --model "$T" --context-length 256 || exit 1
+URL_A=$SV_URL; PID_A=$SV_PID
+start_server "$S/b.log" --model "$T" --context-length 256 --api-key secret --skip-self-check || exit 1
+URL_B=$SV_URL; PID_B=$SV_PID
+# a MiniMax-form checkpoint (its vocabulary, tokenizer and chat template), random weights: outputs are dictated
+MM=$S/minimax-form
+"$M" gen-tiny "$MM" --vocab 200064 --hidden 64 --layers 1 --experts 4 --top-k 2 --expert-dim 32 --heads 2 \
+    --kv-heads 1 --head-dim 32 --rotary-dim 16 >/dev/null || { echo "FAIL: gen-tiny"; exit 1; }
+cp "$DATA/text/minimax/tokenizer.json" "$DATA/text/minimax/tokenizer_config.json" \
+    "$DATA/text/chat/models/minimax_m2/chat_template.jinja" "$MM/"
+printf '{"bos_token_id": 200034, "eos_token_id": [200020]}\n' >"$MM/generation_config.json"
+sed -i 's/"eos_token_id": [0-9]*/"eos_token_id": 200020/; s/"bos_token_id": [0-9]*/"bos_token_id": 200034/' "$MM/config.json"
+start_server "$S/c.log" --model "$MM" --context-length 1024 --debug-forced-output --skip-self-check || exit 1
+URL_C=$SV_URL; PID_C=$SV_PID
+"$VENV/bin/python" "$HERE/openai_client.py" "$URL_A" "$prompt" "$expected" "$URL_B" "$URL_C"
+rc=$?
+SV_PID=$PID_A; stop_server; ra=$SV_RC
+SV_PID=$PID_B; stop_server; rb=$SV_RC
+SV_PID=$PID_C; stop_server; rc3=$SV_RC
+[ $rc = 0 ] || exit 1
+[ $ra = 0 ] && [ $rb = 0 ] && [ $rc3 = 0 ] || { echo "FAIL: the servers exited $ra / $rb / $rc3"; exit 1; }
+clean_log "$S/a.log" && clean_log "$S/b.log" && clean_log "$S/c.log" || { echo "FAIL: sanitizer report in a server log"; exit 1; }
+rm -rf "$S"
+echo OK

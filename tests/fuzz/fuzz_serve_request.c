@@ -1,0 +1,82 @@
+/* fuzz_serve_request.c — libFuzzer target for the server's request parser
+ * (serve/request.c) and its stop-string scanner (serve/stop.c). The first
+ * byte picks the endpoint; the rest is the HTTP body. Invariants: a parse
+ * either succeeds, with fields inside their documented ranges, or fails
+ * with a 4xx/5xx status, a message, and an error body that is JSON of the
+ * section-3 shape. On success the stop strings are run over the body's own
+ * bytes in random pieces, checking that the scanner never releases bytes it
+ * later retracts. */
+#include <jansson.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "serve/serve_internal.h"
+
+#define CHECK(x) \
+    do {         \
+        if (!(x)) abort(); \
+    } while (0)
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size < 1) return 0;
+    sv_kind k = (data[0] & 1) ? SV_CHAT : SV_COMPLETIONS;
+    const char *body = (const char *)data + 1;
+    size_t n = size - 1;
+    sv_limits lim = {.max_completion_tokens = 4096, .max_choices = 16, .vocab = 1000};
+    sv_request r;
+    sv_error e;
+    memset(&e, 0, sizeof e);
+    if (sv_request_parse(k, body, n, &lim, &r, &e)) {
+        CHECK(e.http >= 400 && e.http < 600);
+        CHECK(e.message[0]);
+        char *b = sv_error_body(&e);
+        CHECK(b);
+        json_error_t je;
+        json_t *o = json_loads(b, 0, &je);
+        CHECK(o && json_is_string(json_object_get(json_object_get(o, "error"), "message")));
+        json_decref(o);
+        free(b);
+        return 0;
+    }
+    CHECK(r.kind == k);
+    CHECK(r.n >= 1 && r.n <= lim.max_choices);
+    CHECK(r.max_tokens == -1 || (r.max_tokens >= 1 && r.max_tokens <= lim.max_completion_tokens));
+    CHECK(!r.has_temperature || (r.temperature >= 0 && r.temperature <= 2));
+    CHECK(!r.has_top_p || (r.top_p > 0 && r.top_p <= 1));
+    CHECK(r.n_stop >= 0 && r.n_stop <= SV_MAX_STOP);
+    if (k == SV_COMPLETIONS) {
+        CHECK(r.n_prompts >= 1);
+        for (int i = 0; i < r.n_prompts; i++) {
+            CHECK(r.prompts[i].text || r.prompts[i].n_ids > 0);
+            for (int64_t j = 0; j < r.prompts[i].n_ids; j++) CHECK(r.prompts[i].ids[j] >= 0 && r.prompts[i].ids[j] < 1000);
+        }
+    } else {
+        CHECK(json_is_array(r.messages) && json_array_size(r.messages) > 0);
+    }
+    for (int i = 0; i < r.n_stop_ids; i++) CHECK(r.stop_ids[i] >= 0 && r.stop_ids[i] < 1000);
+    if (r.n_stop) {
+        sv_stop st;
+        sv_stop_init(&st, r.n_stop, r.stop);
+        size_t have = 0, scanned = 0, sent = 0;
+        unsigned seed = (unsigned)size;
+        while (have < n) {
+            seed = seed * 1103515245u + 12345u;
+            have += 1 + (seed >> 16) % 7;
+            if (have > n) have = n;
+            size_t cut, end, safe;
+            if (sv_stop_scan(&st, body, have, scanned, &cut, &end, &safe)) {
+                CHECK(cut >= sent && cut < end && end <= have);
+                CHECK(!memcmp(body + cut, r.stop[0], 0));
+                break;
+            }
+            CHECK(safe >= sent && safe <= have && have - safe < st.max_len);
+            sent = safe;
+            scanned = have;
+        }
+    }
+    sv_request_free(&r);
+    return 0;
+}

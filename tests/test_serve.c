@@ -1,0 +1,416 @@
+/* test_serve.c — the server's pieces without a socket: the request parser
+ * (every refusal names its field, with the right status), the stop-string
+ * matcher (against a brute-force search over random texts fed in random
+ * pieces), the JSON string writer (jansson reads back what it wrote),
+ * percentiles (numpy's values, worked by hand), and the metrics text
+ * (names, labels, cumulative buckets). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "serve/serve_internal.h"
+#include "testutil.h"
+
+static const sv_limits LIM = {.max_completion_tokens = 1000, .max_choices = 8, .vocab = 512};
+
+static void expect_ok(sv_kind k, const char *body, sv_request *r) {
+    sv_error e = {0};
+    int rc = sv_request_parse(k, body, strlen(body), &LIM, r, &e);
+    if (rc) fprintf(stderr, "unexpected refusal of %s: %d %s [%s]\n", body, e.http, e.message, e.param);
+    assert_int_equal(rc, 0);
+}
+
+static void test_parse_fields(void **st) {
+    (void)st;
+    sv_request r;
+    expect_ok(SV_COMPLETIONS,
+              "{\"model\":\"m\",\"prompt\":\"hi\",\"max_tokens\":7,\"temperature\":0.5,\"top_p\":0.9,\"top_k\":-1,"
+              "\"min_p\":0.05,\"seed\":-3,\"stop\":[\"a\",\"bc\"],\"stop_token_ids\":[5,6],\"ignore_eos\":true,\"n\":2,"
+              "\"best_of\":1,\"stream\":true,\"stream_options\":{\"include_usage\":true},\"logprobs\":null,\"echo\":false,"
+              "\"presence_penalty\":0,\"frequency_penalty\":0.0,\"repetition_penalty\":1.0,\"logit_bias\":{},"
+              "\"user\":\"u\",\"suffix\":\"\",\"skip_special_tokens\":false,\"include_stop_str_in_output\":true,"
+              "\"min_tokens\":0}",
+              &r);
+    assert_false(r.logprobs);
+    assert_true(r.repetition_penalty == 1.0f && r.presence_penalty == 0.0f);
+    assert_string_equal(r.model, "m");
+    assert_int_equal(r.n_prompts, 1);
+    assert_string_equal(r.prompts[0].text, "hi");
+    assert_int_equal(r.max_tokens, 7);
+    assert_true(r.has_temperature && fabsf(r.temperature - 0.5f) < 1e-6f);
+    assert_true(r.has_top_k && r.top_k == 0);
+    assert_true(r.has_seed && r.seed == (uint64_t)-3);
+    assert_int_equal(r.n_stop, 2);
+    assert_string_equal(r.stop[1], "bc");
+    assert_int_equal(r.n_stop_ids, 2);
+    assert_int_equal(r.stop_ids[1], 6);
+    assert_true(r.ignore_eos && r.stream && r.include_usage && !r.skip_special_tokens && r.include_stop_str);
+    assert_int_equal(r.n, 2);
+    sv_request_free(&r);
+    /* integral reals are integers; lists of prompts */
+    expect_ok(SV_COMPLETIONS, "{\"prompt\":[[1,2],[3]],\"max_tokens\":16.0}", &r);
+    assert_int_equal(r.n_prompts, 2);
+    assert_int_equal(r.prompts[1].n_ids, 1);
+    assert_int_equal(r.prompts[1].ids[0], 3);
+    assert_int_equal(r.max_tokens, 16);
+    sv_request_free(&r);
+    expect_ok(SV_COMPLETIONS,
+              "{\"prompt\":[1],\"logprobs\":3,\"presence_penalty\":0.5,\"frequency_penalty\":-1,"
+              "\"repetition_penalty\":1.3}",
+              &r);
+    assert_true(r.logprobs && r.top_logprobs == 3);
+    assert_true(r.presence_penalty == 0.5f && r.frequency_penalty == -1.0f && fabsf(r.repetition_penalty - 1.3f) < 1e-6f);
+    sv_request_free(&r);
+    expect_ok(SV_COMPLETIONS, "{\"prompt\":[\"a\",\"b\",\"c\"]}", &r);
+    assert_int_equal(r.n_prompts, 3);
+    assert_int_equal(r.max_tokens, -1);
+    sv_request_free(&r);
+    /* chat: messages normalized (developer -> system, null keys dropped, arguments parsed) */
+    expect_ok(SV_CHAT,
+              "{\"messages\":[{\"role\":\"developer\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\","
+              "\"text\":\"b\"}]},{\"role\":\"user\",\"content\":\"q\",\"name\":null},{\"role\":\"assistant\","
+              "\"content\":null,\"refusal\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{"
+              "\"name\":\"f\",\"arguments\":\"{\\\"x\\\":1}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":"
+              "\"2\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}}],"
+              "\"tool_choice\":\"auto\",\"max_completion_tokens\":9,\"logprobs\":false,\"top_logprobs\":0,"
+              "\"response_format\":{\"type\":\"text\"},\"parallel_tool_calls\":true,\"chat_template_kwargs\":{}}",
+              &r);
+    assert_int_equal(json_array_size(r.messages), 4);
+    json_t *m0 = json_array_get(r.messages, 0);
+    assert_string_equal(json_string_value(json_object_get(m0, "role")), "system");
+    json_t *parts = json_object_get(m0, "content"); /* the template gets the parts */
+    assert_int_equal(json_array_size(parts), 2);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(parts, 1), "text")), "b");
+    assert_null(json_object_get(json_array_get(r.messages, 1), "name"));
+    json_t *call = json_array_get(json_object_get(json_array_get(r.messages, 2), "tool_calls"), 0);
+    json_t *args = json_object_get(json_object_get(call, "function"), "arguments");
+    assert_true(json_is_object(args));
+    assert_int_equal(json_integer_value(json_object_get(args, "x")), 1);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(r.messages, 2), "content")), "");
+    assert_non_null(r.tools);
+    assert_int_equal(r.max_tokens, 9);
+    sv_request_free(&r);
+}
+
+typedef struct {
+    sv_kind k;
+    const char *body;
+    int http;
+    const char *param; /* "" = none */
+    const char *msg;   /* a substring of the message */
+} bad_case;
+
+static const bad_case bad[] = {
+    {SV_COMPLETIONS, "{\"prompt\":", 400, "", "not valid JSON"},
+    {SV_COMPLETIONS, "", 400, "", "not valid JSON"},
+    {SV_COMPLETIONS, "{\"lp\\\xd1\xa4", 400, "", "not valid JSON"}, /* the message quotes invalid UTF-8 */
+    {SV_COMPLETIONS, "{\"\xff\":1}", 400, "", "not valid JSON"},
+    {SV_COMPLETIONS, "[1,2]", 400, "", "must be a JSON object"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"prompt\":\"b\"}", 400, "", "duplicate"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"foo\":1}", 400, "foo", "unknown field 'foo'"},
+    {SV_COMPLETIONS, "{\"max_tokens\":3}", 400, "prompt", "prompt is required"},
+    {SV_COMPLETIONS, "{\"prompt\":[]}", 400, "prompt", "empty list"},
+    {SV_COMPLETIONS, "{\"prompt\":5}", 400, "prompt", "got an integer"},
+    {SV_COMPLETIONS, "{\"prompt\":[1,\"a\"]}", 400, "prompt[1]", "token id"},
+    {SV_COMPLETIONS, "{\"prompt\":[[1,2],[]]}", 400, "prompt[1]", "empty list"},
+    {SV_COMPLETIONS, "{\"prompt\":[\"a\",[1]]}", 400, "prompt[1]", "must be a string"},
+    {SV_COMPLETIONS, "{\"prompt\":[-1]}", 400, "prompt[0]", "outside the vocabulary"},
+    {SV_COMPLETIONS, "{\"prompt\":[512]}", 400, "prompt[0]", "outside the vocabulary [0, 512)"},
+    {SV_COMPLETIONS, "{\"prompt\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\"]}", 400, "prompt", "at most 8"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"max_tokens\":\"16\"}", 400, "max_tokens", "must be an integer, got a string"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"max_tokens\":1.5}", 400, "max_tokens", "must be an integer"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"max_tokens\":0}", 400, "max_tokens", "must be in"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"max_tokens\":1001}", 400, "max_tokens", "--max-completion-tokens"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"temperature\":2.5}", 400, "temperature", "[0, 2]"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"temperature\":true}", 400, "temperature", "must be a number"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"top_p\":0}", 400, "top_p", "(0, 1]"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"top_k\":-2}", 400, "top_k", "must be in"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"min_p\":1.5}", 400, "min_p", "[0, 1]"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"seed\":\"x\"}", 400, "seed", "must be an integer"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"n\":0}", 400, "n", "must be in"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"n\":9}", 400, "n", "must be in [1, 8]"},
+    {SV_COMPLETIONS, "{\"prompt\":[\"a\",\"b\",\"c\"],\"n\":3}", 400, "n", "9 choices"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"best_of\":2}", 400, "best_of", "not supported"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"stop\":5}", 400, "stop", "string or a list"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"stop\":[\"x\",3]}", 400, "stop[1]", "must be a string"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"stop\":\"\"}", 400, "stop", "empty stop string"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"stop\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\",\"10\",\"11\","
+                     "\"12\",\"13\",\"14\",\"15\",\"16\",\"17\"]}",
+     400, "stop", "at most 16"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"stop_token_ids\":[600]}", 400, "stop_token_ids[0]", "outside the vocabulary"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"stop_token_ids\":7}", 400, "stop_token_ids", "list"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"ignore_eos\":1}", 400, "ignore_eos", "must be a boolean"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"stream\":\"yes\"}", 400, "stream", "must be a boolean"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"stream_options\":{\"include_usage\":true}}", 400, "stream_options", "stream: true"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"stream\":true,\"stream_options\":{\"foo\":1}}", 400, "stream_options.foo", "unknown"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"stream\":true,\"stream_options\":{\"include_usage\":1}}", 400,
+     "stream_options.include_usage", "boolean"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"frequency_penalty\":3}", 400, "frequency_penalty", "[-2, 2]"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"repetition_penalty\":0}", 400, "repetition_penalty", "(0, 10]"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"logit_bias\":{\"5\":1}}", 400, "logit_bias", "not supported"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"suffix\":\"x\"}", 400, "suffix", "not supported"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"min_tokens\":4}", 400, "min_tokens", "not supported"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"user\":5}", 400, "user", "string"},
+    {SV_COMPLETIONS, "{\"messages\":[]}", 400, "messages", "use /v1/chat/completions"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"tools\":[]}", 400, "tools", "unknown field"},
+    {SV_CHAT, "{\"prompt\":\"a\"}", 400, "prompt", "chat takes messages"},
+    {SV_CHAT, "{}", 400, "messages", "messages is required"},
+    {SV_CHAT, "{\"messages\":[]}", 400, "messages", "empty list"},
+    {SV_CHAT, "{\"messages\":{}}", 400, "messages", "must be a list"},
+    {SV_CHAT, "{\"messages\":[5]}", 400, "messages[0]", "must be an object"},
+    {SV_CHAT, "{\"messages\":[{\"content\":\"x\"}]}", 400, "messages[0].role", "required"},
+    {SV_CHAT, "{\"messages\":[{\"role\":\"robot\",\"content\":\"x\"}]}", 400, "messages[0].role", "robot"},
+    {SV_CHAT, "{\"messages\":[{\"role\":\"user\"}]}", 400, "messages[0].content", "required"},
+    {SV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":7}]}", 400, "messages[0].content", "string or a list"},
+    {SV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{}}]}]}", 400,
+     "messages[0].content[0]", "text only"},
+    {SV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"mood\":\"happy\"}]}", 400, "messages[0].mood",
+     "unknown field"},
+    {SV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"tool_calls\":[]}]}", 400, "messages[0].tool_calls",
+     "unknown field"},
+    {SV_CHAT, "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":\"f\",\"arguments\":\"{x\"}}]}]}",
+     400, "messages[0].tool_calls[0]", "not valid JSON"},
+    {SV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"f\"}]}", 400, "tools[0]",
+     "must be \"function\""},
+    {SV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{}}]}",
+     400, "tools[0]", "name is required"},
+    {SV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\"}", 400, "tool_choice",
+     "not supported"},
+    {SV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":{\"type\":\"function\"}}", 400,
+     "tool_choice", "not supported"},
+    {SV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"}}", 400,
+     "response_format", "not supported"},
+    {SV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}", 400, "top_logprobs", "needs logprobs"},
+    {SV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,\"top_logprobs\":21}", 400,
+     "top_logprobs", "[0, 20]"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"logprobs\":21}", 400, "logprobs", "[0, 20]"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"logprobs\":true}", 400, "logprobs", "integer"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"logprobs\":2,\"echo\":true}", 400, "logprobs", "echo"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"repetition_penalty\":11}", 400, "repetition_penalty", "must be in"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"stop_token_ids\":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]}", 400,
+     "stop_token_ids", "at most 16"},
+    {SV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_completion_tokens\":0}", 400,
+     "max_completion_tokens", "must be in"},
+    {SV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"echo\":true}", 400, "echo", "unknown field"},
+    {SV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"continue_final_message\":true}", 400,
+     "continue_final_message", "not supported"},
+};
+
+static void test_parse_refusals(void **st) {
+    (void)st;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        sv_request r;
+        sv_error e = {0};
+        int rc = sv_request_parse(bad[i].k, bad[i].body, strlen(bad[i].body), &LIM, &r, &e);
+        if (rc != -1 || e.http != bad[i].http || strcmp(e.param, bad[i].param) || !strstr(e.message, bad[i].msg)) {
+            fprintf(stderr, "case %zu %s\n  got rc %d http %d param [%s] message: %s\n  want http %d param [%s] ~ %s\n", i,
+                    bad[i].body, rc, e.http, e.param, e.message, bad[i].http, bad[i].param, bad[i].msg);
+            fail();
+        }
+        /* the error body is the section-3 shape */
+        char *b = sv_error_body(&e);
+        json_error_t je;
+        json_t *o = json_loads(b, 0, &je);
+        json_t *er = json_object_get(o, "error");
+        assert_non_null(json_string_value(json_object_get(er, "message")));
+        assert_string_equal(json_string_value(json_object_get(er, "type")), "invalid_request_error");
+        assert_int_equal(json_integer_value(json_object_get(er, "code")), 400);
+        if (bad[i].param[0]) assert_string_equal(json_string_value(json_object_get(er, "param")), bad[i].param);
+        else assert_true(json_is_null(json_object_get(er, "param")));
+        json_decref(o);
+        free(b);
+    }
+}
+
+static void test_parse_depth(void **st) {
+    (void)st;
+    char body[4096];
+    int n = 0;
+    n += snprintf(body + n, sizeof body - (size_t)n, "{\"prompt\":\"a\",\"logit_bias\":");
+    for (int i = 0; i < 1000; i++) body[n++] = '[';
+    body[n] = 0;
+    sv_request r;
+    sv_error e = {0};
+    assert_int_equal(sv_request_parse(SV_COMPLETIONS, body, strlen(body), &LIM, &r, &e), -1);
+    assert_non_null(strstr(e.message, "nests deeper"));
+    /* brackets inside strings do not count */
+    const char *ok = "{\"prompt\":\"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\\\"[[[[\"}";
+    assert_int_equal(sv_request_parse(SV_COMPLETIONS, ok, strlen(ok), &LIM, &r, &e), 0);
+    sv_request_free(&r);
+}
+
+/* ---- stop strings ---- */
+
+/* Brute force: the occurrence of any stop string in t[0..n) that ends first
+ * (generation reaches it first); ties: the one that starts earlier. */
+static bool ref_first_stop(const char *t, size_t n, char **stops, int ns, size_t *at, size_t *end) {
+    bool found = false;
+    for (size_t e = 1; e <= n && !found; e++)
+        for (int i = 0; i < ns; i++) {
+            size_t L = strlen(stops[i]);
+            if (L <= e && !memcmp(t + e - L, stops[i], L) && (!found || e - L < *at)) {
+                *at = e - L;
+                *end = e;
+                found = true;
+            }
+        }
+    return found;
+}
+
+static void test_stop_strings(void **st) {
+    (void)st;
+    tu_rng g = {12345};
+    for (int trial = 0; trial < 20000; trial++) {
+        char text[64];
+        size_t n = 1 + tu_next(&g) % 60;
+        for (size_t i = 0; i < n; i++) text[i] = "abc"[tu_next(&g) % 3];
+        int ns = 1 + (int)(tu_next(&g) % 3);
+        char sbuf[3][6];
+        char *stops[3];
+        for (int i = 0; i < ns; i++) {
+            size_t L = 1 + tu_next(&g) % 5;
+            for (size_t k = 0; k < L; k++) sbuf[i][k] = "abc"[tu_next(&g) % 3];
+            sbuf[i][L] = 0;
+            stops[i] = sbuf[i];
+        }
+        sv_stop sp;
+        sv_stop_init(&sp, ns, stops);
+        /* feed the text in random pieces, as tokens would, releasing what is safe */
+        size_t have = 0, scanned = 0, sent = 0, cut = 0, cut_end = 0;
+        bool stopped = false;
+        while (have < n && !stopped) {
+            have += 1 + tu_next(&g) % 4;
+            if (have > n) have = n;
+            size_t c, ce, safe;
+            if (sv_stop_scan(&sp, text, have, scanned, &c, &ce, &safe)) {
+                stopped = true;
+                cut = c;
+                cut_end = ce;
+                assert_true(c >= sent); /* never retracts what was sent */
+                sent = c;
+            } else {
+                assert_true(safe >= sent);
+                assert_true(have - safe < sp.max_len); /* holds back less than the longest stop */
+                /* what is held is the longest suffix that starts a stop string */
+                size_t hold = have - safe, best = 0;
+                for (int i = 0; i < ns; i++)
+                    for (size_t k = 1; k < strlen(stops[i]) && k <= have; k++)
+                        if (!memcmp(text + have - k, stops[i], k) && k > best) best = k;
+                assert_int_equal(hold, best);
+                sent = safe;
+            }
+            scanned = have;
+        }
+        size_t at = 0, end = 0;
+        bool want = ref_first_stop(text, n, stops, ns, &at, &end);
+        assert_int_equal(stopped, want);
+        if (want) {
+            assert_int_equal(cut, at);
+            assert_int_equal(cut_end, end);
+        } else {
+            /* at the end everything held back is released: the whole text */
+            assert_true(sent <= n);
+        }
+    }
+}
+
+/* ---- JSON strings ---- */
+
+static void test_json_str(void **st) {
+    (void)st;
+    tu_rng g = {99};
+    for (int trial = 0; trial < 5000; trial++) {
+        unsigned char s[40];
+        size_t n = tu_next(&g) % 40;
+        bool ascii_only = trial % 2;
+        for (size_t i = 0; i < n; i++) s[i] = (unsigned char)(ascii_only ? tu_next(&g) % 128 : tu_next(&g) % 256);
+        sv_buf b = {0};
+        assert_int_equal(sv_buf_json_str(&b, (const char *)s, n), 0);
+        json_error_t je;
+        json_t *v = json_loadb(b.p, b.len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+        if (!v) fprintf(stderr, "not JSON: %s (%s)\n", b.p, je.text);
+        assert_non_null(v);
+        assert_true(json_is_string(v));
+        if (ascii_only) {
+            assert_int_equal(json_string_length(v), n);
+            assert_memory_equal(json_string_value(v), s, n);
+        }
+        json_decref(v);
+        sv_buf_free(&b);
+    }
+    /* valid multi-byte text passes through; a lone continuation byte becomes U+FFFD */
+    sv_buf b = {0};
+    sv_buf_json_str(&b, "\xc3\xa9\xf0\x9f\x98\x80\x80", 7);
+    assert_string_equal(b.p, "\"\xc3\xa9\xf0\x9f\x98\x80\xef\xbf\xbd\"");
+    sv_buf_free(&b);
+}
+
+/* ---- percentiles (numpy.percentile, linear) ---- */
+
+static void test_percentile(void **st) {
+    (void)st;
+    double a[] = {4, 1, 3, 2};
+    assert_true(fabs(mr_percentile(a, 4, 50) - 2.5) < 1e-12);
+    assert_true(fabs(mr_percentile(a, 4, 99) - 3.97) < 1e-12);
+    double b[] = {50, 15, 40, 20, 35};
+    assert_true(fabs(mr_percentile(b, 5, 40) - 29.0) < 1e-12);
+    assert_true(fabs(mr_percentile(b, 5, 100) - 50.0) < 1e-12);
+    assert_true(fabs(mr_percentile(b, 5, 0) - 15.0) < 1e-12);
+    double c[] = {7};
+    assert_true(fabs(mr_percentile(c, 1, 99) - 7.0) < 1e-12);
+    assert_true(mr_percentile(NULL, 0, 50) == 0.0);
+}
+
+/* ---- metrics text ---- */
+
+static void test_metrics(void **st) {
+    (void)st;
+    sv_metrics m;
+    sv_metrics_init(&m, "tiny\"model");
+    pthread_mutex_lock(&m.mu);
+    sv_hist_observe(&m.ttft, 0.0005);
+    sv_hist_observe(&m.ttft, 0.003);
+    sv_hist_observe(&m.ttft, 1e6);
+    m.prompt_tokens = 42;
+    m.success[SV_FR_LENGTH] = 3;
+    pthread_mutex_unlock(&m.mu);
+    char *t = sv_metrics_render(&m);
+    static const char *const names[] = {
+        "moerun:num_requests_running{", "moerun:num_requests_waiting{", "moerun:kv_cache_usage_perc{",
+        "moerun:prompt_tokens_total{", "moerun:generation_tokens_total{", "moerun:request_success_total{",
+        "moerun:num_preemptions_total{", "moerun:prefix_cache_queries_total{", "moerun:prefix_cache_hits_total{",
+        "moerun:time_to_first_token_seconds_bucket{", "moerun:inter_token_latency_seconds_bucket{",
+        "moerun:e2e_request_latency_seconds_bucket{", "moerun:request_queue_time_seconds_bucket{"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (!strstr(t, names[i])) fprintf(stderr, "missing %s\n", names[i]);
+        assert_non_null(strstr(t, names[i]));
+    }
+    assert_non_null(strstr(t, "moerun:prompt_tokens_total{model_name=\"tiny_model\"} 42\n"));
+    assert_non_null(strstr(t, "moerun:request_success_total{model_name=\"tiny_model\",finished_reason=\"length\"} 3\n"));
+    assert_non_null(strstr(t, "moerun:time_to_first_token_seconds_bucket{model_name=\"tiny_model\",le=\"0.001\"} 1\n"));
+    assert_non_null(strstr(t, "moerun:time_to_first_token_seconds_bucket{model_name=\"tiny_model\",le=\"0.005\"} 2\n"));
+    assert_non_null(strstr(t, "moerun:time_to_first_token_seconds_bucket{model_name=\"tiny_model\",le=\"640\"} 2\n"));
+    assert_non_null(strstr(t, "moerun:time_to_first_token_seconds_bucket{model_name=\"tiny_model\",le=\"+Inf\"} 3\n"));
+    assert_non_null(strstr(t, "moerun:time_to_first_token_seconds_count{model_name=\"tiny_model\"} 3\n"));
+    /* every sample line: name{labels} value */
+    for (char *l = t; *l; l = strchr(l, '\n') + 1) {
+        if (*l != '#') {
+            char *br = strchr(l, '}'), *nl = strchr(l, '\n');
+            assert_non_null(br);
+            assert_true(br < nl && br[1] == ' ');
+        }
+        if (!strchr(l, '\n')[1]) break;
+    }
+    mr_free(t);
+    sv_metrics_free(&m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_parse_fields), cmocka_unit_test(test_parse_refusals), cmocka_unit_test(test_parse_depth),
+        cmocka_unit_test(test_stop_strings), cmocka_unit_test(test_json_str),       cmocka_unit_test(test_percentile),
+        cmocka_unit_test(test_metrics),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
