@@ -404,9 +404,11 @@ const mr_a2a_ops *mr_a2a_debug_set(mr_a2a id, const mr_a2a_ops *ops);
 /* ---- the expert-parallel process group ----
  * The processes of one expert-parallel run: MPI_COMM_WORLD under mpirun (or
  * any MPI launcher) in a build with MPI (mr_ep_built), else this process
- * alone. mr_ep_init starts MPI (MPI_THREAD_FUNNELED: only the thread that
- * called it exchanges; OpenMP threads compute inside each rank) with errors
- * returned as statuses, not aborts.
+ * alone. mr_ep_init starts MPI with errors returned as statuses, not
+ * aborts: MPI_THREAD_FUNNELED (only the thread that called it exchanges;
+ * OpenMP threads compute inside each rank), or MPI_THREAD_SERIALIZED for a
+ * program whose exchanges move to another thread while it runs (the
+ * server's engine thread), one thread at a time.
  *
  * Every exchange (the mpi transport's, and these) is a nonblocking MPI
  * collective polled against a deadline: a peer that died or stopped
@@ -420,7 +422,7 @@ const mr_a2a_ops *mr_a2a_debug_set(mr_a2a id, const mr_a2a_ops *ops);
  * should exit without mr_ep_finalize; the launcher then ends the others. */
 bool mr_ep_built(void);             /* this build has the MPI transport */
 /* Starts MPI once (later calls: MR_OK). Not built: MR_EUNSUPPORTED. */
-mr_status mr_ep_init(void);
+mr_status mr_ep_init(bool serialized);
 bool mr_ep_active(void);            /* mr_ep_init succeeded */
 int mr_ep_rank(void);               /* 0 when not active */
 int mr_ep_size(void);               /* 1 when not active */
@@ -430,6 +432,14 @@ void mr_ep_set_timeout(double seconds);
 double mr_ep_timeout(void);
 /* The broken state: the first failed exchange's message, or NULL. */
 const char *mr_ep_broken(void);
+/* Breaks the group from above: its user found that the ranks no longer
+ * agree on what comes next (a malformed step). Returns MR_EPEER with the
+ * message (printf-style), which later exchanges repeat. */
+mr_status mr_ep_fail(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
 /* Exchanges outside the MoE layer, with an explicit deadline (seconds; 0 =
  * the step deadline): every rank passes the same bytes and root. */
 mr_status mr_ep_bcast(void *buf, size_t bytes, int root, double timeout_s);

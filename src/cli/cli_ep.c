@@ -1,6 +1,7 @@
 /* cli_ep.c — see cli_ep.h. */
 #include "cli_ep.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,11 +47,26 @@ static void on_term(int sig) {
 }
 
 int mr_cli_ep_start(const char *cmd) {
-    if (mr_ep_init() != MR_OK) {
+    /* The server on rank 0 takes SIGTERM / SIGINT in a sigwait thread (a graceful drain): they are
+     * blocked before MPI starts, so that the threads MPI starts inherit the mask (a signal that one
+     * of them took would end the process at once). */
+    const bool server = !strcmp(cmd, "serve");
+    int launch_rank = 0;
+    mr_launcher_world(&launch_rank, NULL);
+    const bool drains = server && launch_rank == 0;
+    if (drains) {
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, SIGINT);
+        sigaddset(&set, SIGTERM);
+        pthread_sigmask(SIG_BLOCK, &set, NULL);
+    }
+    /* the server's exchanges run on its engine thread: one thread at a time, not always the main one */
+    if (mr_ep_init(server) != MR_OK) {
         mr_cli_fail(cmd, "cannot start the expert-parallel group");
         return 1;
     }
-    if (mr_ep_size() > 1) {
+    if (mr_ep_size() > 1 && !drains) {
         int n = snprintf(term_msg, sizeof term_msg,
                          "moerun %s [rank %d/%d]: stopped by SIGTERM (mpirun ends the job when a rank fails; its "
                          "message says which)\n",
@@ -61,6 +77,8 @@ int mr_cli_ep_start(const char *cmd) {
         sa.sa_handler = on_term;
         sigemptyset(&sa.sa_mask);
         sigaction(SIGTERM, &sa, NULL);
+    }
+    if (mr_ep_size() > 1) {
         if (mr_ep_rank() > 0 && !getenv("MOERUN_EP_ALL_STDOUT")) {
             fflush(stdout);
             if (!freopen("/dev/null", "w", stdout)) { /* keep printing rather than fail */

@@ -68,6 +68,7 @@ static mr_status send_header(mr_engine *e, int kind, const mr_kv_batch *b, size_
 }
 
 mr_status mr__engine_ep_send(mr_engine *e, const mr_kv_batch *b) {
+    e->ep_stopped = false; /* a new session of the followers (after a stop, they follow again) */
     if (b->n_seq == 0) return send_header(e, EP_IDLE, NULL, 0);
     size_t off[6];
     const int64_t nb = b->bt_off[b->n_seq];
@@ -93,21 +94,20 @@ mr_status mr_engine_ep_stop(mr_engine *e) {
 
 static mr_status bad_step(const mr_engine *e, const char *what, long long got, long long limit) {
     (void)e;
-    return mr_error_set(MR_EPEER, "the leader's step %s is %lld, this rank's limit %lld: the ranks' engine options "
-                        "differ", what, got, limit);
+    return mr_ep_fail("the leader's step %s is %lld, this rank's limit %lld: the ranks' engine options differ", what,
+                      got, limit);
 }
 
 mr_status mr_engine_follow(mr_engine *e) {
     if (!e || e->ep_size <= 1 || e->ep_rank == 0)
         return mr_error_set(MR_EINVAL, "mr_engine_follow: only the ranks after 0 of an expert-parallel run follow");
-    int64_t step = 0;
-    for (;;) {
+    for (;;) { /* the steps are numbered over the engine's life, on the leader and here */
         ep_header h;
         mr_status st = mr_ep_bcast(&h, sizeof h, 0, 0);
         if (st) return st;
-        if (h.magic != EP_MAGIC || h.step != ++step || h.kind < EP_RUN || h.kind > EP_STOP)
-            return mr_error_set(MR_EPEER, "the leader's step header is malformed (step %lld, expected %lld)",
-                                (long long)h.step, (long long)step);
+        if (h.magic != EP_MAGIC || h.step != ++e->ep_step || h.kind < EP_RUN || h.kind > EP_STOP)
+            return mr_ep_fail("the leader's step header is malformed (step %lld, this rank expected %lld)",
+                              (long long)h.step, (long long)e->ep_step);
         if (h.kind == EP_STOP) return MR_OK;
         if (h.kind == EP_IDLE) continue;
         if (h.n_seq < 1 || h.n_seq > e->o.max_running_requests)

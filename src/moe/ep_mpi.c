@@ -68,16 +68,17 @@ static void parse_fault(void) {
     }
 }
 
-mr_status mr_ep_init(void) {
+mr_status mr_ep_init(bool serialized) {
     if (g.active) return MR_OK;
+    const int want = serialized ? MPI_THREAD_SERIALIZED : MPI_THREAD_FUNNELED;
     int inited = 0, provided = 0;
     MPI_Initialized(&inited);
-    if (!inited && MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+    if (!inited && MPI_Init_thread(NULL, NULL, want, &provided) != MPI_SUCCESS)
         return mr_error_set(MR_EPEER, "MPI_Init_thread failed");
     if (inited) MPI_Query_thread(&provided);
-    if (provided < MPI_THREAD_FUNNELED)
-        return mr_error_set(MR_EUNSUPPORTED, "the MPI library offers thread level %d, moerun needs MPI_THREAD_FUNNELED",
-                            provided);
+    if (provided < want)
+        return mr_error_set(MR_EUNSUPPORTED, "the MPI library offers thread level %d, moerun needs %s", provided,
+                            serialized ? "MPI_THREAD_SERIALIZED" : "MPI_THREAD_FUNNELED");
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     if (MPI_Comm_dup(MPI_COMM_WORLD, &g.comm) != MPI_SUCCESS) return mr_error_set(MR_EPEER, "MPI_Comm_dup failed");
     MPI_Comm_set_errhandler(g.comm, MPI_ERRORS_RETURN);
@@ -108,6 +109,15 @@ mr_status mr__ep_break(const char *fmt, ...) {
         va_end(ap);
     }
     return broken_error();
+}
+
+mr_status mr_ep_fail(const char *fmt, ...) {
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return mr__ep_break("%s", msg);
 }
 
 mr_status mr__ep_check(const char *what) {

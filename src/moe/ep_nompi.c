@@ -1,12 +1,15 @@
 /* ep_nompi.c — the process group and the mpi transport of a build without
  * MPI (CMakeLists.txt builds it instead of ep_mpi.c and a2a_mpi.c): one
  * process, no transport; starting MPI says how to get it. */
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "moe/moe_internal.h"
 
 bool mr_ep_built(void) { return false; }
-mr_status mr_ep_init(void) {
+mr_status mr_ep_init(bool serialized) {
+    (void)serialized;
     return mr_error_set(MR_EUNSUPPORTED, "this build has no MPI (install libopenmpi-dev and rebuild for the mpi "
                                          "expert-parallel transport)");
 }
@@ -17,6 +20,14 @@ const char *mr_ep_library(void) { return ""; }
 void mr_ep_set_timeout(double seconds) { (void)seconds; }
 double mr_ep_timeout(void) { return 0; }
 const char *mr_ep_broken(void) { return NULL; }
+mr_status mr_ep_fail(const char *fmt, ...) {
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return mr_error_set(MR_EPEER, "%s", msg);
+}
 
 static mr_status not_built(void) { return mr_error_set(MR_EUNSUPPORTED, "this build has no MPI"); }
 

@@ -398,7 +398,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: test_ep moe | model DIR... | mismatch\n");
         return 2;
     }
-    OK(mr_ep_init());
+    OK(mr_ep_init(false));
     RANK = mr_ep_rank();
     SIZE = mr_ep_size();
     mr_ep_set_timeout(60); /* a failed rank stops the others within a minute */
