@@ -16,8 +16,12 @@ rm -rf "$S"; mkdir -p "$S"
 # every rank one thread (2 cores in CI); --bind-to none: OpenMPI's default binding could pin a rank's
 # threads to one core; no single-copy (CMA): containers often forbid process_vm_readv
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none
-        -x OMP_NUM_THREADS=1 -x MOERUN_THREADS=1 -np "$NP")
+        -x OMP_NUM_THREADS=1 -x MOERUN_THREADS=1 -x LSAN_OPTIONS -x ASAN_OPTIONS -np "$NP")
 export OMP_NUM_THREADS=1
+# ASan builds: Open MPI's own allocations are not ours (tests/mpi/lsan.supp; the slow unwinder sees
+# through its unloaded components)
+export LSAN_OPTIONS="suppressions=$SRC/tests/mpi/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
 case "$MODE" in
   moe)
     timeout 600 "${MPIRUN[@]}" "$TEST_EP" moe; rc=$? ;;

@@ -18,6 +18,10 @@ command -v mpirun >/dev/null 2>&1 || skip "mpirun not found (scripts/install-dep
 rm -rf "$S"; mkdir -p "$S"
 for v in $(env | sed -n 's/^\(MOERUN_[A-Z_0-9]*\)=.*/\1/p'); do unset "$v"; done
 export OMP_NUM_THREADS=1
+# ASan builds: Open MPI's own allocations are not ours (tests/mpi/lsan.supp; the slow unwinder sees
+# through its unloaded components)
+export LSAN_OPTIONS="suppressions=$SRC/tests/mpi/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
 VENV=$(cd "$(dirname "$M")" && pwd)/venv-openai
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails+1)); }
@@ -26,7 +30,7 @@ fail() { echo "FAIL: $*"; fails=$((fails+1)); }
 start() {
     local log=$1; shift
     mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none \
-        -x OMP_NUM_THREADS -np 2 "$M" serve --port 0 --moe-a2a-backend mpi "$@" >"$log" 2>&1 &
+        -x OMP_NUM_THREADS -x LSAN_OPTIONS -x ASAN_OPTIONS -np 2 "$M" serve --port 0 --moe-a2a-backend mpi "$@" >"$log" 2>&1 &
     EP_PID=$!
     local i
     for i in $(seq 1 1200); do
