@@ -6,15 +6,17 @@
  * Every collective is nonblocking and polled by mr__ep_wait against a
  * deadline: MPI offers no way to give up a blocking collective, and a peer
  * that died or stopped (SIGSTOP, a hung filesystem) would otherwise hold
- * every other rank forever. Polling spins for ~100 us (a decode step's
- * exchange takes tens of microseconds on one machine), then sleeps between
- * tests, 20 us doubling to 1 ms, so that a waiting rank gives its core to
- * the ranks still computing (several ranks share a machine's cores).
+ * every other rank forever. Polling spins for 50 us (a decode step's
+ * exchange takes tens of microseconds on one machine), then yields the core
+ * between tests up to 5 ms (a peer still finishing its experts: other
+ * runnable threads go first, and the answer is seen at once), then sleeps
+ * between tests, 20 us doubling to 1 ms, so that a long wait holds no core.
  *
  * Test hook: MOERUN_EP_FAULT="RANK:N:die" (or ":hang") makes rank RANK kill
  * itself with SIGKILL (or stop answering: sleep forever) at its N-th
  * exchange, so that tests can check what the survivors do. */
 #include <errno.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <signal.h>
 #include <stdio.h>
@@ -170,7 +172,11 @@ mr_status mr__ep_wait(MPI_Request *req, const char *what, double timeout_s, bool
                                step && g.timeout_s <= 0 ? " (the deadline: 5 s beyond twice the slowest step; "
                                                           "--ep-timeout sets it)"
                                                         : "");
-        if (sleep_ns == 0 && now - t0 < 100000) continue; /* a short exchange: spin */
+        if (sleep_ns == 0 && now - t0 < 50000) continue; /* a short exchange: spin */
+        if (sleep_ns == 0 && now - t0 < 5000000) { /* a peer still computing: give way to runnable threads */
+            sched_yield();
+            continue;
+        }
         sleep_ns = sleep_ns == 0 ? 20000 : sleep_ns * 2 > 1000000 ? 1000000 : sleep_ns * 2;
         struct timespec ts = {0, sleep_ns};
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
