@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -55,6 +56,7 @@ static int srv_start(server *s, const char *const *extra) {
     argv[n] = NULL;
     s->pid = fork();
     if (s->pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive a test that crashed or failed */
         FILE *f = freopen(s->log, "w", stdout);
         if (!f || dup2(fileno(stdout), 2) < 0) _exit(127);
         setenv("OMP_NUM_THREADS", "1", 1);

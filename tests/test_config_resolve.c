@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "moerun/config.h"
+#include "moerun/kernels.h"
 #include "testutil.h"
 
 /* Resolves configs/<dir> with option pairs (name, value, ..., NULL). */
@@ -69,6 +70,7 @@ static bool host_can_run(uint32_t flags) {
                  {MR_CPU_AVX512F, __builtin_cpu_supports("avx512f")},
                  {MR_CPU_AVX512BW, __builtin_cpu_supports("avx512bw")},
                  {MR_CPU_AVX512VL, __builtin_cpu_supports("avx512vl")},
+                 {MR_CPU_AVX512DQ, __builtin_cpu_supports("avx512dq")},
                  {MR_CPU_AVX512VNNI, __builtin_cpu_supports("avx512vnni")},
                  {MR_CPU_AVX512BF16, __builtin_cpu_supports("avx512bf16")},
                  {MR_CPU_AVX512VBMI, __builtin_cpu_supports("avx512vbmi")}};
@@ -289,6 +291,64 @@ static void test_explicit_other_options(void **st) {
     /* an explicit "auto" is still auto */
     assert_int_equal(resolve("minimax_m2_bf16", &r, "moe_runner_backend", "auto", NULL), MR_OK);
     assert_string_equal(mr_resolution_exec(r)->runner->name, "routed");
+    mr_resolution_free(r);
+}
+
+/* The ISA level is one fact: for every subset of the features the levels
+ * use, the level resolution names is the level of the kernel table built
+ * from the flags it publishes, that table's kernels carry the level's name,
+ * and the published flags hold nothing of a higher level. A CPU with
+ * AVX-512F but without BF16 or VNNI resolves to avx2 and runs avx2. */
+static void test_isa_level_is_the_table(void **st) {
+    (void)st;
+    static const uint32_t bits[] = {MR_CPU_AVX2,       MR_CPU_FMA,        MR_CPU_F16C,       MR_CPU_AVX512F,
+                                    MR_CPU_AVX512BW,   MR_CPU_AVX512VL,   MR_CPU_AVX512DQ,   MR_CPU_AVX512VNNI,
+                                    MR_CPU_AVX512BF16, MR_CPU_AVX512VBMI};
+    const int nb = (int)(sizeof bits / sizeof bits[0]);
+    int count[MR_ISA_COUNT] = {0};
+    for (int mask = 0; mask < (1 << nb); mask++) {
+        char feats[512] = "sse4.2";
+        size_t used = strlen(feats);
+        uint32_t want = MR_CPU_SSE42;
+        for (int b = 0; b < nb; b++)
+            if (mask & (1 << b)) {
+                used += (size_t)snprintf(feats + used, sizeof feats - used, ",%s", mr_cpu_feature_name(bits[b]));
+                want |= bits[b];
+            }
+        if (want & MR_CPU_AVX2) want |= MR_CPU_FMA | MR_CPU_F16C; /* "avx2" in cpu_features is the AVX2 group */
+        mr_resolution *r;
+        if (resolve("mixtral_bf16", &r, "cpu_features", feats, NULL) != MR_OK) fail_msg("%s: %s", feats, mr_resolution_error(r));
+        const mr_exec *x = mr_resolution_exec(r);
+        assert_int_equal(x->cpu_flags & ~want, 0);
+        mr_kernels k;
+        mr_kernels_init(&k, x->cpu_flags);
+        if (k.level != x->kernel_isa)
+            fail_msg("cpu %s: resolved %s, the table runs %s", feats, mr_kernel_isa_name(x->kernel_isa), k.isa);
+        assert_string_equal(k.isa, mr_kernel_isa_name(x->kernel_isa));
+        /* and the table a process on that CPU builds by itself (its own flags, no resolution) */
+        mr_kernels kc;
+        mr_kernels_init(&kc, want);
+        if (kc.level != x->kernel_isa)
+            fail_msg("cpu %s: resolved %s, a table built for the CPU runs %s", feats, mr_kernel_isa_name(x->kernel_isa),
+                     kc.isa);
+        for (int u = 0; u < MR_UK_COUNT; u++) assert_non_null(strstr(k.uk_gemv[u].name, k.isa));
+        assert_non_null(strstr(k.decode[MR_FMT_BF16].name, k.isa));
+        /* nothing a higher level dispatches on is left in the published flags */
+        assert_int_equal(x->cpu_flags & mr_kernel_isa_above(x->kernel_isa), 0);
+        count[x->kernel_isa]++;
+        mr_resolution_free(r);
+    }
+    /* avx512 needs avx2 and all 7 AVX-512 bits (fma, f16c free: 4 sets); avx2 the avx2 group without
+     * the whole AVX-512 set (4 x 127); generic everything without avx2 (2^9) */
+    assert_int_equal(count[MR_ISA_AVX512], 4);
+    assert_int_equal(count[MR_ISA_AVX2], 4 * 127);
+    assert_int_equal(count[MR_ISA_GENERIC], 1 << 9);
+    /* the case of the issue: AVX-512F/BW/VL/DQ without BF16/VNNI/VBMI */
+    mr_resolution *r;
+    assert_int_equal(resolve("mixtral_bf16", &r, "cpu_features", "sse4.2,avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq",
+                             NULL),
+                     MR_OK);
+    assert_int_equal(mr_resolution_exec(r)->kernel_isa, MR_ISA_AVX2);
     mr_resolution_free(r);
 }
 
@@ -861,6 +921,7 @@ static void test_resolve_fault_injection(void **st) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_isa_level_is_the_table),
         cmocka_unit_test(test_log_minimax_nvfp4),
         cmocka_unit_test(test_log_mixtral),
         cmocka_unit_test(test_explicit_runner_kept_or_fails),

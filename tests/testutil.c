@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "moerun/config.h"
+#include "moerun/kernels.h"
 
 const char *tu_data(const char *rel) {
     static char buf[4096];
@@ -102,8 +102,6 @@ void tu_isa_begin(const char *suite) {
         fflush(stdout);
         exit(TU_SKIP);
     }
-    uint32_t above = 0;
-    for (int i = level + 1; i < MR_ISA_COUNT; i++) above |= mr_kernel_isa_features((mr_kernel_isa)i);
-    mr_cpu_set_hidden(ci->hidden | (above & ~need));
+    mr_cpu_set_hidden(ci->hidden | mr_kernel_isa_above((mr_kernel_isa)level));
     printf("%s: %s kernels (MOERUN_TEST_ISA)\n", suite, want);
 }

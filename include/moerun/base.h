@@ -92,6 +92,13 @@ void mr_debug_alloc_fail_after(long n);
 /* Number of allocations made so far (for "no allocation in the hot path" tests). */
 uint64_t mr_debug_alloc_count(void);
 
+/* ---- resident memory of this process (/proc/self; 0 where unknown) ---- */
+size_t mr_mem_rss(void);            /* VmRSS: resident now */
+size_t mr_mem_rss_peak(void);       /* VmHWM: the peak since start (or the last reset) */
+void mr_mem_rss_peak_reset(void);   /* restarts the peak from the current RSS (best effort) */
+/* A "<key> <n> kB" field of a /proc file, in bytes (0 if absent). */
+size_t mr_mem_proc_kb(const char *path, const char *key);
+
 /* ---- overflow-checked size arithmetic: return false on overflow ---- */
 static inline bool mr_size_mul(size_t a, size_t b, size_t *out) { return !__builtin_mul_overflow(a, b, out); }
 static inline bool mr_size_add(size_t a, size_t b, size_t *out) { return !__builtin_add_overflow(a, b, out); }
@@ -117,14 +124,15 @@ static inline bool mr_u64_add(uint64_t a, uint64_t b, uint64_t *out) { return !_
     X(AVX512VBMI, 10, "avx512vbmi")    \
     X(AMX_TILE, 11, "amx-tile")        \
     X(AMX_BF16, 12, "amx-bf16")        \
-    X(AMX_INT8, 13, "amx-int8")
+    X(AMX_INT8, 13, "amx-int8")        \
+    X(AVX512DQ, 14, "avx512dq")
 
 typedef enum {
 #define MR__CPU_ENUM(name, bit, str) MR_CPU_##name = 1u << (bit),
     MR_CPU_FEATURE_MAP(MR__CPU_ENUM)
 #undef MR__CPU_ENUM
 } mr_cpu_feature;
-#define MR_CPU_FEATURE_COUNT 14
+#define MR_CPU_FEATURE_COUNT 15
 
 typedef struct {
     uint32_t detected; /* what the CPU and OS support */

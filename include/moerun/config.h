@@ -215,10 +215,8 @@ void mr_model_desc_free(mr_model_desc *d);
  * Resolution.
  * ====================================================================== */
 
-typedef enum { MR_ISA_GENERIC = 0, MR_ISA_AVX2 = 1, MR_ISA_AVX512 = 2, MR_ISA_COUNT } mr_kernel_isa;
-const char *mr_kernel_isa_name(mr_kernel_isa i);
-/* CPU feature bits an ISA level needs. */
-uint32_t mr_kernel_isa_features(mr_kernel_isa i);
+/* The kernel ISA levels (mr_kernel_isa, its names and features) are the
+ * kernels' own table: moerun/kernels.h. */
 
 /* The world an MPI launcher (mpirun, srun, ...) started this process in,
  * read from its environment (OMPI_COMM_WORLD_SIZE/RANK, PMI_*, PMIX_*): the

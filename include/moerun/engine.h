@@ -24,7 +24,12 @@
  *              prefix cache, free the blocks of finished requests.
  * mr_engine_schedule / mr_engine_complete are the two halves, for a caller
  * that must run the forward itself (expert parallelism: rank 0 schedules,
- * broadcasts the batch, every rank runs the forward in lockstep).
+ * broadcasts the batch, every rank runs the forward in lockstep). The batch
+ * names its blocks by index, so every rank's pool (same size, same exec)
+ * holds the same K/V; sampling happens on the scheduling rank only. With
+ * data-parallel attention later, the sequences of one batch would be split
+ * between ranks, each with its own pool and block tables; the batch already
+ * carries everything per sequence for that split.
  *
  * The per-step path does not allocate: every buffer is sized at
  * mr_engine_new from the options (mr_engine_add allocates once per request,

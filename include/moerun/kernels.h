@@ -28,6 +28,23 @@ extern "C" {
 
 #define MR_KGROUP 128 /* columns per decode group (the FP8 block width) */
 
+/* ---- the ISA levels: one table (src/kernels/isa.c) ----
+ * A level is the set of CPU features its kernel files are compiled for
+ * (CMakeLists.txt: *_avx2.c and *_avx512.c) and the table fillers it adds:
+ *   generic  no feature: the scalar C entries
+ *   avx2     AVX2, FMA, F16C: the avx2 entries over generic
+ *   avx512   the avx2 set + AVX-512 F, BW, VL, DQ, VNNI, BF16, VBMI: the avx512 entries
+ * A CPU gets the highest level whose every feature it has (AVX-512F without
+ * BF16 or VNNI is avx2), and the table built for it says that level, so the
+ * level the resolver names is the level whose kernels run. */
+typedef enum { MR_ISA_GENERIC = 0, MR_ISA_AVX2 = 1, MR_ISA_AVX512 = 2, MR_ISA_COUNT } mr_kernel_isa;
+const char *mr_kernel_isa_name(mr_kernel_isa i); /* "generic", "avx2", "avx512"; "unknown" */
+uint32_t mr_kernel_isa_features(mr_kernel_isa i); /* every feature the level needs */
+mr_kernel_isa mr_kernel_isa_best(uint32_t cpu_flags); /* the highest level the flags hold */
+/* The features a process running level i must not let kernels use: those of
+ * the levels above, and (below the top) the rest of the AVX-512/AMX family. */
+uint32_t mr_kernel_isa_above(mr_kernel_isa i);
+
 typedef void (*mr_kern_decode_fn)(const mr_qmatrix *W, int64_t n, int64_t g, float *dst, float *gscale);
 typedef float (*mr_kern_dot_f32_fn)(const float *w, const float *x, int len);
 typedef float (*mr_kern_dot_bf16_fn)(const float *w, const uint16_t *x, int len);
@@ -151,7 +168,8 @@ typedef void (*mr_kern_rows_fn)(const mr_qmatrix *W, int64_t n0, int64_t nr, con
                                 int64_t ldy);
 
 typedef struct {
-    const char *isa; /* "generic", "avx2", "avx512": the best level that filled any entry */
+    mr_kernel_isa level; /* the level the table was built for (mr_kernel_isa_best of the flags) */
+    const char *isa;     /* its name */
     struct {
         const char *name;
         mr_kern_decode_fn fn;

@@ -65,6 +65,26 @@ void mr_model_ep(const mr_model *m, int *rank, int *size);
 /* Peak resident memory (getrusage maxrss, bytes) measured right after loading. */
 size_t mr_model_peak_rss(const mr_model *m);
 
+/* What the model holds, by part, and what the process held at the end of
+ * the load. Weights are held once: a tensor used in place stays in the
+ * mapping (and is counted once, there); a tensor the loader copies or the MoE
+ * runner's after-load repacks gives its mapped pages back as soon as the copy
+ * exists, layer by layer, expert by expert, so that peak and steady RSS stay
+ * close to `kept`. */
+typedef struct {
+    size_t weights_mapped; /* checkpoint bytes used in place and read at load (attention, embeddings, lm_head) */
+    size_t weights_copied; /* weights the loader copied: fp32 norms, router gate and bias, unaligned tensors */
+    size_t experts;        /* the MoE runner's expert weights, every layer (packed, or in place) */
+    size_t activations;    /* activations and their scratch */
+    size_t kv;             /* the KV cache or pool, allocated (its pages become resident as they are used) */
+    size_t moe_workspace;  /* the one MoE workspace, shared by every layer */
+    size_t kept;           /* the sum of the six */
+    size_t rss_peak_load;  /* VmHWM at the end of the load: the process's peak so far */
+    size_t rss_load;       /* VmRSS at the end of the load */
+    double load_s;         /* wall time of mr_model_open */
+} mr_model_memory;
+void mr_model_memory_get(const mr_model *m, mr_model_memory *out);
+
 /* ---- forward ----
  * One call appends tokens to several sequences at once (prefill of a prompt
  * and decode steps mix freely). Sequence i is KV slot seq[i] (0 <=

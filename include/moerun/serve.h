@@ -92,7 +92,8 @@ void mr_server_close(mr_server *s);
  * of `concurrency` around each request, all requests created at t = 0, the
  * clock of a request started just before it is sent; TTFT = first chunk with
  * text (or token ids), ITL = gaps between later chunks, TPOT = (latency -
- * TTFT) / (output_len - 1), output_len from usage.completion_tokens. */
+ * TTFT) / (output_len - 1), output_len from usage.completion_tokens (a server
+ * that sends no usage: the number of events with output). */
 typedef struct {
     const char *base_url;   /* e.g. http://127.0.0.1:30000 */
     const char *model;      /* "model" of the requests [the first of /v1/models] */
@@ -101,6 +102,8 @@ typedef struct {
     int64_t input_len, output_len;
     bool chat;              /* /v1/chat/completions with text prompts (else completions with token ids) */
     bool text_prompts;      /* completions: random text instead of token ids */
+    const char *tokenizer;  /* text prompts decoded here from this model folder's tokenizer.json
+                               (for servers without /detokenize) [NULL: the server's /detokenize] */
     int64_t vocab;          /* token ids are drawn in [min_id, vocab) [from the server's /tokenize, else 1000] */
     int64_t min_id;         /* [10] */
     uint64_t seed;          /* prompt generator [1] */
@@ -121,10 +124,13 @@ typedef struct {
     char first_error[256];  /* what the first failed request said */
 } mr_bench_serve_result;
 
-/* Runs one sweep point. Failed requests are counted, never fatal; the
- * status is an error only when the run could not be made (bad URL, out of
- * memory). */
+/* Runs one sweep point (after one warm-up request when o->warmup). Failed
+ * requests are counted, never fatal; the status is an error only when the
+ * run could not be made (bad URL, out of memory, a failed warm-up). */
 mr_status mr_bench_serve_run(const mr_bench_serve_opts *o, mr_bench_serve_result *r);
+/* The warm-up alone: one request of min(output_len, 32) tokens, outside any
+ * timing (for a caller that reads the server's counters in between). */
+mr_status mr_bench_serve_warmup(const mr_bench_serve_opts *o);
 /* GETs base_url + path into a NUL-terminated malloc'd buffer (*body, free
  * with free()); *http gets the status. Used for /metrics and /v1/models. */
 mr_status mr_http_get(const char *base_url, const char *path, double timeout_s, long *http, char **body);

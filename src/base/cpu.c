@@ -53,6 +53,7 @@ static uint32_t detect(char *brand, size_t brand_n) {
         unsigned ebx7 = r[1], ecx7 = r[2], edx7 = r[3], max_sub = r[0];
         if (ymm && BIT(ebx7, 5)) f |= MR_CPU_AVX2;
         if (zmm && BIT(ebx7, 16)) f |= MR_CPU_AVX512F;
+        if (zmm && BIT(ebx7, 17)) f |= MR_CPU_AVX512DQ;
         if (zmm && BIT(ebx7, 30)) f |= MR_CPU_AVX512BW;
         if (zmm && BIT(ebx7, 31)) f |= MR_CPU_AVX512VL;
         if (zmm && BIT(ecx7, 1)) f |= MR_CPU_AVX512VBMI;
@@ -106,8 +107,8 @@ const char *mr_cpu_feature_name(uint32_t bit) {
     return "?";
 }
 
-#define MR__GROUP_AVX512                                                                             \
-    (MR_CPU_AVX512F | MR_CPU_AVX512BW | MR_CPU_AVX512VL | MR_CPU_AVX512VNNI | MR_CPU_AVX512BF16 | \
+#define MR__GROUP_AVX512                                                                                   \
+    (MR_CPU_AVX512F | MR_CPU_AVX512BW | MR_CPU_AVX512VL | MR_CPU_AVX512DQ | MR_CPU_AVX512VNNI | MR_CPU_AVX512BF16 | \
      MR_CPU_AVX512FP16 | MR_CPU_AVX512VBMI | MR_CPU_AMX_TILE | MR_CPU_AMX_BF16 | MR_CPU_AMX_INT8)
 #define MR__GROUP_AMX (MR_CPU_AMX_TILE | MR_CPU_AMX_BF16 | MR_CPU_AMX_INT8)
 
@@ -142,7 +143,7 @@ mr_status mr_cpu_parse_mask(const char *s, uint32_t *out) {
             if (!found) {
                 return mr_error_set(MR_EINVAL,
                                     "unknown CPU feature '%s' in mask; valid: avx512, avx2, amx, all, none, "
-                                    "sse4.2, avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512vnni, "
+                                    "sse4.2, avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, "
                                     "avx512bf16, avx512fp16, avx512vbmi, amx-tile, amx-bf16, amx-int8",
                                     tok);
             }

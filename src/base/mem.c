@@ -1,8 +1,10 @@
-/* mem.c — the library's allocator wrappers, with a fault-injection hook.
+/* mem.c — the library's allocator wrappers, with a fault-injection hook,
+ * and the one reader of this process's resident memory (/proc/self).
  * Every allocation in libmoerun goes through here, so a test can make the
  * n-th allocation fail and check that the caller cleans up and reports
  * MR_ENOMEM (SQLite faultsim style). */
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,3 +71,22 @@ void *mr_aligned_alloc(size_t align, size_t size) {
 }
 
 void mr_aligned_free(void *p) { free(p); }
+
+size_t mr_mem_proc_kb(const char *path, const char *key) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[256];
+    size_t kb = 0, n = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, key, n)) kb = strtoull(line + n, NULL, 10);
+    fclose(f);
+    return kb * 1024;
+}
+
+size_t mr_mem_rss(void) { return mr_mem_proc_kb("/proc/self/status", "VmRSS:"); }
+size_t mr_mem_rss_peak(void) { return mr_mem_proc_kb("/proc/self/status", "VmHWM:"); }
+
+void mr_mem_rss_peak_reset(void) {
+    FILE *cr = fopen("/proc/self/clear_refs", "w"); /* "5": reset the peak RSS */
+    if (cr) fputs("5", cr), fclose(cr);
+}

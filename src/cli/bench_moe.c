@@ -469,9 +469,13 @@ static void print_targets(const moe_opts *o, const ceilings *c, const targets *t
     if (tg->scale_min >= 0 && c->bw1 > 0)
         printf("    (read bandwidth %d vs 1 thread in this run: %.2fx, the ceiling of a bandwidth-bound T)\n", c->nthr,
                c->bw / c->bw1);
-    if (rss)
+    if (rss) {
+        const size_t now = mr_mem_rss(); /* steady: after every timed call */
         printf("  peak RSS %.2f GB / (weights + activations + workspace %.2f GB) = %.3f  (target <= 1.10)%s\n",
                (double)rss / 1e9, need / 1e9, rss_ratio, rss_ratio <= 1.10 ? "" : "  NOT MET");
+        printf("  steady RSS %.2f GB / the same = %.3f  (target <= 1.10)%s\n", (double)now / 1e9, (double)now / need,
+               (double)now / need <= 1.10 ? "" : "  NOT MET");
+    }
 }
 
 /* The --json file: 0, or 1 after a message (nothing left behind). */

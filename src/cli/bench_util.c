@@ -41,26 +41,9 @@ int mr_bench_cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* The "<key> <n> kB" line of a /proc file of this process, in bytes (0 if unknown) */
-static size_t proc_kb(const char *path, const char *key) {
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    char line[256];
-    size_t kb = 0, n = strlen(key);
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, key, n)) kb = strtoull(line + n, NULL, 10);
-    fclose(f);
-    return kb * 1024;
-}
-
-size_t mr_bench_peak_rss(void) { return proc_kb("/proc/self/status", "VmHWM:"); }
-
-void mr_bench_peak_rss_reset(void) {
-    FILE *cr = fopen("/proc/self/clear_refs", "w"); /* "5": reset the peak RSS */
-    if (cr) fputs("5", cr), fclose(cr);
-}
-
-size_t mr_bench_anon_huge(void) { return proc_kb("/proc/self/smaps_rollup", "AnonHugePages:"); }
+size_t mr_bench_peak_rss(void) { return mr_mem_rss_peak(); }
+void mr_bench_peak_rss_reset(void) { mr_mem_rss_peak_reset(); }
+size_t mr_bench_anon_huge(void) { return mr_mem_proc_kb("/proc/self/smaps_rollup", "AnonHugePages:"); }
 
 /* path + ".tmp" into tmp; 0 if it fits */
 static int json_tmp(const char *path, char *tmp, size_t n) { return snprintf(tmp, n, "%s.tmp", path) >= (int)n; }

@@ -256,3 +256,21 @@ void mr_cli_print_kv(const mr_engine *e) {
            (long long)(o->kv_blocks * MR_KV_BLOCK_TOKENS), (double)mr_model_kv_bytes(m) / 1048576.0,
            o->max_running_requests, (long long)o->max_batch_tokens, (long long)o->context_length);
 }
+
+void mr_cli_print_memory(const struct mr_model *m) {
+    mr_model_memory mm;
+    mr_model_memory_get(m, &mm);
+    const double G = 1e9, k = mm.kept > 0 ? (double)mm.kept : 1.0;
+    /* without the KV allocation: a bound, since the KV pages in use count on the RSS side */
+    const double kw = mm.kept > mm.kv ? (double)(mm.kept - mm.kv) : 1.0;
+    const size_t rss = mr_mem_rss(), peak = mr_mem_rss_peak();
+    printf("memory kept:   %.3f GB = weights in place %.3f + copies %.3f + experts %.3f + activations %.3f + KV %.3f + "
+           "MoE workspace %.3f\n",
+           (double)mm.kept / G, (double)mm.weights_mapped / G, (double)mm.weights_copied / G, (double)mm.experts / G,
+           (double)mm.activations / G, (double)mm.kv / G, (double)mm.moe_workspace / G);
+    printf("memory RSS:    load %.2f s: peak %.3f GB, at its end %.3f GB; now %.3f GB, peak %.3f GB; against kept "
+           "%.3fx %.3fx %.3fx %.3fx, against kept without the KV allocation %.3fx %.3fx %.3fx %.3fx\n",
+           mm.load_s, (double)mm.rss_peak_load / G, (double)mm.rss_load / G, (double)rss / G, (double)peak / G,
+           (double)mm.rss_peak_load / k, (double)mm.rss_load / k, (double)rss / k, (double)peak / k,
+           (double)mm.rss_peak_load / kw, (double)mm.rss_load / kw, (double)rss / kw, (double)peak / kw);
+}

@@ -43,6 +43,11 @@ int mr_cli_engine_open(const char *cmd, const char *dir, const mr_exec *x, bool 
 /* One line about the KV pool: "kv cache: bf16, 4096 blocks of 16 tokens = 65536 tokens, 8.0 MiB". */
 void mr_cli_print_kv(const struct mr_engine *e);
 
+/* Two lines: what the model holds (weights in place, copies, experts, state,
+ * MoE workspace: kept) and the process's RSS against it, after the load (its
+ * peak and its end) and now (steady: VmRSS and VmHWM), as ratios to kept. */
+void mr_cli_print_memory(const struct mr_model *m);
+
 /* gen-tiny / quantize: on SIGINT, SIGTERM or SIGHUP remove the scratch
  * folders in progress (mr_tools_remove_scratch), then die of the signal as
  * usual. A signal the parent set to be ignored stays ignored. */

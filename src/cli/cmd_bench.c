@@ -13,6 +13,8 @@ int mr_cmd_bench(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "moe")) return mr_bench_moe(argc - 1, argv + 1);
     if (!strcmp(argv[1], "dense")) return mr_bench_dense(argc - 1, argv + 1);
-        printf("usage: moerun bench moe|dense|engine|serve [options]   (`moerun bench <name> --help`)\n");
+    if (!strcmp(argv[1], "engine")) return mr_bench_engine(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "serve")) return mr_cmd_bench_serve(argc - 1, argv + 1);
+    fprintf(stderr, "moerun bench: unknown benchmark '%s' (available: moe, dense, engine, serve)\n", argv[1]);
     return 2;
 }

@@ -22,13 +22,16 @@ static void usage(FILE *f) {
             "usage: moerun bench serve --base-url URL [--concurrency 1,16,64,128] [--num-prompts N]\n"
             "                          [--input-len L] [--output-len O] [--chat] [--text-prompts]\n"
             "                          [--model NAME] [--vocab V] [--seed S] [--timeout S] [--no-warmup]\n"
+            "                          [--tokenizer DIR]\n"
             "                          [--json FILE] [--plot FILE.png]\n\n"
             "Serving benchmark with sglang bench_serving's definitions: at each concurrency C, N requests\n"
             "(default 4 x C, at least 16) of L random prompt tokens (default 128) and O output tokens\n"
             "(default 128; ignore_eos, temperature 0, streamed with include_usage), at most C in flight, one\n"
             "warm-up request first. Completions take the prompt as token ids; --chat (or --text-prompts)\n"
             "sends their text from the server's /detokenize. Prints TTFT, TPOT, ITL and E2E (mean, median,\n"
-            "p99), the throughputs and the server's /metrics counters over the run.\n"
+            "p99), the throughputs and the server's /metrics counters over the run. --tokenizer DIR decodes the\n"
+            "text prompts here with DIR/tokenizer.json (for servers without /detokenize). A server that sends\n"
+            "no usage counts one output token per event.\n"
             "  --vocab V   token ids are drawn in [10, V) (default: the server's /v1/models max id is not\n"
             "              published, so 1000 unless given)\n");
 }
@@ -181,6 +184,15 @@ static json_t *result_json(const mr_bench_serve_result *r, const counters *a, co
     PUT("prefix_cache_hits", ph);
     PUT("rejected_queue_full", rej);
 #undef PUT
+    double n;
+#define MEAN(k, sum, cnt)                                                         \
+    n = dlt(a->cnt, b->cnt);                                                      \
+    if (n > 0) json_object_set_new(sc, k, json_real(1e3 * dlt(a->sum, b->sum) / n));
+    MEAN("mean_ttft_ms", ttft_sum, ttft_n);
+    MEAN("mean_itl_ms", itl_sum, itl_n);
+    MEAN("mean_e2e_ms", e2e_sum, e2e_n);
+    MEAN("mean_queue_ms", q_sum, q_n);
+#undef MEAN
     json_object_set_new(o, "server_counters_delta", sc);
     if (r->failed) json_object_set_new(o, "first_error", json_string(r->first_error));
     return o;
@@ -255,6 +267,8 @@ int mr_cmd_bench_serve(int argc, char **argv) {
             json_path = argv[++i];
         } else if (!strcmp(a, "--plot")) {
             plot_path = argv[++i];
+        } else if (!strcmp(a, "--tokenizer")) {
+            o.tokenizer = argv[++i];
         } else if (!strcmp(a, "--num-prompts") || !strcmp(a, "--input-len") || !strcmp(a, "--output-len") ||
                    !strcmp(a, "--vocab") || !strcmp(a, "--seed") || !strcmp(a, "--timeout")) {
             if (mr_cli_parse_long(argv[++i], 1, 1L << 31, &x)) {
@@ -330,8 +344,17 @@ int mr_cmd_bench_serve(int argc, char **argv) {
         o.concurrency = cs[k];
         o.num_prompts = num ? (int)num : (4 * cs[k] < 16 ? 16 : 4 * cs[k]);
         counters a, b;
+        bool warm = o.warmup;
+        if (warm && mr_bench_serve_warmup(&o)) { /* outside the counters too */
+            mr_cli_fail("bench serve", NULL);
+            rc = 1;
+            break;
+        }
+        o.warmup = false;
         read_counters(o.base_url, &a);
-        if (mr_bench_serve_run(&o, &rs[k])) {
+        mr_status st = mr_bench_serve_run(&o, &rs[k]);
+        o.warmup = warm;
+        if (st) {
             mr_cli_fail("bench serve", NULL);
             rc = 1;
             break;

@@ -213,6 +213,7 @@ int mr_cmd_generate(int argc, char **argv) {
            mr_act_mode_name(mr_model_act_mode(m)), mr_kernels_get()->isa, (double)(mr_now_ns() - t0) * 1e-9,
            (double)mr_model_peak_rss(m) / (1024.0 * 1024.0));
     if (stats) mr_cli_print_kv(e);
+    if (stats) mr_cli_print_memory(m);
     if (mr_cli_ep_multi() && mr_ep_rank() > 0) { /* rank 0 schedules and samples; this rank runs its steps */
         rc = 0;
         if (mr_engine_follow(e)) {
@@ -323,6 +324,7 @@ int mr_cmd_generate(int argc, char **argv) {
                (unsigned long long)es.preemptions, (unsigned long long)es.computed_tokens,
                (unsigned long long)es.prompt_tokens, (unsigned long long)es.generation_tokens);
     }
+    if (stats) mr_cli_print_memory(m); /* steady: after the run */
     if (es.requests_finished[MR_FINISH_ERROR] > 0) goto out; /* a request failed: exit 1 */
     rc = 0;
     goto out;

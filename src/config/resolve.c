@@ -33,23 +33,6 @@
 
 /* ---- small helpers ---- */
 
-static const char *const isa_names[MR_ISA_COUNT] = {"generic", "avx2", "avx512"};
-
-const char *mr_kernel_isa_name(mr_kernel_isa i) {
-    if ((int)i < 0 || i >= MR_ISA_COUNT) return "unknown";
-    return isa_names[i];
-}
-
-/* The levels the kernel dispatch table uses (kernels/kernels.c). */
-uint32_t mr_kernel_isa_features(mr_kernel_isa i) {
-    const uint32_t avx2 = MR_CPU_AVX2 | MR_CPU_FMA | MR_CPU_F16C;
-    switch (i) {
-    case MR_ISA_AVX2: return avx2;
-    case MR_ISA_AVX512: return avx2 | MR_CPU_AVX512F | MR_CPU_AVX512BW | MR_CPU_AVX512VL;
-    default: return 0;
-    }
-}
-
 const char *mr_decl_kind_name(mr_decl_kind k) {
     switch (k) {
     case MR_DECL_SET: return "set";
@@ -375,8 +358,7 @@ static mr_status pass_checkpoint(mr_resolution *r) {
 
 static mr_status parse_features(const char *s, uint32_t *out) {
     const uint32_t avx2 = MR_CPU_SSE42 | MR_CPU_AVX2 | MR_CPU_FMA | MR_CPU_F16C;
-    const uint32_t avx512 = avx2 | MR_CPU_AVX512F | MR_CPU_AVX512BW | MR_CPU_AVX512VL | MR_CPU_AVX512VNNI |
-                            MR_CPU_AVX512BF16 | MR_CPU_AVX512VBMI;
+    const uint32_t avx512 = avx2 | mr_kernel_isa_features(MR_ISA_AVX512);
     uint32_t m = 0;
     char tok[32];
     while (*s) {
@@ -400,7 +382,7 @@ static mr_status parse_features(const char *s, uint32_t *out) {
             if (f == 0)
                 return mr_error_set(MR_EINVAL,
                                     "cpu_features: unknown feature '%s'; valid: auto, generic, avx2, avx512 or feature "
-                                    "names (sse4.2, avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512vnni, "
+                                    "names (sse4.2, avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, "
                                     "avx512bf16, avx512fp16, avx512vbmi, amx-tile, amx-bf16, amx-int8)",
                                     tok);
             m |= f;
@@ -457,31 +439,21 @@ static mr_status pass_platform(mr_resolution *r) {
     else
         s = mr__decl(r, MR_DECL_NOTE, SRC, "cpu", fl, "detected on %s%s", ci->brand[0] ? ci->brand : "this CPU", hidden);
     if (s != MR_OK) return s;
-    /* kernel_isa */
-    mr_kernel_isa best = MR_ISA_GENERIC;
-    for (int i = MR_ISA_COUNT - 1; i > 0; i--)
-        if ((r->w.cpu_detected & mr_kernel_isa_features((mr_kernel_isa)i)) == mr_kernel_isa_features((mr_kernel_isa)i)) {
-            best = (mr_kernel_isa)i;
-            break;
-        }
+    /* kernel_isa: the kernels' level table (kernels/isa.c) */
+    const mr_kernel_isa best = mr_kernel_isa_best(r->w.cpu_detected);
     if (mr__user_fixed(r, MR_OPT_KERNEL_ISA)) {
         const char *u = mr__user_value(r, MR_OPT_KERNEL_ISA);
         for (int i = 0; i < MR_ISA_COUNT; i++)
-            if (!strcmp(u, isa_names[i])) r->w.isa = (mr_kernel_isa)i;
+            if (!strcmp(u, mr_kernel_isa_name((mr_kernel_isa)i))) r->w.isa = (mr_kernel_isa)i;
         s = mr__decl(r, MR_DECL_NOTE, SRC, "kernel_isa", u, "explicit (checked in validate)");
     } else {
         r->w.isa = best;
-        s = mr__decl(r, MR_DECL_SET, SRC, "kernel_isa", isa_names[best], "the best level the %s CPU offers",
+        s = mr__decl(r, MR_DECL_SET, SRC, "kernel_isa", mr_kernel_isa_name(best), "the best level the %s CPU offers",
                      r->w.cpu_origin);
     }
     if (s != MR_OK) return s;
-    /* flags the kernels may use: the CPU's, without levels above kernel_isa */
-    uint32_t above = 0;
-    for (int i = (int)r->w.isa + 1; i < MR_ISA_COUNT; i++)
-        above |= mr_kernel_isa_features((mr_kernel_isa)i) & ~mr_kernel_isa_features(r->w.isa);
-    if (r->w.isa < MR_ISA_AVX512)
-        above |= MR_CPU_AVX512VNNI | MR_CPU_AVX512BF16 | MR_CPU_AVX512FP16 | MR_CPU_AVX512VBMI | MR_CPU_AMX_TILE |
-                 MR_CPU_AMX_BF16 | MR_CPU_AMX_INT8;
+    /* flags the kernels may use: the CPU's, without what only the levels above kernel_isa use */
+    const uint32_t above = mr_kernel_isa_above(r->w.isa);
     r->w.cpu_flags = r->w.cpu_detected & ~above;
     /* the prospective transport for the capability checks that follow: explicit, else mpi when a
      * launcher started several ranks, else none */
@@ -936,14 +908,14 @@ static mr_status pass_validate(mr_resolution *r) {
             for (int i = 0; i < MR_ISA_COUNT; i++) {
                 uint32_t f = mr_kernel_isa_features((mr_kernel_isa)i);
                 if ((r->w.cpu_detected & f) != f) continue;
-                int w = snprintf(ok + used, sizeof ok - used, "%s%s", used ? ", " : "", isa_names[i]);
+                int w = snprintf(ok + used, sizeof ok - used, "%s%s", used ? ", " : "", mr_kernel_isa_name((mr_kernel_isa)i));
                 if (w > 0 && (size_t)w < sizeof ok - used) used += (size_t)w;
             }
-            return fail(r, MR_ERESOLVE, SRC, "kernel_isa", isa_names[r->w.isa],
+            return fail(r, MR_ERESOLVE, SRC, "kernel_isa", mr_kernel_isa_name(r->w.isa),
                         "kernel_isa=%s is above what the %s CPU has (missing %s); levels that work: %s",
-                        isa_names[r->w.isa], r->w.cpu_origin, miss, ok);
+                        mr_kernel_isa_name(r->w.isa), r->w.cpu_origin, miss, ok);
         }
-        s = mr__decl(r, MR_DECL_NOTE, SRC, "kernel_isa", isa_names[r->w.isa], "explicit; the %s CPU has it",
+        s = mr__decl(r, MR_DECL_NOTE, SRC, "kernel_isa", mr_kernel_isa_name(r->w.isa), "explicit; the %s CPU has it",
                      r->w.cpu_origin);
         if (s != MR_OK) return s;
     }

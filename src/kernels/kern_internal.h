@@ -11,6 +11,8 @@ extern float mr__e4m3_lut[256];
 extern const float mr__e2m1_lut[16];
 void mr__kern_luts_init(void);
 
+/* Fills k with the entries of every level up to `level` (isa.c's table), in order. */
+void mr__kernels_fill_level(mr_kernels *k, mr_kernel_isa level);
 void mr__kernels_fill_generic(mr_kernels *k);
 void mr__kernels_fill_avx2(mr_kernels *k);   /* kernels_avx2.c */
 void mr__kernels_fill_avx512(mr_kernels *k); /* kernels_avx512.c */

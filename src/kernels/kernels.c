@@ -108,20 +108,12 @@ void mr__kernels_fill_generic(mr_kernels *k) {
     k->dot_bf16.fn = dot_bf16_generic;
 }
 
+/* The table for a feature set: the highest level the flags hold, filled
+ * level by level from generic up (isa.c). */
 void mr_kernels_init(mr_kernels *k, uint32_t flags) {
     mr__kern_luts_init();
     memset(k, 0, sizeof *k);
-    mr__kernels_fill_generic(k);
-    mr__uk_fill_generic(k);
-    uint32_t avx2 = MR_CPU_AVX2 | MR_CPU_FMA | MR_CPU_F16C;
-    if ((flags & avx2) == avx2) {
-        mr__kernels_fill_avx2(k);
-        mr__uk_fill_avx2(k);
-    }
-    uint32_t avx512 = avx2 | MR_CPU_AVX512F | MR_CPU_AVX512BW | MR_CPU_AVX512VL;
-    if ((flags & avx512) == avx512) mr__kernels_fill_avx512(k);
-    uint32_t uk512 = avx512 | MR_CPU_AVX512BF16 | MR_CPU_AVX512VNNI | MR_CPU_AVX512VBMI;
-    if ((flags & uk512) == uk512) mr__uk_fill_avx512(k);
+    mr__kernels_fill_level(k, mr_kernel_isa_best(flags));
 }
 
 static mr_kernels g_kernels;

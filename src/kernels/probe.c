@@ -39,7 +39,7 @@ uint64_t *mr_probe_buf_new(size_t bytes) {
 
 double mr_probe_read_once(const uint64_t *buf, size_t bytes) {
     const size_t n = bytes / 8;
-    const bool a512 = !strcmp(mr_kernels_get()->isa, "avx512"); /* zmm loads + prefetch, as the kernels */
+    const bool a512 = mr_kernels_get()->level == MR_ISA_AVX512; /* zmm loads + prefetch, as the kernels */
     static volatile uint64_t sink;
     uint64_t t0 = mr_now_ns(), tot = 0;
 #pragma omp parallel reduction(+ : tot)
@@ -71,10 +71,10 @@ typedef double (*probe_fn)(int64_t);
 static probe_fn peak_fn(mr_probe_instr which, double *ops, const char **name) {
     const mr_kernels *k = mr_kernels_get();
     const uint32_t f = mr_cpu()->flags;
-    const bool a512 = !strcmp(k->isa, "avx512");
+    const bool a512 = k->level == MR_ISA_AVX512;
     *name = "scalar (not probed)";
     if (which == MR_PROBE_FMA && a512) return *ops = 12 * 16 * 2, *name = "vfmadd231ps zmm", mr__probe_fma_avx512;
-    if (which == MR_PROBE_FMA && !strcmp(k->isa, "avx2"))
+    if (which == MR_PROBE_FMA && k->level == MR_ISA_AVX2)
         return *ops = 12 * 8 * 2, *name = "vfmadd231ps ymm", mr__probe_fma_avx2;
     if (which == MR_PROBE_DPBF16 && a512 && (f & MR_CPU_AVX512BF16))
         return *ops = 12 * 32 * 2, *name = "vdpbf16ps zmm", mr__probe_dpbf16_avx512;

@@ -121,7 +121,7 @@ void mr__uk_fill_generic(mr_kernels *k) {
 
 mr_probe_instr mr_uk_instr(mr_uk_kind kind) {
     const mr_kernels *k = mr_kernels_get();
-    if (!k->uk_gemv[kind].name || !strstr(k->uk_gemv[kind].name, "avx512")) return MR_PROBE_FMA;
+    if (k->level != MR_ISA_AVX512) return MR_PROBE_FMA; /* the generic and avx2 kernels: FMA stages */
     switch (kind) {
     case MR_UK_NVFP4_I8: return MR_PROBE_DPBUSD;
     case MR_UK_BF16_F32: return MR_PROBE_FMA;

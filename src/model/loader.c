@@ -45,6 +45,7 @@ static void *own_alloc(mr_model *m, size_t bytes) {
     void *p = mr_aligned_alloc(64, bytes ? bytes : 64);
     if (!p) return NULL;
     if (mr__model_own(m, p) != MR_OK) return NULL;
+    m->owned_bytes += bytes;
     return p;
 }
 
@@ -108,7 +109,10 @@ static void prefault(const void *p, size_t n) {
  * carry no alignment guarantee) and the source pages given back. */
 static const void *in_place_as(mr_model *m, const mr_st_tensor *t, size_t align, bool fault) {
     if (((uintptr_t)t->data % align) == 0) {
-        if (fault) prefault(t->data, (size_t)t->n_bytes);
+        if (fault) { /* used in place: held once, in the mapping */
+            prefault(t->data, (size_t)t->n_bytes);
+            m->mem.weights_mapped += (size_t)t->n_bytes;
+        }
         return t->data;
     }
     void *p = own_alloc(m, (size_t)t->n_bytes);
@@ -138,6 +142,7 @@ static mr_status load_vec(mr_model *m, const mr_ckpt *ck, const char *name, int6
             v[i] = mr__bf16f(b);
         }
     }
+    mr_st_release(t->file, t->data, (size_t)t->n_bytes); /* the fp32 copy is what is kept */
     *out = v;
     return MR_OK;
 }
@@ -201,6 +206,7 @@ static mr_status load_linear(mr_model *m, const mr_ckpt *ck, const char *prefix,
             q->data = c;
             q->owned = tr->n_tensors == 1; /* the matrix frees only what it owns wholly */
             if (!q->owned && mr__model_own(m, c)) return MR_ENOMEM;
+            if (!q->owned) m->owned_bytes += (size_t)t->n_bytes;
             continue;
         }
         if (!(p = in_place_as(m, t, (size_t)ft->elem_bytes, fault))) return MR_ENOMEM;
@@ -391,6 +397,7 @@ static mr_status load_layer(mr_model *m, const mr_ckpt *ck, const mr_model_desc 
                 g[i] = mr__bf16f(b);
             }
         }
+        mr_st_release(t->file, t->data, (size_t)t->n_bytes); /* the fp32 copy is what is kept */
         L->gate = (mr_qmatrix){.fmt = MR_FMT_F32, .rows = E, .cols = H, .data = g, .scale2 = 1.0f};
     }
     if ((st = load_vec(m, ck, NAME(MR_HF_ROUTER_BIAS, NULL), E, &L->bias))) return st;
@@ -398,7 +405,9 @@ static mr_status load_layer(mr_model *m, const mr_ckpt *ck, const mr_model_desc 
     int first, n_local;
     mr_moe_problem_local(&m->problem, &first, &n_local);
     if ((st = mr__model_load_experts(m, ck, l, first, n_local, &L->experts))) return st;
-    return mr_moe_ctx_prepare(m->moe, L->experts);
+    if ((st = mr_moe_ctx_prepare(m->moe, L->experts))) return st; /* its sources' pages go back as it packs */
+    m->mem.experts += mr_moe_weights_expert_bytes(L->experts) * (size_t)L->experts->n_experts;
+    return MR_OK;
 #undef NAME
 }
 
@@ -519,6 +528,7 @@ static mr_status setup_runner(mr_model *m, const mr_model_desc *d) {
 
 mr_status mr_model_open(const char *dir, const mr_model_opts *opts, mr_model **out) {
     *out = NULL;
+    const uint64_t t_open = mr_now_ns();
     mr_model *m = mr_calloc(1, sizeof *m);
     if (!m) return MR_ENOMEM;
     mr_model_desc desc_local;
@@ -587,7 +597,18 @@ mr_status mr_model_open(const char *dir, const mr_model_opts *opts, mr_model **o
         st = MR_ENOMEM;
         goto out;
     }
+    const size_t owned_before_state = m->owned_bytes;
     if ((st = alloc_state(m))) goto out;
+    {
+        const size_t state = m->owned_bytes - owned_before_state;
+        size_t kvc = 0;
+        if (s->max_batch > 0) /* the contiguous cache (sizes checked by check_kv_fits) */
+            kvc = (size_t)c->n_layers * (size_t)s->max_batch * (size_t)s->max_ctx *
+                  (size_t)(c->n_kv_heads * c->head_dim) * sizeof(float) * 2;
+        if (s->kv_blocks > 0) kvc += 2 * s->kv_pool_bytes;
+        m->mem.kv = kvc < state ? kvc : state;
+        m->mem.activations = state - m->mem.kv;
+    }
     /* one MoE context (runner state, transport, workspace) for every layer */
     if ((st = mr_moe_ctx_new(m->runner, &m->problem, s->max_tokens, &m->moe))) goto out;
     for (int l = 0; l < c->n_layers; l++) {
@@ -596,6 +617,14 @@ mr_status mr_model_open(const char *dir, const mr_model_opts *opts, mr_model **o
     }
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) == 0) m->peak_rss = (size_t)ru.ru_maxrss * 1024;
+    /* what the model holds, against what the process holds after the load */
+    m->mem.moe_workspace = mr_moe_ctx_workspace_bytes(m->moe);
+    m->mem.weights_copied = m->owned_bytes - m->mem.activations - m->mem.kv;
+    m->mem.kept = m->mem.weights_mapped + m->mem.weights_copied + m->mem.experts + m->mem.activations + m->mem.kv +
+                  m->mem.moe_workspace;
+    m->mem.rss_peak_load = mr_mem_rss_peak();
+    m->mem.rss_load = mr_mem_rss();
+    m->mem.load_s = (double)(mr_now_ns() - t_open) * 1e-9;
 out:
     if (!m->opts.exec) mr_model_desc_free(&desc_local);
     if (st) {
@@ -623,6 +652,7 @@ const mr_model_config *mr_model_config_of(const mr_model *m) { return &m->c; }
 const char *mr_model_runner_name(const mr_model *m) { return m->runner->name; }
 mr_act_mode mr_model_act_mode(const mr_model *m) { return m->problem.act_mode; }
 size_t mr_model_peak_rss(const mr_model *m) { return m->peak_rss; }
+void mr_model_memory_get(const mr_model *m, mr_model_memory *out) { *out = m->mem; }
 void mr_model_ep(const mr_model *m, int *rank, int *size) {
     *rank = m->problem.ep_size > 1 ? m->problem.ep_rank : 0;
     *size = m->problem.ep_size > 1 ? m->problem.ep_size : 1;

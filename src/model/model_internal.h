@@ -86,6 +86,8 @@ struct mr_model {
     void **owned;        /* buffers allocated by the loader, freed at close */
     int n_owned, cap_owned;
     size_t peak_rss;
+    size_t owned_bytes;      /* bytes of the loader's own buffers (copies and state) */
+    mr_model_memory mem;     /* what the model holds (mr_model_memory_get) */
     mr_model_timing timing;
     /* test/calibration hook: called with each layer's MoE input and output [T][H] and its selection */
     void (*moe_input_hook)(void *user, int layer, const float *x, const float *out, int64_t T, const int32_t *ids,

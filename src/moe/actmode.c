@@ -144,10 +144,8 @@ static void i8_finish(const float *qv, int64_t len, int8_t *d, int32_t *xb) {
     }
 }
 
-static bool simd512(void) {
-    const uint32_t f = MR_CPU_AVX512F | MR_CPU_AVX512BW | MR_CPU_AVX512VL;
-    return (mr_cpu()->flags & f) == f;
-}
+/* the AVX-512 forms run where the kernel table runs the AVX-512 level (kernels/isa.c) */
+static bool simd512(void) { return mr_kernels_get()->level == MR_ISA_AVX512; }
 
 void mr__act_prepare_uk_row(mr_act_mode m, const float *x, int64_t n, float input_scale, void *dst, float *xs,
                             int32_t *xb) {

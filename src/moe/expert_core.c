@@ -45,7 +45,7 @@ void mr__fused_prepare(mr_moe_ctx *c, const mr_moe_weights *w, const mr_moe_args
     if (mode == MR_ACT_W4A4) mr__moe_w4a4_scales(w, &s13, &s2);
     char *xq = c->rows.plane[0].base;
     float *xs = c->rows.plane[1].base;
-#pragma omp parallel num_threads(mr__moe_threads(c))
+#pragma omp parallel num_threads(mr__moe_threads(c)) if (S * H >= MR__MOE_PAR_MIN)
     {
         float *row = s->tmp + (size_t)s->tmp_stride * (size_t)omp_get_thread_num() + MCH * CB1 * 2 + MCH * CB2;
         /* one row per (token, slot), in expert-grouped order */

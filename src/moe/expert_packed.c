@@ -95,7 +95,7 @@ void mr__routed_prepare(mr_moe_ctx *c, const mr_moe_weights *w, const mr_moe_arg
     const mr_moe_rowset *R = &c->rows;
     const int pxs = s->use_xs ? 1 : -1, pxb = s->kind == MR_UK_NVFP4_I8 ? R->n_planes - 1 : -1;
     uint64_t busy = 0;
-#pragma omp parallel num_threads(mr__moe_threads(c)) reduction(+ : busy)
+#pragma omp parallel num_threads(mr__moe_threads(c)) reduction(+ : busy) if (Tn * k * H >= MR__MOE_PAR_MIN)
     {
         const uint64_t t0 = mr_now_ns();
         float *row = s->tmp + (size_t)s->tmp_stride * (size_t)omp_get_thread_num() + 128 * 128 * 2 + 128 * MR__MOE_CB2;

@@ -130,7 +130,7 @@ static void phase_finalize(mr_moe_ctx *c, const mr_moe_args *a, const float *wts
     const int64_t H = c->p.hidden, T = a->T;
     const bool woi = mr_routing_weight_on_input(c->p.routing), bf = c->p.act_dtype == MR_FMT_BF16;
     uint64_t busy = 0;
-#pragma omp parallel num_threads(mr__moe_threads(c)) reduction(+ : busy)
+#pragma omp parallel num_threads(mr__moe_threads(c)) reduction(+ : busy) if (T * k * H >= MR__MOE_PAR_MIN)
     {
         const uint64_t t0 = mr_now_ns();
         float *row = c->tmp + (size_t)c->tmp_stride * (size_t)omp_get_thread_num();

@@ -109,6 +109,10 @@ static inline int mr__moe_threads(const mr_moe_ctx *c) {
     const int m = omp_get_max_threads();
     return m < c->n_threads ? m : c->n_threads;
 }
+/* Rows x elements below which prepare and finalize run on the calling
+ * thread: at decode sizes (T = 1: k rows of H) a parallel region costs more
+ * than the work. */
+#define MR__MOE_PAR_MIN 65536
 /* Token t's activation as fp32 (row: [H] scratch, returned when it is
  * used), weighted by wt when the routing weights the input. */
 const float *mr__moe_token_row(const mr_moe_ctx *c, const mr_moe_args *a, int64_t t, float wt, float *row);

@@ -2,6 +2,7 @@
  * calibration and the after-load conversions into a runner's layout
  * (gate/up concat or interleave, padding I; see mr_moe_layout). */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "moe/moe_internal.h"
@@ -316,23 +317,35 @@ mr_status mr__moe_pack(mr_moe_weights *w, const mr_moe_layout *L, bool swap) {
     const int E = w->n_experts;
     w->p13 = mr_calloc((size_t)E, sizeof(mr_pmatrix));
     w->p2 = mr_calloc((size_t)E, sizeof(mr_pmatrix));
-    if (!w->p13 || !w->p2) st = MR_ENOMEM;
-    for (int e = 0; !st && e < E; e++) {
+    if (!w->p13 || !w->p2) return finish_after_load(w, L, MR_ENOMEM);
+    /* experts in parallel, each packed then its HF copies dropped (and their
+     * source pages given back) at once: the transient memory is one expert per
+     * thread. A failure keeps the lowest expert's message (the error detail
+     * is per thread: carried out of the region here). */
+    int bad = E;
+    mr_status bad_st = MR_OK;
+    char bad_msg[512] = "";
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int e = 0; e < E; e++) {
         const mr_qmatrix *gu[2] = {swap ? &w->w3[e] : &w->w1[e], swap ? &w->w1[e] : &w->w3[e]};
         const mr_qmatrix *dn[1] = {&w->w2[e]};
-        st = mr_pmatrix_pack(&w->p13[e], (mr_pack_id)L->pack, gu, 2);
-        if (st) {
-            st = mr_error_set(st, "expert %d gate/up: %s", e, mr_error_last());
-            break;
-        }
-        if ((st = mr_pmatrix_pack(&w->p2[e], (mr_pack_id)L->pack, dn, 1))) {
-            st = mr_error_set(st, "expert %d down: %s", e, mr_error_last());
-            break;
+        const char *what = "gate/up";
+        mr_status es = mr_pmatrix_pack(&w->p13[e], (mr_pack_id)L->pack, gu, 2);
+        if (!es) what = "down", es = mr_pmatrix_pack(&w->p2[e], (mr_pack_id)L->pack, dn, 1);
+        if (es) {
+#pragma omp critical(mr_moe_pack_error)
+            if (e < bad) {
+                bad = e;
+                bad_st = es;
+                snprintf(bad_msg, sizeof bad_msg, "expert %d %s: %s", e, what, mr_error_last());
+            }
+            continue;
         }
         /* the HF copies are no longer needed: free them as we go (peak memory) */
         drop_hf(w, &w->w1[e]);
         drop_hf(w, &w->w3[e]);
         drop_hf(w, &w->w2[e]);
     }
+    if (bad_st) st = mr_error_set(bad_st, "%s", bad_msg);
     return finish_after_load(w, L, st);
 }

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "base/json_internal.h"
+#include "moerun/text.h"
 #include "serve/serve_internal.h"
 
 /* ---- statistics ---- */
@@ -145,6 +146,8 @@ typedef struct {
     double ttft;
     bool got_first, failed, saw_done;
     int64_t output_len;
+    int64_t n_output_events;
+    bool has_usage;
     dvec *itl;            /* pooled */
     char err[256];
     int idx;
@@ -196,6 +199,7 @@ static void on_line(flight *f, const char *s, size_t n) {
                  json_string_value(json_object_get(e, "message")) ? json_string_value(json_object_get(e, "message")) : "?");
     } else {
         if (has_output(ev)) {
+            f->n_output_events++;
             if (!f->got_first) {
                 f->got_first = true;
                 f->ttft = (double)(now - f->t0) * 1e-9;
@@ -206,7 +210,10 @@ static void on_line(flight *f, const char *s, size_t n) {
         }
         const json_t *u = json_object_get(ev, "usage");
         const json_t *ct = json_object_get(u, "completion_tokens");
-        if (json_is_integer(ct)) f->output_len = (int64_t)json_integer_value(ct);
+        if (json_is_integer(ct)) {
+            f->output_len = (int64_t)json_integer_value(ct);
+            f->has_usage = true;
+        }
     }
     json_decref(ev);
 }
@@ -239,6 +246,17 @@ static mr_status make_bodies(const mr_bench_serve_opts *o, const char *model, ch
     int n = o->num_prompts + 1;
     char **b = calloc((size_t)n, sizeof *b);
     if (!b) return MR_ENOMEM;
+    mr_tokenizer *tok = NULL;
+    if (o->tokenizer && (o->chat || o->text_prompts) && mr_tokenizer_load(o->tokenizer, &tok)) {
+        free(b);
+        return mr_error_set(MR_EIO, "bench serve: --tokenizer %s: %s", o->tokenizer, mr_error_last());
+    }
+    if (tok && o->vocab > mr_tokenizer_id_limit(tok)) {
+        mr_tokenizer_free(tok);
+        free(b);
+        return mr_error_set(MR_EINVAL, "bench serve: --vocab %lld is above the tokenizer's %d ids", (long long)o->vocab,
+                            (int)mr_tokenizer_id_limit(tok));
+    }
     uint64_t s = o->seed * 0x9E3779B97F4A7C15ull + 7;
     int64_t lo = o->min_id, hi = o->vocab;
     mr_status st = MR_OK;
@@ -255,7 +273,18 @@ static mr_status make_bodies(const mr_bench_serve_opts *o, const char *model, ch
             st = MR_ENOMEM;
             break;
         }
-        if (o->chat || o->text_prompts) {
+        if ((o->chat || o->text_prompts) && tok) { /* text decoded here */
+            int32_t *v = malloc((size_t)o->input_len * sizeof(int32_t));
+            for (int64_t k = 0; v && k < o->input_len; k++) v[k] = (int32_t)json_integer_value(json_array_get(ids, (size_t)k));
+            char *t = NULL;
+            size_t tn;
+            st = v ? mr_tokenizer_decode(tok, v, (size_t)o->input_len, true, &t, &tn) : MR_ENOMEM;
+            free(v);
+            if (!st && o->chat) json_object_set_new(req, "messages", json_pack("[{s:s,s:s}]", "role", "user", "content", t));
+            else if (!st) json_object_set_new(req, "prompt", json_string(t));
+            mr_free(t);
+            json_decref(ids);
+        } else if (o->chat || o->text_prompts) {
             /* text: the server's detokenization of the random ids (sglang's random dataset does the same) */
             json_t *dq = json_pack("{s:O}", "tokens", ids);
             char *dqs = dq ? json_dumps(dq, JSON_COMPACT) : NULL;
@@ -290,6 +319,7 @@ static mr_status make_bodies(const mr_bench_serve_opts *o, const char *model, ch
         }
         json_decref(req);
     }
+    mr_tokenizer_free(tok);
     if (st) {
         for (int i = 0; i < n; i++) free(b[i]);
         free(b);
@@ -394,8 +424,8 @@ mr_status mr_bench_serve_run(const mr_bench_serve_opts *o, mr_bench_serve_result
     if (o->warmup) {
         flight w;
         drive(o, bodies, o->num_prompts, 1, 1, &w, &warm_itl);
-        if (w.failed) {
-            st = mr_error_set(MR_EIO, "bench serve: the warm-up request failed: %s", w.err);
+        if (w.failed || !w.got_first) {
+            st = mr_error_set(MR_EIO, "bench serve: the warm-up request failed: %s", w.err[0] ? w.err : "no output");
             goto out;
         }
     }
@@ -414,6 +444,7 @@ mr_status mr_bench_serve_run(const mr_bench_serve_opts *o, mr_bench_serve_result
             continue;
         }
         double lat = (double)(f->t_last - f->t0) * 1e-9;
+        if (!f->has_usage) f->output_len = f->n_output_events; /* one token per event */
         r->completed++;
         r->total_input += o->input_len;
         r->total_output += f->output_len;
@@ -447,5 +478,18 @@ out:
     free(ttft);
     free(tpot);
     free(e2e);
+    return st;
+}
+
+mr_status mr_bench_serve_warmup(const mr_bench_serve_opts *o) {
+    mr_bench_serve_opts w = *o;
+    w.num_prompts = 1;
+    w.concurrency = 1;
+    w.warmup = false;
+    w.output_len = o->output_len < 32 ? o->output_len : 32;
+    mr_bench_serve_result r;
+    mr_status st = mr_bench_serve_run(&w, &r);
+    if (!st && r.completed != 1)
+        st = mr_error_set(MR_EIO, "bench serve: the warm-up request failed: %s", r.first_error);
     return st;
 }

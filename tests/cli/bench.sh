@@ -16,7 +16,7 @@ for fa in "fp8 w8a8" "fp8 w8a16" "nvfp4 w4a4" "nvfp4 w4a8" "nvfp4 w4a16" "bf16 w
   out=$("$M" bench moe --format "$1" --act-mode "$2" --tokens 1,32 $small --scaling --phases --json "$j" 2>&1) \
     || fail "bench $1 $2: $out"
   for want in "ceilings (this run): read bandwidth" "read bandwidth with 1 thread" "the project's targets" \
-              "decode T=1 bandwidth" "scaling 2 vs 1 thread" "phases per call" "peak RSS"; do
+              "decode T=1 bandwidth" "scaling 2 vs 1 thread" "phases per call" "peak RSS" "steady RSS"; do
     echo "$out" | grep -qF "$want" || fail "bench $1 $2: no '$want' in: $out"
   done
   [ -s "$j" ] || fail "no JSON from bench $1 $2"

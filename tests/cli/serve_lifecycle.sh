@@ -92,6 +92,7 @@ grep -q "draining" "$S/int.log" || bad "the first SIGINT did not start a drain"
 "$M" gen-tiny "$S/wide" --hidden 1024 --layers 2 --experts 16 --expert-dim 512 --vocab 4096 >/dev/null 2>&1 || bad "gen-tiny failed"
 "$M" serve --model "$S/wide" --port 0 >"$S/load.log" 2>&1 &
 SV_PID=$!
+SV_ALL="$SV_ALL $SV_PID"
 for i in $(seq 1 400); do grep -q "listening on" "$S/load.log" && break; sleep 0.01; done
 SV_PORT=$(sed -n 's/.*listening on http:\/\/[^ ]*:\([0-9][0-9]*\) .*/\1/p' "$S/load.log" | head -1)
 SV_URL=http://127.0.0.1:$SV_PORT
@@ -121,7 +122,7 @@ stop_server
 "$M" serve --port 0 >/dev/null 2>"$S/e5"; rc=$?
 [ $rc = 2 ] && grep -q -- "--model" "$S/e5" || bad "no --model: exit $rc"
 start_server "$S/p1.log" --model "$T" --skip-self-check || exit 1
-"$M" serve --model "$T" --port "$SV_PORT" --skip-self-check >/dev/null 2>"$S/e6"; rc=$?
+timeout 60 "$M" serve --model "$T" --port "$SV_PORT" --skip-self-check >/dev/null 2>"$S/e6"; rc=$?
 [ $rc = 1 ] && grep -q "cannot listen" "$S/e6" || bad "a port in use: exit $rc: $(cat "$S/e6")"
 stop_server
 

@@ -3,12 +3,17 @@
 # line), wait until it is ready, stop it, and check its log for sanitizer
 # reports. Needs M (the moerun binary) and S (a scratch folder).
 
+# Every server started here is killed when the script exits, however it exits.
+SV_ALL=
+trap 'for p in $SV_ALL; do kill -KILL "$p" 2>/dev/null; done' EXIT
+
 # start_server LOG ARGS...: sets SV_PID, SV_PORT, SV_URL. Returns 1 if the
 # server exits before it is ready (its log is printed).
 start_server() {
     local log=$1; shift
     "$M" serve --port 0 "$@" >"$log" 2>&1 &
     SV_PID=$!
+    SV_ALL="$SV_ALL $SV_PID"
     local i
     for i in $(seq 1 1200); do
         grep -q "ready on http" "$log" 2>/dev/null && break

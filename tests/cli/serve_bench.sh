@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# serve_bench.sh — `moerun bench serve` against a running `moerun serve`:
+# the sglang-style table per concurrency, the server's counters, the sweep
+# summary, --json (every number; counts equal to what was asked), --plot (a
+# PNG from gnuplot); failures are counted, not fatal (a server that refuses
+# with 503 gives failed requests and exit 1); bad options are exit 2, an
+# unreachable server exit 1. Timings are not judged here, only consistency
+# (TTFT <= E2E, measured concurrency <= C).
+# Args: <moerun> <tests/data> <scratch dir>
+set -u
+M=$1; DATA=$2; S=$3
+rm -rf "$S"; mkdir -p "$S"
+for v in $(env | sed -n 's/^\(MOERUN_[A-Z_0-9]*\)=.*/\1/p'); do unset "$v"; done
+export OMP_NUM_THREADS=1
+. "$(dirname "$0")/lib/serve.sh"
+fails=0
+bad() { echo "FAIL: $*"; fails=$((fails+1)); }
+command -v jq >/dev/null || { echo "SKIPPED: jq is not installed (scripts/install-deps.sh installs it)"; exit 77; }
+cp -r "$DATA/model/tiny" "$S/tiny"
+start_server "$S/serve.log" --model "$S/tiny" --context-length 128 --skip-self-check || exit 1
+"$M" bench serve --base-url "$SV_URL" --concurrency 1,4 --num-prompts 8 --input-len 8 --output-len 8 --vocab 256 \
+    --json "$S/r.json" --plot "$S/r.png" >"$S/out" 2>&1
+rc=$?
+[ $rc = 0 ] || { bad "bench serve exited $rc"; cat "$S/out"; }
+for k in "Serving Benchmark Result" "Successful requests:" "Output token throughput (tok/s):" "Median TTFT (ms):" \
+         "P99 ITL (ms):" "Mean TPOT (ms):" "Median E2E Latency (ms):" "generation_tokens_total (delta):" "sweep:"; do
+    grep -qF "$k" "$S/out" || bad "the output lacks '$k'"
+done
+[ "$(grep -c 'Serving Benchmark Result' "$S/out")" = 2 ] || bad "not one table per concurrency"
+jq -e '.results | length == 2' "$S/r.json" >/dev/null || bad "--json: not 2 results"
+jq -e 'all(.results[]; .completed == 8 and .failed == 0 and .total_output_tokens == 64 and .total_input_tokens == 64
+        and .server_counters_delta.generation_tokens == 64 and .server_counters_delta.success_length == 8
+        and .mean_ttft_ms <= .mean_e2e_latency_ms and .concurrency <= .max_concurrency + 0.01
+        and .output_throughput > 0 and .median_itl_ms >= 0)' "$S/r.json" >/dev/null || \
+    { bad "--json numbers are not consistent"; jq . "$S/r.json" | head -60; }
+jq -e '[.results[].max_concurrency] == [1, 4]' "$S/r.json" >/dev/null || bad "--json concurrencies"
+[ "$(head -c 8 "$S/r.png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] || bad "--plot did not write a PNG"
+ls "$S"/*.tmp 2>/dev/null && bad "a temporary file was left"
+# text prompts through /detokenize need a tokenizer: a clear refusal here
+"$M" bench serve --base-url "$SV_URL" --concurrency 1 --num-prompts 2 --chat >"$S/out2" 2>&1; rc=$?
+[ $rc = 1 ] && grep -q "tokenizer" "$S/out2" || bad "--chat without a tokenizer: exit $rc: $(tail -2 "$S/out2")"
+stop_server
+# a server that refuses: failures are counted and the exit is 1
+start_server "$S/busy.log" --model "$S/tiny" --context-length 128 --max-running-requests 1 --max-queued-requests 0 \
+    --skip-self-check || exit 1
+"$M" bench serve --base-url "$SV_URL" --concurrency 6 --num-prompts 12 --input-len 8 --output-len 64 --vocab 256 \
+    --no-warmup >"$S/out3" 2>&1; rc=$?
+[ $rc = 1 ] || bad "refused requests: exit $rc, want 1"
+grep -q "Failed requests: *[1-9]" "$S/out3" || bad "no failed requests counted"
+grep -q "First failure: *HTTP 503" "$S/out3" || bad "the first failure is not the 503: $(grep 'First failure' "$S/out3")"
+stop_server
+# bad options and an unreachable server
+for args in "--concurrency 1" "--base-url http://127.0.0.1:1 --concurrency 0" "--base-url http://127.0.0.1:1 --concurrency 1,x" \
+            "--base-url http://127.0.0.1:1 --num-prompts -3" "--base-url http://127.0.0.1:1 --json $S/no/such/dir/f.json" \
+            "--base-url http://127.0.0.1:1 --bogus"; do
+    "$M" bench serve $args >/dev/null 2>"$S/err"; rc=$?
+    [ $rc = 2 ] || bad "bench serve $args: exit $rc, want 2 ($(head -1 "$S/err"))"
+done
+"$M" bench serve --base-url http://127.0.0.1:1 --concurrency 1 >/dev/null 2>"$S/err"; rc=$?
+[ $rc = 1 ] || bad "an unreachable server: exit $rc, want 1"
+clean_log "$S/serve.log" && clean_log "$S/busy.log" || bad "sanitizer report in a server log"
+[ $fails = 0 ] || exit 1
+rm -rf "$S"
+echo OK

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# serve_readme.sh — the README's serving walk-through on the trained default
+# model (models/tiny-kjv): `moerun serve --model models/tiny-kjv`, then the
+# curl calls. Oracle: `moerun generate` (another driver of the same engine,
+# no HTTP): the completion's text is generate's continuation of the prompt,
+# the chat answer's reasoning and content are generate --chat's, and the
+# streamed chat reassembles to the non-streamed one.
+# Args: <moerun> <tests/data> <scratch dir>
+set -u
+M=$1; DATA=$2; S=$3
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+MODEL=$ROOT/models/tiny-kjv
+rm -rf "$S"; mkdir -p "$S"
+for v in $(env | sed -n 's/^\(MOERUN_[A-Z_0-9]*\)=.*/\1/p'); do unset "$v"; done
+export OMP_NUM_THREADS=1
+. "$(dirname "$0")/lib/serve.sh"
+fails=0
+bad() { echo "FAIL: $*"; fails=$((fails+1)); }
+command -v jq >/dev/null || { echo "SKIPPED: jq is not installed (scripts/install-deps.sh installs it)"; exit 77; }
+[ -f "$MODEL/tokenizer.json" ] || { echo "FAIL: $MODEL is missing"; exit 1; }
+# generate's answers (greedy)
+"$M" generate --model "$MODEL" --prompt "And God said," -n 32 2>/dev/null | sed -n 3p >"$S/gen.txt"
+"$M" generate --model "$MODEL" --chat --prompt "Genesis 1:3" -n 80 2>/dev/null | sed '1,2d;$d' >"$S/genchat.txt"
+start_server "$S/serve.log" --model "$MODEL" --kv-cache-memory 64M || exit 1
+P=$SV_PORT
+curl -s localhost:$P/v1/completions -H 'Content-Type: application/json' \
+     -d '{"model": "tiny-kjv", "prompt": "And God said,", "max_tokens": 32, "temperature": 0}' >"$S/c.json"
+got="And God said,$(jq -r '.choices[0].text' "$S/c.json")"
+[ "$got" = "$(cat "$S/gen.txt")" ] || bad "completion: '$got' differs from generate's '$(cat "$S/gen.txt")'"
+[ "$(jq -r '.usage.completion_tokens > 0 and .usage.prompt_tokens > 0' "$S/c.json")" = true ] || bad "completion usage"
+curl -s localhost:$P/v1/chat/completions -H 'Content-Type: application/json' \
+     -d '{"model": "tiny-kjv", "messages": [{"role": "user", "content": "Genesis 1:3"}], "max_tokens": 80, "temperature": 0}' >"$S/chat.json"
+reasoning=$(jq -r '.choices[0].message.reasoning_content' "$S/chat.json")
+content=$(jq -r '.choices[0].message.content' "$S/chat.json")
+# generate --chat prints "<reasoning>\n</think>\n\n<content>"
+want_r=$(sed -n '1p' "$S/genchat.txt"); want_c=$(sed -n '4,$p' "$S/genchat.txt")
+[ "$reasoning" = "$want_r" ] || bad "chat reasoning '$reasoning' differs from generate --chat's '$want_r'"
+[ "$content" = "$want_c" ] || bad "chat content '$content' differs from generate --chat's '$want_c'"
+curl -sN localhost:$P/v1/chat/completions -H 'Content-Type: application/json' \
+     -d '{"messages": [{"role": "user", "content": "Genesis 1:3"}], "max_tokens": 80, "temperature": 0, "stream": true, "stream_options": {"include_usage": true}}' >"$S/stream.txt"
+sc=$(sed -n 's/^data: //p' "$S/stream.txt" | grep -v '^\[DONE\]$' | jq -j '.choices[0].delta.content // empty')
+sr=$(sed -n 's/^data: //p' "$S/stream.txt" | grep -v '^\[DONE\]$' | jq -j '.choices[0].delta.reasoning_content // empty')
+[ "$sc" = "$content" ] && [ "$sr" = "$reasoning" ] || bad "the streamed chat differs from the non-streamed one"
+[ "$(sed -n 's/^data: //p' "$S/stream.txt" | grep -v '^\[DONE\]$' | tail -1 | jq '.usage.completion_tokens')" = \
+  "$(jq '.usage.completion_tokens' "$S/chat.json")" ] || bad "the streamed usage differs"
+curl -s localhost:$P/metrics | grep -v '^#' | grep -q '^moerun:num_requests_running{model_name="tiny-kjv"} 0' || bad "/metrics"
+stop_server
+[ "$SV_RC" = 0 ] || bad "exit $SV_RC"
+clean_log "$S/serve.log" || bad "sanitizer report in the server log"
+[ $fails = 0 ] || exit 1
+rm -rf "$S"
+echo OK
