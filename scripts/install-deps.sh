@@ -7,6 +7,7 @@ PKGS=(build-essential cmake pkg-config libcmocka-dev libjansson-dev clang libcla
       libpcre2-dev libutf8proc-dev
       libmicrohttpd-dev libcurl4-openssl-dev gnuplot-nox curl python3-venv)
 PKGS+=(jq) # tests/cli/chat_template.sh reads the chat goldens
+PKGS+=(libopenmpi-dev openmpi-bin) # the mpi expert-parallel transport and its tests (mpirun)
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -428,7 +428,7 @@ static void test_other_archs_untouched(void **st) {
     }
 }
 
-/* The pair registry, written out: none x every runner; mpi x routed only. */
+/* The pair registry, written out: none x every runner; mpi x routed and reference. */
 static void test_a2a_pairs(void **st) {
     (void)st;
     struct {
@@ -436,7 +436,7 @@ static void test_a2a_pairs(void **st) {
         bool ok;
     } pairs[] = {
         {"none", "reference", true}, {"none", "routed", true}, {"none", "fused", true},
-        {"mpi", "reference", false}, {"mpi", "routed", true},  {"mpi", "fused", false},
+        {"mpi", "reference", true}, {"mpi", "routed", true},  {"mpi", "fused", false},
     };
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
         mr_a2a a;
@@ -472,13 +472,17 @@ static void test_a2a_pairs(void **st) {
             assert_int_equal(rn->supports(&p, why, sizeof why), pairs[i].ok);
         mr_model_desc_free(&m);
     }
-    /* mpi + auto resolves to routed; it resolves, but refuses to run */
+    /* mpi + auto resolves to routed (never the reference, never fused); it runs where the build has MPI */
     mr_resolution *r;
     assert_int_equal(resolve("mixtral_bf16", &r, "moe_a2a_backend", "mpi", NULL), MR_OK);
     const mr_exec *x = mr_resolution_exec(r);
     assert_string_equal(x->runner->name, "routed");
-    assert_int_equal(mr_exec_check_runnable(x), MR_EUNSUPPORTED);
-    assert_non_null(strstr(mr_error_last(), "no MPI transport"));
+    if (mr_ep_built()) {
+        assert_int_equal(mr_exec_check_runnable(x), MR_OK);
+    } else {
+        assert_int_equal(mr_exec_check_runnable(x), MR_EUNSUPPORTED);
+        assert_non_null(strstr(mr_error_last(), "this build has no MPI"));
+    }
     mr_resolution_free(r);
 }
 
@@ -502,11 +506,44 @@ static void test_ep_size(void **st) {
     assert_int_equal(resolve("mixtral_bf16", &r, "moe_a2a_backend", "mpi", "ep_size", "2", NULL), MR_ERESOLVE);
     assert_non_null(strstr(mr_resolution_error(r), "must equal the MPI world size"));
     mr_resolution_free(r);
-    setenv("OMPI_COMM_WORLD_SIZE", "3", 1); /* 8 experts do not split over 3 ranks */
+    /* 8 experts over 3 ranks: 3, 3, 2, each rank its own contiguous range */
+    setenv("OMPI_COMM_WORLD_SIZE", "3", 1);
+    const int want_first[3] = {0, 3, 6}, want_n[3] = {3, 3, 2};
+    for (int rank = 0; rank < 3; rank++) {
+        char rv[8];
+        snprintf(rv, sizeof rv, "%d", rank);
+        setenv("OMPI_COMM_WORLD_RANK", rv, 1);
+        assert_int_equal(resolve("mixtral_bf16", &r, "moe_a2a_backend", "mpi", NULL), MR_OK);
+        const mr_exec *x = mr_resolution_exec(r);
+        assert_int_equal(x->ep_size, 3);
+        assert_int_equal(x->problem.ep_rank, rank);
+        assert_int_equal(x->problem.local_first, want_first[rank]);
+        assert_int_equal(x->problem.n_local, want_n[rank]);
+        mr_resolution_free(r);
+    }
+    /* auto picks mpi when the launcher started several ranks; none stays possible explicitly */
+    assert_int_equal(resolve("mixtral_bf16", &r, NULL), MR_OK);
+    assert_int_equal(mr_resolution_exec(r)->a2a, MR_A2A_MPI);
+    assert_int_equal(mr_resolution_exec(r)->ep_size, 3);
+    mr_resolution_free(r);
+    assert_int_equal(resolve("mixtral_bf16", &r, "moe_a2a_backend", "none", NULL), MR_OK);
+    assert_int_equal(mr_resolution_exec(r)->ep_size, 1);
+    assert_int_equal(mr_resolution_exec(r)->problem.n_local, 8);
+    mr_resolution_free(r);
+    /* more ranks than experts: refused with the number */
+    setenv("OMPI_COMM_WORLD_SIZE", "9", 1);
+    setenv("OMPI_COMM_WORLD_RANK", "0", 1);
     assert_int_equal(resolve("mixtral_bf16", &r, "moe_a2a_backend", "mpi", NULL), MR_ERESOLVE);
-    assert_non_null(strstr(mr_resolution_error(r), "does not divide the 8 experts"));
+    assert_non_null(strstr(mr_resolution_error(r), "more than the 8 experts"));
+    mr_resolution_free(r);
+    /* (mpi, fused) is refused with the alternatives */
+    setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+    assert_int_equal(resolve("mixtral_bf16", &r, "moe_a2a_backend", "mpi", "moe_runner_backend", "fused", NULL),
+                     MR_ERESOLVE);
+    assert_non_null(strstr(mr_resolution_error(r), "runners that can: routed, reference"));
     mr_resolution_free(r);
     unsetenv("OMPI_COMM_WORLD_SIZE");
+    unsetenv("OMPI_COMM_WORLD_RANK");
 }
 
 /* A write to the published config faults; a changed copy fails verify. */

@@ -234,13 +234,8 @@ static mr_status lb_combine(void *state, mr_a2a_xfer *x) {
     return MR_OK;
 }
 
-static uint64_t lb_bytes(const void *state) {
-    (void)state;
-    return 0;
-}
-
 static const mr_a2a_ops lb_ops = {.id = MR_A2A_MPI, .name = "loopback", .open = lb_open, .close = lb_close,
-                                  .dispatch = lb_dispatch, .combine = lb_combine, .bytes_moved = lb_bytes};
+                                  .dispatch = lb_dispatch, .combine = lb_combine, .gather = NULL};
 
 /* The experts [first, first + n) of full, as a peer would load them (the
  * layer's w4a4 scales are the max over all its experts). */

@@ -32,7 +32,8 @@ extern "C" {
     X(ECAPACITY, -11, "capacity exceeded")                           \
     X(ESTATE, -12, "invalid state")                                  \
     X(EINPUT, -13, "invalid input data")                             \
-    X(EBUSY, -14, "busy: try again later")
+    X(EBUSY, -14, "busy: try again later")                           \
+    X(EPEER, -15, "an expert-parallel peer failed")
 
 typedef enum {
 #define MR__STATUS_ENUM(name, code, msg) MR_##name = (code),

@@ -56,6 +56,7 @@ typedef enum {
     MR_OPT_MAX_RUNNING_REQUESTS,/* requests in one batch (0 = auto) */
     MR_OPT_MAX_BATCH_TOKENS,    /* tokens in one engine step (0 = auto) */
     MR_OPT_CONTEXT_LENGTH,      /* prompt + output tokens of one request (0 = the model's max_position_embeddings) */
+    MR_OPT_EP_TIMEOUT,          /* seconds an expert-parallel exchange may wait for the other ranks (0 = auto) */
     MR_OPT_COUNT
 } mr_opt_id;
 
@@ -217,8 +218,19 @@ void mr_model_desc_free(mr_model_desc *d);
 /* The kernel ISA levels (mr_kernel_isa, its names and features) are the
  * kernels' own table: moerun/kernels.h. */
 
+/* The world an MPI launcher (mpirun, srun, ...) started this process in,
+ * read from its environment (OMPI_COMM_WORLD_SIZE/RANK, PMI_*, PMIX_*): the
+ * number of ranks (1 when not launched), *rank (0), and the variable read
+ * (*from, NULL). The resolver's ep_size and placement come from here, before
+ * MPI is started. */
+int mr_launcher_world(int *rank, const char **from);
+/* Ranks the launcher started on this machine (1 when not launched): they
+ * share its cores (threads = 0 gives each its part). */
+int mr_launcher_local(void);
+
 /* The (a2a transport, runner) pair registry (src/config/a2a_pairs.c): none
- * with every runner; mpi with routed only. On refusal writes one sentence. */
+ * with every runner; mpi with routed and reference. On refusal writes one
+ * sentence. */
 bool mr_a2a_pair_supported(mr_a2a a, const mr_moe_runner *r, char *why, size_t n);
 
 /* The frozen execution config. After publish it lives in read-only pages:
@@ -247,6 +259,7 @@ typedef struct {
     int64_t max_batch_tokens;       /* tokens per step (>= max_running_requests) */
     int max_running_requests;       /* >= 1 */
     int64_t context_length;         /* >= 1 */
+    int ep_timeout_s;               /* step deadline of the expert-parallel exchanges, 0 = automatic */
     uint64_t checksum;              /* over everything above and the frozen model copy */
 } mr_exec;
 #define MR_EXEC_MAGIC 0x6D724578u
@@ -257,8 +270,9 @@ bool mr_exec_verify(const mr_exec *x);
  * transport is not built yet: MR_EUNSUPPORTED with a clear message.) */
 mr_status mr_exec_check_runnable(const mr_exec *x);
 /* Checks runnable, then makes the process follow x: kernels see only
- * x->cpu_flags (the resolved kernel_isa and masks take effect) and OpenMP
- * uses x->threads. Call once, before loading weights. */
+ * x->cpu_flags (the resolved kernel_isa and masks take effect), OpenMP
+ * uses x->threads and the expert-parallel group x->ep_timeout_s. Call once,
+ * before loading weights. */
 mr_status mr_exec_apply(const mr_exec *x);
 
 typedef enum {

@@ -209,6 +209,21 @@ mr_status mr_engine_complete(mr_engine *e, mr_status forward_status, const float
 /* The logits buffer mr_engine_step uses: [max_running_requests][vocab]. */
 float *mr_engine_logits_buffer(mr_engine *e);
 
+/* ---- expert parallelism: the ranks in lockstep ----
+ * When the model's MoE runs over several expert-parallel ranks (attention
+ * replicated: every rank runs the same batch), rank 0 (the leader) owns the
+ * requests and every mr_engine_step there broadcasts its batch before
+ * running it (an empty step too: the leader's heartbeat). The other ranks
+ * create their engine with the same options and call mr_engine_follow,
+ * which runs each step the leader sends (no sampling, no logits) until the
+ * leader calls mr_engine_ep_stop. A leader with no work keeps calling
+ * mr_engine_step at least once a second, so that the followers' step
+ * deadline only fires when the leader stopped answering. A broken group
+ * (a rank died or hung: MR_EPEER from mr_engine_step, mr_engine_follow) is
+ * the end of the engine. In one process these do nothing. */
+mr_status mr_engine_follow(mr_engine *e);
+mr_status mr_engine_ep_stop(mr_engine *e);
+
 /* ---- counters (for /metrics and --stats) ---- */
 typedef struct {
     int running, waiting;               /* requests now */

@@ -60,6 +60,8 @@ const mr_model_config *mr_model_config_of(const mr_model *m);
 /* Name of the MoE runner and activation mode in use. */
 const char *mr_model_runner_name(const mr_model *m);
 mr_act_mode mr_model_act_mode(const mr_model *m);
+/* This process's rank and the ranks of its expert-parallel run (0 and 1 in one process). */
+void mr_model_ep(const mr_model *m, int *rank, int *size);
 /* Peak resident memory (getrusage maxrss, bytes) measured right after loading. */
 size_t mr_model_peak_rss(const mr_model *m);
 

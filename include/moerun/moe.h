@@ -111,6 +111,22 @@ void mr_moe_placement_contiguous(int E, int R, int r, int *first, int *n);
 /* The peer owning expert e under that placement. */
 int mr_moe_placement_owner(int E, int R, int e);
 
+/* Where the experts run: logical expert (the router's id) -> physical
+ * expert (a copy of its weights held by one peer) -> the owning peer. Each
+ * peer's physical experts are contiguous, [peer_first[r], peer_first[r+1]),
+ * and a weight set holds one peer's physical experts in that order. A
+ * context builds it from the problem: one physical copy per logical expert,
+ * placed contiguously. Redundant copies of hot experts (and rebalancing)
+ * would add physical experts and change phys_of; the route phase, the
+ * transports and the loader already go through the table. */
+typedef struct {
+    int n_logical, n_physical, n_peers;
+    const int32_t *phys_of;    /* [n_logical] the physical copy that serves each logical expert */
+    const int32_t *logical_of; /* [n_physical] the logical expert each physical one holds */
+    const int32_t *peer_of;    /* [n_physical] its owner */
+    const int32_t *peer_first; /* [n_peers + 1] */
+} mr_moe_placement;
+
 /* Layout descriptor of an expert weight set, produced by a runner's
  * after-load step and asserted at dispatch. */
 typedef enum {
@@ -214,7 +230,7 @@ mr_status mr_moe_weights_calibrate(mr_moe_weights *w, const float *x, int64_t T)
 
 /* ---- running ---- */
 typedef struct {
-    int64_t T;                /* tokens, 1..max_T */
+    int64_t T;                /* tokens, 1..max_T (0..max_T for a peer of an expert-parallel run) */
     const void *x;            /* [T][H] in the problem's act_dtype (F32 or BF16) */
     void *out;                /* [T][H] in act_dtype: written, every element */
     const int32_t *ids;       /* [T][k] precomputed routing (global expert ids), or NULL: route here */
@@ -224,6 +240,13 @@ typedef struct {
     const mr_routing *routing;/* method + bias, with logits */
     int32_t *ids_out;         /* optional [T][k]: the selection used */
     float *weights_out;       /* optional [T][k] */
+    /* Expert parallelism with replicated attention: every peer passes the
+     * same T tokens. Each peer is then the origin of its share of them
+     * (tokens [r*T/R, (r+1)*T/R)), and after the call out holds all T rows on
+     * every peer (the transport's gather); ids_out / weights_out hold all T
+     * selections. Without it (data-parallel attention) each peer passes its
+     * own tokens. Ignored in one process. */
+    bool replicated;
 } mr_moe_args;
 
 typedef struct mr_moe_ctx mr_moe_ctx;
@@ -268,6 +291,25 @@ typedef struct {
     uint64_t wall_ns[MR_MOE_NPH], busy_ns[MR_MOE_NPH];
 } mr_moe_profile;
 void mr_moe_ctx_profile(mr_moe_ctx *c, mr_moe_profile *out, bool reset);
+/* What the transport did, summed over the calls since the last reset:
+ * rows this peer sent (its tokens' (token, slot) rows, to itself included)
+ * and computed (received, from itself included); bytes it sent to other
+ * peers in each exchange; wall time in each exchange (waiting for the peers
+ * included); and, per local expert, the rows it computed. */
+typedef struct {
+    int64_t calls;
+    int64_t rows_sent, rows_recv;
+    uint64_t dispatch_bytes, combine_bytes, gather_bytes;
+    uint64_t dispatch_ns, combine_ns, gather_ns;
+    int n_local;                  /* local experts */
+    const int64_t *recv_per_expert; /* [n_local] rows computed per local expert: the context's own
+                                       counters (a reset zeroes them), valid while it lives */
+    int64_t last_rows_recv;       /* rows computed in the last call */
+    size_t row_wire_bytes;        /* bytes of one dispatched row on the wire (activation, scales, expert, slot) */
+} mr_a2a_stats;
+void mr_moe_ctx_a2a_stats(mr_moe_ctx *c, mr_a2a_stats *out, bool reset);
+/* The context's placement table. */
+const mr_moe_placement *mr_moe_ctx_placement(const mr_moe_ctx *c);
 /* Benchmark isolation only: a packed runner calls the table's uk_stream
  * (reads every weight byte of each tile as the kernels do, computes
  * nothing) instead of the micro-kernels; outputs are then meaningless. */
@@ -285,23 +327,35 @@ mr_status mr_moe_weights_prepare(const mr_moe_runner *r, const mr_moe_problem *p
  *
  * A row set: n rows, each made of up to MR_MOE_PLANES planes (the kernel
  * input, its per-block multipliers, its int8 block sums; what the runner's
- * prepare writes), plane i holding row r at base + r * row_bytes. */
+ * prepare writes), plane i holding row r at base + r * row_bytes. A
+ * plane's wire form tells a transport how its values may travel: as they
+ * are, or, where the runner's carrier is wider than the values need, in
+ * the narrower exact form (the receiver restores the same bytes). */
 #define MR_MOE_PLANES 3
+typedef enum {
+    MR_WIRE_RAW = 0,         /* the bytes as they are */
+    MR_WIRE_BF16_AS_E4M3 = 1 /* bf16 elements whose values are E4M3 values exactly: 1 byte each */
+} mr_moe_wire;
 typedef struct {
     int64_t n;
     int n_planes;
     struct {
         void *base;
         size_t row_bytes;
+        mr_moe_wire wire;
     } plane[MR_MOE_PLANES];
 } mr_moe_rowset;
 
 typedef struct {
     /* origin: the rows of this call, grouped by destination peer in peer
-     * order and, within a peer, by expert (the route phase's order) */
+     * order and, within a peer, by physical expert (the route phase's order) */
     int n_peers;
+    const mr_moe_placement *place; /* the context's */
+    int64_t T;                   /* this origin's tokens in the call */
+    bool replicated;             /* every peer passes the same tokens (mr_moe_args.replicated) ... */
+    int64_t T_total;             /* ... T_total of them, of which this origin's share is T */
     const int64_t *send_counts;  /* [n_peers] */
-    const int32_t *send_expert;  /* [send.n] global expert id of each row */
+    const int32_t *send_expert;  /* [send.n] physical expert id of each row */
     const int32_t *send_slot;    /* [send.n] token * k + slot of each row, at the origin */
     mr_moe_rowset send;
     int64_t H;                   /* elements of a result row */
@@ -312,6 +366,10 @@ typedef struct {
     float *y_recv;               /* [recv.n][H] the experts phase writes here */
     /* origin, set by combine: y_send [send.n][H], row i the result of send row i */
     float *y_send;
+    /* set by each exchange: the bytes this peer sent to other peers in it */
+    uint64_t bytes_sent;
+    /* set by dispatch: the bytes of one row on the wire (0 for none) */
+    size_t row_wire_bytes;
 } mr_a2a_xfer;
 
 typedef struct {
@@ -327,15 +385,79 @@ typedef struct {
     mr_status (*dispatch)(void *state, mr_a2a_xfer *x);
     /* combine: x->y_recv (written by the experts) in; x->y_send out */
     mr_status (*combine)(void *state, mr_a2a_xfer *x);
-    /* bytes moved by the last dispatch + combine (0 for none) */
-    uint64_t (*bytes_moved)(const void *state);
+    /* replicated calls (x->replicated): out [x->T total tokens][row_bytes]
+     * holds this peer's share of the rows (mr_moe_share); afterwards every
+     * peer's. NULL for a transport of one process. */
+    mr_status (*gather)(void *state, mr_a2a_xfer *x, void *out, int64_t T, size_t row_bytes);
 } mr_a2a_ops;
+
+/* The share of T replicated tokens that peer r of R is the origin of:
+ * tokens [*first, *first + *n), r*T/R rounded down. */
+void mr_moe_share(int64_t T, int R, int r, int64_t *first, int64_t *n);
 
 /* The transport of an id, NULL when this build has none. */
 const mr_a2a_ops *mr_a2a_ops_get(mr_a2a id);
 /* Test only: puts ops in the table for id (NULL removes it); returns the
  * previous entry. Not thread-safe; call before contexts are made. */
 const mr_a2a_ops *mr_a2a_debug_set(mr_a2a id, const mr_a2a_ops *ops);
+
+/* ---- the expert-parallel process group ----
+ * The processes of one expert-parallel run: MPI_COMM_WORLD under mpirun (or
+ * any MPI launcher) in a build with MPI (mr_ep_built), else this process
+ * alone. mr_ep_init starts MPI with errors returned as statuses, not
+ * aborts: MPI_THREAD_FUNNELED (only the thread that called it exchanges;
+ * OpenMP threads compute inside each rank), or MPI_THREAD_SERIALIZED for a
+ * program whose exchanges move to another thread while it runs (the
+ * server's engine thread), one thread at a time.
+ *
+ * Every exchange (the mpi transport's, and these) is a nonblocking MPI
+ * collective polled against a deadline: a peer that died or stopped
+ * answering becomes MR_EPEER on every rank that waits for it, within the
+ * deadline, never a hang. The step deadline (mr_ep_set_timeout) is fixed,
+ * or automatic: 5 s beyond twice the slowest step seen (a step: what this
+ * rank did between two exchanges, its waiting included), and at least 5 s
+ * beyond twice this rank's work since its last exchange. After a failed
+ * exchange the group is broken: every later exchange fails at once with
+ * the first error (a collective cannot be taken back), and the process
+ * should exit without mr_ep_finalize; the launcher then ends the others. */
+bool mr_ep_built(void);             /* this build has the MPI transport */
+/* Starts MPI once (later calls: MR_OK). Not built: MR_EUNSUPPORTED. */
+mr_status mr_ep_init(bool serialized);
+bool mr_ep_active(void);            /* mr_ep_init succeeded */
+int mr_ep_rank(void);               /* 0 when not active */
+int mr_ep_size(void);               /* 1 when not active */
+const char *mr_ep_library(void);    /* "Open MPI v4.1.4, ..." or "" */
+/* The step deadline in seconds, 0 = automatic (the default). */
+void mr_ep_set_timeout(double seconds);
+double mr_ep_timeout(void);
+/* The broken state: the first failed exchange's message, or NULL. */
+const char *mr_ep_broken(void);
+/* Breaks the group from above: its user found that the ranks no longer
+ * agree on what comes next (a malformed step). Returns MR_EPEER with the
+ * message (printf-style), which later exchanges repeat. */
+mr_status mr_ep_fail(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+/* Exchanges outside the MoE layer, with an explicit deadline (seconds; 0 =
+ * the step deadline): every rank passes the same bytes and root. */
+mr_status mr_ep_bcast(void *buf, size_t bytes, int root, double timeout_s);
+/* all [mr_ep_size()][bytes] = every rank's mine, in rank order. */
+mr_status mr_ep_allgather(const void *mine, void *all, size_t bytes, double timeout_s);
+mr_status mr_ep_barrier(double timeout_s);
+/* Waits in a barrier without holding a core (polls every millisecond):
+ * for ranks idle while another works alone (a benchmark's single-process
+ * comparison). */
+mr_status mr_ep_barrier_idle(double timeout_s);
+/* The benchmark's ceiling: MPI_Alltoallv alone with this rank sending
+ * send_bytes[r] bytes to rank r (the others pass theirs), iters timed calls
+ * after a warm-up, each after a barrier. *median_s: the median call;
+ * *bytes_out: the bytes this rank sent to other ranks in one call. */
+mr_status mr_ep_probe_alltoallv(const int64_t *send_bytes, int iters, double *median_s, uint64_t *bytes_out);
+/* Ends MPI when the group is healthy (a barrier with the step deadline,
+ * then MPI_Finalize); a broken group is left as is (MR_EPEER). */
+mr_status mr_ep_finalize(void);
 
 /* Routing presets the fused runner implements (its declared subset). */
 bool mr_moe_fused_supports_routing(mr_routing_id id);

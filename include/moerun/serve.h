@@ -76,6 +76,10 @@ const char *mr_server_model_name(const mr_server *s);
 mr_status mr_server_attach(mr_server *s, mr_engine *e);
 /* Opens for work: /health turns 200. Needs a model attached. */
 mr_status mr_server_set_ready(mr_server *s);
+/* NULL while the engine can run; the reason once it cannot any more (its
+ * expert-parallel group broke: a rank died or stopped answering). Every
+ * request then ends with 503; the caller should drain and exit non-zero. */
+const char *mr_server_failure(const mr_server *s);
 /* Stops taking work (new generation requests and /health get 503), then waits
  * up to timeout_s seconds for the admitted requests to finish. Returns the
  * number still unfinished at the end (they are cancelled). */

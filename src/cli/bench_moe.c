@@ -22,6 +22,7 @@
 
 #include "bench_util.h"
 #include "cli.h"
+#include "moerun/config.h"
 #include "moerun/kernels.h"
 #include "moerun/moe.h"
 
@@ -46,7 +47,14 @@ static void usage(FILE *f) {
             "                      touches, from a 1 GiB buffer), one call, one\n"
             "                      stream-only call; prints the medians of the per-round ratios\n"
             "  --stream-only       isolation: replace the micro-kernels by a pure read of the same\n"
-            "                      tiles (outputs meaningless): the layer's memory-side limit\n");
+            "                      tiles (outputs meaningless): the layer's memory-side limit\n"
+            "  --moe-a2a-backend mpi   under mpirun -np R: the layer expert-parallel over the R ranks (each\n"
+            "                      holds its experts; replicated tokens, as the model runs), interleaved\n"
+            "                      with one process of R x threads on rank 0: step times, dispatch / combine\n"
+            "                      bytes and times beside MPI_Alltoallv alone on the same messages, rows\n"
+            "                      per rank, each rank's RSS (--threads is per rank)\n"
+            "  --no-single         with mpi: skip the one-process comparison (rank 0 then holds its\n"
+            "                      experts only)\n");
 }
 
 /* The options, and what they resolve to */
@@ -55,7 +63,7 @@ typedef struct {
     int E, k, threads, iters;
     int64_t H, I;
     uint64_t seed;
-    bool skewed, quick, scaling, phases, stream_only, isolate;
+    bool skewed, quick, scaling, phases, stream_only, isolate, ep, no_single;
     const mr_moe_runner *run;
     mr_format fmt;
     mr_act_mode mode;
@@ -114,6 +122,14 @@ static int parse_opts(int argc, char **argv, moe_opts *o, mr_moe_problem *p) {
         else if (!strcmp(a, "--phases")) o->phases = true;
         else if (!strcmp(a, "--stream-only")) o->stream_only = true;
         else if (!strcmp(a, "--isolate")) o->isolate = true;
+        else if (!strcmp(a, "--no-single")) o->no_single = true;
+        else if (OPT("--moe-a2a-backend")) {
+            if (!strcmp(v, "mpi")) o->ep = true;
+            else if (strcmp(v, "none")) {
+                fprintf(stderr, "moerun bench moe: --moe-a2a-backend is none or mpi\n");
+                return 2;
+            }
+        }
         else if (OPT("--runner")) o->runner_name = v;
         else if (OPT("--format")) o->fmt_name = v;
         else if (OPT("--act-mode")) o->mode_name = v;
@@ -176,9 +192,36 @@ static int parse_opts(int argc, char **argv, moe_opts *o, mr_moe_problem *p) {
                           .act_mode = o->mode, .act_dtype = MR_FMT_F32,
                           .routing = o->run->routes_itself ? MR_ROUTING_RENORMALIZE : MR_ROUTING_MINIMAX2,
                           .n_experts = o->E, .top_k = o->k, .hidden = o->H, .inter = o->I, .a2a = MR_A2A_NONE};
-    char why[256];
-    if (!o->run->supports(p, why, sizeof why)) {
-        fprintf(stderr, "moerun bench moe: %s\n", why);
+    if (o->ep) {
+        p->a2a = MR_A2A_MPI;
+        p->ep_size = mr_ep_size();
+        p->ep_rank = mr_ep_rank();
+        mr_moe_placement_contiguous(o->E, p->ep_size, p->ep_rank, &p->local_first, &p->n_local);
+        if (!mr_ep_active()) {
+            fprintf(stderr, "moerun bench moe: --moe-a2a-backend mpi: %s\n",
+                    mr_ep_built() ? "the expert-parallel group did not start" : "this build has no MPI");
+            return 2;
+        }
+        if (o->E < p->ep_size) {
+            fprintf(stderr, "moerun bench moe: %d experts over %d ranks: every rank needs one\n", o->E, p->ep_size);
+            return 2;
+        }
+        if (o->isolate || o->stream_only || o->scaling) {
+            fprintf(stderr, "moerun bench moe: --isolate, --stream-only and --scaling time one process; not with mpi\n");
+            return 2;
+        }
+    }
+    char why[512];
+    if (!o->run->supports(p, why, sizeof why) || (o->ep && !mr_a2a_pair_supported(p->a2a, o->run, why, sizeof why))) {
+        fprintf(stderr, "moerun bench moe: %s", why);
+        if (o->ep) { /* the alternatives, from the pair registry */
+            fprintf(stderr, " Runners that can:");
+            for (int i = 0, n = 0; i < mr_moe_runner_count(); i++)
+                if (mr_a2a_pair_supported(p->a2a, mr_moe_runner_at(i), NULL, 0))
+                    fprintf(stderr, "%s %s", n++ ? "," : "", mr_moe_runner_at(i)->name);
+            fprintf(stderr, ".");
+        }
+        fprintf(stderr, "\n");
         return 2;
     }
     if (o->json_path && mr_bench_json_check(o->json_path)) { /* fail now, not after minutes of timing */
@@ -224,21 +267,26 @@ static mr_status synth_matrix(mr_qmatrix *m, mr_format fmt, int64_t rows, int64_
     return MR_OK;
 }
 
-/* The layer's seeded synthetic weights into *w (freed by the caller, also on failure) */
-static mr_status synth_weights(const moe_opts *o, uint64_t *s, mr_moe_weights **w) {
-    mr_status st = mr_moe_weights_new(w, o->E, o->H, o->I, o->fmt);
-    for (int e = 0; !st && e < o->E; e++) {
-        st = synth_matrix(&(*w)->w1[e], o->fmt, o->I, o->H, s);
-        if (!st) st = synth_matrix(&(*w)->w3[e], o->fmt, o->I, o->H, s);
-        if (!st) (*w)->w3[e].scale2 = (*w)->w1[e].scale2;
-        if (!st) st = synth_matrix(&(*w)->w2[e], o->fmt, o->H, o->I, s);
-        if (!st && o->fmt == MR_FMT_NVFP4) (*w)->w2[e].input_scale = 1.0f / 2688.0f;
+/* n experts from global id first of a layer's seeded synthetic weights into *w (freed by the
+ * caller, also on failure): each expert from its own stream, so that a rank holding some of
+ * them makes the same ones as a process holding all */
+mr_status mr_bench_moe_weights(mr_format fmt, int first, int n, int64_t H, int64_t I, uint64_t seed,
+                               mr_moe_weights **w) {
+    mr_status st = mr_moe_weights_new(w, n, H, I, fmt);
+    if (!st) (*w)->expert_first = first;
+    for (int i = 0; !st && i < n; i++) {
+        uint64_t s = seed * 0x9E3779B97F4A7C15ull + (uint64_t)(first + i) * 0xD1B54A32D192ED03ull + 1;
+        st = synth_matrix(&(*w)->w1[i], fmt, I, H, &s);
+        if (!st) st = synth_matrix(&(*w)->w3[i], fmt, I, H, &s);
+        if (!st) (*w)->w3[i].scale2 = (*w)->w1[i].scale2;
+        if (!st) st = synth_matrix(&(*w)->w2[i], fmt, H, I, &s);
+        if (!st && fmt == MR_FMT_NVFP4) (*w)->w2[i].input_scale = 1.0f / 2688.0f;
     }
     return st;
 }
 
 /* k distinct experts per token; skewed: 80% of picks among the first 32 */
-static void draw_routing(uint64_t *s, bool skewed, int64_t T, int E, int k, int32_t *ids, float *w, float *logits) {
+void mr_bench_moe_routing(uint64_t *s, bool skewed, int64_t T, int E, int k, int32_t *ids, float *w, float *logits) {
     for (int64_t t = 0; t < T; t++) {
         for (int j = 0; j < k; j++) {
             int32_t e;
@@ -275,12 +323,12 @@ static void print_phases(const mr_moe_profile *p) {
 static mr_status time_calls(mr_moe_ctx *ctx, const mr_moe_weights *w, mr_moe_args *a, uint64_t *s, bool skewed, int E, int k, int iters,
                             size_t expert_bytes, unsigned char *used, double *ms, timing *out) {
     const int64_t T = a->T;
-    draw_routing(s, skewed, T, E, k, (int32_t *)a->ids, (float *)a->weights, (float *)a->logits);
+    mr_bench_moe_routing(s, skewed, T, E, k, (int32_t *)a->ids, (float *)a->weights, (float *)a->logits);
     mr_status st = mr_moe_run(ctx, w, a); /* warm-up: pre-faults the workspace */
     if (st) return st;
     double bytes_sum = 0, sum_ms = 0;
     for (int it = 0; it < iters; it++) {
-        draw_routing(s, skewed, T, E, k, (int32_t *)a->ids, (float *)a->weights, (float *)a->logits);
+        mr_bench_moe_routing(s, skewed, T, E, k, (int32_t *)a->ids, (float *)a->weights, (float *)a->logits);
         memset(used, 0, (size_t)E);
         int nu = 0;
         for (int64_t i = 0; i < T * k; i++) nu += !used[a->ids[i]], used[a->ids[i]] = 1;
@@ -468,6 +516,13 @@ int mr_bench_moe(int argc, char **argv) {
     mr_moe_problem p;
     int rc = parse_opts(argc, argv, &o, &p);
     if (rc >= 0) return rc;
+    if (o.ep) {
+        const mr_bench_moe_ep_opts eo = {.run = o.run, .fmt = o.fmt, .fmt_name = o.fmt_name, .mode = o.mode, .E = o.E,
+                                         .k = o.k, .iters = o.iters, .threads = o.threads, .H = o.H, .I = o.I,
+                                         .seed = o.seed, .skewed = o.skewed, .no_single = o.no_single, .Ts = o.Ts,
+                                         .nT = o.nT, .maxT = o.maxT, .json_path = o.json_path};
+        return mr_bench_moe_ep(&eo);
+    }
     rc = 0;
     ceilings c;
     read_ceilings(&o, &p, &c);
@@ -477,7 +532,7 @@ int mr_bench_moe(int argc, char **argv) {
     mr_moe_ctx *ctx = NULL;
     moe_bufs b = {0};
     json_t *jres = NULL;
-    mr_status st = synth_weights(&o, &s, &w);
+    mr_status st = mr_bench_moe_weights(o.fmt, 0, o.E, o.H, o.I, o.seed, &w);
     if (!st) st = mr_moe_ctx_new(o.run, &p, o.maxT, &ctx);
     if (!st) st = mr_moe_ctx_prepare(ctx, w);
     if (st) {

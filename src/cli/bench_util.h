@@ -8,8 +8,11 @@
 #define MR_BENCH_UTIL_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "moerun/moe.h"
 
 /* The most token counts one --tokens list holds. */
 #define MR_BENCH_MAX_TS 16
@@ -18,6 +21,32 @@
 int mr_bench_moe(int argc, char **argv);
 int mr_bench_dense(int argc, char **argv);
 int mr_bench_engine(int argc, char **argv);
+
+/* bench moe (bench_moe.c; bench_moe_ep.c under mpirun): the seeded synthetic
+ * weights of experts [first, first + n) of a layer (each expert from its
+ * own stream: any split over ranks makes the same experts), and the routing
+ * of T tokens (k distinct experts each, weights 1/k; skewed: 80% of the
+ * picks among the first 32; logits, when not NULL, whose top-k are those). */
+mr_status mr_bench_moe_weights(mr_format fmt, int first, int n, int64_t H, int64_t I, uint64_t seed,
+                               mr_moe_weights **w);
+void mr_bench_moe_routing(uint64_t *s, bool skewed, int64_t T, int E, int k, int32_t *ids, float *w, float *logits);
+
+/* bench moe --moe-a2a-backend mpi under mpirun (bench_moe_ep.c): what it runs. */
+typedef struct {
+    const mr_moe_runner *run;
+    mr_format fmt;
+    const char *fmt_name;
+    mr_act_mode mode;
+    int E, k, iters, threads;
+    int64_t H, I;
+    uint64_t seed;
+    bool skewed, no_single;
+    const int64_t *Ts;
+    int nT;
+    int64_t maxT;
+    const char *json_path;
+} mr_bench_moe_ep_opts;
+int mr_bench_moe_ep(const mr_bench_moe_ep_opts *o);
 
 /* An integer option value in [lo, hi] into *out: 0; otherwise 1, after a
  * message on stderr naming the option. */

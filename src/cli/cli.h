@@ -24,5 +24,8 @@ int mr_cmd_bench_serve(int argc, char **argv); /* `bench serve` */
 /* Prints "moerun <cmd>: <what>: <last error detail>" to stderr; with what ==
  * NULL, "moerun <cmd>: <detail>" (for details that already name the flag). */
 void mr_cli_fail(const char *cmd, const char *what);
+/* "cmd", or "cmd [rank r/R]" when several expert-parallel ranks run it
+ * (each prints its own errors): for messages. A static buffer. */
+const char *mr_cli_who(const char *cmd);
 
 #endif

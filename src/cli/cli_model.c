@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cli_ep.h"
 #include "moerun/engine.h"
 #include "moerun/model.h"
 
@@ -181,7 +182,7 @@ int mr_cli_resolve_to(const char *cmd, const mr_options *o, bool explain, FILE *
     if (st != MR_OK) {
         /* one line; the whole story only when asked for (--explain) */
         if (*r && mr_resolution_error(*r)[0])
-            fprintf(stderr, "moerun %s: resolution failed: %s\n", cmd, mr_resolution_error(*r));
+            fprintf(stderr, "moerun %s: resolution failed: %s\n", mr_cli_who(cmd), mr_resolution_error(*r));
         else
             mr_cli_fail(cmd, "resolution failed");
         if (*r && explain) mr_resolution_explain(*r, stderr);
@@ -224,19 +225,26 @@ int mr_cli_engine_open(const char *cmd, const char *dir, const mr_exec *x, bool 
     mr_engine_opts eo;
     mr_engine_opts_from_exec(x, &eo);
     if (max_queued > 0) eo.max_queued_requests = max_queued;
-    mr_model_opts mo = {.exec = x, .progress = progress};
+    /* expert parallel: the same configuration on every rank, the smallest engine limits */
+    int rc = mr_cli_ep_check_exec(cmd, x, &eo);
+    if (rc) return rc;
+    mr_model_opts mo = {.exec = x, .progress = progress && mr_ep_rank() == 0};
     mr_engine_model_opts(&eo, &mo);
     if (mr_model_open(dir, &mo, m)) {
         mr_cli_fail(cmd, "cannot load the model");
-        return 1;
-    }
-    if (mr_engine_new(*m, &eo, e)) {
+        rc = 1;
+    } else if (mr_engine_new(*m, &eo, e)) {
         mr_cli_fail(cmd, "cannot start the engine");
-        mr_model_close(*m);
-        *m = NULL;
-        return 1;
+        rc = 1;
     }
-    return 0;
+    rc = mr_cli_ep_loaded(cmd, rc, *m); /* every rank loaded its experts (rank 0 prints where they are) */
+    if (rc) {
+        mr_engine_free(*e);
+        mr_model_close(*m);
+        *e = NULL;
+        *m = NULL;
+    }
+    return rc;
 }
 
 void mr_cli_print_kv(const mr_engine *e) {

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cli_ep.h"
 #include "cli_model.h"
 
 int mr_cli_probe_set_make(mr_cli_probe_set *ps, int n, int steps, long seed, int64_t V) {
@@ -111,7 +112,7 @@ double mr_cli_probe_default_tol(mr_format f) {
     return f == MR_FMT_NVFP4 ? 5e-2 : f == MR_FMT_FP8_BLOCK ? 2e-2 : 1e-3;
 }
 
-int mr_cli_probe_run(mr_engine *e, mr_cli_probe_set *ps, bool follow, float *logits) {
+static int probe_run_leader(mr_engine *e, mr_cli_probe_set *ps, bool follow, float *logits) {
     int n = ps->n, S = ps->steps + 1;
     size_t V = (size_t)ps->V;
     int32_t *forced = follow ? malloc((size_t)n * (size_t)S * sizeof(int32_t)) : NULL;
@@ -158,6 +159,19 @@ int mr_cli_probe_run(mr_engine *e, mr_cli_probe_set *ps, bool follow, float *log
     return rc;
 }
 
+/* Under expert parallelism rank 0 owns the requests and the logits; the other ranks run its steps
+ * until it is done, and the ranks agree on the outcome (the leader's failure is everyone's). */
+int mr_cli_probe_run(mr_engine *e, mr_cli_probe_set *ps, bool follow, float *logits) {
+    int rc = 0;
+    if (mr_cli_ep_multi() && mr_ep_rank() > 0) {
+        if (mr_engine_follow(e) != MR_OK) rc = 1;
+    } else {
+        rc = probe_run_leader(e, ps, follow, logits);
+        if (mr_engine_ep_stop(e) && !rc) rc = 1;
+    }
+    return mr_cli_ep_agree("probe", "a probe run", rc);
+}
+
 void mr_cli_probe_close(mr_engine *e) {
     if (!e) return;
     mr_model *m = mr_engine_model(e);
@@ -195,7 +209,9 @@ int mr_cli_probe_open(const char *cmd, const mr_options *base, const char *model
     if (mr_resolve(&o, r) != MR_OK || mr_exec_apply(mr_resolution_exec(*r)) != MR_OK) {
         if (!quiet_fail) mr_cli_fail(cmd, "resolution failed");
         rc = 2;
-    } else {
+    }
+    rc = mr_cli_ep_agree(cmd, "resolution", rc); /* every rank of an expert-parallel run, the same answer */
+    if (!rc) {
         mr_model *m = NULL;
         if (mr_cli_engine_open(cmd, model_dir, mr_resolution_exec(*r), false, ps->n, &m, e)) rc = 1;
     }

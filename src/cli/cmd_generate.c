@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cli_ep.h"
 #include "cli_model.h"
 #include "cli_text.h"
 #include "moerun/config.h"
@@ -199,8 +200,8 @@ int mr_cmd_generate(int argc, char **argv) {
         mr_cli_fail(cmd, "bad prompt");
         goto out;
     }
-    /* 1. resolve, before any weight is read */
-    if (mr_cli_resolve(cmd, &o, explain, &r)) goto out;
+    /* 1. resolve, before any weight is read (every rank of an expert-parallel run, then they agree) */
+    if (mr_cli_ep_agree(cmd, "resolution", mr_cli_resolve(cmd, &o, explain, &r) ? 2 : 0)) goto out;
     const mr_exec *x = mr_resolution_exec(r);
     /* 2. load the model and its engine */
     rc = 1;
@@ -213,6 +214,14 @@ int mr_cmd_generate(int argc, char **argv) {
            (double)mr_model_peak_rss(m) / (1024.0 * 1024.0));
     if (stats) mr_cli_print_kv(e);
     if (stats) mr_cli_print_memory(m);
+    if (mr_cli_ep_multi() && mr_ep_rank() > 0) { /* rank 0 schedules and samples; this rank runs its steps */
+        rc = 0;
+        if (mr_engine_follow(e)) {
+            mr_cli_fail(cmd, "expert-parallel step failed");
+            rc = 1;
+        }
+        goto out;
+    }
     int B = pr.n;
     out_ids = calloc((size_t)B, sizeof(int32_t *));
     n_gen = calloc((size_t)B, sizeof(int64_t));
@@ -328,6 +337,7 @@ out:
     free(n_gen);
     free(cap_gen);
     free(fin);
+    mr_engine_ep_stop(e); /* the other ranks of an expert-parallel run return from mr_engine_follow */
     mr_engine_free(e);
     mr_model_close(m);
     mr_tokstream_free(tstream);

@@ -21,6 +21,7 @@
 
 
 #include "cli.h"
+#include "cli_ep.h"
 #include "cli_model.h"
 #include "cli_probe.h"
 #include "moerun/config.h"
@@ -112,14 +113,16 @@ int mr_cmd_probe(int argc, char **argv) {
      * the embedding (V <= 2^31, n <= 64, steps <= 4096: no size_t overflow) */
     size_t nlog = (size_t)(ps.steps + 1) * (size_t)ps.n * (size_t)ps.V;
     double gib = (double)nlog * sizeof(float) / (1024.0 * 1024.0 * 1024.0);
-    if (gib > 64.0 || !(ref = malloc(nlog * sizeof(float))) || !(got = malloc(nlog * sizeof(float)))) {
+    /* expert parallel: only rank 0 gets the logits (the others run its steps) */
+    const bool leader = !(mr_cli_ep_multi() && mr_ep_rank() > 0);
+    if (gib > 64.0 || (leader && (!(ref = calloc(nlog, sizeof(float))) || !(got = calloc(nlog, sizeof(float)))))) {
         fprintf(stderr,
                 "moerun probe: the logits of %d prompts x %d steps x vocab %lld need 2 x %.1f GiB%s; lower --prompts "
                 "or --steps\n",
                 ps.n, ps.steps + 1, (long long)ps.V, gib, gib > 64.0 ? " (limit 64 GiB)" : " (out of memory)");
         rc = gib > 64.0 ? 2 : 1;
-        goto out;
     }
+    if ((rc = mr_cli_ep_agree("probe", "allocating the logits", rc))) goto out;
     const mr_exec *xr = mr_resolution_exec(rr);
     char line[1024];
     mr_resolution_summary(rr, line, sizeof line);
@@ -150,7 +153,7 @@ int mr_cmd_probe(int argc, char **argv) {
             if (mr_cli_probe_run(m2, &ps, true, got)) {
                 mr_cli_fail("probe", "the run of the second checkpoint failed");
                 e = 1;
-            } else {
+            } else if (leader) {
                 mr_cli_probe_compare(&ps, ref, got, tol_flag >= 0 ? tol_flag : mr_cli_probe_default_tol(xr->weight_format), &c);
                 char label[600];
                 snprintf(label, sizeof label, "%s vs %s", model_dir, against);
@@ -177,7 +180,7 @@ int mr_cmd_probe(int argc, char **argv) {
         } else if (mr_cli_probe_run(m2, &ps, true, got)) {
             mr_cli_fail("probe", "runner failed");
             pass = false;
-        } else {
+        } else if (leader) {
             const mr_exec *x2 = mr_resolution_exec(r2);
             double tol = tol_flag >= 0 ? tol_flag : mr_cli_probe_default_tol(x2->weight_format);
             mr_cli_probe_compare(&ps, ref, got, tol, &c);
@@ -197,6 +200,8 @@ bad:
     fprintf(stderr, "moerun probe: %s: %s\n", flag, mr_error_last());
     rc = 2;
 out:
+    /* expert parallel: the verdict is rank 0's (only it compared the logits) */
+    if (mr_cli_ep_multi() && !mr_ep_broken() && mr_ep_bcast(&rc, sizeof rc, 0, 0) != MR_OK) rc = rc ? rc : 1;
     mr_cli_probe_close(mref);
     mr_resolution_free(rr);
     mr_cli_probe_set_free(&ps);

@@ -17,9 +17,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
+#include "cli_ep.h"
 #include "cli_model.h"
 #include "cli_probe.h"
 #include "moerun/config.h"
@@ -105,7 +107,9 @@ static int self_check_reference(const mr_options *o, const char *dir, mr_format 
         if (!*ref) {
             fprintf(stderr, "moerun serve: out of memory for the self-check\n");
             rc = 1;
-        } else if (mr_cli_probe_run(e, ps, false, *ref)) {
+        }
+        rc = mr_cli_ep_agree("serve", "the self-check", rc); /* expert parallel: every rank runs it */
+        if (!rc && mr_cli_probe_run(e, ps, false, *ref)) {
             mr_cli_fail("serve", "the self-check's reference run failed");
             rc = 1;
         }
@@ -123,10 +127,12 @@ static int self_check_compare(mr_engine *e, const mr_exec *x, mr_cli_probe_set *
     float *got = calloc(n, sizeof(float));
     double *step_err = malloc((size_t)(ps->steps + 1) * sizeof(double));
     int rc = 1;
-    if (!got || !step_err) {
+    if (mr_cli_ep_agree("serve", "the self-check", !got || !step_err ? 1 : 0)) {
         fprintf(stderr, "moerun serve: out of memory for the self-check\n");
     } else if (mr_cli_probe_run(e, ps, true, got)) {
         mr_cli_fail("serve", "the self-check's run of the resolved runner failed");
+    } else if (mr_cli_ep_multi() && mr_ep_rank() > 0) {
+        rc = 0; /* the comparison is rank 0's (it has the logits); its verdict is everyone's */
     } else {
         mr_cli_probe_cmp c = {.step_err = step_err};
         double tol = mr_cli_probe_default_tol(x->weight_format);
@@ -261,35 +267,40 @@ int mr_cmd_serve(int argc, char **argv) {
         goto out;
     }
 
-    /* signals: one thread takes them all */
+    /* expert parallel: rank 0 serves HTTP and schedules; the others run its steps */
+    const bool follower = mr_cli_ep_multi() && mr_ep_rank() > 0;
+    /* signals: one thread takes them all (a follower keeps the launcher's: mpirun ends the job) */
     static sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
-    pthread_t st;
-    if (pthread_create(&st, NULL, signal_thread, &set)) {
-        fprintf(stderr, "moerun serve: cannot start the signal thread\n");
-        rc = 1;
-        goto out;
+    if (!follower) {
+        pthread_sigmask(SIG_BLOCK, &set, NULL);
+        pthread_t st;
+        if (pthread_create(&st, NULL, signal_thread, &set)) {
+            fprintf(stderr, "moerun serve: cannot start the signal thread\n");
+            rc = 1;
+            goto out;
+        }
+        pthread_detach(st);
     }
-    pthread_detach(st);
 
     /* listen first: /health says 503 while the model loads */
     rc = 1;
-    if (mr_server_open(&so, &srv) || mr_server_start(srv)) {
+    int lrc = 0;
+    if (!follower && (mr_server_open(&so, &srv) || mr_server_start(srv))) {
         mr_cli_fail("serve", NULL);
-        goto out;
+        lrc = 1;
     }
-    printf("moerun serve: listening on http://%s:%d (loading)\n", so.host, mr_server_port(srv));
+    if ((rc = mr_cli_ep_agree("serve", "listening", lrc))) goto out;
+    if (!follower) printf("moerun serve: listening on http://%s:%d (loading)\n", so.host, mr_server_port(srv));
     fflush(stdout);
 
-    /* 1. resolve, before any weight is read */
-    if (mr_cli_resolve("serve", &o, false, &r)) {
-        rc = 2;
-        goto out;
-    }
+    /* 1. resolve, before any weight is read (every rank; they agree) */
+    rc = 2;
+    if (mr_cli_ep_agree("serve", "resolution", mr_cli_resolve("serve", &o, false, &r) ? 2 : 0)) goto out;
+    rc = 1;
     const mr_exec *x = mr_resolution_exec(r);
     /* 2. the self-check's reference half */
     if (!skip_check) {
@@ -327,25 +338,37 @@ int mr_cmd_serve(int argc, char **argv) {
         rc = 2;
         goto out;
     }
-    mr_model_opts mo = {.exec = x, .progress = true};
+    /* expert parallel: the same configuration on every rank, the smallest engine limits */
+    if ((rc = mr_cli_ep_check_exec("serve", x, &eo))) goto out;
+    rc = 1;
+    mr_model_opts mo = {.exec = x, .progress = !follower};
     mr_engine_model_opts(&eo, &mo);
     uint64_t t0 = mr_now_ns();
+    int orc = 0;
     if (mr_model_open(dir, &mo, &m)) {
         mr_cli_fail("serve", "cannot load the model");
-        goto out;
-    }
-    if (mr_engine_new(m, &eo, &eng)) {
+        orc = 1;
+    } else if (mr_engine_new(m, &eo, &eng)) {
         mr_cli_fail("serve", "cannot start the engine");
-        goto out;
+        orc = 1;
     }
+    if (mr_cli_ep_loaded("serve", orc, m)) goto out; /* every rank loaded its experts */
     const mr_model_config *c = mr_model_config_of(m);
     printf("loaded: %lld layers, %lld experts top-%lld, vocab %lld, runner %s (%s), kernels %s, %.2f s, peak RSS %.1f MiB\n",
            (long long)c->n_layers, (long long)c->n_experts, (long long)c->top_k, (long long)c->vocab,
            mr_model_runner_name(m), mr_act_mode_name(mr_model_act_mode(m)), mr_kernels_get()->isa,
            (double)(mr_now_ns() - t0) * 1e-9, (double)mr_model_peak_rss(m) / (1024.0 * 1024.0));
-    /* 4. the self-check's comparison, through the engine that will serve */
-    if (!skip_check && self_check_compare(eng, x, &ps, ref)) goto out;
+    /* 4. the self-check's comparison, through the engine that will serve (rank 0's verdict) */
+    if (!skip_check && mr_cli_ep_agree("serve", "the self-check", self_check_compare(eng, x, &ps, ref))) goto out;
     if (skip_check) printf("self-check: skipped (--skip-self-check)\n");
+    if (follower) { /* run rank 0's steps until it stops */
+        rc = 0;
+        if (mr_engine_follow(eng)) {
+            mr_cli_fail("serve", "expert-parallel step failed");
+            rc = 1;
+        }
+        goto out;
+    }
     /* 5. open for work: the server owns the engine from here on */
     mr_status ast = mr_server_attach(srv, eng);
     eng = NULL;
@@ -363,10 +386,24 @@ int mr_cmd_serve(int argc, char **argv) {
            (long long)eo.context_length, (long long)eo.kv_blocks, MR_KV_BLOCK_TOKENS, mr_format_traits_get(eo.kv_dtype)->name,
            (long long)eo.max_batch_tokens);
     fflush(stdout);
-    /* 6. serve until a signal */
+    /* 6. serve until a signal, or until the engine cannot run any more (an expert-parallel rank failed) */
+    const char *failure = NULL;
     pthread_mutex_lock(&sig_mu);
-    while (sig_count == 0 && !early) pthread_cond_wait(&sig_cv, &sig_mu);
+    while (sig_count == 0 && !early && !(failure = mr_server_failure(srv))) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 200 * 1000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&sig_cv, &sig_mu, &ts);
+    }
     pthread_mutex_unlock(&sig_mu);
+    if (failure) { /* every request now gets 503; stop */
+        fprintf(stderr, "moerun %s: stopping: %s\n", mr_cli_who("serve"), failure);
+        mr_server_drain(srv, 1.0);
+        rc = 1;
+        goto out;
+    }
     printf("moerun serve: draining (up to %ld s; a second signal exits at once)\n", shutdown_timeout);
     fflush(stdout);
     int left = mr_server_drain(srv, (double)shutdown_timeout);
@@ -375,7 +412,7 @@ int mr_cmd_serve(int argc, char **argv) {
     fflush(stdout);
     rc = 0;
 out:
-    mr_server_close(srv);
+    mr_server_close(srv); /* its engine thread tells the other expert-parallel ranks to stop */
     mr_engine_free(eng);
     mr_model_close(m);
     mr_resolution_free(r);

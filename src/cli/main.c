@@ -1,10 +1,16 @@
 /* main.c — `moerun <command> [args]`: git-style dispatch to the subcommands.
- * Commands not linked into this build (weak symbols left NULL) say so. */
+ * Commands not linked into this build (weak symbols left NULL) say so.
+ * Under an MPI launcher with the mpi transport (cli_ep.h) the group is
+ * started before the command and ended after it; commands that load a
+ * model but do not run expert-parallel refuse to start there. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
+#include "cli_ep.h"
 #include "moerun/base.h"
+#include "moerun/moe.h"
 
 #pragma weak mr_cmd_inspect
 #pragma weak mr_cmd_resolve
@@ -27,6 +33,19 @@ typedef struct {
     const char *help;
 } command;
 
+/* Expert parallel: the commands that run under mpirun with the mpi transport,
+ * and those that load a model but refuse to (the others load none). */
+static const char *const ep_runs[] = {"generate", "probe", "bench", "serve"};
+static const char *const ep_refuses[] = {"chat", "perplexity"};
+
+static int ep_kind(const char *name) {
+    for (size_t i = 0; i < sizeof ep_runs / sizeof ep_runs[0]; i++)
+        if (!strcmp(name, ep_runs[i])) return 1;
+    for (size_t i = 0; i < sizeof ep_refuses / sizeof ep_refuses[0]; i++)
+        if (!strcmp(name, ep_refuses[i])) return -1;
+    return 0;
+}
+
 static const command commands[] = {
     {"version", mr_cmd_version, "print the version, build options and CPU features"},
     {"inspect", mr_cmd_inspect, "list the tensors of a safetensors file, folder or index"},
@@ -45,14 +64,24 @@ static const command commands[] = {
     {"serve", mr_cmd_serve, "OpenAI-compatible HTTP server (completions, chat, metrics)"},
 };
 
+const char *mr_cli_who(const char *cmd) {
+    static char who[96];
+    if (mr_ep_size() > 1) /* every rank prints its own errors */
+        snprintf(who, sizeof who, "%s [rank %d/%d]", cmd, mr_ep_rank(), mr_ep_size());
+    else
+        snprintf(who, sizeof who, "%s", cmd);
+    return who;
+}
+
 void mr_cli_fail(const char *cmd, const char *what) {
     const char *d = mr_error_last();
+    const char *who = mr_cli_who(cmd);
     if (!what)
-        fprintf(stderr, "moerun %s: %s\n", cmd, d && *d ? d : "failed");
+        fprintf(stderr, "moerun %s: %s\n", who, d && *d ? d : "failed");
     else if (d && *d)
-        fprintf(stderr, "moerun %s: %s: %s\n", cmd, what, d);
+        fprintf(stderr, "moerun %s: %s: %s\n", who, what, d);
     else
-        fprintf(stderr, "moerun %s: %s\n", cmd, what);
+        fprintf(stderr, "moerun %s: %s\n", who, what);
 }
 
 static void usage(FILE *f) {
@@ -78,7 +107,17 @@ int main(int argc, char **argv) {
             fprintf(stderr, "moerun: command '%s' is not available in this build\n", argv[1]);
             return 2;
         }
-        return commands[i].fn(argc - 1, argv + 1);
+        const int ep = ep_kind(argv[1]);
+        if (ep == 0 || !mr_cli_ep_wanted(argc - 1, argv + 1)) return commands[i].fn(argc - 1, argv + 1);
+        if (ep < 0) {
+            fprintf(stderr,
+                    "moerun %s: does not run expert-parallel (the mpi transport); generate, probe, bench moe and "
+                    "serve do; give --moe-a2a-backend none to run each rank alone\n",
+                    argv[1]);
+            return 2;
+        }
+        if (mr_cli_ep_start(argv[1])) return 1;
+        return mr_cli_ep_end(commands[i].fn(argc - 1, argv + 1));
     }
     fprintf(stderr, "moerun: unknown command '%s'\n\n", argv[1]);
     usage(stderr);

@@ -1,7 +1,8 @@
 /* a2a_pairs.c — the registry of supported (a2a transport, MoE runner) pairs.
  * It is data: one row per supported pair; anything not listed is refused.
  * A runner that routes inside its kernel cannot sit behind a transport that
- * must dispatch tokens by expert first, so mpi is declared with routed only.
+ * must dispatch tokens by expert first, so mpi is declared with routed and
+ * reference, the runners that take precomputed (ids, weights).
  * (The runners' own predicates check the same thing from their side; a test
  * checks that the two agree.) */
 #include <stdio.h>
@@ -20,6 +21,9 @@ static const pair_row pairs[] = {
     {MR_A2A_NONE, true, MR_RUNNER_REFERENCE, "without a transport every runner works, in one process"},
     {MR_A2A_MPI, false, MR_RUNNER_ROUTED,
      "routed takes precomputed (ids, weights), so mpi can dispatch tokens by expert first"},
+    {MR_A2A_MPI, false, MR_RUNNER_REFERENCE,
+     "reference takes precomputed (ids, weights) and computes each row on its own, so mpi can dispatch tokens by "
+     "expert first"},
 };
 
 bool mr_a2a_pair_supported(mr_a2a a, const mr_moe_runner *r, char *why, size_t n) {

@@ -244,6 +244,9 @@ char *mr_resolution_json(const mr_resolution *r) {
         bad |= add(je, "runner", json_string(x->runner->name));
         bad |= add(je, "a2a", json_string(mr_a2a_name(x->a2a)));
         bad |= add(je, "ep_size", json_integer(x->ep_size));
+        bad |= add(je, "ep_rank", json_integer(x->problem.ep_rank));
+        bad |= add(je, "local_experts", json_pack("[i, i]", x->problem.local_first, x->problem.n_local));
+        bad |= add(je, "ep_timeout", json_integer(x->ep_timeout_s));
         bad |= add(je, "quantization", json_string(mr_quant_name(x->quant)));
         bad |= add(je, "activation_mode", json_string(mr_act_mode_name(x->act_mode)));
         bad |= add(je, "router_dtype", json_string(x->router_dtype == MR_FMT_BF16 ? "bf16" : "fp32"));

@@ -87,6 +87,10 @@ static const mr_option_def table[MR_OPT_COUNT] = {
     [MR_OPT_CONTEXT_LENGTH] = {MR_OPT_CONTEXT_LENGTH, "context_length", MR_OPT_INT, "0", NULL, 0, 16777216, true,
                                "prompt + output tokens of one request (0 = the model's max_position_embeddings)",
                                "MOERUN_CONTEXT_LENGTH", "--context-length"},
+    [MR_OPT_EP_TIMEOUT] = {MR_OPT_EP_TIMEOUT, "ep_timeout", MR_OPT_INT, "0", NULL, 0, 86400, true,
+                           "seconds an expert-parallel exchange waits for the other ranks before they count as failed "
+                           "(0 = auto: 5 s beyond twice the slowest step seen)",
+                           "MOERUN_EP_TIMEOUT", "--ep-timeout"},
 };
 
 const char *mr_opt_source_name(mr_opt_source s) {

@@ -104,10 +104,48 @@ bool mr__user_fixed(const mr_resolution *r, mr_opt_id id) {
     if (r->user_source[id] == MR_SRC_DEFAULT) return false;
     const char *v = r->user_value[id];
     if (id == MR_OPT_EP_SIZE || id == MR_OPT_MAX_RUNNING_REQUESTS || id == MR_OPT_MAX_BATCH_TOKENS ||
-        id == MR_OPT_CONTEXT_LENGTH)
+        id == MR_OPT_CONTEXT_LENGTH || id == MR_OPT_EP_TIMEOUT)
         return strcmp(v, "0") != 0;
     return strcmp(v, "auto") != 0;
 }
+
+/* The launcher's world (mr_launcher_world): its size, this process's rank, and the variable read. */
+int mr_launcher_world(int *rank, const char **from) {
+    static const char *const size_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"};
+    static const char *const rank_vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MPI_LOCALRANKID"};
+    if (rank) *rank = 0;
+    if (from) *from = NULL;
+    for (size_t i = 0; i < sizeof size_vars / sizeof size_vars[0]; i++) {
+        const char *v = getenv(size_vars[i]);
+        long n = v && *v ? strtol(v, NULL, 10) : 0;
+        if (n < 1 || n > 65536) continue;
+        const char *rv = getenv(rank_vars[i]);
+        long r = rv && *rv ? strtol(rv, NULL, 10) : 0;
+        if (rank) *rank = r >= 0 && r < 65536 ? (int)r : 0;
+        if (from) *from = size_vars[i];
+        return (int)n;
+    }
+    return 1;
+}
+
+int mr_launcher_local(void) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PMIX_LOCAL_SIZE",
+                                       "SLURM_NTASKS_PER_NODE"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        long n = v && *v ? strtol(v, NULL, 10) : 0;
+        if (n >= 1 && n <= 65536) return (int)n;
+    }
+    return 1;
+}
+
+static int mpi_world_rank(void) {
+    int r;
+    mr_launcher_world(&r, NULL);
+    return r;
+}
+
+static int mpi_world_size(const char **from) { return mr_launcher_world(NULL, from); }
 
 void mr__problem(const mr_resolution *r, mr_moe_problem *p) {
     memset(p, 0, sizeof *p);
@@ -417,16 +455,29 @@ static mr_status pass_platform(mr_resolution *r) {
     /* flags the kernels may use: the CPU's, without what only the levels above kernel_isa use */
     const uint32_t above = mr_kernel_isa_above(r->w.isa);
     r->w.cpu_flags = r->w.cpu_detected & ~above;
-    /* the prospective transport (explicit, else none) for the capability checks that follow */
+    /* the prospective transport for the capability checks that follow: explicit, else mpi when a
+     * launcher started several ranks, else none */
     r->w.a2a = MR_A2A_NONE;
-    if (mr__user_fixed(r, MR_OPT_MOE_A2A_BACKEND)) mr_a2a_from_name(mr__user_value(r, MR_OPT_MOE_A2A_BACKEND), &r->w.a2a);
+    if (mr__user_fixed(r, MR_OPT_MOE_A2A_BACKEND)) {
+        mr_a2a_from_name(mr__user_value(r, MR_OPT_MOE_A2A_BACKEND), &r->w.a2a);
+    } else {
+        const char *from;
+        if (mpi_world_size(&from) > 1) r->w.a2a = MR_A2A_MPI;
+    }
     /* threads */
     int64_t t = strtoll(mr__user_value(r, MR_OPT_THREADS), NULL, 10);
     if (t == 0) {
-        r->w.threads = ci->n_cores > 0 ? ci->n_cores : 1;
+        const int local = mr_launcher_local();
+        const int cores = ci->n_cores > 0 ? ci->n_cores : 1;
+        r->w.threads = local > 1 ? (cores / local > 0 ? cores / local : 1) : cores;
         char v[16];
         snprintf(v, sizeof v, "%d", r->w.threads);
-        s = mr__decl(r, MR_DECL_SET, SRC, "threads", v, "all cores of this machine (threads=0)");
+        if (local > 1)
+            s = mr__decl(r, MR_DECL_SET, SRC, "threads", v,
+                         "this machine's %d cores shared by the %d ranks the launcher started on it (threads=0)", cores,
+                         local);
+        else
+            s = mr__decl(r, MR_DECL_SET, SRC, "threads", v, "all cores of this machine (threads=0)");
     } else {
         r->w.threads = (int)t;
     }
@@ -527,40 +578,16 @@ static mr_status pass_moe_runner(mr_resolution *r) {
 
 /* ---- pass 5: a2a ---- */
 
-/* This process's rank in the MPI world, from the launcher's environment (0 if none). */
-static int mpi_world_rank(void) {
-    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-        const char *v = getenv(vars[i]);
-        if (v && *v) {
-            long n = strtol(v, NULL, 10);
-            if (n >= 0 && n < 65536) return (int)n;
-        }
-    }
-    return 0;
-}
-
-static int mpi_world_size(const char **from) {
-    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-        const char *v = getenv(vars[i]);
-        if (v && *v) {
-            long n = strtol(v, NULL, 10);
-            if (n >= 1 && n <= 65536) {
-                *from = vars[i];
-                return (int)n;
-            }
-        }
-    }
-    *from = NULL;
-    return 1;
-}
-
 static mr_status pass_a2a(mr_resolution *r) {
     static const char *const SRC = "a2a";
     mr_status s;
+    const char *world_from = NULL;
+    const int world = mpi_world_size(&world_from);
     if (mr__user_fixed(r, MR_OPT_MOE_A2A_BACKEND))
         s = mr__decl(r, MR_DECL_NOTE, SRC, "moe_a2a_backend", mr_a2a_name(r->w.a2a), "explicit");
+    else if (r->w.a2a == MR_A2A_MPI)
+        s = mr__decl(r, MR_DECL_SET, SRC, "moe_a2a_backend", "mpi", "the launcher started %d ranks (%s)", world,
+                     world_from);
     else
         s = mr__decl(r, MR_DECL_SET, SRC, "moe_a2a_backend", "none", "one process: no expert-parallel transport");
     if (s != MR_OK) return s;
@@ -578,8 +605,7 @@ static mr_status pass_a2a(mr_resolution *r) {
         if (!ep_fixed && (s = mr__decl(r, MR_DECL_SET, SRC, "ep_size", "1", "one rank without a transport")) != MR_OK)
             return s;
     } else {
-        const char *from = NULL;
-        int world = mpi_world_size(&from);
+        const char *from = world_from;
         if (ep_fixed && ep_user != world)
             return fail(r, MR_ERESOLVE, SRC, "ep_size", mr__user_value(r, MR_OPT_EP_SIZE),
                         "ep_size=%lld must equal the MPI world size under moe_a2a_backend=mpi (%d%s%s)",
@@ -595,9 +621,22 @@ static mr_status pass_a2a(mr_resolution *r) {
                           from ? from : "not started by mpirun: 1")) != MR_OK)
             return s;
     }
-    if (r->model.n_experts % r->w.ep_size != 0)
-        return fail(r, MR_ERESOLVE, SRC, "ep_size", mr__user_value(r, MR_OPT_EP_SIZE),
-                    "ep_size=%d does not divide the %d experts", r->w.ep_size, r->model.n_experts);
+    /* E need not divide: the first E mod ep_size ranks hold one expert more */
+    if (r->model.n_experts > 0 && r->w.ep_size > r->model.n_experts) {
+        snprintf(v, sizeof v, "%d", r->w.ep_size);
+        return fail(r, MR_ERESOLVE, SRC, "ep_size", v,
+                    "ep_size=%d is more than the %d experts: every rank needs at least one expert; use at most %d "
+                    "ranks",
+                    r->w.ep_size, r->model.n_experts, r->model.n_experts);
+    }
+    if (r->w.ep_size > 1) {
+        int f, n;
+        mr_moe_placement_contiguous(r->model.n_experts, r->w.ep_size, r->w.ep_rank, &f, &n);
+        if ((s = mr__decl(r, MR_DECL_NOTE, SRC, "ep_size", v,
+                          "contiguous placement: rank %d of %d holds experts %d..%d (%d of %d)", r->w.ep_rank,
+                          r->w.ep_size, f, f + n - 1, n, r->model.n_experts)) != MR_OK)
+            return s;
+    }
     /* the pair registry */
     char why[512];
     if (!mr_a2a_pair_supported(r->w.a2a, r->w.runner, why, sizeof why)) {
@@ -609,11 +648,16 @@ static mr_status pass_a2a(mr_resolution *r) {
                     "moe_a2a_backend=%s cannot be combined with moe_runner_backend=%s: %s runners that can: %s",
                     mr_a2a_name(r->w.a2a), r->w.runner->name, why, alt);
     }
+    if (r->w.a2a == MR_A2A_MPI && !mr__user_fixed(r, MR_OPT_EP_TIMEOUT) &&
+        (s = mr__decl(r, MR_DECL_SET, SRC, "ep_timeout", "0",
+                      "automatic step deadline: 5 s beyond twice the slowest step seen")) != MR_OK)
+        return s;
     s = mr__decl(r, MR_DECL_NOTE, SRC, "moe_a2a_backend", mr_a2a_name(r->w.a2a), "pair (%s, %s) is registered: %s",
                  mr_a2a_name(r->w.a2a), r->w.runner->name, why);
-    if (s == MR_OK && r->w.a2a == MR_A2A_MPI)
+    if (s == MR_OK && r->w.a2a == MR_A2A_MPI && !mr_ep_built())
         s = mr__decl(r, MR_DECL_NOTE, SRC, "moe_a2a_backend", "mpi",
-                     "resolves, but this build has no MPI transport yet: running it is refused with a clear message");
+                     "resolves, but this build has no MPI (libopenmpi-dev): running it is refused with a clear "
+                     "message");
     return s;
 }
 
@@ -942,11 +986,15 @@ bool mr_exec_verify(const mr_exec *x) {
 mr_status mr_exec_check_runnable(const mr_exec *x) {
     if (x == NULL || !mr_exec_verify(x))
         return mr_error_set(MR_ESTATE, "the execution config is missing or was modified after publish");
-    if (x->a2a == MR_A2A_MPI)
+    if (x->a2a == MR_A2A_MPI && !mr_ep_built())
         return mr_error_set(MR_EUNSUPPORTED,
                             "moe_a2a_backend=mpi resolved (with runner %s, ep_size %d), but this build has no MPI "
-                            "transport yet; run with --moe-a2a-backend none",
+                            "(install libopenmpi-dev and rebuild); run with --moe-a2a-backend none",
                             x->runner ? x->runner->name : "?", x->ep_size);
+    if (x->a2a == MR_A2A_MPI && mr_ep_active() && (x->ep_size != mr_ep_size() || x->problem.ep_rank != mr_ep_rank()))
+        return mr_error_set(MR_EUNSUPPORTED,
+                            "the configuration was resolved for rank %d of %d, but this process is MPI rank %d of %d",
+                            x->problem.ep_rank, x->ep_size, mr_ep_rank(), mr_ep_size());
     if (x->device != MR_DEVICE_CPU)
         return mr_error_set(MR_EUNSUPPORTED, "device %s: no GPU runner is built into this binary",
                             mr_device_name(x->device));
@@ -975,6 +1023,7 @@ mr_status mr_exec_apply(const mr_exec *x) {
      * (or a simulated mask) excludes, so that the ISA chosen is the ISA run. */
     mr_cpu_set_hidden(mr_cpu()->detected & ~x->cpu_flags);
     omp_set_num_threads(x->threads);
+    mr_ep_set_timeout((double)x->ep_timeout_s);
     return MR_OK;
 }
 
@@ -1033,6 +1082,7 @@ static mr_status pass_publish(mr_resolution *r) {
     e.max_batch_tokens = r->w.max_batch_tokens;
     e.max_running_requests = r->w.max_running;
     e.context_length = r->w.context_length;
+    e.ep_timeout_s = (int)strtol(mr__user_value(r, MR_OPT_EP_TIMEOUT), NULL, 10);
     memcpy(x, &e, sizeof e);
     x->checksum = exec_checksum(x);
     if (mprotect(block, size, PROT_READ) != 0) {

@@ -117,6 +117,7 @@ void mr_engine_free(mr_engine *e) {
     mr_free(e->ev);
     mr_free(e->top);
     mr_free(e->chk);
+    mr__engine_ep_free(e);
     mr__pool_free(&e->pool);
     mr_free(e);
 }
@@ -194,6 +195,11 @@ mr_status mr_engine_new(mr_model *m, const mr_engine_opts *opts, mr_engine **out
         !e->s_idx || !e->s_count || !e->ev || !e->top) {
         mr_engine_free(e);
         return mr_error_set(MR_ENOMEM, NULL);
+    }
+    e->ep_max_blocks = (int64_t)nbt;
+    if ((st = mr__engine_ep_init(e))) {
+        mr_engine_free(e);
+        return st;
     }
     for (int i = 0; i < e->max_req; i++) e->free_slots[i] = e->max_req - 1 - i;
     e->n_free_slots = e->max_req;
@@ -627,8 +633,12 @@ mr_status mr_engine_step(mr_engine *e, const mr_engine_step_out **out) {
     mr_status st = mr_engine_schedule(e, &b); /* cancellations, decodes, prefill chunks, preemption */
     if (st) return st;
     mr_status fst = MR_OK;
-    if (b->n_seq > 0) fst = mr_model_forward_kv(e->m, b, e->logits); /* the batch through the model */
-    return mr_engine_complete(e, fst, e->logits, out);              /* sample, stops, events, free */
+    if (e->ep_size > 1 && e->ep_rank == 0) fst = mr__engine_ep_send(e, b); /* every rank runs the same batch */
+    if (!fst && b->n_seq > 0) fst = mr_model_forward_kv(e->m, b, e->logits); /* the batch through the model */
+    st = mr_engine_complete(e, fst, e->logits, out);                     /* sample, stops, events, free */
+    /* a broken expert-parallel group is the end of this engine (the requests have their error events) */
+    if (e->ep_size > 1 && mr_ep_broken()) return mr_error_set(MR_EPEER, "%s", mr_ep_broken());
+    return st;
 }
 
 /* ---- counters and the accounting check ---- */

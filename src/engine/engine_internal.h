@@ -139,6 +139,13 @@ struct mr_engine {
     mr_token_logprob *top;      /* [max_running][max_top_logprobs] */
     char err[512];              /* the error of this step's failed forward */
     int32_t *chk;               /* [kv_blocks] scratch of mr_engine_check */
+    /* expert parallelism (engine_ep.c): this rank of ep_size; the step on the wire */
+    int ep_rank, ep_size;
+    int64_t ep_step;
+    int64_t ep_max_blocks;      /* block-table entries one batch may hold */
+    char *ep_buf;               /* [ep_cap] a step's payload */
+    size_t ep_cap;
+    bool ep_stopped;
     mr_engine_step_out out;
     mr_engine_stats st;
     uint64_t t_sched_end;       /* when schedule returned (the forward's start) */
@@ -152,5 +159,12 @@ mr_status mr__engine_pick(mr_engine *e, mr__req *r, const float *logits, int32_t
                           mr_token_logprob *top, int *n_top);
 /* Checks sampling parameters (MR_EINVAL with the field). */
 mr_status mr__sampling_check(const mr_sampling *s);
+
+/* ---- expert parallelism (engine_ep.c) ---- */
+/* Reads the model's rank and size; with several ranks, the payload buffer. */
+mr_status mr__engine_ep_init(mr_engine *e);
+void mr__engine_ep_free(mr_engine *e);
+/* Leader: broadcasts the step's batch (an idle step when it is empty). */
+mr_status mr__engine_ep_send(mr_engine *e, const mr_kv_batch *b);
 
 #endif

@@ -653,6 +653,10 @@ const char *mr_model_runner_name(const mr_model *m) { return m->runner->name; }
 mr_act_mode mr_model_act_mode(const mr_model *m) { return m->problem.act_mode; }
 size_t mr_model_peak_rss(const mr_model *m) { return m->peak_rss; }
 void mr_model_memory_get(const mr_model *m, mr_model_memory *out) { *out = m->mem; }
+void mr_model_ep(const mr_model *m, int *rank, int *size) {
+    *rank = m->problem.ep_size > 1 ? m->problem.ep_rank : 0;
+    *size = m->problem.ep_size > 1 ? m->problem.ep_size : 1;
+}
 void mr_model_weight_bytes_get(const mr_model *m, mr_model_weight_bytes *out) {
     memset(out, 0, sizeof *out);
     for (int64_t l = 0; l < m->c.n_layers; l++) {
@@ -670,7 +674,8 @@ bool mr_model_is_eos(const mr_model *m, int32_t tok) {
     return false;
 }
 void mr__model_set_moe_hook(mr_model *m,
-                            void (*hook)(void *user, int layer, const float *x, int64_t T, const int32_t *ids, int k),
+                            void (*hook)(void *user, int layer, const float *x, const float *out, int64_t T,
+                                         const int32_t *ids, int k),
                             void *user) {
     m->moe_input_hook = hook;
     m->moe_input_user = user;

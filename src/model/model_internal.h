@@ -89,8 +89,9 @@ struct mr_model {
     size_t owned_bytes;      /* bytes of the loader's own buffers (copies and state) */
     mr_model_memory mem;     /* what the model holds (mr_model_memory_get) */
     mr_model_timing timing;
-    /* test/calibration hook: called with each layer's MoE input [T][H] */
-    void (*moe_input_hook)(void *user, int layer, const float *x, int64_t T, const int32_t *ids, int k);
+    /* test/calibration hook: called with each layer's MoE input and output [T][H] and its selection */
+    void (*moe_input_hook)(void *user, int layer, const float *x, const float *out, int64_t T, const int32_t *ids,
+                           int k);
     void *moe_input_user;
 };
 
@@ -142,9 +143,11 @@ mr_status mr__model_own(mr_model *m, void *p);
  * only those experts' tensors are read (and every expert's NVFP4
  * input_scale, for the layer's w4a4 scales). The model's config is used. */
 mr_status mr__model_load_experts(mr_model *m, const void *ck, int l, int first, int n, mr_moe_weights **out);
-/* Test/calibration hook (quantize uses it to collect expert input amax). */
+/* Test/calibration hook (quantize uses it to collect expert input amax;
+ * the expert-parallel tests compare each layer's selection and output). */
 void mr__model_set_moe_hook(mr_model *m,
-                            void (*hook)(void *user, int layer, const float *x, int64_t T, const int32_t *ids, int k),
+                            void (*hook)(void *user, int layer, const float *x, const float *out, int64_t T,
+                                         const int32_t *ids, int k),
                             void *user);
 
 #endif

@@ -4,7 +4,9 @@
  *   out    = MoE(x, logits)             [T][H]: the MoE layer's phases (route with
  *            minimax2 unless the runner routes itself, prepare, dispatch,
  *            experts, combine, finalize; moerun/moe.h), in the runner's
- *            activation dtype, on the model's one MoE context. */
+ *            activation dtype, on the model's one MoE context; under expert
+ *            parallelism every rank passes the same tokens (replicated
+ *            attention) and gets all of them back. */
 #include <string.h>
 
 #include "model/model_internal.h"
@@ -16,8 +18,10 @@ mr_status mr__moe_forward(mr_model *m, int l, const float *xn, int64_t T, float 
     mr_routing r = m->routing;
     r.bias = L->bias;
     mr__dense(&L->gate, xn, T, s->rlogits); /* router logits in fp32 */
+    /* attention is replicated: every rank runs the same batch, is the origin of its share of the
+     * tokens and gets every token's MoE output back (moerun/moe.h mr_moe_args.replicated) */
     mr_moe_args a = {.T = T, .x = xn, .out = out, .logits = s->rlogits, .routing = &r, .ids_out = s->ids,
-                     .weights_out = s->wts};
+                     .weights_out = s->wts, .replicated = m->problem.ep_size > 1};
     if (m->problem.act_dtype == MR_FMT_BF16) { /* runner takes bf16 activations */
         for (int64_t i = 0; i < T * H; i++) s->xb[i] = mr_f32_to_bf16(xn[i]);
         a.x = s->xb;
@@ -25,7 +29,6 @@ mr_status mr__moe_forward(mr_model *m, int l, const float *xn, int64_t T, float 
     }
     mr_status st = mr_moe_run(m->moe, L->experts, &a); /* route, experts, weighted sum */
     if (st) return st;
-    if (m->moe_input_hook) m->moe_input_hook(m->moe_input_user, l, xn, T, s->ids, (int)k);
     uint64_t touched = 0; /* distinct experts of this call (the bench's bytes moved) */
     for (int64_t i = 0; i < T * k; i++)
         if (s->ids[i] >= 0 && s->ids[i] < m->c.n_experts && !s->emark[s->ids[i]]) {
@@ -37,5 +40,6 @@ mr_status mr__moe_forward(mr_model *m, int l, const float *xn, int64_t T, float 
     m->timing.experts_touched += touched;
     if (m->problem.act_dtype == MR_FMT_BF16)
         for (int64_t i = 0; i < T * H; i++) out[i] = mr_bf16_to_f32(s->ob[i]);
+    if (m->moe_input_hook) m->moe_input_hook(m->moe_input_user, l, xn, out, T, s->ids, (int)k);
     return MR_OK;
 }

@@ -44,7 +44,8 @@ static mr_qmatrix bf16_matrix(const mr_st_tensor *t) {
                         .scale2 = 1.0f};
 }
 
-static void calib_hook(void *user, int layer, const float *x, int64_t T, const int32_t *ids, int k) {
+static void calib_hook(void *user, int layer, const float *x, const float *out, int64_t T, const int32_t *ids, int k) {
+    (void)out;
     calib *c = user;
     char n1[256], n3[256];
     for (int64_t t = 0; t < T; t++) {

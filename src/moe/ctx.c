@@ -107,6 +107,17 @@ mr_status mr_moe_ctx_new(const mr_moe_runner *r, const mr_moe_problem *p, int64_
     if (first < 0 || n_local < 1 || first > p->n_experts - n_local || p->ep_rank < 0 || p->ep_rank >= R)
         return mr_error_set(MR_EINVAL, "local experts [%d, %d) or peer %d of %d do not fit %d experts", first,
                             first + n_local, p->ep_rank, R, p->n_experts);
+    if (R > p->n_experts)
+        return mr_error_set(MR_EINVAL, "%d peers for %d experts: every peer needs at least one expert", R,
+                            p->n_experts);
+    if (R > 1 && p->a2a != MR_A2A_NONE) { /* the placement is contiguous: the local range is this peer's share */
+        int f, n;
+        mr_moe_placement_contiguous(p->n_experts, R, p->ep_rank, &f, &n);
+        if (f != first || n != n_local)
+            return mr_error_set(MR_EINVAL,
+                                "peer %d of %d holds experts [%d, %d) under the contiguous placement, not [%d, %d)",
+                                p->ep_rank, R, f, f + n, first, first + n_local);
+    }
     const mr_a2a_ops *t = mr_a2a_ops_get(p->a2a);
     if (!t)
         return mr_error_set(MR_EUNSUPPORTED, "a2a transport %s is not built into this binary", mr_a2a_name(p->a2a));
@@ -134,8 +145,31 @@ mr_status mr_moe_ctx_new(const mr_moe_runner *r, const mr_moe_problem *p, int64_
     c->offsets = mr__moe_ws_alloc(c, E + 1, 4, &st);
     c->slot_of = mr__moe_ws_alloc(c, S, 4, &st);
     c->token_of = mr__moe_ws_alloc(c, S, 4, &st);
+    c->pids = mr__moe_ws_alloc(c, S, 4, &st);
     c->row_expert = mr__moe_ws_alloc(c, S, 4, &st);
     c->peer_counts = mr__moe_ws_alloc(c, (size_t)R, sizeof(int64_t), &st);
+    c->recv_per_expert = mr__moe_ws_alloc(c, (size_t)n_local, sizeof(int64_t), &st);
+    /* placement: one physical copy per logical expert, contiguous */
+    c->place_phys_of = mr__moe_ws_alloc(c, E, 4, &st);
+    c->place_logical_of = mr__moe_ws_alloc(c, E, 4, &st);
+    c->place_peer_of = mr__moe_ws_alloc(c, E, 4, &st);
+    c->place_peer_first = mr__moe_ws_alloc(c, (size_t)R + 1, 4, &st);
+    if (!st) {
+        for (int e = 0; e < p->n_experts; e++) {
+            c->place_phys_of[e] = c->place_logical_of[e] = e;
+            c->place_peer_of[e] = R > 1 ? mr_moe_placement_owner(p->n_experts, R, e) : 0;
+        }
+        for (int q = 0; q <= R; q++) {
+            int f = p->n_experts, n = 0;
+            if (q < R) mr_moe_placement_contiguous(p->n_experts, R, q, &f, &n);
+            c->place_peer_first[q] = f;
+        }
+        c->place = (mr_moe_placement){.n_logical = p->n_experts, .n_physical = p->n_experts, .n_peers = R,
+                                      .phys_of = c->place_phys_of, .logical_of = c->place_logical_of,
+                                      .peer_of = c->place_peer_of, .peer_first = c->place_peer_first};
+        c->a2a_stats.n_local = n_local;
+        c->a2a_stats.recv_per_expert = c->recv_per_expert;
+    }
     /* results, and prepare / finalize scratch: a row of max(H, Ip) and one of H per thread */
     c->y = mr__moe_ws_alloc(c, S, H * 4, &st);
     c->tmp_stride = (int64_t)((2 * (H > Ip ? H : Ip) + 64 + 15) / 16 * 16);
@@ -178,6 +212,19 @@ mr_status mr_moe_ctx_prepare(mr_moe_ctx *c, mr_moe_weights *w) {
     }
     return MR_OK;
 }
+
+void mr_moe_ctx_a2a_stats(mr_moe_ctx *c, mr_a2a_stats *out, bool reset) {
+    if (out) *out = c->a2a_stats;
+    if (reset) {
+        const int n = c->a2a_stats.n_local;
+        memset(&c->a2a_stats, 0, sizeof c->a2a_stats);
+        memset(c->recv_per_expert, 0, (size_t)n * sizeof(int64_t));
+        c->a2a_stats.n_local = n;
+        c->a2a_stats.recv_per_expert = c->recv_per_expert;
+    }
+}
+
+const mr_moe_placement *mr_moe_ctx_placement(const mr_moe_ctx *c) { return &c->place; }
 
 void mr_moe_ctx_profile(mr_moe_ctx *c, mr_moe_profile *out, bool reset) {
     if (out) *out = c->prof;

@@ -43,6 +43,9 @@ extern const struct mr_moe_runner_ops mr__moe_ops_reference;
 extern const struct mr_moe_runner_ops mr__moe_ops_routed;
 extern const struct mr_moe_runner_ops mr__moe_ops_fused;
 
+/* The mpi transport of this build (a2a_mpi.c), or NULL (a2a_nompi.c). */
+const mr_a2a_ops *mr__a2a_mpi_ops(void);
+
 extern unsigned mr__moe_mutation;
 #define MR_MOE_FUSED_MAX_K 32
 #define MR__MOE_MAX_BUFS 40
@@ -66,8 +69,12 @@ struct mr_moe_ctx {
     float *wts;               /* [max_T][k] */
     int32_t *counts, *offsets;          /* [E], [E+1] rows per expert, prefix sums */
     int32_t *slot_of, *token_of;        /* [max_rows]: row of (t, j); (t*k + j) of a row */
-    int32_t *row_expert;                /* [max_rows] global expert of each row */
+    int32_t *pids;                      /* [max_rows] physical expert of each (t, j) of the origin's share */
+    int32_t *row_expert;                /* [max_rows] physical expert of each row */
     int64_t *peer_counts;               /* [ep_size] rows per destination peer */
+    /* placement: logical -> physical -> peer (the arrays below, in the workspace) */
+    mr_moe_placement place;
+    int32_t *place_phys_of, *place_logical_of, *place_peer_of, *place_peer_first;
     /* prepared rows (origin) and their results */
     mr_moe_rowset rows;       /* max_rows rows; planes shaped by the runner's ctx_new */
     float *y;                 /* [max_rows][H] results of the rows, unit weights (origin) */
@@ -75,6 +82,8 @@ struct mr_moe_ctx {
     const mr_a2a_ops *a2a;
     void *a2a_state;
     mr_a2a_xfer xfer;
+    mr_a2a_stats a2a_stats;
+    int64_t *recv_per_expert; /* [n_local] (a2a_stats.recv_per_expert) */
     /* the runner's own state (its struct, its files) */
     void *rs;
     /* per thread scratch of prepare and finalize: tmp_stride floats each */

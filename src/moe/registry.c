@@ -66,13 +66,11 @@ static bool check_limits(const char *rn, const mr_moe_problem *p, char *why, siz
     return true;
 }
 
-/* ---- reference: scalar fp32, any routing, any format; single process ---- */
+/* ---- reference: scalar fp32, any routing, any format, any transport ---- */
 static bool reference_supports(const mr_moe_problem *p, char *why, size_t n) {
     if (!check_device("reference", p, why, n) || !check_formats("reference", p, why, n)) return false;
     if (!check_limits("reference", p, why, n)) return false;
-    if (p->a2a != MR_A2A_NONE)
-        return refuse(why, n, "runner reference is single-process and cannot sit behind a2a transport %s.",
-                      mr_a2a_name(p->a2a));
+    if ((int)p->a2a < 0 || p->a2a >= MR_A2A_COUNT) return refuse(why, n, "unknown a2a transport.");
     return true;
 }
 
@@ -165,7 +163,8 @@ static const mr_moe_runner runners[] = {
      .help = "SIMD on packed tiles, takes precomputed (ids, weights): any routing, any transport"},
     {.name = "reference", .id = MR_RUNNER_REFERENCE, .routes_itself = false, .supports = reference_supports,
      .required_layout = reference_layout, .ops = &mr__moe_ops_reference, .auto_eligible = false,
-     .ground_truth = true, .help = "scalar fp32 ground truth, any routing and format; slow by design, never auto"},
+     .ground_truth = true,
+     .help = "scalar fp32 ground truth, any routing, format and transport; slow by design, never auto"},
 };
 
 int mr_moe_runner_count(void) { return (int)(sizeof runners / sizeof runners[0]); }

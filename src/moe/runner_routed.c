@@ -40,6 +40,8 @@ static mr_status routed_ctx_new(mr_moe_ctx *c) {
     /* the rows the transport carries: the input, and the multipliers and int8 sums where the kernels take them */
     c->rows.n_planes = 1;
     c->rows.plane[0].row_bytes = (size_t)s->ld1 * (size_t)s->es;
+    /* w8a8's bf16 kernel input holds E4M3 values: a transport may send them as 1 byte each */
+    c->rows.plane[0].wire = m == MR_ACT_W8A8 ? MR_WIRE_BF16_AS_E4M3 : MR_WIRE_RAW;
     if (s->use_xs) c->rows.plane[c->rows.n_planes++].row_bytes = (size_t)s->nxs1 * 4;
     if (s->kind == MR_UK_NVFP4_I8) c->rows.plane[c->rows.n_planes++].row_bytes = (size_t)s->nxb1 * 4;
     const size_t R = (size_t)c->max_recv;

@@ -13,7 +13,18 @@
  *             finished gen drops its hold on the job
  *   gauges    /metrics from the engine's counters.
  * Nothing here allocates per token: g->out was sized by the HTTP thread at
- * admission. */
+ * admission.
+ *
+ * Expert parallelism (the model's MoE over several MPI ranks; rank 0 serves):
+ * every step is broadcast to the other ranks, so the loop steps at least
+ * every EP_HEARTBEAT_MS while idle (an empty step: the other ranks' deadline
+ * then only fires when this rank stopped answering). When the group breaks
+ * (a rank died or hung: the step's MR_EPEER) the engine can run nothing any
+ * more: every gen, and every later one, ends as unavailable (503), and
+ * sv_engine_failure says why (the server then exits). At the end the thread
+ * tells the other ranks to stop. */
+#include <errno.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +47,14 @@ struct sv_engine {
     /* engine thread only */
     sv_gen *live;              /* gens inside the engine */
     uint64_t seed_counter;
+    /* expert parallelism */
+    bool ep;                   /* several ranks: heartbeat steps, stop message at the end */
+    uint64_t last_step_ns;
+    atomic_int failed;         /* the group broke: fail_msg says why (written before failed is set) */
+    char fail_msg[256];
 };
+
+#define EP_HEARTBEAT_MS 500
 
 mr_status sv_engine_new(mr_engine *eng, const mr_server_opts *o, sv_metrics *metrics, sv_engine **out) {
     *out = NULL;
@@ -47,6 +65,9 @@ mr_status sv_engine_new(mr_engine *eng, const mr_server_opts *o, sv_metrics *met
     e->capacity = (int64_t)mr_engine_opts_of(eng)->max_running_requests + o->max_queued_requests;
     e->met = metrics;
     e->seed_counter = mr_now_ns();
+    int rank, size;
+    mr_model_ep(e->m, &rank, &size);
+    e->ep = size > 1;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     *out = e;
@@ -71,6 +92,7 @@ bool sv_engine_reserve(sv_engine *e, int k) {
 
 void sv_engine_unreserve(sv_engine *e, int k) { atomic_fetch_sub(&e->reserved, k); }
 int64_t sv_engine_inflight(sv_engine *e) { return (int64_t)atomic_load(&e->reserved); }
+const char *sv_engine_failure(sv_engine *e) { return e && atomic_load(&e->failed) ? e->fail_msg : NULL; }
 
 void sv_engine_submit(sv_engine *e, sv_job *j) {
     pthread_mutex_lock(&e->mu);
@@ -125,7 +147,18 @@ static void finish(sv_engine *e, sv_gen *g, sv_fin fin, const char *err) {
 /* Takes the submissions; false when the thread is to stop. */
 static sv_gen *take(sv_engine *e, bool *go, bool *abort) {
     pthread_mutex_lock(&e->mu);
-    while (!e->stop && !e->sub_head && !e->abort_all && !mr_engine_has_work(e->eng)) pthread_cond_wait(&e->cv, &e->mu);
+    if (e->ep && !atomic_load(&e->failed)) { /* wake up in time for the heartbeat */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += EP_HEARTBEAT_MS * 1000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        while (!e->stop && !e->sub_head && !e->abort_all && !mr_engine_has_work(e->eng))
+            if (pthread_cond_timedwait(&e->cv, &e->mu, &ts) == ETIMEDOUT) break;
+    } else {
+        while (!e->stop && !e->sub_head && !e->abort_all && !mr_engine_has_work(e->eng))
+            pthread_cond_wait(&e->cv, &e->mu);
+    }
     *go = !e->stop;
     *abort = e->abort_all || e->stop;
     e->abort_all = false;
@@ -154,6 +187,11 @@ static void admit(sv_engine *e, sv_gen *g) {
         .user = g,
     };
     if (!r->has_seed) p.sampling.seed = e->seed_counter++ * 0x9E3779B97F4A7C15ull;
+    if (atomic_load(&e->failed)) { /* the engine can run nothing any more */
+        g->unavailable = true;
+        finish(e, g, SV_FIN_ERROR, e->fail_msg);
+        return;
+    }
     mr_req_id id;
     mr_status st = mr_engine_add(e->eng, &p, &id);
     if (st) {
@@ -242,13 +280,23 @@ static void *engine_main(void *arg) {
         if (!go && !e->live) break;
         /* 3. one step (cancellations included) */
         const mr_engine_step_out *out = NULL;
-        if (mr_engine_has_work(e->eng)) {
+        const bool beat = e->ep && mr_now_ns() - e->last_step_ns >= (uint64_t)EP_HEARTBEAT_MS * 1000000u;
+        if (!atomic_load(&e->failed) && (mr_engine_has_work(e->eng) || beat)) {
+            e->last_step_ns = mr_now_ns();
             mr_status st = mr_engine_step(e->eng, &out);
             if (st) { /* the engine itself broke: end everything, never hang */
                 char why[200];
                 snprintf(why, sizeof why, "the engine failed: %s", mr_error_last());
                 MR_ERROR("serve: %s", why);
-                while (e->live) finish(e, e->live, SV_FIN_ERROR, why);
+                const bool gone = st == MR_EPEER; /* for good: an expert-parallel rank failed */
+                if (gone) {
+                    snprintf(e->fail_msg, sizeof e->fail_msg, "%s", why);
+                    atomic_store(&e->failed, 1);
+                }
+                while (e->live) {
+                    e->live->unavailable = gone;
+                    finish(e, e->live, SV_FIN_ERROR, why);
+                }
                 out = NULL;
             }
         }
@@ -268,6 +316,9 @@ static void *engine_main(void *arg) {
         nx = g->next;
         finish(e, g, SV_FIN_ABORT, NULL);
     }
+    /* the other expert-parallel ranks leave their follow loop (nothing to do when the group broke) */
+    if (e->ep && !atomic_load(&e->failed) && mr_engine_ep_stop(e->eng))
+        MR_ERROR("serve: cannot stop the other ranks: %s", mr_error_last());
     return NULL;
 }
 

@@ -228,7 +228,12 @@ static int route_of(const char *url, const char *method, bool *post, bool *bad_m
     return R_NONE;
 }
 
+/* Ready, and the engine can still run (not after its expert-parallel group broke). */
+static bool serving(mr_server *s) { return atomic_load(&s->state) == ST_READY && !sv_engine_failure(s->eng); }
+
 static enum MHD_Result unavailable(mr_server *s, struct MHD_Connection *c) {
+    const char *failure = s->eng ? sv_engine_failure(s->eng) : NULL;
+    if (failure) return fail(s, c, 503, NULL, "the server stopped: %s", failure);
     int st = atomic_load(&s->state);
     if (st == ST_DRAINING) {
         pthread_mutex_lock(&s->met.mu);
@@ -239,7 +244,7 @@ static enum MHD_Result unavailable(mr_server *s, struct MHD_Connection *c) {
 }
 
 static enum MHD_Result do_health(mr_server *s, struct MHD_Connection *c) {
-    if (atomic_load(&s->state) != ST_READY) return unavailable(s, c);
+    if (!serving(s)) return unavailable(s, c);
     return send_json(c, 200, "{\"status\":\"ok\"}");
 }
 
@@ -278,7 +283,7 @@ static enum MHD_Result do_metrics(mr_server *s, struct MHD_Connection *c) {
  * add_special) and /detokenize (tokens). */
 static enum MHD_Result do_tokenize(mr_server *s, struct MHD_Connection *c, sv_hreq *h, bool detok) {
     sv_error e = {0};
-    if (atomic_load(&s->state) != ST_READY) return unavailable(s, c);
+    if (!serving(s)) return unavailable(s, c);
     if (!sv_json_depth_ok(h->body.p ? h->body.p : "", h->body.len, SV_MAX_JSON_DEPTH, &e)) return send_error(s, c, &e);
     json_error_t je;
     json_t *root = mr__json_loadb(h->body.p ? h->body.p : "", h->body.len, JSON_REJECT_DUPLICATES, &je, NULL);
@@ -622,7 +627,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
 static enum MHD_Result do_generate(mr_server *s, struct MHD_Connection *c, sv_hreq *h) {
     sv_error e = {0};
     sv_request r;
-    if (atomic_load(&s->state) != ST_READY) return unavailable(s, c);
+    if (!serving(s)) return unavailable(s, c);
     sv_limits lim = {.max_completion_tokens = s->o.max_completion_tokens, .max_choices = s->o.max_choices,
                      .vocab = s->vocab, .allow_forced = s->o.debug_forced_output};
     if (sv_request_parse(h->route == R_CHAT ? SV_CHAT : SV_COMPLETIONS, h->body.p ? h->body.p : "", h->body.len, &lim,
@@ -1010,6 +1015,7 @@ mr_status mr_server_start(mr_server *s) {
 }
 
 int mr_server_port(const mr_server *s) { return s->port; }
+const char *mr_server_failure(const mr_server *s) { return s && s->eng ? sv_engine_failure(s->eng) : NULL; }
 const char *mr_server_model_name(const mr_server *s) { return s->name; }
 mr_status mr_server_set_ready(mr_server *s) {
     if (!s->eng) return mr_error_set(MR_ESTATE, "serve: no model attached");

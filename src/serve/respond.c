@@ -37,7 +37,7 @@ typedef struct {
     int64_t lp_offset;    /* text_offset of the next token's logprobs entry */
     bool done;
     const char *reason;
-    bool failed;
+    bool failed, unavailable;
     char err[200];
     int n_calls;
     /* the non-streaming body */
@@ -385,6 +385,7 @@ static int finalize(sv_out *o, int i, sv_fin fin, const char *err, sv_buf *sse) 
         c->done = true;
         if (fin == SV_FIN_ERROR) {
             c->failed = true;
+            c->unavailable = c->g && c->g->unavailable;
             snprintf(c->err, sizeof c->err, "%s", err && *err ? err : "the request failed in the engine");
         }
     }
@@ -392,7 +393,7 @@ static int finalize(sv_out *o, int i, sv_fin fin, const char *err, sv_buf *sse) 
     if (!o->stream) return 0;
     if (c->failed) {
         sv_error e;
-        sv_fail(&e, 500, NULL, "%s", c->err);
+        sv_fail(&e, c->unavailable ? 503 : 500, NULL, "%s", c->err);
         char *body = sv_error_body(&e);
         int rc = body ? sv_buf_printf(sse, "data: %s\n\n", body) : -1;
         mr_free(body);
@@ -473,8 +474,9 @@ char *sv_out_body(sv_out *o, int *http) {
     for (int i = 0; i < o->n; i++)
         if (o->c[i].failed) {
             sv_error e;
-            sv_fail(&e, 500, NULL, "%s", o->c[i].err);
-            *http = 500;
+            const int code = o->c[i].unavailable ? 503 : 500; /* 503: the server can run nothing any more */
+            sv_fail(&e, code, NULL, "%s", o->c[i].err);
+            *http = code;
             return sv_error_body(&e);
         }
     sv_buf b = {0};

@@ -259,6 +259,8 @@ typedef struct sv_gen {
     sv_fin fin;
     int64_t cached_tokens;
     char err[200];
+    bool unavailable;           /* with SV_FIN_ERROR: the engine can run nothing any more (an
+                                   expert-parallel rank failed): 503, not 500 */
     /* engine thread only */
     struct sv_gen *next;        /* submission queue */
     struct sv_gen *lprev, *lnext; /* the engine thread's list of gens in the engine */
@@ -307,6 +309,9 @@ void sv_engine_stop(sv_engine *e);
 void sv_engine_free(sv_engine *e);
 /* Admitted gens not yet finished (running + waiting). */
 int64_t sv_engine_inflight(sv_engine *e);
+/* NULL while the engine runs; the reason once it cannot run any more (its
+ * expert-parallel group broke: every gen, and every later one, ends 503). */
+const char *sv_engine_failure(sv_engine *e);
 /* Reserves k gens against max_running + max_queued; false when full. */
 bool sv_engine_reserve(sv_engine *e, int k);
 void sv_engine_unreserve(sv_engine *e, int k);

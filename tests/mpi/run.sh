@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# run.sh — one expert-parallel test under mpirun (tests/CMakeLists.txt):
+#   run.sh TEST_EP MOERUN NP MODE SCRATCH SRC
+# MODE moe | mismatch: TEST_EP MODE under mpirun -np NP.
+# MODE model: small checkpoints made here (gen-tiny bf16 with 9 experts, which no
+# rank count here divides, quantized to fp8
+# and nvfp4), the committed tiny model and the default model, each compared
+# one process against NP ranks by TEST_EP model.
+# SKIP (77) with the reason when mpirun is missing or moerun has no MPI.
+set -u
+TEST_EP=$1; B=$2; NP=$3; MODE=$4; S=$5; SRC=$6
+skip() { echo "SKIP: $*"; exit 77; }
+command -v mpirun >/dev/null 2>&1 || skip "mpirun not found (scripts/install-deps.sh installs openmpi-bin)"
+[ "$TEST_EP" != none ] && [ -x "$TEST_EP" ] || skip "this build has no MPI (install libopenmpi-dev and reconfigure)"
+rm -rf "$S"; mkdir -p "$S"
+# every rank one thread (2 cores in CI); --bind-to none: OpenMPI's default binding could pin a rank's
+# threads to one core; no single-copy (CMA): containers often forbid process_vm_readv
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none
+        -x OMP_NUM_THREADS=1 -x MOERUN_THREADS=1 -x LSAN_OPTIONS -x ASAN_OPTIONS -np "$NP")
+export OMP_NUM_THREADS=1
+# ASan builds: Open MPI's own allocations are not ours (tests/mpi/lsan.supp; the slow unwinder sees
+# through its unloaded components)
+export LSAN_OPTIONS="suppressions=$SRC/tests/mpi/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
+case "$MODE" in
+  moe)
+    timeout 600 "${MPIRUN[@]}" "$TEST_EP" moe; rc=$? ;;
+  model)
+    "$B" gen-tiny "$S/bf16" --quant bf16 --seed 7 --layers 2 --experts 9 --top-k 3 >/dev/null || { echo "FAIL: gen-tiny"; exit 1; }
+    "$B" quantize "$S/bf16" "$S/fp8" --to fp8 >/dev/null || { echo "FAIL: quantize fp8"; exit 1; }
+    "$B" quantize "$S/bf16" "$S/nvfp4" --to nvfp4 >/dev/null || { echo "FAIL: quantize nvfp4"; exit 1; }
+    dirs=("$S/bf16" "$S/fp8" "$S/nvfp4" "$SRC/tests/data/model/tiny")
+    [ -d "$SRC/models/tiny-kjv" ] && dirs+=("$SRC/models/tiny-kjv")
+    timeout 600 "${MPIRUN[@]}" "$TEST_EP" model "${dirs[@]}"; rc=$? ;;
+  mismatch)
+    out=$(timeout 120 "${MPIRUN[@]}" "$TEST_EP" mismatch 2>&1); echo "$out"
+    rc=0
+    n=$(grep -c "MISMATCH REFUSED" <<< "$out"); [ "$n" -eq "$NP" ] || { echo "FAIL: $n of $NP ranks refused the mismatch"; rc=1; }
+    n=$(grep -c "BROKEN STAYS BROKEN" <<< "$out"); [ "$n" -eq "$NP" ] || { echo "FAIL: $n of $NP ranks kept the group broken"; rc=1; } ;;
+  *) echo "run.sh: unknown mode $MODE"; exit 2 ;;
+esac
+[ $rc -eq 124 ] && echo "FAIL: timed out (a hang)"
+rm -rf "$S"
+exit $rc

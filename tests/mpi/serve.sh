@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# serve.sh — `moerun serve` under mpirun -np 2 (rank 0 serves HTTP and
+# schedules, rank 1 runs every step in lockstep):
+#   - the official `openai` client test (tests/cli/openai_client.py: the
+#     three servers of tests/cli/serve_openai.sh, each expert-parallel)
+#     passes, its expected tokens from a one-process `moerun generate`;
+#   - SIGTERM to rank 0 drains, stops rank 1 and the job exits 0;
+#   - a rank that stops answering (SIGSTOP) turns the next request into a 503
+#     within the deadline, and the server exits non-zero.
+# SKIP (77) without mpirun or MPI, or when the openai client cannot be
+# installed (the other checks run first and are reported).
+# Args: <moerun> <source dir> <scratch dir>
+set -u
+M=$1; SRC=$2; S=$3
+skip() { echo "SKIP: $*"; exit 77; }
+command -v mpirun >/dev/null 2>&1 || skip "mpirun not found (scripts/install-deps.sh installs openmpi-bin)"
+"$M" version | grep -q "no MPI" && skip "this build has no MPI (install libopenmpi-dev and reconfigure)"
+rm -rf "$S"; mkdir -p "$S"
+for v in $(env | sed -n 's/^\(MOERUN_[A-Z_0-9]*\)=.*/\1/p'); do unset "$v"; done
+export OMP_NUM_THREADS=1
+# ASan builds: Open MPI's own allocations are not ours (tests/mpi/lsan.supp; the slow unwinder sees
+# through its unloaded components)
+export LSAN_OPTIONS="suppressions=$SRC/tests/mpi/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
+VENV=$(cd "$(dirname "$M")" && pwd)/venv-openai
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails+1)); }
+
+# start LOG ARGS...: an expert-parallel server on 2 ranks; sets EP_PID (mpirun), URL, R0, R1 (the ranks' pids)
+start() {
+    local log=$1; shift
+    mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none \
+        -x OMP_NUM_THREADS -x LSAN_OPTIONS -x ASAN_OPTIONS -np 2 "$M" serve --port 0 --moe-a2a-backend mpi "$@" >"$log" 2>&1 &
+    EP_PID=$!
+    local i
+    for i in $(seq 1 1200); do
+        grep -q "ready on http" "$log" 2>/dev/null && break
+        kill -0 "$EP_PID" 2>/dev/null || { echo "the server exited before it was ready:"; cat "$log"; return 1; }
+        sleep 0.05
+    done
+    grep -q "ready on http" "$log" || { echo "not ready in 60 s:"; cat "$log"; return 1; }
+    URL=http://127.0.0.1:$(sed -n 's/.*listening on http:\/\/[^ ]*:\([0-9][0-9]*\) .*/\1/p' "$log" | head -1)
+    R0=; R1=
+    for p in $(pgrep -P "$EP_PID"); do
+        tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=0" && R0=$p
+        tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && R1=$p
+    done
+    [ -n "$R0" ] && [ -n "$R1" ] || { echo "cannot find the ranks of mpirun $EP_PID"; return 1; }
+}
+# stop: SIGTERM to rank 0 (a drain, then rank 1 is told to stop); mpirun's status into EP_RC
+stop() {
+    kill -TERM "$R0" 2>/dev/null
+    local i
+    for i in $(seq 1 600); do kill -0 "$EP_PID" 2>/dev/null || break; sleep 0.05; done
+    kill -0 "$EP_PID" 2>/dev/null && { kill -KILL "$EP_PID"; EP_RC=124; return; }
+    wait "$EP_PID"; EP_RC=$?
+}
+
+T=$S/tiny
+cp -r "$SRC/tests/data/model/tiny" "$T"
+for p in 5,6,7 9,8,7,6 30,31 40,41,42,43; do
+    line=$("$M" generate --model "$T" --prompt-ids "$p" -n 10 --threads 1 | grep '^\[0\]')
+    case "$line" in *"<eos>"*) continue;; esac
+    prompt=$p; expected=$(echo "$line" | sed 's/^\[0\] //; s/ /,/g'); break
+done
+[ -n "${prompt:-}" ] || { echo "FAIL: no prompt without an EOS in 10 tokens"; exit 1; }
+
+# the same tokens over HTTP from the expert-parallel server
+start "$S/a.log" --model "$T" --context-length 256 || exit 1
+URL_A=$URL; PID_A=$EP_PID; A0=$R0; A1=$R1
+grep -q "expert parallel: 2 ranks" "$S/a.log" || fail "server A is not expert-parallel"
+body=$(curl -s -m 60 "$URL_A/v1/completions" -H 'Content-Type: application/json' \
+    -d "{\"model\":\"tiny\",\"prompt\":[$prompt],\"max_tokens\":10,\"temperature\":0,\"ignore_eos\":true}")
+got=$(sed -n 's/.*"token_ids":\[\([0-9,]*\)\].*/\1/p' <<< "$body")
+[ "$got" = "$expected" ] || fail "completion tokens '$got', one process '$expected' ($body)"
+
+# a rank that stops answering: the next request gets 503 within the deadline, the server exits non-zero
+start "$S/d.log" --model "$T" --context-length 256 --ep-timeout 3 || exit 1
+kill -STOP "$R1"
+t0=$(date +%s)
+code=$(curl -s -m 60 -o "$S/d.body" -w '%{http_code}' "$URL/v1/completions" -H 'Content-Type: application/json' \
+    -d '{"model":"tiny","prompt":[1,2,3],"max_tokens":4}')
+dt=$(( $(date +%s) - t0 ))
+[ "$code" = 503 ] || fail "a hung rank: HTTP $code, expected 503 ($(cat "$S/d.body"))"
+grep -q "did not complete within 3.0 s" "$S/d.body" || fail "a hung rank: the 503 does not say why: $(cat "$S/d.body")"
+[ $dt -le 20 ] || fail "a hung rank: the answer took $dt s"
+for i in $(seq 1 400); do kill -0 "$EP_PID" 2>/dev/null || break; sleep 0.05; done
+if kill -0 "$EP_PID" 2>/dev/null; then fail "a hung rank: the server did not exit"; kill -KILL "$EP_PID"; kill -KILL "$R1"
+else wait "$EP_PID"; rc=$?; [ $rc -ne 0 ] || fail "a hung rank: the server exited 0"; fi
+grep -q "serve \[rank 0/2\]: stopping: the engine failed" "$S/d.log" || { cat "$S/d.log"; fail "a hung rank: no stopping message"; }
+
+# the openai client (PyPI, private venv shared with tests/cli/serve_openai.sh)
+bash "$SRC/scripts/openai-venv.sh" "$VENV"; vrc=$?
+if [ $vrc = 0 ]; then
+    EP_PID=$PID_A; R0=$A0; R1=$A1
+    start "$S/b.log" --model "$T" --context-length 256 --api-key secret --skip-self-check || exit 1
+    URL_B=$URL; PID_B=$EP_PID; B0=$R0
+    MM=$S/minimax-form
+    "$M" gen-tiny "$MM" --vocab 200064 --hidden 64 --layers 1 --experts 4 --top-k 2 --expert-dim 32 --heads 2 \
+        --kv-heads 1 --head-dim 32 --rotary-dim 16 >/dev/null || { echo "FAIL: gen-tiny"; exit 1; }
+    cp "$SRC/tests/data/text/minimax/tokenizer.json" "$SRC/tests/data/text/minimax/tokenizer_config.json" \
+        "$SRC/tests/data/text/chat/models/minimax_m2/chat_template.jinja" "$MM/"
+    printf '{"bos_token_id": 200034, "eos_token_id": [200020]}\n' >"$MM/generation_config.json"
+    sed -i 's/"eos_token_id": [0-9]*/"eos_token_id": 200020/; s/"bos_token_id": [0-9]*/"bos_token_id": 200034/' "$MM/config.json"
+    start "$S/c.log" --model "$MM" --context-length 1024 --debug-forced-output --skip-self-check || exit 1
+    URL_C=$URL; PID_C=$EP_PID; C0=$R0
+    "$VENV/bin/python" "$SRC/tests/cli/openai_client.py" "$URL_A" "$prompt" "$expected" "$URL_B" "$URL_C" ||
+        fail "the openai client against the expert-parallel servers"
+    EP_PID=$PID_B; R0=$B0; stop; [ $EP_RC = 0 ] || { cat "$S/b.log"; fail "server B exited $EP_RC"; }
+    EP_PID=$PID_C; R0=$C0; stop; [ $EP_RC = 0 ] || { cat "$S/c.log"; fail "server C exited $EP_RC"; }
+fi
+EP_PID=$PID_A; R0=$A0; stop
+[ $EP_RC = 0 ] || { cat "$S/a.log"; fail "SIGTERM to rank 0: mpirun exited $EP_RC, expected 0 (drain, then rank 1 stops)"; }
+grep -q "moerun serve: stopped" "$S/a.log" || fail "server A did not drain"
+[ $fails -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
+rm -rf "$S"
+if [ $vrc = 77 ]; then echo "SKIPPED: the openai client cannot be installed here (the other checks passed)"; exit 77; fi
+[ $vrc = 0 ] || { echo "FAIL: scripts/openai-venv.sh exited $vrc"; exit 1; }
+echo PASS
