@@ -33,23 +33,40 @@ has "$SCRATCH/t2" "And the angel of the LORD" "--hide-reasoning answer"
 
 # 2. a pseudo-terminal: an endless answer (--ignore-eos) stopped by Ctrl-C
 if command -v script >/dev/null; then
+    # the keys follow the program's output (the prompt, the streaming answer), not the clock:
+    # a Ctrl-C sent while the model still loads would end the program, however slow the machine
+    : >"$SCRATCH/pty"
+    count() { grep -aoF -- "$1" "$SCRATCH/pty" 2>/dev/null | wc -l; }
+    wait_for() { # wait_for N TEXT: until TEXT was printed N times (60 s at most)
+        local i
+        for i in $(seq 600); do
+            [ "$(count "$2")" -ge "$1" ] && return 0
+            sleep 0.1
+        done
+        echo "chat.sh: waited in vain for '$2' x$1" >&2
+    }
     {
-        sleep 2
+        wait_for 1 '> '
         printf 'In the beginning\n'
-        sleep 3
+        size0=$(stat -c %s "$SCRATCH/pty")
+        for i in $(seq 600); do # the answer streams: some 200 bytes of it
+            [ $(($(stat -c %s "$SCRATCH/pty") - size0)) -gt 200 ] && break
+            sleep 0.1
+        done
         printf '\003'
-        sleep 1
+        wait_for 1 ', stopped]'
+        wait_for 2 '> '
         printf 'half a line\003'
-        sleep 1
+        wait_for 3 '> '
         printf '/exit\n'
         sleep 2
-    } | timeout 60 script -q -e -c "$MOERUN chat --model $M --threads 1 -n 3000 --ignore-eos" /dev/null \
-        >"$SCRATCH/pty" 2>&1
+    } | timeout 120 script -q -e -c "$MOERUN chat --model $M --threads 1 -n 3000 --ignore-eos" /dev/null \
+        >>"$SCRATCH/pty" 2>&1
     rc=$?
     [ $rc = 0 ] || fail "pty: exit $rc, want 0 (the program must survive Ctrl-C and leave at /exit)"
     has "$SCRATCH/pty" ", stopped]" "pty Ctrl-C"
     has "$SCRATCH/pty" $'\033[2m' "pty dim reasoning"
-    n=$(grep -ac '> ' "$SCRATCH/pty")
+    n=$(grep -aoF '> ' "$SCRATCH/pty" | wc -l)
     [ "$n" -ge 3 ] || fail "pty: $n prompts, want 3 (start, after the stopped answer, after the discarded line)"
 else
     echo "SKIP pty part: script(1) is missing"

@@ -87,8 +87,10 @@ ms=$(closed_after 20 idle)
 # clients that vanish mid-stream: their sequences end and free their KV
 pids=
 for i in $(seq 1 6); do
-    curl -s -N --max-time 0.3 -d '{"prompt":[1,2,3],"max_tokens":400,"ignore_eos":true,"stream":true}' \
-        "$SV_URL/v1/completions" >/dev/null 2>&1 &
+    # each one leaves after its first streamed byte (head exits, curl's next write fails and it closes),
+    # so the request has surely started, however slow the machine
+    { curl -s -N --max-time 30 -d '{"prompt":[1,2,3],"max_tokens":400,"ignore_eos":true,"stream":true}' \
+        "$SV_URL/v1/completions" 2>/dev/null | head -c 1 >/dev/null; } &
     pids="$pids $!"
 done
 wait $pids
