@@ -48,7 +48,7 @@ case "$MODE" in
     n=$(grep -c "^model .* runner auto: " "$S/log"); [ "$n" -eq ${#dirs[@]} ] || { echo "FAIL: $n of ${#dirs[@]} checkpoints compared"; rc=1; }
     n=$(grep -c "^model .*: each rank on a copy" "$S/log"); [ "$n" -eq ${#dirs[@]} ] || { echo "FAIL: $n of ${#dirs[@]} per-rank copies compared"; rc=1; } ;;
   mismatch)
-    out=$(timeout 120 "${MPIRUN[@]}" "$TEST_EP" mismatch 2>&1); echo "$out"
+    out=$(timeout 300 "${MPIRUN[@]}" "$TEST_EP" mismatch 2>&1); echo "$out"
     rc=0
     n=$(grep -c "MISMATCH REFUSED" <<< "$out"); [ "$n" -eq "$NP" ] || { echo "FAIL: $n of $NP ranks refused the mismatch"; rc=1; }
     n=$(grep -c "BROKEN STAYS BROKEN" <<< "$out"); [ "$n" -eq "$NP" ] || { echo "FAIL: $n of $NP ranks kept the group broken"; rc=1; } ;;
