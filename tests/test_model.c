@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "model/model_internal.h"
+#include "moerun/config.h"
 #include "moerun/io.h"
 #include "moerun/model.h"
 #include "testutil.h"
@@ -607,6 +608,53 @@ static void test_quantize_follows_spec(void **st) {
     free(base);
 }
 
+/* A checkpoint with an MTP module (the committed tiny model: layer 2 of 2
+ * decoder layers) quantized: quantize leaves the MTP layer bf16 (it is never
+ * loaded), and the result resolves, opens and runs in both formats. */
+static void test_quantize_mtp_checkpoint_resolves(void **st) {
+    (void)st;
+    char *base = tu_tmpdir("model_quant_mtp");
+    const mr_format tos[2] = {MR_FMT_FP8_BLOCK, MR_FMT_NVFP4};
+    for (int q = 0; q < 2; q++) {
+        char out[4200];
+        snprintf(out, sizeof out, "%s/%d", base, q);
+        mr_quantize_params qp = {.to = tos[q], .calib_tokens = 16};
+        assert_int_equal(mr_model_quantize(tu_data("model/tiny"), out, &qp), MR_OK);
+        mr_ckpt *ck = NULL;
+        assert_int_equal(mr_ckpt_open(out, &ck), MR_OK);
+        const mr_st_tensor *mtp = mr_ckpt_find(ck, "model.layers.2.block_sparse_moe.experts.0.w1.weight");
+        const mr_st_tensor *dec = mr_ckpt_find(ck, "model.layers.1.block_sparse_moe.experts.0.w1.weight");
+        assert_non_null(mtp); /* the premise: an MTP expert in the file, left bf16 */
+        assert_non_null(dec);
+        assert_int_equal(mtp->dtype, MR_ST_BF16);
+        assert_int_equal(dec->dtype, q == 0 ? MR_ST_F8_E4M3 : MR_ST_U8);
+        mr_ckpt_close(ck);
+        mr_options o;
+        assert_int_equal(mr_options_init(&o), MR_OK);
+        assert_int_equal(mr_options_set(&o, "model", out, MR_SRC_FLAG), MR_OK);
+        mr_resolution *r = NULL;
+        mr_status s = mr_resolve(&o, &r);
+        if (s) fail_msg("%s", mr_error_last());
+        mr_model_opts mo = {.exec = mr_resolution_exec(r), .max_batch = 1, .max_ctx = 16, .max_tokens = 16,
+                            .quiet = true};
+        mr_model *m = NULL;
+        assert_int_equal(mr_model_open(out, &mo, &m), MR_OK);
+        int seq = 0;
+        int64_t nt = 3;
+        int32_t toks[3] = {5, 6, 7};
+        float logits[256];
+        assert_int_equal(mr_model_config_of(m)->vocab, 256);
+        mr_batch b = {.n_seq = 1, .seq = &seq, .n_tok = &nt, .tokens = toks};
+        assert_int_equal(mr_model_forward(m, &b, logits), MR_OK);
+        for (int i = 0; i < 256; i++) assert_true(isfinite(logits[i]));
+        mr_model_close(m);
+        mr_resolution_free(r);
+        mr_options_free(&o);
+    }
+    tu_rmtree(base);
+    free(base);
+}
+
 /* ---- sampler ---- */
 static void fill_logits(float *l, int V, uint64_t seed) {
     tu_rng r = {seed};
@@ -723,6 +771,7 @@ int main(void) {
         cmocka_unit_test(test_nvfp4_input_scale_group_missing),
         cmocka_unit_test(test_forward_huge_count),
         cmocka_unit_test(test_quantize_follows_spec),
+        cmocka_unit_test(test_quantize_mtp_checkpoint_resolves),
         cmocka_unit_test(test_sampler_greedy),
         cmocka_unit_test(test_sampler_seeded),
         cmocka_unit_test(test_sampler_filters),

@@ -230,6 +230,12 @@ static mr_status check_tensor_headers(mr_resolution *r) {
             break;
         }
         if (!is_weight || excluded || strstr(name, ".experts.") == NULL) continue;
+        /* an MTP layer (index >= num_hidden_layers) is never loaded: its format does not matter (quantize
+         * leaves it bf16) */
+        mr_hf_tensor hk;
+        int hl = -1, he = -1;
+        const char *hs = NULL;
+        if (mr_hf_parse(name, &hk, &hl, &he, &hs) && hl >= m->n_layers) continue;
         /* an expert weight: its dtype and companions as the declared format stores them (formats/ traits) */
         size_t stem = len - 7; /* without ".weight" */
         if (stem > 500) continue;

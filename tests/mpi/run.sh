@@ -2,10 +2,11 @@
 # run.sh — one expert-parallel test under mpirun (tests/CMakeLists.txt):
 #   run.sh TEST_EP MOERUN NP MODE SCRATCH SRC
 # MODE moe | mismatch: TEST_EP MODE under mpirun -np NP.
-# MODE model: small checkpoints made here (gen-tiny bf16 with 9 experts, which no
-# rank count here divides, quantized to fp8
-# and nvfp4), the committed tiny model and the default model, each compared
-# one process against NP ranks by TEST_EP model.
+# MODE model: a checkpoint made here (gen-tiny bf16 with 9 experts, which no
+# rank count here divides), the committed tiny model and the default model
+# (models/tiny-kjv), each in bf16 and quantized here to fp8 and nvfp4, each
+# compared one process against NP ranks by TEST_EP model, also with every rank
+# on a copy that lacks the other ranks' experts.
 # SKIP (77) with the reason when mpirun is missing or moerun has no MPI.
 set -u
 TEST_EP=$1; B=$2; NP=$3; MODE=$4; S=$5; SRC=$6
@@ -27,13 +28,27 @@ case "$MODE" in
     timeout 600 "${MPIRUN[@]}" "$TEST_EP" moe; rc=$? ;;
   model)
     "$B" gen-tiny "$S/bf16" --quant bf16 --seed 7 --layers 2 --experts 9 --top-k 3 >/dev/null || { echo "FAIL: gen-tiny"; exit 1; }
-    "$B" quantize "$S/bf16" "$S/fp8" --to fp8 >/dev/null || { echo "FAIL: quantize fp8"; exit 1; }
-    "$B" quantize "$S/bf16" "$S/nvfp4" --to nvfp4 >/dev/null || { echo "FAIL: quantize nvfp4"; exit 1; }
-    dirs=("$S/bf16" "$S/fp8" "$S/nvfp4" "$SRC/tests/data/model/tiny")
-    [ -d "$SRC/models/tiny-kjv" ] && dirs+=("$SRC/models/tiny-kjv")
-    timeout 600 "${MPIRUN[@]}" "$TEST_EP" model "${dirs[@]}"; rc=$? ;;
+    dirs=("$S/bf16")
+    srcs=("tiny=$SRC/tests/data/model/tiny")
+    [ -d "$SRC/models/tiny-kjv" ] && srcs+=("kjv=$SRC/models/tiny-kjv")
+    for sm in "${srcs[@]}"; do dirs+=("${sm#*=}"); done
+    # every model in fp8 and nvfp4 too
+    for q in fp8 nvfp4; do
+      "$B" quantize "$S/bf16" "$S/$q" --to $q >/dev/null || { echo "FAIL: quantize $q"; exit 1; }
+      dirs+=("$S/$q")
+      for sm in "${srcs[@]}"; do
+        "$B" quantize "${sm#*=}" "$S/${sm%%=*}-$q" --to $q >/dev/null || { echo "FAIL: quantize ${sm#*=} $q"; exit 1; }
+        dirs+=("$S/${sm%%=*}-$q")
+      done
+    done
+    mkdir -p "$S/copies"
+    timeout 600 "${MPIRUN[@]}" "$TEST_EP" model --local-copies "$S/copies" "${dirs[@]}" > "$S/log"; rc=$?
+    cat "$S/log"
+    # every checkpoint compared, in one process and on the per-rank copies
+    n=$(grep -c "^model .* runner auto: " "$S/log"); [ "$n" -eq ${#dirs[@]} ] || { echo "FAIL: $n of ${#dirs[@]} checkpoints compared"; rc=1; }
+    n=$(grep -c "^model .*: each rank on a copy" "$S/log"); [ "$n" -eq ${#dirs[@]} ] || { echo "FAIL: $n of ${#dirs[@]} per-rank copies compared"; rc=1; } ;;
   mismatch)
-    out=$(timeout 120 "${MPIRUN[@]}" "$TEST_EP" mismatch 2>&1); echo "$out"
+    out=$(timeout 300 "${MPIRUN[@]}" "$TEST_EP" mismatch 2>&1); echo "$out"
     rc=0
     n=$(grep -c "MISMATCH REFUSED" <<< "$out"); [ "$n" -eq "$NP" ] || { echo "FAIL: $n of $NP ranks refused the mismatch"; rc=1; }
     n=$(grep -c "BROKEN STAYS BROKEN" <<< "$out"); [ "$n" -eq "$NP" ] || { echo "FAIL: $n of $NP ranks kept the group broken"; rc=1; } ;;

@@ -20,20 +20,30 @@
  *     each checkpoint opened twice on every rank, one process and mpi:
  *     prompts prefilled and decoded greedily, every layer's selection and
  *     MoE output, every step's logits and the greedy tokens compared (the
- *     first checkpoint also with the reference runner).
+ *     first checkpoint also with the reference runner); then, with
+ *     --local-copies DIR, each rank writes a copy of the checkpoint that
+ *     holds none of the other ranks' expert weights (only their NVFP4
+ *     input_scale scalars, which the layer's w4a4 scales take the maximum
+ *     of) and runs the same prompts on it expert-parallel: the results
+ *     equal the one process on the full checkpoint, so no rank read
+ *     another's experts (one process on such a copy fails: the missing
+ *     tensors are needed there).
  *   test_ep mismatch
  *     the ranks pass different batches to a replicated call: every rank
  *     fails with "the ranks' batches differ" instead of computing garbage
  *     or hanging (prints "MISMATCH REFUSED" per rank; the group is broken
  *     after it, so the process exits without MPI_Finalize). */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "model/model_internal.h"
 #include "moerun/config.h"
+#include "moerun/io.h"
 #include "moerun/model.h"
 #include "moerun/moe.h"
 #include "testutil.h"
@@ -359,6 +369,133 @@ static void model_case(const char *dir, const char *runner) {
     free(lb);
 }
 
+/* "...block_sparse_moe.experts.X.<rest>": X, and whether rest is an input_scale; -1 for other tensors. */
+static int expert_of(const char *name, bool *input_scale) {
+    const char *p = strstr(name, ".block_sparse_moe.experts.");
+    if (!p) return -1;
+    p += strlen(".block_sparse_moe.experts.");
+    char *end;
+    long x = strtol(p, &end, 10);
+    if (end == p || *end != '.') return -1;
+    const char *tail = strrchr(end, '.');
+    *input_scale = tail && !strcmp(tail, ".input_scale");
+    return (int)x;
+}
+
+static void copy_file(const char *from, const char *to) {
+    size_t len;
+    void *buf = tu_read_file(from, &len);
+    if (!buf) return; /* optional files (generation_config.json) */
+    CHECK(tu_write_file(to, buf, len) == 0, "cannot write %s", to);
+    free(buf);
+}
+
+/* Writes into out (created) the checkpoint dir without the weights of experts outside [first, first + n);
+ * returns the number of expert tensors left out. */
+static int write_local_copy(const char *dir, const char *out, int first, int n) {
+    CHECK(strlen(dir) < 1000 && strlen(out) < 1000, "path too long");
+    char path[1600], to[1600];
+    CHECK(mkdir(out, 0755) == 0 || errno == EEXIST, "mkdir %s", out);
+    static const char *const side[] = {"config.json", "generation_config.json", "tokenizer.json",
+                                       "tokenizer_config.json"};
+    for (size_t i = 0; i < sizeof side / sizeof side[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, side[i]);
+        snprintf(to, sizeof to, "%s/%s", out, side[i]);
+        copy_file(path, to);
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    mr_st_file *f;
+    OK(mr_st_open(path, &f));
+    mr_st_writer *w;
+    OK(mr_st_writer_new(&w));
+    for (size_t i = 0; i < mr_st_metadata_count(f); i++) {
+        const char *k, *v;
+        if (mr_st_metadata_at(f, i, &k, &v)) OK(mr_st_writer_set_metadata(w, k, v));
+    }
+    int dropped = 0;
+    for (size_t i = 0; i < mr_st_count(f); i++) {
+        const mr_st_tensor *t = mr_st_tensor_at(f, i);
+        bool is_scale = false;
+        const int x = expert_of(t->name, &is_scale);
+        if (x >= 0 && (x < first || x >= first + n) && !is_scale) {
+            dropped++;
+            continue;
+        }
+        OK(mr_st_writer_add(w, t->name, t->dtype, t->shape, t->ndim, t->data));
+    }
+    snprintf(to, sizeof to, "%s/model.safetensors", out);
+    OK(mr_st_writer_write(w, to));
+    mr_st_writer_free(w);
+    mr_st_close(f);
+    return dropped;
+}
+
+/* The expert-parallel run on per-rank copies without the other ranks' experts, against one process on dir. */
+static void local_copy_case(const char *dir, const char *scratch, int idx) {
+    mr_options o;
+    OK(mr_options_init(&o));
+    OK(mr_options_set(&o, "model", dir, MR_SRC_FLAG));
+    OK(mr_options_set(&o, "moe_a2a_backend", "none", MR_SRC_FLAG));
+    OK(mr_options_set(&o, "threads", "1", MR_SRC_FLAG));
+    mr_resolution *r = NULL;
+    OK(mr_resolve(&o, &r));
+    mr_model *m0 = NULL;
+    mr_model_opts mo0 = {.exec = mr_resolution_exec(r), .max_batch = 1, .max_ctx = 16, .max_tokens = 16};
+    OK(mr_model_open(dir, &mo0, &m0));
+    const int E = (int)mr_model_config_of(m0)->n_experts;
+    mr_model_close(m0);
+    mr_resolution_free(r);
+    mr_options_free(&o);
+    int first, n;
+    mr_moe_placement_contiguous(E, SIZE, RANK, &first, &n);
+    char out[1300];
+    CHECK(strlen(scratch) < 1000, "path too long");
+    snprintf(out, sizeof out, "%.1000s/local%d-rank%d-of-%d", scratch, idx, RANK, SIZE);
+    const int dropped = write_local_copy(dir, out, first, n);
+    CHECK(SIZE == 1 || dropped > 0, "%s: the copy of rank %d left no expert out", dir, RANK);
+    if (dropped > 0) { /* one process on the copy: the missing experts are needed there */
+        mr_options oc;
+        OK(mr_options_init(&oc));
+        OK(mr_options_set(&oc, "model", out, MR_SRC_FLAG));
+        OK(mr_options_set(&oc, "moe_a2a_backend", "none", MR_SRC_FLAG));
+        OK(mr_options_set(&oc, "threads", "1", MR_SRC_FLAG));
+        mr_resolution *rc = NULL;
+        mr_status st = mr_resolve(&oc, &rc);
+        if (st == MR_OK) {
+            mr_model *mc = NULL;
+            mr_model_opts moc = {.exec = mr_resolution_exec(rc), .max_batch = 1, .max_ctx = 16, .max_tokens = 16};
+            st = mr_model_open(out, &moc, &mc);
+            if (st == MR_OK) mr_model_close(mc);
+        }
+        CHECK(st != MR_OK && strstr(mr_error_last(), "experts."),
+              "%s: one process opened a copy without %d expert tensors (%s)", out, dropped,
+              st ? mr_error_last() : "no error");
+        mr_resolution_free(rc);
+        mr_options_free(&oc);
+    }
+    moe_log A = {0}, B = {0};
+    const size_t nl = (size_t)(STEPS + 1) * NSEQ * 4096 * 2;
+    float *la = malloc(nl * sizeof(float)), *lb = malloc(nl * sizeof(float));
+    int32_t ta[(STEPS + 1) * NSEQ], tb[(STEPS + 1) * NSEQ];
+    int64_t V = 0, V2 = 0;
+    model_run(dir, "none", NULL, &A, la, ta, &V);
+    model_run(out, "mpi", NULL, &B, lb, tb, &V2);
+    bool same = A.n == B.n && A.n > 0 && V == V2;
+    for (int i = 0; same && i < A.n; i++)
+        same = A.T[i] == B.T[i] && !memcmp(A.ids[i], B.ids[i], (size_t)(A.T[i] * A.k) * sizeof(int32_t)) &&
+               !memcmp(A.out[i], B.out[i], (size_t)(A.T[i] * A.H) * sizeof(float));
+    CHECK(same, "%s: the ranks on copies without the others' experts: MoE calls differ from one process", dir);
+    CHECK(same && !memcmp(la, lb, (size_t)(STEPS + 1) * NSEQ * (size_t)V * sizeof(float)) && !memcmp(ta, tb, sizeof ta),
+          "%s: the ranks on copies without the others' experts: logits or tokens differ", dir);
+    if (RANK == 0)
+        printf("model %s: each rank on a copy without the other ranks' experts (rank 0 left out %d tensors): "
+               "%d MoE calls compared\n", dir, dropped, A.n);
+    log_free(&A);
+    log_free(&B);
+    free(la);
+    free(lb);
+}
+
 static int run_mismatch(void) {
     if (SIZE < 2) {
         printf("MISMATCH needs 2 ranks\n");
@@ -395,7 +532,7 @@ static int run_mismatch(void) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: test_ep moe | model DIR... | mismatch\n");
+        fprintf(stderr, "usage: test_ep moe | model [--local-copies SCRATCH] DIR... | mismatch\n");
         return 2;
     }
     OK(mr_ep_init(false));
@@ -410,9 +547,13 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "moe")) {
         run_moe();
     } else if (!strcmp(argv[1], "model")) {
-        for (int i = 2; i < argc; i++) {
+        int i0 = 2;
+        const char *scratch = NULL;
+        if (argc > 3 && !strcmp(argv[2], "--local-copies")) scratch = argv[3], i0 = 4;
+        for (int i = i0; i < argc; i++) {
             model_case(argv[i], NULL);
-            if (i == 2) model_case(argv[i], "reference");
+            if (i == i0) model_case(argv[i], "reference");
+            if (scratch) local_copy_case(argv[i], scratch, i - i0);
         }
     } else {
         fprintf(stderr, "test_ep: unknown mode '%s'\n", argv[1]);
