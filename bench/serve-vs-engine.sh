@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # bench/serve-vs-engine.sh MODEL TAG [CONCURRENCIES] — the serving targets of
 # bench/README.md on one checkpoint, in one run, interleaved:
-#   1. `moerun bench engine` at B = each concurrency: the prefill time of B
-#      prompts of IN tokens and the decode step time (no HTTP);
+#   1. `moerun bench engine` at B = each concurrency (no HTTP), twice: the
+#      prefill time of B prompts of IN tokens (--prompt IN), and the decode
+#      step time at the served run's mean context, IN + OUT / 2 (--prompt
+#      IN + OUT / 2 - 11: the bench's own warm-up and timed steps add about
+#      11 positions; attention grows with the context, and on a small model
+#      it is a large part of the step);
 #   2. `moerun serve` + `moerun bench serve` at the same concurrencies
 #      (completions, token-id prompts of IN tokens, OUT output tokens,
 #      ignore_eos, temperature 0, WAVES x C requests, at least 4).
@@ -32,10 +36,13 @@ vocab=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' "$MODEL/config.json" | hea
 [ -n "$vocab" ] || { echo "no vocab_size in $MODEL/config.json"; exit 2; }
 [ "$vocab" -gt 4096 ] && vocab=4096 # ids a tokenizer knows (the trained model's, or any of a random checkpoint)
 ctx=$((IN + OUT + 16))
+ectx=$((IN + OUT / 2 - 11)); [ $ectx -lt "$IN" ] && ectx=$IN
 for r in $(seq 1 "$ROUNDS"); do
     echo "=== round $r: engine"
-    "$M" bench engine --model "$MODEL" --batch "$CONC" --prompt "$IN" --steps 16 --rounds 3 $EXTRA \
-        --json "$R/serve_${TAG}_engine_$r.json" | tail -n +1 | grep -E "^ *[0-9]+ |^ *B |prefill of|ceiling"
+    "$M" bench engine --model "$MODEL" --batch "$CONC" --prompt "$IN" --warmup 1 --steps 2 --rounds 3 $EXTRA \
+        --json "$R/serve_${TAG}_prefill_$r.json" | grep -E "prefill of"
+    "$M" bench engine --model "$MODEL" --batch "$CONC" --prompt "$ectx" --steps 16 --rounds 3 $EXTRA \
+        --json "$R/serve_${TAG}_engine_$r.json" | grep -E "^ *[0-9]+ |^ *B |ceiling"
     echo "=== round $r: serve"
     log=$(mktemp)
     "$M" serve --model "$MODEL" --port 0 --max-running-requests "$maxc" --context-length "$ctx" --skip-self-check \
@@ -58,7 +65,8 @@ echo "    TTFT p50 at C = 1 against the engine's prefill of one prompt + 10 ms)"
 for c in $(echo "$CONC" | tr ',' ' '); do
     for r in $(seq 1 "$ROUNDS"); do
         ej=$(jq -c --argjson b "$c" '.results[] | select(.B == $b)' "$R/serve_${TAG}_engine_$r.json")
-        e=$(echo "$ej" | jq .decode_tok_per_s); pf=$(echo "$ej" | jq .prefill_ms); pd=$(echo "$ej" | jq .prefill_decode_tokens)
+        pj=$(jq -c --argjson b "$c" '.results[] | select(.B == $b)' "$R/serve_${TAG}_prefill_$r.json")
+        e=$(echo "$ej" | jq .decode_tok_per_s); pf=$(echo "$pj" | jq .prefill_ms); pd=$(echo "$pj" | jq .prefill_decode_tokens)
         s=$(jq '.results[0].output_throughput' "$R/serve_${TAG}_c${c}_$r.json")
         t=$(jq '.results[0].median_ttft_ms' "$R/serve_${TAG}_c${c}_$r.json")
         st=$(jq '.results[0].server_counters_delta.mean_ttft_ms // "null"' "$R/serve_${TAG}_c${c}_$r.json")
