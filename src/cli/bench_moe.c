@@ -232,18 +232,10 @@ static int parse_opts(int argc, char **argv, moe_opts *o, mr_moe_problem *p) {
 /* Fills a matrix with random codes directly (no fp32 detour): values of
  * magnitude ~1/sqrt(cols) so the layer stays finite. */
 static mr_status synth_matrix(mr_qmatrix *m, mr_format fmt, int64_t rows, int64_t cols, uint64_t *s) {
-    memset(m, 0, sizeof *m);
-    m->fmt = fmt;
-    m->rows = rows;
-    m->cols = cols;
-    m->scale2 = 1.0f;
-    m->owned = true;
-    size_t nd = 0, ns = 0; /* the buffer sizes of the formats traits */
-    mr_status st = mr_qmatrix_sizes(fmt, rows, cols, &nd, &ns);
+    mr_status st = mr_qmatrix_alloc(m, fmt, rows, cols); /* buffers sized by the formats traits */
     if (st) return st;
-    m->data = mr_aligned_alloc(64, nd);
-    m->scale = ns ? mr_aligned_alloc(64, ns) : NULL;
-    if (!m->data || (ns && !m->scale)) return MR_ENOMEM;
+    size_t nd = 0, ns = 0;
+    mr_qmatrix_sizes(fmt, rows, cols, &nd, &ns);
     uint64_t *d = m->data;
     size_t nw = nd / 8;
     if (fmt == MR_FMT_BF16) {
@@ -260,7 +252,6 @@ static mr_status synth_matrix(mr_qmatrix *m, mr_format fmt, int64_t rows, int64_
         m->scale2 = 1.0f / (6.0f * sqrtf((float)cols));
         m->input_scale = 4.0f / 2688.0f;
     }
-    for (size_t i = nw * 8; i < nd; i++) ((uint8_t *)m->data)[i] = 0;
     return MR_OK;
 }
 
