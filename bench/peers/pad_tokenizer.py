@@ -37,6 +37,11 @@ def main():
     if max(used) >= n:
         sys.exit(f"pad_tokenizer: the tokenizer has ids up to {max(used)}, above the model's vocabulary of {n}")
     strs = set(vocab) | {a["content"] for a in tok.get("added_tokens", [])}
+    # the added tokens in the vocabulary at their ids: tokenizers gives an added
+    # token that the vocabulary lacks the next id after the vocabulary's size,
+    # which the padding has just moved
+    for a in tok.get("added_tokens", []):
+        vocab.setdefault(a["content"], a["id"])
     for i in range(n):
         if i not in used:
             s = f"<t{i}>"
