@@ -4,8 +4,8 @@ timed in one run, interleaved round by round: prefill tok/s of a P-token
 prompt and decode tok/s at batch 1 (N greedy tokens after that prompt).
 
     bench/peers/llamacpp_bench.py --isa avx2|native \\
-        --pair fp8=/work/ckpt/real2-fp8:/work/ckpt/real2-q8_0.gguf \\
-        --pair nvfp4=/work/ckpt/real2-nvfp4:/work/ckpt/real2-q4_0.gguf [--rounds 3]
+        --pair fp8=/work/ckpt/real2-fp8:/work/ckpt/peers/real2-q8_0.gguf \\
+        --pair nvfp4=/work/ckpt/real2-nvfp4:/work/ckpt/peers/real2-q4_0.gguf [--rounds 3]
 
 Each --pair is LABEL=MOERUN_CHECKPOINT:GGUF (bench/peers/llamacpp_setup.sh
 makes the GGUF files). --isa avx2 runs moerun with MOERUN_CPU_MASK=avx512
