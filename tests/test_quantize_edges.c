@@ -417,6 +417,7 @@ static void test_nvfp4_zero_checkpoint(void **st) {
 }
 
 int main(void) {
+    tu_isa_begin("test_quantize_edges");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fp8_tiny_amax),
         cmocka_unit_test(test_fp8_tiny_amax_checkpoint),

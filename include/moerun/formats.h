@@ -60,6 +60,10 @@ typedef struct {
  * NVFP4 needs cols % 16 == 0. On success out owns its buffers. */
 mr_status mr_qmatrix_quantize(mr_qmatrix *out, mr_format fmt, const float *w, int64_t rows, int64_t cols,
                               float shared_amax);
+/* An owned, zero-filled [rows][cols] matrix in a weight format fmt (its
+ * data and scale buffers sized by the traits, 64-byte aligned; scale2 1);
+ * MR_EINVAL for nvfp4 with cols % 16, MR_ENOMEM with the sizes. */
+mr_status mr_qmatrix_alloc(mr_qmatrix *m, mr_format fmt, int64_t rows, int64_t cols);
 /* Dequantizes row r into dst [cols] (fp32, exact products of the stored values). */
 void mr_qmatrix_dequant_row(const mr_qmatrix *m, int64_t r, float *dst);
 /* Bytes of data + scales; of the data alone; of the scales alone. */

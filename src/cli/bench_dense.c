@@ -12,6 +12,8 @@
 #include <sys/mman.h>
 
 #include "bench_util.h"
+#include "cli.h"
+#include "moerun/formats.h"
 #include "moerun/kernels.h"
 
 typedef struct {
@@ -46,7 +48,8 @@ int mr_bench_dense(int argc, char **argv) {
         }
 #undef OPT
     }
-    mr_format fmt = !strcmp(fmt_name, "fp8") ? MR_FMT_FP8_BLOCK : !strcmp(fmt_name, "bf16") ? MR_FMT_BF16 : MR_FMT_COUNT;
+    mr_format fmt = MR_FMT_COUNT;
+    if (mr_format_from_name(fmt_name, &fmt) || (fmt != MR_FMT_FP8_BLOCK && fmt != MR_FMT_BF16)) fmt = MR_FMT_COUNT;
     if (fmt == MR_FMT_COUNT || iters < 1 || iters > 100000) {
         fprintf(stderr, "moerun bench dense: --format is fp8 or bf16; --iters 1..100000\n");
         return 2;
@@ -59,8 +62,14 @@ int mr_bench_dense(int argc, char **argv) {
     }
     if (threads > 0) omp_set_num_threads(threads);
     const int64_t rows[4] = {QD, KVD, KVD, H}, cols[4] = {H, H, H, QD};
-    size_t esz = fmt == MR_FMT_BF16 ? 2 : 1, layer_bytes = 0;
-    for (int j = 0; j < 4; j++) layer_bytes += (size_t)(rows[j] * cols[j]) * esz;
+    size_t dbytes[4], sbytes[4], layer_bytes = 0; /* the buffer sizes of the formats traits */
+    for (int j = 0; j < 4; j++) {
+        if (mr_qmatrix_sizes(fmt, rows[j], cols[j], &dbytes[j], &sbytes[j])) {
+            mr_cli_fail("bench dense", "matrix sizes");
+            return 1;
+        }
+        layer_bytes += dbytes[j];
+    }
     int NL = (int)(((size_t)640 << 20) / layer_bytes) + 1;
     if (NL > 64) NL = 64;
     dense_layer *L = calloc((size_t)NL, sizeof *L);
@@ -73,13 +82,13 @@ int mr_bench_dense(int argc, char **argv) {
         for (int j = 0; j < 4; j++) {
             mr_qmatrix *q = &L[l].m[j];
             size_t n = (size_t)(rows[j] * cols[j]);
-            uint64_t *buf = small_pages ? mr_aligned_alloc(4096, n * esz + 8) : mr_probe_buf_new(n * esz + 8);
+            uint64_t *buf = small_pages ? mr_aligned_alloc(4096, dbytes[j] + 8) : mr_probe_buf_new(dbytes[j] + 8);
             if (!buf) {
                 rc = 1;
                 break;
             }
 #ifdef MADV_NOHUGEPAGE
-            if (small_pages) (void)madvise(buf, n * esz, MADV_NOHUGEPAGE);
+            if (small_pages) (void)madvise(buf, dbytes[j], MADV_NOHUGEPAGE);
 #endif
             slab[l * 4 + j] = buf;
             q->fmt = fmt, q->rows = rows[j], q->cols = cols[j], q->data = buf, q->scale2 = 1.0f;
@@ -89,7 +98,7 @@ int mr_bench_dense(int argc, char **argv) {
                     uint8_t b = (uint8_t)(mr_bench_rng(&s) >> 24);
                     d[i] = (b & 0x7F) == 0x7F ? (uint8_t)(b - 1) : b;
                 }
-                size_t ns = (size_t)(((rows[j] + 127) / 128) * ((cols[j] + 127) / 128));
+                size_t ns = sbytes[j] / sizeof(float);
                 float *sc = malloc(ns * sizeof(float));
                 if (!sc) {
                     rc = 1;
@@ -148,13 +157,13 @@ int mr_bench_dense(int argc, char **argv) {
             uint64_t a0 = mr_now_ns();
             mr_matmul_multi(3, qkv, x, T, ys);
             t[4] = (double)(mr_now_ns() - a0);
-            size_t qkvb = (size_t)((QD + 2 * KVD) * H) * esz;
+            size_t qkvb = dbytes[0] + dbytes[1] + dbytes[2];
             t[5] = t[0] + t[1] + t[2] + t[3];
             if (poff + layer_bytes > pbytes) poff = 0;
             double pb = mr_probe_read_once(pbuf + poff / 8, layer_bytes / 4096 * 4096);
             poff += layer_bytes / 4096 * 4096;
             if (it < 0) continue;
-            for (int j = 0; j < 4; j++) med[j * iters + it] = (double)(rows[j] * cols[j]) * (double)esz / t[j];
+            for (int j = 0; j < 4; j++) med[j * iters + it] = (double)dbytes[j] / t[j];
             med[4 * iters + it] = (double)qkvb / t[4];
             med[5 * iters + it] = (double)layer_bytes / t[5];
             med[6 * iters + it] = pb;

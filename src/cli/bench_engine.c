@@ -5,6 +5,10 @@
  * then --steps timed decode steps of exactly B decode tokens each.
  *
  * Reported per B (median over the rounds, with the range):
+ *   the prefill time of the B prompts (the steps from the first until every
+ *   request decodes; the requests prefilled first decode meanwhile, counted
+ *   as prefill_decode_tokens), which with the step time predicts a serving
+ *   run of B requests at once (bench/serve-vs-engine.sh);
  *   decode tokens/s, step time, its split into attention, MoE, other
  *   (model time: norms, embedding, residuals, lm_head), scheduling (the
  *   engine's schedule + completion bookkeeping) and sampling, and the
@@ -53,6 +57,8 @@ static void usage(FILE *f) {
 
 typedef struct {
     double tok_s, step_ms, attn, moe, other, sched, sample, gbps, bytes, sched_us;
+    double prefill_ms;      /* the steps until every request decodes (the B prompts' prefill, chunked) */
+    double prefill_decodes; /* decode tokens those steps ran for the requests already prefilled */
     double cpu; /* CPU time the process got during the timed steps / (wall x threads): below 1 on a busy host */
 } round_res;
 
@@ -100,9 +106,18 @@ static int one_round(mr_engine *e, int B, int64_t prompt, int steps, int warmup,
     /* prefill until every request decodes, then the warm-up steps */
     const mr_engine_step_out *so;
     int decoding = 0;
+    uint64_t p0 = mr_now_ns();
+    out->prefill_ms = 0;
+    out->prefill_decodes = 0;
     for (int guard = 0; !rc && decoding < warmup; guard++) {
-        if (guard > 1 << 20 || mr_engine_step(e, &so)) rc = 1;
-        else if (so->n_prefill_tokens == 0 && so->n_decode_tokens == B) decoding++;
+        if (guard > 1 << 20 || mr_engine_step(e, &so)) {
+            rc = 1;
+        } else if (so->n_prefill_tokens == 0 && so->n_decode_tokens == B) {
+            decoding++;
+        } else if (decoding == 0) { /* a step with prefill in it: each prompt's last one samples its first token */
+            out->prefill_decodes += (double)so->n_decode_tokens;
+            out->prefill_ms = (double)(mr_now_ns() - p0) * 1e-6;
+        }
     }
     /* the timed steps */
     mr_model_timing t0, t1;
@@ -269,6 +284,7 @@ int mr_bench_engine(int argc, char **argv) {
            "median", "median", "(<= 2%)");
     jres = json_array();
     bool met = true;
+    double pf_line[MAX_B], pf_lo[MAX_B], pf_hi[MAX_B];
     for (int b = 0; b < nB; b++) {
         const round_res *rr = res[b];
         int n = (int)rounds;
@@ -284,6 +300,9 @@ int mr_bench_engine(int argc, char **argv) {
         double by = median_of(rr, n, offsetof(round_res, bytes), &d, &d);
         double cp = median_of(rr, n, offsetof(round_res, cpu), &d, &d);
         double su = median_of(rr, n, offsetof(round_res, sched_us), &d, &d);
+        double pl, ph;
+        double pf = median_of(rr, n, offsetof(round_res, prefill_ms), &pl, &ph);
+        double pd = median_of(rr, n, offsetof(round_res, prefill_decodes), &d, &d);
         met = met && sh <= SCHED_TARGET; /* every round */
         char tr[48], mr[48];
         snprintf(tr, sizeof tr, "%.1f (%.1f-%.1f)", tok, tl_, th);
@@ -298,8 +317,17 @@ int mr_bench_engine(int argc, char **argv) {
                                "scheduling_max", sh, "bytes_per_step", by, "read_gb_per_s", gb);
         if (jb) json_object_set_new(jb, "cpu_share", json_real(cp));
         if (jb) json_object_set_new(jb, "scheduling_us_per_step", json_real(su));
+        if (jb) json_object_set_new(jb, "prefill_ms", json_real(pf));
+        if (jb) json_object_set_new(jb, "prefill_ms_min", json_real(pl));
+        if (jb) json_object_set_new(jb, "prefill_ms_max", json_real(ph));
+        if (jb) json_object_set_new(jb, "prefill_decode_tokens", json_real(pd));
+        pf_line[b] = pf, pf_lo[b] = pl, pf_hi[b] = ph;
         if (jb) json_array_append_new(jres, jb);
     }
+    printf("\nprefill of the B prompts (the steps until every request decodes, chunked), median (range):");
+    for (int b = 0; b < nB; b++)
+        printf("%s B %lld %.1f ms (%.1f-%.1f)", b ? "," : "", (long long)Bs[b], pf_line[b], pf_lo[b], pf_hi[b]);
+    printf("\n");
     printf("\nscheduling overhead (schedule + completion bookkeeping, sampling apart) <= 2%% of the step in every "
            "round: %s\n",
            met ? "met at every B" : "NOT met at every B");

@@ -170,10 +170,8 @@ static int parse_opts(int argc, char **argv, moe_opts *o, mr_moe_problem *p) {
         fprintf(stderr, ")\n");
         return 2;
     }
-    if (!strcmp(o->fmt_name, "fp8")) o->fmt = MR_FMT_FP8_BLOCK;
-    else if (!strcmp(o->fmt_name, "bf16")) o->fmt = MR_FMT_BF16;
-    else if (!strcmp(o->fmt_name, "nvfp4")) o->fmt = MR_FMT_NVFP4;
-    else {
+    if (mr_format_from_name(o->fmt_name, &o->fmt) ||
+        (o->fmt != MR_FMT_BF16 && o->fmt != MR_FMT_FP8_BLOCK && o->fmt != MR_FMT_NVFP4)) {
         fprintf(stderr, "moerun bench moe: --format is bf16, fp8 or nvfp4\n");
         return 2;
     }
@@ -234,19 +232,10 @@ static int parse_opts(int argc, char **argv, moe_opts *o, mr_moe_problem *p) {
 /* Fills a matrix with random codes directly (no fp32 detour): values of
  * magnitude ~1/sqrt(cols) so the layer stays finite. */
 static mr_status synth_matrix(mr_qmatrix *m, mr_format fmt, int64_t rows, int64_t cols, uint64_t *s) {
-    memset(m, 0, sizeof *m);
-    m->fmt = fmt;
-    m->rows = rows;
-    m->cols = cols;
-    m->scale2 = 1.0f;
-    m->owned = true;
-    size_t nd = (size_t)rows * (size_t)cols, ns = 0;
-    if (fmt == MR_FMT_BF16) nd *= 2;
-    if (fmt == MR_FMT_NVFP4) nd /= 2, ns = (size_t)rows * (size_t)(cols / 16);
-    if (fmt == MR_FMT_FP8_BLOCK) ns = (size_t)((rows + 127) / 128) * (size_t)((cols + 127) / 128) * 4;
-    m->data = mr_aligned_alloc(64, nd);
-    m->scale = ns ? mr_aligned_alloc(64, ns) : NULL;
-    if (!m->data || (ns && !m->scale)) return MR_ENOMEM;
+    mr_status st = mr_qmatrix_alloc(m, fmt, rows, cols); /* buffers sized by the formats traits */
+    if (st) return st;
+    size_t nd = 0, ns = 0;
+    mr_qmatrix_sizes(fmt, rows, cols, &nd, &ns);
     uint64_t *d = m->data;
     size_t nw = nd / 8;
     if (fmt == MR_FMT_BF16) {
@@ -255,7 +244,7 @@ static mr_status synth_matrix(mr_qmatrix *m, mr_format fmt, int64_t rows, int64_
     } else if (fmt == MR_FMT_FP8_BLOCK) {
         for (size_t i = 0; i < nw; i++) d[i] = mr_bench_rng(s) & 0xF7F7F7F7F7F7F7F7ull; /* never 0x7F/0xFF (NaN) */
         float *sc = m->scale;
-        for (size_t i = 0; i < ns / 4; i++) sc[i] = 1.0f / (448.0f * sqrtf((float)cols));
+        for (size_t i = 0; i < ns / sizeof(float); i++) sc[i] = 1.0f / (448.0f * sqrtf((float)cols));
     } else {
         for (size_t i = 0; i < nw; i++) d[i] = mr_bench_rng(s);
         uint8_t *sc = m->scale;
@@ -263,7 +252,6 @@ static mr_status synth_matrix(mr_qmatrix *m, mr_format fmt, int64_t rows, int64_
         m->scale2 = 1.0f / (6.0f * sqrtf((float)cols));
         m->input_scale = 4.0f / 2688.0f;
     }
-    for (size_t i = nw * 8; i < nd; i++) ((uint8_t *)m->data)[i] = 0;
     return MR_OK;
 }
 

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 #include <math.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,51 @@ int mr_cli_parse_float(const char *s, float lo, float hi, float *out) {
     }
     *out = v;
     return 0;
+}
+
+int mr_cli_sampling_flag(int argc, char **argv, int *i, int mask, mr_sampling *sp) {
+    enum { F_FLOAT, F_INT, F_SEED };
+    static const struct {
+        const char *flag;
+        int set; /* MR_CLI_SAMPLING_BASIC or the rest of ALL */
+        int kind;
+        float lo, hi;
+        size_t off;
+    } flags[] = {
+        {"--temperature", 1, F_FLOAT, 0.0f, 100.0f, offsetof(mr_sampling, temperature)},
+        {"--top-k", 1, F_INT, 0, 0, offsetof(mr_sampling, top_k)},
+        {"--top-p", 1, F_FLOAT, 1e-6f, 1.0f, offsetof(mr_sampling, top_p)},
+        {"--seed", 1, F_SEED, 0, 0, offsetof(mr_sampling, seed)},
+        {"--min-p", 2, F_FLOAT, 0.0f, 1.0f, offsetof(mr_sampling, min_p)},
+        {"--repetition-penalty", 2, F_FLOAT, 1e-3f, 10.0f, offsetof(mr_sampling, repetition_penalty)},
+        {"--presence-penalty", 2, F_FLOAT, -2.0f, 2.0f, offsetof(mr_sampling, presence_penalty)},
+        {"--frequency-penalty", 2, F_FLOAT, -2.0f, 2.0f, offsetof(mr_sampling, frequency_penalty)},
+    };
+    const char *a = argv[*i];
+    for (size_t f = 0; f < sizeof flags / sizeof flags[0]; f++) {
+        if (!(flags[f].set & mask) || strcmp(a, flags[f].flag) != 0) continue;
+        if (*i + 1 >= argc) return MR_CLI_FLAG_NO_VALUE;
+        const char *v = argv[++*i];
+        char *field = (char *)sp + flags[f].off;
+        long l;
+        float x;
+        switch (flags[f].kind) {
+        case F_FLOAT:
+            if (mr_cli_parse_float(v, flags[f].lo, flags[f].hi, &x)) return MR_CLI_FLAG_BAD;
+            memcpy(field, &x, sizeof x);
+            break;
+        case F_INT:
+            if (mr_cli_parse_long(v, 0, 1 << 30, &l)) return MR_CLI_FLAG_BAD;
+            *(int *)(void *)field = (int)l;
+            break;
+        default:
+            if (mr_cli_parse_long(v, 0, INT64_MAX, &l)) return MR_CLI_FLAG_BAD;
+            *(uint64_t *)(void *)field = (uint64_t)l;
+            break;
+        }
+        return MR_CLI_FLAG_TAKEN;
+    }
+    return MR_CLI_FLAG_OTHER;
 }
 
 /* Copies up to 20 characters of s into buf for a message, stopping at the end

@@ -8,10 +8,22 @@
 #include <stdint.h>
 
 #include "moerun/config.h"
+#include "moerun/engine.h"
 
 /* Strict parsing; on error prints nothing, sets the error detail, returns nonzero. */
 int mr_cli_parse_long(const char *s, long lo, long hi, long *out);
 int mr_cli_parse_float(const char *s, float lo, float hi, float *out);
+
+/* The sampling flags of generate and chat, one table with their ranges:
+ * --temperature, --top-k, --top-p, --seed (MR_CLI_SAMPLING_BASIC) and
+ * --min-p, --repetition-penalty, --presence-penalty, --frequency-penalty
+ * (with them, MR_CLI_SAMPLING_ALL). Looks at argv[*i]: not one of the flags
+ * of mask, MR_CLI_FLAG_OTHER; parsed into *sp, its value consumed (*i moved
+ * on), MR_CLI_FLAG_TAKEN; a value out of range, MR_CLI_FLAG_BAD with the
+ * error detail set; no value after it, MR_CLI_FLAG_NO_VALUE. */
+enum { MR_CLI_SAMPLING_BASIC = 1, MR_CLI_SAMPLING_ALL = 3 };
+enum { MR_CLI_FLAG_OTHER = 0, MR_CLI_FLAG_TAKEN = 1, MR_CLI_FLAG_BAD = -1, MR_CLI_FLAG_NO_VALUE = -2 };
+int mr_cli_sampling_flag(int argc, char **argv, int *i, int mask, mr_sampling *sp);
 
 /* Prompts: ids of prompt i are ids[off[i] .. off[i] + len[i]). */
 typedef struct {

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cli_model.h"
 #include "cli_text.h"
 #include "moerun/config.h"
 #include "moerun/engine.h"
@@ -118,6 +119,13 @@ int mr_cmd_chat(int argc, char **argv) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         flag = a;
+        int sf = mr_cli_sampling_flag(argc, argv, &i, MR_CLI_SAMPLING_BASIC, &sp);
+        if (sf == MR_CLI_FLAG_BAD) goto bad;
+        if (sf == MR_CLI_FLAG_NO_VALUE) {
+            fprintf(stderr, "moerun chat: %s needs a value\n", a);
+            goto out;
+        }
+        if (sf == MR_CLI_FLAG_TAKEN) continue;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             rc = 0;
@@ -132,21 +140,7 @@ int mr_cmd_chat(int argc, char **argv) {
             system = argv[++i];
         } else if (v && (!strcmp(a, "-n") || !strcmp(a, "--max-tokens"))) {
             if (mr_cli_parse_long(argv[++i], 1, 1 << 20, &n_max)) goto bad;
-        } else if (v && !strcmp(a, "--temperature")) {
-            if (mr_cli_parse_float(argv[++i], 0.0f, 100.0f, &sp.temperature)) goto bad;
-        } else if (v && !strcmp(a, "--top-p")) {
-            if (mr_cli_parse_float(argv[++i], 1e-6f, 1.0f, &sp.top_p)) goto bad;
-        } else if (v && !strcmp(a, "--top-k")) {
-            long k;
-            if (mr_cli_parse_long(argv[++i], 0, 1 << 30, &k)) goto bad;
-            sp.top_k = (int)k;
-        } else if (v && !strcmp(a, "--seed")) {
-            long s;
-            if (mr_cli_parse_long(argv[++i], 0, INT64_MAX, &s)) goto bad;
-            sp.seed = (uint64_t)s;
-        } else if (!v && (!strcmp(a, "--system") || !strcmp(a, "-n") || !strcmp(a, "--max-tokens") ||
-                          !strcmp(a, "--temperature") || !strcmp(a, "--top-p") || !strcmp(a, "--top-k") ||
-                          !strcmp(a, "--seed"))) {
+        } else if (!v && (!strcmp(a, "--system") || !strcmp(a, "-n") || !strcmp(a, "--max-tokens"))) {
             fprintf(stderr, "moerun chat: %s needs a value\n", a);
             goto out;
         } else {

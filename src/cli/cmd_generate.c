@@ -102,6 +102,13 @@ int mr_cmd_generate(int argc, char **argv) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         flag = a;
+        int sf = mr_cli_sampling_flag(argc, argv, &i, MR_CLI_SAMPLING_ALL, &sp);
+        if (sf == MR_CLI_FLAG_BAD) goto bad;
+        if (sf == MR_CLI_FLAG_NO_VALUE) {
+            fprintf(stderr, "moerun generate: %s needs a value\n", a);
+            goto out;
+        }
+        if (sf == MR_CLI_FLAG_TAKEN) continue;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             rc = 0;
@@ -124,32 +131,8 @@ int mr_cmd_generate(int argc, char **argv) {
             batch_file = argv[++i];
         } else if (v && (!strcmp(a, "-n") || !strcmp(a, "--max-tokens"))) {
             if (mr_cli_parse_long(argv[++i], 0, 1 << 20, &n_new)) goto bad;
-        } else if (v && !strcmp(a, "--temperature")) {
-            if (mr_cli_parse_float(argv[++i], 0.0f, 100.0f, &sp.temperature)) goto bad;
-        } else if (v && !strcmp(a, "--top-k")) {
-            long k;
-            if (mr_cli_parse_long(argv[++i], 0, 1 << 30, &k)) goto bad;
-            sp.top_k = (int)k;
-        } else if (v && !strcmp(a, "--top-p")) {
-            if (mr_cli_parse_float(argv[++i], 1e-6f, 1.0f, &sp.top_p)) goto bad;
-        } else if (v && !strcmp(a, "--min-p")) {
-            if (mr_cli_parse_float(argv[++i], 0.0f, 1.0f, &sp.min_p)) goto bad;
-        } else if (v && !strcmp(a, "--repetition-penalty")) {
-            if (mr_cli_parse_float(argv[++i], 1e-3f, 10.0f, &sp.repetition_penalty)) goto bad;
-        } else if (v && !strcmp(a, "--presence-penalty")) {
-            if (mr_cli_parse_float(argv[++i], -2.0f, 2.0f, &sp.presence_penalty)) goto bad;
-        } else if (v && !strcmp(a, "--frequency-penalty")) {
-            if (mr_cli_parse_float(argv[++i], -2.0f, 2.0f, &sp.frequency_penalty)) goto bad;
-        } else if (v && !strcmp(a, "--seed")) {
-            long s;
-            if (mr_cli_parse_long(argv[++i], 0, INT64_MAX, &s)) goto bad;
-            sp.seed = (uint64_t)s;
         } else if (!v && (!strcmp(a, "--prompt-ids") || !strcmp(a, "--prompt") || !strcmp(a, "--system") ||
-                          !strcmp(a, "--batch") || !strcmp(a, "-n") ||
-                          !strcmp(a, "--max-tokens") || !strcmp(a, "--temperature") || !strcmp(a, "--top-k") ||
-                          !strcmp(a, "--top-p") || !strcmp(a, "--min-p") || !strcmp(a, "--seed") ||
-                          !strcmp(a, "--repetition-penalty") || !strcmp(a, "--presence-penalty") ||
-                          !strcmp(a, "--frequency-penalty"))) {
+                          !strcmp(a, "--batch") || !strcmp(a, "-n") || !strcmp(a, "--max-tokens"))) {
             fprintf(stderr, "moerun generate: %s needs a value\n", a);
             goto out;
         } else {

@@ -363,7 +363,7 @@ static mr_status pass_checkpoint(mr_resolution *r) {
 /* ---- pass 2: platform ---- */
 
 static mr_status parse_features(const char *s, uint32_t *out) {
-    const uint32_t avx2 = MR_CPU_SSE42 | MR_CPU_AVX2 | MR_CPU_FMA | MR_CPU_F16C;
+    const uint32_t avx2 = MR_CPU_SSE42 | mr_kernel_isa_features(MR_ISA_AVX2);
     const uint32_t avx512 = avx2 | mr_kernel_isa_features(MR_ISA_AVX512);
     uint32_t m = 0;
     char tok[32];

@@ -28,6 +28,31 @@ mr_status mr_qmatrix_sizes(mr_format fmt, int64_t rows, int64_t cols, size_t *da
     return MR_OK;
 }
 
+mr_status mr_qmatrix_alloc(mr_qmatrix *m, mr_format fmt, int64_t rows, int64_t cols) {
+    memset(m, 0, sizeof *m);
+    if (fmt == MR_FMT_NVFP4 && cols % MR__NVFP4_BLOCK)
+        return mr_error_set(MR_EINVAL, "nvfp4 matrix needs cols %% %d == 0 (got %lld)", MR__NVFP4_BLOCK,
+                            (long long)cols);
+    size_t d = 0, s = 0;
+    mr_status st = mr_qmatrix_sizes(fmt, rows, cols, &d, &s);
+    if (st) return st;
+    m->fmt = fmt;
+    m->rows = rows;
+    m->cols = cols;
+    m->scale2 = 1.0f;
+    m->owned = true;
+    m->data = mr_aligned_alloc(64, d ? d : 1);
+    m->scale = s ? mr_aligned_alloc(64, s) : NULL;
+    if (!m->data || (s && !m->scale)) {
+        mr_qmatrix_free(m);
+        return mr_error_set(MR_ENOMEM, "out of memory for a [%lld][%lld] matrix (%zu + %zu bytes)", (long long)rows,
+                            (long long)cols, d, s);
+    }
+    memset(m->data, 0, d);
+    if (s) memset(m->scale, 0, s);
+    return MR_OK;
+}
+
 mr_status mr_qmatrix_quantize(mr_qmatrix *out, mr_format fmt, const float *w, int64_t rows, int64_t cols,
                               float shared_amax) {
     const mr_format_traits *tr = mr_format_traits_get(fmt);

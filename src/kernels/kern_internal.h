@@ -39,4 +39,29 @@ void mr__pk_fp8_block_f32(const mr_pmatrix *W, const uint8_t *tile, int64_t kb, 
 void mr__pk_nvfp4_block_f32(const mr_pmatrix *W, const uint8_t *tile, int64_t j, float *w, float *sc);
 void mr__pk_bf16_pairs_f32(const uint8_t *tile, int64_t g0, int ng, float *out);
 
+/* The row kernels' driver (kernels_avx2.c, kernels_avx512.c): rows
+ * [n0, n0 + nr) of W for M tokens in chunks of 8 rows (n0 is a multiple of
+ * 16 from mr_matmul, so a chunk stays inside one 128-row scale block), each
+ * chunk for every group of up to max_mt tokens; a group of mt tokens takes
+ * register blocks full[mt] of rows_of[mt] rows where the chunk is aligned to
+ * them and blocks one[mt] of one row for the rest. */
+typedef void (*mr__rows_block_fn)(const mr_qmatrix *W, int64_t n, const float *x, float *y, int64_t ldy);
+static inline void mr__rows_drive(const mr_qmatrix *W, int64_t n0, int64_t nr, const float *x, int64_t M, float *y,
+                                  int64_t ldy, int max_mt, const mr__rows_block_fn *full, const mr__rows_block_fn *one,
+                                  const int *rows_of) {
+    const int64_t K = W->cols;
+    for (int64_t j = 0; j < nr; j += 8) {
+        const int64_t rows = nr - j < 8 ? nr - j : 8;
+        for (int64_t m0 = 0; m0 < M; m0 += max_mt) {
+            const int mt = (int)(M - m0 < max_mt ? M - m0 : max_mt), R = rows_of[mt];
+            const float *xm = x + m0 * K;
+            float *ym = y + m0 * ldy + j;
+            int64_t r = 0;
+            if ((n0 + j) % R == 0)
+                for (; r + R <= rows; r += R) full[mt](W, n0 + j + r, xm, ym + r, ldy);
+            for (; r < rows; r++) one[mt](W, n0 + j + r, xm, ym + r, ldy);
+        }
+    }
+}
+
 #endif

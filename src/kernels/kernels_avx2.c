@@ -209,24 +209,9 @@ RB(1, 2)
 
 static void rows_avx2(const mr_qmatrix *W, int64_t n0, int64_t nr, const float *x, int64_t M, float *y,
                       int64_t ldy) {
-    typedef void (*rbf)(const mr_qmatrix *, int64_t, const float *, float *, int64_t);
-    static const rbf full[4] = {NULL, rb_4_1, rb_2_2, rb_1_3}, one[4] = {NULL, rb_1_1, rb_1_2, rb_1_3};
+    static const mr__rows_block_fn full[4] = {NULL, rb_4_1, rb_2_2, rb_1_3}, one[4] = {NULL, rb_1_1, rb_1_2, rb_1_3};
     static const int rows_of[4] = {0, 4, 2, 1};
-    const int64_t K = W->cols;
-    /* chunks of 8 rows (n0 is a multiple of 16 from mr_matmul, so a chunk
-     * stays inside one 128-row scale block); every token pass reruns the chunk */
-    for (int64_t j = 0; j < nr; j += 8) {
-        const int64_t rows = nr - j < 8 ? nr - j : 8;
-        for (int64_t m0 = 0; m0 < M; m0 += 3) {
-            const int mt = (int)(M - m0 < 3 ? M - m0 : 3), R = rows_of[mt];
-            const float *xm = x + m0 * K;
-            float *ym = y + m0 * ldy + j;
-            int64_t r = 0;
-            if ((n0 + j) % R == 0)
-                for (; r + R <= rows; r += R) full[mt](W, n0 + j + r, xm, ym + r, ldy);
-            for (; r < rows; r++) one[mt](W, n0 + j + r, xm, ym + r, ldy);
-        }
-    }
+    mr__rows_drive(W, n0, nr, x, M, y, ldy, 3, full, one, rows_of);
 }
 
 /* exp(v) for v in [-87.3, 88.3]: 2^n * p(r), n = rne(v log2 e), r = v - n ln2

@@ -42,11 +42,13 @@ uint64_t *mr_probe_buf_new(size_t bytes) {
     return buf;
 }
 
+/* the probe's sums land here, so that no compiler drops the reads */
+static volatile uint64_t probe_sink;
+
 double mr_probe_read_once(const uint64_t *buf, size_t bytes) {
     const size_t n = bytes / 8;
     const mr_kernel_isa lv = mr_kernels_get()->level; /* the kernels' loads and prefetch: zmm or ymm */
     const int kind = lv == MR_ISA_AVX512 ? 2 : lv == MR_ISA_AVX2 ? 1 : 0;
-    static volatile uint64_t sink;
     uint64_t t0 = mr_now_ns(), tot = 0;
 #pragma omp parallel reduction(+ : tot)
     {
@@ -57,7 +59,7 @@ double mr_probe_read_once(const uint64_t *buf, size_t bytes) {
                            : sum_words(buf + lo, hi - lo);
     }
     uint64_t t1 = mr_now_ns();
-    sink += tot;
+    probe_sink = tot;
     return (double)(n * 8) / (double)(t1 - t0);
 }
 

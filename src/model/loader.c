@@ -124,12 +124,9 @@ static const void *in_place_as(mr_model *m, const mr_st_tensor *t, size_t align,
 }
 static const void *in_place(mr_model *m, const mr_st_tensor *t, size_t align) { return in_place_as(m, t, align, true); }
 
-/* A [n] fp32 copy of a BF16 or F32 vector tensor. */
-static mr_status load_vec(mr_model *m, const mr_ckpt *ck, const char *name, int64_t n, float **out) {
-    const mr_st_tensor *t;
-    int64_t shape[1] = {n};
-    mr_status st = get_tensor(ck, name, MR_ST_BF16, MR_ST_F32, 1, shape, &t);
-    if (st) return st;
+/* An fp32 copy of the n elements of a BF16 or F32 tensor; the source pages
+ * are given back (the copy is what is kept). */
+static mr_status widen_f32(mr_model *m, const mr_st_tensor *t, int64_t n, float **out) {
     float *v = own_alloc(m, (size_t)n * sizeof(float));
     if (!v) return MR_ENOMEM;
     const unsigned char *d = t->data;
@@ -142,9 +139,18 @@ static mr_status load_vec(mr_model *m, const mr_ckpt *ck, const char *name, int6
             v[i] = mr__bf16f(b);
         }
     }
-    mr_st_release(t->file, t->data, (size_t)t->n_bytes); /* the fp32 copy is what is kept */
+    mr_st_release(t->file, t->data, (size_t)t->n_bytes);
     *out = v;
     return MR_OK;
+}
+
+/* A [n] fp32 copy of a BF16 or F32 vector tensor. */
+static mr_status load_vec(mr_model *m, const mr_ckpt *ck, const char *name, int64_t n, float **out) {
+    const mr_st_tensor *t;
+    int64_t shape[1] = {n};
+    mr_status st = get_tensor(ck, name, MR_ST_BF16, MR_ST_F32, 1, shape, &t);
+    if (st) return st;
+    return widen_f32(m, t, n, out);
 }
 
 static mr_status load_scalar_f32(const mr_ckpt *ck, const char *name, float *out, bool *found) {
@@ -385,19 +391,8 @@ static mr_status load_layer(mr_model *m, const mr_ckpt *ck, const mr_model_desc 
         const mr_st_tensor *t;
         int64_t sh[2] = {E, H};
         if ((st = get_tensor(ck, NAME(MR_HF_ROUTER, NULL), MR_ST_BF16, MR_ST_F32, 2, sh, &t))) return st;
-        float *g = own_alloc(m, (size_t)(E * H) * sizeof(float));
-        if (!g) return MR_ENOMEM;
-        const unsigned char *src = t->data;
-        for (int64_t i = 0; i < E * H; i++) {
-            if (t->dtype == MR_ST_F32) {
-                memcpy(&g[i], src + 4 * i, 4);
-            } else {
-                uint16_t b;
-                memcpy(&b, src + 2 * i, 2);
-                g[i] = mr__bf16f(b);
-            }
-        }
-        mr_st_release(t->file, t->data, (size_t)t->n_bytes); /* the fp32 copy is what is kept */
+        float *g = NULL;
+        if ((st = widen_f32(m, t, E * H, &g))) return st;
         L->gate = (mr_qmatrix){.fmt = MR_FMT_F32, .rows = E, .cols = H, .data = g, .scale2 = 1.0f};
     }
     if ((st = load_vec(m, ck, NAME(MR_HF_ROUTER_BIAS, NULL), E, &L->bias))) return st;

@@ -90,7 +90,8 @@ void mr__attention(float *out, const float *q, const mr__kv_view *kv, const int6
     int64_t group = n_heads / n_kv_heads, D = head_dim;
     float scale = 1.0f / sqrtf((float)head_dim);
     /* one work item per (token, kv head): the group's query heads share each K and V row */
-#pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads) if (T * n_kv_heads > 1)
+    const int nt = omp_get_max_threads() < n_threads ? omp_get_max_threads() : n_threads; /* a caller may ask fewer */
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (T * n_kv_heads > 1)
     for (int64_t tk = 0; tk < T * n_kv_heads; tk++) {
         int64_t t = tk / n_kv_heads, kvh = tk % n_kv_heads, n = pos[t] + 1;
         float *sc = scores + (size_t)omp_get_thread_num() * per_thread; /* [group][n] */

@@ -63,24 +63,7 @@ static mr_status qm_sizes(mr_format fmt, int64_t rows, int64_t cols, size_t *dat
 
 /* Allocates an owned, zero-filled matrix. */
 static mr_status qm_alloc(mr_qmatrix *m, mr_format fmt, int64_t rows, int64_t cols) {
-    size_t d = 0, s = 0;
-    mr_status st = qm_sizes(fmt, rows, cols, &d, &s);
-    if (st) return st;
-    memset(m, 0, sizeof *m);
-    m->fmt = fmt;
-    m->rows = rows;
-    m->cols = cols;
-    m->scale2 = 1.0f;
-    m->owned = true;
-    m->data = mr_aligned_alloc(64, d ? d : 1);
-    m->scale = s ? mr_aligned_alloc(64, s) : NULL;
-    if (!m->data || (s && !m->scale)) {
-        mr_qmatrix_free(m);
-        return MR_ENOMEM;
-    }
-    memset(m->data, 0, d);
-    if (s) memset(m->scale, 0, s);
-    return MR_OK;
+    return mr_qmatrix_alloc(m, fmt, rows, cols);
 }
 
 static mr_status qm_clone(const mr_qmatrix *src, mr_qmatrix *dst) {

@@ -367,7 +367,7 @@ static mr_status drive(const mr_bench_serve_opts *o, char **bodies, int first, i
         int still;
         curl_multi_perform(mh, &still);
         CURLMsg *msg;
-        int left;
+        int left, ended = 0;
         while ((msg = curl_multi_info_read(mh, &left))) {
             if (msg->msg != CURLMSG_DONE) continue;
             flight *f;
@@ -392,8 +392,10 @@ static mr_status drive(const mr_bench_serve_opts *o, char **bodies, int first, i
             f->h = NULL;
             running--;
             done++;
+            ended++;
         }
-        if (done < count) curl_multi_poll(mh, NULL, 0, 50, NULL);
+        /* a request that ended frees a slot: the next one starts now, not after the poll's timeout */
+        if (done < count && !(ended && next < count)) curl_multi_poll(mh, NULL, 0, 50, NULL);
     }
     curl_multi_cleanup(mh);
     return MR_OK;

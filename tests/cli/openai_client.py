@@ -188,7 +188,29 @@ if text_url:
     r = tc.completions.create(model=tmodel, prompt="Go:", max_tokens=40, stop=["STOP"],
                               extra_body={"debug_forced_output": "alpha beta STOP gamma" + EOS})
     check(r.choices[0].text == "alpha beta " and r.choices[0].finish_reason == "stop", f"stop string {r.choices[0].text!r}")
+    # streamed: a stop string split over tokens is held back, the one that completes first wins, neither is sent
+    s = "".join(c.choices[0].text for c in tc.completions.create(
+        model=tmodel, prompt="Go:", max_tokens=40, stop=["STOP", "pha b"], stream=True,
+        extra_body={"debug_forced_output": "alpha beta STOP gamma" + EOS}) if c.choices)
+    check(s == "al", f"streamed stop strings {s!r}")
     print("stop strings: ok")
+
+    # chat logprobs: one item per generated token (the tags and the EOS included), the alternatives asked for
+    forced = "why</think>\n\nOK" + EOS
+    r = tc.chat.completions.create(model=tmodel, messages=[{"role": "user", "content": "hi"}], max_tokens=20,
+                                   logprobs=True, top_logprobs=2, extra_body={"debug_forced_output": forced})
+    lc = r.choices[0].logprobs.content
+    check(len(lc) == r.usage.completion_tokens, f"chat logprobs: {len(lc)} items, {r.usage.completion_tokens} tokens")
+    check("".join(t.token for t in lc) == forced, f"chat logprobs tokens {[t.token for t in lc]}")
+    check(all(t.logprob <= 0 and len(t.top_logprobs) == 2 for t in lc), "chat logprob values")
+    check(lc[0].bytes == list(lc[0].token.encode()), "chat logprobs bytes")
+    st = [c for c in tc.chat.completions.create(model=tmodel, messages=[{"role": "user", "content": "hi"}],
+                                                max_tokens=20, logprobs=True, top_logprobs=2, stream=True,
+                                                extra_body={"debug_forced_output": forced}) if c.choices]
+    sl = [t for c in st if c.choices[0].logprobs for t in c.choices[0].logprobs.content]
+    check([(t.token, t.logprob) for t in sl] == [(t.token, t.logprob) for t in lc], "streamed chat logprobs differ")
+    check(all(len(c.choices[0].logprobs.content) == 1 for c in st if c.choices[0].logprobs), "one logprob per chunk")
+    print("chat logprobs: ok")
     expect_exc(openai.BadRequestError, lambda: tc.chat.completions.create(
         model=tmodel, messages=[{"role": "robot", "content": "x"}], max_tokens=4), param="messages[0].role")
     print("chat errors: ok")
