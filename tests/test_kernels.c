@@ -595,6 +595,52 @@ static void test_act_prepare_bit_exact(void **st) {
     free(x), free(d), free(e), free(xs), free(exs), free(xb), free(exb);
 }
 
+/* mr_matmul at many tokens (the blocked form of the row path where the ISA
+ * has one: panels of rows decoded once, tokens in register blocks, column
+ * blocks of 128) on BF16 and FP8: against the double reference, and each
+ * token's outputs bit for bit those of the same token alone (M = 1): a
+ * token's result must not depend on the batch around it. Shapes: N 50 (a
+ * partial panel and partial 3-row blocks), 144 (crosses a 128-row scale
+ * block), K 400 (a last column block of 16) and 272; M up to 70 (crosses
+ * the 64-token chunk; remainders of the 4-token blocks). */
+static void test_matmul_many_tokens(void **st) {
+    (void)st;
+    const mr_format fmts[] = {MR_FMT_BF16, MR_FMT_FP8_BLOCK};
+    const int64_t shapes[][2] = {{50, 400}, {144, 272}, {19, 48}};
+    const int64_t Ms[] = {8, 13, 70};
+    enum { MAXM = 70, MAXN = 144, MAXK = 400 };
+    tu_rng r = {4242};
+    float *w = malloc(sizeof(float) * MAXN * MAXK), *x = malloc(sizeof(float) * MAXM * MAXK),
+          *y = malloc(sizeof(float) * MAXM * MAXN), *y1 = malloc(sizeof(float) * MAXN);
+    const mr_kernels *k = mr_kernels_get();
+    fill(&r, x, MAXM * MAXK, 1.0f);
+    for (size_t f = 0; f < 2; f++)
+        for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
+            const int64_t N = shapes[sh][0], K = shapes[sh][1];
+            fill(&r, w, N * K, 0.05f);
+            mr_qmatrix q;
+            memset(&q, 0, sizeof q);
+            assert_int_equal(mr_qmatrix_quantize(&q, fmts[f], w, N, K, 0.0f), MR_OK);
+            for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
+                const int64_t M = Ms[mi];
+                for (int64_t i = 0; i < M * N; i++) y[i] = NAN;
+                mr_matmul(&q, x, M, y);
+                check_matmul_out(&q, x, M, y);
+                for (int64_t m = 0; m < M; m++) {
+                    mr_matmul(&q, x + m * K, 1, y1);
+                    for (int64_t n = 0; n < N; n++)
+                        if (memcmp(&y1[n], &y[m * N + n], sizeof(float)))
+                            fail_msg("%s fmt %d N %lld K %lld: token %lld of %lld, row %lld: %.9g, alone %.9g",
+                                     k->rows[fmts[f]].name ? k->rows[fmts[f]].name : "driver", (int)fmts[f],
+                                     (long long)N, (long long)K, (long long)m, (long long)M, (long long)n,
+                                     y[m * N + n], y1[n]);
+                }
+            }
+            mr_qmatrix_free(&q);
+        }
+    free(w), free(x), free(y), free(y1);
+}
+
 /* silu(g)*u of the table against libm, within 8 ulp-ish relative (2^-20) plus a tiny absolute term */
 static void test_silu_mul(void **st) {
     (void)st;
@@ -625,6 +671,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_rows_all_tables),
         cmocka_unit_test(test_table_names),
         cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_matmul_many_tokens),
         cmocka_unit_test(test_act_prepare_bit_exact),
         cmocka_unit_test(test_silu_mul),
     };

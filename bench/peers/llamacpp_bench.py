@@ -4,15 +4,18 @@ timed in one run, interleaved round by round: prefill tok/s of a P-token
 prompt and decode tok/s at batch 1 (N greedy tokens after that prompt).
 
     bench/peers/llamacpp_bench.py --isa avx2|native \\
-        --pair fp8=/work/ckpt/real2-fp8:/work/ckpt/real2-q8_0.gguf \\
-        --pair nvfp4=/work/ckpt/real2-nvfp4:/work/ckpt/real2-q4_0.gguf [--rounds 3]
+        --pair fp8=/work/ckpt/real2-fp8:/work/ckpt/peers/real2-q8_0.gguf \\
+        --pair nvfp4=/work/ckpt/real2-nvfp4:/work/ckpt/peers/real2-q4_0.gguf [--rounds 3]
 
 Each --pair is LABEL=MOERUN_CHECKPOINT:GGUF (bench/peers/llamacpp_setup.sh
 makes the GGUF files). --isa avx2 runs moerun with MOERUN_CPU_MASK=avx512
 (its AVX2 kernels) and llama.cpp from the AVX2 build; --isa native runs both
 with everything this CPU has. Every round starts each engine in its own
 process (load time is not counted; only one engine holds memory at a time),
-the same token ids, the same thread count. It prints both versions, every
+the same token ids, the same thread count. llama.cpp reads its GGUF file
+into memory at load (use_mmap=False), as moerun copies its experts: with
+mmap, decode steps after a moerun round page-faulted evicted experts back
+from disk (7.8 against 51 tok/s for the same q8_0 file). It prints both versions, every
 round, the medians and ranges, and the moerun / llama.cpp ratios; --json
 writes them too. Exit status: 0 done, 1 an engine failed (its message is
 printed), 2 bad usage.
@@ -44,7 +47,7 @@ def worker(a):
     ids = [int(t) for t in a.ids.split(",")]
     t_load = time.perf_counter()
     llm = llama_cpp.Llama(model_path=a.gguf, n_ctx=len(ids) + a.decode + 16, n_batch=len(ids), n_ubatch=len(ids),
-                          n_threads=a.threads, n_threads_batch=a.threads, use_mmap=True, verbose=False,
+                          n_threads=a.threads, n_threads_batch=a.threads, use_mmap=False, verbose=False,
                           logits_all=False)
     t_load = time.perf_counter() - t_load
     t0 = time.perf_counter()

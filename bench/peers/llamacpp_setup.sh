@@ -8,10 +8,13 @@
 #   bench/peers/llamacpp_setup.sh venv              # both builds (see below)
 #   bench/peers/llamacpp_setup.sh gguf CKPT OUT.gguf [q8_0|q4_0|nvfp4|bf16]
 #   bench/peers/llamacpp_setup.sh all               # venv + the real-shape set (real_set below)
+#   bench/peers/llamacpp_setup.sh real              # the real-shape set only (needs the venvs)
 #
 # Two builds, so that each moerun kernel path has a llama.cpp of the same ISA:
 #   $PEERS/venv-native  llama.cpp compiled for this CPU (-march=native: AVX-512 here)
 #   $PEERS/venv-avx2    llama.cpp compiled for AVX2 + FMA + F16C, no AVX-512
+# Each venv also has llama-cpp-python's [server] extra (python -m
+# llama_cpp.server: an OpenAI-compatible server beside moerun's).
 # PEERS defaults to build/peers (ignored by git). Every step is idempotent: a
 # finished venv or GGUF file is kept (delete it to redo it); a failed step
 # leaves nothing half-written (builds go to a temporary folder, GGUF files to
@@ -29,6 +32,11 @@ die() { echo "llamacpp_setup: $*" >&2; exit 1; }
 make_venv() { # name cmake_args
     local name=$1 args=$2 dir=$PEERS/$1
     if [ -x "$dir/bin/python" ] && "$dir/bin/python" -c "import llama_cpp, gguf, numpy" 2>/dev/null; then
+        if ! "$dir/bin/python" -c "import llama_cpp.server.app" 2>/dev/null; then
+            echo "llamacpp_setup: $name: adding the [server] extra"
+            CMAKE_ARGS="$args" CMAKE_BUILD_PARALLEL_LEVEL=$JOBS "$dir/bin/python" -m pip install --quiet --no-binary llama-cpp-python \
+                "llama-cpp-python[server]==$LLAMA_CPP_PYTHON_VERSION" || die "pip could not install the [server] extra into $name"
+        fi
         echo "llamacpp_setup: $name ready ($("$dir/bin/python" -c 'import llama_cpp; print(llama_cpp.__version__)'))"
         return 0
     fi
@@ -41,8 +49,8 @@ make_venv() { # name cmake_args
     "$tmp/bin/python" -m pip install --quiet "numpy<3" "gguf==$GGUF_VERSION" || { rm -rf "$tmp"; die "pip could not install numpy and gguf"; }
     CMAKE_ARGS="$args" CMAKE_BUILD_PARALLEL_LEVEL=$JOBS \
         "$tmp/bin/python" -m pip install --no-cache-dir --no-binary llama-cpp-python \
-        "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" || { rm -rf "$tmp"; die "building llama-cpp-python failed (see above)"; }
-    "$tmp/bin/python" -c "import llama_cpp" || { rm -rf "$tmp"; die "llama_cpp does not import after the build"; }
+        "llama-cpp-python[server]==$LLAMA_CPP_PYTHON_VERSION" || { rm -rf "$tmp"; die "building llama-cpp-python failed (see above)"; }
+    "$tmp/bin/python" -c "import llama_cpp, llama_cpp.server.app" || { rm -rf "$tmp"; die "llama_cpp (or its server) does not import after the build"; }
     # a venv records its own path in its scripts: move by re-creating the launcher paths
     rm -rf "$dir"
     mv "$tmp" "$dir"
@@ -67,25 +75,32 @@ gguf() { # ckpt out type: kept if OUT exists (the converter writes OUT.tmp and r
 
 # The real-shape MiniMax-M2 set of bench/README.md (2 layers, hidden 3072, 256
 # experts of 1536, top-8, vocab 8192): moerun checkpoints made with gen-tiny
-# under $CKPT (default /work/ckpt), GGUF files beside them.
+# under $CKPT (default: the folder that holds $PEERS, so PEERS=/work/ckpt/peers
+# uses /work/ckpt/real2-fp8 and /work/ckpt/real2-nvfp4), GGUF files in $PEERS
+# (real2-q8_0.gguf, real2-nvfp4.gguf, real2-q4_0.gguf).
 real_set() {
-    local C=${CKPT:-/work/ckpt} M=${MOERUN:-$ROOT/build/moerun}
+    local C=${CKPT:-$(dirname "$PEERS")} M=${MOERUN:-$ROOT/build/moerun}
     local shape="--hidden 3072 --layers 2 --experts 256 --top-k 8 --expert-dim 1536 --heads 48 --kv-heads 8 --head-dim 128 --rotary-dim 64 --vocab 8192"
     for q in fp8 nvfp4; do
         [ -f "$C/real2-$q/config.json" ] && continue
         [ -x "$M" ] || die "no moerun binary at $M (make build) to generate $C/real2-$q"
         # shellcheck disable=SC2086
-        "$M" gen-tiny "$C/real2-$q" $shape --quant "$q"
+        # gen-tiny writes to a temporary name; renamed when complete
+        rm -rf "$C/real2-$q.tmp.$$"
+        "$M" gen-tiny "$C/real2-$q.tmp.$$" $shape --quant "$q" || { rm -rf "$C/real2-$q.tmp.$$"; die "gen-tiny $q failed"; }
+        mv "$C/real2-$q.tmp.$$" "$C/real2-$q"
     done
-    gguf "$C/real2-fp8" "$C/real2-q8_0.gguf" q8_0
-    gguf "$C/real2-nvfp4" "$C/real2-nvfp4.gguf" nvfp4
-    gguf "$C/real2-nvfp4" "$C/real2-q4_0.gguf" q4_0
+    mkdir -p "$PEERS"
+    gguf "$C/real2-fp8" "$PEERS/real2-q8_0.gguf" q8_0
+    gguf "$C/real2-nvfp4" "$PEERS/real2-nvfp4.gguf" nvfp4
+    gguf "$C/real2-nvfp4" "$PEERS/real2-q4_0.gguf" q4_0
 }
 
 cmd=${1:-all}
 case "$cmd" in
 venv) venvs ;;
 gguf) [ $# -ge 3 ] || die "usage: $0 gguf CKPT OUT.gguf [q8_0|q4_0|nvfp4|bf16]"; gguf "$2" "$3" "${4:-q8_0}" ;;
+real) real_set ;;
 all) venvs; real_set ;;
-*) die "unknown command $cmd (venv | gguf CKPT OUT [TYPE] | all)" ;;
+*) die "unknown command $cmd (venv | gguf CKPT OUT [TYPE] | real | all)" ;;
 esac

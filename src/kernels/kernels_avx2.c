@@ -115,8 +115,8 @@ static float dot_bf16_avx2(const float *w, const uint16_t *x, int len) {
 /* ---- dense row-major fast path of mr_matmul (contract in moerun/kernels.h),
  * the AVX2 form of rows_avx512: a register block of R rows x MT tokens;
  * each step decodes 16 weights of each of the R rows (E4M3 by the f16 bit
- * trick, value * 2^-8; bf16 pairs split into even / odd elements) and loads
- * 16 values of each token once, R*MT independent FMA chains; per 128-column
+ * trick, value * 2^-8; bf16 widened, in order) and loads 16 values of each
+ * token once, R*MT independent FMA chains; per 128-column
  * group (FP8) the chains fold into per-(row, token) totals with the group's
  * multiplier, so the R rows share their 128-row scale block. The FMA sequence
  * of a (row, token) does not depend on R, MT or M: a token's result does not
@@ -149,14 +149,8 @@ static inline __attribute__((always_inline)) void rows_block(const mr_qmatrix *W
         for (; i + 16 <= k1; i += 16) {
             __m256 xa[3], xb[3];
             #pragma GCC unroll 3
-            for (int m = 0; m < MT; m++) {
+            for (int m = 0; m < MT; m++)
                 xa[m] = _mm256_loadu_ps(x + m * K + i), xb[m] = _mm256_loadu_ps(x + m * K + i + 8);
-                if (!fp8) { /* even / odd elements of the 16, in order */
-                    const __m256 e = _mm256_shuffle_ps(xa[m], xb[m], 0x88), o = _mm256_shuffle_ps(xa[m], xb[m], 0xDD);
-                    xa[m] = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), 0xD8));
-                    xb[m] = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o), 0xD8));
-                }
-            }
             #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
                 __m256 w0, w1;
@@ -165,9 +159,7 @@ static inline __attribute__((always_inline)) void rows_block(const mr_qmatrix *W
                     e4m3x16_rows(w8 + r * K + i, &w0, &w1);
                 } else {
                     _mm_prefetch((const char *)(w16 + r * K + i) + pf, _MM_HINT_T0);
-                    const __m256i v = _mm256_loadu_si256((const __m256i *)(w16 + r * K + i));
-                    w0 = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-                    w1 = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xFFFF0000u)));
+                    w0 = bf16x8(w16 + r * K + i), w1 = bf16x8(w16 + r * K + i + 8);
                 }
                 #pragma GCC unroll 3
                 for (int m = 0; m < MT; m++)
@@ -207,8 +199,124 @@ RB(1, 1)
 RB(1, 2)
 #undef RB
 
+/* ---- the blocked form of the same sums, for many tokens (M >= BK_MIN_M,
+ * K a multiple of 16): a panel of up to BK_NP rows x 128 columns is decoded
+ * once into fp32 (the values rows_block's registers hold: E4M3 x 2^-8, bf16
+ * widened) and kept in L1; a register block of 3 rows x 4 tokens runs over
+ * it, 8 columns a step (3 weight vectors, 4 token vectors, 12 FMAs), then
+ * the next 4 tokens reuse it. Each (row, token) keeps rows_block's 8 lane
+ * chains: the per-128-column partial (FP8; folded into the total with the
+ * group multiplier) or the running sum (BF16) waits in a state buffer
+ * between column blocks. So every lane sees the same FMAs in the same order
+ * as in rows_block, and the result is bit for bit the one of the small-M
+ * path: a token's output does not depend on the batch around it. */
+enum { BK_NP = 24, BK_KC = 128, BK_MC = 64, BK_MIN_M = 8 };
+
+static inline __attribute__((always_inline)) void bk_kernel(const float *wp, const float *x, int64_t ldx, int kc,
+                                                            float *st, const float *gs, bool fold, const int R,
+                                                            const int MT) {
+    __m256 acc[12];
+    #pragma GCC unroll 12
+    for (int j = 0; j < R * MT; j++)
+        acc[j] = fold ? _mm256_setzero_ps() : _mm256_load_ps(st + ((j / MT) * BK_MC + j % MT) * 8);
+    for (int s = 0; s < kc; s += 8) {
+        __m256 w[3];
+        #pragma GCC unroll 3
+        for (int r = 0; r < R; r++) w[r] = _mm256_load_ps(wp + r * BK_KC + s);
+        #pragma GCC unroll 4
+        for (int m = 0; m < MT; m++) {
+            const __m256 xv = _mm256_loadu_ps(x + m * ldx + s);
+            #pragma GCC unroll 3
+            for (int r = 0; r < R; r++) acc[r * MT + m] = _mm256_fmadd_ps(w[r], xv, acc[r * MT + m]);
+        }
+    }
+    #pragma GCC unroll 12
+    for (int j = 0; j < R * MT; j++) {
+        float *p = st + ((j / MT) * BK_MC + j % MT) * 8;
+        _mm256_store_ps(p, fold ? _mm256_fmadd_ps(acc[j], _mm256_set1_ps(gs[j / MT]), _mm256_load_ps(p)) : acc[j]);
+    }
+}
+
+#define BK(R, MT)                                                                                              \
+    static void bk_##R##_##MT(const float *wp, const float *x, int64_t ldx, int kc, float *st, const float *gs, \
+                              bool fold) {                                                                     \
+        bk_kernel(wp, x, ldx, kc, st, gs, fold, R, MT);                                                        \
+    }
+BK(3, 4)
+BK(3, 3)
+BK(3, 2)
+BK(3, 1)
+BK(1, 4)
+BK(1, 3)
+BK(1, 2)
+BK(1, 1)
+#undef BK
+
+static void rows_blocked(const mr_qmatrix *W, int64_t n0, int64_t nr, const float *x, int64_t M, float *y,
+                         int64_t ldy) {
+    typedef void (*bkf)(const float *, const float *, int64_t, int, float *, const float *, bool);
+    static const bkf b3[5] = {NULL, bk_3_1, bk_3_2, bk_3_3, bk_3_4}, b1[5] = {NULL, bk_1_1, bk_1_2, bk_1_3, bk_1_4};
+    const int64_t K = W->cols, G = (K + BK_KC - 1) / BK_KC;
+    const bool fp8 = W->fmt == MR_FMT_FP8_BLOCK;
+    float wp[BK_NP * BK_KC] __attribute__((aligned(64)));
+    float *st = mr_aligned_alloc(64, sizeof(float) * 8 * BK_NP * BK_MC);
+    MR_ASSERT(st);
+    for (int64_t p0 = 0; p0 < nr; p0 += BK_NP) {
+        const int np = (int)(nr - p0 < BK_NP ? nr - p0 : BK_NP);
+        for (int64_t c0 = 0; c0 < M; c0 += BK_MC) {
+            const int mc = (int)(M - c0 < BK_MC ? M - c0 : BK_MC);
+            if (fp8) memset(st, 0, sizeof(float) * 8 * BK_NP * BK_MC);
+            for (int64_t g = 0; g < G; g++) {
+                const int64_t k0 = g * BK_KC;
+                const int kc = (int)(K - k0 < BK_KC ? K - k0 : BK_KC);
+                float gs[BK_NP];
+                for (int r = 0; r < np; r++) { /* decode the panel's columns k0..k0+kc */
+                    const int64_t n = n0 + p0 + r;
+                    float *d = wp + r * BK_KC;
+                    if (fp8) {
+                        const uint8_t *s8 = (const uint8_t *)W->data + n * K + k0;
+                        for (int i = 0; i < kc; i += 16) {
+                            __m256 lo, hi;
+                            e4m3x16_rows(s8 + i, &lo, &hi);
+                            _mm256_store_ps(d + i, lo), _mm256_store_ps(d + i + 8, hi);
+                        }
+                        gs[r] = 256.0f * ((const float *)W->scale)[(n / 128) * G + g];
+                    } else {
+                        const uint16_t *s16 = (const uint16_t *)W->data + n * K + k0;
+                        for (int i = 0; i < kc; i += 8) _mm256_store_ps(d + i, bf16x8(s16 + i));
+                    }
+                }
+                const bool fold = fp8, init = !fp8 && g == 0;
+                for (int m0 = 0; m0 < mc; m0 += 4) {
+                    const int mt = mc - m0 < 4 ? mc - m0 : 4;
+                    const float *xm = x + (c0 + m0) * K + k0;
+                    for (int r = 0; r < np;) {
+                        const int R = np - r >= 3 ? 3 : 1;
+                        float *sp = st + ((int64_t)r * BK_MC + m0) * 8;
+                        if (init) /* BF16: the chains start at 0 */
+                            for (int i = 0; i < R; i++) memset(sp + i * BK_MC * 8, 0, sizeof(float) * 8 * (size_t)mt);
+                        (R == 3 ? b3 : b1)[mt](wp + r * BK_KC, xm, K, kc, sp, gs + r, fold);
+                        r += R;
+                    }
+                }
+            }
+            for (int r = 0; r < np; r++) /* the totals, as rows_block ends: (fma(acc, 1, 0) for BF16) */
+                for (int m = 0; m < mc; m++) {
+                    const __m256 t = _mm256_load_ps(st + ((int64_t)r * BK_MC + m) * 8);
+                    y[(c0 + m) * ldy + p0 + r] =
+                        hsum8(fp8 ? t : _mm256_fmadd_ps(t, _mm256_set1_ps(1.0f), _mm256_setzero_ps()));
+                }
+        }
+    }
+    mr_aligned_free(st);
+}
+
 static void rows_avx2(const mr_qmatrix *W, int64_t n0, int64_t nr, const float *x, int64_t M, float *y,
                       int64_t ldy) {
+    if (M >= BK_MIN_M && W->cols % 16 == 0) {
+        rows_blocked(W, n0, nr, x, M, y, ldy);
+        return;
+    }
     static const mr__rows_block_fn full[4] = {NULL, rb_4_1, rb_2_2, rb_1_3}, one[4] = {NULL, rb_1_1, rb_1_2, rb_1_3};
     static const int rows_of[4] = {0, 4, 2, 1};
     mr__rows_drive(W, n0, nr, x, M, y, ldy, 3, full, one, rows_of);
@@ -252,9 +360,9 @@ static void silu_mul_avx2(const float *g, const float *u, int64_t n, float *out)
 void mr__kernels_fill_avx2(mr_kernels *k) {
     k->silu_mul.name = "silu_mul_avx2_8";
     k->silu_mul.fn = silu_mul_avx2;
-    k->rows[MR_FMT_BF16].name = "rows_bf16_avx2_4x16x1_1x16x3";
+    k->rows[MR_FMT_BF16].name = "rows_bf16_avx2_4x16x1_1x16x3_p24x128x3x4";
     k->rows[MR_FMT_BF16].fn = rows_avx2;
-    k->rows[MR_FMT_FP8_BLOCK].name = "rows_fp8_block_avx2_4x16x1_1x16x3";
+    k->rows[MR_FMT_FP8_BLOCK].name = "rows_fp8_block_avx2_4x16x1_1x16x3_p24x128x3x4";
     k->rows[MR_FMT_FP8_BLOCK].fn = rows_avx2;
     k->isa = "avx2";
     k->decode[MR_FMT_BF16].name = "decode_bf16_avx2_1x8";

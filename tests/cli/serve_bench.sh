@@ -41,9 +41,11 @@ ls "$S"/*.tmp 2>/dev/null && bad "a temporary file was left"
 [ $rc = 1 ] && grep -q "tokenizer" "$S/out2" || bad "--chat without a tokenizer: exit $rc: $(tail -2 "$S/out2")"
 stop_server
 # a server that refuses: failures are counted and the exit is 1
-start_server "$S/busy.log" --model "$S/tiny" --context-length 128 --max-running-requests 1 --max-queued-requests 0 \
+# (long answers, so that the one admitted request surely outlasts the arrival of the other five,
+# however the host schedules the client)
+start_server "$S/busy.log" --model "$S/tiny" --context-length 1024 --max-running-requests 1 --max-queued-requests 0 \
     --skip-self-check || exit 1
-"$M" bench serve --base-url "$SV_URL" --concurrency 6 --num-prompts 12 --input-len 8 --output-len 64 --vocab 256 \
+"$M" bench serve --base-url "$SV_URL" --concurrency 6 --num-prompts 12 --input-len 8 --output-len 1000 --vocab 256 \
     --no-warmup >"$S/out3" 2>&1; rc=$?
 [ $rc = 1 ] || bad "refused requests: exit $rc, want 1"
 grep -q "Failed requests: *[1-9]" "$S/out3" || bad "no failed requests counted"

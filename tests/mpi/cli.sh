@@ -3,7 +3,9 @@
 # the same commands in one process:
 #   - generate (bf16, fp8, nvfp4; 9 experts, which neither 2 nor 4 ranks
 #     divide; greedy and seeded sampling; a batch of prompts scheduled
-#     together) prints the same tokens with 2 and 4 ranks as one process;
+#     together) prints the same tokens with 2 and 4 ranks as one process,
+#     also over the TCP transport from a hostfile (the README's two-machine
+#     command, both slots on this machine);
 #   - probe prints the same comparison lines (the same logit errors: the
 #     expert-parallel runs are bit-identical);
 #   - (mpi, fused) is refused on every rank with the same message and exit 2,
@@ -55,6 +57,13 @@ for run in "bf16 2,4 --prompt-ids 3,1,4,1,5,9,2,6 -n 12" "fp8 2,4 --prompt-ids 3
     done
   }
 done
+# the README's two-machine command (a hostfile, the TCP transport) with both slots on this machine
+printf 'localhost slots=2\n' > "$S/hosts"
+one=$("$B" generate --model "$S/nvfp4" --prompt-ids 3,1,4,1,5 -n 12 --ignore-eos --threads 1 2>&1)
+ep=$(MPIX="--hostfile $S/hosts --mca btl tcp,self --mca btl_tcp_if_include lo" mpi 2 generate --model "$S/nvfp4" \
+     --prompt-ids 3,1,4,1,5 -n 12 --ignore-eos --moe-a2a-backend mpi 2>&1) || { echo "$ep"; fail "hostfile + tcp: exit"; }
+[ -n "$(tokens "$one")" ] && [ "$(tokens "$one")" = "$(tokens "$ep")" ] ||
+  { echo "one: $(tokens "$one")"; echo "ep:  $(tokens "$ep")"; fail "hostfile + tcp: tokens differ"; }
 # each rank holds its experts only: with 4 ranks, 9 experts are 3, 2, 2, 2
 ep=$(mpi 4 generate --model "$S/fp8" --prompt-ids 1,2 -n 1 --moe-a2a-backend mpi 2>&1)
 grep -q "rank 0 experts 0..2 .*rank 1 experts 3..4 .*rank 2 experts 5..6 .*rank 3 experts 7..8" <<< "$ep" ||

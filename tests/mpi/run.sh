@@ -29,8 +29,7 @@ case "$MODE" in
   model)
     "$B" gen-tiny "$S/bf16" --quant bf16 --seed 7 --layers 2 --experts 9 --top-k 3 >/dev/null || { echo "FAIL: gen-tiny"; exit 1; }
     dirs=("$S/bf16")
-    srcs=("tiny=$SRC/tests/data/model/tiny")
-    [ -d "$SRC/models/tiny-kjv" ] && srcs+=("kjv=$SRC/models/tiny-kjv")
+    srcs=("tiny=$SRC/tests/data/model/tiny" "kjv=$SRC/models/tiny-kjv")
     for sm in "${srcs[@]}"; do dirs+=("${sm#*=}"); done
     # every model in fp8 and nvfp4 too
     for q in fp8 nvfp4; do

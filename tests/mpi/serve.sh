@@ -6,7 +6,9 @@
 #     passes, its expected tokens from a one-process `moerun generate`;
 #   - SIGTERM to rank 0 drains, stops rank 1 and the job exits 0;
 #   - a rank that stops answering (SIGSTOP) turns the next request into a 503
-#     within the deadline, and the server exits non-zero.
+#     within the deadline, and the server exits non-zero;
+#   - a rank that dies (SIGKILL) mid-stream: mpirun ends the job, the stream
+#     ends without claiming completion, the job exits non-zero (no hang).
 # SKIP (77) without mpirun or MPI, or when the openai client cannot be
 # installed (the other checks run first and are reported).
 # Args: <moerun> <source dir> <scratch dir>
@@ -86,6 +88,21 @@ for i in $(seq 1 1200); do kill -0 "$EP_PID" 2>/dev/null || break; sleep 0.05; d
 if kill -0 "$EP_PID" 2>/dev/null; then fail "a hung rank: the server did not exit"; kill -KILL "$EP_PID"; kill -KILL "$R1"
 else wait "$EP_PID"; rc=$?; [ $rc -ne 0 ] || fail "a hung rank: the server exited 0"; fi
 grep -q "serve \[rank 0/2\]: stopping: the engine failed" "$S/d.log" || { cat "$S/d.log"; fail "a hung rank: no stopping message"; }
+
+# a rank that dies mid-stream (SIGKILL): mpirun ends the job; the stream ends (no hang), the job exits non-zero
+start "$S/e.log" --model "$T" --context-length 4096 || exit 1
+curl -s -N -m 120 "$URL/v1/completions" -H 'Content-Type: application/json' \
+    -d '{"model":"tiny","prompt":[1,2,3],"max_tokens":4000,"ignore_eos":true,"stream":true}' >"$S/e.body" 2>&1 &
+CURL=$!
+for i in $(seq 1 600); do grep -q '"text"' "$S/e.body" 2>/dev/null && break; sleep 0.05; done
+kill -KILL "$R1"
+for i in $(seq 1 2400); do kill -0 "$EP_PID" 2>/dev/null || break; sleep 0.05; done
+if kill -0 "$EP_PID" 2>/dev/null; then fail "a killed rank: the server did not exit"; kill -KILL "$EP_PID" "$R0"
+else wait "$EP_PID"; rc=$?; [ $rc -ne 0 ] || fail "a killed rank: the job exited 0"; fi
+wait "$CURL"; crc=$?
+[ $crc -ne 28 ] || fail "a killed rank: the client's stream hung until curl's limit"
+grep -q '"text"' "$S/e.body" || fail "a killed rank: the stream had not started (the check did not test a stream)"
+grep -q "data: \[DONE\]" "$S/e.body" && fail "a killed rank: the stream claims to have completed"
 
 # the openai client (PyPI, private venv shared with tests/cli/serve_openai.sh)
 bash "$SRC/scripts/openai-venv.sh" "$VENV"; vrc=$?

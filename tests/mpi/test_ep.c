@@ -340,14 +340,16 @@ static void model_run(const char *dir, const char *a2a, const char *runner, moe_
     mr_options_free(&o);
 }
 
-static void model_case(const char *dir, const char *runner) {
+/* One process on dir against the ranks on ep_dir (dir itself, or each rank's copy): every MoE call's
+ * selection and output, every step's logits, the greedy tokens. Returns the MoE calls compared. */
+static int model_compare(const char *dir, const char *ep_dir, const char *runner) {
     moe_log A = {0}, B = {0};
     const size_t nl = (size_t)(STEPS + 1) * NSEQ * 4096 * 2;
     float *la = malloc(nl * sizeof(float)), *lb = malloc(nl * sizeof(float));
     int32_t ta[(STEPS + 1) * NSEQ], tb[(STEPS + 1) * NSEQ];
     int64_t V = 0, V2 = 0;
     model_run(dir, "none", runner, &A, la, ta, &V);
-    model_run(dir, "mpi", runner, &B, lb, tb, &V2);
+    model_run(ep_dir, "mpi", runner, &B, lb, tb, &V2);
     const char *rn = runner ? runner : "auto";
     CHECK(A.n == B.n && A.n > 0, "%s %s: %d MoE calls in one process, %d expert-parallel", dir, rn, A.n, B.n);
     for (int i = 0; i < A.n && i < B.n; i++) {
@@ -361,12 +363,19 @@ static void model_case(const char *dir, const char *runner) {
     CHECK(V == V2 && memcmp(la, lb, (size_t)(STEPS + 1) * NSEQ * (size_t)V * sizeof(float)) == 0,
           "%s %s: logits differ", dir, rn);
     CHECK(memcmp(ta, tb, sizeof ta) == 0, "%s %s: greedy tokens differ", dir, rn);
-    if (RANK == 0)
-        printf("model %s runner %s: %d MoE calls, %d steps x %d sequences compared\n", dir, rn, A.n, STEPS + 1, NSEQ);
+    const int n = A.n;
     log_free(&A);
     log_free(&B);
     free(la);
     free(lb);
+    return n;
+}
+
+static void model_case(const char *dir, const char *runner) {
+    const int n = model_compare(dir, dir, runner);
+    if (RANK == 0)
+        printf("model %s runner %s: %d MoE calls, %d steps x %d sequences compared\n", dir, runner ? runner : "auto",
+               n, STEPS + 1, NSEQ);
 }
 
 /* "...block_sparse_moe.experts.X.<rest>": X, and whether rest is an input_scale; -1 for other tensors. */
@@ -430,23 +439,32 @@ static int write_local_copy(const char *dir, const char *out, int first, int n) 
     return dropped;
 }
 
-/* The expert-parallel run on per-rank copies without the other ranks' experts, against one process on dir. */
-static void local_copy_case(const char *dir, const char *scratch, int idx) {
+/* Resolves (a2a none, one thread) and opens dir in one process, then closes it: the status (the error in
+ * mr_error_last) and the experts of the model. */
+static mr_status open_one(const char *dir, int *E) {
     mr_options o;
     OK(mr_options_init(&o));
     OK(mr_options_set(&o, "model", dir, MR_SRC_FLAG));
     OK(mr_options_set(&o, "moe_a2a_backend", "none", MR_SRC_FLAG));
     OK(mr_options_set(&o, "threads", "1", MR_SRC_FLAG));
     mr_resolution *r = NULL;
-    OK(mr_resolve(&o, &r));
-    mr_model *m0 = NULL;
-    mr_model_opts mo0 = {.exec = mr_resolution_exec(r), .max_batch = 1, .max_ctx = 16, .max_tokens = 16};
-    OK(mr_model_open(dir, &mo0, &m0));
-    const int E = (int)mr_model_config_of(m0)->n_experts;
-    mr_model_close(m0);
+    mr_status st = mr_resolve(&o, &r);
+    if (st == MR_OK) {
+        mr_model *m = NULL;
+        mr_model_opts mo = {.exec = mr_resolution_exec(r), .max_batch = 1, .max_ctx = 16, .max_tokens = 16};
+        st = mr_model_open(dir, &mo, &m);
+        if (st == MR_OK) *E = (int)mr_model_config_of(m)->n_experts;
+        mr_model_close(m);
+    }
     mr_resolution_free(r);
     mr_options_free(&o);
-    int first, n;
+    return st;
+}
+
+/* The expert-parallel run on per-rank copies without the other ranks' experts, against one process on dir. */
+static void local_copy_case(const char *dir, const char *scratch, int idx) {
+    int E = 0, first, n;
+    OK(open_one(dir, &E));
     mr_moe_placement_contiguous(E, SIZE, RANK, &first, &n);
     char out[1300];
     CHECK(strlen(scratch) < 1000, "path too long");
@@ -454,46 +472,16 @@ static void local_copy_case(const char *dir, const char *scratch, int idx) {
     const int dropped = write_local_copy(dir, out, first, n);
     CHECK(SIZE == 1 || dropped > 0, "%s: the copy of rank %d left no expert out", dir, RANK);
     if (dropped > 0) { /* one process on the copy: the missing experts are needed there */
-        mr_options oc;
-        OK(mr_options_init(&oc));
-        OK(mr_options_set(&oc, "model", out, MR_SRC_FLAG));
-        OK(mr_options_set(&oc, "moe_a2a_backend", "none", MR_SRC_FLAG));
-        OK(mr_options_set(&oc, "threads", "1", MR_SRC_FLAG));
-        mr_resolution *rc = NULL;
-        mr_status st = mr_resolve(&oc, &rc);
-        if (st == MR_OK) {
-            mr_model *mc = NULL;
-            mr_model_opts moc = {.exec = mr_resolution_exec(rc), .max_batch = 1, .max_ctx = 16, .max_tokens = 16};
-            st = mr_model_open(out, &moc, &mc);
-            if (st == MR_OK) mr_model_close(mc);
-        }
+        int Ec = 0;
+        const mr_status st = open_one(out, &Ec);
         CHECK(st != MR_OK && strstr(mr_error_last(), "experts."),
               "%s: one process opened a copy without %d expert tensors (%s)", out, dropped,
               st ? mr_error_last() : "no error");
-        mr_resolution_free(rc);
-        mr_options_free(&oc);
     }
-    moe_log A = {0}, B = {0};
-    const size_t nl = (size_t)(STEPS + 1) * NSEQ * 4096 * 2;
-    float *la = malloc(nl * sizeof(float)), *lb = malloc(nl * sizeof(float));
-    int32_t ta[(STEPS + 1) * NSEQ], tb[(STEPS + 1) * NSEQ];
-    int64_t V = 0, V2 = 0;
-    model_run(dir, "none", NULL, &A, la, ta, &V);
-    model_run(out, "mpi", NULL, &B, lb, tb, &V2);
-    bool same = A.n == B.n && A.n > 0 && V == V2;
-    for (int i = 0; same && i < A.n; i++)
-        same = A.T[i] == B.T[i] && !memcmp(A.ids[i], B.ids[i], (size_t)(A.T[i] * A.k) * sizeof(int32_t)) &&
-               !memcmp(A.out[i], B.out[i], (size_t)(A.T[i] * A.H) * sizeof(float));
-    CHECK(same, "%s: the ranks on copies without the others' experts: MoE calls differ from one process", dir);
-    CHECK(same && !memcmp(la, lb, (size_t)(STEPS + 1) * NSEQ * (size_t)V * sizeof(float)) && !memcmp(ta, tb, sizeof ta),
-          "%s: the ranks on copies without the others' experts: logits or tokens differ", dir);
+    const int calls = model_compare(dir, out, NULL);
     if (RANK == 0)
         printf("model %s: each rank on a copy without the other ranks' experts (rank 0 left out %d tensors): "
-               "%d MoE calls compared\n", dir, dropped, A.n);
-    log_free(&A);
-    log_free(&B);
-    free(la);
-    free(lb);
+               "%d MoE calls compared\n", dir, dropped, calls);
 }
 
 static int run_mismatch(void) {
