@@ -258,9 +258,9 @@ static void rows_blocked(const mr_qmatrix *W, int64_t n0, int64_t nr, const floa
     static const bkf b3[5] = {NULL, bk_3_1, bk_3_2, bk_3_3, bk_3_4}, b1[5] = {NULL, bk_1_1, bk_1_2, bk_1_3, bk_1_4};
     const int64_t K = W->cols, G = (K + BK_KC - 1) / BK_KC;
     const bool fp8 = W->fmt == MR_FMT_FP8_BLOCK;
+    /* on the stack (12 + 48 KiB): the per-step path does not allocate */
     float wp[BK_NP * BK_KC] __attribute__((aligned(64)));
-    float *st = mr_aligned_alloc(64, sizeof(float) * 8 * BK_NP * BK_MC);
-    MR_ASSERT(st);
+    float st[8 * BK_NP * BK_MC] __attribute__((aligned(64)));
     for (int64_t p0 = 0; p0 < nr; p0 += BK_NP) {
         const int np = (int)(nr - p0 < BK_NP ? nr - p0 : BK_NP);
         for (int64_t c0 = 0; c0 < M; c0 += BK_MC) {
@@ -308,7 +308,6 @@ static void rows_blocked(const mr_qmatrix *W, int64_t n0, int64_t nr, const floa
                 }
         }
     }
-    mr_aligned_free(st);
 }
 
 static void rows_avx2(const mr_qmatrix *W, int64_t n0, int64_t nr, const float *x, int64_t M, float *y,
