@@ -1073,6 +1073,7 @@ static void test_sampler_filters_reference(void **state) {
 }
 
 int main(void) {
+    tu_isa_begin("test_engine");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_budget_and_chunking),
         cmocka_unit_test(test_paged_vs_contiguous),
