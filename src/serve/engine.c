@@ -345,11 +345,12 @@ static void *engine_main(void *arg) {
                 out = NULL;
             }
         }
-        /* 4. publish */
+        /* 4. gauges, before any client hears of the step: a client that has its answer and reads
+         * /metrics finds the step's tokens counted */
+        gauges(e);
+        /* 5. publish */
         uint64_t now = mr_now_ns();
         for (int i = 0; out && i < out->n_events; i++) publish(e, &out->events[i], now);
-        /* 5. gauges */
-        gauges(e);
         if (!go && !e->live) break;
     }
     /* stopping: what is still submitted ends as aborted */
