@@ -3,7 +3,8 @@
  * on the ymm layouts declared there (fp8_y16, nvfp4_y16i, nvfp4_y16f) and on
  * bf16_r16k2. Research and timings: dev/perf/README.md (AVX2 section).
  *  fp8 gemv     16 E4M3 bytes of one k -> 16 fp32 rows with integer ops
- *               only (2 vpmovsxbd, shift 20, and 0x87F00000: value * 2^-120,
+ *               only (vpmovsxbw, shifts 20 / 4, 2 ands with 0x87F00000: even
+ *               / odd rows, value * 2^-120,
  *               E4M3 subnormals on fp32 subnormals) and x converted to fp32
  *               * 2^112 per 128 k, so every product is the exact fp32 value
  *               w * x * 2^-8 (2^8 folded into the block multiplier); a
@@ -186,17 +187,25 @@ static void stage_fma(const float *w, const float *x, int nk, float *acc) {
 }
 
 /* ---------------- FP8 (fp8_y16) ---------------- */
-/* 16 E4M3 bytes -> rows 0-7 and 8-15 as fp32 * 2^-120, integer ops only:
- * vpmovsxbd, shift 20 (magnitude bits to fp32 exponent / mantissa 26..20,
- * the sign extension to bit 31), and 0x87F00000. Exact for every code but
- * the NaN codes: the E4M3 subnormals land on fp32 subnormals with the same
- * 2^-120 ratio. No vcvtph2ps (1 per cycle here, 2 per 16 weights). */
-INL void e4m3x16_d(const uint8_t *p, __m256 *lo, __m256 *hi) {
+/* 16 E4M3 bytes -> the even rows (0, 2, .., 14) and the odd rows as fp32
+ * * 2^-120, integer ops only: vpmovsxbw puts row 2i in the low and row 2i+1
+ * in the high half of dword i; shift 20 (even) or 4 (odd) moves its
+ * magnitude bits to fp32 exponent / mantissa 26..20 and a sign copy to bit
+ * 31, and 0x87F00000 clears the rest. Exact for every code but the NaN
+ * codes: the E4M3 subnormals land on fp32 subnormals with the same 2^-120
+ * ratio. No vcvtph2ps (1 per cycle here, 2 per 16 weights). */
+INL void e4m3x16_d(const uint8_t *p, __m256 *ev, __m256 *od) {
     const __m256i mk = _mm256_set1_epi32((int)0x87F00000u);
-    const __m256i a = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p));
-    const __m256i b = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8)));
-    *lo = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(a, 20), mk));
-    *hi = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(b, 20), mk));
+    const __m256i w = _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)p));
+    *ev = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(w, 20), mk));
+    *od = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(w, 4), mk));
+}
+
+/* even / odd rows -> rows 0-7 and 8-15 */
+INL void rows_in_order(__m256 *a0, __m256 *a1) {
+    const __m256 l = _mm256_unpacklo_ps(*a0, *a1), h = _mm256_unpackhi_ps(*a0, *a1); /* 0-3 | 8-11, 4-7 | 12-15 */
+    *a0 = _mm256_permute2f128_ps(l, h, 0x20);
+    *a1 = _mm256_permute2f128_ps(l, h, 0x31);
 }
 
 /* n (multiple of 8) bf16 -> fp32 * 2^112 (exact while |x| < 2^16); returns
@@ -265,6 +274,7 @@ INL void fp8_gemv_body(const uint8_t *tile, const float *bs, int64_t Kp, const u
         for (int m = 0; m < M; m++) {
             __m256 a0 = acc[0][m][0], a1 = acc[0][m][1];
             if (NC == 2) a0 = _mm256_add_ps(a0, acc[1][m][0]), a1 = _mm256_add_ps(a1, acc[1][m][1]);
+            if (direct) rows_in_order(&a0, &a1);
             const __m256 s = _mm256_set1_ps(256.0f * bs[kb] * (xs ? xs[m * ldxs + kb] : 1.0f));
             y_update(y + m * ldy, a0, a1, s, s, kb == 0);
         }
