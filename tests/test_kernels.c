@@ -290,8 +290,10 @@ static void test_packed_kernels_all_tables(void **st) {
 }
 
 /* All 256 E4M3 codes through every table's FP8 kernels: W[d][k] = code,
- * block multiplier 1, x = one-hot bf16 rows (token m has 1.0 at k = m):
- * y[m][d] must equal mr_e4m3_to_f32(W[d][m]) exactly (NaN for NaN codes). */
+ * block multiplier 1, x = one-hot bf16 rows (token m has v at k = m):
+ * y[m][d] must equal mr_e4m3_to_f32(W[d][m]) * v exactly (NaN for NaN
+ * codes), for v = 1, the largest bf16 below 2^16 and 2^16 (the AVX2 gemv
+ * scales x by 2^112 below 2^16 and takes another decode from there). */
 static void test_fp8_kernels_all_codes(void **st) {
     (void)st;
     const int64_t N = 16, K = 128;
@@ -306,12 +308,15 @@ static void test_fp8_kernels_all_codes(void **st) {
     const mr_qmatrix *src[1] = {&q};
     mr_pmatrix pm;
     uint16_t *x = calloc(128 * 128, 2);
-    for (int m = 0; m < 128; m++) x[m * 128 + m] = 0x3F80;
     float *y = malloc(sizeof(float) * 128 * 16);
     void *scratch = mr_aligned_alloc(64, MR_UK_SCRATCH);
     int seen[256] = {0};
     uint32_t levels[3] = {0, mr_kernel_isa_features(MR_ISA_AVX2), mr_cpu()->flags};
-    for (int l = 0; l < 3; l++) {
+    static const uint16_t xvals[3] = {0x3F80, 0x477F, 0x4780};
+    for (int li = 0; li < 9; li++) {
+        const int l = li / 3;
+        const float xv = mr_bf16_to_f32(xvals[li % 3]);
+        for (int m = 0; m < 128; m++) x[m * 128 + m] = xvals[li % 3];
         if ((mr_cpu()->flags & levels[l]) != levels[l]) continue;
         mr_kernels k;
         mr_kernels_init(&k, levels[l]);
@@ -323,15 +328,17 @@ static void test_fp8_kernels_all_codes(void **st) {
             for (int m = 0; m < 128; m++)
                 for (int d = 0; d < 16; d++) {
                     uint8_t c = codes[d * 128 + m];
-                    float want = mr_e4m3_to_f32(c), got = y[m * 16 + d];
+                    float want = mr_e4m3_to_f32(c) * xv, got = y[m * 16 + d];
                     seen[c] = 1;
                     if (isnan(want) ? !isnan(got) : got != want)
-                        fail_msg("%s: code 0x%02X gives %.9g, want %.9g", k.uk_gemv[MR_UK_FP8_BF16].name, c, got, want);
+                        fail_msg("%s: code 0x%02X x %g gives %.9g, want %.9g", (gemm ? k.uk_gemm : k.uk_gemv)[MR_UK_FP8_BF16].name,
+                                 c, xv, got, want);
                 }
         }
         mr_pmatrix_free(&pm);
     }
     for (int c = 0; c < 256; c++) assert_true(seen[c] || (c & 0x7F) == 0x7F);
+    for (int m = 0; m < 128; m++) x[m * 128 + m] = 0x3F80;
     /* the NaN codes decode to NaN (gemv and gemm), and only where they are
      * (0 * NaN poisons a row's sum): rows 0-7 hold one NaN code (0x7F or
      * 0xFF, at k = 3d), rows 8-15 only 1.0 (0x38) */

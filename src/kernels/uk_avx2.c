@@ -2,12 +2,18 @@
  * moerun/kernels.h (one 16-row tile, all of Kp, any M, y written not read),
  * on the ymm layouts declared there (fp8_y16, nvfp4_y16i, nvfp4_y16f) and on
  * bf16_r16k2. Research and timings: dev/perf/README.md (AVX2 section).
- *  fp8 gemv     16 E4M3 bytes of one k -> 16 fp32 rows by the f16 bit trick
- *               (vpmovsxbw, shift 7, and 0xBF80, 2 vcvtph2ps: exact, value
- *               * 2^-8, folded into the block multiplier); x converted to
- *               fp32 per 128 k; 2 FMAs per token per k. NaN codes do not
- *               survive the trick: a matrix holding one (mr_pmatrix.has_nan)
- *               goes through the exact generic driver instead.
+ *  fp8 gemv     16 E4M3 bytes of one k -> 16 fp32 rows with integer ops
+ *               only (vpmovsxbw, shifts 20 / 4, 2 ands with 0x87F00000: even
+ *               / odd rows, value * 2^-120,
+ *               E4M3 subnormals on fp32 subnormals) and x converted to fp32
+ *               * 2^112 per 128 k, so every product is the exact fp32 value
+ *               w * x * 2^-8 (2^8 folded into the block multiplier); a
+ *               128-k block where some |x| >= 2^16 (or Inf / NaN) takes the
+ *               f16 bit trick instead (vpmovsxbw, shift 7, and 0xBF80, 2
+ *               vcvtph2ps: value * 2^-8, x as is), which gives the same
+ *               products. 2 FMAs per token per k. NaN codes survive neither
+ *               trick: a matrix holding one (mr_pmatrix.has_nan) goes
+ *               through the exact generic driver instead.
  *  fp8 gemm     a 16x128 block decoded once to fp32 in scratch (L1), then
  *               6-token register blocks: 2 loads + 6 broadcasts + 12 FMAs
  *               per k (the shared f32_core).
@@ -181,39 +187,94 @@ static void stage_fma(const float *w, const float *x, int nk, float *acc) {
 }
 
 /* ---------------- FP8 (fp8_y16) ---------------- */
-/* NC accumulator chains per token (k even / odd) while registers allow */
+/* 16 E4M3 bytes -> the even rows (0, 2, .., 14) and the odd rows as fp32
+ * * 2^-120, integer ops only: vpmovsxbw puts row 2i in the low and row 2i+1
+ * in the high half of dword i; shift 20 (even) or 4 (odd) moves its
+ * magnitude bits to fp32 exponent / mantissa 26..20 and a sign copy to bit
+ * 31, and 0x87F00000 clears the rest. Exact for every code but the NaN
+ * codes: the E4M3 subnormals land on fp32 subnormals with the same 2^-120
+ * ratio. No vcvtph2ps (1 per cycle here, 2 per 16 weights). */
+INL void e4m3x16_d(const uint8_t *p, __m256 *ev, __m256 *od) {
+    const __m256i mk = _mm256_set1_epi32((int)0x87F00000u);
+    const __m256i w = _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)p));
+    *ev = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(w, 20), mk));
+    *od = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(w, 4), mk));
+}
+
+/* even / odd rows -> rows 0-7 and 8-15 */
+INL void rows_in_order(__m256 *a0, __m256 *a1) {
+    const __m256 l = _mm256_unpacklo_ps(*a0, *a1), h = _mm256_unpackhi_ps(*a0, *a1); /* 0-3 | 8-11, 4-7 | 12-15 */
+    *a0 = _mm256_permute2f128_ps(l, h, 0x20);
+    *a1 = _mm256_permute2f128_ps(l, h, 0x31);
+}
+
+/* n (multiple of 8) bf16 -> fp32 * 2^112 (exact while |x| < 2^16); returns
+ * whether every |x| < 2^16 (no Inf / NaN, no overflow of the scaling) */
+INL int bf16_to_f32_s112(const uint16_t *x, int n, float *dst) {
+    const __m256 sc = _mm256_set1_ps(0x1p112f);
+    const __m256i am = _mm256_set1_epi32(0x7FFF0000);
+    __m256i mx = _mm256_setzero_si256();
+    for (int i = 0; i < n; i += 8) {
+        const __m256i v = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(x + i))), 16);
+        mx = _mm256_max_epu32(mx, _mm256_and_si256(v, am));
+        _mm256_store_ps(dst + i, _mm256_mul_ps(_mm256_castsi256_ps(v), sc));
+    }
+    const __m256i big = _mm256_cmpgt_epi32(mx, _mm256_set1_epi32(0x477FFFFF)); /* >= 2^16 */
+    return _mm256_testz_si256(big, big);
+}
+
+/* one 128-k block of the fp8 gemv: D (direct decode, weights * 2^-120, x
+ * * 2^112) or the f16 trick (weights * 2^-8, x as is); the products are the
+ * same fp32 values either way, so the two give the same bits.
+ * NC accumulator chains per token (k even / odd) while registers allow */
+INL void fp8_gemv_blk(const uint8_t *p, const float *xf, __m256 acc[][MTV][2], const int M, const int NC,
+                      const int D) {
+    for (int k = 0; k < 128; k += 4) {
+        PF_FP8(p + 16 * k);
+        #pragma GCC unroll 4
+        for (int u = 0; u < 4; u++) {
+            __m256 w0, w1;
+            if (D)
+                e4m3x16_d(p + 16 * (k + u), &w0, &w1);
+            else
+                e4m3x16(p + 16 * (k + u), &w0, &w1);
+            const int c = NC == 2 ? (u & 1) : 0;
+            #pragma GCC unroll 4
+            for (int m = 0; m < M; m++) {
+                const __m256 xv = _mm256_broadcast_ss(xf + m * 128 + k + u);
+                acc[c][m][0] = _mm256_fmadd_ps(w0, xv, acc[c][m][0]);
+                acc[c][m][1] = _mm256_fmadd_ps(w1, xv, acc[c][m][1]);
+            }
+        }
+    }
+}
+
 INL void fp8_gemv_body(const uint8_t *tile, const float *bs, int64_t Kp, const uint16_t *x, int64_t ldx,
                        const float *xs, int64_t ldxs, float *y, int64_t ldy, float *xf, const int M) {
     enum { NCMAX = 2 };
     const int NC = M <= 2 ? 2 : 1;
     for (int64_t kb = 0; kb < Kp / 128; kb++) {
+        int direct = 1;
         #pragma GCC unroll 4
-        for (int m = 0; m < M; m++) bf16_to_f32(x + m * ldx + kb * 128, 128, xf + m * 128);
+        for (int m = 0; m < M; m++) direct &= bf16_to_f32_s112(x + m * ldx + kb * 128, 128, xf + m * 128);
+        if (!direct)
+            #pragma GCC unroll 4
+            for (int m = 0; m < M; m++) bf16_to_f32(x + m * ldx + kb * 128, 128, xf + m * 128);
         const uint8_t *p = tile + kb * 2048;
         __m256 acc[NCMAX][MTV][2];
         #pragma GCC unroll 4
         for (int m = 0; m < M; m++)
             #pragma GCC unroll 2
             for (int c = 0; c < NCMAX; c++) acc[c][m][0] = acc[c][m][1] = _mm256_setzero_ps();
-        for (int k = 0; k < 128; k += 4) {
-            PF_FP8(p + 16 * k);
-            #pragma GCC unroll 4
-            for (int u = 0; u < 4; u++) {
-                __m256 w0, w1;
-                e4m3x16(p + 16 * (k + u), &w0, &w1);
-                const int c = NC == 2 ? (u & 1) : 0;
-                #pragma GCC unroll 4
-                for (int m = 0; m < M; m++) {
-                    const __m256 xv = _mm256_broadcast_ss(xf + m * 128 + k + u);
-                    acc[c][m][0] = _mm256_fmadd_ps(w0, xv, acc[c][m][0]);
-                    acc[c][m][1] = _mm256_fmadd_ps(w1, xv, acc[c][m][1]);
-                }
-            }
-        }
+        if (direct)
+            fp8_gemv_blk(p, xf, acc, M, NC, 1);
+        else
+            fp8_gemv_blk(p, xf, acc, M, NC, 0);
         #pragma GCC unroll 4
         for (int m = 0; m < M; m++) {
             __m256 a0 = acc[0][m][0], a1 = acc[0][m][1];
             if (NC == 2) a0 = _mm256_add_ps(a0, acc[1][m][0]), a1 = _mm256_add_ps(a1, acc[1][m][1]);
+            if (direct) rows_in_order(&a0, &a1);
             const __m256 s = _mm256_set1_ps(256.0f * bs[kb] * (xs ? xs[m * ldxs + kb] : 1.0f));
             y_update(y + m * ldy, a0, a1, s, s, kb == 0);
         }
