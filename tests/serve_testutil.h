@@ -102,6 +102,28 @@ static bool log_has(const server *s, const char *what) {
     return r;
 }
 
+/* srv_start, printing the server's log when it does not start. */
+static int srv_start_logged(server *s, const char *const *extra) {
+    if (srv_start(s, extra) == 0) return 0;
+    char *t = read_text(s->log);
+    fprintf(stderr, "the server did not start:\n%s\n", t ? t : "");
+    free(t);
+    return -1;
+}
+
+/* srv_stop; 0 when the server exited 0 with a clean log (no sanitizer report, its stop line),
+ * else -1 after printing the exit status and the log. */
+static int srv_stop_clean(server *s) {
+    int rc = srv_stop(s);
+    bool clean = !log_has(s, "ERROR: AddressSanitizer") && !log_has(s, "runtime error:") &&
+                 !log_has(s, "LeakSanitizer") && log_has(s, "moerun serve: stopped");
+    if (rc == 0 && clean) return 0;
+    char *t = read_text(s->log);
+    fprintf(stderr, "server exit %d, log:\n%s\n", rc, t ? t : "");
+    free(t);
+    return -1;
+}
+
 /* ---- HTTP ---- */
 
 static size_t sink(char *p, size_t sz, size_t nm, void *ud) {

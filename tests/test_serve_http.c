@@ -697,26 +697,12 @@ static int setup(void **st) {
     if (system(cmd)) return -1;
     const char *args[] = {"--model", g_model, "--context-length", "256", "--max-running-requests", "8",
                           "--max-body-bytes", "65536", "--kv-cache-dtype", "fp32", NULL};
-    if (srv_start(&g_srv, args)) {
-        char *t = read_text(g_srv.log);
-        fprintf(stderr, "the server did not start:\n%s\n", t ? t : "");
-        free(t);
-        return -1;
-    }
-    return 0;
+    return srv_start_logged(&g_srv, args);
 }
 
 static int teardown(void **st) {
     (void)st;
-    int rc = srv_stop(&g_srv);
-    bool clean = !log_has(&g_srv, "ERROR: AddressSanitizer") && !log_has(&g_srv, "runtime error:") &&
-                 !log_has(&g_srv, "LeakSanitizer") && log_has(&g_srv, "moerun serve: stopped");
-    if (rc != 0 || !clean) {
-        char *t = read_text(g_srv.log);
-        fprintf(stderr, "server exit %d, log:\n%s\n", rc, t ? t : "");
-        free(t);
-        return -1;
-    }
+    if (srv_stop_clean(&g_srv)) return -1;
     tu_rmtree(g_dir);
     free(g_dir);
     curl_global_cleanup();
