@@ -211,15 +211,16 @@ static int parse_opts(int argc, char **argv, moe_opts *o, mr_moe_problem *p) {
     }
     char why[512];
     if (!o->run->supports(p, why, sizeof why) || (o->ep && !mr_a2a_pair_supported(p->a2a, o->run, why, sizeof why))) {
-        fprintf(stderr, "moerun bench moe: %s", why);
+        /* one line in one write: under mpirun every rank prints it, and mpirun interleaves writes */
+        char alt[256] = "";
         if (o->ep) { /* the alternatives, from the pair registry */
-            fprintf(stderr, " Runners that can:");
-            for (int i = 0, n = 0; i < mr_moe_runner_count(); i++)
+            size_t u = (size_t)snprintf(alt, sizeof alt, " Runners that can:");
+            for (int i = 0, n = 0; i < mr_moe_runner_count() && u < sizeof alt; i++)
                 if (mr_a2a_pair_supported(p->a2a, mr_moe_runner_at(i), NULL, 0))
-                    fprintf(stderr, "%s %s", n++ ? "," : "", mr_moe_runner_at(i)->name);
-            fprintf(stderr, ".");
+                    u += (size_t)snprintf(alt + u, sizeof alt - u, "%s %s", n++ ? "," : "", mr_moe_runner_at(i)->name);
+            if (u < sizeof alt) snprintf(alt + u, sizeof alt - u, ".");
         }
-        fprintf(stderr, "\n");
+        fprintf(stderr, "moerun bench moe: %s%s\n", why, alt);
         return 2;
     }
     if (o->json_path && mr_bench_json_check(o->json_path)) { /* fail now, not after minutes of timing */

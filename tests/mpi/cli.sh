@@ -85,7 +85,9 @@ for r in 0 1; do grep -q "generate \[rank $r/2\]: resolution failed" <<< "$out" 
 [ "$(grep "resolution failed" <<< "$out" | sed 's/\[rank [0-9]\/2\]//' | sort -u | wc -l)" -eq 1 ] || fail "(mpi, fused): the messages differ"
 grep -q "^loaded:\|expert parallel:" <<< "$out" && fail "(mpi, fused): something was loaded"
 out=$(mpi 2 bench moe --moe-a2a-backend mpi --runner fused --experts 8 --hidden 128 --inter 128 --tokens 1 2>&1); rc=$?
-[ $rc -eq 2 ] && [ "$(grep -c "routes inside.*Runners that can: routed, reference" <<< "$out")" -eq 2 ] ||
+# (counted as matches, not lines: mpirun may still interleave the two ranks' lines)
+[ $rc -eq 2 ] && [ "$(grep -o "routes inside" <<< "$out" | wc -l)" -eq 2 ] &&
+  [ "$(grep -o "Runners that can: routed, reference" <<< "$out" | wc -l)" -eq 2 ] ||
   { echo "$out"; fail "bench moe (mpi, fused): exit $rc"; }
 out=$(mpi 2 chat --model "$S/fp8" 2>&1 < /dev/null); rc=$?
 [ $rc -eq 2 ] && grep -q "does not run expert-parallel" <<< "$out" || { echo "$out"; fail "chat under mpirun: exit $rc"; }
