@@ -34,7 +34,9 @@ has "$SCRATCH/t2" "And the angel of the LORD" "--hide-reasoning answer"
 # 2. a pseudo-terminal: an endless answer (--ignore-eos) stopped by Ctrl-C
 if command -v script >/dev/null; then
     # the keys follow the program's output (the prompt, the streaming answer), not the clock:
-    # a Ctrl-C sent while the model still loads would end the program, however slow the machine
+    # a Ctrl-C sent while the model still loads would end the program, however slow the machine.
+    # script(1) runs the command with $SHELL -c (or /bin/sh): `exec` makes moerun the pty's
+    # foreground process itself, or a shell that stays in between (dash) dies of the Ctrl-C (exit 130)
     : >"$SCRATCH/pty"
     count() { grep -aoF -- "$1" "$SCRATCH/pty" 2>/dev/null | wc -l; }
     wait_for() { # wait_for N TEXT: until TEXT was printed N times (60 s at most)
@@ -60,7 +62,7 @@ if command -v script >/dev/null; then
         wait_for 3 '> '
         printf '/exit\n'
         sleep 2
-    } | timeout 120 script -q -e -c "$MOERUN chat --model $M --threads 1 -n 3000 --ignore-eos" /dev/null \
+    } | timeout 120 script -q -e -c "exec '$MOERUN' chat --model '$M' --threads 1 -n 3000 --ignore-eos" /dev/null \
         >>"$SCRATCH/pty" 2>&1
     rc=$?
     [ $rc = 0 ] || fail "pty: exit $rc, want 0 (the program must survive Ctrl-C and leave at /exit)"
