@@ -4,7 +4,8 @@
  * sharing, eviction, preemption by recompute, cancellation, admission
  * refusals, per-request failures, sampling features checked against
  * independent computations in this file, a random property test of the block
- * accounting, and the per-step path without allocation.
+ * accounting, the per-step path without allocation, and the choice of one
+ * thread or all per step (on a simulated clock; the tokens do not change).
  *
  * Every scenario ends with eng_close(), which checks the accounting
  * (mr_engine_check) and that no block is left referenced. */
@@ -32,12 +33,14 @@ typedef struct {
     int64_t blocks, budget, ctx;
     int running, queued;
     bool no_prefix;
+    bool adaptive_threads; /* step_threads adaptive (the tests run fixed unless they ask) */
 } eng_cfg;
 
 static void eng_open(eng *g, const eng_cfg *c) {
     mr_engine_opts o = {.kv_dtype = c->kv, .kv_blocks = c->blocks, .max_batch_tokens = c->budget,
                         .max_running_requests = c->running, .max_queued_requests = c->queued,
-                        .context_length = c->ctx, .no_prefix_caching = c->no_prefix};
+                        .context_length = c->ctx, .no_prefix_caching = c->no_prefix,
+                        .fixed_threads = !c->adaptive_threads};
     mr_model_opts mo = {.runner = c->runner ? c->runner : "routed", .quiet = true};
     mr_engine_model_opts(&o, &mo);
     mr_status st = mr_model_open(tu_data("model/tiny"), &mo, &g->m);
@@ -370,6 +373,161 @@ static void test_batch_invariance(void **state) {
     (void)state;
     batch_invariance("reference");
     batch_invariance("routed");
+}
+
+/* ---- threads per step (threads.c) ---- */
+
+/* A simulated host: ns of a one-token step on count k (0 one thread, 1 all)
+ * at step i. quiet: all threads 1.6x faster, the cost drifting up with the
+ * context. busy (another process on a core): one thread 300 us, all threads
+ * mostly 200 us but one step in 6 a 4.3 ms time slice late (mean 917 us).
+ * The first step on each count pays 5 ms (thread start). */
+typedef struct {
+    tu_rng rng;
+    bool warm[2];
+} sim_host;
+
+static uint64_t sim_cost(sim_host *h, bool busy, int k, int64_t i) {
+    uint64_t ns;
+    if (!busy) ns = (uint64_t)((k ? 100000.0 : 160000.0) * (1.0 + (double)i * 1e-4));
+    else ns = k ? 200000 + (tu_next(&h->rng) % 6 == 0 ? 4300000 : 0) : 300000;
+    if (!h->warm[k]) ns += 5000000;
+    h->warm[k] = true;
+    return ns;
+}
+
+typedef struct {
+    double ns;         /* total simulated time */
+    int64_t steps[2];  /* steps per count */
+} sim_run;
+
+/* n steps of one token from step i0, busy for steps below busy_until. */
+static sim_run sim_steps(mr__thr *t, sim_host *h, uint64_t *now, int64_t i0, int64_t n, int64_t busy_until) {
+    sim_run r = {0};
+    for (int64_t i = i0; i < i0 + n; i++) {
+        const int k = mr__thr_pick(t, 1, *now);
+        assert_true(k == 0 || k == 1);
+        const uint64_t ns = sim_cost(h, i < busy_until, k, i);
+        mr__thr_seen(t, 1, k, ns);
+        *now += ns;
+        r.ns += (double)ns;
+        r.steps[k]++;
+    }
+    return r;
+}
+
+/* What one count alone would have cost over the same steps (no thread start). */
+static double sim_alone(int k, int64_t i0, int64_t n, int64_t busy_until) {
+    sim_host h = {.rng = {7}, .warm = {true, true}};
+    double s = 0;
+    for (int64_t i = i0; i < i0 + n; i++) s += (double)sim_cost(&h, i < busy_until, k, i);
+    return s;
+}
+
+static void test_step_threads(void **state) {
+    (void)state;
+    enum { N = 20000 };
+    mr__thr t;
+    /* quiet: all threads all along but for the tries, which cost about 1/64 of the time */
+    mr__thr_init(&t, 2, false);
+    sim_host h = {.rng = {7}};
+    uint64_t now = 1;
+    sim_run r = sim_steps(&t, &h, &now, 0, N, 0);
+    const double quiet_all = sim_alone(1, 0, N, 0);
+    printf("quiet: %lld steps on one thread of %d, %.3f x all threads' time\n", (long long)r.steps[0], N,
+           r.ns / quiet_all);
+    assert_true(r.ns <= 1.02 * quiet_all + 10e6); /* + the two thread starts */
+    assert_true(r.steps[0] < N / 20);
+    assert_int_equal(t.c[0].cur, 1);
+    /* busy: one thread, soon */
+    mr__thr_init(&t, 2, false);
+    h = (sim_host){.rng = {7}};
+    now = 1;
+    r = sim_steps(&t, &h, &now, 0, N, N);
+    const double busy_one = sim_alone(0, 0, N, N), busy_all = sim_alone(1, 0, N, N);
+    printf("busy: %lld steps on one thread of %d, %.3f x one thread's time, %.3f x all threads'\n",
+           (long long)r.steps[0], N, r.ns / busy_one, r.ns / busy_all);
+    assert_true(r.ns <= 1.1 * busy_one);
+    assert_int_equal(t.c[0].cur, 0);
+    /* the load goes away: back to all threads within 64 x 16 of the busy all-thread steps the
+     * picker expects (1.5 s here), then the quiet cost */
+    sim_run q = sim_steps(&t, &h, &now, N, N / 2, N);
+    const double after = sim_alone(1, N, N / 2, 0);
+    printf("quiet again: %lld steps on one thread of %d, %.3f x all threads' time\n", (long long)q.steps[0], N / 2,
+           q.ns / after);
+    assert_int_equal(t.c[0].cur, 1);
+    assert_true(q.ns <= 1.25 * after);
+    q = sim_steps(&t, &h, &now, N + N / 2, N / 2, N);
+    assert_true(q.ns <= 1.02 * sim_alone(1, N + N / 2, N / 2, 0));
+    /* and it comes back: busy again */
+    r = sim_steps(&t, &h, &now, 2 * N, N, 3 * N);
+    assert_int_equal(t.c[0].cur, 0);
+    assert_true(r.ns <= 1.1 * sim_alone(0, 2 * N, N, 3 * N));
+    /* the classes are apart: 300-token steps keep their own choice (here never tried on one thread
+     * before their clock allows: the first try waits 8 x 16 of its guessed steps) */
+    for (int i = 0; i < 100; i++) {
+        const int k = mr__thr_pick(&t, 300, now);
+        assert_int_equal(k, 1);
+        mr__thr_seen(&t, 300, k, 300 * 100000ull);
+        now += 300 * 100000ull;
+    }
+    assert_int_equal(t.c[0].cur, 0); /* one-token steps still on one thread */
+    /* fixed, or a single thread: always "all" */
+    mr__thr_init(&t, 2, true);
+    h = (sim_host){.rng = {7}};
+    r = sim_steps(&t, &h, &now, 0, 1000, 1000);
+    assert_int_equal(r.steps[0], 0);
+    mr__thr_init(&t, 1, false);
+    r = sim_steps(&t, &h, &now, 0, 1000, 1000);
+    assert_int_equal(r.steps[0], 0);
+}
+
+/* The same tokens whether steps run on one thread or two: decodes forced onto one thread, prefill
+ * steps on two, against every step on two threads (fixed). */
+static void test_step_threads_tokens(void **state) {
+    (void)state;
+    enum { N = 12, G = 20 };
+    const int before = omp_get_max_threads();
+    omp_set_num_threads(2);
+    tu_rng rng = {5};
+    int32_t prompt[N][40];
+    int64_t len[N];
+    for (int i = 0; i < N; i++) {
+        len[i] = 1 + (int64_t)(tu_next(&rng) % 40);
+        rand_prompt(&rng, prompt[i], len[i]);
+    }
+    static outs fixed, mixed;
+    memset(&fixed, 0, sizeof fixed);
+    memset(&mixed, 0, sizeof mixed);
+    for (int pass = 0; pass < 2; pass++) {
+        eng_cfg c = {.kv = MR_FMT_F32, .blocks = 256, .budget = 64, .running = 4, .ctx = 128,
+                     .adaptive_threads = pass == 1};
+        eng g;
+        eng_open(&g, &c);
+        if (pass == 1) { /* classes of 1-3 tokens run on one thread, never tried on two */
+            assert_false(g.e->thr.fixed);
+            for (int cl = 0; cl < 2; cl++) {
+                mr__thr_class *tc = &g.e->thr.c[cl];
+                tc->cur = 0;
+                tc->cur_ns = 1e15;
+                tc->n_cur = 1;
+                tc->warm[0] = tc->warm[1] = true;
+            }
+        }
+        for (int i = 0; i < N; i++) add_req(g.e, prompt[i], len[i], G, i);
+        run_until_idle(g.e, pass ? &mixed : &fixed, false);
+        mr_engine_stats s;
+        mr_engine_stats_get(g.e, &s);
+        if (pass == 0) assert_int_equal(s.steps_one_thread, 0);
+        else assert_true(s.steps_one_thread > 0 && s.steps_one_thread < s.steps);
+        eng_close(&g);
+    }
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(mixed.n[i], G);
+        if (memcmp(fixed.tok[i], mixed.tok[i], G * sizeof(int32_t)))
+            fail_msg("request %d: other tokens when its decode steps ran on one thread", i);
+    }
+    omp_set_num_threads(before);
 }
 
 /* ---- prefix sharing and eviction ---- */
@@ -1090,6 +1248,8 @@ int main(void) {
         cmocka_unit_test(test_property),
         cmocka_unit_test(test_step_does_not_allocate),
         cmocka_unit_test(test_sampler_filters_reference),
+        cmocka_unit_test(test_step_threads),
+        cmocka_unit_test(test_step_threads_tokens),
     };
     /* One thread: the scheduler is single-threaded, and the multi-threaded
      * parts of the forward (attention, matmuls, MoE) are covered by

@@ -57,6 +57,7 @@ typedef enum {
     MR_OPT_MAX_BATCH_TOKENS,    /* tokens in one engine step (0 = auto) */
     MR_OPT_CONTEXT_LENGTH,      /* prompt + output tokens of one request (0 = the model's max_position_embeddings) */
     MR_OPT_EP_TIMEOUT,          /* seconds an expert-parallel exchange may wait for the other ranks (0 = auto) */
+    MR_OPT_STEP_THREADS,        /* adaptive|fixed: threads of an engine step (see mr_engine_opts.fixed_threads) */
     MR_OPT_COUNT
 } mr_opt_id;
 
@@ -260,6 +261,7 @@ typedef struct {
     int max_running_requests;       /* >= 1 */
     int64_t context_length;         /* >= 1 */
     int ep_timeout_s;               /* step deadline of the expert-parallel exchanges, 0 = automatic */
+    bool step_threads_fixed;        /* step_threads=fixed: every engine step on all threads */
     uint64_t checksum;              /* over everything above and the frozen model copy */
 } mr_exec;
 #define MR_EXEC_MAGIC 0x6D724578u

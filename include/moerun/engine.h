@@ -62,6 +62,11 @@ typedef struct {
     int64_t context_length;       /* prompt + generated tokens of one request [4096] */
     bool no_prefix_caching;       /* prefix caching is on unless this is set */
     int max_top_logprobs;         /* largest top_logprobs a request may ask [20] */
+    bool fixed_threads;           /* every step on all threads (the creator's omp_get_max_threads at
+                                     mr_engine_new). By default a step of few tokens runs on one thread while
+                                     that measures faster: a parallel region waits for its slowest thread, and
+                                     beside other work on the cores that can be several times slower. The
+                                     results are the same either way; expert parallel always runs fixed. */
 } mr_engine_opts;
 
 /* The engine options the resolution decided (kv_cache_dtype, kv_cache_memory
@@ -244,6 +249,7 @@ typedef struct {
     uint64_t requests_added;
     uint64_t requests_finished[MR_FINISH_COUNT];
     uint64_t steps;
+    uint64_t steps_one_thread;          /* of those, run on one thread (fixed_threads off) */
     uint64_t schedule_ns, forward_ns, sample_ns, complete_ns; /* time in each part of the steps */
 } mr_engine_stats;
 void mr_engine_stats_get(const mr_engine *e, mr_engine_stats *s);

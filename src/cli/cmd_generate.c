@@ -292,9 +292,10 @@ int mr_cmd_generate(int argc, char **argv) {
         print_split("prefill:", &prefill);
         print_split("decode: ", &decode);
         double all = total_s > 0 ? total_s * 1e9 : 1;
-        printf("stats engine:  %llu steps in %.3f s; scheduling %.2f%% (%.3f ms), sampling %.2f%% (%.3f ms), "
-               "completion %.2f%% (%.3f ms)\n",
-               (unsigned long long)es.steps, total_s, 100.0 * (double)es.schedule_ns / all,
+        printf("stats engine:  %llu steps in %.3f s (%llu on one thread, step_threads=%s); scheduling %.2f%% "
+               "(%.3f ms), sampling %.2f%% (%.3f ms), completion %.2f%% (%.3f ms)\n",
+               (unsigned long long)es.steps, total_s, (unsigned long long)es.steps_one_thread,
+               mr_engine_opts_of(e)->fixed_threads ? "fixed" : "adaptive", 100.0 * (double)es.schedule_ns / all,
                (double)es.schedule_ns * 1e-6, 100.0 * (double)es.sample_ns / all, (double)es.sample_ns * 1e-6,
                100.0 * (double)es.complete_ns / all, (double)es.complete_ns * 1e-6);
         printf("stats kv:      %lld of %lld blocks used at the peak (%.1f%%), %lld cached at the end; prefix cache %llu "

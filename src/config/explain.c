@@ -254,6 +254,7 @@ char *mr_resolution_json(const mr_resolution *r) {
         bad |= add(je, "kernel_isa", json_string(mr_kernel_isa_name(x->kernel_isa)));
         bad |= add(je, "cpu_flags", json_string(fl));
         bad |= add(je, "threads", json_integer(x->threads));
+        bad |= add(je, "step_threads", json_string(x->step_threads_fixed ? "fixed" : "adaptive"));
         json_t *jl = json_object();
         const char *g = x->layout.gateup == MR_GATEUP_CONCAT        ? "concat"
                         : x->layout.gateup == MR_GATEUP_INTERLEAVED ? "interleaved"

@@ -29,6 +29,7 @@ static const char *const v_isa[] = {"auto", "generic", "avx2", "avx512", NULL};
 static const char *const v_device[] = {"auto", "cpu", "sm90", "sm100", "sm103", "sm110", "sm120", NULL};
 static const char *const v_log[] = {"debug", "info", "warn", "error", "off", NULL};
 static const char *const v_kv_dtype[] = {"auto", "bf16", "fp32", NULL};
+static const char *const v_step_threads[] = {"adaptive", "fixed", NULL};
 
 /* Rows are indexed by mr_opt_id (checked by mr_option_at's assertion). */
 static const mr_option_def table[MR_OPT_COUNT] = {
@@ -91,6 +92,12 @@ static const mr_option_def table[MR_OPT_COUNT] = {
                            "seconds an expert-parallel exchange waits for the other ranks before they count as failed "
                            "(0 = auto: 5 s beyond twice the slowest step seen)",
                            "MOERUN_EP_TIMEOUT", "--ep-timeout"},
+    [MR_OPT_STEP_THREADS] = {MR_OPT_STEP_THREADS, "step_threads", MR_OPT_ENUM, "adaptive", v_step_threads, 0, 0,
+                             false,
+                             "threads of an engine step: adaptive runs a step of few tokens on one thread while that "
+                             "measures faster (beside other work a parallel region waits for a preempted thread); "
+                             "fixed: always all of threads",
+                             "MOERUN_STEP_THREADS", "--step-threads"},
 };
 
 const char *mr_opt_source_name(mr_opt_source s) {

@@ -1089,6 +1089,7 @@ static mr_status pass_publish(mr_resolution *r) {
     e.max_running_requests = r->w.max_running;
     e.context_length = r->w.context_length;
     e.ep_timeout_s = (int)strtol(mr__user_value(r, MR_OPT_EP_TIMEOUT), NULL, 10);
+    e.step_threads_fixed = !strcmp(mr__user_value(r, MR_OPT_STEP_THREADS), "fixed");
     memcpy(x, &e, sizeof e);
     x->checksum = exec_checksum(x);
     if (mprotect(block, size, PROT_READ) != 0) {

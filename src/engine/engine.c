@@ -12,7 +12,7 @@
  *                 chunk of the rest within the budget; the first that cannot
  *                 get its blocks stops admission (no overtaking)
  *              -> the batch (mr_kv_batch): tokens, positions, block tables
- *   forward    mr_model_forward_kv
+ *   forward    mr_model_forward_kv, on one thread or all (threads.c)
  *   complete   per scheduled request: sample at the end of its known tokens,
  *              stop checks, an event; full blocks into the prefix table;
  *              finished requests release their blocks (tail first, so a
@@ -20,6 +20,7 @@
  *
  * Nothing here allocates after mr_engine_new except mr_engine_add (one
  * allocation per request: its tokens, block table and forced tokens). */
+#include <omp.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -70,6 +71,7 @@ void mr_engine_opts_from_exec(const mr_exec *x, mr_engine_opts *o) {
     o->max_batch_tokens = x->max_batch_tokens;
     o->max_running_requests = x->max_running_requests;
     o->context_length = x->context_length;
+    o->fixed_threads = x->step_threads_fixed;
     fill_defaults(o);
     clamp_to_pool(o);
 }
@@ -203,6 +205,8 @@ mr_status mr_engine_new(mr_model *m, const mr_engine_opts *opts, mr_engine **out
     }
     for (int i = 0; i < e->max_req; i++) e->free_slots[i] = e->max_req - 1 - i;
     e->n_free_slots = e->max_req;
+    /* the ranks of an expert-parallel group run every step on their resolved threads */
+    mr__thr_init(&e->thr, omp_get_max_threads(), o.fixed_threads || e->ep_size > 1);
     *out = e;
     return MR_OK;
 }
@@ -634,7 +638,16 @@ mr_status mr_engine_step(mr_engine *e, const mr_engine_step_out **out) {
     if (st) return st;
     mr_status fst = MR_OK;
     if (e->ep_size > 1 && e->ep_rank == 0) fst = mr__engine_ep_send(e, b); /* every rank runs the same batch */
-    if (!fst && b->n_seq > 0) fst = mr_model_forward_kv(e->m, b, e->logits); /* the batch through the model */
+    if (!fst && b->n_seq > 0) { /* the batch through the model, on one thread or all */
+        const int k = mr__thr_pick(&e->thr, b->n_tokens, e->t_sched_end);
+        const int before = omp_get_max_threads();
+        omp_set_num_threads(k ? e->thr.all : 1); /* set each step: a caller's thread (serve's engine thread) may differ */
+        fst = mr_model_forward_kv(e->m, b, e->logits);
+        const uint64_t t1 = mr_now_ns();
+        omp_set_num_threads(before);
+        if (!fst) mr__thr_seen(&e->thr, b->n_tokens, k, t1 - e->t_sched_end);
+        e->st.steps_one_thread += k == 0;
+    }
     st = mr_engine_complete(e, fst, e->logits, out);                     /* sample, stops, events, free */
     /* a broken expert-parallel group is the end of this engine (the requests have their error events) */
     if (e->ep_size > 1 && mr_ep_broken()) return mr_error_set(MR_EPEER, "%s", mr_ep_broken());

@@ -103,8 +103,63 @@ typedef struct {
     bool sample;                /* the chunk ends at the last known token: sample after it */
 } mr__sched;
 
+/* ---- threads per step (threads.c) ----
+ * A step's parallel regions wait for their slowest thread: when another
+ * process or the server's own threads take a core, the step on all threads
+ * can be several times slower than on one (measured: tiny-kjv decode 5000
+ * tok/s on 2 threads alone, 1640 beside one busy process, 3280 on 1 thread).
+ * Per size class of steps (1, 2-3, 4-7, ... tokens) the picker runs one
+ * count (all threads at first) and keeps a moving mean of its forward time
+ * per token (over about 16 steps: beside other work a step on all threads
+ * is mostly fast and now and then a time slice late, and the mean is what
+ * throughput pays); now and then it tries the other count on MR__THR_TRY_STEPS
+ * steps in a row (one step is too noisy beside other work: all threads are
+ * then sometimes fast, often a time slice late) and folds their mean time
+ * over that mean into a ratio (one thread / all; a try at twice or half
+ * the ratio replaces it: the host's load changed). It runs one
+ * thread while the ratio is below MR__THR_TO_ONE, all again once it is above
+ * MR__THR_TO_ALL (the gap keeps noise from flipping it): a ratio of neighbouring steps, because a step's cost drifts with the
+ * context it attends to. A try comes once MR__THR_BUDGET times its expected
+ * time has passed since the last (an eighth of that for the first, its
+ * time guessed as all threads' x threads, and for the first after a switch): tries cost at most about
+ * 1 / MR__THR_BUDGET of the time, and a change of the host's load is seen
+ * within about MR__THR_BUDGET slow steps. The first step on each count is
+ * left out (thread start, page faults). A class whose step on one thread
+ * measured MR__THR_LONG_NS or more is not tried on one thread again. */
+#define MR__THR_CLASSES 24
+#define MR__THR_BUDGET 64.0
+#define MR__THR_TO_ONE 0.9
+#define MR__THR_TO_ALL 1.1
+#define MR__THR_TRY_STEPS 16
+#define MR__THR_LONG_NS 4e6
+typedef struct {
+    int cur;                    /* the count run now: 1 all, 0 one */
+    double cur_ns;              /* its moving mean, ns per token */
+    uint64_t n_cur;             /* steps measured since it became the count */
+    double ratio;               /* one / all over the tries (0: none yet) */
+    bool warm[2];               /* the first step on each count was seen */
+    uint64_t last_try_ns;       /* when the other count was last tried (or the class first seen) */
+    int try_left;               /* steps of the running try still to run */
+    double try_sum;             /* its ns per token so far */
+    int try_n;
+    bool switched;              /* the count changed at the last try */
+} mr__thr_class;
+typedef struct {
+    int all;                    /* threads of the engine's creator (the resolved threads) */
+    bool fixed;                 /* every step on all */
+    bool trying;                /* the last pick was a try of the other count */
+    mr__thr_class c[MR__THR_CLASSES];
+} mr__thr;
+/* Starts the picker over: all threads, fixed or adaptive. */
+void mr__thr_init(mr__thr *t, int all, bool fixed);
+/* 0 (one thread) or 1 (all) for a step of tok tokens at time now_ns. */
+int mr__thr_pick(mr__thr *t, int64_t tok, uint64_t now_ns);
+/* The forward of that step (pick k) took ns. */
+void mr__thr_seen(mr__thr *t, int64_t tok, int k, uint64_t ns);
+
 struct mr_engine {
     mr_engine_opts o;
+    mr__thr thr;                /* threads per step */
     mr_model *m;
     int64_t vocab;
     mr__pool pool;

@@ -24,18 +24,12 @@
  * sv_engine_failure says why (the server then exits). At the end the thread
  * tells the other ranks to stop. */
 #include <errno.h>
-#include <omp.h>
 #include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "serve/serve_internal.h"
-
-typedef struct {
-    double ns_tok[2]; /* mean ns per token of a step: [0] on one thread, [1] on all */
-    uint32_t n[2], steps;
-} sv_thr_class;
 
 struct sv_engine {
     mr_engine *eng;
@@ -58,10 +52,6 @@ struct sv_engine {
     uint64_t last_step_ns;
     atomic_int failed;         /* the group broke: fail_msg says why (written before failed is set) */
     char fail_msg[256];
-    /* threads per step (engine thread only; see pick_threads) */
-    int thr_all;               /* the resolved threads */
-    int thr_class;             /* the size class of the last step */
-    sv_thr_class thr[SV_THR_CLASSES];
 };
 
 #define EP_HEARTBEAT_MS 500
@@ -78,7 +68,6 @@ mr_status sv_engine_new(mr_engine *eng, const mr_server_opts *o, sv_metrics *met
     int rank, size;
     mr_model_ep(e->m, &rank, &size);
     e->ep = size > 1;
-    e->thr_all = omp_get_max_threads(); /* the caller's: the resolver set it */
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     *out = e;
@@ -274,37 +263,6 @@ static void gauges(sv_engine *e) {
     pthread_mutex_unlock(&e->met->mu);
 }
 
-/* Threads for the next step. The HTTP threads (and, on a small host, the
- * benchmark client) share the cores with the engine: a parallel region whose
- * worker is preempted waits for it, so that a small step (a few hundred
- * microseconds, a small model's decode at a low batch) can run slower on all
- * threads than on one. Per size class of step (log2 of its tokens) the engine
- * thread keeps the mean time per token on one thread and on all, runs the
- * faster, and tries the other again every SV_THR_EXPLORE steps of the class.
- * Steps of SV_THR_SMALL_NS or more always run on all threads (there the
- * threads pay off and a slower try would cost); so do expert-parallel ranks. */
-static int pick_threads(sv_engine *e) {
-    if (e->thr_all <= 1 || e->ep) return 1;
-    sv_thr_class *c = &e->thr[e->thr_class];
-    if (!c->n[1]) return 1;
-    if (c->ns_tok[1] * (double)(1u << e->thr_class) >= SV_THR_SMALL_NS) return 1;
-    if (!c->n[0]) return 0;
-    int best = c->ns_tok[0] < c->ns_tok[1] ? 0 : 1;
-    return ++c->steps % SV_THR_EXPLORE == 0 ? 1 - best : best;
-}
-
-static void threads_seen(sv_engine *e, int k, const mr_engine_step_out *out, uint64_t ns) {
-    int64_t tok = out ? out->n_decode_tokens + out->n_prefill_tokens : 0;
-    if (tok <= 0) return;
-    int cl = 0;
-    while (cl + 1 < SV_THR_CLASSES && (int64_t)1 << (cl + 1) <= tok) cl++;
-    sv_thr_class *c = &e->thr[cl];
-    double v = (double)ns / (double)tok;
-    c->ns_tok[k] = c->n[k] ? c->ns_tok[k] + (v - c->ns_tok[k]) / 4 : v; /* a moving mean of about 4 steps: one try moves it */
-    c->n[k]++;
-    e->thr_class = cl;
-}
-
 static void *engine_main(void *arg) {
     sv_engine *e = arg;
     bool go = true, abort = false;
@@ -325,10 +283,7 @@ static void *engine_main(void *arg) {
         const bool beat = e->ep && mr_now_ns() - e->last_step_ns >= (uint64_t)EP_HEARTBEAT_MS * 1000000u;
         if (!atomic_load(&e->failed) && (mr_engine_has_work(e->eng) || beat)) {
             e->last_step_ns = mr_now_ns();
-            const int k = pick_threads(e);
-            omp_set_num_threads(k ? e->thr_all : 1);
-            mr_status st = mr_engine_step(e->eng, &out);
-            if (!st) threads_seen(e, k, out, mr_now_ns() - e->last_step_ns);
+            mr_status st = mr_engine_step(e->eng, &out); /* on one thread or all: the engine picks per step */
             if (st) { /* the engine itself broke: end everything, never hang */
                 char why[200];
                 snprintf(why, sizeof why, "the engine failed: %s", mr_error_last());

@@ -296,9 +296,6 @@ void sv_job_release(sv_job *j); /* drops one reference; the last frees */
  * The engine thread (engine.c).
  * ====================================================================== */
 typedef struct sv_engine sv_engine;
-#define SV_THR_CLASSES 20           /* step size classes: 1, 2-3, 4-7, ... tokens */
-#define SV_THR_SMALL_NS 2000000.0   /* steps this long or longer run on all threads */
-#define SV_THR_EXPLORE 16           /* one step in this many tries the other thread count */
 /* Wraps an engine (owned from here on: freed by sv_engine_free) whose only
  * user becomes the engine thread. */
 mr_status sv_engine_new(mr_engine *eng, const mr_server_opts *o, sv_metrics *metrics, sv_engine **out);
