@@ -147,7 +147,6 @@ typedef struct {
 typedef struct {
     int all;                    /* threads of the engine's creator (the resolved threads) */
     bool fixed;                 /* every step on all */
-    bool trying;                /* the last pick was a try of the other count */
     mr__thr_class c[MR__THR_CLASSES];
 } mr__thr;
 /* Starts the picker over: all threads, fixed or adaptive. */

@@ -19,7 +19,6 @@ static int class_of(int64_t tok) {
 }
 
 int mr__thr_pick(mr__thr *t, int64_t tok, uint64_t now_ns) {
-    t->trying = false;
     if (t->fixed || tok <= 0) return 1;
     mr__thr_class *c = &t->c[class_of(tok)];
     if (!c->n_cur) { /* no time of the running count yet: run it (a new class starts its clock) */
@@ -27,10 +26,7 @@ int mr__thr_pick(mr__thr *t, int64_t tok, uint64_t now_ns) {
         return c->cur;
     }
     const int other = 1 - c->cur;
-    if (c->try_left > 0) {
-        t->trying = true;
-        return other;
-    }
+    if (c->try_left > 0) return other; /* the try goes on */
     double per_tok; /* the other's expected time per token */
     if (c->ratio > 0) per_tok = other == 0 ? c->cur_ns * c->ratio : c->cur_ns / c->ratio;
     else per_tok = other == 0 ? c->cur_ns * t->all : c->cur_ns / t->all;
@@ -45,7 +41,6 @@ int mr__thr_pick(mr__thr *t, int64_t tok, uint64_t now_ns) {
         c->switched = false;
         c->try_sum = 0;
         c->try_n = 0;
-        t->trying = true;
         return other;
     }
     return c->cur;
