@@ -118,14 +118,18 @@ typedef struct {
  * over that mean into a ratio (one thread / all; a try at twice or half
  * the ratio replaces it: the host's load changed). It runs one
  * thread while the ratio is below MR__THR_TO_ONE, all again once it is above
- * MR__THR_TO_ALL (the gap keeps noise from flipping it): a ratio of neighbouring steps, because a step's cost drifts with the
- * context it attends to. A try comes once MR__THR_BUDGET times its expected
- * time has passed since the last (an eighth of that for the first, its
- * time guessed as all threads' x threads, and for the first after a switch): tries cost at most about
- * 1 / MR__THR_BUDGET of the time, and a change of the host's load is seen
- * within about MR__THR_BUDGET slow steps. The first step on each count is
- * left out (thread start, page faults). A class whose step on one thread
- * measured MR__THR_LONG_NS or more is not tried on one thread again. */
+ * MR__THR_TO_ALL (the gap keeps noise from flipping it): a ratio of
+ * neighbouring steps, because a step's cost drifts with the context it
+ * attends to. A try comes once MR__THR_BUDGET times its expected time has
+ * passed since the last (an eighth of that for the first after a switch);
+ * the first try of a class comes after one try's time (its one-thread time
+ * guessed as all threads' x threads). Tries cost at most about
+ * 1 / MR__THR_BUDGET of the time, each at most 16 steps or 2 x
+ * MR__THR_LONG_NS, and a change of the host's load is seen within about
+ * MR__THR_BUDGET slow steps. The first step on each count is left out
+ * (thread start, page faults). A class whose step on one thread measured
+ * MR__THR_LONG_NS or more (or is guessed at 4 x that) is not tried on one
+ * thread. */
 #define MR__THR_CLASSES 24
 #define MR__THR_BUDGET 64.0
 #define MR__THR_TO_ONE 0.9

@@ -30,14 +30,22 @@ int mr__thr_pick(mr__thr *t, int64_t tok, uint64_t now_ns) {
     double per_tok; /* the other's expected time per token */
     if (c->ratio > 0) per_tok = other == 0 ? c->cur_ns * c->ratio : c->cur_ns / c->ratio;
     else per_tok = other == 0 ? c->cur_ns * t->all : c->cur_ns / t->all;
-    /* a class whose measured step on one thread is long stays on all threads: there the threads pay
-     * off, and a try costs (serve, tiny-kjv at C = 64: 4.4 ms steps, 10% slower with tries) */
-    if (other == 0 && c->ratio > 0 && per_tok * (double)tok >= MR__THR_LONG_NS) return c->cur;
-    /* the first try, and the first after a switch (was it noise?), come 8 times sooner */
-    const double budget = c->ratio > 0 && !c->switched ? MR__THR_BUDGET : MR__THR_BUDGET / 8;
-    if ((double)(now_ns - c->last_try_ns) >= budget * MR__THR_TRY_STEPS * per_tok * (double)tok) {
+    /* a class whose step on one thread is long stays on all threads: there the threads pay off, and a
+     * try costs (serve, tiny-kjv at C = 64: 4.4 ms steps, 10% slower with tries). Measured, or
+     * guessed 4 times as long: beside other work a small step on all threads can take 6 ms */
+    if (other == 0 && per_tok * (double)tok >= (c->ratio > 0 ? 1 : 4) * MR__THR_LONG_NS) return c->cur;
+    /* the first try comes at once (one try's time after the class starts: a short server run
+     * should not spend its first 250 steps on the wrong count), the first after a switch (was it
+     * noise?) 8 times sooner than the others */
+    const double budget = c->ratio <= 0 ? 1 : c->switched ? MR__THR_BUDGET / 8 : MR__THR_BUDGET;
+    /* 16 steps, fewer when their expected time passes 2 x MR__THR_LONG_NS (set here, not by what the
+     * try meets: ending at a slow step would bias its mean) */
+    const double step = per_tok * (double)tok;
+    int n = (int)(2 * MR__THR_LONG_NS / step);
+    n = n < 1 ? 1 : n > MR__THR_TRY_STEPS ? MR__THR_TRY_STEPS : n;
+    if ((double)(now_ns - c->last_try_ns) >= budget * n * step) {
         c->last_try_ns = now_ns;
-        c->try_left = MR__THR_TRY_STEPS;
+        c->try_left = n;
         c->switched = false;
         c->try_sum = 0;
         c->try_n = 0;
