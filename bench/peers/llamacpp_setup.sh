@@ -11,7 +11,8 @@
 #   bench/peers/llamacpp_setup.sh real              # the real-shape set only (needs the venvs)
 #
 # Two builds, so that each moerun kernel path has a llama.cpp of the same ISA:
-#   $PEERS/venv-native  llama.cpp compiled for this CPU (-march=native: AVX-512 here)
+#   $PEERS/venv-native  llama.cpp compiled for this CPU (-march=native; on a CPU
+#                       without AVX-512, a link to venv-avx2: the same build)
 #   $PEERS/venv-avx2    llama.cpp compiled for AVX2 + FMA + F16C, no AVX-512
 # Each venv also has llama-cpp-python's [server] extra (python -m
 # llama_cpp.server: an OpenAI-compatible server beside moerun's).
@@ -59,7 +60,13 @@ make_venv() { # name cmake_args
 }
 
 venvs() {
-    make_venv venv-native "-DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF"
+    if grep -qw avx512f /proc/cpuinfo; then
+        make_venv venv-native "-DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF"
+    elif [ ! -e "$PEERS/venv-native" ]; then # no AVX-512 here: the native build would be the AVX2 one
+        mkdir -p "$PEERS"
+        ln -s venv-avx2 "$PEERS/venv-native"
+        echo "llamacpp_setup: this CPU has no AVX-512: venv-native is a link to venv-avx2 (one build)"
+    fi
     make_venv venv-avx2 "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AVX_VNNI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF"
 }
 

@@ -3,13 +3,16 @@
  *
  * Threads and ownership. One engine thread owns the model, its KV cache and
  * the table of running requests; it runs the step loop (schedule, build the
- * batch, forward, sample, stop checks, free). HTTP threads (libmicrohttpd,
- * one per connection) only parse and validate a request, tokenize it, hand
- * it to the engine thread through the submission queue, and then read the
- * request's tokens from its own output queue, turning them into text and
- * server-sent events. A client that goes away sets the request's cancel flag;
- * the engine thread sees it at its next step boundary and frees the request
- * there. Nothing else is shared.
+ * batch, forward, sample, stop checks, free). The HTTP event loop
+ * (libmicrohttpd's epoll thread, or a pool of --threads-http of them, each
+ * serving its share of the connections) only parses and validates a
+ * request, tokenizes it, hands it to the engine thread through the
+ * submission queue and parks the connection; the engine thread un-parks it
+ * when it publishes tokens to the request's output queue, and the loop turns
+ * them into text and server-sent events, all of a step's events in one
+ * wake-up, never blocking. A client that goes away sets the request's cancel
+ * flag; the engine thread sees it at its next step boundary and frees the
+ * request there. Nothing else is shared.
  *
  * Lifetime: mr_server_open -> mr_server_start (listens; /health answers 503
  * while loading) -> mr_server_attach (an open model) -> mr_server_set_ready
@@ -49,6 +52,8 @@ typedef struct {
     int body_timeout_s;            /* the body must arrive within this of the head [30] */
     int idle_timeout_s;            /* a connection that sends and takes nothing this long is closed [60] */
     int max_connections;           /* open connections, beyond which new ones are refused [512] */
+    int http_threads;              /* HTTP event-loop threads, each serving its share of the
+                                      connections [1] */
     const char *api_key;           /* when set, requests need "Authorization: Bearer KEY" [NULL] */
     bool log_requests;             /* one line per finished request on stderr [false] */
     bool debug_forced_output;      /* tests only: requests may carry debug_forced_output [false] */

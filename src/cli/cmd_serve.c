@@ -55,12 +55,14 @@ static void usage(FILE *f) {
             "  --idle-timeout S           a connection silent for S seconds, or a client that takes none of its\n"
             "                             response for S seconds, is closed [%d]\n"
             "  --max-connections N        open connections [%d]\n"
+            "  --threads-http N           HTTP event-loop threads (parse, tokenize, stream), each serving\n"
+            "                             its share of the connections [%d]\n"
             "  --shutdown-timeout S       on SIGTERM/SIGINT, wait up to S seconds for running requests [30]\n"
             "  --api-key KEY              require \"Authorization: Bearer KEY\"\n"
             "  --skip-self-check          do not compare the resolved runner with the reference at start\n"
             "  --log-requests             one line on stderr per refused request\n\n",
             d.host, d.port, d.max_queued_requests, d.max_choices, d.max_body_bytes, d.header_timeout_s,
-            d.body_timeout_s, d.idle_timeout_s, d.max_connections);
+            d.body_timeout_s, d.idle_timeout_s, d.max_connections, d.http_threads);
     mr_options_print_help(f);
 }
 
@@ -238,6 +240,9 @@ int mr_cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--max-connections")) {
             if (opt_long(a, argv[++i], 1, 65536, &x)) goto out;
             so.max_connections = (int)x;
+        } else if (!strcmp(a, "--threads-http")) {
+            if (opt_long(a, argv[++i], 1, 64, &x)) goto out;
+            so.http_threads = (int)x;
         } else if (!strcmp(a, "--shutdown-timeout")) {
             if (opt_long(a, argv[++i], 0, 86400, &shutdown_timeout)) goto out;
         } else if (!strcmp(a, "--debug-mutation")) { /* tests only: break the resolved runner on purpose */

@@ -9,8 +9,10 @@
  *             engine reads every cancel flag at the step boundary and frees
  *             the blocks of what was cancelled in that step
  *   publish   each event's token goes to its job's output queue (g->out,
- *             under the job's lock, which wakes the job's HTTP thread); a
- *             finished gen drops its hold on the job
+ *             under the job's lock); a job whose connection the HTTP event
+ *             loop parked is woken (its connection resumed: the loop then
+ *             writes all of the step's events of its connections in one
+ *             wake-up); a finished gen drops its hold on the job
  *   gauges    /metrics from the engine's counters.
  * Nothing here allocates per token: g->out was sized by the HTTP thread at
  * admission.
@@ -43,6 +45,7 @@ struct sv_engine {
     pthread_cond_t cv;
     sv_gen *sub_head, *sub_tail;
     bool stop, abort_all;
+    bool stopped;              /* the thread has ended: a submission ends at once */
     atomic_llong reserved;     /* admitted, unfinished gens */
     /* engine thread only */
     sv_gen *live;              /* gens inside the engine */
@@ -94,8 +97,15 @@ void sv_engine_unreserve(sv_engine *e, int k) { atomic_fetch_sub(&e->reserved, k
 int64_t sv_engine_inflight(sv_engine *e) { return (int64_t)atomic_load(&e->reserved); }
 const char *sv_engine_failure(sv_engine *e) { return e && atomic_load(&e->failed) ? e->fail_msg : NULL; }
 
+static void finish(sv_engine *e, sv_gen *g, sv_fin fin, const char *err);
+
 void sv_engine_submit(sv_engine *e, sv_job *j) {
     pthread_mutex_lock(&e->mu);
+    if (e->stopped) { /* nobody will take them (a request that raced the shutdown) */
+        pthread_mutex_unlock(&e->mu);
+        for (int i = 0, n = j->n_gen; i < n; i++) finish(e, &j->gens[i], SV_FIN_ABORT, NULL);
+        return;
+    }
     for (int i = 0; i < j->n_gen; i++) {
         sv_gen *g = &j->gens[i];
         g->next = NULL;
@@ -118,6 +128,14 @@ static int fin_index(sv_fin f) {
     return f == SV_FIN_STOP ? SV_FR_STOP : f == SV_FIN_LENGTH ? SV_FR_LENGTH : f == SV_FIN_ABORT ? SV_FR_ABORT : SV_FR_ERROR;
 }
 
+/* Under j->mu, after a publish: whether the job's parked HTTP side is to be
+ * woken now (then un-parked; the caller calls j->wake once j->mu is free). */
+static bool take_wake(sv_job *j) {
+    if (!j->parked || !j->wake || !(j->wake_each || j->live == 0)) return false;
+    j->parked = false;
+    return true;
+}
+
 /* Ends a gen: publishes the reason, drops the job's engine hold with its last gen. */
 static void finish(sv_engine *e, sv_gen *g, sv_fin fin, const char *err) {
     sv_job *j = g->job;
@@ -138,8 +156,9 @@ static void finish(sv_engine *e, sv_gen *g, sv_fin fin, const char *err) {
     if (err) snprintf(g->err, sizeof g->err, "%s", err);
     bool last = --j->live == 0;
     j->version++;
-    pthread_cond_broadcast(&j->cv);
+    const bool wake = take_wake(j);
     pthread_mutex_unlock(&j->mu);
+    if (wake) j->wake(j->wake_arg); /* the connection is parked: its side cannot go away before this */
     atomic_fetch_sub(&e->reserved, 1);
     if (last) sv_job_release(j);
 }
@@ -238,8 +257,9 @@ static void publish(sv_engine *e, const mr_engine_event *ev, uint64_t now) {
         }
         if (!g->seen_first) g->cached_tokens = ev->n_cached;
         j->version++;
-        pthread_cond_broadcast(&j->cv);
+        const bool wake = take_wake(j);
         pthread_mutex_unlock(&j->mu);
+        if (wake) j->wake(j->wake_arg);
         g->seen_first = true;
         g->t_last_ns = now;
     }
@@ -308,10 +328,11 @@ static void *engine_main(void *arg) {
         for (int i = 0; out && i < out->n_events; i++) publish(e, &out->events[i], now);
         if (!go && !e->live) break;
     }
-    /* stopping: what is still submitted ends as aborted */
+    /* stopping: what is still submitted ends as aborted, and so does every later submission */
     pthread_mutex_lock(&e->mu);
     sv_gen *g = e->sub_head;
     e->sub_head = e->sub_tail = NULL;
+    e->stopped = true;
     pthread_mutex_unlock(&e->mu);
     for (sv_gen *nx; g; g = nx) {
         nx = g->next;
@@ -332,7 +353,13 @@ mr_status sv_engine_start(sv_engine *e) {
 /* Stops the thread: every gen is cancelled and the engine runs until their
  * cancellations are reported (one step). */
 void sv_engine_stop(sv_engine *e) {
-    if (!e || !e->started) return;
+    if (!e) return;
+    if (!e->started) {
+        pthread_mutex_lock(&e->mu);
+        e->stopped = true;
+        pthread_mutex_unlock(&e->mu);
+        return;
+    }
     pthread_mutex_lock(&e->mu);
     e->stop = true;
     pthread_cond_signal(&e->cv);

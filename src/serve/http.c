@@ -1,22 +1,28 @@
-/* http.c — the HTTP layer of the server (libmicrohttpd, a thread per
- * connection): routing, the limits where input enters (body size, header and
- * body deadlines, idle timeout, connection count, queue length), the
+/* http.c — the HTTP layer of the server (libmicrohttpd's epoll event loop:
+ * one thread, or a pool of --threads-http, each serving its share of the
+ * connections): routing, the limits where input enters (body size, header
+ * and body deadlines, idle timeout, connection count, queue length), the
  * admission of a request into a job, and the streaming of its events.
  *
- * An HTTP thread parses and validates the body, tokenizes the prompt(s),
- * reserves room in the engine's queue (503 at once when full), submits the
- * job and then waits on the job's condition variable: for a stream it sends
- * one SSE event per token as the engine publishes it; otherwise it builds
- * the body at the end. While it waits it watches its socket: a client that
- * has gone (hang-up, reset) cancels the job, which the engine frees at its
- * next step. libmicrohttpd's completion callback cancels it too when a write
- * fails.
+ * Nothing here blocks. The loop parses and validates the body, tokenizes the
+ * prompt(s), reserves room in the engine's queue (503 at once when full),
+ * submits the job and parks the connection (MHD_suspend_connection). The
+ * engine thread resumes it when it publishes: for a stream the loop then
+ * sends the SSE events of every token published since (one event per token)
+ * and parks again; otherwise it parks until the last token (or, with stop
+ * strings, looks at every publish) and sends the body. So one engine step
+ * costs one wake-up of the loop, whatever the number of streams, instead of
+ * a thread switch per stream.
  *
  * Deadlines that libmicrohttpd does not have (its timeout only sees silence,
  * and a client dribbling one byte a second is never silent) are kept by a
  * watchdog thread: a connection must deliver a request head within
  * header_timeout of its start or of its previous response, and the body
- * within body_timeout of the head; otherwise its socket is shut down. */
+ * within body_timeout of the head; otherwise its socket is shut down. It
+ * also watches the parked connections' sockets: a client that has gone
+ * (hang-up, reset) while its request waits for the engine cancels the job,
+ * which the engine frees at its next step. libmicrohttpd's completion
+ * callback cancels it too when a write fails. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
@@ -41,6 +47,9 @@ typedef struct sv_conn {
     uint64_t since_ns;         /* start of the phase; in phase 2, the last time the client took bytes */
     bool busy;                 /* phase 2: the server is waiting for the engine, not for the client */
     bool killed;
+    struct sv_job *job;        /* phase 2: the request's job while it is in flight (the watchdog
+                                  cancels it when the client hangs up); cancelled: done so */
+    bool cancelled;
     struct sv_conn *prev, *next;
 } sv_conn;
 
@@ -87,7 +96,6 @@ typedef struct {
     sv_buf sse;
     size_t sse_off;
     bool stream_done, complete;
-    uint64_t seen;             /* job->version last looked at */
     uint64_t t_arrive_ns;
 } sv_hreq;
 
@@ -102,6 +110,7 @@ void mr_server_opts_default(mr_server_opts *o) {
         .body_timeout_s = 30,
         .idle_timeout_s = 60,
         .max_connections = 512,
+        .http_threads = 1,
     };
 }
 
@@ -121,7 +130,6 @@ void sv_job_release(sv_job *j) {
     }
     mr_free(j->gens);
     pthread_mutex_destroy(&j->mu);
-    pthread_cond_destroy(&j->cv);
     mr_free(j);
 }
 
@@ -168,15 +176,6 @@ static enum MHD_Result fail(mr_server *s, struct MHD_Connection *c, int http, co
     return send_error(s, c, &e);
 }
 
-/* True when the peer has hung up or the socket failed. */
-static bool peer_gone(struct MHD_Connection *c) {
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (!ci) return true;
-    struct pollfd p = {.fd = ci->connect_fd, .events = POLLRDHUP};
-    if (poll(&p, 1, 0) < 0) return false;
-    return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
-}
-
 /* Phase 2 bookkeeping for the watchdog: busy while the server waits for the
  * engine; progress when the client has taken bytes. */
 static void conn_busy(sv_hreq *h, bool busy) {
@@ -187,18 +186,36 @@ static void conn_busy(sv_hreq *h, bool busy) {
     pthread_mutex_unlock(&h->s->cmu);
 }
 
-/* Waits until the engine publishes something for the job, up to 100 ms. */
-static void wait_job(sv_hreq *h) {
-    sv_job *j = h->job;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 100 * 1000 * 1000;
-    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+/* The engine published for a parked job (engine thread, after the job's
+ * lock is released): back into the event loop. */
+static void wake_conn(void *arg) {
+    sv_hreq *h = arg;
+    MHD_resume_connection(h->mc);
+}
+
+/* How far the engine has published for the job. */
+static uint64_t job_version(sv_job *j) {
     pthread_mutex_lock(&j->mu);
-    while (j->version == h->seen && j->live > 0)
-        if (pthread_cond_timedwait(&j->cv, &j->mu, &ts)) break;
-    h->seen = j->version;
+    const uint64_t v = j->version;
     pthread_mutex_unlock(&j->mu);
+    return v;
+}
+
+/* Parks the connection until the engine publishes past v; false when it
+ * already has, or the job has ended (look again). Only from libmicrohttpd's
+ * request handler or content reader, where a connection may be suspended;
+ * under the job's lock, so the engine's resume always comes after it. */
+static bool park(sv_hreq *h, uint64_t v) {
+    sv_job *j = h->job;
+    conn_busy(h, true);
+    pthread_mutex_lock(&j->mu);
+    const bool p = j->version == v && j->live > 0;
+    if (p) {
+        j->parked = true;
+        MHD_suspend_connection(h->mc);
+    }
+    pthread_mutex_unlock(&j->mu);
+    return p;
 }
 
 /* ---- routes ---- */
@@ -410,7 +427,6 @@ static int make_job(mr_server *s, sv_request *r, sv_job **out, sv_error *e) {
     sv_job *j = mr_calloc(1, sizeof *j);
     if (!j) return sv_fail(e, 500, NULL, "out of memory");
     pthread_mutex_init(&j->mu, NULL);
-    pthread_cond_init(&j->cv, NULL);
     atomic_init(&j->refs, 1);
     j->srv = s;
     j->n_prompts = np;
@@ -613,15 +629,46 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             h->complete = true;
             return MHD_CONTENT_READER_END_OF_STREAM;
         }
+        if (atomic_load(&h->s->stopping)) return MHD_CONTENT_READER_END_WITH_ERROR;
+        const uint64_t v = job_version(h->job);
         int r = sv_out_advance(h->out, &h->sse);
         if (r < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
         if (r == 1) h->stream_done = true;
         if (h->sse.len || r == 1) continue;
-        if (atomic_load(&h->s->stopping)) return MHD_CONTENT_READER_END_WITH_ERROR;
-        conn_busy(h, true);
-        wait_job(h);
-        if (peer_gone(h->mc)) return MHD_CONTENT_READER_END_WITH_ERROR; /* the completion callback cancels */
+        if (park(h, v)) return 0; /* called again once the engine has published */
     }
+}
+
+/* Not streaming: the body once the job is complete; until then the
+ * connection stays parked (the handler is called again when resumed). */
+static enum MHD_Result await_body(mr_server *s, struct MHD_Connection *c, sv_hreq *h) {
+    sv_buf none = {0};
+    for (;;) {
+        if (atomic_load(&s->stopping)) {
+            sv_buf_free(&none);
+            return MHD_NO; /* the completion callback cancels the job */
+        }
+        const uint64_t v = job_version(h->job);
+        const int rc = sv_out_advance(h->out, &none);
+        if (rc < 0) {
+            sv_buf_free(&none);
+            return fail(s, c, 500, NULL, "out of memory");
+        }
+        if (rc == 1) break;
+        if (park(h, v)) {
+            sv_buf_free(&none);
+            return MHD_YES;
+        }
+    }
+    sv_buf_free(&none);
+    conn_busy(h, false);
+    int status;
+    char *body = sv_out_body(h->out, &status);
+    if (!body) return fail(s, c, 500, NULL, "out of memory");
+    h->complete = true;
+    enum MHD_Result ok = send_json(c, status, body);
+    mr_free(body);
+    return ok;
 }
 
 static enum MHD_Result do_generate(mr_server *s, struct MHD_Connection *c, sv_hreq *h) {
@@ -658,6 +705,15 @@ static enum MHD_Result do_generate(mr_server *s, struct MHD_Connection *c, sv_hr
         return fail(s, c, 500, NULL, "out of memory");
     }
     h->job = j;
+    j->wake = wake_conn;
+    j->wake_arg = h;
+    j->wake_each = j->req.stream || j->req.n_stop > 0; /* stop strings are matched here, token by token */
+    if (h->conn) {
+        pthread_mutex_lock(&s->cmu);
+        h->conn->job = j;
+        h->conn->cancelled = false;
+        pthread_mutex_unlock(&s->cmu);
+    }
     atomic_fetch_add(&j->refs, 1); /* the engine's */
     sv_engine_submit(s->eng, j);
     /* while the engine works the client may rightly hear nothing for long (a
@@ -674,34 +730,7 @@ static enum MHD_Result do_generate(mr_server *s, struct MHD_Connection *c, sv_hr
         MHD_destroy_response(resp);
         return ok;
     }
-    /* not streaming: wait here for the end, watching the client */
-    sv_buf none = {0};
-    for (;;) {
-        int rc = sv_out_advance(h->out, &none);
-        if (rc < 0) {
-            sv_buf_free(&none);
-            return fail(s, c, 500, NULL, "out of memory");
-        }
-        if (rc == 1) break;
-        if (atomic_load(&s->stopping)) {
-            sv_buf_free(&none);
-            return MHD_NO;
-        }
-        wait_job(h);
-        if (peer_gone(c)) {
-            sv_buf_free(&none);
-            return MHD_NO; /* the completion callback cancels the job */
-        }
-    }
-    sv_buf_free(&none);
-    conn_busy(h, false);
-    int status;
-    char *body = sv_out_body(h->out, &status);
-    if (!body) return fail(s, c, 500, NULL, "out of memory");
-    h->complete = true;
-    enum MHD_Result ok = send_json(c, status, body);
-    mr_free(body);
-    return ok;
+    return await_body(s, c, h);
 }
 
 /* ---- libmicrohttpd callbacks ---- */
@@ -762,6 +791,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     /* the whole request is in */
+    if (h->job) return await_body(s, c, h); /* resumed: the engine has published */
     if (h->over)
         return fail(s, c, 413, NULL, "the body is %zu bytes, above this server's limit of %zu (--max-body-bytes)",
                     h->received, s->o.max_body_bytes);
@@ -793,7 +823,18 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     sv_hreq *h = *con_cls;
     if (!h) return;
     if (h->job) {
-        if (!h->complete || toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
+        pthread_mutex_lock(&h->job->mu); /* the engine no longer wakes this side */
+        h->job->wake = NULL;
+        h->job->parked = false;
+        pthread_mutex_unlock(&h->job->mu);
+        bool counted = false; /* the watchdog cancelled it and counted the disconnect */
+        if (h->conn) {
+            pthread_mutex_lock(&s->cmu);
+            h->conn->job = NULL;
+            counted = h->conn->cancelled;
+            pthread_mutex_unlock(&s->cmu);
+        }
+        if (!counted && (!h->complete || toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)) {
             sv_job_cancel(h->job);
             pthread_mutex_lock(&s->met.mu);
             s->met.disconnects++;
@@ -846,9 +887,33 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
     }
 }
 
-/* The head and body deadlines (see the file comment). */
+/* Cancels the jobs of the parked connections whose client has gone
+ * (hang-up, reset), one poll over all of them; called with s->cmu held. */
+static void cancel_gone(mr_server *s, struct pollfd *pf, sv_conn **pk, int cap) {
+    int n = 0;
+    for (sv_conn *k = s->conns; k && n < cap; k = k->next)
+        if (k->phase == 2 && k->busy && k->job && !k->cancelled && !k->killed) {
+            pf[n] = (struct pollfd){.fd = k->fd, .events = POLLRDHUP};
+            pk[n++] = k;
+        }
+    if (n == 0 || poll(pf, (nfds_t)n, 0) <= 0) return;
+    for (int i = 0; i < n; i++)
+        if (pf[i].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) {
+            MR_DEBUG("serve: a client left while its request waited for the engine: cancelled");
+            sv_job_cancel(pk[i]->job); /* the job lives while k->job is set (cleared under cmu) */
+            pk[i]->cancelled = true;
+            pthread_mutex_lock(&s->met.mu);
+            s->met.disconnects++;
+            pthread_mutex_unlock(&s->met.mu);
+        }
+}
+
+/* The head and body deadlines and the parked clients that left (see the file comment). */
 static void *watchdog(void *arg) {
     mr_server *s = arg;
+    const int cap = s->o.max_connections;
+    struct pollfd *pf = mr_malloc((size_t)cap * sizeof *pf);
+    sv_conn **pk = mr_malloc((size_t)cap * sizeof *pk);
     pthread_mutex_lock(&s->cmu);
     while (!s->wd_stop) {
         struct timespec ts;
@@ -856,6 +921,7 @@ static void *watchdog(void *arg) {
         ts.tv_nsec += 200 * 1000 * 1000;
         if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
         pthread_cond_timedwait(&s->ccv, &s->cmu, &ts);
+        if (pf && pk) cancel_gone(s, pf, pk, cap);
         uint64_t now = mr_now_ns();
         for (sv_conn *k = s->conns; k; k = k->next) {
             if (k->killed || (k->phase == 2 && k->busy)) continue;
@@ -872,6 +938,8 @@ static void *watchdog(void *arg) {
         }
     }
     pthread_mutex_unlock(&s->cmu);
+    mr_free(pf);
+    mr_free(pk);
     return NULL;
 }
 
@@ -933,7 +1001,8 @@ mr_status mr_server_open(const mr_server_opts *o, mr_server **out) {
     *out = NULL;
     if (!o->model_dir) return mr_error_set(MR_EINVAL, "serve: the model folder is required");
     if (o->max_queued_requests < 0 || o->max_choices < 1 || o->max_body_bytes < 64 || o->header_timeout_s < 1 ||
-        o->body_timeout_s < 1 || o->idle_timeout_s < 1 || o->max_connections < 1 || o->port < 0 || o->port > 65535 ||
+        o->body_timeout_s < 1 || o->idle_timeout_s < 1 || o->max_connections < 1 || o->http_threads < 1 ||
+        o->http_threads > 64 || o->port < 0 || o->port > 65535 ||
         o->max_prompt_tokens < 0 || o->max_completion_tokens < 0)
         return mr_error_set(MR_EINVAL, "serve: a limit is out of range");
     mr_server *s = mr_calloc(1, sizeof *s);
@@ -993,10 +1062,12 @@ mr_status mr_server_start(mr_server *s) {
     snprintf(port, sizeof port, "%d", s->o.port);
     int gai = getaddrinfo(s->host, port, &hints, &ai);
     if (gai) return mr_error_set(MR_EINVAL, "serve: cannot resolve --host %s: %s", s->host, gai_strerror(gai));
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+    /* the epoll event loop (the file comment); a pool of http_threads loops when above 1 */
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     errno = 0;
     s->d = MHD_start_daemon(flags, (uint16_t)s->o.port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                            MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(s->o.http_threads > 1 ? s->o.http_threads : 0),
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->o.idle_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
                             (unsigned)s->o.max_connections, MHD_OPTION_THREAD_STACK_SIZE, (size_t)512 * 1024,
@@ -1045,8 +1116,10 @@ int mr_server_drain(mr_server *s, double timeout_s) {
 void mr_server_close(mr_server *s) {
     if (!s) return;
     atomic_store(&s->stopping, true);
-    if (s->eng) sv_engine_abort_all(s->eng);
-    if (s->d) MHD_stop_daemon(s->d); /* joins the connection threads */
+    /* the engine first: every job ends and every parked connection is resumed (libmicrohttpd
+     * cannot stop with a connection parked for good); a request that races this ends at once */
+    if (s->eng) sv_engine_stop(s->eng);
+    if (s->d) MHD_stop_daemon(s->d); /* joins the event loop(s) */
     if (s->wd_started) {
         pthread_mutex_lock(&s->cmu);
         s->wd_stop = true;
@@ -1054,10 +1127,7 @@ void mr_server_close(mr_server *s) {
         pthread_mutex_unlock(&s->cmu);
         pthread_join(s->wd, NULL);
     }
-    if (s->eng) {
-        sv_engine_stop(s->eng);
-        sv_engine_free(s->eng);
-    }
+    if (s->eng) sv_engine_free(s->eng);
     sv_text_close(s->text);
     sv_metrics_free(&s->met);
     pthread_mutex_destroy(&s->cmu);

@@ -226,8 +226,11 @@ mr_status sv_parse_finish(sv_parse *p, sv_parse_out *o);
 /* ======================================================================
  * The job: one HTTP request as the engine sees it. A request with k prompts
  * and n choices each becomes k*n generations ("gens"), each one engine
- * sequence. The HTTP thread writes the inputs before submitting and never
- * again; the engine thread appends tokens under job->mu and signals job->cv.
+ * sequence. The HTTP side writes the inputs before submitting and never
+ * again; the engine thread appends tokens under job->mu and, when the HTTP
+ * side has parked its connection (job->parked), un-parks it (job->wake,
+ * called after job->mu is released: it resumes the connection in the event
+ * loop).
  * ====================================================================== */
 typedef enum { SV_FIN_NONE = 0, SV_FIN_STOP, SV_FIN_LENGTH, SV_FIN_ABORT, SV_FIN_ERROR } sv_fin;
 
@@ -281,9 +284,14 @@ typedef struct sv_job {
     int64_t *prompt_len;        /* [n_prompts] tokens per prompt */
     char **prompt_text;         /* [n_prompts] text of each prompt (for echo), may be NULL */
     pthread_mutex_t mu;
-    pthread_cond_t cv;
     int live;                   /* gens the engine has not finished, under mu */
     uint64_t version;           /* bumped (under mu) by every publish: the HTTP side waits for a change */
+    /* under mu: the HTTP side parked its connection until the next publish (wake_each: streams
+     * and stop strings) or until the last gen ends; the engine clears parked and calls
+     * wake(wake_arg) once mu is released. wake is NULL once the HTTP side is gone. */
+    bool parked, wake_each;
+    void (*wake)(void *arg);
+    void *wake_arg;
     atomic_int refs;            /* 1 for the HTTP side + 1 while the engine holds any gen */
     uint64_t t_arrive_ns;
     char id[40];                /* "cmpl-..." */
@@ -300,11 +308,13 @@ typedef struct sv_engine sv_engine;
  * user becomes the engine thread. */
 mr_status sv_engine_new(mr_engine *eng, const mr_server_opts *o, sv_metrics *metrics, sv_engine **out);
 mr_status sv_engine_start(sv_engine *e);
-/* Hands the job's gens to the engine thread (takes the engine reference). */
+/* Hands the job's gens to the engine thread (takes the engine reference).
+ * After sv_engine_stop the gens end at once as aborted. */
 void sv_engine_submit(sv_engine *e, sv_job *j);
 /* Cancels everything admitted (drain timeout, shutdown). */
 void sv_engine_abort_all(sv_engine *e);
-/* Stops the thread after finishing the current step; finishes every gen as aborted. */
+/* Stops the thread after finishing the current step; finishes every gen as
+ * aborted (each parked job is woken). */
 void sv_engine_stop(sv_engine *e);
 void sv_engine_free(sv_engine *e);
 /* Admitted gens not yet finished (running + waiting). */

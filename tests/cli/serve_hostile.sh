@@ -5,9 +5,14 @@
 # byte a second (closed by --header-timeout), one that sends nothing (closed
 # by --idle-timeout), clients that vanish mid-stream (their sequences are
 # freed: /metrics), and 200 connections at once beyond the queue (503s
-# counted by the server exactly, the rest complete, no crash). Afterwards the
-# server still answers, stops with exit 0 on SIGTERM, and its log holds no
-# sanitizer report.
+# counted by the server exactly, the rest complete, no crash, and the
+# server's thread count stays flat: an event loop, not a thread per
+# connection). Afterwards the server still answers, stops with exit 0 on
+# SIGTERM, and its log holds no sanitizer report. This server runs two HTTP
+# event loops (--threads-http 2). A second server: a non-streaming client
+# that leaves while its long request waits for the engine has it cancelled
+# (the watchdog sees the hang-up; the request would otherwise run for
+# seconds).
 # Args: <moerun> <tests/data> <scratch dir>
 set -u
 M=$1; DATA=$2; S=$3
@@ -20,7 +25,8 @@ bad() { echo "FAIL: $*"; fails=$((fails+1)); }
 cp -r "$DATA/model/tiny" "$S/tiny"
 
 start_server "$S/serve.log" --model "$S/tiny" --context-length 512 --max-running-requests 2 \
-    --max-queued-requests 4 --max-body-bytes 10000 --header-timeout 6 --idle-timeout 2 --skip-self-check || exit 1
+    --max-queued-requests 4 --max-body-bytes 10000 --header-timeout 6 --idle-timeout 2 --threads-http 2 \
+    --skip-self-check || exit 1
 
 # post BODY_FILE WANT_STATUS WANT_PARAM(or -) : the error body names the field
 post() {
@@ -106,6 +112,11 @@ done
 # 200 connections at once, beyond 2 running + 4 queued
 rej0=$(metric 'reason="queue_full"')
 mkdir -p "$S/many"
+# the server's threads while the 200 are open (a thread per connection would be ~200)
+( mx=0; while kill -0 "$SV_PID" 2>/dev/null && [ ! -f "$S/many/stop" ]; do
+      n=$(ls "/proc/$SV_PID/task" 2>/dev/null | wc -l); [ "$n" -gt $mx ] && mx=$n; echo $mx >"$S/many/threads"; sleep 0.02
+  done ) &
+tpid=$!
 pids=
 for i in $(seq 1 200); do
     curl -s -N -o "$S/many/$i.out" -w '%{http_code}\n' --max-time 120 \
@@ -114,6 +125,10 @@ for i in $(seq 1 200); do
     pids="$pids $!"
 done
 wait $pids
+touch "$S/many/stop"; wait $tpid
+threads=$(cat "$S/many/threads" 2>/dev/null || echo 0)
+echo "200 at once: at most $threads server threads"
+{ [ "$threads" -ge 3 ] && [ "$threads" -le 16 ]; } || bad "200 connections: the server ran $threads threads (want an event loop: <= 16)"
 ok=0; busy=0; other=0
 for i in $(seq 1 200); do
     c=$(cat "$S/many/$i.code")
@@ -134,6 +149,30 @@ rej1=$(metric 'reason="queue_full"')
 stop_server
 [ "$SV_RC" = 0 ] || bad "the server exited $SV_RC on SIGTERM"
 clean_log "$S/serve.log" || { bad "sanitizer report or crash in the server log"; grep -E -A20 "ERROR|runtime error" "$S/serve.log" | head -60; }
+
+# a non-streaming client leaves while its request waits: 64 choices x 4000 tokens at 2 running
+# sequences are 128,000 engine steps (seconds on any host); it must end within seconds of the hang-up
+start_server "$S/serve2.log" --model "$S/tiny" --context-length 4096 --max-running-requests 2 \
+    --max-queued-requests 64 --skip-self-check || exit 1
+ab0=$(metric 'finished_reason="abort"'); ab0=${ab0:-0}
+curl -s -o /dev/null --max-time 1 -d '{"prompt":[1,2,3],"max_tokens":4000,"n":64,"ignore_eos":true}' \
+    "$SV_URL/v1/completions" 2>/dev/null
+t0=$(date +%s%N); freed=
+for i in $(seq 1 200); do
+    [ "$(metric 'moerun:num_requests_running{')" = 0 ] && [ "$(metric 'moerun:num_requests_waiting{')" = 0 ] && \
+        [ "$(metric 'moerun:kv_cache_used_blocks{')" = 0 ] && { freed=1; break; }
+    sleep 0.05
+done
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+ab1=$(metric 'finished_reason="abort"'); gen=$(metric 'moerun:generation_tokens_total{')
+echo "non-streaming client gone: freed after $ms ms, $((ab1 - ab0)) choices aborted, $gen tokens generated"
+[ -n "$freed" ] || bad "a gone non-streaming client's request still runs: $(curl -s "$SV_URL/metrics" | grep -E 'running|waiting|used_blocks' | grep -v '#')"
+[ $((ab1 - ab0)) = 64 ] || bad "the gone client's 64 choices were not all aborted ($((ab1 - ab0)))"
+[ "${gen:-0}" -lt 256000 ] || bad "the gone client's request ran to the end ($gen tokens)"
+[ "$(metric 'moerun:client_disconnects_total{')" -ge 1 ] 2>/dev/null || bad "no disconnect counted"
+stop_server
+[ "$SV_RC" = 0 ] || bad "the second server exited $SV_RC on SIGTERM"
+clean_log "$S/serve2.log" || { bad "sanitizer report or crash in the second server's log"; grep -E -A20 "ERROR|runtime error" "$S/serve2.log" | head -60; }
 [ $fails = 0 ] || exit 1
 rm -rf "$S"
 echo OK
