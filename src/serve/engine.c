@@ -128,12 +128,21 @@ static int fin_index(sv_fin f) {
     return f == SV_FIN_STOP ? SV_FR_STOP : f == SV_FIN_LENGTH ? SV_FR_LENGTH : f == SV_FIN_ABORT ? SV_FR_ABORT : SV_FR_ERROR;
 }
 
-/* Under j->mu, after a publish: whether the job's parked HTTP side is to be
- * woken now (then un-parked; the caller calls j->wake once j->mu is free). */
-static bool take_wake(sv_job *j) {
-    if (!j->parked || !j->wake || !(j->wake_each || j->live == 0)) return false;
+/* A parked HTTP side to wake, taken under j->mu after a publish and called
+ * once j->mu is free (the connection is parked, so its side cannot go away
+ * in between). */
+typedef struct {
+    void (*fn)(void *);
+    void *arg;
+} wake_call;
+
+static wake_call take_wake(sv_job *j) {
+    wake_call w = {0};
+    if (!j->parked || !j->wake || !(j->wake_each || j->live == 0)) return w;
     j->parked = false;
-    return true;
+    w.fn = j->wake;
+    w.arg = j->wake_arg;
+    return w;
 }
 
 /* Ends a gen: publishes the reason, drops the job's engine hold with its last gen. */
@@ -156,9 +165,9 @@ static void finish(sv_engine *e, sv_gen *g, sv_fin fin, const char *err) {
     if (err) snprintf(g->err, sizeof g->err, "%s", err);
     bool last = --j->live == 0;
     j->version++;
-    const bool wake = take_wake(j);
+    const wake_call w = take_wake(j);
     pthread_mutex_unlock(&j->mu);
-    if (wake) j->wake(j->wake_arg); /* the connection is parked: its side cannot go away before this */
+    if (w.fn) w.fn(w.arg);
     atomic_fetch_sub(&e->reserved, 1);
     if (last) sv_job_release(j);
 }
@@ -257,9 +266,9 @@ static void publish(sv_engine *e, const mr_engine_event *ev, uint64_t now) {
         }
         if (!g->seen_first) g->cached_tokens = ev->n_cached;
         j->version++;
-        const bool wake = take_wake(j);
+        const wake_call w = take_wake(j);
         pthread_mutex_unlock(&j->mu);
-        if (wake) j->wake(j->wake_arg);
+        if (w.fn) w.fn(w.arg);
         g->seen_first = true;
         g->t_last_ns = now;
     }
