@@ -74,8 +74,10 @@ typedef float (*mr_kern_dot_bf16_fn)(const float *w, const uint16_t *x, int len)
  *  MR_PACK_FP8_Y16     16 bytes per k: byte d of k = W[d][k] (rows in order);
  *                      K padded to 128, tscale as FP8_R16K4.
  *  MR_PACK_NVFP4_Y16I  per 16-k block j four V (v = 0..3): low nibble of q =
- *                      code(d = q>>1, k = 16j + 4v + (q&1)), high nibble =
- *                      code(d, k + 2); scales as NVFP4_R16K16. (int8: w4a4, w4a8)
+ *                      code(d = q>>2, k = 16j + 4v + (q&3)), high nibble =
+ *                      code(d + 8, k): rows 0-7 / 8-15 x 4 k, row-major, so a
+ *                      broadcast dword of 4 int8 activations meets every row
+ *                      pair; scales as NVFP4_R16K16. (int8: w4a4, w4a8)
  *  MR_PACK_NVFP4_Y16F  per 16-k block j four V: nibble h of q = code(d, k) with
  *                      d = 8*((q>>3)&1) + 4*(q>>4) + ((q>>1)&3), k = 16j + 4v +
  *                      2h + (q&1); scales as NVFP4_R16K16. (bf16 input: w4a16)

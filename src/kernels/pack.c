@@ -153,8 +153,8 @@ static void pack_tile(const mr_pmatrix *m, const mr_qmatrix *w, int64_t st, uint
                 for (int q = 0; q < 32; q++) {
                     uint8_t b = 0;
                     for (int h = 0; h < 2; h++) {
-                        const int d = f ? 8 * ((q >> 3) & 1) + 4 * (q >> 4) + ((q >> 1) & 3) : q >> 1;
-                        const int64_t k = 16 * j + 4 * v + 2 * h + (q & 1);
+                        const int d = f ? 8 * ((q >> 3) & 1) + 4 * (q >> 4) + ((q >> 1) & 3) : 8 * h + (q >> 2);
+                        const int64_t k = f ? 16 * j + 4 * v + 2 * h + (q & 1) : 16 * j + 4 * v + (q & 3);
                         b |= (uint8_t)(nib(w, 16 * st + d, k) << (4 * h));
                     }
                     tile[j * 128 + v * 32 + q] = b;
@@ -270,8 +270,8 @@ void mr__pk_nvfp4_block_f32(const mr_pmatrix *W, const uint8_t *tile, int64_t j,
         for (int v = 0; v < 4; v++)
             for (int q = 0; q < 32; q++)
                 for (int h = 0; h < 2; h++) {
-                    const int d = f ? 8 * ((q >> 3) & 1) + 4 * (q >> 4) + ((q >> 1) & 3) : q >> 1;
-                    const int k = 4 * v + 2 * h + (q & 1);
+                    const int d = f ? 8 * ((q >> 3) & 1) + 4 * (q >> 4) + ((q >> 1) & 3) : 8 * h + (q >> 2);
+                    const int k = f ? 4 * v + 2 * h + (q & 1) : 4 * v + (q & 3);
                     w[k * 16 + d] = mr__e2m1_lut[(p0[v * 32 + q] >> (4 * h)) & 15];
                 }
     }

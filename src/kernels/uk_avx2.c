@@ -17,11 +17,11 @@
  *  fp8 gemm     a 16x128 block decoded once to fp32 in scratch (L1), then
  *               6-token register blocks: 2 loads + 6 broadcasts + 12 FMAs
  *               per k (the shared f32_core).
- *  nvfp4_i8     vpshufb nibble -> u8 = 2*e2m1 + 12 (16 rows x 2 k per ymm),
- *               vpmaddubsw with the broadcast int8 activation pair; the int16
- *               sum of a 16-k block starts at xb = -12*sum(x) (mod 2^16: the
- *               biased partial sums may wrap, the true sum |.| <= 24576 fits),
- *               then int16 -> fp32 and one FMA with the 16 row scales (E4M3 by
+ *  nvfp4_i8     vpshufb nibble -> u8 = 2*e2m1 + 12 (8 rows x 4 k per ymm),
+ *               vpmaddubsw with the broadcast dword of 4 int8 activations
+ *               (int16 lanes: row x pair), 4 summed in int16, vpmaddwd with
+ *               ones -> one int32 per row, plus xb = -12*sum(x), then fp32
+ *               and one FMA with the 16 row scales (E4M3 by
  *               the f16 trick) times the activation multiplier; w4a8 (xs
  *               shared by 8 blocks) sums the blocks first and applies xs once
  *               per 128 k. Many tokens: each block decoded once into 8
@@ -334,33 +334,41 @@ static void uk_fp8_gemm(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int6
 static const uint8_t U8LUT[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
 
 INL __m256i lut16(const uint8_t *t) { return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)t)); }
-INL __m256i bcast16(const void *p) {
-    int16_t v;
-    memcpy(&v, p, 2);
-    return _mm256_set1_epi16(v);
-}
 
-/* the 8 u8 weight vectors of 16-k block j (16 rows x 2 k each: U[p] holds
- * k = 16j + 2p, 2p + 1) and the block's row scales (* 2^-8) */
+/* the 8 u8 weight vectors of 16-k block j: U[v] rows 0-7 and U[4 + v] rows
+ * 8-15, each 8 rows x 4 k (k = 16j + 4v + 0..3, row-major: the pack's low /
+ * high nibbles), and the block's row scales (* 2^-8) */
 INL void nvi_block(const uint8_t *tile, const uint8_t *scp, int64_t j, __m256i U[8], __m256 *sc0, __m256 *sc1) {
     const __m256i lut = lut16(U8LUT), m0f = _mm256_set1_epi8(0x0F);
     #pragma GCC unroll 4
     for (int v = 0; v < 4; v++) {
         const __m256i V = _mm256_load_si256((const __m256i *)(tile + j * 128 + 32 * v));
-        U[2 * v] = _mm256_shuffle_epi8(lut, _mm256_and_si256(V, m0f));
-        U[2 * v + 1] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(V, 4), m0f));
+        U[v] = _mm256_shuffle_epi8(lut, _mm256_and_si256(V, m0f));
+        U[4 + v] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(V, 4), m0f));
     }
     e4m3x16(scp + 16 * j, sc0, sc1);
 }
 
-/* one token's int16 block sum (16 rows): starts at xb = -12*sum(x) mod 2^16
- * (the low half of the int32), plus the 8 vpmaddubsw of its activation pairs */
+/* one token's block sums, rows 0-7 / 8-15 as fp32: the dword of the 4
+ * activations a vector meets is broadcast (a load, no shuffle), each
+ * vpmaddubsw gives int16 lanes (row, pair of k), four of them sum without
+ * overflow (|.| <= 4 * 6144), vpmaddwd with ones adds each row's two lanes
+ * into an int32, and xb = -12*sum(x) removes the bias of the u8 weights */
 INL void nvi_token(const __m256i U[8], const int8_t *x16, const int32_t *xb, __m256 *f0, __m256 *f1) {
-    __m256i s = bcast16(xb);
-    #pragma GCC unroll 8
-    for (int p = 0; p < 8; p++) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(U[p], bcast16(x16 + 2 * p)));
-    *f0 = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(s)));
-    *f1 = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(s, 1)));
+    __m256i m[8];
+    #pragma GCC unroll 4
+    for (int v = 0; v < 4; v++) {
+        int32_t x4;
+        memcpy(&x4, x16 + 4 * v, 4);
+        const __m256i X = _mm256_set1_epi32(x4);
+        m[v] = _mm256_maddubs_epi16(U[v], X);
+        m[4 + v] = _mm256_maddubs_epi16(U[4 + v], X);
+    }
+    const __m256i a = _mm256_add_epi16(_mm256_add_epi16(m[0], m[1]), _mm256_add_epi16(m[2], m[3]));
+    const __m256i b = _mm256_add_epi16(_mm256_add_epi16(m[4], m[5]), _mm256_add_epi16(m[6], m[7]));
+    const __m256i one = _mm256_set1_epi16(1), bias = _mm256_set1_epi32(*xb);
+    *f0 = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_madd_epi16(a, one), bias));
+    *f1 = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_madd_epi16(b, one), bias));
 }
 
 /* the sums are of 2*e2m1(w)*x with scales * 2^-8: 2^8 / 2 = 128 folds in at the end */
