@@ -75,6 +75,14 @@ static void rand_prompt(tu_rng *r, int32_t *p, int64_t n) {
     for (int64_t i = 0; i < n; i++) p[i] = 3 + (int32_t)(tu_next(r) % (V - 3)); /* no EOS (2) in prompts */
 }
 
+/* n prompts of min .. min + span - 1 tokens, prompt i at p + i * stride (length, then tokens, per prompt) */
+static void rand_prompts(tu_rng *r, int32_t *p, int64_t stride, int64_t *len, int n, int64_t min, int64_t span) {
+    for (int i = 0; i < n; i++) {
+        len[i] = min + (int64_t)(tu_next(r) % (uint64_t)span);
+        rand_prompt(r, p + i * stride, len[i]);
+    }
+}
+
 /* Outputs collected per request (user = index). */
 #define MAXR 128
 #define MAXG 64
@@ -343,10 +351,7 @@ static void batch_invariance(const char *runner) {
     tu_rng rng = {99};
     int32_t prompt[N][60];
     int64_t len[N];
-    for (int i = 0; i < N; i++) {
-        len[i] = 1 + (int64_t)(tu_next(&rng) % 60);
-        rand_prompt(&rng, prompt[i], len[i]);
-    }
+    rand_prompts(&rng, prompt[0], 60, len, N, 1, 60);
     eng_cfg c = {.runner = runner, .kv = MR_FMT_F32, .blocks = 512, .budget = 128, .running = 64, .ctx = 256};
     static outs alone, together;
     memset(&alone, 0, sizeof alone);
@@ -492,10 +497,7 @@ static void test_step_threads_tokens(void **state) {
     tu_rng rng = {5};
     int32_t prompt[N][40];
     int64_t len[N];
-    for (int i = 0; i < N; i++) {
-        len[i] = 1 + (int64_t)(tu_next(&rng) % 40);
-        rand_prompt(&rng, prompt[i], len[i]);
-    }
+    rand_prompts(&rng, prompt[0], 40, len, N, 1, 40);
     static outs fixed, mixed;
     memset(&fixed, 0, sizeof fixed);
     memset(&mixed, 0, sizeof mixed);
@@ -643,10 +645,7 @@ static void test_preemption(void **state) {
     tu_rng rng = {21};
     int32_t prompt[N][50];
     int64_t len[N];
-    for (int i = 0; i < N; i++) {
-        len[i] = 10 + (int64_t)(tu_next(&rng) % 40);
-        rand_prompt(&rng, prompt[i], len[i]);
-    }
+    rand_prompts(&rng, prompt[0], 50, len, N, 10, 40);
     static outs tight, loose;
     memset(&tight, 0, sizeof tight);
     memset(&loose, 0, sizeof loose);
