@@ -11,6 +11,7 @@
  * drain (new work and /health get 503, admitted requests finish, up to
  * --shutdown-timeout seconds; then exit 0); a second one exits at once. */
 #include <errno.h>
+#include <omp.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <signal.h>
@@ -374,7 +375,11 @@ int mr_cmd_serve(int argc, char **argv) {
         }
         goto out;
     }
-    /* 5. open for work: the server owns the engine from here on */
+    /* 5. open for work: the server owns the engine from here on. Loading and the self-check ran
+     * parallel regions on this thread, whose pool of OpenMP workers would outlive them: with more
+     * workers than cores libgomp stops spinning between regions, and the engine thread's every
+     * region would then wake its workers from a futex (tiny-kjv at C = 1: ~20% of a step). */
+    omp_pause_resource_all(omp_pause_soft);
     mr_status ast = mr_server_attach(srv, eng);
     eng = NULL;
     if (ast || mr_server_set_ready(srv)) {
