@@ -33,6 +33,14 @@
 
 #include "serve/serve_internal.h"
 
+/* A parked HTTP side to wake, taken under j->mu after a publish and called
+ * once j->mu is free (the connection is parked, so its side cannot go away
+ * in between). */
+typedef struct wake_call {
+    void (*fn)(void *);
+    void *arg;
+} wake_call;
+
 struct sv_engine {
     mr_engine *eng;
     mr_model *m;
@@ -55,6 +63,10 @@ struct sv_engine {
     uint64_t last_step_ns;
     atomic_int failed;         /* the group broke: fail_msg says why (written before failed is set) */
     char fail_msg[256];
+    /* the parked HTTP sides a step's publishing woke, called together after it (engine thread) */
+    wake_call *wakes;
+    int n_wakes, cap_wakes;
+    bool defer_wakes;
 };
 
 #define EP_HEARTBEAT_MS 500
@@ -71,6 +83,12 @@ mr_status sv_engine_new(mr_engine *eng, const mr_server_opts *o, sv_metrics *met
     int rank, size;
     mr_model_ep(e->m, &rank, &size);
     e->ep = size > 1;
+    e->cap_wakes = e->capacity < 4096 ? (int)e->capacity : 4096;
+    e->wakes = mr_calloc((size_t)e->cap_wakes, sizeof *e->wakes);
+    if (!e->wakes) {
+        mr_free(e);
+        return MR_ENOMEM;
+    }
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     *out = e;
@@ -82,6 +100,7 @@ void sv_engine_free(sv_engine *e) {
     mr_engine_free(e->eng);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
+    mr_free(e->wakes);
     mr_free(e);
 }
 
@@ -128,14 +147,6 @@ static int fin_index(sv_fin f) {
     return f == SV_FIN_STOP ? SV_FR_STOP : f == SV_FIN_LENGTH ? SV_FR_LENGTH : f == SV_FIN_ABORT ? SV_FR_ABORT : SV_FR_ERROR;
 }
 
-/* A parked HTTP side to wake, taken under j->mu after a publish and called
- * once j->mu is free (the connection is parked, so its side cannot go away
- * in between). */
-typedef struct {
-    void (*fn)(void *);
-    void *arg;
-} wake_call;
-
 static wake_call take_wake(sv_job *j) {
     wake_call w = {0};
     if (!j->parked || !j->wake || !(j->wake_each || j->live == 0)) return w;
@@ -143,6 +154,22 @@ static wake_call take_wake(sv_job *j) {
     w.fn = j->wake;
     w.arg = j->wake_arg;
     return w;
+}
+
+/* Wakes a parked HTTP side now, or, while a step's events are published, after the last of
+ * them: the HTTP loop then finds the step's events of all its streams in one wake-up instead
+ * of being woken per stream on the other core while the engine still publishes (each wake-up
+ * there preempts the step's second thread and contends for the job's and the loop's locks).
+ * The connection stays parked, and its side alive, until the call. */
+static void wake(sv_engine *e, wake_call w) {
+    if (!w.fn) return;
+    if (e->defer_wakes && e->n_wakes < e->cap_wakes) e->wakes[e->n_wakes++] = w;
+    else w.fn(w.arg);
+}
+
+static void wake_deferred(sv_engine *e) {
+    for (int i = 0; i < e->n_wakes; i++) e->wakes[i].fn(e->wakes[i].arg);
+    e->n_wakes = 0;
 }
 
 /* Ends a gen: publishes the reason, drops the job's engine hold with its last gen. */
@@ -167,7 +194,7 @@ static void finish(sv_engine *e, sv_gen *g, sv_fin fin, const char *err) {
     j->version++;
     const wake_call w = take_wake(j);
     pthread_mutex_unlock(&j->mu);
-    if (w.fn) w.fn(w.arg);
+    wake(e, w);
     atomic_fetch_sub(&e->reserved, 1);
     if (last) sv_job_release(j);
 }
@@ -268,7 +295,7 @@ static void publish(sv_engine *e, const mr_engine_event *ev, uint64_t now) {
         j->version++;
         const wake_call w = take_wake(j);
         pthread_mutex_unlock(&j->mu);
-        if (w.fn) w.fn(w.arg);
+        wake(e, w);
         g->seen_first = true;
         g->t_last_ns = now;
     }
@@ -334,7 +361,10 @@ static void *engine_main(void *arg) {
         gauges(e);
         /* 5. publish */
         uint64_t now = mr_now_ns();
+        e->defer_wakes = true;
         for (int i = 0; out && i < out->n_events; i++) publish(e, &out->events[i], now);
+        e->defer_wakes = false;
+        wake_deferred(e);
         if (!go && !e->live) break;
     }
     /* stopping: what is still submitted ends as aborted, and so does every later submission */

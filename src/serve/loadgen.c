@@ -220,14 +220,19 @@ static void on_line(flight *f, const char *s, size_t n) {
 
 static size_t on_data(char *p, size_t sz, size_t nm, void *ud) {
     flight *f = ud;
-    size_t n = sz * nm;
-    for (size_t i = 0; i < n; i++) {
-        if (p[i] == '\n') {
-            on_line(f, f->line.p ? f->line.p : "", f->line.len);
+    const size_t n = sz * nm;
+    const char *s = p, *end = p + n;
+    while (s < end) { /* whole lines straight from curl's buffer; only a partial one is copied */
+        const char *nl = memchr(s, '\n', (size_t)(end - s));
+        if (!nl) return sv_buf_add(&f->line, s, (size_t)(end - s)) ? 0 : n;
+        if (f->line.len) {
+            if (sv_buf_add(&f->line, s, (size_t)(nl - s))) return 0;
+            on_line(f, f->line.p, f->line.len);
             f->line.len = 0;
-        } else if (sv_buf_add(&f->line, p + i, 1)) {
-            return 0;
+        } else {
+            on_line(f, s, (size_t)(nl - s));
         }
+        s = nl + 1;
     }
     return n;
 }
