@@ -8,6 +8,7 @@
 #include <omp.h>
 #endif
 
+#include "base/steal.h"
 #include "kernels/kern_internal.h"
 
 float mr__e4m3_lut[256];
@@ -156,30 +157,66 @@ void mr_gemm_rows(const mr_kernels *k, const mr_qmatrix *W, int64_t n0, int64_t 
     }
 }
 
+/* Rows of the blocks [b0, b1) of NB rows of the list of all matrices' blocks, in order. */
+static void rows_range(const mr_kernels *k, int n, const mr_qmatrix *const *W, const float *x, int64_t M,
+                       float *const *y, int64_t nbr, int64_t b0, int64_t b1) {
+    int64_t base = 0;
+    for (int i = 0; i < n && b0 < b1; i++) {
+        const int64_t N = W[i]->rows, nb = (N + nbr - 1) / nbr;
+        const int64_t lo = b0 > base ? b0 - base : 0, hi = b1 - base < nb ? b1 - base : nb;
+        if (lo < hi) {
+            const int64_t r0 = lo * nbr, r1 = hi * nbr < N ? hi * nbr : N;
+            k->rows[W[i]->fmt].fn(W[i], r0, r1 - r0, x, M, y[i] + r0, N);
+        }
+        base += nb;
+    }
+}
+
 /* The small-M fast path over several matrices sharing x (same K): one
  * parallel region; the 16-row blocks of all matrices, in order, form one list
- * that is cut into one contiguous range per thread (every row costs the same
- * bytes when the formats match), so each thread streams one run of memory. */
+ * of chunks (about 16 per thread), split into one contiguous range per thread
+ * with stealing (base/steal.h): each thread streams one run of memory, and a
+ * thread preempted for a moment (the server's HTTP loop on a 2-core host)
+ * costs the region little, the other threads take its chunks. A row's result
+ * does not depend on which thread or chunk computes it. */
+enum { MATMUL_MAX_NT = 64 };
 static void matmul_fast(int n, const mr_qmatrix *const *W, const float *x, int64_t M, float *const *y) {
     const mr_kernels *k = mr_kernels_get();
     enum { NB = 16 };
     int64_t nblk = 0, work = 0;
     for (int i = 0; i < n; i++) nblk += (W[i]->rows + NB - 1) / NB, work += W[i]->rows * W[i]->cols;
-#pragma omp parallel if (work * M > 65536)
+    const bool par = work * M > 65536;
+    int nt0 = 1;
+#ifdef _OPENMP
+    if (par) nt0 = omp_get_max_threads();
+#endif
+    if (nt0 <= 1 || nt0 > MATMUL_MAX_NT) { /* one thread, or more than the ranges below hold: static */
+#pragma omp parallel if (par && nt0 > 1)
+        {
+            int nt = 1, t = 0;
+#ifdef _OPENMP
+            nt = omp_get_num_threads(), t = omp_get_thread_num();
+#endif
+            rows_range(k, n, W, x, M, y, NB, nblk * t / nt, nblk * (t + 1) / nt);
+        }
+        return;
+    }
+    int64_t cb = nblk / (16 * nt0); /* blocks per chunk */
+    if (cb < 1) cb = 1;
+    const int64_t nch = (nblk + cb - 1) / cb;
+    _Alignas(64) _Atomic uint64_t rs[MATMUL_MAX_NT * MR__STEAL_STRIDE];
+    for (int t = 0; t < nt0; t++) mr__rng_init(rs, nch, nt0, t); /* the fork publishes them */
+#pragma omp parallel
     {
         int nt = 1, t = 0;
 #ifdef _OPENMP
         nt = omp_get_num_threads(), t = omp_get_thread_num();
 #endif
-        int64_t b0 = nblk * t / nt, b1 = nblk * (t + 1) / nt, base = 0;
-        for (int i = 0; i < n && b0 < b1; i++) {
-            const int64_t N = W[i]->rows, nb = (N + NB - 1) / NB;
-            const int64_t lo = b0 > base ? b0 - base : 0, hi = b1 - base < nb ? b1 - base : nb;
-            if (lo < hi) {
-                const int64_t r0 = lo * NB, r1 = hi * NB < N ? hi * NB : N;
-                k->rows[W[i]->fmt].fn(W[i], r0, r1 - r0, x, M, y[i] + r0, N);
-            }
-            base += nb;
+        if (nt != nt0) { /* a smaller team than asked (nesting, limits): static */
+            rows_range(k, n, W, x, M, y, NB, nblk * t / nt, nblk * (t + 1) / nt);
+        } else {
+            for (int64_t c; (c = mr__rng_next(rs, nt, t)) >= 0;)
+                rows_range(k, n, W, x, M, y, NB, c * cb, (c + 1) * cb < nblk ? (c + 1) * cb : nblk);
         }
     }
 }

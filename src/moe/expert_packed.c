@@ -26,51 +26,13 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "base/steal.h"
 #include "moe/runner_routed.h"
 
 enum { CB1 = 128, CB2 = MR__MOE_CB2, MCH = 128, T = MR_PACK_TILE };
 
 static inline void *row_at(void *base, int64_t row, int64_t ld, int es) {
     return (char *)base + (size_t)row * (size_t)ld * (size_t)es;
-}
-
-/* ---- per-thread ranges [front, back) of a chunk list, packed in 64 bits ---- */
-static inline uint64_t rng_pack(uint32_t f, uint32_t b) { return (uint64_t)f << 32 | b; }
-
-static int64_t take_front(_Atomic uint64_t *r) {
-    uint64_t v = atomic_load_explicit(r, memory_order_relaxed);
-    for (;;) {
-        const uint32_t f = (uint32_t)(v >> 32), b = (uint32_t)v;
-        if (f >= b) return -1;
-        if (atomic_compare_exchange_weak_explicit(r, &v, rng_pack(f + 1, b), memory_order_acq_rel, memory_order_relaxed))
-            return f;
-    }
-}
-
-/* moves the back half of another thread's range into mine; false if all are empty */
-static bool steal(_Atomic uint64_t *rs, int nt, int me) {
-    for (int i = 1; i < nt; i++) {
-        _Atomic uint64_t *v = &rs[(size_t)((me + i) % nt) * MR__MOE_RSTRIDE];
-        uint64_t x = atomic_load_explicit(v, memory_order_relaxed);
-        for (;;) {
-            const uint32_t f = (uint32_t)(x >> 32), b = (uint32_t)x;
-            if (f >= b) break;
-            const uint32_t m = f + (b - f) / 2;
-            if (atomic_compare_exchange_weak_explicit(v, &x, rng_pack(f, m), memory_order_acq_rel, memory_order_relaxed)) {
-                atomic_store_explicit(&rs[(size_t)me * MR__MOE_RSTRIDE], rng_pack(m, b), memory_order_release);
-                return true;
-            }
-        }
-    }
-    return false;
-}
-
-static int64_t next_chunk(_Atomic uint64_t *rs, int nt, int me) {
-    for (;;) {
-        int64_t t = take_front(&rs[(size_t)me * MR__MOE_RSTRIDE]);
-        if (t >= 0) return t;
-        if (!steal(rs, nt, me)) return -1;
-    }
 }
 
 /* a stream that does not continue the thread's previous one starts with
@@ -181,12 +143,8 @@ mr_status mr__routed_experts(mr_moe_ctx *c, const mr_moe_weights *w, const mr_a2
         _Atomic uint64_t *r1 = s->ranges, *r2 = s->ranges + (size_t)c->n_threads * MR__MOE_RSTRIDE;
         const uint8_t *expect = NULL;
         /* the two chunk lists split into nt contiguous ranges (read after the first barrier) */
-        atomic_store_explicit(&r1[(size_t)me * MR__MOE_RSTRIDE],
-                              rng_pack((uint32_t)(n_act * nb1 * me / nt), (uint32_t)(n_act * nb1 * (me + 1) / nt)),
-                              memory_order_relaxed);
-        atomic_store_explicit(&r2[(size_t)me * MR__MOE_RSTRIDE],
-                              rng_pack((uint32_t)(n_act * nb2 * me / nt), (uint32_t)(n_act * nb2 * (me + 1) / nt)),
-                              memory_order_relaxed);
+        mr__rng_init(r1, n_act * nb1, nt, me);
+        mr__rng_init(r2, n_act * nb2, nt, me);
 #pragma omp barrier
         uint64_t tb = mr_now_ns(), te;
 #define PHASE_END(ph, i)                                                                                             \
@@ -197,7 +155,7 @@ mr_status mr__routed_experts(mr_moe_ctx *c, const mr_moe_weights *w, const mr_a2
     _Pragma("omp master") tph[i] = tb;
 
         /* 1. GEMM1: gate and up tiles together, SiLU*up, h prepared for GEMM2 */
-        for (int64_t ti; (ti = next_chunk(r1, nt, me)) >= 0;) {
+        for (int64_t ti; (ti = mr__rng_next(r1, nt, me)) >= 0;) {
             const int e = act[ti / nb1];
             const int64_t c0 = (ti % nb1) * CB1, cn = I - c0 < CB1 ? I - c0 : CB1, npair = (cn + T - 1) / T;
             const mr_pmatrix *W = &w->p13[e];
@@ -227,7 +185,7 @@ mr_status mr__routed_experts(mr_moe_ctx *c, const mr_moe_weights *w, const mr_a2
         PHASE_END(MR_MOE_PH_GEMM1, 1)
 
         /* 2. GEMM2: each row's result with unit weight */
-        for (int64_t ti; (ti = next_chunk(r2, nt, me)) >= 0;) {
+        for (int64_t ti; (ti = mr__rng_next(r2, nt, me)) >= 0;) {
             const int e = act[ti / nb2];
             const int64_t n0 = (ti % nb2) * CB2, nr = H - n0 < CB2 ? H - n0 : CB2, ntl = (nr + T - 1) / T;
             const mr_pmatrix *W = &w->p2[e];

@@ -6,6 +6,7 @@
 #ifndef MR_MOE_INTERNAL_H
 #define MR_MOE_INTERNAL_H
 
+#include "base/steal.h"
 #include "moerun/kernels.h"
 #include "moerun/moe.h"
 #include <omp.h>
@@ -97,7 +98,7 @@ struct mr_moe_ctx {
     mr_moe_profile prof;
     bool stream_only;
 };
-#define MR__MOE_RSTRIDE 8 /* uint64 per range slot: one 64-byte line */
+#define MR__MOE_RSTRIDE MR__STEAL_STRIDE /* uint64 per range slot (base/steal.h) */
 #define MR__MOE_CB2 128   /* GEMM2 chunk: rows of H (8 tiles) */
 
 /* n elements of sz bytes of workspace (64-byte aligned, zeroed,
