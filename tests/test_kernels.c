@@ -10,6 +10,9 @@
  * the pairwise/blocked orders used; 1e-5 leaves margin of ~10x over what
  * was observed and still catches any decoding error, which is >= 2^-4). */
 #include <math.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -648,6 +651,63 @@ static void test_matmul_many_tokens(void **st) {
     free(w), free(x), free(y), free(y1);
 }
 
+/* mr_matmul_multi's threads share the row blocks through ranges with stealing (base/steal.h), so
+ * which thread computes a block changes from call to call: the outputs must be bit for bit those
+ * of one thread, every time. Shapes like a model's: an LM head of 4096 rows (about 16 chunks per
+ * thread), q/k/v of 512/128/128 rows sharing x, M = 1, 3, 16; BF16 and FP8; 12 calls each. On a
+ * host with one core the team is one thread and the test says so. */
+static void test_matmul_threads_exact(void **st) {
+    (void)st;
+    int nt = 1;
+#ifdef _OPENMP
+    nt = omp_get_max_threads();
+#endif
+    if (nt < 2) print_message("one OpenMP thread here: the stealing path is not exercised\n");
+    const mr_format fmts[] = {MR_FMT_BF16, MR_FMT_FP8_BLOCK};
+    enum { K = 256, MAXM = 16, NSETS = 2 };
+    const int nmat[NSETS] = {1, 3};
+    const int64_t rows[NSETS][3] = {{4096, 0, 0}, {512, 128, 128}};
+    tu_rng r = {9090};
+    float *w = malloc(sizeof(float) * 4096 * K), *x = malloc(sizeof(float) * MAXM * K);
+    fill(&r, x, MAXM * K, 1.0f);
+    for (size_t f = 0; f < 2; f++)
+        for (int set = 0; set < NSETS; set++) {
+            const int n = nmat[set];
+            mr_qmatrix q[3];
+            const mr_qmatrix *qp[3];
+            float *y[3], *ref[3];
+            for (int i = 0; i < n; i++) {
+                fill(&r, w, rows[set][i] * K, 0.05f);
+                memset(&q[i], 0, sizeof q[i]);
+                assert_int_equal(mr_qmatrix_quantize(&q[i], fmts[f], w, rows[set][i], K, 0.0f), MR_OK);
+                qp[i] = &q[i];
+                y[i] = malloc(sizeof(float) * (size_t)(MAXM * rows[set][i]));
+                ref[i] = malloc(sizeof(float) * (size_t)(MAXM * rows[set][i]));
+            }
+            for (int64_t M = 1; M <= MAXM; M = M == 1 ? 3 : M == 3 ? 16 : MAXM + 1) {
+#ifdef _OPENMP
+                omp_set_num_threads(1);
+#endif
+                mr_matmul_multi(n, qp, x, M, ref);
+#ifdef _OPENMP
+                omp_set_num_threads(nt);
+#endif
+                for (int rep = 0; rep < 12; rep++) {
+                    for (int i = 0; i < n; i++)
+                        for (int64_t j = 0; j < M * rows[set][i]; j++) y[i][j] = NAN;
+                    mr_matmul_multi(n, qp, x, M, y);
+                    for (int i = 0; i < n; i++)
+                        if (memcmp(y[i], ref[i], sizeof(float) * (size_t)(M * rows[set][i])))
+                            fail_msg("fmt %d, matrix %d of %d (%lld rows), M %lld, call %d on %d threads: not the "
+                                     "one-thread result", (int)fmts[f], i, n, (long long)rows[set][i], (long long)M,
+                                     rep, nt);
+                }
+            }
+            for (int i = 0; i < n; i++) mr_qmatrix_free(&q[i]), free(y[i]), free(ref[i]);
+        }
+    free(w), free(x);
+}
+
 /* silu(g)*u of the table against libm, within 8 ulp-ish relative (2^-20) plus a tiny absolute term */
 static void test_silu_mul(void **st) {
     (void)st;
@@ -679,6 +739,7 @@ int main(void) {
         cmocka_unit_test(test_table_names),
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_matmul_many_tokens),
+        cmocka_unit_test(test_matmul_threads_exact),
         cmocka_unit_test(test_act_prepare_bit_exact),
         cmocka_unit_test(test_silu_mul),
     };
