@@ -157,15 +157,17 @@ void mr_gemm_rows(const mr_kernels *k, const mr_qmatrix *W, int64_t n0, int64_t 
     }
 }
 
-/* Rows of the blocks [b0, b1) of NB rows of the list of all matrices' blocks, in order. */
+enum { MATMUL_NB = 16, MATMUL_MAX_NT = 64 };
+
+/* Rows of the blocks [b0, b1) of the list of all matrices' MATMUL_NB-row blocks, in order. */
 static void rows_range(const mr_kernels *k, int n, const mr_qmatrix *const *W, const float *x, int64_t M,
-                       float *const *y, int64_t nbr, int64_t b0, int64_t b1) {
+                       float *const *y, int64_t b0, int64_t b1) {
     int64_t base = 0;
     for (int i = 0; i < n && b0 < b1; i++) {
-        const int64_t N = W[i]->rows, nb = (N + nbr - 1) / nbr;
+        const int64_t N = W[i]->rows, nb = (N + MATMUL_NB - 1) / MATMUL_NB;
         const int64_t lo = b0 > base ? b0 - base : 0, hi = b1 - base < nb ? b1 - base : nb;
         if (lo < hi) {
-            const int64_t r0 = lo * nbr, r1 = hi * nbr < N ? hi * nbr : N;
+            const int64_t r0 = lo * MATMUL_NB, r1 = hi * MATMUL_NB < N ? hi * MATMUL_NB : N;
             k->rows[W[i]->fmt].fn(W[i], r0, r1 - r0, x, M, y[i] + r0, N);
         }
         base += nb;
@@ -178,45 +180,34 @@ static void rows_range(const mr_kernels *k, int n, const mr_qmatrix *const *W, c
  * with stealing (base/steal.h): each thread streams one run of memory, and a
  * thread preempted for a moment (the server's HTTP loop on a 2-core host)
  * costs the region little, the other threads take its chunks. A row's result
- * does not depend on which thread or chunk computes it. */
-enum { MATMUL_MAX_NT = 64 };
+ * does not depend on which thread or chunk computes it. A team other than the
+ * one the ranges were made for (one thread, nesting, limits) splits statically. */
 static void matmul_fast(int n, const mr_qmatrix *const *W, const float *x, int64_t M, float *const *y) {
     const mr_kernels *k = mr_kernels_get();
-    enum { NB = 16 };
     int64_t nblk = 0, work = 0;
-    for (int i = 0; i < n; i++) nblk += (W[i]->rows + NB - 1) / NB, work += W[i]->rows * W[i]->cols;
+    for (int i = 0; i < n; i++) nblk += (W[i]->rows + MATMUL_NB - 1) / MATMUL_NB, work += W[i]->rows * W[i]->cols;
     const bool par = work * M > 65536;
     int nt0 = 1;
 #ifdef _OPENMP
     if (par) nt0 = omp_get_max_threads();
 #endif
-    if (nt0 <= 1 || nt0 > MATMUL_MAX_NT) { /* one thread, or more than the ranges below hold: static */
-#pragma omp parallel if (par && nt0 > 1)
-        {
-            int nt = 1, t = 0;
-#ifdef _OPENMP
-            nt = omp_get_num_threads(), t = omp_get_thread_num();
-#endif
-            rows_range(k, n, W, x, M, y, NB, nblk * t / nt, nblk * (t + 1) / nt);
-        }
-        return;
-    }
+    const bool steal = nt0 > 1 && nt0 <= MATMUL_MAX_NT;
     int64_t cb = nblk / (16 * nt0); /* blocks per chunk */
     if (cb < 1) cb = 1;
-    const int64_t nch = (nblk + cb - 1) / cb;
     _Alignas(64) _Atomic uint64_t rs[MATMUL_MAX_NT * MR__STEAL_STRIDE];
-    for (int t = 0; t < nt0; t++) mr__rng_init(rs, nch, nt0, t); /* the fork publishes them */
-#pragma omp parallel
+    if (steal)
+        for (int t = 0; t < nt0; t++) mr__rng_init(rs, (nblk + cb - 1) / cb, nt0, t); /* the fork publishes them */
+#pragma omp parallel if (par)
     {
         int nt = 1, t = 0;
 #ifdef _OPENMP
         nt = omp_get_num_threads(), t = omp_get_thread_num();
 #endif
-        if (nt != nt0) { /* a smaller team than asked (nesting, limits): static */
-            rows_range(k, n, W, x, M, y, NB, nblk * t / nt, nblk * (t + 1) / nt);
+        if (!steal || nt != nt0) {
+            rows_range(k, n, W, x, M, y, nblk * t / nt, nblk * (t + 1) / nt);
         } else {
             for (int64_t c; (c = mr__rng_next(rs, nt, t)) >= 0;)
-                rows_range(k, n, W, x, M, y, NB, c * cb, (c + 1) * cb < nblk ? (c + 1) * cb : nblk);
+                rows_range(k, n, W, x, M, y, c * cb, (c + 1) * cb < nblk ? (c + 1) * cb : nblk);
         }
     }
 }
