@@ -71,8 +71,9 @@ typedef float (*mr_kern_dot_bf16_fn)(const float *w, const uint16_t *x, int len)
  *  MR_PACK_BF16_R16K2  one line per k pair g: dword d = (W[d][2g], W[d][2g+1]);
  *                      K padded to 2.
  * The ymm layouts of the AVX2 kernels (32-byte vectors V; q = byte in V):
- *  MR_PACK_FP8_Y16     16 bytes per k: byte d of k = W[d][k] (rows in order);
- *                      K padded to 128, tscale as FP8_R16K4.
+ *  MR_PACK_FP8_Y16     one V per k pair g: q = 4i + j holds W[i + 8(j&1)][2g +
+ *                      (j>>1)] (each byte of a dword a ymm of 8 rows in
+ *                      order); K padded to 128, tscale as FP8_R16K4.
  *  MR_PACK_NVFP4_Y16I  per 16-k block j four V (v = 0..3): low nibble of q =
  *                      code(d = q>>2, k = 16j + 4v + (q&3)), high nibble =
  *                      code(d + 8, k): rows 0-7 / 8-15 x 4 k, row-major, so a

@@ -11,6 +11,10 @@
 
 static int64_t rup(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 
+/* fp8_y16: byte q of a k pair's 32 -> its row and k (0 or 1) in the pair */
+static int fp8_y16_row(int q) { return (q >> 2) + 8 * (q & 1); }
+static int fp8_y16_k(int q) { return (q >> 1) & 1; }
+
 const char *mr_pack_name(mr_pack_id p) {
     switch (p) {
     case MR_PACK_NONE: return "none";
@@ -137,10 +141,10 @@ static void pack_tile(const mr_pmatrix *m, const mr_qmatrix *w, int64_t st, uint
     }
     case MR_PACK_FP8_Y16: {
         const uint8_t *src = w->data;
-        for (int64_t k = 0; k < Kp; k++)
-            for (int d = 0; d < 16; d++) {
-                const int64_t n = 16 * st + d;
-                tile[k * 16 + d] = (n < N && k < K) ? src[n * K + k] : 0;
+        for (int64_t g = 0; g < Kp / 2; g++)
+            for (int q = 0; q < 32; q++) {
+                const int64_t n = 16 * st + fp8_y16_row(q), k = 2 * g + fp8_y16_k(q);
+                tile[g * 32 + q] = (n < N && k < K) ? src[n * K + k] : 0;
             }
         fp8_tile_scales(w, st, Kp, ts);
         break;
@@ -253,7 +257,8 @@ mr_status mr_pmatrix_pack(mr_pmatrix *out, mr_pack_id pack, const mr_qmatrix *co
 void mr__pk_fp8_block_f32(const mr_pmatrix *W, const uint8_t *tile, int64_t kb, float *out) {
     const uint8_t *p0 = tile + kb * 2048;
     if (W->pack == MR_PACK_FP8_Y16) {
-        for (int i = 0; i < 2048; i++) out[i] = mr__e4m3_lut[p0[i]]; /* [k][16] already */
+        for (int g = 0; g < 64; g++)
+            for (int q = 0; q < 32; q++) out[(2 * g + fp8_y16_k(q)) * 16 + fp8_y16_row(q)] = mr__e4m3_lut[p0[g * 32 + q]];
         return;
     }
     for (int g = 0; g < 32; g++)

@@ -2,21 +2,20 @@
  * moerun/kernels.h (one 16-row tile, all of Kp, any M, y written not read),
  * on the ymm layouts declared there (fp8_y16, nvfp4_y16i, nvfp4_y16f) and on
  * bf16_r16k2. Research and timings: dev/perf/README.md (AVX2 section).
- *  fp8 gemv     16 E4M3 bytes of one k -> 16 fp32 rows with integer ops
- *               only (vpmovsxbw, shifts 20 / 4, 2 ands with 0x87F00000: even
- *               / odd rows, value * 2^-120,
- *               E4M3 subnormals on fp32 subnormals) and x converted to fp32
- *               * 2^112 per 128 k, so every product is the exact fp32 value
- *               w * x * 2^-8 (2^8 folded into the block multiplier); a
- *               128-k block where some |x| >= 2^16 (or Inf / NaN) takes the
- *               f16 bit trick instead (vpmovsxbw, shift 7, and 0xBF80, 2
- *               vcvtph2ps: value * 2^-8, x as is), which gives the same
- *               products. 2 FMAs per token per k. NaN codes survive neither
- *               trick: a matrix holding one (mr_pmatrix.has_nan) goes
- *               through the exact generic driver instead.
- *  fp8 gemm     a 16x128 block decoded once to fp32 in scratch (L1), then
- *               6-token register blocks: 2 loads + 6 broadcasts + 12 FMAs
- *               per k (the shared f32_core).
+ *  fp8 gemv     32 E4M3 bytes of a k pair -> 4 x 8 fp32 rows with integer
+ *               ops only (vpsllw 8, 2 vpsraw 4, 2 vpmaddwd by 2^12 of the
+ *               sign-extended low word, 4 ands with 0x87F00000: value *
+ *               2^-120, E4M3 subnormals on fp32 subnormals) and x
+ *               converted to fp32 * 2^112 per 128 k, so every product is
+ *               the exact fp32 value w * x * 2^-8 (2^8 folded into the block
+ *               multiplier); a 128-k block where some |x| >= 2^16 (or Inf /
+ *               NaN) takes the weights times 2^112 (value * 2^-8) and x as
+ *               is instead, which gives the same products. 2 FMAs per token
+ *               per k. NaN codes survive neither: a matrix holding one
+ *               (mr_pmatrix.has_nan) goes through the exact generic driver.
+ *  fp8 gemm     a 16x128 block decoded once to fp32 * 2^-8 in scratch (L1),
+ *               then 6-token register blocks: 2 loads + 6 broadcasts + 12
+ *               FMAs per k (the shared f32_core).
  *  nvfp4_i8     vpshufb nibble -> u8 = 2*e2m1 + 12 (8 rows x 4 k per ymm),
  *               vpmaddubsw with the broadcast dword of 4 int8 activations
  *               (int16 lanes: row x pair), 4 summed in int16, vpmaddwd with
@@ -187,25 +186,34 @@ static void stage_fma(const float *w, const float *x, int nk, float *acc) {
 }
 
 /* ---------------- FP8 (fp8_y16) ---------------- */
-/* 16 E4M3 bytes -> the even rows (0, 2, .., 14) and the odd rows as fp32
- * * 2^-120, integer ops only: vpmovsxbw puts row 2i in the low and row 2i+1
- * in the high half of dword i; shift 20 (even) or 4 (odd) moves its
- * magnitude bits to fp32 exponent / mantissa 26..20 and a sign copy to bit
- * 31, and 0x87F00000 clears the rest. Exact for every code but the NaN
- * codes: the E4M3 subnormals land on fp32 subnormals with the same 2^-120
- * ratio. No vcvtph2ps (1 per cycle here, 2 per 16 weights). */
-INL void e4m3x16_d(const uint8_t *p, __m256 *ev, __m256 *od) {
-    const __m256i mk = _mm256_set1_epi32((int)0x87F00000u);
-    const __m256i w = _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)p));
-    *ev = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(w, 20), mk));
-    *od = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(w, 4), mk));
+/* 32 E4M3 bytes of a k pair (byte j of dword i: row i + 8 (j & 1), k + (j >>
+ * 1)) -> o[0] / o[1] rows 0-7 / 8-15 at k, o[2] / o[3] at k + 1, as fp32 *
+ * 2^-120, integer ops only, each output an and with 0x87F00000 (sign to bit
+ * 31, exponent and mantissa to 26..20) of one op that puts its byte there:
+ * the high byte of each word by vpsraw 4 (bytes 3; bytes 2 after vpsllw 8)
+ * or by vpmaddwd with (4096, 0), the low word sign-extended times 2^12
+ * (bytes 1; bytes 0 after the same vpsllw). Two ops go to the multiply
+ * ports, three to the shift ports, four ands anywhere: per 16 weights 4.5
+ * ops beside the two FMAs, against 5 for a vpmovsxbw form, and the shift /
+ * shuffle ports that the FMAs share are less loaded (dev/perf/README.md).
+ * Exact for every code but the NaN codes: E4M3 subnormals land on fp32
+ * subnormals with the same 2^-120 ratio. */
+INL void e4m3x32_d(const uint8_t *p, __m256 o[4]) {
+    const __m256i mk = _mm256_set1_epi32((int)0x87F00000u), lo12 = _mm256_set1_epi32(4096);
+    const __m256i v = _mm256_load_si256((const __m256i *)p), t = _mm256_slli_epi16(v, 8);
+    o[0] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_madd_epi16(t, lo12), mk));
+    o[1] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_madd_epi16(v, lo12), mk));
+    o[2] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi16(t, 4), mk));
+    o[3] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi16(v, 4), mk));
 }
 
-/* even / odd rows -> rows 0-7 and 8-15 */
-INL void rows_in_order(__m256 *a0, __m256 *a1) {
-    const __m256 l = _mm256_unpacklo_ps(*a0, *a1), h = _mm256_unpackhi_ps(*a0, *a1); /* 0-3 | 8-11, 4-7 | 12-15 */
-    *a0 = _mm256_permute2f128_ps(l, h, 0x20);
-    *a1 = _mm256_permute2f128_ps(l, h, 0x31);
+/* the same as fp32 * 2^-8 (the scale of the f16 trick): exact, the
+ * subnormal results of e4m3x32_d times a power of two land on normals */
+INL void e4m3x32_s8(const uint8_t *p, __m256 o[4]) {
+    const __m256 up = _mm256_set1_ps(0x1p112f);
+    e4m3x32_d(p, o);
+    #pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) o[i] = _mm256_mul_ps(o[i], up);
 }
 
 /* n (multiple of 8) bf16 -> fp32 * 2^112 (exact while |x| < 2^16); returns
@@ -223,27 +231,30 @@ INL int bf16_to_f32_s112(const uint16_t *x, int n, float *dst) {
     return _mm256_testz_si256(big, big);
 }
 
-/* one 128-k block of the fp8 gemv: D (direct decode, weights * 2^-120, x
- * * 2^112) or the f16 trick (weights * 2^-8, x as is); the products are the
- * same fp32 values either way, so the two give the same bits.
- * NC accumulator chains per token (k even / odd) while registers allow */
+/* one 128-k block of the fp8 gemv: D (weights * 2^-120, x * 2^112) or not
+ * (weights * 2^-8, x as is); the products are the same fp32 values either
+ * way, so the two give the same bits. NC accumulator chains per token (8
+ * chains at M 1 and 2: the FMA latency is 4 at 2 per cycle) */
 INL void fp8_gemv_blk(const uint8_t *p, const float *xf, __m256 acc[][MTV][2], const int M, const int NC,
                       const int D) {
     for (int k = 0; k < 128; k += 4) {
         PF_FP8(p + 16 * k);
-        #pragma GCC unroll 4
-        for (int u = 0; u < 4; u++) {
-            __m256 w0, w1;
+        #pragma GCC unroll 2
+        for (int u = 0; u < 2; u++) {
+            __m256 o[4];
             if (D)
-                e4m3x16_d(p + 16 * (k + u), &w0, &w1);
+                e4m3x32_d(p + 16 * (k + 2 * u), o);
             else
-                e4m3x16(p + 16 * (k + u), &w0, &w1);
-            const int c = NC == 2 ? (u & 1) : 0;
+                e4m3x32_s8(p + 16 * (k + 2 * u), o);
+            const int c0 = NC == 4 ? 2 * u : 0, c1 = NC >= 2 ? c0 + 1 : 0;
             #pragma GCC unroll 4
             for (int m = 0; m < M; m++) {
-                const __m256 xv = _mm256_broadcast_ss(xf + m * 128 + k + u);
-                acc[c][m][0] = _mm256_fmadd_ps(w0, xv, acc[c][m][0]);
-                acc[c][m][1] = _mm256_fmadd_ps(w1, xv, acc[c][m][1]);
+                const __m256 x0 = _mm256_broadcast_ss(xf + m * 128 + k + 2 * u);
+                acc[c0][m][0] = _mm256_fmadd_ps(o[0], x0, acc[c0][m][0]);
+                acc[c0][m][1] = _mm256_fmadd_ps(o[1], x0, acc[c0][m][1]);
+                const __m256 x1 = _mm256_broadcast_ss(xf + m * 128 + k + 2 * u + 1);
+                acc[c1][m][0] = _mm256_fmadd_ps(o[2], x1, acc[c1][m][0]);
+                acc[c1][m][1] = _mm256_fmadd_ps(o[3], x1, acc[c1][m][1]);
             }
         }
     }
@@ -251,8 +262,8 @@ INL void fp8_gemv_blk(const uint8_t *p, const float *xf, __m256 acc[][MTV][2], c
 
 INL void fp8_gemv_body(const uint8_t *tile, const float *bs, int64_t Kp, const uint16_t *x, int64_t ldx,
                        const float *xs, int64_t ldxs, float *y, int64_t ldy, float *xf, const int M) {
-    enum { NCMAX = 2 };
-    const int NC = M <= 2 ? 2 : 1;
+    enum { NCMAX = 4 };
+    const int NC = M == 1 ? 4 : M == 2 ? 2 : 1;
     for (int64_t kb = 0; kb < Kp / 128; kb++) {
         int direct = 1;
         #pragma GCC unroll 4
@@ -264,7 +275,7 @@ INL void fp8_gemv_body(const uint8_t *tile, const float *bs, int64_t Kp, const u
         __m256 acc[NCMAX][MTV][2];
         #pragma GCC unroll 4
         for (int m = 0; m < M; m++)
-            #pragma GCC unroll 2
+            #pragma GCC unroll 4
             for (int c = 0; c < NCMAX; c++) acc[c][m][0] = acc[c][m][1] = _mm256_setzero_ps();
         if (direct)
             fp8_gemv_blk(p, xf, acc, M, NC, 1);
@@ -273,8 +284,11 @@ INL void fp8_gemv_body(const uint8_t *tile, const float *bs, int64_t Kp, const u
         #pragma GCC unroll 4
         for (int m = 0; m < M; m++) {
             __m256 a0 = acc[0][m][0], a1 = acc[0][m][1];
-            if (NC == 2) a0 = _mm256_add_ps(a0, acc[1][m][0]), a1 = _mm256_add_ps(a1, acc[1][m][1]);
-            if (direct) rows_in_order(&a0, &a1);
+            if (NC == 4)
+                a0 = _mm256_add_ps(_mm256_add_ps(a0, acc[2][m][0]), _mm256_add_ps(acc[1][m][0], acc[3][m][0])),
+                a1 = _mm256_add_ps(_mm256_add_ps(a1, acc[2][m][1]), _mm256_add_ps(acc[1][m][1], acc[3][m][1]));
+            else if (NC == 2)
+                a0 = _mm256_add_ps(a0, acc[1][m][0]), a1 = _mm256_add_ps(a1, acc[1][m][1]);
             const __m256 s = _mm256_set1_ps(256.0f * bs[kb] * (xs ? xs[m * ldxs + kb] : 1.0f));
             y_update(y + m * ldy, a0, a1, s, s, kb == 0);
         }
@@ -315,12 +329,12 @@ static void uk_fp8_gemm(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int6
     float *wb = scratch_wb(scratch), *xf = scratch_xf(scratch);
     for (int64_t kb = 0; kb < W->Kp / 128; kb++) {
         const uint8_t *p = tile + kb * 2048;
-        for (int k = 0; k < 128; k++) {
+        for (int k = 0; k < 128; k += 2) {
             if ((k & 3) == 0) PF(p + 16 * k);
-            __m256 w0, w1;
-            e4m3x16(p + 16 * k, &w0, &w1);
-            _mm256_store_ps(wb + 16 * k, w0);
-            _mm256_store_ps(wb + 16 * k + 8, w1);
+            __m256 o[4];
+            e4m3x32_s8(p + 16 * k, o);
+            #pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) _mm256_store_ps(wb + 16 * k + 8 * i, o[i]);
         }
         const gemm_in in = {.xb16 = (const uint16_t *)a->x + kb * 128, .ldx = a->ldx,
                             .xs = a->xs ? a->xs + kb : NULL, .ldxs = a->ldxs, .ss = 256.0f * bs[kb]};
