@@ -22,8 +22,13 @@
 # ROUNDS times (default 2), then prints per concurrency and round the served
 # output tok/s against the prediction (target >= 85%) and the plain decode
 # tok/s at B = C. JSON to bench/results/serve_<TAG>_*.json.
+# PERC=1 interleaves per concurrency instead of per round: the server is up
+# for the whole round (idle, it takes no CPU) and each C runs the engine's
+# two benches and then the served run back to back, so a host whose speed
+# drifts over minutes moves the prediction and the served run together; it
+# holds the model twice in memory (the server's and the bench's).
 # Environment: MOERUN (build/moerun), IN (32), OUT (128), WAVES (4), ROUNDS
-# (2), EXTRA (resolver options for both, e.g. "--threads 2").
+# (2), EXTRA (resolver options for both, e.g. "--threads 2"), PERC (0).
 # Heavy: run it under `flock /tmp/moerun-heavy.lock` on a shared machine.
 set -u
 MODEL=$1; TAG=$2; CONC=${3:-1,16,64,128}
@@ -37,12 +42,21 @@ vocab=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' "$MODEL/config.json" | hea
 [ "$vocab" -gt 4096 ] && vocab=4096 # ids a tokenizer knows (the trained model's, or any of a random checkpoint)
 ctx=$((IN + OUT + 16))
 ectx=$((IN + OUT / 2 - 11)); [ $ectx -lt "$IN" ] && ectx=$IN
+PERC=${PERC:-0}
+engine() { # round, concurrencies, json suffix
+    "$M" bench engine --model "$MODEL" --batch "$2" --prompt "$IN" --warmup 1 --steps 2 --rounds 3 $EXTRA \
+        --json "$R/serve_${TAG}_prefill_$1$3.json" | grep -E "prefill of"
+    "$M" bench engine --model "$MODEL" --batch "$2" --prompt "$ectx" --steps 16 --rounds 3 $EXTRA \
+        --json "$R/serve_${TAG}_engine_$1$3.json" | grep -E "^ *[0-9]+ |^ *B |ceiling"
+}
+served() { # round, concurrency
+    local n=$((WAVES * $2)); [ $n -lt 4 ] && n=4
+    "$M" bench serve --base-url "http://127.0.0.1:$port" --concurrency "$2" --num-prompts "$n" --input-len "$IN" \
+        --output-len "$OUT" --vocab "$vocab" --json "$R/serve_${TAG}_c$2_$1.json" | \
+        grep -E "Output token throughput|Median TTFT|Median ITL|Failed requests"
+}
 for r in $(seq 1 "$ROUNDS"); do
-    echo "=== round $r: engine"
-    "$M" bench engine --model "$MODEL" --batch "$CONC" --prompt "$IN" --warmup 1 --steps 2 --rounds 3 $EXTRA \
-        --json "$R/serve_${TAG}_prefill_$r.json" | grep -E "prefill of"
-    "$M" bench engine --model "$MODEL" --batch "$CONC" --prompt "$ectx" --steps 16 --rounds 3 $EXTRA \
-        --json "$R/serve_${TAG}_engine_$r.json" | grep -E "^ *[0-9]+ |^ *B |ceiling"
+    if [ "$PERC" != 1 ]; then echo "=== round $r: engine"; engine "$r" "$CONC" ""; fi
     echo "=== round $r: serve"
     log=$(mktemp)
     "$M" serve --model "$MODEL" --port 0 --max-running-requests "$maxc" --context-length "$ctx" --skip-self-check \
@@ -52,13 +66,18 @@ for r in $(seq 1 "$ROUNDS"); do
     grep -q "ready on" "$log" || { cat "$log"; kill $pid 2>/dev/null; exit 1; }
     port=$(sed -n 's/.*listening on http:\/\/[^ ]*:\([0-9][0-9]*\) .*/\1/p' "$log" | head -1)
     for c in $(echo "$CONC" | tr ',' ' '); do
-        n=$((WAVES * c)); [ $n -lt 4 ] && n=4
-        "$M" bench serve --base-url "http://127.0.0.1:$port" --concurrency "$c" --num-prompts "$n" --input-len "$IN" \
-            --output-len "$OUT" --vocab "$vocab" --json "$R/serve_${TAG}_c${c}_$r.json" | \
-            grep -E "Output token throughput|Median TTFT|Median ITL|Failed requests"
+        if [ "$PERC" = 1 ]; then echo "=== round $r, C $c: engine, then served"; engine "$r" "$c" "_c$c"; fi
+        served "$r" "$c"
     done
     kill -TERM $pid; wait $pid
     rm -f "$log"
+    if [ "$PERC" = 1 ]; then # one file per round and bench, as without PERC
+        for b in prefill engine; do
+            jq -s '.[0] + {results: [.[].results[]]}' $(for c in $(echo "$CONC" | tr ',' ' '); do echo "$R/serve_${TAG}_${b}_${r}_c$c.json"; done) \
+                >"$R/serve_${TAG}_${b}_$r.json.tmp" && mv "$R/serve_${TAG}_${b}_$r.json.tmp" "$R/serve_${TAG}_${b}_$r.json"
+            for c in $(echo "$CONC" | tr ',' ' '); do rm -f "$R/serve_${TAG}_${b}_${r}_c$c.json"; done
+        done
+    fi
 done
 echo "=== summary (IN $IN, OUT $OUT, WAVES x C requests; served output tok/s / the engine's prediction, target >= 85%;"
 echo "    TTFT p50 at C = 1 against the engine's prefill of one prompt + 10 ms)"
