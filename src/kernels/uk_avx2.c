@@ -192,10 +192,10 @@ static void stage_fma(const float *w, const float *x, int nk, float *acc) {
  * 31, exponent and mantissa to 26..20) of one op that puts its byte there:
  * the high byte of each word by vpsraw 4 (bytes 3; bytes 2 after vpsllw 8)
  * or by vpmaddwd with (4096, 0), the low word sign-extended times 2^12
- * (bytes 1; bytes 0 after the same vpsllw). Two ops go to the multiply
- * ports, three to the shift ports, four ands anywhere: per 16 weights 4.5
- * ops beside the two FMAs, against 5 for a vpmovsxbw form, and the shift /
- * shuffle ports that the FMAs share are less loaded (dev/perf/README.md).
+ * (bytes 1; bytes 0 after the same vpsllw): per 16 weights 4.5 ops beside
+ * the two FMAs, against 5 and a reorder for a vpmovsxbw form. On Zen 4 the
+ * shifts and ands run beside the FMAs, the two vpmaddwd on their ports, as
+ * vpmovsxbw did (bench/README.md, "AVX2 kernels on Zen 4").
  * Exact for every code but the NaN codes: E4M3 subnormals land on fp32
  * subnormals with the same 2^-120 ratio. */
 INL void e4m3x32_d(const uint8_t *p, __m256 o[4]) {
@@ -207,7 +207,7 @@ INL void e4m3x32_d(const uint8_t *p, __m256 o[4]) {
     o[3] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi16(v, 4), mk));
 }
 
-/* the same as fp32 * 2^-8 (the scale of the f16 trick): exact, the
+/* the same as fp32 * 2^-8 (the scale of the f16 trick, e4m3x16): exact, the
  * subnormal results of e4m3x32_d times a power of two land on normals */
 INL void e4m3x32_s8(const uint8_t *p, __m256 o[4]) {
     const __m256 up = _mm256_set1_ps(0x1p112f);
@@ -284,11 +284,8 @@ INL void fp8_gemv_body(const uint8_t *tile, const float *bs, int64_t Kp, const u
         #pragma GCC unroll 4
         for (int m = 0; m < M; m++) {
             __m256 a0 = acc[0][m][0], a1 = acc[0][m][1];
-            if (NC == 4)
-                a0 = _mm256_add_ps(_mm256_add_ps(a0, acc[2][m][0]), _mm256_add_ps(acc[1][m][0], acc[3][m][0])),
-                a1 = _mm256_add_ps(_mm256_add_ps(a1, acc[2][m][1]), _mm256_add_ps(acc[1][m][1], acc[3][m][1]));
-            else if (NC == 2)
-                a0 = _mm256_add_ps(a0, acc[1][m][0]), a1 = _mm256_add_ps(a1, acc[1][m][1]);
+            #pragma GCC unroll 4
+            for (int c = 1; c < NC; c++) a0 = _mm256_add_ps(a0, acc[c][m][0]), a1 = _mm256_add_ps(a1, acc[c][m][1]);
             const __m256 s = _mm256_set1_ps(256.0f * bs[kb] * (xs ? xs[m * ldxs + kb] : 1.0f));
             y_update(y + m * ldy, a0, a1, s, s, kb == 0);
         }
