@@ -284,8 +284,11 @@ INL void fp8_gemv_body(const uint8_t *tile, const float *bs, int64_t Kp, const u
         #pragma GCC unroll 4
         for (int m = 0; m < M; m++) {
             __m256 a0 = acc[0][m][0], a1 = acc[0][m][1];
-            #pragma GCC unroll 4
-            for (int c = 1; c < NC; c++) a0 = _mm256_add_ps(a0, acc[c][m][0]), a1 = _mm256_add_ps(a1, acc[c][m][1]);
+            if (NC == 4) /* explicit: a loop here leaves acc in memory at M = 2 (hot_uk M=2, best of 6: 18.2 -> 12.1 GB/s) */
+                a0 = _mm256_add_ps(_mm256_add_ps(a0, acc[2][m][0]), _mm256_add_ps(acc[1][m][0], acc[3][m][0])),
+                a1 = _mm256_add_ps(_mm256_add_ps(a1, acc[2][m][1]), _mm256_add_ps(acc[1][m][1], acc[3][m][1]));
+            else if (NC == 2)
+                a0 = _mm256_add_ps(a0, acc[1][m][0]), a1 = _mm256_add_ps(a1, acc[1][m][1]);
             const __m256 s = _mm256_set1_ps(256.0f * bs[kb] * (xs ? xs[m * ldxs + kb] : 1.0f));
             y_update(y + m * ldy, a0, a1, s, s, kb == 0);
         }
