@@ -296,7 +296,11 @@ static void test_packed_kernels_all_tables(void **st) {
  * block multiplier 1, x = one-hot bf16 rows (token m has v at k = m):
  * y[m][d] must equal mr_e4m3_to_f32(W[d][m]) * v exactly (NaN for NaN
  * codes), for v = 1, the largest bf16 below 2^16 and 2^16 (the AVX2 gemv
- * scales x by 2^112 below 2^16 and takes another decode from there). */
+ * scales x by 2^112 below 2^16 and takes another decode from there). Twice:
+ * with the subnormal codes (the pack marks the block, mr_pmatrix.tsub: the
+ * AVX2 kernels decode it without fp32 subnormals) and with all but
+ * MR_PACK_FP8_SUBNORMALS - 1 of them set to zero (not marked: the fast
+ * decode, exact on fp32 subnormals too). */
 static void test_fp8_kernels_all_codes(void **st) {
     (void)st;
     const int64_t N = 16, K = 128;
@@ -316,8 +320,11 @@ static void test_fp8_kernels_all_codes(void **st) {
     int seen[256] = {0};
     uint32_t levels[3] = {0, mr_kernel_isa_features(MR_ISA_AVX2), mr_cpu()->flags};
     static const uint16_t xvals[3] = {0x3F80, 0x477F, 0x4780};
-    for (int li = 0; li < 9; li++) {
-        const int l = li / 3;
+    for (int li = 0; li < 18; li++) {
+        const int l = li / 3 % 3, nosub = li >= 9;
+        if (li == 9) /* fewer subnormal codes than the pack marks a block for: the fast decode */
+            for (int i = 0, n_sub = 0; i < 16 * 128; i++)
+                if ((codes[i] & 0x78) == 0 && (codes[i] & 7) && ++n_sub >= MR_PACK_FP8_SUBNORMALS) codes[i] &= 0x80;
         const float xv = mr_bf16_to_f32(xvals[li % 3]);
         for (int m = 0; m < 128; m++) x[m * 128 + m] = xvals[li % 3];
         if ((mr_cpu()->flags & levels[l]) != levels[l]) continue;
@@ -325,6 +332,7 @@ static void test_fp8_kernels_all_codes(void **st) {
         mr_kernels_init(&k, levels[l]);
         assert_int_equal(mr_pmatrix_pack(&pm, k.uk_pack[MR_UK_FP8_BF16], src, 1), MR_OK);
         assert_false(pm.has_nan);
+        assert_int_equal(pm.tsub[0], !nosub);
         for (int gemm = 0; gemm < 2; gemm++) {
             mr_uk_act a = {.x = x, .ldx = 128, .post = 1.0f};
             (gemm ? k.uk_gemm : k.uk_gemv)[MR_UK_FP8_BF16].fn(&pm, 0, &a, 128, y, 16, scratch);

@@ -96,6 +96,7 @@ typedef enum {
     MR_PACK_COUNT
 } mr_pack_id;
 #define MR_PACK_TILE 16 /* rows per tile, every pack */
+#define MR_PACK_FP8_SUBNORMALS 8 /* mr_pmatrix.tsub: subnormal codes in a 16 x 128 block from here */
 
 typedef struct {
     mr_pack_id pack;
@@ -111,6 +112,13 @@ typedef struct {
     float input_scale;   /* max of the sources' input_scale (NVFP4 W4A4) */
     bool has_nan;        /* FP8: some code is a NaN (0x7F / 0xFF); kernels whose fast
                             decode does not give NaN take an exact path instead */
+    uint8_t *tsub;       /* FP8: [n_tiles][Kp/128], 1 where the tile's 16 x 128 block holds
+                            MR_PACK_FP8_SUBNORMALS or more E4M3 subnormal codes (exponent
+                            0, mantissa not 0); else NULL. The AVX2 kernels' fast decode
+                            hands such a code to an FMA as an fp32 subnormal, a microcode
+                            assist of ~30 cycles on Intel cores: a marked block is decoded
+                            without subnormals instead (slower; trained weights rarely
+                            have more than one such code in a block) */
 } mr_pmatrix;
 
 /* Packs src[0..nsrc) (same format and shape) into `pack`; out owns its

@@ -46,12 +46,13 @@ void mr_pmatrix_free(mr_pmatrix *m) {
     if (!m) return;
     mr_aligned_free(m->data);
     mr_aligned_free(m->tscale);
+    mr_aligned_free(m->tsub);
     memset(m, 0, sizeof *m);
 }
 
 size_t mr_pmatrix_bytes(const mr_pmatrix *m) {
     size_t b = (size_t)m->n_tiles * m->tile_bytes;
-    if (m->tscale) b += (size_t)m->n_tiles * (size_t)(m->Kp / 128) * sizeof(float);
+    if (m->tscale) b += (size_t)m->n_tiles * (size_t)(m->Kp / 128) * (sizeof(float) + 1);
     return b;
 }
 
@@ -83,7 +84,8 @@ static mr_status alloc_like(mr_pmatrix *m) {
     if (m->data && d >= huge) (void)madvise(m->data, d, MADV_HUGEPAGE);
 #endif
     m->tscale = s ? mr_aligned_alloc(64, s) : NULL;
-    if (!m->data || (s && !m->tscale)) {
+    m->tsub = s ? mr_aligned_alloc(64, s / 4) : NULL;
+    if (!m->data || (s && (!m->tscale || !m->tsub))) {
         mr_pmatrix_free(m);
         return MR_ENOMEM;
     }
@@ -94,11 +96,13 @@ mr_status mr_pmatrix_clone(const mr_pmatrix *src, mr_pmatrix *dst) {
     *dst = *src;
     dst->data = NULL;
     dst->tscale = NULL;
+    dst->tsub = NULL;
     if (!src->data) return MR_OK;
     mr_status st = alloc_like(dst);
     if (st) return st;
     memcpy(dst->data, src->data, (size_t)src->n_tiles * src->tile_bytes);
     if (src->tscale) memcpy(dst->tscale, src->tscale, (size_t)src->n_tiles * (size_t)(src->Kp / 128) * 4);
+    if (src->tsub) memcpy(dst->tsub, src->tsub, (size_t)src->n_tiles * (size_t)(src->Kp / 128));
     return MR_OK;
 }
 
@@ -115,6 +119,21 @@ static void fp8_tile_scales(const mr_qmatrix *w, int64_t st, int64_t Kp, float *
     for (int64_t kb = 0; kb < Kp / 128; kb++) ts[kb] = 16 * st < w->rows ? ((const float *)w->scale)[rb * nbc + kb] : 0.0f;
 }
 
+/* per 128 k: whether source tile st's 16 x 128 block holds MR_PACK_FP8_SUBNORMALS or more E4M3
+ * subnormal codes */
+static void fp8_tile_subnormals(const mr_qmatrix *w, int64_t st, int64_t Kp, uint8_t *sub) {
+    const uint8_t *src = w->data;
+    for (int64_t kb = 0; kb < Kp / 128; kb++) {
+        int n_sub = 0;
+        for (int64_t n = 16 * st; n < 16 * st + 16 && n < w->rows; n++)
+            for (int64_t k = 128 * kb; k < 128 * kb + 128 && k < w->cols; k++) {
+                const uint8_t c = src[n * w->cols + k];
+                n_sub += (c & 0x78) == 0 && (c & 0x07) != 0;
+            }
+        sub[kb] = n_sub >= MR_PACK_FP8_SUBNORMALS;
+    }
+}
+
 /* the e4m3 scales of source tile st, [Kp/16][16] (code 0 past the rows) */
 static void nvfp4_tile_scales(const mr_qmatrix *w, int64_t st, int64_t Kp, uint8_t *sc) {
     const int64_t K = w->cols;
@@ -125,7 +144,7 @@ static void nvfp4_tile_scales(const mr_qmatrix *w, int64_t st, int64_t Kp, uint8
         }
 }
 
-static void pack_tile(const mr_pmatrix *m, const mr_qmatrix *w, int64_t st, uint8_t *tile, float *ts) {
+static void pack_tile(const mr_pmatrix *m, const mr_qmatrix *w, int64_t st, uint8_t *tile, float *ts, uint8_t *sub) {
     const int64_t K = w->cols, N = w->rows, Kp = m->Kp;
     switch (m->pack) {
     case MR_PACK_FP8_R16K4: {
@@ -137,6 +156,7 @@ static void pack_tile(const mr_pmatrix *m, const mr_qmatrix *w, int64_t st, uint
                 tile[g * 64 + p] = (n < N && k < K) ? src[n * K + k] : 0;
             }
         fp8_tile_scales(w, st, Kp, ts);
+        fp8_tile_subnormals(w, st, Kp, sub);
         break;
     }
     case MR_PACK_FP8_Y16: {
@@ -147,6 +167,7 @@ static void pack_tile(const mr_pmatrix *m, const mr_qmatrix *w, int64_t st, uint
                 tile[g * 32 + q] = (n < N && k < K) ? src[n * K + k] : 0;
             }
         fp8_tile_scales(w, st, Kp, ts);
+        fp8_tile_subnormals(w, st, Kp, sub);
         break;
     }
     case MR_PACK_NVFP4_Y16I:
@@ -249,7 +270,7 @@ mr_status mr_pmatrix_pack(mr_pmatrix *out, mr_pack_id pack, const mr_qmatrix *co
     const int64_t nkb = out->Kp / 128;
     for (int64_t t = 0; t < out->n_tiles; t++)
         pack_tile(out, src[t % nsrc], t / nsrc, out->data + (size_t)t * out->tile_bytes,
-                  out->tscale ? out->tscale + t * nkb : NULL);
+                  out->tscale ? out->tscale + t * nkb : NULL, out->tsub ? out->tsub + t * nkb : NULL);
     return MR_OK;
 }
 

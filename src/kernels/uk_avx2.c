@@ -13,9 +13,15 @@
  *               is instead, which gives the same products. 2 FMAs per token
  *               per k. NaN codes survive neither: a matrix holding one
  *               (mr_pmatrix.has_nan) goes through the exact generic driver.
- *  fp8 gemm     a 16x128 block decoded once to fp32 * 2^-8 in scratch (L1),
- *               then 6-token register blocks: 2 loads + 6 broadcasts + 12
- *               FMAs per k (the shared f32_core).
+ *               A block with many subnormal codes (mr_pmatrix.tsub) takes
+ *               e4m3x32_x and x as is: an fp32 subnormal operand costs an
+ *               Intel core a microcode assist (~30 cycles an FMA, ~100 a
+ *               multiply; none on Zen), and uniform random codes made the
+ *               layer 30x slower there (bench/README.md).
+ *  fp8 gemm     a 16x128 block decoded once to fp32 * 2^-8 in scratch (L1;
+ *               e4m3x32_x for a marked block), then 6-token register
+ *               blocks: 2 loads + 6 broadcasts + 12 FMAs per k (the shared
+ *               f32_core).
  *  nvfp4_i8     vpshufb nibble -> u8 = 2*e2m1 + 12 (8 rows x 4 k per ymm),
  *               vpmaddubsw with the broadcast dword of 4 int8 activations
  *               (int16 lanes: row x pair), 4 summed in int16, vpmaddwd with
@@ -216,6 +222,28 @@ INL void e4m3x32_s8(const uint8_t *p, __m256 o[4]) {
     for (int i = 0; i < 4; i++) o[i] = _mm256_mul_ps(o[i], up);
 }
 
+/* the same as fp32 * 2^-8 without an fp32 subnormal anywhere (for the blocks
+ * mr_pmatrix.tsub marks: an FMA or multiply on a subnormal operand takes a
+ * microcode assist on Intel cores, ~30 cycles an FMA, bench/README.md "FP8
+ * and subnormals on Intel"): exponents 1..15 by an integer add to the
+ * exponent field, exponent 0 (zero and the subnormals, m * 2^-9) from the
+ * integer m * 2^20 converted and scaled by 2^-37, both exact. */
+INL void e4m3x32_x(const uint8_t *p, __m256 o[4]) {
+    const __m256i up = _mm256_set1_epi32(112 << 23), ex = _mm256_set1_epi32(0x07800000);
+    const __m256i mag = _mm256_set1_epi32(0x7FFFFFFF), sg = _mm256_set1_epi32((int)0x80000000u);
+    const __m256 dn = _mm256_set1_ps(0x1p-37f);
+    e4m3x32_d(p, o);
+    #pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        const __m256i g = _mm256_castps_si256(o[i]);
+        const __m256 nrm = _mm256_castsi256_ps(_mm256_add_epi32(g, up));
+        const __m256 sub = _mm256_or_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(g, mag)), dn),
+                                        _mm256_castsi256_ps(_mm256_and_si256(g, sg)));
+        const __m256i z = _mm256_cmpeq_epi32(_mm256_and_si256(g, ex), _mm256_setzero_si256());
+        o[i] = _mm256_blendv_ps(nrm, sub, _mm256_castsi256_ps(z));
+    }
+}
+
 /* n (multiple of 8) bf16 -> fp32 * 2^112 (exact while |x| < 2^16); returns
  * whether every |x| < 2^16 (no Inf / NaN, no overflow of the scaling) */
 INL int bf16_to_f32_s112(const uint16_t *x, int n, float *dst) {
@@ -231,10 +259,11 @@ INL int bf16_to_f32_s112(const uint16_t *x, int n, float *dst) {
     return _mm256_testz_si256(big, big);
 }
 
-/* one 128-k block of the fp8 gemv: D (weights * 2^-120, x * 2^112) or not
- * (weights * 2^-8, x as is); the products are the same fp32 values either
- * way, so the two give the same bits. NC accumulator chains per token (8
- * chains at M 1 and 2: the FMA latency is 4 at 2 per cycle) */
+/* one 128-k block of the fp8 gemv: D 1 (weights * 2^-120, x * 2^112) or not
+ * (weights * 2^-8, x as is; D 2: by e4m3x32_x, for a block with subnormal
+ * codes); the products are the same fp32 values every way, so they give
+ * the same bits. NC accumulator chains per token (8 chains at M 1 and 2:
+ * the FMA latency is 4 at 2 per cycle) */
 INL void fp8_gemv_blk(const uint8_t *p, const float *xf, __m256 acc[][MTV][2], const int M, const int NC,
                       const int D) {
     for (int k = 0; k < 128; k += 4) {
@@ -242,8 +271,10 @@ INL void fp8_gemv_blk(const uint8_t *p, const float *xf, __m256 acc[][MTV][2], c
         #pragma GCC unroll 2
         for (int u = 0; u < 2; u++) {
             __m256 o[4];
-            if (D)
+            if (D == 1)
                 e4m3x32_d(p + 16 * (k + 2 * u), o);
+            else if (D == 2)
+                e4m3x32_x(p + 16 * (k + 2 * u), o);
             else
                 e4m3x32_s8(p + 16 * (k + 2 * u), o);
             const int c0 = NC == 4 ? 2 * u : 0, c1 = NC >= 2 ? c0 + 1 : 0;
@@ -260,14 +291,14 @@ INL void fp8_gemv_blk(const uint8_t *p, const float *xf, __m256 acc[][MTV][2], c
     }
 }
 
-INL void fp8_gemv_body(const uint8_t *tile, const float *bs, int64_t Kp, const uint16_t *x, int64_t ldx,
-                       const float *xs, int64_t ldxs, float *y, int64_t ldy, float *xf, const int M) {
+INL void fp8_gemv_body(const uint8_t *tile, const float *bs, const uint8_t *sub, int64_t Kp, const uint16_t *x,
+                       int64_t ldx, const float *xs, int64_t ldxs, float *y, int64_t ldy, float *xf, const int M) {
     enum { NCMAX = 4 };
     const int NC = M == 1 ? 4 : M == 2 ? 2 : 1;
     for (int64_t kb = 0; kb < Kp / 128; kb++) {
-        int direct = 1;
+        int direct = !sub[kb];
         #pragma GCC unroll 4
-        for (int m = 0; m < M; m++) direct &= bf16_to_f32_s112(x + m * ldx + kb * 128, 128, xf + m * 128);
+        for (int m = 0; m < M && direct; m++) direct &= bf16_to_f32_s112(x + m * ldx + kb * 128, 128, xf + m * 128);
         if (!direct)
             #pragma GCC unroll 4
             for (int m = 0; m < M; m++) bf16_to_f32(x + m * ldx + kb * 128, 128, xf + m * 128);
@@ -279,6 +310,8 @@ INL void fp8_gemv_body(const uint8_t *tile, const float *bs, int64_t Kp, const u
             for (int c = 0; c < NCMAX; c++) acc[c][m][0] = acc[c][m][1] = _mm256_setzero_ps();
         if (direct)
             fp8_gemv_blk(p, xf, acc, M, NC, 1);
+        else if (sub[kb])
+            fp8_gemv_blk(p, xf, acc, M, NC, 2);
         else
             fp8_gemv_blk(p, xf, acc, M, NC, 0);
         #pragma GCC unroll 4
@@ -303,19 +336,34 @@ static void uk_fp8_gemv(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int6
     }
     const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
     const float *bs = W->tscale + t * (W->Kp / 128);
+    const uint8_t *sub = W->tsub + t * (W->Kp / 128);
     float *xf = scratch;
     for (int64_t m0 = 0, mt; m0 < M; m0 += mt) {
         mt = mr__uk_token_block(M - m0, MTV);
         const uint16_t *x = (const uint16_t *)a->x + m0 * a->ldx;
         const float *xs = a->xs ? a->xs + m0 * a->ldxs : NULL;
         switch (mt) {
-        case 1: fp8_gemv_body(tile, bs, W->Kp, x, a->ldx, xs, a->ldxs, y + m0 * ldy, ldy, xf, 1); break;
-        case 2: fp8_gemv_body(tile, bs, W->Kp, x, a->ldx, xs, a->ldxs, y + m0 * ldy, ldy, xf, 2); break;
-        case 3: fp8_gemv_body(tile, bs, W->Kp, x, a->ldx, xs, a->ldxs, y + m0 * ldy, ldy, xf, 3); break;
-        default: fp8_gemv_body(tile, bs, W->Kp, x, a->ldx, xs, a->ldxs, y + m0 * ldy, ldy, xf, 4); break;
+        case 1: fp8_gemv_body(tile, bs, sub, W->Kp, x, a->ldx, xs, a->ldxs, y + m0 * ldy, ldy, xf, 1); break;
+        case 2: fp8_gemv_body(tile, bs, sub, W->Kp, x, a->ldx, xs, a->ldxs, y + m0 * ldy, ldy, xf, 2); break;
+        case 3: fp8_gemv_body(tile, bs, sub, W->Kp, x, a->ldx, xs, a->ldxs, y + m0 * ldy, ldy, xf, 3); break;
+        default: fp8_gemv_body(tile, bs, sub, W->Kp, x, a->ldx, xs, a->ldxs, y + m0 * ldy, ldy, xf, 4); break;
         }
     }
     apply_post(y, ldy, M, a->post * W->scale2);
+}
+
+/* a 16 x 128 block to fp32 * 2^-8 in scratch (X: by e4m3x32_x) */
+INL void fp8_decode_blk(const uint8_t *p, float *wb, const int X) {
+    for (int k = 0; k < 128; k += 2) {
+        if ((k & 3) == 0) PF(p + 16 * k);
+        __m256 o[4];
+        if (X)
+            e4m3x32_x(p + 16 * k, o);
+        else
+            e4m3x32_s8(p + 16 * k, o);
+        #pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) _mm256_store_ps(wb + 16 * k + 8 * i, o[i]);
+    }
 }
 
 static void uk_fp8_gemm(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
@@ -326,16 +374,14 @@ static void uk_fp8_gemm(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int6
     }
     const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
     const float *bs = W->tscale + t * (W->Kp / 128);
+    const uint8_t *sub = W->tsub + t * (W->Kp / 128);
     float *wb = scratch_wb(scratch), *xf = scratch_xf(scratch);
     for (int64_t kb = 0; kb < W->Kp / 128; kb++) {
         const uint8_t *p = tile + kb * 2048;
-        for (int k = 0; k < 128; k += 2) {
-            if ((k & 3) == 0) PF(p + 16 * k);
-            __m256 o[4];
-            e4m3x32_s8(p + 16 * k, o);
-            #pragma GCC unroll 4
-            for (int i = 0; i < 4; i++) _mm256_store_ps(wb + 16 * k + 8 * i, o[i]);
-        }
+        if (sub[kb])
+            fp8_decode_blk(p, wb, 1);
+        else
+            fp8_decode_blk(p, wb, 0);
         const gemm_in in = {.xb16 = (const uint16_t *)a->x + kb * 128, .ldx = a->ldx,
                             .xs = a->xs ? a->xs + kb : NULL, .ldxs = a->ldxs, .ss = 256.0f * bs[kb]};
         gemm_tokens(wb, 128, 128, &in, M, y, ldy, xf, kb == 0);
