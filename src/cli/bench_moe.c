@@ -232,7 +232,7 @@ static int parse_opts(int argc, char **argv, moe_opts *o, mr_moe_problem *p) {
 
 /* E4M3 magnitude codes of a block-quantized trained weight: |N(0, 1)| * FP8_SIGMA rounded to
  * E4M3, one per 2^15-quantile (the block multiplier maps a block's largest |w|, about 6 sigma, to
- * 448). About 2e-4 of them are subnormal codes, as in trained FP8 checkpoints: uniform codes
+ * 448). About 1.5e-4 of them are subnormal codes, as in trained FP8 checkpoints: uniform codes
  * would make one in nine a subnormal, which no checkpoint has and which the AVX2 kernels
  * decode another, slower way (mr_pmatrix.tsub). */
 #define FP8_SIGMA 75.0f
