@@ -232,9 +232,30 @@ static void check_uk(const mr_kernels *k, const ukcase *uc, int nsrc, int64_t M,
     float *row = malloc(sizeof(float) * (size_t)K);
     const mr_uk_fn fn = gemm ? k->uk_gemm[uc->kind].fn : k->uk_gemv[uc->kind].fn;
     const char *name = gemm ? k->uk_gemm[uc->kind].name : k->uk_gemv[uc->kind].name;
+    /* a table whose gemm kernels take x widened to fp32 (mr_uk_act.xw): the
+     * same tiles with xw given (rows ldxw = Kp + 8 apart, NaN between) and x
+     * replaced by NaN rows, so a kernel that reads x, or xw in the wrong
+     * place, gives other bits */
+    const bool wid = gemm && k->uk_gemm_xw && !i8 && !f32;
+    float *xw = wid ? malloc(sizeof(float) * (size_t)(M * (Kp + 8))) : NULL;
+    uint16_t *xnan = wid ? malloc(sizeof(uint16_t) * (size_t)(M * Kp)) : NULL;
+    float *yw = wid ? malloc(sizeof(float) * (size_t)(M * 16)) : NULL;
+    for (int64_t m = 0; wid && m < M; m++)
+        for (int64_t i = 0; i < Kp + 8; i++) {
+            xw[m * (Kp + 8) + i] = i < Kp ? mr_bf16_to_f32(((uint16_t *)x)[m * Kp + i]) : NAN;
+            if (i < Kp) xnan[m * Kp + i] = 0x7FC0;
+        }
+    mr_uk_act aw = a;
+    aw.x = xnan, aw.xw = xw, aw.ldxw = Kp + 8;
     for (int64_t t = 0; t < pm.n_tiles; t++) {
         for (int64_t i = 0; i < M * 16; i++) y[i] = NAN; /* never read */
         fn(&pm, t, &a, M, y, 16, scratch);
+        if (wid) {
+            fn(&pm, t, &aw, M, yw, 16, scratch);
+            if (memcmp(y, yw, sizeof(float) * (size_t)(M * 16)) != 0)
+                fail_msg("%s: nsrc %d K %lld M %lld tile %lld: the widened x (mr_uk_act.xw) gives other bits", name,
+                         nsrc, (long long)K, (long long)M, (long long)t);
+        }
         for (int d = 0; d < 16; d++) {
             const int64_t n = 16 * (t / nsrc) + d;
             if (n < N) mr_qmatrix_dequant_row(&q[t % nsrc], n, row);
@@ -254,7 +275,7 @@ static void check_uk(const mr_kernels *k, const ukcase *uc, int nsrc, int64_t M,
     mr_pmatrix_free(&pm);
     for (int i = 0; i < nsrc; i++) mr_qmatrix_free(&q[i]);
     mr_aligned_free(scratch);
-    free(w), free(x), free(xv), free(xs), free(xb), free(y), free(row);
+    free(w), free(x), free(xv), free(xs), free(xb), free(y), free(row), free(xw), free(xnan), free(yw);
 }
 
 static void test_packed_kernels_all_tables(void **st) {

@@ -176,6 +176,12 @@ typedef struct {
     int xs_group;       /* NVFP4_I8: xs[m][b] is equal over each run of xs_group blocks
                            starting at a multiple of it (w4a8: 8, one 128 group), so a
                            kernel may apply it once per run; 0 or 1 = no promise */
+    const float *xw;    /* the bf16-input kinds (FP8_BF16, NVFP4_BF16, BF16_BF16): NULL, or
+                           x widened to fp32 (exactly), [M][ldxw], Kp values a row; a
+                           gemm kernel of a table with uk_gemm_xw reads it instead of x
+                           (same values, same bits out). A caller that runs one x over
+                           many tiles widens it once instead of once per tile. */
+    int64_t ldxw;
 } mr_uk_act;
 
 /* out[i] = silu(g[i]) * u[i] = g / (1 + exp(-g)) * u, i < n (within a few
@@ -220,6 +226,8 @@ typedef struct {
         mr_uk_fn fn;
     } uk_gemv[MR_UK_COUNT], uk_gemm[MR_UK_COUNT];
     int uk_gemm_min_m; /* use uk_gemm at this many tokens per expert and above */
+    bool uk_gemm_xw;   /* the gemm kernels of the bf16-input kinds read mr_uk_act.xw when set
+                          (the AVX2 ones, whose fp32 FMAs would otherwise widen x per tile) */
     mr_pack_id uk_pack[MR_UK_COUNT];       /* the pack each kind's kernels take */
     mr_probe_instr uk_instr[MR_UK_COUNT];  /* the instruction of their inner loop */
     struct {

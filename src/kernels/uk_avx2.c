@@ -382,8 +382,9 @@ static void uk_fp8_gemm(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int6
             fp8_decode_blk(p, wb, 1);
         else
             fp8_decode_blk(p, wb, 0);
-        const gemm_in in = {.xb16 = (const uint16_t *)a->x + kb * 128, .ldx = a->ldx,
-                            .xs = a->xs ? a->xs + kb : NULL, .ldxs = a->ldxs, .ss = 256.0f * bs[kb]};
+        const gemm_in in = {.xb16 = (const uint16_t *)a->x + kb * 128, .xf32 = a->xw ? a->xw + kb * 128 : NULL,
+                            .ldx = a->xw ? a->ldxw : a->ldx, .xs = a->xs ? a->xs + kb : NULL, .ldxs = a->ldxs,
+                            .ss = 256.0f * bs[kb]};
         gemm_tokens(wb, 128, 128, &in, M, y, ldy, xf, kb == 0);
     }
     apply_post(y, ldy, M, a->post * W->scale2);
@@ -654,8 +655,9 @@ static void uk_nvfp4_bf16_gemm(const mr_pmatrix *W, int64_t t, const mr_uk_act *
         const int nk = (int)(W->Kp - k0 < XCH ? W->Kp - k0 : XCH);
         nvf_decode_chunk(tile, W->Kp, k0, nk, wb);
         /* with xs the multiplier changes every 16 k: segments of 16 */
-        const gemm_in in = {.xb16 = (const uint16_t *)a->x + k0, .ldx = a->ldx,
-                            .xs = a->xs ? a->xs + k0 / 16 : NULL, .ldxs = a->ldxs, .ss = 1.0f};
+        const gemm_in in = {.xb16 = (const uint16_t *)a->x + k0, .xf32 = a->xw ? a->xw + k0 : NULL,
+                            .ldx = a->xw ? a->ldxw : a->ldx, .xs = a->xs ? a->xs + k0 / 16 : NULL, .ldxs = a->ldxs,
+                            .ss = 1.0f};
         gemm_tokens(wb, nk, a->xs ? 16 : nk, &in, M, y, ldy, xf, k0 == 0);
     }
     apply_post(y, ldy, M, 256.0f * a->post * W->scale2);
@@ -759,8 +761,9 @@ static void bf16_gemm(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_
             _mm256_store_ps(wb + 32 * g + 16, h0);
             _mm256_store_ps(wb + 32 * g + 24, h1);
         }
-        const gemm_in in = {.xb16 = f32 ? NULL : (const uint16_t *)a->x + k0,
-                            .xf32 = f32 ? (const float *)a->x + k0 : NULL, .ldx = a->ldx, .ss = 1.0f};
+        const float *x32 = f32 ? (const float *)a->x : a->xw; /* fp32 rows in place where there are */
+        const gemm_in in = {.xb16 = x32 ? NULL : (const uint16_t *)a->x + k0, .xf32 = x32 ? x32 + k0 : NULL,
+                            .ldx = f32 || !a->xw ? a->ldx : a->ldxw, .ss = 1.0f};
         gemm_tokens(wb, nk, nk, &in, M, y, ldy, xf, k0 == 0);
     }
     apply_post(y, ldy, M, a->post * W->scale2);
@@ -834,6 +837,7 @@ void mr__uk_fill_avx2(mr_kernels *k) {
         k->uk_pack[i] = e[i].pack;
         k->uk_instr[i] = e[i].instr;
     }
+    k->uk_gemm_xw = true;
     k->uk_gemm_min_m = 5; /* past MTV the gemv decodes once per 4 tokens; the gemm once */
     k->uk_stream.name = "uk_stream_avx2";
     k->uk_stream.fn = uk_stream;

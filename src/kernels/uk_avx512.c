@@ -562,6 +562,7 @@ void mr__uk_fill_avx512(mr_kernels *k) {
     k->uk_gemv[MR_UK_BF16_F32].name = k->uk_gemm[MR_UK_BF16_F32].name = "uk_bf16_f32_avx512_16x8";
     k->uk_gemv[MR_UK_BF16_F32].fn = k->uk_gemm[MR_UK_BF16_F32].fn = uk_bf16_f32;
     k->uk_gemm_min_m = 16; /* dev/perf: fp8.v3 equals v1 at 16 tokens per expert and wins above */
+    k->uk_gemm_xw = false; /* these take bf16 x as it is (vdpbf16ps); the AVX2 level below set it */
     static const mr_pack_id pk[MR_UK_COUNT] = {MR_PACK_FP8_R16K4, MR_PACK_NVFP4_R16K16, MR_PACK_NVFP4_R16K16B,
                                                 MR_PACK_BF16_R16K2, MR_PACK_BF16_R16K2};
     static const mr_probe_instr in[MR_UK_COUNT] = {MR_PROBE_DPBF16, MR_PROBE_DPBUSD, MR_PROBE_DPBF16,

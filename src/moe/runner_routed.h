@@ -12,6 +12,7 @@ typedef struct {
     int es, blk;            /* kernel input element size, per-block multiplier width (0 none) */
     bool use_xs;            /* the kernels take the per-block multipliers */
     int xs_group;           /* w4a8: one multiplier per 128 columns, replicated per 16 */
+    bool widen;             /* the gemm kernels take x widened to fp32 (mr_kernels.uk_gemm_xw) */
     /* GEMM1 input rows (the context's row planes): x [ld1] elements, xs [nxs1], xb [nxb1] */
     int64_t ld1, nxs1, nxb1;
     /* GEMM2 input rows, [max_recv] each: x2 [ld2] elements, xs2 [nxs2], xb2 [nxb2] */
@@ -21,7 +22,8 @@ typedef struct {
     int32_t *xb2;
     int32_t *act;           /* [n_local] the local experts with rows in this call */
     /* per thread: gate, up [128][128], y [128][128], a row of max(H, Ip), the
-     * multipliers of a row the kernels do not take, kernel scratch */
+     * multipliers of a row the kernels do not take, kernel scratch, and where
+     * widen is set 128 rows of max(ld1, ld2) fp32 for the widened x */
     float *tmp;
     int64_t tmp_stride;
     /* per thread, the [front, back) of its chunk range in GEMM1 and in GEMM2,
