@@ -103,8 +103,10 @@ int main(int argc, char **argv) {
             xb[m * nb + b] = -12 * s;
         }
     }
+    /* a table whose gemm kernels take x widened to fp32 gets it, as the routed runner gives it */
+    const bool widen = kt->uk_gemm_xw && kind != MR_UK_NVFP4_I8;
     mr_uk_act a = {.x = x, .ldx = K, .xs = kind == MR_UK_BF16_BF16 ? NULL : xs, .ldxs = nb, .xb = xb, .ldb = nb,
-                   .post = 1.0f, .xs_group = xs_group};
+                   .post = 1.0f, .xs_group = xs_group, .xw = widen ? xf : NULL, .ldxw = K};
     void *scratch = mr_aligned_alloc(64, MR_UK_SCRATCH);
     float *y = mr_aligned_alloc(64, sizeof(float) * MMAX * 16);
     /* check every tile at M = 19 against the scalar decode of the packed layout */

@@ -753,7 +753,7 @@ static void bf16_gemm(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_
         const int nk = (int)(W->Kp - k0 < XCH ? W->Kp - k0 : XCH);
         for (int g = 0; g < nk / 2; g++) {
             const uint8_t *line = tile + (k0 / 2 + g) * 64;
-            if ((g & 1) == 0) PF(line);
+            PF(line);
             __m256 l0, l1, h0, h1;
             bf16_pair(line, &l0, &l1, &h0, &h1);
             _mm256_store_ps(wb + 32 * g, l0);
