@@ -37,6 +37,9 @@
  *               scale (exact) decoded to scratch, then f32_core.
  *  bf16         bf16 pairs widened exactly (shift / mask); gemv: FMAs with
  *               broadcast fp32 x; gemm: decoded to scratch, then f32_core.
+ * The gemm kernels of the bf16-input kinds take x widened to fp32 from the
+ * caller (mr_uk_act.xw; this table sets uk_gemm_xw): widening it here, per
+ * tile, cost ~20% of a tile at 16-64 tokens (bench/README.md, Zen 2).
  * Weight streams are prefetched MR_UK_PREFETCH bytes ahead into L2 and, for
  * the decode-heavy gemv kernels, into L1 too (PF_FP8, PF_NV below). */
 #include <immintrin.h>
