@@ -125,11 +125,12 @@ static void fp8_tile_subnormals(const mr_qmatrix *w, int64_t st, int64_t Kp, uin
     const uint8_t *src = w->data;
     for (int64_t kb = 0; kb < Kp / 128; kb++) {
         int n_sub = 0;
-        for (int64_t n = 16 * st; n < 16 * st + 16 && n < w->rows; n++)
-            for (int64_t k = 128 * kb; k < 128 * kb + 128 && k < w->cols; k++) {
-                const uint8_t c = src[n * w->cols + k];
-                n_sub += (c & 0x78) == 0 && (c & 0x07) != 0;
-            }
+        const int64_t k0 = 128 * kb, nk = w->cols - k0 < 128 ? w->cols - k0 : 128; /* nk <= 0 past the columns */
+        for (int64_t n = 16 * st; n < 16 * st + 16 && n < w->rows; n++) {
+            const uint8_t *p = src + n * w->cols + k0;
+            for (int64_t k = 0; k < nk; k++) /* branch-free, so the compiler vectorizes it (loads were 15% of a profile) */
+                n_sub += ((p[k] & 0x78) == 0) & ((p[k] & 0x07) != 0);
+        }
         sub[kb] = n_sub >= MR_PACK_FP8_SUBNORMALS;
     }
 }
