@@ -45,17 +45,22 @@ static inline void stream_start(const uint8_t *p, size_t bytes, const uint8_t **
     *expect = p + bytes;
 }
 
-/* the gemm kernels' fp32 copy of mm rows of bf16 x (mr_uk_act.xw): widened
- * once per expert chunk and reused by every tile of it, and by the thread's
- * next chunk where that has the same rows (key: the first row's address) */
-static void widen_rows(const uint16_t *x, int64_t ld, int64_t mm, float *xw, const void **key) {
-    if (*key == (const void *)x) return;
+/* the gemm kernels' fp32 copy of mm rows of bf16 x (mr_uk_act.xw), or NULL
+ * where the call takes none (no buffer: the table reads x; the gemv or the
+ * stream-only kernel): widened once per expert chunk and reused by every
+ * tile of it, and by the thread's next chunk where that has the same rows
+ * (key: the first row's address). The shift is inlined rather than
+ * mr__bf16_dequantize_row's per-value call so that the loop vectorizes. */
+static const float *widen_rows(const uint16_t *x, int64_t ld, int64_t mm, float *xw, bool gemm, const void **key) {
+    if (!xw || !gemm) return NULL;
+    if (*key == (const void *)x) return xw;
     for (int64_t m = 0; m < mm; m++) {
         const uint16_t *src = x + m * ld;
         uint32_t *dst = (uint32_t *)(xw + m * ld);
         for (int64_t i = 0; i < ld; i++) dst[i] = (uint32_t)src[i] << 16;
     }
     *key = x;
+    return xw;
 }
 
 /* token t's rows: prepared once into its first slot's row, copied to the others */
@@ -180,11 +185,10 @@ mr_status mr__routed_experts(mr_moe_ctx *c, const mr_moe_weights *w, const mr_a2
                 const int64_t mm = cnt - m0 < MCH ? cnt - m0 : MCH, s0 = off[e] + m0;
                 const mr_uk_fn fn = fn_stream ? fn_stream : mm >= K->uk_gemm_min_m ? K->uk_gemm[kind].fn : K->uk_gemv[kind].fn;
                 const void *xr = row_at((void *)x1, s0, s->ld1, es);
-                const bool wide = xw && !fn_stream && mm >= K->uk_gemm_min_m;
-                if (wide) widen_rows(xr, s->ld1, mm, xw, &xw_key);
+                const float *xwr = widen_rows(xr, s->ld1, mm, xw, !fn_stream && mm >= K->uk_gemm_min_m, &xw_key);
                 const mr_uk_act in = {.x = xr, .ldx = s->ld1, .xs = xs1 ? xs1 + s0 * s->nxs1 : NULL, .ldxs = s->nxs1,
                                       .xb = xb1 ? xb1 + s0 * s->nxb1 : NULL, .ldb = s->nxb1, .post = post1,
-                                      .xs_group = s->xs_group, .xw = wide ? xw : NULL, .ldxw = s->ld1};
+                                      .xs_group = s->xs_group, .xw = xwr, .ldxw = s->ld1};
                 for (int64_t i = 0; i < npair; i++) {
                     fn(W, tile0 + 2 * i, &in, mm, gb + i * T, CB1, scratch);
                     fn(W, tile0 + 2 * i + 1, &in, mm, ub + i * T, CB1, scratch);
@@ -213,11 +217,10 @@ mr_status mr__routed_experts(mr_moe_ctx *c, const mr_moe_weights *w, const mr_a2
                 const int64_t mm = cnt - m0 < MCH ? cnt - m0 : MCH, s0 = off[e] + m0;
                 const mr_uk_fn fn = fn_stream ? fn_stream : mm >= K->uk_gemm_min_m ? K->uk_gemm[kind].fn : K->uk_gemv[kind].fn;
                 const void *xr = row_at(s->x2, s0, s->ld2, es);
-                const bool wide = xw && !fn_stream && mm >= K->uk_gemm_min_m;
-                if (wide) widen_rows(xr, s->ld2, mm, xw, &xw_key);
+                const float *xwr = widen_rows(xr, s->ld2, mm, xw, !fn_stream && mm >= K->uk_gemm_min_m, &xw_key);
                 const mr_uk_act in = {.x = xr, .ldx = s->ld2, .xs = s->use_xs ? s->xs2 + s0 * s->nxs2 : NULL,
                                       .ldxs = s->nxs2, .xb = s->xb2 ? s->xb2 + s0 * s->nxb2 : NULL, .ldb = s->nxb2,
-                                      .post = post2, .xs_group = s->xs_group, .xw = wide ? xw : NULL, .ldxw = s->ld2};
+                                      .post = post2, .xs_group = s->xs_group, .xw = xwr, .ldxw = s->ld2};
                 for (int64_t i = 0; i < ntl; i++) fn(W, n0 / T + i, &in, mm, yb + i * T, CB2, scratch);
                 for (int64_t m = 0; m < mm; m++)
                     memcpy(y + (size_t)(s0 + m) * (size_t)H + (size_t)n0, yb + m * CB2, (size_t)nr * sizeof(float));
