@@ -299,6 +299,18 @@ static void test_bad_files(void **state) {
     assert_int_equal(mr_tokenizer_decode(t, &badid, 1, false, &out, &on), MR_ERANGE);
     assert_non_null(strstr(mr_error_last(), "3"));
     mr_tok_ids_free(&v);
+    /* no unk token and no byte fallback: an unknown character is dropped, so a
+     * piece can make no tokens at all, into an output never allocated; twice,
+     * the second time from the piece cache (the fuzzer found UB here) */
+    for (int k = 0; k < 2; k++) {
+        mr_tok_ids e = {0};
+        assert_int_equal(mr_tokenizer_encode(t, "xyz", 3, 0, &e, NULL), MR_OK);
+        assert_int_equal(e.n, 0);
+        assert_int_equal(mr_tokenizer_encode(t, "xyzab", 5, 0, &e, NULL), MR_OK);
+        assert_int_equal(e.n, 1);
+        assert_int_equal(e.ids[0], 2);
+        mr_tok_ids_free(&e);
+    }
     mr_tokenizer_free(t);
     /* files */
     assert_int_equal(mr_tokenizer_load("/nonexistent/dir", &t), MR_EIO);

@@ -92,7 +92,7 @@ static bool cache_get(const mr_tokenizer *t, uint64_t h, const char *key, size_t
             out->ids = p;
             out->cap = cap;
         }
-        memcpy(out->ids + out->n, ids, hd.n_ids * sizeof(int32_t));
+        if (hd.n_ids) memcpy(out->ids + out->n, ids, hd.n_ids * sizeof(int32_t)); /* ids may be NULL when empty */
         out->n += hd.n_ids;
         return true;
     }
@@ -131,7 +131,7 @@ static void cache_put(const mr_tokenizer *t, uint64_t h, const char *key, size_t
     cache_head hd = {h, (uint32_t)n, (uint32_t)n_ids};
     memcpy(e, &hd, sizeof hd);
     memcpy(e + sizeof hd, key, n);
-    memcpy(e + (sizeof hd + n + 3) / 4 * 4, ids, n_ids * sizeof(int32_t));
+    if (n_ids) memcpy(e + (sizeof hd + n + 3) / 4 * 4, ids, n_ids * sizeof(int32_t));
     __atomic_store_n(&sh->slots[i], (uint32_t)(sh->arena_n + 1), __ATOMIC_RELEASE);
     sh->arena_n += need;
     sh->used++;
@@ -326,7 +326,8 @@ mr_status mr__bpe_encode(const mr_tokenizer *t, const char *piece, size_t n, boo
     size_t first = out->n;
     for (size_t i = 0; i < ns && !st; i++)
         if (s[i].live) st = mr__tok_ids_push(out, s[i].id);
-    if (!st) cache_put(t, h, piece, n, out->ids + first, out->n - first);
+    /* a piece can make no tokens (every character unknown and no unk token): out->ids may still be NULL */
+    if (!st) cache_put(t, h, piece, n, out->n > first ? out->ids + first : NULL, out->n - first);
 out:
     if (s != stack_s) mr_free(s);
     if (heap != stack_h) mr_free(heap);
