@@ -98,6 +98,74 @@ static void test_table_names(void **st) {
     assert_string_equal(mr_kernel_isa_name(k->level), want);
     assert_non_null(strstr(k->decode[MR_FMT_FP8_BLOCK].name, k->isa));
     for (int u = 0; u < MR_UK_COUNT; u++) assert_non_null(strstr(k->uk_gemv[u].name, k->isa));
+    /* the AVX2 level takes the AVX-VNNI int8 kernel exactly where the flags hold it */
+    const bool vnni = k->level == MR_ISA_AVX2 && (f & MR_CPU_AVXVNNI);
+    assert_int_equal(strstr(k->uk_gemm[MR_UK_NVFP4_I8].name, "avx2vnni") != NULL, vnni);
+    assert_int_equal(k->uk_instr[MR_UK_NVFP4_I8] == MR_PROBE_DPBUSD_YMM, vnni);
+}
+
+/* The AVX-VNNI NVFP4 int8 kernel against the vpmaddubsw one: the same exact
+ * integer sums, so the same bits, for every token count of the gemv and the
+ * gemm path, per-block and grouped (w4a8) activation multipliers, and
+ * extreme activations (+-127, -128 never: the quantizer's range) with the
+ * largest weights. SKIPPED where the host (or the mask) lacks AVX-VNNI. */
+static void test_nvfp4_i8_vnni_bit_identical(void **st) {
+    (void)st;
+    const uint32_t a2 = mr_kernel_isa_features(MR_ISA_AVX2);
+    if ((mr_cpu()->flags & (a2 | MR_CPU_AVXVNNI)) != (a2 | MR_CPU_AVXVNNI)) {
+        print_message("SKIPPED: this host (or MOERUN_CPU_MASK) has no AVX2 with AVX-VNNI\n");
+        skip();
+    }
+    mr_kernels kb, kv;
+    mr_kernels_init(&kb, a2);
+    mr_kernels_init(&kv, a2 | MR_CPU_AVXVNNI);
+    assert_ptr_not_equal(kb.uk_gemm[MR_UK_NVFP4_I8].fn, kv.uk_gemm[MR_UK_NVFP4_I8].fn);
+    assert_int_equal(kb.uk_pack[MR_UK_NVFP4_I8], kv.uk_pack[MR_UK_NVFP4_I8]);
+    const int64_t N = 32, K = 512;
+    tu_rng r = {0x5151};
+    float *w = malloc(sizeof(float) * (size_t)(N * K));
+    for (int64_t i = 0; i < N * K; i++) w[i] = (i % 7 == 0 ? 6.0f : tu_normal(&r)) * (i % 2 ? -1.0f : 1.0f);
+    mr_qmatrix q = {0};
+    assert_int_equal(mr_qmatrix_quantize(&q, MR_FMT_NVFP4, w, N, K, 0.0f), MR_OK);
+    const mr_qmatrix *src[1] = {&q};
+    mr_pmatrix pm;
+    assert_int_equal(mr_pmatrix_pack(&pm, kv.uk_pack[MR_UK_NVFP4_I8], src, 1), MR_OK);
+    enum { MMAX = 40 };
+    const int64_t Kp = pm.Kp, nb = Kp / 16;
+    int8_t *x = calloc((size_t)(MMAX * Kp), 1);
+    int32_t *xb = calloc((size_t)(MMAX * nb), sizeof(int32_t));
+    float *xs = malloc(sizeof(float) * (size_t)(MMAX * nb));
+    for (int64_t m = 0; m < MMAX; m++)
+        for (int64_t i = 0; i < K; i++) {
+            const int8_t v = m % 5 == 0 ? (i % 3 ? 127 : -127) : (int8_t)(tu_uniform(&r) * 254.0f - 127.0f);
+            x[m * Kp + i] = v;
+            xb[m * nb + i / 16] -= 12 * v;
+        }
+    for (int64_t i = 0; i < MMAX * nb; i++) xs[i] = 0.25f + tu_uniform(&r);
+    float *yb = malloc(sizeof(float) * MMAX * 16), *yv = malloc(sizeof(float) * MMAX * 16);
+    void *scratch = mr_aligned_alloc(64, MR_UK_SCRATCH);
+    const int64_t Ms[] = {1, 2, 7, 16, 33, MMAX};
+    for (int g = 1; g <= 8; g += 7)
+        for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++)
+            for (int gemm = 0; gemm < 2; gemm++) {
+                mr_uk_act a = {.x = x, .ldx = Kp, .xs = xs, .ldxs = nb, .xb = xb, .ldb = nb, .post = 0.5f, .xs_group = g};
+                if (g == 8) /* the promise of xs_group: equal over each run of 8 blocks */
+                    for (int64_t i = 0; i < MMAX * nb; i++) xs[i] = xs[i / 8 * 8];
+                for (int64_t t = 0; t < pm.n_tiles; t++) {
+                    const mr_uk_fn fb = gemm ? kb.uk_gemm[MR_UK_NVFP4_I8].fn : kb.uk_gemv[MR_UK_NVFP4_I8].fn;
+                    const mr_uk_fn fv = gemm ? kv.uk_gemm[MR_UK_NVFP4_I8].fn : kv.uk_gemv[MR_UK_NVFP4_I8].fn;
+                    fb(&pm, t, &a, Ms[mi], yb, 16, scratch);
+                    fv(&pm, t, &a, Ms[mi], yv, 16, scratch);
+                    for (int64_t i = 0; i < Ms[mi] * 16; i++)
+                        if (memcmp(&yb[i], &yv[i], 4) != 0)
+                            fail_msg("M %lld gemm %d group %d tile %lld y[%lld]: vpmaddubsw %.9g, vpdpbusd %.9g",
+                                     (long long)Ms[mi], gemm, g, (long long)t, (long long)i, yb[i], yv[i]);
+                }
+            }
+    mr_pmatrix_free(&pm);
+    mr_qmatrix_free(&q);
+    mr_aligned_free(scratch);
+    free(w), free(x), free(xb), free(xs), free(yb), free(yv);
 }
 
 /* y[m][n] of x . W^T against a double reference on the dequantized row;
@@ -290,8 +358,10 @@ static void test_packed_kernels_all_tables(void **st) {
         {MR_UK_BF16_BF16, MR_FMT_BF16, MR_PACK_BF16_R16K2, 131},
         {MR_UK_BF16_F32, MR_FMT_BF16, MR_PACK_BF16_R16K2, 131},
     };
-    uint32_t levels[3] = {0, mr_kernel_isa_features(MR_ISA_AVX2), mr_cpu()->flags};
-    for (int l = 0; l < 3; l++) {
+    /* generic, AVX2 (vpmaddubsw), AVX2 with AVX-VNNI (vpdpbusd), the process table */
+    const uint32_t a2 = mr_kernel_isa_features(MR_ISA_AVX2);
+    uint32_t levels[4] = {0, a2, a2 | MR_CPU_AVXVNNI, mr_cpu()->flags};
+    for (int l = 0; l < 4; l++) {
         if ((mr_cpu()->flags & levels[l]) != levels[l]) continue;
         mr_kernels k;
         mr_kernels_init(&k, levels[l]);
@@ -766,6 +836,7 @@ int main(void) {
         cmocka_unit_test(test_pack_errors),
         cmocka_unit_test(test_gemm_rows_all_tables),
         cmocka_unit_test(test_table_names),
+        cmocka_unit_test(test_nvfp4_i8_vnni_bit_identical),
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_matmul_many_tokens),
         cmocka_unit_test(test_matmul_threads_exact),

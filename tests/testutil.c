@@ -77,18 +77,27 @@ float tu_normal(tu_rng *r) {
     return sqrtf(-2.0f * logf(u1)) * cosf(6.28318530718f * u2);
 }
 
+/* MOERUN_TEST_ISA = a level, optionally "+" CPU extensions a level's filler
+ * may take (mr_kernels.flags), e.g. "avx2+avx-vnni"; without them the run
+ * hides those extensions, so "avx2" tests the AVX2 kernels alone. */
 void tu_isa_begin(const char *suite) {
     const char *want = getenv("MOERUN_TEST_ISA");
     if (want == NULL || *want == 0) return;
+    const uint32_t extensions = MR_CPU_AVXVNNI;
+    const char *plus = strchr(want, '+');
+    const size_t ln = plus ? (size_t)(plus - want) : strlen(want);
+    uint32_t ext = 0;
     int level = -1;
-    for (int i = 0; i < MR_ISA_COUNT; i++)
-        if (!strcmp(want, mr_kernel_isa_name((mr_kernel_isa)i))) level = i;
-    if (level < 0) {
-        fprintf(stderr, "%s: MOERUN_TEST_ISA=%s is not a kernel level\n", suite, want);
+    for (int i = 0; i < MR_ISA_COUNT; i++) {
+        const char *nm = mr_kernel_isa_name((mr_kernel_isa)i);
+        if (strlen(nm) == ln && !strncmp(want, nm, ln)) level = i;
+    }
+    if (level < 0 || (plus && (mr_cpu_parse_mask(plus + 1, &ext) != MR_OK || (ext & ~extensions) || !ext))) {
+        fprintf(stderr, "%s: MOERUN_TEST_ISA=%s is not a kernel level (with optional +avx-vnni)\n", suite, want);
         exit(2);
     }
     const mr_cpu_info *ci = mr_cpu();
-    uint32_t need = mr_kernel_isa_features((mr_kernel_isa)level);
+    uint32_t need = mr_kernel_isa_features((mr_kernel_isa)level) | ext;
     if ((ci->flags & need) != need) {
         char miss[256] = "";
         size_t used = 0;
@@ -102,6 +111,6 @@ void tu_isa_begin(const char *suite) {
         fflush(stdout);
         exit(TU_SKIP);
     }
-    mr_cpu_set_hidden(ci->hidden | mr_kernel_isa_above((mr_kernel_isa)level));
+    mr_cpu_set_hidden(ci->hidden | mr_kernel_isa_above((mr_kernel_isa)level) | (extensions & ~ext));
     printf("%s: %s kernels (MOERUN_TEST_ISA)\n", suite, want);
 }

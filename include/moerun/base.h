@@ -108,7 +108,9 @@ static inline bool mr_u64_add(uint64_t a, uint64_t b, uint64_t *out) { return !_
 /* ---- CPU features, detected once (cpuid + xgetbv), then masked ----
  * MOERUN_CPU_MASK hides features: a comma list of names from
  * mr_cpu_feature_name() or the groups "avx512" (all AVX-512 and AMX),
- * "avx2" (AVX2, FMA, F16C and everything above), "amx", "all".
+ * "avx2" (AVX2, FMA, F16C and everything above, AVX-VNNI too), "amx", "all".
+ * AVX-VNNI (the VEX-encoded vpdpbusd of Intel client cores since Alder Lake
+ * and of Zen 5) is not part of "avx512": such cores have no AVX-512.
  * E.g. MOERUN_CPU_MASK=avx512 forces the AVX2 paths on an AVX-512 host. */
 #define MR_CPU_FEATURE_MAP(X)          \
     X(SSE42, 0, "sse4.2")              \
@@ -125,14 +127,15 @@ static inline bool mr_u64_add(uint64_t a, uint64_t b, uint64_t *out) { return !_
     X(AMX_TILE, 11, "amx-tile")        \
     X(AMX_BF16, 12, "amx-bf16")        \
     X(AMX_INT8, 13, "amx-int8")        \
-    X(AVX512DQ, 14, "avx512dq")
+    X(AVX512DQ, 14, "avx512dq")        \
+    X(AVXVNNI, 15, "avx-vnni")
 
 typedef enum {
 #define MR__CPU_ENUM(name, bit, str) MR_CPU_##name = 1u << (bit),
     MR_CPU_FEATURE_MAP(MR__CPU_ENUM)
 #undef MR__CPU_ENUM
 } mr_cpu_feature;
-#define MR_CPU_FEATURE_COUNT 15
+#define MR_CPU_FEATURE_COUNT 16
 
 typedef struct {
     uint32_t detected; /* what the CPU and OS support */

@@ -201,14 +201,24 @@ typedef void (*mr_kern_rows_fn)(const mr_qmatrix *W, int64_t n0, int64_t nr, con
 
 /* The instruction a kernel's inner loop runs (the ceilings' probes, below):
  * vfmadd231ps (ymm or zmm, by the table's ISA), vdpbf16ps zmm, vpdpbusd zmm,
- * vpmaddubsw ymm. */
-typedef enum { MR_PROBE_FMA = 0, MR_PROBE_DPBF16 = 1, MR_PROBE_DPBUSD = 2, MR_PROBE_MADDUBS = 3 } mr_probe_instr;
+ * vpmaddubsw ymm, vpdpbusd ymm (AVX-VNNI, VEX-encoded: the AVX2 table's int8
+ * kernel where the CPU has it). */
+typedef enum {
+    MR_PROBE_FMA = 0,
+    MR_PROBE_DPBF16 = 1,
+    MR_PROBE_DPBUSD = 2,
+    MR_PROBE_MADDUBS = 3,
+    MR_PROBE_DPBUSD_YMM = 4
+} mr_probe_instr;
 /* true for the integer instructions (their rate is counted in G OP/s, not GFLOP/s) */
 bool mr_probe_instr_is_int(mr_probe_instr which);
 
 typedef struct {
     mr_kernel_isa level; /* the level the table was built for (mr_kernel_isa_best of the flags) */
     const char *isa;     /* its name */
+    uint32_t flags;      /* the CPU features it was built from: a level's filler may take an
+                            extension of its own ISA that no level requires (AVX-VNNI on the
+                            AVX2 level) where these hold it; results do not depend on it */
     struct {
         const char *name;
         mr_kern_decode_fn fn;

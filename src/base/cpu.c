@@ -64,6 +64,7 @@ static uint32_t detect(char *brand, size_t brand_n) {
         if (tile && BIT(edx7, 25)) f |= MR_CPU_AMX_INT8;
         if (max_sub >= 1) {
             cpuid2(7, 1, r);
+            if (ymm && BIT(r[0], 4)) f |= MR_CPU_AVXVNNI;
             if (zmm && BIT(r[0], 5)) f |= MR_CPU_AVX512BF16;
         }
     }
@@ -129,7 +130,7 @@ mr_status mr_cpu_parse_mask(const char *s, uint32_t *out) {
         if (!strcmp(tok, "avx512")) {
             m |= MR__GROUP_AVX512;
         } else if (!strcmp(tok, "avx2")) {
-            m |= MR_CPU_AVX2 | MR_CPU_FMA | MR_CPU_F16C | MR__GROUP_AVX512;
+            m |= MR_CPU_AVX2 | MR_CPU_FMA | MR_CPU_F16C | MR_CPU_AVXVNNI | MR__GROUP_AVX512;
         } else if (!strcmp(tok, "amx")) {
             m |= MR__GROUP_AMX;
         } else if (!strcmp(tok, "all")) {
@@ -144,7 +145,7 @@ mr_status mr_cpu_parse_mask(const char *s, uint32_t *out) {
                 return mr_error_set(MR_EINVAL,
                                     "unknown CPU feature '%s' in mask; valid: avx512, avx2, amx, all, none, "
                                     "sse4.2, avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, "
-                                    "avx512bf16, avx512fp16, avx512vbmi, amx-tile, amx-bf16, amx-int8",
+                                    "avx512bf16, avx512fp16, avx512vbmi, amx-tile, amx-bf16, amx-int8, avx-vnni",
                                     tok);
             }
             m |= found;

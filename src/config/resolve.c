@@ -461,6 +461,12 @@ static mr_status pass_platform(mr_resolution *r) {
     /* flags the kernels may use: the CPU's, without what only the levels above kernel_isa use */
     const uint32_t above = mr_kernel_isa_above(r->w.isa);
     r->w.cpu_flags = r->w.cpu_detected & ~above;
+    if (r->w.isa == MR_ISA_AVX2 && (r->w.cpu_flags & MR_CPU_AVXVNNI)) {
+        s = mr__decl(r, MR_DECL_NOTE, SRC, "kernel_isa", "avx2",
+                     "with avx-vnni: its NVFP4 int8 kernel (w4a4, w4a8) runs vpdpbusd ymm, bit-identical to "
+                     "vpmaddubsw (MOERUN_CPU_MASK=avx-vnni hides it)");
+        if (s != MR_OK) return s;
+    }
     /* the prospective transport for the capability checks that follow: explicit, else mpi when a
      * launcher started several ranks, else none */
     r->w.a2a = MR_A2A_NONE;

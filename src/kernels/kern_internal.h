@@ -31,6 +31,7 @@ void mr__uk_drive(mr_uk_kind kind, const mr_pmatrix *W, int64_t t, const mr_uk_a
                   int64_t ldy, void *scratch, mr__uk_stage_fn stage);
 void mr__uk_fill_generic(mr_kernels *k);
 void mr__uk_fill_avx2(mr_kernels *k);
+void mr__uk_fill_avx2vnni(mr_kernels *k); /* over mr__uk_fill_avx2 where k->flags hold AVX-VNNI */
 void mr__uk_fill_avx512(mr_kernels *k); /* needs AVX512 BF16, VNNI and VBMI too */
 /* scalar decoders of the packed layouts (pack.c), every pack of the format:
  * E4M3 values of 128 k [128][16]; E2M1 values of 16-k block j [16][16] and

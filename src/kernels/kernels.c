@@ -114,6 +114,7 @@ void mr__kernels_fill_generic(mr_kernels *k) {
 void mr_kernels_init(mr_kernels *k, uint32_t flags) {
     mr__kern_luts_init();
     memset(k, 0, sizeof *k);
+    k->flags = flags;
     mr__kernels_fill_level(k, mr_kernel_isa_best(flags));
 }
 

@@ -1,7 +1,7 @@
 /* probe.c — machine ceilings measured in the same run as a benchmark: the
  * multi-threaded read bandwidth of a pre-faulted buffer larger than any
  * cache (best of N), and the peak rate of the instruction a kernel's inner
- * loop uses (vfmadd231ps, vdpbf16ps, vpdpbusd or vpmaddubsw; see
+ * loop uses (vfmadd231ps, vdpbf16ps, vpdpbusd zmm or ymm, vpmaddubsw; see
  * mr_uk_instr). */
 #include <omp.h>
 #include <string.h>
@@ -14,10 +14,13 @@ double mr__probe_dpbf16_avx512(int64_t iters);
 double mr__probe_dpbusd_avx512(int64_t iters);
 double mr__probe_fma_avx2(int64_t iters);
 double mr__probe_maddubs_avx2(int64_t iters);
+double mr__probe_dpbusd_avx2vnni(int64_t iters); /* uk_avx2vnni.c */
 uint64_t mr__probe_read_avx512(const uint64_t *p, size_t n);
 uint64_t mr__probe_read_avx2(const uint64_t *p, size_t n);
 
-bool mr_probe_instr_is_int(mr_probe_instr which) { return which == MR_PROBE_DPBUSD || which == MR_PROBE_MADDUBS; }
+bool mr_probe_instr_is_int(mr_probe_instr which) {
+    return which == MR_PROBE_DPBUSD || which == MR_PROBE_MADDUBS || which == MR_PROBE_DPBUSD_YMM;
+}
 
 /* Sum of 64-bit words; the optimizer vectorizes it; 8 independent sums. */
 static uint64_t sum_words(const uint64_t *p, size_t n) {
@@ -92,6 +95,8 @@ static probe_fn peak_fn(mr_probe_instr which, double *ops, const char **name) {
         return *ops = 12 * 64 * 2, *name = "vpdpbusd zmm", mr__probe_dpbusd_avx512;
     if (which == MR_PROBE_MADDUBS && (a512 || k->level == MR_ISA_AVX2))
         return *ops = 12 * 32 * 2, *name = "vpmaddubsw ymm", mr__probe_maddubs_avx2;
+    if (which == MR_PROBE_DPBUSD_YMM && k->level == MR_ISA_AVX2 && (f & MR_CPU_AVXVNNI))
+        return *ops = 12 * 32 * 2, *name = "vpdpbusd ymm", mr__probe_dpbusd_avx2vnni;
     return NULL;
 }
 

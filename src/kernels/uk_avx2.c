@@ -42,20 +42,7 @@
  * tile, cost ~20% of a tile at 16-64 tokens (bench/README.md, Zen 2).
  * Weight streams are prefetched MR_UK_PREFETCH bytes ahead into L2 and, for
  * the decode-heavy gemv kernels, into L1 too (PF_FP8, PF_NV below). */
-#include <immintrin.h>
-#include <string.h>
-
-#include "kernels/kern_internal.h"
-
-#define INL static inline __attribute__((always_inline))
-#define PF(p) _mm_prefetch((const char *)(p) + MR_UK_PREFETCH, _MM_HINT_T2)
-/* The L1 prefetches that won the interleaved A/B rounds of the AVX-512
- * kernels on this memory system (uk_avx512.c, bench/README.md), kept for the
- * same streams here: fp8 gemv 4 KiB ahead into L1 instead of PF; nvfp4 PF
- * plus 2 KiB ahead into L1; bf16 PF only. */
-#define PF_L1(p, d) _mm_prefetch((const char *)(p) + (d), _MM_HINT_T0)
-#define PF_FP8(p) PF_L1(p, 4096)
-#define PF_NV(p) (PF(p), PF_L1(p, 2048))
+#include "kernels/uk_avx2.h"
 
 enum {
     MTF = 6,  /* tokens per register block of f32_core (12 accumulators) */
@@ -63,26 +50,6 @@ enum {
     MTB = 2,  /* nvfp4 bf16 gemv */
     XCH = 128 /* k per chunk of converted activations / decoded weights */
 };
-
-static void apply_post(float *y, int64_t ldy, int64_t M, float post) {
-    if (post == 1.0f) return;
-    const __m256 p = _mm256_set1_ps(post);
-    for (int64_t m = 0; m < M; m++) {
-        _mm256_storeu_ps(y + m * ldy, _mm256_mul_ps(_mm256_loadu_ps(y + m * ldy), p));
-        _mm256_storeu_ps(y + m * ldy + 8, _mm256_mul_ps(_mm256_loadu_ps(y + m * ldy + 8), p));
-    }
-}
-
-/* y[0..15] = first ? a * s : y + a * s (two ymm of rows 0-7 and 8-15) */
-INL void y_update(float *y, __m256 a0, __m256 a1, __m256 s0, __m256 s1, int first) {
-    if (first) {
-        _mm256_storeu_ps(y, _mm256_mul_ps(a0, s0));
-        _mm256_storeu_ps(y + 8, _mm256_mul_ps(a1, s1));
-    } else {
-        _mm256_storeu_ps(y, _mm256_fmadd_ps(a0, s0, _mm256_loadu_ps(y)));
-        _mm256_storeu_ps(y + 8, _mm256_fmadd_ps(a1, s1, _mm256_loadu_ps(y + 8)));
-    }
-}
 
 /* n bf16 values -> fp32 (exact) */
 INL void bf16_to_f32(const uint16_t *x, int n, float *dst) {
@@ -95,17 +62,6 @@ INL void bf16_to_f32(const uint16_t *x, int n, float *dst) {
         const uint32_t u = (uint32_t)x[i] << 16;
         memcpy(dst + i, &u, 4);
     }
-}
-
-/* 16 E4M3 bytes (16-byte aligned) -> rows 0-7 and 8-15 as fp32 * 2^-8: the
- * f16 bit trick (sign to bit 15, exponent and mantissa shifted by 7) is exact
- * for every code but the NaN codes 0x7F / 0xFF (they give +-480 * 2^-8).
- * tests/test_kernels.c pushes all 256 codes through every table. */
-INL void e4m3x16(const uint8_t *p, __m256 *lo, __m256 *hi) {
-    __m256i w = _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)p));
-    w = _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16((short)0xBF80));
-    *lo = _mm256_cvtph_ps(_mm256_castsi256_si128(w));
-    *hi = _mm256_cvtph_ps(_mm256_extracti128_si256(w, 1));
 }
 
 /* ---------------- the fp32 register-blocked core (gemm kernels) ----------------
@@ -394,25 +350,6 @@ static void uk_fp8_gemm(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int6
 }
 
 /* ---------------- NVFP4, int8 activations (nvfp4_y16i) ---------------- */
-/* 2*e2m1(c) + 12 for c = 0..15: an unsigned byte in [0, 24] */
-static const uint8_t U8LUT[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
-
-INL __m256i lut16(const uint8_t *t) { return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)t)); }
-
-/* the 8 u8 weight vectors of 16-k block j: U[v] rows 0-7 and U[4 + v] rows
- * 8-15, each 8 rows x 4 k (k = 16j + 4v + 0..3, row-major: the pack's low /
- * high nibbles), and the block's row scales (* 2^-8) */
-INL void nvi_block(const uint8_t *tile, const uint8_t *scp, int64_t j, __m256i U[8], __m256 *sc0, __m256 *sc1) {
-    const __m256i lut = lut16(U8LUT), m0f = _mm256_set1_epi8(0x0F);
-    #pragma GCC unroll 4
-    for (int v = 0; v < 4; v++) {
-        const __m256i V = _mm256_load_si256((const __m256i *)(tile + j * 128 + 32 * v));
-        U[v] = _mm256_shuffle_epi8(lut, _mm256_and_si256(V, m0f));
-        U[4 + v] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(V, 4), m0f));
-    }
-    e4m3x16(scp + 16 * j, sc0, sc1);
-}
-
 /* one token's block sums, rows 0-7 / 8-15 as fp32: the dword of the 4
  * activations a vector meets is broadcast (a load, no shuffle), each
  * vpmaddubsw gives int16 lanes (row, pair of k), four of them sum without
@@ -435,100 +372,9 @@ INL void nvi_token(const __m256i U[8], const int8_t *x16, const int32_t *xb, __m
     *f1 = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_madd_epi16(b, one), bias));
 }
 
-/* the sums are of 2*e2m1(w)*x with scales * 2^-8: 2^8 / 2 = 128 folds in at the end */
-#define NVI_FOLD 128.0f
-
-/* 1 token: the running sums in registers. G = 1: one multiplier per 16-k
- * block (scales * xs); G = 8: xs equal over each run of 8 blocks (w4a8),
- * the blocks' sums go into g and xs is applied once per run. */
-INL void nvi_one(const uint8_t *tile, int64_t Kp, const int8_t *xq, const int32_t *xb, const float *xs, float post,
-                 float *y, const int G) {
-    const uint8_t *scp = tile + 8 * Kp;
-    const int64_t nblk = Kp / 16;
-    __m256 o0 = _mm256_setzero_ps(), o1 = o0, g0 = o0, g1 = o0;
-    for (int64_t j = 0; j < nblk; j++) {
-        PF_NV(tile + j * 128);
-        PF_NV(tile + j * 128 + 64);
-        if ((j & 3) == 0) PF(scp + 16 * j);
-        __m256i U[8];
-        __m256 sc0, sc1, f0, f1;
-        nvi_block(tile, scp, j, U, &sc0, &sc1);
-        nvi_token(U, xq + 16 * j, xb + j, &f0, &f1);
-        if (G == 1) {
-            const __m256 xv = _mm256_set1_ps(xs ? xs[j] : 1.0f);
-            o0 = _mm256_fmadd_ps(f0, xs ? _mm256_mul_ps(sc0, xv) : sc0, o0);
-            o1 = _mm256_fmadd_ps(f1, xs ? _mm256_mul_ps(sc1, xv) : sc1, o1);
-        } else {
-            g0 = _mm256_fmadd_ps(f0, sc0, g0), g1 = _mm256_fmadd_ps(f1, sc1, g1);
-            if ((j % G) == G - 1 || j == nblk - 1) {
-                const __m256 xv = _mm256_set1_ps(xs ? xs[j] : 1.0f);
-                o0 = _mm256_fmadd_ps(g0, xv, o0), o1 = _mm256_fmadd_ps(g1, xv, o1);
-                g0 = g1 = _mm256_setzero_ps();
-            }
-        }
-    }
-    const __m256 f = _mm256_set1_ps(NVI_FOLD * post);
-    _mm256_storeu_ps(y, _mm256_mul_ps(o0, f));
-    _mm256_storeu_ps(y + 8, _mm256_mul_ps(o1, f));
-}
-
-/* many tokens: each block decoded once into registers, then every token over
- * it; the running sums live in y (G = 8: the run's sums in gm [M][16]) */
-INL void nvi_many(const uint8_t *tile, int64_t Kp, const int8_t *xq, int64_t ldx, const int32_t *xb, int64_t ldb,
-                  const float *xs, int64_t ldxs, float post, int64_t M, float *y, int64_t ldy, float *gm, const int G) {
-    const uint8_t *scp = tile + 8 * Kp;
-    const int64_t nblk = Kp / 16;
-    for (int64_t j = 0; j < nblk; j++) {
-        PF_NV(tile + j * 128);
-        PF_NV(tile + j * 128 + 64);
-        if ((j & 3) == 0) PF(scp + 16 * j);
-        __m256i U[8];
-        __m256 sc0, sc1;
-        nvi_block(tile, scp, j, U, &sc0, &sc1);
-        const int gend = G > 1 && ((j % G) == G - 1 || j == nblk - 1), gfirst = G > 1 && (j % G) == 0;
-        for (int64_t m = 0; m < M; m++) {
-            __m256 f0, f1;
-            nvi_token(U, xq + m * ldx + 16 * j, xb + m * ldb + j, &f0, &f1);
-            if (G == 1) {
-                const __m256 xv = _mm256_set1_ps(xs ? xs[m * ldxs + j] : 1.0f);
-                y_update(y + m * ldy, f0, f1, xs ? _mm256_mul_ps(sc0, xv) : sc0, xs ? _mm256_mul_ps(sc1, xv) : sc1,
-                         j == 0);
-            } else {
-                float *g = gm + 16 * m;
-                y_update(g, f0, f1, sc0, sc1, gfirst);
-                if (gend) {
-                    const __m256 xv = _mm256_set1_ps(xs ? xs[m * ldxs + j] : 1.0f);
-                    y_update(y + m * ldy, _mm256_loadu_ps(g), _mm256_loadu_ps(g + 8), xv, xv, j < G);
-                }
-            }
-        }
-    }
-    apply_post(y, ldy, M, NVI_FOLD * post);
-}
-
-static void uk_nvfp4_i8(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
-                        void *scratch) {
-    const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
-    const float post = a->post * W->scale2;
-    const int grouped = a->xs_group == 8;
-    const int8_t *x = a->x;
-    float *gm = scratch; /* [M][16]: M <= 128 tokens a call (the runner's chunks) fit in MR_UK_SCRATCH */
-    if (M == 1) {
-        if (grouped) nvi_one(tile, W->Kp, x, a->xb, a->xs, post, y, 8);
-        else nvi_one(tile, W->Kp, x, a->xb, a->xs, post, y, 1);
-        return;
-    }
-    for (int64_t m0 = 0; m0 < M; m0 += MR_UK_SCRATCH / 64) { /* gm holds MR_UK_SCRATCH / 64 tokens */
-        const int64_t mt = M - m0 < MR_UK_SCRATCH / 64 ? M - m0 : MR_UK_SCRATCH / 64;
-        const float *xs = a->xs ? a->xs + m0 * a->ldxs : NULL;
-        if (grouped)
-            nvi_many(tile, W->Kp, x + m0 * a->ldx, a->ldx, a->xb + m0 * a->ldb, a->ldb, xs, a->ldxs, post, mt,
-                     y + m0 * ldy, ldy, gm, 8);
-        else
-            nvi_many(tile, W->Kp, x + m0 * a->ldx, a->ldx, a->xb + m0 * a->ldb, a->ldb, xs, a->ldxs, post, mt,
-                     y + m0 * ldy, ldy, gm, 1);
-    }
-}
+#define NVI_TOKEN nvi_token
+#define NVI_KERNEL uk_nvfp4_i8
+#include "kernels/uk_avx2_nvi.h"
 
 /* ---------------- NVFP4, bf16 activations (nvfp4_y16f) ---------------- */
 /* bf16 bytes of e2m1(c): high byte (sign included) and low byte */
