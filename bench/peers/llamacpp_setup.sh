@@ -14,6 +14,7 @@
 #   $PEERS/venv-native  llama.cpp compiled for this CPU (-march=native; on a CPU
 #                       without AVX-512, a link to venv-avx2: the same build)
 #   $PEERS/venv-avx2    llama.cpp compiled for AVX2 + FMA + F16C, no AVX-512
+#                       (+ AVX-VNNI where the CPU has it: moerun's AVX2 level uses it)
 # Each venv also has llama-cpp-python's [server] extra (python -m
 # llama_cpp.server: an OpenAI-compatible server beside moerun's).
 # PEERS defaults to build/peers (ignored by git). Every step is idempotent: a
@@ -67,7 +68,11 @@ venvs() {
         ln -s venv-avx2 "$PEERS/venv-native"
         echo "llamacpp_setup: this CPU has no AVX-512: venv-native is a link to venv-avx2 (one build)"
     fi
-    make_venv venv-avx2 "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AVX_VNNI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF"
+    # AVX-VNNI (VEX vpdpbusd: Intel cores since Alder Lake, Zen 5) where the CPU has it, as
+    # moerun's AVX2 level takes it there; a build without it would handicap the peer
+    local vnni=OFF
+    if grep -qw avx_vnni /proc/cpuinfo; then vnni=ON; fi
+    make_venv venv-avx2 "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AVX_VNNI=$vnni -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF"
 }
 
 gguf() { # ckpt out type: kept if OUT exists (the converter writes OUT.tmp and renames)
