@@ -104,6 +104,81 @@ static void test_table_names(void **st) {
     assert_int_equal(k->uk_instr[MR_UK_NVFP4_I8] == MR_PROBE_DPBUSD_YMM, vnni);
 }
 
+/* The attention row kernels of every table against a double reference (fp32
+ * and bf16 rows, head counts across the register blocks, D with tails), and
+ * the property mr__attention relies on: rows split into runs (the paged
+ * pool's blocks) give the same bits as one call over all of them. */
+static void test_attention_kernels(void **st) {
+    (void)st;
+    const uint32_t a2 = mr_kernel_isa_features(MR_ISA_AVX2);
+    const uint32_t levels[3] = {0, a2, mr_cpu()->flags};
+    const int Gs[] = {1, 6, 7, 9, 16}, Ds[] = {16, 24, 128, 36};
+    enum { NR = 37 };
+    tu_rng r = {0xA77};
+    for (int l = 0; l < 3; l++) {
+        if ((mr_cpu()->flags & levels[l]) != levels[l]) continue;
+        mr_kernels k;
+        mr_kernels_init(&k, levels[l]);
+        for (size_t gi = 0; gi < sizeof Gs / sizeof Gs[0]; gi++)
+            for (size_t di = 0; di < sizeof Ds / sizeof Ds[0]; di++)
+                for (int bf = 0; bf < 2; bf++) {
+                    const int G = Gs[gi], D = Ds[di], ld = D + 3; /* rows ld apart */
+                    float *q = malloc(sizeof(float) * (size_t)(G * D)), *kv32 = malloc(sizeof(float) * NR * (size_t)ld);
+                    uint16_t *kv16 = malloc(sizeof(uint16_t) * NR * (size_t)ld);
+                    float *val = malloc(sizeof(float) * NR * (size_t)ld); /* the values the rows hold */
+                    float *s1 = malloc(sizeof(float) * (size_t)(G * NR)), *s2 = malloc(sizeof(float) * (size_t)(G * NR));
+                    float *o1 = calloc((size_t)(G * D), sizeof(float)), *o2 = calloc((size_t)(G * D), sizeof(float));
+                    for (int i = 0; i < G * D; i++) q[i] = tu_normal(&r);
+                    for (int i = 0; i < NR * ld; i++) {
+                        kv16[i] = mr_f32_to_bf16(tu_normal(&r));
+                        kv32[i] = bf ? mr_bf16_to_f32(kv16[i]) : tu_normal(&r);
+                        val[i] = bf ? mr_bf16_to_f32(kv16[i]) : kv32[i];
+                    }
+                    const void *rows = bf ? (const void *)kv16 : (const void *)kv32;
+                    const size_t es = bf ? 2 : 4;
+                    k.attn_qk.fn(q, G, D, rows, ld, bf, NR, s1, NR);
+                    for (int j0 = 0, nr; j0 < NR; j0 += nr) { /* runs of 16 after a first of 5 */
+                        nr = j0 == 0 ? 5 : (NR - j0 < 16 ? NR - j0 : 16);
+                        k.attn_qk.fn(q, G, D, (const char *)rows + (size_t)j0 * (size_t)ld * es, ld, bf, nr, s2 + j0, NR);
+                    }
+                    for (int g = 0; g < G; g++)
+                        for (int j = 0; j < NR; j++) {
+                            double ref = 0, mag = 0;
+                            for (int i = 0; i < D; i++) {
+                                ref += (double)q[g * D + i] * val[j * ld + i];
+                                mag += fabs((double)q[g * D + i] * val[j * ld + i]);
+                            }
+                            if (!(fabs(s1[g * NR + j] - ref) <= 1e-6 * mag + 1e-30))
+                                fail_msg("%s G %d D %d bf16 %d: s[%d][%d] = %.9g, reference %.9g", k.attn_qk.name, G, D,
+                                         bf, g, j, s1[g * NR + j], ref);
+                        }
+                    assert_memory_equal(s1, s2, sizeof(float) * (size_t)(G * NR));
+                    for (int i = 0; i < G * NR; i++) s1[i] = tu_uniform(&r); /* weights p */
+                    for (int i = 0; i < G * D; i++) o1[i] = o2[i] = tu_normal(&r); /* accumulated onto */
+                    float *o0 = malloc(sizeof(float) * (size_t)(G * D));
+                    memcpy(o0, o1, sizeof(float) * (size_t)(G * D));
+                    k.attn_pv.fn(s1, NR, G, D, rows, ld, bf, NR, o1);
+                    for (int j0 = 0, nr; j0 < NR; j0 += nr) {
+                        nr = j0 == 0 ? 5 : (NR - j0 < 16 ? NR - j0 : 16);
+                        k.attn_pv.fn(s1 + j0, NR, G, D, (const char *)rows + (size_t)j0 * (size_t)ld * es, ld, bf, nr, o2);
+                    }
+                    for (int g = 0; g < G; g++)
+                        for (int i = 0; i < D; i++) {
+                            double ref = o0[g * D + i], mag = fabs(ref);
+                            for (int j = 0; j < NR; j++) {
+                                ref += (double)s1[g * NR + j] * val[j * ld + i];
+                                mag += fabs((double)s1[g * NR + j] * val[j * ld + i]);
+                            }
+                            if (!(fabs(o1[g * D + i] - ref) <= 1e-6 * mag + 1e-30))
+                                fail_msg("%s G %d D %d bf16 %d: o[%d][%d] = %.9g, reference %.9g", k.attn_pv.name, G, D,
+                                         bf, g, i, o1[g * D + i], ref);
+                        }
+                    assert_memory_equal(o1, o2, sizeof(float) * (size_t)(G * D));
+                    free(q), free(kv32), free(kv16), free(val), free(s1), free(s2), free(o1), free(o2), free(o0);
+                }
+    }
+}
+
 /* The AVX-VNNI NVFP4 int8 kernel against the vpmaddubsw one: the same exact
  * integer sums, so the same bits, for every token count of the gemv and the
  * gemm path, per-block and grouped (w4a8) activation multipliers, and
@@ -837,6 +912,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_rows_all_tables),
         cmocka_unit_test(test_table_names),
         cmocka_unit_test(test_nvfp4_i8_vnni_bit_identical),
+        cmocka_unit_test(test_attention_kernels),
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_matmul_many_tokens),
         cmocka_unit_test(test_matmul_threads_exact),

@@ -91,9 +91,49 @@ static void silu_mul_generic(const float *g, const float *u, int64_t n, float *o
     for (int64_t i = 0; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+/* ---- attention rows (kernels.h): the generic order ---- */
+static inline float attn_kv(const void *row, bool bf16, int i) {
+    return bf16 ? bf16f(((const uint16_t *)row)[i]) : ((const float *)row)[i];
+}
+
+static void attn_qk_generic(const float *q, int G, int D, const void *k, int64_t ldk, bool bf16, int nr, float *s,
+                            int64_t lds) {
+    const size_t es = bf16 ? 2 : 4;
+    for (int r = 0; r < nr; r++) {
+        const void *kr = (const char *)k + (size_t)r * (size_t)ldk * es;
+        for (int g = 0; g < G; g++) {
+            const float *a = q + (size_t)g * (size_t)D;
+            float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            int i = 0;
+            for (; i + 8 <= D; i += 8)
+                for (int l = 0; l < 8; l++) acc[l] += a[i + l] * attn_kv(kr, bf16, i + l);
+            float d = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+            for (; i < D; i++) d += a[i] * attn_kv(kr, bf16, i);
+            s[g * lds + r] = d;
+        }
+    }
+}
+
+static void attn_pv_generic(const float *p, int64_t ldp, int G, int D, const void *v, int64_t ldv, bool bf16, int nr,
+                            float *o) {
+    const size_t es = bf16 ? 2 : 4;
+    for (int r = 0; r < nr; r++) {
+        const void *vr = (const char *)v + (size_t)r * (size_t)ldv * es;
+        for (int g = 0; g < G; g++) {
+            const float pg = p[g * ldp + r];
+            float *og = o + (size_t)g * (size_t)D;
+            for (int i = 0; i < D; i++) og[i] += pg * attn_kv(vr, bf16, i);
+        }
+    }
+}
+
 void mr__kernels_fill_generic(mr_kernels *k) {
     k->silu_mul.name = "silu_mul_generic_libm";
     k->silu_mul.fn = silu_mul_generic;
+    k->attn_qk.name = "attn_qk_generic_8";
+    k->attn_qk.fn = attn_qk_generic;
+    k->attn_pv.name = "attn_pv_generic_1";
+    k->attn_pv.fn = attn_pv_generic;
     k->isa = "generic";
     k->decode[MR_FMT_F32].name = "decode_f32_generic_1x128";
     k->decode[MR_FMT_F32].fn = decode_f32_generic;

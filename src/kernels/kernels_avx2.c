@@ -356,7 +356,146 @@ static void silu_mul_avx2(const float *g, const float *u, int64_t n, float *out)
     for (; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+/* ---- attention rows (kernels.h): FMAs, the same summation order as generic ---- */
+#define INL static inline __attribute__((always_inline))
+/* 8 values at i of a K/V row as fp32 (bf16 widened exactly) */
+INL __m256 kv8(const void *row, const int BF, int i) {
+    if (BF) {
+        const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + i));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+    return _mm256_loadu_ps((const float *)row + i);
+}
+INL float kv1(const void *row, const int BF, int i) {
+    if (!BF) return ((const float *)row)[i];
+    const uint32_t u = (uint32_t)((const uint16_t *)row)[i] << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+/* lanes 0..7 of v summed as ((0+4) + (1+5)) + ((2+6) + (3+7)) */
+INL float tree8(__m256 v) {
+    const __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 y = _mm_add_ps(x, _mm_movehdup_ps(x)); /* x0+x1, ., x2+x3, . */
+    return _mm_cvtss_f32(_mm_add_ss(y, _mm_movehl_ps(y, y)));
+}
+
+/* GN (<= 8) heads over one row */
+INL void qk_row(const float *q, int D, const void *kr, float *s, int64_t lds, const int GN, const int BF) {
+    __m256 acc[8];
+    #pragma GCC unroll 8
+    for (int g = 0; g < GN; g++) acc[g] = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= D; i += 8) {
+        const __m256 kv = kv8(kr, BF, i);
+        #pragma GCC unroll 8
+        for (int g = 0; g < GN; g++) acc[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * D + i), kv, acc[g]);
+    }
+    #pragma GCC unroll 8
+    for (int g = 0; g < GN; g++) {
+        float d = tree8(acc[g]);
+        for (int t = i; t < D; t++) d += q[g * D + t] * kv1(kr, BF, t);
+        s[g * lds] = d;
+    }
+}
+
+INL void qk_rows(const float *q, int G, int D, const void *k, int64_t ldk, int nr, float *s, int64_t lds,
+                 const int BF) {
+    const size_t es = BF ? 2 : 4;
+    for (int r = 0; r < nr; r++) {
+        const void *kr = (const char *)k + (size_t)r * (size_t)ldk * es;
+        for (int g0 = 0; g0 < G; g0 += 8) {
+            const float *qg = q + (size_t)g0 * (size_t)D;
+            float *sg = s + g0 * lds + r;
+            switch (G - g0 < 8 ? G - g0 : 8) {
+            case 1: qk_row(qg, D, kr, sg, lds, 1, BF); break;
+            case 2: qk_row(qg, D, kr, sg, lds, 2, BF); break;
+            case 3: qk_row(qg, D, kr, sg, lds, 3, BF); break;
+            case 4: qk_row(qg, D, kr, sg, lds, 4, BF); break;
+            case 5: qk_row(qg, D, kr, sg, lds, 5, BF); break;
+            case 6: qk_row(qg, D, kr, sg, lds, 6, BF); break;
+            case 7: qk_row(qg, D, kr, sg, lds, 7, BF); break;
+            default: qk_row(qg, D, kr, sg, lds, 8, BF); break;
+            }
+        }
+    }
+}
+
+static void attn_qk_avx2(const float *q, int G, int D, const void *k, int64_t ldk, bool bf16, int nr, float *s,
+                         int64_t lds) {
+    if (bf16) qk_rows(q, G, D, k, ldk, nr, s, lds, 1);
+    else qk_rows(q, G, D, k, ldk, nr, s, lds, 0);
+}
+
+/* GN (<= 6) heads: o strips of W (16 or 8) values kept in registers over all
+ * nr rows, one FMA chain per element in row order */
+INL void pv_strip(const float *p, int64_t ldp, int D, const void *v, int64_t ldv, int nr, float *o, int i0,
+                  const int GN, const int W, const int BF) {
+    const size_t es = BF ? 2 : 4;
+    __m256 acc[6][2];
+    #pragma GCC unroll 6
+    for (int g = 0; g < GN; g++)
+        #pragma GCC unroll 2
+        for (int h = 0; h < W / 8; h++) acc[g][h] = _mm256_loadu_ps(o + g * D + i0 + 8 * h);
+    for (int r = 0; r < nr; r++) {
+        const void *vr = (const char *)v + (size_t)r * (size_t)ldv * es;
+        __m256 vv[2];
+        #pragma GCC unroll 2
+        for (int h = 0; h < W / 8; h++) vv[h] = kv8(vr, BF, i0 + 8 * h);
+        #pragma GCC unroll 6
+        for (int g = 0; g < GN; g++) {
+            const __m256 pb = _mm256_broadcast_ss(p + g * ldp + r);
+            #pragma GCC unroll 2
+            for (int h = 0; h < W / 8; h++) acc[g][h] = _mm256_fmadd_ps(pb, vv[h], acc[g][h]);
+        }
+    }
+    #pragma GCC unroll 6
+    for (int g = 0; g < GN; g++)
+        #pragma GCC unroll 2
+        for (int h = 0; h < W / 8; h++) _mm256_storeu_ps(o + g * D + i0 + 8 * h, acc[g][h]);
+}
+
+INL void pv_heads(const float *p, int64_t ldp, int D, const void *v, int64_t ldv, int nr, float *o, const int GN,
+                  const int BF) {
+    const size_t es = BF ? 2 : 4;
+    int i = 0;
+    for (; i + 16 <= D; i += 16) pv_strip(p, ldp, D, v, ldv, nr, o, i, GN, 16, BF);
+    if (i + 8 <= D) pv_strip(p, ldp, D, v, ldv, nr, o, i, GN, 8, BF), i += 8;
+    for (; i < D; i++)
+        for (int g = 0; g < GN; g++) {
+            float a = o[g * D + i];
+            for (int r = 0; r < nr; r++) a += p[g * ldp + r] * kv1((const char *)v + (size_t)r * (size_t)ldv * es, BF, i);
+            o[g * D + i] = a;
+        }
+}
+
+INL void pv_rows(const float *p, int64_t ldp, int G, int D, const void *v, int64_t ldv, int nr, float *o,
+                 const int BF) {
+    for (int g0 = 0; g0 < G; g0 += 6) {
+        const float *pg = p + g0 * ldp;
+        float *og = o + (size_t)g0 * (size_t)D;
+        switch (G - g0 < 6 ? G - g0 : 6) {
+        case 1: pv_heads(pg, ldp, D, v, ldv, nr, og, 1, BF); break;
+        case 2: pv_heads(pg, ldp, D, v, ldv, nr, og, 2, BF); break;
+        case 3: pv_heads(pg, ldp, D, v, ldv, nr, og, 3, BF); break;
+        case 4: pv_heads(pg, ldp, D, v, ldv, nr, og, 4, BF); break;
+        case 5: pv_heads(pg, ldp, D, v, ldv, nr, og, 5, BF); break;
+        default: pv_heads(pg, ldp, D, v, ldv, nr, og, 6, BF); break;
+        }
+    }
+}
+
+static void attn_pv_avx2(const float *p, int64_t ldp, int G, int D, const void *v, int64_t ldv, bool bf16, int nr,
+                         float *o) {
+    if (bf16) pv_rows(p, ldp, G, D, v, ldv, nr, o, 1);
+    else pv_rows(p, ldp, G, D, v, ldv, nr, o, 0);
+}
+
 void mr__kernels_fill_avx2(mr_kernels *k) {
+    k->attn_qk.name = "attn_qk_avx2_8x8";
+    k->attn_qk.fn = attn_qk_avx2;
+    k->attn_pv.name = "attn_pv_avx2_6x16";
+    k->attn_pv.fn = attn_pv_avx2;
     k->silu_mul.name = "silu_mul_avx2_8";
     k->silu_mul.fn = silu_mul_avx2;
     k->rows[MR_FMT_BF16].name = "rows_bf16_avx2_4x16x1_1x16x3_p24x128x3x4";

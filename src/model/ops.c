@@ -54,76 +54,70 @@ void mr__rope(float *x, const int64_t *pos, int64_t T, int64_t n_heads, int64_t 
     }
 }
 
-/* Dot product in a fixed order: 8 interleaved partial sums, then a fixed
- * tree (vectorizes, and gives the same bits for the same inputs wherever
- * the rows live). */
-static inline float dot_f32(const float *a, const float *b, int64_t n) {
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++) acc[k] += a[i + k] * b[i + k];
-    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    for (; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
-/* Row j (a [D] vector of kv head kvh) of one token's K or V: fp32 in place,
- * or widened from bf16 into tmp (exact). */
-static inline const float *kv_row(const mr__kv_view *kv, const void *base, int64_t t, int64_t j, int64_t kvh,
-                                  int64_t n_kv_heads, int64_t D, float *tmp) {
+/* The K (or V) rows of one token's kv head, a run at a time: the whole
+ * context of the contiguous cache (rows Hkv*D apart), or one block of the
+ * paged pool (rows D apart), from row j0 on (n rows in all). */
+typedef struct {
+    const void *base;
+    int64_t ld;
+    int nr;
+} kv_run;
+static inline kv_run kv_rows(const mr__kv_view *kv, const void *base, int64_t t, int64_t j0, int64_t n, int64_t kvh,
+                             int64_t n_kv_heads, int64_t D) {
+    const size_t es = kv->dtype == MR_FMT_BF16 ? 2 : 4;
     if (kv->slot) { /* contiguous fp32: [slot][max_ctx][Hkv*D] */
-        const float *b = base;
-        return b + (((size_t)kv->slot[t] * (size_t)kv->max_ctx + (size_t)j) * (size_t)n_kv_heads + (size_t)kvh) *
-                       (size_t)D;
+        const size_t off = (((size_t)kv->slot[t] * (size_t)kv->max_ctx + (size_t)j0) * (size_t)n_kv_heads +
+                            (size_t)kvh) * (size_t)D;
+        return (kv_run){(const char *)base + off * es, n_kv_heads * D, (int)(n - j0)};
     }
-    size_t blk = (size_t)kv->bt[t][j / MR_KV_BLOCK_TOKENS];
-    size_t off = ((blk * (size_t)n_kv_heads + (size_t)kvh) * MR_KV_BLOCK_TOKENS + (size_t)(j % MR_KV_BLOCK_TOKENS)) *
-                 (size_t)D;
-    if (kv->dtype == MR_FMT_F32) return (const float *)base + off;
-    const uint16_t *h = (const uint16_t *)base + off;
-    for (int64_t i = 0; i < D; i++) tmp[i] = mr__bf16f(h[i]);
-    return tmp;
+    const size_t blk = (size_t)kv->bt[t][j0 / MR_KV_BLOCK_TOKENS];
+    const int64_t in = j0 % MR_KV_BLOCK_TOKENS, left = MR_KV_BLOCK_TOKENS - in;
+    const size_t off = ((blk * (size_t)n_kv_heads + (size_t)kvh) * MR_KV_BLOCK_TOKENS + (size_t)in) * (size_t)D;
+    return (kv_run){(const char *)base + off * es, D, (int)(n - j0 < left ? n - j0 : left)};
 }
 
+/* Per (token, kv head): scores of the group's query heads against every K
+ * row (the table's attn_qk, in runs of rows), times 1/sqrt(D), softmax in
+ * fp32 (expf), then the V rows weighted in position order (attn_pv). The
+ * kernels' order depends on D only, so a (token, head)'s result does not
+ * depend on the batch, the thread or where the rows live. */
 void mr__attention(float *out, const float *q, const mr__kv_view *kv, const int64_t *pos, int64_t T, int64_t n_heads,
                    int64_t n_kv_heads, int64_t head_dim, float *scores, size_t per_thread, int n_threads) {
-    int64_t group = n_heads / n_kv_heads, D = head_dim;
-    float scale = 1.0f / sqrtf((float)head_dim);
+    const mr_kernels *kt = mr_kernels_get();
+    const int64_t group = n_heads / n_kv_heads, D = head_dim;
+    const bool bf16 = kv->dtype == MR_FMT_BF16;
+    const float scale = 1.0f / sqrtf((float)head_dim);
     /* one work item per (token, kv head): the group's query heads share each K and V row */
     const int nt = omp_get_max_threads() < n_threads ? omp_get_max_threads() : n_threads; /* a caller may ask fewer */
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (T * n_kv_heads > 1)
     for (int64_t tk = 0; tk < T * n_kv_heads; tk++) {
         int64_t t = tk / n_kv_heads, kvh = tk % n_kv_heads, n = pos[t] + 1;
         float *sc = scores + (size_t)omp_get_thread_num() * per_thread; /* [group][n] */
-        float *tmp = sc + (size_t)group * (size_t)kv->max_ctx;          /* [D] */
         const float *qg = q + (t * n_heads + kvh * group) * D;          /* [group][D] */
         float *og = out + (t * n_heads + kvh * group) * D;
-        float mx[64], inv[64]; /* group <= 64: checked at open */
-        for (int64_t g = 0; g < group; g++) mx[g] = -INFINITY;
-        for (int64_t j = 0; j < n; j++) { /* scores q . k_j / sqrt(D) */
-            const float *kj = kv_row(kv, kv->kc, t, j, kvh, n_kv_heads, D, tmp);
-            for (int64_t g = 0; g < group; g++) {
-                float d = dot_f32(qg + g * D, kj, D) * scale;
-                sc[g * n + j] = d;
-                if (d > mx[g]) mx[g] = d;
-            }
+        for (int64_t j = 0; j < n;) { /* q . k_j */
+            const kv_run kr = kv_rows(kv, kv->kc, t, j, n, kvh, n_kv_heads, D);
+            kt->attn_qk.fn(qg, (int)group, (int)D, kr.base, kr.ld, bf16, kr.nr, sc + j, n);
+            j += kr.nr;
         }
-        for (int64_t g = 0; g < group; g++) { /* softmax */
-            float sum = 0.0f;
+        for (int64_t g = 0; g < group; g++) { /* softmax of (q . k_j) / sqrt(D) */
+            float *sg = sc + g * n, mx = -INFINITY, sum = 0.0f;
             for (int64_t j = 0; j < n; j++) {
-                sc[g * n + j] = expf(sc[g * n + j] - mx[g]);
-                sum += sc[g * n + j];
+                sg[j] *= scale;
+                if (sg[j] > mx) mx = sg[j];
             }
-            inv[g] = 1.0f / sum;
+            for (int64_t j = 0; j < n; j++) {
+                sg[j] = expf(sg[j] - mx);
+                sum += sg[j];
+            }
+            const float inv = 1.0f / sum;
+            for (int64_t j = 0; j < n; j++) sg[j] *= inv;
             for (int64_t i = 0; i < D; i++) og[g * D + i] = 0.0f;
         }
-        for (int64_t j = 0; j < n; j++) { /* out = sum_j p_j v_j, in position order */
-            const float *vj = kv_row(kv, kv->vc, t, j, kvh, n_kv_heads, D, tmp);
-            for (int64_t g = 0; g < group; g++) {
-                float p = sc[g * n + j] * inv[g];
-                float *o = og + g * D;
-                for (int64_t i = 0; i < D; i++) o[i] += p * vj[i];
-            }
+        for (int64_t j = 0; j < n;) { /* out = sum_j p_j v_j, in position order */
+            const kv_run vr = kv_rows(kv, kv->vc, t, j, n, kvh, n_kv_heads, D);
+            kt->attn_pv.fn(sc + j, n, (int)group, (int)D, vr.base, vr.ld, bf16, vr.nr, og);
+            j += vr.nr;
         }
     }
 }
