@@ -104,6 +104,16 @@ static void test_table_names(void **st) {
     assert_int_equal(k->uk_instr[MR_UK_NVFP4_I8] == MR_PROBE_DPBUSD_YMM, vnni);
 }
 
+/* sum_i a[i * as] * b[i * bs] in double; *mag += sum |terms| */
+static double dot_ref(const float *a, int as, const float *b, int bs, int n, double *mag) {
+    double ref = 0;
+    for (int i = 0; i < n; i++) {
+        const double t = (double)a[i * as] * b[i * bs];
+        ref += t, *mag += fabs(t);
+    }
+    return ref;
+}
+
 /* The attention row kernels of every table against a double reference (fp32
  * and bf16 rows, head counts across the register blocks, D with tails), and
  * the property mr__attention relies on: rows split into runs (the paged
@@ -143,11 +153,8 @@ static void test_attention_kernels(void **st) {
                     }
                     for (int g = 0; g < G; g++)
                         for (int j = 0; j < NR; j++) {
-                            double ref = 0, mag = 0;
-                            for (int i = 0; i < D; i++) {
-                                ref += (double)q[g * D + i] * val[j * ld + i];
-                                mag += fabs((double)q[g * D + i] * val[j * ld + i]);
-                            }
+                            double mag = 0;
+                            const double ref = dot_ref(q + g * D, 1, val + j * ld, 1, D, &mag);
                             if (!(fabs(s1[g * NR + j] - ref) <= 1e-6 * mag + 1e-30))
                                 fail_msg("%s G %d D %d bf16 %d: s[%d][%d] = %.9g, reference %.9g", k.attn_qk.name, G, D,
                                          bf, g, j, s1[g * NR + j], ref);
@@ -164,11 +171,8 @@ static void test_attention_kernels(void **st) {
                     }
                     for (int g = 0; g < G; g++)
                         for (int i = 0; i < D; i++) {
-                            double ref = o0[g * D + i], mag = fabs(ref);
-                            for (int j = 0; j < NR; j++) {
-                                ref += (double)s1[g * NR + j] * val[j * ld + i];
-                                mag += fabs((double)s1[g * NR + j] * val[j * ld + i]);
-                            }
+                            double mag = fabs(o0[g * D + i]);
+                            const double ref = o0[g * D + i] + dot_ref(s1 + g * NR, 1, val + i, ld, NR, &mag);
                             if (!(fabs(o1[g * D + i] - ref) <= 1e-6 * mag + 1e-30))
                                 fail_msg("%s G %d D %d bf16 %d: o[%d][%d] = %.9g, reference %.9g", k.attn_pv.name, G, D,
                                          bf, g, i, o1[g * D + i], ref);

@@ -14,7 +14,7 @@ double mr__probe_dpbf16_avx512(int64_t iters);
 double mr__probe_dpbusd_avx512(int64_t iters);
 double mr__probe_fma_avx2(int64_t iters);
 double mr__probe_maddubs_avx2(int64_t iters);
-double mr__probe_dpbusd_avx2vnni(int64_t iters); /* uk_avx2vnni.c */
+double mr__probe_dpbusd_avx2vnni(int64_t iters);
 uint64_t mr__probe_read_avx512(const uint64_t *p, size_t n);
 uint64_t mr__probe_read_avx2(const uint64_t *p, size_t n);
 

@@ -1,5 +1,5 @@
-/* probe_avx2.c — ceilings of the AVX2 kernels: peak probes of vfmadd231ps ymm
- * and vpmaddubsw ymm (12 independent chains each, enough to cover latency x
+/* probe_avx2.c — ceilings of the AVX2 kernels: peak probes of vfmadd231ps ymm,
+ * vpmaddubsw ymm and vpdpbusd ymm (12 independent chains each, enough to cover latency x
  * throughput on current cores), and the read-bandwidth kernel with ymm loads
  * and the AVX2 kernels' software prefetch. Each probe returns a value that
  * depends on every chain so nothing is optimized away. */
@@ -11,6 +11,7 @@
 
 double mr__probe_fma_avx2(int64_t iters);
 double mr__probe_maddubs_avx2(int64_t iters);
+double mr__probe_dpbusd_avx2vnni(int64_t iters);
 uint64_t mr__probe_read_avx2(const uint64_t *p, size_t n);
 
 #define NCH 12
@@ -27,6 +28,17 @@ double mr__probe_fma_avx2(int64_t iters) {
     return (double)(v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7]);
 }
 
+/* a value that depends on every integer chain */
+static double chains_total(const __m256i a[NCH]) {
+    __m256i s = a[0];
+    for (int i = 1; i < NCH; i++) s = _mm256_xor_si256(s, a[i]);
+    int32_t lanes[8];
+    _mm256_storeu_si256((__m256i *)lanes, s);
+    int64_t t = 0;
+    for (int i = 0; i < 8; i++) t += lanes[i];
+    return (double)t;
+}
+
 /* vpmaddubsw: 32 u8 x s8 products summed in pairs (saturating int16); each
  * chain feeds its own result back as the unsigned operand */
 double mr__probe_maddubs_avx2(int64_t iters) {
@@ -36,13 +48,20 @@ double mr__probe_maddubs_avx2(int64_t iters) {
     for (int64_t it = 0; it < iters; it++)
 #pragma GCC unroll 16
         for (int i = 0; i < NCH; i++) a[i] = _mm256_maddubs_epi16(a[i], x);
-    __m256i s = a[0];
-    for (int i = 1; i < NCH; i++) s = _mm256_xor_si256(s, a[i]);
-    int32_t lanes[8];
-    _mm256_storeu_si256((__m256i *)lanes, s);
-    int64_t t = 0;
-    for (int i = 0; i < 8; i++) t += lanes[i];
-    return (double)t;
+    return chains_total(a);
+}
+
+/* vpdpbusd ymm (AVX-VNNI, VEX): 8 lanes of 4 u8 x s8 products added to the
+ * int32 accumulator, which each chain feeds back. This one function is
+ * compiled for AVX-VNNI too (probe.c calls it only where the CPU has it). */
+__attribute__((target("avxvnni"))) double mr__probe_dpbusd_avx2vnni(int64_t iters) {
+    __m256i a[NCH];
+    const __m256i w = _mm256_set1_epi8(3), x = _mm256_set1_epi8(-2);
+    for (int i = 0; i < NCH; i++) a[i] = _mm256_set1_epi32(i + 1);
+    for (int64_t it = 0; it < iters; it++)
+#pragma GCC unroll 16
+        for (int i = 0; i < NCH; i++) a[i] = _mm256_dpbusd_avx_epi32(a[i], w, x);
+    return chains_total(a);
 }
 
 /* Read bandwidth kernel: 64-bit sums over ymm loads, 4 vectors (two lines)

@@ -40,23 +40,3 @@ void mr__uk_fill_avx2vnni(mr_kernels *k) {
     k->uk_gemm[MR_UK_NVFP4_I8].fn = uk_nvfp4_i8_vnni;
     k->uk_instr[MR_UK_NVFP4_I8] = MR_PROBE_DPBUSD_YMM;
 }
-
-/* the peak probe of vpdpbusd ymm, as probe_avx2.c's: 12 independent chains,
- * each feeding its own result back as the accumulator */
-double mr__probe_dpbusd_avx2vnni(int64_t iters);
-double mr__probe_dpbusd_avx2vnni(int64_t iters) {
-    enum { NCH = 12 };
-    __m256i a[NCH];
-    const __m256i w = _mm256_set1_epi8(3), x = _mm256_set1_epi8(-2);
-    for (int i = 0; i < NCH; i++) a[i] = _mm256_set1_epi32(i + 1);
-    for (int64_t it = 0; it < iters; it++)
-        #pragma GCC unroll 16
-        for (int i = 0; i < NCH; i++) a[i] = _mm256_dpbusd_avx_epi32(a[i], w, x);
-    __m256i s = a[0];
-    for (int i = 1; i < NCH; i++) s = _mm256_xor_si256(s, a[i]);
-    int32_t lanes[8];
-    _mm256_storeu_si256((__m256i *)lanes, s);
-    int64_t t = 0;
-    for (int i = 0; i < 8; i++) t += lanes[i];
-    return (double)t;
-}
