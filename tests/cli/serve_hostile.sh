@@ -76,14 +76,14 @@ done
 closed_after() {
     local max=$1 mode=$2 t0 rc i
     exec 4<>/dev/tcp/127.0.0.1/"$SV_PORT"
-    t0=$(date +%s%N)
+    t0=$(now_ms)
     for i in $(seq 1 "$max"); do
         [ "$mode" = slow ] && { printf 'G' >&4 2>/dev/null || break; }
         read -r -t 1 -u 4 _; rc=$?
         [ $rc -gt 128 ] || break           # not a timeout: EOF (closed) or data
     done
     exec 4>&-
-    echo $(( ($(date +%s%N) - t0) / 1000000 ))
+    echo $(( $(now_ms) - t0 ))
 }
 ms=$(closed_after 20 slow)
 { [ "$ms" -ge 5000 ] && [ "$ms" -le 12000 ]; } || bad "a one-byte-a-second client was closed after $ms ms (want the 6 s header timeout)"
@@ -155,19 +155,24 @@ clean_log "$S/serve.log" || { bad "sanitizer report or crash in the server log";
 start_server "$S/serve2.log" --model "$S/tiny" --context-length 4096 --max-running-requests 2 \
     --max-queued-requests 64 --skip-self-check || exit 1
 ab0=$(metric 'finished_reason="abort"'); ab0=${ab0:-0}
+ln0=$(metric 'finished_reason="length"'); ln0=${ln0:-0}
 curl -s -o /dev/null --max-time 1 -d '{"prompt":[1,2,3],"max_tokens":4000,"n":64,"ignore_eos":true}' \
     "$SV_URL/v1/completions" 2>/dev/null
-t0=$(date +%s%N); freed=
+t0=$(now_ms); freed=
 for i in $(seq 1 200); do
     [ "$(metric 'moerun:num_requests_running{')" = 0 ] && [ "$(metric 'moerun:num_requests_waiting{')" = 0 ] && \
         [ "$(metric 'moerun:kv_cache_used_blocks{')" = 0 ] && { freed=1; break; }
     sleep 0.05
 done
-ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+ms=$(( $(now_ms) - t0 ))
 ab1=$(metric 'finished_reason="abort"'); gen=$(metric 'moerun:generation_tokens_total{')
-echo "non-streaming client gone: freed after $ms ms, $((ab1 - ab0)) choices aborted, $gen tokens generated"
+ln1=$(metric 'finished_reason="length"')
+echo "non-streaming client gone: freed after $ms ms, $((ab1 - ab0)) choices aborted, $((ln1 - ln0)) finished before, $gen tokens generated"
 [ -n "$freed" ] || bad "a gone non-streaming client's request still runs: $(curl -s "$SV_URL/metrics" | grep -E 'running|waiting|used_blocks' | grep -v '#')"
-[ $((ab1 - ab0)) = 64 ] || bad "the gone client's 64 choices were not all aborted ($((ab1 - ab0)))"
+# every choice that had not finished when the client left is aborted: a fast host finishes
+# a few of the 4000-token choices within the client's second (2 run at a time), no more
+[ $((ab1 - ab0 + ln1 - ln0)) = 64 ] || bad "the gone client's 64 choices: $((ab1 - ab0)) aborted, $((ln1 - ln0)) finished"
+[ $((ab1 - ab0)) -ge 56 ] || bad "the gone client's choices were not aborted: only $((ab1 - ab0)) of 64"
 [ "${gen:-0}" -lt 256000 ] || bad "the gone client's request ran to the end ($gen tokens)"
 [ "$(metric 'moerun:client_disconnects_total{')" -ge 1 ] 2>/dev/null || bad "no disconnect counted"
 stop_server

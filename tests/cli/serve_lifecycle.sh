@@ -64,9 +64,9 @@ curl -s -N -d '{"prompt":[1,2,3],"max_tokens":4000,"n":16,"ignore_eos":true,"str
     >"$S/to.out" 2>/dev/null &
 cpid=$!
 for i in $(seq 1 200); do [ "$(tokens $S/to.out)" -ge 3 ] && break; sleep 0.02; done
-t0=$(date +%s%N)
+t0=$(now_ms)
 kill -TERM "$SV_PID"; wait "$SV_PID"; rc=$?
-ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+ms=$(( $(now_ms) - t0 ))
 wait "$cpid"
 [ $rc = 0 ] || bad "drain timeout: exit $rc, want 0"
 [ $ms -lt 20000 ] || bad "drain timeout: the server took $ms ms to exit (--shutdown-timeout 1)"
@@ -80,9 +80,9 @@ curl -s -N -d '{"prompt":[1,2,3],"max_tokens":4000,"n":16,"ignore_eos":true,"str
 cpid=$!
 for i in $(seq 1 200); do [ "$(tokens $S/int.out)" -ge 3 ] && break; sleep 0.02; done
 kill -INT "$SV_PID"; sleep 0.3; kill -INT "$SV_PID"
-t0=$(date +%s%N)
+t0=$(now_ms)
 wait "$SV_PID"; rc=$?
-ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+ms=$(( $(now_ms) - t0 ))
 wait "$cpid"
 [ $rc = 130 ] || bad "second SIGINT: exit $rc, want 130"
 [ $ms -lt 10000 ] || bad "second SIGINT: $ms ms to exit"

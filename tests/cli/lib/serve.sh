@@ -44,3 +44,10 @@ clean_log() {
 metric() {
     curl -s "$SV_URL/metrics" | grep -F "$1" | grep -v '^#' | head -1 | awk '{print $NF}'
 }
+
+# now_ms: a monotonic clock in milliseconds (/proc/uptime, 10 ms steps), for
+# the elapsed times the tests check: `date` is the wall clock, which a VM's time
+# sync can step by seconds in the middle of a measurement
+now_ms() {
+    awk '{ printf "%d\n", $1 * 1000 }' /proc/uptime
+}
