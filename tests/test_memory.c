@@ -72,8 +72,11 @@ static void check_runner(const char *runner) {
     float *lg = malloc(512 * sizeof(float));
     mr_batch b = {.n_seq = 1, .seq = &slot, .n_tok = &n, .tokens = toks};
     assert_int_equal(mr_model_forward(m, &b, lg), MR_OK);
-    const double peak = (double)(mm.rss_peak_load - rss0) / held, end = (double)(mm.rss_load - rss0) / held,
-                 steady = (double)(mr_mem_rss() - rss0) / held, steady_peak = (double)(mr_mem_rss_peak() - rss0) / held;
+    /* in double: RSS may end below rss0 (the allocator, ASan's above all, gives back pages the
+     * previous case freed), which as a size_t difference wrapped to ~1.8e19 bytes */
+    const double r0 = (double)rss0;
+    const double peak = ((double)mm.rss_peak_load - r0) / held, end = ((double)mm.rss_load - r0) / held,
+                 steady = ((double)mr_mem_rss() - r0) / held, steady_peak = ((double)mr_mem_rss_peak() - r0) / held;
     print_message("%s: kept %.1f MB (without KV); RSS over it: load peak %.3fx, load end %.3fx, after a forward %.3fx "
                   "(peak %.3fx)\n",
                   runner, held / 1e6, peak, end, steady, steady_peak);
