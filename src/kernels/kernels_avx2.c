@@ -360,18 +360,11 @@ static void silu_mul_avx2(const float *g, const float *u, int64_t n, float *out)
 #define INL static inline __attribute__((always_inline))
 /* 8 values at i of a K/V row as fp32 (bf16 widened exactly) */
 INL __m256 kv8(const void *row, const int BF, int i) {
-    if (BF) {
-        const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + i));
-        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-    }
-    return _mm256_loadu_ps((const float *)row + i);
+    return BF ? bf16x8((const uint16_t *)row + i) : _mm256_loadu_ps((const float *)row + i);
 }
+/* one value (the D % 8 tail) */
 INL float kv1(const void *row, const int BF, int i) {
-    if (!BF) return ((const float *)row)[i];
-    const uint32_t u = (uint32_t)((const uint16_t *)row)[i] << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
+    return BF ? mr_bf16_to_f32(((const uint16_t *)row)[i]) : ((const float *)row)[i];
 }
 /* lanes 0..7 of v summed as ((0+4) + (1+5)) + ((2+6) + (3+7)) */
 INL float tree8(__m256 v) {
