@@ -4,7 +4,10 @@
  * activations. Enough layer copies to exceed any cache are cycled; each
  * round times one layer's q, k, v, o (and q/k/v through mr_matmul_multi) and
  * then reads as many bytes with the probe (the ceiling), so that the ratios
- * share the host's state. */
+ * share the host's state. At many tokens (prefill) the layer is compute-bound:
+ * its GFLOP/s are printed beside the peak of the kernel table's FMA (the
+ * instruction probe, run before and after the rows), so both ceilings are
+ * measured in the same run. */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,8 +59,8 @@ int mr_bench_dense(int argc, char **argv) {
     }
     int64_t Ts[MR_BENCH_MAX_TS];
     int nT = 0;
-    if (mr_bench_parse_tokens(tokens, 64, Ts, &nT)) {
-        fprintf(stderr, "moerun bench dense: bad --tokens list '%s' (at most 16 comma-separated T in 1..64)\n", tokens);
+    if (mr_bench_parse_tokens(tokens, 512, Ts, &nT)) {
+        fprintf(stderr, "moerun bench dense: bad --tokens list '%s' (at most 16 comma-separated T in 1..512)\n", tokens);
         return 2;
     }
     if (threads > 0) omp_set_num_threads(threads);
@@ -135,8 +138,13 @@ int mr_bench_dense(int argc, char **argv) {
     printf("moerun bench dense: format %s, %d threads, %d layer copies of %.1f MB (%s pages), kernel %s\n", fmt_name,
            omp_get_max_threads(), NL, (double)layer_bytes / 1e6, small_pages ? "4 KiB" : "huge",
            kt->rows[fmt].name ? kt->rows[fmt].name : "gemm_rows");
-    printf("%4s %8s %8s %8s %8s %9s %9s %9s %7s   (GB/s per matrix, medians of %d rounds; probe = same bytes)\n", "T",
-           "q", "k", "v", "o", "qkv-multi", "layer", "probe", "layer%", iters);
+    const char *fma_instr = "";
+    const double peak0 = mr_probe_peak(MR_PROBE_FMA, &fma_instr);
+    printf("%4s %8s %8s %8s %8s %9s %9s %9s %7s %8s %6s   (GB/s per matrix, medians of %d rounds; probe = same "
+           "bytes; GFLOP/s of the layer against the %s peak, %.1f GFLOP/s at the start)\n",
+           "T", "q", "k", "v", "o", "qkv-multi", "layer", "probe", "layer%", "GFLOP/s", "fma%", iters, fma_instr, peak0);
+    double lflops = 0; /* multiply-adds x 2 of one layer's four matrices, per token */
+    for (int j = 0; j < 4; j++) lflops += 2.0 * (double)rows[j] * (double)cols[j];
     int cur = 0;
     size_t poff = 0;
     for (int ti = 0; ti < nT; ti++) {
@@ -174,10 +182,12 @@ int mr_bench_dense(int argc, char **argv) {
             qsort(med + c * iters, (size_t)iters, sizeof(double), mr_bench_cmp_double);
             mv[c] = med[c * iters + iters / 2];
         }
-        printf("%4lld %8.2f %8.2f %8.2f %8.2f %9.2f %9.2f %9.2f %6.1f%%\n", (long long)T, mv[0], mv[1], mv[2], mv[3],
-               mv[4], mv[5], mv[6], 100.0 * mv[7]);
+        const double gf = lflops * (double)T * mv[5] / (double)layer_bytes; /* GB/s -> GFLOP/s */
+        printf("%4lld %8.2f %8.2f %8.2f %8.2f %9.2f %9.2f %9.2f %6.1f%% %8.1f %5.1f%%\n", (long long)T, mv[0], mv[1],
+               mv[2], mv[3], mv[4], mv[5], mv[6], 100.0 * mv[7], gf, 100.0 * gf / peak0);
         fflush(stdout);
     }
+    printf("peak %s at the end: %.1f GFLOP/s\n", fma_instr, mr_probe_peak(MR_PROBE_FMA, NULL));
 out:
     for (int l = 0; L && l < NL; l++)
         for (int j = 0; j < 4; j++) {

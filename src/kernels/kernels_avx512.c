@@ -137,8 +137,6 @@ static inline __attribute__((always_inline)) void rows_block(const mr_qmatrix *W
      * contiguous): whole blocks of R rows ahead, at least 16 KiB */
     const int64_t blk = (int64_t)R * K * (fp8 ? 1 : 2), pf = blk * ((16384 + blk - 1) / blk);
     __m512 tot[16], acc[16];
-    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
     #pragma GCC unroll 16
     for (int i = 0; i < R * MT; i++) tot[i] = _mm512_setzero_ps();
     for (int64_t g = 0; g < G; g++) {
@@ -149,14 +147,8 @@ static inline __attribute__((always_inline)) void rows_block(const mr_qmatrix *W
         for (; i + 32 <= k1; i += 32) {
             __m512 xa[8], xb[8];
             #pragma GCC unroll 8
-            for (int m = 0; m < MT; m++) {
+            for (int m = 0; m < MT; m++)
                 xa[m] = _mm512_loadu_ps(x + m * K + i), xb[m] = _mm512_loadu_ps(x + m * K + i + 16);
-                if (!fp8) { /* bf16 steps take the even / odd elements of 32 (bf16x32) */
-                    const __m512 e = _mm512_permutex2var_ps(xa[m], ev, xb[m]);
-                    xb[m] = _mm512_permutex2var_ps(xa[m], od, xb[m]);
-                    xa[m] = e;
-                }
-            }
             #pragma GCC unroll 8
             for (int r = 0; r < R; r++) {
                 __m512 w0, w1;
@@ -168,7 +160,7 @@ static inline __attribute__((always_inline)) void rows_block(const mr_qmatrix *W
                         acc[r * MT + m] = _mm512_fmadd_ps(w1, xb[m], _mm512_fmadd_ps(w0, xa[m], acc[r * MT + m]));
                 } else {
                     RPF(w16 + r * K + i);
-                    bf16x32(w16 + r * K + i, &w0, &w1);
+                    w0 = bf16w16(0xFFFF, w16 + r * K + i), w1 = bf16w16(0xFFFF, w16 + r * K + i + 16);
                     #pragma GCC unroll 8
                     for (int m = 0; m < MT; m++)
                         acc[r * MT + m] = _mm512_fmadd_ps(w1, xb[m], _mm512_fmadd_ps(w0, xa[m], acc[r * MT + m]));
@@ -211,8 +203,140 @@ RB(1, 3)
 RB(1, 4)
 #undef RB
 
+/* ---- the blocked form of the same sums, for many tokens (M >= BZ_MIN_M,
+ * K a multiple of 16), as rows_blocked in kernels_avx2.c with 16 lanes: a
+ * panel of up to BZ_NP rows x 128 columns is decoded once into fp32 in the
+ * lane order rows_block's registers hold (FP8: E4M3 x 2^-8, columns in
+ * order; BF16: per 32 columns the even then the odd ones, bf16x32), each
+ * token's 128 columns are put in the same order (BF16: permuted into a tile;
+ * FP8: read in place), and a register block of 3 rows x 8 tokens runs over
+ * them 16 columns a step (24 chains, 3 weight vectors, one token vector at a
+ * time). Each (row, token) keeps rows_block's 16 lane chains: the per-group
+ * partial (FP8, folded into the total with the group multiplier) or the
+ * running sum (BF16) waits in a state buffer between column blocks, so every
+ * lane sees the FMAs of rows_block in its order, and a token's output is bit
+ * for bit the one of the small-M path, whatever the batch around it. */
+enum { BZ_NP = 24, BZ_KC = 256, BZ_MC = 32, BZ_MT = 8, BZ_MIN_M = 8 };
+
+static inline __attribute__((always_inline)) void bz_kernel(const float *wp, const float *x, int64_t ldx, int kc,
+                                                            float *st, const float *gs, bool fold, bool cont,
+                                                            const int R, const int MT) {
+    __m512 acc[3 * BZ_MT];
+    #pragma GCC unroll 24
+    for (int j = 0; j < R * MT; j++)
+        acc[j] = fold || !cont ? _mm512_setzero_ps() : _mm512_load_ps(st + ((j / MT) * BZ_MC + j % MT) * 16);
+    for (int s = 0; s < kc; s += 16) {
+        __m512 w[3];
+        #pragma GCC unroll 3
+        for (int r = 0; r < R; r++) w[r] = _mm512_load_ps(wp + r * BZ_KC + s);
+        #pragma GCC unroll 8
+        for (int m = 0; m < MT; m++) {
+            __m512 xv = _mm512_loadu_ps(x + m * ldx + s);
+            __asm__("" : "+v"(xv)); /* one load per token vector, not one per row (folded into the FMAs) */
+            #pragma GCC unroll 3
+            for (int r = 0; r < R; r++) acc[r * MT + m] = _mm512_fmadd_ps(w[r], xv, acc[r * MT + m]);
+        }
+    }
+    #pragma GCC unroll 24
+    for (int j = 0; j < R * MT; j++) {
+        float *p = st + ((j / MT) * BZ_MC + j % MT) * 16;
+        _mm512_store_ps(p, fold ? _mm512_fmadd_ps(acc[j], _mm512_set1_ps(gs[j / MT]),
+                                                  cont ? _mm512_load_ps(p) : _mm512_setzero_ps())
+                                : acc[j]);
+    }
+}
+
+typedef void (*bz_fn)(const float *, const float *, int64_t, int, float *, const float *, bool, bool);
+#define BZ(R, MT)                                                                                              \
+    static void bz_##R##_##MT(const float *wp, const float *x, int64_t ldx, int kc, float *st, const float *gs, \
+                              bool fold, bool cont) {                                                          \
+        bz_kernel(wp, x, ldx, kc, st, gs, fold, cont, R, MT);                                                  \
+    }
+#define BZ_ALL(R) BZ(R, 1) BZ(R, 2) BZ(R, 3) BZ(R, 4) BZ(R, 5) BZ(R, 6) BZ(R, 7) BZ(R, 8)
+BZ_ALL(3)
+BZ_ALL(1)
+#undef BZ_ALL
+#undef BZ
+
+/* the columns k0..k0+kc of one row (FP8 or BF16) into the panel's lane order */
+static inline void bz_decode_row(const mr_qmatrix *W, int64_t n, int64_t k0, int kc, float *d) {
+    const int64_t K = W->cols;
+    int i = 0;
+    if (W->fmt == MR_FMT_FP8_BLOCK) {
+        const uint8_t *s = (const uint8_t *)W->data + n * K + k0;
+        for (; i + 32 <= kc; i += 32) {
+            __m512 w0, w1;
+            e4m3x32(s + i, &w0, &w1);
+            _mm512_store_ps(d + i, w0), _mm512_store_ps(d + i + 16, w1);
+        }
+        if (i < kc) _mm512_store_ps(d + i, e4m3x16(0xFFFF, s + i));
+    } else {
+        const uint16_t *s = (const uint16_t *)W->data + n * K + k0;
+        for (; i < kc; i += 16) _mm512_store_ps(d + i, bf16w16(0xFFFF, s + i));
+    }
+}
+
+/* the next column block of row n (the panel's next decode) toward L1 */
+static inline void bz_prefetch_row(const mr_qmatrix *W, int64_t n, int64_t k0, int kb) {
+    const int64_t K = W->cols, es = W->fmt == MR_FMT_FP8_BLOCK ? 1 : 2;
+    if (k0 >= K) return;
+    const char *p = (const char *)W->data + (n * K + k0) * es;
+    const int64_t len = (K - k0 < kb ? K - k0 : kb) * es;
+    for (int64_t i = 0; i < len; i += 64) _mm_prefetch(p + i, _MM_HINT_T1);
+}
+
+static void rows_blocked(const mr_qmatrix *W, int64_t n0, int64_t nr, const float *x, int64_t M, float *y,
+                         int64_t ldy) {
+    static const bz_fn b3[BZ_MT + 1] = {NULL, bz_3_1, bz_3_2, bz_3_3, bz_3_4, bz_3_5, bz_3_6, bz_3_7, bz_3_8},
+                       b1[BZ_MT + 1] = {NULL, bz_1_1, bz_1_2, bz_1_3, bz_1_4, bz_1_5, bz_1_6, bz_1_7, bz_1_8};
+    const bool fp8 = W->fmt == MR_FMT_FP8_BLOCK;
+    const int KB = fp8 ? MR_KGROUP : BZ_KC; /* FP8: one scale group per column block */
+    const int64_t K = W->cols, G = (K + KB - 1) / KB;
+    /* on the stack (24 + 48 KiB): the per-step path does not allocate */
+    float wp[BZ_NP * BZ_KC] __attribute__((aligned(64)));
+    float st[16 * BZ_NP * BZ_MC] __attribute__((aligned(64)));
+    for (int64_t p0 = 0; p0 < nr; p0 += BZ_NP) {
+        const int np = (int)(nr - p0 < BZ_NP ? nr - p0 : BZ_NP);
+        for (int64_t c0 = 0; c0 < M; c0 += BZ_MC) {
+            const int mc = (int)(M - c0 < BZ_MC ? M - c0 : BZ_MC);
+            for (int64_t g = 0; g < G; g++) {
+                const int64_t k0 = g * KB;
+                const int kc = (int)(K - k0 < KB ? K - k0 : KB);
+                float gs[BZ_NP];
+                for (int r = 0; r < np; r++) {
+                    bz_decode_row(W, n0 + p0 + r, k0, kc, wp + r * BZ_KC);
+                    bz_prefetch_row(W, n0 + p0 + r, k0 + KB, KB);
+                    gs[r] = fp8 ? 256.0f * ((const float *)W->scale)[((n0 + p0 + r) / 128) * G + g] : 1.0f;
+                }
+                const float *xt = x + c0 * K + k0; /* the token rows in place */
+                const int64_t ldx = K;
+                for (int m0 = 0; m0 < mc; m0 += BZ_MT) {
+                    const int mt = mc - m0 < BZ_MT ? mc - m0 : BZ_MT;
+                    for (int r = 0; r < np;) {
+                        const int R = np - r >= 3 ? 3 : 1;
+                        float *sp = st + ((int64_t)r * BZ_MC + m0) * 16;
+                        /* g 0 starts the chains (BF16) or the totals (FP8) at 0 */
+                        (R == 3 ? b3 : b1)[mt](wp + r * BZ_KC, xt + m0 * ldx, ldx, kc, sp, gs + r, fp8, g > 0);
+                        r += R;
+                    }
+                }
+            }
+            for (int r = 0; r < np; r++) /* the totals, as rows_block ends (fma(acc, 1, 0) for BF16) */
+                for (int m = 0; m < mc; m++) {
+                    const __m512 t = _mm512_load_ps(st + ((int64_t)r * BZ_MC + m) * 16);
+                    y[(c0 + m) * ldy + p0 + r] =
+                        _mm512_reduce_add_ps(fp8 ? t : _mm512_fmadd_ps(t, _mm512_set1_ps(1.0f), _mm512_setzero_ps()));
+                }
+        }
+    }
+}
+
 static void rows_avx512(const mr_qmatrix *W, int64_t n0, int64_t nr, const float *x, int64_t M, float *y,
                         int64_t ldy) {
+    if (M >= BZ_MIN_M && W->cols % 16 == 0) {
+        rows_blocked(W, n0, nr, x, M, y, ldy);
+        return;
+    }
     static const mr__rows_block_fn full[5] = {NULL, rb_8_1, rb_4_2, rb_2_3, rb_2_4},
                                    one[5] = {NULL, rb_1_1, rb_1_2, rb_1_3, rb_1_4};
     static const int rows_of[5] = {0, 8, 4, 2, 2};
@@ -254,9 +378,9 @@ static void silu_mul_avx512(const float *g, const float *u, int64_t n, float *ou
 void mr__kernels_fill_avx512(mr_kernels *k) {
     k->silu_mul.name = "silu_mul_avx512_16";
     k->silu_mul.fn = silu_mul_avx512;
-    k->rows[MR_FMT_BF16].name = "rows_bf16_avx512_8x32x1_2x32x4";
+    k->rows[MR_FMT_BF16].name = "rows_bf16_avx512_8x32x1_2x32x4_p24x256x3x8";
     k->rows[MR_FMT_BF16].fn = rows_avx512;
-    k->rows[MR_FMT_FP8_BLOCK].name = "rows_fp8_block_avx512_8x32x1_2x32x4";
+    k->rows[MR_FMT_FP8_BLOCK].name = "rows_fp8_block_avx512_8x32x1_2x32x4_p24x128x3x8";
     k->rows[MR_FMT_FP8_BLOCK].fn = rows_avx512;
     k->isa = "avx512";
     k->decode[MR_FMT_BF16].name = "decode_bf16_avx512_1x16";

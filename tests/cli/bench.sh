@@ -34,7 +34,7 @@ for bad in "--tokens 0" "--tokens 1,,2" "--format nope" "--act-mode w4a4 --forma
   [ -n "$out" ] || fail "'bench moe $bad' says nothing"
 done
 # empty token lists, and bench dense's own bad input
-for args in "moe --tokens=" "dense --tokens=" "dense --tokens=65" "dense --iters=0" "dense --threads=x"; do
+for args in "moe --tokens=" "dense --tokens=" "dense --tokens=513" "dense --iters=0" "dense --threads=x"; do
   set -- $args
   out=$("$M" bench "$1" "${2%%=*}" "${2#*=}" 2>&1); rc=$?
   [ $rc -eq 2 ] || fail "'bench $1 ${2%%=*} ${2#*=}' must exit 2, got $rc: $out"
