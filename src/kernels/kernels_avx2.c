@@ -261,10 +261,16 @@ static void rows_blocked(const mr_qmatrix *W, int64_t n0, int64_t nr, const floa
     /* on the stack (12 + 48 KiB): the per-step path does not allocate */
     float wp[BK_NP * BK_KC] __attribute__((aligned(64)));
     float st[8 * BK_NP * BK_MC] __attribute__((aligned(64)));
+    /* tokens in slices of about 512 KiB of x, so that a slice stays in L2 while every panel of
+     * rows runs over it (the rows are then read once per slice) */
+    int64_t MO = ((int64_t)(1 << 19) / (K * 4)) / BK_MC * BK_MC;
+    if (MO < BK_MC) MO = BK_MC;
+    for (int64_t o0 = 0; o0 < M; o0 += MO) {
+    const int64_t o1 = o0 + MO < M ? o0 + MO : M;
     for (int64_t p0 = 0; p0 < nr; p0 += BK_NP) {
         const int np = (int)(nr - p0 < BK_NP ? nr - p0 : BK_NP);
-        for (int64_t c0 = 0; c0 < M; c0 += BK_MC) {
-            const int mc = (int)(M - c0 < BK_MC ? M - c0 : BK_MC);
+        for (int64_t c0 = o0; c0 < o1; c0 += BK_MC) {
+            const int mc = (int)(o1 - c0 < BK_MC ? o1 - c0 : BK_MC);
             if (fp8) memset(st, 0, sizeof(float) * 8 * BK_NP * BK_MC);
             for (int64_t g = 0; g < G; g++) {
                 const int64_t k0 = g * BK_KC;
@@ -307,6 +313,7 @@ static void rows_blocked(const mr_qmatrix *W, int64_t n0, int64_t nr, const floa
                         hsum8(fp8 ? t : _mm256_fmadd_ps(t, _mm256_set1_ps(1.0f), _mm256_setzero_ps()));
                 }
         }
+    }
     }
 }
 

@@ -295,10 +295,16 @@ static void rows_blocked(const mr_qmatrix *W, int64_t n0, int64_t nr, const floa
     /* on the stack (24 + 48 KiB): the per-step path does not allocate */
     float wp[BZ_NP * BZ_KC] __attribute__((aligned(64)));
     float st[16 * BZ_NP * BZ_MC] __attribute__((aligned(64)));
+    /* tokens in slices of about 512 KiB of x, so that a slice stays in L2 while every panel of
+     * rows runs over it (the rows are then read once per slice) */
+    int64_t MO = ((int64_t)(1 << 19) / (K * 4)) / BZ_MC * BZ_MC;
+    if (MO < BZ_MC) MO = BZ_MC;
+    for (int64_t o0 = 0; o0 < M; o0 += MO) {
+    const int64_t o1 = o0 + MO < M ? o0 + MO : M;
     for (int64_t p0 = 0; p0 < nr; p0 += BZ_NP) {
         const int np = (int)(nr - p0 < BZ_NP ? nr - p0 : BZ_NP);
-        for (int64_t c0 = 0; c0 < M; c0 += BZ_MC) {
-            const int mc = (int)(M - c0 < BZ_MC ? M - c0 : BZ_MC);
+        for (int64_t c0 = o0; c0 < o1; c0 += BZ_MC) {
+            const int mc = (int)(o1 - c0 < BZ_MC ? o1 - c0 : BZ_MC);
             for (int64_t g = 0; g < G; g++) {
                 const int64_t k0 = g * KB;
                 const int kc = (int)(K - k0 < KB ? K - k0 : KB);
@@ -328,6 +334,7 @@ static void rows_blocked(const mr_qmatrix *W, int64_t n0, int64_t nr, const floa
                         _mm512_reduce_add_ps(fp8 ? t : _mm512_fmadd_ps(t, _mm512_set1_ps(1.0f), _mm512_setzero_ps()));
                 }
         }
+    }
     }
 }
 
