@@ -789,14 +789,16 @@ static void test_act_prepare_bit_exact(void **st) {
  * token's outputs bit for bit those of the same token alone (M = 1): a
  * token's result must not depend on the batch around it. Shapes: N 50 (a
  * partial panel and partial 3-row blocks), 144 (crosses a 128-row scale
- * block), K 400 (a last column block of 16) and 272; M up to 70 (crosses
- * the 64-token chunk; remainders of the 4-token blocks). */
+ * block), K 400 (a last column block of 16), 272 and 4096 (x of 70 tokens
+ * is larger than the slice of tokens the blocked forms keep in L2: the
+ * slices' boundaries); M up to 70 (crosses the 64-token chunk; remainders
+ * of the 4-token blocks). */
 static void test_matmul_many_tokens(void **st) {
     (void)st;
     const mr_format fmts[] = {MR_FMT_BF16, MR_FMT_FP8_BLOCK};
-    const int64_t shapes[][2] = {{50, 400}, {144, 272}, {19, 48}};
+    const int64_t shapes[][2] = {{50, 400}, {144, 272}, {19, 48}, {27, 4096}};
     const int64_t Ms[] = {8, 13, 70};
-    enum { MAXM = 70, MAXN = 144, MAXK = 400 };
+    enum { MAXM = 70, MAXN = 144, MAXK = 4096 };
     tu_rng r = {4242};
     float *w = malloc(sizeof(float) * MAXN * MAXK), *x = malloc(sizeof(float) * MAXM * MAXK),
           *y = malloc(sizeof(float) * MAXM * MAXN), *y1 = malloc(sizeof(float) * MAXN);
