@@ -24,8 +24,15 @@
 # cut every answer short: it runs with --interrupt_requests False.
 # llama-cpp-python sends no usage chunk: its output is counted one token per
 # event with text (it sends one event per token).
+# With LLAMA_SERVER=path (bench/peers/llamacpp_setup.sh server builds
+# $PEERS/llama-server/bin/llama-server) the peer is llama.cpp's own C++
+# server instead: --parallel max(C) slots with continuous batching (its
+# default), a context of max(C) x the per-request context (it splits the
+# context among the slots), -t / -tb THREADS, no web UI. It takes ignore_eos
+# and sends a usage chunk, as moerun does.
 # Environment: MOERUN (build/moerun), PEER_PY (the peer venv's python,
-# $PEERS/venv-native/bin/python), THREADS (2), IN (32), OUT (32), ROUNDS (2).
+# $PEERS/venv-native/bin/python), LLAMA_SERVER (unset: llama-cpp-python's
+# server), THREADS (2), IN (32), OUT (32), ROUNDS (2).
 # JSON to bench/results/peer_<TAG>_*.json. Heavy: run it under
 # `flock /tmp/moerun-heavy.lock`.
 set -u
@@ -33,6 +40,8 @@ DIR=$1; GGUF=$2; TAG=$3; CONC=${4:-1,16,64,128}
 M=${MOERUN:-build/moerun}
 PEERS=${PEERS:-build/peers}
 PY=${PEER_PY:-$PEERS/venv-native/bin/python}
+LS=${LLAMA_SERVER:-}
+[ -z "$LS" ] || [ -x "$LS" ] || { echo "serve-vs-llamacpp: LLAMA_SERVER=$LS is not an executable" >&2; exit 2; }
 THREADS=${THREADS:-2}; IN=${IN:-32}; OUT=${OUT:-32}; ROUNDS=${ROUNDS:-2}
 R=bench/results
 mkdir -p "$R"
@@ -54,17 +63,28 @@ start() { # who: sets pid, port
         port=$(sed -n 's/.*listening on http:\/\/[^ ]*:\([0-9][0-9]*\) .*/\1/p' "$log" | head -1)
     else
         port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+        if [ -n "$LS" ]; then
+            "$LS" --model "$GGUF" --host 127.0.0.1 --port "$port" -t "$THREADS" -tb "$THREADS" --parallel "$maxc" \
+                -c $((ctx * maxc)) --no-webui >"$log" 2>&1 &
+        else
         "$PY" -m llama_cpp.server --model "$GGUF" --host 127.0.0.1 --port "$port" --n_threads "$THREADS" \
             --n_threads_batch "$THREADS" --n_ctx "$ctx" --interrupt_requests False --verbose False >"$log" 2>&1 &
+        fi
         pid=$!
-        for _ in $(seq 1 1500); do curl -sf "127.0.0.1:$port/v1/models" >/dev/null 2>&1 && break; kill -0 $pid 2>/dev/null || break; sleep 0.2; done
-        curl -sf "127.0.0.1:$port/v1/models" >/dev/null || { cat "$log"; exit 1; }
+        local ready=/v1/models
+        [ -n "$LS" ] && ready=/health # 503 until its model is loaded
+        for _ in $(seq 1 1500); do curl -sf "127.0.0.1:$port$ready" >/dev/null 2>&1 && break; kill -0 $pid 2>/dev/null || break; sleep 0.2; done
+        curl -sf "127.0.0.1:$port$ready" >/dev/null || { cat "$log"; exit 1; }
     fi
 }
 stop() { kill -TERM "$pid"; wait "$pid" 2>/dev/null; pid=; }
 
 echo "moerun: $("$M" version | head -1)"
-echo "peer: llama-cpp-python $("$PY" -c 'import llama_cpp; print(llama_cpp.__version__)') (python -m llama_cpp.server), $("$PY" -c 'import llama_cpp; print(llama_cpp.llama_print_system_info().decode())' | tr -s ' ' | cut -c1-160)"
+if [ -n "$LS" ]; then
+    echo "peer: llama.cpp llama-server ($LS): $("$LS" --version 2>&1 | grep -m1 '^version'), --parallel $maxc"
+else
+    echo "peer: llama-cpp-python $("$PY" -c 'import llama_cpp; print(llama_cpp.__version__)') (python -m llama_cpp.server), $("$PY" -c 'import llama_cpp; print(llama_cpp.llama_print_system_info().decode())' | tr -s ' ' | cut -c1-160)"
+fi
 echo "IN $IN, OUT $OUT, threads $THREADS, max(C, 4) requests per C"
 for r in $(seq 1 "$ROUNDS"); do
     order="moerun llamacpp"; [ $((r % 2)) = 0 ] && order="llamacpp moerun"

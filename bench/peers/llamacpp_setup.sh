@@ -9,6 +9,7 @@
 #   bench/peers/llamacpp_setup.sh gguf CKPT OUT.gguf [q8_0|q4_0|nvfp4|bf16]
 #   bench/peers/llamacpp_setup.sh all               # venv + the real-shape set (real_set below)
 #   bench/peers/llamacpp_setup.sh real              # the real-shape set only (needs the venvs)
+#   bench/peers/llamacpp_setup.sh server            # llama.cpp's C++ llama-server (server() below)
 #
 # Two builds, so that each moerun kernel path has a llama.cpp of the same ISA:
 #   $PEERS/venv-native  llama.cpp compiled for this CPU (-march=native; on a CPU
@@ -108,11 +109,60 @@ real_set() {
     gguf "$C/real2-nvfp4" "$PEERS/real2-q4_0.gguf" q4_0
 }
 
+# llama.cpp's own C++ server (llama-server: slots with continuous batching),
+# built from the llama.cpp that llama-cpp-python $LLAMA_CPP_PYTHON_VERSION vendors (its
+# PyPI source archive), so that it is the same llama.cpp as the venvs'. CPU
+# flags: AVX2 + FMA + F16C, AVX-512 (F/VBMI/VNNI/BF16) where the CPU has
+# avx512f, AVX-VNNI where it has avx_vnni; AMX off (moerun has no AMX path,
+# and llama.cpp's AMX path crashed on q8_0 on a Sapphire Rapids host:
+# bench/README.md). No web UI (nothing to download at build time); static
+# libraries, so the binary runs from anywhere. Result:
+# $PEERS/llama-server/bin/llama-server.
+server() {
+    local dir=$PEERS/llama-server
+    if [ -x "$dir/bin/llama-server" ] && "$dir/bin/llama-server" --version >/dev/null 2>&1; then
+        echo "llamacpp_setup: llama-server ready ($("$dir/bin/llama-server" --version 2>&1 | grep -m1 version))"
+        return 0
+    fi
+    command -v cmake >/dev/null || die "cmake is needed to build llama-server"
+    local py=$PEERS/venv-native/bin/python
+    [ -x "$py" ] || py=$PY
+    local tmp=$dir.tmp.$$ a512=OFF vnni=OFF
+    rm -rf "$tmp"
+    mkdir -p "$tmp/src"
+    echo "llamacpp_setup: fetching llama-cpp-python $LLAMA_CPP_PYTHON_VERSION's source (llama.cpp vendored in it)"
+    "$py" -m pip download --quiet --no-deps --no-binary :all: -d "$tmp/src" "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" ||
+        { rm -rf "$tmp"; die "pip could not download llama-cpp-python's source"; }
+    tar xzf "$tmp"/src/llama_cpp_python-*.tar.gz -C "$tmp/src" || { rm -rf "$tmp"; die "cannot unpack the source archive"; }
+    local L
+    L=$(echo "$tmp"/src/llama_cpp_python-*/vendor/llama.cpp)
+    [ -f "$L/tools/server/CMakeLists.txt" ] || { rm -rf "$tmp"; die "no tools/server in $L"; }
+    if grep -qw avx512f /proc/cpuinfo; then a512=ON; fi
+    if grep -qw avx_vnni /proc/cpuinfo; then vnni=ON; fi
+    echo "llamacpp_setup: building llama-server (AVX-512 $a512, AVX-VNNI $vnni, AMX off); this takes minutes"
+    cmake -S "$L" -B "$tmp/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON \
+        -DGGML_F16C=ON -DGGML_AVX512=$a512 -DGGML_AVX512_VBMI=$a512 -DGGML_AVX512_VNNI=$a512 -DGGML_AVX512_BF16=$a512 \
+        -DGGML_AVX_VNNI=$vnni -DGGML_AMX_INT8=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_BF16=OFF -DLLAMA_BUILD_SERVER=ON \
+        -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF >"$tmp/cmake.log" 2>&1 ||
+        { tail -20 "$tmp/cmake.log"; rm -rf "$tmp"; die "configuring llama-server failed"; }
+    cmake --build "$tmp/build" --target llama-server -j "$JOBS" >"$tmp/build.log" 2>&1 ||
+        { tail -20 "$tmp/build.log"; rm -rf "$tmp"; die "building llama-server failed"; }
+    mkdir -p "$tmp/out/bin"
+    cp -a "$tmp/build/bin/." "$tmp/out/bin/"
+    "$tmp/out/bin/llama-server" --version >/dev/null 2>&1 || { rm -rf "$tmp"; die "the built llama-server does not run"; }
+    rm -rf "$dir"
+    mv "$tmp/out" "$dir"
+    rm -rf "$tmp"
+    echo "llamacpp_setup: llama-server ready in $dir/bin"
+}
+
 cmd=${1:-all}
 case "$cmd" in
 venv) venvs ;;
 gguf) [ $# -ge 3 ] || die "usage: $0 gguf CKPT OUT.gguf [q8_0|q4_0|nvfp4|bf16]"; gguf "$2" "$3" "${4:-q8_0}" ;;
 real) real_set ;;
+server) server ;;
 all) venvs; real_set ;;
-*) die "unknown command $cmd (venv | gguf CKPT OUT [TYPE] | real | all)" ;;
+*) die "unknown command $cmd (venv | gguf CKPT OUT [TYPE] | real | server | all)" ;;
 esac
