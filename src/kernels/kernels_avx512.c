@@ -116,11 +116,6 @@ static inline __attribute__((always_inline)) __m512 e4m3x16(__mmask16 m, const u
                                  _mm256_set1_epi16((short)0xBF80));
     return _mm512_cvtph_ps(h);
 }
-static inline __attribute__((always_inline)) void bf16x32(const uint16_t *s, __m512 *w0, __m512 *w1) {
-    __m512i v = _mm512_loadu_si512(s);
-    *w0 = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));                     /* even elements */
-    *w1 = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xFFFF0000))); /* odd elements */
-}
 static inline __attribute__((always_inline)) __m512 bf16w16(__mmask16 m, const uint16_t *w) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, w)), 16));
 }
@@ -205,35 +200,34 @@ RB(1, 4)
 
 /* ---- the blocked form of the same sums, for many tokens (M >= BZ_MIN_M,
  * K a multiple of 16), as rows_blocked in kernels_avx2.c with 16 lanes: a
- * panel of up to BZ_NP rows x 128 columns is decoded once into fp32 in the
- * lane order rows_block's registers hold (FP8: E4M3 x 2^-8, columns in
- * order; BF16: per 32 columns the even then the odd ones, bf16x32), each
- * token's 128 columns are put in the same order (BF16: permuted into a tile;
- * FP8: read in place), and a register block of 3 rows x 8 tokens runs over
- * them 16 columns a step (24 chains, 3 weight vectors, one token vector at a
- * time). Each (row, token) keeps rows_block's 16 lane chains: the per-group
- * partial (FP8, folded into the total with the group multiplier) or the
- * running sum (BF16) waits in a state buffer between column blocks, so every
- * lane sees the FMAs of rows_block in its order, and a token's output is bit
- * for bit the one of the small-M path, whatever the batch around it. */
-enum { BZ_NP = 24, BZ_KC = 256, BZ_MC = 32, BZ_MT = 8, BZ_MIN_M = 8 };
+ * panel of up to BZ_NP rows x BZ_KC columns (FP8: 128, one scale group) is
+ * decoded once into fp32, the values rows_block's registers hold (FP8: E4M3
+ * x 2^-8; BF16 widened; columns in order), and register blocks of 6 rows x
+ * 4 tokens run over it 16 columns a step (24 chains, 6 weight vectors, one
+ * token vector at a time, read in place), then the next 4 tokens reuse it.
+ * Each (row, token) keeps rows_block's 16 lane chains: the per-group partial
+ * (FP8, folded into the total with the group multiplier) or the running sum
+ * (BF16) waits in a state buffer between column blocks, so every lane sees
+ * the FMAs of rows_block in its order, and a token's output is bit for bit
+ * the one of the small-M path, whatever the batch around it. */
+enum { BZ_NP = 24, BZ_KC = 256, BZ_MC = 32, BZ_MT = 4, BZ_R = 6, BZ_MIN_M = 8 };
 
 static inline __attribute__((always_inline)) void bz_kernel(const float *wp, const float *x, int64_t ldx, int kc,
                                                             float *st, const float *gs, bool fold, bool cont,
                                                             const int R, const int MT) {
-    __m512 acc[3 * BZ_MT];
+    __m512 acc[BZ_R * BZ_MT];
     #pragma GCC unroll 24
     for (int j = 0; j < R * MT; j++)
         acc[j] = fold || !cont ? _mm512_setzero_ps() : _mm512_load_ps(st + ((j / MT) * BZ_MC + j % MT) * 16);
     for (int s = 0; s < kc; s += 16) {
-        __m512 w[3];
-        #pragma GCC unroll 3
+        __m512 w[BZ_R];
+        #pragma GCC unroll 6
         for (int r = 0; r < R; r++) w[r] = _mm512_load_ps(wp + r * BZ_KC + s);
         #pragma GCC unroll 8
         for (int m = 0; m < MT; m++) {
             __m512 xv = _mm512_loadu_ps(x + m * ldx + s);
             __asm__("" : "+v"(xv)); /* one load per token vector, not one per row (folded into the FMAs) */
-            #pragma GCC unroll 3
+            #pragma GCC unroll 6
             for (int r = 0; r < R; r++) acc[r * MT + m] = _mm512_fmadd_ps(w[r], xv, acc[r * MT + m]);
         }
     }
@@ -252,7 +246,8 @@ typedef void (*bz_fn)(const float *, const float *, int64_t, int, float *, const
                               bool fold, bool cont) {                                                          \
         bz_kernel(wp, x, ldx, kc, st, gs, fold, cont, R, MT);                                                  \
     }
-#define BZ_ALL(R) BZ(R, 1) BZ(R, 2) BZ(R, 3) BZ(R, 4) BZ(R, 5) BZ(R, 6) BZ(R, 7) BZ(R, 8)
+#define BZ_ALL(R) BZ(R, 1) BZ(R, 2) BZ(R, 3) BZ(R, 4)
+BZ_ALL(6)
 BZ_ALL(3)
 BZ_ALL(1)
 #undef BZ_ALL
@@ -287,8 +282,9 @@ static inline void bz_prefetch_row(const mr_qmatrix *W, int64_t n, int64_t k0, i
 
 static void rows_blocked(const mr_qmatrix *W, int64_t n0, int64_t nr, const float *x, int64_t M, float *y,
                          int64_t ldy) {
-    static const bz_fn b3[BZ_MT + 1] = {NULL, bz_3_1, bz_3_2, bz_3_3, bz_3_4, bz_3_5, bz_3_6, bz_3_7, bz_3_8},
-                       b1[BZ_MT + 1] = {NULL, bz_1_1, bz_1_2, bz_1_3, bz_1_4, bz_1_5, bz_1_6, bz_1_7, bz_1_8};
+    static const bz_fn b6[BZ_MT + 1] = {NULL, bz_6_1, bz_6_2, bz_6_3, bz_6_4},
+                       b3[BZ_MT + 1] = {NULL, bz_3_1, bz_3_2, bz_3_3, bz_3_4},
+                       b1[BZ_MT + 1] = {NULL, bz_1_1, bz_1_2, bz_1_3, bz_1_4};
     const bool fp8 = W->fmt == MR_FMT_FP8_BLOCK;
     const int KB = fp8 ? MR_KGROUP : BZ_KC; /* FP8: one scale group per column block */
     const int64_t K = W->cols, G = (K + KB - 1) / KB;
@@ -319,10 +315,10 @@ static void rows_blocked(const mr_qmatrix *W, int64_t n0, int64_t nr, const floa
                 for (int m0 = 0; m0 < mc; m0 += BZ_MT) {
                     const int mt = mc - m0 < BZ_MT ? mc - m0 : BZ_MT;
                     for (int r = 0; r < np;) {
-                        const int R = np - r >= 3 ? 3 : 1;
+                        const int R = np - r >= 6 ? 6 : np - r >= 3 ? 3 : 1;
                         float *sp = st + ((int64_t)r * BZ_MC + m0) * 16;
                         /* g 0 starts the chains (BF16) or the totals (FP8) at 0 */
-                        (R == 3 ? b3 : b1)[mt](wp + r * BZ_KC, xt + m0 * ldx, ldx, kc, sp, gs + r, fp8, g > 0);
+                        (R == 6 ? b6 : R == 3 ? b3 : b1)[mt](wp + r * BZ_KC, xt + m0 * ldx, ldx, kc, sp, gs + r, fp8, g > 0);
                         r += R;
                     }
                 }
@@ -385,9 +381,9 @@ static void silu_mul_avx512(const float *g, const float *u, int64_t n, float *ou
 void mr__kernels_fill_avx512(mr_kernels *k) {
     k->silu_mul.name = "silu_mul_avx512_16";
     k->silu_mul.fn = silu_mul_avx512;
-    k->rows[MR_FMT_BF16].name = "rows_bf16_avx512_8x32x1_2x32x4_p24x256x3x8";
+    k->rows[MR_FMT_BF16].name = "rows_bf16_avx512_8x32x1_2x32x4_p24x256x6x4";
     k->rows[MR_FMT_BF16].fn = rows_avx512;
-    k->rows[MR_FMT_FP8_BLOCK].name = "rows_fp8_block_avx512_8x32x1_2x32x4_p24x128x3x8";
+    k->rows[MR_FMT_FP8_BLOCK].name = "rows_fp8_block_avx512_8x32x1_2x32x4_p24x128x6x4";
     k->rows[MR_FMT_FP8_BLOCK].fn = rows_avx512;
     k->isa = "avx512";
     k->decode[MR_FMT_BF16].name = "decode_bf16_avx512_1x16";
