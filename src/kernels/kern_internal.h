@@ -65,4 +65,19 @@ static inline void mr__rows_drive(const mr_qmatrix *W, int64_t n0, int64_t nr, c
     }
 }
 
+/* The blocked dense forms (kernels_avx2.c, kernels_avx512.c) run a panel of rows over
+ * every chunk of tokens before the next panel: tokens go to f in slices of about 512 KiB of
+ * x (K fp32 columns each; a multiple of f's token chunk, at least one), so that a slice
+ * stays in L2 while every panel runs over it (without slices, 512 tokens of x, 6 MB at K
+ * 3072, streamed from L3 once per panel). A token's result does not depend on its slice. */
+typedef void (*mr__rows_fn)(const mr_qmatrix *W, int64_t n0, int64_t nr, const float *x, int64_t M, float *y,
+                            int64_t ldy);
+static inline void mr__rows_sliced(mr__rows_fn f, int64_t chunk, const mr_qmatrix *W, int64_t n0, int64_t nr,
+                                   const float *x, int64_t M, float *y, int64_t ldy) {
+    const int64_t K = W->cols;
+    int64_t mo = ((int64_t)1 << 19) / (K * 4) / chunk * chunk;
+    if (mo < chunk) mo = chunk;
+    for (int64_t o0 = 0; o0 < M; o0 += mo) f(W, n0, nr, x + o0 * K, M - o0 < mo ? M - o0 : mo, y + o0 * ldy, ldy);
+}
+
 #endif

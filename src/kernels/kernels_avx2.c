@@ -261,16 +261,10 @@ static void rows_blocked(const mr_qmatrix *W, int64_t n0, int64_t nr, const floa
     /* on the stack (12 + 48 KiB): the per-step path does not allocate */
     float wp[BK_NP * BK_KC] __attribute__((aligned(64)));
     float st[8 * BK_NP * BK_MC] __attribute__((aligned(64)));
-    /* tokens in slices of about 512 KiB of x, so that a slice stays in L2 while every panel of
-     * rows runs over it (the rows are then read once per slice) */
-    int64_t MO = ((int64_t)(1 << 19) / (K * 4)) / BK_MC * BK_MC;
-    if (MO < BK_MC) MO = BK_MC;
-    for (int64_t o0 = 0; o0 < M; o0 += MO) {
-    const int64_t o1 = o0 + MO < M ? o0 + MO : M;
     for (int64_t p0 = 0; p0 < nr; p0 += BK_NP) {
         const int np = (int)(nr - p0 < BK_NP ? nr - p0 : BK_NP);
-        for (int64_t c0 = o0; c0 < o1; c0 += BK_MC) {
-            const int mc = (int)(o1 - c0 < BK_MC ? o1 - c0 : BK_MC);
+        for (int64_t c0 = 0; c0 < M; c0 += BK_MC) {
+            const int mc = (int)(M - c0 < BK_MC ? M - c0 : BK_MC);
             if (fp8) memset(st, 0, sizeof(float) * 8 * BK_NP * BK_MC);
             for (int64_t g = 0; g < G; g++) {
                 const int64_t k0 = g * BK_KC;
@@ -314,13 +308,12 @@ static void rows_blocked(const mr_qmatrix *W, int64_t n0, int64_t nr, const floa
                 }
         }
     }
-    }
 }
 
 static void rows_avx2(const mr_qmatrix *W, int64_t n0, int64_t nr, const float *x, int64_t M, float *y,
                       int64_t ldy) {
     if (M >= BK_MIN_M && W->cols % 16 == 0) {
-        rows_blocked(W, n0, nr, x, M, y, ldy);
+        mr__rows_sliced(rows_blocked, BK_MC, W, n0, nr, x, M, y, ldy);
         return;
     }
     static const mr__rows_block_fn full[4] = {NULL, rb_4_1, rb_2_2, rb_1_3}, one[4] = {NULL, rb_1_1, rb_1_2, rb_1_3};

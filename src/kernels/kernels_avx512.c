@@ -291,16 +291,10 @@ static void rows_blocked(const mr_qmatrix *W, int64_t n0, int64_t nr, const floa
     /* on the stack (24 + 48 KiB): the per-step path does not allocate */
     float wp[BZ_NP * BZ_KC] __attribute__((aligned(64)));
     float st[16 * BZ_NP * BZ_MC] __attribute__((aligned(64)));
-    /* tokens in slices of about 512 KiB of x, so that a slice stays in L2 while every panel of
-     * rows runs over it (the rows are then read once per slice) */
-    int64_t MO = ((int64_t)(1 << 19) / (K * 4)) / BZ_MC * BZ_MC;
-    if (MO < BZ_MC) MO = BZ_MC;
-    for (int64_t o0 = 0; o0 < M; o0 += MO) {
-    const int64_t o1 = o0 + MO < M ? o0 + MO : M;
     for (int64_t p0 = 0; p0 < nr; p0 += BZ_NP) {
         const int np = (int)(nr - p0 < BZ_NP ? nr - p0 : BZ_NP);
-        for (int64_t c0 = o0; c0 < o1; c0 += BZ_MC) {
-            const int mc = (int)(o1 - c0 < BZ_MC ? o1 - c0 : BZ_MC);
+        for (int64_t c0 = 0; c0 < M; c0 += BZ_MC) {
+            const int mc = (int)(M - c0 < BZ_MC ? M - c0 : BZ_MC);
             for (int64_t g = 0; g < G; g++) {
                 const int64_t k0 = g * KB;
                 const int kc = (int)(K - k0 < KB ? K - k0 : KB);
@@ -331,13 +325,12 @@ static void rows_blocked(const mr_qmatrix *W, int64_t n0, int64_t nr, const floa
                 }
         }
     }
-    }
 }
 
 static void rows_avx512(const mr_qmatrix *W, int64_t n0, int64_t nr, const float *x, int64_t M, float *y,
                         int64_t ldy) {
     if (M >= BZ_MIN_M && W->cols % 16 == 0) {
-        rows_blocked(W, n0, nr, x, M, y, ldy);
+        mr__rows_sliced(rows_blocked, BZ_MC, W, n0, nr, x, M, y, ldy);
         return;
     }
     static const mr__rows_block_fn full[5] = {NULL, rb_8_1, rb_4_2, rb_2_3, rb_2_4},
