@@ -60,7 +60,8 @@ int mr_bench_dense(int argc, char **argv) {
     int64_t Ts[MR_BENCH_MAX_TS];
     int nT = 0;
     if (mr_bench_parse_tokens(tokens, 512, Ts, &nT)) {
-        fprintf(stderr, "moerun bench dense: bad --tokens list '%s' (at most 16 comma-separated T in 1..512)\n", tokens);
+        fprintf(stderr, "moerun bench dense: bad --tokens list '%s' (at most 16 comma-separated T in 1..512)\n",
+                tokens);
         return 2;
     }
     if (threads > 0) omp_set_num_threads(threads);
@@ -142,7 +143,8 @@ int mr_bench_dense(int argc, char **argv) {
     const double peak0 = mr_probe_peak(MR_PROBE_FMA, &fma_instr);
     printf("%4s %8s %8s %8s %8s %9s %9s %9s %7s %8s %6s   (GB/s per matrix, medians of %d rounds; probe = same "
            "bytes; GFLOP/s of the layer against the %s peak, %.1f GFLOP/s at the start)\n",
-           "T", "q", "k", "v", "o", "qkv-multi", "layer", "probe", "layer%", "GFLOP/s", "fma%", iters, fma_instr, peak0);
+           "T", "q", "k", "v", "o", "qkv-multi", "layer", "probe", "layer%", "GFLOP/s", "fma%", iters, fma_instr,
+           peak0);
     double lflops = 0; /* multiply-adds x 2 of one layer's four matrices, per token */
     for (int j = 0; j < 4; j++) lflops += 2.0 * (double)rows[j] * (double)cols[j];
     int cur = 0;

@@ -75,7 +75,7 @@ typedef void (*mr__rows_fn)(const mr_qmatrix *W, int64_t n0, int64_t nr, const f
 static inline void mr__rows_sliced(mr__rows_fn f, int64_t chunk, const mr_qmatrix *W, int64_t n0, int64_t nr,
                                    const float *x, int64_t M, float *y, int64_t ldy) {
     const int64_t K = W->cols;
-    int64_t mo = ((int64_t)1 << 19) / (K * 4) / chunk * chunk;
+    int64_t mo = K > 0 ? ((int64_t)1 << 19) / (K * 4) / chunk * chunk : M;
     if (mo < chunk) mo = chunk;
     for (int64_t o0 = 0; o0 < M; o0 += mo) f(W, n0, nr, x + o0 * K, M - o0 < mo ? M - o0 : mo, y + o0 * ldy, ldy);
 }

@@ -271,7 +271,7 @@ static inline void bz_decode_row(const mr_qmatrix *W, int64_t n, int64_t k0, int
     }
 }
 
-/* the next column block of row n (the panel's next decode) toward L1 */
+/* the next column block of row n (the panel's next decode) toward L2 */
 static inline void bz_prefetch_row(const mr_qmatrix *W, int64_t n, int64_t k0, int kb) {
     const int64_t K = W->cols, es = W->fmt == MR_FMT_FP8_BLOCK ? 1 : 2;
     if (k0 >= K) return;
@@ -311,8 +311,9 @@ static void rows_blocked(const mr_qmatrix *W, int64_t n0, int64_t nr, const floa
                     for (int r = 0; r < np;) {
                         const int R = np - r >= 6 ? 6 : np - r >= 3 ? 3 : 1;
                         float *sp = st + ((int64_t)r * BZ_MC + m0) * 16;
+                        const bz_fn f = (R == 6 ? b6 : R == 3 ? b3 : b1)[mt];
                         /* g 0 starts the chains (BF16) or the totals (FP8) at 0 */
-                        (R == 6 ? b6 : R == 3 ? b3 : b1)[mt](wp + r * BZ_KC, xt + m0 * ldx, ldx, kc, sp, gs + r, fp8, g > 0);
+                        f(wp + r * BZ_KC, xt + m0 * ldx, ldx, kc, sp, gs + r, fp8, g > 0);
                         r += R;
                     }
                 }
