@@ -304,8 +304,7 @@ static void rows_blocked(const mr_qmatrix *W, int64_t n0, int64_t nr, const floa
                     bz_prefetch_row(W, n0 + p0 + r, k0 + KB, KB);
                     gs[r] = fp8 ? 256.0f * ((const float *)W->scale)[((n0 + p0 + r) / 128) * G + g] : 1.0f;
                 }
-                const float *xt = x + c0 * K + k0; /* the token rows in place */
-                const int64_t ldx = K;
+                const float *xt = x + c0 * K + k0; /* the token rows in place, K apart */
                 for (int m0 = 0; m0 < mc; m0 += BZ_MT) {
                     const int mt = mc - m0 < BZ_MT ? mc - m0 : BZ_MT;
                     for (int r = 0; r < np;) {
@@ -313,7 +312,7 @@ static void rows_blocked(const mr_qmatrix *W, int64_t n0, int64_t nr, const floa
                         float *sp = st + ((int64_t)r * BZ_MC + m0) * 16;
                         const bz_fn f = (R == 6 ? b6 : R == 3 ? b3 : b1)[mt];
                         /* g 0 starts the chains (BF16) or the totals (FP8) at 0 */
-                        f(wp + r * BZ_KC, xt + m0 * ldx, ldx, kc, sp, gs + r, fp8, g > 0);
+                        f(wp + r * BZ_KC, xt + m0 * K, K, kc, sp, gs + r, fp8, g > 0);
                         r += R;
                     }
                 }
