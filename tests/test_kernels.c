@@ -796,8 +796,10 @@ static void test_act_prepare_bit_exact(void **st) {
 static void test_matmul_many_tokens(void **st) {
     (void)st;
     const mr_format fmts[] = {MR_FMT_BF16, MR_FMT_FP8_BLOCK};
-    const int64_t shapes[][2] = {{50, 400}, {144, 272}, {19, 48}, {27, 4096}};
-    const int64_t Ms[] = {8, 13, 70};
+    /* {21, 150}: K % 16 != 0 (the small-M blocks' scalar tail, and no blocked form) */
+    const int64_t shapes[][2] = {{50, 400}, {144, 272}, {19, 48}, {27, 4096}, {21, 150}};
+    /* 2-7: the small-M register blocks of up to 7 tokens; 8+: the blocked forms */
+    const int64_t Ms[] = {2, 3, 4, 5, 6, 7, 8, 13, 70};
     enum { MAXM = 70, MAXN = 144, MAXK = 4096 };
     tu_rng r = {4242};
     float *w = malloc(sizeof(float) * MAXN * MAXK), *x = malloc(sizeof(float) * MAXM * MAXK),

@@ -116,7 +116,8 @@ static float dot_bf16_avx2(const float *w, const uint16_t *x, int len) {
  * the AVX2 form of rows_avx512: a register block of R rows x MT tokens;
  * each step decodes 16 weights of each of the R rows (E4M3 by the f16 bit
  * trick, value * 2^-8; bf16 widened, in order) and loads 16 values of each
- * token once, R*MT independent FMA chains; per 128-column
+ * token once (in registers shared by the rows, or from L1 as FMA operands),
+ * R*MT independent FMA chains; per 128-column
  * group (FP8) the chains fold into per-(row, token) totals with the group's
  * multiplier, so the R rows share their 128-row scale block. The FMA sequence
  * of a (row, token) does not depend on R, MT or M: a token's result does not
@@ -138,18 +139,23 @@ static inline __attribute__((always_inline)) void rows_block(const mr_qmatrix *W
     const uint8_t *w8 = (const uint8_t *)W->data + n * K;
     const uint16_t *w16 = (const uint16_t *)W->data + n * K;
     const int64_t blk = (int64_t)R * K * (fp8 ? 1 : 2), pf = blk * ((16384 + blk - 1) / blk);
-    __m256 tot[4], acc[4];
-    #pragma GCC unroll 4
+    /* x in registers, shared by the R rows, while R * MT <= 4; larger blocks
+     * take each x vector from L1 as an FMA operand (registers: R * MT
+     * chains, 2 R weight vectors; the totals spill, touched once per group) */
+    enum { XR = 3 };
+    const bool xreg = MT <= XR && R * MT <= 4;
+    __m256 tot[14], acc[14];
+    #pragma GCC unroll 14
     for (int i = 0; i < R * MT; i++) tot[i] = _mm256_setzero_ps();
     for (int64_t g = 0; g < G; g++) {
         const int64_t k0 = g * GL, k1 = k0 + GL < K ? k0 + GL : K;
-        #pragma GCC unroll 4
+        #pragma GCC unroll 14
         for (int i = 0; i < R * MT; i++) acc[i] = _mm256_setzero_ps();
         int64_t i = k0;
         for (; i + 16 <= k1; i += 16) {
-            __m256 xa[3], xb[3];
+            __m256 xa[XR], xb[XR];
             #pragma GCC unroll 3
-            for (int m = 0; m < MT; m++)
+            for (int m = 0; xreg && m < MT; m++)
                 xa[m] = _mm256_loadu_ps(x + m * K + i), xb[m] = _mm256_loadu_ps(x + m * K + i + 8);
             #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
@@ -161,13 +167,16 @@ static inline __attribute__((always_inline)) void rows_block(const mr_qmatrix *W
                     _mm_prefetch((const char *)(w16 + r * K + i) + pf, _MM_HINT_T0);
                     w0 = bf16x8(w16 + r * K + i), w1 = bf16x8(w16 + r * K + i + 8);
                 }
-                #pragma GCC unroll 3
-                for (int m = 0; m < MT; m++)
-                    acc[r * MT + m] = _mm256_fmadd_ps(w1, xb[m], _mm256_fmadd_ps(w0, xa[m], acc[r * MT + m]));
+                #pragma GCC unroll 14
+                for (int m = 0; m < MT; m++) {
+                    const __m256 a = xreg ? xa[m] : _mm256_loadu_ps(x + m * K + i);
+                    const __m256 b = xreg ? xb[m] : _mm256_loadu_ps(x + m * K + i + 8);
+                    acc[r * MT + m] = _mm256_fmadd_ps(w1, b, _mm256_fmadd_ps(w0, a, acc[r * MT + m]));
+                }
             }
         }
         if (i < k1) { /* the last < 16 columns, scalar, in the same order for every R and MT */
-            float t[4][3] = {{0}};
+            float t[4][8] = {{0}};
             for (; i < k1; i++)
                 for (int r = 0; r < R; r++) {
                     const float wv = fp8 ? mr__e4m3_lut[w8[r * K + i]] / 256.0f
@@ -179,12 +188,12 @@ static inline __attribute__((always_inline)) void rows_block(const mr_qmatrix *W
                     acc[r * MT + m] = _mm256_add_ps(acc[r * MT + m], _mm256_setr_ps(t[r][m], 0, 0, 0, 0, 0, 0, 0));
         }
         const __m256 gs = _mm256_set1_ps(fp8 ? 256.0f * scl[g] : 1.0f);
-        #pragma GCC unroll 4
+        #pragma GCC unroll 14
         for (int j = 0; j < R * MT; j++) tot[j] = _mm256_fmadd_ps(acc[j], gs, tot[j]);
     }
     #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
-        #pragma GCC unroll 3
+        #pragma GCC unroll 14
         for (int m = 0; m < MT; m++) y[m * ldy + r] = hsum8(tot[r * MT + m]);
 }
 
@@ -197,6 +206,15 @@ RB(2, 2)
 RB(1, 3)
 RB(1, 1)
 RB(1, 2)
+RB(1, 4)
+RB(1, 5)
+RB(1, 6)
+RB(1, 7)
+RB(2, 3)
+RB(2, 4)
+RB(2, 5)
+RB(2, 6)
+RB(2, 7)
 #undef RB
 
 /* ---- the blocked form of the same sums, for many tokens (M >= BK_MIN_M,
@@ -316,9 +334,14 @@ static void rows_avx2(const mr_qmatrix *W, int64_t n0, int64_t nr, const float *
         mr__rows_sliced(rows_blocked, BK_MC, W, n0, nr, x, M, y, ldy);
         return;
     }
-    static const mr__rows_block_fn full[4] = {NULL, rb_4_1, rb_2_2, rb_1_3}, one[4] = {NULL, rb_1_1, rb_1_2, rb_1_3};
-    static const int rows_of[4] = {0, 4, 2, 1};
-    mr__rows_drive(W, n0, nr, x, M, y, ldy, 3, full, one, rows_of);
+    /* every weight decoded once for up to 7 tokens (before: once per 3, so 4
+     * tokens decoded it twice), in 2-row blocks from 2 tokens on, so that 3+
+     * tokens have 6+ FMA chains where the FMAs' latency bounded 3 chains
+     * (bench/README.md "Dense decode at 2-7 tokens on AVX2") */
+    static const mr__rows_block_fn full[8] = {NULL, rb_4_1, rb_2_2, rb_2_3, rb_2_4, rb_2_5, rb_2_6, rb_2_7},
+                                   one[8] = {NULL, rb_1_1, rb_1_2, rb_1_3, rb_1_4, rb_1_5, rb_1_6, rb_1_7};
+    static const int rows_of[8] = {0, 4, 2, 2, 2, 2, 2, 2};
+    mr__rows_drive(W, n0, nr, x, M, y, ldy, 7, full, one, rows_of);
 }
 
 /* exp(v) for v in [-87.3, 88.3]: 2^n * p(r), n = rne(v log2 e), r = v - n ln2
@@ -491,9 +514,9 @@ void mr__kernels_fill_avx2(mr_kernels *k) {
     k->attn_pv.fn = attn_pv_avx2;
     k->silu_mul.name = "silu_mul_avx2_8";
     k->silu_mul.fn = silu_mul_avx2;
-    k->rows[MR_FMT_BF16].name = "rows_bf16_avx2_4x16x1_1x16x3_p24x128x3x4";
+    k->rows[MR_FMT_BF16].name = "rows_bf16_avx2_4x16x1_2x16x7_p24x128x3x4";
     k->rows[MR_FMT_BF16].fn = rows_avx2;
-    k->rows[MR_FMT_FP8_BLOCK].name = "rows_fp8_block_avx2_4x16x1_1x16x3_p24x128x3x4";
+    k->rows[MR_FMT_FP8_BLOCK].name = "rows_fp8_block_avx2_4x16x1_2x16x7_p24x128x3x4";
     k->rows[MR_FMT_FP8_BLOCK].fn = rows_avx2;
     k->isa = "avx2";
     k->decode[MR_FMT_BF16].name = "decode_bf16_avx2_1x8";
