@@ -131,6 +131,9 @@ static inline __attribute__((always_inline)) void rows_block(const mr_qmatrix *W
     /* prefetch the same columns of a later register block (the rows are
      * contiguous): whole blocks of R rows ahead, at least 16 KiB */
     const int64_t blk = (int64_t)R * K * (fp8 ? 1 : 2), pf = blk * ((16384 + blk - 1) / blk);
+    /* x in registers, shared by the R rows, while R * MT <= 8; larger blocks
+     * (2 rows x 5-7 tokens) take each x vector from L1 as an FMA operand */
+    const bool xreg = R * MT <= 8;
     __m512 tot[16], acc[16];
     #pragma GCC unroll 16
     for (int i = 0; i < R * MT; i++) tot[i] = _mm512_setzero_ps();
@@ -142,23 +145,42 @@ static inline __attribute__((always_inline)) void rows_block(const mr_qmatrix *W
         for (; i + 32 <= k1; i += 32) {
             __m512 xa[8], xb[8];
             #pragma GCC unroll 8
-            for (int m = 0; m < MT; m++)
+            for (int m = 0; xreg && m < MT; m++)
                 xa[m] = _mm512_loadu_ps(x + m * K + i), xb[m] = _mm512_loadu_ps(x + m * K + i + 16);
+            if (xreg) {
+                #pragma GCC unroll 8
+                for (int r = 0; r < R; r++) {
+                    __m512 w0, w1;
+                    if (fp8) {
+                        RPF(w8 + r * K + i);
+                        e4m3x32(w8 + r * K + i, &w0, &w1);
+                        #pragma GCC unroll 8
+                        for (int m = 0; m < MT; m++)
+                            acc[r * MT + m] = _mm512_fmadd_ps(w1, xb[m], _mm512_fmadd_ps(w0, xa[m], acc[r * MT + m]));
+                    } else {
+                        RPF(w16 + r * K + i);
+                        w0 = bf16w16(0xFFFF, w16 + r * K + i), w1 = bf16w16(0xFFFF, w16 + r * K + i + 16);
+                        #pragma GCC unroll 8
+                        for (int m = 0; m < MT; m++)
+                            acc[r * MT + m] = _mm512_fmadd_ps(w1, xb[m], _mm512_fmadd_ps(w0, xa[m], acc[r * MT + m]));
+                    }
+                }
+                continue;
+            }
             #pragma GCC unroll 8
-            for (int r = 0; r < R; r++) {
+            for (int r = 0; r < R; r++) { /* the same FMAs, x from L1 */
                 __m512 w0, w1;
                 if (fp8) {
                     RPF(w8 + r * K + i);
                     e4m3x32(w8 + r * K + i, &w0, &w1);
-                    #pragma GCC unroll 8
-                    for (int m = 0; m < MT; m++)
-                        acc[r * MT + m] = _mm512_fmadd_ps(w1, xb[m], _mm512_fmadd_ps(w0, xa[m], acc[r * MT + m]));
                 } else {
                     RPF(w16 + r * K + i);
                     w0 = bf16w16(0xFFFF, w16 + r * K + i), w1 = bf16w16(0xFFFF, w16 + r * K + i + 16);
-                    #pragma GCC unroll 8
-                    for (int m = 0; m < MT; m++)
-                        acc[r * MT + m] = _mm512_fmadd_ps(w1, xb[m], _mm512_fmadd_ps(w0, xa[m], acc[r * MT + m]));
+                }
+                #pragma GCC unroll 8
+                for (int m = 0; m < MT; m++) {
+                    const __m512 xm0 = _mm512_loadu_ps(x + m * K + i), xm1 = _mm512_loadu_ps(x + m * K + i + 16);
+                    acc[r * MT + m] = _mm512_fmadd_ps(w1, xm1, _mm512_fmadd_ps(w0, xm0, acc[r * MT + m]));
                 }
             }
         }
@@ -196,6 +218,12 @@ RB(1, 1)
 RB(1, 2)
 RB(1, 3)
 RB(1, 4)
+RB(2, 5)
+RB(2, 6)
+RB(2, 7)
+RB(1, 5)
+RB(1, 6)
+RB(1, 7)
 #undef RB
 
 /* ---- the blocked form of the same sums, for many tokens (M >= BZ_MIN_M,
@@ -333,10 +361,12 @@ static void rows_avx512(const mr_qmatrix *W, int64_t n0, int64_t nr, const float
         mr__rows_sliced(rows_blocked, BZ_MC, W, n0, nr, x, M, y, ldy);
         return;
     }
-    static const mr__rows_block_fn full[5] = {NULL, rb_8_1, rb_4_2, rb_2_3, rb_2_4},
-                                   one[5] = {NULL, rb_1_1, rb_1_2, rb_1_3, rb_1_4};
-    static const int rows_of[5] = {0, 8, 4, 2, 2};
-    mr__rows_drive(W, n0, nr, x, M, y, ldy, 4, full, one, rows_of);
+    /* up to 7 tokens in one block, so that every weight is decoded once (5-7
+     * tokens ran as 4 + 1-3: twice; bench/README.md "Dense decode at 2-7 tokens") */
+    static const mr__rows_block_fn full[8] = {NULL, rb_8_1, rb_4_2, rb_2_3, rb_2_4, rb_2_5, rb_2_6, rb_2_7},
+                                   one[8] = {NULL, rb_1_1, rb_1_2, rb_1_3, rb_1_4, rb_1_5, rb_1_6, rb_1_7};
+    static const int rows_of[8] = {0, 8, 4, 2, 2, 2, 2, 2};
+    mr__rows_drive(W, n0, nr, x, M, y, ldy, 7, full, one, rows_of);
 }
 
 /* exp(v) for v in [-87.3, 88.7]: 2^n * p(r), n = rne(v log2 e), r = v - n ln2
@@ -374,9 +404,9 @@ static void silu_mul_avx512(const float *g, const float *u, int64_t n, float *ou
 void mr__kernels_fill_avx512(mr_kernels *k) {
     k->silu_mul.name = "silu_mul_avx512_16";
     k->silu_mul.fn = silu_mul_avx512;
-    k->rows[MR_FMT_BF16].name = "rows_bf16_avx512_8x32x1_2x32x4_p24x256x6x4";
+    k->rows[MR_FMT_BF16].name = "rows_bf16_avx512_8x32x1_2x32x7_p24x256x6x4";
     k->rows[MR_FMT_BF16].fn = rows_avx512;
-    k->rows[MR_FMT_FP8_BLOCK].name = "rows_fp8_block_avx512_8x32x1_2x32x4_p24x128x6x4";
+    k->rows[MR_FMT_FP8_BLOCK].name = "rows_fp8_block_avx512_8x32x1_2x32x7_p24x128x6x4";
     k->rows[MR_FMT_FP8_BLOCK].fn = rows_avx512;
     k->isa = "avx512";
     k->decode[MR_FMT_BF16].name = "decode_bf16_avx512_1x16";
