@@ -247,6 +247,76 @@ static void test_nvfp4_i8_vnni_bit_identical(void **st) {
     free(w), free(x), free(xb), free(xs), free(yb), free(yv);
 }
 
+/* The AVX-512 FP8 gemm on fp32 FMAs (the table's where the CPU has
+ * AVX512-FP16) against the vdpbf16ps one: the same bits for every token
+ * count, with and without the caller's widened x and the per-block x
+ * multipliers of w8a8, over every E4M3 code but NaN, and activations whose
+ * products and sums fall below fp32's normal range (vdpbf16ps takes input
+ * denormals as 0 and flushes output denormals; the FMA kernel runs under
+ * MXCSR DAZ | FTZ) or are large. SKIPPED where the host lacks AVX-512. */
+static void test_fp8_fma_gemm_bit_identical(void **st) {
+    (void)st;
+    const uint32_t a5 = mr_kernel_isa_features(MR_ISA_AVX512);
+    if ((mr_cpu()->flags & a5) != a5) {
+        print_message("SKIPPED: this host (or MOERUN_CPU_MASK) has no AVX-512 level\n");
+        skip();
+    }
+    /* the FP16 flag only selects the kernel (which uses none of its instructions) */
+    mr_kernels kd, kf;
+    mr_kernels_init(&kd, a5);
+    mr_kernels_init(&kf, a5 | MR_CPU_AVX512FP16);
+    assert_ptr_not_equal(kd.uk_gemm[MR_UK_FP8_BF16].fn, kf.uk_gemm[MR_UK_FP8_BF16].fn);
+    assert_int_equal(kd.uk_pack[MR_UK_FP8_BF16], kf.uk_pack[MR_UK_FP8_BF16]);
+    assert_true(kf.uk_gemm_xw[MR_UK_FP8_BF16]);
+    enum { N = 32, K = 384, MMAX = 40 };
+    tu_rng r = {0xF8F8};
+    uint8_t *codes = malloc((size_t)N * K);
+    float scale[(N / 128 + 1) * (K / 128)];
+    for (int64_t i = 0; i < (int64_t)N * K; i++) {
+        codes[i] = (uint8_t)(i < 256 ? i : (int)(tu_uniform(&r) * 256.0f));
+        if ((codes[i] & 0x7F) == 0x7F) codes[i] = 0x38;
+    }
+    for (size_t i = 0; i < sizeof scale / sizeof scale[0]; i++) scale[i] = 0.001f + tu_uniform(&r);
+    mr_qmatrix q = {.fmt = MR_FMT_FP8_BLOCK, .rows = N, .cols = K, .data = codes, .scale = scale, .scale2 = 1.0f};
+    const mr_qmatrix *src[1] = {&q};
+    mr_pmatrix pm;
+    assert_int_equal(mr_pmatrix_pack(&pm, kf.uk_pack[MR_UK_FP8_BF16], src, 1), MR_OK);
+    const int64_t Kp = pm.Kp, nb = Kp / 128, ldw = Kp + 16;
+    uint16_t *x = malloc(sizeof(uint16_t) * (size_t)(MMAX * Kp));
+    float *xw = malloc(sizeof(float) * (size_t)(MMAX * ldw)), *xs = malloc(sizeof(float) * (size_t)(MMAX * nb));
+    for (int64_t m = 0; m < MMAX; m++)
+        for (int64_t i = 0; i < Kp; i++) {
+            float v = tu_normal(&r);
+            if (m % 4 == 1) v *= 1e-37f; /* products and sums below 2^-126 */
+            if (m % 4 == 2) v *= 1e30f;
+            uint16_t b = mr_f32_to_bf16(v);
+            if (m % 4 == 3 && i % 5 == 0) b = (uint16_t)((b & 0x8000) | (1 + i % 120)); /* bf16 denormals */
+            x[m * Kp + i] = b;
+            xw[m * ldw + i] = mr_bf16_to_f32(b);
+        }
+    for (int64_t i = 0; i < MMAX * nb; i++) xs[i] = 0.25f + tu_uniform(&r);
+    float *yd = malloc(sizeof(float) * MMAX * 16), *yf = malloc(sizeof(float) * MMAX * 16);
+    void *scratch = mr_aligned_alloc(64, MR_UK_SCRATCH);
+    const int64_t Ms[] = {16, 17, 31, 33, MMAX};
+    for (int v = 0; v < 4; v++) /* v & 1: the caller's widened x; v & 2: w8a8's multipliers */
+        for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
+            const mr_uk_act ad = {.x = x, .ldx = Kp, .xs = v & 2 ? xs : NULL, .ldxs = nb, .post = 0.5f};
+            mr_uk_act af = ad;
+            if (v & 1) af.xw = xw, af.ldxw = ldw;
+            for (int64_t t = 0; t < pm.n_tiles; t++) {
+                kd.uk_gemm[MR_UK_FP8_BF16].fn(&pm, t, &ad, Ms[mi], yd, 16, scratch);
+                kf.uk_gemm[MR_UK_FP8_BF16].fn(&pm, t, &af, Ms[mi], yf, 16, scratch);
+                for (int64_t i = 0; i < Ms[mi] * 16; i++)
+                    if (memcmp(&yd[i], &yf[i], 4) != 0)
+                        fail_msg("M %lld variant %d tile %lld y[%lld]: vdpbf16ps %.9g, fp32 FMA %.9g", (long long)Ms[mi],
+                                 v, (long long)t, (long long)i, yd[i], yf[i]);
+            }
+        }
+    mr_pmatrix_free(&pm);
+    mr_aligned_free(scratch);
+    free(codes), free(x), free(xw), free(xs), free(yd), free(yf);
+}
+
 /* y[m][n] of x . W^T against a double reference on the dequantized row;
  * tolerance: exact products, fp32 sums in another order */
 static void check_matmul_out(const mr_qmatrix *q, const float *x, int64_t M, const float *y) {
@@ -383,7 +453,7 @@ static void check_uk(const mr_kernels *k, const ukcase *uc, int nsrc, int64_t M,
      * same tiles with xw given (rows ldxw = Kp + 8 apart, NaN between) and x
      * replaced by NaN rows, so a kernel that reads x, or xw in the wrong
      * place, gives other bits */
-    const bool wid = gemm && k->uk_gemm_xw && !i8 && !f32;
+    const bool wid = gemm && k->uk_gemm_xw[uc->kind] && !i8 && !f32;
     float *xw = wid ? malloc(sizeof(float) * (size_t)(M * (Kp + 8))) : NULL;
     uint16_t *xnan = wid ? malloc(sizeof(uint16_t) * (size_t)(M * Kp)) : NULL;
     float *yw = wid ? malloc(sizeof(float) * (size_t)(M * 16)) : NULL;
@@ -920,6 +990,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_rows_all_tables),
         cmocka_unit_test(test_table_names),
         cmocka_unit_test(test_nvfp4_i8_vnni_bit_identical),
+        cmocka_unit_test(test_fp8_fma_gemm_bit_identical),
         cmocka_unit_test(test_attention_kernels),
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_matmul_many_tokens),

@@ -104,7 +104,7 @@ int main(int argc, char **argv) {
         }
     }
     /* a table whose gemm kernels take x widened to fp32 gets it, as the routed runner gives it */
-    const bool widen = kt->uk_gemm_xw && kind != MR_UK_NVFP4_I8;
+    const bool widen = kt->uk_gemm_xw[kind] && kind != MR_UK_NVFP4_I8;
     mr_uk_act a = {.x = x, .ldx = K, .xs = kind == MR_UK_BF16_BF16 ? NULL : xs, .ldxs = nb, .xb = xb, .ldb = nb,
                    .post = 1.0f, .xs_group = xs_group, .xw = widen ? xf : NULL, .ldxw = K};
     void *scratch = mr_aligned_alloc(64, MR_UK_SCRATCH);

@@ -191,7 +191,7 @@ typedef struct {
                            kernel may apply it once per run; 0 or 1 = no promise */
     const float *xw;    /* the bf16-input kinds (FP8_BF16, NVFP4_BF16, BF16_BF16): NULL, or
                            x widened to fp32 (exactly), [M][ldxw], Kp values a row; a
-                           gemm kernel of a table with uk_gemm_xw reads it instead of x
+                           gemm kernel of a kind with uk_gemm_xw[kind] reads it instead of x
                            (same values, same bits out). A caller that runs one x over
                            many tiles widens it once instead of once per tile. */
     int64_t ldxw;
@@ -249,8 +249,8 @@ typedef struct {
         mr_uk_fn fn;
     } uk_gemv[MR_UK_COUNT], uk_gemm[MR_UK_COUNT];
     int uk_gemm_min_m; /* use uk_gemm at this many tokens per expert and above */
-    bool uk_gemm_xw;   /* the gemm kernels of the bf16-input kinds read mr_uk_act.xw when set
-                          (the AVX2 ones, whose fp32 FMAs would otherwise widen x per tile) */
+    bool uk_gemm_xw[MR_UK_COUNT]; /* per bf16-input kind: its gemm kernel reads mr_uk_act.xw
+                                     (the fp32 FMA ones, which would otherwise widen x per tile) */
     mr_pack_id uk_pack[MR_UK_COUNT];       /* the pack each kind's kernels take */
     mr_probe_instr uk_instr[MR_UK_COUNT];  /* the instruction of their inner loop */
     struct {

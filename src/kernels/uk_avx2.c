@@ -38,7 +38,7 @@
  *  bf16         bf16 pairs widened exactly (shift / mask); gemv: FMAs with
  *               broadcast fp32 x; gemm: decoded to scratch, then f32_core.
  * The gemm kernels of the bf16-input kinds take x widened to fp32 from the
- * caller (mr_uk_act.xw; this table sets uk_gemm_xw): widening it here, per
+ * caller (mr_uk_act.xw; this table sets their uk_gemm_xw): widening it here, per
  * tile, cost ~20% of a tile at 16-64 tokens (bench/README.md, Zen 2).
  * Weight streams are prefetched MR_UK_PREFETCH bytes ahead into L2 and, for
  * the decode-heavy gemv kernels, into L1 too (PF_FP8, PF_NV below). */
@@ -686,7 +686,7 @@ void mr__uk_fill_avx2(mr_kernels *k) {
         k->uk_pack[i] = e[i].pack;
         k->uk_instr[i] = e[i].instr;
     }
-    k->uk_gemm_xw = true;
+    k->uk_gemm_xw[MR_UK_FP8_BF16] = k->uk_gemm_xw[MR_UK_NVFP4_BF16] = k->uk_gemm_xw[MR_UK_BF16_BF16] = true;
     k->uk_gemm_min_m = 5; /* past MTV the gemv decodes once per 4 tokens; the gemm once */
     k->uk_stream.name = "uk_stream_avx2";
     k->uk_stream.fn = uk_stream;

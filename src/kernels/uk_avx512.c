@@ -266,6 +266,97 @@ static void uk_fp8_bf16_gemm(const mr_pmatrix *W, int64_t t, const mr_uk_act *a,
     apply_post(y, ldy, M, a->post * W->scale2);
 }
 
+/* fp8 gemm on fp32 FMAs (the table's choice where the CPU has AVX512-FP16,
+ * i.e. Intel's cores since Sapphire Rapids, whose vdpbf16ps zmm issues at
+ * half the rate of vfmadd231ps zmm: 218-222 against 427-469 GFLOP/s on 2
+ * cores here, bench/README.md). The 16x128 block is decoded through the
+ * bf16 LUT and widened into scratch as [128 k][16 rows] fp32 (8 KiB); then
+ * register blocks of up to 16 tokens, per k one load of the 16 rows and one
+ * vfmadd231ps per token with its x broadcast from memory (x fp32 from the
+ * caller, mr_uk_act.xw, or widened here per block).
+ * Bit for bit uk_fp8_bf16_gemm: vdpbf16ps adds a pair's odd product, then
+ * its even one, each rounded to nearest even, with input denormals taken
+ * as zero and output denormals flushed (Intel SDM; the order was checked
+ * on 320000 random lanes against fmaf), and bf16 products are exact in
+ * fp32; so the same chain of FMAs, odd k before even k, under MXCSR DAZ |
+ * FTZ gives the same sums. The scaling into y runs under the caller's
+ * MXCSR, as in uk_fp8_bf16_gemm. */
+enum { MTZ = 16, MXCSR_DAZ_FTZ = 0x8040 };
+INL void fp8_blk_f32(const fp8_lut *t, const uint8_t *p, __m512 *wb) {
+    const __m512i hm = _mm512_set1_epi32((int)0xFFFF0000u);
+    for (int g = 0; g < 32; g++) {
+        __m512i z0, z1;
+        PF(p + g * 64);
+        fp8_line_bf16(t, p + g * 64, &z0, &z1, 0);
+        _mm512_store_ps(wb + 4 * g, _mm512_castsi512_ps(_mm512_slli_epi32(z0, 16)));
+        _mm512_store_ps(wb + 4 * g + 1, _mm512_castsi512_ps(_mm512_and_si512(z0, hm)));
+        _mm512_store_ps(wb + 4 * g + 2, _mm512_castsi512_ps(_mm512_slli_epi32(z1, 16)));
+        _mm512_store_ps(wb + 4 * g + 3, _mm512_castsi512_ps(_mm512_and_si512(z1, hm)));
+    }
+}
+
+INL void fp8_f32_tok(const __m512 *wb, const float *x, int64_t ldx, const float *xs, int64_t ldxs, float s0,
+                     int64_t kb, float *y, int64_t ldy, int first, unsigned csr, const int M) {
+    __m512 acc[MTZ];
+    #pragma GCC unroll 16
+    for (int m = 0; m < M; m++) acc[m] = _mm512_setzero_ps();
+    _mm_setcsr(csr | MXCSR_DAZ_FTZ);
+    for (int k = 0; k < 128; k += 2) { /* the pair (k, k + 1): odd first, as vdpbf16ps */
+        const __m512 w1 = _mm512_load_ps((const float *)(wb + k + 1)), w0 = _mm512_load_ps((const float *)(wb + k));
+        #pragma GCC unroll 16
+        for (int m = 0; m < M; m++)
+            acc[m] = _mm512_fmadd_ps(w0, _mm512_set1_ps(x[m * ldx + k]),
+                                     _mm512_fmadd_ps(w1, _mm512_set1_ps(x[m * ldx + k + 1]), acc[m]));
+    }
+    /* the sums are complete before MXCSR goes back (the asm takes them as inputs) */
+    #pragma GCC unroll 16
+    for (int m = 0; m < M; m++) __asm__ volatile("" : "+v"(acc[m]));
+    _mm_setcsr(csr);
+    #pragma GCC unroll 16
+    for (int m = 0; m < M; m++) __asm__ volatile("" : "+v"(acc[m]));
+    #pragma GCC unroll 16
+    for (int m = 0; m < M; m++) {
+        __m512 s = _mm512_set1_ps(s0 * (xs ? xs[m * ldxs + kb] : 1.0f));
+        __m512 r = first ? _mm512_mul_ps(acc[m], s) : _mm512_fmadd_ps(acc[m], s, _mm512_loadu_ps(y + m * ldy));
+        _mm512_storeu_ps(y + m * ldy, r);
+    }
+}
+
+static void uk_fp8_f32_gemm(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                            void *scratch) {
+    const fp8_lut lut = fp8_lut_load();
+    const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
+    const float *bs = W->tscale + t * (W->Kp / 128);
+    const unsigned csr = _mm_getcsr();
+    __m512 *wb = (__m512 *)scratch;          /* [128][16] fp32: 8 KiB */
+    float *xf = (float *)scratch + 128 * 16; /* [MTZ][128] fp32 where x comes as bf16: 8 KiB */
+    for (int64_t kb = 0; kb < W->Kp / 128; kb++) {
+        fp8_blk_f32(&lut, tile + kb * 2048, wb);
+        for (int64_t m0 = 0, mt; m0 < M; m0 += mt) {
+            mt = token_block(M - m0, MTZ);
+            const float *xm;
+            int64_t ld;
+            if (a->xw) {
+                xm = a->xw + m0 * a->ldxw + kb * 128, ld = a->ldxw;
+            } else {
+                for (int64_t m = 0; m < mt; m++) {
+                    const uint16_t *src = (const uint16_t *)a->x + (m0 + m) * a->ldx + kb * 128;
+                    for (int i = 0; i < 128; i += 16) {
+                        const __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + i)));
+                        _mm512_store_si512(xf + m * 128 + i, _mm512_slli_epi32(v, 16));
+                    }
+                }
+                xm = xf, ld = 128;
+            }
+            const float *xsm = a->xs ? a->xs + m0 * a->ldxs : NULL;
+#define CALL(n) fp8_f32_tok(wb, xm, ld, xsm, a->ldxs, bs[kb], kb, y + m0 * ldy, ldy, kb == 0, csr, n)
+            DISPATCH_MT16(mt, CALL)
+#undef CALL
+        }
+    }
+    apply_post(y, ldy, M, a->post * W->scale2);
+}
+
 /* ---------------- NVFP4 ---------------- */
 /* 16 E4M3 bytes -> 16 f32 equal to value * 2^-8 (f16 bit trick, exact). */
 INL __m512 e4m3x16_f32(const uint8_t *p) {
@@ -562,12 +653,19 @@ void mr__uk_fill_avx512(mr_kernels *k) {
     k->uk_gemv[MR_UK_BF16_F32].name = k->uk_gemm[MR_UK_BF16_F32].name = "uk_bf16_f32_avx512_16x8";
     k->uk_gemv[MR_UK_BF16_F32].fn = k->uk_gemm[MR_UK_BF16_F32].fn = uk_bf16_f32;
     k->uk_gemm_min_m = 16; /* dev/perf: fp8.v3 equals v1 at 16 tokens per expert and wins above */
-    k->uk_gemm_xw = false; /* these take bf16 x as it is (vdpbf16ps); the AVX2 level below set it */
+    for (int i = 0; i < MR_UK_COUNT; i++) /* these take bf16 x as it is (vdpbf16ps); the AVX2 level below set it */
+        k->uk_gemm_xw[i] = false;
+    if (k->flags & MR_CPU_AVX512FP16) { /* Intel since Sapphire Rapids: same bits, fp32 FMAs (above) */
+        k->uk_gemm[MR_UK_FP8_BF16].name = "uk_fp8_f32_avx512_l1_16x128x16";
+        k->uk_gemm[MR_UK_FP8_BF16].fn = uk_fp8_f32_gemm;
+        k->uk_gemm_xw[MR_UK_FP8_BF16] = true; /* x widened once per expert chunk */
+    }
     static const mr_pack_id pk[MR_UK_COUNT] = {MR_PACK_FP8_R16K4, MR_PACK_NVFP4_R16K16, MR_PACK_NVFP4_R16K16B,
                                                 MR_PACK_BF16_R16K2, MR_PACK_BF16_R16K2};
     static const mr_probe_instr in[MR_UK_COUNT] = {MR_PROBE_DPBF16, MR_PROBE_DPBUSD, MR_PROBE_DPBF16,
                                                    MR_PROBE_DPBF16, MR_PROBE_FMA};
     for (int i = 0; i < MR_UK_COUNT; i++) k->uk_pack[i] = pk[i], k->uk_instr[i] = in[i];
+    if (k->flags & MR_CPU_AVX512FP16) k->uk_instr[MR_UK_FP8_BF16] = MR_PROBE_FMA; /* its gemm's (the gemv's: vdpbf16ps) */
     k->uk_stream.name = "uk_stream_avx512";
     k->uk_stream.fn = uk_stream;
 }

@@ -50,13 +50,16 @@ static inline void stream_start(const uint8_t *p, size_t bytes, const uint8_t **
  * stream-only kernel): widened once per expert chunk and reused by every
  * tile of it, and by the thread's next chunk where that has the same rows
  * (key: the first row's address). The shift is inlined rather than
- * mr__bf16_dequantize_row's per-value call so that the loop vectorizes. */
+ * mr__bf16_dequantize_row's per-value call so that the loop vectorizes.
+ * Rows are MR__XW_LD(ld) apart: a 16-token register block of rows 12 KiB
+ * apart sat on one L1 set (dev/perf/hot_uk: 113 -> 130 G/s a thread for
+ * the AVX-512 fp32-FMA fp8 gemm with the pad). */
 static const float *widen_rows(const uint16_t *x, int64_t ld, int64_t mm, float *xw, bool gemm, const void **key) {
     if (!xw || !gemm) return NULL;
     if (*key == (const void *)x) return xw;
     for (int64_t m = 0; m < mm; m++) {
         const uint16_t *src = x + m * ld;
-        uint32_t *dst = (uint32_t *)(xw + m * ld);
+        uint32_t *dst = (uint32_t *)(xw + m * MR__XW_LD(ld));
         for (int64_t i = 0; i < ld; i++) dst[i] = (uint32_t)src[i] << 16;
     }
     *key = x;
@@ -188,7 +191,7 @@ mr_status mr__routed_experts(mr_moe_ctx *c, const mr_moe_weights *w, const mr_a2
                 const float *xwr = widen_rows(xr, s->ld1, mm, xw, !fn_stream && mm >= K->uk_gemm_min_m, &xw_key);
                 const mr_uk_act in = {.x = xr, .ldx = s->ld1, .xs = xs1 ? xs1 + s0 * s->nxs1 : NULL, .ldxs = s->nxs1,
                                       .xb = xb1 ? xb1 + s0 * s->nxb1 : NULL, .ldb = s->nxb1, .post = post1,
-                                      .xs_group = s->xs_group, .xw = xwr, .ldxw = s->ld1};
+                                      .xs_group = s->xs_group, .xw = xwr, .ldxw = MR__XW_LD(s->ld1)};
                 for (int64_t i = 0; i < npair; i++) {
                     fn(W, tile0 + 2 * i, &in, mm, gb + i * T, CB1, scratch);
                     fn(W, tile0 + 2 * i + 1, &in, mm, ub + i * T, CB1, scratch);
@@ -220,7 +223,7 @@ mr_status mr__routed_experts(mr_moe_ctx *c, const mr_moe_weights *w, const mr_a2
                 const float *xwr = widen_rows(xr, s->ld2, mm, xw, !fn_stream && mm >= K->uk_gemm_min_m, &xw_key);
                 const mr_uk_act in = {.x = xr, .ldx = s->ld2, .xs = s->use_xs ? s->xs2 + s0 * s->nxs2 : NULL,
                                       .ldxs = s->nxs2, .xb = s->xb2 ? s->xb2 + s0 * s->nxb2 : NULL, .ldb = s->nxb2,
-                                      .post = post2, .xs_group = s->xs_group, .xw = xwr, .ldxw = s->ld2};
+                                      .post = post2, .xs_group = s->xs_group, .xw = xwr, .ldxw = MR__XW_LD(s->ld2)};
                 for (int64_t i = 0; i < ntl; i++) fn(W, n0 / T + i, &in, mm, yb + i * T, CB2, scratch);
                 for (int64_t m = 0; m < mm; m++)
                     memcpy(y + (size_t)(s0 + m) * (size_t)H + (size_t)n0, yb + m * CB2, (size_t)nr * sizeof(float));

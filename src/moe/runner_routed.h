@@ -7,12 +7,16 @@
 
 #include "moe/moe_internal.h"
 
+/* the row stride of the widened x (mr_uk_act.xw) for rows of ld values: 16 floats (64 bytes)
+ * past it, so that rows ld = H or I (multiples of 1024) apart do not all fall on one L1 set */
+#define MR__XW_LD(ld) ((ld) + 16)
+
 typedef struct {
     mr_uk_kind kind;        /* the micro-kernel kind of the mode */
     int es, blk;            /* kernel input element size, per-block multiplier width (0 none) */
     bool use_xs;            /* the kernels take the per-block multipliers */
     int xs_group;           /* w4a8: one multiplier per 128 columns, replicated per 16 */
-    bool widen;             /* the gemm kernels take x widened to fp32 (mr_kernels.uk_gemm_xw) */
+    bool widen;             /* the gemm kernels take x widened to fp32 (mr_kernels.uk_gemm_xw[kind]) */
     /* GEMM1 input rows (the context's row planes): x [ld1] elements, xs [nxs1], xb [nxb1] */
     int64_t ld1, nxs1, nxb1;
     /* GEMM2 input rows, [max_recv] each: x2 [ld2] elements, xs2 [nxs2], xb2 [nxb2] */
