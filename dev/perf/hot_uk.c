@@ -105,8 +105,12 @@ int main(int argc, char **argv) {
     }
     /* a table whose gemm kernels take x widened to fp32 gets it, as the routed runner gives it */
     const bool widen = kt->uk_gemm_xw[kind] && kind != MR_UK_NVFP4_I8;
+    /* rows 16 floats past K apart, as the routed runner lays out its widened x (MR__XW_LD) */
+    const int64_t LDW = K + 16;
+    float *xwp = malloc(sizeof(float) * (size_t)(MMAX * LDW));
+    for (int64_t m = 0; m < MMAX; m++) memcpy(xwp + m * LDW, xf + m * K, sizeof(float) * K);
     mr_uk_act a = {.x = x, .ldx = K, .xs = kind == MR_UK_BF16_BF16 ? NULL : xs, .ldxs = nb, .xb = xb, .ldb = nb,
-                   .post = 1.0f, .xs_group = xs_group, .xw = widen ? xf : NULL, .ldxw = K};
+                   .post = 1.0f, .xs_group = xs_group, .xw = widen ? xwp : NULL, .ldxw = LDW};
     void *scratch = mr_aligned_alloc(64, MR_UK_SCRATCH);
     float *y = mr_aligned_alloc(64, sizeof(float) * MMAX * 16);
     /* check every tile at M = 19 against the scalar decode of the packed layout */
