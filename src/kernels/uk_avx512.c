@@ -7,6 +7,10 @@
  *                 1 token: 2 lines a step into 4 chains (+14% hot);
  *  fp8_bf16 gemm  (dev fp8.v3) decodes a 16x128 block to bf16 once into
  *                 scratch (L1), then 8-token blocks: 1 load + 8 vdpbf16ps;
+ *  fp8_f32 gemm   the same sums bit for bit on fp32 FMAs (the block widened
+ *                 to fp32 in L1, 16-token blocks, 1 load + 16 vfmadd231ps a
+ *                 k) where the CPU has AVX512-FP16 (Intel: vdpbf16ps zmm at
+ *                 half the FMA rate);
  *  nvfp4_i8       (dev nvfp4.v1) vpermb nibble -> u8 = 2*e2m1 + 12 (vpermb
  *                 instead of and + vpshufb; 1 token: split chains; up to
  *                 16 tokens a pass, xs once per 128 for w4a8),
