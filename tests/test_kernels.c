@@ -249,7 +249,8 @@ static void test_nvfp4_i8_vnni_bit_identical(void **st) {
 
 /* The AVX-512 FP8 gemm on fp32 FMAs (the table's where the CPU has
  * AVX512-FP16) against the vdpbf16ps one: the same bits for every token
- * count, with and without the caller's widened x and the per-block x
+ * count from 5 (below 16 against the vdpbf16ps gemv, which the FMA table's
+ * lower gemm threshold replaces), with and without the caller's widened x and the per-block x
  * multipliers of w8a8, over every E4M3 code but NaN, and activations whose
  * products and sums fall below fp32's normal range (vdpbf16ps takes input
  * denormals as 0 and flushes output denormals; the FMA kernel runs under
@@ -297,14 +298,18 @@ static void test_fp8_fma_gemm_bit_identical(void **st) {
     for (int64_t i = 0; i < MMAX * nb; i++) xs[i] = 0.25f + tu_uniform(&r);
     float *yd = malloc(sizeof(float) * MMAX * 16), *yf = malloc(sizeof(float) * MMAX * 16);
     void *scratch = mr_aligned_alloc(64, MR_UK_SCRATCH);
-    const int64_t Ms[] = {16, 17, 31, 33, MMAX};
+    /* 5-15: below the vdpbf16ps table's gemm threshold its gemv (a single chain from 5 tokens)
+     * is the reference, so the FMA table's lower threshold changes no result either */
+    const int64_t Ms[] = {5, 6, 9, 15, 16, 17, 31, 33, MMAX};
+    assert_true(kf.uk_gemm_min_m >= 5);
     for (int v = 0; v < 4; v++) /* v & 1: the caller's widened x; v & 2: w8a8's multipliers */
         for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
             const mr_uk_act ad = {.x = x, .ldx = Kp, .xs = v & 2 ? xs : NULL, .ldxs = nb, .post = 0.5f};
             mr_uk_act af = ad;
             if (v & 1) af.xw = xw, af.ldxw = ldw;
             for (int64_t t = 0; t < pm.n_tiles; t++) {
-                kd.uk_gemm[MR_UK_FP8_BF16].fn(&pm, t, &ad, Ms[mi], yd, 16, scratch);
+                (Ms[mi] >= kd.uk_gemm_min_m ? kd.uk_gemm : kd.uk_gemv)[MR_UK_FP8_BF16].fn(&pm, t, &ad, Ms[mi], yd, 16,
+                                                                                         scratch);
                 kf.uk_gemm[MR_UK_FP8_BF16].fn(&pm, t, &af, Ms[mi], yf, 16, scratch);
                 for (int64_t i = 0; i < Ms[mi] * 16; i++)
                     if (memcmp(&yd[i], &yf[i], 4) != 0)
