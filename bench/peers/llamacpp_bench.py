@@ -6,6 +6,7 @@ prompt and decode tok/s at batch 1 (N greedy tokens after that prompt).
     bench/peers/llamacpp_bench.py --isa avx2|native \\
         --pair fp8=/work/ckpt/real2-fp8:/work/ckpt/peers/real2-q8_0.gguf \\
         --pair nvfp4=/work/ckpt/real2-nvfp4:/work/ckpt/peers/real2-q4_0.gguf [--rounds 3]
+        [--llama-server /work/ckpt/peers/llama-server/bin/llama-server]
 
 Each --pair is LABEL=MOERUN_CHECKPOINT:GGUF (bench/peers/llamacpp_setup.sh
 makes the GGUF files). --isa avx2 runs moerun with MOERUN_CPU_MASK=avx512
@@ -17,7 +18,10 @@ into memory at load (use_mmap=False), as moerun copies its experts: with
 mmap, decode steps after a moerun round page-faulted evicted experts back
 from disk (7.8 against 51 tok/s for the same q8_0 file). It prints both versions, every
 round, the medians and ranges, and the moerun / llama.cpp ratios; --json
-writes them too. Exit status: 0 done, 1 an engine failed (its message is
+writes them too. --llama-server times llama.cpp through its C++ server instead
+(the /completion "timings" of one request per round; AVX-512 without AMX, whose
+path in llama-cpp-python's native build crashes on q8_0 on Sapphire Rapids).
+Exit status: 0 done, 1 an engine failed (its message is
 printed), 2 bad usage.
 """
 import argparse
@@ -81,6 +85,62 @@ def run_llamacpp(py, gguf, ids, decode, threads):
     return json.loads(lines[-1])
 
 
+def run_llama_server(server, gguf, ids, decode, threads):
+    """one round through llama.cpp's C++ server (bench/peers/llamacpp_setup.sh server): started
+    for the round (its load not timed), one /completion of the prompt ids and decode + 1
+    tokens, its own "timings" (prompt_per_second, predicted_per_second); --load-mode none (no mmap), as the
+    llama-cpp-python worker reads its file into memory"""
+    import socket
+    import tempfile
+    import urllib.request
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        port = so.getsockname()[1]
+    log = tempfile.TemporaryFile(mode="w+")
+    cmd = [server, "-m", gguf, "--host", "127.0.0.1", "--port", str(port), "-t", str(threads), "-tb", str(threads),
+           "-c", str(len(ids) + decode + 16), "-b", str(len(ids)), "-ub", str(len(ids)), "--parallel", "1",
+           "--no-webui", "--load-mode", "none"]
+    p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+
+    def fail(why):
+        log.seek(0)
+        tail = "\n".join(log.read().strip().splitlines()[-12:])
+        raise RuntimeError(f"llama-server could not run {gguf} ({why}):\n{tail}")
+    try:
+        t_load = time.perf_counter()
+        while True:
+            if p.poll() is not None:
+                fail(f"exit {p.returncode} while loading")
+            try:
+                if urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).status == 200:
+                    break
+            except OSError:
+                pass
+            if time.perf_counter() - t_load > 600:
+                fail("not ready within 600 s")
+            time.sleep(0.2)
+        t_load = time.perf_counter() - t_load
+        body = json.dumps({"prompt": ids, "n_predict": decode + 1, "temperature": 0, "ignore_eos": True,
+                           "cache_prompt": False}).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/completion", body, {"Content-Type": "application/json"})
+        try:
+            t = json.load(urllib.request.urlopen(req, timeout=1200))["timings"]
+        except (OSError, KeyError, ValueError) as e:
+            fail(f"/completion: {e}; a GGUF without a tokenizer makes it abort: bench/peers/gguf_tokenizer.py adds one")
+        ver = subprocess.run([server, "--version"], capture_output=True, text=True)
+        vline = [ln for ln in (ver.stdout + ver.stderr).splitlines() if ln.startswith("version")]
+        return {"prefill_tok_s": float(t["prompt_per_second"]), "decode_tok_s": float(t["predicted_per_second"]),
+                "load_s": t_load, "version": vline[0] if vline else "?", "system_info": "llama-server"}
+    finally:
+        p.terminate()
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+        log.close()
+
+
 # ---------------- the moerun side ----------------
 STATS = re.compile(r"prefill: (\d+) tokens in ([\d.]+) s \(([\d.]+) tok/s\); decode: (\d+) tokens in ([\d.]+) s "
                    r"\(([\d.]+) tok/s\)")
@@ -117,6 +177,9 @@ def main():
     ap.add_argument("--moerun", default=os.path.join(ROOT, "build", "moerun"))
     ap.add_argument("--peers", default=os.environ.get("PEERS", os.path.join(ROOT, "build", "peers")))
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--llama-server", help="time llama.cpp through this llama-server binary (llamacpp_setup.sh server: "
+                    "the CPU's AVX2 / AVX-512 / AVX-VNNI, AMX off) instead of llama-cpp-python; --isa native only; "
+                    "the GGUF files need a tokenizer (gguf_tokenizer.py)")
     a = ap.parse_args()
     if a.worker:
         worker(a)
@@ -136,7 +199,12 @@ def main():
                 ap.error(f"--pair {label}: {f} does not exist (bench/peers/llamacpp_setup.sh makes the GGUF files)")
         pairs.append((label, ckpt, gguf))
     py = os.path.join(a.peers, "venv-avx2" if a.isa == "avx2" else "venv-native", "bin", "python")
-    if not os.path.exists(py):
+    if a.llama_server:
+        if a.isa != "native":
+            ap.error("--llama-server runs the server as llamacpp_setup.sh built it for this CPU: use --isa native")
+        if not os.access(a.llama_server, os.X_OK):
+            ap.error(f"{a.llama_server} is not an executable (bench/peers/llamacpp_setup.sh server)")
+    elif not os.path.exists(py):
         ap.error(f"{py} is missing: run bench/peers/llamacpp_setup.sh venv first")
     if not os.access(a.moerun, os.X_OK):
         ap.error(f"{a.moerun} is not an executable (make build)")
@@ -160,9 +228,14 @@ def main():
                     if eng == "moerun":
                         v = run_moerun(a.moerun, ckpt, ids, a.decode, a.threads, env)
                     else:
-                        v = run_llamacpp(py, gguf, ids, a.decode, a.threads)
-                        if rd == 0:
-                            print(f"llama.cpp: llama-cpp-python {v['version']}; {v['system_info']}")
+                        if a.llama_server:
+                            v = run_llama_server(a.llama_server, gguf, ids, a.decode, a.threads)
+                            if rd == 0:
+                                print(f"llama.cpp: llama-server {v['version']}")
+                        else:
+                            v = run_llamacpp(py, gguf, ids, a.decode, a.threads)
+                            if rd == 0:
+                                print(f"llama.cpp: llama-cpp-python {v['version']}; {v['system_info']}")
                     r[eng].append(v)
                     print(f"  round {rd + 1} {eng:9s} prefill {v['prefill_tok_s']:8.1f} tok/s   decode "
                           f"{v['decode_tok_s']:7.2f} tok/s" + (f"   (kernels {v['kernels']})" if eng == "moerun" else
@@ -185,6 +258,7 @@ def main():
         tmp = a.json + ".tmp"
         with open(tmp, "w") as f:
             json.dump({"isa": a.isa, "threads": a.threads, "prefill": a.prefill, "decode": a.decode,
+                       "llama_server": a.llama_server,
                        "moerun_version": mver, "results": results}, f, indent=1)
         os.replace(tmp, a.json)
     return 1 if failed else 0
