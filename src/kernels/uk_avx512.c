@@ -234,6 +234,19 @@ static void uk_fp8_bf16_gemv(const mr_pmatrix *W, int64_t t, const mr_uk_act *a,
     apply_post(y, ldy, M, a->post * W->scale2);
 }
 
+/* a 128-k block's sums of M tokens into y: y = acc * s (the first block) or
+ * y + acc * s, s the block multiplier times the token's (w8a8); the one
+ * epilogue of both fp8 gemm kernels, so that their results agree bit for bit */
+INL void fp8_gemm_store(const __m512 *acc, float s0, const float *xs, int64_t ldxs, int64_t kb, float *y, int64_t ldy,
+                        int first, const int M) {
+    #pragma GCC unroll 16
+    for (int m = 0; m < M; m++) {
+        __m512 s = _mm512_set1_ps(s0 * (xs ? xs[m * ldxs + kb] : 1.0f));
+        __m512 r = first ? _mm512_mul_ps(acc[m], s) : _mm512_fmadd_ps(acc[m], s, _mm512_loadu_ps(y + m * ldy));
+        _mm512_storeu_ps(y + m * ldy, r);
+    }
+}
+
 INL void fp8_gemm_tok(const __m512i *buf, const uint16_t *x, int64_t ldx, const float *xs, int64_t ldxs, float s0,
                       int64_t kb, float *y, int64_t ldy, int first, const int M) {
     __m512 acc[MT];
@@ -245,12 +258,7 @@ INL void fp8_gemm_tok(const __m512i *buf, const uint16_t *x, int64_t ldx, const 
         #pragma GCC unroll 16
         for (int m = 0; m < M; m++) acc[m] = DP(acc[m], w, bcast_pair(x + m * ldx + kb * 128 + 2 * pr));
     }
-    #pragma GCC unroll 16
-    for (int m = 0; m < M; m++) {
-        __m512 s = _mm512_set1_ps(s0 * (xs ? xs[m * ldxs + kb] : 1.0f));
-        __m512 r = first ? _mm512_mul_ps(acc[m], s) : _mm512_fmadd_ps(acc[m], s, _mm512_loadu_ps(y + m * ldy));
-        _mm512_storeu_ps(y + m * ldy, r);
-    }
+    fp8_gemm_store(acc, s0, xs, ldxs, kb, y, ldy, first, M);
 }
 
 static void uk_fp8_bf16_gemm(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
@@ -328,12 +336,7 @@ INL void fp8_f32_tok(const __m512 *wb, const float *x, int64_t ldx, const float 
     _mm_setcsr(csr);
     #pragma GCC unroll 16
     for (int m = 0; m < M; m++) __asm__ volatile("" : "+v"(acc[m]));
-    #pragma GCC unroll 16
-    for (int m = 0; m < M; m++) {
-        __m512 s = _mm512_set1_ps(s0 * (xs ? xs[m * ldxs + kb] : 1.0f));
-        __m512 r = first ? _mm512_mul_ps(acc[m], s) : _mm512_fmadd_ps(acc[m], s, _mm512_loadu_ps(y + m * ldy));
-        _mm512_storeu_ps(y + m * ldy, r);
-    }
+    fp8_gemm_store(acc, s0, xs, ldxs, kb, y, ldy, first, M);
 }
 
 static void uk_fp8_f32_gemm(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
