@@ -15,6 +15,7 @@
 #endif
 #include <stdlib.h>
 #include <string.h>
+#include <xmmintrin.h> /* _mm_getcsr: the MXCSR of test_fp8_fma_gemm_bit_identical */
 
 #include "kernels/kern_internal.h" /* the scalar pack decoders */
 #include "moe/moe_internal.h" /* mr__act_prepare_uk_row */
@@ -302,8 +303,12 @@ static void test_fp8_fma_gemm_bit_identical(void **st) {
      * is the reference, so the FMA table's lower threshold changes no result either */
     const int64_t Ms[] = {5, 6, 9, 15, 16, 17, 31, 33, MMAX};
     assert_true(kf.uk_gemm_min_m >= 5);
-    for (int v = 0; v < 4; v++) /* v & 1: the caller's widened x; v & 2: w8a8's multipliers */
+    const unsigned csr = _mm_getcsr();
+    /* v & 1: the caller's widened x; v & 2: w8a8's multipliers; v & 4: the caller's MXCSR rounds
+     * up (vdpbf16ps rounds its sums to nearest whatever MXCSR says; both scale into y under it) */
+    for (int v = 0; v < 8; v++)
         for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
+            _mm_setcsr(v & 4 ? (csr & ~0x6000u) | 0x4000u : csr);
             const mr_uk_act ad = {.x = x, .ldx = Kp, .xs = v & 2 ? xs : NULL, .ldxs = nb, .post = 0.5f};
             mr_uk_act af = ad;
             if (v & 1) af.xw = xw, af.ldxw = ldw;
@@ -311,11 +316,14 @@ static void test_fp8_fma_gemm_bit_identical(void **st) {
                 (Ms[mi] >= kd.uk_gemm_min_m ? kd.uk_gemm : kd.uk_gemv)[MR_UK_FP8_BF16].fn(&pm, t, &ad, Ms[mi], yd, 16,
                                                                                          scratch);
                 kf.uk_gemm[MR_UK_FP8_BF16].fn(&pm, t, &af, Ms[mi], yf, 16, scratch);
+                if (_mm_getcsr() != (v & 4 ? (csr & ~0x6000u) | 0x4000u : csr) && (_mm_setcsr(csr), 1))
+                    fail_msg("the fp32 FMA gemm left MXCSR changed");
                 for (int64_t i = 0; i < Ms[mi] * 16; i++)
-                    if (memcmp(&yd[i], &yf[i], 4) != 0)
+                    if (memcmp(&yd[i], &yf[i], 4) != 0 && (_mm_setcsr(csr), 1))
                         fail_msg("M %lld variant %d tile %lld y[%lld]: vdpbf16ps %.9g, fp32 FMA %.9g", (long long)Ms[mi],
                                  v, (long long)t, (long long)i, yd[i], yf[i]);
             }
+            _mm_setcsr(csr);
         }
     mr_pmatrix_free(&pm);
     mr_aligned_free(scratch);

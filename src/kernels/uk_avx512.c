@@ -301,9 +301,12 @@ static void uk_fp8_bf16_gemm(const mr_pmatrix *W, int64_t t, const mr_uk_act *a,
  * as zero and output denormals flushed (Intel SDM; the order was checked
  * on 320000 random lanes against fmaf), and bf16 products are exact in
  * fp32; so the same chain of FMAs, odd k before even k, under MXCSR DAZ |
- * FTZ gives the same sums. The scaling into y runs under the caller's
- * MXCSR, as in uk_fp8_bf16_gemm. */
-enum { MTZ = 16, MXCSR_DAZ_FTZ = 0x8040 };
+ * FTZ (and round to nearest, exceptions masked) gives the same sums. The
+ * scaling into y runs under the caller's MXCSR, as in uk_fp8_bf16_gemm. */
+/* the MXCSR of the sums: FTZ (bit 15) and DAZ (6), every exception masked (7-12), round to
+ * nearest even (13-14 clear), as vdpbf16ps computes whatever the caller's MXCSR holds; the
+ * caller's is restored after, flags and all (vdpbf16ps updates none) */
+enum { MTZ = 16, MXCSR_RC = 0x6000, MXCSR_SUMS = 0x8000 | 0x1F80 | 0x0040 };
 INL void fp8_blk_f32(const fp8_lut *t, const uint8_t *p, __m512 *wb) {
     const __m512i hm = _mm512_set1_epi32((int)0xFFFF0000u);
     for (int g = 0; g < 32; g++) {
@@ -322,7 +325,7 @@ INL void fp8_f32_tok(const __m512 *wb, const float *x, int64_t ldx, const float 
     __m512 acc[MTZ];
     #pragma GCC unroll 16
     for (int m = 0; m < M; m++) acc[m] = _mm512_setzero_ps();
-    _mm_setcsr(csr | MXCSR_DAZ_FTZ);
+    _mm_setcsr((csr & ~(unsigned)MXCSR_RC) | MXCSR_SUMS);
     for (int k = 0; k < 128; k += 2) { /* the pair (k, k + 1): odd first, as vdpbf16ps */
         const __m512 w1 = _mm512_load_ps((const float *)(wb + k + 1)), w0 = _mm512_load_ps((const float *)(wb + k));
         #pragma GCC unroll 16
