@@ -466,7 +466,9 @@ static void check_uk(const mr_kernels *k, const ukcase *uc, int nsrc, int64_t M,
      * same tiles with xw given (rows ldxw = Kp + 8 apart, NaN between) and x
      * replaced by NaN rows, so a kernel that reads x, or xw in the wrong
      * place, gives other bits */
-    const bool wid = gemm && k->uk_gemm_xw[uc->kind] && !i8 && !f32;
+    if (i8 || f32) /* xw is bf16 x widened: only the bf16-input kinds may take it */
+        assert_false(k->uk_gemm_xw[uc->kind]);
+    const bool wid = gemm && k->uk_gemm_xw[uc->kind];
     float *xw = wid ? malloc(sizeof(float) * (size_t)(M * (Kp + 8))) : NULL;
     uint16_t *xnan = wid ? malloc(sizeof(uint16_t) * (size_t)(M * Kp)) : NULL;
     float *yw = wid ? malloc(sizeof(float) * (size_t)(M * 16)) : NULL;

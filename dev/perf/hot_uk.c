@@ -104,7 +104,7 @@ int main(int argc, char **argv) {
         }
     }
     /* a table whose gemm kernels take x widened to fp32 gets it, as the routed runner gives it */
-    const bool widen = kt->uk_gemm_xw[kind] && kind != MR_UK_NVFP4_I8;
+    const bool widen = kt->uk_gemm_xw[kind];
     /* rows 16 floats past K apart, as the routed runner lays out its widened x (MR__XW_LD) */
     const int64_t LDW = K + 16;
     float *xwp = malloc(sizeof(float) * (size_t)(MMAX * LDW));

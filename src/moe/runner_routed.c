@@ -50,9 +50,9 @@ static mr_status routed_ctx_new(mr_moe_ctx *c) {
     if (s->kind == MR_UK_NVFP4_I8) s->xb2 = mr__moe_ws_alloc(c, R, (size_t)s->nxb2 * 4, &st);
     s->act = mr__moe_ws_alloc(c, (size_t)c->n_local, 4, &st);
     const size_t big = (size_t)(H > Ip ? H : Ip);
-    /* the fp32-FMA gemm kernels take x widened to fp32 once per expert chunk (expert_packed.c) */
-    s->widen = c->kern->uk_gemm_xw[s->kind] && (s->kind == MR_UK_FP8_BF16 || s->kind == MR_UK_NVFP4_BF16 ||
-                                                s->kind == MR_UK_BF16_BF16);
+    /* the fp32-FMA gemm kernels take x widened to fp32 once per expert chunk (expert_packed.c);
+     * only the bf16-input kinds set it (test_packed_kernels_all_tables checks every table) */
+    s->widen = c->kern->uk_gemm_xw[s->kind];
     const size_t nxw = s->widen ? (size_t)128 * (size_t)MR__XW_LD(s->ld1 > s->ld2 ? s->ld1 : s->ld2) + 16 : 0;
     s->tmp_stride = (int64_t)((128 * 128 * 2 + 128 * MR__MOE_CB2 + big + 64 + (size_t)s->nxs1 + (size_t)s->nxs2 +
                                MR_UK_SCRATCH / 4 + 32 + nxw + 15) /
