@@ -87,13 +87,14 @@ static void test_gemm_rows_all_tables(void **st) {
 
 /* The process table picks the best ISA the mask leaves, and names it: the
  * levels written out (every feature the level's files are compiled for),
- * so AVX-512F without BF16, VNNI, VBMI or DQ is avx2. */
+ * so AVX-512F without VNNI, VBMI or DQ is avx2; AVX512-BF16 is no part of a
+ * level: the AVX-512 table takes vdpbf16ps exactly where the flags hold it. */
 static void test_table_names(void **st) {
     (void)st;
     const mr_kernels *k = mr_kernels_get();
     const uint32_t f = mr_cpu()->flags, a2 = MR_CPU_AVX2 | MR_CPU_FMA | MR_CPU_F16C;
     const uint32_t a512 = a2 | MR_CPU_AVX512F | MR_CPU_AVX512BW | MR_CPU_AVX512VL | MR_CPU_AVX512DQ |
-                          MR_CPU_AVX512VNNI | MR_CPU_AVX512BF16 | MR_CPU_AVX512VBMI;
+                          MR_CPU_AVX512VNNI | MR_CPU_AVX512VBMI;
     const char *want = (f & a512) == a512 ? "avx512" : (f & a2) == a2 ? "avx2" : "generic";
     assert_string_equal(k->isa, want);
     assert_string_equal(mr_kernel_isa_name(k->level), want);
@@ -103,6 +104,14 @@ static void test_table_names(void **st) {
     const bool vnni = k->level == MR_ISA_AVX2 && (f & MR_CPU_AVXVNNI);
     assert_int_equal(strstr(k->uk_gemm[MR_UK_NVFP4_I8].name, "avx2vnni") != NULL, vnni);
     assert_int_equal(k->uk_instr[MR_UK_NVFP4_I8] == MR_PROBE_DPBUSD_YMM, vnni);
+    /* the AVX-512 level's pair dots: vdpbf16ps with BF16, fp32 FMAs ("avx512fma") without */
+    const bool bf = k->level == MR_ISA_AVX512 && (f & MR_CPU_AVX512BF16);
+    const mr_uk_kind dots[] = {MR_UK_FP8_BF16, MR_UK_NVFP4_BF16, MR_UK_BF16_BF16};
+    for (int i = 0; i < 3 && k->level == MR_ISA_AVX512; i++) {
+        assert_int_equal(strstr(k->uk_gemv[dots[i]].name, "avx512fma") == NULL, bf);
+        assert_int_equal(k->uk_instr[dots[i]] == MR_PROBE_DPBF16, bf && !(dots[i] == MR_UK_FP8_BF16 &&
+                                                                           (f & MR_CPU_AVX512FP16)));
+    }
 }
 
 /* sum_i a[i * as] * b[i * bs] in double; *mag += sum |terms| */
@@ -248,28 +257,33 @@ static void test_nvfp4_i8_vnni_bit_identical(void **st) {
     free(w), free(x), free(xb), free(xs), free(yb), free(yv);
 }
 
-/* The AVX-512 FP8 gemm on fp32 FMAs (the table's where the CPU has
- * AVX512-FP16) against the vdpbf16ps one: the same bits for every token
- * count from 5 (below 16 against the vdpbf16ps gemv, which the FMA table's
- * lower gemm threshold replaces), with and without the caller's widened x and the per-block x
- * multipliers of w8a8, over every E4M3 code but NaN, and activations whose
- * products and sums fall below fp32's normal range (vdpbf16ps takes input
- * denormals as 0 and flushes output denormals; the FMA kernel runs under
- * MXCSR DAZ | FTZ) or are large. SKIPPED where the host lacks AVX-512. */
-static void test_fp8_fma_gemm_bit_identical(void **st) {
-    (void)st;
-    const uint32_t a5 = mr_kernel_isa_features(MR_ISA_AVX512);
-    if ((mr_cpu()->flags & a5) != a5) {
-        print_message("SKIPPED: this host (or MOERUN_CPU_MASK) has no AVX-512 level\n");
-        skip();
-    }
-    /* the FP16 flag only selects the kernel (which uses none of its instructions) */
-    mr_kernels kd, kf;
-    mr_kernels_init(&kd, a5);
-    mr_kernels_init(&kf, a5 | MR_CPU_AVX512FP16);
-    assert_ptr_not_equal(kd.uk_gemm[MR_UK_FP8_BF16].fn, kf.uk_gemm[MR_UK_FP8_BF16].fn);
-    assert_int_equal(kd.uk_pack[MR_UK_FP8_BF16], kf.uk_pack[MR_UK_FP8_BF16]);
-    assert_true(kf.uk_gemm_xw[MR_UK_FP8_BF16]);
+/* a packed-kernel case: kind, source format, pack, K */
+typedef struct {
+    mr_uk_kind kind;
+    mr_format fmt;
+    mr_pack_id pack;
+    int64_t K;
+} ukcase;
+
+/* FP8 kernels of two AVX-512 tables, the same bits: table a's kernel (gemv,
+ * gemm, or the one its threshold picks for the call) against table b's, for
+ * every token count in Ms, with and without the caller's widened x and the
+ * per-block x multipliers of w8a8, under a caller's MXCSR that rounds to
+ * nearest and one that rounds up, over every E4M3 code but NaN, and
+ * activations whose products and sums fall below fp32's normal range
+ * (vdpbf16ps takes input denormals as 0 and flushes output denormals; the
+ * FMA kernels run their sums under MXCSR DAZ | FTZ) or are large. */
+enum { FP8_GEMV, FP8_GEMM, FP8_PICK };
+/* the kernel, its name, and whether it reads the caller's widened x (a caller passes it to
+ * nothing else) */
+static mr_uk_fn fp8_kernel(const mr_kernels *k, int which, int64_t M, const char **name, bool *xw) {
+    const bool gemm = which == FP8_GEMM || (which == FP8_PICK && M >= k->uk_gemm_min_m);
+    *name = gemm ? k->uk_gemm[MR_UK_FP8_BF16].name : k->uk_gemv[MR_UK_FP8_BF16].name;
+    *xw = gemm && k->uk_gemm_xw[MR_UK_FP8_BF16];
+    return gemm ? k->uk_gemm[MR_UK_FP8_BF16].fn : k->uk_gemv[MR_UK_FP8_BF16].fn;
+}
+static void fp8_same_bits(const mr_kernels *ka, int wa, const mr_kernels *kb, int wb, const int64_t *Ms, int nM) {
+    assert_int_equal(ka->uk_pack[MR_UK_FP8_BF16], kb->uk_pack[MR_UK_FP8_BF16]);
     enum { N = 32, K = 384, MMAX = 40 };
     tu_rng r = {0xF8F8};
     uint8_t *codes = malloc((size_t)N * K);
@@ -282,7 +296,7 @@ static void test_fp8_fma_gemm_bit_identical(void **st) {
     mr_qmatrix q = {.fmt = MR_FMT_FP8_BLOCK, .rows = N, .cols = K, .data = codes, .scale = scale, .scale2 = 1.0f};
     const mr_qmatrix *src[1] = {&q};
     mr_pmatrix pm;
-    assert_int_equal(mr_pmatrix_pack(&pm, kf.uk_pack[MR_UK_FP8_BF16], src, 1), MR_OK);
+    assert_int_equal(mr_pmatrix_pack(&pm, ka->uk_pack[MR_UK_FP8_BF16], src, 1), MR_OK);
     const int64_t Kp = pm.Kp, nb = Kp / 128, ldw = Kp + 16;
     uint16_t *x = malloc(sizeof(uint16_t) * (size_t)(MMAX * Kp));
     float *xw = malloc(sizeof(float) * (size_t)(MMAX * ldw)), *xs = malloc(sizeof(float) * (size_t)(MMAX * nb));
@@ -297,37 +311,142 @@ static void test_fp8_fma_gemm_bit_identical(void **st) {
             xw[m * ldw + i] = mr_bf16_to_f32(b);
         }
     for (int64_t i = 0; i < MMAX * nb; i++) xs[i] = 0.25f + tu_uniform(&r);
-    float *yd = malloc(sizeof(float) * MMAX * 16), *yf = malloc(sizeof(float) * MMAX * 16);
+    float *ya = malloc(sizeof(float) * MMAX * 16), *yb = malloc(sizeof(float) * MMAX * 16);
     void *scratch = mr_aligned_alloc(64, MR_UK_SCRATCH);
-    /* 5-15: below the vdpbf16ps table's gemm threshold its gemv (a single chain from 5 tokens)
-     * is the reference, so the FMA table's lower threshold changes no result either */
-    const int64_t Ms[] = {5, 6, 9, 15, 16, 17, 31, 33, MMAX};
-    assert_true(kf.uk_gemm_min_m >= 5);
     const unsigned csr = _mm_getcsr();
     /* v & 1: the caller's widened x; v & 2: w8a8's multipliers; v & 4: the caller's MXCSR rounds
      * up (vdpbf16ps rounds its sums to nearest whatever MXCSR says; both scale into y under it) */
     for (int v = 0; v < 8; v++)
-        for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
-            _mm_setcsr(v & 4 ? (csr & ~0x6000u) | 0x4000u : csr);
-            const mr_uk_act ad = {.x = x, .ldx = Kp, .xs = v & 2 ? xs : NULL, .ldxs = nb, .post = 0.5f};
-            mr_uk_act af = ad;
-            if (v & 1) af.xw = xw, af.ldxw = ldw;
+        for (int mi = 0; mi < nM; mi++) {
+            const unsigned want = v & 4 ? (csr & ~0x6000u) | 0x4000u : csr;
+            _mm_setcsr(want);
+            const mr_uk_act a0 = {.x = x, .ldx = Kp, .xs = v & 2 ? xs : NULL, .ldxs = nb, .post = 0.5f};
+            mr_uk_act aw = a0;
+            if (v & 1) aw.xw = xw, aw.ldxw = ldw;
+            const char *na, *nb2;
+            bool xwa, xwb;
+            const mr_uk_fn fa = fp8_kernel(ka, wa, Ms[mi], &na, &xwa), fb = fp8_kernel(kb, wb, Ms[mi], &nb2, &xwb);
             for (int64_t t = 0; t < pm.n_tiles; t++) {
-                (Ms[mi] >= kd.uk_gemm_min_m ? kd.uk_gemm : kd.uk_gemv)[MR_UK_FP8_BF16].fn(&pm, t, &ad, Ms[mi], yd, 16,
-                                                                                         scratch);
-                kf.uk_gemm[MR_UK_FP8_BF16].fn(&pm, t, &af, Ms[mi], yf, 16, scratch);
-                if (_mm_getcsr() != (v & 4 ? (csr & ~0x6000u) | 0x4000u : csr) && (_mm_setcsr(csr), 1))
-                    fail_msg("the fp32 FMA gemm left MXCSR changed");
+                fa(&pm, t, xwa ? &aw : &a0, Ms[mi], ya, 16, scratch);
+                const bool kept_a = _mm_getcsr() == want;
+                fb(&pm, t, xwb ? &aw : &a0, Ms[mi], yb, 16, scratch);
+                if ((!kept_a || _mm_getcsr() != want) && (_mm_setcsr(csr), 1))
+                    fail_msg("%s / %s left MXCSR changed", na, nb2);
                 for (int64_t i = 0; i < Ms[mi] * 16; i++)
-                    if (memcmp(&yd[i], &yf[i], 4) != 0 && (_mm_setcsr(csr), 1))
-                        fail_msg("M %lld variant %d tile %lld y[%lld]: vdpbf16ps %.9g, fp32 FMA %.9g", (long long)Ms[mi],
-                                 v, (long long)t, (long long)i, yd[i], yf[i]);
+                    if (memcmp(&ya[i], &yb[i], 4) != 0 && (_mm_setcsr(csr), 1))
+                        fail_msg("M %lld variant %d tile %lld y[%lld]: %s %.9g, %s %.9g", (long long)Ms[mi], v,
+                                 (long long)t, (long long)i, na, ya[i], nb2, yb[i]);
             }
             _mm_setcsr(csr);
         }
     mr_pmatrix_free(&pm);
     mr_aligned_free(scratch);
-    free(codes), free(x), free(xw), free(xs), free(yd), free(yf);
+    free(codes), free(x), free(xw), free(xs), free(ya), free(yb);
+}
+
+/* The AVX-512 FP8 gemm on fp32 FMAs (the table's where the CPU has
+ * AVX512-FP16, and the level's own without AVX512-BF16) against the
+ * vdpbf16ps table's kernels: the same bits for every token count from 5
+ * (below 16 against the vdpbf16ps gemv, which the FMA gemm's lower threshold
+ * replaces). SKIPPED where the host lacks AVX-512 with BF16. */
+static void test_fp8_fma_gemm_bit_identical(void **st) {
+    (void)st;
+    const uint32_t a5 = mr_kernel_isa_features(MR_ISA_AVX512) | MR_CPU_AVX512BF16;
+    if ((mr_cpu()->flags & a5) != a5) {
+        print_message("SKIPPED: this host (or MOERUN_CPU_MASK) has no AVX-512 with BF16\n");
+        skip();
+    }
+    /* the FP16 flag only selects the kernel (which uses none of its instructions) */
+    mr_kernels kd, kf;
+    mr_kernels_init(&kd, a5);
+    mr_kernels_init(&kf, a5 | MR_CPU_AVX512FP16);
+    assert_ptr_not_equal(kd.uk_gemm[MR_UK_FP8_BF16].fn, kf.uk_gemm[MR_UK_FP8_BF16].fn);
+    assert_true(kf.uk_gemm_xw[MR_UK_FP8_BF16]);
+    /* 5-15: below the vdpbf16ps table's gemm threshold its gemv (a single chain from 5 tokens)
+     * is the reference, so the FMA table's lower threshold changes no result either */
+    const int64_t Ms[] = {5, 6, 9, 15, 16, 17, 31, 33, 40};
+    assert_true(kf.uk_gemm_min_m >= 5);
+    fp8_same_bits(&kd, FP8_PICK, &kf, FP8_GEMM, Ms, (int)(sizeof Ms / sizeof Ms[0]));
+}
+
+/* The AVX-512 level without AVX512-BF16 (its pair dots on fp32 FMAs): its
+ * FP8 gemv sums as its gemm does from 5 tokens a call, so a token's result
+ * does not depend on how many tokens its expert got past 4 (the gemm
+ * threshold, 6, changes no result). SKIPPED where the host lacks AVX-512. */
+static void test_fp8_fma_gemv_is_gemm(void **st) {
+    (void)st;
+    const uint32_t a5 = mr_kernel_isa_features(MR_ISA_AVX512);
+    if ((mr_cpu()->flags & a5) != a5) {
+        print_message("SKIPPED: this host (or MOERUN_CPU_MASK) has no AVX-512 level\n");
+        skip();
+    }
+    mr_kernels k;
+    mr_kernels_init(&k, a5);
+    assert_non_null(strstr(k.uk_gemv[MR_UK_FP8_BF16].name, "avx512fma"));
+    const int64_t Ms[] = {5, 6, 7, 8, 9, 13, 16, 17, 31, 33, 40};
+    fp8_same_bits(&k, FP8_GEMV, &k, FP8_GEMM, Ms, (int)(sizeof Ms / sizeof Ms[0]));
+}
+
+/* The pair-dot kernels of the AVX-512 level on fp32 FMAs against the same
+ * bodies on vdpbf16ps (uk_avx512.h): the FP8 gemv bit for bit at every token
+ * count, denormals included (it sums under DAZ | FTZ); NVFP4 w4a16 and
+ * bf16 x bf16 bit for bit on activations in fp32's normal range (they sum
+ * under the caller's MXCSR). SKIPPED where the host lacks AVX-512 with BF16. */
+static void test_avx512_fma_dot_bit_identical(void **st) {
+    (void)st;
+    const uint32_t a5 = mr_kernel_isa_features(MR_ISA_AVX512);
+    if ((mr_cpu()->flags & (a5 | MR_CPU_AVX512BF16)) != (a5 | MR_CPU_AVX512BF16)) {
+        print_message("SKIPPED: this host (or MOERUN_CPU_MASK) has no AVX-512 with BF16\n");
+        skip();
+    }
+    mr_kernels kf, kd;
+    mr_kernels_init(&kf, a5);
+    mr_kernels_init(&kd, a5 | MR_CPU_AVX512BF16);
+    const int64_t Ms[] = {1, 2, 3, 4, 5, 8, 9, 17};
+    fp8_same_bits(&kf, FP8_GEMV, &kd, FP8_GEMV, Ms, (int)(sizeof Ms / sizeof Ms[0]));
+    static const ukcase cases[] = {
+        {MR_UK_NVFP4_BF16, MR_FMT_NVFP4, MR_PACK_NVFP4_R16K16B, 80},
+        {MR_UK_NVFP4_BF16, MR_FMT_NVFP4, MR_PACK_NVFP4_R16K16B, 3072},
+        {MR_UK_BF16_BF16, MR_FMT_BF16, MR_PACK_BF16_R16K2, 131},
+        {MR_UK_BF16_BF16, MR_FMT_BF16, MR_PACK_BF16_R16K2, 1536},
+    };
+    tu_rng r = {0xB16F};
+    void *scratch = mr_aligned_alloc(64, MR_UK_SCRATCH);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const ukcase *uc = &cases[c];
+        assert_ptr_not_equal(kf.uk_gemv[uc->kind].fn, kd.uk_gemv[uc->kind].fn);
+        mr_qmatrix q;
+        float *w = malloc(sizeof(float) * 48 * (size_t)uc->K);
+        for (int64_t i = 0; i < 48 * uc->K; i++) w[i] = tu_normal(&r);
+        assert_int_equal(mr_qmatrix_quantize(&q, uc->fmt, w, 48, uc->K, 0.0f), MR_OK);
+        const mr_qmatrix *src[1] = {&q};
+        mr_pmatrix pm;
+        assert_int_equal(mr_pmatrix_pack(&pm, uc->pack, src, 1), MR_OK);
+        enum { MM = 17 };
+        uint16_t *x = calloc((size_t)(MM * pm.Kp), sizeof(uint16_t));
+        float *xs = malloc(sizeof(float) * MM * (size_t)(pm.Kp / 16)), *ya = malloc(sizeof(float) * MM * 16),
+              *yb = malloc(sizeof(float) * MM * 16);
+        for (int64_t m = 0; m < MM; m++)
+            for (int64_t i = 0; i < uc->K; i++) x[m * pm.Kp + i] = mr_f32_to_bf16(tu_normal(&r) * (m % 3 ? 1.0f : 1e3f));
+        for (int64_t i = 0; i < MM * (pm.Kp / 16); i++) xs[i] = 0.5f + tu_uniform(&r);
+        for (int mi = 0; mi < (int)(sizeof Ms / sizeof Ms[0]); mi++)
+            for (int withxs = 0; withxs < 2; withxs++) {
+                const mr_uk_act a = {.x = x, .ldx = pm.Kp, .xs = withxs ? xs : NULL, .ldxs = pm.Kp / 16, .post = 0.75f};
+                for (int64_t t = 0; t < pm.n_tiles; t++) {
+                    kf.uk_gemv[uc->kind].fn(&pm, t, &a, Ms[mi], ya, 16, scratch);
+                    kd.uk_gemv[uc->kind].fn(&pm, t, &a, Ms[mi], yb, 16, scratch);
+                    for (int64_t i = 0; i < Ms[mi] * 16; i++)
+                        if (memcmp(&ya[i], &yb[i], 4) != 0)
+                            fail_msg("%s K %lld M %lld xs %d tile %lld y[%lld]: %.9g, %s %.9g", kf.uk_gemv[uc->kind].name,
+                                     (long long)uc->K, (long long)Ms[mi], withxs, (long long)t, (long long)i, ya[i],
+                                     kd.uk_gemv[uc->kind].name, yb[i]);
+                }
+            }
+        mr_pmatrix_free(&pm);
+        mr_qmatrix_free(&q);
+        free(w), free(x), free(xs), free(ya), free(yb);
+    }
+    mr_aligned_free(scratch);
 }
 
 /* y[m][n] of x . W^T against a double reference on the dequantized row;
@@ -409,12 +528,6 @@ static void test_matmul(void **st) {
  * register block), 20 (the gemm path) and 33 (three 11-token blocks). Tolerance as above: exact
  * products (fp32 products for BF16_F32), fp32 sums in another order,
  * |err| <= 1e-5 * sum |terms|. */
-typedef struct {
-    mr_uk_kind kind;
-    mr_format fmt;
-    mr_pack_id pack;
-    int64_t K;
-} ukcase;
 
 static void check_uk(const mr_kernels *k, const ukcase *uc, int nsrc, int64_t M, bool gemm, bool use_xs, int xs_group) {
     const int64_t N = 40, K = uc->K;
@@ -522,10 +635,11 @@ static void test_packed_kernels_all_tables(void **st) {
         {MR_UK_BF16_BF16, MR_FMT_BF16, MR_PACK_BF16_R16K2, 131},
         {MR_UK_BF16_F32, MR_FMT_BF16, MR_PACK_BF16_R16K2, 131},
     };
-    /* generic, AVX2 (vpmaddubsw), AVX2 with AVX-VNNI (vpdpbusd), the process table */
+    /* generic, AVX2 (vpmaddubsw), AVX2 with AVX-VNNI (vpdpbusd), AVX-512 without BF16 (pair dots
+     * on FMAs), the process table */
     const uint32_t a2 = mr_kernel_isa_features(MR_ISA_AVX2);
-    uint32_t levels[4] = {0, a2, a2 | MR_CPU_AVXVNNI, mr_cpu()->flags};
-    for (int l = 0; l < 4; l++) {
+    uint32_t levels[5] = {0, a2, a2 | MR_CPU_AVXVNNI, mr_kernel_isa_features(MR_ISA_AVX512), mr_cpu()->flags};
+    for (int l = 0; l < 5; l++) {
         if ((mr_cpu()->flags & levels[l]) != levels[l]) continue;
         mr_kernels k;
         mr_kernels_init(&k, levels[l]);
@@ -573,11 +687,13 @@ static void test_fp8_kernels_all_codes(void **st) {
     float *y = malloc(sizeof(float) * 128 * 16);
     void *scratch = mr_aligned_alloc(64, MR_UK_SCRATCH);
     int seen[256] = {0};
-    uint32_t levels[3] = {0, mr_kernel_isa_features(MR_ISA_AVX2), mr_cpu()->flags};
+    /* generic, AVX2, AVX-512 without BF16, the process table */
+    uint32_t levels[4] = {0, mr_kernel_isa_features(MR_ISA_AVX2), mr_kernel_isa_features(MR_ISA_AVX512),
+                          mr_cpu()->flags};
     static const uint16_t xvals[3] = {0x3F80, 0x477F, 0x4780};
-    for (int li = 0; li < 18; li++) {
-        const int l = li / 3 % 3, nosub = li >= 9;
-        if (li == 9) /* fewer subnormal codes than the pack marks a block for: the fast decode */
+    for (int li = 0; li < 24; li++) {
+        const int l = li / 3 % 4, nosub = li >= 12;
+        if (li == 12) /* fewer subnormal codes than the pack marks a block for: the fast decode */
             for (int i = 0, n_sub = 0; i < 16 * 128; i++)
                 if ((codes[i] & 0x78) == 0 && (codes[i] & 7) && ++n_sub >= MR_PACK_FP8_SUBNORMALS) codes[i] &= 0x80;
         const float xv = mr_bf16_to_f32(xvals[li % 3]);
@@ -610,7 +726,7 @@ static void test_fp8_kernels_all_codes(void **st) {
      * 0xFF, at k = 3d), rows 8-15 only 1.0 (0x38) */
     for (int d = 0; d < 16; d++)
         for (int k = 0; k < 128; k++) codes[d * 128 + k] = d < 8 && k == 3 * d ? (d & 1 ? 0xFF : 0x7F) : 0x38;
-    for (int l = 0; l < 3; l++) {
+    for (int l = 0; l < 4; l++) {
         if ((mr_cpu()->flags & levels[l]) != levels[l]) continue;
         mr_kernels k;
         mr_kernels_init(&k, levels[l]);
@@ -1006,6 +1122,8 @@ int main(void) {
         cmocka_unit_test(test_table_names),
         cmocka_unit_test(test_nvfp4_i8_vnni_bit_identical),
         cmocka_unit_test(test_fp8_fma_gemm_bit_identical),
+        cmocka_unit_test(test_fp8_fma_gemv_is_gemm),
+        cmocka_unit_test(test_avx512_fma_dot_bit_identical),
         cmocka_unit_test(test_attention_kernels),
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_matmul_many_tokens),

@@ -78,12 +78,13 @@ float tu_normal(tu_rng *r) {
 }
 
 /* MOERUN_TEST_ISA = a level, optionally "+" CPU extensions a level's filler
- * may take (mr_kernels.flags), e.g. "avx2+avx-vnni"; without them the run
- * hides those extensions, so "avx2" tests the AVX2 kernels alone. */
+ * may take (mr_kernels.flags), e.g. "avx2+avx-vnni", "avx512+avx512bf16";
+ * without them the run hides those extensions, so "avx2" tests the AVX2
+ * kernels alone and "avx512" the AVX-512 level's FMA pair dots. */
 void tu_isa_begin(const char *suite) {
     const char *want = getenv("MOERUN_TEST_ISA");
     if (want == NULL || *want == 0) return;
-    const uint32_t extensions = MR_CPU_AVXVNNI;
+    const uint32_t extensions = MR_CPU_AVXVNNI | MR_CPU_AVX512BF16;
     const char *plus = strchr(want, '+');
     const size_t ln = plus ? (size_t)(plus - want) : strlen(want);
     uint32_t ext = 0;
@@ -93,7 +94,7 @@ void tu_isa_begin(const char *suite) {
         if (strlen(nm) == ln && !strncmp(want, nm, ln)) level = i;
     }
     if (level < 0 || (plus && (mr_cpu_parse_mask(plus + 1, &ext) != MR_OK || (ext & ~extensions) || !ext))) {
-        fprintf(stderr, "%s: MOERUN_TEST_ISA=%s is not a kernel level (with optional +avx-vnni)\n", suite, want);
+        fprintf(stderr, "%s: MOERUN_TEST_ISA=%s is not a kernel level (with optional +avx-vnni or +avx512bf16)\n", suite, want);
         exit(2);
     }
     const mr_cpu_info *ci = mr_cpu();

@@ -33,10 +33,13 @@ extern "C" {
  * (CMakeLists.txt: *_avx2.c and *_avx512.c) and the table fillers it adds:
  *   generic  no feature: the scalar C entries
  *   avx2     AVX2, FMA, F16C: the avx2 entries over generic
- *   avx512   the avx2 set + AVX-512 F, BW, VL, DQ, VNNI, BF16, VBMI: the avx512 entries
+ *   avx512   the avx2 set + AVX-512 F, BW, VL, DQ, VNNI, VBMI: the avx512 entries
+ *            (Ice Lake, Zen 4 and later; AVX512-BF16 is an extension the
+ *            level takes where the CPU has it: vdpbf16ps instead of fp32 FMAs)
  * A CPU gets the highest level whose every feature it has (AVX-512F without
- * BF16 or VNNI is avx2), and the table built for it says that level, so the
- * level the resolver names is the level whose kernels run. */
+ * VNNI or VBMI, e.g. Skylake-SP or Cascade Lake, is avx2), and the table built
+ * for it says that level, so the level the resolver names is the level whose
+ * kernels run. */
 typedef enum { MR_ISA_GENERIC = 0, MR_ISA_AVX2 = 1, MR_ISA_AVX512 = 2, MR_ISA_COUNT } mr_kernel_isa;
 const char *mr_kernel_isa_name(mr_kernel_isa i); /* "generic", "avx2", "avx512"; "unknown" */
 uint32_t mr_kernel_isa_features(mr_kernel_isa i); /* every feature the level needs */

@@ -467,6 +467,16 @@ static mr_status pass_platform(mr_resolution *r) {
                      "vpmaddubsw (MOERUN_CPU_MASK=avx-vnni hides it)");
         if (s != MR_OK) return s;
     }
+    if (r->w.isa == MR_ISA_AVX512) {
+        s = (r->w.cpu_flags & MR_CPU_AVX512BF16)
+                ? mr__decl(r, MR_DECL_NOTE, SRC, "kernel_isa", "avx512",
+                           "with avx512bf16: the bf16 pair dots (fp8 gemv, nvfp4 w4a16, bf16 x bf16) run vdpbf16ps "
+                           "(MOERUN_CPU_MASK=avx512bf16 gives the fp32-FMA form, the same sums)")
+                : mr__decl(r, MR_DECL_NOTE, SRC, "kernel_isa", "avx512",
+                           "without avx512bf16: the bf16 pair dots (fp8 gemv, nvfp4 w4a16, bf16 x bf16) run on fp32 "
+                           "FMAs, odd product first as vdpbf16ps adds them");
+        if (s != MR_OK) return s;
+    }
     /* the prospective transport for the capability checks that follow: explicit, else mpi when a
      * launcher started several ranks, else none */
     r->w.a2a = MR_A2A_NONE;

@@ -8,9 +8,11 @@
 #define F_AVX2 (MR_CPU_AVX2 | MR_CPU_FMA | MR_CPU_F16C)
 #define F_AVX512                                                                                              \
     (F_AVX2 | MR_CPU_AVX512F | MR_CPU_AVX512BW | MR_CPU_AVX512VL | MR_CPU_AVX512DQ | MR_CPU_AVX512VNNI | \
-     MR_CPU_AVX512BF16 | MR_CPU_AVX512VBMI)
+     MR_CPU_AVX512VBMI)
 /* hidden below the top level: nothing below may dispatch on them */
-#define F_FAMILY_512 (F_AVX512 & ~F_AVX2) | MR_CPU_AVX512FP16 | MR_CPU_AMX_TILE | MR_CPU_AMX_BF16 | MR_CPU_AMX_INT8
+#define F_FAMILY_512                                                                                    \
+    ((F_AVX512 & ~F_AVX2) | MR_CPU_AVX512BF16 | MR_CPU_AVX512FP16 | MR_CPU_AMX_TILE | MR_CPU_AMX_BF16 | \
+     MR_CPU_AMX_INT8)
 
 static void fill_generic(mr_kernels *k) {
     mr__kernels_fill_generic(k);
@@ -24,6 +26,7 @@ static void fill_avx2(mr_kernels *k) {
 static void fill_avx512(mr_kernels *k) {
     mr__kernels_fill_avx512(k);
     mr__uk_fill_avx512(k);
+    if (k->flags & MR_CPU_AVX512BF16) mr__uk_fill_avx512bf16(k); /* an extension no level requires */
 }
 
 static const struct {

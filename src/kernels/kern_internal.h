@@ -32,7 +32,8 @@ void mr__uk_drive(mr_uk_kind kind, const mr_pmatrix *W, int64_t t, const mr_uk_a
 void mr__uk_fill_generic(mr_kernels *k);
 void mr__uk_fill_avx2(mr_kernels *k);
 void mr__uk_fill_avx2vnni(mr_kernels *k); /* over mr__uk_fill_avx2 where k->flags hold AVX-VNNI */
-void mr__uk_fill_avx512(mr_kernels *k); /* needs AVX512 BF16, VNNI and VBMI too */
+void mr__uk_fill_avx512(mr_kernels *k); /* needs AVX512 VNNI and VBMI too */
+void mr__uk_fill_avx512bf16(mr_kernels *k); /* over it, where the flags hold AVX512-BF16 */
 /* scalar decoders of the packed layouts (pack.c), every pack of the format:
  * E4M3 values of 128 k [128][16]; E2M1 values of 16-k block j [16][16] and
  * the 16 row scales; bf16 pairs g0..g0+ng-1 as [2*ng][16]. */

@@ -21,7 +21,8 @@ double mr__probe_fma_avx512(int64_t iters) {
     return (double)_mm512_reduce_add_ps(s);
 }
 
-double mr__probe_dpbf16_avx512(int64_t iters) {
+/* AVX512-BF16 is an extension of the level (probe.c calls this only where the CPU has it) */
+__attribute__((target("avx512bf16"))) double mr__probe_dpbf16_avx512(int64_t iters) {
     __m512 a[NCH];
     __m512bh w = (__m512bh)_mm512_set1_epi16(0x3F80), x = (__m512bh)_mm512_set1_epi16(0x3000);
     for (int i = 0; i < NCH; i++) a[i] = _mm512_set1_ps((float)i);

@@ -11,11 +11,15 @@ rm -rf "$S"; mkdir -p "$S"
 fail() { echo "FAIL: $*"; exit 1; }
 "$M" gen-tiny "$S/m" --quant fp8 --hidden 128 --layers 2 --experts 8 --top-k 2 --expert-dim 128 \
   --heads 4 --kv-heads 2 --head-dim 32 --rotary-dim 16 --vocab 128 >/dev/null || fail "gen-tiny"
-feats=$("$M" version | sed -n 's/^features://p')
-# the levels this host offers: features MOERUN_CPU_MASK hides print as "name(masked)"
-levels="generic"
-case "$feats " in *" avx2 "*) levels="$levels avx2" ;; esac
-case "$feats " in *" avx512bw "*) levels="$levels avx512" ;; esac
+# the levels this host offers: up to the best one resolution finds (under MOERUN_CPU_MASK, the
+# best one the mask leaves); the features each level needs are the binary's fact, not this script's
+best=$("$M" resolve --model "$S/m" --explain | sed -n 's/^ *kernel_isa *= *\([a-z0-9]*\) *the best level.*/\1/p')
+case "$best" in
+  generic) levels="generic" ;;
+  avx2) levels="generic avx2" ;;
+  avx512) levels="generic avx2 avx512" ;;
+  *) fail "resolve --explain names no best kernel level: '$best'" ;;
+esac
 ref=""
 for isa in $levels; do
   out=$("$M" generate --model "$S/m" --prompt-ids 1,2,3,4 -n 12 --kernel-isa $isa) || fail "generate --kernel-isa $isa"
