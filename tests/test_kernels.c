@@ -104,11 +104,11 @@ static void test_table_names(void **st) {
     const bool vnni = k->level == MR_ISA_AVX2 && (f & MR_CPU_AVXVNNI);
     assert_int_equal(strstr(k->uk_gemm[MR_UK_NVFP4_I8].name, "avx2vnni") != NULL, vnni);
     assert_int_equal(k->uk_instr[MR_UK_NVFP4_I8] == MR_PROBE_DPBUSD_YMM, vnni);
-    /* the AVX-512 level's pair dots: vdpbf16ps with BF16, fp32 FMAs ("avx512fma") without */
+    /* the AVX-512 level's pair dots: vdpbf16ps ("bf16_avx512_") with BF16, fp32 FMAs without */
     const bool bf = k->level == MR_ISA_AVX512 && (f & MR_CPU_AVX512BF16);
     const mr_uk_kind dots[] = {MR_UK_FP8_BF16, MR_UK_NVFP4_BF16, MR_UK_BF16_BF16};
     for (int i = 0; i < 3 && k->level == MR_ISA_AVX512; i++) {
-        assert_int_equal(strstr(k->uk_gemv[dots[i]].name, "avx512fma") == NULL, bf);
+        assert_int_equal(strstr(k->uk_gemv[dots[i]].name, "bf16_avx512_") != NULL, bf);
         assert_int_equal(k->uk_instr[dots[i]] == MR_PROBE_DPBF16, bf && !(dots[i] == MR_UK_FP8_BF16 &&
                                                                            (f & MR_CPU_AVX512FP16)));
     }
@@ -382,7 +382,7 @@ static void test_fp8_fma_gemv_is_gemm(void **st) {
     }
     mr_kernels k;
     mr_kernels_init(&k, a5);
-    assert_non_null(strstr(k.uk_gemv[MR_UK_FP8_BF16].name, "avx512fma"));
+    assert_non_null(strstr(k.uk_gemv[MR_UK_FP8_BF16].name, "f32_avx512"));
     const int64_t Ms[] = {5, 6, 7, 8, 9, 13, 16, 17, 31, 33, 40};
     fp8_same_bits(&k, FP8_GEMV, &k, FP8_GEMM, Ms, (int)(sizeof Ms / sizeof Ms[0]));
 }

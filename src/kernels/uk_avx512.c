@@ -5,10 +5,11 @@
  * their dot is two vfmadd231ps (odd product, then even), and
  * uk_avx512bf16.c puts vdpbf16ps in their place where the CPU has
  * AVX512-BF16 (the same sums, see uk_avx512.h):
- *  fp8 gemv       (dev fp8.v1) E4M3 -> bf16 by two 128-entry vpermi2b byte
- *                 LUTs, the pair dot per token per 64-byte line; tokens in
- *                 register blocks of 8; block multiplier by one FMA per 128 k;
- *                 1 token: 2 lines a step into 4 chains (+14% hot);
+ *  fp8_f32 gemv   E4M3 -> bf16 by two 128-entry vpermi2b byte LUTs (dev
+ *                 fp8.v1), each line split into 4 fp32 k vectors, 4 FMAs a
+ *                 token with x widened once per 128 k; tokens in register
+ *                 blocks of 8; block multiplier by one FMA per 128 k; 1
+ *                 token: 2 lines a step into 4 chains;
  *  fp8_f32 gemm   the 16x128 block decoded once through the bf16 LUT and
  *                 widened to fp32 in L1, 16-token blocks, 1 load + 16
  *                 vfmadd231ps a k (below); the sums of the vdpbf16ps gemm
@@ -42,8 +43,134 @@ static inline __attribute__((always_inline)) __m512 dp_fma(__m512 acc, __m512i w
                            acc);
 }
 #define DP(acc, w, xv) dp_fma((acc), (w), (xv))
-#define DP_MXCSR 1
 #include "kernels/uk_avx512.h"
+
+/* ---------------- FP8 ---------------- */
+/* the MXCSR of the sums: FTZ (bit 15) and DAZ (6), every exception masked (7-12), round to
+ * nearest even (13-14 clear), as vdpbf16ps computes whatever the caller's MXCSR holds; the
+ * caller's is restored after, flags and all (vdpbf16ps updates none) */
+enum { MXCSR_RC = 0x6000, MXCSR_SUMS = 0x8000 | 0x1F80 | 0x0040 };
+INL void sums_begin(unsigned csr) { _mm_setcsr((csr & ~(unsigned)MXCSR_RC) | MXCSR_SUMS); }
+/* the sums in a[0..na) and b[0..nb) complete, then back to the caller's MXCSR (the asm
+ * statements take the sums as inputs and outputs, so no FMA moves across the ldmxcsr) */
+INL void sums_end(unsigned csr, __m512 *a, const int na, __m512 *b, const int nb) {
+    #pragma GCC unroll 16
+    for (int i = 0; i < na; i++) __asm__ volatile("" : "+v"(a[i]));
+    #pragma GCC unroll 16
+    for (int i = 0; i < nb; i++) __asm__ volatile("" : "+v"(b[i]));
+    _mm_setcsr(csr);
+    #pragma GCC unroll 16
+    for (int i = 0; i < na; i++) __asm__ volatile("" : "+v"(a[i]));
+    #pragma GCC unroll 16
+    for (int i = 0; i < nb; i++) __asm__ volatile("" : "+v"(b[i]));
+}
+
+/* fp8 gemv on fp32 FMAs: per 128-k block the tokens' x widened to fp32 in
+ * scratch (exact), each line decoded through the bf16 LUT and split into
+ * its four fp32 k vectors (a pair's odd k: the high halves; even: shifted
+ * up), then per token the FMAs in vdpbf16ps's order (a pair's odd k first)
+ * with x broadcast from L1 (an FMA's memory operand, no shuffles). The
+ * chains are those of uk_avx512bf16.c's fp8_gemv_body: 4 over 2 lines at 1
+ * token, 2 a token in calls of 2-4 tokens, 1 from 5, so the sums are the
+ * vdpbf16ps gemv's, and from 5 tokens the FMA gemm's (its threshold changes
+ * no result); they run under DAZ | FTZ, the block scaling under the
+ * caller's MXCSR. */
+INL void fp8_line_f32(const fp8_lut *t, const uint8_t *p, __m512 w[4], const int pin) {
+    const __m512i hm = _mm512_set1_epi32((int)0xFFFF0000u);
+    __m512i z0, z1;
+    fp8_line_bf16(t, p, &z0, &z1, pin);
+    w[0] = _mm512_castsi512_ps(_mm512_slli_epi32(z0, 16)), w[1] = _mm512_castsi512_ps(_mm512_and_si512(z0, hm));
+    w[2] = _mm512_castsi512_ps(_mm512_slli_epi32(z1, 16)), w[3] = _mm512_castsi512_ps(_mm512_and_si512(z1, hm));
+}
+/* acc + wo * xo, then + we * xe: one k pair, odd first */
+INL __m512 fma_pair(__m512 acc, __m512 wo, __m512 we, const float *xp) {
+    return _mm512_fmadd_ps(we, _mm512_set1_ps(xp[0]), _mm512_fmadd_ps(wo, _mm512_set1_ps(xp[1]), acc));
+}
+
+INL void fp8_fma_gemv_body(const uint8_t *tile, const float *bs, int64_t Kp, const uint16_t *x, int64_t ldx,
+                           const float *xs, int64_t ldxs, float *y, int64_t ldy, float *xf, unsigned csr, const int M,
+                           const int TWO) {
+    const fp8_lut t = fp8_lut_load();
+    const int two = M <= 4 && TWO; /* as fp8_gemv_body */
+    __m512 out[MT], a0[MT], a1[MT];
+    #pragma GCC unroll 16
+    for (int m = 0; m < M; m++) out[m] = _mm512_setzero_ps();
+    for (int64_t kb = 0; kb < Kp / 128; kb++) {
+        const uint8_t *p = tile + kb * 2048;
+        #pragma GCC unroll 16
+        for (int m = 0; m < M; m++) {
+            a0[m] = a1[m] = _mm512_setzero_ps();
+            const uint16_t *src = x + m * ldx + kb * 128;
+            for (int i = 0; i < 128; i += 16) {
+                const __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + i)));
+                _mm512_store_si512(xf + m * 128 + i, _mm512_slli_epi32(v, 16));
+            }
+        }
+        sums_begin(csr);
+        if (M == 1) { /* 4 chains over 2 lines, w pinned */
+            a0[1] = a1[1] = _mm512_setzero_ps();
+            for (int g = 0; g < 32; g += 2) {
+                __m512 w[4], v[4];
+                PF_FP8(p + g * 64);
+                PF_FP8(p + g * 64 + 64);
+                fp8_line_f32(&t, p + g * 64, w, 1);
+                fp8_line_f32(&t, p + g * 64 + 64, v, 1);
+                const float *xm = xf + 4 * g;
+                a0[0] = fma_pair(a0[0], w[1], w[0], xm);
+                a1[0] = fma_pair(a1[0], w[3], w[2], xm + 2);
+                a0[1] = fma_pair(a0[1], v[1], v[0], xm + 4);
+                a1[1] = fma_pair(a1[1], v[3], v[2], xm + 6);
+            }
+            sums_end(csr, a0, 2, a1, 2);
+            a0[0] = _mm512_add_ps(a0[0], a0[1]);
+            a1[0] = _mm512_add_ps(a1[0], a1[1]);
+        }
+        for (int g = 0; M > 1 && g < 32; g++) {
+            __m512 w[4];
+            PF_FP8(p + g * 64);
+            fp8_line_f32(&t, p + g * 64, w, 0);
+            #pragma GCC unroll 16
+            for (int m = 0; m < M; m++) {
+                const float *xm = xf + m * 128 + 4 * g;
+                a0[m] = fma_pair(a0[m], w[1], w[0], xm);
+                if (two) a1[m] = fma_pair(a1[m], w[3], w[2], xm + 2);
+                else a0[m] = fma_pair(a0[m], w[3], w[2], xm + 2);
+            }
+        }
+        if (M > 1) sums_end(csr, a0, M, a1, two ? M : 0);
+        #pragma GCC unroll 16
+        for (int m = 0; m < M; m++) {
+            float s = bs[kb] * (xs ? xs[m * ldxs + kb] : 1.0f);
+            __m512 acc = two ? _mm512_add_ps(a0[m], a1[m]) : a0[m];
+            out[m] = _mm512_fmadd_ps(acc, _mm512_set1_ps(s), out[m]);
+        }
+    }
+    #pragma GCC unroll 16
+    for (int m = 0; m < M; m++) _mm512_storeu_ps(y + m * ldy, out[m]);
+}
+
+static void uk_fp8_f32_gemv(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                            void *scratch) {
+    const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
+    const float *bs = W->tscale + t * (W->Kp / 128);
+    const unsigned csr = _mm_getcsr();
+    float *xf = (float *)scratch; /* [MT][128] fp32: 4 KiB */
+    for (int64_t m0 = 0, mt; m0 < M; m0 += mt) {
+        mt = token_block(M - m0, MT);
+        const uint16_t *x = (const uint16_t *)a->x + m0 * a->ldx;
+        const float *xs = a->xs ? a->xs + m0 * a->ldxs : NULL;
+#define CALL(n) fp8_fma_gemv_body(tile, bs, W->Kp, x, a->ldx, xs, a->ldxs, y + m0 * ldy, ldy, xf, csr, n, 1)
+#define CALL1(n) fp8_fma_gemv_body(tile, bs, W->Kp, x, a->ldx, xs, a->ldxs, y + m0 * ldy, ldy, xf, csr, n, 0)
+        if (M <= 4) {
+            DISPATCH_MT(mt, CALL)
+        } else {
+            DISPATCH_MT(mt, CALL1)
+        }
+#undef CALL
+#undef CALL1
+    }
+    apply_post(y, ldy, M, a->post * W->scale2);
+}
 
 /* fp8 gemm on fp32 FMAs (the table's choice where the CPU has AVX512-FP16,
  * i.e. Intel's cores since Sapphire Rapids, whose vdpbf16ps zmm issues at
@@ -287,11 +414,11 @@ static void uk_stream(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_
 }
 
 
-/* the level's table: every kind, the bf16-pair-dot ones on FMAs (DP_NAME "fma") */
+/* the level's table: every kind, the bf16 pair dots on FMAs (names "f32" or "avx512fma") */
 void mr__uk_fill_avx512(mr_kernels *k) {
     k->isa = "avx512";
-    k->uk_gemv[MR_UK_FP8_BF16].name = "uk_fp8_bf16_avx512fma_16x8";
-    k->uk_gemv[MR_UK_FP8_BF16].fn = uk_fp8_bf16_gemv;
+    k->uk_gemv[MR_UK_FP8_BF16].name = "uk_fp8_f32_avx512_16x8";
+    k->uk_gemv[MR_UK_FP8_BF16].fn = uk_fp8_f32_gemv;
     k->uk_gemm[MR_UK_FP8_BF16].name = "uk_fp8_f32_avx512_l1_16x128x16";
     k->uk_gemm[MR_UK_FP8_BF16].fn = uk_fp8_f32_gemm;
     k->uk_gemv[MR_UK_NVFP4_I8].name = k->uk_gemm[MR_UK_NVFP4_I8].name = "uk_nvfp4_i8_avx512_16x16";

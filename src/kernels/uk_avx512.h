@@ -1,7 +1,8 @@
-/* uk_avx512.h — the AVX-512 packed micro-kernels whose inner product is a
- * bf16 pair dot (the fp8 gemv, nvfp4 w4a16, bf16 x bf16) and the helpers
- * every AVX-512 kernel shares, written once over a DP(acc, w, x) that the
- * including file defines:
+/* uk_avx512.h — what the AVX-512 packed micro-kernel files share: the
+ * prefetch distances, the E4M3 -> bf16 line decode, the token-block
+ * dispatch, the fp8 gemm epilogue, and the bodies whose inner product is a
+ * bf16 pair dot (nvfp4 w4a16, bf16 x bf16), written once over a
+ * DP(acc, w, x) that the including file defines:
  *  uk_avx512bf16.c  DP = vdpbf16ps (AVX512-BF16: Zen 4+, Intel since Cooper
  *                   Lake / Sapphire Rapids);
  *  uk_avx512.c      DP = two vfmadd231ps on the pair widened to fp32, odd
@@ -9,13 +10,9 @@
  *                   without BF16: Ice Lake, and VMs that hide it).
  * vdpbf16ps adds a pair's odd product, then its even one, each rounded to
  * nearest even, input denormals taken as zero, output denormals flushed
- * (Intel SDM; checked against fmaf, see uk_fp8_f32_gemm); bf16 x bf16
- * products are exact in fp32. So the FMA form gives the same sums wherever
- * no operand or partial sum is an fp32 denormal; the fp8 gemv also runs its
- * sums under MXCSR DAZ | FTZ (SUMS_BEGIN / SUMS_END, a no-op for vdpbf16ps)
- * and is bit for bit the vdpbf16ps gemv and the fp32-FMA gemm everywhere.
- * The includer defines DP, DP_NAME (the kernel-name infix) and, for the FMA
- * form, DP_MXCSR 1. Kernel notes (dev/perf README) as in uk_avx512.c. */
+ * (Intel SDM; checked against fmaf, see uk_fp8_f32_gemm), and bf16 x bf16
+ * products are exact in fp32: so the FMA form gives the same sums wherever
+ * no operand or partial sum is an fp32 denormal. Kernel notes: uk_avx512.c. */
 #ifndef MOERUN_UK_AVX512_H
 #define MOERUN_UK_AVX512_H
 #include <immintrin.h>
@@ -120,31 +117,6 @@ enum { MT16 = 16 }; /* tokens per register block of the kernels that take 16 */
     }
 
 
-/* the MXCSR of the sums: FTZ (bit 15) and DAZ (6), every exception masked (7-12), round to
- * nearest even (13-14 clear), as vdpbf16ps computes whatever the caller's MXCSR holds; the
- * caller's is restored after, flags and all (vdpbf16ps updates none) */
-enum { MXCSR_RC = 0x6000, MXCSR_SUMS = 0x8000 | 0x1F80 | 0x0040 };
-INL void sums_begin(unsigned csr) { _mm_setcsr((csr & ~(unsigned)MXCSR_RC) | MXCSR_SUMS); }
-/* the sums in a[0..na) and b[0..nb) complete, then back to the caller's MXCSR (the asm
- * statements take the sums as inputs and outputs, so no FMA moves across the ldmxcsr) */
-INL void sums_end(unsigned csr, __m512 *a, const int na, __m512 *b, const int nb) {
-    #pragma GCC unroll 16
-    for (int i = 0; i < na; i++) __asm__ volatile("" : "+v"(a[i]));
-    #pragma GCC unroll 16
-    for (int i = 0; i < nb; i++) __asm__ volatile("" : "+v"(b[i]));
-    _mm_setcsr(csr);
-    #pragma GCC unroll 16
-    for (int i = 0; i < na; i++) __asm__ volatile("" : "+v"(a[i]));
-    #pragma GCC unroll 16
-    for (int i = 0; i < nb; i++) __asm__ volatile("" : "+v"(b[i]));
-}
-#if DP_MXCSR
-#define SUMS_BEGIN(csr) sums_begin(csr)
-#define SUMS_END(csr, a, na, b, nb) sums_end((csr), (a), (na), (b), (nb))
-#else
-#define SUMS_BEGIN(csr) ((void)(csr))
-#define SUMS_END(csr, a, na, b, nb) ((void)(a), (void)(b))
-#endif
 
 /* ---------------- FP8 ---------------- */
 typedef struct {
@@ -173,88 +145,6 @@ INL void fp8_line_bf16(const fp8_lut *t, const uint8_t *p, __m512i *z0, __m512i 
     hi = _mm512_ternarylogic_epi32(hi, w, t->m80, 0xF8); /* hi | (w & 0x80) */
     *z0 = _mm512_unpacklo_epi8(lo, hi);
     *z1 = _mm512_unpackhi_epi8(lo, hi);
-}
-
-INL void fp8_gemv_body(const uint8_t *tile, const float *bs, int64_t Kp, const uint16_t *x, int64_t ldx,
-                       const float *xs, int64_t ldxs, float *y, int64_t ldy, const int M, const int TWO) {
-    const fp8_lut t = fp8_lut_load();
-    /* two accumulator chains per token while registers allow, in calls of at most 4 tokens
-     * only: a call of 5+ (e.g. 9 = 5 + 4) keeps one chain in every block, the sums of
-     * uk_fp8_bf16_gemm and uk_fp8_f32_gemm, so that a table's gemm threshold (16 or 6)
-     * changes no result */
-    const int two = M <= 4 && TWO;
-    const unsigned csr = DP_MXCSR ? _mm_getcsr() : 0;
-    __m512 out[MT], a0[MT], a1[MT];
-    #pragma GCC unroll 16
-    for (int m = 0; m < M; m++) out[m] = _mm512_setzero_ps();
-    for (int64_t kb = 0; kb < Kp / 128; kb++) {
-        const uint8_t *p = tile + kb * 2048;
-        #pragma GCC unroll 16
-        for (int m = 0; m < M; m++) a0[m] = a1[m] = _mm512_setzero_ps();
-        SUMS_BEGIN(csr);
-        if (M == 1) { /* 4 chains over 2 lines, w pinned: +14% hot (bench/README.md) */
-            __m512 a23[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-            for (int g = 0; g < 32; g += 2) {
-                __m512i z0, z1, z2, z3;
-                PF_FP8(p + g * 64);
-                PF_FP8(p + g * 64 + 64);
-                fp8_line_bf16(&t, p + g * 64, &z0, &z1, 1);
-                fp8_line_bf16(&t, p + g * 64 + 64, &z2, &z3, 1);
-                const uint16_t *xm = x + kb * 128 + 4 * g;
-                a0[0] = DP(a0[0], z0, bcast_pair(xm));
-                a1[0] = DP(a1[0], z1, bcast_pair(xm + 2));
-                a23[0] = DP(a23[0], z2, bcast_pair(xm + 4));
-                a23[1] = DP(a23[1], z3, bcast_pair(xm + 6));
-            }
-            a0[1] = a23[0], a1[1] = a23[1];
-            SUMS_END(csr, a0, 2, a1, 2);
-            a0[0] = _mm512_add_ps(a0[0], a0[1]);
-            a1[0] = _mm512_add_ps(a1[0], a1[1]);
-        }
-        for (int g = 0; M > 1 && g < 32; g++) {
-            __m512i z0, z1;
-            PF_FP8(p + g * 64);
-            fp8_line_bf16(&t, p + g * 64, &z0, &z1, 0);
-            #pragma GCC unroll 16
-            for (int m = 0; m < M; m++) {
-                const uint16_t *xm = x + m * ldx + kb * 128 + 4 * g;
-                a0[m] = DP(a0[m], z0, bcast_pair(xm));
-                if (two) a1[m] = DP(a1[m], z1, bcast_pair(xm + 2));
-                else a0[m] = DP(a0[m], z1, bcast_pair(xm + 2));
-            }
-        }
-        if (M > 1) SUMS_END(csr, a0, M, a1, two ? M : 0);
-        #pragma GCC unroll 16
-        for (int m = 0; m < M; m++) {
-            float s = bs[kb] * (xs ? xs[m * ldxs + kb] : 1.0f);
-            __m512 acc = two ? _mm512_add_ps(a0[m], a1[m]) : a0[m];
-            out[m] = _mm512_fmadd_ps(acc, _mm512_set1_ps(s), out[m]);
-        }
-    }
-    #pragma GCC unroll 16
-    for (int m = 0; m < M; m++) _mm512_storeu_ps(y + m * ldy, out[m]);
-}
-
-static void uk_fp8_bf16_gemv(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
-                             void *scratch) {
-    (void)scratch;
-    const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
-    const float *bs = W->tscale + t * (W->Kp / 128);
-    for (int64_t m0 = 0, mt; m0 < M; m0 += mt) {
-        mt = token_block(M - m0, MT);
-        const uint16_t *x = (const uint16_t *)a->x + m0 * a->ldx;
-        const float *xs = a->xs ? a->xs + m0 * a->ldxs : NULL;
-#define CALL(n) fp8_gemv_body(tile, bs, W->Kp, x, a->ldx, xs, a->ldxs, y + m0 * ldy, ldy, n, 1)
-#define CALL1(n) fp8_gemv_body(tile, bs, W->Kp, x, a->ldx, xs, a->ldxs, y + m0 * ldy, ldy, n, 0)
-        if (M <= 4) {
-            DISPATCH_MT(mt, CALL)
-        } else {
-            DISPATCH_MT(mt, CALL1)
-        }
-#undef CALL
-#undef CALL1
-    }
-    apply_post(y, ldy, M, a->post * W->scale2);
 }
 
 /* a 128-k block's sums of M tokens into y: y = acc * s (the first block) or
