@@ -363,7 +363,21 @@ INL void bf16_f32_body(const uint8_t *tile, int64_t Kp, const float *x, int64_t 
     __m512 a0[MT], a1[MT];
     #pragma GCC unroll 16
     for (int m = 0; m < M; m++) a0[m] = a1[m] = _mm512_setzero_ps();
-    for (int64_t g = 0; g < Kp / 2; g++) {
+    int64_t g = 0;
+    if (M == 1) { /* 4 chains over 2 lines, a prefetch a line */
+        __m512 a2 = _mm512_setzero_ps(), a3 = a2;
+        for (; g + 2 <= Kp / 2; g += 2) {
+            PF(tile + g * 64);
+            PF(tile + g * 64 + 64);
+            const __m512i w = _mm512_load_si512(tile + g * 64), v = _mm512_load_si512(tile + g * 64 + 64);
+            a0[0] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(w, 16)), _mm512_set1_ps(x[2 * g]), a0[0]);
+            a1[0] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(w, hm)), _mm512_set1_ps(x[2 * g + 1]), a1[0]);
+            a2 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), _mm512_set1_ps(x[2 * g + 2]), a2);
+            a3 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, hm)), _mm512_set1_ps(x[2 * g + 3]), a3);
+        }
+        a0[0] = _mm512_add_ps(a0[0], a2), a1[0] = _mm512_add_ps(a1[0], a3);
+    }
+    for (; g < Kp / 2; g++) {
         if ((g & 1) == 0) PF(tile + g * 64);
         __m512i w = _mm512_load_si512(tile + g * 64);
         __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)), hi = _mm512_castsi512_ps(_mm512_and_si512(w, hm));
