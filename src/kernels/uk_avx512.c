@@ -378,7 +378,7 @@ INL void bf16_f32_body(const uint8_t *tile, int64_t Kp, const float *x, int64_t 
         a0[0] = _mm512_add_ps(a0[0], a2), a1[0] = _mm512_add_ps(a1[0], a3);
     }
     for (; g < Kp / 2; g++) {
-        if ((g & 1) == 0) PF(tile + g * 64);
+        PF(tile + g * 64);
         __m512i w = _mm512_load_si512(tile + g * 64);
         __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)), hi = _mm512_castsi512_ps(_mm512_and_si512(w, hm));
         #pragma GCC unroll 16
