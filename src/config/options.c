@@ -65,7 +65,7 @@ static const mr_option_def table[MR_OPT_COUNT] = {
                              "MOERUN_CPU_FEATURES", "--cpu-features"},
     [MR_OPT_CPU_MASK] = {MR_OPT_CPU_MASK, "cpu_mask", MR_OPT_STRING, "none", NULL, 0, 0, false,
                          "CPU features to hide, e.g. avx512 (groups: avx512, avx2, amx, all, none; or features, "
-                         "e.g. avx-vnni)",
+                         "e.g. avx-vnni, avx512bf16)",
                          "MOERUN_CPU_MASK", "--cpu-mask"},
     [MR_OPT_THREADS] = {MR_OPT_THREADS, "threads", MR_OPT_INT, "0", NULL, 0, 4096, false,
                         "worker threads (0 = all cores)", "MOERUN_THREADS", "--threads"},
