@@ -382,6 +382,9 @@ static void test_malformed(void **st) {
          "a\xff\xc3(b<minimax:tool_call><invoke name=\"f\"><parameter name=\"k\">\xe2\x82</parameter></invoke>"
          "</minimax:tool_call>",
          "a\xef\xbf\xbd\xef\xbf\xbd(b", "f({\"k\": \"\xef\xbf\xbd\xef\xbf\xbd\"})", 0},
+        /* whitespace before <think> that is not ASCII (U+00A0, U+3000): a piece that ends inside
+         * its bytes waits for the rest (the fuzzer's find: a cut after \xc2 made it content) */
+        {"non-ASCII whitespace before <think>", "\xc2\xa0\xe3\x80\x80\xc2\xa0<think>r</think>c", "c", "", 0},
     };
     size_t failed = 0;
     tu_rng rng = {99};

@@ -775,6 +775,8 @@ static bool step(mr_chat_parser *p, bool final) {
         /* whitespace, then maybe <think> */
         size_t k = ltrim_len(s, n);
         if (k == n && !final) return false;
+        /* a code point cut at the end of this piece may be whitespace yet */
+        if (!final && utf8_incomplete_tail(s + k, n - k) == n - k) return false;
         size_t rest = n - k, tl = sizeof T_THINK_OPEN - 1;
         if (rest < tl && !memcmp(s + k, T_THINK_OPEN, rest) && !final) return false;
         if (rest >= tl && !memcmp(s + k, T_THINK_OPEN, tl)) {
