@@ -471,7 +471,7 @@ static mr_status pass_platform(mr_resolution *r) {
         s = (r->w.cpu_flags & MR_CPU_AVX512BF16)
                 ? mr__decl(r, MR_DECL_NOTE, SRC, "kernel_isa", "avx512",
                            "with avx512bf16: the bf16 pair dots (fp8 gemv, nvfp4 w4a16, bf16 x bf16) run vdpbf16ps "
-                           "(MOERUN_CPU_MASK=avx512bf16 gives the fp32-FMA form, the same sums)")
+                           "(MOERUN_CPU_MASK=avx512bf16 gives the fp32-FMA form: the same sums away from fp32 denormals)")
                 : mr__decl(r, MR_DECL_NOTE, SRC, "kernel_isa", "avx512",
                            "without avx512bf16: the bf16 pair dots (fp8 gemv, nvfp4 w4a16, bf16 x bf16) run on fp32 "
                            "FMAs, odd product first as vdpbf16ps adds them");

@@ -5,10 +5,10 @@
  * into 4 chains, +14% hot); the fp8 gemm that decodes a 16x128 block to bf16
  * once into scratch (L1), then 8-token blocks of 1 load + 8 vdpbf16ps (dev
  * fp8.v3). The level's FMA kernels (uk_avx512.c) keep these kernels' chains,
- * so they give the same sums. On Intel's cores
- * since Sapphire Rapids (AVX512-FP16) vdpbf16ps zmm issues at half the rate
- * of vfmadd231ps zmm, so there the level's fp32-FMA fp8 gemm stays (same
- * bits). */
+ * so they give the same sums (the fp8 gemv bit for bit; the others away from
+ * fp32 denormals). On Intel's cores since Sapphire Rapids (AVX512-FP16)
+ * vdpbf16ps zmm issues at half the rate of vfmadd231ps zmm, so there the
+ * level's fp32-FMA fp8 gemm stays (same bits). */
 #include <immintrin.h>
 
 #define DP(acc, w, xv) _mm512_dpbf16_ps((acc), (__m512bh)(w), (__m512bh)(xv))
