@@ -1229,6 +1229,95 @@ static void test_sampler_filters_reference(void **state) {
         fail_msg("top token drawn %.3f of the time, its share of the kept mass is %.3f", (double)top / N, want_top);
 }
 
+/* ---- prompt log-probabilities under preemption and beside the prefix cache ---- */
+
+enum { PLP_N = 12, PLP_L = 50, PLP_TOP = 2 };
+typedef struct {
+    int64_t next[PLP_N];                       /* the next position expected */
+    float lp[PLP_N][PLP_L];                    /* [position] the prompt token's log-probability */
+    mr_token_logprob top[PLP_N][PLP_L][PLP_TOP];
+} plp_seen;
+
+/* Each position once, in order, the token the prompt has there. */
+static void plp_collect(plp_seen *o, const mr_engine_step_out *so, const int32_t (*prompt)[PLP_L]) {
+    for (int k = 0; k < so->n_events; k++) {
+        const mr_engine_event *v = &so->events[k];
+        int i = (int)(intptr_t)v->user;
+        assert_int_equal(v->finish == MR_FINISH_ERROR, 0);
+        if (!v->n_plp) continue;
+        assert_int_equal(v->plp_pos, o->next[i]);
+        assert_int_equal(v->plp_ntop, PLP_TOP);
+        for (int q = 0; q < v->n_plp; q++) {
+            const mr_token_logprob *row = v->plp + (size_t)q * (size_t)v->plp_stride;
+            int64_t pos = v->plp_pos + q;
+            assert_int_equal(row[0].token, prompt[i][pos]);
+            o->lp[i][pos] = row[0].logprob;
+            memcpy(o->top[i][pos], row + 1, sizeof o->top[i][pos]);
+        }
+        o->next[i] += v->n_plp;
+    }
+}
+
+static void plp_run(const eng_cfg *c, const int32_t (*prompt)[PLP_L], const int64_t *len, bool warm, plp_seen *o,
+                    mr_engine_stats *s) {
+    eng g;
+    eng_open(&g, c);
+    if (warm) { /* the prompts' blocks in the prefix cache first */
+        for (int i = 0; i < PLP_N; i++) add_req(g.e, prompt[i], len[i], 1, i);
+        outs w;
+        memset(&w, 0, sizeof w);
+        run_until_idle(g.e, &w, false);
+    }
+    mr_engine_stats s0;
+    mr_engine_stats_get(g.e, &s0);
+    for (int i = 0; i < PLP_N; i++) {
+        o->next[i] = 1;
+        mr_request_params rp = {.prompt = prompt[i], .n_prompt = len[i], .max_tokens = 40, .ignore_eos = true,
+                                .top_logprobs = PLP_TOP, .prompt_logprobs = true, .user = (void *)(intptr_t)i};
+        mr_req_id id;
+        assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_OK);
+    }
+    for (int guard = 0; mr_engine_has_work(g.e); guard++) {
+        assert_true(guard < 100000);
+        const mr_engine_step_out *so;
+        assert_int_equal(mr_engine_step(g.e, &so), MR_OK);
+        plp_collect(o, so, prompt);
+        check_ok(g.e);
+    }
+    for (int i = 0; i < PLP_N; i++) assert_int_equal(o->next[i], len[i]); /* every position 1 .. L - 1 */
+    mr_engine_stats_get(g.e, s);
+    s->prefix_hits -= s0.prefix_hits;
+    eng_close(&g);
+}
+
+/* Preempted mid-prompt (8-token chunks, 14 blocks) and recomputed, or with the prompt's blocks in
+ * the prefix cache: every prompt position's log-probability once, the same as alone in a big pool. */
+static void test_prompt_logprobs_preempt(void **state) {
+    (void)state;
+    tu_rng rng = {33};
+    int32_t prompt[PLP_N][PLP_L];
+    int64_t len[PLP_N];
+    rand_prompts(&rng, prompt[0], PLP_L, len, PLP_N, 17, PLP_L - 17);
+    static plp_seen tight, warm, loose;
+    mr_engine_stats s;
+    eng_cfg ct = {.kv = MR_FMT_F32, .blocks = 14, .budget = 8, .running = 8, .ctx = 128};
+    plp_run(&ct, (const int32_t(*)[PLP_L])prompt, len, false, &tight, &s);
+    assert_true(s.preemptions > 0);
+    eng_cfg cw = {.kv = MR_FMT_F32, .blocks = 1024, .budget = 64, .running = PLP_N, .ctx = 128};
+    plp_run(&cw, (const int32_t(*)[PLP_L])prompt, len, true, &warm, &s);
+    assert_int_equal(s.prefix_hits, 0); /* the owed positions were computed, not taken from the cache */
+    eng_cfg cl = {.kv = MR_FMT_F32, .blocks = 1024, .budget = 64, .running = PLP_N, .ctx = 128, .no_prefix = true};
+    plp_run(&cl, (const int32_t(*)[PLP_L])prompt, len, false, &loose, &s);
+    assert_int_equal(s.preemptions, 0);
+    for (int i = 0; i < PLP_N; i++)
+        for (int64_t p = 1; p < len[i]; p++) {
+            assert_float_equal(tight.lp[i][p], loose.lp[i][p], 1e-4);
+            assert_float_equal(warm.lp[i][p], loose.lp[i][p], 1e-4);
+            assert_true(loose.lp[i][p] <= 0.0f && loose.top[i][p][0].logprob >= loose.lp[i][p] - 1e-6f);
+            for (int k = 0; k < PLP_TOP; k++) assert_int_equal(tight.top[i][p][k].token, loose.top[i][p][k].token);
+        }
+}
+
 int main(void) {
     tu_isa_begin("test_engine");
     const struct CMUnitTest tests[] = {
@@ -1239,6 +1328,7 @@ int main(void) {
         cmocka_unit_test(test_prefix_sharing),
         cmocka_unit_test(test_eviction_under_pressure),
         cmocka_unit_test(test_preemption),
+        cmocka_unit_test(test_prompt_logprobs_preempt),
         cmocka_unit_test(test_cancellation),
         cmocka_unit_test(test_admission),
         cmocka_unit_test(test_sampling_features),

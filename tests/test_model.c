@@ -2,7 +2,8 @@
  * transformers oracle (tools/oracle/gen_minimax_m2.py -> tests/data/model/tiny),
  * batching and chunking, the KV-cache capacity error, loader errors (missing
  * tensor, wrong shape, wrong dtype, truncated file, NVFP4 input_scale
- * fallback, allocation failures) and sampler properties.
+ * fallback, allocation failures), sampler properties, and the engine's prompt
+ * log-probabilities against the same oracle.
  * Runs once per kernel level (generic / AVX2 / AVX-512, MOERUN_TEST_ISA; testutil.h). */
 #include <fnmatch.h>
 #include <math.h>
@@ -14,6 +15,7 @@
 
 #include "model/model_internal.h"
 #include "moerun/config.h"
+#include "moerun/engine.h"
 #include "moerun/io.h"
 #include "moerun/model.h"
 #include "testutil.h"
@@ -756,11 +758,142 @@ static void test_sampler_filters(void **st) {
     }
 }
 
+/* ---- prompt log-probabilities (the engine's prompt_logprobs) against the oracle ---- */
+
+static double golden_lse(const float *row, int V) {
+    double mx = row[0], s = 0.0;
+    for (int i = 1; i < V; i++) mx = row[i] > mx ? row[i] : mx;
+    for (int i = 0; i < V; i++) s += exp((double)row[i] - mx);
+    return mx + log(s);
+}
+
+/* copies of every golden prompt, all at once, with prompt_logprobs and top 3: every prompt
+ * token's log-probability against log_softmax of the transformers logits at the position
+ * before it, the top 3 where the oracle has no near tie, each position once and in order,
+ * the greedy first token, and the log-probability of the generated token. budget 4: the
+ * prompts in chunks; 8 copies: more rows than MR_ENGINE_PLP_ROWS in the first steps. */
+static void plp_oracle_run(int64_t budget, int copies, bool prefix_twice) {
+    golden g;
+    golden_load(&g);
+    const int V = g.V;
+    enum { NR = 64 };
+    mr_engine_opts eo = {.kv_dtype = MR_FMT_F32, .kv_blocks = 256, .max_batch_tokens = budget,
+                         .max_running_requests = budget < 32 ? (int)budget : 32, .max_queued_requests = NR, .context_length = 64,
+                         .fixed_threads = true};
+    mr_model_opts mo = {.runner = "reference", .quiet = true};
+    mr_engine_model_opts(&eo, &mo);
+    mr_model *m = NULL;
+    mr_engine *e = NULL;
+    assert_int_equal(mr_model_open(tu_data("model/tiny"), &mo, &m), MR_OK);
+    assert_int_equal(mr_engine_new(m, &eo, &e), MR_OK);
+    int n = 0, prompt_of[NR];
+    mr_req_id ids[NR];
+    int64_t next[NR];
+    bool done[NR] = {false}, plain[NR] = {false};
+    float worst = 0.0f;
+    int top_checked = 0;
+    for (int c = 0; c < copies; c++)
+        for (int i = 0; i < g.n; i++, n++) {
+            assert_true(n < NR);
+            /* prefix_twice: the first copy without prompt logprobs fills the prefix cache, which
+             * the others must not use for the positions they owe */
+            plain[n] = prefix_twice && c == 0;
+            mr_request_params p = {.prompt = g.p[i].ids, .n_prompt = g.p[i].L, .max_tokens = 1,
+                                   .logprobs = true, .top_logprobs = 3, .prompt_logprobs = !plain[n]};
+            assert_int_equal(mr_engine_add(e, &p, &ids[n]), MR_OK);
+            prompt_of[n] = i;
+            next[n] = 1;
+        }
+    int left = n, steps = 0, full_steps = 0;
+    while (left > 0) {
+        assert_true(++steps < 1000);
+        const mr_engine_step_out *so = NULL;
+        assert_int_equal(mr_engine_step(e, &so), MR_OK);
+        int rows = 0;
+        for (int k = 0; k < so->n_events; k++) {
+            const mr_engine_event *ev = &so->events[k];
+            int r = 0;
+            while (r < n && ids[r] != ev->id) r++;
+            assert_true(r < n);
+            const gold_prompt *gp = &g.p[prompt_of[r]];
+            assert_int_equal(ev->finish == MR_FINISH_ERROR, 0);
+            if (plain[r]) assert_int_equal(ev->n_plp, 0);
+            if (ev->n_plp) { /* positions in order, each once */
+                assert_int_equal(ev->plp_pos, next[r]);
+                assert_true(ev->plp_pos + ev->n_plp <= gp->L);
+                assert_int_equal(ev->plp_ntop, 3);
+                rows += ev->n_plp;
+            }
+            for (int q = 0; q < ev->n_plp; q++) {
+                const mr_token_logprob *row = ev->plp + (size_t)q * (size_t)ev->plp_stride;
+                int64_t pos = ev->plp_pos + q;
+                const float *ref = gp->logits + (size_t)(pos - 1) * (size_t)V;
+                double lse = golden_lse(ref, V);
+                assert_int_equal(row[0].token, gp->ids[pos]);
+                float d = fabsf(row[0].logprob - (float)(ref[gp->ids[pos]] - lse));
+                worst = d > worst ? d : worst;
+                /* the oracle's top 3 (ties to the lower id) where its gaps are clear */
+                int t[4] = {-1, -1, -1, -1};
+                for (int j = 0; j < 4; j++)
+                    for (int v = 0; v < V; v++) {
+                        bool taken = false;
+                        for (int u = 0; u < j; u++) taken |= t[u] == v;
+                        if (!taken && (t[j] < 0 || ref[v] > ref[t[j]])) t[j] = v;
+                    }
+                for (int j = 0; j < 3; j++) {
+                    if (ref[t[j]] - ref[t[j + 1]] < 1e-2f || (j && ref[t[j - 1]] - ref[t[j]] < 1e-2f)) break;
+                    assert_int_equal(row[1 + j].token, t[j]);
+                    float dt = fabsf(row[1 + j].logprob - (float)(ref[t[j]] - lse));
+                    worst = dt > worst ? dt : worst;
+                    top_checked++;
+                }
+            }
+            next[r] += ev->n_plp;
+            if (ev->n_tokens == 1) { /* the first generated token: greedy, and its log-probability */
+                assert_int_equal(next[r], plain[r] ? 1 : gp->L);
+                assert_int_equal(ev->token, gp->gen[0]);
+                const float *ref = gp->logits + (size_t)(gp->L - 1) * (size_t)V;
+                float d = fabsf(ev->logprob - (float)(ref[ev->token] - golden_lse(ref, V)));
+                worst = d > worst ? d : worst;
+            }
+            if (ev->finish != MR_FINISH_NONE) {
+                assert_int_equal(ev->finish, MR_FINISH_LENGTH);
+                assert_false(done[r]);
+                done[r] = true;
+                left--;
+            }
+        }
+        assert_true(rows <= MR_ENGINE_PLP_ROWS);
+        full_steps += rows == MR_ENGINE_PLP_ROWS;
+    }
+    if (worst > 2 * ORACLE_TOL) fprintf(stderr, "prompt logprobs: max |error| %g > %g\n", worst, 2 * ORACLE_TOL);
+    assert_true(worst <= 2 * ORACLE_TOL);
+    assert_true(top_checked > 0);
+    int per_copy = 0;
+    for (int i = 0; i < g.n; i++) per_copy += g.p[i].L - 1;
+    if (copies * per_copy > MR_ENGINE_PLP_ROWS && budget >= 512) assert_true(full_steps > 0); /* the cap was reached */
+    mr_engine_stats es;
+    mr_engine_stats_get(e, &es);
+    if (prefix_twice) assert_int_equal(es.prefix_hits, 0); /* the copies computed their prompts */
+    mr_engine_free(e);
+    mr_model_close(m);
+    free(g.blob);
+}
+
+static void test_prompt_logprobs_oracle(void **st) {
+    (void)st;
+    plp_oracle_run(512, 1, false);
+    plp_oracle_run(4, 2, false);  /* chunked prefill: rows across chunks */
+    plp_oracle_run(512, 8, false); /* 8 x 14 rows: beyond the per-step rows */
+    plp_oracle_run(512, 3, true);  /* after a plain copy of each prompt in the prefix cache */
+}
+
 int main(void) {
     tu_isa_begin("test_model");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_oracle_all_runners),
         cmocka_unit_test(test_oracle_chunked),
+        cmocka_unit_test(test_prompt_logprobs_oracle),
         cmocka_unit_test(test_oracle_detects_wrong_weights),
         cmocka_unit_test(test_kv_overflow),
         cmocka_unit_test(test_loader_errors),

@@ -55,6 +55,10 @@ static void test_parse_fields(void **st) {
     assert_int_equal(r.prompts[1].ids[0], 3);
     assert_int_equal(r.max_tokens, 16);
     sv_request_free(&r);
+    /* echo with logprobs, and max_tokens 0 with echo (the prompt alone, as vLLM) */
+    expect_ok(SV_COMPLETIONS, "{\"prompt\":\"a\",\"logprobs\":2,\"echo\":true,\"max_tokens\":0}", &r);
+    assert_true(r.echo && r.logprobs && r.top_logprobs == 2 && r.max_tokens == 0);
+    sv_request_free(&r);
     expect_ok(SV_COMPLETIONS,
               "{\"prompt\":[1],\"logprobs\":3,\"presence_penalty\":0.5,\"frequency_penalty\":-1,"
               "\"repetition_penalty\":1.3}",
@@ -186,7 +190,7 @@ static const bad_case bad[] = {
      "top_logprobs", "[0, 20]"},
     {SV_COMPLETIONS, "{\"prompt\":\"a\",\"logprobs\":21}", 400, "logprobs", "[0, 20]"},
     {SV_COMPLETIONS, "{\"prompt\":\"a\",\"logprobs\":true}", 400, "logprobs", "integer"},
-    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"logprobs\":2,\"echo\":true}", 400, "logprobs", "echo"},
+    {SV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":0}", 400, "max_tokens", "only with echo"},
     {SV_COMPLETIONS, "{\"prompt\":\"a\",\"repetition_penalty\":11}", 400, "repetition_penalty", "must be in"},
     {SV_COMPLETIONS, "{\"prompt\":\"a\",\"stop_token_ids\":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]}", 400,
      "stop_token_ids", "at most 16"},

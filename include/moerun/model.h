@@ -118,7 +118,7 @@ void mr_model_seq_reset(mr_model *m, int slot);
  * and are read, not written); its block table must cover every position it
  * writes. Its new tokens are consecutive in tokens, sequences in order. Rows
  * of logits: for every sequence with want_logits[i], the logits of its last
- * new token, in batch order ([n_logits][vocab]). Nothing is written to any
+ * new token, in batch order, then the n_extra rows ([n_logits + n_extra][vocab]). Nothing is written to any
  * block, nor to logits, when the batch is refused (MR_EINVAL, MR_ECAPACITY,
  * MR_EINPUT). Two sequences of one batch must not write the same block. */
 #define MR_KV_BLOCK_TOKENS 16
@@ -132,6 +132,11 @@ typedef struct {
     const int32_t *block_ids;       /* [bt_off[n_seq]] indices into the pool */
     const uint8_t *want_logits;     /* [n_seq] 1: a logits row for the sequence's last new token */
     int n_logits;                   /* number of sequences with want_logits */
+    /* more logits rows (prompt log-probabilities): the tokens extra_tok[0 .. n_extra), indices into
+     * tokens, give rows n_logits .. n_logits + n_extra - 1 of logits, in this order; at most
+     * n_tokens - n_logits of them (none: n_extra 0, extra_tok NULL) */
+    int n_extra;
+    const int64_t *extra_tok;
 } mr_kv_batch;
 mr_status mr_model_forward_kv(mr_model *m, const mr_kv_batch *b, float *logits);
 /* The pool's size in blocks (0 without one), element type, and bytes. */

@@ -118,6 +118,8 @@ void mr_engine_free(mr_engine *e) {
     mr_free(e->s_count);
     mr_free(e->ev);
     mr_free(e->top);
+    mr_free(e->plp_tok);
+    mr_free(e->plp_out);
     mr_free(e->chk);
     mr__engine_ep_free(e);
     mr__pool_free(&e->pool);
@@ -226,6 +228,28 @@ static bool is_stop(const mr_engine *e, const mr__req *r, int32_t t) {
     return !r->ignore_eos && mr_model_is_eos(e->m, t);
 }
 
+/* The buffers of prompt log-probabilities, with the first request that asks: the logits grow by
+ * MR_ENGINE_PLP_ROWS rows (the old buffer stays on a failure). */
+static mr_status plp_alloc(mr_engine *e) {
+    if (e->plp_tok) return MR_OK;
+    size_t V = (size_t)e->vocab, R = (size_t)e->o.max_running_requests, P = MR_ENGINE_PLP_ROWS;
+    float *lg = mr_malloc((R + P) * V * sizeof(float));
+    int64_t *tok = mr_malloc(P * sizeof(int64_t));
+    mr_token_logprob *lp = mr_malloc(P * (1 + (size_t)e->o.max_top_logprobs) * sizeof(mr_token_logprob));
+    if (!lg || !tok || !lp) {
+        mr_free(lg);
+        mr_free(tok);
+        mr_free(lp);
+        return mr_error_set(MR_ENOMEM, "request: out of memory for the prompt log-probabilities (%zu logits rows)",
+                            R + P);
+    }
+    mr_free(e->logits);
+    e->logits = lg;
+    e->plp_tok = tok;
+    e->plp_out = lp;
+    return MR_OK;
+}
+
 mr_status mr_engine_add(mr_engine *e, const mr_request_params *p, mr_req_id *out) {
     *out = 0;
     const mr_engine_opts *o = &e->o;
@@ -275,6 +299,7 @@ mr_status mr_engine_add(mr_engine *e, const mr_request_params *p, mr_req_id *out
     if (e->n_waiting >= o->max_queued_requests || e->n_free_slots == 0)
         return mr_error_set(MR_EBUSY, "request: %d requests are waiting already (max_queued_requests %d)",
                             e->n_waiting, o->max_queued_requests);
+    if (p->prompt_logprobs && (st = plp_alloc(e))) return st;
     /* one allocation: tokens, block table, forced tokens */
     int64_t cap = p->n_prompt + max_tokens;
     size_t bytes = ((size_t)cap + (size_t)need + (size_t)n_forced) * sizeof(int32_t);
@@ -303,6 +328,8 @@ mr_status mr_engine_add(mr_engine *e, const mr_request_params *p, mr_req_id *out
     r->logprobs = p->logprobs;
     r->top_logprobs = p->top_logprobs;
     r->want_logits = p->want_logits;
+    r->plp = p->prompt_logprobs && p->n_prompt > 1;
+    r->plp_next = 1;
     r->cancel = p->cancel;
     r->user = p->user;
     r->last_key = MR__ROOT_KEY;
@@ -418,7 +445,7 @@ static bool grow(mr_engine *e, mr__req *r, int64_t upto) {
 /* The longest cached prefix of r's known tokens, leaving at least one token
  * to compute (its logits are needed): referenced, into r's table. */
 static void match_prefix(mr_engine *e, mr__req *r) {
-    if (e->o.no_prefix_caching) return;
+    if (e->o.no_prefix_caching || (r->plp && r->plp_next < r->n_prompt)) return; /* owed prompt logprobs: compute all */
     int64_t full = (r->n_tok - 1) / BT;
     mr__key parent = MR__ROOT_KEY;
     int32_t j = 0;
@@ -436,9 +463,28 @@ static void match_prefix(mr_engine *e, mr__req *r) {
     r->last_key = parent;
 }
 
+/* Prompt log-probabilities: how many rows a chunk of n tokens from position s needs (the positions q
+ * in [s, s + n) whose next token is a prompt token still owed), and the first such q. */
+static int64_t plp_rows(const mr__req *r, int64_t s, int64_t n, int64_t *q0) {
+    *q0 = s;
+    if (!r->plp) return 0;
+    int64_t lo = s > r->plp_next - 1 ? s : r->plp_next - 1, hi = s + n < r->n_prompt - 1 ? s + n : r->n_prompt - 1;
+    *q0 = lo;
+    return hi > lo ? hi - lo : 0;
+}
+
+/* n cut so that the chunk's rows fit what is left of the step's MR_ENGINE_PLP_ROWS (0: none fit). */
+static int64_t plp_fit(const mr_engine *e, const mr__req *r, int64_t n) {
+    int64_t q0, rows = plp_rows(r, r->n_computed, n, &q0), left = MR_ENGINE_PLP_ROWS - e->n_plp;
+    return rows <= left ? n : q0 - r->n_computed + left;
+}
+
 static void add_sched(mr_engine *e, int32_t slot, int64_t n) {
     mr__req *r = &e->req[slot];
-    e->sched[e->n_sched++] = (mr__sched){.slot = slot, .n = n, .sample = r->n_computed + n == r->n_tok};
+    int64_t q0, rows = plp_rows(r, r->n_computed, n, &q0);
+    e->sched[e->n_sched++] = (mr__sched){.slot = slot, .n = n, .sample = r->n_computed + n == r->n_tok,
+                                         .plp_row = e->n_plp, .plp_n = (int32_t)rows, .plp_q0 = q0};
+    e->n_plp += (int)rows;
 }
 
 /* Builds e->batch from e->sched. */
@@ -450,6 +496,8 @@ static void build_batch(mr_engine *e) {
     for (int i = 0; i < e->n_sched; i++) {
         const mr__sched *s = &e->sched[i];
         const mr__req *r = &e->req[s->slot];
+        for (int32_t k = 0; k < s->plp_n; k++) /* the rows of prompt logprobs: token t at position n_computed */
+            e->plp_tok[s->plp_row + k] = t + (s->plp_q0 - r->n_computed) + k;
         memcpy(e->b_tokens + t, r->tok + r->n_computed, (size_t)s->n * sizeof(int32_t));
         t += s->n;
         e->b_ntok[i] = s->n;
@@ -462,7 +510,8 @@ static void build_batch(mr_engine *e) {
     }
     e->batch = (mr_kv_batch){.n_seq = e->n_sched, .n_tokens = t, .tokens = e->b_tokens, .n_tok = e->b_ntok,
                              .start = e->b_start, .bt_off = e->b_btoff, .block_ids = e->b_blocks,
-                             .want_logits = e->b_logits, .n_logits = n_logits};
+                             .want_logits = e->b_logits, .n_logits = n_logits, .n_extra = e->n_plp,
+                             .extra_tok = e->n_plp ? e->plp_tok : NULL};
 }
 
 /* ---- schedule ---- */
@@ -472,6 +521,7 @@ mr_status mr_engine_schedule(mr_engine *e, const mr_kv_batch **out) {
     if (e->scheduled) return mr_error_set(MR_ESTATE, "engine: schedule called twice without complete");
     e->n_ev = 0;
     e->n_sched = 0;
+    e->n_plp = 0;
     e->out = (mr_engine_step_out){0};
     e->err[0] = 0;
     sweep_cancelled(e);
@@ -482,6 +532,7 @@ mr_status mr_engine_schedule(mr_engine *e, const mr_kv_batch **out) {
         mr__req *r = &e->req[slot];
         int64_t n = r->n_tok - r->n_computed;
         if (n > budget) n = budget;
+        if (!(n = plp_fit(e, r, n))) continue; /* this step's prompt-logprob rows are taken */
         bool ok;
         while (!(ok = grow(e, r, r->n_computed + n))) {
             /* out of blocks: preempt the newest running request (this one, last) */
@@ -501,7 +552,7 @@ mr_status mr_engine_schedule(mr_engine *e, const mr_kv_batch **out) {
         int64_t hit = r->n_computed;
         int64_t n = r->n_tok - r->n_computed;
         if (n > budget) n = budget;
-        if (!grow(e, r, r->n_computed + n)) {
+        if (!(n = plp_fit(e, r, n)) || !grow(e, r, r->n_computed + n)) {
             release_blocks(e, r); /* the hits go back; wait for blocks */
             break;
         }
@@ -565,6 +616,8 @@ mr_status mr_engine_complete(mr_engine *e, mr_status forward_status, const float
     if (forward_status != MR_OK) snprintf(e->err, sizeof e->err, "forward pass failed: %s", mr_error_last());
     uint64_t sample_ns = 0;
     int row = 0;
+    const int stride = 1 + e->o.max_top_logprobs;
+    const float *extra = logits ? logits + (size_t)e->batch.n_logits * (size_t)e->vocab : NULL;
     for (int i = 0; i < e->n_sched; i++) {
         const mr__sched *s = &e->sched[i];
         mr__req *r = &e->req[s->slot];
@@ -579,6 +632,32 @@ mr_status mr_engine_complete(mr_engine *e, mr_status forward_status, const float
         r->n_computed += s->n;
         e->st.computed_tokens += (uint64_t)s->n;
         register_blocks(e, r);
+        mr_engine_event *v = NULL;
+        if (s->plp_n > 0) { /* the prompt tokens' log-probabilities this chunk computed */
+            uint64_t ts = mr_now_ns();
+            mr_status st = MR_OK;
+            int n_top = 0;
+            for (int32_t k = 0; k < s->plp_n && !st; k++) {
+                mr_token_logprob *o = e->plp_out + (size_t)(s->plp_row + k) * (size_t)stride;
+                o->token = r->tok[s->plp_q0 + k + 1];
+                st = mr__engine_logprob(e, extra + (size_t)(s->plp_row + k) * (size_t)e->vocab, o->token,
+                                        r->top_logprobs, &o->logprob, o + 1, &n_top);
+            }
+            sample_ns += mr_now_ns() - ts;
+            v = event(e, r);
+            if (st) {
+                snprintf(e->err, sizeof e->err, "%s", mr_error_last());
+                v->finish = r->fin = MR_FINISH_ERROR;
+                v->error = e->err;
+                continue;
+            }
+            v->plp_pos = s->plp_q0 + 1;
+            v->n_plp = s->plp_n;
+            v->plp_ntop = n_top;
+            v->plp_stride = stride;
+            v->plp = e->plp_out + (size_t)s->plp_row * (size_t)stride;
+            r->plp_next = s->plp_q0 + s->plp_n + 1;
+        }
         if (!s->sample) continue; /* a prefill chunk that does not reach the end yet */
         uint64_t ts = mr_now_ns();
         int32_t tok = 0;
@@ -587,7 +666,7 @@ mr_status mr_engine_complete(mr_engine *e, mr_status forward_status, const float
         mr_token_logprob *top = e->top + (size_t)i * (size_t)e->o.max_top_logprobs;
         mr_status st = mr__engine_pick(e, r, lg, &tok, &lp, top, &n_top);
         sample_ns += mr_now_ns() - ts;
-        mr_engine_event *v = event(e, r);
+        if (!v) v = event(e, r);
         if (st) {
             snprintf(e->err, sizeof e->err, "%s", mr_error_last());
             v->finish = r->fin = MR_FINISH_ERROR;

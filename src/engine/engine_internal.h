@@ -88,6 +88,8 @@ typedef struct {
     int32_t stop_ids[MR_ENGINE_MAX_STOP_IDS];
     int n_stop;
     bool ignore_eos, logprobs, want_logits;
+    bool plp;                   /* prompt_logprobs */
+    int64_t plp_next;           /* the next prompt position whose log-probability is owed (from 1) */
     int top_logprobs;
     const int32_t *forced;      /* inside mem */
     int64_t n_forced;
@@ -101,6 +103,8 @@ typedef struct {
     int32_t slot;               /* request table index */
     int64_t n;                  /* tokens of this step */
     bool sample;                /* the chunk ends at the last known token: sample after it */
+    int32_t plp_row, plp_n;     /* prompt log-probabilities: rows plp_row .. of the batch's extra rows */
+    int64_t plp_q0;             /* the position of the first of those rows (its token's logprob is at q0 + 1) */
 } mr__sched;
 
 /* ---- threads per step (threads.c) ----
@@ -195,6 +199,11 @@ struct mr_engine {
     mr_engine_event *ev;        /* [max_req + max_running] */
     int n_ev, cap_ev;
     mr_token_logprob *top;      /* [max_running][max_top_logprobs] */
+    /* prompt log-probabilities, allocated with the first request that asks (logits grows by
+     * MR_ENGINE_PLP_ROWS rows then): the step's extra rows and their results */
+    int64_t *plp_tok;           /* [MR_ENGINE_PLP_ROWS] token indices into the batch */
+    mr_token_logprob *plp_out;  /* [MR_ENGINE_PLP_ROWS][1 + max_top_logprobs] */
+    int n_plp;                  /* extra rows in this step */
     char err[512];              /* the error of this step's failed forward */
     int32_t *chk;               /* [kv_blocks] scratch of mr_engine_check */
     /* expert parallelism (engine_ep.c): this rank of ep_size; the step on the wire */
@@ -215,6 +224,10 @@ struct mr_engine {
  * (n_top entries) when asked. MR_EINPUT when the row holds a non-finite value. */
 mr_status mr__engine_pick(mr_engine *e, mr__req *r, const float *logits, int32_t *tok, float *logprob,
                           mr_token_logprob *top, int *n_top);
+/* The log-probability of token tok in a raw logits row [vocab] and the n most likely tokens into top
+ * (returns how many). MR_EINPUT when the row holds a non-finite value. */
+mr_status mr__engine_logprob(const mr_engine *e, const float *logits, int32_t tok, int n, float *logprob,
+                             mr_token_logprob *top, int *n_top);
 /* Checks sampling parameters (MR_EINVAL with the field). */
 mr_status mr__sampling_check(const mr_sampling *s);
 

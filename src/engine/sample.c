@@ -79,13 +79,29 @@ static const float *penalize(mr_engine *e, const mr__req *r, const float *logits
     return w;
 }
 
-mr_status mr__engine_pick(mr_engine *e, mr__req *r, const float *logits, int32_t *tok, float *logprob,
-                          mr_token_logprob *top, int *n_top) {
-    int64_t V = e->vocab;
+static mr_status finite_row(const float *logits, int64_t V) {
     for (int64_t i = 0; i < V; i++)
         if (!isfinite(logits[i]))
             return mr_error_set(MR_EINPUT, "the model produced a non-finite logit (%g at token %lld)", (double)logits[i],
                                 (long long)i);
+    return MR_OK;
+}
+
+mr_status mr__engine_logprob(const mr_engine *e, const float *logits, int32_t tok, int n, float *logprob,
+                             mr_token_logprob *top, int *n_top) {
+    mr_status st = finite_row(logits, e->vocab);
+    if (st) return st;
+    double lse = logsumexp(logits, e->vocab);
+    *logprob = (float)((double)logits[tok] - lse);
+    *n_top = n > 0 ? top_n(logits, e->vocab, n, lse, top) : 0;
+    return MR_OK;
+}
+
+mr_status mr__engine_pick(mr_engine *e, mr__req *r, const float *logits, int32_t *tok, float *logprob,
+                          mr_token_logprob *top, int *n_top) {
+    int64_t V = e->vocab;
+    mr_status st = finite_row(logits, V);
+    if (st) return st;
     int64_t g = r->n_tok - r->n_prompt; /* tokens generated so far */
     if (g < r->n_forced) {
         *tok = r->forced[g];

@@ -256,6 +256,13 @@ static mr_status check_kv_batch(mr_model *m, const mr_kv_batch *b) {
                             (long long)b->n_tokens);
     if (n_logits != b->n_logits)
         return mr_error_set(MR_EINVAL, "forward: %d sequences want logits, the batch says %d", n_logits, b->n_logits);
+    if (b->n_extra < 0 || b->n_extra > total - n_logits || (b->n_extra > 0 && !b->extra_tok))
+        return mr_error_set(MR_EINVAL, "forward: %d extra logits rows; the batch of %lld tokens allows %lld", b->n_extra,
+                            (long long)total, (long long)(total - n_logits));
+    for (int k = 0; k < b->n_extra; k++)
+        if (b->extra_tok[k] < 0 || b->extra_tok[k] >= total)
+            return mr_error_set(MR_EINVAL, "forward: extra logits row %d names token %lld of %lld", k,
+                                (long long)b->extra_tok[k], (long long)total);
     return check_tokens(m, b->tokens, total);
 }
 
@@ -263,7 +270,7 @@ mr_status mr_model_forward_kv(mr_model *m, const mr_kv_batch *b, float *logits) 
     mr__state *s = &m->s;
     mr_status st = check_kv_batch(m, b);
     if (st) return st;
-    if (b->n_logits > 0 && !logits) return mr_error_set(MR_EINVAL, "forward: no logits buffer");
+    if (b->n_logits + b->n_extra > 0 && !logits) return mr_error_set(MR_EINVAL, "forward: no logits buffer");
     int64_t t = 0;
     int n_out = 0;
     for (int i = 0; i < b->n_seq; i++) {
@@ -277,6 +284,10 @@ mr_status mr_model_forward_kv(mr_model *m, const mr_kv_batch *b, float *logits) 
             s->out_row[n_out] = logits + (size_t)n_out * (size_t)m->c.vocab;
             n_out++;
         }
+    }
+    for (int k = 0; k < b->n_extra; k++, n_out++) {
+        s->out_tok[n_out] = b->extra_tok[k];
+        s->out_row[n_out] = logits + (size_t)n_out * (size_t)m->c.vocab;
     }
     st = forward_chunk(m, b->tokens, b->n_tokens, n_out, true);
     m->timing.tokens += (uint64_t)b->n_tokens;

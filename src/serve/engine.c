@@ -236,6 +236,7 @@ static void admit(sv_engine *e, sv_gen *g) {
         .ignore_eos = g->ignore_eos,
         .logprobs = r->logprobs,
         .top_logprobs = r->top_logprobs,
+        .prompt_logprobs = g->plp != NULL,
         .forced = g->forced,
         .n_forced = g->n_forced,
         .cancel = &g->cancel,
@@ -275,7 +276,29 @@ static sv_fin fin_of(mr_finish_reason f) {
 static void publish(sv_engine *e, const mr_engine_event *ev, uint64_t now) {
     sv_gen *g = ev->user;
     sv_job *j = g->job;
-    if (ev->n_tokens == 1) {
+    if (ev->n_plp > 0 && g->plp) { /* echo with logprobs: the prompt tokens' entries, in order */
+        pthread_mutex_lock(&j->mu);
+        for (int k = 0; k < ev->n_plp; k++) {
+            const int64_t p = ev->plp_pos + k;
+            if (p < 1 || p >= g->n_prompt) continue;
+            const mr_token_logprob *row = ev->plp + (size_t)k * (size_t)ev->plp_stride;
+            sv_logprob *l = &g->plp[p];
+            l->logprob = row[0].logprob;
+            l->n_top = ev->plp_ntop < SV_MAX_TOP_LOGPROBS ? ev->plp_ntop : SV_MAX_TOP_LOGPROBS;
+            for (int t = 0; t < l->n_top; t++) l->top[t] = row[1 + t];
+            if (p + 1 > g->n_plp) g->n_plp = p + 1;
+        }
+        j->version++;
+        const wake_call w = take_wake(j);
+        pthread_mutex_unlock(&j->mu);
+        wake(e, w);
+    }
+    if (ev->n_tokens == 1 && g->echo_only) { /* max_tokens 0: the prompt alone; the token is not counted */
+        pthread_mutex_lock(&j->mu);
+        g->cached_tokens = ev->n_cached;
+        pthread_mutex_unlock(&j->mu);
+        g->seen_first = true;
+    } else if (ev->n_tokens == 1) {
         pthread_mutex_lock(&e->met->mu);
         if (!g->seen_first) sv_hist_observe(&e->met->ttft, (double)(now - j->t_arrive_ns) * 1e-9);
         else sv_hist_observe(&e->met->itl, (double)(now - g->t_last_ns) * 1e-9);

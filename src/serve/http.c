@@ -127,6 +127,7 @@ void sv_job_release(sv_job *j) {
     if (j->gens) {
         mr_free(j->gens[0].out);
         mr_free(j->gens[0].lp);
+        mr_free(j->gens[0].plp);
     }
     mr_free(j->gens);
     pthread_mutex_destroy(&j->mu);
@@ -509,6 +510,7 @@ static int make_job(mr_server *s, sv_request *r, sv_job **out, sv_error *e) {
             goto out;
         }
         int64_t mt = max_tokens_of(s, r, L);
+        if (mt == 0 && r->echo) mt = 1; /* the engine's one token, not sent */
         if (mt < 1 || L + mt > s->context_length) {
             sv_fail(e, 400, r->max_tokens < 0 ? (r->kind == SV_CHAT ? "messages" : nm) : "max_tokens",
                     "This model's maximum context length is %lld tokens. However, you requested %lld tokens (%lld in the "
@@ -545,9 +547,16 @@ static int make_job(mr_server *s, sv_request *r, sv_job **out, sv_error *e) {
     j->gens = mr_calloc((size_t)j->n_gen, sizeof *j->gens);
     j->ids = mr_malloc((size_t)(total ? total : 1) * sizeof(int32_t));
     size_t n_out = 0;
+    const bool plp = r->kind == SV_COMPLETIONS && r->echo && r->logprobs;
+    size_t n_plp = 0; /* echo with logprobs: every gen's prompt entries */
     for (int i = 0; i < np; i++) {
         int64_t mt = max_tokens_of(s, r, j->prompt_len[i]);
+        if (mt == 0) mt = 1;
         size_t add;
+        if (plp && (!mr_size_mul((size_t)j->prompt_len[i], (size_t)r->n, &add) || !mr_size_add(n_plp, add, &n_plp))) {
+            sv_fail(e, 400, "prompt", "prompt tokens x n overflows");
+            goto out;
+        }
         if (!mr_size_mul((size_t)mt, (size_t)r->n, &add) || !mr_size_add(n_out, add, &n_out)) {
             sv_fail(e, 400, "max_tokens", "max_tokens x n overflows");
             goto out;
@@ -555,17 +564,22 @@ static int make_job(mr_server *s, sv_request *r, sv_job **out, sv_error *e) {
     }
     int32_t *outs = j->gens ? mr_malloc(n_out * sizeof(int32_t)) : NULL;
     sv_logprob *lps = r->logprobs && outs ? mr_malloc(n_out * sizeof(sv_logprob)) : NULL;
-    if (!j->gens || !j->ids || !outs || (r->logprobs && !lps)) {
+    sv_logprob *plps = plp && outs ? mr_calloc(n_plp, sizeof(sv_logprob)) : NULL;
+    if (!j->gens || !j->ids || !outs || (r->logprobs && !lps) || (plp && !plps)) {
         mr_free(outs);
         mr_free(lps);
+        mr_free(plps);
         sv_fail(e, 500, NULL, "out of memory");
         goto out;
     }
+    size_t poff = 0;
     int64_t off = 0;
     size_t ooff = 0;
     for (int i = 0; i < np; i++) {
         memcpy(j->ids + off, pid[i], (size_t)j->prompt_len[i] * sizeof(int32_t));
         int64_t mt = max_tokens_of(s, r, j->prompt_len[i]);
+        const bool echo_only = mt == 0;
+        if (echo_only) mt = 1;
         for (int k = 0; k < r->n; k++) {
             sv_gen *g = &j->gens[i * r->n + k];
             g->job = j;
@@ -590,6 +604,12 @@ static int make_job(mr_server *s, sv_request *r, sv_job **out, sv_error *e) {
             };
             if (lps) g->lp = lps + ooff;
             ooff += (size_t)mt;
+            g->echo_only = echo_only;
+            g->n_plp = 1;
+            if (plps) {
+                g->plp = plps + poff;
+                poff += (size_t)g->n_prompt;
+            }
         }
         off += j->prompt_len[i];
     }

@@ -235,7 +235,8 @@ static int f_prompt(sv_request *r, const json_t *v, const sv_limits *lim, sv_err
 
 static int f_max_tokens_named(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e, const char *name) {
     int64_t x = 0;
-    if (get_int(v, name, 1, INT64_MAX, &x, e)) return -1;
+    /* max_tokens 0: completions with echo only (checked after every field) */
+    if (get_int(v, name, strcmp(name, "max_tokens") ? 1 : 0, INT64_MAX, &x, e)) return -1;
     if (x > lim->max_completion_tokens)
         return sv_fail(e, 400, name, "%s is %lld, above this server's limit of %lld (--max-completion-tokens)", name,
                        (long long)x, (long long)lim->max_completion_tokens);
@@ -832,8 +833,9 @@ int sv_request_parse(sv_kind kind, const char *body, size_t len, const sv_limits
         sv_fail(e, 400, "top_logprobs", "top_logprobs needs logprobs: true");
         goto out;
     }
-    if (r->echo && r->logprobs) {
-        sv_fail(e, 400, "logprobs", "logprobs with echo (the prompt's log-probabilities) is not supported by this server");
+    if (r->max_tokens == 0 && !r->echo) { /* vLLM's echo without generation: the prompt (and its logprobs) alone */
+        sv_fail(e, 400, "max_tokens", "max_tokens is 0; it must be in [1, %lld] (0 only with echo: the prompt alone)",
+                (long long)lim->max_completion_tokens);
         goto out;
     }
     const json_t *so = json_object_get(root, "stream_options");

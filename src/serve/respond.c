@@ -35,6 +35,7 @@ typedef struct {
     int64_t counted;      /* completion tokens (up to the token that ended it) */
     int64_t cached;       /* prompt tokens found in the prefix cache */
     int64_t lp_offset;    /* text_offset of the next token's logprobs entry */
+    bool echo_pending;    /* streaming echo with logprobs: the prompt's event waits for its entries */
     bool done;
     const char *reason;
     bool failed, unavailable;
@@ -57,6 +58,8 @@ struct sv_out {
     bool started, finished;
     int64_t prompt_tokens;
 };
+
+static size_t piece_len(const sv_out *o, int32_t id);
 
 void sv_job_cancel(sv_job *j) {
     for (int i = 0; i < j->n_gen; i++) atomic_store(&j->gens[i].cancel, 1);
@@ -106,6 +109,8 @@ mr_status sv_out_new(sv_job *j, const sv_text *t, const mr_model *m, const char 
                                     j->req.separate_reasoning, &c->ps))
             goto oom;
         if (o->chat && !(c->calls = json_array())) goto oom;
+        c->echo_pending = c->g->plp && o->stream;
+        for (int64_t p = 0; c->g->plp && p < c->g->n_prompt; p++) c->lp_offset += (int64_t)piece_len(o, c->g->prompt[p]);
     }
     if (sv_buf_printf(&o->head, "{\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":", j->id,
                       o->chat ? (o->stream ? "chat.completion.chunk" : "chat.completion") : "text_completion",
@@ -204,6 +209,61 @@ static int lp_top_obj(const sv_out *o, const sv_logprob *l, sv_buf *b) {
             sv_buf_printf(b, ":%.9g", lp_value(l->top[k].logprob)))
             return -1;
     return sv_buf_lit(b, "}");
+}
+
+/* Echo with logprobs: the prompt's entries of the four completions arrays (without brackets; the
+ * first token, and one whose entry never came, has null), its alternatives with the prompt token
+ * itself beside them (as vLLM's prompt logprobs). Offsets from 0 over the tokens' text. */
+static int plp_entries(const sv_out *o, const sv_gen *g, int64_t n_plp, sv_buf *tk, sv_buf *lv, sv_buf *tp,
+                       sv_buf *of) {
+    int64_t off = 0;
+    for (int64_t p = 0; p < g->n_prompt; p++) {
+        const int32_t id = g->prompt[p];
+        const sv_logprob *l = p >= 1 && p < n_plp ? &g->plp[p] : NULL;
+        if (p && (sv_buf_lit(tk, ",") || sv_buf_lit(lv, ",") || sv_buf_lit(tp, ",") || sv_buf_lit(of, ",")))
+            return -1;
+        if (lp_token(o, id, tk) || sv_buf_printf(of, "%lld", (long long)off)) return -1;
+        off += (int64_t)piece_len(o, id);
+        if (!l) {
+            if (sv_buf_lit(lv, "null") || sv_buf_lit(tp, "null")) return -1;
+            continue;
+        }
+        if (sv_buf_printf(lv, "%.9g", lp_value(l->logprob)) || sv_buf_lit(tp, "{")) return -1;
+        bool listed = false;
+        for (int k = 0; k < l->n_top && k < o->j->req.top_logprobs; k++) {
+            listed |= l->top[k].token == id;
+            if ((k && sv_buf_lit(tp, ",")) || lp_token(o, l->top[k].token, tp) ||
+                sv_buf_printf(tp, ":%.9g", lp_value(l->top[k].logprob)))
+                return -1;
+        }
+        if (!listed && (((l->n_top && o->j->req.top_logprobs) && sv_buf_lit(tp, ",")) || lp_token(o, id, tp) ||
+                        sv_buf_printf(tp, ":%.9g", lp_value(l->logprob))))
+            return -1;
+        if (sv_buf_lit(tp, "}")) return -1;
+    }
+    return 0;
+}
+
+/* Streaming echo with logprobs: the prompt's text and entries, one event for choice i. */
+static int echo_event(sv_out *o, sv_buf *b, int i, int64_t n_plp) {
+    const sv_gen *g = o->c[i].g;
+    const char *pt = o->j->prompt_text[i / o->j->req.n];
+    sv_buf a[4] = {{0}};
+    int rc = plp_entries(o, g, n_plp, &a[0], &a[1], &a[2], &a[3]) || sv_buf_lit(b, "data: ") ||
+             sv_buf_add(b, o->head.p, o->head.len) || sv_buf_printf(b, "\"choices\":[{\"index\":%d,\"text\":", i) ||
+             sv_buf_json_str(b, pt ? pt : "", pt ? strlen(pt) : 0) || sv_buf_lit(b, ",\"logprobs\":{\"tokens\":[") ||
+             sv_buf_add(b, a[0].p ? a[0].p : "", a[0].len) || sv_buf_lit(b, "],\"token_logprobs\":[") ||
+             sv_buf_add(b, a[1].p ? a[1].p : "", a[1].len) || sv_buf_lit(b, "],\"top_logprobs\":[") ||
+             sv_buf_add(b, a[2].p ? a[2].p : "", a[2].len) || sv_buf_lit(b, "],\"text_offset\":[") ||
+             sv_buf_add(b, a[3].p ? a[3].p : "", a[3].len) || sv_buf_lit(b, "]},\"finish_reason\":null}]");
+    for (int k = 0; k < 4; k++) sv_buf_free(&a[k]);
+    if (rc) return -1;
+    if (o->j->req.continuous_usage) {
+        if (sv_buf_lit(b, ",\"usage\":") || usage_obj(o, b)) return -1;
+    } else if (o->j->req.include_usage) {
+        if (sv_buf_lit(b, ",\"usage\":null")) return -1;
+    }
+    return sv_buf_lit(b, "}\n\n");
 }
 
 /* The "logprobs" value of an event that carries token tok of choice i. */
@@ -412,6 +472,7 @@ int sv_out_advance(sv_out *o, sv_buf *sse) {
                 if (event(o, sse, i, NULL, -1, NULL, NULL, true)) return -1;
         if (o->stream && j->req.echo)
             for (int i = 0; i < o->n; i++) {
+                if (o->c[i].echo_pending) continue; /* with logprobs: once its entries are in */
                 const char *pt = j->prompt_text[i / j->req.n];
                 sv_parse_out po = {.content = pt, .n_content = pt ? strlen(pt) : 0};
                 if (po.n_content && event(o, sse, i, &po, -1, NULL, NULL, false)) return -1;
@@ -428,7 +489,16 @@ int sv_out_advance(sv_out *o, sv_buf *sse) {
         char err[200];
         snprintf(err, sizeof err, "%s", c->g->err);
         c->cached = c->g->cached_tokens;
+        const int64_t n_plp = c->g->n_plp;
         pthread_mutex_unlock(&j->mu);
+        if (c->echo_pending) { /* the prompt's event first, once every entry came (or the gen ended) */
+            if (n_plp < c->g->n_prompt && fin == SV_FIN_NONE && avail == 0) {
+                all_done = false;
+                continue;
+            }
+            if (echo_event(o, sse, i, n_plp)) return -1;
+            c->echo_pending = false;
+        }
         while (!c->done && c->consumed < avail) {
             int64_t k = c->consumed++;
             int32_t tok = c->g->out[k];
@@ -462,6 +532,22 @@ static int body_logprobs(const sv_out *o, const sv_choice *c, sv_buf *b) {
     if (o->chat)
         return sv_buf_lit(b, "{\"content\":[") || sv_buf_add(b, c->lp_tokens.p ? c->lp_tokens.p : "", c->lp_tokens.len) ||
                sv_buf_lit(b, "]}");
+    if (c->g->plp) { /* echo: the prompt's entries, then the completion's */
+        sv_buf a[4] = {{0}};
+        pthread_mutex_lock(&o->j->mu);
+        const int64_t n_plp = c->g->n_plp;
+        pthread_mutex_unlock(&o->j->mu);
+        const sv_buf *gen[4] = {&c->lp_tokens, &c->lp_values, &c->lp_tops, &c->lp_offsets};
+        int rc = plp_entries(o, c->g, n_plp, &a[0], &a[1], &a[2], &a[3]);
+        for (int k = 0; k < 4 && !rc; k++)
+            rc = gen[k]->len && (sv_buf_lit(&a[k], ",") || sv_buf_add(&a[k], gen[k]->p, gen[k]->len));
+        rc = rc || sv_buf_lit(b, "{\"tokens\":[") || sv_buf_add(b, a[0].p, a[0].len) ||
+             sv_buf_lit(b, "],\"token_logprobs\":[") || sv_buf_add(b, a[1].p, a[1].len) ||
+             sv_buf_lit(b, "],\"top_logprobs\":[") || sv_buf_add(b, a[2].p, a[2].len) ||
+             sv_buf_lit(b, "],\"text_offset\":[") || sv_buf_add(b, a[3].p, a[3].len) || sv_buf_lit(b, "]}");
+        for (int k = 0; k < 4; k++) sv_buf_free(&a[k]);
+        return rc;
+    }
     return sv_buf_lit(b, "{\"tokens\":[") || sv_buf_add(b, c->lp_tokens.p ? c->lp_tokens.p : "", c->lp_tokens.len) ||
            sv_buf_lit(b, "],\"token_logprobs\":[") ||
            sv_buf_add(b, c->lp_values.p ? c->lp_values.p : "", c->lp_values.len) ||

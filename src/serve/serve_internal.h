@@ -258,6 +258,9 @@ typedef struct sv_gen {
     int64_t n_forced;
     int32_t *out;               /* [max_tokens] */
     sv_logprob *lp;             /* [max_tokens] when the request asks for logprobs, else NULL */
+    sv_logprob *plp;            /* echo with logprobs: [n_prompt], entry p the prompt token at p (from 1) */
+    int64_t n_plp;              /* plp entries 1 .. n_plp - 1 are filled */
+    bool echo_only;             /* max_tokens 0 with echo: the engine's one token is not the client's */
     int64_t n_out;
     sv_fin fin;
     int64_t cached_tokens;

@@ -214,4 +214,48 @@ if text_url:
     expect_exc(openai.BadRequestError, lambda: tc.chat.completions.create(
         model=tmodel, messages=[{"role": "robot", "content": "x"}], max_tokens=4), param="messages[0].role")
     print("chat errors: ok")
+
+    # echo with logprobs (lm-evaluation-harness's loglikelihood request): the prompt tokens' log-probabilities
+    # must be those the same tokens get when generated after the same prefix (decode path against prefill rows)
+    import urllib.request
+
+    def tokenize(text):
+        rq = urllib.request.Request(text_url + "/tokenize", data=_json.dumps({"prompt": text}).encode(),
+                                    headers={"Content-Type": "application/json"})
+        return _json.loads(urllib.request.urlopen(rq, timeout=60).read())["tokens"]
+
+    P, F = tokenize("Go: count"), tokenize(" one two three four")
+    g = tc.completions.create(model=tmodel, prompt=P, max_tokens=len(F), logprobs=2, temperature=0,
+                              extra_body={"ignore_eos": True, "debug_forced_output": F})
+    glp = g.choices[0].logprobs.token_logprobs
+    check(len(glp) == len(F), f"forced generation: {len(glp)} logprobs for {len(F)} tokens")
+    e = tc.completions.create(model=tmodel, prompt=P + F, max_tokens=0, echo=True, logprobs=2)
+    el = e.choices[0].logprobs
+    check(e.usage.completion_tokens == 0 and e.usage.prompt_tokens == len(P) + len(F), f"echo-only usage {e.usage}")
+    check(e.choices[0].finish_reason == "length", f"echo-only finish {e.choices[0].finish_reason}")
+    check(len(el.tokens) == len(P) + len(F) and el.token_logprobs[0] is None and el.top_logprobs[0] is None,
+          f"echo logprobs shape: {len(el.tokens)} tokens, first {el.token_logprobs[0]}")
+    check("".join(el.tokens) == e.choices[0].text, f"echo tokens {el.tokens} do not spell {e.choices[0].text!r}")
+    diff = max(abs(a - b) for a, b in zip(el.token_logprobs[len(P):], glp))
+    check(diff < 2e-3, f"prompt logprobs differ from the generated tokens' by {diff}: {el.token_logprobs} / {glp}")
+    check(all(el.tokens[i] in el.top_logprobs[i] and len(el.top_logprobs[i]) in (2, 3) for i in range(1, len(P) + len(F))),
+          "echo top_logprobs: the prompt token and the 2 most likely")
+    check(el.text_offset == sorted(el.text_offset) and el.text_offset[0] == 0, f"text_offset {el.text_offset}")
+    # lm-eval's own request: token-id prompts (a batch), max_tokens 1, echo, logprobs 1, greedy
+    lm = tc.completions.create(model=tmodel, prompt=[P + F, P], max_tokens=1, echo=True, logprobs=1, temperature=0,
+                               seed=1234)
+    check([len(c.logprobs.token_logprobs) for c in sorted(lm.choices, key=lambda c: c.index)] ==
+          [len(P) + len(F) + 1, len(P) + 1], "lm-eval batch: prompt + 1 entries per choice")
+    c0 = sorted(lm.choices, key=lambda c: c.index)[0]
+    ll = sum(c0.logprobs.token_logprobs[len(P):len(P) + len(F)])
+    check(abs(ll - sum(glp)) < 5e-3, f"lm-eval loglikelihood {ll} != {sum(glp)}")
+    # streamed: the first event is the prompt with its logprobs, then one token per event
+    st = [c for c in tc.completions.create(model=tmodel, prompt=P + F, max_tokens=2, echo=True, logprobs=2,
+                                           temperature=0, stream=True, extra_body={"ignore_eos": True}) if c.choices]
+    check(st[0].choices[0].text == e.choices[0].text and st[0].choices[0].logprobs.token_logprobs ==
+          el.token_logprobs, "streamed echo differs from the non-streamed one")
+    check(sum(1 for c in st[1:] if c.choices[0].logprobs) == 2, "streamed tokens after the echo")
+    expect_exc(openai.BadRequestError, lambda: tc.completions.create(model=tmodel, prompt=P, max_tokens=0),
+               param="max_tokens")
+    print("echo + logprobs (prompt log-probabilities): ok")
 print(f"OK ({checks} checks)")
