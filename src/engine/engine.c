@@ -119,6 +119,8 @@ void mr_engine_free(mr_engine *e) {
     mr_free(e->ev);
     mr_free(e->top);
     mr_free(e->plp_tok);
+    mr_free(e->plp_want);
+    mr_free(e->plp_bad);
     mr_free(e->plp_out);
     mr_free(e->chk);
     mr__engine_ep_free(e);
@@ -235,10 +237,14 @@ static mr_status plp_alloc(mr_engine *e) {
     size_t V = (size_t)e->vocab, R = (size_t)e->o.max_running_requests, P = MR_ENGINE_PLP_ROWS;
     float *lg = mr_malloc((R + P) * V * sizeof(float));
     int64_t *tok = mr_malloc(P * sizeof(int64_t));
+    int32_t *want = mr_malloc(P * sizeof(int32_t));
+    uint8_t *bad = mr_malloc(P);
     mr_token_logprob *lp = mr_malloc(P * (1 + (size_t)e->o.max_top_logprobs) * sizeof(mr_token_logprob));
-    if (!lg || !tok || !lp) {
+    if (!lg || !tok || !want || !bad || !lp) {
         mr_free(lg);
         mr_free(tok);
+        mr_free(want);
+        mr_free(bad);
         mr_free(lp);
         return mr_error_set(MR_ENOMEM, "request: out of memory for the prompt log-probabilities (%zu logits rows)",
                             R + P);
@@ -246,6 +252,8 @@ static mr_status plp_alloc(mr_engine *e) {
     mr_free(e->logits);
     e->logits = lg;
     e->plp_tok = tok;
+    e->plp_want = want;
+    e->plp_bad = bad;
     e->plp_out = lp;
     return MR_OK;
 }
@@ -496,8 +504,10 @@ static void build_batch(mr_engine *e) {
     for (int i = 0; i < e->n_sched; i++) {
         const mr__sched *s = &e->sched[i];
         const mr__req *r = &e->req[s->slot];
-        for (int32_t k = 0; k < s->plp_n; k++) /* the rows of prompt logprobs: token t at position n_computed */
+        for (int32_t k = 0; k < s->plp_n; k++) { /* the rows of prompt logprobs: token t at position n_computed */
             e->plp_tok[s->plp_row + k] = t + (s->plp_q0 - r->n_computed) + k;
+            e->plp_want[s->plp_row + k] = r->tok[s->plp_q0 + k + 1];
+        }
         memcpy(e->b_tokens + t, r->tok + r->n_computed, (size_t)s->n * sizeof(int32_t));
         t += s->n;
         e->b_ntok[i] = s->n;
@@ -607,6 +617,13 @@ static void register_blocks(mr_engine *e, mr__req *r) {
     }
 }
 
+/* The scheduled entry whose prompt-logprob rows hold row k. */
+static int plp_owner(const mr_engine *e, int k) {
+    int i = 0;
+    while (i < e->n_sched - 1 && !(k >= e->sched[i].plp_row && k < e->sched[i].plp_row + e->sched[i].plp_n)) i++;
+    return i;
+}
+
 mr_status mr_engine_complete(mr_engine *e, mr_status forward_status, const float *logits,
                              const mr_engine_step_out **out) {
     if (!e->scheduled) return mr_error_set(MR_ESTATE, "engine: complete called without schedule");
@@ -618,6 +635,21 @@ mr_status mr_engine_complete(mr_engine *e, mr_status forward_status, const float
     int row = 0;
     const int stride = 1 + e->o.max_top_logprobs;
     const float *extra = logits ? logits + (size_t)e->batch.n_logits * (size_t)e->vocab : NULL;
+    int plp_ntop[MR_ENGINE_PLP_ROWS];
+    if (forward_status == MR_OK && e->n_plp > 0) { /* the prompt rows' log-probabilities, rows over the threads */
+        uint64_t ts = mr_now_ns();
+        const int n_plp = e->n_plp;
+        #pragma omp parallel for num_threads(e->thr.all) schedule(dynamic, 1) if (n_plp > 1)
+        for (int k = 0; k < n_plp; k++) {
+            mr_token_logprob *o = e->plp_out + (size_t)k * (size_t)stride;
+            const mr__req *r = &e->req[e->sched[plp_owner(e, k)].slot];
+            o->token = e->plp_want[k];
+            plp_ntop[k] = 0;
+            e->plp_bad[k] = mr__engine_logprob(e, extra + (size_t)k * (size_t)e->vocab, o->token, r->top_logprobs,
+                                               &o->logprob, o + 1, &plp_ntop[k]) != MR_OK;
+        }
+        sample_ns += mr_now_ns() - ts;
+    }
     for (int i = 0; i < e->n_sched; i++) {
         const mr__sched *s = &e->sched[i];
         mr__req *r = &e->req[s->slot];
@@ -633,17 +665,13 @@ mr_status mr_engine_complete(mr_engine *e, mr_status forward_status, const float
         e->st.computed_tokens += (uint64_t)s->n;
         register_blocks(e, r);
         mr_engine_event *v = NULL;
-        if (s->plp_n > 0) { /* the prompt tokens' log-probabilities this chunk computed */
-            uint64_t ts = mr_now_ns();
+        if (s->plp_n > 0) { /* the prompt tokens' log-probabilities this chunk computed (above) */
             mr_status st = MR_OK;
-            int n_top = 0;
-            for (int32_t k = 0; k < s->plp_n && !st; k++) {
-                mr_token_logprob *o = e->plp_out + (size_t)(s->plp_row + k) * (size_t)stride;
-                o->token = r->tok[s->plp_q0 + k + 1];
-                st = mr__engine_logprob(e, extra + (size_t)(s->plp_row + k) * (size_t)e->vocab, o->token,
-                                        r->top_logprobs, &o->logprob, o + 1, &n_top);
-            }
-            sample_ns += mr_now_ns() - ts;
+            for (int32_t k = 0; k < s->plp_n && !st; k++) /* the message, here on the engine's thread */
+                if (e->plp_bad[s->plp_row + k])
+                    st = mr__engine_logprob(e, extra + (size_t)(s->plp_row + k) * (size_t)e->vocab, 0, 0,
+                                            &(float){0}, NULL, &(int){0});
+            const int n_top = plp_ntop[s->plp_row];
             v = event(e, r);
             if (st) {
                 snprintf(e->err, sizeof e->err, "%s", mr_error_last());

@@ -202,6 +202,8 @@ struct mr_engine {
     /* prompt log-probabilities, allocated with the first request that asks (logits grows by
      * MR_ENGINE_PLP_ROWS rows then): the step's extra rows and their results */
     int64_t *plp_tok;           /* [MR_ENGINE_PLP_ROWS] token indices into the batch */
+    int32_t *plp_want;          /* [MR_ENGINE_PLP_ROWS] the prompt token each row scores */
+    uint8_t *plp_bad;           /* [MR_ENGINE_PLP_ROWS] the row held a non-finite logit */
     mr_token_logprob *plp_out;  /* [MR_ENGINE_PLP_ROWS][1 + max_top_logprobs] */
     int n_plp;                  /* extra rows in this step */
     char err[512];              /* the error of this step's failed forward */

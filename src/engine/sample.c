@@ -24,13 +24,14 @@ mr_status mr__sampling_check(const mr_sampling *s) {
     return MR_OK;
 }
 
-/* log-sum-exp of a finite row, in double. */
+/* log-sum-exp of a finite row: the terms exp(l - max) <= 1 in float (expf: within an ulp or two,
+ * the log-probabilities within ~1e-7 relative), summed in double. */
 static double logsumexp(const float *l, int64_t V) {
     float mx = l[0];
     for (int64_t i = 1; i < V; i++)
         if (l[i] > mx) mx = l[i];
     double s = 0.0;
-    for (int64_t i = 0; i < V; i++) s += exp((double)l[i] - (double)mx);
+    for (int64_t i = 0; i < V; i++) s += (double)expf(l[i] - mx);
     return (double)mx + log(s);
 }
 
