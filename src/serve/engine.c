@@ -282,9 +282,9 @@ static void publish(sv_engine *e, const mr_engine_event *ev, uint64_t now) {
             const int64_t p = ev->plp_pos + k;
             if (p < 1 || p >= g->n_prompt) continue;
             const mr_token_logprob *row = ev->plp + (size_t)k * (size_t)ev->plp_stride;
-            sv_logprob *l = &g->plp[p];
+            sv_logprob *l = sv_logprob_at(g->plp, j->req.top_logprobs, p);
             l->logprob = row[0].logprob;
-            l->n_top = ev->plp_ntop < SV_MAX_TOP_LOGPROBS ? ev->plp_ntop : SV_MAX_TOP_LOGPROBS;
+            l->n_top = ev->plp_ntop < j->req.top_logprobs ? ev->plp_ntop : j->req.top_logprobs;
             for (int t = 0; t < l->n_top; t++) l->top[t] = row[1 + t];
             if (p + 1 > g->n_plp) g->n_plp = p + 1;
         }
@@ -307,9 +307,9 @@ static void publish(sv_engine *e, const mr_engine_event *ev, uint64_t now) {
         if (g->n_out < g->max_tokens) {
             g->out[g->n_out] = ev->token;
             if (g->lp) {
-                sv_logprob *l = &g->lp[g->n_out];
+                sv_logprob *l = sv_logprob_at(g->lp, j->req.top_logprobs, g->n_out);
                 l->logprob = ev->logprob;
-                l->n_top = ev->n_top < SV_MAX_TOP_LOGPROBS ? ev->n_top : SV_MAX_TOP_LOGPROBS;
+                l->n_top = ev->n_top < j->req.top_logprobs ? ev->n_top : j->req.top_logprobs;
                 for (int k = 0; k < l->n_top; k++) l->top[k] = ev->top[k];
             }
             g->n_out++;

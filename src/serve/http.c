@@ -563,8 +563,9 @@ static int make_job(mr_server *s, sv_request *r, sv_job **out, sv_error *e) {
         }
     }
     int32_t *outs = j->gens ? mr_malloc(n_out * sizeof(int32_t)) : NULL;
-    sv_logprob *lps = r->logprobs && outs ? mr_malloc(n_out * sizeof(sv_logprob)) : NULL;
-    sv_logprob *plps = plp && outs ? mr_calloc(n_plp, sizeof(sv_logprob)) : NULL;
+    const size_t lpz = sv_logprob_size(r->top_logprobs); /* a product past SIZE_MAX: out of memory */
+    sv_logprob *lps = r->logprobs && outs && n_out < SIZE_MAX / lpz ? mr_malloc(n_out * lpz) : NULL;
+    sv_logprob *plps = plp && outs && n_plp < SIZE_MAX / lpz ? mr_calloc(n_plp, lpz) : NULL;
     if (!j->gens || !j->ids || !outs || (r->logprobs && !lps) || (plp && !plps)) {
         mr_free(outs);
         mr_free(lps);
@@ -602,12 +603,12 @@ static int make_job(mr_server *s, sv_request *r, sv_job **out, sv_error *e) {
                 .frequency_penalty = r->frequency_penalty,
                 .repetition_penalty = r->has_repetition_penalty ? r->repetition_penalty : s->def_repetition_penalty,
             };
-            if (lps) g->lp = lps + ooff;
+            if (lps) g->lp = sv_logprob_at(lps, r->top_logprobs, (int64_t)ooff);
             ooff += (size_t)mt;
             g->echo_only = echo_only;
             g->n_plp = 1;
             if (plps) {
-                g->plp = plps + poff;
+                g->plp = sv_logprob_at(plps, r->top_logprobs, (int64_t)poff);
                 poff += (size_t)g->n_prompt;
             }
         }

@@ -219,7 +219,7 @@ static int plp_entries(const sv_out *o, const sv_gen *g, int64_t n_plp, sv_buf *
     int64_t off = 0;
     for (int64_t p = 0; p < g->n_prompt; p++) {
         const int32_t id = g->prompt[p];
-        const sv_logprob *l = p >= 1 && p < n_plp ? &g->plp[p] : NULL;
+        const sv_logprob *l = p >= 1 && p < n_plp ? sv_logprob_at(g->plp, o->j->req.top_logprobs, p) : NULL;
         if (p && (sv_buf_lit(tk, ",") || sv_buf_lit(lv, ",") || sv_buf_lit(tp, ",") || sv_buf_lit(of, ",")))
             return -1;
         if (lp_token(o, id, tk) || sv_buf_printf(of, "%lld", (long long)off)) return -1;
@@ -502,7 +502,7 @@ int sv_out_advance(sv_out *o, sv_buf *sse) {
         while (!c->done && c->consumed < avail) {
             int64_t k = c->consumed++;
             int32_t tok = c->g->out[k];
-            const sv_logprob *lp = c->g->lp ? &c->g->lp[k] : NULL;
+            const sv_logprob *lp = c->g->lp ? sv_logprob_at(c->g->lp, j->req.top_logprobs, k) : NULL;
             c->counted = c->consumed;
             bool text = !is_stop_token(o, c->g, tok);
             if (c->dt && text && sv_detok_push(c->dt, tok, &c->text.p, &c->text.len, &c->text.cap)) return -1;

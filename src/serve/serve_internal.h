@@ -234,12 +234,21 @@ mr_status sv_parse_finish(sv_parse *p, sv_parse_out *o);
  * ====================================================================== */
 typedef enum { SV_FIN_NONE = 0, SV_FIN_STOP, SV_FIN_LENGTH, SV_FIN_ABORT, SV_FIN_ERROR } sv_fin;
 
-/* One generated token's log-probabilities (only when the request asks). */
+/* One token's log-probabilities (only when the request asks), with room for the request's
+ * top_logprobs alternatives and no more: arrays of them are sv_logprob_size(top_logprobs)
+ * bytes a entry (sv_logprob_at), so that a request asking for one alternative holds 16 bytes
+ * a token, not the 168 of the most a request may ask. */
 typedef struct {
     float logprob;
     int n_top;
-    mr_token_logprob top[SV_MAX_TOP_LOGPROBS];
+    mr_token_logprob top[]; /* [the request's top_logprobs] */
 } sv_logprob;
+static inline size_t sv_logprob_size(int top_logprobs) {
+    return sizeof(sv_logprob) + (size_t)top_logprobs * sizeof(mr_token_logprob);
+}
+static inline sv_logprob *sv_logprob_at(sv_logprob *a, int top_logprobs, int64_t k) {
+    return (sv_logprob *)((char *)a + (size_t)k * sv_logprob_size(top_logprobs));
+}
 
 struct sv_job;
 typedef struct sv_gen {
@@ -257,8 +266,9 @@ typedef struct sv_gen {
     const int32_t *forced;      /* tests: forced output tokens (the job's), or NULL */
     int64_t n_forced;
     int32_t *out;               /* [max_tokens] */
-    sv_logprob *lp;             /* [max_tokens] when the request asks for logprobs, else NULL */
-    sv_logprob *plp;            /* echo with logprobs: [n_prompt], entry p the prompt token at p (from 1) */
+    sv_logprob *lp;             /* [max_tokens] (sv_logprob_at) when the request asks for logprobs, else NULL */
+    sv_logprob *plp;            /* echo with logprobs: [n_prompt] (sv_logprob_at), entry p the prompt token at
+                                   p (from 1) */
     int64_t n_plp;              /* plp entries 1 .. n_plp - 1 are filled */
     bool echo_only;             /* max_tokens 0 with echo: the engine's one token is not the client's */
     int64_t n_out;
