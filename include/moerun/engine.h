@@ -111,7 +111,6 @@ typedef struct {
 } mr_sampling;
 
 #define MR_ENGINE_MAX_STOP_IDS 16
-#define MR_ENGINE_PLP_ROWS 64 /* prompt positions with log-probabilities per step (all requests together) */
 
 typedef struct {
     const int32_t *prompt;        /* [n_prompt] token ids, copied at admission */
@@ -127,8 +126,7 @@ typedef struct {
     bool prompt_logprobs;         /* also the log-probability of every prompt token after the first (of the
                                      raw logits at the position before it), with top_logprobs alternatives:
                                      events before and with the first generated token (mr_engine_event.plp).
-                                     The prompt is then computed in full (no prefix-cache hits for it), at
-                                     most MR_ENGINE_PLP_ROWS of its positions a step */
+                                     The prompt is then computed in full (no prefix-cache hits for it) */
     const int32_t *forced;        /* teacher forcing (tests, probe): generated token i is forced[i] */
     int64_t n_forced;             /* while i < n_forced, instead of sampling (stop checks still apply) */
     const atomic_int *cancel;     /* optional, caller-owned: nonzero = cancel (any thread may set it) */
@@ -218,16 +216,16 @@ bool mr_engine_has_work(const mr_engine *e);
  *   mr_engine_complete(e, st, logits, &out);        rank 0
  * b->n_seq == 0 when there is nothing to run (complete still reports
  * cancellations). The batch and its arrays belong to the engine and are valid
- * until mr_engine_complete. logits: [b->n_logits + b->n_extra][vocab], the rows the batch
- * asked for, in batch order; forward_status is what the forward returned (an
- * error ends the batch's requests with MR_FINISH_ERROR). mr_engine_step is
- * exactly these three calls. */
+ * until mr_engine_complete. logits: [b->n_logits][vocab], the rows the batch
+ * asked for, in batch order; the batch's extra rows (prompt log-probabilities)
+ * complete takes from the engine's model (mr_model_extra_logits) after that
+ * forward; forward_status is what the forward returned (an error ends the
+ * batch's requests with MR_FINISH_ERROR). mr_engine_step is exactly these
+ * three calls. */
 mr_status mr_engine_schedule(mr_engine *e, const mr_kv_batch **b);
 mr_status mr_engine_complete(mr_engine *e, mr_status forward_status, const float *logits,
                              const mr_engine_step_out **out);
-/* The logits buffer mr_engine_step uses: [max_running_requests][vocab], and MR_ENGINE_PLP_ROWS rows
- * more once a request with prompt_logprobs was added (the buffer then moves: ask again after
- * mr_engine_add). */
+/* The logits buffer mr_engine_step uses: [max_running_requests][vocab]. */
 float *mr_engine_logits_buffer(mr_engine *e);
 
 /* ---- expert parallelism: the ranks in lockstep ----

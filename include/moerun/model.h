@@ -118,7 +118,9 @@ void mr_model_seq_reset(mr_model *m, int slot);
  * and are read, not written); its block table must cover every position it
  * writes. Its new tokens are consecutive in tokens, sequences in order. Rows
  * of logits: for every sequence with want_logits[i], the logits of its last
- * new token, in batch order, then the n_extra rows ([n_logits + n_extra][vocab]). Nothing is written to any
+ * new token, in batch order ([n_logits][vocab]); the n_extra rows' logits come
+ * after the call from mr_model_extra_logits, as many rows at a time as the
+ * caller has room for. Nothing is written to any
  * block, nor to logits, when the batch is refused (MR_EINVAL, MR_ECAPACITY,
  * MR_EINPUT). Two sequences of one batch must not write the same block. */
 #define MR_KV_BLOCK_TOKENS 16
@@ -133,12 +135,16 @@ typedef struct {
     const uint8_t *want_logits;     /* [n_seq] 1: a logits row for the sequence's last new token */
     int n_logits;                   /* number of sequences with want_logits */
     /* more logits rows (prompt log-probabilities): the tokens extra_tok[0 .. n_extra), indices into
-     * tokens, give rows n_logits .. n_logits + n_extra - 1 of logits, in this order; at most
+     * tokens, whose logits mr_model_extra_logits gives after the call, in this order; at most
      * n_tokens - n_logits of them (none: n_extra 0, extra_tok NULL) */
     int n_extra;
     const int64_t *extra_tok;
 } mr_kv_batch;
 mr_status mr_model_forward_kv(mr_model *m, const mr_kv_batch *b, float *logits);
+/* The logits of extra rows k0 .. k0 + n - 1 of the last mr_model_forward_kv into logits
+ * [n][vocab] (the lm_head over the hidden states that call kept; valid until the next forward).
+ * MR_EINVAL for rows it did not keep. */
+mr_status mr_model_extra_logits(mr_model *m, int k0, int n, float *logits);
 /* The pool's size in blocks (0 without one), element type, and bytes. */
 int64_t mr_model_kv_blocks(const mr_model *m);
 mr_format mr_model_kv_dtype(const mr_model *m);

@@ -121,7 +121,9 @@ void mr_engine_free(mr_engine *e) {
     mr_free(e->plp_tok);
     mr_free(e->plp_want);
     mr_free(e->plp_bad);
+    mr_free(e->plp_ntop);
     mr_free(e->plp_out);
+    mr_free(e->plp_logits);
     mr_free(e->chk);
     mr__engine_ep_free(e);
     mr__pool_free(&e->pool);
@@ -230,32 +232,26 @@ static bool is_stop(const mr_engine *e, const mr__req *r, int32_t t) {
     return !r->ignore_eos && mr_model_is_eos(e->m, t);
 }
 
-/* The buffers of prompt log-probabilities, with the first request that asks: the logits grow by
- * MR_ENGINE_PLP_ROWS rows (the old buffer stays on a failure). */
+/* The buffers of prompt log-probabilities, with the first request that asks. */
 static mr_status plp_alloc(mr_engine *e) {
     if (e->plp_tok) return MR_OK;
-    size_t V = (size_t)e->vocab, R = (size_t)e->o.max_running_requests, P = MR_ENGINE_PLP_ROWS;
-    float *lg = mr_malloc((R + P) * V * sizeof(float));
-    int64_t *tok = mr_malloc(P * sizeof(int64_t));
-    int32_t *want = mr_malloc(P * sizeof(int32_t));
-    uint8_t *bad = mr_malloc(P);
-    mr_token_logprob *lp = mr_malloc(P * (1 + (size_t)e->o.max_top_logprobs) * sizeof(mr_token_logprob));
-    if (!lg || !tok || !want || !bad || !lp) {
-        mr_free(lg);
-        mr_free(tok);
-        mr_free(want);
-        mr_free(bad);
-        mr_free(lp);
-        return mr_error_set(MR_ENOMEM, "request: out of memory for the prompt log-probabilities (%zu logits rows)",
-                            R + P);
-    }
-    mr_free(e->logits);
-    e->logits = lg;
-    e->plp_tok = tok;
-    e->plp_want = want;
-    e->plp_bad = bad;
-    e->plp_out = lp;
-    return MR_OK;
+    size_t P = (size_t)e->o.max_batch_tokens;
+    e->plp_tok = mr_malloc(P * sizeof(int64_t));
+    e->plp_want = mr_malloc(P * sizeof(int32_t));
+    e->plp_bad = mr_malloc(P);
+    e->plp_ntop = mr_malloc(P * sizeof(int));
+    e->plp_out = mr_malloc(P * (1 + (size_t)e->o.max_top_logprobs) * sizeof(mr_token_logprob));
+    e->plp_logits = mr_malloc((size_t)MR__PLP_CHUNK * (size_t)e->vocab * sizeof(float));
+    if (e->plp_tok && e->plp_want && e->plp_bad && e->plp_ntop && e->plp_out && e->plp_logits) return MR_OK;
+    mr_free(e->plp_tok);
+    mr_free(e->plp_want);
+    mr_free(e->plp_bad);
+    mr_free(e->plp_ntop);
+    mr_free(e->plp_out);
+    mr_free(e->plp_logits);
+    e->plp_tok = NULL;
+    return mr_error_set(MR_ENOMEM, "request: out of memory for the prompt log-probabilities (%d rows of %lld logits)",
+                        MR__PLP_CHUNK, (long long)e->vocab);
 }
 
 mr_status mr_engine_add(mr_engine *e, const mr_request_params *p, mr_req_id *out) {
@@ -481,12 +477,6 @@ static int64_t plp_rows(const mr__req *r, int64_t s, int64_t n, int64_t *q0) {
     return hi > lo ? hi - lo : 0;
 }
 
-/* n cut so that the chunk's rows fit what is left of the step's MR_ENGINE_PLP_ROWS (0: none fit). */
-static int64_t plp_fit(const mr_engine *e, const mr__req *r, int64_t n) {
-    int64_t q0, rows = plp_rows(r, r->n_computed, n, &q0), left = MR_ENGINE_PLP_ROWS - e->n_plp;
-    return rows <= left ? n : q0 - r->n_computed + left;
-}
-
 static void add_sched(mr_engine *e, int32_t slot, int64_t n) {
     mr__req *r = &e->req[slot];
     int64_t q0, rows = plp_rows(r, r->n_computed, n, &q0);
@@ -542,7 +532,6 @@ mr_status mr_engine_schedule(mr_engine *e, const mr_kv_batch **out) {
         mr__req *r = &e->req[slot];
         int64_t n = r->n_tok - r->n_computed;
         if (n > budget) n = budget;
-        if (!(n = plp_fit(e, r, n))) continue; /* this step's prompt-logprob rows are taken */
         bool ok;
         while (!(ok = grow(e, r, r->n_computed + n))) {
             /* out of blocks: preempt the newest running request (this one, last) */
@@ -562,7 +551,7 @@ mr_status mr_engine_schedule(mr_engine *e, const mr_kv_batch **out) {
         int64_t hit = r->n_computed;
         int64_t n = r->n_tok - r->n_computed;
         if (n > budget) n = budget;
-        if (!(n = plp_fit(e, r, n)) || !grow(e, r, r->n_computed + n)) {
+        if (!grow(e, r, r->n_computed + n)) {
             release_blocks(e, r); /* the hits go back; wait for blocks */
             break;
         }
@@ -634,20 +623,30 @@ mr_status mr_engine_complete(mr_engine *e, mr_status forward_status, const float
     uint64_t sample_ns = 0;
     int row = 0;
     const int stride = 1 + e->o.max_top_logprobs;
-    const float *extra = logits ? logits + (size_t)e->batch.n_logits * (size_t)e->vocab : NULL;
-    int plp_ntop[MR_ENGINE_PLP_ROWS];
-    if (forward_status == MR_OK && e->n_plp > 0) { /* the prompt rows' log-probabilities, rows over the threads */
+    /* the prompt rows' log-probabilities: their logits a chunk at a time from the model, the
+     * rows of a chunk over the threads; a failure ends the requests of the batch that have rows */
+    mr_status plp_st = MR_OK;
+    for (int k0 = 0; forward_status == MR_OK && !plp_st && k0 < e->n_plp; k0 += MR__PLP_CHUNK) {
+        const int n = e->n_plp - k0 < MR__PLP_CHUNK ? e->n_plp - k0 : MR__PLP_CHUNK;
+        if ((plp_st = mr_model_extra_logits(e->m, k0, n, e->plp_logits))) {
+            snprintf(e->err, sizeof e->err, "prompt log-probabilities: %s", mr_error_last());
+            break;
+        }
         uint64_t ts = mr_now_ns();
-        const int n_plp = e->n_plp;
-        #pragma omp parallel for num_threads(e->thr.all) schedule(dynamic, 1) if (n_plp > 1)
-        for (int k = 0; k < n_plp; k++) {
+        #pragma omp parallel for num_threads(e->thr.all) schedule(dynamic, 1) if (n > 1)
+        for (int k = k0; k < k0 + n; k++) {
             mr_token_logprob *o = e->plp_out + (size_t)k * (size_t)stride;
             const mr__req *r = &e->req[e->sched[plp_owner(e, k)].slot];
+            const float *lrow = e->plp_logits + (size_t)(k - k0) * (size_t)e->vocab;
             o->token = e->plp_want[k];
-            plp_ntop[k] = 0;
-            e->plp_bad[k] = mr__engine_logprob(e, extra + (size_t)k * (size_t)e->vocab, o->token, r->top_logprobs,
-                                               &o->logprob, o + 1, &plp_ntop[k]) != MR_OK;
+            e->plp_ntop[k] = 0;
+            e->plp_bad[k] = mr__engine_logprob(e, lrow, o->token, r->top_logprobs, &o->logprob, o + 1,
+                                               &e->plp_ntop[k]) != MR_OK;
         }
+        for (int k = k0; k < k0 + n; k++) /* a bad row's message, here on the engine's thread */
+            if (e->plp_bad[k] && mr__engine_logprob(e, e->plp_logits + (size_t)(k - k0) * (size_t)e->vocab, 0, 0,
+                                                    &(float){0}, NULL, &(int){0}))
+                snprintf(e->err, sizeof e->err, "%s", mr_error_last());
         sample_ns += mr_now_ns() - ts;
     }
     for (int i = 0; i < e->n_sched; i++) {
@@ -666,15 +665,11 @@ mr_status mr_engine_complete(mr_engine *e, mr_status forward_status, const float
         register_blocks(e, r);
         mr_engine_event *v = NULL;
         if (s->plp_n > 0) { /* the prompt tokens' log-probabilities this chunk computed (above) */
-            mr_status st = MR_OK;
-            for (int32_t k = 0; k < s->plp_n && !st; k++) /* the message, here on the engine's thread */
-                if (e->plp_bad[s->plp_row + k])
-                    st = mr__engine_logprob(e, extra + (size_t)(s->plp_row + k) * (size_t)e->vocab, 0, 0,
-                                            &(float){0}, NULL, &(int){0});
-            const int n_top = plp_ntop[s->plp_row];
+            bool bad = plp_st != MR_OK;
+            for (int32_t k = 0; k < s->plp_n; k++) bad |= e->plp_bad[s->plp_row + k] != 0;
+            const int n_top = e->plp_ntop[s->plp_row];
             v = event(e, r);
-            if (st) {
-                snprintf(e->err, sizeof e->err, "%s", mr_error_last());
+            if (bad) {
                 v->finish = r->fin = MR_FINISH_ERROR;
                 v->error = e->err;
                 continue;

@@ -98,6 +98,10 @@ typedef struct {
     mr_finish_reason fin;       /* set by complete; the request leaves the running list at the end of it */
 } mr__req;
 
+/* Rows of prompt log-probabilities through the lm_head at a time: a vocabulary of 200k takes
+ * 51 MB of logits for 64 rows, and 64 rows keep the lm_head's weights reused 64 times a read. */
+#define MR__PLP_CHUNK 64
+
 /* What the scheduler put in this step for one request. */
 typedef struct {
     int32_t slot;               /* request table index */
@@ -199,12 +203,14 @@ struct mr_engine {
     mr_engine_event *ev;        /* [max_req + max_running] */
     int n_ev, cap_ev;
     mr_token_logprob *top;      /* [max_running][max_top_logprobs] */
-    /* prompt log-probabilities, allocated with the first request that asks (logits grows by
-     * MR_ENGINE_PLP_ROWS rows then): the step's extra rows and their results */
-    int64_t *plp_tok;           /* [MR_ENGINE_PLP_ROWS] token indices into the batch */
-    int32_t *plp_want;          /* [MR_ENGINE_PLP_ROWS] the prompt token each row scores */
-    uint8_t *plp_bad;           /* [MR_ENGINE_PLP_ROWS] the row held a non-finite logit */
-    mr_token_logprob *plp_out;  /* [MR_ENGINE_PLP_ROWS][1 + max_top_logprobs] */
+    /* prompt log-probabilities, allocated with the first request that asks: the step's extra
+     * rows (at most max_batch_tokens), their logits MR__PLP_CHUNK rows at a time, the results */
+    int64_t *plp_tok;           /* [max_batch_tokens] token indices into the batch */
+    int32_t *plp_want;          /* [max_batch_tokens] the prompt token each row scores */
+    uint8_t *plp_bad;           /* [max_batch_tokens] the row held a non-finite logit */
+    int *plp_ntop;              /* [max_batch_tokens] alternatives found */
+    mr_token_logprob *plp_out;  /* [max_batch_tokens][1 + max_top_logprobs] */
+    float *plp_logits;          /* [MR__PLP_CHUNK][vocab] */
     int n_plp;                  /* extra rows in this step */
     char err[512];              /* the error of this step's failed forward */
     int32_t *chk;               /* [kv_blocks] scratch of mr_engine_check */

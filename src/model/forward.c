@@ -52,10 +52,11 @@ static void kv_store_paged(void *kp, void *vp, mr_format dt, const float *k, con
 }
 
 /* One chunk of T tokens (s->pos and s->slot, or s->tok_bt when paged, filled).
- * Rows s->out_tok[i] of the final hidden state produce logits
- * s->out_row[i][V]; the rows are consecutive (out_row[i] = out_row[0] + i*V),
- * as the callers assign them. */
-static mr_status forward_chunk(mr_model *m, const int32_t *tokens, int64_t T, int n_out, bool paged) {
+ * Rows s->out_tok[i] of the final hidden state, normalized, go to s->hlast;
+ * the first n_lm of them produce logits s->out_row[i][V] (consecutive:
+ * out_row[i] = out_row[0] + i*V, as the callers assign them), the others wait
+ * there for mr_model_extra_logits. */
+static mr_status forward_chunk(mr_model *m, const int32_t *tokens, int64_t T, int n_out, int n_lm, bool paged) {
     const mr_model_config *c = &m->c;
     mr__state *s = &m->s;
     int64_t H = c->hidden, Hq = c->n_heads, Hkv = c->n_kv_heads, D = c->head_dim;
@@ -115,7 +116,9 @@ static mr_status forward_chunk(mr_model *m, const int32_t *tokens, int64_t T, in
     for (int i = 0; i < n_out; i++)                                  /* rows that need logits */
         memcpy(s->hlast + (size_t)i * (size_t)H, s->x + s->out_tok[i] * H, (size_t)H * sizeof(float));
     mr__rmsnorm(s->hlast, s->hlast, m->w.final_norm, n_out, H, c->rms_eps); /* final norm */
-    if (n_out > 0) mr__dense(&m->w.lm_head, s->hlast, n_out, s->out_row[0]); /* logits = lm_head . h */
+    if (n_lm > 0) mr__dense(&m->w.lm_head, s->hlast, n_lm, s->out_row[0]); /* logits = lm_head . h */
+    s->n_extra = n_out - n_lm;
+    s->extra0 = n_lm;
     m->timing.other_ns += mr_now_ns() - t0;
     return MR_OK;
 }
@@ -178,7 +181,7 @@ mr_status mr_model_forward(mr_model *m, const mr_batch *b, float *logits) {
                 in_seq++;
             }
         }
-        st = forward_chunk(m, b->tokens + start, T, n_out, false);
+        st = forward_chunk(m, b->tokens + start, T, n_out, n_out, false);
         m->timing.tokens += (uint64_t)T;
         start += T;
     }
@@ -270,7 +273,8 @@ mr_status mr_model_forward_kv(mr_model *m, const mr_kv_batch *b, float *logits) 
     mr__state *s = &m->s;
     mr_status st = check_kv_batch(m, b);
     if (st) return st;
-    if (b->n_logits + b->n_extra > 0 && !logits) return mr_error_set(MR_EINVAL, "forward: no logits buffer");
+    if (b->n_logits > 0 && !logits) return mr_error_set(MR_EINVAL, "forward: no logits buffer");
+    s->n_extra = 0;
     int64_t t = 0;
     int n_out = 0;
     for (int i = 0; i < b->n_seq; i++) {
@@ -285,14 +289,23 @@ mr_status mr_model_forward_kv(mr_model *m, const mr_kv_batch *b, float *logits) 
             n_out++;
         }
     }
-    for (int k = 0; k < b->n_extra; k++, n_out++) {
-        s->out_tok[n_out] = b->extra_tok[k];
-        s->out_row[n_out] = logits + (size_t)n_out * (size_t)m->c.vocab;
-    }
-    st = forward_chunk(m, b->tokens, b->n_tokens, n_out, true);
+    const int n_lm = n_out;
+    for (int k = 0; k < b->n_extra; k++) s->out_tok[n_out++] = b->extra_tok[k];
+    st = forward_chunk(m, b->tokens, b->n_tokens, n_out, n_lm, true);
     m->timing.tokens += (uint64_t)b->n_tokens;
     m->timing.calls++;
     return st;
+}
+
+mr_status mr_model_extra_logits(mr_model *m, int k0, int n, float *logits) {
+    mr__state *s = &m->s;
+    if (k0 < 0 || n < 1 || k0 > s->n_extra - n || !logits)
+        return mr_error_set(MR_EINVAL, "extra logits: rows %d..%d asked, the last forward kept %d", k0, k0 + n - 1,
+                            s->n_extra);
+    uint64_t t0 = mr_now_ns();
+    mr__dense(&m->w.lm_head, s->hlast + (size_t)(s->extra0 + k0) * (size_t)m->c.hidden, n, logits);
+    m->timing.other_ns += mr_now_ns() - t0;
+    return MR_OK;
 }
 
 int64_t mr_model_kv_blocks(const mr_model *m) { return m->s.kv_blocks; }

@@ -44,6 +44,7 @@ typedef struct {
     float *att;      /* [T][Hq*D] attention output (heads concatenated) */
     float *y;        /* [T][H] sublayer output */
     float *hlast;    /* [T][H] rows that go to lm_head */
+    int n_extra, extra0; /* the last paged forward's extra rows: hlast rows extra0 .. extra0 + n_extra - 1 */
     float *scores;   /* [n_threads][scores_per_thread]: a query group's softmax rows [group][max_ctx],
                         then a widened K or V row [D] */
     size_t scores_per_thread;
