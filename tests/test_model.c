@@ -759,6 +759,59 @@ static void test_sampler_filters(void **st) {
     }
 }
 
+/* The paged forward's extra rows (mr_kv_batch.n_extra): their logits from mr_model_extra_logits
+ * against the transformers oracle, a chunk of them at an offset, and the refusals: rows the last
+ * forward did not keep, a token index outside the batch, too many rows. */
+static void test_extra_logits_rows(void **st) {
+    (void)st;
+    golden g;
+    golden_load(&g);
+    const gold_prompt *gp = &g.p[1]; /* 9 tokens */
+    const int V = g.V, L = gp->L;
+    mr_engine_opts eo = {.kv_dtype = MR_FMT_F32, .kv_blocks = 4, .max_batch_tokens = 64, .max_running_requests = 4,
+                         .context_length = 64};
+    mr_model_opts mo = {.runner = "reference", .quiet = true};
+    mr_engine_model_opts(&eo, &mo);
+    mr_model *m = NULL;
+    assert_int_equal(mr_model_open(tu_data("model/tiny"), &mo, &m), MR_OK);
+    int64_t ntok = L, start = 0, extra[64];
+    int32_t btoff[2] = {0, 1}, blocks[1] = {0};
+    uint8_t want = 1;
+    for (int k = 0; k < L - 1; k++) extra[k] = L - 2 - k; /* positions L-2 .. 0: any order */
+    mr_kv_batch b = {.n_seq = 1, .n_tokens = L, .tokens = gp->ids, .n_tok = &ntok, .start = &start, .bt_off = btoff,
+                     .block_ids = blocks, .want_logits = &want, .n_logits = 1, .n_extra = L - 1, .extra_tok = extra};
+    float *lg = malloc((size_t)L * (size_t)V * sizeof(float));
+    float worst = 0.0f;
+    assert_int_equal(mr_model_forward_kv(m, &b, lg), MR_OK);
+    worst = fmaxf(worst, max_abs_diff(lg, gp->logits + (size_t)(L - 1) * (size_t)V, V)); /* the sampled row */
+    assert_int_equal(mr_model_extra_logits(m, 2, L - 3, lg), MR_OK); /* rows 2 .. L-2: positions L-4 .. 0 */
+    for (int k = 2; k < L - 1; k++)
+        worst = fmaxf(worst, max_abs_diff(lg + (size_t)(k - 2) * (size_t)V, gp->logits + (size_t)extra[k] * (size_t)V, V));
+    assert_int_equal(mr_model_extra_logits(m, 0, 2, lg), MR_OK);
+    for (int k = 0; k < 2; k++)
+        worst = fmaxf(worst, max_abs_diff(lg + (size_t)k * (size_t)V, gp->logits + (size_t)extra[k] * (size_t)V, V));
+    if (worst > ORACLE_TOL) fprintf(stderr, "extra rows: max |logit error| %g\n", worst);
+    assert_true(worst <= ORACLE_TOL);
+    assert_int_equal(mr_model_extra_logits(m, L - 2, 2, lg), MR_EINVAL); /* past the rows kept */
+    assert_int_equal(mr_model_extra_logits(m, -1, 1, lg), MR_EINVAL);
+    assert_int_equal(mr_model_extra_logits(m, 0, 0, lg), MR_EINVAL);
+    extra[3] = L; /* outside the batch */
+    start = L;    /* (the positions after the first call's) */
+    assert_int_equal(mr_model_forward_kv(m, &b, lg), MR_EINVAL);
+    extra[3] = 0;
+    b.n_extra = L; /* with the sampled row: more rows than tokens */
+    assert_int_equal(mr_model_forward_kv(m, &b, lg), MR_EINVAL);
+    b.n_extra = 0; /* a forward without extra rows keeps none */
+    b.extra_tok = NULL;
+    blocks[0] = 1;
+    start = 0;
+    assert_int_equal(mr_model_forward_kv(m, &b, lg), MR_OK);
+    assert_int_equal(mr_model_extra_logits(m, 0, 1, lg), MR_EINVAL);
+    free(lg);
+    mr_model_close(m);
+    free(g.blob);
+}
+
 /* ---- prompt log-probabilities (the engine's prompt_logprobs) against the oracle ---- */
 
 static double golden_lse(const float *row, int V) {
@@ -894,6 +947,7 @@ int main(void) {
         cmocka_unit_test(test_oracle_all_runners),
         cmocka_unit_test(test_oracle_chunked),
         cmocka_unit_test(test_prompt_logprobs_oracle),
+        cmocka_unit_test(test_extra_logits_rows),
         cmocka_unit_test(test_oracle_detects_wrong_weights),
         cmocka_unit_test(test_kv_overflow),
         cmocka_unit_test(test_loader_errors),
