@@ -1318,6 +1318,43 @@ static void test_prompt_logprobs_preempt(void **state) {
         }
 }
 
+/* The prompt-logprob buffers come with the first request that asks: each of their allocations
+ * failing is that request's MR_ENOMEM (nothing half-made kept: the next try works, and the
+ * engine frees cleanly, under ASan too). */
+static void test_prompt_logprobs_alloc_failure(void **state) {
+    (void)state;
+    eng g;
+    eng_cfg c = {.kv = MR_FMT_F32, .blocks = 64, .budget = 64, .running = 4, .ctx = 128};
+    eng_open(&g, &c);
+    int32_t p[20];
+    tu_rng rng = {41};
+    rand_prompt(&rng, p, 20);
+    mr_request_params rp = {.prompt = p, .n_prompt = 20, .max_tokens = 2, .ignore_eos = true, .top_logprobs = 1,
+                            .prompt_logprobs = true};
+    mr_req_id id;
+    for (long k = 0; k < 6; k++) {
+        mr_debug_alloc_fail_after(k);
+        mr_status st = mr_engine_add(g.e, &rp, &id);
+        mr_debug_alloc_fail_after(-1);
+        assert_int_equal(st, MR_ENOMEM);
+        eng_close(&g); /* right after the failure: nothing freed twice, nothing leaked */
+        eng_open(&g, &c);
+    }
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_OK);
+    int64_t next = 1;
+    for (int guard = 0; mr_engine_has_work(g.e); guard++) {
+        assert_true(guard < 100);
+        const mr_engine_step_out *so;
+        assert_int_equal(mr_engine_step(g.e, &so), MR_OK);
+        for (int k = 0; k < so->n_events; k++) {
+            assert_int_equal(so->events[k].finish == MR_FINISH_ERROR, 0);
+            next += so->events[k].n_plp;
+        }
+    }
+    assert_int_equal(next, 20);
+    eng_close(&g);
+}
+
 int main(void) {
     tu_isa_begin("test_engine");
     const struct CMUnitTest tests[] = {
@@ -1329,6 +1366,7 @@ int main(void) {
         cmocka_unit_test(test_eviction_under_pressure),
         cmocka_unit_test(test_preemption),
         cmocka_unit_test(test_prompt_logprobs_preempt),
+        cmocka_unit_test(test_prompt_logprobs_alloc_failure),
         cmocka_unit_test(test_cancellation),
         cmocka_unit_test(test_admission),
         cmocka_unit_test(test_sampling_features),

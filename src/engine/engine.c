@@ -96,6 +96,18 @@ static int64_t blocks_for(int64_t positions) { return (positions + BT - 1) / BT;
 
 /* ---- lifetime ---- */
 
+/* The buffers of prompt log-probabilities (plp_alloc), all NULL after. */
+static void plp_free(mr_engine *e) {
+    mr_free(e->plp_tok);
+    mr_free(e->plp_want);
+    mr_free(e->plp_bad);
+    mr_free(e->plp_ntop);
+    mr_free(e->plp_out);
+    mr_free(e->plp_logits);
+    e->plp_tok = NULL, e->plp_want = NULL, e->plp_bad = NULL, e->plp_ntop = NULL;
+    e->plp_out = NULL, e->plp_logits = NULL;
+}
+
 void mr_engine_free(mr_engine *e) {
     if (!e) return;
     if (e->req)
@@ -118,12 +130,7 @@ void mr_engine_free(mr_engine *e) {
     mr_free(e->s_count);
     mr_free(e->ev);
     mr_free(e->top);
-    mr_free(e->plp_tok);
-    mr_free(e->plp_want);
-    mr_free(e->plp_bad);
-    mr_free(e->plp_ntop);
-    mr_free(e->plp_out);
-    mr_free(e->plp_logits);
+    plp_free(e);
     mr_free(e->chk);
     mr__engine_ep_free(e);
     mr__pool_free(&e->pool);
@@ -243,13 +250,7 @@ static mr_status plp_alloc(mr_engine *e) {
     e->plp_out = mr_malloc(P * (1 + (size_t)e->o.max_top_logprobs) * sizeof(mr_token_logprob));
     e->plp_logits = mr_malloc((size_t)MR__PLP_CHUNK * (size_t)e->vocab * sizeof(float));
     if (e->plp_tok && e->plp_want && e->plp_bad && e->plp_ntop && e->plp_out && e->plp_logits) return MR_OK;
-    mr_free(e->plp_tok);
-    mr_free(e->plp_want);
-    mr_free(e->plp_bad);
-    mr_free(e->plp_ntop);
-    mr_free(e->plp_out);
-    mr_free(e->plp_logits);
-    e->plp_tok = NULL;
+    plp_free(e);
     return mr_error_set(MR_ENOMEM, "request: out of memory for the prompt log-probabilities (%d rows of %lld logits)",
                         MR__PLP_CHUNK, (long long)e->vocab);
 }
