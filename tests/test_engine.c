@@ -913,6 +913,111 @@ static void test_sampling_features(void **state) {
     eng_close(&g);
 }
 
+/* logit_bias and min_tokens (vLLM V1's order: the min_tokens mask, then the
+ * bias, before the penalties): every greedy token is the argmax of the raw
+ * logits adjusted here, independently; log-probabilities stay those of the
+ * raw logits; a sampled request never draws a masked id; refusals. */
+static void test_logit_bias_min_tokens(void **state) {
+    (void)state;
+    eng g;
+    eng_cfg c = {.kv = MR_FMT_F32, .blocks = 64, .budget = 64, .running = 4, .ctx = 256};
+    eng_open(&g, &c);
+    tu_rng rng = {21};
+    int32_t p[16];
+    rand_prompt(&rng, p, 16);
+    const int32_t stop = 7, eos = 2;
+    /* EOS and the stop id biased far above the rest: only the mask keeps them out */
+    const mr_logit_bias bias[6] = {{eos, 100.0f}, {stop, 100.0f}, {77, 3.0f}, {100, -5.0f}, {50, 1.0f}, {50, 2.0f}};
+    mr_request_params rp = {.prompt = p, .n_prompt = 16, .max_tokens = 20, .min_tokens = 12, .stop_ids = &stop,
+                            .n_stop_ids = 1, .logit_bias = bias, .n_logit_bias = 6, .logprobs = true,
+                            .want_logits = true, .sampling = {.repetition_penalty = 1.3f}};
+    mr_req_id id;
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_OK);
+    int32_t hist[32];
+    int n = 0;
+    mr_finish_reason fin = MR_FINISH_NONE;
+    while (mr_engine_has_work(g.e)) {
+        const mr_engine_step_out *so;
+        assert_int_equal(mr_engine_step(g.e, &so), MR_OK);
+        for (int k = 0; k < so->n_events; k++) {
+            const mr_engine_event *v = &so->events[k];
+            if (!v->n_tokens) continue;
+            const float *l = v->logits;
+            assert_true(fabs((double)v->logprob - ((double)l[v->token] - ref_logsumexp(l))) < 1e-5);
+            float w[V];
+            memcpy(w, l, sizeof w);
+            if (n < 12) w[eos] = w[stop] = -INFINITY;
+            for (int b = 0; b < 6; b++) w[bias[b].token] += bias[b].bias;
+            for (int u = 0; u < V; u++) {
+                bool seen = false;
+                for (int j = 0; j < 16; j++) seen |= p[j] == u;
+                for (int j = 0; j < n; j++) seen |= hist[j] == u;
+                if (seen) w[u] = w[u] > 0 ? w[u] / 1.3f : w[u] * 1.3f;
+            }
+            assert_int_equal(v->token, mr_argmax(w, V));
+            hist[n++] = v->token;
+            fin = v->finish;
+        }
+    }
+    /* 12 tokens that are neither, then the 13th is one of them and stops */
+    assert_int_equal(n, 13);
+    assert_int_equal(fin, MR_FINISH_STOP);
+    assert_true(hist[12] == eos || hist[12] == stop);
+    /* sampled at temperature 1: the masked ids are never drawn before min_tokens */
+    for (int rep = 0; rep < 8; rep++) {
+        outs o;
+        memset(&o, 0, sizeof o);
+        rp = (mr_request_params){.prompt = p, .n_prompt = 16, .max_tokens = 30, .min_tokens = 5 + rep,
+                                 .stop_ids = &stop, .n_stop_ids = 1, .logit_bias = bias, .n_logit_bias = 2,
+                                 .sampling = {.temperature = 1.0f, .seed = 1000u + (uint64_t)rep}};
+        assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_OK);
+        run_until_idle(g.e, &o, false);
+        assert_int_equal(o.n[0], 5 + rep + 1); /* +100 on both: the first unmasked draw is one of them */
+        for (int j = 0; j < 5 + rep; j++) assert_true(o.tok[0][j] != eos && o.tok[0][j] != stop);
+        assert_int_equal(o.fin[0], MR_FINISH_STOP);
+    }
+    /* a forced stop id before min_tokens does not stop; at min_tokens it does */
+    int32_t f1[4] = {9, eos, 9, 9}, f2[4] = {9, 9, eos, 9};
+    outs o;
+    memset(&o, 0, sizeof o);
+    rp = (mr_request_params){.prompt = p, .n_prompt = 16, .max_tokens = 4, .min_tokens = 3, .forced = f1,
+                             .n_forced = 4, .user = (void *)0};
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_OK);
+    rp.forced = f2;
+    rp.user = (void *)(intptr_t)1;
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_OK);
+    run_until_idle(g.e, &o, false);
+    assert_int_equal(o.n[0], 4);
+    assert_int_equal(o.fin[0], MR_FINISH_LENGTH);
+    assert_int_equal(o.n[1], 3);
+    assert_int_equal(o.fin[1], MR_FINISH_STOP);
+    /* refusals */
+    mr_logit_bias bad = {5, 100.5f};
+    rp = (mr_request_params){.prompt = p, .n_prompt = 16, .max_tokens = 4, .logit_bias = &bad, .n_logit_bias = 1};
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_EINVAL);
+    bad.bias = NAN;
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_EINVAL);
+    bad = (mr_logit_bias){V, 1.0f};
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_EINPUT);
+    bad = (mr_logit_bias){-1, 1.0f};
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_EINPUT);
+    rp.n_logit_bias = MR_ENGINE_MAX_LOGIT_BIAS + 1;
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_EINVAL);
+    rp.logit_bias = NULL, rp.n_logit_bias = 1;
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_EINVAL);
+    rp.n_logit_bias = 0, rp.min_tokens = 5;
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_EINVAL);
+    assert_non_null(strstr(mr_error_last(), "min_tokens 5 is above max_tokens 4"));
+    rp.min_tokens = -1;
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_EINVAL);
+    rp.min_tokens = 4;
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_OK);
+    memset(&o, 0, sizeof o);
+    run_until_idle(g.e, &o, false);
+    check_ok(g.e);
+    eng_close(&g);
+}
+
 /* Seeded sampling at temperature > 0: a request's tokens depend on its own
  * seed only, not on the batch around it. */
 static void test_seeded_sampling_invariance(void **state) {
@@ -1370,6 +1475,7 @@ int main(void) {
         cmocka_unit_test(test_cancellation),
         cmocka_unit_test(test_admission),
         cmocka_unit_test(test_sampling_features),
+        cmocka_unit_test(test_logit_bias_min_tokens),
         cmocka_unit_test(test_seeded_sampling_invariance),
         cmocka_unit_test(test_request_errors),
         cmocka_unit_test(test_property),

@@ -92,13 +92,18 @@ const mr_engine_opts *mr_engine_opts_of(const mr_engine *e); /* with the default
 /* ---- requests ---- */
 typedef uint64_t mr_req_id; /* never 0 */
 
-/* Sampling of one request, in this order: raw logits -> repetition penalty
+/* Sampling of one request, in this order: raw logits -> while fewer than
+ * min_tokens are generated, the stop ids and (unless ignore_eos) the model's
+ * EOS ids to -inf -> logit_bias added -> repetition penalty
  * (prompt and output tokens: a positive logit is divided by it, a negative
  * one multiplied) -> frequency and presence penalties (output tokens:
  * logit -= frequency * count + presence * (count > 0)) -> then temperature
  * <= 0 is greedy (argmax, ties to the lower id); otherwise logits /
  * temperature -> top-k -> top-p -> min-p -> a draw from the request's own
- * generator, seeded with seed (same seed and inputs, same tokens). */
+ * generator, seeded with seed (same seed and inputs, same tokens). The
+ * order of the first five is vLLM V1's sampler's (vllm/v1/sample/sampler.py:
+ * min tokens, logit bias, then the penalties); log-probabilities are of the
+ * raw logits, before all of them. */
 typedef struct {
     float temperature;        /* [0] greedy */
     int top_k;                /* 0 = off */
@@ -111,6 +116,14 @@ typedef struct {
 } mr_sampling;
 
 #define MR_ENGINE_MAX_STOP_IDS 16
+#define MR_ENGINE_MAX_LOGIT_BIAS 1024
+
+/* One entry of a request's logit bias (OpenAI's logit_bias): added to the
+ * token's logit before the penalties; bias in [-100, 100]. */
+typedef struct {
+    int32_t token;
+    float bias;
+} mr_logit_bias;
 
 typedef struct {
     const int32_t *prompt;        /* [n_prompt] token ids, copied at admission */
@@ -120,6 +133,9 @@ typedef struct {
     const int32_t *stop_ids;      /* [n_stop_ids] extra stop token ids (copied); the model's EOS ids stop too */
     int n_stop_ids;               /* <= MR_ENGINE_MAX_STOP_IDS */
     bool ignore_eos;              /* the model's EOS ids do not stop (stop_ids still do) */
+    int64_t min_tokens;           /* no stop id or EOS id is sampled before this many tokens (<= max_tokens) */
+    const mr_logit_bias *logit_bias; /* [n_logit_bias] (copied); a token listed twice gets both */
+    int n_logit_bias;             /* <= MR_ENGINE_MAX_LOGIT_BIAS */
     bool logprobs;                /* report the log-probability of each generated token */
     int top_logprobs;             /* and the n most likely alternatives (0..max_top_logprobs) */
     bool want_logits;             /* events carry the raw logits row [vocab] that produced the token */
@@ -139,9 +155,12 @@ typedef struct {
  *   MR_ECAPACITY  prompt + max_tokens exceed context_length, or the request
  *                 needs more KV blocks than the whole pool holds (it could not
  *                 run even alone)
- *   MR_EINPUT     a token id outside the vocabulary
- *   MR_EINVAL     bad sampling parameters, empty prompt, too many stop ids,
- *                 top_logprobs above max_top_logprobs
+ *   MR_EINPUT     a token id outside the vocabulary (prompt, stop ids,
+ *                 forced tokens, logit bias)
+ *   MR_EINVAL     bad sampling parameters, empty prompt, too many stop ids
+ *                 or logit-bias entries, a bias outside [-100, 100],
+ *                 min_tokens above max_tokens, top_logprobs above
+ *                 max_top_logprobs
  *   MR_EBUSY      max_queued_requests are already waiting (try later)
  *   MR_ENOMEM     out of memory (this request only) */
 mr_status mr_engine_add(mr_engine *e, const mr_request_params *p, mr_req_id *out);

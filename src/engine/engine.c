@@ -233,7 +233,10 @@ static mr__req *find(mr_engine *e, mr_req_id id) {
     return r->state != MR__RQ_FREE && r->id == id ? r : NULL;
 }
 
+/* t, the request's latest token, ends it (never before min_tokens: a forced
+ * token can be a stop id there) */
 static bool is_stop(const mr_engine *e, const mr__req *r, int32_t t) {
+    if (r->n_tok - r->n_prompt < r->min_tokens) return false;
     for (int i = 0; i < r->n_stop; i++)
         if (r->stop_ids[i] == t) return true;
     return !r->ignore_eos && mr_model_is_eos(e->m, t);
@@ -266,6 +269,19 @@ mr_status mr_engine_add(mr_engine *e, const mr_request_params *p, mr_req_id *out
                             o->max_top_logprobs);
     if (p->max_tokens < 0) return mr_error_set(MR_EINVAL, "request: max_tokens %lld is negative", (long long)p->max_tokens);
     if (p->n_forced < 0 || (p->n_forced > 0 && !p->forced)) return mr_error_set(MR_EINVAL, "request: bad forced tokens");
+    if (p->n_logit_bias < 0 || p->n_logit_bias > MR_ENGINE_MAX_LOGIT_BIAS || (p->n_logit_bias > 0 && !p->logit_bias))
+        return mr_error_set(MR_EINVAL, "request: %d logit_bias entries; at most %d", p->n_logit_bias,
+                            MR_ENGINE_MAX_LOGIT_BIAS);
+    for (int i = 0; i < p->n_logit_bias; i++) {
+        const mr_logit_bias *b = &p->logit_bias[i];
+        if (b->token < 0 || b->token >= e->vocab)
+            return mr_error_set(MR_EINPUT, "request: logit_bias token id %d is outside the vocabulary (%lld)",
+                                (int)b->token, (long long)e->vocab);
+        if (!(b->bias >= -100.0f && b->bias <= 100.0f))
+            return mr_error_set(MR_EINVAL, "request: logit_bias of token %d is %g; it must be in [-100, 100]",
+                                (int)b->token, (double)b->bias);
+    }
+    if (p->min_tokens < 0) return mr_error_set(MR_EINVAL, "request: min_tokens %lld is negative", (long long)p->min_tokens);
     mr_status st = mr__sampling_check(&p->sampling);
     if (st) return mr_error_set(st, "request: %s", mr_error_last());
     /* the context and the pool */
@@ -296,6 +312,9 @@ mr_status mr_engine_add(mr_engine *e, const mr_request_params *p, mr_req_id *out
         if (p->stop_ids[i] < 0 || p->stop_ids[i] >= e->vocab)
             return mr_error_set(MR_EINPUT, "request: stop token id %d is outside the vocabulary (%lld)",
                                 (int)p->stop_ids[i], (long long)e->vocab);
+    if (p->min_tokens > max_tokens)
+        return mr_error_set(MR_EINVAL, "request: min_tokens %lld is above max_tokens %lld", (long long)p->min_tokens,
+                            (long long)max_tokens);
     int64_t n_forced = p->n_forced < max_tokens ? p->n_forced : max_tokens;
     for (int64_t i = 0; i < n_forced; i++)
         if (p->forced[i] < 0 || p->forced[i] >= e->vocab)
@@ -305,9 +324,10 @@ mr_status mr_engine_add(mr_engine *e, const mr_request_params *p, mr_req_id *out
         return mr_error_set(MR_EBUSY, "request: %d requests are waiting already (max_queued_requests %d)",
                             e->n_waiting, o->max_queued_requests);
     if (p->prompt_logprobs && (st = plp_alloc(e))) return st;
-    /* one allocation: tokens, block table, forced tokens */
+    /* one allocation: tokens, block table, forced tokens, logit bias (4-byte fields all) */
     int64_t cap = p->n_prompt + max_tokens;
-    size_t bytes = ((size_t)cap + (size_t)need + (size_t)n_forced) * sizeof(int32_t);
+    size_t bytes = ((size_t)cap + (size_t)need + (size_t)n_forced) * sizeof(int32_t) +
+                   (size_t)p->n_logit_bias * sizeof(mr_logit_bias);
     void *mem = mr_malloc(bytes);
     if (!mem) return mr_error_set(MR_ENOMEM, "request: out of memory for %lld tokens", (long long)cap);
     int32_t slot = e->free_slots[--e->n_free_slots];
@@ -321,6 +341,11 @@ mr_status mr_engine_add(mr_engine *e, const mr_request_params *p, mr_req_id *out
     if (n_forced) memcpy(forced, p->forced, (size_t)n_forced * sizeof(int32_t));
     r->forced = forced;
     r->n_forced = n_forced;
+    mr_logit_bias *bias = (mr_logit_bias *)(forced + n_forced);
+    if (p->n_logit_bias) memcpy(bias, p->logit_bias, (size_t)p->n_logit_bias * sizeof(mr_logit_bias));
+    r->bias = bias;
+    r->n_bias = p->n_logit_bias;
+    r->min_tokens = p->min_tokens;
     r->n_prompt = r->n_tok = p->n_prompt;
     r->cap = cap;
     r->max_tokens = max_tokens;

@@ -73,7 +73,7 @@ typedef struct {
     void *user;
     const atomic_int *cancel;
     bool cancel_asked;          /* mr_engine_cancel */
-    /* one allocation: tok [cap], bt [max_blocks], forced [n_forced] */
+    /* one allocation: tok [cap], bt [max_blocks], forced [n_forced], bias [n_bias] */
     void *mem;
     int32_t *tok;               /* prompt, then generated tokens */
     int64_t n_prompt, n_tok, cap;
@@ -88,6 +88,9 @@ typedef struct {
     int32_t stop_ids[MR_ENGINE_MAX_STOP_IDS];
     int n_stop;
     bool ignore_eos, logprobs, want_logits;
+    int64_t min_tokens;         /* stop and EOS ids masked while fewer are generated */
+    const mr_logit_bias *bias;  /* inside mem */
+    int n_bias;
     bool plp;                   /* prompt_logprobs */
     int64_t plp_next;           /* the next prompt position whose log-probability is owed (from 1) */
     int top_logprobs;

@@ -1,6 +1,7 @@
 /* sample.c — one request's next token from its logits row: the finite
  * check, log-probabilities (of the raw logits: log-softmax, and the top n),
- * the repetition / frequency / presence penalties, then the sampler
+ * the min_tokens mask, the logit bias and the repetition / frequency /
+ * presence penalties, then the sampler
  * (model/sampler.c). Uses the engine's scratch (one [vocab] of each, the
  * engine thread only): no allocation, no per-request vocabulary arrays.
  * Penalties follow the OpenAI / vLLM definitions (engine.h mr_sampling). */
@@ -51,14 +52,26 @@ static int top_n(const float *l, int64_t V, int n, double lse, mr_token_logprob 
     return k;
 }
 
-/* The penalized copy of the row in e->s_work (only when a penalty is on). */
-static const float *penalize(mr_engine *e, const mr__req *r, const float *logits) {
+/* The adjusted copy of the row in e->s_work (only when something adjusts
+ * it), in engine.h's order: the min_tokens mask, the logit bias, the
+ * repetition penalty, then the frequency and presence penalties. */
+static const float *adjust(mr_engine *e, const mr__req *r, const float *logits) {
     float rep = r->sp.repetition_penalty, fr = r->sp.frequency_penalty, pr = r->sp.presence_penalty;
     bool use_rep = rep > 0.0f && rep != 1.0f, use_fp = fr != 0.0f || pr != 0.0f;
-    if (!use_rep && !use_fp) return logits;
+    bool use_min = r->n_tok - r->n_prompt < r->min_tokens;
+    if (!use_rep && !use_fp && !use_min && !r->n_bias) return logits;
     float *w = e->s_work;
     int32_t *cnt = e->s_count; /* zero on entry and on exit */
     memcpy(w, logits, (size_t)e->vocab * sizeof(float));
+    if (use_min) {
+        for (int i = 0; i < r->n_stop; i++) w[r->stop_ids[i]] = -INFINITY;
+        if (!r->ignore_eos) {
+            const mr_model_config *c = mr_model_config_of(e->m);
+            for (int i = 0; i < c->n_eos; i++)
+                if (c->eos_ids[i] >= 0 && c->eos_ids[i] < e->vocab) w[c->eos_ids[i]] = -INFINITY;
+        }
+    }
+    for (int i = 0; i < r->n_bias; i++) w[r->bias[i].token] += r->bias[i].bias;
     if (use_rep) { /* every distinct token of the prompt and the output, once */
         for (int64_t i = 0; i < r->n_tok; i++) {
             int32_t t = r->tok[i];
@@ -107,7 +120,7 @@ mr_status mr__engine_pick(mr_engine *e, mr__req *r, const float *logits, int32_t
     if (g < r->n_forced) {
         *tok = r->forced[g];
     } else {
-        const float *l = penalize(e, r, logits);
+        const float *l = adjust(e, r, logits);
         mr_sampler_params p = {.temperature = r->sp.temperature, .top_k = r->sp.top_k,
                                .top_p = r->sp.top_p == 0.0f ? 1.0f : r->sp.top_p, .min_p = r->sp.min_p};
         *tok = mr_sample_logits(&p, &r->rng, l, V, e->s_prob, e->s_idx);
