@@ -48,6 +48,18 @@ static void test_parse_fields(void **st) {
     assert_true(r.ignore_eos && r.stream && r.include_usage && !r.skip_special_tokens && r.include_stop_str);
     assert_int_equal(r.n, 2);
     sv_request_free(&r);
+    /* logit_bias (token ids as decimal strings) and min_tokens */
+    expect_ok(SV_COMPLETIONS, "{\"prompt\":\"a\",\"logit_bias\":{\"5\":-100,\"0\":2.5,\"511\":100},\"min_tokens\":3}", &r);
+    assert_int_equal(r.n_logit_bias, 3);
+    assert_int_equal(r.min_tokens, 3);
+    bool seen5 = false, seen0 = false, seen511 = false;
+    for (int i = 0; i < 3; i++) {
+        seen5 |= r.logit_bias[i].token == 5 && r.logit_bias[i].bias == -100.0f;
+        seen0 |= r.logit_bias[i].token == 0 && r.logit_bias[i].bias == 2.5f;
+        seen511 |= r.logit_bias[i].token == 511 && r.logit_bias[i].bias == 100.0f;
+    }
+    assert_true(seen5 && seen0 && seen511);
+    sv_request_free(&r);
     /* integral reals are integers; lists of prompts */
     expect_ok(SV_COMPLETIONS, "{\"prompt\":[[1,2],[3]],\"max_tokens\":16.0}", &r);
     assert_int_equal(r.n_prompts, 2);
@@ -152,9 +164,17 @@ static const bad_case bad[] = {
      "stream_options.include_usage", "boolean"},
     {SV_COMPLETIONS, "{\"prompt\":\"a\",\"frequency_penalty\":3}", 400, "frequency_penalty", "[-2, 2]"},
     {SV_COMPLETIONS, "{\"prompt\":\"a\",\"repetition_penalty\":0}", 400, "repetition_penalty", "(0, 10]"},
-    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"logit_bias\":{\"5\":1}}", 400, "logit_bias", "not supported"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"logit_bias\":[]}", 400, "logit_bias", "must be an object"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"logit_bias\":{\"5\":100.5}}", 400, "logit_bias[5]", "[-100, 100]"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"logit_bias\":{\"5\":\"1\"}}", 400, "logit_bias[5]", "must be a number"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"logit_bias\":{\"512\":1}}", 400, "logit_bias[512]", "outside the vocabulary"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"logit_bias\":{\"-1\":1}}", 400, "logit_bias[-1]", "decimal digits"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"logit_bias\":{\"the\":1}}", 400, "logit_bias[the]", "decimal digits"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"logit_bias\":{\"\":1}}", 400, "logit_bias[]", "decimal digits"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"logit_bias\":{\"99999999999999999999\":1}}", 400, "logit_bias[99999999999999999999]", "at most 10"},
     {SV_COMPLETIONS, "{\"prompt\":\"a\",\"suffix\":\"x\"}", 400, "suffix", "not supported"},
-    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"min_tokens\":4}", 400, "min_tokens", "not supported"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"min_tokens\":-1}", 400, "min_tokens", "must be in"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"min_tokens\":1.5}", 400, "min_tokens", "must be an integer"},
     {SV_COMPLETIONS, "{\"prompt\":\"a\",\"user\":5}", 400, "user", "string"},
     {SV_COMPLETIONS, "{\"messages\":[]}", 400, "messages", "use /v1/chat/completions"},
     {SV_COMPLETIONS, "{\"prompt\":\"a\",\"tools\":[]}", 400, "tools", "unknown field"},

@@ -510,6 +510,11 @@ static int make_job(mr_server *s, sv_request *r, sv_job **out, sv_error *e) {
             goto out;
         }
         int64_t mt = max_tokens_of(s, r, L);
+        if (r->min_tokens > mt) {
+            sv_fail(e, 400, "min_tokens", "min_tokens %lld is above max_tokens %lld", (long long)r->min_tokens,
+                    (long long)mt);
+            goto out;
+        }
         if (mt == 0 && r->echo) mt = 1; /* the engine's one token, not sent */
         if (mt < 1 || L + mt > s->context_length) {
             sv_fail(e, 400, r->max_tokens < 0 ? (r->kind == SV_CHAT ? "messages" : nm) : "max_tokens",

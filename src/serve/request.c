@@ -3,8 +3,8 @@
  *
  * Fields (serving.md section 1) are read from one table per endpoint. A
  * field that is not in the table is a 400 naming it; a field the server
- * knows but does not implement (logit_bias, best_of > 1, suffix, min_tokens,
- * constrained decoding, ...) is a 400 naming it unless it carries its
+ * knows but does not implement (best_of > 1, suffix, constrained decoding,
+ * ...) is a 400 naming it unless it carries its
  * neutral value (null, 0, 1, empty), which is what benchmark clients send. null is "absent" for every field.
  * Types and ranges are checked here, where the input enters; the checks
  * that need the tokenizer (prompt length against the context) come later,
@@ -92,6 +92,7 @@ void sv_request_free(sv_request *r) {
     for (int i = 0; i < r->n_stop; i++) mr_free(r->stop[i]);
     mr_free(r->forced_text);
     mr_free(r->forced_ids);
+    mr_free(r->logit_bias);
     memset(r, 0, sizeof *r);
 }
 
@@ -419,10 +420,38 @@ static int f_repetition_penalty(sv_request *r, const json_t *v, const sv_limits 
     r->has_repetition_penalty = true;
     return 0;
 }
+/* {"token id": bias}: ids as decimal strings (OpenAI's shape), biases in
+ * [-100, 100] (OpenAI's range; a value outside is a 400, not clamped) */
 static int f_logit_bias(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
-    (void)r, (void)lim;
     if (!json_is_object(v)) return sv_fail(e, 400, "logit_bias", "logit_bias must be an object, got %s", type_name(v));
-    return json_object_size(v) ? unsupported("logit_bias", NULL, e) : 0;
+    size_t n = json_object_size(v);
+    if (n > MR_ENGINE_MAX_LOGIT_BIAS)
+        return sv_fail(e, 400, "logit_bias", "logit_bias holds %zu entries; at most %d are allowed", n,
+                       MR_ENGINE_MAX_LOGIT_BIAS);
+    if (!n) return 0;
+    r->logit_bias = mr_malloc(n * sizeof *r->logit_bias);
+    if (!r->logit_bias) return sv_fail(e, 500, NULL, "out of memory");
+    const char *key;
+    json_t *x;
+    json_object_foreach((json_t *)v, key, x) {
+        char nm[48];
+        snprintf(nm, sizeof nm, "logit_bias[%.24s]", key);
+        const char *q = key;
+        int64_t id = 0;
+        bool ok = *q != 0 && strlen(q) <= 10;
+        for (; ok && *q; q++) {
+            if (*q < '0' || *q > '9') ok = false;
+            else id = id * 10 + (*q - '0');
+        }
+        if (!ok) return sv_fail(e, 400, nm, "logit_bias keys must be token ids (decimal digits, at most 10), got \"%.24s\"", key);
+        if (id >= lim->vocab)
+            return sv_fail(e, 400, nm, "%s: token id %lld is outside the vocabulary [0, %lld)", nm, (long long)id,
+                           (long long)lim->vocab);
+        double b = 0;
+        if (get_num(x, nm, -100.0, 100.0, &b, e)) return -1;
+        r->logit_bias[r->n_logit_bias++] = (mr_logit_bias){(int32_t)id, (float)b};
+    }
+    return 0;
 }
 static int f_user(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
     (void)r, (void)lim;
@@ -443,10 +472,7 @@ static int f_include_stop(sv_request *r, const json_t *v, const sv_limits *lim, 
     return get_bool(v, "include_stop_str_in_output", &r->include_stop_str, e);
 }
 static int f_min_tokens(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
-    (void)r, (void)lim;
-    int64_t x = 0;
-    if (get_int(v, "min_tokens", 0, INT64_MAX, &x, e)) return -1;
-    return x ? unsupported("min_tokens", "only 0", e) : 0;
+    return get_int(v, "min_tokens", 0, lim->max_completion_tokens, &r->min_tokens, e);
 }
 static int f_response_format(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
     (void)r, (void)lim;

@@ -149,9 +149,11 @@ static int usage_obj(const sv_out *o, sv_buf *b) {
                          (long long)cached);
 }
 
-/* A stop id ends the generation; its text is not the client's. */
-static bool is_stop_token(const sv_out *o, const sv_gen *g, int32_t tok) {
+/* A stop id ends the generation (from the min_tokens-th token on, as the
+ * engine); its text is not the client's. count: tokens up to this one. */
+static bool is_stop_token(const sv_out *o, const sv_gen *g, int32_t tok, int64_t count) {
     const sv_request *r = &o->j->req;
+    if (count < r->min_tokens) return false;
     if (!g->ignore_eos && mr_model_is_eos(o->m, tok)) return true;
     for (int i = 0; i < r->n_stop_ids; i++)
         if (r->stop_ids[i] == tok) return true;
@@ -402,7 +404,13 @@ static int release(sv_out *o, int i, bool final, int32_t tok, const sv_logprob *
     sv_choice *c = &o->c[i];
     const sv_request *r = &o->j->req;
     size_t safe = c->text.len;
-    if (c->stop.n && c->text.len > c->scanned) {
+    if (c->stop.n && c->text.len > c->scanned && c->counted < r->min_tokens) {
+        /* before min_tokens no stop string ends the output (vLLM's rule) and none found then is
+         * found later; a tail that could start one that completes later is held */
+        const size_t h = c->stop.max_len - 1;
+        safe = final ? c->text.len : c->text.len > h ? c->text.len - h : 0;
+        c->scanned = c->text.len;
+    } else if (c->stop.n && c->text.len > c->scanned) {
         size_t cut, cut_end, s;
         if (sv_stop_scan(&c->stop, c->text.p, c->text.len, c->scanned, &cut, &cut_end, &s)) {
             safe = r->include_stop_str ? cut_end : cut;
@@ -504,7 +512,7 @@ int sv_out_advance(sv_out *o, sv_buf *sse) {
             int32_t tok = c->g->out[k];
             const sv_logprob *lp = c->g->lp ? sv_logprob_at(c->g->lp, j->req.top_logprobs, k) : NULL;
             c->counted = c->consumed;
-            bool text = !is_stop_token(o, c->g, tok);
+            bool text = !is_stop_token(o, c->g, tok, c->counted);
             if (c->dt && text && sv_detok_push(c->dt, tok, &c->text.p, &c->text.len, &c->text.cap)) return -1;
             if (release(o, i, false, o->ids_mode || lp ? tok : -1, lp, sse)) return -1;
         }

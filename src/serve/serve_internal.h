@@ -76,6 +76,9 @@ typedef struct {
     int n_stop_ids;
     int32_t stop_ids[SV_MAX_STOP_IDS];
     int n;                        /* choices per prompt [1] */
+    int64_t min_tokens;           /* vLLM's: no stop id, EOS or stop string before this many tokens [0] */
+    int n_logit_bias;             /* OpenAI's logit_bias: [n_logit_bias] entries, malloc'd */
+    mr_logit_bias *logit_bias;
     bool ignore_eos, stream, include_usage, continuous_usage, echo;
     bool logprobs;                /* report the sampled token's log-probability */
     int top_logprobs;             /* and this many alternatives (0..SV_MAX_TOP_LOGPROBS) */

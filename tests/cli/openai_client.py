@@ -92,6 +92,34 @@ check(extra(r.choices[0], "token_ids") == expected[:first + 1], "stop_token_ids 
 check(r.usage.completion_tokens == first + 1, "stop_token_ids completion_tokens")
 print("stop_token_ids: ok")
 
+# logit_bias (the client's own parameter) and min_tokens (vLLM's): properties of greedy decoding.
+# t: a token greedy never picks here, far from the special ids at the bottom of the vocabulary.
+t = next(x for x in range(100, 200) if x not in expected)
+r = client.completions.create(model=model, prompt=prompt, max_tokens=5, temperature=0, logit_bias={str(t): 100},
+                              extra_body={"ignore_eos": True})
+check(extra(r.choices[0], "token_ids") == [t] * 5, f"logit_bias +100: {extra(r.choices[0], 'token_ids')}")
+r = client.completions.create(model=model, prompt=prompt, max_tokens=3, temperature=0,
+                              logit_bias={str(expected[0]): -100}, extra_body={"ignore_eos": True})
+check(extra(r.choices[0], "token_ids")[0] != expected[0], "logit_bias -100 did not ban the greedy token")
+# t as a stop id biased to the top: it ends the output at once, unless min_tokens masks it; masked, the
+# rest of the row is the raw one, so the tokens before it are generate's
+r = client.completions.create(model=model, prompt=prompt, max_tokens=n_exp, temperature=0, logit_bias={str(t): 100},
+                              extra_body={"ignore_eos": True, "stop_token_ids": [t]})
+check(extra(r.choices[0], "token_ids") == [t] and r.usage.completion_tokens == 1, "a biased stop id")
+for stream in (False, True):
+    kw = dict(model=model, prompt=prompt, max_tokens=n_exp, temperature=0, logit_bias={str(t): 100},
+              extra_body={"ignore_eos": True, "stop_token_ids": [t], "min_tokens": 4})
+    if stream:
+        chunks = list(client.completions.create(stream=True, stream_options={"include_usage": True}, **kw))
+        got = [x for c in chunks if c.choices for x in (extra(c.choices[0], "token_ids") or [])]
+        fin = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+        ct = chunks[-1].usage.completion_tokens
+    else:
+        r = client.completions.create(**kw)
+        got, fin, ct = extra(r.choices[0], "token_ids"), [r.choices[0].finish_reason], r.usage.completion_tokens
+    check(got == expected[:4] + [t], f"min_tokens 4 (stream {stream}): {got}")
+    check(fin == ["stop"] and ct == 5, f"min_tokens 4 (stream {stream}): finish {fin}, completion_tokens {ct}")
+print("logit_bias, min_tokens: ok")
 
 # errors: the right exception class, with the server's message and param
 def expect_exc(cls, fn, param=None, text=None):
@@ -122,6 +150,11 @@ r = client.completions.create(model=model, prompt=prompt, max_tokens=4, temperat
 lp = r.choices[0].logprobs
 check(lp is not None and len(lp.token_logprobs) == 4 and len(lp.top_logprobs) == 4, "completions logprobs")
 check(all(v <= 0 for v in lp.token_logprobs) and all(len(t) == 2 for t in lp.top_logprobs), "logprob values")
+expect_exc(openai.BadRequestError, lambda: client.completions.create(model=model, prompt=prompt, max_tokens=4,
+                                                                     extra_body={"min_tokens": 5}), param="min_tokens",
+           text="above max_tokens 4")
+expect_exc(openai.BadRequestError, lambda: client.completions.create(model=model, prompt=prompt, max_tokens=4,
+                                                                     logit_bias={"7": 101}), param="logit_bias[7]")
 expect_exc(openai.NotFoundError, lambda: client.completions.create(model="no-such-model", prompt=prompt, max_tokens=4),
            param="model", text="does not exist")
 expect_exc(openai.BadRequestError, lambda: list(client.completions.create(model=model, prompt=prompt, max_tokens=4,
@@ -193,6 +226,33 @@ if text_url:
         model=tmodel, prompt="Go:", max_tokens=40, stop=["STOP", "pha b"], stream=True,
         extra_body={"debug_forced_output": "alpha beta STOP gamma" + EOS}) if c.choices)
     check(s == "al", f"streamed stop strings {s!r}")
+    # min_tokens with stop strings (vLLM's rule): no stop string ends the output before the min_tokens-th
+    # token; the one completed by that token does. k: the token that completes the first STOP.
+    say = "alpha beta STOP gamma STOP delta"
+    r = tc.completions.create(model=tmodel, prompt="Go:", max_tokens=40, logprobs=0,
+                              extra_body={"debug_forced_output": say + EOS})
+    pieces = r.choices[0].logprobs.tokens
+    check("".join(pieces).startswith(say), f"token texts {pieces}")
+    k = next(i + 1 for i in range(len(pieces)) if "STOP" in "".join(pieces[:i + 1]))
+    for mt, want in ((k, "alpha beta "), (k + 1, "alpha beta STOP gamma ")):
+        r = tc.completions.create(model=tmodel, prompt="Go:", max_tokens=40, stop=["STOP"],
+                                  extra_body={"debug_forced_output": say + EOS, "min_tokens": mt})
+        check(r.choices[0].text == want and r.choices[0].finish_reason == "stop", f"min_tokens {mt}: {r.choices[0].text!r}")
+        s = "".join(c.choices[0].text for c in tc.completions.create(
+            model=tmodel, prompt="Go:", max_tokens=40, stop=["STOP"], stream=True,
+            extra_body={"debug_forced_output": say + EOS, "min_tokens": mt}) if c.choices)
+        check(s == want, f"streamed min_tokens {mt}: {s!r}")
+    # an EOS (forced here) before min_tokens is an ordinary token, its text kept; the one after stops
+    r = tc.completions.create(model=tmodel, prompt="Go:", max_tokens=40, logprobs=0,
+                              extra_body={"debug_forced_output": "alpha" + EOS + " beta" + EOS, "ignore_eos": True,
+                                          "skip_special_tokens": False})
+    pieces = r.choices[0].logprobs.tokens
+    i = pieces.index(EOS)
+    r = tc.completions.create(model=tmodel, prompt="Go:", max_tokens=40,
+                              extra_body={"debug_forced_output": "alpha" + EOS + " beta" + EOS, "min_tokens": i + 2,
+                                          "skip_special_tokens": False})
+    check(r.choices[0].text == "alpha" + EOS + " beta" and r.choices[0].finish_reason == "stop",
+          f"an EOS before min_tokens: {r.choices[0].text!r}")
     print("stop strings: ok")
 
     # chat logprobs: one item per generated token (the tags and the EOS included), the alternatives asked for
