@@ -1018,6 +1018,97 @@ static void test_logit_bias_min_tokens(void **state) {
     eng_close(&g);
 }
 
+/* allowed_token_ids and bad words (vLLM's): every greedy token is the
+ * argmax of the raw logits masked here, independently; a step with every id
+ * masked ends the request with an error; refusals. */
+static void test_allowed_ids_bad_words(void **state) {
+    (void)state;
+    eng g;
+    eng_cfg c = {.kv = MR_FMT_F32, .blocks = 64, .budget = 64, .running = 4, .ctx = 256};
+    eng_open(&g, &c);
+    tu_rng rng = {33};
+    int32_t p[12];
+    rand_prompt(&rng, p, 12);
+    /* the unconstrained greedy output: the bad words below are made of it, so that they bite */
+    outs o;
+    memset(&o, 0, sizeof o);
+    mr_request_params rp = {.prompt = p, .n_prompt = 12, .max_tokens = 12, .ignore_eos = true};
+    mr_req_id id;
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_OK);
+    run_until_idle(g.e, &o, false);
+    assert_int_equal(o.n[0], 12);
+    int32_t free_run[12];
+    memcpy(free_run, o.tok[0], sizeof free_run);
+    /* bad words: the free run's 3rd token alone, and its (1st, 2nd) pair */
+    const int32_t bad[3] = {free_run[2], free_run[0], free_run[1]}, bad_len[2] = {1, 2};
+    const int32_t allowed[6] = {free_run[0], free_run[1], free_run[2], 10, 20, 30};
+    for (int variant = 0; variant < 2; variant++) {
+        rp = (mr_request_params){.prompt = p, .n_prompt = 12, .max_tokens = 12, .ignore_eos = true, .want_logits = true,
+                                 .bad_words = bad, .bad_word_len = bad_len, .n_bad_words = 2};
+        if (variant) rp.allowed_ids = allowed, rp.n_allowed = 6;
+        assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_OK);
+        int32_t hist[16];
+        int n = 0;
+        while (mr_engine_has_work(g.e)) {
+            const mr_engine_step_out *so;
+            assert_int_equal(mr_engine_step(g.e, &so), MR_OK);
+            for (int k = 0; k < so->n_events; k++) {
+                const mr_engine_event *v = &so->events[k];
+                if (!v->n_tokens) continue;
+                float w[V];
+                for (int u = 0; u < V; u++) {
+                    bool ok = !variant;
+                    for (int a = 0; a < 6 && !ok; a++) ok = allowed[a] == u;
+                    w[u] = ok ? v->logits[u] : -INFINITY;
+                }
+                w[bad[0]] = -INFINITY;
+                if (n >= 1 && hist[n - 1] == bad[1]) w[bad[2]] = -INFINITY;
+                assert_int_equal(v->token, mr_argmax(w, V));
+                hist[n++] = v->token;
+            }
+        }
+        assert_int_equal(n, 12);
+        assert_true(hist[0] == free_run[0]); /* nothing masks the first token's argmax */
+        for (int j = 0; j < 12; j++) {
+            assert_true(hist[j] != bad[0]);
+            if (j) assert_false(hist[j - 1] == bad[1] && hist[j] == bad[2]);
+        }
+    }
+    /* every id masked: the request ends with an error, the engine goes on */
+    const int32_t only = 7, ban7 = 7, one = 1;
+    rp = (mr_request_params){.prompt = p, .n_prompt = 12, .max_tokens = 4, .allowed_ids = &only, .n_allowed = 1,
+                             .bad_words = &ban7, .bad_word_len = &one, .n_bad_words = 1};
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_OK);
+    bool errored = false;
+    while (mr_engine_has_work(g.e)) {
+        const mr_engine_step_out *so;
+        assert_int_equal(mr_engine_step(g.e, &so), MR_OK);
+        for (int k = 0; k < so->n_events; k++)
+            if (so->events[k].finish == MR_FINISH_ERROR) {
+                errored = true;
+                assert_non_null(strstr(so->events[k].error, "every token is masked"));
+            }
+    }
+    assert_true(errored);
+    check_ok(g.e);
+    /* refusals */
+    int32_t bad_id = V, len0 = 0, len65 = MR_ENGINE_MAX_BAD_WORD_TOKENS + 1;
+    rp = (mr_request_params){.prompt = p, .n_prompt = 12, .max_tokens = 4, .allowed_ids = &bad_id, .n_allowed = 1};
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_EINPUT);
+    rp.allowed_ids = allowed, rp.n_allowed = V + 1;
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_EINVAL);
+    rp = (mr_request_params){.prompt = p, .n_prompt = 12, .max_tokens = 4, .bad_words = bad, .bad_word_len = &len0,
+                             .n_bad_words = 1};
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_EINVAL);
+    rp.bad_word_len = &len65;
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_EINVAL);
+    rp.bad_words = &bad_id, rp.bad_word_len = &one;
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_EINPUT);
+    rp.n_bad_words = MR_ENGINE_MAX_BAD_WORDS + 1;
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_EINVAL);
+    eng_close(&g);
+}
+
 /* Seeded sampling at temperature > 0: a request's tokens depend on its own
  * seed only, not on the batch around it. */
 static void test_seeded_sampling_invariance(void **state) {
@@ -1476,6 +1567,7 @@ int main(void) {
         cmocka_unit_test(test_admission),
         cmocka_unit_test(test_sampling_features),
         cmocka_unit_test(test_logit_bias_min_tokens),
+        cmocka_unit_test(test_allowed_ids_bad_words),
         cmocka_unit_test(test_seeded_sampling_invariance),
         cmocka_unit_test(test_request_errors),
         cmocka_unit_test(test_property),

@@ -92,7 +92,9 @@ const mr_engine_opts *mr_engine_opts_of(const mr_engine *e); /* with the default
 /* ---- requests ---- */
 typedef uint64_t mr_req_id; /* never 0 */
 
-/* Sampling of one request, in this order: raw logits -> while fewer than
+/* Sampling of one request, in this order: raw logits -> every id outside
+ * allowed_ids (when given) and the last token of every bad word whose other
+ * tokens end the output so far to -inf -> while fewer than
  * min_tokens are generated, the stop ids and (unless ignore_eos) the model's
  * EOS ids to -inf -> logit_bias added -> repetition penalty
  * (prompt and output tokens: a positive logit is divided by it, a negative
@@ -101,9 +103,10 @@ typedef uint64_t mr_req_id; /* never 0 */
  * <= 0 is greedy (argmax, ties to the lower id); otherwise logits /
  * temperature -> top-k -> top-p -> min-p -> a draw from the request's own
  * generator, seeded with seed (same seed and inputs, same tokens). The
- * order of the first five is vLLM V1's sampler's (vllm/v1/sample/sampler.py:
- * min tokens, logit bias, then the penalties); log-probabilities are of the
- * raw logits, before all of them. */
+ * order of the first seven is vLLM V1's sampler's (vllm/v1/sample/sampler.py:
+ * allowed token ids, bad words, min tokens, logit bias, then the penalties);
+ * log-probabilities are of the raw logits, before all of them. A step where
+ * every id is masked ends the request with MR_FINISH_ERROR. */
 typedef struct {
     float temperature;        /* [0] greedy */
     int top_k;                /* 0 = off */
@@ -117,6 +120,8 @@ typedef struct {
 
 #define MR_ENGINE_MAX_STOP_IDS 16
 #define MR_ENGINE_MAX_LOGIT_BIAS 1024
+#define MR_ENGINE_MAX_BAD_WORDS 256      /* sequences */
+#define MR_ENGINE_MAX_BAD_WORD_TOKENS 64 /* tokens in one sequence */
 
 /* One entry of a request's logit bias (OpenAI's logit_bias): added to the
  * token's logit before the penalties; bias in [-100, 100]. */
@@ -136,6 +141,12 @@ typedef struct {
     int64_t min_tokens;           /* no stop id or EOS id is sampled before this many tokens (<= max_tokens) */
     const mr_logit_bias *logit_bias; /* [n_logit_bias] (copied); a token listed twice gets both */
     int n_logit_bias;             /* <= MR_ENGINE_MAX_LOGIT_BIAS */
+    const int32_t *allowed_ids;   /* [n_allowed] (copied): only these ids are sampled; 0 = every id */
+    int64_t n_allowed;            /* <= vocab; repeats are fine */
+    const int32_t *bad_words;     /* the token sequences one after the other (copied) */
+    const int32_t *bad_word_len;  /* [n_bad_words] their lengths, 1..MR_ENGINE_MAX_BAD_WORD_TOKENS: a sequence's
+                                     last token is masked where the output ends with the others */
+    int n_bad_words;              /* <= MR_ENGINE_MAX_BAD_WORDS */
     bool logprobs;                /* report the log-probability of each generated token */
     int top_logprobs;             /* and the n most likely alternatives (0..max_top_logprobs) */
     bool want_logits;             /* events carry the raw logits row [vocab] that produced the token */
@@ -156,9 +167,11 @@ typedef struct {
  *                 needs more KV blocks than the whole pool holds (it could not
  *                 run even alone)
  *   MR_EINPUT     a token id outside the vocabulary (prompt, stop ids,
- *                 forced tokens, logit bias)
+ *                 forced tokens, logit bias, allowed ids, bad words)
  *   MR_EINVAL     bad sampling parameters, empty prompt, too many stop ids
- *                 or logit-bias entries, a bias outside [-100, 100],
+ *                 or logit-bias entries, a bias outside [-100, 100], too
+ *                 many allowed ids or bad words, a bad word of 0 or too many
+ *                 tokens,
  *                 min_tokens above max_tokens, top_logprobs above
  *                 max_top_logprobs
  *   MR_EBUSY      max_queued_requests are already waiting (try later)

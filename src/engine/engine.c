@@ -282,6 +282,27 @@ mr_status mr_engine_add(mr_engine *e, const mr_request_params *p, mr_req_id *out
                                 (int)b->token, (double)b->bias);
     }
     if (p->min_tokens < 0) return mr_error_set(MR_EINVAL, "request: min_tokens %lld is negative", (long long)p->min_tokens);
+    if (p->n_allowed < 0 || p->n_allowed > e->vocab || (p->n_allowed > 0 && !p->allowed_ids))
+        return mr_error_set(MR_EINVAL, "request: %lld allowed token ids; at most the vocabulary (%lld)",
+                            (long long)p->n_allowed, (long long)e->vocab);
+    for (int64_t i = 0; i < p->n_allowed; i++)
+        if (p->allowed_ids[i] < 0 || p->allowed_ids[i] >= e->vocab)
+            return mr_error_set(MR_EINPUT, "request: allowed token id %d is outside the vocabulary (%lld)",
+                                (int)p->allowed_ids[i], (long long)e->vocab);
+    if (p->n_bad_words < 0 || p->n_bad_words > MR_ENGINE_MAX_BAD_WORDS ||
+        (p->n_bad_words > 0 && (!p->bad_words || !p->bad_word_len)))
+        return mr_error_set(MR_EINVAL, "request: %d bad words; at most %d", p->n_bad_words, MR_ENGINE_MAX_BAD_WORDS);
+    int64_t n_bad_tok = 0;
+    for (int i = 0; i < p->n_bad_words; i++) {
+        if (p->bad_word_len[i] < 1 || p->bad_word_len[i] > MR_ENGINE_MAX_BAD_WORD_TOKENS)
+            return mr_error_set(MR_EINVAL, "request: bad word %d has %d tokens; 1..%d", i, (int)p->bad_word_len[i],
+                                MR_ENGINE_MAX_BAD_WORD_TOKENS);
+        n_bad_tok += p->bad_word_len[i];
+    }
+    for (int64_t i = 0; i < n_bad_tok; i++)
+        if (p->bad_words[i] < 0 || p->bad_words[i] >= e->vocab)
+            return mr_error_set(MR_EINPUT, "request: bad-word token id %d is outside the vocabulary (%lld)",
+                                (int)p->bad_words[i], (long long)e->vocab);
     mr_status st = mr__sampling_check(&p->sampling);
     if (st) return mr_error_set(st, "request: %s", mr_error_last());
     /* the context and the pool */
@@ -326,7 +347,8 @@ mr_status mr_engine_add(mr_engine *e, const mr_request_params *p, mr_req_id *out
     if (p->prompt_logprobs && (st = plp_alloc(e))) return st;
     /* one allocation: tokens, block table, forced tokens, logit bias (4-byte fields all) */
     int64_t cap = p->n_prompt + max_tokens;
-    size_t bytes = ((size_t)cap + (size_t)need + (size_t)n_forced) * sizeof(int32_t) +
+    size_t bytes = ((size_t)cap + (size_t)need + (size_t)n_forced + (size_t)p->n_allowed + (size_t)n_bad_tok +
+                    (size_t)p->n_bad_words) * sizeof(int32_t) +
                    (size_t)p->n_logit_bias * sizeof(mr_logit_bias);
     void *mem = mr_malloc(bytes);
     if (!mem) return mr_error_set(MR_ENOMEM, "request: out of memory for %lld tokens", (long long)cap);
@@ -345,6 +367,15 @@ mr_status mr_engine_add(mr_engine *e, const mr_request_params *p, mr_req_id *out
     if (p->n_logit_bias) memcpy(bias, p->logit_bias, (size_t)p->n_logit_bias * sizeof(mr_logit_bias));
     r->bias = bias;
     r->n_bias = p->n_logit_bias;
+    int32_t *allowed = (int32_t *)(bias + p->n_logit_bias), *bad = allowed + p->n_allowed, *bad_len = bad + n_bad_tok;
+    if (p->n_allowed) memcpy(allowed, p->allowed_ids, (size_t)p->n_allowed * sizeof(int32_t));
+    if (n_bad_tok) memcpy(bad, p->bad_words, (size_t)n_bad_tok * sizeof(int32_t));
+    if (p->n_bad_words) memcpy(bad_len, p->bad_word_len, (size_t)p->n_bad_words * sizeof(int32_t));
+    r->allowed = allowed;
+    r->n_allowed = p->n_allowed;
+    r->bad = bad;
+    r->bad_len = bad_len;
+    r->n_bad = p->n_bad_words;
     r->min_tokens = p->min_tokens;
     r->n_prompt = r->n_tok = p->n_prompt;
     r->cap = cap;

@@ -73,7 +73,8 @@ typedef struct {
     void *user;
     const atomic_int *cancel;
     bool cancel_asked;          /* mr_engine_cancel */
-    /* one allocation: tok [cap], bt [max_blocks], forced [n_forced], bias [n_bias] */
+    /* one allocation: tok [cap], bt [max_blocks], forced [n_forced], bias [n_bias], allowed [n_allowed],
+     * bad [sum of bad_len], bad_len [n_bad] */
     void *mem;
     int32_t *tok;               /* prompt, then generated tokens */
     int64_t n_prompt, n_tok, cap;
@@ -91,6 +92,10 @@ typedef struct {
     int64_t min_tokens;         /* stop and EOS ids masked while fewer are generated */
     const mr_logit_bias *bias;  /* inside mem */
     int n_bias;
+    const int32_t *allowed;     /* inside mem; n_allowed 0 = every id */
+    int64_t n_allowed;
+    const int32_t *bad, *bad_len; /* inside mem */
+    int n_bad;
     bool plp;                   /* prompt_logprobs */
     int64_t plp_next;           /* the next prompt position whose log-probability is owed (from 1) */
     int top_logprobs;

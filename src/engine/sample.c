@@ -53,16 +53,29 @@ static int top_n(const float *l, int64_t V, int n, double lse, mr_token_logprob 
 }
 
 /* The adjusted copy of the row in e->s_work (only when something adjusts
- * it), in engine.h's order: the min_tokens mask, the logit bias, the
- * repetition penalty, then the frequency and presence penalties. */
+ * it), in engine.h's order: the allowed ids, the bad words, the min_tokens
+ * mask, the logit bias, the repetition penalty, then the frequency and
+ * presence penalties. */
 static const float *adjust(mr_engine *e, const mr__req *r, const float *logits) {
     float rep = r->sp.repetition_penalty, fr = r->sp.frequency_penalty, pr = r->sp.presence_penalty;
     bool use_rep = rep > 0.0f && rep != 1.0f, use_fp = fr != 0.0f || pr != 0.0f;
     bool use_min = r->n_tok - r->n_prompt < r->min_tokens;
-    if (!use_rep && !use_fp && !use_min && !r->n_bias) return logits;
+    if (!use_rep && !use_fp && !use_min && !r->n_bias && !r->n_allowed && !r->n_bad) return logits;
     float *w = e->s_work;
     int32_t *cnt = e->s_count; /* zero on entry and on exit */
-    memcpy(w, logits, (size_t)e->vocab * sizeof(float));
+    if (r->n_allowed) {
+        for (int64_t i = 0; i < e->vocab; i++) w[i] = -INFINITY;
+        for (int64_t i = 0; i < r->n_allowed; i++) w[r->allowed[i]] = logits[r->allowed[i]];
+    } else {
+        memcpy(w, logits, (size_t)e->vocab * sizeof(float));
+    }
+    const int32_t *out = r->tok + r->n_prompt, *bw = r->bad;
+    const int64_t n_out = r->n_tok - r->n_prompt;
+    for (int i = 0; i < r->n_bad; bw += r->bad_len[i++]) { /* the last token where the output ends with the rest */
+        const int32_t L = r->bad_len[i];
+        if (L - 1 <= n_out && !memcmp(out + n_out - (L - 1), bw, (size_t)(L - 1) * sizeof(int32_t)))
+            w[bw[L - 1]] = -INFINITY;
+    }
     if (use_min) {
         for (int i = 0; i < r->n_stop; i++) w[r->stop_ids[i]] = -INFINITY;
         if (!r->ignore_eos) {
@@ -124,6 +137,8 @@ mr_status mr__engine_pick(mr_engine *e, mr__req *r, const float *logits, int32_t
         mr_sampler_params p = {.temperature = r->sp.temperature, .top_k = r->sp.top_k,
                                .top_p = r->sp.top_p == 0.0f ? 1.0f : r->sp.top_p, .min_p = r->sp.min_p};
         *tok = mr_sample_logits(&p, &r->rng, l, V, e->s_prob, e->s_idx);
+        if (l[*tok] == -INFINITY) /* finite raw logits: only the masks make -inf */
+            return mr_error_set(MR_EINVAL, "sampling: every token is masked (allowed_token_ids, bad_words, min_tokens)");
     }
     *n_top = 0;
     if (r->logprobs || r->top_logprobs > 0) {
