@@ -60,6 +60,16 @@ static void test_parse_fields(void **st) {
     }
     assert_true(seen5 && seen0 && seen511);
     sv_request_free(&r);
+    expect_ok(SV_CHAT,
+              "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"allowed_token_ids\":[3,4,3],"
+              "\"bad_words\":[\"a b\",\" c\"],\"truncate_prompt_tokens\":-1}",
+              &r);
+    assert_int_equal(r.n_allowed, 3);
+    assert_int_equal(r.allowed[2], 3);
+    assert_int_equal(r.n_bad_words, 2);
+    assert_string_equal(r.bad_words[1], " c");
+    assert_int_equal(r.truncate_prompt_tokens, -1);
+    sv_request_free(&r);
     /* integral reals are integers; lists of prompts */
     expect_ok(SV_COMPLETIONS, "{\"prompt\":[[1,2],[3]],\"max_tokens\":16.0}", &r);
     assert_int_equal(r.n_prompts, 2);
@@ -173,6 +183,15 @@ static const bad_case bad[] = {
     {SV_COMPLETIONS, "{\"prompt\":\"a\",\"logit_bias\":{\"\":1}}", 400, "logit_bias[]", "decimal digits"},
     {SV_COMPLETIONS, "{\"prompt\":\"a\",\"logit_bias\":{\"99999999999999999999\":1}}", 400, "logit_bias[99999999999999999999]", "at most 10"},
     {SV_COMPLETIONS, "{\"prompt\":\"a\",\"suffix\":\"x\"}", 400, "suffix", "not supported"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"allowed_token_ids\":[]}", 400, "allowed_token_ids", "empty list"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"allowed_token_ids\":[1,512]}", 400, "allowed_token_ids[1]", "outside the vocabulary"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"allowed_token_ids\":[\"1\"]}", 400, "allowed_token_ids[0]", "an integer"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"allowed_token_ids\":5}", 400, "allowed_token_ids", "must be a list"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"bad_words\":\"x\"}", 400, "bad_words", "must be a list"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"bad_words\":[\"x\",\"\"]}", 400, "bad_words[1]", "empty string"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"bad_words\":[7]}", 400, "bad_words[0]", "must be a string"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"truncate_prompt_tokens\":0}", 400, "truncate_prompt_tokens", ">= 1, or -1"},
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"truncate_prompt_tokens\":-2}", 400, "truncate_prompt_tokens", "must be in"},
     {SV_COMPLETIONS, "{\"prompt\":\"a\",\"min_tokens\":-1}", 400, "min_tokens", "must be in"},
     {SV_COMPLETIONS, "{\"prompt\":\"a\",\"min_tokens\":1.5}", 400, "min_tokens", "must be an integer"},
     {SV_COMPLETIONS, "{\"prompt\":\"a\",\"user\":5}", 400, "user", "string"},

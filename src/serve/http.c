@@ -421,6 +421,52 @@ static int64_t max_tokens_of(const mr_server *s, const sv_request *r, int64_t L)
     return mt < s->o.max_completion_tokens ? mt : s->o.max_completion_tokens;
 }
 
+/* vLLM's bad_words (SamplingParams.update_from_tokenizer): each word,
+ * left-stripped, tokenized as is and with a leading space; the second form
+ * is kept too when it starts with another token and has as many. Into
+ * r->bad_ids / bad_len; 0 or -1 with e filled. */
+static int bad_words_tokenize(const mr_server *s, sv_request *r, sv_error *e) {
+    int64_t cap = 0, used = 0;
+    for (int i = 0; i < r->n_bad_words; i++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "bad_words[%d]", i);
+        const char *w = r->bad_words[i];
+        while (*w == ' ' || *w == '\t' || *w == '\n' || *w == '\r') w++;
+        int32_t *ids[2] = {NULL, NULL};
+        int64_t n[2] = {0, 0};
+        char *spaced = mr_malloc(strlen(w) + 2);
+        if (!spaced) return sv_fail(e, 500, NULL, "out of memory");
+        spaced[0] = ' ';
+        memcpy(spaced + 1, w, strlen(w) + 1);
+        int rc = 0;
+        if (sv_text_encode(s->text, w, strlen(w), false, &ids[0], &n[0]) ||
+            sv_text_encode(s->text, spaced, strlen(spaced), false, &ids[1], &n[1])) {
+            rc = sv_fail(e, 400, nm, "cannot tokenize %s: %s", nm, mr_error_last());
+        } else if (n[0] == 0) {
+            rc = sv_fail(e, 400, nm, "%s is only white space", nm);
+        } else if (n[0] > MR_ENGINE_MAX_BAD_WORD_TOKENS) {
+            rc = sv_fail(e, 400, nm, "%s is %lld tokens; at most %d", nm, (long long)n[0], MR_ENGINE_MAX_BAD_WORD_TOKENS);
+        }
+        const int forms = rc == 0 && n[1] == n[0] && ids[1][0] != ids[0][0] ? 2 : 1;
+        if (rc == 0 && used + forms * n[0] > cap) {
+            int64_t nc = (used + forms * n[0]) * 2;
+            int32_t *nb = mr_realloc(r->bad_ids, (size_t)nc * sizeof(int32_t));
+            if (!nb) rc = sv_fail(e, 500, NULL, "out of memory");
+            else r->bad_ids = nb, cap = nc;
+        }
+        for (int f = 0; rc == 0 && f < forms; f++) {
+            memcpy(r->bad_ids + used, ids[f], (size_t)n[0] * sizeof(int32_t));
+            used += n[0];
+            r->bad_len[r->n_bad_seq++] = (int32_t)n[0];
+        }
+        mr_free(spaced);
+        mr_free(ids[0]);
+        mr_free(ids[1]);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
 /* Tokenizes the request's prompt(s) into a job; 0 or -1 with e filled. */
 static int make_job(mr_server *s, sv_request *r, sv_job **out, sv_error *e) {
     *out = NULL;
@@ -451,6 +497,11 @@ static int make_job(mr_server *s, sv_request *r, sv_job **out, sv_error *e) {
         sv_fail(e, 400, "stop", "stop strings need text: this model has no tokenizer.json (use stop_token_ids)");
         goto out;
     }
+    if (r->n_bad_words && !tok) {
+        sv_fail(e, 400, "bad_words", "bad_words need text: this model has no tokenizer.json");
+        goto out;
+    }
+    if (r->n_bad_words && bad_words_tokenize(s, r, e)) goto out;
     int64_t total = 0;
     for (int i = 0; i < np; i++) {
         char nm[32];
@@ -495,6 +546,19 @@ static int make_job(mr_server *s, sv_request *r, sv_job **out, sv_error *e) {
                                                  &j->prompt_text[i])) {
                 sv_fail(e, 500, NULL, "cannot decode the prompt for echo: %s", mr_error_last());
                 goto out;
+            }
+        }
+        const int64_t keep = r->truncate_prompt_tokens < 0 ? s->context_length : r->truncate_prompt_tokens;
+        if (keep > 0 && j->prompt_len[i] > keep) { /* vLLM's truncate_prompt_tokens: the last keep tokens */
+            memmove(pid[i], pid[i] + (j->prompt_len[i] - keep), (size_t)keep * sizeof(int32_t));
+            j->prompt_len[i] = keep;
+            if (j->prompt_text[i]) { /* echo shows what the model saw */
+                mr_free(j->prompt_text[i]);
+                j->prompt_text[i] = NULL;
+                if (sv_text_decode(s->text, pid[i], keep, r->skip_special_tokens, &j->prompt_text[i])) {
+                    sv_fail(e, 500, NULL, "cannot decode the truncated prompt: %s", mr_error_last());
+                    goto out;
+                }
             }
         }
         int64_t L = j->prompt_len[i];

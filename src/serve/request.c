@@ -93,6 +93,9 @@ void sv_request_free(sv_request *r) {
     mr_free(r->forced_text);
     mr_free(r->forced_ids);
     mr_free(r->logit_bias);
+    mr_free(r->allowed);
+    for (int i = 0; i < r->n_bad_words; i++) mr_free(r->bad_words[i]);
+    mr_free(r->bad_ids);
     memset(r, 0, sizeof *r);
 }
 
@@ -474,6 +477,56 @@ static int f_include_stop(sv_request *r, const json_t *v, const sv_limits *lim, 
 static int f_min_tokens(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
     return get_int(v, "min_tokens", 0, lim->max_completion_tokens, &r->min_tokens, e);
 }
+static int f_allowed_token_ids(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    if (!json_is_array(v))
+        return sv_fail(e, 400, "allowed_token_ids", "allowed_token_ids must be a list of token ids, got %s", type_name(v));
+    size_t n = json_array_size(v);
+    if (n == 0) return sv_fail(e, 400, "allowed_token_ids", "allowed_token_ids is an empty list (nothing could be sampled)");
+    if ((int64_t)n > lim->vocab)
+        return sv_fail(e, 400, "allowed_token_ids", "allowed_token_ids holds %zu ids; the vocabulary has %lld", n,
+                       (long long)lim->vocab);
+    r->allowed = mr_malloc(n * sizeof *r->allowed);
+    if (!r->allowed) return sv_fail(e, 500, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        char nm[40];
+        snprintf(nm, sizeof nm, "allowed_token_ids[%zu]", i);
+        const json_t *x = json_array_get(v, i);
+        if (!json_is_integer(x)) return sv_fail(e, 400, nm, "%s must be a token id (an integer), got %s", nm, type_name(x));
+        int64_t id = (int64_t)json_integer_value(x);
+        if (id < 0 || id >= lim->vocab)
+            return sv_fail(e, 400, nm, "%s is token id %lld, outside the vocabulary [0, %lld)", nm, (long long)id,
+                           (long long)lim->vocab);
+        r->allowed[r->n_allowed++] = (int32_t)id;
+    }
+    return 0;
+}
+static int f_bad_words(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)lim;
+    if (!json_is_array(v)) return sv_fail(e, 400, "bad_words", "bad_words must be a list of strings, got %s", type_name(v));
+    if (json_array_size(v) > SV_MAX_BAD_WORDS)
+        return sv_fail(e, 400, "bad_words", "bad_words holds %zu strings; at most %d are allowed", json_array_size(v),
+                       SV_MAX_BAD_WORDS);
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "bad_words[%zu]", i);
+        const json_t *x = json_array_get(v, i);
+        if (json_is_string(x) && json_string_length(x) == 0) return sv_fail(e, 400, nm, "%s is an empty string", nm);
+        if (json_is_string(x) && json_string_length(x) > SV_MAX_STOP_BYTES)
+            return sv_fail(e, 400, nm, "%s is %zu bytes long; bad words are at most %d bytes", nm, json_string_length(x),
+                           SV_MAX_STOP_BYTES);
+        if (dup_string(x, nm, &r->bad_words[r->n_bad_words], e)) return -1;
+        r->n_bad_words++;
+    }
+    return 0;
+}
+static int f_truncate_prompt_tokens(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)lim;
+    if (get_int(v, "truncate_prompt_tokens", -1, INT64_MAX, &r->truncate_prompt_tokens, e)) return -1;
+    if (r->truncate_prompt_tokens == 0)
+        return sv_fail(e, 400, "truncate_prompt_tokens", "truncate_prompt_tokens is 0; it must be >= 1, or -1 for the "
+                       "context length");
+    return 0;
+}
 static int f_response_format(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
     (void)r, (void)lim;
     if (!json_is_object(v)) return sv_fail(e, 400, "response_format", "response_format must be an object, got %s", type_name(v));
@@ -789,6 +842,9 @@ static const field fields[] = {
     {"skip_special_tokens", K_BOTH, f_skip_special},
     {"include_stop_str_in_output", K_BOTH, f_include_stop},
     {"min_tokens", K_BOTH, f_min_tokens},
+    {"allowed_token_ids", K_BOTH, f_allowed_token_ids},
+    {"bad_words", K_BOTH, f_bad_words},
+    {"truncate_prompt_tokens", K_BOTH, f_truncate_prompt_tokens},
     {"response_format", K_CHAT, f_response_format},
     {"tools", K_CHAT, f_tools},
     {"tool_choice", K_CHAT, f_tool_choice},

@@ -55,6 +55,7 @@ typedef struct {
 #define SV_MAX_STOP_BYTES 256   /* bytes per stop string */
 #define SV_MAX_STOP_IDS 16     /* the engine's MR_ENGINE_MAX_STOP_IDS */
 #define SV_MAX_TOP_LOGPROBS 20  /* the engine's default max_top_logprobs */
+#define SV_MAX_BAD_WORDS 128    /* each gives up to 2 sequences: MR_ENGINE_MAX_BAD_WORDS */
 
 typedef struct {
     sv_kind kind;
@@ -79,6 +80,14 @@ typedef struct {
     int64_t min_tokens;           /* vLLM's: no stop id, EOS or stop string before this many tokens [0] */
     int n_logit_bias;             /* OpenAI's logit_bias: [n_logit_bias] entries, malloc'd */
     mr_logit_bias *logit_bias;
+    int64_t n_allowed;            /* vLLM's allowed_token_ids: [n_allowed], malloc'd; 0 = every id */
+    int32_t *allowed;
+    int n_bad_words;              /* vLLM's bad_words: the strings (malloc'd) ... */
+    char *bad_words[SV_MAX_BAD_WORDS];
+    int n_bad_seq;                /* ... tokenized by the HTTP layer: [n_bad_seq] lengths, the ids after each other */
+    int32_t bad_len[2 * SV_MAX_BAD_WORDS];
+    int32_t *bad_ids;
+    int64_t truncate_prompt_tokens; /* vLLM's: keep the last this many prompt tokens; 0 = off, -1 = the context */
     bool ignore_eos, stream, include_usage, continuous_usage, echo;
     bool logprobs;                /* report the sampled token's log-probability */
     int top_logprobs;             /* and this many alternatives (0..SV_MAX_TOP_LOGPROBS) */

@@ -119,7 +119,22 @@ for stream in (False, True):
         got, fin, ct = extra(r.choices[0], "token_ids"), [r.choices[0].finish_reason], r.usage.completion_tokens
     check(got == expected[:4] + [t], f"min_tokens 4 (stream {stream}): {got}")
     check(fin == ["stop"] and ct == 5, f"min_tokens 4 (stream {stream}): finish {fin}, completion_tokens {ct}")
-print("logit_bias, min_tokens: ok")
+# allowed_token_ids (vLLM's): a set holding every greedy token leaves the output as generate's; without the
+# first one, the first token is another id of the set
+allowed = sorted(set(expected) | {t, t + 1})
+r = client.completions.create(model=model, prompt=prompt, max_tokens=n_exp, temperature=0,
+                              extra_body={"ignore_eos": True, "allowed_token_ids": allowed})
+check(extra(r.choices[0], "token_ids") == expected, "allowed_token_ids holding the greedy tokens")
+allowed = [x for x in allowed if x != expected[0]]
+r = client.completions.create(model=model, prompt=prompt, max_tokens=4, temperature=0.8, seed=3,
+                              extra_body={"ignore_eos": True, "allowed_token_ids": allowed})
+got = extra(r.choices[0], "token_ids")
+check(got[0] != expected[0] and all(x in allowed for x in got), f"allowed_token_ids sampled {got}")
+# truncate_prompt_tokens (vLLM's): the last k prompt tokens, as if sent alone
+r = client.completions.create(model=model, prompt=[9, 9, 9] + prompt, max_tokens=n_exp, temperature=0,
+                              extra_body={"ignore_eos": True, "truncate_prompt_tokens": len(prompt)})
+check(extra(r.choices[0], "token_ids") == expected and r.usage.prompt_tokens == len(prompt), "truncate_prompt_tokens")
+print("logit_bias, min_tokens, allowed_token_ids, truncate_prompt_tokens: ok")
 
 # errors: the right exception class, with the server's message and param
 def expect_exc(cls, fn, param=None, text=None):
@@ -155,6 +170,10 @@ expect_exc(openai.BadRequestError, lambda: client.completions.create(model=model
            text="above max_tokens 4")
 expect_exc(openai.BadRequestError, lambda: client.completions.create(model=model, prompt=prompt, max_tokens=4,
                                                                      logit_bias={"7": 101}), param="logit_bias[7]")
+expect_exc(openai.BadRequestError, lambda: client.completions.create(
+    model=model, prompt=prompt, max_tokens=4, extra_body={"allowed_token_ids": []}), param="allowed_token_ids")
+expect_exc(openai.BadRequestError, lambda: client.completions.create(
+    model=model, prompt=prompt, max_tokens=4, extra_body={"bad_words": ["x"]}), param="bad_words", text="tokenizer")
 expect_exc(openai.NotFoundError, lambda: client.completions.create(model="no-such-model", prompt=prompt, max_tokens=4),
            param="model", text="does not exist")
 expect_exc(openai.BadRequestError, lambda: list(client.completions.create(model=model, prompt=prompt, max_tokens=4,
@@ -253,6 +272,31 @@ if text_url:
                                           "skip_special_tokens": False})
     check(r.choices[0].text == "alpha" + EOS + " beta" and r.choices[0].finish_reason == "stop",
           f"an EOS before min_tokens: {r.choices[0].text!r}")
+    # bad_words (vLLM's): A (+60) and B (+50), two one-token words, outrank the rest; "A A" bans A right after
+    # A (the word as is and with a leading space), so greedy alternates where it would repeat A
+    import json as _json
+    import urllib.request
+
+    def tokenize(text):
+        q = urllib.request.Request(text_url + "/tokenize", data=_json.dumps(
+            {"prompt": text, "add_special_tokens": False}).encode(), headers={"Content-Type": "application/json"})
+        return _json.loads(urllib.request.urlopen(q, timeout=60).read())["tokens"]
+    single = [w for w in (" the", " and", " world", " of", " to", " in", " is") if len(tokenize(w)) == 1]
+    check(len(single) >= 2, f"two one-token words: {single}")
+    A, B = single[0], single[1]
+    bias = {str(tokenize(A)[0]): 60, str(tokenize(B)[0]): 50}
+    r = tc.completions.create(model=tmodel, prompt="Go:", max_tokens=6, temperature=0, logit_bias=bias,
+                              extra_body={"ignore_eos": True})
+    check(r.choices[0].text == A * 6, f"biased: {r.choices[0].text!r}")
+    for stream in (False, True):
+        kw = dict(model=tmodel, prompt="Go:", max_tokens=6, temperature=0, logit_bias=bias,
+                  extra_body={"ignore_eos": True, "bad_words": [A.strip() + A]})
+        text = ("".join(c.choices[0].text for c in tc.completions.create(stream=True, **kw) if c.choices) if stream
+                else tc.completions.create(**kw).choices[0].text)
+        check(text == (A + B) * 3, f"bad_words (stream {stream}): {text!r}")
+    r = tc.completions.create(model=tmodel, prompt="Go:", max_tokens=3, temperature=0, logit_bias=bias,
+                              extra_body={"ignore_eos": True, "bad_words": ["  " + A.strip()]})
+    check(r.choices[0].text == B * 3, f"a one-token bad word: {r.choices[0].text!r}")
     print("stop strings: ok")
 
     # chat logprobs: one item per generated token (the tags and the EOS included), the alternatives asked for
