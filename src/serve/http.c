@@ -467,6 +467,26 @@ static int bad_words_tokenize(const mr_server *s, sv_request *r, sv_error *e) {
     return 0;
 }
 
+/* Whether some allowed id survives the masks known before generation (the
+ * one-token bad words, and the stop and EOS ids when min_tokens > 0): a
+ * request that could sample nothing is the client's error, a 400 here
+ * rather than a failed step (which the engine still catches for the masks
+ * that depend on the output). */
+static bool allowed_left(const mr_server *s, const sv_request *r) {
+    for (int64_t i = 0; i < r->n_allowed; i++) {
+        const int32_t t = r->allowed[i];
+        bool banned = false;
+        for (int q = 0, off = 0; q < r->n_bad_seq && !banned; off += r->bad_len[q++])
+            banned = r->bad_len[q] == 1 && r->bad_ids[off] == t;
+        if (r->min_tokens > 0) {
+            for (int q = 0; q < r->n_stop_ids && !banned; q++) banned = r->stop_ids[q] == t;
+            banned |= !r->ignore_eos && mr_model_is_eos(s->m, t);
+        }
+        if (!banned) return true;
+    }
+    return false;
+}
+
 /* Tokenizes the request's prompt(s) into a job; 0 or -1 with e filled. */
 static int make_job(mr_server *s, sv_request *r, sv_job **out, sv_error *e) {
     *out = NULL;
@@ -502,6 +522,11 @@ static int make_job(mr_server *s, sv_request *r, sv_job **out, sv_error *e) {
         goto out;
     }
     if (r->n_bad_words && bad_words_tokenize(s, r, e)) goto out;
+    if (r->n_allowed && !allowed_left(s, r)) {
+        sv_fail(e, 400, "allowed_token_ids", "every id of allowed_token_ids is banned (a one-token bad word%s)",
+                r->min_tokens ? ", or a stop or EOS id before min_tokens" : "");
+        goto out;
+    }
     int64_t total = 0;
     for (int i = 0; i < np; i++) {
         char nm[32];

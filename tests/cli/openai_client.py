@@ -174,6 +174,9 @@ expect_exc(openai.BadRequestError, lambda: client.completions.create(
     model=model, prompt=prompt, max_tokens=4, extra_body={"allowed_token_ids": []}), param="allowed_token_ids")
 expect_exc(openai.BadRequestError, lambda: client.completions.create(
     model=model, prompt=prompt, max_tokens=4, extra_body={"bad_words": ["x"]}), param="bad_words", text="tokenizer")
+expect_exc(openai.BadRequestError, lambda: client.completions.create(
+    model=model, prompt=prompt, max_tokens=4, extra_body={"allowed_token_ids": [t], "stop_token_ids": [t],
+                                                          "min_tokens": 2}), param="allowed_token_ids", text="banned")
 expect_exc(openai.NotFoundError, lambda: client.completions.create(model="no-such-model", prompt=prompt, max_tokens=4),
            param="model", text="does not exist")
 expect_exc(openai.BadRequestError, lambda: list(client.completions.create(model=model, prompt=prompt, max_tokens=4,
