@@ -319,23 +319,30 @@ static int f_stop(sv_request *r, const json_t *v, const sv_limits *lim, sv_error
     }
     return 0;
 }
-static int f_stop_token_ids(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
-    if (!json_is_array(v)) return sv_fail(e, 400, "stop_token_ids", "stop_token_ids must be a list of token ids, got %s", type_name(v));
-    if (json_array_size(v) > SV_MAX_STOP_IDS)
-        return sv_fail(e, 400, "stop_token_ids", "stop_token_ids holds %zu ids; at most %d are allowed", json_array_size(v),
-                       SV_MAX_STOP_IDS);
+/* A list of token ids named name, up to max entries, each in the vocabulary, into out[*n]. */
+static int get_token_ids(const json_t *v, const char *name, size_t max, const sv_limits *lim, int32_t *out, int64_t *n,
+                         sv_error *e) {
+    if (!json_is_array(v)) return sv_fail(e, 400, name, "%s must be a list of token ids, got %s", name, type_name(v));
+    if (json_array_size(v) > max)
+        return sv_fail(e, 400, name, "%s holds %zu ids; at most %zu are allowed", name, json_array_size(v), max);
     for (size_t i = 0; i < json_array_size(v); i++) {
-        char nm[40];
-        snprintf(nm, sizeof nm, "stop_token_ids[%zu]", i);
+        char nm[48];
+        snprintf(nm, sizeof nm, "%s[%zu]", name, i);
         const json_t *x = json_array_get(v, i);
         if (!json_is_integer(x)) return sv_fail(e, 400, nm, "%s must be a token id (an integer), got %s", nm, type_name(x));
         int64_t id = (int64_t)json_integer_value(x);
         if (id < 0 || id >= lim->vocab)
             return sv_fail(e, 400, nm, "%s is token id %lld, outside the vocabulary [0, %lld)", nm, (long long)id,
                            (long long)lim->vocab);
-        r->stop_ids[r->n_stop_ids++] = (int32_t)id;
+        out[(*n)++] = (int32_t)id;
     }
     return 0;
+}
+static int f_stop_token_ids(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    int64_t n = 0;
+    int rc = get_token_ids(v, "stop_token_ids", SV_MAX_STOP_IDS, lim, r->stop_ids, &n, e);
+    r->n_stop_ids = (int)n;
+    return rc;
 }
 static int f_ignore_eos(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
     (void)lim;
@@ -478,27 +485,11 @@ static int f_min_tokens(sv_request *r, const json_t *v, const sv_limits *lim, sv
     return get_int(v, "min_tokens", 0, lim->max_completion_tokens, &r->min_tokens, e);
 }
 static int f_allowed_token_ids(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
-    if (!json_is_array(v))
-        return sv_fail(e, 400, "allowed_token_ids", "allowed_token_ids must be a list of token ids, got %s", type_name(v));
-    size_t n = json_array_size(v);
-    if (n == 0) return sv_fail(e, 400, "allowed_token_ids", "allowed_token_ids is an empty list (nothing could be sampled)");
-    if ((int64_t)n > lim->vocab)
-        return sv_fail(e, 400, "allowed_token_ids", "allowed_token_ids holds %zu ids; the vocabulary has %lld", n,
-                       (long long)lim->vocab);
-    r->allowed = mr_malloc(n * sizeof *r->allowed);
-    if (!r->allowed) return sv_fail(e, 500, NULL, "out of memory");
-    for (size_t i = 0; i < n; i++) {
-        char nm[40];
-        snprintf(nm, sizeof nm, "allowed_token_ids[%zu]", i);
-        const json_t *x = json_array_get(v, i);
-        if (!json_is_integer(x)) return sv_fail(e, 400, nm, "%s must be a token id (an integer), got %s", nm, type_name(x));
-        int64_t id = (int64_t)json_integer_value(x);
-        if (id < 0 || id >= lim->vocab)
-            return sv_fail(e, 400, nm, "%s is token id %lld, outside the vocabulary [0, %lld)", nm, (long long)id,
-                           (long long)lim->vocab);
-        r->allowed[r->n_allowed++] = (int32_t)id;
-    }
-    return 0;
+    if (json_is_array(v) && json_array_size(v) == 0)
+        return sv_fail(e, 400, "allowed_token_ids", "allowed_token_ids is an empty list (nothing could be sampled)");
+    if (json_is_array(v) && !(r->allowed = mr_malloc(json_array_size(v) * sizeof *r->allowed)))
+        return sv_fail(e, 500, NULL, "out of memory");
+    return get_token_ids(v, "allowed_token_ids", (size_t)lim->vocab, lim, r->allowed, &r->n_allowed, e);
 }
 static int f_bad_words(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
     (void)lim;
