@@ -1528,7 +1528,7 @@ static void test_prompt_logprobs_alloc_failure(void **state) {
     mr_request_params rp = {.prompt = p, .n_prompt = 20, .max_tokens = 2, .ignore_eos = true, .top_logprobs = 1,
                             .prompt_logprobs = true};
     mr_req_id id;
-    for (long k = 0; k < 6; k++) {
+    for (long k = 0; k < 7; k++) {
         mr_debug_alloc_fail_after(k);
         mr_status st = mr_engine_add(g.e, &rp, &id);
         mr_debug_alloc_fail_after(-1);

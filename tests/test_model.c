@@ -845,7 +845,7 @@ static void plp_oracle_run(int64_t budget, int copies, bool prefix_twice) {
     int64_t next[NR];
     bool done[NR] = {false}, plain[NR] = {false};
     float worst = 0.0f;
-    int top_checked = 0;
+    int top_checked = 0, ranks_checked = 0;
     for (int c = 0; c < copies; c++)
         for (int i = 0; i < g.n; i++, n++) {
             assert_true(n < NR);
@@ -901,6 +901,17 @@ static void plp_oracle_run(int64_t budget, int copies, bool prefix_twice) {
                     worst = dt > worst ? dt : worst;
                     top_checked++;
                 }
+                /* the rank against the oracle's row: between the ids clearly above the token and
+                 * those above or near it (the logits agree to ~1e-4 here) */
+                const float lt = ref[gp->ids[pos]];
+                int above = 0, near = 0;
+                for (int v = 0; v < V; v++) {
+                    if (v == gp->ids[pos]) continue;
+                    above += ref[v] > lt + 1e-3f;
+                    near += ref[v] >= lt - 1e-3f;
+                }
+                assert_true(ev->plp_rank[q] >= 1 + above && ev->plp_rank[q] <= 1 + near);
+                ranks_checked += above > 0;
             }
             next[r] += ev->n_plp;
             if (ev->n_tokens == 1) { /* the first generated token: greedy, and its log-probability */
@@ -921,7 +932,7 @@ static void plp_oracle_run(int64_t budget, int copies, bool prefix_twice) {
     }
     if (worst > 2 * ORACLE_TOL) fprintf(stderr, "prompt logprobs: max |error| %g > %g\n", worst, 2 * ORACLE_TOL);
     assert_true(worst <= 2 * ORACLE_TOL);
-    assert_true(top_checked > 0);
+    assert_true(top_checked > 0 && ranks_checked > 0);
     int per_copy = 0;
     for (int i = 0; i < g.n; i++) per_copy += g.p[i].L - 1;
     if (copies * per_copy > MR__PLP_CHUNK && budget >= 512) assert_true(max_rows > MR__PLP_CHUNK); /* 2 chunks a step */

@@ -222,6 +222,8 @@ typedef struct {
     int64_t plp_pos;
     int n_plp, plp_ntop, plp_stride;
     const mr_token_logprob *plp;
+    const int32_t *plp_rank;      /* [n_plp] each prompt token's rank at its position: 1 + the ids whose logit is at
+                                     least its own (vLLM's definition; ties count against it) */
 } mr_engine_event;
 
 typedef struct {

@@ -102,9 +102,10 @@ static void plp_free(mr_engine *e) {
     mr_free(e->plp_want);
     mr_free(e->plp_bad);
     mr_free(e->plp_ntop);
+    mr_free(e->plp_rank);
     mr_free(e->plp_out);
     mr_free(e->plp_logits);
-    e->plp_tok = NULL, e->plp_want = NULL, e->plp_bad = NULL, e->plp_ntop = NULL;
+    e->plp_tok = NULL, e->plp_want = NULL, e->plp_bad = NULL, e->plp_ntop = NULL, e->plp_rank = NULL;
     e->plp_out = NULL, e->plp_logits = NULL;
 }
 
@@ -250,9 +251,11 @@ static mr_status plp_alloc(mr_engine *e) {
     e->plp_want = mr_malloc(P * sizeof(int32_t));
     e->plp_bad = mr_malloc(P);
     e->plp_ntop = mr_malloc(P * sizeof(int));
+    e->plp_rank = mr_malloc(P * sizeof(int32_t));
     e->plp_out = mr_malloc(P * (1 + (size_t)e->o.max_top_logprobs) * sizeof(mr_token_logprob));
     e->plp_logits = mr_malloc((size_t)MR__PLP_CHUNK * (size_t)e->vocab * sizeof(float));
-    if (e->plp_tok && e->plp_want && e->plp_bad && e->plp_ntop && e->plp_out && e->plp_logits) return MR_OK;
+    if (e->plp_tok && e->plp_want && e->plp_bad && e->plp_ntop && e->plp_rank && e->plp_out && e->plp_logits)
+        return MR_OK;
     plp_free(e);
     return mr_error_set(MR_ENOMEM, "request: out of memory for the prompt log-probabilities (%d rows of %lld logits)",
                         MR__PLP_CHUNK, (long long)e->vocab);
@@ -699,6 +702,9 @@ mr_status mr_engine_complete(mr_engine *e, mr_status forward_status, const float
             e->plp_ntop[k] = 0;
             e->plp_bad[k] = mr__engine_logprob(e, lrow, o->token, r->top_logprobs, &o->logprob, o + 1,
                                                &e->plp_ntop[k]) != MR_OK;
+            int32_t rank = 1; /* vLLM's: 1 + the ids whose logit is at least the token's, the token aside */
+            for (int64_t v = 0; v < e->vocab; v++) rank += lrow[v] >= lrow[o->token] && v != o->token;
+            e->plp_rank[k] = rank;
         }
         for (int k = k0; k < k0 + n; k++) /* a bad row's message, here on the engine's thread */
             if (e->plp_bad[k] && mr__engine_logprob(e, e->plp_logits + (size_t)(k - k0) * (size_t)e->vocab, 0, 0,
@@ -736,6 +742,7 @@ mr_status mr_engine_complete(mr_engine *e, mr_status forward_status, const float
             v->plp_ntop = n_top;
             v->plp_stride = stride;
             v->plp = e->plp_out + (size_t)s->plp_row * (size_t)stride;
+            v->plp_rank = e->plp_rank + s->plp_row;
             r->plp_next = s->plp_q0 + s->plp_n + 1;
         }
         if (!s->sample) continue; /* a prefill chunk that does not reach the end yet */

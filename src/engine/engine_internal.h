@@ -217,6 +217,7 @@ struct mr_engine {
     int32_t *plp_want;          /* [max_batch_tokens] the prompt token each row scores */
     uint8_t *plp_bad;           /* [max_batch_tokens] the row held a non-finite logit */
     int *plp_ntop;              /* [max_batch_tokens] alternatives found */
+    int32_t *plp_rank;          /* [max_batch_tokens] the prompt token's rank (1 + logits above or equal, itself aside) */
     mr_token_logprob *plp_out;  /* [max_batch_tokens][1 + max_top_logprobs] */
     float *plp_logits;          /* [MR__PLP_CHUNK][vocab] */
     int n_plp;                  /* extra rows in this step */
