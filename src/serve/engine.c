@@ -243,7 +243,7 @@ static void admit(sv_engine *e, sv_gen *g) {
         .bad_word_len = r->bad_len,
         .n_bad_words = r->n_bad_seq,
         .logprobs = r->logprobs,
-        .top_logprobs = r->top_logprobs,
+        .top_logprobs = r->top_logprobs > r->plp_top ? r->top_logprobs : r->plp_top,
         .prompt_logprobs = g->plp != NULL,
         .forced = g->forced,
         .n_forced = g->n_forced,
@@ -284,15 +284,16 @@ static sv_fin fin_of(mr_finish_reason f) {
 static void publish(sv_engine *e, const mr_engine_event *ev, uint64_t now) {
     sv_gen *g = ev->user;
     sv_job *j = g->job;
-    if (ev->n_plp > 0 && g->plp) { /* echo with logprobs: the prompt tokens' entries, in order */
+    if (ev->n_plp > 0 && g->plp) { /* echo with logprobs, prompt_logprobs: the prompt tokens' entries, in order */
         pthread_mutex_lock(&j->mu);
         for (int k = 0; k < ev->n_plp; k++) {
             const int64_t p = ev->plp_pos + k;
             if (p < 1 || p >= g->n_prompt) continue;
             const mr_token_logprob *row = ev->plp + (size_t)k * (size_t)ev->plp_stride;
-            sv_logprob *l = sv_logprob_at(g->plp, j->req.top_logprobs, p);
+            sv_logprob *l = sv_logprob_at(g->plp, j->req.plp_top, p);
             l->logprob = row[0].logprob;
-            l->n_top = ev->plp_ntop < j->req.top_logprobs ? ev->plp_ntop : j->req.top_logprobs;
+            l->rank = ev->plp_rank[k];
+            l->n_top = ev->plp_ntop < j->req.plp_top ? ev->plp_ntop : j->req.plp_top;
             for (int t = 0; t < l->n_top; t++) l->top[t] = row[1 + t];
             if (p + 1 > g->n_plp) g->n_plp = p + 1;
         }
@@ -317,6 +318,7 @@ static void publish(sv_engine *e, const mr_engine_event *ev, uint64_t now) {
             if (g->lp) {
                 sv_logprob *l = sv_logprob_at(g->lp, j->req.top_logprobs, g->n_out);
                 l->logprob = ev->logprob;
+                l->rank = 0;
                 l->n_top = ev->n_top < j->req.top_logprobs ? ev->n_top : j->req.top_logprobs;
                 for (int k = 0; k < l->n_top; k++) l->top[k] = ev->top[k];
             }

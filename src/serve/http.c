@@ -641,7 +641,10 @@ static int make_job(mr_server *s, sv_request *r, sv_job **out, sv_error *e) {
     j->gens = mr_calloc((size_t)j->n_gen, sizeof *j->gens);
     j->ids = mr_malloc((size_t)(total ? total : 1) * sizeof(int32_t));
     size_t n_out = 0;
-    const bool plp = r->kind == SV_COMPLETIONS && r->echo && r->logprobs;
+    const bool echo_lp = r->kind == SV_COMPLETIONS && r->echo && r->logprobs;
+    const bool plp = echo_lp || r->prompt_logprobs >= 0;
+    r->plp_top = echo_lp ? r->top_logprobs : 0;
+    if (r->prompt_logprobs > r->plp_top) r->plp_top = r->prompt_logprobs;
     size_t n_plp = 0; /* echo with logprobs: every gen's prompt entries */
     for (int i = 0; i < np; i++) {
         int64_t mt = max_tokens_of(s, r, j->prompt_len[i]);
@@ -659,7 +662,8 @@ static int make_job(mr_server *s, sv_request *r, sv_job **out, sv_error *e) {
     int32_t *outs = j->gens ? mr_malloc(n_out * sizeof(int32_t)) : NULL;
     const size_t lpz = sv_logprob_size(r->top_logprobs); /* a product past SIZE_MAX: out of memory */
     sv_logprob *lps = r->logprobs && outs && n_out < SIZE_MAX / lpz ? mr_malloc(n_out * lpz) : NULL;
-    sv_logprob *plps = plp && outs && n_plp < SIZE_MAX / lpz ? mr_calloc(n_plp, lpz) : NULL;
+    const size_t plpz = sv_logprob_size(r->plp_top);
+    sv_logprob *plps = plp && outs && n_plp < SIZE_MAX / plpz ? mr_calloc(n_plp, plpz) : NULL;
     if (!j->gens || !j->ids || !outs || (r->logprobs && !lps) || (plp && !plps)) {
         mr_free(outs);
         mr_free(lps);
@@ -702,7 +706,7 @@ static int make_job(mr_server *s, sv_request *r, sv_job **out, sv_error *e) {
             g->echo_only = echo_only;
             g->n_plp = 1;
             if (plps) {
-                g->plp = sv_logprob_at(plps, r->top_logprobs, (int64_t)poff);
+                g->plp = sv_logprob_at(plps, r->plp_top, (int64_t)poff);
                 poff += (size_t)g->n_prompt;
             }
         }

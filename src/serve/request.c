@@ -518,6 +518,13 @@ static int f_truncate_prompt_tokens(sv_request *r, const json_t *v, const sv_lim
                        "context length");
     return 0;
 }
+static int f_prompt_logprobs(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)lim;
+    int64_t x = 0;
+    if (get_int(v, "prompt_logprobs", 0, SV_MAX_TOP_LOGPROBS, &x, e)) return -1;
+    r->prompt_logprobs = (int)x;
+    return 0;
+}
 static int f_response_format(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
     (void)r, (void)lim;
     if (!json_is_object(v)) return sv_fail(e, 400, "response_format", "response_format must be an object, got %s", type_name(v));
@@ -836,6 +843,7 @@ static const field fields[] = {
     {"allowed_token_ids", K_BOTH, f_allowed_token_ids},
     {"bad_words", K_BOTH, f_bad_words},
     {"truncate_prompt_tokens", K_BOTH, f_truncate_prompt_tokens},
+    {"prompt_logprobs", K_BOTH, f_prompt_logprobs},
     {"response_format", K_CHAT, f_response_format},
     {"tools", K_CHAT, f_tools},
     {"tool_choice", K_CHAT, f_tool_choice},
@@ -858,6 +866,7 @@ int sv_request_parse(sv_kind kind, const char *body, size_t len, const sv_limits
     r->separate_reasoning = true;
     r->add_generation_prompt = true;
     r->tool_choice = SV_TOOLS_AUTO;
+    r->prompt_logprobs = -1;
     if (!sv_json_depth_ok(body, len, SV_MAX_JSON_DEPTH, e)) return -1;
     json_error_t je;
     bool oom = false;
@@ -909,6 +918,10 @@ int sv_request_parse(sv_kind kind, const char *body, size_t len, const sv_limits
     if (r->max_tokens == 0 && !r->echo) { /* vLLM's echo without generation: the prompt (and its logprobs) alone */
         sv_fail(e, 400, "max_tokens", "max_tokens is 0; it must be in [1, %lld] (0 only with echo: the prompt alone)",
                 (long long)lim->max_completion_tokens);
+        goto out;
+    }
+    if (r->prompt_logprobs >= 0 && r->stream) { /* as vLLM */
+        sv_fail(e, 400, "prompt_logprobs", "prompt_logprobs are not available when stream is true");
         goto out;
     }
     const json_t *so = json_object_get(root, "stream_options");

@@ -60,6 +60,8 @@ struct sv_out {
 };
 
 static size_t piece_len(const sv_out *o, int32_t id);
+/* completions with echo and logprobs: the prompt's entries lead the logprobs arrays */
+static bool echo_lp(const sv_out *o) { return !o->chat && o->j->req.echo && o->j->req.logprobs; }
 
 void sv_job_cancel(sv_job *j) {
     for (int i = 0; i < j->n_gen; i++) atomic_store(&j->gens[i].cancel, 1);
@@ -109,8 +111,8 @@ mr_status sv_out_new(sv_job *j, const sv_text *t, const mr_model *m, const char 
                                     j->req.separate_reasoning, &c->ps))
             goto oom;
         if (o->chat && !(c->calls = json_array())) goto oom;
-        c->echo_pending = c->g->plp && o->stream;
-        for (int64_t p = 0; c->g->plp && p < c->g->n_prompt; p++) c->lp_offset += (int64_t)piece_len(o, c->g->prompt[p]);
+        c->echo_pending = echo_lp(o) && o->stream;
+        for (int64_t p = 0; echo_lp(o) && p < c->g->n_prompt; p++) c->lp_offset += (int64_t)piece_len(o, c->g->prompt[p]);
     }
     if (sv_buf_printf(&o->head, "{\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":", j->id,
                       o->chat ? (o->stream ? "chat.completion.chunk" : "chat.completion") : "text_completion",
@@ -162,6 +164,7 @@ static bool is_stop_token(const sv_out *o, const sv_gen *g, int32_t tok, int64_t
 
 /* ---- log-probabilities ---- */
 
+
 static double lp_value(float x) { return isfinite(x) ? (double)x : -9999.0; /* JSON has no -inf (vLLM clamps the same) */ }
 
 /* The token as a JSON string: its text, or "token_id:N" without a tokenizer. */
@@ -203,6 +206,39 @@ static int lp_chat_item(const sv_out *o, int32_t tok, const sv_logprob *l, sv_bu
     return sv_buf_lit(b, "]}");
 }
 
+/* vLLM's prompt_logprobs: [null, {"id": {"logprob", "rank", "decoded_token"}, ...}, ...], the prompt
+ * token first (its own rank), then the alternatives asked for (ranks 1..k) other than it; a
+ * position whose entry never came (the request failed) is null. */
+static int plp_vllm(const sv_out *o, const sv_gen *g, sv_buf *b) {
+    pthread_mutex_lock(&o->j->mu);
+    const int64_t n_plp = g->n_plp;
+    pthread_mutex_unlock(&o->j->mu);
+    const int want = o->j->req.prompt_logprobs;
+    if (sv_buf_lit(b, "[")) return -1;
+    for (int64_t p = 0; p < g->n_prompt; p++) {
+        const sv_logprob *l = p >= 1 && p < n_plp && g->plp ? sv_logprob_at(g->plp, o->j->req.plp_top, p) : NULL;
+        if (p && sv_buf_lit(b, ",")) return -1;
+        if (!l) {
+            if (sv_buf_lit(b, "null")) return -1;
+            continue;
+        }
+        const int32_t id = g->prompt[p];
+        if (sv_buf_printf(b, "{\"%d\":{\"logprob\":%.9g,\"rank\":%d,\"decoded_token\":", id, lp_value(l->logprob),
+                          (int)l->rank) ||
+            lp_token(o, id, b) || sv_buf_lit(b, "}"))
+            return -1;
+        for (int k = 0; k < l->n_top && k < want; k++) {
+            if (l->top[k].token == id) continue;
+            if (sv_buf_printf(b, ",\"%d\":{\"logprob\":%.9g,\"rank\":%d,\"decoded_token\":", l->top[k].token,
+                              lp_value(l->top[k].logprob), k + 1) ||
+                lp_token(o, l->top[k].token, b) || sv_buf_lit(b, "}"))
+                return -1;
+        }
+        if (sv_buf_lit(b, "}")) return -1;
+    }
+    return sv_buf_lit(b, "]");
+}
+
 /* Completions: the {"tok": logprob, ...} object of the alternatives. */
 static int lp_top_obj(const sv_out *o, const sv_logprob *l, sv_buf *b) {
     if (sv_buf_lit(b, "{")) return -1;
@@ -221,7 +257,7 @@ static int plp_entries(const sv_out *o, const sv_gen *g, int64_t n_plp, sv_buf *
     int64_t off = 0;
     for (int64_t p = 0; p < g->n_prompt; p++) {
         const int32_t id = g->prompt[p];
-        const sv_logprob *l = p >= 1 && p < n_plp ? sv_logprob_at(g->plp, o->j->req.top_logprobs, p) : NULL;
+        const sv_logprob *l = p >= 1 && p < n_plp ? sv_logprob_at(g->plp, o->j->req.plp_top, p) : NULL;
         if (p && (sv_buf_lit(tk, ",") || sv_buf_lit(lv, ",") || sv_buf_lit(tp, ",") || sv_buf_lit(of, ",")))
             return -1;
         if (lp_token(o, id, tk) || sv_buf_printf(of, "%lld", (long long)off)) return -1;
@@ -540,7 +576,7 @@ static int body_logprobs(const sv_out *o, const sv_choice *c, sv_buf *b) {
     if (o->chat)
         return sv_buf_lit(b, "{\"content\":[") || sv_buf_add(b, c->lp_tokens.p ? c->lp_tokens.p : "", c->lp_tokens.len) ||
                sv_buf_lit(b, "]}");
-    if (c->g->plp) { /* echo: the prompt's entries, then the completion's */
+    if (echo_lp(o)) { /* echo: the prompt's entries, then the completion's */
         sv_buf a[4] = {{0}};
         pthread_mutex_lock(&o->j->mu);
         const int64_t n_plp = c->g->n_plp;
@@ -607,9 +643,15 @@ char *sv_out_body(sv_out *o, int *http) {
         }
         if (o->ids_mode && sv_buf_printf(&b, ",\"token_ids\":[%s]", c->ids.p ? c->ids.p : "")) goto oom;
         if (sv_buf_lit(&b, ",\"logprobs\":") || body_logprobs(o, c, &b)) goto oom;
+        if (!o->chat && o->j->req.prompt_logprobs >= 0 && (sv_buf_lit(&b, ",\"prompt_logprobs\":") || plp_vllm(o, c->g, &b)))
+            goto oom;
         if (sv_buf_printf(&b, ",\"finish_reason\":\"%s\"}", c->reason ? c->reason : "stop")) goto oom;
     }
-    if (sv_buf_lit(&b, "],\"usage\":") || usage_obj(o, &b) || sv_buf_lit(&b, "}")) goto oom;
+    if (sv_buf_lit(&b, "]")) goto oom;
+    if (o->chat && o->j->req.prompt_logprobs >= 0 && /* vLLM: chat's are the response's, of its one prompt */
+        (sv_buf_lit(&b, ",\"prompt_logprobs\":") || plp_vllm(o, o->c[0].g, &b)))
+        goto oom;
+    if (sv_buf_lit(&b, ",\"usage\":") || usage_obj(o, &b) || sv_buf_lit(&b, "}")) goto oom;
     *http = 200;
     return b.p;
 oom:

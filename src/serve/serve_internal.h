@@ -88,6 +88,9 @@ typedef struct {
     int32_t bad_len[2 * SV_MAX_BAD_WORDS];
     int32_t *bad_ids;
     int64_t truncate_prompt_tokens; /* vLLM's: keep the last this many prompt tokens; 0 = off, -1 = the context */
+    int prompt_logprobs;          /* vLLM's: -1 absent, else the alternatives (0..SV_MAX_TOP_LOGPROBS) per prompt token */
+    int plp_top;                  /* set by the HTTP layer: alternatives stored per prompt token (echo and/or
+                                     prompt_logprobs), the stride of sv_gen.plp */
     bool ignore_eos, stream, include_usage, continuous_usage, echo;
     bool logprobs;                /* report the sampled token's log-probability */
     int top_logprobs;             /* and this many alternatives (0..SV_MAX_TOP_LOGPROBS) */
@@ -248,11 +251,12 @@ typedef enum { SV_FIN_NONE = 0, SV_FIN_STOP, SV_FIN_LENGTH, SV_FIN_ABORT, SV_FIN
 
 /* One token's log-probabilities (only when the request asks), with room for the request's
  * top_logprobs alternatives and no more: arrays of them are sv_logprob_size(top_logprobs)
- * bytes a entry (sv_logprob_at), so that a request asking for one alternative holds 16 bytes
- * a token, not the 168 of the most a request may ask. */
+ * bytes a entry (sv_logprob_at), so that a request asking for one alternative holds 20 bytes
+ * a token, not the 172 of the most a request may ask. */
 typedef struct {
     float logprob;
     int n_top;
+    int32_t rank;           /* prompt entries: the token's rank (vLLM's); 0 for generated tokens */
     mr_token_logprob top[]; /* [the request's top_logprobs] */
 } sv_logprob;
 static inline size_t sv_logprob_size(int top_logprobs) {

@@ -134,6 +134,16 @@ check(got[0] != expected[0] and all(x in allowed for x in got), f"allowed_token_
 r = client.completions.create(model=model, prompt=[9, 9, 9] + prompt, max_tokens=n_exp, temperature=0,
                               extra_body={"ignore_eos": True, "truncate_prompt_tokens": len(prompt)})
 check(extra(r.choices[0], "token_ids") == expected and r.usage.prompt_tokens == len(prompt), "truncate_prompt_tokens")
+# vLLM's prompt_logprobs over generate's greedy tokens: each is its position's most likely, rank 1
+v = client.completions.create(model=model, prompt=prompt + expected, max_tokens=1, temperature=0,
+                              extra_body={"prompt_logprobs": 3, "ignore_eos": True})
+pl = extra(v.choices[0], "prompt_logprobs")
+check(len(pl) == len(prompt) + n_exp and pl[0] is None, "prompt_logprobs shape")
+for j, tk in enumerate(expected):
+    d = pl[len(prompt) + j]
+    check(d[str(tk)]["rank"] == 1 and d[str(tk)]["decoded_token"] == f"token_id:{tk}", f"greedy token {tk}: {d}")
+    check(sorted(x["rank"] for k, x in d.items() if k != str(tk)) == [2, 3], f"alternatives of {tk}: {d}")
+    check(all(x["logprob"] <= d[str(tk)]["logprob"] for x in d.values()), f"the greedy token is not the likeliest: {d}")
 print("logit_bias, min_tokens, allowed_token_ids, truncate_prompt_tokens: ok")
 
 # errors: the right exception class, with the server's message and param
@@ -364,5 +374,34 @@ if text_url:
     check(sum(1 for c in st[1:] if c.choices[0].logprobs) == 2, "streamed tokens after the echo")
     expect_exc(openai.BadRequestError, lambda: tc.completions.create(model=tmodel, prompt=P, max_tokens=0),
                param="max_tokens")
+    # vLLM's prompt_logprobs: the prompt token first, with its rank, then the k most likely other than it
+    # (ranks 1..k); the values are the decode path's, and so are the small ranks (the forced generation's
+    # top 2 above); chat's sit at the response's top
+    v = tc.completions.create(model=tmodel, prompt=P + F, max_tokens=1, temperature=0,
+                              extra_body={"prompt_logprobs": 2})
+    pl, PF = extra(v.choices[0], "prompt_logprobs"), P + F
+    check(len(pl) == len(PF) and pl[0] is None, f"prompt_logprobs shape: {len(pl)} for {len(PF)}")
+    for i in range(1, len(PF)):
+        ent = pl[i][str(PF[i])]
+        check(abs(ent["logprob"] - el.token_logprobs[i]) < 1e-6 and ent["decoded_token"] == el.tokens[i],
+              f"prompt_logprobs[{i}] {ent} against echo's {el.token_logprobs[i]} {el.tokens[i]!r}")
+        others = sorted(x["rank"] for k, x in pl[i].items() if k != str(PF[i]))
+        check(others == ([1, 2] if ent["rank"] > 2 else [r for r in (1, 2) if r != ent["rank"]]),
+              f"prompt_logprobs[{i}] ranks {ent['rank']} / {others}")
+    gtop = g.choices[0].logprobs.top_logprobs
+    for j in range(len(F)):
+        ent = pl[len(P) + j][str(F[j])]
+        check(abs(ent["logprob"] - glp[j]) < 2e-3, f"prompt_logprobs against the decode path at {j}")
+        order = sorted(gtop[j].items(), key=lambda kv: -kv[1])
+        want = 1 if order[0][1] - glp[j] < 1e-3 else 2 if len(order) > 1 and order[1][1] - glp[j] < 1e-3 else None
+        check(want is None and ent["rank"] > 2 or ent["rank"] == want or abs(order[0][1] - order[-1][1]) < 1e-3,
+              f"rank {ent['rank']} at {j}: the decode path's top {order}, the token's {glp[j]}")
+    cr = tc.chat.completions.create(model=tmodel, messages=[{"role": "user", "content": "hi"}], max_tokens=1,
+                                    extra_body={"prompt_logprobs": 0, "debug_forced_output": "ok"})
+    cpl = extra(cr, "prompt_logprobs")
+    check(cpl is not None and len(cpl) == cr.usage.prompt_tokens and cpl[0] is None and
+          all(len(d) == 1 and list(d.values())[0]["rank"] >= 1 for d in cpl[1:]), "chat prompt_logprobs")
+    expect_exc(openai.BadRequestError, lambda: list(tc.completions.create(
+        model=tmodel, prompt=P, max_tokens=2, stream=True, extra_body={"prompt_logprobs": 1})), param="prompt_logprobs")
     print("echo + logprobs (prompt log-probabilities): ok")
 print(f"OK ({checks} checks)")
