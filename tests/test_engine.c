@@ -52,6 +52,12 @@ static void eng_open(eng *g, const eng_cfg *c) {
 }
 
 /* The end of every scenario: the accounting holds and nothing is referenced. */
+/* 64 blocks, 64-token steps, 4 running, context 256, fp32 KV: the sampling tests' engine */
+static void eng_open_small(eng *g) {
+    eng_cfg c = {.kv = MR_FMT_F32, .blocks = 64, .budget = 64, .running = 4, .ctx = 256};
+    eng_open(g, &c);
+}
+
 static void eng_close(eng *g) {
     mr_status st = mr_engine_check(g->e);
     if (st) fprintf(stderr, "check: %s\n", mr_error_last());
@@ -827,8 +833,7 @@ static double ref_logsumexp(const float *l) {
 static void test_sampling_features(void **state) {
     (void)state;
     eng g;
-    eng_cfg c = {.kv = MR_FMT_F32, .blocks = 64, .budget = 64, .running = 4, .ctx = 256};
-    eng_open(&g, &c);
+    eng_open_small(&g);
     tu_rng rng = {8};
     int32_t p[20];
     rand_prompt(&rng, p, 20);
@@ -920,8 +925,7 @@ static void test_sampling_features(void **state) {
 static void test_logit_bias_min_tokens(void **state) {
     (void)state;
     eng g;
-    eng_cfg c = {.kv = MR_FMT_F32, .blocks = 64, .budget = 64, .running = 4, .ctx = 256};
-    eng_open(&g, &c);
+    eng_open_small(&g);
     tu_rng rng = {21};
     int32_t p[16];
     rand_prompt(&rng, p, 16);
@@ -1024,8 +1028,7 @@ static void test_logit_bias_min_tokens(void **state) {
 static void test_allowed_ids_bad_words(void **state) {
     (void)state;
     eng g;
-    eng_cfg c = {.kv = MR_FMT_F32, .blocks = 64, .budget = 64, .running = 4, .ctx = 256};
-    eng_open(&g, &c);
+    eng_open_small(&g);
     tu_rng rng = {33};
     int32_t p[12];
     rand_prompt(&rng, p, 12);

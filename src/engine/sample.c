@@ -1,7 +1,7 @@
 /* sample.c — one request's next token from its logits row: the finite
  * check, log-probabilities (of the raw logits: log-softmax, and the top n),
- * the min_tokens mask, the logit bias and the repetition / frequency /
- * presence penalties, then the sampler
+ * the masks (allowed ids, bad words, min_tokens), the logit bias and the
+ * repetition / frequency / presence penalties, then the sampler
  * (model/sampler.c). Uses the engine's scratch (one [vocab] of each, the
  * engine thread only): no allocation, no per-request vocabulary arrays.
  * Penalties follow the OpenAI / vLLM definitions (engine.h mr_sampling). */

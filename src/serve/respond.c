@@ -164,7 +164,6 @@ static bool is_stop_token(const sv_out *o, const sv_gen *g, int32_t tok, int64_t
 
 /* ---- log-probabilities ---- */
 
-
 static double lp_value(float x) { return isfinite(x) ? (double)x : -9999.0; /* JSON has no -inf (vLLM clamps the same) */ }
 
 /* The token as a JSON string: its text, or "token_id:N" without a tokenizer. */
@@ -206,6 +205,12 @@ static int lp_chat_item(const sv_out *o, int32_t tok, const sv_logprob *l, sv_bu
     return sv_buf_lit(b, "]}");
 }
 
+/* "id": {"logprob", "rank", "decoded_token"} */
+static int plp_item(const sv_out *o, int32_t id, float logprob, int rank, sv_buf *b) {
+    return sv_buf_printf(b, "\"%d\":{\"logprob\":%.9g,\"rank\":%d,\"decoded_token\":", id, lp_value(logprob), rank) ||
+           lp_token(o, id, b) || sv_buf_lit(b, "}");
+}
+
 /* vLLM's prompt_logprobs: [null, {"id": {"logprob", "rank", "decoded_token"}, ...}, ...], the prompt
  * token first (its own rank), then the alternatives asked for (ranks 1..k) other than it; a
  * position whose entry never came (the request failed) is null. */
@@ -223,17 +228,11 @@ static int plp_vllm(const sv_out *o, const sv_gen *g, sv_buf *b) {
             continue;
         }
         const int32_t id = g->prompt[p];
-        if (sv_buf_printf(b, "{\"%d\":{\"logprob\":%.9g,\"rank\":%d,\"decoded_token\":", id, lp_value(l->logprob),
-                          (int)l->rank) ||
-            lp_token(o, id, b) || sv_buf_lit(b, "}"))
-            return -1;
-        for (int k = 0; k < l->n_top && k < want; k++) {
-            if (l->top[k].token == id) continue;
-            if (sv_buf_printf(b, ",\"%d\":{\"logprob\":%.9g,\"rank\":%d,\"decoded_token\":", l->top[k].token,
-                              lp_value(l->top[k].logprob), k + 1) ||
-                lp_token(o, l->top[k].token, b) || sv_buf_lit(b, "}"))
+        if (sv_buf_lit(b, "{") || plp_item(o, id, l->logprob, l->rank, b)) return -1;
+        for (int k = 0; k < l->n_top && k < want; k++)
+            if (l->top[k].token != id &&
+                (sv_buf_lit(b, ",") || plp_item(o, l->top[k].token, l->top[k].logprob, k + 1, b)))
                 return -1;
-        }
         if (sv_buf_lit(b, "}")) return -1;
     }
     return sv_buf_lit(b, "]");
