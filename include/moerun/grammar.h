@@ -1,0 +1,112 @@
+/* grammar.h — constrained decoding (structured outputs): a JSON schema, a
+ * list of choices or the tool-call shape of a request compiled into a
+ * grammar; per generation a matcher that says which tokens keep the output
+ * a prefix of a text the grammar accepts, and advances with each token.
+ *
+ * The grammar works on bytes: a token is allowed when its bytes (as the
+ * tokenizer decodes it alone) can follow the output so far. The tokens of a
+ * vocabulary sit in a byte trie (mr_vocab_index), walked once per step with
+ * the matcher's state; a token that shares a prefix with another is cheap.
+ *
+ * What a JSON schema may hold (the subset OpenAI's strict structured outputs
+ * and xgrammar's strict mode serve; anything that would constrain the output
+ * in a way the matcher does not enforce is refused with MR_EINVAL naming the
+ * keyword and where it is, never ignored):
+ *   type (a name or a list), enum, const, anyOf / oneOf (alternatives that
+ *   start with different bytes: an object and a string, say; two objects in
+ *   one anyOf are refused), allOf of one schema, $ref to "#", "#/$defs/x"
+ *   or "#/definitions/x" (recursion allowed);
+ *   object: properties (written in the schema's order; every one listed in
+ *   required appears, the others may be left out), required; no other keys
+ *   when properties are given (strict), additionalProperties (a schema,
+ *   true or false) when they are not;
+ *   array: items, minItems, maxItems;  string: minLength, maxLength
+ *   (characters); integer, number, boolean, null.
+ * Annotations (title, description, default, examples, $schema, $id,
+ * $comment, ...) are ignored. Whitespace between tokens is JSON's, at most
+ * MR_GRAMMAR_MAX_WS bytes in a row (a model that loops on newlines stops
+ * there); none after the top-level value. */
+#ifndef MOERUN_GRAMMAR_H
+#define MOERUN_GRAMMAR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "moerun/base.h"
+#include "moerun/text.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MR_GRAMMAR_MAX_WS 48        /* whitespace bytes in a row between JSON tokens */
+#define MR_GRAMMAR_MAX_NODES 4096   /* compiled schema nodes */
+#define MR_GRAMMAR_MAX_PROPS 64     /* properties of one object */
+#define MR_GRAMMAR_MAX_DEPTH 128    /* nesting of the output (objects and arrays) */
+#define MR_GRAMMAR_MAX_LITERALS 4096 /* enum values, choices and tool names, all together */
+
+typedef struct mr_grammar mr_grammar; /* immutable once built: share it between matchers */
+
+/* A JSON value that follows schema; NULL is any JSON object ({"type":
+ * "json_object"}). MR_EINVAL names the offending keyword by JSON pointer
+ * ("#/properties/a/pattern: ..."). */
+mr_status mr_grammar_json_schema(const json_t *schema, mr_grammar **out);
+/* Exactly one of the strings, as raw text (vLLM's guided_choice); n >= 1,
+ * none empty. */
+mr_status mr_grammar_choice(const char *const *choices, size_t n, mr_grammar **out);
+/* Tool calls as JSON, for tool_choice "required" (name NULL): an array of at
+ * least one {"name": <a tool's name>, "parameters": <that tool's
+ * parameters>}; for a named tool (name given): that tool's parameters
+ * object alone. tools: OpenAI's list ({"type": "function", "function":
+ * {"name", "parameters"}}); a tool without parameters takes any object. */
+mr_status mr_grammar_tool_calls(const json_t *tools, const char *name, mr_grammar **out);
+void mr_grammar_free(mr_grammar *g); /* NULL is fine */
+/* One line: what was compiled ("json schema: 12 nodes, 3 literals"). */
+const char *mr_grammar_describe(const mr_grammar *g);
+
+/* The tokens of a vocabulary by their bytes. Built once per tokenizer;
+ * immutable, shared by every matcher. Ids without bytes are never allowed
+ * by the grammar (only as end ids). */
+typedef struct mr_vocab_index mr_vocab_index;
+mr_status mr_vocab_index_new(const mr_tokenizer *t, mr_vocab_index **out);
+/* From explicit byte strings (tests): bytes[i] of len[i] for id i; special[i] may be NULL. */
+mr_status mr_vocab_index_from_bytes(const char *const *bytes, const size_t *len, const bool *special, int32_t n,
+                                    mr_vocab_index **out);
+void mr_vocab_index_free(mr_vocab_index *v); /* NULL is fine */
+int32_t mr_vocab_index_size(const mr_vocab_index *v); /* ids are in [0, size) */
+
+typedef struct {
+    const int32_t *end_ids; /* [n_end] tokens that end the output (EOS, stop ids): allowed only where the grammar
+                               is complete (copied) */
+    int n_end;
+    /* When non-NULL, the output starts free (any token but the end ids) and the grammar begins after these
+     * bytes ("</think>" of a reasoning model); copied. */
+    const char *free_until;
+} mr_matcher_opts;
+
+typedef struct mr_matcher mr_matcher; /* one per generation; the grammar and the index must outlive it */
+mr_status mr_matcher_new(const mr_grammar *g, const mr_vocab_index *v, const mr_matcher_opts *o, mr_matcher **out);
+void mr_matcher_free(mr_matcher *m); /* NULL is fine */
+/* allow: a bitset of (vocab + 31) / 32 words, written in full: bit id set
+ * when the token may come next. Returns the number of allowed ids (0 when
+ * none: the output cannot go on, which a complete grammar without end ids
+ * also gives). */
+int64_t mr_matcher_mask(mr_matcher *m, uint32_t *allow);
+/* Advances by one token. MR_EINPUT (the matcher unchanged) when the grammar
+ * does not allow it here. */
+mr_status mr_matcher_accept(mr_matcher *m, int32_t token);
+/* Byte-level (tests, the forced output): feeds bytes; false (and the matcher
+ * unchanged) when they cannot continue the output. */
+bool mr_matcher_feed(mr_matcher *m, const char *bytes, size_t n);
+/* The output so far is a complete text of the grammar (an end id may come). */
+bool mr_matcher_complete(const mr_matcher *m);
+/* An end id was accepted: the output is over. */
+bool mr_matcher_ended(const mr_matcher *m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,653 @@
+/* grammar_compile.c — builds a grammar (grammar_internal.h) from a JSON
+ * schema, a list of choices or a request's tools; then checks that every
+ * union can be decided by its first byte. What a schema may hold is in
+ * moerun/grammar.h; anything else that constrains is refused by name. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "text/grammar_internal.h"
+
+/* Keywords that constrain a value in ways the matcher does not enforce. */
+static const char *const UNSUPPORTED[] = {
+    "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+    "prefixItems", "uniqueItems", "contains", "minContains", "maxContains", "patternProperties",
+    "propertyNames", "dependentRequired", "dependentSchemas", "dependencies", "if", "then", "else", "not",
+    "minProperties", "maxProperties", "unevaluatedProperties", "unevaluatedItems", "contentEncoding",
+    "contentMediaType", "additionalItems", NULL};
+
+#define MAX_REFS 256
+
+typedef struct {
+    mr_grammar *g;
+    const json_t *doc;
+    struct {
+        const json_t *target;
+        int32_t node;
+    } refs[MAX_REFS];
+    int n_refs;
+    int depth;
+} cctx;
+
+/* ---- growable arrays ---- */
+static mr_status grow(void **p, int32_t *cap, int32_t need, size_t elem, int32_t limit, const char *what) {
+    if (need <= *cap) return MR_OK;
+    if (need > limit) return mr_error_set(MR_EINVAL, "grammar: more than %d %s", (int)limit, what);
+    int32_t c = *cap ? *cap : 16;
+    while (c < need) c = c > limit / 2 ? limit : c * 2;
+    void *q = mr_realloc(*p, (size_t)c * elem);
+    if (!q) return MR_ENOMEM;
+    *p = q;
+    *cap = c;
+    return MR_OK;
+}
+
+static mr_status new_node(mr_grammar *g, mr__gkind k, int32_t *id) {
+    mr_status st = grow((void **)&g->nodes, &g->cap_nodes, g->n_nodes + 1, sizeof(mr__gnode), MR_GRAMMAR_MAX_NODES,
+                        "schema nodes");
+    if (st) return st;
+    *id = g->n_nodes++;
+    g->nodes[*id] = (mr__gnode){.kind = (uint8_t)k, .hi = -1, .addl = -1, .sel_from = -1, .sel_prop = -1};
+    return MR_OK;
+}
+
+static mr_status add_lit(mr_grammar *g, const char *s, size_t n, int32_t *id) {
+    mr_status st = grow((void **)&g->lits, &g->cap_lits, g->n_lits + 1, sizeof(mr__glitref), MR_GRAMMAR_MAX_LITERALS,
+                        "literals (enum values, choices, keys)");
+    if (st) return st;
+    if (n > (1u << 20) || g->n_pool + n > (16u << 20))
+        return mr_error_set(MR_EINVAL, "grammar: the literals exceed 16 MiB");
+    if (g->n_pool + n > g->cap_pool) {
+        size_t c = g->cap_pool ? g->cap_pool : 256;
+        while (c < g->n_pool + n) c *= 2;
+        char *q = mr_realloc(g->pool, c);
+        if (!q) return MR_ENOMEM;
+        g->pool = q;
+        g->cap_pool = c;
+    }
+    memcpy(g->pool + g->n_pool, s, n);
+    g->lits[g->n_lits] = (mr__glitref){(uint32_t)g->n_pool, (uint32_t)n};
+    g->n_pool += n;
+    *id = g->n_lits++;
+    return MR_OK;
+}
+
+static _Thread_local const mr_grammar *tl_sort_g; /* qsort takes no context */
+static int lit_cmp(const void *x, const void *y) {
+    size_t la, lb;
+    const char *a = mr__glit(tl_sort_g, *(const int32_t *)x, &la), *b = mr__glit(tl_sort_g, *(const int32_t *)y, &lb);
+    int c = memcmp(a, b, la < lb ? la : lb);
+    return c ? c : (la > lb) - (la < lb);
+}
+
+/* Sorts literals [first, first + n) bytewise and drops repeats; returns the new n. */
+static int32_t sort_lits(mr_grammar *g, int32_t first, int32_t n) {
+    int32_t *ix = mr_malloc((size_t)n * sizeof(int32_t));
+    mr__glitref *tmp = mr_malloc((size_t)n * sizeof(mr__glitref));
+    if (!ix || !tmp) {
+        mr_free(ix);
+        mr_free(tmp);
+        return -1;
+    }
+    for (int32_t i = 0; i < n; i++) ix[i] = first + i;
+    tl_sort_g = g;
+    qsort(ix, (size_t)n, sizeof(int32_t), lit_cmp);
+    int32_t k = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (!k || lit_cmp(&ix[i], &ix[i - 1])) tmp[k++] = g->lits[ix[i]];
+    memcpy(g->lits + first, tmp, (size_t)k * sizeof(mr__glitref));
+    g->n_lits = first + k;
+    mr_free(ix);
+    mr_free(tmp);
+    return k;
+}
+
+/* A literals node over the JSON texts of the values of arr (an array) or of one value. */
+static mr_status lits_node(mr_grammar *g, const json_t *vals, bool one, const char *path, int32_t *out) {
+    int32_t first = g->n_lits, n = one ? 1 : (int32_t)json_array_size(vals);
+    if (n == 0) return mr_error_set(MR_EINVAL, "%s/enum: an empty enum allows no value", path);
+    for (int32_t i = 0; i < n; i++) {
+        char *s = json_dumps(one ? vals : json_array_get(vals, (size_t)i), JSON_COMPACT | JSON_ENCODE_ANY);
+        if (!s) return mr_error_set(MR_ENOMEM, "grammar: out of memory");
+        int32_t id;
+        mr_status st = add_lit(g, s, strlen(s), &id);
+        free(s);
+        if (st) return st;
+    }
+    int32_t k = sort_lits(g, first, n);
+    if (k < 0) return MR_ENOMEM;
+    mr_status st = new_node(g, G_LITERALS, out);
+    if (st) return st;
+    g->nodes[*out].a = first;
+    g->nodes[*out].b = k;
+    return MR_OK;
+}
+
+static mr_status any_node(mr_grammar *g, int32_t *out);
+
+static mr_status string_node(mr_grammar *g, int32_t *out) {
+    if (g->string >= 0) return (*out = g->string), MR_OK;
+    mr_status st = new_node(g, G_STRING, out);
+    if (!st) g->string = *out;
+    return st;
+}
+
+/* The union of object (any keys, any values), array (any items), string, number, true / false / null. */
+static mr_status any_node(mr_grammar *g, int32_t *out) {
+    if (g->any >= 0) return (*out = g->any), MR_OK;
+    int32_t u, o, a, s, n, l;
+    mr_status st = new_node(g, G_UNION, &u);
+    if (st) return st;
+    g->any = u;
+    json_t *tfn = json_pack("[bbn]", 1, 0);
+    if (!tfn) return MR_ENOMEM;
+    st = new_node(g, G_OBJECT, &o);
+    if (!st) st = new_node(g, G_ARRAY, &a);
+    if (!st) st = string_node(g, &s);
+    if (!st) st = new_node(g, G_NUMBER, &n);
+    if (!st) st = lits_node(g, tfn, false, "#", &l);
+    json_decref(tfn);
+    if (!st) st = grow((void **)&g->alts, &g->cap_alts, g->n_alts + 5, sizeof(int32_t), 1 << 20, "alternatives");
+    if (st) return st;
+    g->nodes[o].addl = u;
+    g->nodes[a].a = u;
+    g->nodes[u].a = g->n_alts;
+    g->nodes[u].b = 5;
+    int32_t alt[5] = {o, a, s, n, l};
+    memcpy(g->alts + g->n_alts, alt, sizeof alt);
+    g->n_alts += 5;
+    *out = u;
+    return MR_OK;
+}
+
+/* An object with any keys and values: the any node's object alternative. */
+static mr_status any_object(mr_grammar *g, int32_t *out) {
+    int32_t any;
+    mr_status st = any_node(g, &any);
+    if (!st) *out = g->alts[g->nodes[any].a];
+    return st;
+}
+
+static mr_status compile(cctx *c, const json_t *s, const char *path, int32_t *out);
+
+static mr_status get_count(const json_t *s, const char *key, const char *path, int64_t *v) {
+    const json_t *x = json_object_get(s, key);
+    if (!x) return MR_OK;
+    if (!json_is_integer(x) || json_integer_value(x) < 0)
+        return mr_error_set(MR_EINVAL, "%s/%s: must be a non-negative integer", path, key);
+    *v = json_integer_value(x);
+    return MR_OK;
+}
+
+static mr_status compile_object(cctx *c, const json_t *s, const char *path, int32_t *out) {
+    mr_grammar *g = c->g;
+    const json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required"),
+                 *addl = json_object_get(s, "additionalProperties");
+    if (props && !json_is_object(props)) return mr_error_set(MR_EINVAL, "%s/properties: must be an object", path);
+    if (req && !json_is_array(req)) return mr_error_set(MR_EINVAL, "%s/required: must be an array", path);
+    size_t np = props ? json_object_size(props) : 0;
+    if (np > MR_GRAMMAR_MAX_PROPS)
+        return mr_error_set(MR_EINVAL, "%s/properties: %zu properties; at most %d", path, np, MR_GRAMMAR_MAX_PROPS);
+    for (size_t i = 0; req && i < json_array_size(req); i++) {
+        const json_t *r = json_array_get(req, i);
+        if (!json_is_string(r)) return mr_error_set(MR_EINVAL, "%s/required/%zu: must be a string", path, i);
+        if (!props || !json_object_get(props, json_string_value(r)))
+            return mr_error_set(MR_EINVAL, "%s/required/%zu: \"%.60s\" is not among the properties", path, i,
+                                json_string_value(r));
+    }
+    int32_t id;
+    mr_status st = new_node(g, G_OBJECT, &id);
+    if (st) return st;
+    if (np == 0) {
+        int32_t v = -1;
+        if (!addl || json_is_true(addl)) st = any_node(g, &v);
+        else if (json_is_object(addl)) {
+            char p[512];
+            snprintf(p, sizeof p, "%s/additionalProperties", path);
+            st = compile(c, addl, p, &v);
+        } else if (!json_is_false(addl))
+            return mr_error_set(MR_EINVAL, "%s/additionalProperties: must be a boolean or a schema", path);
+        if (st) return st;
+        g->nodes[id].addl = v;
+        *out = id;
+        return MR_OK;
+    }
+    /* properties in the schema's order (jansson keeps insertion order) */
+    st = grow((void **)&g->props, &g->cap_props, g->n_props + (int32_t)np, sizeof(mr__gprop), 1 << 20, "properties");
+    if (st) return st;
+    int32_t first = g->n_props;
+    g->n_props += (int32_t)np;
+    g->nodes[id].a = first;
+    g->nodes[id].b = (int32_t)np;
+    const char *key;
+    const json_t *v;
+    int32_t i = 0;
+    json_object_foreach((json_t *)props, key, v) {
+        char p[512];
+        snprintf(p, sizeof p, "%s/properties/%.200s", path, key);
+        json_t *kj = json_string(key);
+        char *ks = kj ? json_dumps(kj, JSON_ENCODE_ANY) : NULL;
+        json_decref(kj);
+        if (!ks) return MR_ENOMEM;
+        int32_t lit;
+        st = add_lit(g, ks, strlen(ks), &lit);
+        free(ks);
+        if (st) return st;
+        int32_t vn;
+        st = compile(c, v, p, &vn);
+        if (st) return st;
+        bool required = false;
+        for (size_t k = 0; req && k < json_array_size(req); k++)
+            if (!strcmp(json_string_value(json_array_get(req, k)), key)) required = true;
+        g->props[first + i++] = (mr__gprop){.key = lit, .value = vn, .required = required};
+    }
+    *out = id;
+    return MR_OK;
+}
+
+static mr_status compile_type(cctx *c, const json_t *s, const char *type, const char *path, int32_t *out) {
+    mr_grammar *g = c->g;
+    mr_status st;
+    if (!strcmp(type, "object")) return compile_object(c, s, path, out);
+    if (!strcmp(type, "array")) {
+        const json_t *items = json_object_get(s, "items");
+        int32_t id, it;
+        if (items) {
+            char p[512];
+            snprintf(p, sizeof p, "%s/items", path);
+            st = compile(c, items, p, &it);
+        } else {
+            st = any_node(g, &it);
+        }
+        if (!st) st = new_node(g, G_ARRAY, &id);
+        if (st) return st;
+        g->nodes[id].a = it;
+        g->nodes[id].lo = 0;
+        if ((st = get_count(s, "minItems", path, &g->nodes[id].lo)) || (st = get_count(s, "maxItems", path, &g->nodes[id].hi)))
+            return st;
+        if (g->nodes[id].hi >= 0 && g->nodes[id].hi < g->nodes[id].lo)
+            return mr_error_set(MR_EINVAL, "%s: maxItems is below minItems", path);
+        return (*out = id), MR_OK;
+    }
+    if (!strcmp(type, "string")) {
+        int32_t id;
+        if ((st = new_node(g, G_STRING, &id))) return st;
+        if ((st = get_count(s, "minLength", path, &g->nodes[id].lo)) ||
+            (st = get_count(s, "maxLength", path, &g->nodes[id].hi)))
+            return st;
+        if (g->nodes[id].hi >= 0 && g->nodes[id].hi < g->nodes[id].lo)
+            return mr_error_set(MR_EINVAL, "%s: maxLength is below minLength", path);
+        return (*out = id), MR_OK;
+    }
+    if (!strcmp(type, "number")) return new_node(g, G_NUMBER, out);
+    if (!strcmp(type, "integer")) return new_node(g, G_INTEGER, out);
+    if (!strcmp(type, "boolean") || !strcmp(type, "null")) {
+        json_t *v = !strcmp(type, "null") ? json_pack("[n]") : json_pack("[bb]", 1, 0);
+        if (!v) return MR_ENOMEM;
+        st = lits_node(g, v, false, path, out);
+        json_decref(v);
+        return st;
+    }
+    return mr_error_set(MR_EINVAL, "%s/type: \"%.40s\" is not a JSON schema type", path, type);
+}
+
+static mr_status union_node(mr_grammar *g, const int32_t *alt, int32_t n, int32_t *out) {
+    mr_status st = grow((void **)&g->alts, &g->cap_alts, g->n_alts + n, sizeof(int32_t), 1 << 20, "alternatives");
+    if (!st) st = new_node(g, G_UNION, out);
+    if (st) return st;
+    g->nodes[*out].a = g->n_alts;
+    g->nodes[*out].b = n;
+    memcpy(g->alts + g->n_alts, alt, (size_t)n * sizeof(int32_t));
+    g->n_alts += n;
+    return MR_OK;
+}
+
+static mr_status compile_ref(cctx *c, const char *ref, const char *path, int32_t *out) {
+    const json_t *t = NULL;
+    if (!strcmp(ref, "#")) {
+        t = c->doc;
+    } else {
+        const char *name = NULL, *bag = NULL;
+        if (!strncmp(ref, "#/$defs/", 8)) bag = "$defs", name = ref + 8;
+        else if (!strncmp(ref, "#/definitions/", 14)) bag = "definitions", name = ref + 14;
+        if (bag && !strchr(name, '/')) t = json_object_get(json_object_get(c->doc, bag), name);
+        if (!t) return mr_error_set(MR_EINVAL, "%s/$ref: \"%.80s\" does not resolve (\"#\", \"#/$defs/x\" and "
+                                    "\"#/definitions/x\" do)", path, ref);
+    }
+    for (int i = 0; i < c->n_refs; i++)
+        if (c->refs[i].target == t) return (*out = c->refs[i].node), MR_OK;
+    if (c->n_refs == MAX_REFS) return mr_error_set(MR_EINVAL, "%s/$ref: more than %d distinct $ref targets", path, MAX_REFS);
+    int32_t id, body;
+    mr_status st = new_node(c->g, G_PENDING, &id);
+    if (st) return st;
+    c->refs[c->n_refs].target = t;
+    c->refs[c->n_refs++].node = id;
+    if ((st = compile(c, t, ref, &body))) return st;
+    c->g->nodes[id] = c->g->nodes[body]; /* the target's node, under the id its recursive uses hold */
+    *out = id;
+    return MR_OK;
+}
+
+static mr_status compile(cctx *c, const json_t *s, const char *path, int32_t *out) {
+    mr_grammar *g = c->g;
+    if (json_is_true(s)) return any_node(g, out);
+    if (!json_is_object(s)) return mr_error_set(MR_EINVAL, "%s: a schema must be an object or true", path);
+    if (++c->depth > 64) return mr_error_set(MR_EINVAL, "%s: schemas nest more than 64 deep", path);
+    mr_status st = MR_OK;
+    for (int i = 0; UNSUPPORTED[i]; i++)
+        if (json_object_get(s, UNSUPPORTED[i])) {
+            st = mr_error_set(MR_EINVAL, "%s/%s: this keyword is not supported in structured outputs (it would not be "
+                              "enforced)", path, UNSUPPORTED[i]);
+            goto out;
+        }
+    const json_t *ref = json_object_get(s, "$ref"), *en = json_object_get(s, "enum"), *co = json_object_get(s, "const"),
+                 *any = json_object_get(s, "anyOf"), *one = json_object_get(s, "oneOf"),
+                 *all = json_object_get(s, "allOf"), *type = json_object_get(s, "type");
+    if (ref) {
+        if (!json_is_string(ref)) st = mr_error_set(MR_EINVAL, "%s/$ref: must be a string", path);
+        else st = compile_ref(c, json_string_value(ref), path, out);
+    } else if (co) {
+        st = lits_node(g, co, true, path, out);
+    } else if (en) {
+        if (!json_is_array(en)) st = mr_error_set(MR_EINVAL, "%s/enum: must be an array", path);
+        else st = lits_node(g, en, false, path, out);
+    } else if (all) {
+        if (!json_is_array(all) || json_array_size(all) != 1)
+            st = mr_error_set(MR_EINVAL, "%s/allOf: only a list of one schema is supported", path);
+        else {
+            char p[512];
+            snprintf(p, sizeof p, "%s/allOf/0", path);
+            st = compile(c, json_array_get(all, 0), p, out);
+        }
+    } else if (any || one) {
+        const json_t *l = any ? any : one;
+        const char *kw = any ? "anyOf" : "oneOf";
+        size_t n = json_is_array(l) ? json_array_size(l) : 0;
+        if (!n || n > 64) {
+            st = mr_error_set(MR_EINVAL, "%s/%s: must be a list of 1 to 64 schemas", path, kw);
+            goto out;
+        }
+        int32_t alt[64];
+        for (size_t i = 0; i < n && !st; i++) {
+            char p[512];
+            snprintf(p, sizeof p, "%s/%s/%zu", path, kw, i);
+            st = compile(c, json_array_get(l, i), p, &alt[i]);
+        }
+        if (!st) st = n == 1 ? ((*out = alt[0]), MR_OK) : union_node(g, alt, (int32_t)n, out);
+    } else if (json_is_string(type)) {
+        st = compile_type(c, s, json_string_value(type), path, out);
+    } else if (json_is_array(type)) {
+        size_t n = json_array_size(type);
+        int32_t alt[8];
+        if (!n || n > 8) {
+            st = mr_error_set(MR_EINVAL, "%s/type: a list of 1 to 8 type names", path);
+            goto out;
+        }
+        for (size_t i = 0; i < n && !st; i++) {
+            const json_t *t = json_array_get(type, i);
+            if (!json_is_string(t)) st = mr_error_set(MR_EINVAL, "%s/type/%zu: must be a string", path, i);
+            else st = compile_type(c, s, json_string_value(t), path, &alt[i]);
+        }
+        if (!st) st = n == 1 ? ((*out = alt[0]), MR_OK) : union_node(g, alt, (int32_t)n, out);
+    } else if (type) {
+        st = mr_error_set(MR_EINVAL, "%s/type: must be a string or a list of strings", path);
+    } else if (json_object_get(s, "properties")) {
+        st = compile_object(c, s, path, out);
+    } else if (json_object_get(s, "items")) {
+        st = compile_type(c, s, "array", path, out);
+    } else {
+        st = any_node(g, out); /* no constraint: any value */
+    }
+out:
+    c->depth--;
+    return st;
+}
+
+/* ---- the union check: the first bytes of the alternatives of each union are disjoint ---- */
+static mr_status first_set(const mr_grammar *g, int32_t node, uint8_t set[32], int guard) {
+    if (guard > 64) return mr_error_set(MR_EINVAL, "grammar: a union contains itself (anyOf of a $ref to itself)");
+    const mr__gnode *n = &g->nodes[node];
+    switch (n->kind) {
+    case G_OBJECT: set['{' >> 3] |= (uint8_t)(1u << ('{' & 7)); break;
+    case G_ARRAY: set['[' >> 3] |= (uint8_t)(1u << ('[' & 7)); break;
+    case G_STRING: set['"' >> 3] |= (uint8_t)(1u << ('"' & 7)); break;
+    case G_NUMBER:
+    case G_INTEGER:
+        for (const char *p = "-0123456789"; *p; p++) set[(uint8_t)*p >> 3] |= (uint8_t)(1u << (*p & 7));
+        break;
+    case G_LITERALS:
+        for (int32_t i = 0; i < n->b; i++) {
+            size_t len;
+            const char *s = mr__glit(g, n->a + i, &len);
+            if (len) set[(uint8_t)s[0] >> 3] |= (uint8_t)(1u << ((uint8_t)s[0] & 7));
+        }
+        break;
+    case G_UNION:
+        for (int32_t i = 0; i < n->b; i++) {
+            mr_status st = first_set(g, g->alts[n->a + i], set, guard + 1);
+            if (st) return st;
+        }
+        break;
+    default: return mr_error_set(MR_EINVAL, "grammar: a $ref used before its target is complete");
+    }
+    return MR_OK;
+}
+
+static mr_status check_unions(mr_grammar *g) {
+    for (int32_t u = 0; u < g->n_nodes; u++) {
+        mr__gnode *n = &g->nodes[u];
+        if (n->kind != G_UNION) continue;
+        bool has_num = false;
+        for (int32_t i = 0; i < n->b; i++) has_num |= g->nodes[g->alts[n->a + i]].kind == G_NUMBER;
+        uint8_t seen[32] = {0};
+        for (int32_t i = 0; i < n->b; i++) {
+            int32_t *alt = &g->alts[n->a + i];
+            if (has_num && g->nodes[*alt].kind == G_INTEGER) { /* integer within number: number decides */
+                *alt = g->alts[n->a];
+                for (int32_t j = 0; j < n->b; j++)
+                    if (g->nodes[g->alts[n->a + j]].kind == G_NUMBER) *alt = g->alts[n->a + j];
+                continue;
+            }
+            uint8_t s[32] = {0};
+            mr_status st = first_set(g, *alt, s, 0);
+            if (st) return st;
+            for (int b = 0; b < 32; b++)
+                if (s[b] & seen[b]) {
+                    int c = b * 8;
+                    while (!((s[b] & seen[b]) >> (c & 7) & 1)) c++;
+                    return mr_error_set(MR_EINVAL, "grammar: two alternatives of an anyOf / oneOf / type list both "
+                                        "start with '%c' (two objects, two strings, ...): not supported", c);
+                }
+            for (int b = 0; b < 32; b++) seen[b] |= s[b];
+        }
+    }
+    return MR_OK;
+}
+
+int32_t mr__gpick(const mr_grammar *g, int32_t node, uint8_t c) {
+    const mr__gnode *n = &g->nodes[node];
+    switch (n->kind) {
+    case G_OBJECT: return c == '{' ? node : -1;
+    case G_ARRAY: return c == '[' ? node : -1;
+    case G_STRING: return c == '"' ? node : -1;
+    case G_NUMBER:
+    case G_INTEGER: return c == '-' || (c >= '0' && c <= '9') ? node : -1;
+    case G_LITERALS:
+        for (int32_t i = 0; i < n->b; i++) {
+            size_t len;
+            const char *s = mr__glit(g, n->a + i, &len);
+            if (len && (uint8_t)s[0] == c) return node;
+        }
+        return -1;
+    case G_UNION:
+        for (int32_t i = 0; i < n->b; i++) {
+            int32_t r = mr__gpick(g, g->alts[n->a + i], c);
+            if (r >= 0) return r;
+        }
+        return -1;
+    default: return -1;
+    }
+}
+
+/* ---- public builders ---- */
+static mr_status grammar_alloc(mr_grammar **out) {
+    mr_grammar *g = mr_calloc(1, sizeof *g);
+    if (!g) return MR_ENOMEM;
+    g->any = g->string = g->root = -1;
+    *out = g;
+    return MR_OK;
+}
+
+static mr_status finish(mr_grammar *g, mr_status st, const char *what, mr_grammar **out) {
+    if (!st) st = check_unions(g);
+    if (st) {
+        mr_grammar_free(g);
+        return st;
+    }
+    snprintf(g->desc, sizeof g->desc, "%s: %d nodes, %d literals", what, (int)g->n_nodes, (int)g->n_lits);
+    *out = g;
+    return MR_OK;
+}
+
+mr_status mr_grammar_json_schema(const json_t *schema, mr_grammar **out) {
+    *out = NULL;
+    mr_grammar *g;
+    mr_status st = grammar_alloc(&g);
+    if (st) return st;
+    if (!schema) return finish(g, any_object(g, &g->root), "json object", out);
+    cctx *c = mr_calloc(1, sizeof *c);
+    if (!c) {
+        mr_grammar_free(g);
+        return MR_ENOMEM;
+    }
+    c->g = g;
+    c->doc = schema;
+    st = compile(c, schema, "#", &g->root);
+    mr_free(c);
+    return finish(g, st, "json schema", out);
+}
+
+mr_status mr_grammar_choice(const char *const *choices, size_t n, mr_grammar **out) {
+    *out = NULL;
+    if (n == 0 || n > MR_GRAMMAR_MAX_LITERALS) return mr_error_set(MR_EINVAL, "grammar: 1 to %d choices", MR_GRAMMAR_MAX_LITERALS);
+    mr_grammar *g;
+    mr_status st = grammar_alloc(&g);
+    if (st) return st;
+    g->raw = true;
+    for (size_t i = 0; i < n && !st; i++) {
+        size_t len = strlen(choices[i]);
+        int32_t id;
+        st = len ? add_lit(g, choices[i], len, &id) : mr_error_set(MR_EINVAL, "grammar: choice %zu is empty", i);
+    }
+    int32_t k = st ? 0 : sort_lits(g, 0, (int32_t)n);
+    if (!st && k < 0) st = MR_ENOMEM;
+    if (!st) st = new_node(g, G_LITERALS, &g->root);
+    if (!st) {
+        g->nodes[g->root].a = 0;
+        g->nodes[g->root].b = k;
+    }
+    return finish(g, st, "choice", out);
+}
+
+static const json_t *tool_fn(const json_t *tool) {
+    const json_t *f = json_object_get(tool, "function");
+    return f ? f : tool;
+}
+
+mr_status mr_grammar_tool_calls(const json_t *tools, const char *name, mr_grammar **out) {
+    *out = NULL;
+    size_t nt = json_is_array(tools) ? json_array_size(tools) : 0;
+    if (!nt) return mr_error_set(MR_EINVAL, "grammar: tool calls need at least one tool");
+    mr_grammar *g;
+    mr_status st = grammar_alloc(&g);
+    if (st) return st;
+    cctx *c = mr_calloc(1, sizeof *c);
+    if (!c) {
+        mr_grammar_free(g);
+        return MR_ENOMEM;
+    }
+    c->g = g;
+    char path[64];
+    if (name) { /* the named tool's parameters */
+        size_t i = 0;
+        for (; i < nt; i++) {
+            const char *nm = json_string_value(json_object_get(tool_fn(json_array_get(tools, i)), "name"));
+            if (nm && !strcmp(nm, name)) break;
+        }
+        if (i == nt) st = mr_error_set(MR_EINVAL, "grammar: no tool is named \"%.80s\"", name);
+        const json_t *p = i < nt ? json_object_get(tool_fn(json_array_get(tools, i)), "parameters") : NULL;
+        snprintf(path, sizeof path, "tools/%zu/parameters", i);
+        c->doc = p;
+        if (!st && p) st = compile(c, p, path, &g->root);
+        else if (!st) st = any_object(g, &g->root);
+        mr_free(c);
+        return finish(g, st, "tool call", out);
+    }
+    /* [ {"name": one of the names, "parameters": that tool's}, ... ] */
+    json_t *names = json_array();
+    if (!names) st = MR_ENOMEM;
+    for (size_t i = 0; i < nt && !st; i++) {
+        const json_t *nm = json_object_get(tool_fn(json_array_get(tools, i)), "name");
+        if (!json_is_string(nm)) st = mr_error_set(MR_EINVAL, "grammar: tools/%zu has no name", i);
+        else json_array_append(names, (json_t *)nm);
+    }
+    int32_t name_node = -1, obj = -1, arr = -1, nprop0 = -1;
+    if (!st) st = lits_node(g, names, false, "tools", &name_node);
+    if (!st && g->nodes[name_node].b != (int32_t)nt) st = mr_error_set(MR_EINVAL, "grammar: two tools share a name");
+    if (!st) st = grow((void **)&g->sels, &g->cap_sels, (int32_t)nt, sizeof(int32_t), 1 << 20, "tools");
+    for (int32_t k = 0; k < (int32_t)nt && !st; k++) { /* sels in the names' sorted order */
+        size_t len;
+        const char *lit = mr__glit(g, g->nodes[name_node].a + k, &len);
+        size_t i = 0;
+        for (; i < nt; i++) {
+            char *s = json_dumps(json_array_get(names, i), JSON_ENCODE_ANY | JSON_COMPACT);
+            bool same = s && strlen(s) == len && !memcmp(s, lit, len);
+            free(s);
+            if (same) break;
+        }
+        const json_t *p = json_object_get(tool_fn(json_array_get(tools, i)), "parameters");
+        snprintf(path, sizeof path, "tools/%zu/parameters", i);
+        c->doc = p;
+        st = p ? compile(c, p, path, &g->sels[k]) : any_object(g, &g->sels[k]);
+        c->n_refs = 0; /* each tool's $refs are its own */
+    }
+    if (!st) g->n_sels = (int32_t)nt;
+    json_decref(names);
+    json_t *obj_schema = NULL;
+    if (!st) {
+        obj_schema = json_pack("{s:{s:{},s:{}},s:[ss]}", "properties", "name", "parameters", "required", "name",
+                               "parameters");
+        if (!obj_schema) st = MR_ENOMEM;
+    }
+    if (!st) st = compile_object(c, obj_schema, "tool_calls", &obj);
+    json_decref(obj_schema);
+    if (!st) {
+        g->props[g->nodes[obj].a].value = name_node;
+        nprop0 = g->nodes[obj].a;
+        g->props[nprop0 + 1].value = -1; /* chosen by the name */
+        g->nodes[obj].sel_from = 0;
+        g->nodes[obj].sel_prop = 1;
+        g->nodes[obj].sel_first = 0;
+        st = new_node(g, G_ARRAY, &arr);
+    }
+    if (!st) {
+        g->nodes[arr].a = obj;
+        g->nodes[arr].lo = 1;
+        g->root = arr;
+    }
+    mr_free(c);
+    return finish(g, st, "tool calls", out);
+}
+
+void mr_grammar_free(mr_grammar *g) {
+    if (!g) return;
+    mr_free(g->nodes);
+    mr_free(g->props);
+    mr_free(g->alts);
+    mr_free(g->sels);
+    mr_free(g->lits);
+    mr_free(g->pool);
+    mr_free(g);
+}
+
+const char *mr_grammar_describe(const mr_grammar *g) { return g->desc; }

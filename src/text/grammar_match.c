@@ -1,0 +1,658 @@
+/* grammar_match.c — the byte matcher of a grammar (a pushdown automaton
+ * over JSON), the vocabulary trie, and the token mask: one walk of the trie
+ * per step, feeding each edge's byte to the matcher and undoing it on the
+ * way back (a journal of the frames each byte changed), so that the cost is
+ * the number of trie nodes whose bytes are a valid continuation.
+ *
+ * The matcher's state is a stack of frames, one per open value:
+ *   root   free text up to opts.free_until (a = bytes of it matched), then
+ *          whitespace, the value, done
+ *   object a = the next property that may come (declared properties, in
+ *          order), b = the property whose value is open, n = the literal
+ *          its discriminating property took
+ *   array  n = items so far;  string n = characters so far, a / b / mask =
+ *          the escape (\u escapes pair their surrogates) or UTF-8 sequence in
+ *          progress;  number: its phase;
+ *   literal  [a, b) the literals still possible, n = bytes matched
+ *   key    mask = the declared properties whose key is still possible,
+ *          n = bytes matched (with the opening quote)
+ * A value that ends on a byte of its own (a quote, a bracket, a literal
+ * no other literal extends) pops at once; a number or a literal that could
+ * still grow pops when the next byte is not its own and that byte goes to
+ * the frame below. */
+#include <string.h>
+
+#include "text/grammar_internal.h"
+
+enum { F_ROOT, F_OBJ, F_ARR, F_STR, F_NUM, F_LIT, F_KEY };
+enum { R_FREE, R_WS, R_VALUE, R_DONE };
+enum { O_FIRST, O_KEY, O_COLON, O_VALWS, O_VAL, O_NEXT, O_COMMA };
+enum { A_FIRST, A_VAL, A_NEXT, A_COMMA };
+enum { S_CHARS, S_ESC, S_HEX, S_CONT, S_LOW1, S_LOW2 };
+enum { N_SIGN, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP };
+
+typedef struct {
+    int32_t node;
+    uint8_t kind, ph;
+    uint16_t ws; /* whitespace bytes in a row */
+    int32_t a, b;
+    int64_t n;
+    uint64_t mask;
+} frame;
+
+typedef struct {
+    int32_t i;
+    frame f;
+} jentry;
+
+/* ---- the vocabulary trie ---- */
+typedef struct {
+    int32_t child, sib; /* first child, next sibling; -1 ends */
+    int32_t tok;        /* first id whose bytes end here (tok_next chains the others); -1 none */
+    uint8_t c;          /* the edge's byte */
+} tnode;
+
+enum { T_BYTES = 1, T_SPECIAL = 2 };
+
+struct mr_vocab_index {
+    int32_t n_ids;
+    tnode *nodes;
+    int32_t n_nodes, cap_nodes;
+    int32_t *tok_next; /* [n_ids] */
+    uint8_t *flags;    /* [n_ids] T_* */
+    uint32_t *off, *len; /* [n_ids] into pool */
+    char *pool;
+};
+
+struct mr_matcher {
+    const mr_grammar *g;
+    const mr_vocab_index *v;
+    frame st[MR_GRAMMAR_MAX_DEPTH + 2];
+    int depth;
+    jentry *jr;
+    size_t njr, cap_jr;
+    bool oom, ended;
+    int32_t end[32];
+    int n_end;
+    char *until;      /* free_until, or NULL */
+    int32_t *fail;    /* its KMP failure function */
+    int32_t n_until;
+};
+
+/* ---- frames, with the journal ---- */
+static bool journal(mr_matcher *m, int i) {
+    if (m->njr == m->cap_jr) {
+        size_t c = m->cap_jr ? m->cap_jr * 2 : 256;
+        jentry *q = mr_realloc(m->jr, c * sizeof *q);
+        if (!q) return (m->oom = true), false;
+        m->jr = q;
+        m->cap_jr = c;
+    }
+    m->jr[m->njr].i = i;
+    m->jr[m->njr++].f = m->st[i];
+    return true;
+}
+
+static void undo(mr_matcher *m, size_t mark, int depth) {
+    while (m->njr > mark) {
+        m->njr--;
+        m->st[m->jr[m->njr].i] = m->jr[m->njr].f;
+    }
+    m->depth = depth;
+}
+
+/* The top frame, writable (journaled). NULL when out of memory. */
+static frame *top(mr_matcher *m) { return journal(m, m->depth - 1) ? &m->st[m->depth - 1] : NULL; }
+
+static bool push(mr_matcher *m, frame f) {
+    if (m->depth == MR_GRAMMAR_MAX_DEPTH + 2 || !journal(m, m->depth)) return false;
+    m->st[m->depth++] = f;
+    return true;
+}
+
+static bool is_ws(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+/* A whitespace byte in a frame that allows it: one more in the run, within the limit. */
+static bool take_ws(frame *f) { return f->ws < MR_GRAMMAR_MAX_WS ? (f->ws++, true) : false; }
+
+static const mr__gnode *gnode(const mr_matcher *m, int32_t id) { return &m->g->nodes[id]; }
+
+static int64_t str_lo(const mr_matcher *m, const frame *f) { return f->node < 0 ? 0 : gnode(m, f->node)->lo; }
+static int64_t str_hi(const mr_matcher *m, const frame *f) { return f->node < 0 ? -1 : gnode(m, f->node)->hi; }
+
+/* The value frame on top ended (info: the literal a literal took, the property a key named; else -1):
+ * pops it and moves the frame below on. */
+static bool child_done(mr_matcher *m, int32_t info) {
+    m->depth--;
+    frame *p = top(m);
+    if (!p) return false;
+    p->ws = 0;
+    switch (p->kind) {
+    case F_ROOT: p->ph = R_DONE; return true;
+    case F_ARR: p->n++, p->ph = A_NEXT; return true;
+    case F_OBJ: {
+        const mr__gnode *o = gnode(m, p->node);
+        if (p->ph == O_KEY) {
+            p->b = info;
+            p->ph = O_COLON;
+            return true;
+        }
+        if (p->b >= 0) {
+            if (p->b == o->sel_from) p->n = info - gnode(m, m->g->props[o->a + o->sel_from].value)->a;
+            p->a = p->b + 1;
+        }
+        p->ph = O_NEXT;
+        return true;
+    }
+    default: return false;
+    }
+}
+
+/* A literal frame whose candidates [a, b) share n bytes: ends when one is left and it is complete. */
+static bool lit_settle(mr_matcher *m, const frame *f) {
+    size_t len;
+    mr__glit(m->g, f->a, &len);
+    if (f->b - f->a == 1 && (int64_t)len == f->n) return child_done(m, f->a);
+    return true;
+}
+
+/* Starts a value of node with its first byte c (the frame below already expects it). */
+static bool start_value(mr_matcher *m, int32_t node, uint8_t c) {
+    int32_t p = mr__gpick(m->g, node, c);
+    if (p < 0) return false;
+    const mr__gnode *n = gnode(m, p);
+    frame f = {.node = p, .a = 0, .b = -1};
+    switch (n->kind) {
+    case G_OBJECT: f.kind = F_OBJ, f.ph = O_FIRST; return push(m, f);
+    case G_ARRAY: f.kind = F_ARR, f.ph = A_FIRST; return push(m, f);
+    case G_STRING: f.kind = F_STR, f.ph = S_CHARS; return push(m, f);
+    case G_NUMBER:
+    case G_INTEGER:
+        f.kind = F_NUM, f.ph = c == '-' ? N_SIGN : c == '0' ? N_ZERO : N_INT;
+        return push(m, f);
+    case G_LITERALS: {
+        int32_t lo = n->a, hi = n->a + n->b;
+        size_t len;
+        while (lo < hi && (uint8_t)mr__glit(m->g, lo, &len)[0] != c) lo++;
+        int32_t e = lo;
+        while (e < hi && (uint8_t)mr__glit(m->g, e, &len)[0] == c) e++;
+        f.kind = F_LIT, f.a = lo, f.b = e, f.n = 1;
+        if (!push(m, f)) return false;
+        return lit_settle(m, &f);
+    }
+    default: return false;
+    }
+}
+
+static bool accepting(const mr_matcher *m, const frame *f) {
+    if (f->kind == F_NUM) return f->ph == N_ZERO || f->ph == N_INT || f->ph == N_FRAC || f->ph == N_EXP;
+    if (f->kind == F_LIT) {
+        size_t len;
+        mr__glit(m->g, f->a, &len);
+        return (int64_t)len == f->n;
+    }
+    return false;
+}
+
+static bool hexdig(uint8_t c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+
+/* One byte of a string's content. */
+static bool feed_str(mr_matcher *m, frame *f, uint8_t c) {
+    int64_t hi = str_hi(m, f);
+    switch (f->ph) {
+    case S_CHARS:
+        if (c == '"') return f->n >= str_lo(m, f) ? child_done(m, -1) : false;
+        if (c < 0x20 || (c >= 0x80 && c < 0xC2) || c > 0xF4) return false;
+        if (hi >= 0 && f->n >= hi) return false;
+        f->n++;
+        if (c == '\\') f->ph = S_ESC;
+        else if (c >= 0x80) f->ph = S_CONT, f->a = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : 1, f->b = c;
+        return true;
+    case S_ESC:
+        if (c == 'u') return (f->ph = S_HEX, f->a = 4, f->b = 0, f->mask = 0), true;
+        if (!strchr("\"\\/bfnrt", c) || !c) return false;
+        f->ph = S_CHARS;
+        return true;
+    case S_HEX: /* b: the code unit so far; mask 1: this is the low half of a surrogate pair */
+        if (!hexdig(c)) return false;
+        f->b = f->b * 16 + (c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
+        if (--f->a) { /* the values this prefix can still become: no dead end at the last digit */
+            int32_t v0 = f->b << (4 * f->a), v1 = v0 + (1 << (4 * f->a)) - 1;
+            return f->mask ? v1 >= 0xDC00 && v0 <= 0xDFFF : !(v0 >= 0xDC00 && v1 <= 0xDFFF);
+        }
+        if (f->mask) {
+            if (f->b < 0xDC00 || f->b > 0xDFFF) return false;
+        } else if (f->b >= 0xDC00 && f->b <= 0xDFFF) {
+            return false; /* a low surrogate alone */
+        } else if (f->b >= 0xD800 && f->b <= 0xDBFF) {
+            return (f->ph = S_LOW1), true; /* a high one: its low half must follow */
+        }
+        f->ph = S_CHARS;
+        return true;
+    case S_LOW1: return c == '\\' ? (f->ph = S_LOW2, true) : false;
+    case S_LOW2: return c == 'u' ? (f->ph = S_HEX, f->a = 4, f->b = 0, f->mask = 1, true) : false;
+    case S_CONT: {
+        uint8_t lo = 0x80, up = 0xBF; /* the second byte's range after E0, ED, F0, F4 (no overlongs, no surrogates) */
+        if (f->b == 0xE0) lo = 0xA0;
+        else if (f->b == 0xED) up = 0x9F;
+        else if (f->b == 0xF0) lo = 0x90;
+        else if (f->b == 0xF4) up = 0x8F;
+        if (c < lo || c > up) return false;
+        f->b = 0;
+        if (--f->a == 0) f->ph = S_CHARS;
+        return true;
+    }
+    }
+    return false;
+}
+
+/* One byte of a number; 1 taken, 0 refused, -1 the number ended before it. */
+static int feed_num(mr_matcher *m, frame *f, uint8_t c) {
+    bool dig = c >= '0' && c <= '9', real = gnode(m, f->node)->kind == G_NUMBER;
+    switch (f->ph) {
+    case N_SIGN: return c == '0' ? (f->ph = N_ZERO, 1) : dig ? (f->ph = N_INT, 1) : 0;
+    case N_ZERO:
+    case N_INT:
+        if (dig) return f->ph == N_INT;
+        if (real && c == '.') return f->ph = N_DOT, 1;
+        if (real && (c == 'e' || c == 'E')) return f->ph = N_E, 1;
+        return -1;
+    case N_DOT: return dig ? (f->ph = N_FRAC, 1) : 0;
+    case N_FRAC:
+        if (dig) return 1;
+        if (c == 'e' || c == 'E') return f->ph = N_E, 1;
+        return -1;
+    case N_E: return c == '+' || c == '-' ? (f->ph = N_ESIGN, 1) : dig ? (f->ph = N_EXP, 1) : 0;
+    case N_ESIGN: return dig ? (f->ph = N_EXP, 1) : 0;
+    case N_EXP: return dig ? 1 : -1;
+    }
+    return 0;
+}
+
+/* Declared properties that may be named next: from the cursor up to the first required one. */
+static uint64_t key_candidates(const mr_matcher *m, const frame *f) {
+    const mr__gnode *o = gnode(m, f->node);
+    uint64_t mask = 0;
+    for (int32_t i = f->a; i < o->b; i++) {
+        mask |= 1ull << i;
+        if (m->g->props[o->a + i].required) break;
+    }
+    return mask;
+}
+
+static bool required_left(const mr_matcher *m, const frame *f) {
+    const mr__gnode *o = gnode(m, f->node);
+    for (int32_t i = f->a; i < o->b; i++)
+        if (m->g->props[o->a + i].required) return true;
+    return false;
+}
+
+static int32_t value_node(const mr_matcher *m, const frame *f) {
+    const mr__gnode *o = gnode(m, f->node);
+    if (f->b < 0) return o->addl;
+    if (f->b == o->sel_prop) return m->g->sels[o->sel_first + f->n];
+    return m->g->props[o->a + f->b].value;
+}
+
+/* The opening quote of a key (after '{' or ','). */
+static bool start_key(mr_matcher *m, frame *f, uint8_t c) {
+    const mr__gnode *o = gnode(m, f->node);
+    if (c != '"') return false;
+    f->ph = O_KEY;
+    if (o->b == 0) return o->addl >= 0 && push(m, (frame){.kind = F_STR, .ph = S_CHARS, .node = m->g->string});
+    uint64_t mask = key_candidates(m, f);
+    return mask && push(m, (frame){.kind = F_KEY, .node = f->node, .mask = mask, .n = 1});
+}
+
+static bool feed_obj(mr_matcher *m, frame *f, uint8_t c) {
+    const mr__gnode *o = gnode(m, f->node);
+    bool declared = o->b > 0;
+    if (is_ws(c)) return take_ws(f);
+    f->ws = 0;
+    switch (f->ph) {
+    case O_FIRST:
+        if (c == '}') return declared && required_left(m, f) ? false : child_done(m, -1);
+        return start_key(m, f, c);
+    case O_NEXT:
+        if (c == '}') return declared && required_left(m, f) ? false : child_done(m, -1);
+        if (c != ',' || (declared && !key_candidates(m, f)) || (!declared && o->addl < 0)) return false;
+        f->ph = O_COMMA;
+        return true;
+    case O_COMMA: return start_key(m, f, c);
+    case O_COLON:
+        if (c != ':') return false;
+        f->ph = O_VALWS;
+        return true;
+    case O_VALWS:
+        f->ph = O_VAL;
+        return start_value(m, value_node(m, f), c);
+    default: return false;
+    }
+}
+
+static bool feed_arr(mr_matcher *m, frame *f, uint8_t c) {
+    const mr__gnode *a = gnode(m, f->node);
+    if (is_ws(c)) return take_ws(f);
+    f->ws = 0;
+    switch (f->ph) {
+    case A_FIRST:
+        if (c == ']') return f->n >= a->lo ? child_done(m, -1) : false;
+        if (a->hi == 0) return false;
+        f->ph = A_VAL;
+        return start_value(m, a->a, c);
+    case A_NEXT:
+        if (c == ']') return f->n >= a->lo ? child_done(m, -1) : false;
+        if (c != ',' || (a->hi >= 0 && f->n >= a->hi)) return false;
+        f->ph = A_COMMA;
+        return true;
+    case A_COMMA:
+        f->ph = A_VAL;
+        return start_value(m, a->a, c);
+    default: return false;
+    }
+}
+
+static bool feed_key(mr_matcher *m, frame *f, uint8_t c) {
+    const mr__gnode *o = gnode(m, f->node);
+    uint64_t keep = 0;
+    int32_t done = -1;
+    for (uint64_t mk = f->mask; mk; mk &= mk - 1) {
+        int i = __builtin_ctzll(mk);
+        size_t len;
+        const char *k = mr__glit(m->g, m->g->props[o->a + i].key, &len);
+        if ((int64_t)len > f->n && (uint8_t)k[f->n] == c) {
+            keep |= 1ull << i;
+            if ((int64_t)len == f->n + 1) done = i;
+        }
+    }
+    if (!keep) return false;
+    f->mask = keep;
+    f->n++;
+    return done >= 0 ? child_done(m, done) : true; /* a key ends in its quote: no key extends another */
+}
+
+static bool feed_lit(mr_matcher *m, frame *f, uint8_t c, bool *refeed) {
+    int32_t lo = f->a, hi = f->b;
+    size_t len;
+    while (lo < hi && !((int64_t)(mr__glit(m->g, lo, &len), len) > f->n && (uint8_t)mr__glit(m->g, lo, &len)[f->n] == c))
+        lo++;
+    int32_t e = lo;
+    while (e < hi && (int64_t)(mr__glit(m->g, e, &len), len) > f->n && (uint8_t)mr__glit(m->g, e, &len)[f->n] == c) e++;
+    if (lo == e) { /* no literal goes on with c: the value ends before it, if one is complete */
+        if (!accepting(m, f)) return false;
+        *refeed = true;
+        return child_done(m, f->a);
+    }
+    f->a = lo, f->b = e, f->n++;
+    return lit_settle(m, f);
+}
+
+static bool feed_root(mr_matcher *m, frame *f, uint8_t c) {
+    switch (f->ph) {
+    case R_FREE: {
+        int32_t k = f->a;
+        while (k > 0 && (uint8_t)m->until[k] != c) k = m->fail[k - 1];
+        if ((uint8_t)m->until[k] == c) k++;
+        f->a = k;
+        if (k == m->n_until) f->ph = R_WS, f->ws = 0;
+        return true;
+    }
+    case R_WS:
+        if (is_ws(c) && !m->g->raw) return take_ws(f);
+        f->ph = R_VALUE;
+        return start_value(m, m->g->root, c);
+    default: return false;
+    }
+}
+
+/* One byte: the top frame takes it (a number or literal that ends hands it down). */
+static bool feed(mr_matcher *m, uint8_t c) {
+    for (;;) {
+        frame *f = top(m);
+        if (!f) return false;
+        bool refeed = false, ok;
+        switch (f->kind) {
+        case F_ROOT: return feed_root(m, f, c);
+        case F_OBJ: return feed_obj(m, f, c);
+        case F_ARR: return feed_arr(m, f, c);
+        case F_STR: return feed_str(m, f, c);
+        case F_KEY: return feed_key(m, f, c);
+        case F_NUM: {
+            int r = feed_num(m, f, c);
+            if (r >= 0) return r == 1;
+            if (!child_done(m, -1)) return false;
+            continue;
+        }
+        case F_LIT:
+            ok = feed_lit(m, f, c, &refeed);
+            if (!ok || !refeed) return ok;
+            continue;
+        default: return false;
+        }
+    }
+}
+
+/* ---- the matcher ---- */
+mr_status mr_matcher_new(const mr_grammar *g, const mr_vocab_index *v, const mr_matcher_opts *o, mr_matcher **out) {
+    *out = NULL;
+    if (o && o->n_end > 32) return mr_error_set(MR_EINVAL, "matcher: more than 32 end ids");
+    mr_matcher *m = mr_calloc(1, sizeof *m);
+    if (!m) return MR_ENOMEM;
+    m->g = g;
+    m->v = v;
+    m->st[0] = (frame){.kind = F_ROOT, .ph = R_WS, .node = g->root};
+    m->depth = 1;
+    if (o && o->n_end) memcpy(m->end, o->end_ids, (size_t)o->n_end * sizeof(int32_t)), m->n_end = o->n_end;
+    if (o && o->free_until && o->free_until[0]) {
+        size_t n = strlen(o->free_until);
+        m->until = mr_malloc(n + 1);
+        m->fail = mr_malloc(n * sizeof(int32_t));
+        if (!m->until || !m->fail) {
+            mr_matcher_free(m);
+            return MR_ENOMEM;
+        }
+        memcpy(m->until, o->free_until, n + 1);
+        m->n_until = (int32_t)n;
+        m->fail[0] = 0;
+        for (int32_t i = 1, k = 0; i < (int32_t)n; i++) {
+            while (k > 0 && m->until[i] != m->until[k]) k = m->fail[k - 1];
+            if (m->until[i] == m->until[k]) k++;
+            m->fail[i] = k;
+        }
+        m->st[0].ph = R_FREE;
+    }
+    *out = m;
+    return MR_OK;
+}
+
+void mr_matcher_free(mr_matcher *m) {
+    if (!m) return;
+    mr_free(m->jr);
+    mr_free(m->until);
+    mr_free(m->fail);
+    mr_free(m);
+}
+
+bool mr_matcher_complete(const mr_matcher *m) {
+    if (m->ended) return false;
+    const frame *r = &m->st[0];
+    if (m->depth == 1) return r->ph == R_DONE;
+    return m->depth == 2 && r->ph == R_VALUE && accepting(m, &m->st[1]);
+}
+
+bool mr_matcher_ended(const mr_matcher *m) { return m->ended; }
+
+bool mr_matcher_feed(mr_matcher *m, const char *bytes, size_t n) {
+    if (m->ended) return n == 0;
+    size_t mark = m->njr;
+    int depth = m->depth;
+    for (size_t i = 0; i < n; i++)
+        if (!feed(m, (uint8_t)bytes[i])) {
+            undo(m, mark, depth);
+            return false;
+        }
+    m->njr = mark; /* kept: the journal is only for undoing */
+    return true;
+}
+
+static bool is_end(const mr_matcher *m, int32_t id) {
+    for (int i = 0; i < m->n_end; i++)
+        if (m->end[i] == id) return true;
+    return false;
+}
+
+mr_status mr_matcher_accept(mr_matcher *m, int32_t token) {
+    if (is_end(m, token)) {
+        if (!m->ended && !mr_matcher_complete(m))
+            return mr_error_set(MR_EINPUT, "structured output: the output ended before the grammar was complete");
+        m->ended = true;
+        return MR_OK;
+    }
+    const mr_vocab_index *v = m->v;
+    if (token < 0 || token >= v->n_ids || !(v->flags[token] & T_BYTES) || m->ended)
+        return mr_error_set(MR_EINPUT, "structured output: token %d cannot come here", (int)token);
+    bool free_start = m->depth == 1 && m->st[0].ph == R_FREE;
+    if ((v->flags[token] & T_SPECIAL) && !free_start)
+        return mr_error_set(MR_EINPUT, "structured output: special token %d inside the structured part", (int)token);
+    if (!mr_matcher_feed(m, v->pool + v->off[token], v->len[token])) {
+        if (m->oom) return (m->oom = false), mr_error_set(MR_ENOMEM, "structured output: out of memory");
+        return mr_error_set(MR_EINPUT, "structured output: token %d does not fit the grammar here", (int)token);
+    }
+    return MR_OK;
+}
+
+static void dfs(mr_matcher *m, int32_t node, bool free_start, uint32_t *allow, int64_t *count) {
+    const mr_vocab_index *v = m->v;
+    for (int32_t ch = v->nodes[node].child; ch >= 0; ch = v->nodes[ch].sib) {
+        size_t mark = m->njr;
+        int depth = m->depth;
+        if (feed(m, v->nodes[ch].c)) {
+            for (int32_t t = v->nodes[ch].tok; t >= 0; t = v->tok_next[t]) {
+                if ((v->flags[t] & T_SPECIAL && !free_start) || is_end(m, t)) continue;
+                allow[t >> 5] |= 1u << (t & 31);
+                (*count)++;
+            }
+            if (v->nodes[ch].child >= 0) dfs(m, ch, free_start, allow, count);
+        }
+        undo(m, mark, depth);
+    }
+}
+
+int64_t mr_matcher_mask(mr_matcher *m, uint32_t *allow) {
+    const mr_vocab_index *v = m->v;
+    memset(allow, 0, (size_t)(v->n_ids + 31) / 32 * sizeof(uint32_t));
+    int64_t count = 0;
+    if (m->ended || mr_matcher_complete(m))
+        for (int i = 0; i < m->n_end; i++)
+            if (m->end[i] >= 0 && m->end[i] < v->n_ids && !(allow[m->end[i] >> 5] >> (m->end[i] & 31) & 1)) {
+                allow[m->end[i] >> 5] |= 1u << (m->end[i] & 31);
+                count++;
+            }
+    if (m->ended) return count;
+    size_t mark = m->njr;
+    int depth = m->depth;
+    dfs(m, 0, m->depth == 1 && m->st[0].ph == R_FREE, allow, &count);
+    undo(m, mark, depth);
+    m->oom = false;
+    return count;
+}
+
+/* ---- the vocabulary index ---- */
+static int32_t trie_child(mr_vocab_index *v, int32_t node, uint8_t c) {
+    for (int32_t ch = v->nodes[node].child; ch >= 0; ch = v->nodes[ch].sib)
+        if (v->nodes[ch].c == c) return ch;
+    if (v->n_nodes == v->cap_nodes) {
+        int32_t cap = v->cap_nodes * 2;
+        tnode *q = mr_realloc(v->nodes, (size_t)cap * sizeof *q);
+        if (!q) return -1;
+        v->nodes = q;
+        v->cap_nodes = cap;
+    }
+    int32_t id = v->n_nodes++;
+    v->nodes[id] = (tnode){.child = -1, .sib = v->nodes[node].child, .tok = -1, .c = c};
+    v->nodes[node].child = id;
+    return id;
+}
+
+mr_status mr_vocab_index_from_bytes(const char *const *bytes, const size_t *len, const bool *special, int32_t n,
+                                    mr_vocab_index **out) {
+    *out = NULL;
+    if (n <= 0) return mr_error_set(MR_EINVAL, "vocabulary index: no tokens");
+    mr_vocab_index *v = mr_calloc(1, sizeof *v);
+    if (!v) return MR_ENOMEM;
+    size_t total = 0;
+    for (int32_t i = 0; i < n; i++) total += bytes[i] ? len[i] : 0;
+    v->n_ids = n;
+    v->tok_next = mr_malloc((size_t)n * sizeof(int32_t));
+    v->flags = mr_calloc((size_t)n, 1);
+    v->off = mr_malloc((size_t)n * sizeof(uint32_t));
+    v->len = mr_malloc((size_t)n * sizeof(uint32_t));
+    v->pool = mr_malloc(total + 1);
+    v->cap_nodes = 1024;
+    v->nodes = mr_malloc((size_t)v->cap_nodes * sizeof(tnode));
+    mr_status st = MR_OK;
+    if (!v->tok_next || !v->flags || !v->off || !v->len || !v->pool || !v->nodes || total > UINT32_MAX) {
+        st = total > UINT32_MAX ? mr_error_set(MR_EINVAL, "vocabulary index: over 4 GiB of token bytes") : MR_ENOMEM;
+        goto out;
+    }
+    v->nodes[0] = (tnode){.child = -1, .sib = -1, .tok = -1};
+    v->n_nodes = 1;
+    size_t at = 0;
+    for (int32_t i = 0; i < n; i++) {
+        v->tok_next[i] = -1;
+        v->off[i] = (uint32_t)at;
+        v->len[i] = 0;
+        if (!bytes[i] || !len[i]) continue;
+        memcpy(v->pool + at, bytes[i], len[i]);
+        v->len[i] = (uint32_t)len[i];
+        at += len[i];
+        v->flags[i] = (uint8_t)(T_BYTES | (special && special[i] ? T_SPECIAL : 0));
+        int32_t node = 0;
+        for (size_t k = 0; k < len[i] && node >= 0; k++) node = trie_child(v, node, (uint8_t)bytes[i][k]);
+        if (node < 0) {
+            st = MR_ENOMEM;
+            goto out;
+        }
+        v->tok_next[i] = v->nodes[node].tok;
+        v->nodes[node].tok = i;
+    }
+out:
+    if (st) {
+        mr_vocab_index_free(v);
+        return st;
+    }
+    *out = v;
+    return MR_OK;
+}
+
+mr_status mr_vocab_index_new(const mr_tokenizer *t, mr_vocab_index **out) {
+    int32_t n = mr_tokenizer_id_limit(t);
+    const char **b = mr_malloc((size_t)(n > 0 ? n : 1) * sizeof(char *));
+    size_t *len = mr_malloc((size_t)(n > 0 ? n : 1) * sizeof(size_t));
+    bool *sp = mr_malloc((size_t)(n > 0 ? n : 1));
+    mr_status st = MR_ENOMEM;
+    if (b && len && sp) {
+        for (int32_t i = 0; i < n; i++) {
+            b[i] = mr_tokenizer_id_to_bytes(t, i, &len[i]);
+            sp[i] = mr_tokenizer_is_special(t, i);
+        }
+        st = mr_vocab_index_from_bytes(b, len, sp, n, out);
+    }
+    mr_free(b);
+    mr_free(len);
+    mr_free(sp);
+    return st;
+}
+
+void mr_vocab_index_free(mr_vocab_index *v) {
+    if (!v) return;
+    mr_free(v->nodes);
+    mr_free(v->tok_next);
+    mr_free(v->flags);
+    mr_free(v->off);
+    mr_free(v->len);
+    mr_free(v->pool);
+    mr_free(v);
+}
+
+int32_t mr_vocab_index_size(const mr_vocab_index *v) { return v->n_ids; }
