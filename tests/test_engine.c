@@ -1022,6 +1022,108 @@ static void test_logit_bias_min_tokens(void **state) {
     eng_close(&g);
 }
 
+/* A token constraint (structured outputs' seam): ids of the parity the
+ * step asks for (even, odd, even, ...), ids above a ceiling refused by
+ * accept. Every greedy token is the argmax of the raw logits masked by it
+ * (and by allowed ids within it); accept sees every token once, forced ones
+ * too; a refused token or an empty mask ends that request alone. */
+typedef struct {
+    int n_accept, n_mask;
+    int32_t ceiling; /* accept refuses ids >= this */
+    bool empty;      /* mask allows nothing */
+} parity_con;
+
+static int64_t parity_mask(void *ctx, uint32_t *allow) {
+    parity_con *c = ctx;
+    c->n_mask++;
+    int64_t n = 0;
+    memset(allow, 0, (V + 31) / 32 * sizeof(uint32_t));
+    for (int32_t i = 0; i < V && !c->empty; i++)
+        if (i % 2 == c->n_accept % 2) allow[i >> 5] |= 1u << (i & 31), n++;
+    return n;
+}
+
+static mr_status parity_accept(void *ctx, int32_t tok) {
+    parity_con *c = ctx;
+    if (tok >= c->ceiling) return mr_error_set(MR_EINPUT, "parity: token %d refused", (int)tok);
+    c->n_accept++;
+    return MR_OK;
+}
+
+static void test_token_constraint(void **state) {
+    (void)state;
+    eng g;
+    eng_open_small(&g);
+    tu_rng rng = {35};
+    int32_t p[10];
+    rand_prompt(&rng, p, 10);
+    const int32_t allowed[8] = {1, 2, 3, 4, 9, 10, 40, 41};
+    for (int variant = 0; variant < 3; variant++) {
+        parity_con c = {.ceiling = V};
+        const int32_t forced[2] = {6, 7};
+        mr_request_params rp = {.prompt = p, .n_prompt = 10, .max_tokens = 10, .ignore_eos = true, .want_logits = true,
+                                .constraint = {parity_mask, parity_accept, &c}};
+        if (variant == 1) rp.allowed_ids = allowed, rp.n_allowed = 8;
+        if (variant == 2) rp.forced = forced, rp.n_forced = 2;
+        mr_req_id id;
+        assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_OK);
+        int n = 0;
+        while (mr_engine_has_work(g.e)) {
+            const mr_engine_step_out *so;
+            assert_int_equal(mr_engine_step(g.e, &so), MR_OK);
+            for (int k = 0; k < so->n_events; k++) {
+                const mr_engine_event *v = &so->events[k];
+                if (!v->n_tokens) continue;
+                if (variant == 2 && n < 2) {
+                    assert_int_equal(v->token, forced[n]);
+                } else {
+                    float w[V];
+                    for (int u = 0; u < V; u++) {
+                        bool ok = u % 2 == n % 2;
+                        if (variant == 1) {
+                            bool in = false;
+                            for (int a = 0; a < 8; a++) in |= allowed[a] == u;
+                            ok &= in;
+                        }
+                        w[u] = ok ? v->logits[u] : -INFINITY;
+                    }
+                    assert_int_equal(v->token, mr_argmax(w, V));
+                }
+                n++;
+            }
+        }
+        assert_int_equal(n, 10);
+        assert_int_equal(c.n_accept, 10);
+        assert_int_equal(c.n_mask, variant == 2 ? 8 : 10);
+    }
+    /* a refused forced token, and an empty mask: those requests fail, a third one beside them does not */
+    parity_con bad_accept = {.ceiling = 5}, empty = {.ceiling = V, .empty = true}, fine = {.ceiling = V};
+    const int32_t forced_bad = 6;
+    mr_request_params r1 = {.prompt = p, .n_prompt = 10, .max_tokens = 4, .forced = &forced_bad, .n_forced = 1,
+                            .constraint = {parity_mask, parity_accept, &bad_accept}};
+    mr_request_params r2 = {.prompt = p, .n_prompt = 10, .max_tokens = 4, .constraint = {parity_mask, parity_accept, &empty}};
+    mr_request_params r3 = {.prompt = p, .n_prompt = 10, .max_tokens = 4, .ignore_eos = true,
+                            .constraint = {parity_mask, parity_accept, &fine}};
+    mr_req_id ids[3];
+    assert_int_equal(mr_engine_add(g.e, &r1, &ids[0]), MR_OK);
+    assert_int_equal(mr_engine_add(g.e, &r2, &ids[1]), MR_OK);
+    assert_int_equal(mr_engine_add(g.e, &r3, &ids[2]), MR_OK);
+    mr_finish_reason fin[3] = {0};
+    while (mr_engine_has_work(g.e)) {
+        const mr_engine_step_out *so;
+        assert_int_equal(mr_engine_step(g.e, &so), MR_OK);
+        for (int k = 0; k < so->n_events; k++)
+            for (int j = 0; j < 3; j++)
+                if (so->events[k].id == ids[j] && so->events[k].finish) fin[j] = so->events[k].finish;
+    }
+    assert_int_equal(fin[0], MR_FINISH_ERROR);
+    assert_int_equal(fin[1], MR_FINISH_ERROR);
+    assert_int_equal(fin[2], MR_FINISH_LENGTH);
+    assert_int_equal(fine.n_accept, 4);
+    check_ok(g.e);
+    eng_close(&g);
+}
+
 /* allowed_token_ids and bad words (vLLM's): every greedy token is the
  * argmax of the raw logits masked here, independently; a step with every id
  * masked ends the request with an error; refusals. */
@@ -1571,6 +1673,7 @@ int main(void) {
         cmocka_unit_test(test_sampling_features),
         cmocka_unit_test(test_logit_bias_min_tokens),
         cmocka_unit_test(test_allowed_ids_bad_words),
+        cmocka_unit_test(test_token_constraint),
         cmocka_unit_test(test_seeded_sampling_invariance),
         cmocka_unit_test(test_request_errors),
         cmocka_unit_test(test_property),

@@ -92,7 +92,8 @@ const mr_engine_opts *mr_engine_opts_of(const mr_engine *e); /* with the default
 /* ---- requests ---- */
 typedef uint64_t mr_req_id; /* never 0 */
 
-/* Sampling of one request, in this order: raw logits -> every id outside
+/* Sampling of one request, in this order: raw logits -> every id the
+ * constraint masks (structured outputs), every id outside
  * allowed_ids (when given) and the last token of every bad word whose other
  * tokens end the output so far to -inf -> while fewer than
  * min_tokens are generated, the stop ids and (unless ignore_eos) the model's
@@ -130,6 +131,20 @@ typedef struct {
     float bias;
 } mr_logit_bias;
 
+/* A constraint on a request's generated tokens (structured outputs,
+ * moerun/grammar.h): before sampling each token the engine thread calls
+ * mask, which writes a bitset of (vocab + 31) / 32 words in full (bit id
+ * set: the id may come), and applies it first of all the masks; after each
+ * generated token (forced ones too) it calls accept. A mask with no id set,
+ * or an error from accept, ends the request with MR_FINISH_ERROR. ctx is
+ * the caller's; the engine uses it on its thread until the request's last
+ * event. */
+typedef struct {
+    int64_t (*mask)(void *ctx, uint32_t *allow);
+    mr_status (*accept)(void *ctx, int32_t token);
+    void *ctx;
+} mr_token_constraint;
+
 typedef struct {
     const int32_t *prompt;        /* [n_prompt] token ids, copied at admission */
     int64_t n_prompt;             /* >= 1 */
@@ -156,6 +171,7 @@ typedef struct {
                                      The prompt is then computed in full (no prefix-cache hits for it) */
     const int32_t *forced;        /* teacher forcing (tests, probe): generated token i is forced[i] */
     int64_t n_forced;             /* while i < n_forced, instead of sampling (stop checks still apply) */
+    mr_token_constraint constraint; /* .mask NULL: none */
     const atomic_int *cancel;     /* optional, caller-owned: nonzero = cancel (any thread may set it) */
     void *user;                   /* returned in every event of this request */
 } mr_request_params;

@@ -129,6 +129,7 @@ void mr_engine_free(mr_engine *e) {
     mr_free(e->s_work);
     mr_free(e->s_idx);
     mr_free(e->s_count);
+    mr_free(e->s_allow);
     mr_free(e->ev);
     mr_free(e->top);
     plp_free(e);
@@ -203,12 +204,13 @@ mr_status mr_engine_new(mr_model *m, const mr_engine_opts *opts, mr_engine **out
     e->s_work = mr_malloc(V * sizeof(float));
     e->s_idx = mr_malloc(V * sizeof(int32_t));
     e->s_count = mr_calloc(V, sizeof(int32_t));
+    e->s_allow = mr_calloc((V + 31) / 32, sizeof(uint32_t));
     e->ev = mr_malloc((size_t)e->cap_ev * sizeof(mr_engine_event));
     e->top = mr_malloc(R * (size_t)o.max_top_logprobs * sizeof(mr_token_logprob));
     e->chk = mr_malloc((size_t)o.kv_blocks * sizeof(int32_t));
     if (!e->chk || !e->req || !e->free_slots || !e->waiting || !e->running || !e->sched || !e->b_tokens || !e->b_ntok ||
         !e->b_start || !e->b_btoff || !e->b_blocks || !e->b_logits || !e->logits || !e->s_prob || !e->s_work ||
-        !e->s_idx || !e->s_count || !e->ev || !e->top) {
+        !e->s_idx || !e->s_count || !e->s_allow || !e->ev || !e->top) {
         mr_engine_free(e);
         return mr_error_set(MR_ENOMEM, NULL);
     }
@@ -395,6 +397,7 @@ mr_status mr_engine_add(mr_engine *e, const mr_request_params *p, mr_req_id *out
     r->plp = p->prompt_logprobs && p->n_prompt > 1;
     r->plp_next = 1;
     r->cancel = p->cancel;
+    r->con = p->constraint;
     r->user = p->user;
     r->last_key = MR__ROOT_KEY;
     if (++e->gen == 0) e->gen = 1;

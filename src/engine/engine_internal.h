@@ -96,6 +96,7 @@ typedef struct {
     int64_t n_allowed;
     const int32_t *bad, *bad_len; /* inside mem */
     int n_bad;
+    mr_token_constraint con;    /* .mask NULL: none */
     bool plp;                   /* prompt_logprobs */
     int64_t plp_next;           /* the next prompt position whose log-probability is owed (from 1) */
     int top_logprobs;
@@ -207,6 +208,7 @@ struct mr_engine {
     float *s_prob, *s_work;     /* [vocab] */
     int32_t *s_idx;             /* [vocab] */
     int32_t *s_count;           /* [vocab], zero between uses */
+    uint32_t *s_allow;          /* [(vocab + 31) / 32] a constraint's mask */
     /* step output */
     mr_engine_event *ev;        /* [max_req + max_running] */
     int n_ev, cap_ev;

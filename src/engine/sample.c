@@ -1,6 +1,6 @@
 /* sample.c — one request's next token from its logits row: the finite
  * check, log-probabilities (of the raw logits: log-softmax, and the top n),
- * the masks (allowed ids, bad words, min_tokens), the logit bias and the
+ * the masks (a constraint's, allowed ids, bad words, min_tokens), the logit bias and the
  * repetition / frequency / presence penalties, then the sampler
  * (model/sampler.c). Uses the engine's scratch (one [vocab] of each, the
  * engine thread only): no allocation, no per-request vocabulary arrays.
@@ -60,10 +60,19 @@ static const float *adjust(mr_engine *e, const mr__req *r, const float *logits) 
     float rep = r->sp.repetition_penalty, fr = r->sp.frequency_penalty, pr = r->sp.presence_penalty;
     bool use_rep = rep > 0.0f && rep != 1.0f, use_fp = fr != 0.0f || pr != 0.0f;
     bool use_min = r->n_tok - r->n_prompt < r->min_tokens;
-    if (!use_rep && !use_fp && !use_min && !r->n_bias && !r->n_allowed && !r->n_bad) return logits;
+    if (!use_rep && !use_fp && !use_min && !r->n_bias && !r->n_allowed && !r->n_bad && !r->con.mask) return logits;
     float *w = e->s_work;
     int32_t *cnt = e->s_count; /* zero on entry and on exit */
-    if (r->n_allowed) {
+    if (r->con.mask) { /* the constraint's bitset (pick filled e->s_allow), then the allowed ids within it */
+        const uint32_t *al = e->s_allow;
+        for (int64_t i = 0; i < e->vocab; i++) w[i] = al[i >> 5] >> (i & 31) & 1 ? logits[i] : -INFINITY;
+        if (r->n_allowed) {
+            for (int64_t i = 0; i < r->n_allowed; i++) cnt[r->allowed[i]] = 1;
+            for (int64_t i = 0; i < e->vocab; i++)
+                if (!cnt[i]) w[i] = -INFINITY;
+            for (int64_t i = 0; i < r->n_allowed; i++) cnt[r->allowed[i]] = 0;
+        }
+    } else if (r->n_allowed) {
         for (int64_t i = 0; i < e->vocab; i++) w[i] = -INFINITY;
         for (int64_t i = 0; i < r->n_allowed; i++) w[r->allowed[i]] = logits[r->allowed[i]];
     } else {
@@ -133,12 +142,19 @@ mr_status mr__engine_pick(mr_engine *e, mr__req *r, const float *logits, int32_t
     if (g < r->n_forced) {
         *tok = r->forced[g];
     } else {
+        if (r->con.mask && r->con.mask(r->con.ctx, e->s_allow) <= 0)
+            return mr_error_set(MR_EINVAL, "structured output: no token can continue the output");
         const float *l = adjust(e, r, logits);
         mr_sampler_params p = {.temperature = r->sp.temperature, .top_k = r->sp.top_k,
                                .top_p = r->sp.top_p == 0.0f ? 1.0f : r->sp.top_p, .min_p = r->sp.min_p};
         *tok = mr_sample_logits(&p, &r->rng, l, V, e->s_prob, e->s_idx);
         if (l[*tok] == -INFINITY) /* finite raw logits: only the masks make -inf */
-            return mr_error_set(MR_EINVAL, "sampling: every token is masked (allowed_token_ids, bad_words, min_tokens)");
+            return mr_error_set(MR_EINVAL, "sampling: every token is masked (allowed_token_ids, bad_words, min_tokens, "
+                                "structured output)");
+    }
+    if (r->con.accept) {
+        mr_status ast = r->con.accept(r->con.ctx, *tok);
+        if (ast) return ast;
     }
     *n_top = 0;
     if (r->logprobs || r->top_logprobs > 0) {
