@@ -133,8 +133,8 @@ typedef struct {
 
 /* A constraint on a request's generated tokens (structured outputs,
  * moerun/grammar.h): before sampling each token the engine thread calls
- * mask, which writes a bitset of (vocab + 31) / 32 words in full (bit id
- * set: the id may come), and applies it first of all the masks; after each
+ * mask with a cleared bitset of (vocab + 31) / 32 words, in which it sets
+ * bit id for each id that may come, and applies it first of all the masks; after each
  * generated token (forced ones too) it calls accept. A mask with no id set,
  * or an error from accept, ends the request with MR_FINISH_ERROR. ctx is
  * the caller's; the engine uses it on its thread until the request's last

@@ -18,14 +18,16 @@
  *   or "#/definitions/x" (recursion allowed);
  *   object: properties (written in the schema's order; every one listed in
  *   required appears, the others may be left out), required; no other keys
- *   when properties are given (strict), additionalProperties (a schema,
- *   true or false) when they are not;
+ *   when properties are given (strict, also when empty: {} alone),
+ *   additionalProperties (a schema, true or false) when they are not;
  *   array: items, minItems, maxItems;  string: minLength, maxLength
  *   (characters); integer, number, boolean, null.
  * Annotations (title, description, default, examples, $schema, $id,
- * $comment, ...) are ignored. Whitespace between tokens is JSON's, at most
- * MR_GRAMMAR_MAX_WS bytes in a row (a model that loops on newlines stops
- * there); none after the top-level value. */
+ * $comment, ...) are ignored. Whitespace between JSON tokens: at most
+ * MR_GRAMMAR_MAX_WS bytes in a row, of which at most one newline (compact
+ * and indented JSON both fit; a small model that loves newlines cannot pad
+ * its answer with them, the failure xgrammar's any-whitespace default
+ * shows); none after the top-level value. */
 #ifndef MOERUN_GRAMMAR_H
 #define MOERUN_GRAMMAR_H
 
@@ -42,7 +44,7 @@
 extern "C" {
 #endif
 
-#define MR_GRAMMAR_MAX_WS 48        /* whitespace bytes in a row between JSON tokens */
+#define MR_GRAMMAR_MAX_WS 24        /* whitespace bytes in a row between JSON tokens (one newline at most) */
 #define MR_GRAMMAR_MAX_NODES 4096   /* compiled schema nodes */
 #define MR_GRAMMAR_MAX_PROPS 64     /* properties of one object */
 #define MR_GRAMMAR_MAX_DEPTH 128    /* nesting of the output (objects and arrays) */

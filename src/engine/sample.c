@@ -142,7 +142,8 @@ mr_status mr__engine_pick(mr_engine *e, mr__req *r, const float *logits, int32_t
     if (g < r->n_forced) {
         *tok = r->forced[g];
     } else {
-        if (r->con.mask && r->con.mask(r->con.ctx, e->s_allow) <= 0)
+        if (r->con.mask && (memset(e->s_allow, 0, (size_t)(V + 31) / 32 * sizeof(uint32_t)),
+                            r->con.mask(r->con.ctx, e->s_allow) <= 0))
             return mr_error_set(MR_EINVAL, "structured output: no token can continue the output");
         const float *l = adjust(e, r, logits);
         mr_sampler_params p = {.temperature = r->sp.temperature, .top_k = r->sp.top_k,

@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "moerun/grammar.h"
 #include "serve/serve_internal.h"
 
 /* A parked HTTP side to wake, taken under j->mu after a publish and called
@@ -223,6 +224,10 @@ static sv_gen *take(sv_engine *e, bool *go, bool *abort) {
     return g;
 }
 
+/* Structured outputs: the gen's matcher behind the engine's constraint seam. */
+static int64_t con_mask(void *ctx, uint32_t *allow) { return mr_matcher_mask(((sv_gen *)ctx)->matcher, allow); }
+static mr_status con_accept(void *ctx, int32_t tok) { return mr_matcher_accept(((sv_gen *)ctx)->matcher, tok); }
+
 /* Into the engine; a refusal ends the gen with its reason. */
 static void admit(sv_engine *e, sv_gen *g) {
     const sv_request *r = &g->job->req;
@@ -250,6 +255,7 @@ static void admit(sv_engine *e, sv_gen *g) {
         .cancel = &g->cancel,
         .user = g,
     };
+    if (g->matcher) p.constraint = (mr_token_constraint){con_mask, con_accept, g};
     if (!r->has_seed) p.sampling.seed = e->seed_counter++ * 0x9E3779B97F4A7C15ull;
     if (atomic_load(&e->failed)) { /* the engine can run nothing any more */
         g->unavailable = true;

@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "base/json_internal.h"
+#include "moerun/grammar.h"
 #include "serve/serve_internal.h"
 
 enum { ST_LOADING = 0, ST_READY = 1, ST_DRAINING = 2 };
@@ -124,6 +125,7 @@ void sv_job_release(sv_job *j) {
     mr_free(j->prompt_len);
     mr_free(j->ids);
     mr_free(j->forced);
+    for (int i = 0; j->gens && i < j->n_gen; i++) mr_matcher_free(j->gens[i].matcher);
     if (j->gens) {
         mr_free(j->gens[0].out);
         mr_free(j->gens[0].lp);
@@ -421,6 +423,24 @@ static int64_t max_tokens_of(const mr_server *s, const sv_request *r, int64_t L)
     return mt < s->o.max_completion_tokens ? mt : s->o.max_completion_tokens;
 }
 
+/* Structured outputs: a matcher per gen over the request's grammar. The output ends with the model's
+ * EOS ids or the request's stop ids, and a reasoning model's chat answer is free up to its "</think>". */
+static int gens_matchers(const mr_server *s, sv_job *j, sv_error *e) {
+    const sv_request *r = &j->req;
+    const mr_model_config *c = mr_model_config_of(s->m);
+    int32_t end[32];
+    int n_end = 0;
+    for (int i = 0; i < c->n_eos && n_end < 16; i++)
+        if (c->eos_ids[i] >= 0) end[n_end++] = c->eos_ids[i];
+    for (int i = 0; i < r->n_stop_ids && n_end < 32; i++) end[n_end++] = r->stop_ids[i];
+    mr_matcher_opts o = {.end_ids = end, .n_end = n_end,
+                         .free_until = r->kind == SV_CHAT && sv_text_reasoning(s->text) ? "</think>" : NULL};
+    for (int i = 0; i < j->n_gen; i++)
+        if (mr_matcher_new(r->grammar, sv_text_vocab_index(s->text), &o, &j->gens[i].matcher))
+            return sv_fail(e, 500, NULL, "out of memory");
+    return 0;
+}
+
 /* vLLM's bad_words (SamplingParams.update_from_tokenizer): each word,
  * left-stripped, tokenized as is and with a leading space; the second form
  * is kept too when it starts with another token and has as many. Into
@@ -522,6 +542,11 @@ static int make_job(mr_server *s, sv_request *r, sv_job **out, sv_error *e) {
         goto out;
     }
     if (r->n_bad_words && bad_words_tokenize(s, r, e)) goto out;
+    if (r->grammar && !tok) {
+        sv_fail(e, 400, r->so ? r->so_field : "tool_choice", "structured outputs need text: this model has no "
+                "tokenizer.json");
+        goto out;
+    }
     if (r->n_allowed && !allowed_left(s, r)) {
         sv_fail(e, 400, "allowed_token_ids", "every id of allowed_token_ids is banned (a one-token bad word%s)",
                 r->min_tokens ? ", or a stop or EOS id before min_tokens" : "");
@@ -712,6 +737,7 @@ static int make_job(mr_server *s, sv_request *r, sv_job **out, sv_error *e) {
         }
         off += j->prompt_len[i];
     }
+    if (r->grammar && gens_matchers(s, j, e)) goto out;
     j->live = j->n_gen;
     unsigned long long id = atomic_fetch_add(&s->counter, 1);
     snprintf(j->id, sizeof j->id, "%s-%08llx%08llx", r->kind == SV_CHAT ? "chatcmpl" : "cmpl",

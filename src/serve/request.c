@@ -3,7 +3,7 @@
  *
  * Fields (serving.md section 1) are read from one table per endpoint. A
  * field that is not in the table is a 400 naming it; a field the server
- * knows but does not implement (best_of > 1, suffix, constrained decoding,
+ * knows but does not implement (best_of > 1, suffix, regex grammars,
  * ...) is a 400 naming it unless it carries its
  * neutral value (null, 0, 1, empty), which is what benchmark clients send. null is "absent" for every field.
  * Types and ranges are checked here, where the input enters; the checks
@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "base/json_internal.h"
+#include "moerun/grammar.h"
 #include "serve/serve_internal.h"
 
 /* ---- errors ---- */
@@ -89,6 +90,10 @@ void sv_request_free(sv_request *r) {
     json_decref(r->messages);
     json_decref(r->tools);
     json_decref(r->chat_template_kwargs);
+    mr_free(r->tool_name);
+    json_decref(r->so_schema);
+    json_decref(r->so_choice);
+    mr_grammar_free(r->grammar);
     for (int i = 0; i < r->n_stop; i++) mr_free(r->stop[i]);
     mr_free(r->forced_text);
     mr_free(r->forced_ids);
@@ -525,13 +530,85 @@ static int f_prompt_logprobs(sv_request *r, const json_t *v, const sv_limits *li
     r->prompt_logprobs = (int)x;
     return 0;
 }
+/* One source of structured outputs per request. */
+static int so_set(sv_request *r, sv_so kind, const char *field, const json_t *schema, const json_t *choice, sv_error *e) {
+    if (r->so) return sv_fail(e, 400, field, "%s and %s both ask for structured outputs; give one", r->so_field, field);
+    r->so = kind;
+    snprintf(r->so_field, sizeof r->so_field, "%s", field);
+    r->so_schema = schema ? json_incref((json_t *)schema) : NULL;
+    r->so_choice = choice ? json_incref((json_t *)choice) : NULL;
+    return 0;
+}
+/* A schema given as an object, or as a string holding one (vLLM's guided_json takes both). */
+static int so_schema(sv_request *r, const json_t *v, const char *field, sv_error *e) {
+    if (json_is_object(v) || json_is_true(v)) return so_set(r, SV_SO_JSON, field, json_is_true(v) ? NULL : v, NULL, e);
+    if (!json_is_string(v)) return sv_fail(e, 400, field, "%s must be a JSON schema (an object), got %s", field, type_name(v));
+    json_error_t je;
+    json_t *x = json_loads(json_string_value(v), 0, &je);
+    if (!json_is_object(x)) {
+        json_decref(x);
+        return sv_fail(e, 400, field, "%s is a string that is not a JSON schema object", field);
+    }
+    int rc = so_set(r, SV_SO_JSON, field, x, NULL, e);
+    json_decref(x);
+    return rc;
+}
+static int so_choice(sv_request *r, const json_t *v, const char *field, sv_error *e) {
+    size_t n = json_is_array(v) ? json_array_size(v) : 0;
+    if (!n) return sv_fail(e, 400, field, "%s must be a non-empty list of strings", field);
+    for (size_t i = 0; i < n; i++)
+        if (!json_is_string(json_array_get(v, i)) || !json_string_length(json_array_get(v, i)))
+            return sv_fail(e, 400, field, "%s[%zu] must be a non-empty string", field, i);
+    return so_set(r, SV_SO_CHOICE, field, NULL, v, e);
+}
+/* OpenAI's: {"type": "text" | "json_object" | "json_schema", "json_schema": {"name", "schema", "strict"}} */
 static int f_response_format(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
-    (void)r, (void)lim;
+    (void)lim;
     if (!json_is_object(v)) return sv_fail(e, 400, "response_format", "response_format must be an object, got %s", type_name(v));
     const json_t *t = json_object_get(v, "type");
     if (!json_is_string(t)) return sv_fail(e, 400, "response_format.type", "response_format.type must be a string");
-    if (strcmp(json_string_value(t), "text") != 0)
-        return unsupported("response_format", "only {\"type\": \"text\"} (no constrained decoding)", e);
+    const char *ts = json_string_value(t);
+    if (!strcmp(ts, "text")) return 0;
+    if (!strcmp(ts, "json_object")) return so_set(r, SV_SO_JSON, "response_format", NULL, NULL, e);
+    if (!strcmp(ts, "json_schema")) {
+        const json_t *js = json_object_get(v, "json_schema");
+        if (!json_is_object(js))
+            return sv_fail(e, 400, "response_format.json_schema", "response_format.json_schema must be an object");
+        const json_t *sc = json_object_get(js, "schema");
+        if (!sc || json_is_null(sc)) return so_set(r, SV_SO_JSON, "response_format", NULL, NULL, e);
+        return so_schema(r, sc, "response_format.json_schema.schema", e);
+    }
+    return sv_fail(e, 400, "response_format.type",
+                   "response_format.type is \"%.40s\"; it must be \"text\", \"json_object\" or \"json_schema\"", ts);
+}
+/* vLLM's guided_json, guided_choice and structured_outputs {"json" | "choice" | "json_object"} */
+static int f_guided_json(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)lim;
+    return so_schema(r, v, "guided_json", e);
+}
+static int f_guided_choice(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)lim;
+    return so_choice(r, v, "guided_choice", e);
+}
+static int f_structured_outputs(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)lim;
+    if (!json_is_object(v))
+        return sv_fail(e, 400, "structured_outputs", "structured_outputs must be an object, got %s", type_name(v));
+    const char *k;
+    const json_t *x;
+    json_object_foreach((json_t *)v, k, x) {
+        if (json_is_null(x)) continue;
+        int rc;
+        if (!strcmp(k, "json")) rc = so_schema(r, x, "structured_outputs.json", e);
+        else if (!strcmp(k, "choice")) rc = so_choice(r, x, "structured_outputs.choice", e);
+        else if (!strcmp(k, "json_object")) rc = json_is_true(x) ? so_set(r, SV_SO_JSON, "structured_outputs.json_object", NULL, NULL, e) : 0;
+        else if (!strcmp(k, "regex") || !strcmp(k, "grammar") || !strcmp(k, "structural_tag"))
+            rc = sv_fail(e, 400, "structured_outputs", "structured_outputs.%s is not supported (json, json_object and "
+                         "choice are)", k);
+        else
+            continue; /* options (disable_any_whitespace, ...) */
+        if (rc) return rc;
+    }
     return 0;
 }
 static int f_chat_template_kwargs(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
@@ -571,12 +648,46 @@ static int f_tool_choice(sv_request *r, const json_t *v, const sv_limits *lim, s
         const char *s = json_string_value(v);
         if (!strcmp(s, "auto")) return (r->tool_choice = SV_TOOLS_AUTO), 0;
         if (!strcmp(s, "none")) return (r->tool_choice = SV_TOOLS_NONE), 0;
-        if (!strcmp(s, "required")) return unsupported("tool_choice", "\"required\" needs constrained decoding; use \"auto\"", e);
+        if (!strcmp(s, "required")) return (r->tool_choice = SV_TOOLS_REQUIRED), 0;
         return sv_fail(e, 400, "tool_choice", "tool_choice is \"%.40s\"; it must be \"auto\", \"none\" or \"required\"", s);
     }
-    if (json_is_object(v))
-        return unsupported("tool_choice", "naming a function needs constrained decoding; use \"auto\"", e);
+    if (json_is_object(v)) { /* {"type": "function", "function": {"name": ...}} */
+        const json_t *nm = json_object_get(json_object_get(v, "function"), "name");
+        if (!json_is_string(nm))
+            return sv_fail(e, 400, "tool_choice.function.name", "tool_choice names a function: {\"type\": \"function\", "
+                           "\"function\": {\"name\": ...}}");
+        r->tool_choice = SV_TOOLS_NAMED;
+        return dup_string(nm, "tool_choice.function.name", &r->tool_name, e);
+    }
     return sv_fail(e, 400, "tool_choice", "tool_choice must be a string or an object, got %s", type_name(v));
+}
+
+/* The grammar of structured outputs or of tool_choice required / named (after every field is read). */
+static int compile_grammar(sv_request *r, sv_error *e) {
+    bool tools_forced = r->tool_choice == SV_TOOLS_REQUIRED || r->tool_choice == SV_TOOLS_NAMED;
+    if (tools_forced && !json_array_size(r->tools))
+        return sv_fail(e, 400, "tool_choice", "tool_choice \"required\" or a named function needs tools");
+    if (tools_forced && r->so)
+        return sv_fail(e, 400, r->so_field, "%s and tool_choice %s both constrain the output; give one", r->so_field,
+                       r->tool_choice == SV_TOOLS_REQUIRED ? "\"required\"" : "naming a function");
+    mr_status st = MR_OK;
+    const char *field = r->so_field;
+    if (tools_forced) {
+        field = r->tool_choice == SV_TOOLS_NAMED ? "tool_choice.function.name" : "tools";
+        st = mr_grammar_tool_calls(r->tools, r->tool_name, &r->grammar);
+    } else if (r->so == SV_SO_JSON) {
+        st = mr_grammar_json_schema(r->so_schema, &r->grammar);
+    } else if (r->so == SV_SO_CHOICE) {
+        size_t n = json_array_size(r->so_choice);
+        const char **c = mr_malloc(n * sizeof *c);
+        if (!c) return sv_fail(e, 500, NULL, "out of memory");
+        for (size_t i = 0; i < n; i++) c[i] = json_string_value(json_array_get(r->so_choice, i));
+        st = mr_grammar_choice(c, n, &r->grammar);
+        mr_free(c);
+    }
+    if (st == MR_ENOMEM) return sv_fail(e, 500, NULL, "out of memory");
+    if (st) return sv_fail(e, 400, field, "%s: %s", field, mr_error_last());
+    return 0;
 }
 
 /* tools: [{"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}] */
@@ -844,7 +955,10 @@ static const field fields[] = {
     {"bad_words", K_BOTH, f_bad_words},
     {"truncate_prompt_tokens", K_BOTH, f_truncate_prompt_tokens},
     {"prompt_logprobs", K_BOTH, f_prompt_logprobs},
-    {"response_format", K_CHAT, f_response_format},
+    {"response_format", K_BOTH, f_response_format},
+    {"guided_json", K_BOTH, f_guided_json},
+    {"guided_choice", K_BOTH, f_guided_choice},
+    {"structured_outputs", K_BOTH, f_structured_outputs},
     {"tools", K_CHAT, f_tools},
     {"tool_choice", K_CHAT, f_tool_choice},
     {"parallel_tool_calls", K_CHAT, f_parallel_tool_calls},
@@ -929,6 +1043,7 @@ int sv_request_parse(sv_kind kind, const char *body, size_t len, const sv_limits
         sv_fail(e, 400, "stream_options", "stream_options can only be given with stream: true");
         goto out;
     }
+    if (compile_grammar(r, e)) goto out;
     if ((int64_t)(r->n_prompts ? r->n_prompts : 1) * r->n > lim->max_choices) {
         sv_fail(e, 400, "n", "%d prompts x n %d is %lld choices; this server takes at most %d per request (--max-choices)",
                 r->n_prompts ? r->n_prompts : 1, r->n, (long long)(r->n_prompts ? r->n_prompts : 1) * r->n,

@@ -19,7 +19,9 @@
  * (<think>, tool-call markup) are decoded with the special tokens kept, so
  * that the parser sees its tags. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "serve/serve_internal.h"
@@ -41,6 +43,8 @@ typedef struct {
     bool failed, unavailable;
     char err[200];
     int n_calls;
+    bool tool_json;       /* tool_choice required / named: the answer is JSON, turned into tool calls at the end */
+    sv_buf json;          /* ... collected here */
     /* the non-streaming body */
     sv_buf content, reasoning, ids;
     sv_buf lp_tokens, lp_values, lp_tops, lp_offsets; /* completions' logprobs arrays, or chat's content items */
@@ -81,6 +85,7 @@ void sv_out_free(sv_out *o) {
         sv_buf_free(&c->lp_values);
         sv_buf_free(&c->lp_tops);
         sv_buf_free(&c->lp_offsets);
+        sv_buf_free(&c->json);
         json_decref(c->calls);
     }
     mr_free(o->c);
@@ -112,6 +117,8 @@ mr_status sv_out_new(sv_job *j, const sv_text *t, const mr_model *m, const char 
             goto oom;
         if (o->chat && !(c->calls = json_array())) goto oom;
         c->echo_pending = echo_lp(o) && o->stream;
+        c->tool_json = o->chat && j->req.grammar &&
+                       (j->req.tool_choice == SV_TOOLS_REQUIRED || j->req.tool_choice == SV_TOOLS_NAMED);
         for (int64_t p = 0; echo_lp(o) && p < c->g->n_prompt; p++) c->lp_offset += (int64_t)piece_len(o, c->g->prompt[p]);
     }
     if (sv_buf_printf(&o->head, "{\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":", j->id,
@@ -432,6 +439,14 @@ static int emit(sv_out *o, int i, const sv_parse_out *po, int32_t tok, const sv_
     return 0;
 }
 
+/* A tool-call answer's content goes to c->json, not to the client. */
+static int divert(sv_choice *c, sv_parse_out *po) {
+    if (!c->tool_json || !po->n_content) return 0;
+    if (sv_buf_add(&c->json, po->content, po->n_content)) return -1;
+    po->n_content = 0;
+    return 0;
+}
+
 /* Releases what the stop strings allow of c->text (everything when final),
  * parses it (chat) and emits or keeps it. tok / lp: the token this follows
  * (-1 / NULL: none). */
@@ -471,11 +486,46 @@ static int release(sv_out *o, int i, bool final, int32_t tok, const sv_logprob *
         po.content = d;
         po.n_content = nd;
     }
-    if (emit(o, i, &po, tok, lp, sse)) return -1;
+    if (divert(c, &po) || emit(o, i, &po, tok, lp, sse)) return -1;
     if (o->chat && (final || c->done)) { /* the parser's held-back tail */
-        if (sv_parse_finish(c->ps, &po) || emit(o, i, &po, -1, NULL, sse)) return -1;
+        if (sv_parse_finish(c->ps, &po) || divert(c, &po) || emit(o, i, &po, -1, NULL, sse)) return -1;
     }
     return 0;
+}
+
+/* The end of a tool-call answer: its JSON as calls (required: [{"name", "parameters"}, ...]; named: the
+ * arguments), or, when it is not that (cut by max_tokens), as content, so that nothing is lost. */
+static int tool_calls_emit(sv_out *o, int i, sv_buf *sse) {
+    sv_choice *c = &o->c[i];
+    const sv_request *r = &o->j->req;
+    json_t *x = c->json.len ? json_loadb(c->json.p, c->json.len, 0, NULL) : NULL;
+    size_t n = r->tool_choice == SV_TOOLS_NAMED ? (json_is_object(x) ? 1 : 0) : json_array_size(x);
+    sv_tool_piece pc[16];
+    char ids[16][40], *args[16] = {0};
+    int rc = 0;
+    if (n == 0 || n > 16) {
+        sv_parse_out po = {.content = c->json.p, .n_content = c->json.len};
+        rc = c->json.len ? emit(o, i, &po, -1, NULL, sse) : 0;
+        json_decref(x);
+        return rc;
+    }
+    static atomic_ullong call_counter;
+    for (size_t k = 0; k < n; k++) {
+        const json_t *call = r->tool_choice == SV_TOOLS_NAMED ? NULL : json_array_get(x, k);
+        const json_t *params = call ? json_object_get(call, "parameters") : x;
+        snprintf(ids[k], sizeof ids[k], "call_%016llx%08llx", (unsigned long long)mr_now_ns(),
+                 (unsigned long long)atomic_fetch_add(&call_counter, 1));
+        args[k] = json_dumps(params, JSON_COMPACT);
+        if (!args[k]) rc = -1;
+        pc[k] = (sv_tool_piece){.index = c->n_calls + (int)k, .id = ids[k],
+                                .name = call ? json_string_value(json_object_get(call, "name")) : r->tool_name,
+                                .args = args[k], .args_len = args[k] ? strlen(args[k]) : 0};
+    }
+    sv_parse_out po = {.tools = pc, .n_tools = n};
+    if (!rc) rc = emit(o, i, &po, -1, NULL, sse);
+    for (size_t k = 0; k < n; k++) free(args[k]);
+    json_decref(x);
+    return rc;
 }
 
 /* The choice's last event: what is held back, then the finish reason. */
@@ -484,6 +534,7 @@ static int finalize(sv_out *o, int i, sv_fin fin, const char *err, sv_buf *sse) 
     if (!c->done) {
         if (c->dt && sv_detok_flush(c->dt, &c->text.p, &c->text.len, &c->text.cap)) return -1;
         if (release(o, i, true, -1, NULL, sse)) return -1;
+        if (c->tool_json && fin != SV_FIN_ERROR && tool_calls_emit(o, i, sse)) return -1;
         if (!c->done) c->reason = fin_reason(fin);
         c->done = true;
         if (fin == SV_FIN_ERROR) {

@@ -43,7 +43,9 @@ char *sv_error_body(const sv_error *e);
  * neutral value.
  * ====================================================================== */
 typedef enum { SV_COMPLETIONS = 0, SV_CHAT = 1 } sv_kind;
-typedef enum { SV_TOOLS_AUTO = 0, SV_TOOLS_NONE = 1 } sv_tool_choice;
+typedef enum { SV_TOOLS_AUTO = 0, SV_TOOLS_NONE = 1, SV_TOOLS_REQUIRED = 2, SV_TOOLS_NAMED = 3 } sv_tool_choice;
+/* Structured outputs: where the request's grammar comes from. */
+typedef enum { SV_SO_NONE = 0, SV_SO_JSON, SV_SO_CHOICE } sv_so;
 
 typedef struct {
     char *text;     /* a text prompt, or NULL when given as ids */
@@ -65,6 +67,13 @@ typedef struct {
     json_t *messages;             /* chat: the validated messages (a reference we hold) */
     json_t *tools;                /* chat: validated tool list, or NULL */
     sv_tool_choice tool_choice;
+    char *tool_name;              /* SV_TOOLS_NAMED: the function's name */
+    sv_so so;                     /* response_format / guided_json / guided_choice / structured_outputs */
+    char so_field[48];            /* the field that asked (for errors) */
+    json_t *so_schema;            /* SV_SO_JSON: the schema, NULL = any JSON object */
+    json_t *so_choice;            /* SV_SO_CHOICE: the list of strings */
+    struct mr_grammar *grammar;   /* compiled at the end of parsing (structured outputs or tool_choice
+                                     required / named), or NULL */
     json_t *chat_template_kwargs; /* chat: object or NULL */
     bool add_generation_prompt;   /* chat [true] */
     int64_t max_tokens;           /* -1: the default (16 for completions, the rest of the context for chat) */
@@ -203,6 +212,11 @@ mr_status sv_text_decode(const sv_text *t, const int32_t *ids, int64_t n, bool s
 mr_status sv_text_render_chat(const sv_text *t, const json_t *messages, const json_t *tools,
                               const json_t *kwargs, bool add_generation_prompt, char **out);
 
+/* The vocabulary by bytes for structured outputs (NULL without a tokenizer). */
+const struct mr_vocab_index *sv_text_vocab_index(const sv_text *t);
+/* Chat answers begin with reasoning that ends in "</think>" (the parser's reasoning format). */
+bool sv_text_reasoning(const sv_text *t);
+
 /* Streaming decode of one choice: push one id, get the bytes it completes
  * (an incomplete UTF-8 sequence is held back until the next token). */
 typedef struct sv_detok sv_detok;
@@ -299,6 +313,7 @@ typedef struct sv_gen {
     uint64_t rid;               /* the engine's request id */
     uint64_t t_last_ns;         /* the previous token */
     bool seen_first;
+    struct mr_matcher *matcher; /* structured outputs: the gen's grammar state (engine thread), or NULL */
 } sv_gen;
 
 typedef struct sv_job {

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "moerun/chat.h"
+#include "moerun/grammar.h"
 #include "moerun/text.h"
 #include "serve/serve_internal.h"
 
@@ -15,6 +16,7 @@ struct sv_text {
     mr_tokenizer *tok;  /* NULL: ids only */
     mr_chat *chat;      /* NULL: no chat template */
     mr_chat_format format;
+    mr_vocab_index *vix; /* structured outputs' token trie */
 };
 
 struct sv_detok {
@@ -37,6 +39,7 @@ mr_status sv_text_open(const char *model_dir, sv_text **out) {
     mr_status s = MR_OK;
     if (stat(path, &st) == 0) {
         if ((s = mr_tokenizer_load(model_dir, &t->tok))) goto fail;
+        if ((s = mr_vocab_index_new(t->tok, &t->vix))) goto fail;
         s = mr_chat_open(model_dir, &t->chat);
         if (s == MR_ENOTFOUND) {
             s = MR_OK; /* completions only */
@@ -64,8 +67,18 @@ mr_status sv_text_check_vocab(const sv_text *t, int64_t vocab) {
 void sv_text_close(sv_text *t) {
     if (!t) return;
     mr_tokenizer_free(t->tok);
+    mr_vocab_index_free(t->vix);
     mr_chat_free(t->chat);
     mr_free(t);
+}
+
+const mr_vocab_index *sv_text_vocab_index(const sv_text *t) { return t ? t->vix : NULL; }
+
+bool sv_text_reasoning(const sv_text *t) {
+    if (!t || !t->chat) return false;
+    mr_chat_parser_opts o;
+    mr_chat_parser_opts_default(&o, t->format);
+    return o.reasoning;
 }
 
 bool sv_text_has_tokenizer(const sv_text *t) { return t && t->tok; }

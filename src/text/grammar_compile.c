@@ -199,13 +199,13 @@ static mr_status compile_object(cctx *c, const json_t *s, const char *path, int3
     mr_status st = new_node(g, G_OBJECT, &id);
     if (st) return st;
     if (np == 0) {
-        int32_t v = -1;
-        if (!addl || json_is_true(addl)) st = any_node(g, &v);
+        int32_t v = -1; /* "properties": {} without additionalProperties is strict too: only {} */
+        if ((!addl && !props) || json_is_true(addl)) st = any_node(g, &v);
         else if (json_is_object(addl)) {
             char p[512];
             snprintf(p, sizeof p, "%s/additionalProperties", path);
             st = compile(c, addl, p, &v);
-        } else if (!json_is_false(addl))
+        } else if (addl && !json_is_false(addl))
             return mr_error_set(MR_EINVAL, "%s/additionalProperties: must be a boolean or a schema", path);
         if (st) return st;
         g->nodes[id].addl = v;

@@ -34,7 +34,7 @@ enum { N_SIGN, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP };
 typedef struct {
     int32_t node;
     uint8_t kind, ph;
-    uint16_t ws; /* whitespace bytes in a row */
+    uint16_t ws; /* whitespace bytes in a row, | WS_NL once one was a newline */
     int32_t a, b;
     int64_t n;
     uint64_t mask;
@@ -112,8 +112,18 @@ static bool push(mr_matcher *m, frame f) {
 
 static bool is_ws(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
-/* A whitespace byte in a frame that allows it: one more in the run, within the limit. */
-static bool take_ws(frame *f) { return f->ws < MR_GRAMMAR_MAX_WS ? (f->ws++, true) : false; }
+/* A whitespace byte in a frame that allows it: one more in the run, within the limits (bit 15 of ws: the
+ * run has its newline). */
+#define WS_NL 0x8000u
+static bool take_ws(frame *f, uint8_t c) {
+    if ((f->ws & ~WS_NL) >= MR_GRAMMAR_MAX_WS) return false;
+    if (c == '\n') {
+        if (f->ws & WS_NL) return false;
+        f->ws |= WS_NL;
+    }
+    f->ws++;
+    return true;
+}
 
 static const mr__gnode *gnode(const mr_matcher *m, int32_t id) { return &m->g->nodes[id]; }
 
@@ -307,7 +317,7 @@ static bool start_key(mr_matcher *m, frame *f, uint8_t c) {
 static bool feed_obj(mr_matcher *m, frame *f, uint8_t c) {
     const mr__gnode *o = gnode(m, f->node);
     bool declared = o->b > 0;
-    if (is_ws(c)) return take_ws(f);
+    if (is_ws(c)) return take_ws(f, c);
     f->ws = 0;
     switch (f->ph) {
     case O_FIRST:
@@ -332,7 +342,7 @@ static bool feed_obj(mr_matcher *m, frame *f, uint8_t c) {
 
 static bool feed_arr(mr_matcher *m, frame *f, uint8_t c) {
     const mr__gnode *a = gnode(m, f->node);
-    if (is_ws(c)) return take_ws(f);
+    if (is_ws(c)) return take_ws(f, c);
     f->ws = 0;
     switch (f->ph) {
     case A_FIRST:
@@ -398,7 +408,7 @@ static bool feed_root(mr_matcher *m, frame *f, uint8_t c) {
         return true;
     }
     case R_WS:
-        if (is_ws(c) && !m->g->raw) return take_ws(f);
+        if (is_ws(c) && !m->g->raw) return take_ws(f, c);
         f->ph = R_VALUE;
         return start_value(m, m->g->root, c);
     default: return false;

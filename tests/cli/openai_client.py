@@ -404,4 +404,81 @@ if text_url:
     expect_exc(openai.BadRequestError, lambda: list(tc.completions.create(
         model=tmodel, prompt=P, max_tokens=2, stream=True, extra_body={"prompt_logprobs": 1})), param="prompt_logprobs")
     print("echo + logprobs (prompt log-probabilities): ok")
+    # structured outputs (response_format json_schema / json_object, guided_choice, tool_choice required and
+    # named): random weights sample from the mask; every answer that ends is checked by jsonschema (PyPI), an
+    # independent validator; the reasoning before </think> is free
+    import json as _json2
+    import jsonschema
+    pet = {"type": "object", "properties": {"ok": {"type": "boolean"}, "kind": {"enum": ["cat", "dog", 3, None]},
+                                            "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 2}},
+           "required": ["ok", "kind", "tags"], "additionalProperties": False}
+    think = "Thinking.</think>\n"
+    ended = 0
+    for seed in range(6):
+        stream = seed % 2 == 1
+        kw = dict(model=tmodel, messages=[{"role": "user", "content": "a pet?"}], max_tokens=300, temperature=1.0,
+                  seed=seed, response_format={"type": "json_schema", "json_schema": {"name": "pet", "schema": pet}},
+                  extra_body={"debug_forced_output": think})
+        if stream:
+            chunks = list(tc.chat.completions.create(stream=True, **kw))
+            content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+            fin = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+            fin = fin[0] if fin else None
+        else:
+            r = tc.chat.completions.create(**kw)
+            content, fin = r.choices[0].message.content, r.choices[0].finish_reason
+            check(extra(r.choices[0].message, "reasoning_content") == "Thinking.", "structured: the reasoning is free")
+        if fin == "stop":
+            ended += 1
+            jsonschema.validate(_json2.loads(content), pet)
+    check(ended >= 4, f"structured outputs: only {ended} of 6 answers ended")
+    r = tc.chat.completions.create(model=tmodel, messages=[{"role": "user", "content": "json"}], max_tokens=300,
+                                    temperature=1.0, seed=9, response_format={"type": "json_object"},
+                                    extra_body={"debug_forced_output": think + "{\"a\": [1, {\"b\": null}]"})
+    if r.choices[0].finish_reason == "stop":
+        check(isinstance(_json2.loads(r.choices[0].message.content), dict), "json_object: not an object")
+    r = tc.completions.create(model=tmodel, prompt="pick", max_tokens=20, temperature=1.0, seed=1,
+                              extra_body={"guided_choice": ["red", "green", "blue sky"]})
+    check(r.choices[0].text in ("red", "green", "blue sky") and r.choices[0].finish_reason == "stop",
+          f"guided_choice: {r.choices[0].text!r}")
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+                 "type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}, "days": {"enum": [1, 2, 3]}},
+                 "required": ["city", "days"]}}},
+             {"type": "function", "function": {"name": "now", "parameters": {"type": "object", "properties": {}}}}]
+    by_name = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
+    called = 0  # random weights: arrays often run to max_tokens; every call that ends is validated
+    for seed in range(8):
+        r = tc.chat.completions.create(model=tmodel, messages=[{"role": "user", "content": "weather?"}], tools=tools,
+                                        tool_choice="required", max_tokens=300, temperature=1.0, seed=seed,
+                                        extra_body={"debug_forced_output": think})
+        c = r.choices[0]
+        if c.finish_reason == "tool_calls":
+            called += 1
+            check(c.message.tool_calls and c.message.content is None, f"required: {c.message}")
+            for tcall in c.message.tool_calls:
+                jsonschema.validate(_json2.loads(tcall.function.arguments), by_name[tcall.function.name])
+    check(called >= 2, f"tool_choice required: {called} of 8 answers were calls")
+    r = tc.chat.completions.create(model=tmodel, messages=[{"role": "user", "content": "weather?"}], tools=tools,
+                                    tool_choice={"type": "function", "function": {"name": "get_weather"}},
+                                    max_tokens=300, temperature=1.0, seed=3, stream=True,
+                                    extra_body={"debug_forced_output": think})
+    chunks = list(r)
+    calls = [t for c in chunks if c.choices and c.choices[0].delta.tool_calls for t in c.choices[0].delta.tool_calls]
+    fin = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    if fin == ["tool_calls"]:
+        check(len(calls) == 1 and calls[0].function.name == "get_weather", f"named tool: {calls}")
+        jsonschema.validate(_json2.loads(calls[0].function.arguments), by_name["get_weather"])
+    else:
+        check(fin == ["length"], f"named tool: finish {fin}")
+    bad = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "a+"}}}
+    expect_exc(openai.BadRequestError, lambda: tc.chat.completions.create(
+        model=tmodel, messages=[{"role": "user", "content": "x"}], max_tokens=4, response_format=bad),
+        param="response_format.json_schema.schema", text="pattern")
+    expect_exc(openai.BadRequestError, lambda: tc.chat.completions.create(
+        model=tmodel, messages=[{"role": "user", "content": "x"}], max_tokens=4, tools=tools,
+        tool_choice={"type": "function", "function": {"name": "nope"}}), param="tool_choice.function.name")
+    expect_exc(openai.BadRequestError, lambda: tc.chat.completions.create(
+        model=tmodel, messages=[{"role": "user", "content": "x"}], max_tokens=4, tool_choice="required"),
+        param="tool_choice")
+    print("structured outputs: ok")
 print(f"OK ({checks} checks)")

@@ -1,0 +1,72 @@
+/* fuzz_grammar.c — libFuzzer target for structured outputs: the input is
+ * a JSON schema, a NUL byte, then output bytes. The schema compiles or is
+ * refused with MR_EINVAL (never a crash); a compiled grammar's matcher takes
+ * the bytes one at a time. Checks: a refused byte leaves the matcher as it
+ * was (the next byte behaves the same as from a fresh matcher fed the
+ * accepted bytes); whenever the matcher says complete on a JSON grammar,
+ * jansson parses the accepted bytes; the token mask over a small vocabulary
+ * of bytes never allows a byte that feeding refuses. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "moerun/grammar.h"
+
+#define CHECK(x)               \
+    do {                       \
+        if (!(x)) abort();     \
+    } while (0)
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static mr_vocab_index *vix; /* id 0: the end token; id b (1..255): the byte b */
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (!vix) {
+        static char bytes[256];
+        static const char *b[256];
+        static size_t len[256];
+        for (int i = 1; i < 256; i++) bytes[i] = (char)i, b[i] = &bytes[i], len[i] = 1;
+        CHECK(mr_vocab_index_from_bytes(b, len, NULL, 256, &vix) == MR_OK);
+    }
+    const uint8_t *nul = memchr(data, 0, size);
+    size_t ns = nul ? (size_t)(nul - data) : size;
+    json_t *schema = json_loadb((const char *)data, ns, JSON_DECODE_ANY, NULL);
+    if (!schema) return 0;
+    mr_grammar *g = NULL;
+    mr_status st = mr_grammar_json_schema(schema, &g);
+    json_decref(schema);
+    CHECK(st == MR_OK || st == MR_EINVAL);
+    if (st) return 0;
+    int32_t end = 0;
+    mr_matcher_opts o = {.end_ids = &end, .n_end = 1};
+    mr_matcher *m = NULL;
+    CHECK(mr_matcher_new(g, vix, &o, &m) == MR_OK);
+    const char *out = nul ? (const char *)nul + 1 : "";
+    size_t n = nul ? size - ns - 1 : 0;
+    char *acc = malloc(n + 1);
+    size_t na = 0;
+    uint32_t allow[8];
+    for (size_t i = 0; i < n && i < 4096; i++) {
+        uint8_t c = (uint8_t)out[i];
+        if (c == 0) continue;
+        if (i % 16 == 0) mr_matcher_mask(m, allow);
+        bool ok = mr_matcher_feed(m, &out[i], 1);
+        if (i % 16 == 0) CHECK(ok == (bool)(allow[c >> 5] >> (c & 31) & 1));
+        if (ok) acc[na++] = (char)c;
+        if (mr_matcher_complete(m)) {
+            json_t *x = json_loadb(acc, na, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+            /* jansson holds no numbers beyond int64 / double: those are JSON it refuses */
+            if (!x) {
+                bool digits = false;
+                for (size_t k = 0; k < na; k++) digits |= acc[k] >= '0' && acc[k] <= '9';
+                CHECK(digits);
+            }
+            json_decref(x);
+        }
+    }
+    free(acc);
+    mr_matcher_free(m);
+    mr_grammar_free(g);
+    return 0;
+}
