@@ -54,13 +54,27 @@ typedef struct {
 
 enum { T_BYTES = 1, T_SPECIAL = 2 };
 
+/* Three tries in one node array: every token with bytes (TR_ALL), the
+ * tokens that are not plain string text (TR_STR: a quote, a backslash, a
+ * control byte, or not whole UTF-8 characters; and the special tokens), and
+ * the tokens holding a '<' (TR_LT). Inside a string the plain tokens are
+ * allowed at once (bitset plain, their characters in chars[]) and only
+ * TR_STR is walked; in free text before a "</think>"-like marker none of
+ * which is matched yet, the tokens without '<' are (bitset nolt) and only
+ * TR_LT is walked: the two states a model spends most tokens in cost a
+ * walk of the few tokens that can change the state, not of the vocabulary. */
+enum { TR_ALL, TR_STR, TR_LT, TR_COUNT };
+
 struct mr_vocab_index {
     int32_t n_ids;
     tnode *nodes;
     int32_t n_nodes, cap_nodes;
-    int32_t *tok_next; /* [n_ids] */
+    int32_t root[TR_COUNT];
+    int32_t *tok_next[TR_COUNT]; /* [n_ids] each */
     uint8_t *flags;    /* [n_ids] T_* */
     uint32_t *off, *len; /* [n_ids] into pool */
+    uint16_t *chars;   /* [n_ids] characters of a plain token */
+    uint32_t *plain, *nolt; /* [(n_ids + 31) / 32] */
     char *pool;
 };
 
@@ -531,18 +545,15 @@ mr_status mr_matcher_accept(mr_matcher *m, int32_t token) {
     return MR_OK;
 }
 
-static void dfs(mr_matcher *m, int32_t node, bool free_start, uint32_t *allow, int64_t *count) {
+static void dfs(mr_matcher *m, const int32_t *next, int32_t node, bool free_start, uint32_t *allow) {
     const mr_vocab_index *v = m->v;
     for (int32_t ch = v->nodes[node].child; ch >= 0; ch = v->nodes[ch].sib) {
         size_t mark = m->njr;
         int depth = m->depth;
         if (feed(m, v->nodes[ch].c)) {
-            for (int32_t t = v->nodes[ch].tok; t >= 0; t = v->tok_next[t]) {
-                if ((v->flags[t] & T_SPECIAL && !free_start) || is_end(m, t)) continue;
-                allow[t >> 5] |= 1u << (t & 31);
-                (*count)++;
-            }
-            if (v->nodes[ch].child >= 0) dfs(m, ch, free_start, allow, count);
+            for (int32_t t = v->nodes[ch].tok; t >= 0; t = next[t])
+                if (!(v->flags[t] & T_SPECIAL) || free_start) allow[t >> 5] |= 1u << (t & 31);
+            if (v->nodes[ch].child >= 0) dfs(m, next, ch, free_start, allow);
         }
         undo(m, mark, depth);
     }
@@ -550,20 +561,40 @@ static void dfs(mr_matcher *m, int32_t node, bool free_start, uint32_t *allow, i
 
 int64_t mr_matcher_mask(mr_matcher *m, uint32_t *allow) {
     const mr_vocab_index *v = m->v;
-    memset(allow, 0, (size_t)(v->n_ids + 31) / 32 * sizeof(uint32_t));
-    int64_t count = 0;
-    if (m->ended || mr_matcher_complete(m))
-        for (int i = 0; i < m->n_end; i++)
-            if (m->end[i] >= 0 && m->end[i] < v->n_ids && !(allow[m->end[i] >> 5] >> (m->end[i] & 31) & 1)) {
-                allow[m->end[i] >> 5] |= 1u << (m->end[i] & 31);
-                count++;
+    const size_t words = (size_t)(v->n_ids + 31) / 32;
+    memset(allow, 0, words * sizeof(uint32_t));
+    if (!m->ended) {
+        const frame *f = &m->st[m->depth - 1];
+        const bool free_start = m->depth == 1 && f->ph == R_FREE;
+        int tr = TR_ALL;
+        if (free_start && f->a == 0 && m->until[0] == '<') { /* free text, no '<' yet: those without one go on */
+            memcpy(allow, v->nolt, words * sizeof(uint32_t));
+            tr = TR_LT;
+        } else if (f->kind == F_STR && f->ph == S_CHARS) { /* string text: the plain tokens that fit its length */
+            const int64_t hi = str_hi(m, f);
+            if (hi < 0) {
+                memcpy(allow, v->plain, words * sizeof(uint32_t));
+            } else {
+                for (int32_t t = 0; t < v->n_ids; t++)
+                    if ((v->plain[t >> 5] >> (t & 31) & 1) && f->n + v->chars[t] <= hi) allow[t >> 5] |= 1u << (t & 31);
             }
-    if (m->ended) return count;
-    size_t mark = m->njr;
-    int depth = m->depth;
-    dfs(m, 0, m->depth == 1 && m->st[0].ph == R_FREE, allow, &count);
-    undo(m, mark, depth);
-    m->oom = false;
+            tr = TR_STR;
+        }
+        size_t mark = m->njr;
+        int depth = m->depth;
+        dfs(m, v->tok_next[tr], v->root[tr], free_start, allow);
+        undo(m, mark, depth);
+        m->oom = false;
+    }
+    const bool end_ok = m->ended || mr_matcher_complete(m);
+    for (int i = 0; i < m->n_end; i++) { /* the end ids: only where the output may end */
+        int32_t t = m->end[i];
+        if (t < 0 || t >= v->n_ids) continue;
+        if (end_ok) allow[t >> 5] |= 1u << (t & 31);
+        else allow[t >> 5] &= ~(1u << (t & 31));
+    }
+    int64_t count = 0;
+    for (size_t w = 0; w < words; w++) count += __builtin_popcount(allow[w]);
     return count;
 }
 
@@ -584,47 +615,96 @@ static int32_t trie_child(mr_vocab_index *v, int32_t node, uint8_t c) {
     return id;
 }
 
+static bool trie_add(mr_vocab_index *v, int tr, int32_t id, const char *b, size_t n) {
+    int32_t node = v->root[tr];
+    for (size_t k = 0; k < n && node >= 0; k++) node = trie_child(v, node, (uint8_t)b[k]);
+    if (node < 0) return false;
+    v->tok_next[tr][id] = v->nodes[node].tok;
+    v->nodes[node].tok = id;
+    return true;
+}
+
+/* Whole UTF-8 characters (as the matcher's string rules take them), no control byte, quote or backslash:
+ * the number of characters, or -1. */
+static int64_t plain_chars(const uint8_t *b, size_t n) {
+    int64_t chars = 0;
+    for (size_t i = 0; i < n; chars++) {
+        uint8_t c = b[i];
+        if (c < 0x20 || c == '"' || c == '\\') return -1;
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t k = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : 1;
+        if (c < 0xC2 || c > 0xF4 || i + k >= n) return -1; /* not a lead byte, or the token cuts the character */
+        uint8_t lo = 0x80, up = 0xBF;
+        if (c == 0xE0) lo = 0xA0;
+        else if (c == 0xED) up = 0x9F;
+        else if (c == 0xF0) lo = 0x90;
+        else if (c == 0xF4) up = 0x8F;
+        if (b[i + 1] < lo || b[i + 1] > up) return -1;
+        for (size_t j = 2; j <= k; j++)
+            if (b[i + j] < 0x80 || b[i + j] > 0xBF) return -1;
+        i += k + 1;
+    }
+    return chars;
+}
+
 mr_status mr_vocab_index_from_bytes(const char *const *bytes, const size_t *len, const bool *special, int32_t n,
                                     mr_vocab_index **out) {
     *out = NULL;
     if (n <= 0) return mr_error_set(MR_EINVAL, "vocabulary index: no tokens");
     mr_vocab_index *v = mr_calloc(1, sizeof *v);
     if (!v) return MR_ENOMEM;
-    size_t total = 0;
+    size_t total = 0, words = (size_t)(n + 31) / 32;
     for (int32_t i = 0; i < n; i++) total += bytes[i] ? len[i] : 0;
     v->n_ids = n;
-    v->tok_next = mr_malloc((size_t)n * sizeof(int32_t));
+    bool ok = true;
+    for (int k = 0; k < TR_COUNT; k++) ok &= (v->tok_next[k] = mr_malloc((size_t)n * sizeof(int32_t))) != NULL;
     v->flags = mr_calloc((size_t)n, 1);
     v->off = mr_malloc((size_t)n * sizeof(uint32_t));
     v->len = mr_malloc((size_t)n * sizeof(uint32_t));
+    v->chars = mr_calloc((size_t)n, sizeof(uint16_t));
+    v->plain = mr_calloc(words, sizeof(uint32_t));
+    v->nolt = mr_calloc(words, sizeof(uint32_t));
     v->pool = mr_malloc(total + 1);
     v->cap_nodes = 1024;
     v->nodes = mr_malloc((size_t)v->cap_nodes * sizeof(tnode));
     mr_status st = MR_OK;
-    if (!v->tok_next || !v->flags || !v->off || !v->len || !v->pool || !v->nodes || total > UINT32_MAX) {
+    if (!ok || !v->flags || !v->off || !v->len || !v->chars || !v->plain || !v->nolt || !v->pool || !v->nodes ||
+        total > UINT32_MAX) {
         st = total > UINT32_MAX ? mr_error_set(MR_EINVAL, "vocabulary index: over 4 GiB of token bytes") : MR_ENOMEM;
         goto out;
     }
-    v->nodes[0] = (tnode){.child = -1, .sib = -1, .tok = -1};
-    v->n_nodes = 1;
+    for (int k = 0; k < TR_COUNT; k++) {
+        v->root[k] = k;
+        v->nodes[k] = (tnode){.child = -1, .sib = -1, .tok = -1};
+    }
+    v->n_nodes = TR_COUNT;
     size_t at = 0;
     for (int32_t i = 0; i < n; i++) {
-        v->tok_next[i] = -1;
+        for (int k = 0; k < TR_COUNT; k++) v->tok_next[k][i] = -1;
         v->off[i] = (uint32_t)at;
         v->len[i] = 0;
         if (!bytes[i] || !len[i]) continue;
         memcpy(v->pool + at, bytes[i], len[i]);
         v->len[i] = (uint32_t)len[i];
         at += len[i];
-        v->flags[i] = (uint8_t)(T_BYTES | (special && special[i] ? T_SPECIAL : 0));
-        int32_t node = 0;
-        for (size_t k = 0; k < len[i] && node >= 0; k++) node = trie_child(v, node, (uint8_t)bytes[i][k]);
-        if (node < 0) {
+        const bool sp = special && special[i];
+        v->flags[i] = (uint8_t)(T_BYTES | (sp ? T_SPECIAL : 0));
+        const int64_t chars = sp ? -1 : plain_chars((const uint8_t *)bytes[i], len[i]);
+        const bool lt = memchr(bytes[i], '<', len[i]) != NULL;
+        if (chars >= 0 && chars <= UINT16_MAX) {
+            v->plain[i >> 5] |= 1u << (i & 31);
+            v->chars[i] = (uint16_t)chars;
+        }
+        if (!lt) v->nolt[i >> 5] |= 1u << (i & 31);
+        if (!trie_add(v, TR_ALL, i, bytes[i], len[i]) ||
+            ((chars < 0 || chars > UINT16_MAX) && !trie_add(v, TR_STR, i, bytes[i], len[i])) ||
+            (lt && !trie_add(v, TR_LT, i, bytes[i], len[i]))) {
             st = MR_ENOMEM;
             goto out;
         }
-        v->tok_next[i] = v->nodes[node].tok;
-        v->nodes[node].tok = i;
     }
 out:
     if (st) {
@@ -657,7 +737,10 @@ mr_status mr_vocab_index_new(const mr_tokenizer *t, mr_vocab_index **out) {
 void mr_vocab_index_free(mr_vocab_index *v) {
     if (!v) return;
     mr_free(v->nodes);
-    mr_free(v->tok_next);
+    for (int k = 0; k < TR_COUNT; k++) mr_free(v->tok_next[k]);
+    mr_free(v->chars);
+    mr_free(v->plain);
+    mr_free(v->nolt);
     mr_free(v->flags);
     mr_free(v->off);
     mr_free(v->len);
