@@ -235,7 +235,14 @@ static size_t utf8_chars(const char *s) {
 static bool of_type(const json_t *doc, const json_t *s, const char *t, const json_t *x) {
     if (!strcmp(t, "null")) return json_is_null(x);
     if (!strcmp(t, "boolean")) return json_is_boolean(x);
-    if (!strcmp(t, "integer")) return json_is_integer(x);
+    if (!strcmp(t, "integer")) {
+        if (!json_is_integer(x)) return false;
+        const json_int_t v = json_integer_value(x);
+        const json_t *mn = json_object_get(s, "minimum"), *mx = json_object_get(s, "maximum"),
+                     *xmn = json_object_get(s, "exclusiveMinimum"), *xmx = json_object_get(s, "exclusiveMaximum");
+        return (!mn || (double)v >= json_number_value(mn)) && (!mx || (double)v <= json_number_value(mx)) &&
+               (!xmn || (double)v > json_number_value(xmn)) && (!xmx || (double)v < json_number_value(xmx));
+    }
     if (!strcmp(t, "number")) return json_is_number(x);
     if (!strcmp(t, "string")) {
         if (!json_is_string(x)) return false;
@@ -309,6 +316,9 @@ static const char *const SCHEMAS[] = {
     "{\"type\":\"array\",\"items\":{\"type\":[\"integer\",\"string\",\"null\"]},\"maxItems\":4}",
     "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\"}}",
     "{\"const\":{\"a\":[1,2]}}",
+    "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\",\"minimum\":-15,\"maximum\":120},\"m\":{\"type\":"
+    "\"integer\",\"exclusiveMinimum\":7.5,\"exclusiveMaximum\":1000},\"k\":{\"type\":\"array\",\"items\":{\"type\":"
+    "\"integer\",\"minimum\":5,\"maximum\":5}}},\"required\":[\"n\",\"m\",\"k\"]}",
     "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"},\"b\":{\"type\":\"number\"}}}",
     NULL};
 
@@ -487,6 +497,38 @@ static void test_whitespace_limit(void **state) {
     vocab_free(&v);
 }
 
+/* Integer bounds: exact at the edges, and no prefix that cannot be finished. */
+static void test_integer_bounds(void **state) {
+    (void)state;
+    vocab v = synth_vocab();
+    mr_vocab_index *ix = index_of(&v);
+    json_t *s = json_loads("{\"type\":\"integer\",\"minimum\":-15,\"maximum\":120}", 0, NULL);
+    mr_grammar *g = NULL;
+    assert_int_equal(mr_grammar_json_schema(s, &g), MR_OK);
+    static const struct {
+        const char *t;
+        int want;
+    } C[] = {{"-15", 1}, {"-16", -1}, {"-1", 1}, {"-", 0}, {"-0", 1}, {"0", 1}, {"05", -1}, {"120", 1}, {"121", -1},
+             {"12", 1}, {"1200", -1}, {"99", 1}, {"-2", 1}, {"-20", -1}, {"1.5", -1}, {"13", 0}};
+    for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
+        int got = judge(g, ix, C[i].t, strlen(C[i].t));
+        if (got != C[i].want && !(C[i].want == 0 && got == 1)) fail_msg("%s: %d, want %d", C[i].t, got, C[i].want);
+    }
+    /* "13" is complete (13 is in range) and could not go on (130 is not) */
+    assert_int_equal(judge(g, ix, "13", 2), 1);
+    assert_int_equal(judge(g, ix, "130", 3), -1);
+    /* every integer in [-40, 200]: accepted and complete exactly when in range */
+    for (int k = -40; k <= 200; k++) {
+        char b[16];
+        snprintf(b, sizeof b, "%d", k);
+        assert_int_equal(judge(g, ix, b, strlen(b)) == 1, k >= -15 && k <= 120);
+    }
+    mr_grammar_free(g);
+    json_decref(s);
+    mr_vocab_index_free(ix);
+    vocab_free(&v);
+}
+
 static void test_choice(void **state) {
     (void)state;
     vocab v = synth_vocab();
@@ -549,7 +591,8 @@ static void test_refused_schemas(void **state) {
         const char *schema, *needle;
     } C[] = {
         {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"^x\"}}}", "#/properties/a/pattern"},
-        {"{\"type\":\"integer\",\"minimum\":0}", "#/minimum"},
+        {"{\"type\":\"number\",\"minimum\":0}", "integer\"} alone"},
+        {"{\"type\":\"integer\",\"minimum\":3,\"exclusiveMaximum\":3}", "no integer lies in [3, 2]"},
         {"{\"anyOf\":[{\"type\":\"object\"},{\"type\":\"object\",\"properties\":{\"a\":true}}]}", "start with '{'"},
         {"{\"type\":\"strng\"}", "not a JSON schema type"},
         {"{\"$ref\":\"#/$defs/none\"}", "does not resolve"},
@@ -636,6 +679,7 @@ int main(void) {
         cmocka_unit_test(test_json_mode_against_jansson), cmocka_unit_test(test_schema_walks),
         cmocka_unit_test(test_mask_equals_per_token),     cmocka_unit_test(test_free_prefix_and_specials),
         cmocka_unit_test(test_whitespace_limit),          cmocka_unit_test(test_choice),
+        cmocka_unit_test(test_integer_bounds),
         cmocka_unit_test(test_tool_calls),                cmocka_unit_test(test_refused_schemas),
         cmocka_unit_test(test_real_tokenizer),
     };

@@ -21,7 +21,9 @@
  *   when properties are given (strict, also when empty: {} alone),
  *   additionalProperties (a schema, true or false) when they are not;
  *   array: items, minItems, maxItems;  string: minLength, maxLength
- *   (characters); integer, number, boolean, null.
+ *   (characters); integer with minimum, maximum, exclusiveMinimum,
+ *   exclusiveMaximum (a digit comes only when the number can still end in
+ *   range); number, boolean, null.
  * Annotations (title, description, default, examples, $schema, $id,
  * $comment, ...) are ignored. Whitespace between JSON tokens: at most
  * MR_GRAMMAR_MAX_WS bytes in a row, of which at most one newline (compact

@@ -2,6 +2,7 @@
  * schema, a list of choices or a request's tools; then checks that every
  * union can be decided by its first byte. What a schema may hold is in
  * moerun/grammar.h; anything else that constrains is refused by name. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +11,7 @@
 
 /* Keywords that constrain a value in ways the matcher does not enforce. */
 static const char *const UNSUPPORTED[] = {
-    "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+    "pattern", "format", "multipleOf",
     "prefixItems", "uniqueItems", "contains", "minContains", "maxContains", "patternProperties",
     "propertyNames", "dependentRequired", "dependentSchemas", "dependencies", "if", "then", "else", "not",
     "minProperties", "maxProperties", "unevaluatedProperties", "unevaluatedItems", "contentEncoding",
@@ -245,6 +246,33 @@ static mr_status compile_object(cctx *c, const json_t *s, const char *path, int3
     return MR_OK;
 }
 
+/* minimum / maximum / exclusiveMinimum / exclusiveMaximum of an integer (numbers, or draft 4's booleans
+ * beside minimum / maximum) as inclusive int64 bounds. */
+static mr_status int_bounds(const json_t *s, const char *path, mr__gnode *n) {
+    static const char *const K[4] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+    for (int k = 0; k < 4; k++) {
+        const json_t *v = json_object_get(s, K[k]);
+        if (!v || json_is_boolean(v)) continue;
+        if (!json_is_number(v)) return mr_error_set(MR_EINVAL, "%s/%s: must be a number", path, K[k]);
+        double x = json_number_value(v);
+        if (!(x > -9.0e18 && x < 9.0e18)) return mr_error_set(MR_EINVAL, "%s/%s: beyond the 64-bit integers", path, K[k]);
+        const bool excl = k % 2 == 1 ? true : json_is_true(json_object_get(s, K[k + 1])); /* draft 4: a boolean */
+        int64_t b;
+        if (k < 2) { /* lower */
+            b = excl ? (int64_t)floor(x) + 1 : (int64_t)ceil(x);
+            if (!(n->bounds & 1) || b > n->lo) n->lo = b;
+            n->bounds |= 1;
+        } else {
+            b = excl ? (int64_t)ceil(x) - 1 : (int64_t)floor(x);
+            if (!(n->bounds & 2) || b < n->hi) n->hi = b;
+            n->bounds |= 2;
+        }
+    }
+    if (n->bounds == 3 && n->lo > n->hi)
+        return mr_error_set(MR_EINVAL, "%s: no integer lies in [%lld, %lld]", path, (long long)n->lo, (long long)n->hi);
+    return MR_OK;
+}
+
 static mr_status compile_type(cctx *c, const json_t *s, const char *type, const char *path, int32_t *out) {
     mr_grammar *g = c->g;
     mr_status st;
@@ -280,7 +308,10 @@ static mr_status compile_type(cctx *c, const json_t *s, const char *type, const 
         return (*out = id), MR_OK;
     }
     if (!strcmp(type, "number")) return new_node(g, G_NUMBER, out);
-    if (!strcmp(type, "integer")) return new_node(g, G_INTEGER, out);
+    if (!strcmp(type, "integer")) {
+        if ((st = new_node(g, G_INTEGER, out))) return st;
+        return int_bounds(s, path, &g->nodes[*out]);
+    }
     if (!strcmp(type, "boolean") || !strcmp(type, "null")) {
         json_t *v = !strcmp(type, "null") ? json_pack("[n]") : json_pack("[bb]", 1, 0);
         if (!v) return MR_ENOMEM;
@@ -340,6 +371,14 @@ static mr_status compile(cctx *c, const json_t *s, const char *path, int32_t *ou
                               "enforced)", path, UNSUPPORTED[i]);
             goto out;
         }
+    const json_t *ty = json_object_get(s, "type");
+    if ((json_object_get(s, "minimum") || json_object_get(s, "maximum") || json_object_get(s, "exclusiveMinimum") ||
+         json_object_get(s, "exclusiveMaximum")) &&
+        !(json_is_string(ty) && !strcmp(json_string_value(ty), "integer"))) {
+        st = mr_error_set(MR_EINVAL, "%s: minimum / maximum are supported on {\"type\": \"integer\"} alone (not on "
+                          "numbers, where they would not be enforced)", path);
+        goto out;
+    }
     const json_t *ref = json_object_get(s, "$ref"), *en = json_object_get(s, "enum"), *co = json_object_get(s, "const"),
                  *any = json_object_get(s, "anyOf"), *one = json_object_get(s, "oneOf"),
                  *all = json_object_get(s, "allOf"), *type = json_object_get(s, "type");

@@ -10,7 +10,8 @@
  *               parameters follow the name)
  *   G_ARRAY     items node a, lo .. hi items (hi -1: no limit)
  *   G_STRING    lo .. hi characters (hi -1: no limit)
- *   G_NUMBER, G_INTEGER
+ *   G_NUMBER, G_INTEGER (an integer may have bounds: bit 0 of bounds, lo <=
+ *               the value; bit 1, the value <= hi)
  *   G_LITERALS  literals [a, a + b) of g->lits, sorted bytewise, distinct:
  *               the value is exactly one of them
  *   G_UNION     alternatives [a, a + b) of g->alts: the first byte picks one
@@ -25,6 +26,7 @@ typedef enum { G_PENDING = 0, G_OBJECT, G_ARRAY, G_STRING, G_NUMBER, G_INTEGER, 
 
 typedef struct {
     uint8_t kind;
+    uint8_t bounds;
     int32_t a, b;
     int64_t lo, hi;
     int32_t addl;

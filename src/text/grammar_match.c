@@ -29,7 +29,7 @@ enum { R_FREE, R_WS, R_VALUE, R_DONE };
 enum { O_FIRST, O_KEY, O_COLON, O_VALWS, O_VAL, O_NEXT, O_COMMA };
 enum { A_FIRST, A_VAL, A_NEXT, A_COMMA };
 enum { S_CHARS, S_ESC, S_HEX, S_CONT, S_LOW1, S_LOW2 };
-enum { N_SIGN, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP };
+enum { N_START, N_SIGN, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP };
 
 typedef struct {
     int32_t node;
@@ -180,6 +180,30 @@ static bool lit_settle(mr_matcher *m, const frame *f) {
     return true;
 }
 
+/* Integer bounds. The frame of a bounded integer keeps the magnitude so far (n, saturated past any int64)
+ * and the sign (b). A digit is taken only when some integer written with the new prefix is in range, so
+ * that the output never reaches a number it cannot finish. */
+__extension__ typedef __int128 i128;
+#define MAG_CAP ((int64_t)4000000000000000000)
+
+static bool in_range(const mr__gnode *n, i128 v) {
+    return (!(n->bounds & 1) || v >= n->lo) && (!(n->bounds & 2) || v <= n->hi);
+}
+
+static bool int_feasible(const mr__gnode *n, bool neg, int64_t p) {
+    i128 lo = p, hi = p; /* the magnitudes with j more digits: [p 10^j, p 10^j + 10^j - 1] */
+    for (int j = 0; j < 20 && lo <= MAG_CAP; j++) {
+        i128 vlo = neg ? -hi : lo, vhi = neg ? -lo : hi;
+        if ((!(n->bounds & 2) || vlo <= n->hi) && (!(n->bounds & 1) || vhi >= n->lo)) return true;
+        lo *= 10, hi = hi * 10 + 9;
+    }
+    return false;
+}
+
+static i128 int_value(const frame *f) { return f->b ? -(i128)f->n : (i128)f->n; }
+
+static int feed_num(mr_matcher *m, frame *f, uint8_t c);
+
 /* Starts a value of node with its first byte c (the frame below already expects it). */
 static bool start_value(mr_matcher *m, int32_t node, uint8_t c) {
     int32_t p = mr__gpick(m->g, node, c);
@@ -192,8 +216,9 @@ static bool start_value(mr_matcher *m, int32_t node, uint8_t c) {
     case G_STRING: f.kind = F_STR, f.ph = S_CHARS; return push(m, f);
     case G_NUMBER:
     case G_INTEGER:
-        f.kind = F_NUM, f.ph = c == '-' ? N_SIGN : c == '0' ? N_ZERO : N_INT;
-        return push(m, f);
+        f.kind = F_NUM, f.ph = N_START, f.b = 0;
+        if (!push(m, f)) return false;
+        return feed_num(m, &m->st[m->depth - 1], c) == 1; /* a fresh frame: nothing to journal */
     case G_LITERALS: {
         int32_t lo = n->a, hi = n->a + n->b;
         size_t len;
@@ -209,7 +234,11 @@ static bool start_value(mr_matcher *m, int32_t node, uint8_t c) {
 }
 
 static bool accepting(const mr_matcher *m, const frame *f) {
-    if (f->kind == F_NUM) return f->ph == N_ZERO || f->ph == N_INT || f->ph == N_FRAC || f->ph == N_EXP;
+    if (f->kind == F_NUM) {
+        const mr__gnode *n = gnode(m, f->node);
+        if (n->bounds) return (f->ph == N_ZERO || f->ph == N_INT) && in_range(n, int_value(f));
+        return f->ph == N_ZERO || f->ph == N_INT || f->ph == N_FRAC || f->ph == N_EXP;
+    }
     if (f->kind == F_LIT) {
         size_t len;
         mr__glit(m->g, f->a, &len);
@@ -272,15 +301,32 @@ static bool feed_str(mr_matcher *m, frame *f, uint8_t c) {
 
 /* One byte of a number; 1 taken, 0 refused, -1 the number ended before it. */
 static int feed_num(mr_matcher *m, frame *f, uint8_t c) {
-    bool dig = c >= '0' && c <= '9', real = gnode(m, f->node)->kind == G_NUMBER;
+    const mr__gnode *node = gnode(m, f->node);
+    bool dig = c >= '0' && c <= '9', real = node->kind == G_NUMBER, bounded = node->bounds != 0;
     switch (f->ph) {
-    case N_SIGN: return c == '0' ? (f->ph = N_ZERO, 1) : dig ? (f->ph = N_INT, 1) : 0;
+    case N_START:
+    case N_SIGN:
+        if (f->ph == N_START && c == '-')
+            return !bounded || !(node->bounds & 1) || node->lo <= 0 ? (f->ph = N_SIGN, f->b = 1, 1) : 0;
+        if (!dig) return 0;
+        f->n = c - '0';
+        if (bounded && !(c == '0' ? in_range(node, 0) : int_feasible(node, f->b, f->n))) return 0;
+        f->ph = c == '0' ? N_ZERO : N_INT;
+        return 1;
     case N_ZERO:
     case N_INT:
-        if (dig) return f->ph == N_INT;
+        if (dig) {
+            if (f->ph == N_ZERO) return 0;
+            if (bounded) {
+                int64_t p = f->n > MAG_CAP / 10 ? MAG_CAP : f->n * 10 + (c - '0');
+                if (!int_feasible(node, f->b, p)) return 0;
+                f->n = p;
+            }
+            return 1;
+        }
         if (real && c == '.') return f->ph = N_DOT, 1;
         if (real && (c == 'e' || c == 'E')) return f->ph = N_E, 1;
-        return -1;
+        return bounded && !in_range(node, int_value(f)) ? 0 : -1;
     case N_DOT: return dig ? (f->ph = N_FRAC, 1) : 0;
     case N_FRAC:
         if (dig) return 1;
