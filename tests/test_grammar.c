@@ -20,6 +20,9 @@
 
 #include <cmocka.h>
 
+#include <locale.h>
+#include <regex.h>
+
 #include "moerun/grammar.h"
 #include "testutil.h"
 
@@ -247,6 +250,14 @@ static bool of_type(const json_t *doc, const json_t *s, const char *t, const jso
     if (!strcmp(t, "string")) {
         if (!json_is_string(x)) return false;
         size_t n = utf8_chars(json_string_value(x));
+        const json_t *pat = json_object_get(s, "pattern");
+        regex_t rx;
+        if (pat) { /* POSIX ERE reads these test patterns as JSON Schema does */
+            assert_int_equal(regcomp(&rx, json_string_value(pat), REG_EXTENDED | REG_NOSUB), 0);
+            bool ok = regexec(&rx, json_string_value(x), 0, NULL, 0) == 0;
+            regfree(&rx);
+            if (!ok) return false;
+        }
         const json_t *lo = json_object_get(s, "minLength"), *hi = json_object_get(s, "maxLength");
         return (!lo || (json_int_t)n >= json_integer_value(lo)) && (!hi || (json_int_t)n <= json_integer_value(hi));
     }
@@ -316,6 +327,8 @@ static const char *const SCHEMAS[] = {
     "{\"type\":\"array\",\"items\":{\"type\":[\"integer\",\"string\",\"null\"]},\"maxItems\":4}",
     "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\"}}",
     "{\"const\":{\"a\":[1,2]}}",
+    "{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"date\"},\"s\":{\"type\":\"string\","
+    "\"pattern\":\"^[a-c\\\"]{1,3}\\\\.?$\"}},\"required\":[\"d\",\"s\"]}",
     "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\",\"minimum\":-15,\"maximum\":120},\"m\":{\"type\":"
     "\"integer\",\"exclusiveMinimum\":7.5,\"exclusiveMaximum\":1000},\"k\":{\"type\":\"array\",\"items\":{\"type\":"
     "\"integer\",\"minimum\":5,\"maximum\":5}}},\"required\":[\"n\",\"m\",\"k\"]}",
@@ -529,6 +542,100 @@ static void test_integer_bounds(void **state) {
     vocab_free(&v);
 }
 
+/* Patterns and formats against POSIX regexec (glibc's, an independent engine; JSON Schema's patterns
+ * search as regexec does): every short string over a small alphabet is accepted as a complete string
+ * exactly when regexec matches it; random walks over the mask end and match. */
+static void test_patterns(void **state) {
+    (void)state;
+    static const char *const P[] = {"^[a-c]+[0-9]{2,3}$", "^(ab|cd)*e?$", "b+c", "^[^x]{0,4}$", "^a.b$", "x$", "^(a|b)?c{1,2}",
+                                    "^[a-c-]+-[0-9]$", "^(a|ab)(c|bcd)(d*)$"};
+    const char alpha[] = "abcdex01-";
+    /* regexec counts characters, not bytes, under a UTF-8 locale (the walks write non-ASCII ones) */
+    if (!setlocale(LC_CTYPE, "C.UTF-8") && !setlocale(LC_CTYPE, "en_US.UTF-8")) fail_msg("no UTF-8 locale for regexec");
+    vocab v = synth_vocab();
+    mr_vocab_index *ix = index_of(&v);
+    tu_rng r = {17};
+    char *buf = malloc(1 << 16);
+    for (size_t pi = 0; pi < sizeof P / sizeof P[0]; pi++) {
+        regex_t rx;
+        assert_int_equal(regcomp(&rx, P[pi], REG_EXTENDED | REG_NOSUB), 0);
+        json_t *sc = json_pack("{s:s,s:s}", "type", "string", "pattern", P[pi]);
+        mr_grammar *g = NULL;
+        if (mr_grammar_json_schema(sc, &g)) fail_msg("%s: %s", P[pi], mr_error_last());
+        for (int it = 0; it < 4000; it++) { /* all strings up to length 3, then random ones up to 8 */
+            char str[16], q[20];
+            int n = it < 820 ? 0 : 4 + (int)(tu_next(&r) % 5), k = it;
+            if (it < 820) {
+                for (int L = 0, base = 1, left = it; L <= 3; L++, base *= 9) { /* the it-th string in length order */
+                    if (left < base) {
+                        n = L, k = left;
+                        break;
+                    }
+                    left -= base;
+                }
+                for (int i = 0; i < n; i++, k /= 9) str[i] = alpha[k % 9];
+            } else {
+                for (int i = 0; i < n; i++) str[i] = alpha[tu_next(&r) % 9];
+            }
+            str[n] = 0;
+            snprintf(q, sizeof q, "\"%s\"", str);
+            bool want = regexec(&rx, str, 0, NULL, 0) == 0;
+            if ((judge(g, ix, q, strlen(q)) == 1) != want) fail_msg("%s on \"%s\": regexec %d", P[pi], str, want);
+        }
+        int ended = 0;
+        for (int it = 0; it < 50; it++) {
+            mr_matcher *m = matcher(g, ix, NULL);
+            size_t n;
+            if (!walk(m, &v, (const char *const *)v.b, v.len, v.n, &r, 300, buf, 1 << 16, &n, true)) {
+                mr_matcher_free(m);
+                continue;
+            }
+            ended++;
+            json_t *x = json_loadb(buf, n, JSON_DECODE_ANY, NULL);
+            if (!x || !json_is_string(x) || regexec(&rx, json_string_value(x), 0, NULL, 0))
+                fail_msg("%s: the walk gave %s", P[pi], buf);
+            json_decref(x);
+            mr_matcher_free(m);
+        }
+        if (P[pi][0] == '^' && ended < 10) fail_msg("%s: %d of 50 walks ended", P[pi], ended); /* searches wait for their match */
+        regfree(&rx);
+        mr_grammar_free(g);
+        json_decref(sc);
+    }
+    free(buf);
+    /* formats, and a JSON escape read as its character */
+    static const struct {
+        const char *fmt, *text;
+        int want;
+    } F[] = {{"date", "\"2024-02-29\"", 1}, {"date", "\"2024-13-01\"", -1}, {"date", "\"2024-1-01\"", -1},
+             {"date-time", "\"2024-01-02T03:04:05Z\"", 1}, {"date-time", "\"2024-01-02T23:59:60.123+01:00\"", -1},
+             {"date-time", "\"2024-01-02T23:59:59.123+01:00\"", 1}, {"date-time", "\"2024-01-02 03:04:05Z\"", -1},
+             {"time", "\"12:00:00-05:30\"", 1}, {"uuid", "\"123e4567-e89b-12d3-a456-426614174000\"", 1},
+             {"uuid", "\"123e4567-e89b-12d3-a456-42661417400\"", -1}, {"email", "\"a.b+c@ex-ample.co.uk\"", 1},
+             {"email", "\"a@b\"", -1}, {"ipv4", "\"192.168.0.255\"", 1}, {"ipv4", "\"256.1.1.1\"", -1},
+             {"ipv4", "\"1.2.3\"", -1}};
+    for (size_t i = 0; i < sizeof F / sizeof F[0]; i++) {
+        json_t *sc = json_pack("{s:s,s:s}", "type", "string", "format", F[i].fmt);
+        mr_grammar *g = NULL;
+        assert_int_equal(mr_grammar_json_schema(sc, &g), MR_OK);
+        int got = judge(g, ix, F[i].text, strlen(F[i].text));
+        if ((got == 1) != (F[i].want == 1)) fail_msg("%s %s: %d", F[i].fmt, F[i].text, got);
+        mr_grammar_free(g);
+        json_decref(sc);
+    }
+    json_t *sc = json_pack("{s:s,s:s}", "type", "string", "pattern", "^a\\nb\\.$");
+    mr_grammar *g = NULL;
+    assert_int_equal(mr_grammar_json_schema(sc, &g), MR_OK);
+    static const char *const E[3] = {"\"a\\nb.\"", "\"a\\u000ab.\"", "\"a\\tb.\""};
+    assert_int_equal(judge(g, ix, E[0], strlen(E[0])), 1);
+    assert_int_equal(judge(g, ix, E[1], strlen(E[1])), -1); /* no \\u escapes in a patterned string */
+    assert_int_equal(judge(g, ix, E[2], strlen(E[2])), -1);
+    mr_grammar_free(g);
+    json_decref(sc);
+    mr_vocab_index_free(ix);
+    vocab_free(&v);
+}
+
 static void test_choice(void **state) {
     (void)state;
     vocab v = synth_vocab();
@@ -590,7 +697,11 @@ static void test_refused_schemas(void **state) {
     static const struct {
         const char *schema, *needle;
     } C[] = {
-        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"^x\"}}}", "#/properties/a/pattern"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}}}", "#/properties/a/pattern"},
+        {"{\"type\":\"string\",\"format\":\"uri\"}", "\"uri\" is not supported"},
+        {"{\"pattern\":\"^a\"}", "beside \"type\": \"string\""},
+        {"{\"type\":\"string\",\"pattern\":\"[a-z]{70}\"}", "more than 63"},
+        {"{\"type\":\"string\",\"pattern\":\"^a$b\"}", "at the pattern's ends only"},
         {"{\"type\":\"number\",\"minimum\":0}", "integer\"} alone"},
         {"{\"type\":\"integer\",\"minimum\":3,\"exclusiveMaximum\":3}", "no integer lies in [3, 2]"},
         {"{\"anyOf\":[{\"type\":\"object\"},{\"type\":\"object\",\"properties\":{\"a\":true}}]}", "start with '{'"},
@@ -679,7 +790,7 @@ int main(void) {
         cmocka_unit_test(test_json_mode_against_jansson), cmocka_unit_test(test_schema_walks),
         cmocka_unit_test(test_mask_equals_per_token),     cmocka_unit_test(test_free_prefix_and_specials),
         cmocka_unit_test(test_whitespace_limit),          cmocka_unit_test(test_choice),
-        cmocka_unit_test(test_integer_bounds),
+        cmocka_unit_test(test_integer_bounds),            cmocka_unit_test(test_patterns),
         cmocka_unit_test(test_tool_calls),                cmocka_unit_test(test_refused_schemas),
         cmocka_unit_test(test_real_tokenizer),
     };

@@ -11,7 +11,7 @@
 
 /* Keywords that constrain a value in ways the matcher does not enforce. */
 static const char *const UNSUPPORTED[] = {
-    "pattern", "format", "multipleOf",
+    "multipleOf",
     "prefixItems", "uniqueItems", "contains", "minContains", "maxContains", "patternProperties",
     "propertyNames", "dependentRequired", "dependentSchemas", "dependencies", "if", "then", "else", "not",
     "minProperties", "maxProperties", "unevaluatedProperties", "unevaluatedItems", "contentEncoding",
@@ -48,7 +48,7 @@ static mr_status new_node(mr_grammar *g, mr__gkind k, int32_t *id) {
                         "schema nodes");
     if (st) return st;
     *id = g->n_nodes++;
-    g->nodes[*id] = (mr__gnode){.kind = (uint8_t)k, .hi = -1, .addl = -1, .sel_from = -1, .sel_prop = -1};
+    g->nodes[*id] = (mr__gnode){.kind = (uint8_t)k, .hi = -1, .addl = -1, .sel_from = -1, .sel_prop = -1, .re = -1};
     return MR_OK;
 }
 
@@ -246,6 +246,49 @@ static mr_status compile_object(cctx *c, const json_t *s, const char *path, int3
     return MR_OK;
 }
 
+/* The string formats served, as patterns (RFC 3339 dates and times, RFC 4122 UUIDs, dotted IPv4; a
+ * practical e-mail shape: something@label.label). */
+static const struct {
+    const char *name, *pattern;
+} FORMATS[] = {
+    {"date", "^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$"},
+    {"time", "^([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$"},
+    {"date-time", "^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]"
+                  "(\\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$"},
+    {"uuid", "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},
+    {"email", "^[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(\\.[A-Za-z0-9-]+)+$"},
+    {"ipv4", "^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])$"},
+};
+
+/* pattern or format of a string node */
+static mr_status string_pattern(mr_grammar *g, const json_t *s, const char *path, int32_t id) {
+    const json_t *pat = json_object_get(s, "pattern"), *fmt = json_object_get(s, "format");
+    if (!pat && !fmt) return MR_OK;
+    if (pat && fmt) return mr_error_set(MR_EINVAL, "%s: pattern and format together are not supported", path);
+    const char *p = NULL;
+    if (pat) {
+        if (!json_is_string(pat)) return mr_error_set(MR_EINVAL, "%s/pattern: must be a string", path);
+        p = json_string_value(pat);
+    } else {
+        if (!json_is_string(fmt)) return mr_error_set(MR_EINVAL, "%s/format: must be a string", path);
+        for (size_t i = 0; i < sizeof FORMATS / sizeof FORMATS[0] && !p; i++)
+            if (!strcmp(json_string_value(fmt), FORMATS[i].name)) p = FORMATS[i].pattern;
+        if (!p)
+            return mr_error_set(MR_EINVAL, "%s/format: \"%.40s\" is not supported (date, time, date-time, uuid, email and "
+                                "ipv4 are)", path, json_string_value(fmt));
+    }
+    mr_status st = grow((void **)&g->res, &g->cap_res, g->n_res + 1, sizeof(mr__pat), 256, "patterns");
+    if (st) return st;
+    st = mr__pat_compile(p, &g->res[g->n_res]);
+    if (st) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s", mr_error_last()); /* the message buffer is rewritten below */
+        return st == MR_ENOMEM ? st : mr_error_set(MR_EINVAL, "%s/%s: %s", path, pat ? "pattern" : "format", msg);
+    }
+    g->nodes[id].re = g->n_res++;
+    return MR_OK;
+}
+
 /* minimum / maximum / exclusiveMinimum / exclusiveMaximum of an integer (numbers, or draft 4's booleans
  * beside minimum / maximum) as inclusive int64 bounds. */
 static mr_status int_bounds(const json_t *s, const char *path, mr__gnode *n) {
@@ -305,7 +348,8 @@ static mr_status compile_type(cctx *c, const json_t *s, const char *type, const 
             return st;
         if (g->nodes[id].hi >= 0 && g->nodes[id].hi < g->nodes[id].lo)
             return mr_error_set(MR_EINVAL, "%s: maxLength is below minLength", path);
-        return (*out = id), MR_OK;
+        *out = id;
+        return string_pattern(g, s, path, id);
     }
     if (!strcmp(type, "number")) return new_node(g, G_NUMBER, out);
     if (!strcmp(type, "integer")) {
@@ -372,6 +416,14 @@ static mr_status compile(cctx *c, const json_t *s, const char *path, int32_t *ou
             goto out;
         }
     const json_t *ty = json_object_get(s, "type");
+    bool stringy = json_is_string(ty) && !strcmp(json_string_value(ty), "string");
+    for (size_t i = 0; json_is_array(ty) && i < json_array_size(ty); i++)
+        stringy |= json_is_string(json_array_get(ty, i)) && !strcmp(json_string_value(json_array_get(ty, i)), "string");
+    if ((json_object_get(s, "pattern") || json_object_get(s, "format")) && !stringy) {
+        st = mr_error_set(MR_EINVAL, "%s: pattern and format are supported beside \"type\": \"string\" (without it they "
+                          "would not be enforced)", path);
+        goto out;
+    }
     if ((json_object_get(s, "minimum") || json_object_get(s, "maximum") || json_object_get(s, "exclusiveMinimum") ||
          json_object_get(s, "exclusiveMaximum")) &&
         !(json_is_string(ty) && !strcmp(json_string_value(ty), "integer"))) {
@@ -684,6 +736,7 @@ void mr_grammar_free(mr_grammar *g) {
     mr_free(g->props);
     mr_free(g->alts);
     mr_free(g->sels);
+    mr_free(g->res);
     mr_free(g->lits);
     mr_free(g->pool);
     mr_free(g);

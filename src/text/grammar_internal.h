@@ -9,7 +9,8 @@
  *               node) that property sel_from took (tool calls: the
  *               parameters follow the name)
  *   G_ARRAY     items node a, lo .. hi items (hi -1: no limit)
- *   G_STRING    lo .. hi characters (hi -1: no limit)
+ *   G_STRING    lo .. hi characters (hi -1: no limit); re >= 0: the content
+ *               matches g->res[re] (pattern, format)
  *   G_NUMBER, G_INTEGER (an integer may have bounds: bit 0 of bounds, lo <=
  *               the value; bit 1, the value <= hi)
  *   G_LITERALS  literals [a, a + b) of g->lits, sorted bytewise, distinct:
@@ -31,7 +32,27 @@ typedef struct {
     int64_t lo, hi;
     int32_t addl;
     int32_t sel_from, sel_prop, sel_first;
+    int32_t re;
 } mr__gnode;
+
+/* A pattern as a position automaton (grammar_pattern.c): a state is a set of
+ * positions (bits 0..62) or MR__RE_START (nothing read yet); symbols are the
+ * ASCII bytes and MR__RE_NONASCII for any other character. */
+#define MR__RE_MAX 63
+#define MR__RE_NONASCII 128
+#define MR__RE_START (1ull << 63)
+typedef struct {
+    int n;
+    uint8_t cls[MR__RE_MAX][17];
+    uint64_t follow[MR__RE_MAX];
+    uint64_t sym[MR__RE_NONASCII + 1]; /* the positions whose class holds each symbol */
+    uint64_t first, last, live;        /* live: positions from which a last one is reachable */
+    bool nullable;
+} mr__pat;
+mr_status mr__pat_compile(const char *pattern, mr__pat *re);
+/* The state after one symbol; 0 when no match can follow. */
+uint64_t mr__pat_step(const mr__pat *re, uint64_t s, int sym);
+bool mr__pat_accepts(const mr__pat *re, uint64_t s);
 
 typedef struct {
     int32_t key;   /* literal: the key as JSON, with its quotes */
@@ -52,6 +73,8 @@ struct mr_grammar {
     int32_t n_alts, cap_alts;
     int32_t *sels;
     int32_t n_sels, cap_sels;
+    mr__pat *res;
+    int32_t n_res, cap_res;
     mr__glitref *lits; /* [n_lits] into pool */
     int32_t n_lits, cap_lits;
     char *pool;

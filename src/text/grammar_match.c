@@ -38,6 +38,7 @@ typedef struct {
     int32_t a, b;
     int64_t n;
     uint64_t mask;
+    uint64_t re; /* a patterned string: the pattern automaton's state */
 } frame;
 
 typedef struct {
@@ -143,6 +144,34 @@ static const mr__gnode *gnode(const mr_matcher *m, int32_t id) { return &m->g->n
 
 static int64_t str_lo(const mr_matcher *m, const frame *f) { return f->node < 0 ? 0 : gnode(m, f->node)->lo; }
 static int64_t str_hi(const mr_matcher *m, const frame *f) { return f->node < 0 ? -1 : gnode(m, f->node)->hi; }
+static const mr__pat *str_re(const mr_matcher *m, const frame *f) {
+    return f->node < 0 || gnode(m, f->node)->re < 0 ? NULL : &m->g->res[gnode(m, f->node)->re];
+}
+
+/* A patterned string's next character (symbol); false when the pattern cannot go on with it. */
+static bool re_take(const mr_matcher *m, frame *f, int sym) {
+    const mr__pat *re = str_re(m, f);
+    if (!re) return true;
+    uint64_t s = mr__pat_step(re, f->re, sym);
+    if (!s) return false;
+    f->re = s;
+    return true;
+}
+
+/* The character a simple escape stands for (after the backslash), or -1. */
+static int esc_value(uint8_t c) {
+    switch (c) {
+    case '"': return '"';
+    case '\\': return '\\';
+    case '/': return '/';
+    case 'b': return '\b';
+    case 'f': return '\f';
+    case 'n': return '\n';
+    case 'r': return '\r';
+    case 't': return '\t';
+    }
+    return -1;
+}
 
 /* The value frame on top ended (info: the literal a literal took, the property a key named; else -1):
  * pops it and moves the frame below on. */
@@ -213,7 +242,7 @@ static bool start_value(mr_matcher *m, int32_t node, uint8_t c) {
     switch (n->kind) {
     case G_OBJECT: f.kind = F_OBJ, f.ph = O_FIRST; return push(m, f);
     case G_ARRAY: f.kind = F_ARR, f.ph = A_FIRST; return push(m, f);
-    case G_STRING: f.kind = F_STR, f.ph = S_CHARS; return push(m, f);
+    case G_STRING: f.kind = F_STR, f.ph = S_CHARS, f.re = MR__RE_START; return push(m, f);
     case G_NUMBER:
     case G_INTEGER:
         f.kind = F_NUM, f.ph = N_START, f.b = 0;
@@ -249,21 +278,32 @@ static bool accepting(const mr_matcher *m, const frame *f) {
 
 static bool hexdig(uint8_t c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
 
-/* One byte of a string's content. */
+/* One byte of a string's content. A patterned string feeds its automaton one symbol per character (the
+ * ASCII byte, MR__RE_NONASCII at the lead byte of any other), takes no \\u escapes, and a backslash only
+ * where some simple escape's character can come. */
 static bool feed_str(mr_matcher *m, frame *f, uint8_t c) {
     int64_t hi = str_hi(m, f);
+    const mr__pat *re = str_re(m, f);
     switch (f->ph) {
     case S_CHARS:
-        if (c == '"') return f->n >= str_lo(m, f) ? child_done(m, -1) : false;
+        if (c == '"') return f->n >= str_lo(m, f) && (!re || mr__pat_accepts(re, f->re)) ? child_done(m, -1) : false;
         if (c < 0x20 || (c >= 0x80 && c < 0xC2) || c > 0xF4) return false;
         if (hi >= 0 && f->n >= hi) return false;
+        if (c == '\\') {
+            bool any = !re;
+            for (const char *e = "\"\\/bfnrt"; *e && !any; e++) any = mr__pat_step(re, f->re, esc_value((uint8_t)*e)) != 0;
+            if (!any) return false;
+            f->n++;
+            f->ph = S_ESC;
+            return true;
+        }
+        if (!re_take(m, f, c < 0x80 ? c : MR__RE_NONASCII)) return false;
         f->n++;
-        if (c == '\\') f->ph = S_ESC;
-        else if (c >= 0x80) f->ph = S_CONT, f->a = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : 1, f->b = c;
+        if (c >= 0x80) f->ph = S_CONT, f->a = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : 1, f->b = c;
         return true;
     case S_ESC:
-        if (c == 'u') return (f->ph = S_HEX, f->a = 4, f->b = 0, f->mask = 0), true;
-        if (!strchr("\"\\/bfnrt", c) || !c) return false;
+        if (c == 'u') return re ? false : ((f->ph = S_HEX, f->a = 4, f->b = 0, f->mask = 0), true);
+        if (!c || esc_value(c) < 0 || !re_take(m, f, esc_value(c))) return false;
         f->ph = S_CHARS;
         return true;
     case S_HEX: /* b: the code unit so far; mask 1: this is the low half of a surrogate pair */
@@ -616,7 +656,7 @@ int64_t mr_matcher_mask(mr_matcher *m, uint32_t *allow) {
         if (free_start && f->a == 0 && m->until[0] == '<') { /* free text, no '<' yet: those without one go on */
             memcpy(allow, v->nolt, words * sizeof(uint32_t));
             tr = TR_LT;
-        } else if (f->kind == F_STR && f->ph == S_CHARS) { /* string text: the plain tokens that fit its length */
+        } else if (f->kind == F_STR && f->ph == S_CHARS && !str_re(m, f)) { /* string text: the plain tokens that fit */
             const int64_t hi = str_hi(m, f);
             if (hi < 0) {
                 memcpy(allow, v->plain, words * sizeof(uint32_t));
