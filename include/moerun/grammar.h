@@ -21,7 +21,11 @@
  *   when properties are given (strict, also when empty: {} alone),
  *   additionalProperties (a schema, true or false) when they are not;
  *   array: items, minItems, maxItems;  string: minLength, maxLength
- *   (characters); integer with minimum, maximum, exclusiveMinimum,
+ *   (characters), pattern (src/text/grammar_pattern.c says which regular
+ *   expressions: classes, groups, alternation, repetition; at most 63
+ *   character positions once repetitions are written out) or format (date,
+ *   time, date-time, uuid, email, ipv4: as patterns; dates are not checked
+ *   against the calendar); integer with minimum, maximum, exclusiveMinimum,
  *   exclusiveMaximum (a digit comes only when the number can still end in
  *   range); number, boolean, null.
  * Annotations (title, description, default, examples, $schema, $id,

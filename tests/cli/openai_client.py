@@ -410,8 +410,12 @@ if text_url:
     import json as _json2
     import jsonschema
     pet = {"type": "object", "properties": {"ok": {"type": "boolean"}, "kind": {"enum": ["cat", "dog", 3, None]},
-                                            "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 2}},
-           "required": ["ok", "kind", "tags"], "additionalProperties": False}
+                                            "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 2},
+                                            "id": {"type": "string", "format": "uuid"},
+                                            "code": {"type": "string", "pattern": "^[A-Z]{2}-[0-9]{2,3}$"},
+                                            "age": {"type": "integer", "minimum": 1, "maximum": 30}},
+           "required": ["ok", "kind", "tags", "id", "code", "age"], "additionalProperties": False}
+    fmt = jsonschema.FormatChecker()
     think = "Thinking.</think>\n"
     ended = 0
     for seed in range(6):
@@ -430,7 +434,7 @@ if text_url:
             check(extra(r.choices[0].message, "reasoning_content") == "Thinking.", "structured: the reasoning is free")
         if fin == "stop":
             ended += 1
-            jsonschema.validate(_json2.loads(content), pet)
+            jsonschema.validate(_json2.loads(content), pet, format_checker=fmt)
     check(ended >= 4, f"structured outputs: only {ended} of 6 answers ended")
     r = tc.chat.completions.create(model=tmodel, messages=[{"role": "user", "content": "json"}], max_tokens=300,
                                     temperature=1.0, seed=9, response_format={"type": "json_object"},
@@ -470,10 +474,10 @@ if text_url:
         jsonschema.validate(_json2.loads(calls[0].function.arguments), by_name["get_weather"])
     else:
         check(fin == ["length"], f"named tool: finish {fin}")
-    bad = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "a+"}}}
+    bad = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "(a)\\1"}}}
     expect_exc(openai.BadRequestError, lambda: tc.chat.completions.create(
         model=tmodel, messages=[{"role": "user", "content": "x"}], max_tokens=4, response_format=bad),
-        param="response_format.json_schema.schema", text="pattern")
+        param="response_format.json_schema.schema", text="backreferences")
     expect_exc(openai.BadRequestError, lambda: tc.chat.completions.create(
         model=tmodel, messages=[{"role": "user", "content": "x"}], max_tokens=4, tools=tools,
         tool_choice={"type": "function", "function": {"name": "nope"}}), param="tool_choice.function.name")
