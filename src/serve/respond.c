@@ -45,6 +45,8 @@ typedef struct {
     int n_calls;
     bool tool_json;       /* tool_choice required / named: the answer is JSON, turned into tool calls at the end */
     sv_buf json;          /* ... collected here */
+    char call_id[40];     /* a named function's call, streamed as it comes */
+    sv_tool_piece piece;
     /* the non-streaming body */
     sv_buf content, reasoning, ids;
     sv_buf lp_tokens, lp_values, lp_tops, lp_offsets; /* completions' logprobs arrays, or chat's content items */
@@ -439,10 +441,25 @@ static int emit(sv_out *o, int i, const sv_parse_out *po, int32_t tok, const sv_
     return 0;
 }
 
-/* A tool-call answer's content goes to c->json, not to the client. */
-static int divert(sv_choice *c, sv_parse_out *po) {
+/* A tool-call answer's content goes to c->json, not to the client; streamed with a named function it
+ * goes out as that call's argument text as it comes (its first piece with the id and the name), the way
+ * OpenAI's and vLLM's servers stream a forced function's arguments. */
+static int divert(sv_out *o, int i, sv_parse_out *po) {
+    sv_choice *c = &o->c[i];
     if (!c->tool_json || !po->n_content) return 0;
     if (sv_buf_add(&c->json, po->content, po->n_content)) return -1;
+    if (o->stream && o->j->req.tool_choice == SV_TOOLS_NAMED) {
+        const bool first = !c->n_calls;
+        if (first) {
+            static atomic_ullong named_counter;
+            snprintf(c->call_id, sizeof c->call_id, "call_%016llx%08llx", (unsigned long long)mr_now_ns(),
+                     (unsigned long long)atomic_fetch_add(&named_counter, 1));
+        }
+        c->piece = (sv_tool_piece){.index = 0, .id = first ? c->call_id : NULL, .name = first ? o->j->req.tool_name : NULL,
+                                   .args = po->content, .args_len = po->n_content};
+        po->tools = &c->piece;
+        po->n_tools = 1;
+    }
     po->n_content = 0;
     return 0;
 }
@@ -486,9 +503,9 @@ static int release(sv_out *o, int i, bool final, int32_t tok, const sv_logprob *
         po.content = d;
         po.n_content = nd;
     }
-    if (divert(c, &po) || emit(o, i, &po, tok, lp, sse)) return -1;
+    if (divert(o, i, &po) || emit(o, i, &po, tok, lp, sse)) return -1;
     if (o->chat && (final || c->done)) { /* the parser's held-back tail */
-        if (sv_parse_finish(c->ps, &po) || divert(c, &po) || emit(o, i, &po, -1, NULL, sse)) return -1;
+        if (sv_parse_finish(c->ps, &po) || divert(o, i, &po) || emit(o, i, &po, -1, NULL, sse)) return -1;
     }
     return 0;
 }
@@ -534,7 +551,8 @@ static int finalize(sv_out *o, int i, sv_fin fin, const char *err, sv_buf *sse) 
     if (!c->done) {
         if (c->dt && sv_detok_flush(c->dt, &c->text.p, &c->text.len, &c->text.cap)) return -1;
         if (release(o, i, true, -1, NULL, sse)) return -1;
-        if (c->tool_json && fin != SV_FIN_ERROR && tool_calls_emit(o, i, sse)) return -1;
+        const bool streamed = o->stream && o->j->req.tool_choice == SV_TOOLS_NAMED; /* went out as it came */
+        if (c->tool_json && !streamed && fin != SV_FIN_ERROR && tool_calls_emit(o, i, sse)) return -1;
         if (!c->done) c->reason = fin_reason(fin);
         c->done = true;
         if (fin == SV_FIN_ERROR) {

@@ -462,18 +462,24 @@ if text_url:
             for tcall in c.message.tool_calls:
                 jsonschema.validate(_json2.loads(tcall.function.arguments), by_name[tcall.function.name])
     check(called >= 2, f"tool_choice required: {called} of 8 answers were calls")
+    def r_usage_ct(chunks):
+        return [c.usage for c in chunks if c.usage][0].completion_tokens
+
     r = tc.chat.completions.create(model=tmodel, messages=[{"role": "user", "content": "weather?"}], tools=tools,
                                     tool_choice={"type": "function", "function": {"name": "get_weather"}},
                                     max_tokens=300, temperature=1.0, seed=3, stream=True,
-                                    extra_body={"debug_forced_output": think})
+                                    stream_options={"include_usage": True}, extra_body={"debug_forced_output": think})
     chunks = list(r)
     calls = [t for c in chunks if c.choices and c.choices[0].delta.tool_calls for t in c.choices[0].delta.tool_calls]
     fin = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
-    if fin == ["tool_calls"]:
-        check(len(calls) == 1 and calls[0].function.name == "get_weather", f"named tool: {calls}")
-        jsonschema.validate(_json2.loads(calls[0].function.arguments), by_name["get_weather"])
-    else:
-        check(fin == ["length"], f"named tool: finish {fin}")
+    # streamed as it comes: the first delta has the id and the name, the rest argument text
+    check(len(calls) >= 2 and calls[0].id and calls[0].function.name == "get_weather" and
+          all(t.index == 0 and not t.id and not t.function.name for t in calls[1:]), f"named tool deltas: {calls}")
+    check(fin in (["tool_calls"], ["length"]), f"named tool: finish {fin}")
+    args = "".join(t.function.arguments or "" for t in calls)
+    if fin == ["tool_calls"]:  # ended by the EOS, not by max_tokens
+        check(r_usage_ct(chunks) < 300, "named tool: finish tool_calls at max_tokens")
+        jsonschema.validate(_json2.loads(args), by_name["get_weather"])
     bad = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "(a)\\1"}}}
     expect_exc(openai.BadRequestError, lambda: tc.chat.completions.create(
         model=tmodel, messages=[{"role": "user", "content": "x"}], max_tokens=4, response_format=bad),
