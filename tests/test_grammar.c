@@ -327,6 +327,14 @@ static const char *const SCHEMAS[] = {
     "{\"type\":\"array\",\"items\":{\"type\":[\"integer\",\"string\",\"null\"]},\"maxItems\":4}",
     "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\"}}",
     "{\"const\":{\"a\":[1,2]}}",
+    /* unions whose alternatives start alike: followed side by side */
+    "{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"kind\":{\"const\":\"cat\"},\"lives\":{\"type\":\"integer\","
+    "\"minimum\":1,\"maximum\":9}},\"required\":[\"kind\",\"lives\"]},{\"type\":\"object\",\"properties\":{\"kind\":"
+    "{\"const\":\"dog\"},\"good\":{\"type\":\"boolean\"}},\"required\":[\"kind\",\"good\"]},{\"type\":\"string\","
+    "\"maxLength\":3},{\"enum\":[\"ab\",\"x\"]}]}",
+    "{\"type\":\"array\",\"maxItems\":4,\"items\":{\"anyOf\":[{\"type\":\"integer\",\"minimum\":0,\"maximum\":5},"
+    "{\"type\":\"number\"},{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"null\"}}},{\"type\":\"object\","
+    "\"properties\":{\"b\":{\"type\":\"string\",\"maxLength\":2}},\"required\":[\"b\"]}]}}",
     "{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"date\"},\"s\":{\"type\":\"string\","
     "\"pattern\":\"^[a-c\\\"]{1,3}\\\\.?$\"}},\"required\":[\"d\",\"s\"]}",
     "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\",\"minimum\":-15,\"maximum\":120},\"m\":{\"type\":"
@@ -390,6 +398,7 @@ static void test_schema_walks(void **state) {
         mr_grammar *g = NULL;
         if (mr_grammar_json_schema(schema, &g)) fail_msg("schema %d: %s", si, mr_error_last());
         int ended = 0;
+        bool seen_cat = false, seen_dog = false, seen_str = false; /* the union's alternatives all reachable */
         for (int it = 0; it < 200; it++) {
             mr_matcher *m = matcher(g, ix, NULL);
             size_t n;
@@ -402,11 +411,16 @@ static void test_schema_walks(void **state) {
                 }
                 if (!x) fail_msg("schema %d: jansson refuses [%s]: %s", si, buf, err.text);
                 if (!valid(schema, schema, x)) fail_msg("schema %d: [%s] does not follow the schema", si, buf);
+                seen_cat |= json_is_object(x) && json_object_get(x, "lives");
+                seen_dog |= json_is_object(x) && json_object_get(x, "good");
+                seen_str |= json_is_string(x);
                 json_decref(x);
             }
             mr_matcher_free(m);
         }
         if (ended < 100) fail_msg("schema %d: only %d of 200 walks ended", si, ended);
+        if (strstr(SCHEMAS[si], "\"dog\"") && !(seen_cat && seen_dog && seen_str))
+            fail_msg("schema %d: the alternatives taken: cat %d, dog %d, string %d", si, seen_cat, seen_dog, seen_str);
         mr_grammar_free(g);
         json_decref(schema);
     }
@@ -636,6 +650,44 @@ static void test_patterns(void **state) {
     vocab_free(&v);
 }
 
+/* Unions whose alternatives start alike, judged whole: complete when any alternative is. */
+static void test_unions(void **state) {
+    (void)state;
+    vocab v = synth_vocab();
+    mr_vocab_index *ix = index_of(&v);
+    static const struct {
+        const char *schema, *text;
+        int want;
+    } C[] = {
+        {"{\"anyOf\":[{\"type\":\"integer\",\"minimum\":10},{\"enum\":[1]}]}", "1", 1},
+        {"{\"anyOf\":[{\"type\":\"integer\",\"minimum\":10},{\"enum\":[1]}]}", "12", 1},
+        {"{\"anyOf\":[{\"type\":\"integer\",\"minimum\":10},{\"enum\":[1]}]}", "5", 0},
+        {"{\"anyOf\":[{\"type\":\"integer\",\"minimum\":10},{\"enum\":[1]}]}", "-1", -1},
+        {"{\"anyOf\":[{\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]},{\"properties\":{\"a\":"
+         "{\"type\":\"string\"}},\"required\":[\"a\"]}]}", "{\"a\": 1}", 1},
+        {"{\"anyOf\":[{\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]},{\"properties\":{\"a\":"
+         "{\"type\":\"string\"}},\"required\":[\"a\"]}]}", "{\"a\": \"x\"}", 1},
+        {"{\"anyOf\":[{\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]},{\"properties\":{\"a\":"
+         "{\"type\":\"string\"}},\"required\":[\"a\"]}]}", "{\"a\": true}", -1},
+        {"{\"anyOf\":[{\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]},{\"properties\":{\"b\":"
+         "{\"type\":\"string\"}}}]}", "{}", 1},
+        {"{\"type\":[\"integer\",\"number\",\"string\"],\"minLength\":2}", "\"ab\"", 1},
+        {"{\"type\":[\"integer\",\"number\",\"string\"],\"minLength\":2}", "2.5", 1},
+    };
+    for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
+        json_t *sc = json_loads(C[i].schema, 0, NULL);
+        assert_non_null(sc);
+        mr_grammar *g = NULL;
+        if (mr_grammar_json_schema(sc, &g)) fail_msg("%s: %s", C[i].schema, mr_error_last());
+        int got = judge(g, ix, C[i].text, strlen(C[i].text));
+        if (got != C[i].want) fail_msg("%s on %s: %d, want %d", C[i].schema, C[i].text, got, C[i].want);
+        mr_grammar_free(g);
+        json_decref(sc);
+    }
+    mr_vocab_index_free(ix);
+    vocab_free(&v);
+}
+
 static void test_choice(void **state) {
     (void)state;
     vocab v = synth_vocab();
@@ -704,7 +756,8 @@ static void test_refused_schemas(void **state) {
         {"{\"type\":\"string\",\"pattern\":\"^a$b\"}", "at the pattern's ends only"},
         {"{\"type\":\"number\",\"minimum\":0}", "integer\"} alone"},
         {"{\"type\":\"integer\",\"minimum\":3,\"exclusiveMaximum\":3}", "no integer lies in [3, 2]"},
-        {"{\"anyOf\":[{\"type\":\"object\"},{\"type\":\"object\",\"properties\":{\"a\":true}}]}", "start with '{'"},
+        {"{\"$defs\":{\"a\":{\"anyOf\":[{\"$ref\":\"#/$defs/a\"},{\"type\":\"null\"}]}},\"$ref\":\"#/$defs/a\"}",
+         "contains itself"},
         {"{\"type\":\"strng\"}", "not a JSON schema type"},
         {"{\"$ref\":\"#/$defs/none\"}", "does not resolve"},
         {"{\"enum\":[]}", "empty enum"},
@@ -791,6 +844,7 @@ int main(void) {
         cmocka_unit_test(test_mask_equals_per_token),     cmocka_unit_test(test_free_prefix_and_specials),
         cmocka_unit_test(test_whitespace_limit),          cmocka_unit_test(test_choice),
         cmocka_unit_test(test_integer_bounds),            cmocka_unit_test(test_patterns),
+        cmocka_unit_test(test_unions),
         cmocka_unit_test(test_tool_calls),                cmocka_unit_test(test_refused_schemas),
         cmocka_unit_test(test_real_tokenizer),
     };

@@ -12,9 +12,10 @@
  * and xgrammar's strict mode serve; anything that would constrain the output
  * in a way the matcher does not enforce is refused with MR_EINVAL naming the
  * keyword and where it is, never ignored):
- *   type (a name or a list), enum, const, anyOf / oneOf (alternatives that
- *   start with different bytes: an object and a string, say; two objects in
- *   one anyOf are refused), allOf of one schema, $ref to "#", "#/$defs/x"
+ *   type (a name or a list), enum, const, anyOf / oneOf (any alternatives,
+ *   two objects too: those that can start alike are followed side by side,
+ *   up to 8 at once, and the output follows at least one of them; oneOf's
+ *   "exactly one" is not checked), allOf of one schema, $ref to "#", "#/$defs/x"
  *   or "#/definitions/x" (recursion allowed);
  *   object: properties (written in the schema's order; every one listed in
  *   required appears, the others may be left out), required; no other keys

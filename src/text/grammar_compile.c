@@ -524,17 +524,18 @@ static mr_status first_set(const mr_grammar *g, int32_t node, uint8_t set[32], i
     return MR_OK;
 }
 
+/* Unions: an integer beside a number is the number (one alternative, not two alike); a union that
+ * contains itself without consuming a byte (anyOf of a $ref to itself) is refused. Alternatives that
+ * start alike are fine: the matcher runs them side by side. */
 static mr_status check_unions(mr_grammar *g) {
     for (int32_t u = 0; u < g->n_nodes; u++) {
         mr__gnode *n = &g->nodes[u];
         if (n->kind != G_UNION) continue;
         bool has_num = false;
         for (int32_t i = 0; i < n->b; i++) has_num |= g->nodes[g->alts[n->a + i]].kind == G_NUMBER;
-        uint8_t seen[32] = {0};
         for (int32_t i = 0; i < n->b; i++) {
             int32_t *alt = &g->alts[n->a + i];
-            if (has_num && g->nodes[*alt].kind == G_INTEGER) { /* integer within number: number decides */
-                *alt = g->alts[n->a];
+            if (has_num && g->nodes[*alt].kind == G_INTEGER && !g->nodes[*alt].bounds) {
                 for (int32_t j = 0; j < n->b; j++)
                     if (g->nodes[g->alts[n->a + j]].kind == G_NUMBER) *alt = g->alts[n->a + j];
                 continue;
@@ -542,14 +543,6 @@ static mr_status check_unions(mr_grammar *g) {
             uint8_t s[32] = {0};
             mr_status st = first_set(g, *alt, s, 0);
             if (st) return st;
-            for (int b = 0; b < 32; b++)
-                if (s[b] & seen[b]) {
-                    int c = b * 8;
-                    while (!((s[b] & seen[b]) >> (c & 7) & 1)) c++;
-                    return mr_error_set(MR_EINVAL, "grammar: two alternatives of an anyOf / oneOf / type list both "
-                                        "start with '%c' (two objects, two strings, ...): not supported", c);
-                }
-            for (int b = 0; b < 32; b++) seen[b] |= s[b];
         }
     }
     return MR_OK;

@@ -41,10 +41,24 @@ typedef struct {
     uint64_t re; /* a patterned string: the pattern automaton's state */
 } frame;
 
+/* A journal entry: a frame as it was (s, i), a stack's depth and life (i -1), or the number of stacks (s -1,
+ * in depth). */
 typedef struct {
-    int32_t i;
+    int16_t s, i;
+    int32_t depth;
+    bool alive;
     frame f;
 } jentry;
+
+/* Unions whose alternatives may start alike (two objects, a string and an enum of strings) run as several
+ * stacks side by side, one per alternative still possible (at most MAX_STACKS; past that the later
+ * alternatives are dropped, which narrows the output and never lets a wrong one through). */
+#define MAX_STACKS 8
+typedef struct {
+    frame st[MR_GRAMMAR_MAX_DEPTH + 2];
+    int depth;
+    bool alive;
+} mstack;
 
 /* ---- the vocabulary trie ---- */
 typedef struct {
@@ -82,8 +96,8 @@ struct mr_vocab_index {
 struct mr_matcher {
     const mr_grammar *g;
     const mr_vocab_index *v;
-    frame st[MR_GRAMMAR_MAX_DEPTH + 2];
-    int depth;
+    mstack stk[MAX_STACKS];
+    int n_stk, cur; /* stacks (compacted after every accepted token: the alive ones first); the one fed now */
     jentry *jr;
     size_t njr, cap_jr;
     bool oom, ended;
@@ -95,34 +109,72 @@ struct mr_matcher {
 };
 
 /* ---- frames, with the journal ---- */
-static bool journal(mr_matcher *m, int i) {
+#define ST(m) ((m)->stk[(m)->cur].st)
+#define DEPTH(m) ((m)->stk[(m)->cur].depth)
+
+static jentry *jnew(mr_matcher *m) {
     if (m->njr == m->cap_jr) {
         size_t c = m->cap_jr ? m->cap_jr * 2 : 256;
         jentry *q = mr_realloc(m->jr, c * sizeof *q);
-        if (!q) return (m->oom = true), false;
+        if (!q) return (m->oom = true), NULL;
         m->jr = q;
         m->cap_jr = c;
     }
-    m->jr[m->njr].i = i;
-    m->jr[m->njr++].f = m->st[i];
+    return &m->jr[m->njr++];
+}
+
+static bool journal(mr_matcher *m, int i) { /* frame i of the current stack */
+    jentry *e = jnew(m);
+    if (!e) return false;
+    e->s = (int16_t)m->cur, e->i = (int16_t)i, e->f = ST(m)[i];
     return true;
 }
 
-static void undo(mr_matcher *m, size_t mark, int depth) {
+static bool jhead(mr_matcher *m, int s) { /* a stack's depth and life */
+    jentry *e = jnew(m);
+    if (!e) return false;
+    e->s = (int16_t)s, e->i = -1, e->depth = m->stk[s].depth, e->alive = m->stk[s].alive;
+    return true;
+}
+
+static void undo(mr_matcher *m, size_t mark) {
     while (m->njr > mark) {
-        m->njr--;
-        m->st[m->jr[m->njr].i] = m->jr[m->njr].f;
+        const jentry *e = &m->jr[--m->njr];
+        if (e->s < 0) {
+            m->n_stk = e->depth;
+        } else if (e->i < 0) {
+            m->stk[e->s].depth = e->depth;
+            m->stk[e->s].alive = e->alive;
+        } else {
+            m->stk[e->s].st[e->i] = e->f;
+        }
     }
-    m->depth = depth;
 }
 
 /* The top frame, writable (journaled). NULL when out of memory. */
-static frame *top(mr_matcher *m) { return journal(m, m->depth - 1) ? &m->st[m->depth - 1] : NULL; }
+static frame *top(mr_matcher *m) { return journal(m, DEPTH(m) - 1) ? &ST(m)[DEPTH(m) - 1] : NULL; }
 
 static bool push(mr_matcher *m, frame f) {
-    if (m->depth == MR_GRAMMAR_MAX_DEPTH + 2 || !journal(m, m->depth)) return false;
-    m->st[m->depth++] = f;
+    if (DEPTH(m) == MR_GRAMMAR_MAX_DEPTH + 2 || !jhead(m, m->cur) || !journal(m, DEPTH(m))) return false;
+    ST(m)[DEPTH(m)++] = f;
     return true;
+}
+
+/* A copy of stack s for another alternative; -1 when there is no room. */
+static int fork_stack(mr_matcher *m, int s) {
+    if (m->n_stk == MAX_STACKS) return -1;
+    jentry *e = jnew(m);
+    if (!e) return -1;
+    e->s = -1, e->i = -1, e->depth = m->n_stk;
+    int t = m->n_stk++;
+    m->stk[t].depth = m->stk[s].depth;
+    m->stk[t].alive = true;
+    memcpy(m->stk[t].st, m->stk[s].st, (size_t)m->stk[s].depth * sizeof(frame));
+    return t;
+}
+
+static void kill_stack(mr_matcher *m, int s) {
+    if (jhead(m, s)) m->stk[s].alive = false;
 }
 
 static bool is_ws(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
@@ -176,7 +228,8 @@ static int esc_value(uint8_t c) {
 /* The value frame on top ended (info: the literal a literal took, the property a key named; else -1):
  * pops it and moves the frame below on. */
 static bool child_done(mr_matcher *m, int32_t info) {
-    m->depth--;
+    if (!jhead(m, m->cur)) return false;
+    DEPTH(m)--;
     frame *p = top(m);
     if (!p) return false;
     p->ws = 0;
@@ -233,10 +286,40 @@ static i128 int_value(const frame *f) { return f->b ? -(i128)f->n : (i128)f->n; 
 
 static int feed_num(mr_matcher *m, frame *f, uint8_t c);
 
-/* Starts a value of node with its first byte c (the frame below already expects it). */
+/* The concrete nodes under node (through unions) whose value may start with c, at most max, each once. */
+static int pick_all(const mr_grammar *g, int32_t node, uint8_t c, int32_t *out, int n, int max, int depth) {
+    const mr__gnode *x = &g->nodes[node];
+    if (x->kind == G_UNION) {
+        for (int32_t i = 0; i < x->b && depth < 64; i++) n = pick_all(g, g->alts[x->a + i], c, out, n, max, depth + 1);
+        return n;
+    }
+    if (mr__gpick(g, node, c) < 0) return n;
+    for (int i = 0; i < n; i++)
+        if (out[i] == node) return n;
+    if (n < max) out[n++] = node;
+    return n;
+}
+
+static bool start_concrete(mr_matcher *m, int32_t p, uint8_t c);
+
+/* Starts a value of node with its first byte c (the frame below already expects it): each alternative
+ * that may start so after the first gets a stack of its own. */
 static bool start_value(mr_matcher *m, int32_t node, uint8_t c) {
-    int32_t p = mr__gpick(m->g, node, c);
-    if (p < 0) return false;
+    int32_t alt[MAX_STACKS];
+    int na = pick_all(m->g, node, c, alt, 0, MAX_STACKS, 0);
+    if (na == 0) return false;
+    const int s = m->cur;
+    for (int k = 1; k < na; k++) {
+        int t = fork_stack(m, s);
+        if (t < 0) break;
+        m->cur = t;
+        if (!start_concrete(m, alt[k], c)) kill_stack(m, t);
+        m->cur = s;
+    }
+    return start_concrete(m, alt[0], c);
+}
+
+static bool start_concrete(mr_matcher *m, int32_t p, uint8_t c) {
     const mr__gnode *n = gnode(m, p);
     frame f = {.node = p, .a = 0, .b = -1};
     switch (n->kind) {
@@ -247,7 +330,7 @@ static bool start_value(mr_matcher *m, int32_t node, uint8_t c) {
     case G_INTEGER:
         f.kind = F_NUM, f.ph = N_START, f.b = 0;
         if (!push(m, f)) return false;
-        return feed_num(m, &m->st[m->depth - 1], c) == 1; /* a fresh frame: nothing to journal */
+        return feed_num(m, &ST(m)[DEPTH(m) - 1], c) == 1; /* a fresh frame: nothing to journal */
     case G_LITERALS: {
         int32_t lo = n->a, hi = n->a + n->b;
         size_t len;
@@ -515,8 +598,8 @@ static bool feed_root(mr_matcher *m, frame *f, uint8_t c) {
     }
 }
 
-/* One byte: the top frame takes it (a number or literal that ends hands it down). */
-static bool feed(mr_matcher *m, uint8_t c) {
+/* One byte on the current stack: its top frame takes it (a number or literal that ends hands it down). */
+static bool feed_stack(mr_matcher *m, uint8_t c) {
     for (;;) {
         frame *f = top(m);
         if (!f) return false;
@@ -542,6 +625,48 @@ static bool feed(mr_matcher *m, uint8_t c) {
     }
 }
 
+/* One byte on every live stack; a stack that refuses it dies. False when none is left. */
+static bool feed(mr_matcher *m, uint8_t c) {
+    const int n0 = m->n_stk; /* the stacks forked by this byte have taken it already */
+    bool any = false;
+    for (int s = 0; s < n0; s++) {
+        if (!m->stk[s].alive) continue;
+        m->cur = s;
+        if (feed_stack(m, c)) any = true;
+        else kill_stack(m, s);
+    }
+    for (int s = n0; s < m->n_stk; s++) any |= m->stk[s].alive;
+    m->cur = 0;
+    return any && !m->oom;
+}
+
+static bool frame_eq(const frame *a, const frame *b) {
+    return a->node == b->node && a->kind == b->kind && a->ph == b->ph && a->ws == b->ws && a->a == b->a &&
+           a->b == b->b && a->n == b->n && a->mask == b->mask && a->re == b->re;
+}
+
+/* After a token: the live stacks first, repeats (two alternatives that reached the same state) dropped. */
+static void compact(mr_matcher *m) {
+    int k = 0;
+    for (int s = 0; s < m->n_stk; s++) {
+        const mstack *x = &m->stk[s];
+        bool dup = !x->alive;
+        for (int t = 0; t < k && !dup; t++) {
+            const mstack *y = &m->stk[t];
+            dup = y->depth == x->depth;
+            for (int i = 0; i < x->depth && dup; i++) dup = frame_eq(&x->st[i], &y->st[i]);
+        }
+        if (dup) continue;
+        if (k != s) {
+            m->stk[k].depth = x->depth;
+            m->stk[k].alive = true;
+            memcpy(m->stk[k].st, x->st, (size_t)x->depth * sizeof(frame));
+        }
+        k++;
+    }
+    m->n_stk = k;
+}
+
 /* ---- the matcher ---- */
 mr_status mr_matcher_new(const mr_grammar *g, const mr_vocab_index *v, const mr_matcher_opts *o, mr_matcher **out) {
     *out = NULL;
@@ -550,8 +675,10 @@ mr_status mr_matcher_new(const mr_grammar *g, const mr_vocab_index *v, const mr_
     if (!m) return MR_ENOMEM;
     m->g = g;
     m->v = v;
-    m->st[0] = (frame){.kind = F_ROOT, .ph = R_WS, .node = g->root};
-    m->depth = 1;
+    m->stk[0].st[0] = (frame){.kind = F_ROOT, .ph = R_WS, .node = g->root};
+    m->stk[0].depth = 1;
+    m->stk[0].alive = true;
+    m->n_stk = 1;
     if (o && o->n_end) memcpy(m->end, o->end_ids, (size_t)o->n_end * sizeof(int32_t)), m->n_end = o->n_end;
     if (o && o->free_until && o->free_until[0]) {
         size_t n = strlen(o->free_until);
@@ -569,7 +696,7 @@ mr_status mr_matcher_new(const mr_grammar *g, const mr_vocab_index *v, const mr_
             if (m->until[i] == m->until[k]) k++;
             m->fail[i] = k;
         }
-        m->st[0].ph = R_FREE;
+        m->stk[0].st[0].ph = R_FREE;
     }
     *out = m;
     return MR_OK;
@@ -585,9 +712,13 @@ void mr_matcher_free(mr_matcher *m) {
 
 bool mr_matcher_complete(const mr_matcher *m) {
     if (m->ended) return false;
-    const frame *r = &m->st[0];
-    if (m->depth == 1) return r->ph == R_DONE;
-    return m->depth == 2 && r->ph == R_VALUE && accepting(m, &m->st[1]);
+    for (int s = 0; s < m->n_stk; s++) {
+        const mstack *k = &m->stk[s];
+        if (!k->alive) continue;
+        if (k->depth == 1 && k->st[0].ph == R_DONE) return true;
+        if (k->depth == 2 && k->st[0].ph == R_VALUE && accepting(m, &k->st[1])) return true;
+    }
+    return false;
 }
 
 bool mr_matcher_ended(const mr_matcher *m) { return m->ended; }
@@ -595,15 +726,18 @@ bool mr_matcher_ended(const mr_matcher *m) { return m->ended; }
 bool mr_matcher_feed(mr_matcher *m, const char *bytes, size_t n) {
     if (m->ended) return n == 0;
     size_t mark = m->njr;
-    int depth = m->depth;
     for (size_t i = 0; i < n; i++)
         if (!feed(m, (uint8_t)bytes[i])) {
-            undo(m, mark, depth);
+            undo(m, mark);
             return false;
         }
     m->njr = mark; /* kept: the journal is only for undoing */
+    compact(m);
     return true;
 }
+
+/* Free text before the grammar (only one stack then). */
+static bool free_now(const mr_matcher *m) { return m->stk[0].depth == 1 && m->stk[0].st[0].ph == R_FREE; }
 
 static bool is_end(const mr_matcher *m, int32_t id) {
     for (int i = 0; i < m->n_end; i++)
@@ -621,7 +755,7 @@ mr_status mr_matcher_accept(mr_matcher *m, int32_t token) {
     const mr_vocab_index *v = m->v;
     if (token < 0 || token >= v->n_ids || !(v->flags[token] & T_BYTES) || m->ended)
         return mr_error_set(MR_EINPUT, "structured output: token %d cannot come here", (int)token);
-    bool free_start = m->depth == 1 && m->st[0].ph == R_FREE;
+    bool free_start = free_now(m);
     if ((v->flags[token] & T_SPECIAL) && !free_start)
         return mr_error_set(MR_EINPUT, "structured output: special token %d inside the structured part", (int)token);
     if (!mr_matcher_feed(m, v->pool + v->off[token], v->len[token])) {
@@ -635,13 +769,12 @@ static void dfs(mr_matcher *m, const int32_t *next, int32_t node, bool free_star
     const mr_vocab_index *v = m->v;
     for (int32_t ch = v->nodes[node].child; ch >= 0; ch = v->nodes[ch].sib) {
         size_t mark = m->njr;
-        int depth = m->depth;
         if (feed(m, v->nodes[ch].c)) {
             for (int32_t t = v->nodes[ch].tok; t >= 0; t = next[t])
                 if (!(v->flags[t] & T_SPECIAL) || free_start) allow[t >> 5] |= 1u << (t & 31);
             if (v->nodes[ch].child >= 0) dfs(m, next, ch, free_start, allow);
         }
-        undo(m, mark, depth);
+        undo(m, mark);
     }
 }
 
@@ -650,13 +783,14 @@ int64_t mr_matcher_mask(mr_matcher *m, uint32_t *allow) {
     const size_t words = (size_t)(v->n_ids + 31) / 32;
     memset(allow, 0, words * sizeof(uint32_t));
     if (!m->ended) {
-        const frame *f = &m->st[m->depth - 1];
-        const bool free_start = m->depth == 1 && f->ph == R_FREE;
+        const mstack *k0 = &m->stk[0]; /* compacted: one stack, or the fast paths are off */
+        const frame *f = &k0->st[k0->depth - 1];
+        const bool one = m->n_stk == 1, free_start = free_now(m);
         int tr = TR_ALL;
-        if (free_start && f->a == 0 && m->until[0] == '<') { /* free text, no '<' yet: those without one go on */
+        if (one && free_start && f->a == 0 && m->until[0] == '<') { /* free text, no '<' yet: those without one go on */
             memcpy(allow, v->nolt, words * sizeof(uint32_t));
             tr = TR_LT;
-        } else if (f->kind == F_STR && f->ph == S_CHARS && !str_re(m, f)) { /* string text: the plain tokens that fit */
+        } else if (one && f->kind == F_STR && f->ph == S_CHARS && !str_re(m, f)) { /* string text: the plain tokens that fit */
             const int64_t hi = str_hi(m, f);
             if (hi < 0) {
                 memcpy(allow, v->plain, words * sizeof(uint32_t));
@@ -667,9 +801,8 @@ int64_t mr_matcher_mask(mr_matcher *m, uint32_t *allow) {
             tr = TR_STR;
         }
         size_t mark = m->njr;
-        int depth = m->depth;
         dfs(m, v->tok_next[tr], v->root[tr], free_start, allow);
-        undo(m, mark, depth);
+        undo(m, mark);
         m->oom = false;
     }
     const bool end_ok = m->ended || mr_matcher_complete(m);
