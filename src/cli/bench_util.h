@@ -21,6 +21,7 @@
 int mr_bench_moe(int argc, char **argv);
 int mr_bench_dense(int argc, char **argv);
 int mr_bench_engine(int argc, char **argv);
+int mr_bench_grammar(int argc, char **argv);
 
 /* bench moe (bench_moe.c; bench_moe_ep.c under mpirun): the seeded synthetic
  * weights of experts [first, first + n) of a layer (each expert from its

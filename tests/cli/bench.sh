@@ -6,7 +6,7 @@
 # leaving a file. (Timings are not checked: machines here are shared.)
 # Args: <moerun> <tests/data> <scratch dir>
 set -u
-M=$1; S=$3
+M=$1; D=$2; S=$3
 rm -rf "$S"; mkdir -p "$S"
 fail() { echo "FAIL: $*"; exit 1; }
 small="--experts 8 --hidden 256 --inter 128 --topk 2 --iters 2 --threads 2"
@@ -46,6 +46,23 @@ if ! "$M" version 2>&1 | grep -q ASan; then
   out=$(ulimit -v 1400000; "$M" bench dense --tokens 1 --iters 1 2>&1); rc=$?
   [ $rc -eq 1 ] && echo "$out" | grep -q "out of memory" || fail "bench dense out of memory: exit $rc: $out"
 fi
+# bench grammar: a synthetic vocabulary and a model's, the ceiling beside the mask, its JSON; a bad schema
+# and bad options are refused
+j="$S/grammar.json"
+out=$("$M" bench grammar --synthetic 3000 --steps 60 --json "$j" 2>&1) || fail "bench grammar: $out"
+for want in "mask per token over 60 steps" "ceiling: one argmax pass" "mask / pass"; do
+  echo "$out" | grep -qF "$want" || fail "bench grammar: no '$want' in: $out"
+done
+for key in '"mask_p50_ms"' '"argmax_ms"' '"vocab": 3000'; do grep -qF "$key" "$j" || fail "bench grammar JSON lacks $key"; done
+out=$("$M" bench grammar --model "$D/text/minimax" --steps 40 2>&1) || fail "bench grammar --model: $out"
+echo "$out" | grep -qF "200064 ids" || fail "bench grammar --model: $out"
+printf '{"type":"string","pattern":"(a)\\\\1"}' >"$S/bad_schema.json"
+out=$("$M" bench grammar --synthetic 3000 --steps 20 --schema "$S/bad_schema.json" 2>&1); rc=$?
+[ $rc -eq 1 ] && echo "$out" | grep -q "backreferences" || fail "bench grammar bad schema: exit $rc: $out"
+for bad in "--synthetic 10" "--steps 0" "--frobnicate"; do
+  out=$("$M" bench grammar $bad 2>&1); rc=$?
+  [ $rc -eq 2 ] || fail "'bench grammar $bad' must exit 2, got $rc: $out"
+done
 # an unwritable JSON path: failure, and nothing left behind
 out=$("$M" bench moe $small --tokens 1 --json "$S/no/such/dir/r.json" 2>&1); rc=$?
 [ $rc -ne 0 ] || fail "unwritable --json must fail: $out"
