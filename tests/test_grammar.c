@@ -519,6 +519,14 @@ static void test_whitespace_limit(void **state) {
     assert_false(mr_matcher_feed(m, " ", 1));
     assert_true(mr_matcher_feed(m, "\"a\":\n1\n}", 8)); /* a new run after each token */
     mr_matcher_free(m);
+    mr_matcher_opts o = {.no_whitespace = true}; /* vLLM's disable_any_whitespace */
+    assert_int_equal(mr_matcher_new(g, ix, &o, &m), MR_OK);
+    assert_false(mr_matcher_feed(m, " ", 1));
+    assert_true(mr_matcher_feed(m, "{\"a b\":[1,", 10));
+    assert_false(mr_matcher_feed(m, " ", 1));
+    assert_true(mr_matcher_feed(m, "2]}", 3));
+    assert_true(mr_matcher_complete(m));
+    mr_matcher_free(m);
     mr_grammar_free(g);
     mr_vocab_index_free(ix);
     vocab_free(&v);

@@ -94,6 +94,7 @@ typedef struct {
     /* When non-NULL, the output starts free (any token but the end ids) and the grammar begins after these
      * bytes ("</think>" of a reasoning model); copied. */
     const char *free_until;
+    bool no_whitespace; /* no whitespace between JSON tokens at all (vLLM's disable_any_whitespace) */
 } mr_matcher_opts;
 
 typedef struct mr_matcher mr_matcher; /* one per generation; the grammar and the index must outlive it */

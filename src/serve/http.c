@@ -434,7 +434,8 @@ static int gens_matchers(const mr_server *s, sv_job *j, sv_error *e) {
         if (c->eos_ids[i] >= 0) end[n_end++] = c->eos_ids[i];
     for (int i = 0; i < r->n_stop_ids && n_end < 32; i++) end[n_end++] = r->stop_ids[i];
     mr_matcher_opts o = {.end_ids = end, .n_end = n_end,
-                         .free_until = r->kind == SV_CHAT && sv_text_reasoning(s->text) ? "</think>" : NULL};
+                         .free_until = r->kind == SV_CHAT && sv_text_reasoning(s->text) ? "</think>" : NULL,
+                         .no_whitespace = r->so_compact};
     for (int i = 0; i < j->n_gen; i++)
         if (mr_matcher_new(r->grammar, sv_text_vocab_index(s->text), &o, &j->gens[i].matcher))
             return sv_fail(e, 500, NULL, "out of memory");

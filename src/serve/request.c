@@ -605,8 +605,13 @@ static int f_structured_outputs(sv_request *r, const json_t *v, const sv_limits 
         else if (!strcmp(k, "regex") || !strcmp(k, "grammar") || !strcmp(k, "structural_tag"))
             rc = sv_fail(e, 400, "structured_outputs", "structured_outputs.%s is not supported (json, json_object and "
                          "choice are)", k);
-        else
-            continue; /* options (disable_any_whitespace, ...) */
+        else if (!strcmp(k, "disable_any_whitespace")) {
+            if (!json_is_boolean(x))
+                return sv_fail(e, 400, "structured_outputs.disable_any_whitespace", "must be a boolean");
+            r->so_compact = json_is_true(x);
+            rc = 0;
+        } else
+            continue; /* options of other backends (disable_fallback, ...) */
         if (rc) return rc;
     }
     return 0;

@@ -72,6 +72,7 @@ typedef struct {
     char so_field[48];            /* the field that asked (for errors) */
     json_t *so_schema;            /* SV_SO_JSON: the schema, NULL = any JSON object */
     json_t *so_choice;            /* SV_SO_CHOICE: the list of strings */
+    bool so_compact;              /* vLLM's structured_outputs.disable_any_whitespace: JSON without whitespace */
     struct mr_grammar *grammar;   /* compiled at the end of parsing (structured outputs or tool_choice
                                      required / named), or NULL */
     json_t *chat_template_kwargs; /* chat: object or NULL */

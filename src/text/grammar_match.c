@@ -101,6 +101,7 @@ struct mr_matcher {
     jentry *jr;
     size_t njr, cap_jr;
     bool oom, ended;
+    bool no_ws; /* opts.no_whitespace */
     int32_t end[32];
     int n_end;
     char *until;      /* free_until, or NULL */
@@ -182,8 +183,8 @@ static bool is_ws(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c ==
 /* A whitespace byte in a frame that allows it: one more in the run, within the limits (bit 15 of ws: the
  * run has its newline). */
 #define WS_NL 0x8000u
-static bool take_ws(frame *f, uint8_t c) {
-    if ((f->ws & ~WS_NL) >= MR_GRAMMAR_MAX_WS) return false;
+static bool take_ws(const mr_matcher *m, frame *f, uint8_t c) {
+    if (m->no_ws || (f->ws & ~WS_NL) >= MR_GRAMMAR_MAX_WS) return false;
     if (c == '\n') {
         if (f->ws & WS_NL) return false;
         f->ws |= WS_NL;
@@ -500,7 +501,7 @@ static bool start_key(mr_matcher *m, frame *f, uint8_t c) {
 static bool feed_obj(mr_matcher *m, frame *f, uint8_t c) {
     const mr__gnode *o = gnode(m, f->node);
     bool declared = o->b > 0;
-    if (is_ws(c)) return take_ws(f, c);
+    if (is_ws(c)) return take_ws(m, f, c);
     f->ws = 0;
     switch (f->ph) {
     case O_FIRST:
@@ -525,7 +526,7 @@ static bool feed_obj(mr_matcher *m, frame *f, uint8_t c) {
 
 static bool feed_arr(mr_matcher *m, frame *f, uint8_t c) {
     const mr__gnode *a = gnode(m, f->node);
-    if (is_ws(c)) return take_ws(f, c);
+    if (is_ws(c)) return take_ws(m, f, c);
     f->ws = 0;
     switch (f->ph) {
     case A_FIRST:
@@ -591,7 +592,7 @@ static bool feed_root(mr_matcher *m, frame *f, uint8_t c) {
         return true;
     }
     case R_WS:
-        if (is_ws(c) && !m->g->raw) return take_ws(f, c);
+        if (is_ws(c) && !m->g->raw) return take_ws(m, f, c);
         f->ph = R_VALUE;
         return start_value(m, m->g->root, c);
     default: return false;
@@ -675,6 +676,7 @@ mr_status mr_matcher_new(const mr_grammar *g, const mr_vocab_index *v, const mr_
     if (!m) return MR_ENOMEM;
     m->g = g;
     m->v = v;
+    m->no_ws = o && o->no_whitespace;
     m->stk[0].st[0] = (frame){.kind = F_ROOT, .ph = R_WS, .node = g->root};
     m->stk[0].depth = 1;
     m->stk[0].alive = true;

@@ -441,6 +441,19 @@ if text_url:
                                     extra_body={"debug_forced_output": think + "{\"a\": [1, {\"b\": null}]"})
     if r.choices[0].finish_reason == "stop":
         check(isinstance(_json2.loads(r.choices[0].message.content), dict), "json_object: not an object")
+    r = tc.completions.create(model=tmodel, prompt="pet", max_tokens=300, temperature=1.0, seed=4,
+                              extra_body={"structured_outputs": {"json": pet, "disable_any_whitespace": True}})
+    if r.choices[0].finish_reason == "stop":
+        x = _json2.loads(r.choices[0].text)
+        jsonschema.validate(x, pet, format_checker=fmt)
+        in_str, esc, outside = False, False, []
+        for ch in r.choices[0].text:  # the characters outside strings
+            if in_str:
+                in_str, esc = (in_str if esc or ch != '"' else False), (not esc and ch == "\\")
+            else:
+                in_str = ch == '"'
+                outside.append(ch)
+        check(not any(ch.isspace() for ch in outside), f"disable_any_whitespace: {r.choices[0].text!r}")
     r = tc.completions.create(model=tmodel, prompt="pick", max_tokens=20, temperature=1.0, seed=1,
                               extra_body={"guided_choice": ["red", "green", "blue sky"]})
     check(r.choices[0].text in ("red", "green", "blue sky") and r.choices[0].finish_reason == "stop",
