@@ -71,6 +71,10 @@ static void vocab_free(vocab *v) {
     free(v->special);
 }
 
+/* The synthetic vocabulary and its index, shared by the tests (group setup). */
+static vocab g_voc;
+static mr_vocab_index *g_ix;
+
 static mr_vocab_index *index_of(const vocab *v) {
     mr_vocab_index *ix = NULL;
     assert_int_equal(mr_vocab_index_from_bytes((const char *const *)v->b, v->len, v->special, v->n, &ix), MR_OK);
@@ -159,8 +163,6 @@ static bool ws_runs_ok(const char *s, size_t n) {
 
 static void test_json_mode_against_jansson(void **state) {
     (void)state;
-    vocab v = synth_vocab();
-    mr_vocab_index *ix = index_of(&v);
     mr_grammar *g = NULL;
     assert_int_equal(mr_grammar_json_schema(NULL, &g), MR_OK);
     tu_rng r = {7};
@@ -178,10 +180,10 @@ static void test_json_mode_against_jansson(void **state) {
         char *s = json_dumps(o, flags);
         json_decref(o);
         size_t n = strlen(s);
-        assert_int_equal(judge(g, ix, s, n), 1);
+        assert_int_equal(judge(g, g_ix, s, n), 1);
         valid++;
         for (size_t k = 0; k < n; k++) { /* every proper prefix goes on and is not complete */
-            mr_matcher *m = matcher(g, ix, NULL);
+            mr_matcher *m = matcher(g, g_ix, NULL);
             assert_true(mr_matcher_feed(m, s, k));
             assert_false(mr_matcher_complete(m));
             mr_matcher_free(m);
@@ -203,7 +205,7 @@ static void test_json_mode_against_jansson(void **state) {
             while (tn && strchr(" \n\t\r", t[tn - 1])) tn--; /* no trailing whitespace (the matcher allows none) */
             int want = ws_runs_ok(t, tn) ? jansson_object(t, tn) : -1;
             if (want >= 0) {
-                int got = judge(g, ix, t, tn);
+                int got = judge(g, g_ix, t, tn);
                 if ((got == 1) != (want == 1)) fail_msg("matcher %d, jansson %d on [%.*s]", got, want, (int)tn, t);
                 agree++;
             }
@@ -213,8 +215,6 @@ static void test_json_mode_against_jansson(void **state) {
     }
     assert_true(agree > 20000 && valid == 3000);
     mr_grammar_free(g);
-    mr_vocab_index_free(ix);
-    vocab_free(&v);
 }
 
 /* ---- a validator for the supported subset, from the JSON Schema rules ---- */
@@ -387,8 +387,6 @@ static bool walk(mr_matcher *m, const vocab *v, const char *const *bytes_of, con
 
 static void test_schema_walks(void **state) {
     (void)state;
-    vocab v = synth_vocab();
-    mr_vocab_index *ix = index_of(&v);
     tu_rng r = {11};
     char *buf = malloc(1 << 16);
     for (int si = 0; SCHEMAS[si]; si++) {
@@ -400,9 +398,9 @@ static void test_schema_walks(void **state) {
         int ended = 0;
         bool seen_cat = false, seen_dog = false, seen_str = false; /* the union's alternatives all reachable */
         for (int it = 0; it < 200; it++) {
-            mr_matcher *m = matcher(g, ix, NULL);
+            mr_matcher *m = matcher(g, g_ix, NULL);
             size_t n;
-            if (walk(m, &v, (const char *const *)v.b, v.len, v.n, &r, 400, buf, 1 << 16, &n, true)) {
+            if (walk(m, &g_voc, (const char *const *)g_voc.b, g_voc.len, g_voc.n, &r, 400, buf, 1 << 16, &n, true)) {
                 ended++;
                 json_t *x = json_loadb(buf, n, JSON_DECODE_ANY | JSON_ALLOW_NUL, &err);
                 if (!x && (strstr(err.text, "overflow") || strstr(err.text, "too big"))) { /* JSON, beyond jansson */
@@ -425,29 +423,25 @@ static void test_schema_walks(void **state) {
         json_decref(schema);
     }
     free(buf);
-    mr_vocab_index_free(ix);
-    vocab_free(&v);
 }
 
 /* The trie walk's mask against each token fed alone after the same history. */
 static void test_mask_equals_per_token(void **state) {
     (void)state;
-    vocab v = synth_vocab();
-    mr_vocab_index *ix = index_of(&v);
     tu_rng r = {3};
-    uint32_t *allow = calloc((size_t)(v.n + 31) / 32, 4);
+    uint32_t *allow = calloc((size_t)(g_voc.n + 31) / 32, 4);
     int32_t hist[64];
     for (int si = 0; SCHEMAS[si]; si++) {
         json_t *schema = json_loads(SCHEMAS[si], 0, NULL);
         mr_grammar *g = NULL;
         assert_int_equal(mr_grammar_json_schema(schema, &g), MR_OK);
         for (int it = 0; it < 6; it++) {
-            mr_matcher *m = matcher(g, ix, it % 2 ? "</think>" : NULL);
+            mr_matcher *m = matcher(g, g_ix, it % 2 ? "</think>" : NULL);
             int nh = 0;
             for (int step = 0; step < 40; step++) {
                 mr_matcher_mask(m, allow);
-                for (int32_t t = 0; t < v.n; t++) { /* a fresh matcher, the history, then t */
-                    mr_matcher *f = matcher(g, ix, it % 2 ? "</think>" : NULL);
+                for (int32_t t = 0; t < g_voc.n; t++) { /* a fresh matcher, the history, then t */
+                    mr_matcher *f = matcher(g, g_ix, it % 2 ? "</think>" : NULL);
                     for (int h = 0; h < nh; h++) assert_int_equal(mr_matcher_accept(f, hist[h]), MR_OK);
                     bool ok = mr_matcher_accept(f, t) == MR_OK;
                     mr_matcher_free(f);
@@ -455,7 +449,7 @@ static void test_mask_equals_per_token(void **state) {
                         fail_msg("schema %d step %d token %d: mask %d, alone %d", si, step, t, !ok, ok);
                 }
                 int32_t ids[1024], k = 0;
-                for (int32_t t = 0; t < v.n; t++)
+                for (int32_t t = 0; t < g_voc.n; t++)
                     if (allow[t >> 5] >> (t & 31) & 1) ids[k++] = t;
                 assert_true(k > 0);
                 int32_t t = ids[tu_next(&r) % (uint64_t)k];
@@ -470,19 +464,15 @@ static void test_mask_equals_per_token(void **state) {
         json_decref(schema);
     }
     free(allow);
-    mr_vocab_index_free(ix);
-    vocab_free(&v);
 }
 
 static void test_free_prefix_and_specials(void **state) {
     (void)state;
-    vocab v = synth_vocab();
-    mr_vocab_index *ix = index_of(&v);
     mr_grammar *g = NULL;
     assert_int_equal(mr_grammar_json_schema(NULL, &g), MR_OK);
-    mr_matcher *m = matcher(g, ix, "</think>");
-    int32_t special = v.n - 1;
-    uint32_t *allow = calloc((size_t)(v.n + 31) / 32, 4);
+    mr_matcher *m = matcher(g, g_ix, "</think>");
+    int32_t special = g_voc.n - 1;
+    uint32_t *allow = calloc((size_t)(g_voc.n + 31) / 32, 4);
     mr_matcher_mask(m, allow);
     assert_true(allow[special >> 5] >> (special & 31) & 1);   /* free text: anything ... */
     assert_false(allow[END_ID >> 5] & 1);                      /* ... but the end */
@@ -502,17 +492,13 @@ static void test_free_prefix_and_specials(void **state) {
     free(allow);
     mr_matcher_free(m);
     mr_grammar_free(g);
-    mr_vocab_index_free(ix);
-    vocab_free(&v);
 }
 
 static void test_whitespace_limit(void **state) {
     (void)state;
-    vocab v = synth_vocab();
-    mr_vocab_index *ix = index_of(&v);
     mr_grammar *g = NULL;
     assert_int_equal(mr_grammar_json_schema(NULL, &g), MR_OK);
-    mr_matcher *m = matcher(g, ix, NULL);
+    mr_matcher *m = matcher(g, g_ix, NULL);
     assert_true(mr_matcher_feed(m, "{\n", 2));
     assert_false(mr_matcher_feed(m, "\n", 1)); /* one newline a run */
     for (int i = 1; i < MR_GRAMMAR_MAX_WS; i++) assert_true(mr_matcher_feed(m, " ", 1));
@@ -520,7 +506,7 @@ static void test_whitespace_limit(void **state) {
     assert_true(mr_matcher_feed(m, "\"a\":\n1\n}", 8)); /* a new run after each token */
     mr_matcher_free(m);
     mr_matcher_opts o = {.no_whitespace = true}; /* vLLM's disable_any_whitespace */
-    assert_int_equal(mr_matcher_new(g, ix, &o, &m), MR_OK);
+    assert_int_equal(mr_matcher_new(g, g_ix, &o, &m), MR_OK);
     assert_false(mr_matcher_feed(m, " ", 1));
     assert_true(mr_matcher_feed(m, "{\"a b\":[1,", 10));
     assert_false(mr_matcher_feed(m, " ", 1));
@@ -528,15 +514,11 @@ static void test_whitespace_limit(void **state) {
     assert_true(mr_matcher_complete(m));
     mr_matcher_free(m);
     mr_grammar_free(g);
-    mr_vocab_index_free(ix);
-    vocab_free(&v);
 }
 
 /* Integer bounds: exact at the edges, and no prefix that cannot be finished. */
 static void test_integer_bounds(void **state) {
     (void)state;
-    vocab v = synth_vocab();
-    mr_vocab_index *ix = index_of(&v);
     json_t *s = json_loads("{\"type\":\"integer\",\"minimum\":-15,\"maximum\":120}", 0, NULL);
     mr_grammar *g = NULL;
     assert_int_equal(mr_grammar_json_schema(s, &g), MR_OK);
@@ -546,22 +528,20 @@ static void test_integer_bounds(void **state) {
     } C[] = {{"-15", 1}, {"-16", -1}, {"-1", 1}, {"-", 0}, {"-0", 1}, {"0", 1}, {"05", -1}, {"120", 1}, {"121", -1},
              {"12", 1}, {"1200", -1}, {"99", 1}, {"-2", 1}, {"-20", -1}, {"1.5", -1}, {"13", 0}};
     for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
-        int got = judge(g, ix, C[i].t, strlen(C[i].t));
+        int got = judge(g, g_ix, C[i].t, strlen(C[i].t));
         if (got != C[i].want && !(C[i].want == 0 && got == 1)) fail_msg("%s: %d, want %d", C[i].t, got, C[i].want);
     }
     /* "13" is complete (13 is in range) and could not go on (130 is not) */
-    assert_int_equal(judge(g, ix, "13", 2), 1);
-    assert_int_equal(judge(g, ix, "130", 3), -1);
+    assert_int_equal(judge(g, g_ix, "13", 2), 1);
+    assert_int_equal(judge(g, g_ix, "130", 3), -1);
     /* every integer in [-40, 200]: accepted and complete exactly when in range */
     for (int k = -40; k <= 200; k++) {
         char b[16];
         snprintf(b, sizeof b, "%d", k);
-        assert_int_equal(judge(g, ix, b, strlen(b)) == 1, k >= -15 && k <= 120);
+        assert_int_equal(judge(g, g_ix, b, strlen(b)) == 1, k >= -15 && k <= 120);
     }
     mr_grammar_free(g);
     json_decref(s);
-    mr_vocab_index_free(ix);
-    vocab_free(&v);
 }
 
 /* Patterns and formats against POSIX regexec (glibc's, an independent engine; JSON Schema's patterns
@@ -574,8 +554,6 @@ static void test_patterns(void **state) {
     const char alpha[] = "abcdex01-";
     /* regexec counts characters, not bytes, under a UTF-8 locale (the walks write non-ASCII ones) */
     if (!setlocale(LC_CTYPE, "C.UTF-8") && !setlocale(LC_CTYPE, "en_US.UTF-8")) fail_msg("no UTF-8 locale for regexec");
-    vocab v = synth_vocab();
-    mr_vocab_index *ix = index_of(&v);
     tu_rng r = {17};
     char *buf = malloc(1 << 16);
     for (size_t pi = 0; pi < sizeof P / sizeof P[0]; pi++) {
@@ -602,13 +580,13 @@ static void test_patterns(void **state) {
             str[n] = 0;
             snprintf(q, sizeof q, "\"%s\"", str);
             bool want = regexec(&rx, str, 0, NULL, 0) == 0;
-            if ((judge(g, ix, q, strlen(q)) == 1) != want) fail_msg("%s on \"%s\": regexec %d", P[pi], str, want);
+            if ((judge(g, g_ix, q, strlen(q)) == 1) != want) fail_msg("%s on \"%s\": regexec %d", P[pi], str, want);
         }
         int ended = 0;
         for (int it = 0; it < 50; it++) {
-            mr_matcher *m = matcher(g, ix, NULL);
+            mr_matcher *m = matcher(g, g_ix, NULL);
             size_t n;
-            if (!walk(m, &v, (const char *const *)v.b, v.len, v.n, &r, 300, buf, 1 << 16, &n, true)) {
+            if (!walk(m, &g_voc, (const char *const *)g_voc.b, g_voc.len, g_voc.n, &r, 300, buf, 1 << 16, &n, true)) {
                 mr_matcher_free(m);
                 continue;
             }
@@ -640,7 +618,7 @@ static void test_patterns(void **state) {
         json_t *sc = json_pack("{s:s,s:s}", "type", "string", "format", F[i].fmt);
         mr_grammar *g = NULL;
         assert_int_equal(mr_grammar_json_schema(sc, &g), MR_OK);
-        int got = judge(g, ix, F[i].text, strlen(F[i].text));
+        int got = judge(g, g_ix, F[i].text, strlen(F[i].text));
         if ((got == 1) != (F[i].want == 1)) fail_msg("%s %s: %d", F[i].fmt, F[i].text, got);
         mr_grammar_free(g);
         json_decref(sc);
@@ -649,20 +627,16 @@ static void test_patterns(void **state) {
     mr_grammar *g = NULL;
     assert_int_equal(mr_grammar_json_schema(sc, &g), MR_OK);
     static const char *const E[3] = {"\"a\\nb.\"", "\"a\\u000ab.\"", "\"a\\tb.\""};
-    assert_int_equal(judge(g, ix, E[0], strlen(E[0])), 1);
-    assert_int_equal(judge(g, ix, E[1], strlen(E[1])), -1); /* no \\u escapes in a patterned string */
-    assert_int_equal(judge(g, ix, E[2], strlen(E[2])), -1);
+    assert_int_equal(judge(g, g_ix, E[0], strlen(E[0])), 1);
+    assert_int_equal(judge(g, g_ix, E[1], strlen(E[1])), -1); /* no \\u escapes in a patterned string */
+    assert_int_equal(judge(g, g_ix, E[2], strlen(E[2])), -1);
     mr_grammar_free(g);
     json_decref(sc);
-    mr_vocab_index_free(ix);
-    vocab_free(&v);
 }
 
 /* Unions whose alternatives start alike, judged whole: complete when any alternative is. */
 static void test_unions(void **state) {
     (void)state;
-    vocab v = synth_vocab();
-    mr_vocab_index *ix = index_of(&v);
     static const struct {
         const char *schema, *text;
         int want;
@@ -687,40 +661,32 @@ static void test_unions(void **state) {
         assert_non_null(sc);
         mr_grammar *g = NULL;
         if (mr_grammar_json_schema(sc, &g)) fail_msg("%s: %s", C[i].schema, mr_error_last());
-        int got = judge(g, ix, C[i].text, strlen(C[i].text));
+        int got = judge(g, g_ix, C[i].text, strlen(C[i].text));
         if (got != C[i].want) fail_msg("%s on %s: %d, want %d", C[i].schema, C[i].text, got, C[i].want);
         mr_grammar_free(g);
         json_decref(sc);
     }
-    mr_vocab_index_free(ix);
-    vocab_free(&v);
 }
 
 static void test_choice(void **state) {
     (void)state;
-    vocab v = synth_vocab();
-    mr_vocab_index *ix = index_of(&v);
     const char *const ch[] = {"yes", "no", "yes, sir", "maybe"};
     mr_grammar *g = NULL;
     assert_int_equal(mr_grammar_choice(ch, 4, &g), MR_OK);
-    assert_int_equal(judge(g, ix, "yes", 3), 1);
-    assert_int_equal(judge(g, ix, "yes,", 4), 0);
-    assert_int_equal(judge(g, ix, "yes, sir", 8), 1);
-    assert_int_equal(judge(g, ix, "no", 2), 1);
-    assert_int_equal(judge(g, ix, " no", 3), -1); /* raw text: no whitespace around it */
-    assert_int_equal(judge(g, ix, "nope", 4), -1);
-    assert_int_equal(judge(g, ix, "\"no\"", 4), -1);
+    assert_int_equal(judge(g, g_ix, "yes", 3), 1);
+    assert_int_equal(judge(g, g_ix, "yes,", 4), 0);
+    assert_int_equal(judge(g, g_ix, "yes, sir", 8), 1);
+    assert_int_equal(judge(g, g_ix, "no", 2), 1);
+    assert_int_equal(judge(g, g_ix, " no", 3), -1); /* raw text: no whitespace around it */
+    assert_int_equal(judge(g, g_ix, "nope", 4), -1);
+    assert_int_equal(judge(g, g_ix, "\"no\"", 4), -1);
     mr_grammar_free(g);
     const char *const bad[] = {"a", ""};
     assert_int_equal(mr_grammar_choice(bad, 2, &g), MR_EINVAL);
-    mr_vocab_index_free(ix);
-    vocab_free(&v);
 }
 
 static void test_tool_calls(void **state) {
     (void)state;
-    vocab v = synth_vocab();
-    mr_vocab_index *ix = index_of(&v);
     json_t *tools = json_loads(
         "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","
         "\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}},"
@@ -738,18 +704,16 @@ static void test_tool_calls(void **state) {
                          "[{\"name\":\"get_weather\",\"parameters\":{\"a\":1,\"b\":2}}]",
                          "[{\"parameters\":{},\"name\":\"now\"}]", "[{\"name\":\"nope\",\"parameters\":{}}]",
                          "{\"name\":\"now\",\"parameters\":{}}"};
-    for (size_t i = 0; i < 3; i++) assert_int_equal(judge(g, ix, ok[i], strlen(ok[i])), 1);
+    for (size_t i = 0; i < 3; i++) assert_int_equal(judge(g, g_ix, ok[i], strlen(ok[i])), 1);
     for (size_t i = 0; i < 6; i++)
-        if (judge(g, ix, bad[i], strlen(bad[i])) == 1) fail_msg("accepted %s", bad[i]);
+        if (judge(g, g_ix, bad[i], strlen(bad[i])) == 1) fail_msg("accepted %s", bad[i]);
     mr_grammar_free(g);
     assert_int_equal(mr_grammar_tool_calls(tools, "add", &g), MR_OK);
-    assert_int_equal(judge(g, ix, "{\"a\":1,\"b\":2}", 13), 1);
-    assert_int_equal(judge(g, ix, "{\"a\":1}", 7), -1);
+    assert_int_equal(judge(g, g_ix, "{\"a\":1,\"b\":2}", 13), 1);
+    assert_int_equal(judge(g, g_ix, "{\"a\":1}", 7), -1);
     mr_grammar_free(g);
     assert_int_equal(mr_grammar_tool_calls(tools, "missing", &g), MR_EINVAL);
     json_decref(tools);
-    mr_vocab_index_free(ix);
-    vocab_free(&v);
 }
 
 static void test_refused_schemas(void **state) {
@@ -846,6 +810,20 @@ static void test_real_tokenizer(void **state) {
     mr_tokenizer_free(t);
 }
 
+static int group_setup(void **state) {
+    (void)state;
+    g_voc = synth_vocab();
+    g_ix = index_of(&g_voc);
+    return 0;
+}
+
+static int group_teardown(void **state) {
+    (void)state;
+    mr_vocab_index_free(g_ix);
+    vocab_free(&g_voc);
+    return 0;
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_json_mode_against_jansson), cmocka_unit_test(test_schema_walks),
@@ -856,5 +834,5 @@ int main(void) {
         cmocka_unit_test(test_tool_calls),                cmocka_unit_test(test_refused_schemas),
         cmocka_unit_test(test_real_tokenizer),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
