@@ -36,6 +36,16 @@ content=$(jq -r '.choices[0].message.content' "$S/chat.json")
 want_r=$(sed -n '1p' "$S/genchat.txt"); want_c=$(sed -n '4,$p' "$S/genchat.txt")
 [ "$reasoning" = "$want_r" ] || bad "chat reasoning '$reasoning' differs from generate --chat's '$want_r'"
 [ "$content" = "$want_c" ] || bad "chat content '$content' differs from generate --chat's '$want_c'"
+# structured outputs: the answer is JSON (jq parses it) that follows the schema
+curl -s localhost:$P/v1/chat/completions -H 'Content-Type: application/json' \
+     -d '{"messages": [{"role": "user", "content": "Genesis 1:3"}], "max_tokens": 200, "temperature": 0,
+          "response_format": {"type": "json_schema", "json_schema": {"name": "verse", "schema": {"type": "object",
+          "properties": {"book": {"type": "string", "maxLength": 20}, "chapter": {"type": "integer", "minimum": 1,
+          "maximum": 150}}, "required": ["book", "chapter"]}}}}' >"$S/so.json"
+[ "$(jq -r '.choices[0].finish_reason' "$S/so.json")" = stop ] || bad "structured output did not end: $(cat "$S/so.json")"
+jq -r '.choices[0].message.content' "$S/so.json" | jq -e '(keys | sort) == ["book", "chapter"] and
+    (.book | type == "string" and length <= 20) and (.chapter | type == "number" and . == floor and . >= 1 and . <= 150)' \
+    >/dev/null || bad "structured output does not follow the schema: $(jq -r '.choices[0].message.content' "$S/so.json")"
 curl -sN localhost:$P/v1/chat/completions -H 'Content-Type: application/json' \
      -d '{"messages": [{"role": "user", "content": "Genesis 1:3"}], "max_tokens": 80, "temperature": 0, "stream": true, "stream_options": {"include_usage": true}}' >"$S/stream.txt"
 sc=$(sed -n 's/^data: //p' "$S/stream.txt" | grep -v '^\[DONE\]$' | jq -j '.choices[0].delta.content // empty')
