@@ -134,11 +134,13 @@ typedef struct {
 /* A constraint on a request's generated tokens (structured outputs,
  * moerun/grammar.h): before sampling each token the engine thread calls
  * mask with a cleared bitset of (vocab + 31) / 32 words, in which it sets
- * bit id for each id that may come, and applies it first of all the masks; after each
+ * bit id for each id that may come (the masks of one step's requests run
+ * on the engine's threads side by side, one call per request: a mask
+ * touches its own ctx only), and applies it first of all the masks; after each
  * generated token (forced ones too) it calls accept. A mask with no id set,
- * or an error from accept, ends the request with MR_FINISH_ERROR. ctx is
- * the caller's; the engine uses it on its thread until the request's last
- * event. */
+ * or an error from accept, ends the request with MR_FINISH_ERROR; accept
+ * runs on the engine's thread. Both or neither are given (MR_EINVAL). ctx
+ * is the caller's; the engine uses it until the request's last event. */
 typedef struct {
     int64_t (*mask)(void *ctx, uint32_t *allow);
     mr_status (*accept)(void *ctx, int32_t token);

@@ -130,6 +130,9 @@ void mr_engine_free(mr_engine *e) {
     mr_free(e->s_idx);
     mr_free(e->s_count);
     mr_free(e->s_allow);
+    mr_free(e->con_bits);
+    mr_free(e->con_cnt);
+    mr_free(e->con_slot);
     mr_free(e->ev);
     mr_free(e->top);
     plp_free(e);
@@ -245,6 +248,20 @@ static bool is_stop(const mr_engine *e, const mr__req *r, int32_t t) {
     return !r->ignore_eos && mr_model_is_eos(e->m, t);
 }
 
+/* The buffers of a step's constraint masks, with the first request that has a constraint. */
+static mr_status con_alloc(mr_engine *e) {
+    if (e->con_bits) return MR_OK;
+    const size_t R = (size_t)e->o.max_running_requests, words = (size_t)(e->vocab + 31) / 32;
+    e->con_bits = mr_malloc(R * words * sizeof(uint32_t));
+    e->con_cnt = mr_malloc(R * sizeof(int64_t));
+    e->con_slot = mr_malloc(R * sizeof(int32_t));
+    if (e->con_bits && e->con_cnt && e->con_slot) return MR_OK;
+    mr_free(e->con_bits), mr_free(e->con_cnt), mr_free(e->con_slot);
+    e->con_bits = NULL, e->con_cnt = NULL, e->con_slot = NULL;
+    return mr_error_set(MR_ENOMEM, "request: out of memory for the constraint masks (%zu requests of %lld ids)", R,
+                        (long long)e->vocab);
+}
+
 /* The buffers of prompt log-probabilities, with the first request that asks. */
 static mr_status plp_alloc(mr_engine *e) {
     if (e->plp_tok) return MR_OK;
@@ -350,6 +367,9 @@ mr_status mr_engine_add(mr_engine *e, const mr_request_params *p, mr_req_id *out
         return mr_error_set(MR_EBUSY, "request: %d requests are waiting already (max_queued_requests %d)",
                             e->n_waiting, o->max_queued_requests);
     if (p->prompt_logprobs && (st = plp_alloc(e))) return st;
+    if (!p->constraint.mask != !p->constraint.accept)
+        return mr_error_set(MR_EINVAL, "request: a token constraint needs both mask and accept");
+    if (p->constraint.mask && (st = con_alloc(e))) return st;
     /* one allocation: tokens, block table, forced tokens, logit bias (4-byte fields all) */
     int64_t cap = p->n_prompt + max_tokens;
     size_t bytes = ((size_t)cap + (size_t)need + (size_t)n_forced + (size_t)p->n_allowed + (size_t)n_bad_tok +
@@ -398,6 +418,7 @@ mr_status mr_engine_add(mr_engine *e, const mr_request_params *p, mr_req_id *out
     r->plp_next = 1;
     r->cancel = p->cancel;
     r->con = p->constraint;
+    r->con_row = -1;
     r->user = p->user;
     r->last_key = MR__ROOT_KEY;
     if (++e->gen == 0) e->gen = 1;
@@ -713,6 +734,29 @@ mr_status mr_engine_complete(mr_engine *e, mr_status forward_status, const float
             if (e->plp_bad[k] && mr__engine_logprob(e, e->plp_logits + (size_t)(k - k0) * (size_t)e->vocab, 0, 0,
                                                     &(float){0}, NULL, &(int){0}))
                 snprintf(e->err, sizeof e->err, "%s", mr_error_last());
+        sample_ns += mr_now_ns() - ts;
+    }
+    /* structured outputs: the masks of this step's constrained sampling rows, over the threads (each
+     * request's own matcher); pick uses them */
+    int n_con = 0;
+    for (int i = 0; forward_status == MR_OK && e->con_bits && i < e->n_sched; i++) {
+        mr__req *r = &e->req[e->sched[i].slot];
+        r->con_row = -1;
+        if (e->sched[i].sample && r->con.mask && r->n_tok - r->n_prompt >= r->n_forced) {
+            r->con_row = n_con;
+            e->con_slot[n_con++] = e->sched[i].slot;
+        }
+    }
+    if (n_con) {
+        const size_t words = (size_t)(e->vocab + 31) / 32;
+        uint64_t ts = mr_now_ns();
+        #pragma omp parallel for num_threads(e->thr.all) schedule(dynamic, 1) if (n_con > 1)
+        for (int k = 0; k < n_con; k++) {
+            const mr__req *r = &e->req[e->con_slot[k]];
+            uint32_t *b = e->con_bits + (size_t)k * words;
+            memset(b, 0, words * sizeof(uint32_t));
+            e->con_cnt[k] = r->con.mask(r->con.ctx, b);
+        }
         sample_ns += mr_now_ns() - ts;
     }
     for (int i = 0; i < e->n_sched; i++) {
