@@ -656,6 +656,24 @@ static void test_unions(void **state) {
         {"{\"type\":[\"integer\",\"number\",\"string\"],\"minLength\":2}", "\"ab\"", 1},
         {"{\"type\":[\"integer\",\"number\",\"string\"],\"minLength\":2}", "2.5", 1},
     };
+    /* a hostile union graph: 30 levels of anyOf, each of 64 $refs to the next level (64^30 paths) compiles in
+     * one pass and picks without recursion */
+    json_t *defs = json_object();
+    for (int lv = 0; lv <= 30; lv++) {
+        char name[16], ref[32];
+        snprintf(name, sizeof name, "u%d", lv);
+        snprintf(ref, sizeof ref, "#/$defs/u%d", lv + 1);
+        json_t *d = lv == 30 ? json_pack("{s:s}", "type", "integer") : json_pack("{s:[]}", "anyOf");
+        for (int k = 0; lv < 30 && k < 64; k++) json_array_append_new(json_object_get(d, "anyOf"), json_pack("{s:s}", "$ref", ref));
+        json_object_set_new(defs, name, d);
+    }
+    json_t *deep = json_pack("{s:o,s:s}", "$defs", defs, "$ref", "#/$defs/u0");
+    mr_grammar *dg = NULL;
+    if (mr_grammar_json_schema(deep, &dg)) fail_msg("deep unions: %s", mr_error_last());
+    assert_int_equal(judge(dg, g_ix, "57", 2), 1);
+    assert_int_equal(judge(dg, g_ix, "\"a\"", 3), -1);
+    mr_grammar_free(dg);
+    json_decref(deep);
     for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
         json_t *sc = json_loads(C[i].schema, 0, NULL);
         assert_non_null(sc);

@@ -494,58 +494,56 @@ out:
     return st;
 }
 
-/* ---- the union check: the first bytes of the alternatives of each union are disjoint ---- */
-static mr_status first_set(const mr_grammar *g, int32_t node, uint8_t set[32], int guard) {
-    if (guard > 64) return mr_error_set(MR_EINVAL, "grammar: a union contains itself (anyOf of a $ref to itself)");
-    const mr__gnode *n = &g->nodes[node];
-    switch (n->kind) {
-    case G_OBJECT: set['{' >> 3] |= (uint8_t)(1u << ('{' & 7)); break;
-    case G_ARRAY: set['[' >> 3] |= (uint8_t)(1u << ('[' & 7)); break;
-    case G_STRING: set['"' >> 3] |= (uint8_t)(1u << ('"' & 7)); break;
-    case G_NUMBER:
-    case G_INTEGER:
-        for (const char *p = "-0123456789"; *p; p++) set[(uint8_t)*p >> 3] |= (uint8_t)(1u << (*p & 7));
-        break;
-    case G_LITERALS:
-        for (int32_t i = 0; i < n->b; i++) {
-            size_t len;
-            const char *s = mr__glit(g, n->a + i, &len);
-            if (len) set[(uint8_t)s[0] >> 3] |= (uint8_t)(1u << ((uint8_t)s[0] & 7));
-        }
-        break;
-    case G_UNION:
-        for (int32_t i = 0; i < n->b; i++) {
-            mr_status st = first_set(g, g->alts[n->a + i], set, guard + 1);
-            if (st) return st;
-        }
-        break;
-    default: return mr_error_set(MR_EINVAL, "grammar: a $ref used before its target is complete");
+/* ---- unions, flattened: each union's alternatives become the concrete nodes under it ---- */
+/* The concrete nodes reachable from node through unions, each once, in order (color: 1 on the path, 2 done). */
+static mr_status flat_visit(mr_grammar *g, int32_t node, uint8_t *color, int32_t *out, int32_t *n) {
+    const mr__gnode *x = &g->nodes[node];
+    if (x->kind == G_PENDING) return mr_error_set(MR_EINVAL, "grammar: a $ref used before its target is complete");
+    if (color[node] == 1)
+        return mr_error_set(MR_EINVAL, "grammar: a union contains itself (anyOf of a $ref to itself)");
+    if (color[node] == 2) return MR_OK;
+    if (x->kind != G_UNION) {
+        color[node] = 2;
+        out[(*n)++] = node;
+        return MR_OK;
     }
+    color[node] = 1;
+    for (int32_t i = 0; i < x->b; i++) {
+        mr_status st = flat_visit(g, g->alts[x->a + i], color, out, n);
+        if (st) return st;
+    }
+    color[node] = 2;
     return MR_OK;
 }
 
-/* Unions: an integer beside a number is the number (one alternative, not two alike); a union that
- * contains itself without consuming a byte (anyOf of a $ref to itself) is refused. Alternatives that
- * start alike are fine: the matcher runs them side by side. */
-static mr_status check_unions(mr_grammar *g) {
-    for (int32_t u = 0; u < g->n_nodes; u++) {
-        mr__gnode *n = &g->nodes[u];
-        if (n->kind != G_UNION) continue;
+/* Every union's alternatives as its concrete nodes (a union of unions, shared or nested as deep as a
+ * schema makes it, costs one pass: picking an alternative at run time is a loop, never a recursion); an
+ * unbounded integer beside a number is the number (one alternative, not two alike); a union that
+ * contains itself without consuming a byte is refused. Alternatives that start alike are fine: the
+ * matcher runs them side by side. */
+static mr_status flatten_unions(mr_grammar *g) {
+    uint8_t *color = mr_malloc((size_t)g->n_nodes);
+    int32_t *out = mr_malloc((size_t)g->n_nodes * sizeof(int32_t));
+    mr_status st = color && out ? MR_OK : MR_ENOMEM;
+    for (int32_t u = 0; !st && u < g->n_nodes; u++) {
+        if (g->nodes[u].kind != G_UNION) continue;
+        memset(color, 0, (size_t)g->n_nodes);
+        int32_t n = 0;
+        if ((st = flat_visit(g, u, color, out, &n))) break;
         bool has_num = false;
-        for (int32_t i = 0; i < n->b; i++) has_num |= g->nodes[g->alts[n->a + i]].kind == G_NUMBER;
-        for (int32_t i = 0; i < n->b; i++) {
-            int32_t *alt = &g->alts[n->a + i];
-            if (has_num && g->nodes[*alt].kind == G_INTEGER && !g->nodes[*alt].bounds) {
-                for (int32_t j = 0; j < n->b; j++)
-                    if (g->nodes[g->alts[n->a + j]].kind == G_NUMBER) *alt = g->alts[n->a + j];
-                continue;
-            }
-            uint8_t s[32] = {0};
-            mr_status st = first_set(g, *alt, s, 0);
-            if (st) return st;
-        }
+        for (int32_t i = 0; i < n; i++) has_num |= g->nodes[out[i]].kind == G_NUMBER;
+        int32_t k = 0;
+        for (int32_t i = 0; i < n; i++)
+            if (!(has_num && g->nodes[out[i]].kind == G_INTEGER && !g->nodes[out[i]].bounds)) out[k++] = out[i];
+        if ((st = grow((void **)&g->alts, &g->cap_alts, g->n_alts + k, sizeof(int32_t), 1 << 24, "alternatives"))) break;
+        memcpy(g->alts + g->n_alts, out, (size_t)k * sizeof(int32_t));
+        g->nodes[u].a = g->n_alts;
+        g->nodes[u].b = k;
+        g->n_alts += k;
     }
-    return MR_OK;
+    mr_free(color);
+    mr_free(out);
+    return st;
 }
 
 int32_t mr__gpick(const mr_grammar *g, int32_t node, uint8_t c) {
@@ -583,7 +581,7 @@ static mr_status grammar_alloc(mr_grammar **out) {
 }
 
 static mr_status finish(mr_grammar *g, mr_status st, const char *what, mr_grammar **out) {
-    if (!st) st = check_unions(g);
+    if (!st) st = flatten_unions(g);
     if (st) {
         mr_grammar_free(g);
         return st;

@@ -15,8 +15,8 @@
  *               the value; bit 1, the value <= hi)
  *   G_LITERALS  literals [a, a + b) of g->lits, sorted bytewise, distinct:
  *               the value is exactly one of them
- *   G_UNION     alternatives [a, a + b) of g->alts: the first byte picks one
- *               (checked disjoint once the whole graph is built)
+ *   G_UNION     alternatives [a, a + b) of g->alts; once the graph is built,
+ *               the concrete (non-union) nodes under it, each once
  * Node ids are int32; a $ref is its target's node (recursion is a cycle). */
 #ifndef MR_TEXT_GRAMMAR_INTERNAL_H
 #define MR_TEXT_GRAMMAR_INTERNAL_H

@@ -287,17 +287,14 @@ static i128 int_value(const frame *f) { return f->b ? -(i128)f->n : (i128)f->n; 
 
 static int feed_num(mr_matcher *m, frame *f, uint8_t c);
 
-/* The concrete nodes under node (through unions) whose value may start with c, at most max, each once. */
-static int pick_all(const mr_grammar *g, int32_t node, uint8_t c, int32_t *out, int n, int max, int depth) {
+/* The concrete nodes of node (itself, or a union's flattened alternatives) whose value may start with c,
+ * at most max. */
+static int pick_all(const mr_grammar *g, int32_t node, uint8_t c, int32_t *out, int max) {
     const mr__gnode *x = &g->nodes[node];
-    if (x->kind == G_UNION) {
-        for (int32_t i = 0; i < x->b && depth < 64; i++) n = pick_all(g, g->alts[x->a + i], c, out, n, max, depth + 1);
-        return n;
-    }
-    if (mr__gpick(g, node, c) < 0) return n;
-    for (int i = 0; i < n; i++)
-        if (out[i] == node) return n;
-    if (n < max) out[n++] = node;
+    if (x->kind != G_UNION) return mr__gpick(g, node, c) >= 0 && max > 0 ? (out[0] = node, 1) : 0;
+    int n = 0;
+    for (int32_t i = 0; i < x->b && n < max; i++)
+        if (mr__gpick(g, g->alts[x->a + i], c) >= 0) out[n++] = g->alts[x->a + i];
     return n;
 }
 
@@ -307,7 +304,7 @@ static bool start_concrete(mr_matcher *m, int32_t p, uint8_t c);
  * that may start so after the first gets a stack of its own. */
 static bool start_value(mr_matcher *m, int32_t node, uint8_t c) {
     int32_t alt[MAX_STACKS];
-    int na = pick_all(m->g, node, c, alt, 0, MAX_STACKS, 0);
+    int na = pick_all(m->g, node, c, alt, MAX_STACKS);
     if (na == 0) return false;
     const int s = m->cur;
     for (int k = 1; k < na; k++) {
