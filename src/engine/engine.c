@@ -129,7 +129,6 @@ void mr_engine_free(mr_engine *e) {
     mr_free(e->s_work);
     mr_free(e->s_idx);
     mr_free(e->s_count);
-    mr_free(e->s_allow);
     mr_free(e->con_bits);
     mr_free(e->con_cnt);
     mr_free(e->con_slot);
@@ -207,13 +206,12 @@ mr_status mr_engine_new(mr_model *m, const mr_engine_opts *opts, mr_engine **out
     e->s_work = mr_malloc(V * sizeof(float));
     e->s_idx = mr_malloc(V * sizeof(int32_t));
     e->s_count = mr_calloc(V, sizeof(int32_t));
-    e->s_allow = mr_calloc((V + 31) / 32, sizeof(uint32_t));
     e->ev = mr_malloc((size_t)e->cap_ev * sizeof(mr_engine_event));
     e->top = mr_malloc(R * (size_t)o.max_top_logprobs * sizeof(mr_token_logprob));
     e->chk = mr_malloc((size_t)o.kv_blocks * sizeof(int32_t));
     if (!e->chk || !e->req || !e->free_slots || !e->waiting || !e->running || !e->sched || !e->b_tokens || !e->b_ntok ||
         !e->b_start || !e->b_btoff || !e->b_blocks || !e->b_logits || !e->logits || !e->s_prob || !e->s_work ||
-        !e->s_idx || !e->s_count || !e->s_allow || !e->ev || !e->top) {
+        !e->s_idx || !e->s_count || !e->ev || !e->top) {
         mr_engine_free(e);
         return mr_error_set(MR_ENOMEM, NULL);
     }

@@ -97,7 +97,7 @@ typedef struct {
     const int32_t *bad, *bad_len; /* inside mem */
     int n_bad;
     mr_token_constraint con;    /* .mask NULL: none */
-    int32_t con_row;            /* this step's row of the engine's con_bits, -1: none (pick computes it) */
+    int32_t con_row;            /* this step's row of the engine's con_bits (set before pick), -1: none */
     bool plp;                   /* prompt_logprobs */
     int64_t plp_next;           /* the next prompt position whose log-probability is owed (from 1) */
     int top_logprobs;
@@ -209,7 +209,6 @@ struct mr_engine {
     float *s_prob, *s_work;     /* [vocab] */
     int32_t *s_idx;             /* [vocab] */
     int32_t *s_count;           /* [vocab], zero between uses */
-    uint32_t *s_allow;          /* [(vocab + 31) / 32] a constraint's mask */
     /* structured outputs: the constraint masks of a step's sampling rows, computed over the threads
      * before the sampling (allocated with the first request that has a constraint) */
     uint32_t *con_bits;         /* [max_running_requests][(vocab + 31) / 32] */

@@ -53,29 +53,25 @@ static int top_n(const float *l, int64_t V, int n, double lse, mr_token_logprob 
 }
 
 /* The adjusted copy of the row in e->s_work (only when something adjusts
- * it), in engine.h's order: the allowed ids, the bad words, the min_tokens
+ * it), in engine.h's order: the constraint's bitset al (NULL: none), the allowed ids, the bad words, the min_tokens
  * mask, the logit bias, the repetition penalty, then the frequency and
  * presence penalties. */
 static const float *adjust(mr_engine *e, const mr__req *r, const float *logits, const uint32_t *al) {
     float rep = r->sp.repetition_penalty, fr = r->sp.frequency_penalty, pr = r->sp.presence_penalty;
     bool use_rep = rep > 0.0f && rep != 1.0f, use_fp = fr != 0.0f || pr != 0.0f;
     bool use_min = r->n_tok - r->n_prompt < r->min_tokens;
-    if (!use_rep && !use_fp && !use_min && !r->n_bias && !r->n_allowed && !r->n_bad && !r->con.mask) return logits;
+    if (!use_rep && !use_fp && !use_min && !r->n_bias && !r->n_allowed && !r->n_bad && !al) return logits;
     float *w = e->s_work;
     int32_t *cnt = e->s_count; /* zero on entry and on exit */
-    if (r->con.mask) { /* the constraint's bitset, then the allowed ids within it */
+    if (al) /* the constraint's bitset (structured outputs) */
         for (int64_t i = 0; i < e->vocab; i++) w[i] = al[i >> 5] >> (i & 31) & 1 ? logits[i] : -INFINITY;
-        if (r->n_allowed) {
-            for (int64_t i = 0; i < r->n_allowed; i++) cnt[r->allowed[i]] = 1;
-            for (int64_t i = 0; i < e->vocab; i++)
-                if (!cnt[i]) w[i] = -INFINITY;
-            for (int64_t i = 0; i < r->n_allowed; i++) cnt[r->allowed[i]] = 0;
-        }
-    } else if (r->n_allowed) {
-        for (int64_t i = 0; i < e->vocab; i++) w[i] = -INFINITY;
-        for (int64_t i = 0; i < r->n_allowed; i++) w[r->allowed[i]] = logits[r->allowed[i]];
-    } else {
+    else
         memcpy(w, logits, (size_t)e->vocab * sizeof(float));
+    if (r->n_allowed) { /* then only the allowed ids */
+        for (int64_t i = 0; i < r->n_allowed; i++) cnt[r->allowed[i]] = 1;
+        for (int64_t i = 0; i < e->vocab; i++)
+            if (!cnt[i]) w[i] = -INFINITY;
+        for (int64_t i = 0; i < r->n_allowed; i++) cnt[r->allowed[i]] = 0;
     }
     const int32_t *out = r->tok + r->n_prompt, *bw = r->bad;
     const int64_t n_out = r->n_tok - r->n_prompt;
@@ -142,18 +138,11 @@ mr_status mr__engine_pick(mr_engine *e, mr__req *r, const float *logits, int32_t
         *tok = r->forced[g];
     } else {
         const uint32_t *al = NULL;
-        if (r->con.mask) { /* computed for the step over the threads, or here */
-            const size_t words = (size_t)(V + 31) / 32;
-            int64_t cnt;
-            if (r->con_row >= 0) {
-                al = e->con_bits + (size_t)r->con_row * words;
-                cnt = e->con_cnt[r->con_row];
-            } else {
-                memset(e->s_allow, 0, words * sizeof(uint32_t));
-                cnt = r->con.mask(r->con.ctx, e->s_allow);
-                al = e->s_allow;
-            }
-            if (cnt <= 0) return mr_error_set(MR_EINVAL, "structured output: no token can continue the output");
+        if (r->con.mask) { /* computed for the step over the threads (mr_engine_complete) */
+            MR_ASSERT(r->con_row >= 0);
+            al = e->con_bits + (size_t)r->con_row * (size_t)((V + 31) / 32);
+            if (e->con_cnt[r->con_row] <= 0)
+                return mr_error_set(MR_EINVAL, "structured output: no token can continue the output");
         }
         const float *l = adjust(e, r, logits, al);
         mr_sampler_params p = {.temperature = r->sp.temperature, .top_k = r->sp.top_k,

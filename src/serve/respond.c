@@ -441,6 +441,13 @@ static int emit(sv_out *o, int i, const sv_parse_out *po, int32_t tok, const sv_
     return 0;
 }
 
+/* A fresh tool-call id (the shape of the chat parser's, text/parse_output.c). */
+static void new_call_id(char id[40]) {
+    static atomic_ullong counter;
+    snprintf(id, 40, "call_%016llx%08llx", (unsigned long long)mr_now_ns(),
+             (unsigned long long)(atomic_fetch_add(&counter, 1) & 0xffffffffu));
+}
+
 /* A tool-call answer's content goes to c->json, not to the client; streamed with a named function it
  * goes out as that call's argument text as it comes (its first piece with the id and the name), the way
  * OpenAI's and vLLM's servers stream a forced function's arguments. */
@@ -450,11 +457,7 @@ static int divert(sv_out *o, int i, sv_parse_out *po) {
     if (sv_buf_add(&c->json, po->content, po->n_content)) return -1;
     if (o->stream && o->j->req.tool_choice == SV_TOOLS_NAMED) {
         const bool first = !c->n_calls;
-        if (first) {
-            static atomic_ullong named_counter;
-            snprintf(c->call_id, sizeof c->call_id, "call_%016llx%08llx", (unsigned long long)mr_now_ns(),
-                     (unsigned long long)atomic_fetch_add(&named_counter, 1));
-        }
+        if (first) new_call_id(c->call_id);
         c->piece = (sv_tool_piece){.index = 0, .id = first ? c->call_id : NULL, .name = first ? o->j->req.tool_name : NULL,
                                    .args = po->content, .args_len = po->n_content};
         po->tools = &c->piece;
@@ -526,12 +529,10 @@ static int tool_calls_emit(sv_out *o, int i, sv_buf *sse) {
         json_decref(x);
         return rc;
     }
-    static atomic_ullong call_counter;
     for (size_t k = 0; k < n; k++) {
         const json_t *call = r->tool_choice == SV_TOOLS_NAMED ? NULL : json_array_get(x, k);
         const json_t *params = call ? json_object_get(call, "parameters") : x;
-        snprintf(ids[k], sizeof ids[k], "call_%016llx%08llx", (unsigned long long)mr_now_ns(),
-                 (unsigned long long)atomic_fetch_add(&call_counter, 1));
+        new_call_id(ids[k]);
         args[k] = json_dumps(params, JSON_COMPACT);
         if (!args[k]) rc = -1;
         pc[k] = (sv_tool_piece){.index = c->n_calls + (int)k, .id = ids[k],
