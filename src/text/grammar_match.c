@@ -842,28 +842,14 @@ static bool trie_add(mr_vocab_index *v, int tr, int32_t id, const char *b, size_
     return true;
 }
 
-/* Whole UTF-8 characters (as the matcher's string rules take them), no control byte, quote or backslash:
+/* Whole UTF-8 characters (mr_utf8_check's rules, the matcher's too), no control byte, quote or backslash:
  * the number of characters, or -1. */
 static int64_t plain_chars(const uint8_t *b, size_t n) {
+    if (mr_utf8_check((const char *)b, n) != n) return -1;
     int64_t chars = 0;
-    for (size_t i = 0; i < n; chars++) {
-        uint8_t c = b[i];
-        if (c < 0x20 || c == '"' || c == '\\') return -1;
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t k = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : 1;
-        if (c < 0xC2 || c > 0xF4 || i + k >= n) return -1; /* not a lead byte, or the token cuts the character */
-        uint8_t lo = 0x80, up = 0xBF;
-        if (c == 0xE0) lo = 0xA0;
-        else if (c == 0xED) up = 0x9F;
-        else if (c == 0xF0) lo = 0x90;
-        else if (c == 0xF4) up = 0x8F;
-        if (b[i + 1] < lo || b[i + 1] > up) return -1;
-        for (size_t j = 2; j <= k; j++)
-            if (b[i + j] < 0x80 || b[i + j] > 0xBF) return -1;
-        i += k + 1;
+    for (size_t i = 0; i < n; i++) {
+        if (b[i] < 0x20 || b[i] == '"' || b[i] == '\\') return -1;
+        chars += (b[i] & 0xC0) != 0x80; /* a character starts at each byte but continuation bytes */
     }
     return chars;
 }
