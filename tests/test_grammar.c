@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include <locale.h>
+#include <math.h>
 #include <regex.h>
 
 #include "moerun/grammar.h"
@@ -246,7 +247,14 @@ static bool of_type(const json_t *doc, const json_t *s, const char *t, const jso
         return (!mn || (double)v >= json_number_value(mn)) && (!mx || (double)v <= json_number_value(mx)) &&
                (!xmn || (double)v > json_number_value(xmn)) && (!xmx || (double)v < json_number_value(xmx));
     }
-    if (!strcmp(t, "number")) return json_is_number(x);
+    if (!strcmp(t, "number")) {
+        if (!json_is_number(x)) return false;
+        const double v = json_number_value(x);
+        const json_t *mn = json_object_get(s, "minimum"), *mx = json_object_get(s, "maximum"),
+                     *xmn = json_object_get(s, "exclusiveMinimum"), *xmx = json_object_get(s, "exclusiveMaximum");
+        return (!mn || v >= json_number_value(mn)) && (!mx || v <= json_number_value(mx)) &&
+               (!xmn || v > json_number_value(xmn)) && (!xmx || v < json_number_value(xmx));
+    }
     if (!strcmp(t, "string")) {
         if (!json_is_string(x)) return false;
         size_t n = utf8_chars(json_string_value(x));
@@ -340,6 +348,9 @@ static const char *const SCHEMAS[] = {
     "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\",\"minimum\":-15,\"maximum\":120},\"m\":{\"type\":"
     "\"integer\",\"exclusiveMinimum\":7.5,\"exclusiveMaximum\":1000},\"k\":{\"type\":\"array\",\"items\":{\"type\":"
     "\"integer\",\"minimum\":5,\"maximum\":5}}},\"required\":[\"n\",\"m\",\"k\"]}",
+    "{\"type\":\"object\",\"properties\":{\"p\":{\"type\":\"number\",\"minimum\":0,\"maximum\":1},\"t\":{\"type\":"
+    "[\"number\",\"null\"],\"exclusiveMinimum\":-273.15,\"maximum\":1e6},\"w\":{\"type\":\"array\",\"items\":{\"type\":"
+    "\"number\",\"exclusiveMinimum\":0.1,\"exclusiveMaximum\":0.2}}},\"required\":[\"p\",\"t\",\"w\"]}",
     "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"},\"b\":{\"type\":\"number\"}}}",
     NULL};
 
@@ -544,6 +555,90 @@ static void test_integer_bounds(void **state) {
     json_decref(s);
 }
 
+/* Bounded numbers against strtod (glibc's, correctly rounded) and double comparisons, as a validator reads
+ * them: every short text over the numbers' alphabet is complete exactly when it is a JSON number (regexec
+ * says, without exponent) in range (for bounds that are doubles exactly; for the others, such as 0.1, never
+ * a number out of range), and every accepted prefix can be finished. */
+static bool finishes(const mr_grammar *g, char *buf, size_t n, int depth, int *budget) {
+    if (judge(g, g_ix, buf, n) == 1) return true;
+    if (depth == 0 || --*budget < 0) return false;
+    for (const char *c = "0123456789.-"; *c; c++) {
+        buf[n] = *c;
+        if (judge(g, g_ix, buf, n + 1) >= 0 && finishes(g, buf, n + 1, depth - 1, budget)) return true;
+    }
+    return false;
+}
+
+static void test_number_bounds(void **state) {
+    (void)state;
+    static const struct {
+        const char *schema;
+        double lo, hi;          /* the range a validator checks (lo_x, hi_x: exclusive) */
+        bool lo_x, hi_x, exact; /* exact: the bounds are doubles exactly, every number in range is accepted */
+        bool integer;
+    } C[] = {
+        {"{\"type\":\"number\",\"minimum\":-2.25,\"maximum\":0.5}", -2.25, 0.5, false, false, true, false},
+        {"{\"type\":\"number\",\"exclusiveMinimum\":0,\"exclusiveMaximum\":1}", 0, 1, true, true, true, false},
+        {"{\"type\":\"number\",\"minimum\":1.5,\"exclusiveMinimum\":true}", 1.5, INFINITY, true, false, true, false},
+        {"{\"type\":\"number\",\"minimum\":0.1}", 0.1, INFINITY, false, false, false, false},
+        {"{\"type\":\"number\",\"minimum\":-1000,\"exclusiveMaximum\":-0.001}", -1000, -0.001, false, true, false, false},
+        {"{\"type\":[\"number\",\"null\"],\"maximum\":12}", -INFINITY, 12, false, false, true, false},
+        {"{\"type\":\"integer\",\"format\":\"uint8\"}", 0, 255, false, false, true, true},
+        {"{\"type\":\"integer\",\"exclusiveMinimum\":-10.5,\"maximum\":99.9}", -10.5, 99.9, true, false, true, true},
+    };
+    const char alpha[] = "-0125.9";
+    const int na = (int)strlen(alpha);
+    regex_t rx;
+    assert_int_equal(regcomp(&rx, "^-?(0|[1-9][0-9]*)(\\.[0-9]+)?$", REG_EXTENDED | REG_NOSUB), 0);
+    for (size_t ci = 0; ci < sizeof C / sizeof C[0]; ci++) {
+        json_t *sc = json_loads(C[ci].schema, 0, NULL);
+        mr_grammar *g = NULL;
+        if (mr_grammar_json_schema(sc, &g)) fail_msg("%s: %s", C[ci].schema, mr_error_last());
+        int accepted = 0;
+        for (int L = 1, base = na; L <= 6; L++, base *= na)
+            for (int k0 = 0; k0 < base; k0++) {
+                char str[64];
+                for (int i = 0, k = k0; i < L; i++, k /= na) str[i] = alpha[k % na];
+                str[L] = 0;
+                const double v = strtod(str, NULL);
+                const bool syn = regexec(&rx, str, 0, NULL, 0) == 0 && (!C[ci].integer || !strchr(str, '.'));
+                const bool in = (C[ci].lo_x ? v > C[ci].lo : v >= C[ci].lo) && (C[ci].hi_x ? v < C[ci].hi : v <= C[ci].hi);
+                const int got = judge(g, g_ix, str, (size_t)L);
+                if (got == 1 && !(syn && in)) fail_msg("%s: accepted %s", C[ci].schema, str);
+                if (C[ci].exact && syn && in && got != 1) fail_msg("%s: refused %s (%d)", C[ci].schema, str, got);
+                accepted += got == 1;
+                if (got == 0) { /* no dead end: some completion within 24 more bytes */
+                    int budget = 4000;
+                    if (!finishes(g, str, (size_t)L, 24, &budget)) fail_msg("%s: %s cannot be finished", C[ci].schema, str);
+                }
+            }
+        if (accepted < 20) fail_msg("%s: %d accepted", C[ci].schema, accepted);
+        mr_grammar_free(g);
+        json_decref(sc);
+    }
+    regfree(&rx);
+    /* the edges at full precision: 18 digits after the point, never more; no exponent */
+    json_t *sc = json_loads("{\"type\":\"number\",\"exclusiveMinimum\":0.1,\"maximum\":0.25}", 0, NULL);
+    mr_grammar *g = NULL;
+    assert_int_equal(mr_grammar_json_schema(sc, &g), MR_OK);
+    static const struct {
+        const char *t;
+        int want;
+    } E[] = {{"0.1", 0}, {"0.100000000000000005", -1}, {"0.100000000000000019", -1}, {"0.100000000000000020", 1}, {"0.25", 1},
+             {"0.250000000000000000", 1}, {"0.2500000000000000001", -1}, {"0.25000000000000001", -1},
+             {"2.5e-1", -1}, {"0.11", 1}, {"1", -1}, {"0", 0}, {"-0.2", -1}};
+    for (size_t i = 0; i < sizeof E / sizeof E[0]; i++) {
+        const int got = judge(g, g_ix, E[i].t, strlen(E[i].t));
+        if (got != E[i].want) fail_msg("%s: %d, want %d", E[i].t, got, E[i].want);
+        if (got == 1) { /* and strtod agrees */
+            const double v = strtod(E[i].t, NULL);
+            assert_true(v > 0.1 && v <= 0.25);
+        }
+    }
+    mr_grammar_free(g);
+    json_decref(sc);
+}
+
 /* Patterns and formats against POSIX regexec (glibc's, an independent engine; JSON Schema's patterns
  * search as regexec does): every short string over a small alphabet is accepted as a complete string
  * exactly when regexec matches it; random walks over the mask end and match. */
@@ -744,8 +839,13 @@ static void test_refused_schemas(void **state) {
         {"{\"pattern\":\"^a\"}", "beside \"type\": \"string\""},
         {"{\"type\":\"string\",\"pattern\":\"[a-z]{70}\"}", "more than 63"},
         {"{\"type\":\"string\",\"pattern\":\"^a$b\"}", "at the pattern's ends only"},
-        {"{\"type\":\"number\",\"minimum\":0}", "integer\"} alone"},
-        {"{\"type\":\"integer\",\"minimum\":3,\"exclusiveMaximum\":3}", "no integer lies in [3, 2]"},
+        {"{\"minimum\":0}", "beside \"type\": \"integer\" or \"number\""},
+        {"{\"type\":\"integer\",\"minimum\":3,\"exclusiveMaximum\":3}", "lies in [3, 2]"},
+        {"{\"type\":\"integer\",\"minimum\":1e19}", "no integer of at most 18 digits"},
+        {"{\"type\":\"number\",\"maximum\":1e21}", "beyond +-10^20"},
+        {"{\"type\":\"number\",\"minimum\":1,\"maximum\":0.5}", "no number of at most 18 digits"},
+        {"{\"type\":\"integer\",\"format\":\"int128\"}", "\"int128\" is not supported on an integer"},
+        {"{\"type\":\"number\",\"format\":\"int32\"}", "not supported on a number"},
         {"{\"$defs\":{\"a\":{\"anyOf\":[{\"$ref\":\"#/$defs/a\"},{\"type\":\"null\"}]}},\"$ref\":\"#/$defs/a\"}",
          "contains itself"},
         {"{\"type\":\"strng\"}", "not a JSON schema type"},
@@ -847,7 +947,7 @@ int main(void) {
         cmocka_unit_test(test_json_mode_against_jansson), cmocka_unit_test(test_schema_walks),
         cmocka_unit_test(test_mask_equals_per_token),     cmocka_unit_test(test_free_prefix_and_specials),
         cmocka_unit_test(test_whitespace_limit),          cmocka_unit_test(test_choice),
-        cmocka_unit_test(test_integer_bounds),            cmocka_unit_test(test_patterns),
+        cmocka_unit_test(test_integer_bounds),            cmocka_unit_test(test_number_bounds),            cmocka_unit_test(test_patterns),
         cmocka_unit_test(test_unions),
         cmocka_unit_test(test_tool_calls),                cmocka_unit_test(test_refused_schemas),
         cmocka_unit_test(test_real_tokenizer),

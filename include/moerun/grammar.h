@@ -26,9 +26,14 @@
  *   expressions: classes, groups, alternation, repetition; at most 63
  *   character positions once repetitions are written out) or format (date,
  *   time, date-time, uuid, email, ipv4: as patterns; dates are not checked
- *   against the calendar); integer with minimum, maximum, exclusiveMinimum,
- *   exclusiveMaximum (a digit comes only when the number can still end in
- *   range); number, boolean, null.
+ *   against the calendar); integer and number with minimum, maximum,
+ *   exclusiveMinimum, exclusiveMaximum (a digit comes only when the number
+ *   can still end in range; a bounded number is written without exponent,
+ *   with at most 18 digits before and 18 after its point; a number's bound
+ *   is the double the schema's number reads as, an exclusive one the next
+ *   double inward, so that every output reads as a double in range), an
+ *   integer's format int8 .. int64 / uint8 .. uint64 (as bounds), a
+ *   number's float / double; boolean, null.
  * Annotations (title, description, default, examples, $schema, $id,
  * $comment, ...) are ignored. Whitespace between JSON tokens: at most
  * MR_GRAMMAR_MAX_WS bytes in a row, of which at most one newline (compact

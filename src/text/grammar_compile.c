@@ -289,30 +289,90 @@ static mr_status string_pattern(mr_grammar *g, const json_t *s, const char *path
     return MR_OK;
 }
 
-/* minimum / maximum / exclusiveMinimum / exclusiveMaximum of an integer (numbers, or draft 4's booleans
- * beside minimum / maximum) as inclusive int64 bounds. */
-static mr_status int_bounds(const json_t *s, const char *path, mr__gnode *n) {
+/* x * MR__NUM_UNIT, rounded up or down, exactly (x = M 2^e with M an integer of 53 bits); |x| < 10^20. */
+static mr__i128 scaled(double x, bool up) {
+    int e;
+    const double m = frexp(x, &e);
+    const mr__i128 p = (mr__i128)(int64_t)ldexp(m, 53) * MR__NUM_UNIT;
+    e -= 53;
+    if (e >= 0) return p * ((mr__i128)1 << e);
+    if (e < -120) return p > 0 ? up : p < 0 ? -(mr__i128)!up : 0;
+    const mr__i128 d = (mr__i128)1 << -e, q = p / d, r = p % d;
+    return up ? q + (r > 0) : q - (r < 0);
+}
+
+/* The integer formats OpenAPI and schema generators write (schemars, pydantic's conint, ...), as bounds;
+ * a number's float / double say nothing a JSON number does not. */
+static const struct {
+    const char *name;
+    double lo, hi;
+} INT_FORMATS[] = {{"int8", -128.0, 127.0},
+                   {"int16", -32768.0, 32767.0},
+                   {"int32", -2147483648.0, 2147483647.0},
+                   {"int64", -9223372036854775808.0, 9223372036854775807.0},
+                   {"uint8", 0, 255.0},
+                   {"uint16", 0, 65535.0},
+                   {"uint32", 0, 4294967295.0},
+                   {"uint64", 0, 18446744073709551615.0}};
+
+static void bound_lo(mr__gnode *n, mr__i128 b) {
+    if (!(n->bounds & 1) || b > n->vlo) n->vlo = b;
+    n->bounds |= 1;
+}
+
+static void bound_hi(mr__gnode *n, mr__i128 b) {
+    if (!(n->bounds & 2) || b < n->vhi) n->vhi = b;
+    n->bounds |= 2;
+}
+
+/* minimum / maximum / exclusiveMinimum / exclusiveMaximum (numbers, or draft 4's booleans beside minimum /
+ * maximum) and an integer's format, as inclusive scaled bounds. A number's bound is kept exactly as the
+ * double the schema's number is: a decimal d >= that double reads as a double >= it (rounding is
+ * monotone), and an exclusive bound becomes the next double inward, so that every number written in
+ * range reads as one in range, whoever parses it. */
+static mr_status num_bounds(const json_t *s, const char *path, mr__gnode *n) {
     static const char *const K[4] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+    const bool integer = n->kind == G_INTEGER;
+    const mr__i128 S = MR__NUM_UNIT;
     for (int k = 0; k < 4; k++) {
         const json_t *v = json_object_get(s, K[k]);
         if (!v || json_is_boolean(v)) continue;
         if (!json_is_number(v)) return mr_error_set(MR_EINVAL, "%s/%s: must be a number", path, K[k]);
-        double x = json_number_value(v);
-        if (!(x > -9.0e18 && x < 9.0e18)) return mr_error_set(MR_EINVAL, "%s/%s: beyond the 64-bit integers", path, K[k]);
+        const double x = json_number_value(v);
+        if (!(fabs(x) < 1e20)) return mr_error_set(MR_EINVAL, "%s/%s: beyond +-10^20", path, K[k]);
         const bool excl = k % 2 == 1 ? true : json_is_true(json_object_get(s, K[k + 1])); /* draft 4: a boolean */
-        int64_t b;
-        if (k < 2) { /* lower */
-            b = excl ? (int64_t)floor(x) + 1 : (int64_t)ceil(x);
-            if (!(n->bounds & 1) || b > n->lo) n->lo = b;
-            n->bounds |= 1;
+        if (k < 2) {
+            if (integer) bound_lo(n, excl ? scaled(floor(x), false) + S : scaled(ceil(x), true));
+            else bound_lo(n, scaled(excl ? nextafter(x, INFINITY) : x, true));
         } else {
-            b = excl ? (int64_t)ceil(x) - 1 : (int64_t)floor(x);
-            if (!(n->bounds & 2) || b < n->hi) n->hi = b;
-            n->bounds |= 2;
+            if (integer) bound_hi(n, excl ? scaled(ceil(x), true) - S : scaled(floor(x), false));
+            else bound_hi(n, scaled(excl ? nextafter(x, -INFINITY) : x, false));
         }
     }
-    if (n->bounds == 3 && n->lo > n->hi)
-        return mr_error_set(MR_EINVAL, "%s: no integer lies in [%lld, %lld]", path, (long long)n->lo, (long long)n->hi);
+    const json_t *fmt = json_object_get(s, "format");
+    if (fmt) {
+        const char *f = json_string_value(fmt);
+        size_t i = 0, nf = sizeof INT_FORMATS / sizeof INT_FORMATS[0];
+        while (f && integer && i < nf && strcmp(f, INT_FORMATS[i].name)) i++;
+        if (f && integer && i < nf) {
+            bound_lo(n, scaled(INT_FORMATS[i].lo, true));
+            bound_hi(n, scaled(INT_FORMATS[i].hi, false));
+        } else if (!f || integer || (strcmp(f, "float") && strcmp(f, "double"))) {
+            return mr_error_set(MR_EINVAL, "%s/format: %s%.40s%s is not supported on %s (%s)", path, f ? "\"" : "",
+                                f ? f : "not a string", f ? "\"" : "", integer ? "an integer" : "a number",
+                                integer ? "int8 .. int64 and uint8 .. uint64 are" : "float and double are");
+        }
+    }
+    /* what can be written: at most MR__NUM_INT digits before the point */
+    const mr__i128 top = MR__NUM_UNIT * S; /* 10^(MR__NUM_INT + MR__NUM_FRAC) */
+    if (((n->bounds & 1) && n->vlo >= top) || ((n->bounds & 2) && n->vhi <= -top) ||
+        (n->bounds == 3 && n->vlo > n->vhi)) {
+        const double lo = n->bounds & 1 ? (double)n->vlo / 1e18 : -INFINITY, hi = n->bounds & 2 ? (double)n->vhi / 1e18 : INFINITY;
+        if (integer)
+            return mr_error_set(MR_EINVAL, "%s: no integer of at most %d digits lies in [%.0f, %.0f]", path, MR__NUM_INT, lo, hi);
+        return mr_error_set(MR_EINVAL, "%s: no number of at most %d digits before and %d after the point lies in "
+                            "[%.17g, %.17g]", path, MR__NUM_INT, MR__NUM_FRAC, lo, hi);
+    }
     return MR_OK;
 }
 
@@ -351,10 +411,9 @@ static mr_status compile_type(cctx *c, const json_t *s, const char *type, const 
         *out = id;
         return string_pattern(g, s, path, id);
     }
-    if (!strcmp(type, "number")) return new_node(g, G_NUMBER, out);
-    if (!strcmp(type, "integer")) {
-        if ((st = new_node(g, G_INTEGER, out))) return st;
-        return int_bounds(s, path, &g->nodes[*out]);
+    if (!strcmp(type, "number") || !strcmp(type, "integer")) {
+        if ((st = new_node(g, !strcmp(type, "number") ? G_NUMBER : G_INTEGER, out))) return st;
+        return num_bounds(s, path, &g->nodes[*out]);
     }
     if (!strcmp(type, "boolean") || !strcmp(type, "null")) {
         json_t *v = !strcmp(type, "null") ? json_pack("[n]") : json_pack("[bb]", 1, 0);
@@ -403,6 +462,14 @@ static mr_status compile_ref(cctx *c, const char *ref, const char *path, int32_t
     return MR_OK;
 }
 
+/* "type" is t or a list holding t. */
+static bool names_type(const json_t *ty, const char *t) {
+    if (json_is_string(ty)) return !strcmp(json_string_value(ty), t);
+    for (size_t i = 0; json_is_array(ty) && i < json_array_size(ty); i++)
+        if (json_is_string(json_array_get(ty, i)) && !strcmp(json_string_value(json_array_get(ty, i)), t)) return true;
+    return false;
+}
+
 static mr_status compile(cctx *c, const json_t *s, const char *path, int32_t *out) {
     mr_grammar *g = c->g;
     if (json_is_true(s)) return any_node(g, out);
@@ -416,19 +483,21 @@ static mr_status compile(cctx *c, const json_t *s, const char *path, int32_t *ou
             goto out;
         }
     const json_t *ty = json_object_get(s, "type");
-    bool stringy = json_is_string(ty) && !strcmp(json_string_value(ty), "string");
-    for (size_t i = 0; json_is_array(ty) && i < json_array_size(ty); i++)
-        stringy |= json_is_string(json_array_get(ty, i)) && !strcmp(json_string_value(json_array_get(ty, i)), "string");
-    if ((json_object_get(s, "pattern") || json_object_get(s, "format")) && !stringy) {
-        st = mr_error_set(MR_EINVAL, "%s: pattern and format are supported beside \"type\": \"string\" (without it they "
-                          "would not be enforced)", path);
+    const bool stringy = names_type(ty, "string"), numeric = names_type(ty, "integer") || names_type(ty, "number");
+    if (json_object_get(s, "pattern") && !stringy) {
+        st = mr_error_set(MR_EINVAL, "%s: pattern is supported beside \"type\": \"string\" (without it, it would not be "
+                          "enforced)", path);
+        goto out;
+    }
+    if (json_object_get(s, "format") && !stringy && !numeric) {
+        st = mr_error_set(MR_EINVAL, "%s: format is supported beside \"type\": \"string\", \"integer\" or \"number\" "
+                          "(without it, it would not be enforced)", path);
         goto out;
     }
     if ((json_object_get(s, "minimum") || json_object_get(s, "maximum") || json_object_get(s, "exclusiveMinimum") ||
-         json_object_get(s, "exclusiveMaximum")) &&
-        !(json_is_string(ty) && !strcmp(json_string_value(ty), "integer"))) {
-        st = mr_error_set(MR_EINVAL, "%s: minimum / maximum are supported on {\"type\": \"integer\"} alone (not on "
-                          "numbers, where they would not be enforced)", path);
+         json_object_get(s, "exclusiveMaximum")) && !numeric) {
+        st = mr_error_set(MR_EINVAL, "%s: minimum / maximum are supported beside \"type\": \"integer\" or \"number\" "
+                          "(without it they would not be enforced)", path);
         goto out;
     }
     const json_t *ref = json_object_get(s, "$ref"), *en = json_object_get(s, "enum"), *co = json_object_get(s, "const"),

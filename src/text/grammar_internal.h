@@ -11,8 +11,12 @@
  *   G_ARRAY     items node a, lo .. hi items (hi -1: no limit)
  *   G_STRING    lo .. hi characters (hi -1: no limit); re >= 0: the content
  *               matches g->res[re] (pattern, format)
- *   G_NUMBER, G_INTEGER (an integer may have bounds: bit 0 of bounds, lo <=
- *               the value; bit 1, the value <= hi)
+ *   G_NUMBER, G_INTEGER  bounds: bit 0, vlo <= the value; bit 1, the value
+ *               <= vhi; both in units of 10^-MR__NUM_FRAC (exact: a decimal
+ *               written with at most that many digits after the point is
+ *               in range exactly when its scaled value is). A bounded value
+ *               is written without an exponent, with at most MR__NUM_INT
+ *               digits before the point and MR__NUM_FRAC after it
  *   G_LITERALS  literals [a, a + b) of g->lits, sorted bytewise, distinct:
  *               the value is exactly one of them
  *   G_UNION     alternatives [a, a + b) of g->alts; once the graph is built,
@@ -25,11 +29,17 @@
 
 typedef enum { G_PENDING = 0, G_OBJECT, G_ARRAY, G_STRING, G_NUMBER, G_INTEGER, G_LITERALS, G_UNION } mr__gkind;
 
+__extension__ typedef __int128 mr__i128;
+#define MR__NUM_INT 18  /* digits before the point of a bounded number (scaled, below 10^36) */
+#define MR__NUM_FRAC 18 /* digits after it */
+#define MR__NUM_UNIT ((mr__i128)1000000000000000000) /* 10^MR__NUM_FRAC */
+
 typedef struct {
     uint8_t kind;
     uint8_t bounds;
     int32_t a, b;
     int64_t lo, hi;
+    mr__i128 vlo, vhi;
     int32_t addl;
     int32_t sel_from, sel_prop, sel_first;
     int32_t re;

@@ -263,27 +263,52 @@ static bool lit_settle(mr_matcher *m, const frame *f) {
     return true;
 }
 
-/* Integer bounds. The frame of a bounded integer keeps the magnitude so far (n, saturated past any int64)
- * and the sign (b). A digit is taken only when some integer written with the new prefix is in range, so
- * that the output never reaches a number it cannot finish. */
-__extension__ typedef __int128 i128;
-#define MAG_CAP ((int64_t)4000000000000000000)
-
-static bool in_range(const mr__gnode *n, i128 v) {
-    return (!(n->bounds & 1) || v >= n->lo) && (!(n->bounds & 2) || v <= n->hi);
+/* Bounds of a number. The frame of a bounded number keeps its sign (b), the digits before the point as an
+ * integer (n), and those after it as an integer (re) with their count (a; -1 before any point). A byte is
+ * taken only when some number written with the new prefix is in range, so that the output never reaches a
+ * number it cannot finish. Values are scaled by MR__NUM_UNIT (grammar_internal.h). */
+static bool in_range(const mr__gnode *n, mr__i128 v) {
+    return (!(n->bounds & 1) || v >= n->vlo) && (!(n->bounds & 2) || v <= n->vhi);
 }
 
-static bool int_feasible(const mr__gnode *n, bool neg, int64_t p) {
-    i128 lo = p, hi = p; /* the magnitudes with j more digits: [p 10^j, p 10^j + 10^j - 1] */
-    for (int j = 0; j < 20 && lo <= MAG_CAP; j++) {
-        i128 vlo = neg ? -hi : lo, vhi = neg ? -lo : hi;
-        if ((!(n->bounds & 2) || vlo <= n->hi) && (!(n->bounds & 1) || vhi >= n->lo)) return true;
-        lo *= 10, hi = hi * 10 + 9;
+/* The magnitudes [lo, hi] of the given sign meet the range. */
+static bool meets(const mr__gnode *n, bool neg, mr__i128 lo, mr__i128 hi) {
+    mr__i128 vlo = neg ? -hi : lo, vhi = neg ? -lo : hi;
+    return (!(n->bounds & 2) || vlo <= n->vhi) && (!(n->bounds & 1) || vhi >= n->vlo);
+}
+
+static mr__i128 pow10i(int k) {
+    mr__i128 p = 1;
+    while (k-- > 0) p *= 10;
+    return p;
+}
+
+static int ndigits(int64_t v) {
+    int d = 1;
+    for (; v >= 10; v /= 10) d++;
+    return d;
+}
+
+static mr__i128 num_value(const frame *f) {
+    mr__i128 v = (mr__i128)f->n * MR__NUM_UNIT + (f->a > 0 ? (mr__i128)f->re * pow10i(MR__NUM_FRAC - f->a) : 0);
+    return f->b ? -v : v;
+}
+
+/* Some number that starts with the frame's digits (one at least) is in range. */
+static bool num_feasible(const mr__gnode *n, const frame *f) {
+    const mr__i128 S = MR__NUM_UNIT;
+    if (f->a >= 0) { /* after the point: [v, v + 10^(FRAC - a) - 1] */
+        const mr__i128 u = pow10i(MR__NUM_FRAC - f->a), v = (mr__i128)f->n * S + (mr__i128)f->re * u;
+        return meets(n, f->b, v, v + u - 1);
     }
+    /* j more digits before the point: [p 10^j, (p + 1) 10^j) and, for a number, any fraction */
+    const int more = f->ph == N_ZERO ? 0 : MR__NUM_INT - ndigits(f->n);
+    const mr__i128 tail = n->kind == G_NUMBER ? 1 : S;
+    mr__i128 p = f->n, w = 1;
+    for (int j = 0; j <= more; j++, p *= 10, w *= 10)
+        if (meets(n, f->b, p * S, (p + w) * S - tail)) return true;
     return false;
 }
-
-static i128 int_value(const frame *f) { return f->b ? -(i128)f->n : (i128)f->n; }
 
 static int feed_num(mr_matcher *m, frame *f, uint8_t c);
 
@@ -346,7 +371,7 @@ static bool start_concrete(mr_matcher *m, int32_t p, uint8_t c) {
 static bool accepting(const mr_matcher *m, const frame *f) {
     if (f->kind == F_NUM) {
         const mr__gnode *n = gnode(m, f->node);
-        if (n->bounds) return (f->ph == N_ZERO || f->ph == N_INT) && in_range(n, int_value(f));
+        if (n->bounds && !in_range(n, num_value(f))) return false;
         return f->ph == N_ZERO || f->ph == N_INT || f->ph == N_FRAC || f->ph == N_EXP;
     }
     if (f->kind == F_LIT) {
@@ -420,39 +445,44 @@ static bool feed_str(mr_matcher *m, frame *f, uint8_t c) {
     return false;
 }
 
-/* One byte of a number; 1 taken, 0 refused, -1 the number ended before it. */
+/* One byte of a number; 1 taken, 0 refused, -1 the number ended before it. A bounded number has no
+ * exponent and at most MR__NUM_INT / MR__NUM_FRAC digits before / after its point. */
 static int feed_num(mr_matcher *m, frame *f, uint8_t c) {
     const mr__gnode *node = gnode(m, f->node);
-    bool dig = c >= '0' && c <= '9', real = node->kind == G_NUMBER, bounded = node->bounds != 0;
+    const bool dig = c >= '0' && c <= '9', real = node->kind == G_NUMBER, bounded = node->bounds != 0;
     switch (f->ph) {
     case N_START:
     case N_SIGN:
         if (f->ph == N_START && c == '-')
-            return !bounded || !(node->bounds & 1) || node->lo <= 0 ? (f->ph = N_SIGN, f->b = 1, 1) : 0;
+            return !(node->bounds & 1) || node->vlo <= 0 ? (f->ph = N_SIGN, f->b = 1, 1) : 0;
         if (!dig) return 0;
-        f->n = c - '0';
-        if (bounded && !(c == '0' ? in_range(node, 0) : int_feasible(node, f->b, f->n))) return 0;
+        f->n = c - '0', f->a = -1, f->re = 0;
         f->ph = c == '0' ? N_ZERO : N_INT;
-        return 1;
+        return !bounded || num_feasible(node, f);
     case N_ZERO:
     case N_INT:
         if (dig) {
             if (f->ph == N_ZERO) return 0;
-            if (bounded) {
-                int64_t p = f->n > MAG_CAP / 10 ? MAG_CAP : f->n * 10 + (c - '0');
-                if (!int_feasible(node, f->b, p)) return 0;
-                f->n = p;
-            }
-            return 1;
+            if (!bounded) return 1;
+            if (ndigits(f->n) == MR__NUM_INT) return 0;
+            f->n = f->n * 10 + (c - '0');
+            return num_feasible(node, f);
         }
-        if (real && c == '.') return f->ph = N_DOT, 1;
-        if (real && (c == 'e' || c == 'E')) return f->ph = N_E, 1;
-        return bounded && !in_range(node, int_value(f)) ? 0 : -1;
-    case N_DOT: return dig ? (f->ph = N_FRAC, 1) : 0;
+        if (real && c == '.') return f->ph = N_DOT, f->a = 0, !bounded || num_feasible(node, f);
+        if (real && !bounded && (c == 'e' || c == 'E')) return f->ph = N_E, 1;
+        return bounded && !in_range(node, num_value(f)) ? 0 : -1;
+    case N_DOT:
     case N_FRAC:
-        if (dig) return 1;
-        if (c == 'e' || c == 'E') return f->ph = N_E, 1;
-        return -1;
+        if (dig) {
+            f->ph = N_FRAC;
+            if (!bounded) return 1;
+            if (f->a == MR__NUM_FRAC) return 0;
+            f->re = f->re * 10 + (uint64_t)(c - '0'), f->a++;
+            return num_feasible(node, f);
+        }
+        if (f->ph == N_DOT) return 0;
+        if (!bounded && (c == 'e' || c == 'E')) return f->ph = N_E, 1;
+        return bounded && !in_range(node, num_value(f)) ? 0 : -1;
     case N_E: return c == '+' || c == '-' ? (f->ph = N_ESIGN, 1) : dig ? (f->ph = N_EXP, 1) : 0;
     case N_ESIGN: return dig ? (f->ph = N_EXP, 1) : 0;
     case N_EXP: return dig ? 1 : -1;

@@ -437,6 +437,32 @@ if text_url:
             jsonschema.validate(_json2.loads(content), pet, format_checker=fmt)
     print(f"structured outputs: {ended} of 6 json_schema answers ended")
     check(ended >= 4, f"structured outputs: only {ended} of 6 answers ended")
+    # the client's own structured outputs: a pydantic model (bounded floats and ints, as Field(ge=..., lt=...)
+    # writes them) through chat.completions.parse, which sends openai's strict schema and parses the answer
+    # with pydantic (its validation the oracle: a number out of range raises)
+    import pydantic
+    from typing import Literal, Optional
+
+    class Reading(pydantic.BaseModel):
+        sensor: Literal["a", "b"]
+        celsius: float = pydantic.Field(ge=-273.15, le=1000)
+        share: float = pydantic.Field(gt=0, lt=1)
+        count: int = pydantic.Field(ge=0, le=500)
+        note: Optional[str] = pydantic.Field(max_length=8)
+    parsed = 0
+    for seed in range(6):
+        try:
+            r = tc.chat.completions.parse(model=tmodel, messages=[{"role": "user", "content": "a reading?"}],
+                                          max_tokens=300, temperature=1.0, seed=100 + seed, response_format=Reading,
+                                          extra_body={"debug_forced_output": think})
+        except openai.LengthFinishReasonError:
+            continue
+        m = r.choices[0].message.parsed
+        check(isinstance(m, Reading) and 0 < m.share < 1 and -273.15 <= m.celsius <= 1000,
+              f"parse: {r.choices[0].message.content!r}")
+        parsed += 1
+    print(f"structured outputs: {parsed} of 6 pydantic answers parsed")
+    check(parsed >= 3, f"parse: only {parsed} of 6 answers ended")
     r = tc.chat.completions.create(model=tmodel, messages=[{"role": "user", "content": "json"}], max_tokens=300,
                                     temperature=1.0, seed=9, response_format={"type": "json_object"},
                                     extra_body={"debug_forced_output": think + "{\"a\": [1, {\"b\": null}]"})
