@@ -729,6 +729,68 @@ static void test_patterns(void **state) {
     json_decref(sc);
 }
 
+/* Regex outputs (raw text matched whole) against glibc's regexec with the pattern between ^( and )$: every
+ * short text over an alphabet; walks over the mask that end, and match; a pattern that matches the empty text
+ * may end at once; the pattern's own anchors, an escaped final '$'; free text before it. */
+static void test_regex(void **state) {
+    (void)state;
+    static const struct {
+        const char *re, *posix; /* ours, and the same language as a POSIX ERE matched whole */
+    } P[] = {{"[a-c]+x?", "^([a-c]+x?)$"},      {"(ab|cd)*e", "^((ab|cd)*e)$"}, {"^a.b$", "^(a.b)$"},
+             {"x*", "^(x*)$"},                    {"a|b|ex", "^(a|b|ex)$"},        {"[^x]{1,3}", "^([^x]{1,3})$"},
+             {"a\\$", "^(a\\$)$"},             {"(a|b)+-(0|1){2}", "^((a|b)+-(0|1){2})$"}};
+    const char alpha[] = "abcdex01-$";
+    const int na = (int)strlen(alpha);
+    if (!setlocale(LC_CTYPE, "C.UTF-8") && !setlocale(LC_CTYPE, "en_US.UTF-8")) fail_msg("no UTF-8 locale for regexec");
+    tu_rng r = {29};
+    char *buf = malloc(1 << 16);
+    for (size_t pi = 0; pi < sizeof P / sizeof P[0]; pi++) {
+        regex_t rx;
+        assert_int_equal(regcomp(&rx, P[pi].posix, REG_EXTENDED | REG_NOSUB), 0);
+        mr_grammar *g = NULL;
+        if (mr_grammar_regex(P[pi].re, &g)) fail_msg("%s: %s", P[pi].re, mr_error_last());
+        for (int L = 0, base = 1; L <= 4; L++, base *= na)
+            for (int k0 = 0; k0 < base; k0++) {
+                char str[8];
+                for (int i = 0, k = k0; i < L; i++, k /= na) str[i] = alpha[k % na];
+                str[L] = 0;
+                const bool want = regexec(&rx, str, 0, NULL, 0) == 0;
+                if ((judge(g, g_ix, str, (size_t)L) == 1) != want) fail_msg("%s on \"%s\": regexec %d", P[pi].re, str, want);
+            }
+        int ended = 0;
+        for (int it = 0; it < 40; it++) {
+            mr_matcher *m = matcher(g, g_ix, it % 4 == 3 ? "</think>" : NULL);
+            if (it % 4 == 3) assert_true(mr_matcher_feed(m, "free </thin> text </think>", 26));
+            size_t n;
+            if (walk(m, &g_voc, (const char *const *)g_voc.b, g_voc.len, g_voc.n, &r, 60, buf, 1 << 16, &n, false)) {
+                ended++;
+                if (regexec(&rx, buf, 0, NULL, 0)) fail_msg("%s: the walk gave \"%s\"", P[pi].re, buf);
+            }
+            mr_matcher_free(m);
+        }
+        if (ended < 5) fail_msg("%s: %d of 40 walks ended", P[pi].re, ended);
+        regfree(&rx);
+        mr_grammar_free(g);
+    }
+    free(buf);
+    /* non-ASCII characters are whole: '.' takes one, never a byte of it */
+    mr_grammar *g = NULL;
+    assert_int_equal(mr_grammar_regex("a.b", &g), MR_OK);
+    assert_int_equal(judge(g, g_ix, "a\xc3\xa9" "b", 4), 1);
+    assert_int_equal(judge(g, g_ix, "a\xc3" "b", 3), -1);
+    assert_int_equal(judge(g, g_ix, "a\xe2\x82\xac" "b", 5), 1);
+    assert_int_equal(judge(g, g_ix, "", 0), 0);
+    mr_grammar_free(g);
+    assert_int_equal(mr_grammar_regex("x*", &g), MR_OK); /* empty is complete at once */
+    assert_int_equal(judge(g, g_ix, "", 0), 1);
+    mr_grammar_free(g);
+    static const char *const BAD[] = {"a)|(b", "(a)\\1", "[a-z]{70}", "a(?=b)"};
+    for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
+        if (mr_grammar_regex(BAD[i], &g) != MR_EINVAL) fail_msg("%s compiled", BAD[i]);
+        assert_non_null(strstr(mr_error_last(), "regex"));
+    }
+}
+
 /* Unions whose alternatives start alike, judged whole: complete when any alternative is. */
 static void test_unions(void **state) {
     (void)state;
@@ -947,7 +1009,7 @@ int main(void) {
         cmocka_unit_test(test_json_mode_against_jansson), cmocka_unit_test(test_schema_walks),
         cmocka_unit_test(test_mask_equals_per_token),     cmocka_unit_test(test_free_prefix_and_specials),
         cmocka_unit_test(test_whitespace_limit),          cmocka_unit_test(test_choice),
-        cmocka_unit_test(test_integer_bounds),            cmocka_unit_test(test_number_bounds),            cmocka_unit_test(test_patterns),
+        cmocka_unit_test(test_integer_bounds),            cmocka_unit_test(test_number_bounds),            cmocka_unit_test(test_regex),            cmocka_unit_test(test_patterns),
         cmocka_unit_test(test_unions),
         cmocka_unit_test(test_tool_calls),                cmocka_unit_test(test_refused_schemas),
         cmocka_unit_test(test_real_tokenizer),

@@ -71,6 +71,10 @@ mr_status mr_grammar_json_schema(const json_t *schema, mr_grammar **out);
 /* Exactly one of the strings, as raw text (vLLM's guided_choice); n >= 1,
  * none empty. */
 mr_status mr_grammar_choice(const char *const *choices, size_t n, mr_grammar **out);
+/* Raw text that the regular expression matches whole (vLLM's guided_regex,
+ * sglang's regex): the syntax of a schema's "pattern"
+ * (src/text/grammar_pattern.c), anchored at both ends. */
+mr_status mr_grammar_regex(const char *regex, mr_grammar **out);
 /* Tool calls as JSON, for tool_choice "required" (name NULL): an array of at
  * least one {"name": <a tool's name>, "parameters": <that tool's
  * parameters>}; for a named tool (name given): that tool's parameters

@@ -3,7 +3,7 @@
  *
  * Fields (serving.md section 1) are read from one table per endpoint. A
  * field that is not in the table is a 400 naming it; a field the server
- * knows but does not implement (best_of > 1, suffix, regex grammars,
+ * knows but does not implement (best_of > 1, suffix, EBNF grammars,
  * ...) is a 400 naming it unless it carries its
  * neutral value (null, 0, 1, empty), which is what benchmark clients send. null is "absent" for every field.
  * Types and ranges are checked here, where the input enters; the checks
@@ -561,6 +561,10 @@ static int so_choice(sv_request *r, const json_t *v, const char *field, sv_error
             return sv_fail(e, 400, field, "%s[%zu] must be a non-empty string", field, i);
     return so_set(r, SV_SO_CHOICE, field, NULL, v, e);
 }
+static int so_regex(sv_request *r, const json_t *v, const char *field, sv_error *e) {
+    if (!json_is_string(v)) return sv_fail(e, 400, field, "%s must be a string (a regular expression), got %s", field, type_name(v));
+    return so_set(r, SV_SO_REGEX, field, v, NULL, e);
+}
 /* OpenAI's: {"type": "text" | "json_object" | "json_schema", "json_schema": {"name", "schema", "strict"}} */
 static int f_response_format(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
     (void)lim;
@@ -581,7 +585,8 @@ static int f_response_format(sv_request *r, const json_t *v, const sv_limits *li
     return sv_fail(e, 400, "response_format.type",
                    "response_format.type is \"%.40s\"; it must be \"text\", \"json_object\" or \"json_schema\"", ts);
 }
-/* vLLM's guided_json, guided_choice and structured_outputs {"json" | "choice" | "json_object"} */
+/* vLLM's guided_json, guided_choice, guided_regex and structured_outputs {"json" | "choice" | "json_object" |
+ * "regex"}; sglang's regex */
 static int f_guided_json(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
     (void)lim;
     return so_schema(r, v, "guided_json", e);
@@ -589,6 +594,14 @@ static int f_guided_json(sv_request *r, const json_t *v, const sv_limits *lim, s
 static int f_guided_choice(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
     (void)lim;
     return so_choice(r, v, "guided_choice", e);
+}
+static int f_guided_regex(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)lim;
+    return so_regex(r, v, "guided_regex", e);
+}
+static int f_regex(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)lim;
+    return so_regex(r, v, "regex", e);
 }
 static int f_structured_outputs(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
     (void)lim;
@@ -602,9 +615,10 @@ static int f_structured_outputs(sv_request *r, const json_t *v, const sv_limits 
         if (!strcmp(k, "json")) rc = so_schema(r, x, "structured_outputs.json", e);
         else if (!strcmp(k, "choice")) rc = so_choice(r, x, "structured_outputs.choice", e);
         else if (!strcmp(k, "json_object")) rc = json_is_true(x) ? so_set(r, SV_SO_JSON, "structured_outputs.json_object", NULL, NULL, e) : 0;
-        else if (!strcmp(k, "regex") || !strcmp(k, "grammar") || !strcmp(k, "structural_tag"))
-            rc = sv_fail(e, 400, "structured_outputs", "structured_outputs.%s is not supported (json, json_object and "
-                         "choice are)", k);
+        else if (!strcmp(k, "regex")) rc = so_regex(r, x, "structured_outputs.regex", e);
+        else if (!strcmp(k, "grammar") || !strcmp(k, "structural_tag"))
+            rc = sv_fail(e, 400, "structured_outputs", "structured_outputs.%s is not supported (json, json_object, "
+                         "choice and regex are)", k);
         else if (!strcmp(k, "disable_any_whitespace")) {
             if (!json_is_boolean(x))
                 return sv_fail(e, 400, "structured_outputs.disable_any_whitespace", "must be a boolean");
@@ -689,6 +703,8 @@ static int compile_grammar(sv_request *r, sv_error *e) {
         for (size_t i = 0; i < n; i++) c[i] = json_string_value(json_array_get(r->so_choice, i));
         st = mr_grammar_choice(c, n, &r->grammar);
         mr_free(c);
+    } else if (r->so == SV_SO_REGEX) {
+        st = mr_grammar_regex(json_string_value(r->so_schema), &r->grammar);
     }
     if (st == MR_ENOMEM) return sv_fail(e, 500, NULL, "out of memory");
     if (st) return sv_fail(e, 400, field, "%s: %s", field, mr_error_last());
@@ -963,6 +979,8 @@ static const field fields[] = {
     {"response_format", K_BOTH, f_response_format},
     {"guided_json", K_BOTH, f_guided_json},
     {"guided_choice", K_BOTH, f_guided_choice},
+    {"guided_regex", K_BOTH, f_guided_regex},
+    {"regex", K_BOTH, f_regex},
     {"structured_outputs", K_BOTH, f_structured_outputs},
     {"tools", K_CHAT, f_tools},
     {"tool_choice", K_CHAT, f_tool_choice},

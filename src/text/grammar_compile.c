@@ -260,6 +260,20 @@ static const struct {
     {"ipv4", "^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])$"},
 };
 
+/* A compiled pattern in g->res; a refusal names where (the pattern's path). */
+static mr_status add_pattern(mr_grammar *g, const char *p, const char *where, int32_t *re) {
+    mr_status st = grow((void **)&g->res, &g->cap_res, g->n_res + 1, sizeof(mr__pat), 256, "patterns");
+    if (st) return st;
+    st = mr__pat_compile(p, &g->res[g->n_res]);
+    if (st) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s", mr_error_last()); /* the message buffer is rewritten below */
+        return st == MR_ENOMEM ? st : mr_error_set(MR_EINVAL, "%s: %s", where, msg);
+    }
+    *re = g->n_res++;
+    return MR_OK;
+}
+
 /* pattern or format of a string node */
 static mr_status string_pattern(mr_grammar *g, const json_t *s, const char *path, int32_t id) {
     const json_t *pat = json_object_get(s, "pattern"), *fmt = json_object_get(s, "format");
@@ -277,16 +291,9 @@ static mr_status string_pattern(mr_grammar *g, const json_t *s, const char *path
             return mr_error_set(MR_EINVAL, "%s/format: \"%.40s\" is not supported (date, time, date-time, uuid, email and "
                                 "ipv4 are)", path, json_string_value(fmt));
     }
-    mr_status st = grow((void **)&g->res, &g->cap_res, g->n_res + 1, sizeof(mr__pat), 256, "patterns");
-    if (st) return st;
-    st = mr__pat_compile(p, &g->res[g->n_res]);
-    if (st) {
-        char msg[256];
-        snprintf(msg, sizeof msg, "%s", mr_error_last()); /* the message buffer is rewritten below */
-        return st == MR_ENOMEM ? st : mr_error_set(MR_EINVAL, "%s/%s: %s", path, pat ? "pattern" : "format", msg);
-    }
-    g->nodes[id].re = g->n_res++;
-    return MR_OK;
+    char where[600];
+    snprintf(where, sizeof where, "%s/%s", path, pat ? "pattern" : "format");
+    return add_pattern(g, p, where, &g->nodes[id].re);
 }
 
 /* x * MR__NUM_UNIT, rounded up or down, exactly (x = M 2^e with M an integer of 53 bits); |x| < 10^20. */
@@ -698,6 +705,38 @@ mr_status mr_grammar_choice(const char *const *choices, size_t n, mr_grammar **o
         g->nodes[g->root].b = k;
     }
     return finish(g, st, "choice", out);
+}
+
+mr_status mr_grammar_regex(const char *re, mr_grammar **out) {
+    *out = NULL;
+    const size_t n = strlen(re);
+    if (n > 4096) return mr_error_set(MR_EINVAL, "regex: %zu bytes; at most 4096", n);
+    /* the whole output matches: the pattern between anchors (its own '^' and final '$', if any, are those) */
+    size_t a = re[0] == '^', b = n, bs = 0;
+    while (b > a + bs + 1 && re[b - 2 - bs] == '\\') bs++;
+    if (b > a && re[b - 1] == '$' && bs % 2 == 0) b--;
+    char *p = mr_malloc(b - a + 8);
+    if (!p) return MR_ENOMEM;
+    snprintf(p, b - a + 8, "^(?:%.*s)$", (int)(b - a), re + a);
+    mr_grammar *g;
+    mr_status st = grammar_alloc(&g);
+    if (st) {
+        mr_free(p);
+        return st;
+    }
+    g->raw = true;
+    st = new_node(g, G_REGEX, &g->root);
+    /* the pattern alone first: wrapped, an unbalanced ')' of its own would pair with the wrapper's */
+    int32_t alone;
+    char body[4100];
+    snprintf(body, sizeof body, "%.*s", (int)(b - a), re + a);
+    if (!st) st = add_pattern(g, body, "regex", &alone);
+    if (!st) {
+        g->n_res--; /* replaced by the anchored one */
+        st = add_pattern(g, p, "regex", &g->nodes[g->root].re);
+    }
+    mr_free(p);
+    return finish(g, st, "regex", out);
 }
 
 static const json_t *tool_fn(const json_t *tool) {

@@ -21,13 +21,15 @@
  *               the value is exactly one of them
  *   G_UNION     alternatives [a, a + b) of g->alts; once the graph is built,
  *               the concrete (non-union) nodes under it, each once
+ *   G_REGEX     raw text (the root of a regex grammar) that g->res[re]
+ *               matches whole
  * Node ids are int32; a $ref is its target's node (recursion is a cycle). */
 #ifndef MR_TEXT_GRAMMAR_INTERNAL_H
 #define MR_TEXT_GRAMMAR_INTERNAL_H
 
 #include "moerun/grammar.h"
 
-typedef enum { G_PENDING = 0, G_OBJECT, G_ARRAY, G_STRING, G_NUMBER, G_INTEGER, G_LITERALS, G_UNION } mr__gkind;
+typedef enum { G_PENDING = 0, G_OBJECT, G_ARRAY, G_STRING, G_NUMBER, G_INTEGER, G_LITERALS, G_UNION, G_REGEX } mr__gkind;
 
 __extension__ typedef __int128 mr__i128;
 #define MR__NUM_INT 18  /* digits before the point of a bounded number (scaled, below 10^36) */
@@ -90,7 +92,7 @@ struct mr_grammar {
     char *pool;
     size_t n_pool, cap_pool;
     int32_t root;
-    bool raw;     /* the root is raw text (choices): no whitespace around it */
+    bool raw;     /* the root is raw text (choices, a regex): no whitespace around it */
     int32_t any;  /* the any-value node (-1 until needed) */
     int32_t string; /* an unlimited string (object keys of free objects; -1 until needed) */
     char desc[160];

@@ -16,6 +16,8 @@
  *   literal  [a, b) the literals still possible, n = bytes matched
  *   key    mask = the declared properties whose key is still possible,
  *          n = bytes matched (with the opening quote)
+ *   raw    (a regex grammar's text) re = the pattern's state, a / b = the
+ *          UTF-8 sequence in progress
  * A value that ends on a byte of its own (a quote, a bracket, a literal
  * no other literal extends) pops at once; a number or a literal that could
  * still grow pops when the next byte is not its own and that byte goes to
@@ -24,7 +26,7 @@
 
 #include "text/grammar_internal.h"
 
-enum { F_ROOT, F_OBJ, F_ARR, F_STR, F_NUM, F_LIT, F_KEY };
+enum { F_ROOT, F_OBJ, F_ARR, F_STR, F_NUM, F_LIT, F_KEY, F_RAW };
 enum { R_FREE, R_WS, R_VALUE, R_DONE };
 enum { O_FIRST, O_KEY, O_COLON, O_VALWS, O_VAL, O_NEXT, O_COMMA };
 enum { A_FIRST, A_VAL, A_NEXT, A_COMMA };
@@ -374,6 +376,7 @@ static bool accepting(const mr_matcher *m, const frame *f) {
         if (n->bounds && !in_range(n, num_value(f))) return false;
         return f->ph == N_ZERO || f->ph == N_INT || f->ph == N_FRAC || f->ph == N_EXP;
     }
+    if (f->kind == F_RAW) return f->a == 0 && mr__pat_accepts(str_re(m, f), f->re);
     if (f->kind == F_LIT) {
         size_t len;
         mr__glit(m->g, f->a, &len);
@@ -383,6 +386,20 @@ static bool accepting(const mr_matcher *m, const frame *f) {
 }
 
 static bool hexdig(uint8_t c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+
+/* A continuation byte of the UTF-8 sequence of a frame (a bytes to come, b the lead byte before the first of
+ * them; no overlongs, no surrogates). */
+static bool cont_byte(frame *f, uint8_t c) {
+    uint8_t lo = 0x80, up = 0xBF; /* the second byte's range after E0, ED, F0, F4 */
+    if (f->b == 0xE0) lo = 0xA0;
+    else if (f->b == 0xED) up = 0x9F;
+    else if (f->b == 0xF0) lo = 0x90;
+    else if (f->b == 0xF4) up = 0x8F;
+    if (c < lo || c > up) return false;
+    f->b = 0;
+    f->a--;
+    return true;
+}
 
 /* One byte of a string's content. A patterned string feeds its automaton one symbol per character (the
  * ASCII byte, MR__RE_NONASCII at the lead byte of any other), takes no \\u escapes, and a backslash only
@@ -430,19 +447,20 @@ static bool feed_str(mr_matcher *m, frame *f, uint8_t c) {
         return true;
     case S_LOW1: return c == '\\' ? (f->ph = S_LOW2, true) : false;
     case S_LOW2: return c == 'u' ? (f->ph = S_HEX, f->a = 4, f->b = 0, f->mask = 1, true) : false;
-    case S_CONT: {
-        uint8_t lo = 0x80, up = 0xBF; /* the second byte's range after E0, ED, F0, F4 (no overlongs, no surrogates) */
-        if (f->b == 0xE0) lo = 0xA0;
-        else if (f->b == 0xED) up = 0x9F;
-        else if (f->b == 0xF0) lo = 0x90;
-        else if (f->b == 0xF4) up = 0x8F;
-        if (c < lo || c > up) return false;
-        f->b = 0;
-        if (--f->a == 0) f->ph = S_CHARS;
+    case S_CONT:
+        if (!cont_byte(f, c)) return false;
+        if (f->a == 0) f->ph = S_CHARS;
         return true;
     }
-    }
     return false;
+}
+
+/* One byte of a regex grammar's raw text: whole UTF-8 characters, each one symbol of the pattern. */
+static bool feed_raw(mr_matcher *m, frame *f, uint8_t c) {
+    if (f->a > 0) return cont_byte(f, c);
+    if ((c >= 0x80 && c < 0xC2) || c > 0xF4 || !re_take(m, f, c < 0x80 ? c : MR__RE_NONASCII)) return false;
+    if (c >= 0x80) f->a = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : 1, f->b = c;
+    return true;
 }
 
 /* One byte of a number; 1 taken, 0 refused, -1 the number ended before it. A bounded number has no
@@ -608,6 +626,13 @@ static bool feed_lit(mr_matcher *m, frame *f, uint8_t c, bool *refeed) {
     return lit_settle(m, f);
 }
 
+/* A regex grammar's text is open from the start (it may be empty): the root frame f holds it as its value. */
+static bool open_raw(mr_matcher *m, frame *f) {
+    if (gnode(m, m->g->root)->kind != G_REGEX) return true;
+    f->ph = R_VALUE;
+    return push(m, (frame){.kind = F_RAW, .node = m->g->root, .re = MR__RE_START});
+}
+
 static bool feed_root(mr_matcher *m, frame *f, uint8_t c) {
     switch (f->ph) {
     case R_FREE: {
@@ -616,7 +641,7 @@ static bool feed_root(mr_matcher *m, frame *f, uint8_t c) {
         if ((uint8_t)m->until[k] == c) k++;
         f->a = k;
         if (k == m->n_until) f->ph = R_WS, f->ws = 0;
-        return true;
+        return k < m->n_until || open_raw(m, f);
     }
     case R_WS:
         if (is_ws(c) && !m->g->raw) return take_ws(m, f, c);
@@ -638,6 +663,7 @@ static bool feed_stack(mr_matcher *m, uint8_t c) {
         case F_ARR: return feed_arr(m, f, c);
         case F_STR: return feed_str(m, f, c);
         case F_KEY: return feed_key(m, f, c);
+        case F_RAW: return feed_raw(m, f, c);
         case F_NUM: {
             int r = feed_num(m, f, c);
             if (r >= 0) return r == 1;
@@ -726,7 +752,11 @@ mr_status mr_matcher_new(const mr_grammar *g, const mr_vocab_index *v, const mr_
             m->fail[i] = k;
         }
         m->stk[0].st[0].ph = R_FREE;
+    } else if (!open_raw(m, &m->stk[0].st[0])) {
+        mr_matcher_free(m);
+        return MR_ENOMEM;
     }
+    m->njr = 0;
     *out = m;
     return MR_OK;
 }

@@ -485,6 +485,26 @@ if text_url:
                               extra_body={"guided_choice": ["red", "green", "blue sky"]})
     check(r.choices[0].text in ("red", "green", "blue sky") and r.choices[0].finish_reason == "stop",
           f"guided_choice: {r.choices[0].text!r}")
+    # regex outputs (vLLM's structured_outputs.regex / guided_regex, sglang's regex): Python's re.fullmatch is
+    # the oracle; in chat, after the free reasoning
+    import re as _re
+    for i, (field, rx) in enumerate((("structured_outputs", r"(yes|no)-[0-9]{3}"),
+                                     ("guided_regex", r"^\w{2,5}@[a-z]{1,8}\.(com|org)$"),
+                                     ("regex", r"[A-Z][a-z]{0,6} (is|was) (good|bad)\."))):
+        body = {"structured_outputs": {"regex": rx}} if field == "structured_outputs" else {field: rx}
+        r = tc.completions.create(model=tmodel, prompt="say", max_tokens=60, temperature=1.0, seed=20 + i, extra_body=body)
+        txt = r.choices[0].text  # bounded patterns: the answer ends within 60 tokens
+        check(r.choices[0].finish_reason == "stop" and _re.fullmatch(rx.strip("^$"), txt) is not None,
+              f"{field} {rx!r}: {txt!r} ({r.choices[0].finish_reason})")
+    r = tc.chat.completions.create(model=tmodel, messages=[{"role": "user", "content": "code?"}], max_tokens=40,
+                                    temperature=1.0, seed=3, extra_body={"guided_regex": r"[A-F0-9]{4}",
+                                                                         "debug_forced_output": think.rstrip()})
+    check(r.choices[0].finish_reason == "stop" and _re.fullmatch(r"[A-F0-9]{4}", r.choices[0].message.content),
+          f"chat regex: {r.choices[0].message.content!r} ({r.choices[0].finish_reason})")
+    check(extra(r.choices[0].message, "reasoning_content") == "Thinking.", "chat regex: the reasoning is free")
+    expect_exc(openai.BadRequestError, lambda: tc.completions.create(
+        model=tmodel, prompt="x", max_tokens=4, extra_body={"guided_regex": "a(?=b)"}), param="guided_regex")
+    print("regex outputs: ok")
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
                  "type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}, "days": {"enum": [1, 2, 3]}},
                  "required": ["city", "days"]}}},
