@@ -1,5 +1,5 @@
 /* fuzz_grammar.c — libFuzzer target for structured outputs: the input is
- * a JSON schema, a NUL byte, then output bytes. The schema compiles or is
+ * a JSON schema (or a JSON string: a regex), a NUL byte, then output bytes. The schema compiles or is
  * refused with MR_EINVAL (never a crash); a compiled grammar's matcher takes
  * the bytes one at a time. Checks: a refused byte leaves the matcher as it
  * was (the next byte behaves the same as from a fresh matcher fed the
@@ -34,7 +34,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     json_t *schema = json_loadb((const char *)data, ns, JSON_DECODE_ANY, NULL);
     if (!schema) return 0;
     mr_grammar *g = NULL;
-    mr_status st = mr_grammar_json_schema(schema, &g);
+    const bool regex = json_is_string(schema); /* a JSON string: a regex grammar */
+    mr_status st = regex ? mr_grammar_regex(json_string_value(schema), &g) : mr_grammar_json_schema(schema, &g);
     json_decref(schema);
     CHECK(st == MR_OK || st == MR_EINVAL);
     if (st) return 0;
@@ -54,7 +55,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         bool ok = mr_matcher_feed(m, &out[i], 1);
         if (i % 16 == 0) CHECK(ok == (bool)(allow[c >> 5] >> (c & 31) & 1));
         if (ok) acc[na++] = (char)c;
-        if (mr_matcher_complete(m)) {
+        if (mr_matcher_complete(m) && !regex) {
             json_t *x = json_loadb(acc, na, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
             /* jansson holds no numbers beyond int64 / double: those are JSON it refuses */
             if (!x) {
