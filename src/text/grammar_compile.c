@@ -260,7 +260,7 @@ static const struct {
     {"ipv4", "^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])$"},
 };
 
-/* A compiled pattern in g->res; a refusal names where (the pattern's path). */
+/* A compiled pattern in g->res; a refusal names where (the pattern's path; NULL: the message alone). */
 static mr_status add_pattern(mr_grammar *g, const char *p, const char *where, int32_t *re) {
     mr_status st = grow((void **)&g->res, &g->cap_res, g->n_res + 1, sizeof(mr__pat), 256, "patterns");
     if (st) return st;
@@ -268,7 +268,7 @@ static mr_status add_pattern(mr_grammar *g, const char *p, const char *where, in
     if (st) {
         char msg[256];
         snprintf(msg, sizeof msg, "%s", mr_error_last()); /* the message buffer is rewritten below */
-        return st == MR_ENOMEM ? st : mr_error_set(MR_EINVAL, "%s: %s", where, msg);
+        return st == MR_ENOMEM ? st : where ? mr_error_set(MR_EINVAL, "%s: %s", where, msg) : mr_error_set(MR_EINVAL, "%s", msg);
     }
     *re = g->n_res++;
     return MR_OK;
@@ -710,7 +710,7 @@ mr_status mr_grammar_choice(const char *const *choices, size_t n, mr_grammar **o
 mr_status mr_grammar_regex(const char *re, mr_grammar **out) {
     *out = NULL;
     const size_t n = strlen(re);
-    if (n > 4096) return mr_error_set(MR_EINVAL, "regex: %zu bytes; at most 4096", n);
+    if (n > 4096) return mr_error_set(MR_EINVAL, "a regex of %zu bytes; at most 4096", n);
     /* the whole output matches: the pattern between anchors (its own '^' and final '$', if any, are those) */
     size_t a = re[0] == '^', b = n, bs = 0;
     while (b > a + bs + 1 && re[b - 2 - bs] == '\\') bs++;
@@ -730,10 +730,10 @@ mr_status mr_grammar_regex(const char *re, mr_grammar **out) {
     int32_t alone;
     char body[4100];
     snprintf(body, sizeof body, "%.*s", (int)(b - a), re + a);
-    if (!st) st = add_pattern(g, body, "regex", &alone);
+    if (!st) st = add_pattern(g, body, NULL, &alone);
     if (!st) {
         g->n_res--; /* replaced by the anchored one */
-        st = add_pattern(g, p, "regex", &g->nodes[g->root].re);
+        st = add_pattern(g, p, NULL, &g->nodes[g->root].re);
     }
     mr_free(p);
     return finish(g, st, "regex", out);
