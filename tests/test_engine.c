@@ -1031,7 +1031,13 @@ typedef struct {
     int n_accept, n_mask;
     int32_t ceiling; /* accept refuses ids >= this */
     bool empty;      /* mask allows nothing */
+    bool blocks;     /* instead of the parity: runs of 64 ids (whole words of the bitset set and clear), and id 37 */
 } parity_con;
+
+static bool con_allows(const parity_con *c, int step, int32_t i) {
+    if (c->blocks) return (i / 64) % 2 == step % 2 || i == 37;
+    return i % 2 == step % 2;
+}
 
 static int64_t parity_mask(void *ctx, uint32_t *allow) {
     parity_con *c = ctx;
@@ -1039,7 +1045,7 @@ static int64_t parity_mask(void *ctx, uint32_t *allow) {
     int64_t n = 0;
     memset(allow, 0, (V + 31) / 32 * sizeof(uint32_t));
     for (int32_t i = 0; i < V && !c->empty; i++)
-        if (i % 2 == c->n_accept % 2) allow[i >> 5] |= 1u << (i & 31), n++;
+        if (con_allows(c, c->n_accept, i)) allow[i >> 5] |= 1u << (i & 31), n++;
     return n;
 }
 
@@ -1058,13 +1064,14 @@ static void test_token_constraint(void **state) {
     int32_t p[10];
     rand_prompt(&rng, p, 10);
     const int32_t allowed[8] = {1, 2, 3, 4, 9, 10, 40, 41};
-    for (int variant = 0; variant < 3; variant++) {
-        parity_con c = {.ceiling = V};
+    for (int variant = 0; variant < 4; variant++) {
+        parity_con c = {.ceiling = V, .blocks = variant == 3};
         const int32_t forced[2] = {6, 7};
         mr_request_params rp = {.prompt = p, .n_prompt = 10, .max_tokens = 10, .ignore_eos = true, .want_logits = true,
                                 .constraint = {parity_mask, parity_accept, &c}};
         if (variant == 1) rp.allowed_ids = allowed, rp.n_allowed = 8;
         if (variant == 2) rp.forced = forced, rp.n_forced = 2;
+        if (variant == 3) rp.sampling = (mr_sampling){.temperature = 1.5f, .seed = 5}; /* sampled: only allowed ids */
         mr_req_id id;
         assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_OK);
         int n = 0;
@@ -1079,7 +1086,7 @@ static void test_token_constraint(void **state) {
                 } else {
                     float w[V];
                     for (int u = 0; u < V; u++) {
-                        bool ok = u % 2 == n % 2;
+                        bool ok = con_allows(&c, n, u);
                         if (variant == 1) {
                             bool in = false;
                             for (int a = 0; a < 8; a++) in |= allowed[a] == u;
@@ -1087,7 +1094,8 @@ static void test_token_constraint(void **state) {
                         }
                         w[u] = ok ? v->logits[u] : -INFINITY;
                     }
-                    assert_int_equal(v->token, mr_argmax(w, V));
+                    if (variant == 3) assert_true(con_allows(&c, n, v->token));
+                    else assert_int_equal(v->token, mr_argmax(w, V));
                 }
                 n++;
             }

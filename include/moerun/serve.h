@@ -114,6 +114,8 @@ typedef struct {
     uint64_t seed;          /* prompt generator [1] */
     bool warmup;            /* one request outside the timing [true] */
     double timeout_s;       /* per request [600] */
+    const char *extra_body; /* a JSON object merged into every request, its keys replacing the bench's own
+                               (sglang's --extra-request-body: response_format, regex, ...) [NULL] */
 } mr_bench_serve_opts;
 
 typedef struct {

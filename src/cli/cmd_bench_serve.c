@@ -22,7 +22,7 @@ static void usage(FILE *f) {
             "usage: moerun bench serve --base-url URL [--concurrency 1,16,64,128] [--num-prompts N]\n"
             "                          [--input-len L] [--output-len O] [--chat] [--text-prompts]\n"
             "                          [--model NAME] [--vocab V] [--seed S] [--timeout S] [--no-warmup]\n"
-            "                          [--tokenizer DIR]\n"
+            "                          [--tokenizer DIR] [--extra-request-body JSON|@FILE]\n"
             "                          [--json FILE] [--plot FILE.png]\n\n"
             "Serving benchmark with sglang bench_serving's definitions: at each concurrency C, N requests\n"
             "(default 4 x C, at least 16) of L random prompt tokens (default 128) and O output tokens\n"
@@ -33,7 +33,10 @@ static void usage(FILE *f) {
             "text prompts here with DIR/tokenizer.json (for servers without /detokenize). A server that sends\n"
             "no usage counts one output token per event.\n"
             "  --vocab V   token ids are drawn in [10, V) (default: the server's /v1/models max id is not\n"
-            "              published, so 1000 unless given)\n");
+            "              published, so 1000 unless given)\n"
+            "  --extra-request-body JSON|@FILE  a JSON object merged into every request, its keys replacing\n"
+            "              the bench's own (sglang's flag): e.g. '{\"response_format\": {\"type\": \"json_schema\", ...}}'\n"
+            "              to measure structured outputs\n");
 }
 
 /* The value of the first series named `name` (with any labels) in a
@@ -240,7 +243,7 @@ static int plot(const char *png, const mr_bench_serve_result *rs, int n, const c
 int mr_cmd_bench_serve(int argc, char **argv) {
     mr_bench_serve_opts o = {.vocab = 1000, .min_id = 10, .seed = 1, .warmup = true, .timeout_s = 600, .input_len = 128,
                              .output_len = 128};
-    const char *conc = "1,16,64,128", *json_path = NULL, *plot_path = NULL;
+    const char *conc = "1,16,64,128", *json_path = NULL, *plot_path = NULL, *extra_arg = NULL;
     long num = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -269,6 +272,8 @@ int mr_cmd_bench_serve(int argc, char **argv) {
             plot_path = argv[++i];
         } else if (!strcmp(a, "--tokenizer")) {
             o.tokenizer = argv[++i];
+        } else if (!strcmp(a, "--extra-request-body")) {
+            extra_arg = argv[++i];
         } else if (!strcmp(a, "--num-prompts") || !strcmp(a, "--input-len") || !strcmp(a, "--output-len") ||
                    !strcmp(a, "--vocab") || !strcmp(a, "--seed") || !strcmp(a, "--timeout")) {
             if (mr_cli_parse_long(argv[++i], 1, 1L << 31, &x)) {
@@ -318,6 +323,22 @@ int mr_cmd_bench_serve(int argc, char **argv) {
         }
         fclose(f);
     }
+    char *extra_text = NULL; /* checked here, sent as text */
+    json_t *extra = NULL;
+    if (extra_arg) {
+        json_error_t je;
+        extra = extra_arg[0] == '@' ? json_load_file(extra_arg + 1, 0, &je) : json_loads(extra_arg, 0, &je);
+        if (!json_is_object(extra)) {
+            fprintf(stderr, "moerun bench serve: --extra-request-body: %s\n",
+                    extra ? "not a JSON object" : je.text);
+            json_decref(extra);
+            return 2;
+        }
+        extra_text = json_dumps(extra, JSON_COMPACT);
+        json_decref(extra);
+        if (!extra_text) return 1;
+        o.extra_body = extra_text;
+    }
     /* the model id: --model or the first of /v1/models */
     char model[256] = "";
     long http = 0;
@@ -325,6 +346,7 @@ int mr_cmd_bench_serve(int argc, char **argv) {
     if (mr_http_get(o.base_url, "/v1/models", 30, &http, &body) || http != 200) {
         fprintf(stderr, "moerun bench serve: %s/v1/models: %s\n", o.base_url, body && http ? body : mr_error_last());
         free(body);
+        free(extra_text);
         return 1;
     }
     json_error_t je;
@@ -337,6 +359,7 @@ int mr_cmd_bench_serve(int argc, char **argv) {
     printf("bench serve: %s, model '%s', %s, input %lld, output %lld tokens, concurrency %s\n", o.base_url, model,
            o.chat ? "chat" : o.text_prompts ? "completions (text)" : "completions (token ids)", (long long)o.input_len,
            (long long)o.output_len, conc);
+    if (extra_text) printf("extra request body: %.300s%s\n", extra_text, strlen(extra_text) > 300 ? " ..." : "");
     mr_bench_serve_result *rs = calloc((size_t)nc, sizeof *rs);
     json_t *all = json_array();
     int rc = 0;
@@ -382,6 +405,7 @@ int mr_cmd_bench_serve(int argc, char **argv) {
     if (json_path && all) {
         json_t *doc = json_pack("{s:s,s:s,s:s,s:I,s:I,s:O}", "bench", "serve", "base_url", o.base_url, "model", model,
                                 "input_len", (json_int_t)o.input_len, "output_len", (json_int_t)o.output_len, "results", all);
+        if (doc && extra_text) json_object_set_new(doc, "extra_request_body", json_loads(extra_text, 0, NULL));
         char tmp[4200];
         snprintf(tmp, sizeof tmp, "%s.tmp", json_path);
         if (!doc || json_dump_file(doc, tmp, JSON_INDENT(2)) || rename(tmp, json_path)) {
@@ -406,5 +430,6 @@ int mr_cmd_bench_serve(int argc, char **argv) {
     }
     json_decref(all);
     free(rs);
+    free(extra_text);
     return rc;
 }

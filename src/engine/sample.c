@@ -63,8 +63,18 @@ static const float *adjust(mr_engine *e, const mr__req *r, const float *logits, 
     if (!use_rep && !use_fp && !use_min && !r->n_bias && !r->n_allowed && !r->n_bad && !al) return logits;
     float *w = e->s_work;
     int32_t *cnt = e->s_count; /* zero on entry and on exit */
-    if (al) /* the constraint's bitset (structured outputs) */
-        for (int64_t i = 0; i < e->vocab; i++) w[i] = al[i >> 5] >> (i & 31) & 1 ? logits[i] : -INFINITY;
+    if (al) /* the constraint's bitset (structured outputs): a word at a time, whole words copied or filled */
+        for (int64_t i0 = 0; i0 < e->vocab; i0 += 32) {
+            const uint32_t b = al[i0 >> 5];
+            const int64_t n = e->vocab - i0 < 32 ? e->vocab - i0 : 32;
+            if (b == UINT32_MAX && n == 32) {
+                memcpy(w + i0, logits + i0, 32 * sizeof(float));
+            } else if (b == 0) {
+                for (int64_t i = 0; i < n; i++) w[i0 + i] = -INFINITY;
+            } else {
+                for (int64_t i = 0; i < n; i++) w[i0 + i] = b >> i & 1 ? logits[i0 + i] : -INFINITY;
+            }
+        }
     else
         memcpy(w, logits, (size_t)e->vocab * sizeof(float));
     if (r->n_allowed) { /* then only the allowed ids */

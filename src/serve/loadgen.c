@@ -262,6 +262,17 @@ static mr_status make_bodies(const mr_bench_serve_opts *o, const char *model, ch
         return mr_error_set(MR_EINVAL, "bench serve: --vocab %lld is above the tokenizer's %d ids", (long long)o->vocab,
                             (int)mr_tokenizer_id_limit(tok));
     }
+    json_t *extra = NULL;
+    if (o->extra_body) {
+        json_error_t je;
+        extra = json_loads(o->extra_body, 0, &je);
+        if (!json_is_object(extra)) {
+            json_decref(extra);
+            mr_tokenizer_free(tok);
+            free(b);
+            return mr_error_set(MR_EINVAL, "bench serve: the extra request body is not a JSON object (%s)", je.text);
+        }
+    }
     uint64_t s = o->seed * 0x9E3779B97F4A7C15ull + 7;
     int64_t lo = o->min_id, hi = o->vocab;
     mr_status st = MR_OK;
@@ -318,6 +329,7 @@ static mr_status make_bodies(const mr_bench_serve_opts *o, const char *model, ch
         } else {
             json_object_set_new(req, "prompt", ids);
         }
+        if (!st && extra && json_object_update(req, extra)) st = MR_ENOMEM;
         if (!st) {
             b[i] = json_dumps(req, JSON_COMPACT);
             if (!b[i]) st = MR_ENOMEM;
@@ -325,6 +337,7 @@ static mr_status make_bodies(const mr_bench_serve_opts *o, const char *model, ch
         json_decref(req);
     }
     mr_tokenizer_free(tok);
+    json_decref(extra);
     if (st) {
         for (int i = 0; i < n; i++) free(b[i]);
         free(b);

@@ -56,6 +56,7 @@ typedef struct {
  * stacks side by side, one per alternative still possible (at most MAX_STACKS; past that the later
  * alternatives are dropped, which narrows the output and never lets a wrong one through). */
 #define MAX_STACKS 8
+#define RAW_CACHE 4
 typedef struct {
     frame st[MR_GRAMMAR_MAX_DEPTH + 2];
     int depth;
@@ -109,6 +110,13 @@ struct mr_matcher {
     char *until;      /* free_until, or NULL */
     int32_t *fail;    /* its KMP failure function */
     int32_t n_until;
+    /* A regex grammar's text comes back to the same few states of its pattern (after every letter of
+     * "[a-z ]+"): the masks of the last RAW_CACHE states, keyed by the raw frame's (re, a, b). */
+    uint32_t *rc_bits; /* [RAW_CACHE][words], allocated at the first raw mask */
+    uint64_t rc_re[RAW_CACHE];
+    int32_t rc_a[RAW_CACHE], rc_b[RAW_CACHE];
+    int64_t rc_count[RAW_CACHE];
+    int rc_n, rc_next;
 };
 
 /* ---- frames, with the journal ---- */
@@ -766,6 +774,7 @@ void mr_matcher_free(mr_matcher *m) {
     mr_free(m->jr);
     mr_free(m->until);
     mr_free(m->fail);
+    mr_free(m->rc_bits);
     mr_free(m);
 }
 
@@ -837,9 +846,23 @@ static void dfs(mr_matcher *m, const int32_t *next, int32_t node, bool free_star
     }
 }
 
+/* The cached mask of a regex grammar's raw state (the only stack: root + raw frame), or -1. */
+static int raw_cached(const mr_matcher *m) {
+    if (m->ended || m->n_stk != 1 || m->stk[0].depth != 2 || m->stk[0].st[1].kind != F_RAW) return -2;
+    const frame *f = &m->stk[0].st[1];
+    for (int i = 0; i < m->rc_n; i++)
+        if (m->rc_re[i] == f->re && m->rc_a[i] == f->a && m->rc_b[i] == f->b) return i;
+    return -1;
+}
+
 int64_t mr_matcher_mask(mr_matcher *m, uint32_t *allow) {
     const mr_vocab_index *v = m->v;
     const size_t words = (size_t)(v->n_ids + 31) / 32;
+    const int hit = raw_cached(m);
+    if (hit >= 0) {
+        memcpy(allow, m->rc_bits + (size_t)hit * words, words * sizeof(uint32_t));
+        return m->rc_count[hit];
+    }
     memset(allow, 0, words * sizeof(uint32_t));
     if (!m->ended) {
         const mstack *k0 = &m->stk[0]; /* compacted: one stack, or the fast paths are off */
@@ -873,6 +896,12 @@ int64_t mr_matcher_mask(mr_matcher *m, uint32_t *allow) {
     }
     int64_t count = 0;
     for (size_t w = 0; w < words; w++) count += __builtin_popcount(allow[w]);
+    if (hit == -1 && (m->rc_bits || (m->rc_bits = mr_malloc(RAW_CACHE * words * sizeof(uint32_t))))) {
+        const int i = m->rc_n < RAW_CACHE ? m->rc_n++ : (m->rc_next++ % RAW_CACHE); /* the oldest goes */
+        const frame *f = &m->stk[0].st[1];
+        m->rc_re[i] = f->re, m->rc_a[i] = f->a, m->rc_b[i] = f->b, m->rc_count[i] = count;
+        memcpy(m->rc_bits + (size_t)i * words, allow, words * sizeof(uint32_t));
+    }
     return count;
 }
 

@@ -36,6 +36,17 @@ jq -e 'all(.results[]; .completed == 8 and .failed == 0 and .total_output_tokens
 jq -e '[.results[].max_concurrency] == [1, 4]' "$S/r.json" >/dev/null || bad "--json concurrencies"
 [ "$(head -c 8 "$S/r.png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] || bad "--plot did not write a PNG"
 ls "$S"/*.tmp 2>/dev/null && bad "a temporary file was left"
+# --extra-request-body: merged into every request, its keys replacing the bench's own (max_tokens here: the
+# server's counters say 3 tokens a request); a field the server refuses gives failed requests, exit 1
+echo '{"max_tokens": 3, "stop_token_ids": [1]}' >"$S/extra.json"
+"$M" bench serve --base-url "$SV_URL" --concurrency 2 --num-prompts 4 --input-len 8 --output-len 8 --vocab 256 \
+    --extra-request-body @"$S/extra.json" --json "$S/x.json" >"$S/outx" 2>&1; rc=$?
+[ $rc = 0 ] || { bad "--extra-request-body: exit $rc"; tail -3 "$S/outx"; }
+jq -e '.results[0].server_counters_delta.generation_tokens <= 12 and .results[0].completed == 4
+       and .extra_request_body.max_tokens == 3' "$S/x.json" >/dev/null || bad "--extra-request-body was not sent as asked"
+"$M" bench serve --base-url "$SV_URL" --concurrency 1 --num-prompts 2 --input-len 8 --output-len 8 --vocab 256 \
+    --extra-request-body '{"temperature": 7}' >"$S/outy" 2>&1; rc=$?
+[ $rc = 1 ] && grep -q "warm-up request failed: HTTP 400" "$S/outy" || bad "a refused extra field: exit $rc, $(tail -3 "$S/outy")"
 # text prompts through /detokenize need a tokenizer: a clear refusal here
 "$M" bench serve --base-url "$SV_URL" --concurrency 1 --num-prompts 2 --chat >"$S/out2" 2>&1; rc=$?
 [ $rc = 1 ] && grep -q "tokenizer" "$S/out2" || bad "--chat without a tokenizer: exit $rc: $(tail -2 "$S/out2")"
@@ -54,7 +65,8 @@ stop_server
 # bad options and an unreachable server
 for args in "--concurrency 1" "--base-url http://127.0.0.1:1 --concurrency 0" "--base-url http://127.0.0.1:1 --concurrency 1,x" \
             "--base-url http://127.0.0.1:1 --num-prompts -3" "--base-url http://127.0.0.1:1 --json $S/no/such/dir/f.json" \
-            "--base-url http://127.0.0.1:1 --bogus"; do
+            "--base-url http://127.0.0.1:1 --bogus" "--base-url http://127.0.0.1:1 --extra-request-body [1]" \
+            "--base-url http://127.0.0.1:1 --extra-request-body {bad" "--base-url http://127.0.0.1:1 --extra-request-body @$S/none.json"; do
     "$M" bench serve $args >/dev/null 2>"$S/err"; rc=$?
     [ $rc = 2 ] || bad "bench serve $args: exit $rc, want 2 ($(head -1 "$S/err"))"
 done
