@@ -16,7 +16,8 @@
 # pieces of a UTF-8 character), so the table also prints the server's own mean
 # generation rate (its generation_tokens counter over the run) and mean
 # inter-token latency from /metrics, which count every token.
-# Environment: MOERUN (build/moerun), IN (32), OUT (64), ROUNDS (2), VOCAB (the
+# Environment: MOERUN (build/moerun), SERVER (the moerun that serves, default
+# MOERUN: an older build for an A/B), IN (32), OUT (64), ROUNDS (2), VOCAB (the
 # prompt ids' range, default min(vocab_size, 60000): a tokenizer may have holes
 # above), EXTRA (serve options, e.g. "--threads 2").
 # JSON to bench/results/structured_<TAG>_<mode>_r<round>.json.
@@ -31,7 +32,7 @@ VOCAB=${VOCAB:-$(( vocab < 60000 ? vocab : 60000 ))}
 [ -f "$MODEL/tokenizer.json" ] || { echo "serve-structured: $MODEL has no tokenizer.json (structured outputs need one)"; exit 2; }
 LOG=$(mktemp /tmp/serve-structured.XXXXXX)
 # shellcheck disable=SC2086
-"$M" serve --model "$MODEL" --port 0 $EXTRA >"$LOG" 2>&1 &
+"${SERVER:-$M}" serve --model "$MODEL" --port 0 $EXTRA >"$LOG" 2>&1 &
 SP=$!
 trap 'kill -TERM $SP 2>/dev/null; wait $SP 2>/dev/null; rm -f "$LOG"' EXIT
 URL=
@@ -44,7 +45,7 @@ done
 [ -n "$URL" ] || { echo "serve-structured: the server did not get ready"; cat "$LOG"; exit 1; }
 JSON='{"response_format":{"type":"json_schema","json_schema":{"name":"t","schema":{"type":"object","properties":{"text":{"type":"string","minLength":100000}},"required":["text"]}}}}'
 REGEX='{"structured_outputs":{"regex":"[a-z ,.]+"}}'
-echo "serve-structured: $MODEL at $URL, in $IN / out $OUT, prompt ids < $VOCAB, $(date -u +%H:%M:%S)"
+echo "serve-structured: ${SERVER:-$M} serving $MODEL at $URL, in $IN / out $OUT, prompt ids < $VOCAB, $(date -u +%H:%M:%S)"
 printf '%-6s %-5s %s\n' round mode "per C: client output tok/s | server tok/s (all tokens) | server mean ITL ms | failed"
 for r in $(seq 1 "$ROUNDS"); do
     for mode in none json regex; do
