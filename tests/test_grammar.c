@@ -272,11 +272,14 @@ static bool of_type(const json_t *doc, const json_t *s, const char *t, const jso
     if (!strcmp(t, "array")) {
         if (!json_is_array(x)) return false;
         const json_t *lo = json_object_get(s, "minItems"), *hi = json_object_get(s, "maxItems"),
-                     *it = json_object_get(s, "items");
-        size_t n = json_array_size(x);
+                     *it = json_object_get(s, "items"), *pre = json_object_get(s, "prefixItems");
+        if (!pre && json_is_array(it)) pre = it, it = json_object_get(s, "additionalItems"); /* drafts 4 to 2019 */
+        size_t n = json_array_size(x), np = json_array_size(pre);
         if ((lo && (json_int_t)n < json_integer_value(lo)) || (hi && (json_int_t)n > json_integer_value(hi))) return false;
-        for (size_t i = 0; it && i < n; i++)
-            if (!valid(doc, it, json_array_get(x, i))) return false;
+        for (size_t i = 0; i < n; i++) {
+            const json_t *si = i < np ? json_array_get(pre, i) : it;
+            if (json_is_false(si) || (si && !valid(doc, si, json_array_get(x, i)))) return false;
+        }
         return true;
     }
     if (!json_is_object(x)) return false;
@@ -352,6 +355,9 @@ static const char *const SCHEMAS[] = {
     "[\"number\",\"null\"],\"exclusiveMinimum\":-273.15,\"maximum\":1e6},\"w\":{\"type\":\"array\",\"items\":{\"type\":"
     "\"number\",\"exclusiveMinimum\":0.1,\"exclusiveMaximum\":0.2}}},\"required\":[\"p\",\"t\",\"w\"]}",
     "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"},\"b\":{\"type\":\"number\"}}}",
+    "{\"type\":\"object\",\"properties\":{\"pt\":{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"},{\"enum\":"
+    "[\"x\",\"y\"]}],\"items\":false,\"minItems\":2},\"tail\":{\"type\":\"array\",\"items\":[{\"type\":\"boolean\"}],"
+    "\"additionalItems\":{\"type\":\"null\"},\"maxItems\":3}},\"required\":[\"pt\",\"tail\"]}",
     NULL};
 
 /* A random walk over the mask: ends at the end token or after max steps; the text in out. */
@@ -818,6 +824,14 @@ static void test_unions(void **state) {
          "{\"type\":\"string\"}}}]}", "{}", 1},
         {"{\"type\":[\"integer\",\"number\",\"string\"],\"minLength\":2}", "\"ab\"", 1},
         {"{\"type\":[\"integer\",\"number\",\"string\"],\"minLength\":2}", "2.5", 1},
+        {"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"string\"}],\"items\":false}", "[1, \"a\"]", 1},
+        {"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"string\"}],\"items\":false}", "[1]", 1},
+        {"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"string\"}],\"items\":false}", "[\"a\"", -1},
+        {"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"string\"}],\"items\":false}", "[1, \"a\", ", -1},
+        {"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"}],\"items\":{\"type\":\"null\"}}", "[1, null, null]", 1},
+        {"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"}]}", "[1, \"any\", {}]", 1},
+        {"{\"type\":\"array\",\"items\":[{\"type\":\"integer\"}],\"additionalItems\":false,\"minItems\":1}", "[]", -1},
+        {"{\"type\":\"array\",\"items\":[{\"type\":\"integer\"}],\"additionalItems\":false,\"minItems\":1}", "[5]", 1},
     };
     /* a hostile union graph: 30 levels of anyOf, each of 64 $refs to the next level (64^30 paths) compiles in
      * one pass and picks without recursion */
@@ -921,6 +935,8 @@ static void test_refused_schemas(void **state) {
         {"{\"enum\":[]}", "empty enum"},
         {"{\"type\":\"object\",\"properties\":{\"a\":true},\"required\":[\"b\"]}", "not among the properties"},
         {"{\"type\":\"array\",\"minItems\":3,\"maxItems\":2}", "maxItems is below minItems"},
+        {"{\"type\":\"array\",\"prefixItems\":[true],\"items\":false,\"minItems\":2}", "no more may follow"},
+        {"{\"type\":\"array\",\"prefixItems\":{}}", "must be a list"},
         {"[1]", "must be an object"},
     };
     for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {

@@ -21,7 +21,9 @@
  *   required appears, the others may be left out), required; no other keys
  *   when properties are given (strict, also when empty: {} alone),
  *   additionalProperties (a schema, true or false) when they are not;
- *   array: items, minItems, maxItems;  string: minLength, maxLength
+ *   array: items, minItems, maxItems, and tuples: prefixItems (or items as
+ *   a list with additionalItems, drafts 4 to 2019), the items after them by
+ *   items (false: none);  string: minLength, maxLength
  *   (characters), pattern (src/text/grammar_pattern.c says which regular
  *   expressions: classes, groups, alternation, repetition; at most 63
  *   character positions once repetitions are written out) or format (date,

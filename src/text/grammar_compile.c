@@ -12,10 +12,10 @@
 /* Keywords that constrain a value in ways the matcher does not enforce. */
 static const char *const UNSUPPORTED[] = {
     "multipleOf",
-    "prefixItems", "uniqueItems", "contains", "minContains", "maxContains", "patternProperties",
+    "uniqueItems", "contains", "minContains", "maxContains", "patternProperties",
     "propertyNames", "dependentRequired", "dependentSchemas", "dependencies", "if", "then", "else", "not",
     "minProperties", "maxProperties", "unevaluatedProperties", "unevaluatedItems", "contentEncoding",
-    "contentMediaType", "additionalItems", NULL};
+    "contentMediaType", NULL};
 
 #define MAX_REFS 256
 
@@ -383,30 +383,59 @@ static mr_status num_bounds(const json_t *s, const char *path, mr__gnode *n) {
     return MR_OK;
 }
 
+/* An array: items (a schema for every item), or a tuple: prefixItems (draft 2020-12) or items as a list
+ * (drafts 4 to 2019), the items after them by items / additionalItems (absent or true: any value; false:
+ * none); minItems, maxItems. */
+static mr_status compile_array(cctx *c, const json_t *s, const char *path, int32_t *out) {
+    mr_grammar *g = c->g;
+    const json_t *items = json_object_get(s, "items"), *prefix = json_object_get(s, "prefixItems"), *rest = items;
+    const char *rest_kw = "items";
+    if (!prefix && json_is_array(items)) prefix = items, rest = json_object_get(s, "additionalItems"), rest_kw = "additionalItems";
+    if (prefix && (!json_is_array(prefix) || json_array_size(prefix) > 64))
+        return mr_error_set(MR_EINVAL, "%s/%s: must be a list of at most 64 schemas", path, prefix == items ? "items" : "prefixItems");
+    int32_t pre[64], np = prefix ? (int32_t)json_array_size(prefix) : 0, it = -1, id;
+    char p[512];
+    mr_status st = MR_OK;
+    for (int32_t i = 0; i < np && !st; i++) {
+        snprintf(p, sizeof p, "%s/%s/%d", path, prefix == items ? "items" : "prefixItems", (int)i);
+        st = compile(c, json_array_get(prefix, (size_t)i), p, &pre[i]);
+    }
+    if (st) return st;
+    if (json_is_false(rest)) {
+        it = -1; /* nothing after the prefix */
+    } else if (rest && !json_is_true(rest)) {
+        snprintf(p, sizeof p, "%s/%s", path, rest_kw);
+        st = compile(c, rest, p, &it);
+    } else {
+        st = any_node(g, &it);
+    }
+    if (!st && np) st = grow((void **)&g->alts, &g->cap_alts, g->n_alts + np, sizeof(int32_t), 1 << 20, "alternatives");
+    if (!st) st = new_node(g, G_ARRAY, &id);
+    if (st) return st;
+    mr__gnode *n = &g->nodes[id];
+    n->a = it;
+    n->b = np;
+    if (np) {
+        n->addl = g->n_alts;
+        memcpy(g->alts + g->n_alts, pre, (size_t)np * sizeof(int32_t));
+        g->n_alts += np;
+    }
+    n->lo = 0;
+    if ((st = get_count(s, "minItems", path, &n->lo)) || (st = get_count(s, "maxItems", path, &n->hi))) return st;
+    if (n->hi >= 0 && n->hi < n->lo) return mr_error_set(MR_EINVAL, "%s: maxItems is below minItems", path);
+    if (it < 0 && n->lo > np)
+        return mr_error_set(MR_EINVAL, "%s: minItems is %lld, but the tuple holds %d items and no more may follow", path,
+                            (long long)n->lo, (int)np);
+    if (it < 0 && (n->hi < 0 || n->hi > np)) n->hi = np;
+    *out = id;
+    return MR_OK;
+}
+
 static mr_status compile_type(cctx *c, const json_t *s, const char *type, const char *path, int32_t *out) {
     mr_grammar *g = c->g;
     mr_status st;
     if (!strcmp(type, "object")) return compile_object(c, s, path, out);
-    if (!strcmp(type, "array")) {
-        const json_t *items = json_object_get(s, "items");
-        int32_t id, it;
-        if (items) {
-            char p[512];
-            snprintf(p, sizeof p, "%s/items", path);
-            st = compile(c, items, p, &it);
-        } else {
-            st = any_node(g, &it);
-        }
-        if (!st) st = new_node(g, G_ARRAY, &id);
-        if (st) return st;
-        g->nodes[id].a = it;
-        g->nodes[id].lo = 0;
-        if ((st = get_count(s, "minItems", path, &g->nodes[id].lo)) || (st = get_count(s, "maxItems", path, &g->nodes[id].hi)))
-            return st;
-        if (g->nodes[id].hi >= 0 && g->nodes[id].hi < g->nodes[id].lo)
-            return mr_error_set(MR_EINVAL, "%s: maxItems is below minItems", path);
-        return (*out = id), MR_OK;
-    }
+    if (!strcmp(type, "array")) return compile_array(c, s, path, out);
     if (!strcmp(type, "string")) {
         int32_t id;
         if ((st = new_node(g, G_STRING, &id))) return st;

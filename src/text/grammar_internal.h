@@ -8,7 +8,9 @@
  *               g->sels[sel_first + k], k the literal (within the literal
  *               node) that property sel_from took (tool calls: the
  *               parameters follow the name)
- *   G_ARRAY     items node a, lo .. hi items (hi -1: no limit)
+ *   G_ARRAY     items node a, lo .. hi items (hi -1: no limit); a tuple's
+ *               first b items by their own nodes [addl, addl + b) of g->alts
+ *               (a -1: none after them, hi <= b)
  *   G_STRING    lo .. hi characters (hi -1: no limit); re >= 0: the content
  *               matches g->res[re] (pattern, format)
  *   G_NUMBER, G_INTEGER  bounds: bit 0, vlo <= the value; bit 1, the value

@@ -577,6 +577,12 @@ static bool feed_obj(mr_matcher *m, frame *f, uint8_t c) {
     }
 }
 
+/* The node of an array's item i: a tuple's own, then the items node (-1: no item i; the count's bounds
+ * keep it from being asked for). */
+static int32_t item_node(const mr_matcher *m, const mr__gnode *a, int64_t i) {
+    return i < a->b ? m->g->alts[a->addl + i] : a->a;
+}
+
 static bool feed_arr(mr_matcher *m, frame *f, uint8_t c) {
     const mr__gnode *a = gnode(m, f->node);
     if (is_ws(c)) return take_ws(m, f, c);
@@ -586,7 +592,7 @@ static bool feed_arr(mr_matcher *m, frame *f, uint8_t c) {
         if (c == ']') return f->n >= a->lo ? child_done(m, -1) : false;
         if (a->hi == 0) return false;
         f->ph = A_VAL;
-        return start_value(m, a->a, c);
+        return start_value(m, item_node(m, a, f->n), c);
     case A_NEXT:
         if (c == ']') return f->n >= a->lo ? child_done(m, -1) : false;
         if (c != ',' || (a->hi >= 0 && f->n >= a->hi)) return false;
@@ -594,7 +600,7 @@ static bool feed_arr(mr_matcher *m, frame *f, uint8_t c) {
         return true;
     case A_COMMA:
         f->ph = A_VAL;
-        return start_value(m, a->a, c);
+        return start_value(m, item_node(m, a, f->n), c);
     default: return false;
     }
 }
