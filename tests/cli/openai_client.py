@@ -438,7 +438,7 @@ if text_url:
     print(f"structured outputs: {ended} of 6 json_schema answers ended")
     check(ended >= 4, f"structured outputs: only {ended} of 6 answers ended")
     # the client's own structured outputs: a pydantic model (bounded floats and ints, as Field(ge=..., lt=...)
-    # writes them) through chat.completions.parse, which sends openai's strict schema and parses the answer
+    # writes them; a tuple) through chat.completions.parse, which sends openai's strict schema and parses the answer
     # with pydantic (its validation the oracle: a number out of range raises)
     import pydantic
     from typing import Literal, Optional
@@ -449,6 +449,7 @@ if text_url:
         share: float = pydantic.Field(gt=0, lt=1)
         count: int = pydantic.Field(ge=0, le=500)
         note: Optional[str] = pydantic.Field(max_length=8)
+        corner: tuple[int, Literal["n", "s"]]  # a tuple: prefixItems
     parsed = 0
     for seed in range(6):
         try:
