@@ -891,7 +891,7 @@ static void test_tool_calls(void **state) {
         0, NULL);
     assert_non_null(tools);
     mr_grammar *g = NULL;
-    assert_int_equal(mr_grammar_tool_calls(tools, NULL, &g), MR_OK);
+    assert_int_equal(mr_grammar_tool_calls(tools, NULL, 0, &g), MR_OK);
     const char *ok[] = {"[{\"name\":\"get_weather\",\"parameters\":{\"city\":\"Paris\"}}]",
                         "[{\"name\": \"add\", \"parameters\": {\"a\": 1, \"b\": -2}}, {\"name\":\"now\",\"parameters\":{}}]",
                         "[{\"name\":\"now\",\"parameters\":{\"anything\":[1]}}]"};
@@ -903,11 +903,17 @@ static void test_tool_calls(void **state) {
     for (size_t i = 0; i < 6; i++)
         if (judge(g, g_ix, bad[i], strlen(bad[i])) == 1) fail_msg("accepted %s", bad[i]);
     mr_grammar_free(g);
-    assert_int_equal(mr_grammar_tool_calls(tools, "add", &g), MR_OK);
+    assert_int_equal(mr_grammar_tool_calls(tools, NULL, 1, &g), MR_OK); /* parallel_tool_calls false: one call */
+    assert_int_equal(judge(g, g_ix, ok[0], strlen(ok[0])), 1);
+    assert_int_equal(judge(g, g_ix, ok[1], strlen(ok[1])), -1);
+    const char *two = "[{\"name\":\"now\",\"parameters\":{}},";
+    assert_int_equal(judge(g, g_ix, two, strlen(two)), -1);
+    mr_grammar_free(g);
+    assert_int_equal(mr_grammar_tool_calls(tools, "add", 0, &g), MR_OK);
     assert_int_equal(judge(g, g_ix, "{\"a\":1,\"b\":2}", 13), 1);
     assert_int_equal(judge(g, g_ix, "{\"a\":1}", 7), -1);
     mr_grammar_free(g);
-    assert_int_equal(mr_grammar_tool_calls(tools, "missing", &g), MR_EINVAL);
+    assert_int_equal(mr_grammar_tool_calls(tools, "missing", 0, &g), MR_EINVAL);
     json_decref(tools);
 }
 

@@ -79,10 +79,11 @@ mr_status mr_grammar_choice(const char *const *choices, size_t n, mr_grammar **o
 mr_status mr_grammar_regex(const char *regex, mr_grammar **out);
 /* Tool calls as JSON, for tool_choice "required" (name NULL): an array of at
  * least one {"name": <a tool's name>, "parameters": <that tool's
- * parameters>}; for a named tool (name given): that tool's parameters
+ * parameters>} (at most max_calls when > 0: 1 for parallel_tool_calls
+ * false); for a named tool (name given): that tool's parameters
  * object alone. tools: OpenAI's list ({"type": "function", "function":
  * {"name", "parameters"}}); a tool without parameters takes any object. */
-mr_status mr_grammar_tool_calls(const json_t *tools, const char *name, mr_grammar **out);
+mr_status mr_grammar_tool_calls(const json_t *tools, const char *name, int max_calls, mr_grammar **out);
 void mr_grammar_free(mr_grammar *g); /* NULL is fine */
 /* One line: what was compiled ("json schema: 12 nodes, 3 literals"). */
 const char *mr_grammar_describe(const mr_grammar *g);

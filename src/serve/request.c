@@ -657,9 +657,11 @@ static int f_separate_reasoning(sv_request *r, const json_t *v, const sv_limits 
     return get_bool(v, "separate_reasoning", &r->separate_reasoning, e);
 }
 static int f_parallel_tool_calls(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
-    (void)r, (void)lim;
-    bool b = false;
-    return get_bool(v, "parallel_tool_calls", &b, e);
+    (void)lim;
+    bool b = true;
+    if (get_bool(v, "parallel_tool_calls", &b, e)) return -1;
+    r->one_tool_call = !b;
+    return 0;
 }
 static int f_tool_choice(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
     (void)lim;
@@ -693,7 +695,7 @@ static int compile_grammar(sv_request *r, sv_error *e) {
     const char *field = r->so_field;
     if (tools_forced) {
         field = r->tool_choice == SV_TOOLS_NAMED ? "tool_choice.function.name" : "tools";
-        st = mr_grammar_tool_calls(r->tools, r->tool_name, &r->grammar);
+        st = mr_grammar_tool_calls(r->tools, r->tool_name, r->one_tool_call ? 1 : 0, &r->grammar);
     } else if (r->so == SV_SO_JSON) {
         st = mr_grammar_json_schema(r->so_schema, &r->grammar);
     } else if (r->so == SV_SO_CHOICE) {

@@ -70,6 +70,7 @@ typedef struct {
     char *tool_name;              /* SV_TOOLS_NAMED: the function's name */
     sv_so so;                     /* response_format / guided_json / guided_choice / structured_outputs */
     char so_field[48];            /* the field that asked (for errors) */
+    bool one_tool_call;           /* parallel_tool_calls false: tool_choice "required" makes one call */
     json_t *so_schema;            /* SV_SO_JSON: the schema, NULL = any JSON object; SV_SO_REGEX: the regex (a string) */
     json_t *so_choice;            /* SV_SO_CHOICE: the list of strings */
     bool so_compact;              /* vLLM's structured_outputs.disable_any_whitespace: JSON without whitespace */

@@ -773,7 +773,7 @@ static const json_t *tool_fn(const json_t *tool) {
     return f ? f : tool;
 }
 
-mr_status mr_grammar_tool_calls(const json_t *tools, const char *name, mr_grammar **out) {
+mr_status mr_grammar_tool_calls(const json_t *tools, const char *name, int max_calls, mr_grammar **out) {
     *out = NULL;
     size_t nt = json_is_array(tools) ? json_array_size(tools) : 0;
     if (!nt) return mr_error_set(MR_EINVAL, "grammar: tool calls need at least one tool");
@@ -852,6 +852,7 @@ mr_status mr_grammar_tool_calls(const json_t *tools, const char *name, mr_gramma
     if (!st) {
         g->nodes[arr].a = obj;
         g->nodes[arr].lo = 1;
+        g->nodes[arr].hi = max_calls > 0 ? max_calls : -1;
         g->root = arr;
     }
     mr_free(c);

@@ -532,6 +532,18 @@ if text_url:
                 jsonschema.validate(_json2.loads(tcall.function.arguments), by_name[tcall.function.name])
     print(f"tool_choice required: {called} of 8 answers ended as calls")
     check(called >= 5, f"tool_choice required: {called} of 8 answers were calls")
+    # parallel_tool_calls false: one call, however much the model would like a ',' before the next
+    tq = urllib.request.Request(text_url + "/tokenize", data=_json2.dumps({"prompt": ",", "add_special_tokens": False}).encode(),
+                                headers={"Content-Type": "application/json"})
+    comma = _json2.loads(urllib.request.urlopen(tq, timeout=30).read())["tokens"]
+    for seed in range(3):
+        r = tc.chat.completions.create(model=tmodel, messages=[{"role": "user", "content": "weather?"}], tools=tools,
+                                        tool_choice="required", parallel_tool_calls=False, max_tokens=300,
+                                        temperature=1.0, seed=seed, logit_bias={str(comma[0]): 30},
+                                        extra_body={"debug_forced_output": think})
+        c = r.choices[0]
+        check(c.finish_reason == "tool_calls" and len(c.message.tool_calls) == 1,
+              f"parallel_tool_calls false: {c.finish_reason}, {c.message.tool_calls}")
     def r_usage_ct(chunks):
         return [c.usage for c in chunks if c.usage][0].completion_tokens
 
