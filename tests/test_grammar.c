@@ -358,6 +358,8 @@ static const char *const SCHEMAS[] = {
     "{\"type\":\"object\",\"properties\":{\"pt\":{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"},{\"enum\":"
     "[\"x\",\"y\"]}],\"items\":false,\"minItems\":2},\"tail\":{\"type\":\"array\",\"items\":[{\"type\":\"boolean\"}],"
     "\"additionalItems\":{\"type\":\"null\"},\"maxItems\":3}},\"required\":[\"pt\",\"tail\"]}",
+    "{\"type\":\"object\",\"properties\":{\"w\":{\"type\":\"string\",\"pattern\":\"^[a-z .]{2,90}$\",\"maxLength\":12},"
+    "\"v\":{\"type\":\"string\",\"pattern\":\"^x.y$\"}},\"required\":[\"w\",\"v\"]}",
     NULL};
 
 /* A random walk over the mask: ends at the end token or after max steps; the text in out. */
@@ -750,7 +752,8 @@ static void test_regex(void **state) {
         const char *re, *posix; /* ours, and the same language as a POSIX ERE matched whole */
     } P[] = {{"[a-c]+x?", "^([a-c]+x?)$"},      {"(ab|cd)*e", "^((ab|cd)*e)$"}, {"^a.b$", "^(a.b)$"},
              {"x*", "^(x*)$"},                    {"a|b|ex", "^(a|b|ex)$"},        {"[^x]{1,3}", "^([^x]{1,3})$"},
-             {"a\\$", "^(a\\$)$"},             {"(a|b)+-(0|1){2}", "^((a|b)+-(0|1){2})$"}};
+             {"a\\$", "^(a\\$)$"},             {"(a|b)+-(0|1){2}", "^((a|b)+-(0|1){2})$"},
+             {"(a[^\\s\\S]|b)c", "^(bc)$"} /* an empty class: its branch may not even start */};
     const char alpha[] = "abcdex01-$";
     const int na = (int)strlen(alpha);
     if (!setlocale(LC_CTYPE, "C.UTF-8") && !setlocale(LC_CTYPE, "en_US.UTF-8")) fail_msg("no UTF-8 locale for regexec");
@@ -785,6 +788,42 @@ static void test_regex(void **state) {
         mr_grammar_free(g);
     }
     free(buf);
+    /* long repetitions (hundreds of positions) and a pattern whose automaton has thousands of states, against
+     * regexec on texts around their edges */
+    static const struct {
+        const char *re, *posix;
+    } LONG[] = {{"[a-c ]{3,300}x?", "^([a-c ]{3,255}x?|[a-c ]{256,300}x?)$"},
+                {"(a|b)*a(a|b){9}", "^((a|b)*a(a|b){9})$"},
+                {"\\w{1,64}@[a-z]{2,40}\\.(com|org)", "^([A-Za-z0-9_]{1,64}@[a-z]{2,40}\\.(com|org))$"}};
+    char *txt = malloc(512);
+    for (size_t li = 0; li < sizeof LONG / sizeof LONG[0]; li++) {
+        regex_t rx;
+        assert_int_equal(regcomp(&rx, LONG[li].posix, REG_EXTENDED | REG_NOSUB), 0);
+        mr_grammar *lg = NULL;
+        if (mr_grammar_regex(LONG[li].re, &lg)) fail_msg("%s: %s", LONG[li].re, mr_error_last());
+        int yes = 0;
+        for (int it = 0; it < 3000; it++) {
+            int n = (int)(tu_next(&r) % (it % 3 ? 16 : 320));
+            const int nal = li == 2 ? 14 : li == 1 ? 2 : it % 2 ? 4 : 5; /* "abc " alone: long texts that may match */
+            for (int i = 0; i < n; i++) txt[i] = "abc x@.comrg_Z"[tu_next(&r) % (uint64_t)nal];
+            if (li == 2 && it % 2) { /* word@letters.tld around the bounds of both repetitions */
+                int L = 1 + (int)(tu_next(&r) % 70), R = 1 + (int)(tu_next(&r) % 45);
+                n = 0;
+                for (int i = 0; i < L; i++) txt[n++] = "ab_Z9"[tu_next(&r) % 5];
+                txt[n++] = '@';
+                for (int i = 0; i < R; i++) txt[n++] = "comrg"[tu_next(&r) % 5];
+                memcpy(txt + n, tu_next(&r) % 3 ? ".org" : ".net", 4), n += 4;
+            }
+            txt[n] = 0;
+            const bool want = regexec(&rx, txt, 0, NULL, 0) == 0;
+            yes += want;
+            if ((judge(lg, g_ix, txt, (size_t)n) == 1) != want) fail_msg("%s on \"%s\": regexec %d", LONG[li].re, txt, want);
+        }
+        if (yes < 100 || yes > 2900) fail_msg("%s: %d of 3000 texts match", LONG[li].re, yes);
+        regfree(&rx);
+        mr_grammar_free(lg);
+    }
+    free(txt);
     /* non-ASCII characters are whole: '.' takes one, never a byte of it */
     mr_grammar *g = NULL;
     assert_int_equal(mr_grammar_regex("a.b", &g), MR_OK);
@@ -796,7 +835,7 @@ static void test_regex(void **state) {
     assert_int_equal(mr_grammar_regex("x*", &g), MR_OK); /* empty is complete at once */
     assert_int_equal(judge(g, g_ix, "", 0), 1);
     mr_grammar_free(g);
-    static const char *const BAD[] = {"a)|(b", "(a)\\1", "[a-z]{70}", "a(?=b)"};
+    static const char *const BAD[] = {"a)|(b", "(a)\\1", "(a|b){600}c{600}", "(a|b)*a(a|b){12}", "a(?=b)"};
     for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
         if (mr_grammar_regex(BAD[i], &g) != MR_EINVAL) fail_msg("%s compiled", BAD[i]);
         assert_non_null(strstr(mr_error_last(), "pattern \""));
@@ -925,7 +964,8 @@ static void test_refused_schemas(void **state) {
         {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}}}", "#/properties/a/pattern"},
         {"{\"type\":\"string\",\"format\":\"uri\"}", "\"uri\" is not supported"},
         {"{\"pattern\":\"^a\"}", "beside \"type\": \"string\""},
-        {"{\"type\":\"string\",\"pattern\":\"[a-z]{70}\"}", "more than 63"},
+        {"{\"type\":\"string\",\"pattern\":\"(a|b)*a(a|b){12}\"}", "more than 4096 states"},
+        {"{\"type\":\"string\",\"pattern\":\"[a-z]{600}[0-9]{600}\"}", "more than 1024 character positions"},
         {"{\"type\":\"string\",\"pattern\":\"^a$b\"}", "at the pattern's ends only"},
         {"{\"minimum\":0}", "beside \"type\": \"integer\" or \"number\""},
         {"{\"type\":\"integer\",\"minimum\":3,\"exclusiveMaximum\":3}", "lies in [3, 2]"},
@@ -1020,6 +1060,8 @@ static void test_real_tokenizer(void **state) {
 
 static int group_setup(void **state) {
     (void)state;
+    /* regexec (the validator's patterns) counts characters, not bytes, under a UTF-8 locale */
+    if (!setlocale(LC_CTYPE, "C.UTF-8") && !setlocale(LC_CTYPE, "en_US.UTF-8")) return -1;
     g_voc = synth_vocab();
     g_ix = index_of(&g_voc);
     return 0;

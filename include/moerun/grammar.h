@@ -25,8 +25,9 @@
  *   a list with additionalItems, drafts 4 to 2019), the items after them by
  *   items (false: none);  string: minLength, maxLength
  *   (characters), pattern (src/text/grammar_pattern.c says which regular
- *   expressions: classes, groups, alternation, repetition; at most 63
- *   character positions once repetitions are written out) or format (date,
+ *   expressions: classes, groups, alternation, repetition; at most 1024
+ *   character positions once repetitions are written out, and 4096 states
+ *   once deterministic) or format (date,
  *   time, date-time, uuid, email, ipv4: as patterns; dates are not checked
  *   against the calendar); integer and number with minimum, maximum,
  *   exclusiveMinimum, exclusiveMaximum (a digit comes only when the number

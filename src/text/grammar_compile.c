@@ -761,7 +761,7 @@ mr_status mr_grammar_regex(const char *re, mr_grammar **out) {
     snprintf(body, sizeof body, "%.*s", (int)(b - a), re + a);
     if (!st) st = add_pattern(g, body, NULL, &alone);
     if (!st) {
-        g->n_res--; /* replaced by the anchored one */
+        mr__pat_free(&g->res[--g->n_res]); /* replaced by the anchored one */
         st = add_pattern(g, p, NULL, &g->nodes[g->root].re);
     }
     mr_free(p);
@@ -865,6 +865,7 @@ void mr_grammar_free(mr_grammar *g) {
     mr_free(g->props);
     mr_free(g->alts);
     mr_free(g->sels);
+    for (int32_t i = 0; i < g->n_res; i++) mr__pat_free(&g->res[i]);
     mr_free(g->res);
     mr_free(g->lits);
     mr_free(g->pool);

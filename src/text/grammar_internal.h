@@ -49,24 +49,27 @@ typedef struct {
     int32_t re;
 } mr__gnode;
 
-/* A pattern as a position automaton (grammar_pattern.c): a state is a set of
- * positions (bits 0..62) or MR__RE_START (nothing read yet); symbols are the
- * ASCII bytes and MR__RE_NONASCII for any other character. */
-#define MR__RE_MAX 63
+/* A pattern as a deterministic automaton (grammar_pattern.c): a state is an
+ * index, MR__RE_START before anything is read, 0 the dead state (no match
+ * can follow); symbols are the ASCII bytes and MR__RE_NONASCII for any other
+ * character. */
+#define MR__RE_MAXPOS 1024   /* character positions once repetitions are written out */
+#define MR__RE_MAXSTATES 4096 /* states of the automaton */
 #define MR__RE_NONASCII 128
-#define MR__RE_START (1ull << 63)
+#define MR__RE_NSYM 129
+#define MR__RE_START 1u
 typedef struct {
-    int n;
-    uint8_t cls[MR__RE_MAX][17];
-    uint64_t follow[MR__RE_MAX];
-    uint64_t sym[MR__RE_NONASCII + 1]; /* the positions whose class holds each symbol */
-    uint64_t first, last, live;        /* live: positions from which a last one is reachable */
-    bool nullable;
+    int32_t n_states;
+    int32_t *next;   /* [n_states][MR__RE_NSYM] */
+    uint8_t *accept; /* [n_states] */
 } mr__pat;
 mr_status mr__pat_compile(const char *pattern, mr__pat *re);
+void mr__pat_free(mr__pat *re);
 /* The state after one symbol; 0 when no match can follow. */
-uint64_t mr__pat_step(const mr__pat *re, uint64_t s, int sym);
-bool mr__pat_accepts(const mr__pat *re, uint64_t s);
+static inline uint64_t mr__pat_step(const mr__pat *re, uint64_t s, int sym) {
+    return (uint64_t)re->next[s * MR__RE_NSYM + (uint64_t)sym];
+}
+static inline bool mr__pat_accepts(const mr__pat *re, uint64_t s) { return re->accept[s] != 0; }
 
 typedef struct {
     int32_t key;   /* literal: the key as JSON, with its quotes */

@@ -852,6 +852,54 @@ static void dfs(mr_matcher *m, const int32_t *next, int32_t node, bool free_star
     }
 }
 
+/* Text through a pattern's automaton alone, down the whole trie: one table lookup a byte where the matcher's
+ * feed would journal frames. A walk state is the automaton's state, the UTF-8 sequence in progress (pend
+ * bytes to come after lead) and the characters so far.
+ *   raw (a regex grammar's text): every byte is text; a token may end inside a character (the next one
+ *     finishes it), special tokens never come;
+ *   else (inside a patterned JSON string): only plain text (no quote, backslash or control byte), up to hi
+ *     characters (-1: any), and only plain tokens (whole characters) are marked; the others go through the
+ *     matcher (the TR_STR trie). */
+typedef struct {
+    const mr_vocab_index *v;
+    const mr__pat *re;
+    int64_t hi;
+    bool raw;
+    uint32_t *allow;
+} rewalk;
+
+static void walk_re(const rewalk *w, int32_t node, uint64_t st, int pend, uint8_t lead, int64_t chars) {
+    const mr_vocab_index *v = w->v;
+    for (int32_t ch = v->nodes[node].child; ch >= 0; ch = v->nodes[ch].sib) {
+        const uint8_t c = v->nodes[ch].c;
+        uint64_t s2 = st;
+        int p2 = pend;
+        uint8_t l2 = lead;
+        int64_t n2 = chars;
+        if (pend > 0) { /* a continuation byte: the second one's range after E0, ED, F0, F4 */
+            uint8_t lo = 0x80, up = 0xBF;
+            if (lead == 0xE0) lo = 0xA0;
+            else if (lead == 0xED) up = 0x9F;
+            else if (lead == 0xF0) lo = 0x90;
+            else if (lead == 0xF4) up = 0x8F;
+            if (c < lo || c > up) continue;
+            p2 = pend - 1, l2 = 0;
+        } else {
+            if ((c >= 0x80 && c < 0xC2) || c > 0xF4) continue;
+            if (!w->raw && (c < 0x20 || c == '"' || c == '\\')) continue;
+            if (w->hi >= 0 && chars >= w->hi) continue;
+            if (!(s2 = mr__pat_step(w->re, st, c < 0x80 ? c : MR__RE_NONASCII))) continue;
+            n2 = chars + 1;
+            if (c >= 0x80) p2 = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : 1, l2 = c;
+        }
+        for (int32_t t = v->nodes[ch].tok; t >= 0; t = v->tok_next[TR_ALL][t]) {
+            const bool ok = w->raw ? !(v->flags[t] & T_SPECIAL) : (p2 == 0 && (v->plain[t >> 5] >> (t & 31) & 1));
+            if (ok) w->allow[t >> 5] |= 1u << (t & 31);
+        }
+        if (v->nodes[ch].child >= 0) walk_re(w, ch, s2, p2, l2, n2);
+    }
+}
+
 /* The cached mask of a regex grammar's raw state (the only stack: root + raw frame), or -1. */
 static int raw_cached(const mr_matcher *m) {
     if (m->ended || m->n_stk != 1 || m->stk[0].depth != 2 || m->stk[0].st[1].kind != F_RAW) return -2;
@@ -878,6 +926,14 @@ int64_t mr_matcher_mask(mr_matcher *m, uint32_t *allow) {
         if (one && free_start && f->a == 0 && m->until[0] == '<') { /* free text, no '<' yet: those without one go on */
             memcpy(allow, v->nolt, words * sizeof(uint32_t));
             tr = TR_LT;
+        } else if (one && f->kind == F_RAW && f->a == 0 && !free_start) { /* a regex grammar's text */
+            const rewalk w = {v, str_re(m, f), -1, true, allow};
+            walk_re(&w, v->root[TR_ALL], f->re, 0, 0, 0);
+            tr = -1;
+        } else if (one && f->kind == F_STR && f->ph == S_CHARS && str_re(m, f)) { /* patterned string text */
+            const rewalk w = {v, str_re(m, f), str_hi(m, f), false, allow};
+            walk_re(&w, v->root[TR_ALL], f->re, 0, 0, f->n);
+            tr = TR_STR;
         } else if (one && f->kind == F_STR && f->ph == S_CHARS && !str_re(m, f)) { /* string text: the plain tokens that fit */
             const int64_t hi = str_hi(m, f);
             if (hi < 0) {
@@ -888,10 +944,12 @@ int64_t mr_matcher_mask(mr_matcher *m, uint32_t *allow) {
             }
             tr = TR_STR;
         }
-        size_t mark = m->njr;
-        dfs(m, v->tok_next[tr], v->root[tr], free_start, allow);
-        undo(m, mark);
-        m->oom = false;
+        if (tr >= 0) {
+            size_t mark = m->njr;
+            dfs(m, v->tok_next[tr], v->root[tr], free_start, allow);
+            undo(m, mark);
+            m->oom = false;
+        }
     }
     const bool end_ok = m->ended || mr_matcher_complete(m);
     for (int i = 0; i < m->n_end; i++) { /* the end ids: only where the output may end */

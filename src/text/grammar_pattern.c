@@ -1,8 +1,10 @@
 /* grammar_pattern.c — the regular expressions of JSON Schema's "pattern" (and
- * of the string formats, written as patterns) as position automata
- * (Glushkov: one state per character position of the expression, no empty
- * moves), at most MR__RE_MAX positions so that a set of states is one
- * uint64 in a matcher frame.
+ * of the string formats, written as patterns, and regex outputs) as
+ * deterministic automata: the Glushkov automaton (one state per character
+ * position of the expression, no empty moves; at most MR__RE_MAXPOS
+ * positions once repetitions are written out) made deterministic by the
+ * subsets of positions reachable (at most MR__RE_MAXSTATES), so that a
+ * matcher keeps one state index and a step is one table lookup.
  *
  * Symbols are characters: an ASCII byte is itself; any other character is
  * the one symbol MR__RE_NONASCII, which '.', negated classes and \D \W \S
@@ -21,7 +23,7 @@
 
 /* ---- the syntax tree ---- */
 enum { X_SYM, X_CAT, X_ALT, X_STAR, X_OPT, X_EMPTY };
-#define MAX_X 1024
+#define MAX_X 8192
 
 typedef struct {
     uint8_t op;
@@ -264,50 +266,180 @@ static int parse_alt(parser *ps) {
     return a;
 }
 
-/* ---- positions: first, last, follow, nullable (Glushkov) ---- */
+/* ---- positions (Glushkov: first, last and nullable of each subtree, follow of each position), then the
+ * sets of positions reachable, each one state ---- */
 typedef struct {
-    uint64_t first, last;
-    bool nullable;
+    int w, npos;            /* words of a set of positions; positions (npos itself is the start) */
+    uint64_t *follow;       /* [npos + 1][w] */
+    uint64_t *first, *last; /* [nodes][w] */
+    uint8_t *nullable;      /* [nodes] */
+    uint8_t (*cls)[17];     /* [npos] */
 } gl;
 
-static gl positions(parser *ps, mr__pat *re, int t, bool *over) {
-    xnode *x = &ps->x[t];
-    gl g = {0}, a, b;
-    switch (x->op) {
-    case X_EMPTY: g.nullable = true; break;
-    case X_SYM:
-        if (re->n == MR__RE_MAX) {
-            *over = true;
+#define BIT(set, p) ((set)[(p) >> 6] >> ((p) & 63) & 1)
+
+static void set_or(uint64_t *d, const uint64_t *s, int w) {
+    for (int i = 0; i < w; i++) d[i] |= s[i];
+}
+
+/* Bottom-up over the tree: a node's children were made before it, so their ids are smaller. */
+static void positions(const parser *ps, gl *G) {
+    const int w = G->w;
+    int pos = 0;
+    for (int t = 0; t < ps->n; t++) {
+        const xnode *x = &ps->x[t];
+        uint64_t *f = G->first + (size_t)t * (size_t)w, *l = G->last + (size_t)t * (size_t)w;
+        const uint64_t *fa = x->l >= 0 ? G->first + (size_t)x->l * (size_t)w : NULL,
+                       *la = x->l >= 0 ? G->last + (size_t)x->l * (size_t)w : NULL,
+                       *fb = x->r >= 0 ? G->first + (size_t)x->r * (size_t)w : NULL,
+                       *lb = x->r >= 0 ? G->last + (size_t)x->r * (size_t)w : NULL;
+        switch (x->op) {
+        case X_EMPTY: G->nullable[t] = 1; break;
+        case X_SYM:
+            memcpy(G->cls[pos], x->cls, sizeof x->cls);
+            f[pos >> 6] |= 1ull << (pos & 63);
+            l[pos >> 6] |= 1ull << (pos & 63);
+            pos++;
+            break;
+        case X_CAT:
+            for (int p = 0; p < G->npos; p++)
+                if (BIT(la, p)) set_or(G->follow + (size_t)p * (size_t)w, fb, w);
+            set_or(f, fa, w);
+            if (G->nullable[x->l]) set_or(f, fb, w);
+            set_or(l, lb, w);
+            if (G->nullable[x->r]) set_or(l, la, w);
+            G->nullable[t] = G->nullable[x->l] && G->nullable[x->r];
+            break;
+        case X_ALT:
+            set_or(f, fa, w), set_or(f, fb, w);
+            set_or(l, la, w), set_or(l, lb, w);
+            G->nullable[t] = G->nullable[x->l] || G->nullable[x->r];
+            break;
+        case X_STAR:
+        case X_OPT:
+            set_or(f, fa, w);
+            set_or(l, la, w);
+            if (x->op == X_STAR)
+                for (int p = 0; p < G->npos; p++)
+                    if (BIT(la, p)) set_or(G->follow + (size_t)p * (size_t)w, fa, w);
+            G->nullable[t] = 1;
             break;
         }
-        memcpy(re->cls[re->n], x->cls, sizeof x->cls);
-        g.first = g.last = 1ull << re->n;
-        re->n++;
-        break;
-    case X_CAT:
-        a = positions(ps, re, x->l, over);
-        b = positions(ps, re, x->r, over);
-        for (int p = 0; p < MR__RE_MAX; p++)
-            if (a.last >> p & 1) re->follow[p] |= b.first;
-        g.first = a.first | (a.nullable ? b.first : 0);
-        g.last = b.last | (b.nullable ? a.last : 0);
-        g.nullable = a.nullable && b.nullable;
-        break;
-    case X_ALT:
-        a = positions(ps, re, x->l, over);
-        b = positions(ps, re, x->r, over);
-        g = (gl){a.first | b.first, a.last | b.last, a.nullable || b.nullable};
-        break;
-    case X_STAR:
-    case X_OPT:
-        g = positions(ps, re, x->l, over);
-        if (x->op == X_STAR)
-            for (int p = 0; p < MR__RE_MAX; p++)
-                if (g.last >> p & 1) re->follow[p] |= g.first;
-        g.nullable = true;
-        break;
     }
-    return g;
+}
+
+/* A position of an empty class ([^\s\S]): no symbol enters it (the start position is there already). */
+static bool never_entered(const gl *G, int p) {
+    if (p == G->npos) return false;
+    for (int k = 0; k < 17; k++)
+        if (G->cls[p][k]) return false;
+    return true;
+}
+
+static uint64_t set_hash(const uint64_t *s, int w) {
+    uint64_t h = 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i < w; i++) h = (h ^ s[i]) * 0xBF58476D1CE4E5B9ull;
+    return h ^ (h >> 31);
+}
+
+/* The automaton of root: state 0 dead, 1 the start ({the start position}), then every nonempty set of live
+ * positions reachable. */
+static mr_status determinize(const char *pattern, gl *G, int root, mr__pat *re) {
+    const int w = G->w, S0 = G->npos;
+    const size_t W = (size_t)w;
+    mr_status st = MR_OK;
+    uint64_t *lastset = mr_calloc(W, 8), *live = mr_calloc(W, 8), *sym = mr_calloc(MR__RE_NSYM * W, 8),
+             *sets = mr_calloc((MR__RE_MAXSTATES + 1) * W, 8), *fol = mr_calloc(W, 8), *t = mr_calloc(W, 8);
+    const int hsize = 2 * 8192;
+    int32_t *hash = mr_malloc(hsize * sizeof(int32_t));
+    re->next = mr_malloc((size_t)MR__RE_NSYM * 64 * sizeof(int32_t));
+    re->accept = mr_malloc(64);
+    int cap = 64;
+    if (!lastset || !live || !sym || !sets || !fol || !t || !hash || !re->next || !re->accept) {
+        st = MR_ENOMEM;
+        goto out;
+    }
+    memcpy(G->follow + (size_t)S0 * W, G->first + (size_t)root * W, W * 8);
+    memcpy(lastset, G->last + (size_t)root * W, W * 8);
+    if (G->nullable[root]) lastset[S0 >> 6] |= 1ull << (S0 & 63);
+    for (int c = 0; c < MR__RE_NSYM; c++)
+        for (int p = 0; p < G->npos; p++)
+            if (G->cls[p][c >> 3] >> (c & 7) & 1) sym[(size_t)c * W + (size_t)(p >> 6)] |= 1ull << (p & 63);
+    /* live: the positions from which a last one can be reached (a position of an empty class, [^\s\S], is
+     * never entered) */
+    for (int p = 0; p <= S0; p++)
+        if (BIT(lastset, p) && !never_entered(G, p)) live[p >> 6] |= 1ull << (p & 63);
+    for (bool grew = true; grew;) {
+        grew = false;
+        for (int p = 0; p <= S0; p++) {
+            if (BIT(live, p) || never_entered(G, p)) continue;
+            const uint64_t *fp = G->follow + (size_t)p * W;
+            for (int i = 0; i < w; i++)
+                if (fp[i] & live[i]) {
+                    live[p >> 6] |= 1ull << (p & 63), grew = true;
+                    break;
+                }
+        }
+    }
+    if (!BIT(live, S0)) {
+        st = mr_error_set(MR_EINVAL, "pattern \"%.80s\" matches no string", pattern);
+        goto out;
+    }
+    for (int i = 0; i < hsize; i++) hash[i] = -1;
+    sets[1 * W + (size_t)(S0 >> 6)] = 1ull << (S0 & 63);
+    hash[set_hash(sets + W, w) & (uint64_t)(hsize - 1)] = 1;
+    int n = 2;
+    for (int i = 0; i < n; i++) {
+        const uint64_t *si = sets + (size_t)i * W;
+        memset(fol, 0, W * 8);
+        for (int p = 0; p <= S0; p++)
+            if (BIT(si, p)) set_or(fol, G->follow + (size_t)p * W, w);
+        re->accept[i] = 0;
+        for (int k = 0; k < w; k++) re->accept[i] |= (si[k] & lastset[k]) != 0;
+        for (int c = 0; c < MR__RE_NSYM; c++) {
+            uint64_t any = 0;
+            for (int k = 0; k < w; k++) any |= t[k] = fol[k] & sym[(size_t)c * W + (size_t)k] & live[k];
+            int32_t to = 0;
+            if (any) {
+                uint64_t h = set_hash(t, w) & (uint64_t)(hsize - 1);
+                while (hash[h] >= 0 && memcmp(sets + (size_t)hash[h] * W, t, W * 8)) h = (h + 1) & (uint64_t)(hsize - 1);
+                if (hash[h] >= 0) {
+                    to = hash[h];
+                } else if (n == MR__RE_MAXSTATES) {
+                    st = mr_error_set(MR_EINVAL, "pattern \"%.80s\": more than %d states once made deterministic",
+                                      pattern, MR__RE_MAXSTATES);
+                    goto out;
+                } else {
+                    memcpy(sets + (size_t)n * W, t, W * 8);
+                    hash[h] = to = n++;
+                }
+            }
+            if (n > cap) { /* the rows and flags of the states found so far */
+                int ncap = cap * 2;
+                int32_t *nx = mr_realloc(re->next, (size_t)ncap * MR__RE_NSYM * sizeof(int32_t));
+                if (nx) re->next = nx;
+                uint8_t *ac = nx ? mr_realloc(re->accept, (size_t)ncap) : NULL;
+                if (ac) re->accept = ac;
+                if (!nx || !ac) {
+                    st = MR_ENOMEM;
+                    goto out;
+                }
+                cap = ncap;
+            }
+            re->next[(size_t)i * MR__RE_NSYM + (size_t)c] = to;
+        }
+    }
+    re->n_states = n;
+out:
+    mr_free(lastset), mr_free(live), mr_free(sym), mr_free(sets), mr_free(fol), mr_free(t), mr_free(hash);
+    return st;
+}
+
+void mr__pat_free(mr__pat *re) {
+    if (!re) return;
+    mr_free(re->next);
+    mr_free(re->accept);
+    memset(re, 0, sizeof *re);
 }
 
 mr_status mr__pat_compile(const char *pattern, mr__pat *re) {
@@ -340,42 +472,32 @@ mr_status mr__pat_compile(const char *pattern, mr__pat *re) {
         core = any_b < 0 ? -1 : mk(ps, X_CAT, core, any_b);
     }
     mr_status st = MR_OK;
+    gl G = {0};
     if (core < 0) {
         st = mr_error_set(MR_EINVAL, "pattern \"%.80s\": %s", pattern, err[0] ? err : "not understood");
-    } else {
-        bool over = false;
-        gl g = positions(ps, re, core, &over);
-        if (over) {
-            st = mr_error_set(MR_EINVAL, "pattern \"%.80s\": more than %d character positions once repetitions are "
-                              "written out", pattern, MR__RE_MAX);
-        } else {
-            re->first = g.first, re->last = g.last, re->nullable = g.nullable;
-            for (int s = 0; s <= MR__RE_NONASCII; s++)
-                for (int p = 0; p < re->n; p++)
-                    if (re->cls[p][s >> 3] >> (s & 7) & 1) re->sym[s] |= 1ull << p;
-            /* live: the positions from which a last one can be reached */
-            uint64_t live = re->last, prev = 0;
-            while (live != prev) {
-                prev = live;
-                for (int p = 0; p < re->n; p++)
-                    if (re->follow[p] & live) live |= 1ull << p;
-            }
-            re->live = live;
-            if (!re->nullable && !(re->first & live))
-                st = mr_error_set(MR_EINVAL, "pattern \"%.80s\" matches no string", pattern);
-        }
+        goto out;
     }
+    for (int t = 0; t < ps->n; t++) G.npos += ps->x[t].op == X_SYM;
+    if (G.npos > MR__RE_MAXPOS) {
+        st = mr_error_set(MR_EINVAL, "pattern \"%.80s\": more than %d character positions once repetitions are "
+                          "written out", pattern, MR__RE_MAXPOS);
+        goto out;
+    }
+    G.w = (G.npos + 1 + 63) / 64;
+    G.follow = mr_calloc((size_t)(G.npos + 1) * (size_t)G.w, 8);
+    G.first = mr_calloc((size_t)ps->n * (size_t)G.w, 8);
+    G.last = mr_calloc((size_t)ps->n * (size_t)G.w, 8);
+    G.nullable = mr_calloc((size_t)ps->n, 1);
+    G.cls = mr_calloc((size_t)G.npos + 1, sizeof *G.cls);
+    if (!G.follow || !G.first || !G.last || !G.nullable || !G.cls) {
+        st = MR_ENOMEM;
+        goto out;
+    }
+    positions(ps, &G);
+    st = determinize(pattern, &G, core, re);
+out:
+    mr_free(G.follow), mr_free(G.first), mr_free(G.last), mr_free(G.nullable), mr_free(G.cls);
     mr_free(ps);
+    if (st) mr__pat_free(re);
     return st;
-}
-
-uint64_t mr__pat_step(const mr__pat *re, uint64_t s, int sym) {
-    uint64_t next = s & MR__RE_START ? re->first : 0;
-    for (uint64_t t = s & ~MR__RE_START; t; t &= t - 1) next |= re->follow[__builtin_ctzll(t)];
-    next &= re->sym[sym] & re->live;
-    return next;
-}
-
-bool mr__pat_accepts(const mr__pat *re, uint64_t s) {
-    return (s & MR__RE_START ? re->nullable : false) || (s & re->last) != 0;
 }
