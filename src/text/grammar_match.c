@@ -1007,6 +1007,42 @@ static int64_t plain_chars(const uint8_t *b, size_t n) {
     return chars;
 }
 
+/* The nodes renumbered in depth-first order (a node, then its first child's subtree, then the next child's):
+ * the mask's walks visit them in that order, so they read the array forward instead of chasing links across
+ * it (the order the tokens were added in). */
+static bool trie_layout(mr_vocab_index *v) {
+    const int32_t nn = v->n_nodes;
+    int32_t *pos = mr_malloc((size_t)nn * sizeof(int32_t)), *stack = mr_malloc((size_t)nn * sizeof(int32_t));
+    tnode *nodes = mr_malloc((size_t)nn * sizeof(tnode));
+    if (!pos || !stack || !nodes) {
+        mr_free(pos), mr_free(stack), mr_free(nodes);
+        return false;
+    }
+    int32_t k = 0;
+    for (int r = 0; r < TR_COUNT; r++) {
+        int32_t sp = 0;
+        stack[sp++] = v->root[r];
+        while (sp) {
+            const int32_t x = stack[--sp];
+            pos[x] = k++;
+            if (v->nodes[x].sib >= 0 && x != v->root[r]) stack[sp++] = v->nodes[x].sib;
+            if (v->nodes[x].child >= 0) stack[sp++] = v->nodes[x].child;
+        }
+    }
+    for (int32_t x = 0; x < nn; x++) {
+        tnode t = v->nodes[x];
+        t.child = t.child >= 0 ? pos[t.child] : -1;
+        t.sib = t.sib >= 0 ? pos[t.sib] : -1;
+        nodes[pos[x]] = t;
+    }
+    for (int r = 0; r < TR_COUNT; r++) v->root[r] = pos[v->root[r]];
+    mr_free(v->nodes);
+    v->nodes = nodes;
+    v->cap_nodes = nn;
+    mr_free(pos), mr_free(stack);
+    return true;
+}
+
 mr_status mr_vocab_index_from_bytes(const char *const *bytes, const size_t *len, const bool *special, int32_t n,
                                     mr_vocab_index **out) {
     *out = NULL;
@@ -1063,6 +1099,7 @@ mr_status mr_vocab_index_from_bytes(const char *const *bytes, const size_t *len,
             goto out;
         }
     }
+    if (!trie_layout(v)) st = MR_ENOMEM;
 out:
     if (st) {
         mr_vocab_index_free(v);
