@@ -92,6 +92,10 @@ mr_status mr_chat_open(const char *model_dir, mr_chat **out);
 /* The same from memory: config is a tokenizer_config.json object (may be
  * NULL), jinja a chat_template.jinja text (may be NULL; wins over config). */
 mr_status mr_chat_new(const json_t *config, const char *jinja, mr_chat **out);
+/* The folder's special tokens (tokenizer_config.json, when there) with another
+ * template (vLLM's and sglang's --chat-template): tmpl is a Jinja file, or the
+ * template itself when it holds "{{" or "{%". */
+mr_status mr_chat_open_override(const char *model_dir, const char *tmpl, mr_chat **out);
 void mr_chat_free(mr_chat *c);
 
 /* Number of named templates, and the i-th name ("default", "tool_use", ...). */

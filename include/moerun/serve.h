@@ -41,6 +41,8 @@ typedef struct {
     int port;                      /* [30000]; 0 picks a free port (see mr_server_port) */
     const char *served_model_name; /* id in /v1/models and responses [the model folder's name] */
     const char *model_dir;         /* the checkpoint folder: tokenizer and generation_config [required] */
+    const char *chat_template;     /* a Jinja file, or the template itself (text holding "{{" or "{%"), in place
+                                      of the folder's (vLLM's and sglang's --chat-template) [NULL] */
     int max_queued_requests;       /* sequences admitted beyond the engine's running set; past
                                       running + queued, 503 at once [256] */
     int64_t max_prompt_tokens;     /* [0: the engine's context length - 1] */

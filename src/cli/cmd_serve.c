@@ -45,6 +45,8 @@ static void usage(FILE *f) {
             "  --host H                   listen address [%s]\n"
             "  --port P                   [%d]; 0 picks a free port (printed)\n"
             "  --served-model-name NAME   the model id clients send [the model folder's name]\n"
+            "  --chat-template T          a Jinja file, or the template itself (holding {{ or {%%), in place\n"
+            "                             of the folder's; its special tokens still come from the folder\n"
             "  --max-queued-requests N    admitted beyond the running set; past running + queued: 503 at once [%d]\n"
             "  --max-prompt-tokens N      [context length - 1]\n"
             "  --max-completion-tokens N  the largest max_tokens [context length - 1]\n"
@@ -212,6 +214,8 @@ int mr_cmd_serve(int argc, char **argv) {
             so.port = (int)x;
         } else if (!strcmp(a, "--served-model-name")) {
             so.served_model_name = argv[++i];
+        } else if (!strcmp(a, "--chat-template")) {
+            so.chat_template = argv[++i];
         } else if (!strcmp(a, "--api-key")) {
             so.api_key = argv[++i];
         } else if (!strcmp(a, "--max-queued-requests")) {

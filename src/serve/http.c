@@ -1171,7 +1171,7 @@ mr_status mr_server_open(const mr_server_opts *o, mr_server **out) {
     s->o.served_model_name = s->name;
     s->o.api_key = s->api_key;
     read_generation_config(s);
-    mr_status st = sv_text_open(s->model_dir, &s->text); /* before any weight is read: fail fast */
+    mr_status st = sv_text_open(s->model_dir, o->chat_template, &s->text); /* before any weight is read: fail fast */
     if (st) {
         mr_server_close(s);
         return st;

@@ -195,7 +195,8 @@ char *sv_metrics_render(sv_metrics *m);
  * ====================================================================== */
 typedef struct sv_text sv_text;
 
-mr_status sv_text_open(const char *model_dir, sv_text **out);
+/* chat_template: NULL (the folder's), a file, or the template's text (mr_server_opts). */
+mr_status sv_text_open(const char *model_dir, const char *chat_template, sv_text **out);
 /* The tokenizer's ids fit the model's vocabulary. */
 mr_status sv_text_check_vocab(const sv_text *t, int64_t vocab);
 void sv_text_close(sv_text *t);

@@ -29,7 +29,7 @@ struct sv_parse {
     sv_tool_piece pieces[16];
 };
 
-mr_status sv_text_open(const char *model_dir, sv_text **out) {
+mr_status sv_text_open(const char *model_dir, const char *chat_template, sv_text **out) {
     *out = NULL;
     sv_text *t = mr_calloc(1, sizeof *t);
     if (!t) return MR_ENOMEM;
@@ -37,10 +37,14 @@ mr_status sv_text_open(const char *model_dir, sv_text **out) {
     struct stat st;
     snprintf(path, sizeof path, "%s/tokenizer.json", model_dir);
     mr_status s = MR_OK;
+    if (stat(path, &st) != 0 && chat_template) {
+        s = mr_error_set(MR_EINVAL, "--chat-template needs a tokenizer (%s has no tokenizer.json)", model_dir);
+        goto fail;
+    }
     if (stat(path, &st) == 0) {
         if ((s = mr_tokenizer_load(model_dir, &t->tok))) goto fail;
         if ((s = mr_vocab_index_new(t->tok, &t->vix))) goto fail;
-        s = mr_chat_open(model_dir, &t->chat);
+        s = chat_template ? mr_chat_open_override(model_dir, chat_template, &t->chat) : mr_chat_open(model_dir, &t->chat);
         if (s == MR_ENOTFOUND) {
             s = MR_OK; /* completions only */
             mr_error_clear();

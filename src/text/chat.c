@@ -156,6 +156,49 @@ out:
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
+/* dir/tokenizer_config.json as an object, or NULL when there is none. */
+static mr_status load_config(const char *dir, json_t **cfg) {
+    *cfg = NULL;
+    size_t plen = strlen(dir) + 32;
+    char *path = mr_malloc(plen);
+    if (!path) return MR_ENOMEM;
+    snprintf(path, plen, "%s/tokenizer_config.json", dir);
+    struct stat sb;
+    mr_status st = MR_OK;
+    if (stat(path, &sb) == 0) {
+        json_error_t je;
+        bool oom = false;
+        *cfg = mr__json_load_file(path, 0, &je, &oom);
+        if (!*cfg) {
+            st = oom ? MR_ENOMEM : mr_error_set(MR_EFORMAT, "%s: line %d: %s", path, je.line, je.text);
+        } else if (!json_is_object(*cfg)) {
+            st = mr_error_set(MR_EFORMAT, "%s: not a JSON object", path);
+            json_decref(*cfg);
+            *cfg = NULL;
+        }
+    }
+    mr_free(path);
+    return st;
+}
+
+mr_status mr_chat_open_override(const char *dir, const char *tmpl, mr_chat **out) {
+    *out = NULL;
+    const bool inline_text = strstr(tmpl, "{{") || strstr(tmpl, "{%");
+    char *text = NULL;
+    size_t len;
+    json_t *cfg = NULL;
+    mr_status st = inline_text ? MR_OK : read_text_file(tmpl, &text, &len);
+    if (st) return st == MR_ENOMEM ? st : mr_error_set(st, "chat template %s", mr_error_last());
+    st = load_config(dir, &cfg);
+    if (!st) st = mr_chat_new(cfg, inline_text ? tmpl : text, out);
+    json_decref(cfg);
+    mr_free(text);
+    if (st && st != MR_ENOMEM)
+        st = inline_text ? mr_error_set(st, "the chat template given: %s", mr_error_last())
+                         : mr_error_set(st, "chat template %s: %s", tmpl, mr_error_last());
+    return st;
+}
+
 mr_status mr_chat_open(const char *dir, mr_chat **out) {
     *out = NULL;
     if (!dir) return mr_error_set(MR_EINVAL, "mr_chat_open: no folder");
@@ -178,23 +221,10 @@ mr_status mr_chat_open(const char *dir, mr_chat **out) {
         st = mr_error_set(MR_ENOTFOUND, "%s: not a folder", dir);
         goto out;
     }
-    snprintf(path, plen, "%s/tokenizer_config.json", dir);
-    if (stat(path, &sb) == 0) {
-        json_error_t je;
-        bool oom = false;
-        cfg = mr__json_load_file(path, 0, &je, &oom);
-        if (!cfg) {
-            st = oom ? MR_ENOMEM : mr_error_set(MR_EFORMAT, "%s: line %d: %s", path, je.line, je.text);
-            goto out;
-        }
-        if (!json_is_object(cfg)) {
-            st = mr_error_set(MR_EFORMAT, "%s: not a JSON object", path);
-            goto out;
-        }
-        if ((st = read_specials(c, cfg))) {
-            mr_error_set(st, "%s: %s", path, mr_error_last());
-            goto out;
-        }
+    if ((st = load_config(dir, &cfg))) goto out;
+    if (cfg && (st = read_specials(c, cfg))) {
+        mr_error_set(st, "%s/tokenizer_config.json: %s", dir, mr_error_last());
+        goto out;
     }
     /* chat_template.jinja and additional_chat_templates/ win over the config */
     snprintf(path, plen, "%s/chat_template.jinja", dir);

@@ -51,6 +51,24 @@ SV_PID=$PID_B; stop_server; rb=$SV_RC
 SV_PID=$PID_C; stop_server; rc3=$SV_RC
 [ $rc = 0 ] || exit 1
 [ $ra = 0 ] && [ $rb = 0 ] && [ $rc3 = 0 ] || { echo "FAIL: the servers exited $ra / $rb / $rc3"; exit 1; }
+# --chat-template (vLLM's and sglang's flag): a file, or the template's text, in place of the folder's; the
+# rendered chat tokenizes as the text the template writes (the tokenizer on that text is the oracle)
+printf '%s\n%s' '{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }}' \
+    '{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}' >"$S/t.jinja"
+for tmpl in "$S/t.jinja" "$(cat "$S/t.jinja")"; do
+    start_server "$S/d.log" --model "$MM" --context-length 1024 --skip-self-check --chat-template "$tmpl" || exit 1
+    bos=$(jq -r '.bos_token | if type == "object" then .content else . end' "$MM/tokenizer_config.json")
+    want=$(curl -s "$SV_URL/tokenize" -d "$(jq -cn --arg p "${bos}[user] hi there
+[assistant]" '{prompt: $p, add_special_tokens: false}')" | jq -c .tokens)
+    got=$(curl -s "$SV_URL/tokenize" -d '{"messages":[{"role":"user","content":"hi there"}]}' | jq -c .tokens)
+    stop_server
+    [ "$got" = "$want" ] && [ "$got" != null ] || { echo "FAIL: --chat-template ${tmpl:0:40}: $got, want $want"; exit 1; }
+    clean_log "$S/d.log" || { echo "FAIL: sanitizer report with --chat-template"; exit 1; }
+done
+for tmpl in "$S/none.jinja" '{% for m in messages %}'; do
+    timeout 60 "$M" serve --model "$MM" --port 0 --skip-self-check --chat-template "$tmpl" >"$S/e.log" 2>&1; rc=$?
+    [ $rc = 1 ] && grep -q "chat template" "$S/e.log" || { echo "FAIL: a bad --chat-template: exit $rc: $(tail -1 "$S/e.log")"; exit 1; }
+done
 clean_log "$S/a.log" && clean_log "$S/b.log" && clean_log "$S/c.log" || { echo "FAIL: sanitizer report in a server log"; exit 1; }
 rm -rf "$S"
 echo OK
