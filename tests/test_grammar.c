@@ -280,6 +280,9 @@ static bool of_type(const json_t *doc, const json_t *s, const char *t, const jso
             const json_t *si = i < np ? json_array_get(pre, i) : it;
             if (json_is_false(si) || (si && !valid(doc, si, json_array_get(x, i)))) return false;
         }
+        for (size_t i = 0; json_is_true(json_object_get(s, "uniqueItems")) && i < n; i++)
+            for (size_t j = i + 1; j < n; j++)
+                if (json_equal(json_array_get(x, i), json_array_get(x, j))) return false;
         return true;
     }
     if (!json_is_object(x)) return false;
@@ -360,6 +363,9 @@ static const char *const SCHEMAS[] = {
     "\"additionalItems\":{\"type\":\"null\"},\"maxItems\":3}},\"required\":[\"pt\",\"tail\"]}",
     "{\"type\":\"object\",\"properties\":{\"w\":{\"type\":\"string\",\"pattern\":\"^[a-z .]{2,90}$\",\"maxLength\":12},"
     "\"v\":{\"type\":\"string\",\"pattern\":\"^x.y$\"}},\"required\":[\"w\",\"v\"]}",
+    "{\"type\":\"object\",\"properties\":{\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"red\",\"re\",\"green\","
+    "\"blue\"]},\"uniqueItems\":true},\"flags\":{\"type\":\"array\",\"items\":{\"type\":\"boolean\"},\"uniqueItems\":true,"
+    "\"minItems\":2}},\"required\":[\"tags\",\"flags\"]}",
     NULL};
 
 /* A random walk over the mask: ends at the end token or after max steps; the text in out. */
@@ -871,6 +877,13 @@ static void test_unions(void **state) {
         {"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"}]}", "[1, \"any\", {}]", 1},
         {"{\"type\":\"array\",\"items\":[{\"type\":\"integer\"}],\"additionalItems\":false,\"minItems\":1}", "[]", -1},
         {"{\"type\":\"array\",\"items\":[{\"type\":\"integer\"}],\"additionalItems\":false,\"minItems\":1}", "[5]", 1},
+        {"{\"type\":\"array\",\"items\":{\"enum\":[\"red\",\"re\",3]},\"uniqueItems\":true}", "[\"re\", \"red\", 3]", 1},
+        {"{\"type\":\"array\",\"items\":{\"enum\":[\"red\",\"re\",3]},\"uniqueItems\":true}", "[\"red\", \"red\"]", -1},
+        {"{\"type\":\"array\",\"items\":{\"enum\":[\"red\",\"re\",3]},\"uniqueItems\":true}", "[\"red\", \"re\"", 0},
+        {"{\"type\":\"array\",\"items\":{\"enum\":[\"red\",\"re\",3]},\"uniqueItems\":true}", "[\"re\", \"re\"", -1},
+        {"{\"type\":\"array\",\"items\":{\"enum\":[\"red\",\"re\",3]},\"uniqueItems\":true}", "[3, \"re\", \"red\",", -1},
+        {"{\"type\":\"array\",\"items\":{\"type\":\"boolean\"},\"uniqueItems\":true}", "[true, true]", -1},
+        {"{\"type\":\"array\",\"items\":{\"type\":\"boolean\"},\"uniqueItems\":false}", "[true, true]", 1},
     };
     /* a hostile union graph: 30 levels of anyOf, each of 64 $refs to the next level (64^30 paths) compiles in
      * one pass and picks without recursion */
@@ -983,6 +996,10 @@ static void test_refused_schemas(void **state) {
         {"{\"type\":\"array\",\"minItems\":3,\"maxItems\":2}", "maxItems is below minItems"},
         {"{\"type\":\"array\",\"prefixItems\":[true],\"items\":false,\"minItems\":2}", "no more may follow"},
         {"{\"type\":\"array\",\"prefixItems\":{}}", "must be a list"},
+        {"{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"uniqueItems\":true}", "#/uniqueItems: supported where"},
+        {"{\"items\":{\"enum\":[1]},\"uniqueItems\":true}", "beside \"type\": \"array\""},
+        {"{\"type\":\"array\",\"items\":{\"enum\":[1,1.0]},\"uniqueItems\":true}", "equal as JSON"},
+        {"{\"type\":\"array\",\"items\":{\"type\":\"boolean\"},\"uniqueItems\":true,\"minItems\":3}", "only 2 distinct"},
         {"[1]", "must be an object"},
     };
     for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {

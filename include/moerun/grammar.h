@@ -23,7 +23,9 @@
  *   additionalProperties (a schema, true or false) when they are not;
  *   array: items, minItems, maxItems, and tuples: prefixItems (or items as
  *   a list with additionalItems, drafts 4 to 2019), the items after them by
- *   items (false: none);  string: minLength, maxLength
+ *   items (false: none), uniqueItems where the items are one of at most
+ *   64 values (enum, const, boolean: pydantic's set[Literal] / set[Enum]);
+ *   string: minLength, maxLength
  *   (characters), pattern (src/text/grammar_pattern.c says which regular
  *   expressions: classes, groups, alternation, repetition; at most 1024
  *   character positions once repetitions are written out, and 4096 states

@@ -12,7 +12,7 @@
 /* Keywords that constrain a value in ways the matcher does not enforce. */
 static const char *const UNSUPPORTED[] = {
     "multipleOf",
-    "uniqueItems", "contains", "minContains", "maxContains", "patternProperties",
+    "contains", "minContains", "maxContains", "patternProperties",
     "propertyNames", "dependentRequired", "dependentSchemas", "dependencies", "if", "then", "else", "not",
     "minProperties", "maxProperties", "unevaluatedProperties", "unevaluatedItems", "contentEncoding",
     "contentMediaType", NULL};
@@ -383,6 +383,34 @@ static mr_status num_bounds(const json_t *s, const char *path, mr__gnode *n) {
     return MR_OK;
 }
 
+/* uniqueItems of array node id: served where the items are one of a list of values (enum, const, boolean; at
+ * most 64, no two of them equal as JSON values, 1 and 1.0 say): the matcher keeps which it took. */
+static mr_status unique_items(mr_grammar *g, int32_t id, const char *path) {
+    mr__gnode *n = &g->nodes[id];
+    const mr__gnode *it = n->a >= 0 ? &g->nodes[n->a] : NULL;
+    if (n->b || !it || it->kind != G_LITERALS || it->b > 64)
+        return mr_error_set(MR_EINVAL, "%s/uniqueItems: supported where the items are one of at most 64 values (enum, "
+                            "const, boolean), not on a tuple; elsewhere it would not be enforced", path);
+    for (int32_t i = 0; i < it->b; i++)
+        for (int32_t j = i + 1; j < it->b; j++) {
+            size_t li, lj;
+            const char *si = mr__glit(g, it->a + i, &li), *sj = mr__glit(g, it->a + j, &lj);
+            json_t *x = json_loadb(si, li, JSON_DECODE_ANY, NULL), *y = json_loadb(sj, lj, JSON_DECODE_ANY, NULL);
+            const bool same = x && y && (json_equal(x, y) || (json_is_number(x) && json_is_number(y) &&
+                                                              json_number_value(x) == json_number_value(y)));
+            json_decref(x), json_decref(y);
+            if (same)
+                return mr_error_set(MR_EINVAL, "%s/uniqueItems: two of the values, %.*s and %.*s, are equal as JSON",
+                                    path, (int)li, si, (int)lj, sj);
+        }
+    if (n->lo > it->b)
+        return mr_error_set(MR_EINVAL, "%s: minItems is %lld, but only %d distinct values may be items", path,
+                            (long long)n->lo, (int)it->b);
+    if (n->hi < 0 || n->hi > it->b) n->hi = it->b;
+    n->bounds |= G_UNIQUE;
+    return MR_OK;
+}
+
 /* An array: items (a schema for every item), or a tuple: prefixItems (draft 2020-12) or items as a list
  * (drafts 4 to 2019), the items after them by items / additionalItems (absent or true: any value; false:
  * none); minItems, maxItems. */
@@ -427,6 +455,9 @@ static mr_status compile_array(cctx *c, const json_t *s, const char *path, int32
         return mr_error_set(MR_EINVAL, "%s: minItems is %lld, but the tuple holds %d items and no more may follow", path,
                             (long long)n->lo, (int)np);
     if (it < 0 && (n->hi < 0 || n->hi > np)) n->hi = np;
+    const json_t *uq = json_object_get(s, "uniqueItems");
+    if (uq && !json_is_boolean(uq)) return mr_error_set(MR_EINVAL, "%s/uniqueItems: must be a boolean", path);
+    if (json_is_true(uq) && (st = unique_items(g, id, path))) return st;
     *out = id;
     return MR_OK;
 }
@@ -523,6 +554,11 @@ static mr_status compile(cctx *c, const json_t *s, const char *path, int32_t *ou
     if (json_object_get(s, "pattern") && !stringy) {
         st = mr_error_set(MR_EINVAL, "%s: pattern is supported beside \"type\": \"string\" (without it, it would not be "
                           "enforced)", path);
+        goto out;
+    }
+    if (json_is_true(json_object_get(s, "uniqueItems")) && !names_type(ty, "array")) {
+        st = mr_error_set(MR_EINVAL, "%s: uniqueItems is supported beside \"type\": \"array\" (without it, it would not "
+                          "be enforced)", path);
         goto out;
     }
     if (json_object_get(s, "format") && !stringy && !numeric) {

@@ -10,7 +10,8 @@
  *               parameters follow the name)
  *   G_ARRAY     items node a, lo .. hi items (hi -1: no limit); a tuple's
  *               first b items by their own nodes [addl, addl + b) of g->alts
- *               (a -1: none after them, hi <= b)
+ *               (a -1: none after them, hi <= b); bounds G_UNIQUE: the items
+ *               (a G_LITERALS node of at most 64) are distinct
  *   G_STRING    lo .. hi characters (hi -1: no limit); re >= 0: the content
  *               matches g->res[re] (pattern, format)
  *   G_NUMBER, G_INTEGER  bounds: bit 0, vlo <= the value; bit 1, the value
@@ -33,6 +34,7 @@
 
 typedef enum { G_PENDING = 0, G_OBJECT, G_ARRAY, G_STRING, G_NUMBER, G_INTEGER, G_LITERALS, G_UNION, G_REGEX } mr__gkind;
 
+#define G_UNIQUE 4 /* bounds of an array: uniqueItems */
 __extension__ typedef __int128 mr__i128;
 #define MR__NUM_INT 18  /* digits before the point of a bounded number (scaled, below 10^36) */
 #define MR__NUM_FRAC 18 /* digits after it */

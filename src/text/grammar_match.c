@@ -246,7 +246,10 @@ static bool child_done(mr_matcher *m, int32_t info) {
     p->ws = 0;
     switch (p->kind) {
     case F_ROOT: p->ph = R_DONE; return true;
-    case F_ARR: p->n++, p->ph = A_NEXT; return true;
+    case F_ARR:
+        if (gnode(m, p->node)->bounds & G_UNIQUE) p->mask |= 1ull << (info - gnode(m, gnode(m, p->node)->a)->a);
+        p->n++, p->ph = A_NEXT;
+        return true;
     case F_OBJ: {
         const mr__gnode *o = gnode(m, p->node);
         if (p->ph == O_KEY) {
@@ -263,6 +266,20 @@ static bool child_done(mr_matcher *m, int32_t info) {
     }
     default: return false;
     }
+}
+
+/* Some literal of [lo, hi) is not taken yet by an earlier item, when the literal frame on top of the current
+ * stack is an item of an array of distinct values (uniqueItems; the array keeps the literals its items took,
+ * by index within the literal node). */
+static bool lit_free(const mr_matcher *m, int32_t lo, int32_t hi) {
+    if (DEPTH(m) < 2) return lo < hi;
+    const frame *p = &ST(m)[DEPTH(m) - 2], *f = &ST(m)[DEPTH(m) - 1];
+    const uint64_t taken = p->kind == F_ARR && (gnode(m, p->node)->bounds & G_UNIQUE) ? p->mask : 0;
+    if (!taken) return lo < hi;
+    const int32_t base = gnode(m, f->node)->a;
+    for (int32_t i = lo; i < hi; i++)
+        if (!(taken >> (i - base) & 1)) return true;
+    return false;
 }
 
 /* A literal frame whose candidates [a, b) share n bytes: ends when one is left and it is complete. */
@@ -371,7 +388,7 @@ static bool start_concrete(mr_matcher *m, int32_t p, uint8_t c) {
         int32_t e = lo;
         while (e < hi && (uint8_t)mr__glit(m->g, e, &len)[0] == c) e++;
         f.kind = F_LIT, f.a = lo, f.b = e, f.n = 1;
-        if (!push(m, f)) return false;
+        if (!push(m, f) || !lit_free(m, lo, e)) return false;
         return lit_settle(m, &f);
     }
     default: return false;
@@ -631,11 +648,12 @@ static bool feed_lit(mr_matcher *m, frame *f, uint8_t c, bool *refeed) {
         lo++;
     int32_t e = lo;
     while (e < hi && (int64_t)(mr__glit(m->g, e, &len), len) > f->n && (uint8_t)mr__glit(m->g, e, &len)[f->n] == c) e++;
-    if (lo == e) { /* no literal goes on with c: the value ends before it, if one is complete */
-        if (!accepting(m, f)) return false;
+    if (lo == e) { /* no literal goes on with c: the value ends before it, if one is complete (and free) */
+        if (!accepting(m, f) || !lit_free(m, f->a, f->a + 1)) return false;
         *refeed = true;
         return child_done(m, f->a);
     }
+    if (!lit_free(m, lo, e)) return false;
     f->a = lo, f->b = e, f->n++;
     return lit_settle(m, f);
 }

@@ -438,7 +438,7 @@ if text_url:
     print(f"structured outputs: {ended} of 6 json_schema answers ended")
     check(ended >= 4, f"structured outputs: only {ended} of 6 answers ended")
     # the client's own structured outputs: a pydantic model (bounded floats and ints, as Field(ge=..., lt=...)
-    # writes them; a tuple) through chat.completions.parse, which sends openai's strict schema and parses the answer
+    # writes them; a tuple; distinct enum items) through chat.completions.parse, which sends openai's strict schema and parses the answer
     # with pydantic (its validation the oracle: a number out of range raises)
     import pydantic
     from typing import Literal, Optional
@@ -450,6 +450,7 @@ if text_url:
         count: int = pydantic.Field(ge=0, le=500)
         note: Optional[str] = pydantic.Field(max_length=8)
         corner: tuple[int, Literal["n", "s"]]  # a tuple: prefixItems
+        colors: list[Literal["r", "g", "b"]] = pydantic.Field(json_schema_extra={"uniqueItems": True})
     parsed = 0
     for seed in range(6):
         try:
@@ -459,8 +460,8 @@ if text_url:
         except openai.LengthFinishReasonError:
             continue
         m = r.choices[0].message.parsed
-        check(isinstance(m, Reading) and 0 < m.share < 1 and -273.15 <= m.celsius <= 1000,
-              f"parse: {r.choices[0].message.content!r}")
+        check(isinstance(m, Reading) and 0 < m.share < 1 and -273.15 <= m.celsius <= 1000 and
+              len(set(m.colors)) == len(m.colors), f"parse: {r.choices[0].message.content!r}")
         parsed += 1
     print(f"structured outputs: {parsed} of 6 pydantic answers parsed")
     check(parsed >= 3, f"parse: only {parsed} of 6 answers ended")
