@@ -308,7 +308,7 @@ static bool valid(const json_t *doc, const json_t *s, const json_t *x) {
     s = deref(doc, s);
     const json_t *en = json_object_get(s, "enum"), *co = json_object_get(s, "const"), *any = json_object_get(s, "anyOf"),
                  *type = json_object_get(s, "type");
-    if (!any) any = json_object_get(s, "oneOf");
+    const json_t *one = json_object_get(s, "oneOf");
     if (co) return json_equal(co, x);
     if (en) {
         for (size_t i = 0; i < json_array_size(en); i++)
@@ -319,6 +319,11 @@ static bool valid(const json_t *doc, const json_t *s, const json_t *x) {
         for (size_t i = 0; i < json_array_size(any); i++)
             if (valid(doc, json_array_get(any, i), x)) return true;
         return false;
+    }
+    if (one) { /* exactly one */
+        size_t k = 0;
+        for (size_t i = 0; i < json_array_size(one); i++) k += valid(doc, json_array_get(one, i), x);
+        return k == 1;
     }
     if (json_is_string(type)) return of_type(doc, s, json_string_value(type), x);
     if (json_is_array(type)) {
@@ -366,6 +371,10 @@ static const char *const SCHEMAS[] = {
     "{\"type\":\"object\",\"properties\":{\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"red\",\"re\",\"green\","
     "\"blue\"]},\"uniqueItems\":true},\"flags\":{\"type\":\"array\",\"items\":{\"type\":\"boolean\"},\"uniqueItems\":true,"
     "\"minItems\":2}},\"required\":[\"tags\",\"flags\"]}",
+    "{\"type\":\"array\",\"maxItems\":3,\"items\":{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"kind\":{\"const\":"
+    "\"cat\"},\"lives\":{\"type\":\"integer\"}},\"required\":[\"kind\"]},{\"type\":\"object\",\"properties\":{\"kind\":"
+    "{\"enum\":[\"hound\",\"wolf\"]},\"good\":{\"type\":\"boolean\"}},\"required\":[\"kind\",\"good\"]},{\"type\":\"object\","
+    "\"properties\":{\"id\":{\"type\":\"integer\"}},\"required\":[\"id\"]},{\"type\":[\"string\",\"null\"]}]}}",
     NULL};
 
 /* A random walk over the mask: ends at the end token or after max steps; the text in out. */
@@ -884,6 +893,12 @@ static void test_unions(void **state) {
         {"{\"type\":\"array\",\"items\":{\"enum\":[\"red\",\"re\",3]},\"uniqueItems\":true}", "[3, \"re\", \"red\",", -1},
         {"{\"type\":\"array\",\"items\":{\"type\":\"boolean\"},\"uniqueItems\":true}", "[true, true]", -1},
         {"{\"type\":\"array\",\"items\":{\"type\":\"boolean\"},\"uniqueItems\":false}", "[true, true]", 1},
+        /* oneOf that can be kept: told apart by type, by a required constant, by a key the other never writes */
+        {"{\"oneOf\":[{\"properties\":{\"k\":{\"const\":1},\"a\":true}},{\"properties\":{\"k\":{\"const\":2}},"
+         "\"required\":[\"k\"]}]}", "{\"k\": 2}", 1},
+        {"{\"oneOf\":[{\"properties\":{\"a\":{\"type\":\"string\"}},\"required\":[\"a\"]},{\"properties\":{\"b\":true},"
+         "\"required\":[\"b\"]}]}", "{\"b\": [1]}", 1},
+        {"{\"oneOf\":[{\"type\":\"string\"},{\"type\":\"integer\"}]}", "7", 1},
     };
     /* a hostile union graph: 30 levels of anyOf, each of 64 $refs to the next level (64^30 paths) compiles in
      * one pass and picks without recursion */
@@ -1000,6 +1015,14 @@ static void test_refused_schemas(void **state) {
         {"{\"items\":{\"enum\":[1]},\"uniqueItems\":true}", "beside \"type\": \"array\""},
         {"{\"type\":\"array\",\"items\":{\"enum\":[1,1.0]},\"uniqueItems\":true}", "equal as JSON"},
         {"{\"type\":\"array\",\"items\":{\"type\":\"boolean\"},\"uniqueItems\":true,\"minItems\":3}", "only 2 distinct"},
+        /* oneOf whose alternatives may both hold for one value: exactly one could not be kept */
+        {"{\"oneOf\":[{\"type\":\"number\"},{\"type\":\"integer\"}]}", "alternatives 0 and 1 may both hold"},
+        {"{\"oneOf\":[{\"type\":\"string\"},{\"type\":\"null\"},{\"const\":\"auto\"}]}", "alternatives 0 and 2"},
+        {"{\"oneOf\":[{\"enum\":[1,2]},{\"enum\":[2.0,3]}]}", "alternatives 0 and 1"},
+        {"{\"oneOf\":[{\"properties\":{\"a\":{\"type\":\"string\"}}},{\"properties\":{\"b\":{\"type\":\"string\"}}}]}",
+         "alternatives 0 and 1"},
+        {"{\"oneOf\":[{\"properties\":{\"k\":{\"const\":1}},\"required\":[\"k\"]},{\"properties\":{\"k\":{\"type\":"
+         "\"integer\"}},\"required\":[\"k\"]}]}", "alternatives 0 and 1"},
         {"[1]", "must be an object"},
     };
     for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {

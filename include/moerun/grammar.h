@@ -15,7 +15,10 @@
  *   type (a name or a list), enum, const, anyOf / oneOf (any alternatives,
  *   two objects too: those that can start alike are followed side by side,
  *   up to 8 at once, and the output follows at least one of them; oneOf's
- *   "exactly one" is not checked), allOf of one schema, $ref to "#", "#/$defs/x"
+ *   alternatives must exclude one another, by type, by literals, or as
+ *   objects by a key one requires and the other never writes or by a
+ *   required property whose values exclude one another (a discriminator):
+ *   one that cannot be shown is refused), allOf of one schema, $ref to "#", "#/$defs/x"
  *   or "#/definitions/x" (recursion allowed);
  *   object: properties (written in the schema's order; every one listed in
  *   required appears, the others may be left out), required; no other keys

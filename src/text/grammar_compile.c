@@ -537,6 +537,85 @@ static bool names_type(const json_t *ty, const char *t) {
     return false;
 }
 
+/* ---- oneOf: its alternatives must exclude one another (a value of one never holds for another), or an
+ * output that follows one could hold for two, which oneOf forbids; what cannot be shown is refused ---- */
+enum { J_OBJ = 1, J_ARR = 2, J_STR = 4, J_NUM = 8, J_TRUE = 16, J_FALSE = 32, J_NULL = 64, J_ANY = 127 };
+
+/* The JSON types the values of node id may have. */
+static unsigned json_types(const mr_grammar *g, int32_t id, int depth) {
+    const mr__gnode *n = &g->nodes[id];
+    unsigned t = 0;
+    switch (n->kind) {
+    case G_OBJECT: return J_OBJ;
+    case G_ARRAY: return J_ARR;
+    case G_STRING: return J_STR;
+    case G_NUMBER:
+    case G_INTEGER: return J_NUM;
+    case G_LITERALS:
+        for (int32_t i = 0; i < n->b; i++) {
+            size_t len;
+            const char c = mr__glit(g, n->a + i, &len)[0];
+            t |= c == '{' ? J_OBJ : c == '[' ? J_ARR : c == '"' ? J_STR : c == 't' ? J_TRUE : c == 'f' ? J_FALSE
+                 : c == 'n' ? J_NULL : J_NUM;
+        }
+        return t;
+    case G_UNION:
+        for (int32_t i = 0; i < n->b && depth < 16; i++) t |= json_types(g, g->alts[n->a + i], depth + 1);
+        return depth < 16 ? t : J_ANY;
+    default: return J_ANY; /* a $ref still being compiled */
+    }
+}
+
+static bool excludes(const mr_grammar *g, const mr__gnode *x, const mr__gnode *y, int depth);
+
+/* No value holds for both nodes, as far as can be shown (false when unsure). */
+static bool disjoint(const mr_grammar *g, int32_t x, int32_t y, int depth) {
+    if (depth > 8) return false;
+    if (!(json_types(g, x, 0) & json_types(g, y, 0))) return true;
+    const mr__gnode *a = &g->nodes[x], *b = &g->nodes[y];
+    if (a->kind == G_UNION || b->kind == G_UNION) {
+        const mr__gnode *u = a->kind == G_UNION ? a : b;
+        const int32_t other = a->kind == G_UNION ? y : x;
+        for (int32_t i = 0; i < u->b; i++)
+            if (!disjoint(g, g->alts[u->a + i], other, depth + 1)) return false;
+        return true;
+    }
+    if (a->kind == G_LITERALS && b->kind == G_LITERALS) {
+        for (int32_t i = 0; i < a->b; i++)
+            for (int32_t j = 0; j < b->b; j++) {
+                size_t li, lj;
+                const char *si = mr__glit(g, a->a + i, &li), *sj = mr__glit(g, b->a + j, &lj);
+                json_t *p = json_loadb(si, li, JSON_DECODE_ANY, NULL), *q = json_loadb(sj, lj, JSON_DECODE_ANY, NULL);
+                const bool same = !p || !q || json_equal(p, q) ||
+                                  (json_is_number(p) && json_is_number(q) && json_number_value(p) == json_number_value(q));
+                json_decref(p), json_decref(q);
+                if (same) return false;
+            }
+        return true;
+    }
+    if (a->kind == G_OBJECT && b->kind == G_OBJECT) return excludes(g, a, b, depth) && excludes(g, b, a, depth);
+    return false;
+}
+
+/* Every object the matcher writes for x (its declared keys only, its required ones always) fails y. */
+static bool excludes(const mr_grammar *g, const mr__gnode *x, const mr__gnode *y, int depth) {
+    if (x->addl >= 0 || x->sel_prop >= 0 || y->sel_prop >= 0) return false;
+    for (int32_t j = 0; j < y->b; j++) {
+        const mr__gprop *q = &g->props[y->a + j];
+        size_t lq;
+        const char *kq = mr__glit(g, q->key, &lq);
+        const mr__gprop *p = NULL;
+        for (int32_t i = 0; i < x->b && !p; i++) {
+            size_t lp;
+            const char *kp = mr__glit(g, g->props[x->a + i].key, &lp);
+            if (lp == lq && !memcmp(kp, kq, lp)) p = &g->props[x->a + i];
+        }
+        if (!p && q->required) return true; /* y needs a key x never writes */
+        if (p && (p->required || q->required) && disjoint(g, p->value, q->value, depth + 1)) return true;
+    }
+    return false;
+}
+
 static mr_status compile(cctx *c, const json_t *s, const char *path, int32_t *out) {
     mr_grammar *g = c->g;
     if (json_is_true(s)) return any_node(g, out);
@@ -605,6 +684,12 @@ static mr_status compile(cctx *c, const json_t *s, const char *path, int32_t *ou
             snprintf(p, sizeof p, "%s/%s/%zu", path, kw, i);
             st = compile(c, json_array_get(l, i), p, &alt[i]);
         }
+        for (size_t i = 0; one && !st && i < n; i++)
+            for (size_t j = i + 1; j < n && !st; j++)
+                if (!disjoint(g, alt[i], alt[j], 0))
+                    st = mr_error_set(MR_EINVAL, "%s/oneOf: alternatives %zu and %zu may both hold for one value, which "
+                                      "oneOf forbids (anyOf allows it; or tell them apart by type, or by a required "
+                                      "property of different constant values)", path, i, j);
         if (!st) st = n == 1 ? ((*out = alt[0]), MR_OK) : union_node(g, alt, (int32_t)n, out);
     } else if (json_is_string(type)) {
         st = compile_type(c, s, json_string_value(type), path, out);

@@ -438,10 +438,18 @@ if text_url:
     print(f"structured outputs: {ended} of 6 json_schema answers ended")
     check(ended >= 4, f"structured outputs: only {ended} of 6 answers ended")
     # the client's own structured outputs: a pydantic model (bounded floats and ints, as Field(ge=..., lt=...)
-    # writes them; a tuple; distinct enum items) through chat.completions.parse, which sends openai's strict schema and parses the answer
+    # writes them; a tuple; distinct enum items; a discriminated union, oneOf) through chat.completions.parse, which sends openai's strict schema and parses the answer
     # with pydantic (its validation the oracle: a number out of range raises)
     import pydantic
-    from typing import Literal, Optional
+    from typing import Literal, Optional, Union
+
+    class Cat(pydantic.BaseModel):
+        kind: Literal["cat"]
+        lives: int = pydantic.Field(ge=1, le=9)
+
+    class Dog(pydantic.BaseModel):
+        kind: Literal["dog"]
+        good: bool
 
     class Reading(pydantic.BaseModel):
         sensor: Literal["a", "b"]
@@ -451,6 +459,7 @@ if text_url:
         note: Optional[str] = pydantic.Field(max_length=8)
         corner: tuple[int, Literal["n", "s"]]  # a tuple: prefixItems
         colors: list[Literal["r", "g", "b"]] = pydantic.Field(json_schema_extra={"uniqueItems": True})
+        pet: Union[Cat, Dog] = pydantic.Field(discriminator="kind")  # oneOf told apart by a constant
     parsed = 0
     for seed in range(6):
         try:
