@@ -43,6 +43,10 @@ typedef struct {
     const char *model_dir;         /* the checkpoint folder: tokenizer and generation_config [required] */
     const char *chat_template;     /* a Jinja file, or the template itself (text holding "{{" or "{%"), in place
                                       of the folder's (vLLM's and sglang's --chat-template) [NULL] */
+    const char *reasoning_parser;  /* vLLM's / sglang's names: minimax_m2, minimax (reasoning_content apart) or
+                                      minimax_m2_append_think, minimax-append-think (kept in content after
+                                      "<think>"); the chat template must be MiniMax-M2's [NULL: by the template] */
+    const char *tool_call_parser;  /* minimax_m2, minimax-m2; the template must be MiniMax-M2's [NULL] */
     int max_queued_requests;       /* sequences admitted beyond the engine's running set; past
                                       running + queued, 503 at once [256] */
     int64_t max_prompt_tokens;     /* [0: the engine's context length - 1] */
@@ -62,6 +66,9 @@ typedef struct {
 } mr_server_opts;
 
 void mr_server_opts_default(mr_server_opts *o);
+/* A reasoning_parser / tool_call_parser name is one served (the CLI checks before anything is loaded). */
+bool mr_server_reasoning_parser_known(const char *name);
+bool mr_server_tool_call_parser_known(const char *name);
 
 typedef struct mr_server mr_server;
 

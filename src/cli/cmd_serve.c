@@ -47,6 +47,12 @@ static void usage(FILE *f) {
             "  --served-model-name NAME   the model id clients send [the model folder's name]\n"
             "  --chat-template T          a Jinja file, or the template itself (holding {{ or {%%), in place\n"
             "                             of the folder's; its special tokens still come from the folder\n"
+            "  --reasoning-parser P       minimax_m2 (or minimax): reasoning in reasoning_content (the default\n"
+            "                             with MiniMax-M2's template); minimax_m2_append_think (or\n"
+            "                             minimax-append-think): kept in content, after \"<think>\", as vLLM\n"
+            "  --tool-call-parser P       minimax_m2 (or minimax-m2): tool calls into tool_calls (the default)\n"
+            "  --enable-auto-tool-choice, --trust-remote-code   accepted as vLLM / sglang take them: tool_choice\n"
+            "                             auto is always served, and no code from a checkpoint ever runs\n"
             "  --max-queued-requests N    admitted beyond the running set; past running + queued: 503 at once [%d]\n"
             "  --max-prompt-tokens N      [context length - 1]\n"
             "  --max-completion-tokens N  the largest max_tokens [context length - 1]\n"
@@ -202,6 +208,8 @@ int mr_cmd_serve(int argc, char **argv) {
             skip_check = true;
         } else if (!strcmp(a, "--log-requests")) {
             so.log_requests = true;
+        } else if (!strcmp(a, "--enable-auto-tool-choice") || !strcmp(a, "--trust-remote-code")) {
+            /* vLLM's and sglang's: tool_choice "auto" is always served, and no code from a checkpoint ever runs */
         } else if (!strcmp(a, "--debug-forced-output")) { /* tests only: requests may dictate their output */
             so.debug_forced_output = true;
         } else if (!v && a[0] == '-' && a[1] == '-') {
@@ -216,6 +224,17 @@ int mr_cmd_serve(int argc, char **argv) {
             so.served_model_name = argv[++i];
         } else if (!strcmp(a, "--chat-template")) {
             so.chat_template = argv[++i];
+        } else if (!strcmp(a, "--reasoning-parser") || !strcmp(a, "--tool-call-parser")) {
+            const bool rp = !strcmp(a, "--reasoning-parser");
+            const char *name = argv[++i];
+            if (rp ? !mr_server_reasoning_parser_known(name) : !mr_server_tool_call_parser_known(name)) {
+                fprintf(stderr, "moerun serve: %s %s: not a parser served here (%s)\n", a, name,
+                        rp ? "minimax_m2 or minimax: reasoning_content apart; minimax_m2_append_think or "
+                             "minimax-append-think: kept in content"
+                           : "minimax_m2 or minimax-m2");
+                goto out;
+            }
+            *(rp ? &so.reasoning_parser : &so.tool_call_parser) = name;
         } else if (!strcmp(a, "--api-key")) {
             so.api_key = argv[++i];
         } else if (!strcmp(a, "--max-queued-requests")) {

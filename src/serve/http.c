@@ -1171,7 +1171,7 @@ mr_status mr_server_open(const mr_server_opts *o, mr_server **out) {
     s->o.served_model_name = s->name;
     s->o.api_key = s->api_key;
     read_generation_config(s);
-    mr_status st = sv_text_open(s->model_dir, o->chat_template, &s->text); /* before any weight is read: fail fast */
+    mr_status st = sv_text_open(s->model_dir, o, &s->text); /* before any weight is read: fail fast */
     if (st) {
         mr_server_close(s);
         return st;
@@ -1212,8 +1212,12 @@ mr_status mr_server_start(mr_server *s) {
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     errno = 0;
+    /* a pool only for more than one thread (libmicrohttpd warns at a size of 0 or 1) */
+    struct MHD_OptionItem pool[2] = {{MHD_OPTION_THREAD_POOL_SIZE, (intptr_t)s->o.http_threads, NULL},
+                                     {MHD_OPTION_END, 0, NULL}};
+    if (s->o.http_threads <= 1) pool[0].option = MHD_OPTION_END;
     s->d = MHD_start_daemon(flags, (uint16_t)s->o.port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                            MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(s->o.http_threads > 1 ? s->o.http_threads : 0),
+                            MHD_OPTION_ARRAY, pool,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->o.idle_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
                             (unsigned)s->o.max_connections, MHD_OPTION_THREAD_STACK_SIZE, (size_t)512 * 1024,

@@ -195,8 +195,9 @@ char *sv_metrics_render(sv_metrics *m);
  * ====================================================================== */
 typedef struct sv_text sv_text;
 
-/* chat_template: NULL (the folder's), a file, or the template's text (mr_server_opts). */
-mr_status sv_text_open(const char *model_dir, const char *chat_template, sv_text **out);
+/* The chat template (NULL: the folder's, or a file, or the template's text) and the output parsers asked for
+ * (mr_server_opts: vLLM's and sglang's names, NULL: by the template). */
+mr_status sv_text_open(const char *model_dir, const mr_server_opts *o, sv_text **out);
 /* The tokenizer's ids fit the model's vocabulary. */
 mr_status sv_text_check_vocab(const sv_text *t, int64_t vocab);
 void sv_text_close(sv_text *t);

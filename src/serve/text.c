@@ -17,7 +17,24 @@ struct sv_text {
     mr_chat *chat;      /* NULL: no chat template */
     mr_chat_format format;
     mr_vocab_index *vix; /* structured outputs' token trie */
+    bool append_think;   /* --reasoning-parser minimax_m2_append_think: the reasoning stays in content */
 };
+
+/* vLLM's and sglang's parser names for MiniMax-M2's output (vLLM: vllm/reasoning/minimax_m2_reasoning_parser.py,
+ * vllm/entrypoints/openai/tool_parsers/minimax_m2_tool_parser.py; sglang: --reasoning-parser minimax /
+ * minimax-append-think, --tool-call-parser minimax-m2). */
+static const char *const SPLIT_THINK[] = {"minimax_m2", "minimax", NULL};
+static const char *const APPEND_THINK[] = {"minimax_m2_append_think", "minimax-append-think", NULL};
+static const char *const TOOL_PARSERS[] = {"minimax_m2", "minimax-m2", NULL};
+
+static bool named(const char *const *list, const char *name) {
+    for (; name && *list; list++)
+        if (!strcmp(*list, name)) return true;
+    return false;
+}
+
+bool mr_server_reasoning_parser_known(const char *name) { return named(SPLIT_THINK, name) || named(APPEND_THINK, name); }
+bool mr_server_tool_call_parser_known(const char *name) { return named(TOOL_PARSERS, name); }
 
 struct sv_detok {
     const mr_tokenizer *t;
@@ -27,9 +44,12 @@ struct sv_detok {
 struct sv_parse {
     mr_chat_parser *p;
     sv_tool_piece pieces[16];
+    bool prefix;   /* "<think>" is still to lead the content (append-think) */
+    sv_buf first;  /* the content that leads with it */
 };
 
-mr_status sv_text_open(const char *model_dir, const char *chat_template, sv_text **out) {
+mr_status sv_text_open(const char *model_dir, const mr_server_opts *so, sv_text **out) {
+    const char *chat_template = so ? so->chat_template : NULL;
     *out = NULL;
     sv_text *t = mr_calloc(1, sizeof *t);
     if (!t) return MR_ENOMEM;
@@ -54,6 +74,13 @@ mr_status sv_text_open(const char *model_dir, const char *chat_template, sv_text
             t->format = mr_chat_format_of(t->chat);
         }
     }
+    const char *rp = so ? so->reasoning_parser : NULL, *tp = so ? so->tool_call_parser : NULL;
+    if ((rp || tp) && (!t->chat || t->format != MR_CHAT_FORMAT_MINIMAX_M2)) {
+        s = mr_error_set(MR_EINVAL, "--%s %s: the chat template is not MiniMax-M2's (its tags are what the parser reads)",
+                         rp ? "reasoning-parser" : "tool-call-parser", rp ? rp : tp);
+        goto fail;
+    }
+    t->append_think = named(APPEND_THINK, rp);
     *out = t;
     return MR_OK;
 fail:
@@ -181,7 +208,9 @@ mr_status sv_parse_new(const sv_text *t, const json_t *tools, bool reasoning, sv
     if (!p) return MR_ENOMEM;
     mr_chat_parser_opts o;
     mr_chat_parser_opts_default(&o, t->chat ? t->format : MR_CHAT_FORMAT_PLAIN);
-    o.reasoning = o.reasoning && reasoning;
+    /* append-think (vLLM's MiniMaxM2AppendThinkReasoningParser): the whole output is content, "<think>" first */
+    p->prefix = t->append_think;
+    o.reasoning = o.reasoning && reasoning && !t->append_think;
     o.tool_calls = o.tool_calls && tools && json_array_size(tools) > 0;
     o.tools = tools;
     mr_status st = mr_chat_parser_new(&o, &p->p);
@@ -196,10 +225,11 @@ mr_status sv_parse_new(const sv_text *t, const json_t *tools, bool reasoning, sv
 void sv_parse_free(sv_parse *p) {
     if (!p) return;
     mr_chat_parser_free(p->p);
+    sv_buf_free(&p->first);
     mr_free(p);
 }
 
-static mr_status convert(sv_parse *p, const mr_chat_delta *d, sv_parse_out *o) {
+static mr_status convert(sv_parse *p, const mr_chat_delta *d, bool last, sv_parse_out *o) {
     memset(o, 0, sizeof *o);
     o->reasoning = d->reasoning;
     o->n_reasoning = d->reasoning_len;
@@ -211,6 +241,14 @@ static mr_status convert(sv_parse *p, const mr_chat_delta *d, sv_parse_out *o) {
                                        d->tools[i].args_len};
     o->tools = p->pieces;
     o->n_tools = n;
+    if (p->prefix && (o->n_content || o->n_tools || last)) { /* the first text of the output */
+        p->prefix = false;
+        p->first.len = 0;
+        if (sv_buf_lit(&p->first, "<think>") || sv_buf_add(&p->first, d->content, d->content_len))
+            return mr_error_set(MR_ENOMEM, NULL);
+        o->content = p->first.p;
+        o->n_content = p->first.len;
+    }
     for (size_t i = 0; i < d->n_warnings; i++) MR_DEBUG("serve: output parser: %s", d->warnings[i]);
     return n < d->n_tools ? mr_error_set(MR_ECAPACITY, "more than 16 tool-call pieces in one token") : MR_OK;
 }
@@ -218,11 +256,11 @@ static mr_status convert(sv_parse *p, const mr_chat_delta *d, sv_parse_out *o) {
 mr_status sv_parse_push(sv_parse *p, const char *text, size_t n, sv_parse_out *o) {
     const mr_chat_delta *d;
     mr_status st = mr_chat_parser_feed(p->p, text, n, &d);
-    return st ? st : convert(p, d, o);
+    return st ? st : convert(p, d, false, o);
 }
 
 mr_status sv_parse_finish(sv_parse *p, sv_parse_out *o) {
     const mr_chat_delta *d;
     mr_status st = mr_chat_parser_finish(p->p, &d);
-    return st ? st : convert(p, d, o);
+    return st ? st : convert(p, d, true, o);
 }

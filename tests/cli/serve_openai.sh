@@ -65,6 +65,28 @@ for tmpl in "$S/t.jinja" "$(cat "$S/t.jinja")"; do
     [ "$got" = "$want" ] && [ "$got" != null ] || { echo "FAIL: --chat-template ${tmpl:0:40}: $got, want $want"; exit 1; }
     clean_log "$S/d.log" || { echo "FAIL: sanitizer report with --chat-template"; exit 1; }
 done
+# vLLM's MiniMax-M2 launch flags: --reasoning-parser minimax_m2_append_think keeps the reasoning in content after
+# "<think>" (streamed alike), --tool-call-parser minimax_m2 still parses the calls; --enable-auto-tool-choice and
+# --trust-remote-code are accepted; an unknown parser is a usage error, a parser for another template exit 1
+start_server "$S/f.log" --model "$MM" --context-length 1024 --skip-self-check --debug-forced-output \
+    --reasoning-parser minimax_m2_append_think --tool-call-parser minimax_m2 --enable-auto-tool-choice --trust-remote-code || exit 1
+BODY=$(jq -cn --arg f $'Thinking.</think>\n\n<minimax:tool_call>\n<invoke name="w">\n<parameter name="c">Rome</parameter>\n</invoke>\n</minimax:tool_call>' \
+    '{messages: [{role: "user", content: "w?"}], max_tokens: 60, debug_forced_output: $f, tools: [{type: "function",
+      function: {name: "w", parameters: {type: "object", properties: {c: {type: "string"}}}}}]}')
+one=$(curl -s "$SV_URL/v1/chat/completions" -d "$BODY")
+str=$(curl -sN "$SV_URL/v1/chat/completions" -d "$(echo "$BODY" | jq -c '.stream = true')" | sed -n 's/^data: //p' |
+      grep -v '^\[DONE\]' | jq -rj '.choices[0].delta.content // empty')
+stop_server
+echo "$one" | jq -e '(.choices[0].message.content | startswith("<think>Thinking.</think>")) and
+                     (.choices[0].message.reasoning_content == null) and
+                     (.choices[0].message.tool_calls[0].function.arguments | fromjson | .c == "Rome")' >/dev/null ||
+    { echo "FAIL: append-think: $one"; exit 1; }
+[ "$str" = "$(echo "$one" | jq -rj ".choices[0].message.content")" ] || { echo "FAIL: append-think streamed: $(printf %q "$str") vs $(echo "$one" | jq .choices[0].message.content)"; exit 1; }
+"$M" serve --model "$MM" --port 0 --reasoning-parser deepseek_r1 >"$S/g.log" 2>&1; rc=$?
+[ $rc = 2 ] && grep -q "not a parser served here" "$S/g.log" || { echo "FAIL: an unknown parser: exit $rc"; exit 1; }
+timeout 60 "$M" serve --model "$MM" --port 0 --skip-self-check --chat-template '{{ messages[0].content }}' \
+    --tool-call-parser minimax-m2 >"$S/g.log" 2>&1; rc=$?
+[ $rc = 1 ] && grep -q "not MiniMax-M2's" "$S/g.log" || { echo "FAIL: a parser for another template: exit $rc"; exit 1; }
 for tmpl in "$S/none.jinja" '{% for m in messages %}'; do
     timeout 60 "$M" serve --model "$MM" --port 0 --skip-self-check --chat-template "$tmpl" >"$S/e.log" 2>&1; rc=$?
     [ $rc = 1 ] && grep -q "chat template" "$S/e.log" || { echo "FAIL: a bad --chat-template: exit $rc: $(tail -1 "$S/e.log")"; exit 1; }
