@@ -40,8 +40,9 @@ static void usage(FILE *f) {
             "usage: moerun serve --model DIR [options] [resolver options]\n\n"
             "An OpenAI-compatible HTTP server: POST /v1/completions, /v1/chat/completions, /tokenize,\n"
             "/detokenize; GET /v1/models, /health, /metrics (Prometheus). The engine's limits are resolver\n"
-            "options (below): --max-running-requests, --context-length, --max-batch-tokens (alias\n"
-            "--chunked-prefill-size), --kv-cache-memory, --kv-cache-dtype. The server's (default in brackets):\n"
+            "options (below): --max-running-requests (alias --max-num-seqs), --context-length (alias\n"
+            "--max-model-len), --max-batch-tokens (aliases --chunked-prefill-size, --max-num-batched-tokens),\n"
+            "--kv-cache-memory, --kv-cache-dtype. The server's (default in brackets):\n"
             "  --host H                   listen address [%s]\n"
             "  --port P                   [%d]; 0 picks a free port (printed)\n"
             "  --served-model-name NAME   the model id clients send [the model folder's name]\n"
@@ -190,9 +191,15 @@ int mr_cmd_serve(int argc, char **argv) {
     mr_server *srv = NULL;
     mr_cli_probe_set ps = {0};
     float *ref = NULL;
-    /* sglang's name for the step's token budget is the resolver's --max-batch-tokens */
+    /* sglang's and vLLM's names for resolver options: the step's token budget (--chunked-prefill-size,
+     * --max-num-batched-tokens), the context (--max-model-len), the running set (--max-num-seqs) */
+    static const char *const ALIAS[][2] = {{"--chunked-prefill-size", "--max-batch-tokens"},
+                                           {"--max-num-batched-tokens", "--max-batch-tokens"},
+                                           {"--max-model-len", "--context-length"},
+                                           {"--max-num-seqs", "--max-running-requests"}};
     for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--chunked-prefill-size")) argv[i] = (char *)"--max-batch-tokens";
+        for (size_t k = 0; k < sizeof ALIAS / sizeof ALIAS[0]; k++)
+            if (!strcmp(argv[i], ALIAS[k][0])) argv[i] = (char *)ALIAS[k][1];
     if (mr_options_parse(&o, &argc, argv, true) != MR_OK) {
         mr_cli_fail("serve", NULL);
         goto out;

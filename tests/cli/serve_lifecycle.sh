@@ -9,6 +9,7 @@
 #    stream finishes whole, the server exits 0;
 #  - the drain's timeout cancels what is still running and exits 0;
 #  - a second SIGINT exits at once;
+#  - vLLM's names of the engine's limits take effect;
 #  - bad flags are usage errors (exit 2) and a port in use is exit 1.
 # Args: <moerun> <tests/data> <scratch dir>
 set -u
@@ -109,6 +110,13 @@ for i in $(seq 1 1200); do grep -q "ready on" "$S/load.log" && break; sleep 0.05
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$SV_URL/health")" = 200 ] || bad "/health after loading is not 200"
 stop_server
 [ "$SV_RC" = 0 ] || bad "exit $SV_RC after loading"
+
+# --- vLLM's names for the engine's limits take effect (--max-model-len, --max-num-seqs, --max-num-batched-tokens) ---
+start_server "$S/alias.log" --model "$T" --skip-self-check --max-model-len 96 --max-num-seqs 3 \
+    --max-num-batched-tokens 32 || exit 1
+grep -q "(3 running + .*, context 96, .*, 32 tokens per step)" "$S/alias.log" || bad "vLLM's option names: $(grep 'ready on' "$S/alias.log")"
+curl -s "$SV_URL/v1/models" | grep -q '"max_model_len": *96' || bad "--max-model-len is not the served context"
+stop_server
 
 # --- bad flags, busy port ---
 "$M" serve --model "$T" --port 70000 >/dev/null 2>"$S/e1"; rc=$?
