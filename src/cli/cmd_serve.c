@@ -215,6 +215,14 @@ int mr_cmd_serve(int argc, char **argv) {
             skip_check = true;
         } else if (!strcmp(a, "--log-requests")) {
             so.log_requests = true;
+        } else if (!strcmp(a, "--tensor-parallel-size") || !strcmp(a, "--tp-size") || !strcmp(a, "--tp")) {
+            if (!v || strcmp(v, "1")) { /* vLLM's / sglang's: one process here; the experts shard over MPI ranks */
+                fprintf(stderr, "moerun serve: %s %s: moerun does not split layers by tensor parallelism; it shards the "
+                        "experts over MPI ranks: mpirun -np N moerun serve ... --moe-a2a-backend mpi (README, "
+                        "\"Expert parallelism\")\n", a, v ? v : "");
+                goto out;
+            }
+            i++;
         } else if (!strcmp(a, "--enable-auto-tool-choice") || !strcmp(a, "--trust-remote-code")) {
             /* vLLM's and sglang's: tool_choice "auto" is always served, and no code from a checkpoint ever runs */
         } else if (!strcmp(a, "--debug-forced-output")) { /* tests only: requests may dictate their output */

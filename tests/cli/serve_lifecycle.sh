@@ -113,7 +113,7 @@ stop_server
 
 # --- vLLM's names for the engine's limits take effect (--max-model-len, --max-num-seqs, --max-num-batched-tokens) ---
 start_server "$S/alias.log" --model "$T" --skip-self-check --max-model-len 96 --max-num-seqs 3 \
-    --max-num-batched-tokens 32 || exit 1
+    --max-num-batched-tokens 32 --tensor-parallel-size 1 --trust-remote-code || exit 1
 grep -q "(3 running + .*, context 96, .*, 32 tokens per step)" "$S/alias.log" || bad "vLLM's option names: $(grep 'ready on' "$S/alias.log")"
 curl -s "$SV_URL/v1/models" | grep -q '"max_model_len": *96' || bad "--max-model-len is not the served context"
 stop_server
@@ -125,6 +125,8 @@ stop_server
 [ $rc = 2 ] || bad "--max-queued-requests -1: exit $rc"
 "$M" serve --model "$T" --context-length 100 --max-prompt-tokens 200 >/dev/null 2>"$S/e3"; rc=$?
 [ $rc = 2 ] && grep -q "below --context-length" "$S/e3" || bad "--max-prompt-tokens above the context: exit $rc"
+"$M" serve --model "$T" --tp-size 4 >/dev/null 2>"$S/e7"; rc=$?
+[ $rc = 2 ] && grep -q "moe-a2a-backend mpi" "$S/e7" || bad "--tp-size 4: exit $rc: $(cat "$S/e7")"
 "$M" serve --model "$T" --bogus 1 >/dev/null 2>"$S/e4"; rc=$?
 [ $rc = 2 ] || bad "--bogus: exit $rc"
 "$M" serve --port 0 >/dev/null 2>"$S/e5"; rc=$?
