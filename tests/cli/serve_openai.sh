@@ -71,7 +71,7 @@ done
 start_server "$S/f.log" --model "$MM" --context-length 1024 --skip-self-check --debug-forced-output \
     --reasoning-parser minimax_m2_append_think --tool-call-parser minimax_m2 --enable-auto-tool-choice --trust-remote-code || exit 1
 BODY=$(jq -cn --arg f $'Thinking.</think>\n\n<minimax:tool_call>\n<invoke name="w">\n<parameter name="c">Rome</parameter>\n</invoke>\n</minimax:tool_call>' \
-    '{messages: [{role: "user", content: "w?"}], max_tokens: 60, debug_forced_output: $f, tools: [{type: "function",
+    '{messages: [{role: "user", content: "w?"}], max_tokens: 60, temperature: 0, debug_forced_output: $f, tools: [{type: "function",
       function: {name: "w", parameters: {type: "object", properties: {c: {type: "string"}}}}}]}')
 one=$(curl -s "$SV_URL/v1/chat/completions" -d "$BODY")
 str=$(curl -sN "$SV_URL/v1/chat/completions" -d "$(echo "$BODY" | jq -c '.stream = true')" | sed -n 's/^data: //p' |
