@@ -383,6 +383,17 @@ static mr_status num_bounds(const json_t *s, const char *path, mr__gnode *n) {
     return MR_OK;
 }
 
+/* Literals i and j are equal as JSON values (1 and 1.0 too); true when either does not parse (unsure). */
+static bool lits_equal(const mr_grammar *g, int32_t i, int32_t j) {
+    size_t li, lj;
+    const char *si = mr__glit(g, i, &li), *sj = mr__glit(g, j, &lj);
+    json_t *x = json_loadb(si, li, JSON_DECODE_ANY, NULL), *y = json_loadb(sj, lj, JSON_DECODE_ANY, NULL);
+    const bool same = !x || !y || json_equal(x, y) ||
+                      (json_is_number(x) && json_is_number(y) && json_number_value(x) == json_number_value(y));
+    json_decref(x), json_decref(y);
+    return same;
+}
+
 /* uniqueItems of array node id: served where the items are one of a list of values (enum, const, boolean; at
  * most 64, no two of them equal as JSON values, 1 and 1.0 say): the matcher keeps which it took. */
 static mr_status unique_items(mr_grammar *g, int32_t id, const char *path) {
@@ -392,17 +403,13 @@ static mr_status unique_items(mr_grammar *g, int32_t id, const char *path) {
         return mr_error_set(MR_EINVAL, "%s/uniqueItems: supported where the items are one of at most 64 values (enum, "
                             "const, boolean), not on a tuple; elsewhere it would not be enforced", path);
     for (int32_t i = 0; i < it->b; i++)
-        for (int32_t j = i + 1; j < it->b; j++) {
-            size_t li, lj;
-            const char *si = mr__glit(g, it->a + i, &li), *sj = mr__glit(g, it->a + j, &lj);
-            json_t *x = json_loadb(si, li, JSON_DECODE_ANY, NULL), *y = json_loadb(sj, lj, JSON_DECODE_ANY, NULL);
-            const bool same = x && y && (json_equal(x, y) || (json_is_number(x) && json_is_number(y) &&
-                                                              json_number_value(x) == json_number_value(y)));
-            json_decref(x), json_decref(y);
-            if (same)
+        for (int32_t j = i + 1; j < it->b; j++)
+            if (lits_equal(g, it->a + i, it->a + j)) {
+                size_t li, lj;
+                const char *si = mr__glit(g, it->a + i, &li), *sj = mr__glit(g, it->a + j, &lj);
                 return mr_error_set(MR_EINVAL, "%s/uniqueItems: two of the values, %.*s and %.*s, are equal as JSON",
                                     path, (int)li, si, (int)lj, sj);
-        }
+            }
     if (n->lo > it->b)
         return mr_error_set(MR_EINVAL, "%s: minItems is %lld, but only %d distinct values may be items", path,
                             (long long)n->lo, (int)it->b);
@@ -582,15 +589,8 @@ static bool disjoint(const mr_grammar *g, int32_t x, int32_t y, int depth) {
     }
     if (a->kind == G_LITERALS && b->kind == G_LITERALS) {
         for (int32_t i = 0; i < a->b; i++)
-            for (int32_t j = 0; j < b->b; j++) {
-                size_t li, lj;
-                const char *si = mr__glit(g, a->a + i, &li), *sj = mr__glit(g, b->a + j, &lj);
-                json_t *p = json_loadb(si, li, JSON_DECODE_ANY, NULL), *q = json_loadb(sj, lj, JSON_DECODE_ANY, NULL);
-                const bool same = !p || !q || json_equal(p, q) ||
-                                  (json_is_number(p) && json_is_number(q) && json_number_value(p) == json_number_value(q));
-                json_decref(p), json_decref(q);
-                if (same) return false;
-            }
+            for (int32_t j = 0; j < b->b; j++)
+                if (lits_equal(g, a->a + i, b->a + j)) return false;
         return true;
     }
     if (a->kind == G_OBJECT && b->kind == G_OBJECT) return excludes(g, a, b, depth) && excludes(g, b, a, depth);

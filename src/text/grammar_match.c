@@ -414,13 +414,17 @@ static bool hexdig(uint8_t c) { return (c >= '0' && c <= '9') || (c >= 'a' && c 
 
 /* A continuation byte of the UTF-8 sequence of a frame (a bytes to come, b the lead byte before the first of
  * them; no overlongs, no surrogates). */
-static bool cont_byte(frame *f, uint8_t c) {
+static bool cont_ok(uint8_t lead, uint8_t c) { /* lead: the lead byte before the first one, else 0 */
     uint8_t lo = 0x80, up = 0xBF; /* the second byte's range after E0, ED, F0, F4 */
-    if (f->b == 0xE0) lo = 0xA0;
-    else if (f->b == 0xED) up = 0x9F;
-    else if (f->b == 0xF0) lo = 0x90;
-    else if (f->b == 0xF4) up = 0x8F;
-    if (c < lo || c > up) return false;
+    if (lead == 0xE0) lo = 0xA0;
+    else if (lead == 0xED) up = 0x9F;
+    else if (lead == 0xF0) lo = 0x90;
+    else if (lead == 0xF4) up = 0x8F;
+    return c >= lo && c <= up;
+}
+
+static bool cont_byte(frame *f, uint8_t c) {
+    if (!cont_ok((uint8_t)f->b, c)) return false;
     f->b = 0;
     f->a--;
     return true;
@@ -894,13 +898,8 @@ static void walk_re(const rewalk *w, int32_t node, uint64_t st, int pend, uint8_
         int p2 = pend;
         uint8_t l2 = lead;
         int64_t n2 = chars;
-        if (pend > 0) { /* a continuation byte: the second one's range after E0, ED, F0, F4 */
-            uint8_t lo = 0x80, up = 0xBF;
-            if (lead == 0xE0) lo = 0xA0;
-            else if (lead == 0xED) up = 0x9F;
-            else if (lead == 0xF0) lo = 0x90;
-            else if (lead == 0xF4) up = 0x8F;
-            if (c < lo || c > up) continue;
+        if (pend > 0) { /* a continuation byte */
+            if (!cont_ok(lead, c)) continue;
             p2 = pend - 1, l2 = 0;
         } else {
             if ((c >= 0x80 && c < 0xC2) || c > 0xF4) continue;

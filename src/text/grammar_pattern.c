@@ -442,6 +442,13 @@ void mr__pat_free(mr__pat *re) {
     memset(re, 0, sizeof *re);
 }
 
+/* [\s\S]*: any characters; -1 when out of room */
+static int any_chars(parser *ps) {
+    int s = mk(ps, X_SYM, -1, -1);
+    if (s >= 0) cls_range(ps->x[s].cls, 0, 128);
+    return s < 0 ? -1 : mk(ps, X_STAR, s, -1);
+}
+
 mr_status mr__pat_compile(const char *pattern, mr__pat *re) {
     memset(re, 0, sizeof *re);
     parser *ps = mr_calloc(1, sizeof *ps);
@@ -458,18 +465,10 @@ mr_status mr__pat_compile(const char *pattern, mr__pat *re) {
     int core = parse_alt(ps);
     if (core >= 0 && ps->p < ps->end && !(tail && ps->p + 1 == ps->end)) core = fail(ps, "an unbalanced ')'");
     /* search semantics: any characters before an unanchored start and after an unanchored end */
-    int any_a = -1, any_b = -1;
-    if (core >= 0 && !head) {
-        int s = mk(ps, X_SYM, -1, -1);
-        if (s >= 0) cls_range(ps->x[s].cls, 0, 128);
-        any_a = s < 0 ? -1 : mk(ps, X_STAR, s, -1);
-        core = any_a < 0 ? -1 : mk(ps, X_CAT, any_a, core);
-    }
+    if (core >= 0 && !head) core = mk(ps, X_CAT, any_chars(ps), core);
     if (core >= 0 && !tail) {
-        int s = mk(ps, X_SYM, -1, -1);
-        if (s >= 0) cls_range(ps->x[s].cls, 0, 128);
-        any_b = s < 0 ? -1 : mk(ps, X_STAR, s, -1);
-        core = any_b < 0 ? -1 : mk(ps, X_CAT, core, any_b);
+        const int a = any_chars(ps);
+        core = a < 0 ? -1 : mk(ps, X_CAT, core, a);
     }
     mr_status st = MR_OK;
     gl G = {0};
