@@ -467,14 +467,16 @@ static void test_mask_equals_per_token(void **state) {
     int32_t hist[64];
     /* and regex grammars, whose masks come from a cache of the pattern's last states: more states in a
      * cycle than it holds, and "." over UTF-8 sequences (one in progress is part of the key) */
-    static const char *const RX[] = {"(ab|cd|ef|gh|.x)+z?", "[a-c]+( [^ ]+)*", NULL};
+    static const char *const RX[] = {"(ab|cd|ef|gh|.x)+z?", "[a-c]+( [^ ]+)*", "ebnf:root ::= item* \"z\"\nitem ::= [a-c] | \"(\" root \")\" | [^\\x00-\\x7f]",
+                                     "ebnf:root ::= ([ab] \"\\u00e9\"?){1,30}", NULL};
     int nsc = 0;
     while (SCHEMAS[nsc]) nsc++;
     for (int si = 0; si < nsc || RX[si - nsc]; si++) {
         json_t *schema = si < nsc ? json_loads(SCHEMAS[si], 0, NULL) : NULL;
         mr_grammar *g = NULL;
         if (si < nsc) assert_int_equal(mr_grammar_json_schema(schema, &g), MR_OK);
-        else if (mr_grammar_regex(RX[si - nsc], &g)) fail_msg("%s: %s", RX[si - nsc], mr_error_last());
+        else if (!strncmp(RX[si - nsc], "ebnf:", 5) ? mr_grammar_ebnf(RX[si - nsc] + 5, &g) : mr_grammar_regex(RX[si - nsc], &g))
+            fail_msg("%s: %s", RX[si - nsc], mr_error_last());
         for (int it = 0; it < 6; it++) {
             mr_matcher *m = matcher(g, g_ix, it % 2 ? "</think>" : NULL);
             int nh = 0;
@@ -1098,6 +1100,233 @@ static void test_real_tokenizer(void **state) {
     mr_tokenizer_free(t);
 }
 
+/* ---- EBNF grammars ---- */
+
+/* Regular EBNF grammars against the same language as a POSIX ERE (glibc's regexec), over every text of a small
+ * alphabet: complete exactly when regexec matches; taken as a prefix exactly when some text at most EB_AHEAD
+ * characters longer matches (each grammar here completes any live prefix within that many). Walks over the
+ * mask end, and regexec matches what they wrote. Characters of the alphabet may be multibyte (UTF-8). */
+#define EB_LEN 4
+#define EB_AHEAD 3
+static void ebnf_against_regexec(const char *ebnf, const char *posix, const char *const *alpha, tu_rng *r) {
+    regex_t rx;
+    if (regcomp(&rx, posix, REG_EXTENDED | REG_NOSUB)) fail_msg("regcomp %s", posix);
+    mr_grammar *g = NULL;
+    if (mr_grammar_ebnf(ebnf, &g)) fail_msg("%s: %s", ebnf, mr_error_last());
+    int na = 0;
+    while (alpha[na]) na++;
+    const int total = EB_LEN + EB_AHEAD;
+    int64_t count = 0, base = 1;
+    for (int L = 0; L <= total; L++, base *= na) count += base;
+    /* every text as digits in base na, shortest first; live[i]: some text that extends it matches */
+    bool *live = calloc((size_t)count, 1), *match = calloc((size_t)count, 1);
+    int64_t *parent = malloc((size_t)count * sizeof(int64_t));
+    char *txt = malloc(64);
+    int64_t idx = 0, first_of_len = 0, yes = 0;
+    base = 1;
+    for (int L = 0; L <= total; L++, first_of_len += base, base *= na)
+        for (int64_t k0 = 0; k0 < base; k0++, idx++) {
+            size_t n = 0;
+            for (int i = 0; i < L; i++) {
+                int64_t k = k0;
+                for (int j = 0; j < L - 1 - i; j++) k /= na;
+                const char *c = alpha[k % na];
+                memcpy(txt + n, c, strlen(c)), n += strlen(c);
+            }
+            txt[n] = 0;
+            parent[idx] = L ? (first_of_len - base / na) + k0 / na : -1;
+            match[idx] = regexec(&rx, txt, 0, NULL, 0) == 0;
+            yes += match[idx];
+        }
+    for (int64_t i = count - 1; i >= 0; i--)
+        if ((match[i] || live[i]) && parent[i] >= 0) live[parent[i]] = true;
+    idx = 0, base = 1;
+    for (int L = 0; L <= EB_LEN; L++, base *= na)
+        for (int64_t k0 = 0; k0 < base; k0++, idx++) {
+            size_t n = 0;
+            for (int i = 0; i < L; i++) {
+                int64_t k = k0;
+                for (int j = 0; j < L - 1 - i; j++) k /= na;
+                const char *c = alpha[k % na];
+                memcpy(txt + n, c, strlen(c)), n += strlen(c);
+            }
+            txt[n] = 0;
+            const int want = match[idx] ? 1 : live[idx] ? 0 : -1, got = judge(g, g_ix, txt, n);
+            if (got != want) fail_msg("%s on \"%s\": %d, regexec says %d", ebnf, txt, got, want);
+        }
+    if (yes == 0) fail_msg("%s: no text matches %s", ebnf, posix);
+    char *buf = malloc(1 << 16);
+    int ended = 0;
+    for (int it = 0; it < 30; it++) {
+        mr_matcher *m = matcher(g, g_ix, it % 3 == 2 ? "</think>" : NULL);
+        if (it % 3 == 2) assert_true(mr_matcher_feed(m, "free </thin> text </think>", 26));
+        size_t n;
+        if (walk(m, &g_voc, (const char *const *)g_voc.b, g_voc.len, g_voc.n, r, 40, buf, 1 << 16, &n, false)) {
+            ended++;
+            if (regexec(&rx, buf, 0, NULL, 0)) fail_msg("%s: the walk gave \"%s\"", ebnf, buf);
+        }
+        mr_matcher_free(m);
+    }
+    if (ended < 3) fail_msg("%s: %d of 30 walks ended", ebnf, ended);
+    free(buf);
+    free(txt);
+    free(parent);
+    free(live);
+    free(match);
+    mr_grammar_free(g);
+    regfree(&rx);
+}
+
+/* Balanced parentheses: a prefix goes on while no ')' closes more than was opened; complete at depth 0. */
+static int paren_oracle(const char *s) {
+    int d = 0;
+    for (; *s; s++) {
+        d += *s == '(' ? 1 : *s == ')' ? -1 : 0;
+        if (d < 0 || (*s != '(' && *s != ')' && *s != 'x')) return -1;
+    }
+    return d == 0 ? 1 : 0;
+}
+
+static void test_ebnf(void **state) {
+    (void)state;
+    if (!setlocale(LC_CTYPE, "C.UTF-8") && !setlocale(LC_CTYPE, "en_US.UTF-8")) fail_msg("no UTF-8 locale for regexec");
+    tu_rng r = {47};
+    static const char *const A1[] = {"a", "b", "0", "x", NULL}, *const A2[] = {"a", "b", NULL},
+                             *const A3[] = {"1", "+", "(", "0", ")", NULL}, *const A4[] = {"a", "b", "-", "7", NULL},
+                             *const A5[] = {"\"", "\\", "a", NULL}, *const A6[] = {"a", "z", "q", NULL},
+                             *const A7[] = {"a", "d", "\xc3\xa9", "\xe4\xb8\xad", "\xf0\x9f\x98\x80", NULL};
+    static const struct {
+        const char *ebnf, *posix;
+        const char *const *alpha;
+    } P[] = {
+        {"root ::= (\"ab\" | [0-9]+)* \"x\"", "^(ab|[0-9]+)*x$", A1},
+        {"root ::= root \"a\" | \"b\"", "^ba*$", A2}, /* direct left recursion, rewritten */
+        {"root ::= expr\nexpr ::= expr \"+\" term | term\nterm ::= [0-9] | \"(\" \"0\" \")\"",
+         "^([0-9]|\\(0\\))(\\+([0-9]|\\(0\\)))*$", A3},
+        {"root ::= [ab]{2,3} (\"-\" [0-9]{1,2})?", "^[ab]{2,3}(-[0-9]{1,2})?$", A4},
+        {"root ::= (\"a\"? \"b\"?)* \"b\"", "^(a?b?)*b$", A2}, /* a loop over something that can be empty */
+        {"root ::= \"\\\"\" [^\"\\\\]* \"\\\"\"", "^\"[^\"\\\\]*\"$", A5},
+        {"# a comment\nroot ::= \"a\" |\n         b # after a rule\nb ::= . \"z\"", "^(a|.z)$", A6},
+        {"root ::= \"a\"{0} ( ) \"b\" \"\" | \"a\"{2,} \"b\"?", "^(b|aa+b?)$", A2},
+        {"root ::= [^a-c]{1,2} \"\\u00e9\"?", "^[^a-c]{1,2}(\xc3\xa9)?$", A7},
+        {"root ::= x \"a\"\nx ::= \"a\" y | \"\\x62\"\ny ::= \"b\" x | \"\"", "^(ab)*(a|b)a$", A2}, /* x, y mutually recursive, not at their left */
+    };
+    for (size_t i = 0; i < sizeof P / sizeof P[0]; i++) ebnf_against_regexec(P[i].ebnf, P[i].posix, P[i].alpha, &r);
+
+    /* not regular: balanced parentheses, every text of "(x)" up to 8 characters, walks, and a deep nesting */
+    mr_grammar *g = NULL;
+    if (mr_grammar_ebnf("root ::= item*\nitem ::= \"x\" | \"(\" root \")\"", &g)) fail_msg("%s", mr_error_last());
+    char str[16];
+    for (int L = 0, base = 1; L <= 8; L++, base *= 3)
+        for (int k0 = 0; k0 < base; k0++) {
+            for (int i = 0, k = k0; i < L; i++, k /= 3) str[i] = "(x)"[k % 3];
+            str[L] = 0;
+            if (judge(g, g_ix, str, (size_t)L) != paren_oracle(str)) fail_msg("parens on \"%s\": oracle %d", str, paren_oracle(str));
+        }
+    char *buf = malloc(1 << 16);
+    int ended = 0;
+    for (int it = 0; it < 40; it++) {
+        mr_matcher *m = matcher(g, g_ix, NULL);
+        size_t n;
+        if (walk(m, &g_voc, (const char *const *)g_voc.b, g_voc.len, g_voc.n, &r, 60, buf, 1 << 16, &n, false)) {
+            ended++;
+            if (paren_oracle(buf) != 1) fail_msg("parens: the walk gave \"%s\"", buf);
+        }
+        mr_matcher_free(m);
+    }
+    if (ended < 5) fail_msg("parens: %d of 40 walks ended", ended);
+    mr_matcher *m = matcher(g, g_ix, NULL); /* 20000 deep, fed in pieces: the runtime tidies its tables between them */
+    for (int k = 0; k < 400; k++) {
+        memset(buf, k < 200 ? '(' : ')', 100);
+        if (!mr_matcher_feed(m, buf, 100)) fail_msg("deep nesting refused at piece %d: %s", k, mr_error_last());
+        assert_int_equal(mr_matcher_complete(m), k == 399);
+    }
+    assert_false(mr_matcher_feed(m, ")", 1));
+    mr_matcher_free(m);
+    mr_grammar_free(g);
+
+    /* UTF-8 at the byte level: classes over code points, a character cut between tokens */
+    assert_int_equal(mr_grammar_ebnf("root ::= [\\u4e00-\\u9fff]+ \"\\U0001F600\"?", &g), MR_OK);
+    assert_int_equal(judge(g, g_ix, "\xe4\xb8\xad", 3), 1);
+    assert_int_equal(judge(g, g_ix, "\xe4\xb8\xad\xf0\x9f\x98\x80", 7), 1);
+    assert_int_equal(judge(g, g_ix, "\xe4", 1), 0);
+    assert_int_equal(judge(g, g_ix, "\xe4\xb7", 2), -1); /* U+4DC0.. is below the range */
+    assert_int_equal(judge(g, g_ix, "\xe9\xbf\xbf", 3), 1); /* U+9FFF */
+    assert_int_equal(judge(g, g_ix, "\xe5\x80\x80", 3), 1); /* U+5000: the range splits at U+4FFF / U+5000 */
+    assert_int_equal(judge(g, g_ix, "\xe4\xb8\x80", 3), 1); /* U+4E00 */
+    assert_int_equal(judge(g, g_ix, "\xe4\xb7\xbf", 3), -1); /* U+4DFF */
+    assert_int_equal(judge(g, g_ix, "a", 1), -1);
+    assert_int_equal(judge(g, g_ix, "", 0), 0);
+    mr_grammar_free(g);
+    assert_int_equal(mr_grammar_ebnf("root ::= [^x]", &g), MR_OK);
+    assert_int_equal(judge(g, g_ix, "\xc3\xa9", 2), 1);
+    assert_int_equal(judge(g, g_ix, "\xe1\x80\x80", 3), 1); /* U+1000 */
+    assert_int_equal(judge(g, g_ix, "\xe0\x9f\xbf", 3), -1); /* an overlong U+07FF */
+    assert_int_equal(judge(g, g_ix, "\xc3", 1), 0);
+    assert_int_equal(judge(g, g_ix, "\xc3\x28", 2), -1);
+    assert_int_equal(judge(g, g_ix, "\xed\xa0\x80", 3), -1); /* a surrogate is not a character */
+    assert_int_equal(judge(g, g_ix, "\xf4\x90\x80\x80", 4), -1); /* past U+10FFFF */
+    assert_int_equal(judge(g, g_ix, "\xff", 1), -1);
+    mr_grammar_free(g);
+    /* an alternative that never finishes is dropped: no dead end */
+    assert_int_equal(mr_grammar_ebnf("root ::= \"a\" x | \"b\"\nx ::= \"c\" x", &g), MR_OK);
+    assert_int_equal(judge(g, g_ix, "a", 1), -1);
+    assert_int_equal(judge(g, g_ix, "b", 1), 1);
+    assert_non_null(strstr(mr_grammar_describe(g), "ebnf: "));
+    mr_grammar_free(g);
+    free(buf);
+
+    static const struct {
+        const char *text, *says;
+    } BAD[] = {
+        {"root ::= a", "line 1 column 10: rule \"a\" is not defined"},
+        {"a ::= \"x\"", "no rule named root"},
+        {"", "no rule named root"},
+        {"root ::= a \"x\"\na ::= root \"y\" | \"z\"", "left-recursive"},
+        {"root ::= b root \"x\" | \"y\"\nb ::= \"b\"?", "left-recursive"},
+        {"root ::= \"a\"\nroot ::= \"b\"", "line 2 column 1: rule \"root\" is defined twice"},
+        {"root ::= \"a\\q\"", "unknown escape \\q"},
+        {"root ::= \"abc", "not closed"},
+        {"root ::= \"a\nb\"", "raw line break"},
+        {"root ::= TagDispatch((\"<t>\", x))\nx ::= \"y\"", "TagDispatch macro"},
+        {"root[temperature=0.5] ::= \"a\"", "rule options"},
+        {"root ::= \"a\"{,4}", "needs its m"},
+        {"root ::= \"a\"++", "two repetition operators"},
+        {"root ::= \"a\"{3,2}", "below its minimum"},
+        {"root ::= \"a\"{2000}", "above 1024"},
+        {"root ::= \"a\" x\nx ::= \"b\" x", "matches no finite text"},
+        {"root ::= root \"a\"", "left-recursive in every alternative"},
+        {"root ::= [z-a]", "runs backwards"},
+        {"root ::= (= \"a\") \"b\"", "lookahead"},
+        {"root ::= \"a\" )", "without its ("},
+        {"root ::= (\"a\"", "not closed with )"},
+        {"root ::= [\\uD800]", "surrogate"},
+        {"root := \"a\"", "\"::=\" was expected"},
+        {"root ::= []", "empty character class"},
+        {"root ::= \"\\u12\"", "4 hex digits"},
+        {"root ::= \"a\" @", "unexpected '@'"},
+        {"root ::= [a-z]{1,1024}{1,1024}", "two repetition operators"},
+    };
+    for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
+        g = NULL;
+        const mr_status st = mr_grammar_ebnf(BAD[i].text, &g);
+        if (st != MR_EINVAL) fail_msg("\"%s\": status %d", BAD[i].text, (int)st);
+        assert_null(g);
+        if (!strstr(mr_error_last(), BAD[i].says)) fail_msg("\"%s\": \"%s\" lacks \"%s\"", BAD[i].text, mr_error_last(), BAD[i].says);
+    }
+    /* nested repetitions multiply: ([a-z]{1,1024}){1,1024} is small (the group is one reference), a
+     * 100-byte literal 3 x 1024 times is not */
+    assert_int_equal(mr_grammar_ebnf("root ::= ([a-z]{1,1024}){1,1024}", &g), MR_OK);
+    mr_grammar_free(g);
+    char *big = malloc(512);
+    int n = snprintf(big, 512, "root ::= ");
+    for (int k = 0; k < 3; k++) n += snprintf(big + n, (size_t)(512 - n), "\"%0100d\"{1024} ", k);
+    g = NULL;
+    assert_int_equal(mr_grammar_ebnf(big, &g), MR_EINVAL);
+    assert_non_null(strstr(mr_error_last(), "elements once repetitions are written out"));
+    free(big);
+}
+
 static int group_setup(void **state) {
     (void)state;
     /* regexec (the validator's patterns) counts characters, not bytes, under a UTF-8 locale */
@@ -1120,7 +1349,7 @@ int main(void) {
         cmocka_unit_test(test_mask_equals_per_token),     cmocka_unit_test(test_free_prefix_and_specials),
         cmocka_unit_test(test_whitespace_limit),          cmocka_unit_test(test_choice),
         cmocka_unit_test(test_integer_bounds),            cmocka_unit_test(test_number_bounds),            cmocka_unit_test(test_regex),            cmocka_unit_test(test_patterns),
-        cmocka_unit_test(test_unions),
+        cmocka_unit_test(test_unions),                    cmocka_unit_test(test_ebnf),
         cmocka_unit_test(test_tool_calls),                cmocka_unit_test(test_refused_schemas),
         cmocka_unit_test(test_real_tokenizer),
     };

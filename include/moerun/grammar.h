@@ -83,6 +83,17 @@ mr_status mr_grammar_choice(const char *const *choices, size_t n, mr_grammar **o
  * sglang's regex): the syntax of a schema's "pattern"
  * (src/text/grammar_pattern.c), anchored at both ends. */
 mr_status mr_grammar_regex(const char *regex, mr_grammar **out);
+/* Raw text that an EBNF grammar matches (vLLM's structured_outputs.grammar
+ * / guided_grammar, sglang's ebnf): the GBNF notation of llama.cpp as
+ * xgrammar reads it, whose rule root is the whole text. Rules name ::= ...;
+ * string literals "..." and character classes [...] / [^...] with the
+ * escapes \n \r \t \b \f \a \v \0 \e, \xH.., \uHHHH, \UHHHHHHHH; "." any
+ * character; groups; alternation; repetition * + ? {m} {m,} {m,n} (counts
+ * up to 1024); comments from #. Left recursion directly in a rule
+ * (A ::= A x | y) is rewritten; other left recursion, xgrammar's macros
+ * (TagDispatch, Token, ...), rule options and lookaheads are MR_EINVAL with
+ * the line and column. */
+mr_status mr_grammar_ebnf(const char *text, mr_grammar **out);
 /* Tool calls as JSON, for tool_choice "required" (name NULL): an array of at
  * least one {"name": <a tool's name>, "parameters": <that tool's
  * parameters>} (at most max_calls when > 0: 1 for parallel_tool_calls

@@ -889,6 +889,21 @@ mr_status mr_grammar_regex(const char *re, mr_grammar **out) {
     return finish(g, st, "regex", out);
 }
 
+mr_status mr_grammar_ebnf(const char *text, mr_grammar **out) {
+    *out = NULL;
+    mr_grammar *g;
+    mr_status st = grammar_alloc(&g);
+    if (st) return st;
+    g->raw = true;
+    st = mr__cfg_compile(text, &g->cfg);
+    if (!st) st = new_node(g, G_CFG, &g->root);
+    st = finish(g, st, "ebnf", out);
+    if (!st)
+        snprintf((*out)->desc, sizeof (*out)->desc, "ebnf: %d rules, %d elements", (int)mr__cfg_rules((*out)->cfg),
+                 (int)mr__cfg_elements((*out)->cfg));
+    return st;
+}
+
 static const json_t *tool_fn(const json_t *tool) {
     const json_t *f = json_object_get(tool, "function");
     return f ? f : tool;
@@ -990,6 +1005,7 @@ void mr_grammar_free(mr_grammar *g) {
     mr_free(g->res);
     mr_free(g->lits);
     mr_free(g->pool);
+    mr__cfg_free(g->cfg);
     mr_free(g);
 }
 

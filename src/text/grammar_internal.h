@@ -26,13 +26,14 @@
  *               the concrete (non-union) nodes under it, each once
  *   G_REGEX     raw text (the root of a regex grammar) that g->res[re]
  *               matches whole
+ *   G_CFG       raw text (the root of an EBNF grammar) that g->cfg matches
  * Node ids are int32; a $ref is its target's node (recursion is a cycle). */
 #ifndef MR_TEXT_GRAMMAR_INTERNAL_H
 #define MR_TEXT_GRAMMAR_INTERNAL_H
 
 #include "moerun/grammar.h"
 
-typedef enum { G_PENDING = 0, G_OBJECT, G_ARRAY, G_STRING, G_NUMBER, G_INTEGER, G_LITERALS, G_UNION, G_REGEX } mr__gkind;
+typedef enum { G_PENDING = 0, G_OBJECT, G_ARRAY, G_STRING, G_NUMBER, G_INTEGER, G_LITERALS, G_UNION, G_REGEX, G_CFG } mr__gkind;
 
 #define G_UNIQUE 4 /* bounds of an array: uniqueItems */
 __extension__ typedef __int128 mr__i128;
@@ -73,6 +74,22 @@ static inline uint64_t mr__pat_step(const mr__pat *re, uint64_t s, int sym) {
 }
 static inline bool mr__pat_accepts(const mr__pat *re, uint64_t s) { return re->accept[s] != 0; }
 
+/* An EBNF grammar (grammar_ebnf.c): compiled once, immutable; each matcher
+ * steps it with a runtime of its own, whose states are set ids (0: no text
+ * can follow; -1 from a step: a limit was reached, see mr__cfg_full). */
+typedef struct mr__cfg mr__cfg;
+typedef struct mr__cfgrun mr__cfgrun;
+mr_status mr__cfg_compile(const char *text, mr__cfg **out);
+void mr__cfg_free(mr__cfg *c);
+int32_t mr__cfg_rules(const mr__cfg *c);
+int32_t mr__cfg_elements(const mr__cfg *c);
+mr_status mr__cfgrun_new(const mr__cfg *c, mr__cfgrun **out, int32_t *start);
+void mr__cfgrun_free(mr__cfgrun *r);
+int32_t mr__cfg_step(mr__cfgrun *r, int32_t set, uint8_t byte);
+bool mr__cfg_accepts(const mr__cfgrun *r, int32_t set);
+bool mr__cfg_full(const mr__cfgrun *r);
+int32_t mr__cfg_tidy(mr__cfgrun *r, int32_t set);
+
 typedef struct {
     int32_t key;   /* literal: the key as JSON, with its quotes */
     int32_t value; /* node */
@@ -98,6 +115,7 @@ struct mr_grammar {
     int32_t n_lits, cap_lits;
     char *pool;
     size_t n_pool, cap_pool;
+    mr__cfg *cfg; /* G_CFG's grammar */
     int32_t root;
     bool raw;     /* the root is raw text (choices, a regex): no whitespace around it */
     int32_t any;  /* the any-value node (-1 until needed) */

@@ -18,6 +18,8 @@
  *          n = bytes matched (with the opening quote)
  *   raw    (a regex grammar's text) re = the pattern's state, a / b = the
  *          UTF-8 sequence in progress
+ *   cfg    (an EBNF grammar's text) re = the runtime's set (grammar_ebnf.c);
+ *          its bytes are the grammar's own, UTF-8 by construction
  * A value that ends on a byte of its own (a quote, a bracket, a literal
  * no other literal extends) pops at once; a number or a literal that could
  * still grow pops when the next byte is not its own and that byte goes to
@@ -26,7 +28,7 @@
 
 #include "text/grammar_internal.h"
 
-enum { F_ROOT, F_OBJ, F_ARR, F_STR, F_NUM, F_LIT, F_KEY, F_RAW };
+enum { F_ROOT, F_OBJ, F_ARR, F_STR, F_NUM, F_LIT, F_KEY, F_RAW, F_CFG };
 enum { R_FREE, R_WS, R_VALUE, R_DONE };
 enum { O_FIRST, O_KEY, O_COLON, O_VALWS, O_VAL, O_NEXT, O_COMMA };
 enum { A_FIRST, A_VAL, A_NEXT, A_COMMA };
@@ -117,6 +119,8 @@ struct mr_matcher {
     int32_t rc_a[RAW_CACHE], rc_b[RAW_CACHE];
     int64_t rc_count[RAW_CACHE];
     int rc_n, rc_next;
+    mr__cfgrun *cfg; /* an EBNF grammar's runtime */
+    int32_t cfg_start;
 };
 
 /* ---- frames, with the journal ---- */
@@ -402,6 +406,7 @@ static bool accepting(const mr_matcher *m, const frame *f) {
         return f->ph == N_ZERO || f->ph == N_INT || f->ph == N_FRAC || f->ph == N_EXP;
     }
     if (f->kind == F_RAW) return f->a == 0 && mr__pat_accepts(str_re(m, f), f->re);
+    if (f->kind == F_CFG) return mr__cfg_accepts(m->cfg, (int32_t)f->re);
     if (f->kind == F_LIT) {
         size_t len;
         mr__glit(m->g, f->a, &len);
@@ -489,6 +494,15 @@ static bool feed_raw(mr_matcher *m, frame *f, uint8_t c) {
     if (f->a > 0) return cont_byte(f, c);
     if ((c >= 0x80 && c < 0xC2) || c > 0xF4 || !re_take(m, f, c < 0x80 ? c : MR__RE_NONASCII)) return false;
     if (c >= 0x80) f->a = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : 1, f->b = c;
+    return true;
+}
+
+/* One byte of an EBNF grammar's text. */
+static bool feed_cfg(mr_matcher *m, frame *f, uint8_t c) {
+    const int32_t s = mr__cfg_step(m->cfg, (int32_t)f->re, c);
+    if (s < 0) m->oom = true; /* a limit: mr_matcher_accept says which */
+    if (s <= 0) return false;
+    f->re = (uint64_t)s;
     return true;
 }
 
@@ -662,10 +676,13 @@ static bool feed_lit(mr_matcher *m, frame *f, uint8_t c, bool *refeed) {
     return lit_settle(m, f);
 }
 
-/* A regex grammar's text is open from the start (it may be empty): the root frame f holds it as its value. */
+/* A regex or EBNF grammar's text is open from the start (it may be empty): the root frame f holds it as its
+ * value. */
 static bool open_raw(mr_matcher *m, frame *f) {
-    if (gnode(m, m->g->root)->kind != G_REGEX) return true;
+    const int kind = gnode(m, m->g->root)->kind;
+    if (kind != G_REGEX && kind != G_CFG) return true;
     f->ph = R_VALUE;
+    if (kind == G_CFG) return push(m, (frame){.kind = F_CFG, .node = m->g->root, .re = (uint64_t)m->cfg_start});
     return push(m, (frame){.kind = F_RAW, .node = m->g->root, .re = MR__RE_START});
 }
 
@@ -700,6 +717,7 @@ static bool feed_stack(mr_matcher *m, uint8_t c) {
         case F_STR: return feed_str(m, f, c);
         case F_KEY: return feed_key(m, f, c);
         case F_RAW: return feed_raw(m, f, c);
+        case F_CFG: return feed_cfg(m, f, c);
         case F_NUM: {
             int r = feed_num(m, f, c);
             if (r >= 0) return r == 1;
@@ -771,6 +789,13 @@ mr_status mr_matcher_new(const mr_grammar *g, const mr_vocab_index *v, const mr_
     m->stk[0].alive = true;
     m->n_stk = 1;
     if (o && o->n_end) memcpy(m->end, o->end_ids, (size_t)o->n_end * sizeof(int32_t)), m->n_end = o->n_end;
+    if (g->nodes[g->root].kind == G_CFG) {
+        mr_status st = mr__cfgrun_new(g->cfg, &m->cfg, &m->cfg_start);
+        if (st) {
+            mr_matcher_free(m);
+            return st;
+        }
+    }
     if (o && o->free_until && o->free_until[0]) {
         size_t n = strlen(o->free_until);
         m->until = mr_malloc(n + 1);
@@ -803,6 +828,7 @@ void mr_matcher_free(mr_matcher *m) {
     mr_free(m->until);
     mr_free(m->fail);
     mr_free(m->rc_bits);
+    mr__cfgrun_free(m->cfg);
     mr_free(m);
 }
 
@@ -819,6 +845,21 @@ bool mr_matcher_complete(const mr_matcher *m) {
 
 bool mr_matcher_ended(const mr_matcher *m) { return m->ended; }
 
+/* An EBNF grammar's runtime past its tidy size keeps the current state alone (its set ids change: the
+ * frame's is renewed, the cached masks go). Between tokens only, where the single stack is root + cfg. */
+static void cfg_tidy(mr_matcher *m) {
+    if (!m->cfg || m->n_stk != 1 || m->stk[0].depth != 2 || m->stk[0].st[1].kind != F_CFG) return;
+    frame *f = &m->stk[0].st[1];
+    const int32_t s = mr__cfg_tidy(m->cfg, (int32_t)f->re);
+    if (s == (int32_t)f->re) return;
+    if (s < 0) {
+        m->stk[0].alive = false; /* out of memory: nothing more can be read */
+        return;
+    }
+    f->re = (uint64_t)s;
+    m->rc_n = m->rc_next = 0;
+}
+
 bool mr_matcher_feed(mr_matcher *m, const char *bytes, size_t n) {
     if (m->ended) return n == 0;
     size_t mark = m->njr;
@@ -829,6 +870,7 @@ bool mr_matcher_feed(mr_matcher *m, const char *bytes, size_t n) {
         }
     m->njr = mark; /* kept: the journal is only for undoing */
     compact(m);
+    cfg_tidy(m);
     return true;
 }
 
@@ -855,6 +897,9 @@ mr_status mr_matcher_accept(mr_matcher *m, int32_t token) {
     if ((v->flags[token] & T_SPECIAL) && !free_start)
         return mr_error_set(MR_EINPUT, "structured output: special token %d inside the structured part", (int)token);
     if (!mr_matcher_feed(m, v->pool + v->off[token], v->len[token])) {
+        if (m->oom && m->cfg && mr__cfg_full(m->cfg))
+            return (m->oom = false), mr_error_set(MR_ENOMEM, "structured output: the grammar's parse is too ambiguous "
+                                                  "here (past the matcher's limits on parse stacks and states)");
         if (m->oom) return (m->oom = false), mr_error_set(MR_ENOMEM, "structured output: out of memory");
         return mr_error_set(MR_EINPUT, "structured output: token %d does not fit the grammar here", (int)token);
     }
@@ -917,9 +962,23 @@ static void walk_re(const rewalk *w, int32_t node, uint64_t st, int pend, uint8_
     }
 }
 
-/* The cached mask of a regex grammar's raw state (the only stack: root + raw frame), or -1. */
+/* An EBNF grammar's text down the whole trie: one cached step a byte (the runtime's sets are the states of a
+ * lazily built automaton); special tokens never come. */
+static void walk_cfg(mr_matcher *m, int32_t node, int32_t set, uint32_t *allow) {
+    const mr_vocab_index *v = m->v;
+    for (int32_t ch = v->nodes[node].child; ch >= 0; ch = v->nodes[ch].sib) {
+        const int32_t s2 = mr__cfg_step(m->cfg, set, v->nodes[ch].c);
+        if (s2 <= 0) continue;
+        for (int32_t t = v->nodes[ch].tok; t >= 0; t = v->tok_next[TR_ALL][t])
+            if (!(v->flags[t] & T_SPECIAL)) allow[t >> 5] |= 1u << (t & 31);
+        if (v->nodes[ch].child >= 0) walk_cfg(m, ch, s2, allow);
+    }
+}
+
+/* The cached mask of a regex or EBNF grammar's raw state (the only stack: root + raw frame), or -1. */
 static int raw_cached(const mr_matcher *m) {
-    if (m->ended || m->n_stk != 1 || m->stk[0].depth != 2 || m->stk[0].st[1].kind != F_RAW) return -2;
+    if (m->ended || m->n_stk != 1 || m->stk[0].depth != 2 || (m->stk[0].st[1].kind != F_RAW && m->stk[0].st[1].kind != F_CFG))
+        return -2;
     const frame *f = &m->stk[0].st[1];
     for (int i = 0; i < m->rc_n; i++)
         if (m->rc_re[i] == f->re && m->rc_a[i] == f->a && m->rc_b[i] == f->b) return i;
@@ -943,6 +1002,9 @@ int64_t mr_matcher_mask(mr_matcher *m, uint32_t *allow) {
         if (one && free_start && f->a == 0 && m->until[0] == '<') { /* free text, no '<' yet: those without one go on */
             memcpy(allow, v->nolt, words * sizeof(uint32_t));
             tr = TR_LT;
+        } else if (one && f->kind == F_CFG && !free_start) { /* an EBNF grammar's text */
+            walk_cfg(m, v->root[TR_ALL], (int32_t)f->re, allow);
+            tr = -1;
         } else if (one && f->kind == F_RAW && f->a == 0 && !free_start) { /* a regex grammar's text */
             const rewalk w = {v, str_re(m, f), -1, true, allow};
             walk_re(&w, v->root[TR_ALL], f->re, 0, 0, 0);
