@@ -1268,6 +1268,28 @@ static void test_ebnf(void **state) {
     assert_int_equal(judge(g, g_ix, "\xf4\x90\x80\x80", 4), -1); /* past U+10FFFF */
     assert_int_equal(judge(g, g_ix, "\xff", 1), -1);
     mr_grammar_free(g);
+    /* a parse whose stacks double with every byte (each "a" may be closed by "b" or by "c"): past 4096 stacks
+     * the matcher says so, in the accept's error and as a mask of -1, never by a wrong answer */
+    assert_int_equal(mr_grammar_ebnf("root ::= s\ns ::= \"a\" s \"b\" | \"a\" s \"c\" | \"\"", &g), MR_OK);
+    assert_int_equal(judge(g, g_ix, "aaaaabcbcb", 10), 1);
+    assert_int_equal(judge(g, g_ix, "aaaaabcbc", 9), 0);
+    assert_int_equal(judge(g, g_ix, "aaaaabcbcbb", 11), -1);
+    m = matcher(g, g_ix, NULL);
+    uint32_t *allow = calloc((size_t)(g_voc.n + 31) / 32, 4);
+    int na = 0;
+    mr_status ast = MR_OK;
+    for (; na < 20 && ast == MR_OK; na++) {
+        const int64_t cnt = mr_matcher_mask(m, allow);
+        if (cnt < 0) break;
+        assert_true(allow['a' >> 5] >> ('a' & 31) & 1);
+        ast = mr_matcher_accept(m, 'a');
+    }
+    if (na < 10 || na >= 20) fail_msg("the doubling parse stopped at %d", na);
+    if (ast != MR_OK) assert_non_null(strstr(mr_error_last(), "too ambiguous"));
+    else assert_int_equal(mr_matcher_mask(m, allow), -1);
+    free(allow);
+    mr_matcher_free(m);
+    mr_grammar_free(g);
     /* an alternative that never finishes is dropped: no dead end */
     assert_int_equal(mr_grammar_ebnf("root ::= \"a\" x | \"b\"\nx ::= \"c\" x", &g), MR_OK);
     assert_int_equal(judge(g, g_ix, "a", 1), -1);

@@ -132,7 +132,8 @@ void mr_matcher_free(mr_matcher *m); /* NULL is fine */
 /* allow: a bitset of (vocab + 31) / 32 words, written in full: bit id set
  * when the token may come next. Returns the number of allowed ids (0 when
  * none: the output cannot go on, which a complete grammar without end ids
- * also gives). */
+ * also gives); -1 (and no id allowed) when an EBNF grammar's parse went past
+ * the matcher's limits here (too ambiguous, or too costly to follow). */
 int64_t mr_matcher_mask(mr_matcher *m, uint32_t *allow);
 /* Advances by one token. MR_EINPUT (the matcher unchanged) when the grammar
  * does not allow it here. */

@@ -3,8 +3,9 @@
  * tokenizer.json, or a synthetic one of N tokens: pseudo-words of 1-12
  * letters, a quarter with a leading space, about one in ten holding a
  * non-ASCII character, JSON punctuation or an escape) and
- * a schema (a file, or a built-in one with strings, numbers, an enum, an
- * array and a nested object with a date) are walked: at each step the mask
+ * a grammar (a schema file, a regex, an EBNF file, or a built-in schema
+ * with strings, numbers, an enum, an array and a nested object with a
+ * date) are walked: at each step the mask
  * is timed, then a random allowed token is accepted, until the output is
  * complete (then again from the start) for --steps steps. The ceiling
  * printed beside it is the pass over a [vocab] row of logits that every
@@ -70,16 +71,19 @@ static mr_status synth_index(int32_t n, uint64_t seed, mr_vocab_index **out, cha
 }
 
 int mr_bench_grammar(int argc, char **argv) {
-    const char *model = NULL, *schema_path = NULL, *json_path = NULL;
+    const char *model = NULL, *schema_path = NULL, *json_path = NULL, *regex = NULL, *ebnf_path = NULL;
     long synth = 200000, steps = 2000;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define OPT(name) (!strcmp(a, name) && v && ++i)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: moerun bench grammar [--model DIR | --synthetic N] [--schema FILE] [--steps N] [--json F]\n");
+            printf("usage: moerun bench grammar [--model DIR | --synthetic N] [--schema FILE | --regex RE | --ebnf FILE] "
+                   "[--steps N] [--json F]\n");
             return 0;
         } else if (OPT("--model")) model = v;
         else if (OPT("--schema")) schema_path = v;
+        else if (OPT("--regex")) regex = v;
+        else if (OPT("--ebnf")) ebnf_path = v;
         else if (OPT("--json")) json_path = v;
         else if (OPT("--synthetic")) {
             if (mr_bench_num(a, v, 300, 4000000, &synth)) return 2;
@@ -92,9 +96,16 @@ int mr_bench_grammar(int argc, char **argv) {
 #undef OPT
     }
     if (json_path && mr_bench_json_check(json_path)) return 2;
+    if (!!schema_path + !!regex + !!ebnf_path > 1) {
+        fprintf(stderr, "moerun bench grammar: give one of --schema, --regex, --ebnf\n");
+        return 2;
+    }
+    char *ebnf = NULL;
+    if (ebnf_path && mr_bench_read_text("bench grammar", ebnf_path, 1 << 20, &ebnf)) return 1;
     json_error_t je;
     json_t *schema = schema_path ? json_load_file(schema_path, 0, &je) : json_loads(DEFAULT_SCHEMA, 0, &je);
     if (!schema) {
+        free(ebnf);
         fprintf(stderr, "moerun bench grammar: %s: %s (line %d)\n", schema_path ? schema_path : "schema", je.text, je.line);
         return 1;
     }
@@ -105,9 +116,9 @@ int mr_bench_grammar(int argc, char **argv) {
     size_t *lens = NULL;
     int rc = 1;
     double t0 = now_s();
-    mr_status st = mr_grammar_json_schema(schema, &g);
+    mr_status st = ebnf ? mr_grammar_ebnf(ebnf, &g) : regex ? mr_grammar_regex(regex, &g) : mr_grammar_json_schema(schema, &g);
     if (st) {
-        fprintf(stderr, "moerun bench grammar: the schema: %s\n", mr_error_last());
+        fprintf(stderr, "moerun bench grammar: the grammar: %s\n", mr_error_last());
         goto out;
     }
     const double t_compile = now_s() - t0;
@@ -173,7 +184,7 @@ int mr_bench_grammar(int argc, char **argv) {
         const double p50 = sorted[steps / 2], p99 = sorted[steps * 99 / 100], mx = sorted[steps - 1];
         const double argmax_ms = argmax_s * 1e3 / (double)steps;
         printf("grammar: %s\n", mr_grammar_describe(g));
-        printf("vocabulary: %d ids (%s), index built in %.1f ms; schema compiled in %.3f ms\n", (int)V,
+        printf("vocabulary: %d ids (%s), index built in %.1f ms; grammar compiled in %.3f ms\n", (int)V,
                model ? model : "synthetic", t_index * 1e3, t_compile * 1e3);
         printf("mask per token over %ld steps (%ld outputs completed): mean %.3f ms, p50 %.3f, p99 %.3f, max %.3f; "
                "%.0f ids allowed on average\n", steps, done, mean, p50, p99, mx, allowed_sum / (double)steps);
@@ -192,6 +203,7 @@ int mr_bench_grammar(int argc, char **argv) {
     }
     free(sorted), free(allow), free(ids), free(logits), free(ms);
 out:
+    free(ebnf);
     for (long i = 0; words && i < synth; i++) free(words[i]);
     free(words);
     free(lens);

@@ -66,3 +66,24 @@ int mr_bench_json_write(json_t *root, const char *path) {
     }
     return 0;
 }
+
+int mr_bench_read_text(const char *cmd, const char *path, size_t max, char **out) {
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "moerun %s: cannot open %s\n", cmd, path);
+        return 1;
+    }
+    char *p = malloc(max + 2);
+    const size_t n = p ? fread(p, 1, max + 1, f) : 0;
+    const bool bad = !p || ferror(f) || n > max;
+    fclose(f);
+    if (bad) {
+        fprintf(stderr, "moerun %s: %s: %s\n", cmd, path, !p ? "out of memory" : n > max ? "too large" : "cannot read");
+        free(p);
+        return 1;
+    }
+    p[n] = 0;
+    *out = p;
+    return 0;
+}

@@ -73,6 +73,8 @@ size_t mr_bench_anon_huge(void);
 /* Whether path's temporary file can be created (and removes it): 0 if so.
  * Run before the timing, so that a bad --json fails in a second, not after minutes. */
 int mr_bench_json_check(const char *path);
+/* A whole text file (at most max bytes), NUL-terminated, in *out (free()); 0, or 1 with the reason printed. */
+int mr_bench_read_text(const char *cmd, const char *path, size_t max, char **out);
 /* root into path through path.tmp and a rename: 0 on success; on failure
  * nothing is left at path or path.tmp. Does not take root. */
 int mr_bench_json_write(json_t *root, const char *path);

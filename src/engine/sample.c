@@ -151,7 +151,10 @@ mr_status mr__engine_pick(mr_engine *e, mr__req *r, const float *logits, int32_t
         if (r->con.mask) { /* computed for the step over the threads (mr_engine_complete) */
             MR_ASSERT(r->con_row >= 0);
             al = e->con_bits + (size_t)r->con_row * (size_t)((V + 31) / 32);
-            if (e->con_cnt[r->con_row] <= 0)
+            if (e->con_cnt[r->con_row] < 0)
+                return mr_error_set(MR_EINVAL, "structured output: the grammar's parse went past the matcher's limits "
+                                    "here (too ambiguous, or too costly to follow)");
+            if (e->con_cnt[r->con_row] == 0)
                 return mr_error_set(MR_EINVAL, "structured output: no token can continue the output");
         }
         const float *l = adjust(e, r, logits, al);

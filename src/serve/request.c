@@ -565,6 +565,10 @@ static int so_regex(sv_request *r, const json_t *v, const char *field, sv_error 
     if (!json_is_string(v)) return sv_fail(e, 400, field, "%s must be a string (a regular expression), got %s", field, type_name(v));
     return so_set(r, SV_SO_REGEX, field, v, NULL, e);
 }
+static int so_ebnf(sv_request *r, const json_t *v, const char *field, sv_error *e) {
+    if (!json_is_string(v)) return sv_fail(e, 400, field, "%s must be a string (an EBNF grammar), got %s", field, type_name(v));
+    return so_set(r, SV_SO_EBNF, field, v, NULL, e);
+}
 /* OpenAI's: {"type": "text" | "json_object" | "json_schema", "json_schema": {"name", "schema", "strict"}} */
 static int f_response_format(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
     (void)lim;
@@ -585,8 +589,8 @@ static int f_response_format(sv_request *r, const json_t *v, const sv_limits *li
     return sv_fail(e, 400, "response_format.type",
                    "response_format.type is \"%.40s\"; it must be \"text\", \"json_object\" or \"json_schema\"", ts);
 }
-/* vLLM's guided_json, guided_choice, guided_regex and structured_outputs {"json" | "choice" | "json_object" |
- * "regex"}; sglang's regex */
+/* vLLM's guided_json, guided_choice, guided_regex, guided_grammar and structured_outputs {"json" | "choice" |
+ * "json_object" | "regex" | "grammar"}; sglang's regex and ebnf */
 static int f_guided_json(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
     (void)lim;
     return so_schema(r, v, "guided_json", e);
@@ -603,6 +607,14 @@ static int f_regex(sv_request *r, const json_t *v, const sv_limits *lim, sv_erro
     (void)lim;
     return so_regex(r, v, "regex", e);
 }
+static int f_guided_grammar(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)lim;
+    return so_ebnf(r, v, "guided_grammar", e);
+}
+static int f_ebnf(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)lim;
+    return so_ebnf(r, v, "ebnf", e);
+}
 static int f_structured_outputs(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
     (void)lim;
     if (!json_is_object(v))
@@ -616,9 +628,10 @@ static int f_structured_outputs(sv_request *r, const json_t *v, const sv_limits 
         else if (!strcmp(k, "choice")) rc = so_choice(r, x, "structured_outputs.choice", e);
         else if (!strcmp(k, "json_object")) rc = json_is_true(x) ? so_set(r, SV_SO_JSON, "structured_outputs.json_object", NULL, NULL, e) : 0;
         else if (!strcmp(k, "regex")) rc = so_regex(r, x, "structured_outputs.regex", e);
-        else if (!strcmp(k, "grammar") || !strcmp(k, "structural_tag"))
+        else if (!strcmp(k, "grammar")) rc = so_ebnf(r, x, "structured_outputs.grammar", e);
+        else if (!strcmp(k, "structural_tag"))
             rc = sv_fail(e, 400, "structured_outputs", "structured_outputs.%s is not supported (json, json_object, "
-                         "choice and regex are)", k);
+                         "choice, regex and grammar are)", k);
         else if (!strcmp(k, "disable_any_whitespace")) {
             if (!json_is_boolean(x))
                 return sv_fail(e, 400, "structured_outputs.disable_any_whitespace", "must be a boolean");
@@ -707,6 +720,8 @@ static int compile_grammar(sv_request *r, sv_error *e) {
         mr_free(c);
     } else if (r->so == SV_SO_REGEX) {
         st = mr_grammar_regex(json_string_value(r->so_schema), &r->grammar);
+    } else if (r->so == SV_SO_EBNF) {
+        st = mr_grammar_ebnf(json_string_value(r->so_schema), &r->grammar);
     }
     if (st == MR_ENOMEM) return sv_fail(e, 500, NULL, "out of memory");
     if (st) return sv_fail(e, 400, field, "%s: %s", field, mr_error_last());
@@ -983,6 +998,8 @@ static const field fields[] = {
     {"guided_choice", K_BOTH, f_guided_choice},
     {"guided_regex", K_BOTH, f_guided_regex},
     {"regex", K_BOTH, f_regex},
+    {"guided_grammar", K_BOTH, f_guided_grammar},
+    {"ebnf", K_BOTH, f_ebnf},
     {"structured_outputs", K_BOTH, f_structured_outputs},
     {"tools", K_CHAT, f_tools},
     {"tool_choice", K_CHAT, f_tool_choice},

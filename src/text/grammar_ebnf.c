@@ -88,6 +88,8 @@ typedef struct {
     mr__cfg *c;
     char *names; /* NUL-separated */
     int32_t n_names, cap_names;
+    int32_t *nhash; /* named rules by name: open addressing, -1 empty */
+    int32_t nhash_cap, n_named;
     int32_t *first_use; /* [n_rules] text offset of the first reference, -1 if none */
     uint8_t *defined;   /* [n_rules] */
     int32_t cap_meta;
@@ -149,18 +151,42 @@ static bool is_name_char(char ch, bool first) {
            (!first && ((ch >= '0' && ch <= '9') || ch == '-' || ch == '.'));
 }
 
+static uint32_t name_hash(const char *s, size_t n) {
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 16777619u;
+    return h;
+}
+
 /* The rule of a name, made (undefined) on first sight. */
 static int32_t rule_of(parser *p, const char *nm, size_t len) {
-    for (int32_t r = 0; r < p->c->n_rules; r++) {
-        const crule *x = &p->c->rules[r];
-        if (x->name >= 0 && strlen(p->names + x->name) == len && !memcmp(p->names + x->name, nm, len)) return r;
+    if ((p->n_named + 1) * 2 > p->nhash_cap) { /* grown and rebuilt */
+        const int32_t cap = p->nhash_cap ? p->nhash_cap * 2 : 256;
+        int32_t *h = mr_malloc((size_t)cap * sizeof(int32_t));
+        if (!h) return oom(p), -1;
+        memset(h, 0xFF, (size_t)cap * sizeof(int32_t));
+        for (int32_t i = 0; i < p->nhash_cap; i++) {
+            if (p->nhash[i] < 0) continue;
+            const char *x = p->names + p->c->rules[p->nhash[i]].name;
+            uint32_t k = name_hash(x, strlen(x)) & (uint32_t)(cap - 1);
+            while (h[k] >= 0) k = (k + 1) & (uint32_t)(cap - 1);
+            h[k] = p->nhash[i];
+        }
+        mr_free(p->nhash);
+        p->nhash = h, p->nhash_cap = cap;
+    }
+    uint32_t k = name_hash(nm, len) & (uint32_t)(p->nhash_cap - 1);
+    for (; p->nhash[k] >= 0; k = (k + 1) & (uint32_t)(p->nhash_cap - 1)) {
+        const char *x = p->names + p->c->rules[p->nhash[k]].name;
+        if (strlen(x) == len && !memcmp(x, nm, len)) return p->nhash[k];
     }
     if (!grow((void **)&p->names, &p->cap_names, p->n_names + (int32_t)len + 1, 1)) return oom(p), -1;
     const int32_t off = p->n_names;
     memcpy(p->names + off, nm, len);
     p->names[off + (int32_t)len] = 0;
     p->n_names += (int32_t)len + 1;
-    return new_rule(p, off);
+    const int32_t r = new_rule(p, off);
+    if (r >= 0) p->nhash[k] = r, p->n_named++;
+    return r;
 }
 
 static void skip_ws(parser *p) {
@@ -766,6 +792,7 @@ mr_status mr__cfg_compile(const char *text, mr__cfg **out) {
     if (parse_rules(&p)) check(&p);
     mr_status st = p.st;
     mr_free(p.names);
+    mr_free(p.nhash);
     mr_free(p.first_use);
     mr_free(p.defined);
     if (st) {
@@ -791,6 +818,7 @@ int32_t mr__cfg_elements(const mr__cfg *c) { return c->n_el; }
 #define RUN_MAX_NODES (1 << 20)
 #define RUN_MAX_SETS (1 << 13)
 #define RUN_MAX_STACKS 4096 /* in one set */
+#define RUN_MAX_SEEN (1u << 20) /* items one step's closure visits */
 #define RUN_TIDY_NODES (1 << 18)
 #define RUN_TIDY_SETS (1 << 12)
 
@@ -815,6 +843,7 @@ struct mr__cfgrun {
     int32_t n_work, cap_work;
     uint64_t *seen; /* (pos, parent) keys of this step, with their generation */
     uint32_t *seen_gen, seen_cap, seen_n, gen;
+    int64_t budget; /* closure items left before the caller's next mr__cfg_budget */
     bool full;
 };
 
@@ -909,8 +938,9 @@ static int32_t set_of(mr__cfgrun *r, const int32_t *v, int32_t n) {
     return id;
 }
 
-/* This step has met (pos, parent) already. */
+/* This step has met (pos, parent) already; -1 past the budget or the limit, or out of memory. */
 static int seen(mr__cfgrun *r, int32_t pos, int32_t parent) {
+    if (--r->budget < 0 || r->seen_n >= RUN_MAX_SEEN) return -1;
     if ((r->seen_n + 1) * 2 > r->seen_cap) {
         const uint32_t cap = r->seen_cap * 2;
         uint64_t *k2 = mr_malloc((size_t)cap * sizeof(uint64_t));
@@ -1054,6 +1084,7 @@ mr_status mr__cfgrun_new(const mr__cfg *c, mr__cfgrun **out, int32_t *start) {
     mr__cfgrun *r = mr_calloc(1, sizeof *r);
     if (!r) return MR_ENOMEM;
     r->c = c;
+    r->budget = MR__CFG_BUDGET;
     if (!run_init(r) || (*start = start_set(r)) < 0) {
         mr__cfgrun_free(r);
         return mr_error_set(MR_ENOMEM, "grammar: out of memory, or the grammar starts with more than %d parse stacks",
@@ -1087,10 +1118,14 @@ bool mr__cfg_accepts(const mr__cfgrun *r, int32_t set) { return set > 0 && r->po
 
 bool mr__cfg_full(const mr__cfgrun *r) { return r->full; }
 
+void mr__cfg_budget(mr__cfgrun *r, int64_t items) {
+    r->budget = items;
+    r->full = false;
+}
+
 /* The stacks of set, re-interned in fresh tables when these have grown past their tidy size; the set's new id
  * (the same when nothing was done), -1 when out of memory. Every other set id is void afterwards. */
 int32_t mr__cfg_tidy(mr__cfgrun *r, int32_t set) {
-    r->full = false;
     if (set <= 0 || (r->n_nodes < RUN_TIDY_NODES && r->n_sets < RUN_TIDY_SETS)) return set;
     /* each stack as its positions, bottom last: [len, pos_top, ..., pos_bottom] */
     int32_t *save = NULL, n_save = 0, cap = 0;

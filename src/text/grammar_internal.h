@@ -88,6 +88,10 @@ void mr__cfgrun_free(mr__cfgrun *r);
 int32_t mr__cfg_step(mr__cfgrun *r, int32_t set, uint8_t byte);
 bool mr__cfg_accepts(const mr__cfgrun *r, int32_t set);
 bool mr__cfg_full(const mr__cfgrun *r);
+/* Steps may visit this many closure items until the next call (then a step gives -1 and mr__cfg_full): what
+ * bounds one token mask or one accepted token of a hostile grammar; also clears the full flag. */
+#define MR__CFG_BUDGET ((int64_t)1 << 22)
+void mr__cfg_budget(mr__cfgrun *r, int64_t items);
 int32_t mr__cfg_tidy(mr__cfgrun *r, int32_t set);
 
 typedef struct {

@@ -862,6 +862,7 @@ static void cfg_tidy(mr_matcher *m) {
 
 bool mr_matcher_feed(mr_matcher *m, const char *bytes, size_t n) {
     if (m->ended) return n == 0;
+    if (m->cfg) mr__cfg_budget(m->cfg, MR__CFG_BUDGET);
     size_t mark = m->njr;
     for (size_t i = 0; i < n; i++)
         if (!feed(m, (uint8_t)bytes[i])) {
@@ -994,6 +995,7 @@ int64_t mr_matcher_mask(mr_matcher *m, uint32_t *allow) {
         return m->rc_count[hit];
     }
     memset(allow, 0, words * sizeof(uint32_t));
+    if (m->cfg) mr__cfg_budget(m->cfg, MR__CFG_BUDGET);
     if (!m->ended) {
         const mstack *k0 = &m->stk[0]; /* compacted: one stack, or the fast paths are off */
         const frame *f = &k0->st[k0->depth - 1];
@@ -1029,6 +1031,10 @@ int64_t mr_matcher_mask(mr_matcher *m, uint32_t *allow) {
             undo(m, mark);
             m->oom = false;
         }
+    }
+    if (m->cfg && mr__cfg_full(m->cfg)) { /* the walk was cut short: no mask, and the output cannot go on */
+        memset(allow, 0, words * sizeof(uint32_t));
+        return -1;
     }
     const bool end_ok = m->ended || mr_matcher_complete(m);
     for (int i = 0; i < m->n_end; i++) { /* the end ids: only where the output may end */

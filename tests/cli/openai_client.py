@@ -516,6 +516,42 @@ if text_url:
     expect_exc(openai.BadRequestError, lambda: tc.completions.create(
         model=tmodel, prompt="x", max_tokens=4, extra_body={"guided_regex": "a(?=b)"}), param="guided_regex")
     print("regex outputs: ok")
+    # EBNF grammars (vLLM's structured_outputs.grammar / guided_grammar, sglang's ebnf): arithmetic, whose
+    # answers Python's own parser reads (ast: only numbers and + - * between them); bounded, so every answer ends
+    import ast
+    arith = ("root ::= term ([-+*] term){0,3}\n"
+             "term ::= [1-9] | \"(\" [1-9] ([-+*] [1-9]){1,2} \")\"  # one level of parentheses\n")
+
+    def arith_ok(txt):
+        try:
+            tree = ast.parse(txt, mode="eval")
+        except SyntaxError:
+            return False
+        return all(isinstance(n, (ast.Expression, ast.BinOp, ast.Constant, ast.Add, ast.Sub, ast.Mult))
+                   for n in ast.walk(tree)) and " " not in txt
+
+    for i, body in enumerate(({"structured_outputs": {"grammar": arith}}, {"guided_grammar": arith}, {"ebnf": arith})):
+        for stream in (False, True):
+            kw = dict(model=tmodel, prompt="sum", max_tokens=60, temperature=1.0, seed=40 + i, extra_body=body)
+            if stream:
+                parts = list(tc.completions.create(stream=True, **kw))
+                txt = "".join(c.choices[0].text for c in parts if c.choices)
+                fin = [c.choices[0].finish_reason for c in parts if c.choices and c.choices[0].finish_reason]
+                fin = fin[-1] if fin else None
+            else:
+                r = tc.completions.create(**kw)
+                txt, fin = r.choices[0].text, r.choices[0].finish_reason
+            check(fin == "stop" and arith_ok(txt), f"ebnf {list(body)[0]} stream={stream}: {txt!r} ({fin})")
+    r = tc.chat.completions.create(model=tmodel, messages=[{"role": "user", "content": "sum?"}], max_tokens=60,
+                                    temperature=1.0, seed=5, extra_body={"guided_grammar": arith,
+                                                                         "debug_forced_output": think.rstrip()})
+    check(r.choices[0].finish_reason == "stop" and arith_ok(r.choices[0].message.content),
+          f"chat ebnf: {r.choices[0].message.content!r} ({r.choices[0].finish_reason})")
+    check(extra(r.choices[0].message, "reasoning_content") == "Thinking.", "chat ebnf: the reasoning is free")
+    expect_exc(openai.BadRequestError, lambda: tc.completions.create(
+        model=tmodel, prompt="x", max_tokens=4, extra_body={"structured_outputs": {"grammar": "root ::= num\n"}}),
+        param="structured_outputs.grammar", text="line 1 column 10: rule \"num\" is not defined")
+    print("ebnf outputs: ok")
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
                  "type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}, "days": {"enum": [1, 2, 3]}},
                  "required": ["city", "days"]}}},

@@ -1,5 +1,6 @@
 /* fuzz_grammar.c — libFuzzer target for structured outputs: the input is
- * a JSON schema (or a JSON string: a regex), a NUL byte, then output bytes. The schema compiles or is
+ * a JSON schema (or a JSON string: a regex; or text that is not JSON: an
+ * EBNF grammar), a NUL byte, then output bytes. The grammar compiles or is
  * refused with MR_EINVAL (never a crash); a compiled grammar's matcher takes
  * the bytes one at a time. Checks: a refused byte leaves the matcher as it
  * was (the next byte behaves the same as from a fresh matcher fed the
@@ -32,10 +33,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const uint8_t *nul = memchr(data, 0, size);
     size_t ns = nul ? (size_t)(nul - data) : size;
     json_t *schema = json_loadb((const char *)data, ns, JSON_DECODE_ANY, NULL);
-    if (!schema) return 0;
     mr_grammar *g = NULL;
-    const bool regex = json_is_string(schema); /* a JSON string: a regex grammar */
-    mr_status st = regex ? mr_grammar_regex(json_string_value(schema), &g) : mr_grammar_json_schema(schema, &g);
+    const bool regex = !schema || json_is_string(schema); /* a JSON string: a regex grammar; not JSON: EBNF */
+    mr_status st;
+    if (!schema) {
+        char *text = malloc(ns + 1);
+        memcpy(text, data, ns);
+        text[ns] = 0;
+        st = mr_grammar_ebnf(text, &g);
+        free(text);
+    } else {
+        st = json_is_string(schema) ? mr_grammar_regex(json_string_value(schema), &g) : mr_grammar_json_schema(schema, &g);
+    }
     json_decref(schema);
     CHECK(st == MR_OK || st == MR_EINVAL);
     if (st) return 0;
