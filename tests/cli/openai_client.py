@@ -551,6 +551,19 @@ if text_url:
     expect_exc(openai.BadRequestError, lambda: tc.completions.create(
         model=tmodel, prompt="x", max_tokens=4, extra_body={"structured_outputs": {"grammar": "root ::= num\n"}}),
         param="structured_outputs.grammar", text="line 1 column 10: rule \"num\" is not defined")
+    # a parse whose stacks double with every "a" (each may be closed by "b" or by "c"), with "a" pushed by a
+    # logit bias: past the matcher's limits the choice ends with a 500 that says so, and the server goes on
+    import urllib.request as _ur
+    tq = _ur.Request(text_url + "/tokenize", data=_json2.dumps({"prompt": "a", "add_special_tokens": False}).encode(),
+                     headers={"Content-Type": "application/json"})
+    a_ids = _json2.loads(_ur.urlopen(tq, timeout=30).read())["tokens"]
+    check(len(a_ids) == 1, f"/tokenize of 'a': {a_ids}")
+    expect_exc(openai.InternalServerError, lambda: tc.completions.create(
+        model=tmodel, prompt="x", max_tokens=40, logit_bias={str(a_ids[0]): 100},
+        extra_body={"ebnf": 'root ::= s\ns ::= "a" s "b" | "a" s "c" | ""'}), text="too ambiguous")
+    r = tc.completions.create(model=tmodel, prompt="x", max_tokens=40, temperature=1.0, seed=2,
+                              extra_body={"ebnf": arith})
+    check(r.choices[0].finish_reason == "stop" and arith_ok(r.choices[0].text), f"ebnf after a 500: {r.choices[0].text!r}")
     print("ebnf outputs: ok")
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
                  "type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}, "days": {"enum": [1, 2, 3]}},
