@@ -254,8 +254,10 @@ static const bad_case bad[] = {
     {SV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_completion_tokens\":0}", 400,
      "max_completion_tokens", "must be in"},
     {SV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"echo\":true}", 400, "echo", "unknown field"},
-    {SV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"continue_final_message\":true}", 400,
-     "continue_final_message", "not supported"},
+    {SV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"continue_final_message\":true,"
+              "\"add_generation_prompt\":true}", 400, "continue_final_message", "both true"},
+    {SV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"continue_final_message\":1}", 400,
+     "continue_final_message", "boolean"},
 };
 
 static void test_parse_refusals(void **st) {

@@ -329,7 +329,7 @@ static enum MHD_Result do_tokenize(mr_server *s, struct MHD_Connection *c, sv_hr
         mr_status st = !sv_text_has_chat_template(s->text)
                            ? mr_error_set(MR_EUNSUPPORTED, "this model has no chat template")
                            : sv_text_render_chat(s->text, r.messages, r.tool_choice == SV_TOOLS_NONE ? NULL : r.tools,
-                                                 r.chat_template_kwargs, r.add_generation_prompt, &text);
+                                                 r.chat_template_kwargs, r.add_generation_prompt, r.continue_final, &text);
         if (!st) st = sv_text_encode(s->text, text, strlen(text), false, &ids, &n);
         sv_request_free(&r);
         if (st) {
@@ -434,7 +434,8 @@ static int gens_matchers(const mr_server *s, sv_job *j, sv_error *e) {
         if (c->eos_ids[i] >= 0) end[n_end++] = c->eos_ids[i];
     for (int i = 0; i < r->n_stop_ids && n_end < 32; i++) end[n_end++] = r->stop_ids[i];
     mr_matcher_opts o = {.end_ids = end, .n_end = n_end,
-                         .free_until = r->kind == SV_CHAT && sv_text_reasoning(s->text) ? "</think>" : NULL,
+                         .free_until = r->kind == SV_CHAT && sv_text_reasoning(s->text) && (!r->continue_final || r->think_open)
+                                           ? "</think>" : NULL,
                          .no_whitespace = r->so_compact};
     for (int i = 0; i < j->n_gen; i++)
         if (mr_matcher_new(r->grammar, sv_text_vocab_index(s->text), &o, &j->gens[i].matcher))
@@ -565,10 +566,12 @@ static int make_job(mr_server *s, sv_request *r, sv_job **out, sv_error *e) {
             }
             char *prompt = NULL;
             if (sv_text_render_chat(s->text, r->messages, r->tool_choice == SV_TOOLS_NONE ? NULL : r->tools,
-                                    r->chat_template_kwargs, r->add_generation_prompt, &prompt)) {
-                sv_fail(e, 400, "messages", "the chat template refused the messages: %s", mr_error_last());
+                                    r->chat_template_kwargs, r->add_generation_prompt, r->continue_final, &prompt)) {
+                sv_fail(e, 400, r->continue_final ? "continue_final_message" : "messages",
+                        "the chat template refused the messages: %s", mr_error_last());
                 goto out;
             }
+            r->think_open = sv_text_think_open(prompt);
             j->prompt_text[i] = prompt;
             if (sv_text_encode(s->text, prompt, strlen(prompt), false, &pid[i], &j->prompt_len[i])) {
                 sv_fail(e, 400, "messages", "cannot tokenize the rendered chat: %s", mr_error_last());

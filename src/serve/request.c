@@ -652,13 +652,12 @@ static int f_chat_template_kwargs(sv_request *r, const json_t *v, const sv_limit
 }
 static int f_add_generation_prompt(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
     (void)lim;
+    r->agp_given = true;
     return get_bool(v, "add_generation_prompt", &r->add_generation_prompt, e);
 }
 static int f_continue_final(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
-    (void)r, (void)lim;
-    bool b = false;
-    if (get_bool(v, "continue_final_message", &b, e)) return -1;
-    return b ? unsupported("continue_final_message", NULL, e) : 0;
+    (void)lim;
+    return get_bool(v, "continue_final_message", &r->continue_final, e);
 }
 static int f_forced(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
     if (json_is_string(v)) return dup_string(v, "debug_forced_output", &r->forced_text, e);
@@ -1084,6 +1083,15 @@ int sv_request_parse(sv_kind kind, const char *body, size_t len, const sv_limits
     if (!r->stream && so && !json_is_null(so)) {
         sv_fail(e, 400, "stream_options", "stream_options can only be given with stream: true");
         goto out;
+    }
+    if (r->continue_final) { /* vLLM's: the last message is continued, so no new assistant turn is opened */
+        if (r->agp_given && r->add_generation_prompt) {
+            sv_fail(e, 400, "continue_final_message", "continue_final_message and add_generation_prompt are both true: "
+                    "the first continues the last message, the second starts a new one; set add_generation_prompt "
+                    "to false");
+            goto out;
+        }
+        r->add_generation_prompt = false;
     }
     if (compile_grammar(r, e)) goto out;
     if ((int64_t)(r->n_prompts ? r->n_prompts : 1) * r->n > lim->max_choices) {

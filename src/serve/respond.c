@@ -115,7 +115,7 @@ mr_status sv_out_new(sv_job *j, const sv_text *t, const mr_model *m, const char 
         sv_stop_init(&c->stop, j->req.n_stop, j->req.stop);
         if (!o->ids_mode && sv_detok_new(t, skip, &c->dt)) goto oom;
         if (o->chat && sv_parse_new(t, j->req.tool_choice == SV_TOOLS_NONE ? NULL : j->req.tools,
-                                    j->req.separate_reasoning, &c->ps))
+                                    j->req.separate_reasoning, !j->req.continue_final || j->req.think_open, &c->ps))
             goto oom;
         if (o->chat && !(c->calls = json_array())) goto oom;
         c->echo_pending = echo_lp(o) && o->stream;

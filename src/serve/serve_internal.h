@@ -77,7 +77,10 @@ typedef struct {
     struct mr_grammar *grammar;   /* compiled at the end of parsing (structured outputs or tool_choice
                                      required / named), or NULL */
     json_t *chat_template_kwargs; /* chat: object or NULL */
-    bool add_generation_prompt;   /* chat [true] */
+    bool add_generation_prompt;   /* chat [true; false with continue_final_message] */
+    bool agp_given;               /* add_generation_prompt was in the request */
+    bool continue_final;          /* chat: continue_final_message (vLLM's): the last message left open */
+    bool think_open;              /* continue_final: the rendered prompt ends inside <think> (set at render) */
     int64_t max_tokens;           /* -1: the default (16 for completions, the rest of the context for chat) */
     bool has_temperature, has_top_p, has_top_k, has_min_p, has_seed, has_repetition_penalty;
     float temperature, top_p, min_p;
@@ -214,7 +217,9 @@ mr_status sv_text_piece(const sv_text *t, int32_t id, const char **bytes, size_t
 mr_status sv_text_decode(const sv_text *t, const int32_t *ids, int64_t n, bool skip_special, char **out);
 /* Renders the chat template over messages/tools into a malloc'd prompt. */
 mr_status sv_text_render_chat(const sv_text *t, const json_t *messages, const json_t *tools,
-                              const json_t *kwargs, bool add_generation_prompt, char **out);
+                              const json_t *kwargs, bool add_generation_prompt, bool continue_final, char **out);
+/* The text ends inside a reasoning block: its last "<think>" has no "</think>" after it. */
+bool sv_text_think_open(const char *text);
 
 /* The vocabulary by bytes for structured outputs (NULL without a tokenizer). */
 const struct mr_vocab_index *sv_text_vocab_index(const sv_text *t);
@@ -251,7 +256,9 @@ typedef struct {
 } sv_parse_out;
 /* tools: the request's tools (NULL: tool calls stay content); reasoning:
  * split reasoning_content out. Pointers in *o live until the next call. */
-mr_status sv_parse_new(const sv_text *t, const json_t *tools, bool reasoning, sv_parse **out);
+/* think_open: the output starts inside the reasoning (MiniMax-M2's generation prompt ends with "<think>\n";
+ * a continued final message may not). */
+mr_status sv_parse_new(const sv_text *t, const json_t *tools, bool reasoning, bool think_open, sv_parse **out);
 void sv_parse_free(sv_parse *p);
 mr_status sv_parse_push(sv_parse *p, const char *text, size_t n, sv_parse_out *o);
 mr_status sv_parse_finish(sv_parse *p, sv_parse_out *o);

@@ -148,12 +148,12 @@ mr_status sv_text_piece(const sv_text *t, int32_t id, const char **bytes, size_t
 }
 
 mr_status sv_text_render_chat(const sv_text *t, const json_t *messages, const json_t *tools, const json_t *kwargs,
-                              bool add_generation_prompt, char **out) {
+                              bool add_generation_prompt, bool continue_final, char **out) {
     *out = NULL;
     if (!t->chat)
         return mr_error_set(MR_EUNSUPPORTED, "this model has no chat template (tokenizer_config.json or chat_template.jinja)");
     mr_chat_request r = {.messages = messages, .tools = tools, .kwargs = kwargs,
-                         .add_generation_prompt = add_generation_prompt};
+                         .add_generation_prompt = add_generation_prompt, .continue_final_message = continue_final};
     size_t len;
     return mr_chat_apply(t->chat, &r, out, &len);
 }
@@ -202,15 +202,23 @@ mr_status sv_detok_flush(sv_detok *d, char **buf, size_t *len, size_t *cap) {
     return MR_OK;
 }
 
-mr_status sv_parse_new(const sv_text *t, const json_t *tools, bool reasoning, sv_parse **out) {
+bool sv_text_think_open(const char *text) {
+    const char *open = NULL, *close = NULL;
+    for (const char *p = text; (p = strstr(p, "<think>")); p++) open = p;
+    for (const char *p = text; (p = strstr(p, "</think>")); p++) close = p;
+    return open && (!close || close < open);
+}
+
+mr_status sv_parse_new(const sv_text *t, const json_t *tools, bool reasoning, bool think_open, sv_parse **out) {
     *out = NULL;
     sv_parse *p = mr_calloc(1, sizeof *p);
     if (!p) return MR_ENOMEM;
     mr_chat_parser_opts o;
     mr_chat_parser_opts_default(&o, t->chat ? t->format : MR_CHAT_FORMAT_PLAIN);
     /* append-think (vLLM's MiniMaxM2AppendThinkReasoningParser): the whole output is content, "<think>" first */
-    p->prefix = t->append_think;
+    p->prefix = t->append_think && think_open;
     o.reasoning = o.reasoning && reasoning && !t->append_think;
+    o.think_open = o.think_open && think_open;
     o.tool_calls = o.tool_calls && tools && json_array_size(tools) > 0;
     o.tools = tools;
     mr_status st = mr_chat_parser_new(&o, &p->p);

@@ -223,6 +223,47 @@ if text_url:
           "streamed usage differs from the non-streamed one")
     print("chat streaming + include_usage: ok")
 
+    # continue_final_message (vLLM's): the rendered prompt is the full conversation's render cut after the last
+    # message's text (no end of turn, no new assistant turn); the output continues that message: content when
+    # it is past its reasoning, reasoning when it stopped inside <think>
+    import json as _json2
+    import urllib.request as _ur2
+
+    def rendered(body):
+        q = _ur2.Request(text_url + "/tokenize", data=_json2.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        ids = _json2.loads(_ur2.urlopen(q, timeout=30).read())["tokens"]
+        q = _ur2.Request(text_url + "/detokenize", data=_json2.dumps({"tokens": ids}).encode(),
+                         headers={"Content-Type": "application/json"})
+        return _json2.loads(_ur2.urlopen(q, timeout=30).read())["prompt"]
+
+    conv = [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "The answer is"}]
+    open_p = rendered({"messages": conv, "continue_final_message": True})
+    full_p = rendered({"messages": conv, "add_generation_prompt": False})
+    check(open_p.endswith("The answer is") and full_p.startswith(open_p) and len(full_p) > len(open_p),
+          f"continue_final_message render {open_p[-40:]!r} / {full_p[-40:]!r}")
+    for stream in (False, True):
+        kw = dict(model=tmodel, messages=conv, max_tokens=16, extra_body={"continue_final_message": True,
+                                                                          "debug_forced_output": " 4." + EOS})
+        if stream:
+            ch = list(tc.chat.completions.create(stream=True, **kw))
+            got = ("".join(c.choices[0].delta.content or "" for c in ch if c.choices),
+                   "".join(extra(c.choices[0].delta, "reasoning_content") or "" for c in ch if c.choices))
+        else:
+            m = tc.chat.completions.create(**kw).choices[0].message
+            got = (m.content, extra(m, "reasoning_content") or "")
+        check(got == (" 4.", ""), f"continue_final_message (stream={stream}): {got!r}")
+    m = tc.chat.completions.create(model=tmodel, max_tokens=32, messages=[
+        {"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "<think>\nTwo"}],
+        extra_body={"continue_final_message": True, "add_generation_prompt": False,
+                    "debug_forced_output": " plus two.</think>\n\nIt is 4." + EOS}).choices[0].message
+    check(m.content == "It is 4." and extra(m, "reasoning_content") == "plus two.",
+          f"continue_final_message inside <think>: {m.content!r} / {extra(m, 'reasoning_content')!r}")
+    expect_exc(openai.BadRequestError, lambda: tc.chat.completions.create(
+        model=tmodel, messages=conv, max_tokens=4, extra_body={"continue_final_message": True,
+                                                              "add_generation_prompt": True}),
+        param="continue_final_message", text="both true")
+    print("continue_final_message: ok")
+
     tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
               "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
                              "required": ["city"]}}}]
