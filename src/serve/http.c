@@ -80,7 +80,7 @@ struct mr_server {
     atomic_ullong counter;
 };
 
-enum { R_NONE = 0, R_HEALTH, R_MODELS, R_MODEL, R_METRICS, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE };
+enum { R_NONE = 0, R_HEALTH, R_MODELS, R_MODEL, R_METRICS, R_COMPLETIONS, R_CHAT, R_RESPONSES, R_TOKENIZE, R_DETOKENIZE };
 
 /* One HTTP request. */
 typedef struct {
@@ -231,7 +231,7 @@ static int route_of(const char *url, const char *method, bool *post, bool *bad_m
     } t[] = {{"/health", R_HEALTH, false},           {"/v1/models", R_MODELS, false},
              {"/metrics", R_METRICS, false},         {"/v1/completions", R_COMPLETIONS, true},
              {"/v1/chat/completions", R_CHAT, true}, {"/tokenize", R_TOKENIZE, true},
-             {"/detokenize", R_DETOKENIZE, true}};
+             {"/detokenize", R_DETOKENIZE, true},    {"/v1/responses", R_RESPONSES, true}};
     bool is_post = !strcmp(method, "POST"), is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     *bad_method = false;
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
@@ -826,9 +826,22 @@ static enum MHD_Result do_generate(mr_server *s, struct MHD_Connection *c, sv_hr
     if (!serving(s)) return unavailable(s, c);
     sv_limits lim = {.max_completion_tokens = s->o.max_completion_tokens, .max_choices = s->o.max_choices,
                      .vocab = s->vocab, .allow_forced = s->o.debug_forced_output};
-    if (sv_request_parse(h->route == R_CHAT ? SV_CHAT : SV_COMPLETIONS, h->body.p ? h->body.p : "", h->body.len, &lim,
-                         &r, &e))
+    if (h->route == R_RESPONSES) { /* the Responses API: run as the chat request it translates to */
+        char *chat = NULL;
+        json_t *echo = NULL;
+        if (sv_responses_to_chat(h->body.p ? h->body.p : "", h->body.len, &chat, &echo, &e)) return send_error(s, c, &e);
+        const int bad = sv_request_parse(SV_CHAT, chat, strlen(chat), &lim, &r, &e);
+        free(chat);
+        if (bad) {
+            json_decref(echo);
+            sv_responses_param(&e);
+            return send_error(s, c, &e);
+        }
+        r.resp_echo = echo;
+    } else if (sv_request_parse(h->route == R_CHAT ? SV_CHAT : SV_COMPLETIONS, h->body.p ? h->body.p : "", h->body.len,
+                                &lim, &r, &e)) {
         return send_error(s, c, &e);
+    }
     if (r.model && strcmp(r.model, s->name)) {
         sv_fail(&e, 404, "model", "The model '%.200s' does not exist (this server serves '%s')", r.model, s->name);
         sv_request_free(&r);

@@ -90,6 +90,7 @@ void sv_request_free(sv_request *r) {
     json_decref(r->messages);
     json_decref(r->tools);
     json_decref(r->chat_template_kwargs);
+    json_decref(r->resp_echo);
     mr_free(r->tool_name);
     json_decref(r->so_schema);
     json_decref(r->so_choice);

@@ -11,6 +11,9 @@
  *   chat         {"id","object":"chat.completion.chunk","created","model",
  *                 "choices":[{"index","delta":{...},"logprobs","finish_reason"}]}
  *   usage        the same head with "choices":[] and "usage":{...}, before "data: [DONE]".
+ *   responses    (the Responses API) "event: TYPE" and "data: {...}" per event, built by responses.c:
+ *                response.created, output items opened, their deltas, closed, then response.completed
+ *                (or .incomplete, .failed); no [DONE].
  * A checkpoint without a tokenizer adds "token_ids" to each choice.
  *
  * The token that ended a choice by a stop id (an EOS, or stop_token_ids) is
@@ -51,6 +54,8 @@ typedef struct {
     sv_buf content, reasoning, ids;
     sv_buf lp_tokens, lp_values, lp_tops, lp_offsets; /* completions' logprobs arrays, or chat's content items */
     json_t *calls;
+    sv_resp_stream rs;    /* the Responses API's stream */
+    int64_t reasoning_tokens; /* the Responses API: tokens up to the last one that added reasoning */
 } sv_choice;
 
 struct sv_out {
@@ -58,6 +63,9 @@ struct sv_out {
     const sv_text *t;
     const mr_model *m;
     bool chat, ids_mode, stream;
+    bool resp;            /* the Responses API (chat underneath) */
+    const char *model;    /* the served name (the server's, outlives this) */
+    char rid[64];         /* its id's hex part */
     int n;
     sv_choice *c;
     sv_buf head;          /* {"id":..,"object":..,"created":..,"model":.., */
@@ -89,6 +97,7 @@ void sv_out_free(sv_out *o) {
         sv_buf_free(&c->lp_offsets);
         sv_buf_free(&c->json);
         json_decref(c->calls);
+        sv_resp_stream_free(&c->rs);
     }
     mr_free(o->c);
     sv_buf_free(&o->head);
@@ -103,6 +112,10 @@ mr_status sv_out_new(sv_job *j, const sv_text *t, const mr_model *m, const char 
     o->t = t;
     o->m = m;
     o->chat = j->req.kind == SV_CHAT;
+    o->resp = j->req.resp_echo != NULL;
+    o->model = model_name;
+    const char *dash = strchr(j->id, '-');
+    snprintf(o->rid, sizeof o->rid, "%s", dash ? dash + 1 : j->id);
     o->stream = j->req.stream;
     o->ids_mode = !sv_text_has_tokenizer(t);
     o->n = j->n_gen;
@@ -411,7 +424,9 @@ static int emit(sv_out *o, int i, const sv_parse_out *po, int32_t tok, const sv_
     sv_choice *c = &o->c[i];
     for (size_t k = 0; k < po->n_tools; k++) /* a new call: its first piece has the id */
         if (po->tools[k].id) c->n_calls++;
-    if (o->stream) {
+    if (po->n_reasoning) c->reasoning_tokens = c->counted;
+    if (o->resp && o->stream && sv_resp_piece(&c->rs, o->rid, po, sse)) return -1;
+    if (o->stream && !o->resp) {
         bool has = po->n_content || po->n_reasoning || po->n_tools || (tok >= 0 && (o->ids_mode || lp));
         return has ? event(o, sse, i, po, tok, lp, NULL, false) : 0;
     }
@@ -546,6 +561,32 @@ static int tool_calls_emit(sv_out *o, int i, sv_buf *sse) {
     return rc;
 }
 
+/* The Responses API: the whole Response around output (stolen): status, incomplete_details, usage. */
+static json_t *resp_whole(const sv_out *o, json_t *output) {
+    const sv_choice *c = &o->c[0];
+    const bool incomplete = c->reason && !strcmp(c->reason, "length");
+    json_t *r = sv_resp_object(o->j, o->model, incomplete ? "incomplete" : "completed");
+    json_t *u = sv_resp_usage(o->prompt_tokens, c->cached, c->counted, c->reasoning_tokens);
+    if (!r || !output || !u || json_object_set_new(r, "output", output) || json_object_set_new(r, "usage", u) ||
+        (incomplete && json_object_set_new(r, "incomplete_details", json_pack("{s:s}", "reason", "max_output_tokens")))) {
+        json_decref(r);
+        return NULL;
+    }
+    return r;
+}
+
+/* The Responses API stream's last event. */
+static int resp_final(sv_out *o, int i, sv_buf *sse) {
+    sv_choice *c = &o->c[i];
+    if (c->failed) {
+        json_t *r = sv_resp_object(o->j, o->model, "failed");
+        if (r) json_object_set_new(r, "error", json_pack("{s:s,s:s}", "code", "server_error", "message", c->err));
+        return sv_resp_end(&c->rs, r, "response.failed", sse);
+    }
+    const bool incomplete = c->reason && !strcmp(c->reason, "length");
+    return sv_resp_end(&c->rs, resp_whole(o, json_array()), incomplete ? "response.incomplete" : "response.completed", sse);
+}
+
 /* The choice's last event: what is held back, then the finish reason. */
 static int finalize(sv_out *o, int i, sv_fin fin, const char *err, sv_buf *sse) {
     sv_choice *c = &o->c[i];
@@ -564,6 +605,7 @@ static int finalize(sv_out *o, int i, sv_fin fin, const char *err, sv_buf *sse) 
     }
     if (o->chat && c->n_calls && !strcmp(c->reason, "stop")) c->reason = "tool_calls";
     if (!o->stream) return 0;
+    if (o->resp) return resp_final(o, i, sse);
     if (c->failed) {
         sv_error e;
         sv_fail(&e, c->unavailable ? 503 : 500, NULL, "%s", c->err);
@@ -580,7 +622,8 @@ int sv_out_advance(sv_out *o, sv_buf *sse) {
     if (o->finished) return 1;
     if (!o->started) {
         o->started = true;
-        if (o->stream && o->chat)
+        if (o->stream && o->resp && sv_resp_begin(&o->c[0].rs, sv_resp_object(j, o->model, "in_progress"), sse)) return -1;
+        if (o->stream && o->chat && !o->resp)
             for (int i = 0; i < o->n; i++)
                 if (event(o, sse, i, NULL, -1, NULL, NULL, true)) return -1;
         if (o->stream && j->req.echo)
@@ -629,7 +672,7 @@ int sv_out_advance(sv_out *o, sv_buf *sse) {
     }
     if (!all_done) return 0;
     o->finished = true;
-    if (o->stream) {
+    if (o->stream && !o->resp) {
         if (j->req.include_usage) {
             if (sv_buf_lit(sse, "data: ") || sv_buf_add(sse, o->head.p, o->head.len) ||
                 sv_buf_lit(sse, "\"choices\":[],\"usage\":") || usage_obj(o, sse) || sv_buf_lit(sse, "}\n\n"))
@@ -678,6 +721,15 @@ char *sv_out_body(sv_out *o, int *http) {
             *http = code;
             return sv_error_body(&e);
         }
+    if (o->resp) {
+        const sv_choice *c = &o->c[0];
+        json_t *r = resp_whole(o, sv_resp_items(o->rid, c->reasoning.p, c->reasoning.len, c->content.p, c->content.len,
+                                                c->calls, !strcmp(c->reason ? c->reason : "stop", "length")));
+        char *s = r ? json_dumps(r, JSON_COMPACT) : NULL;
+        json_decref(r);
+        *http = s ? 200 : 500;
+        return s;
+    }
     sv_buf b = {0};
     if (sv_buf_add(&b, o->head.p, o->head.len) || sv_buf_lit(&b, "\"choices\":[")) goto oom;
     for (int i = 0; i < o->n; i++) {

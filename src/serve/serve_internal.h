@@ -81,6 +81,7 @@ typedef struct {
     bool agp_given;               /* add_generation_prompt was in the request */
     bool continue_final;          /* chat: continue_final_message (vLLM's): the last message left open */
     bool think_open;              /* continue_final: the rendered prompt ends inside <think> (set at render) */
+    json_t *resp_echo;            /* a Responses API request (POST /v1/responses): the fields its Response echoes */
     int64_t max_tokens;           /* -1: the default (16 for completions, the rest of the context for chat) */
     bool has_temperature, has_top_p, has_top_k, has_min_p, has_seed, has_repetition_penalty;
     float temperature, top_p, min_p;
@@ -415,5 +416,34 @@ int sv_out_advance(sv_out *o, sv_buf *sse);
 char *sv_out_body(sv_out *o, int *http);
 /* Sets every unfinished gen's cancel flag (client gone). */
 void sv_job_cancel(sv_job *j);
+
+/* ---- the Responses API (responses.c) ---- */
+/* The Responses request as a chat completions request (JSON text, mr_free... free()) and the fields its
+ * Response echoes (*echo); 0, or -1 with *e filled. */
+int sv_responses_to_chat(const char *body, size_t len, char **chat_json, json_t **echo, sv_error *e);
+/* A chat field named in an error, renamed to the Responses request's. */
+void sv_responses_param(sv_error *e);
+enum { SV_RI_REASONING = 1, SV_RI_MESSAGE, SV_RI_CALL };
+typedef struct {
+    int kind;   /* the open output item (SV_RI_*), 0 none */
+    int index;  /* output items opened so far */
+    char item_id[112], call_id[48], name[128];
+    sv_buf text; /* the open item's text or arguments */
+    json_t *done; /* the items closed so far, in order */
+    int64_t seq;  /* the next sequence_number */
+} sv_resp_stream;
+/* A Response (status "in_progress", "completed", ...) with the request's echoed fields, no output yet. */
+json_t *sv_resp_object(const sv_job *j, const char *model, const char *status);
+json_t *sv_resp_usage(int64_t in, int64_t cached, int64_t out, int64_t reasoning);
+/* The output items of a whole answer: reasoning, message (also when empty and no calls), function calls. */
+json_t *sv_resp_items(const char *rid, const char *reasoning, size_t nr, const char *content, size_t nc, const json_t *calls,
+                      bool incomplete);
+/* Stream events: response.created + in_progress (response stolen); a parsed piece (items opened and closed
+ * as the kind changes); the last event (type response.completed / incomplete / failed; response stolen,
+ * its output set to the items streamed). */
+int sv_resp_begin(sv_resp_stream *rs, json_t *response, sv_buf *sse);
+int sv_resp_piece(sv_resp_stream *rs, const char *rid, const sv_parse_out *po, sv_buf *sse);
+int sv_resp_end(sv_resp_stream *rs, json_t *response, const char *type, sv_buf *sse);
+void sv_resp_stream_free(sv_resp_stream *rs);
 
 #endif

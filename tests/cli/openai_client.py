@@ -264,6 +264,7 @@ if text_url:
         param="continue_final_message", text="both true")
     print("continue_final_message: ok")
 
+
     tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
               "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
                              "required": ["city"]}}}]
@@ -290,6 +291,83 @@ if text_url:
             stream_args += d.function.arguments or ""
     check(_json.loads(stream_args) == {"city": "Paris", "days": 3}, f"streamed arguments {stream_args}")
     print("tool calls: ok")
+
+    # the Responses API (POST /v1/responses) through the client's responses.create / .stream / .parse; the
+    # same conversation through chat completions is the reference for what the model was given (usage)
+    r = tc.responses.create(model=tmodel, input="2+2?", instructions="Be brief.", max_output_tokens=64,
+                            extra_body={"debug_forced_output": say})
+    cr = tc.chat.completions.create(model=tmodel, max_tokens=64, extra_body={"debug_forced_output": say}, messages=[
+        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}])
+    check(r.object == "response" and r.status == "completed" and r.output_text == "The answer is 4.",
+          f"responses: {r.status} {r.output_text!r}")
+    check([o.type for o in r.output] == ["reasoning", "message"] and r.output[0].content[0].text == "Two plus two.",
+          f"responses output {[o.type for o in r.output]}")
+    check(r.usage.input_tokens == cr.usage.prompt_tokens and r.usage.output_tokens == cr.usage.completion_tokens and
+          0 < r.usage.output_tokens_details.reasoning_tokens < r.usage.output_tokens and r.instructions == "Be brief.",
+          f"responses usage {r.usage} vs chat {cr.usage}")
+    with tc.responses.stream(model=tmodel, input="2+2?", instructions="Be brief.", max_output_tokens=64,
+                             extra_body={"debug_forced_output": say}) as st:
+        kinds = [ev.type for ev in st]
+        fin = st.get_final_response()
+    check(fin.output_text == "The answer is 4." and fin.status == "completed" and fin.usage.output_tokens == r.usage.output_tokens,
+          f"responses stream: {fin.output_text!r} {fin.status}")
+    check(kinds[0] == "response.created" and kinds[-1] == "response.completed" and
+          "response.reasoning_text.delta" in kinds and kinds.count("response.output_item.done") == 2, f"events {kinds}")
+    r = tc.responses.create(model=tmodel, input="2+2?", max_output_tokens=3, extra_body={"debug_forced_output": say})
+    check(r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens" and r.usage.output_tokens == 3,
+          f"responses incomplete: {r.status} {r.incomplete_details}")
+    rtools = [{"type": "function", "name": "get_weather", "description": "Weather of a city", "parameters":
+               tools[0]["function"]["parameters"]}]
+    for stream in (False, True):
+        kw = dict(model=tmodel, input=[{"role": "user", "content": "Weather?"}], tools=rtools, max_output_tokens=200,
+                  extra_body={"debug_forced_output": call})
+        if stream:
+            with tc.responses.stream(**kw) as st:
+                for _ in st:
+                    pass
+                r = st.get_final_response()
+        else:
+            r = tc.responses.create(**kw)
+        fc = [o for o in r.output if o.type == "function_call"]
+        check(len(fc) == 1 and fc[0].name == "get_weather" and _json.loads(fc[0].arguments) == {"city": "Paris", "days": 3}
+              and fc[0].call_id, f"responses function_call (stream={stream}): {r.output}")
+    # the call and its output as input items render as the chat messages they stand for
+    nxt = [{"role": "user", "content": "Weather?"}, {"type": "function_call", "call_id": fc[0].call_id, "name": "get_weather",
+           "arguments": fc[0].arguments}, {"type": "function_call_output", "call_id": fc[0].call_id, "output": "Sunny"}]
+    r = tc.responses.create(model=tmodel, input=nxt, tools=rtools, max_output_tokens=64,
+                            extra_body={"debug_forced_output": say})
+    cr = tc.chat.completions.create(model=tmodel, tools=tools, max_tokens=64, extra_body={"debug_forced_output": say},
+                                    messages=[{"role": "user", "content": "Weather?"},
+                                              {"role": "assistant", "content": "", "tool_calls": [
+                                                  {"id": fc[0].call_id, "type": "function", "function": {
+                                                      "name": "get_weather", "arguments": fc[0].arguments}}]},
+                                              {"role": "tool", "tool_call_id": fc[0].call_id, "content": "Sunny"}])
+    check(r.usage.input_tokens == cr.usage.prompt_tokens and r.output_text == "The answer is 4.",
+          f"responses tool turn: {r.usage.input_tokens} vs {cr.usage.prompt_tokens}")
+    import typing as _typing
+    import pydantic as _pyd
+
+    class Pick(_pyd.BaseModel):
+        color: _typing.Literal["red", "green"]
+        n: int = _pyd.Field(ge=0, le=9)
+
+    parsed = 0
+    for seed in range(3):
+        r = tc.responses.parse(model=tmodel, input="pick", text_format=Pick, max_output_tokens=200, temperature=1.0,
+                               extra_body={"seed": seed, "debug_forced_output": "Thinking.</think>"})
+        if r.status == "completed":
+            check(isinstance(r.output_parsed, Pick), f"responses.parse: {r.output_text!r}")
+            parsed += 1
+    check(parsed >= 2, f"responses.parse: {parsed} of 3 ended")
+    expect_exc(openai.BadRequestError, lambda: tc.responses.create(model=tmodel, input="x", previous_response_id="resp_1"),
+               param="previous_response_id")
+    expect_exc(openai.BadRequestError, lambda: tc.responses.create(model=tmodel, input="x", tools=[{"type": "web_search"}]),
+               param="tools[0]")
+    expect_exc(openai.BadRequestError, lambda: tc.responses.create(model=tmodel, input="x", max_output_tokens=0),
+               param="max_output_tokens")
+    expect_exc(openai.BadRequestError, lambda: tc.responses.create(model=tmodel, input=[{"type": "input_image"}]),
+               param="input[0]")
+    print("responses: ok")
 
     r = tc.completions.create(model=tmodel, prompt="Go:", max_tokens=40, stop=["STOP"],
                               extra_body={"debug_forced_output": "alpha beta STOP gamma" + EOS})

@@ -1,6 +1,8 @@
 /* fuzz_serve_request.c — libFuzzer target for the server's request parser
- * (serve/request.c) and its stop-string scanner (serve/stop.c). The first
- * byte picks the endpoint; the rest is the HTTP body. Invariants: a parse
+ * (serve/request.c), the Responses API's translation to a chat request
+ * (serve/responses.c) and the stop-string scanner (serve/stop.c). The first
+ * byte picks the endpoint (bit 0 chat, bit 2 responses); the rest is the
+ * HTTP body. Invariants: a parse
  * either succeeds, with fields inside their documented ranges, or fails
  * with a 4xx/5xx status, a message, and an error body that is JSON of the
  * section-3 shape. On success the stop strings are run over the body's own
@@ -29,7 +31,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     sv_request r;
     sv_error e;
     memset(&e, 0, sizeof e);
+    char *chat = NULL;
+    json_t *echo = NULL;
+    if (data[0] & 4) { /* the Responses API: a clean refusal, or a chat request the parser reads */
+        if (sv_responses_to_chat(body, n, &chat, &echo, &e)) {
+            CHECK(e.http >= 400 && e.http < 600 && e.message[0] && !chat && !echo);
+            return 0;
+        }
+        CHECK(chat && json_is_object(echo));
+        k = SV_CHAT;
+        body = chat;
+        n = strlen(chat);
+    }
     if (sv_request_parse(k, body, n, &lim, &r, &e)) {
+        free(chat);
+        json_decref(echo);
         CHECK(e.http >= 400 && e.http < 600);
         CHECK(e.message[0]);
         char *b = sv_error_body(&e);
@@ -78,5 +94,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
     }
     sv_request_free(&r);
+    free(chat);
+    json_decref(echo);
     return 0;
 }
