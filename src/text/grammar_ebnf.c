@@ -816,7 +816,7 @@ int32_t mr__cfg_elements(const mr__cfg *c) { return c->n_el; }
 
 /* ---- the runtime ---- */
 #define RUN_MAX_NODES (1 << 20)
-#define RUN_MAX_SETS (1 << 13)
+#define RUN_MAX_SETS (1 << 13) /* at 1 KiB of cached steps each: 8 MiB at most, per generation */
 #define RUN_MAX_STACKS 4096 /* in one set */
 #define RUN_MAX_SEEN (1u << 20) /* items one step's closure visits */
 #define RUN_TIDY_NODES (1 << 18)
@@ -1137,6 +1137,11 @@ int32_t mr__cfg_tidy(mr__cfgrun *r, int32_t set) {
         save[n_save++] = len;
         for (int32_t id = r->pool[r->soff[set] + (uint32_t)i]; id != 0; id = r->npar[id]) save[n_save++] = r->npos[id];
     }
+    /* the tables go back to their first size: a long generation keeps what its current state needs */
+    mr_free(r->npos), mr_free(r->npar), mr_free(r->soff), mr_free(r->slen), mr_free(r->trans), mr_free(r->pool);
+    r->npos = r->npar = r->slen = r->trans = r->pool = NULL;
+    r->soff = NULL;
+    r->cap_nodes = r->cap_sets = r->cap_pool = 0;
     if (!run_init(r)) return mr_free(save), -1;
     new_step(r);
     bool ok = true;
