@@ -848,7 +848,10 @@ static enum MHD_Result do_generate(mr_server *s, struct MHD_Connection *c, sv_hr
         return send_error(s, c, &e);
     }
     sv_job *j;
-    if (make_job(s, &r, &j, &e)) return send_error(s, c, &e);
+    if (make_job(s, &r, &j, &e)) {
+        if (h->route == R_RESPONSES) sv_responses_param(&e);
+        return send_error(s, c, &e);
+    }
     j->t_arrive_ns = h->t_arrive_ns;
     if (!sv_engine_reserve(s->eng, j->n_gen)) {
         pthread_mutex_lock(&s->met.mu);

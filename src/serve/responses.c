@@ -336,8 +336,14 @@ int sv_responses_to_chat(const char *body, size_t len, char **chat_json, json_t 
     return rc;
 }
 
-/* A chat field named in an error, as the Responses request calls it. */
+/* A chat field named in an error, as the Responses request calls it (also in the message, for the one field
+ * whose name differs and that messages quote). */
 void sv_responses_param(sv_error *e) {
+    for (char *p; (p = strstr(e->message, "max_completion_tokens"));) {
+        char tail[sizeof e->message];
+        snprintf(tail, sizeof tail, "%s", p + strlen("max_completion_tokens"));
+        snprintf(p, sizeof e->message - (size_t)(p - e->message), "max_output_tokens%s", tail);
+    }
     static const struct {
         const char *chat, *resp;
     } MAP[] = {{"max_completion_tokens", "max_output_tokens"}, {"max_tokens", "max_output_tokens"},

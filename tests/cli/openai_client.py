@@ -359,12 +359,47 @@ if text_url:
             check(isinstance(r.output_parsed, Pick), f"responses.parse: {r.output_text!r}")
             parsed += 1
     check(parsed >= 2, f"responses.parse: {parsed} of 3 ended")
+    # clients that leave a Responses stream after its first event: their sequences end and free their KV
+    import http.client as _hc
+    import time as _time
+    from urllib.parse import urlparse as _up
+    u = _up(text_url)
+    import urllib.request as _ur
+
+    def metric(name, label="{"):
+        q = _ur.urlopen(text_url + "/metrics", timeout=30).read().decode()
+        vals = [float(ln.split()[-1]) for ln in q.splitlines() if ln.startswith(name + label)]
+        return vals[0] if vals else 0.0
+
+    gone0 = metric("moerun:client_disconnects_total")
+    for _ in range(4):
+        hc = _hc.HTTPConnection(u.hostname, u.port, timeout=30)
+        hc.request("POST", "/v1/responses", body=_json2.dumps({"input": "x", "stream": True, "max_output_tokens": 900,
+                                                                "ignore_eos": True}),
+                   headers={"Content-Type": "application/json"})
+        resp = hc.getresponse()
+        first = resp.read(1)
+        check(resp.status == 200 and first == b"e", f"responses stream: {resp.status} {first!r} {resp.read(300) if resp.status != 200 else b''}")
+        hc.sock.close()
+        hc.close()
+
+    for _ in range(400):
+        if metric("moerun:num_requests_running") == 0 and metric("moerun:kv_cache_used_blocks") == 0:
+            break
+        _time.sleep(0.05)
+    check(metric("moerun:num_requests_running") == 0 and metric("moerun:kv_cache_used_blocks") == 0,
+          "responses clients that left still hold sequences")
+    check(metric("moerun:client_disconnects_total") - gone0 >= 3, "responses clients that left were not counted as gone")
     expect_exc(openai.BadRequestError, lambda: tc.responses.create(model=tmodel, input="x", previous_response_id="resp_1"),
                param="previous_response_id")
     expect_exc(openai.BadRequestError, lambda: tc.responses.create(model=tmodel, input="x", tools=[{"type": "web_search"}]),
                param="tools[0]")
     expect_exc(openai.BadRequestError, lambda: tc.responses.create(model=tmodel, input="x", max_output_tokens=0),
                param="max_output_tokens")
+    expect_exc(openai.BadRequestError, lambda: tc.responses.create(model=tmodel, input="x", max_output_tokens=10 ** 6),
+               param="max_output_tokens", text="max_output_tokens is 1000000")
+    expect_exc(openai.BadRequestError, lambda: tc.responses.create(model=tmodel, input="x" * 200, max_output_tokens=1000),
+               param="max_output_tokens", text="maximum context length")
     expect_exc(openai.BadRequestError, lambda: tc.responses.create(model=tmodel, input=[{"type": "input_image"}]),
                param="input[0]")
     print("responses: ok")
