@@ -80,7 +80,10 @@ struct mr_server {
     atomic_ullong counter;
 };
 
-enum { R_NONE = 0, R_HEALTH, R_MODELS, R_MODEL, R_METRICS, R_COMPLETIONS, R_CHAT, R_RESPONSES, R_TOKENIZE, R_DETOKENIZE };
+enum {
+    R_NONE = 0, R_HEALTH, R_MODELS, R_MODEL, R_METRICS, R_COMPLETIONS, R_CHAT, R_RESPONSES, R_MESSAGES, R_TOKENIZE, R_DETOKENIZE,
+    R_COUNT_TOKENS
+};
 
 /* One HTTP request. */
 typedef struct {
@@ -164,6 +167,20 @@ static enum MHD_Result send_error(mr_server *s, struct MHD_Connection *c, const 
     return ok;
 }
 
+/* An error in the shape of the route's API: Anthropic's for /v1/messages, else OpenAI's. */
+static enum MHD_Result send_error_on(mr_server *s, struct MHD_Connection *c, int route, const sv_error *e) {
+    if (route != R_MESSAGES && route != R_COUNT_TOKENS) return send_error(s, c, e);
+    char *b = sv_anthropic_error_body(e);
+    if (e->http == 400 || e->http == 413 || e->http == 404) {
+        pthread_mutex_lock(&s->met.mu);
+        s->met.bad_requests++;
+        pthread_mutex_unlock(&s->met.mu);
+    }
+    enum MHD_Result ok = b ? send_json(c, e->http, b) : MHD_NO;
+    free(b);
+    return ok;
+}
+
 static enum MHD_Result fail(mr_server *s, struct MHD_Connection *c, int http, const char *param, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 5, 6)))
@@ -231,7 +248,8 @@ static int route_of(const char *url, const char *method, bool *post, bool *bad_m
     } t[] = {{"/health", R_HEALTH, false},           {"/v1/models", R_MODELS, false},
              {"/metrics", R_METRICS, false},         {"/v1/completions", R_COMPLETIONS, true},
              {"/v1/chat/completions", R_CHAT, true}, {"/tokenize", R_TOKENIZE, true},
-             {"/detokenize", R_DETOKENIZE, true},    {"/v1/responses", R_RESPONSES, true}};
+             {"/detokenize", R_DETOKENIZE, true},    {"/v1/responses", R_RESPONSES, true},
+             {"/v1/messages", R_MESSAGES, true},     {"/v1/messages/count_tokens", R_COUNT_TOKENS, true}};
     bool is_post = !strcmp(method, "POST"), is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     *bad_method = false;
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
@@ -820,37 +838,75 @@ static enum MHD_Result await_body(mr_server *s, struct MHD_Connection *c, sv_hre
     return ok;
 }
 
+/* Anthropic's /v1/messages/count_tokens: the prompt tokens the same request would have. */
+static enum MHD_Result do_count_tokens(mr_server *s, struct MHD_Connection *c, sv_hreq *h) {
+    sv_error e = {0};
+    if (!serving(s)) return unavailable(s, c);
+    char *chat = NULL, *text = NULL;
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    sv_request r;
+    sv_limits lim = {.max_completion_tokens = s->o.max_completion_tokens, .max_choices = s->o.max_choices, .vocab = s->vocab};
+    if (sv_anthropic_to_chat(h->body.p ? h->body.p : "", h->body.len, true, &chat, &e)) return send_error_on(s, c, h->route, &e);
+    const int bad = sv_request_parse(SV_CHAT, chat, strlen(chat), &lim, &r, &e);
+    free(chat);
+    if (bad) return send_error_on(s, c, h->route, &e);
+    mr_status st = !sv_text_has_chat_template(s->text)
+                       ? mr_error_set(MR_EUNSUPPORTED, "this model has no chat template")
+                       : sv_text_render_chat(s->text, r.messages, r.tool_choice == SV_TOOLS_NONE ? NULL : r.tools,
+                                             r.chat_template_kwargs, r.add_generation_prompt, false, &text);
+    if (!st) st = sv_text_encode(s->text, text, strlen(text), false, &ids, &n);
+    sv_request_free(&r);
+    free(text);
+    mr_free(ids);
+    if (st) {
+        sv_fail(&e, 400, "messages", "%s", mr_error_last());
+        return send_error_on(s, c, h->route, &e);
+    }
+    char body[64];
+    snprintf(body, sizeof body, "{\"input_tokens\":%lld}", (long long)n);
+    return send_json(c, 200, body);
+}
+
 static enum MHD_Result do_generate(mr_server *s, struct MHD_Connection *c, sv_hreq *h) {
     sv_error e = {0};
     sv_request r;
     if (!serving(s)) return unavailable(s, c);
     sv_limits lim = {.max_completion_tokens = s->o.max_completion_tokens, .max_choices = s->o.max_choices,
                      .vocab = s->vocab, .allow_forced = s->o.debug_forced_output};
-    if (h->route == R_RESPONSES) { /* the Responses API: run as the chat request it translates to */
+    if (h->route == R_MESSAGES) { /* Anthropic's Messages API: run as the chat request it translates to */
+        char *chat = NULL;
+        if (sv_anthropic_to_chat(h->body.p ? h->body.p : "", h->body.len, false, &chat, &e))
+            return send_error_on(s, c, h->route, &e);
+        const int bad = sv_request_parse(SV_CHAT, chat, strlen(chat), &lim, &r, &e);
+        free(chat);
+        if (bad) return send_error_on(s, c, h->route, &e);
+        r.anthropic = true;
+    } else if (h->route == R_RESPONSES) { /* the Responses API: run as the chat request it translates to */
         char *chat = NULL;
         json_t *echo = NULL;
-        if (sv_responses_to_chat(h->body.p ? h->body.p : "", h->body.len, &chat, &echo, &e)) return send_error(s, c, &e);
+        if (sv_responses_to_chat(h->body.p ? h->body.p : "", h->body.len, &chat, &echo, &e)) return send_error_on(s, c, h->route, &e);
         const int bad = sv_request_parse(SV_CHAT, chat, strlen(chat), &lim, &r, &e);
         free(chat);
         if (bad) {
             json_decref(echo);
             sv_responses_param(&e);
-            return send_error(s, c, &e);
+            return send_error_on(s, c, h->route, &e);
         }
         r.resp_echo = echo;
     } else if (sv_request_parse(h->route == R_CHAT ? SV_CHAT : SV_COMPLETIONS, h->body.p ? h->body.p : "", h->body.len,
                                 &lim, &r, &e)) {
-        return send_error(s, c, &e);
+        return send_error_on(s, c, h->route, &e);
     }
     if (r.model && strcmp(r.model, s->name)) {
         sv_fail(&e, 404, "model", "The model '%.200s' does not exist (this server serves '%s')", r.model, s->name);
         sv_request_free(&r);
-        return send_error(s, c, &e);
+        return send_error_on(s, c, h->route, &e);
     }
     sv_job *j;
     if (make_job(s, &r, &j, &e)) {
         if (h->route == R_RESPONSES) sv_responses_param(&e);
-        return send_error(s, c, &e);
+        return send_error_on(s, c, h->route, &e);
     }
     j->t_arrive_ns = h->t_arrive_ns;
     if (!sv_engine_reserve(s->eng, j->n_gen)) {
@@ -862,7 +918,7 @@ static enum MHD_Result do_generate(mr_server *s, struct MHD_Connection *c, sv_hr
                 "(--max-running-requests, --max-queued-requests); retry later",
                 (long long)sv_engine_inflight(s->eng), s->max_running, s->o.max_queued_requests);
         sv_job_release(j);
-        return send_error(s, c, &e);
+        return send_error_on(s, c, h->route, &e);
     }
     if (sv_out_new(j, s->text, s->m, s->name, &h->out)) {
         sv_engine_unreserve(s->eng, j->n_gen);
@@ -903,7 +959,8 @@ static enum MHD_Result do_generate(mr_server *s, struct MHD_Connection *c, sv_hr
 static bool authorized(mr_server *s, struct MHD_Connection *c) {
     if (!s->api_key) return true;
     const char *a = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    return a && !strncmp(a, "Bearer ", 7) && !strcmp(a + 7, s->api_key);
+    const char *x = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key"); /* Anthropic's clients */
+    return (a && !strncmp(a, "Bearer ", 7) && !strcmp(a + 7, s->api_key)) || (x && !strcmp(x, s->api_key));
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -970,8 +1027,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     if (!authorized(s, c) && h->route != R_HEALTH) {
         sv_error e;
-        sv_fail(&e, 401, NULL, "a valid \"Authorization: Bearer <key>\" header is required");
-        return send_error(s, c, &e);
+        sv_fail(&e, 401, NULL, "a valid \"Authorization: Bearer <key>\" (or \"x-api-key: <key>\") header is required");
+        return send_error_on(s, c, h->route, &e);
     }
     switch (h->route) {
     case R_HEALTH: return do_health(s, c);
@@ -979,6 +1036,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case R_METRICS: return do_metrics(s, c);
     case R_TOKENIZE: return do_tokenize(s, c, h, false);
     case R_DETOKENIZE: return do_tokenize(s, c, h, true);
+    case R_COUNT_TOKENS: return do_count_tokens(s, c, h);
     default: return do_generate(s, c, h);
     }
 }

@@ -105,7 +105,8 @@ void sv_request_free(sv_request *r) {
     memset(r, 0, sizeof *r);
 }
 
-static const char *type_name(const json_t *v) {
+const char *sv_json_type(const json_t *v) {
+    if (!v) return "nothing";
     switch (json_typeof(v)) {
     case JSON_OBJECT: return "an object";
     case JSON_ARRAY: return "an array";
@@ -127,7 +128,7 @@ static int get_int(const json_t *v, const char *name, int64_t lo, int64_t hi, in
         if (!(d == floor(d)) || !(fabs(d) < 9.0e18)) return sv_fail(e, 400, name, "%s must be an integer, got %g", name, d);
         x = (int64_t)d;
     } else {
-        return sv_fail(e, 400, name, "%s must be an integer, got %s", name, type_name(v));
+        return sv_fail(e, 400, name, "%s must be an integer, got %s", name, sv_json_type(v));
     }
     if (x < lo || x > hi)
         return sv_fail(e, 400, name, "%s is %lld; it must be in [%lld, %lld]", name, (long long)x, (long long)lo,
@@ -137,7 +138,7 @@ static int get_int(const json_t *v, const char *name, int64_t lo, int64_t hi, in
 }
 
 static int get_num(const json_t *v, const char *name, double lo, double hi, double *out, sv_error *e) {
-    if (!json_is_number(v)) return sv_fail(e, 400, name, "%s must be a number, got %s", name, type_name(v));
+    if (!json_is_number(v)) return sv_fail(e, 400, name, "%s must be a number, got %s", name, sv_json_type(v));
     double x = json_number_value(v);
     if (!(x >= lo && x <= hi)) return sv_fail(e, 400, name, "%s is %g; it must be in [%g, %g]", name, x, lo, hi);
     *out = x;
@@ -145,13 +146,13 @@ static int get_num(const json_t *v, const char *name, double lo, double hi, doub
 }
 
 static int get_bool(const json_t *v, const char *name, bool *out, sv_error *e) {
-    if (!json_is_boolean(v)) return sv_fail(e, 400, name, "%s must be a boolean, got %s", name, type_name(v));
+    if (!json_is_boolean(v)) return sv_fail(e, 400, name, "%s must be a boolean, got %s", name, sv_json_type(v));
     *out = json_is_true(v);
     return 0;
 }
 
 static int dup_string(const json_t *v, const char *name, char **out, sv_error *e) {
-    if (!json_is_string(v)) return sv_fail(e, 400, name, "%s must be a string, got %s", name, type_name(v));
+    if (!json_is_string(v)) return sv_fail(e, 400, name, "%s must be a string, got %s", name, sv_json_type(v));
     char *s = mr_malloc(json_string_length(v) + 1);
     if (!s) return sv_fail(e, 500, NULL, "out of memory");
     memcpy(s, json_string_value(v), json_string_length(v) + 1);
@@ -186,7 +187,7 @@ static int id_list(const json_t *v, const char *name, const sv_limits *lim, int3
         int64_t id;
         if (!json_is_integer(x)) {
             mr_free(p);
-            return sv_fail(e, 400, nm, "%s must be a token id (an integer), got %s", nm, type_name(x));
+            return sv_fail(e, 400, nm, "%s must be a token id (an integer), got %s", nm, sv_json_type(x));
         }
         id = (int64_t)json_integer_value(x);
         if (id < 0 || id >= lim->vocab) {
@@ -209,7 +210,7 @@ static int f_prompt(sv_request *r, const json_t *v, const sv_limits *lim, sv_err
     }
     if (!json_is_array(v))
         return sv_fail(e, 400, "prompt", "prompt must be a string, a list of strings, a list of token ids or a list of "
-                       "lists of token ids; got %s", type_name(v));
+                       "lists of token ids; got %s", sv_json_type(v));
     size_t k = json_array_size(v);
     if (k == 0) return sv_fail(e, 400, "prompt", "prompt is an empty list");
     const json_t *first = json_array_get(v, 0);
@@ -229,15 +230,15 @@ static int f_prompt(sv_request *r, const json_t *v, const sv_limits *lim, sv_err
         snprintf(nm, sizeof nm, "prompt[%zu]", i);
         if (json_is_string(first)) {
             if (!json_is_string(x))
-                return sv_fail(e, 400, nm, "%s must be a string like prompt[0], got %s", nm, type_name(x));
+                return sv_fail(e, 400, nm, "%s must be a string like prompt[0], got %s", nm, sv_json_type(x));
             if (dup_string(x, nm, &r->prompts[i].text, e)) return -1;
         } else if (json_is_array(first)) {
             if (!json_is_array(x))
-                return sv_fail(e, 400, nm, "%s must be a list of token ids like prompt[0], got %s", nm, type_name(x));
+                return sv_fail(e, 400, nm, "%s must be a list of token ids like prompt[0], got %s", nm, sv_json_type(x));
             if (id_list(x, nm, lim, &r->prompts[i].ids, &r->prompts[i].n_ids, e)) return -1;
         } else {
             return sv_fail(e, 400, "prompt[0]", "prompt[0] must be a string, a token id or a list of token ids, got %s",
-                           type_name(first));
+                           sv_json_type(first));
         }
     }
     return 0;
@@ -303,7 +304,7 @@ static int f_seed(sv_request *r, const json_t *v, const sv_limits *lim, sv_error
 }
 
 static int one_stop(sv_request *r, const json_t *x, const char *nm, sv_error *e) {
-    if (!json_is_string(x)) return sv_fail(e, 400, nm, "%s must be a string, got %s", nm, type_name(x));
+    if (!json_is_string(x)) return sv_fail(e, 400, nm, "%s must be a string, got %s", nm, sv_json_type(x));
     size_t n = json_string_length(x);
     if (n == 0) return sv_fail(e, 400, nm, "%s is an empty stop string", nm);
     if (n > SV_MAX_STOP_BYTES)
@@ -315,7 +316,7 @@ static int one_stop(sv_request *r, const json_t *x, const char *nm, sv_error *e)
 static int f_stop(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
     (void)lim;
     if (json_is_string(v)) return one_stop(r, v, "stop", e);
-    if (!json_is_array(v)) return sv_fail(e, 400, "stop", "stop must be a string or a list of strings, got %s", type_name(v));
+    if (!json_is_array(v)) return sv_fail(e, 400, "stop", "stop must be a string or a list of strings, got %s", sv_json_type(v));
     if (json_array_size(v) > SV_MAX_STOP)
         return sv_fail(e, 400, "stop", "stop holds %zu strings; at most %d are allowed", json_array_size(v), SV_MAX_STOP);
     for (size_t i = 0; i < json_array_size(v); i++) {
@@ -328,14 +329,14 @@ static int f_stop(sv_request *r, const json_t *v, const sv_limits *lim, sv_error
 /* A list of token ids named name, up to max entries, each in the vocabulary, into out[*n]. */
 static int get_token_ids(const json_t *v, const char *name, size_t max, const sv_limits *lim, int32_t *out, int64_t *n,
                          sv_error *e) {
-    if (!json_is_array(v)) return sv_fail(e, 400, name, "%s must be a list of token ids, got %s", name, type_name(v));
+    if (!json_is_array(v)) return sv_fail(e, 400, name, "%s must be a list of token ids, got %s", name, sv_json_type(v));
     if (json_array_size(v) > max)
         return sv_fail(e, 400, name, "%s holds %zu ids; at most %zu are allowed", name, json_array_size(v), max);
     for (size_t i = 0; i < json_array_size(v); i++) {
         char nm[48];
         snprintf(nm, sizeof nm, "%s[%zu]", name, i);
         const json_t *x = json_array_get(v, i);
-        if (!json_is_integer(x)) return sv_fail(e, 400, nm, "%s must be a token id (an integer), got %s", nm, type_name(x));
+        if (!json_is_integer(x)) return sv_fail(e, 400, nm, "%s must be a token id (an integer), got %s", nm, sv_json_type(x));
         int64_t id = (int64_t)json_integer_value(x);
         if (id < 0 || id >= lim->vocab)
             return sv_fail(e, 400, nm, "%s is token id %lld, outside the vocabulary [0, %lld)", nm, (long long)id,
@@ -373,7 +374,7 @@ static int f_stream(sv_request *r, const json_t *v, const sv_limits *lim, sv_err
 }
 static int f_stream_options(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
     (void)lim;
-    if (!json_is_object(v)) return sv_fail(e, 400, "stream_options", "stream_options must be an object, got %s", type_name(v));
+    if (!json_is_object(v)) return sv_fail(e, 400, "stream_options", "stream_options must be an object, got %s", sv_json_type(v));
     const char *k;
     json_t *x;
     json_object_foreach((json_t *)v, k, x) {
@@ -439,7 +440,7 @@ static int f_repetition_penalty(sv_request *r, const json_t *v, const sv_limits 
 /* {"token id": bias}: ids as decimal strings (OpenAI's shape), biases in
  * [-100, 100] (OpenAI's range; a value outside is a 400, not clamped) */
 static int f_logit_bias(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
-    if (!json_is_object(v)) return sv_fail(e, 400, "logit_bias", "logit_bias must be an object, got %s", type_name(v));
+    if (!json_is_object(v)) return sv_fail(e, 400, "logit_bias", "logit_bias must be an object, got %s", sv_json_type(v));
     size_t n = json_object_size(v);
     if (n > MR_ENGINE_MAX_LOGIT_BIAS)
         return sv_fail(e, 400, "logit_bias", "logit_bias holds %zu entries; at most %d are allowed", n,
@@ -471,12 +472,12 @@ static int f_logit_bias(sv_request *r, const json_t *v, const sv_limits *lim, sv
 }
 static int f_user(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
     (void)r, (void)lim;
-    if (!json_is_string(v)) return sv_fail(e, 400, "user", "user must be a string, got %s", type_name(v));
+    if (!json_is_string(v)) return sv_fail(e, 400, "user", "user must be a string, got %s", sv_json_type(v));
     return 0; /* an end-user id for abuse tracking: nothing to do with it */
 }
 static int f_suffix(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
     (void)r, (void)lim;
-    if (!json_is_string(v)) return sv_fail(e, 400, "suffix", "suffix must be a string, got %s", type_name(v));
+    if (!json_is_string(v)) return sv_fail(e, 400, "suffix", "suffix must be a string, got %s", sv_json_type(v));
     return json_string_length(v) ? unsupported("suffix", NULL, e) : 0;
 }
 static int f_skip_special(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
@@ -499,7 +500,7 @@ static int f_allowed_token_ids(sv_request *r, const json_t *v, const sv_limits *
 }
 static int f_bad_words(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
     (void)lim;
-    if (!json_is_array(v)) return sv_fail(e, 400, "bad_words", "bad_words must be a list of strings, got %s", type_name(v));
+    if (!json_is_array(v)) return sv_fail(e, 400, "bad_words", "bad_words must be a list of strings, got %s", sv_json_type(v));
     if (json_array_size(v) > SV_MAX_BAD_WORDS)
         return sv_fail(e, 400, "bad_words", "bad_words holds %zu strings; at most %d are allowed", json_array_size(v),
                        SV_MAX_BAD_WORDS);
@@ -543,7 +544,7 @@ static int so_set(sv_request *r, sv_so kind, const char *field, const json_t *sc
 /* A schema given as an object, or as a string holding one (vLLM's guided_json takes both). */
 static int so_schema(sv_request *r, const json_t *v, const char *field, sv_error *e) {
     if (json_is_object(v) || json_is_true(v)) return so_set(r, SV_SO_JSON, field, json_is_true(v) ? NULL : v, NULL, e);
-    if (!json_is_string(v)) return sv_fail(e, 400, field, "%s must be a JSON schema (an object), got %s", field, type_name(v));
+    if (!json_is_string(v)) return sv_fail(e, 400, field, "%s must be a JSON schema (an object), got %s", field, sv_json_type(v));
     json_error_t je;
     json_t *x = json_loads(json_string_value(v), 0, &je);
     if (!json_is_object(x)) {
@@ -563,17 +564,17 @@ static int so_choice(sv_request *r, const json_t *v, const char *field, sv_error
     return so_set(r, SV_SO_CHOICE, field, NULL, v, e);
 }
 static int so_regex(sv_request *r, const json_t *v, const char *field, sv_error *e) {
-    if (!json_is_string(v)) return sv_fail(e, 400, field, "%s must be a string (a regular expression), got %s", field, type_name(v));
+    if (!json_is_string(v)) return sv_fail(e, 400, field, "%s must be a string (a regular expression), got %s", field, sv_json_type(v));
     return so_set(r, SV_SO_REGEX, field, v, NULL, e);
 }
 static int so_ebnf(sv_request *r, const json_t *v, const char *field, sv_error *e) {
-    if (!json_is_string(v)) return sv_fail(e, 400, field, "%s must be a string (an EBNF grammar), got %s", field, type_name(v));
+    if (!json_is_string(v)) return sv_fail(e, 400, field, "%s must be a string (an EBNF grammar), got %s", field, sv_json_type(v));
     return so_set(r, SV_SO_EBNF, field, v, NULL, e);
 }
 /* OpenAI's: {"type": "text" | "json_object" | "json_schema", "json_schema": {"name", "schema", "strict"}} */
 static int f_response_format(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
     (void)lim;
-    if (!json_is_object(v)) return sv_fail(e, 400, "response_format", "response_format must be an object, got %s", type_name(v));
+    if (!json_is_object(v)) return sv_fail(e, 400, "response_format", "response_format must be an object, got %s", sv_json_type(v));
     const json_t *t = json_object_get(v, "type");
     if (!json_is_string(t)) return sv_fail(e, 400, "response_format.type", "response_format.type must be a string");
     const char *ts = json_string_value(t);
@@ -619,7 +620,7 @@ static int f_ebnf(sv_request *r, const json_t *v, const sv_limits *lim, sv_error
 static int f_structured_outputs(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
     (void)lim;
     if (!json_is_object(v))
-        return sv_fail(e, 400, "structured_outputs", "structured_outputs must be an object, got %s", type_name(v));
+        return sv_fail(e, 400, "structured_outputs", "structured_outputs must be an object, got %s", sv_json_type(v));
     const char *k;
     const json_t *x;
     json_object_foreach((json_t *)v, k, x) {
@@ -647,7 +648,7 @@ static int f_structured_outputs(sv_request *r, const json_t *v, const sv_limits 
 static int f_chat_template_kwargs(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
     (void)lim;
     if (!json_is_object(v))
-        return sv_fail(e, 400, "chat_template_kwargs", "chat_template_kwargs must be an object, got %s", type_name(v));
+        return sv_fail(e, 400, "chat_template_kwargs", "chat_template_kwargs must be an object, got %s", sv_json_type(v));
     r->chat_template_kwargs = json_incref((json_t *)v);
     return 0;
 }
@@ -693,7 +694,7 @@ static int f_tool_choice(sv_request *r, const json_t *v, const sv_limits *lim, s
         r->tool_choice = SV_TOOLS_NAMED;
         return dup_string(nm, "tool_choice.function.name", &r->tool_name, e);
     }
-    return sv_fail(e, 400, "tool_choice", "tool_choice must be a string or an object, got %s", type_name(v));
+    return sv_fail(e, 400, "tool_choice", "tool_choice must be a string or an object, got %s", sv_json_type(v));
 }
 
 /* The grammar of structured outputs or of tool_choice required / named (after every field is read). */
@@ -731,13 +732,13 @@ static int compile_grammar(sv_request *r, sv_error *e) {
 /* tools: [{"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}] */
 static int f_tools(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
     (void)lim;
-    if (!json_is_array(v)) return sv_fail(e, 400, "tools", "tools must be a list, got %s", type_name(v));
+    if (!json_is_array(v)) return sv_fail(e, 400, "tools", "tools must be a list, got %s", sv_json_type(v));
     if (json_array_size(v) > 256) return sv_fail(e, 400, "tools", "tools holds %zu tools; at most 256", json_array_size(v));
     for (size_t i = 0; i < json_array_size(v); i++) {
         const json_t *t = json_array_get(v, i);
         char nm[64];
         snprintf(nm, sizeof nm, "tools[%zu]", i);
-        if (!json_is_object(t)) return sv_fail(e, 400, nm, "%s must be an object, got %s", nm, type_name(t));
+        if (!json_is_object(t)) return sv_fail(e, 400, nm, "%s must be an object, got %s", nm, sv_json_type(t));
         const char *k;
         json_t *x;
         json_object_foreach((json_t *)t, k, x) {
@@ -783,7 +784,7 @@ static int content_text(const json_t *c, const char *nm, json_t **out, sv_error 
         return 0;
     }
     if (!json_is_array(c))
-        return sv_fail(e, 400, nm, "%s must be a string or a list of content parts, got %s", nm, type_name(c));
+        return sv_fail(e, 400, nm, "%s must be a string or a list of content parts, got %s", nm, sv_json_type(c));
     json_t *parts = json_array();
     if (!parts) return sv_fail(e, 500, NULL, "out of memory");
     for (size_t j = 0; j < json_array_size(c); j++) {
@@ -846,7 +847,7 @@ static int tool_call(const json_t *c, const char *nm, json_t **out, sv_error *e)
 /* messages: validated and normalized into a new array that the template reads. */
 static int f_messages(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
     (void)lim;
-    if (!json_is_array(v)) return sv_fail(e, 400, "messages", "messages must be a list, got %s", type_name(v));
+    if (!json_is_array(v)) return sv_fail(e, 400, "messages", "messages must be a list, got %s", sv_json_type(v));
     size_t k = json_array_size(v);
     if (k == 0) return sv_fail(e, 400, "messages", "messages is an empty list");
     json_t *out = json_array();
@@ -857,7 +858,7 @@ static int f_messages(sv_request *r, const json_t *v, const sv_limits *lim, sv_e
         snprintf(nm, sizeof nm, "messages[%zu]", i);
         json_t *o = NULL;
         if (!json_is_object(m)) {
-            sv_fail(e, 400, nm, "%s must be an object, got %s", nm, type_name(m));
+            sv_fail(e, 400, nm, "%s must be an object, got %s", nm, sv_json_type(m));
             goto bad;
         }
         const json_t *role = json_object_get(m, "role");
@@ -889,7 +890,7 @@ static int f_messages(sv_request *r, const json_t *v, const sv_limits *lim, sv_e
                        (assistant && (!strcmp(key, "reasoning_content") || !strcmp(key, "reasoning") ||
                                       !strcmp(key, "thinking")))) {
                 if (!json_is_string(x)) {
-                    sv_fail(e, 400, fn, "%s must be a string, got %s", fn, type_name(x));
+                    sv_fail(e, 400, fn, "%s must be a string, got %s", fn, sv_json_type(x));
                     goto bad;
                 }
                 /* an earlier answer's reasoning, under any of the names clients use */
@@ -1034,7 +1035,7 @@ int sv_request_parse(sv_kind kind, const char *body, size_t len, const sv_limits
     int rc = -1;
     unsigned k = kind == SV_CHAT ? K_CHAT : K_CMPL;
     if (!json_is_object(root)) {
-        sv_fail(e, 400, NULL, "the body must be a JSON object, got %s", type_name(root));
+        sv_fail(e, 400, NULL, "the body must be a JSON object, got %s", sv_json_type(root));
         goto out;
     }
     const char *key;

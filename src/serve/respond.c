@@ -14,6 +14,8 @@
  *   responses    (the Responses API) "event: TYPE" and "data: {...}" per event, built by responses.c:
  *                response.created, output items opened, their deltas, closed, then response.completed
  *                (or .incomplete, .failed); no [DONE].
+ *   anthropic    (the Messages API) "event: TYPE" and "data: {...}", built by anthropic.c:
+ *                message_start, content blocks started / filled / stopped, message_delta, message_stop.
  * A checkpoint without a tokenizer adds "token_ids" to each choice.
  *
  * The token that ended a choice by a stop id (an EOS, or stop_token_ids) is
@@ -54,7 +56,8 @@ typedef struct {
     sv_buf content, reasoning, ids;
     sv_buf lp_tokens, lp_values, lp_tops, lp_offsets; /* completions' logprobs arrays, or chat's content items */
     json_t *calls;
-    sv_resp_stream rs;    /* the Responses API's stream */
+    sv_resp_stream rs;    /* the Responses and Messages APIs' stream */
+    char *stop_hit;       /* the stop string that ended it (the Messages API's stop_sequence) */
     int64_t reasoning_tokens; /* the Responses API: tokens up to the last one that added reasoning */
 } sv_choice;
 
@@ -64,6 +67,7 @@ struct sv_out {
     const mr_model *m;
     bool chat, ids_mode, stream;
     bool resp;            /* the Responses API (chat underneath) */
+    bool anth;            /* Anthropic's Messages API (chat underneath) */
     const char *model;    /* the served name (the server's, outlives this) */
     char rid[64];         /* its id's hex part */
     int n;
@@ -98,6 +102,7 @@ void sv_out_free(sv_out *o) {
         sv_buf_free(&c->json);
         json_decref(c->calls);
         sv_resp_stream_free(&c->rs);
+        mr_free(c->stop_hit);
     }
     mr_free(o->c);
     sv_buf_free(&o->head);
@@ -113,6 +118,7 @@ mr_status sv_out_new(sv_job *j, const sv_text *t, const mr_model *m, const char 
     o->m = m;
     o->chat = j->req.kind == SV_CHAT;
     o->resp = j->req.resp_echo != NULL;
+    o->anth = j->req.anthropic;
     o->model = model_name;
     const char *dash = strchr(j->id, '-');
     snprintf(o->rid, sizeof o->rid, "%s", dash ? dash + 1 : j->id);
@@ -426,7 +432,8 @@ static int emit(sv_out *o, int i, const sv_parse_out *po, int32_t tok, const sv_
         if (po->tools[k].id) c->n_calls++;
     if (po->n_reasoning) c->reasoning_tokens = c->counted;
     if (o->resp && o->stream && sv_resp_piece(&c->rs, o->rid, po, sse)) return -1;
-    if (o->stream && !o->resp) {
+    if (o->anth && o->stream && sv_anthropic_piece(&c->rs, po, sse)) return -1;
+    if (o->stream && !o->resp && !o->anth) {
         bool has = po->n_content || po->n_reasoning || po->n_tools || (tok >= 0 && (o->ids_mode || lp));
         return has ? event(o, sse, i, po, tok, lp, NULL, false) : 0;
     }
@@ -499,6 +506,10 @@ static int release(sv_out *o, int i, bool final, int32_t tok, const sv_logprob *
         size_t cut, cut_end, s;
         if (sv_stop_scan(&c->stop, c->text.p, c->text.len, c->scanned, &cut, &cut_end, &s)) {
             safe = r->include_stop_str ? cut_end : cut;
+            if (!c->stop_hit && (c->stop_hit = mr_malloc(cut_end - cut + 1))) {
+                memcpy(c->stop_hit, c->text.p + cut, cut_end - cut);
+                c->stop_hit[cut_end - cut] = 0;
+            }
             if (safe < c->sent) safe = c->sent;
             c->done = true;
             c->reason = "stop";
@@ -575,6 +586,13 @@ static json_t *resp_whole(const sv_out *o, json_t *output) {
     return r;
 }
 
+/* The Messages API's stop_reason. */
+static const char *anth_stop_reason(const sv_choice *c) {
+    if (c->reason && !strcmp(c->reason, "length")) return "max_tokens";
+    if (c->stop_hit) return "stop_sequence";
+    return c->n_calls ? "tool_use" : "end_turn";
+}
+
 /* The Responses API stream's last event. */
 static int resp_final(sv_out *o, int i, sv_buf *sse) {
     sv_choice *c = &o->c[i];
@@ -606,6 +624,10 @@ static int finalize(sv_out *o, int i, sv_fin fin, const char *err, sv_buf *sse) 
     if (o->chat && c->n_calls && !strcmp(c->reason, "stop")) c->reason = "tool_calls";
     if (!o->stream) return 0;
     if (o->resp) return resp_final(o, i, sse);
+    if (o->anth)
+        return c->failed ? sv_anthropic_fail(c->err, sse)
+                         : sv_anthropic_end(&c->rs, anth_stop_reason(c), c->stop_hit,
+                                            sv_anthropic_usage(o->prompt_tokens, c->cached, c->counted), sse);
     if (c->failed) {
         sv_error e;
         sv_fail(&e, c->unavailable ? 503 : 500, NULL, "%s", c->err);
@@ -623,7 +645,11 @@ int sv_out_advance(sv_out *o, sv_buf *sse) {
     if (!o->started) {
         o->started = true;
         if (o->stream && o->resp && sv_resp_begin(&o->c[0].rs, sv_resp_object(j, o->model, "in_progress"), sse)) return -1;
-        if (o->stream && o->chat && !o->resp)
+        if (o->stream && o->anth &&
+            sv_anthropic_begin(sv_anthropic_message(j, o->model, NULL, 0, NULL, 0, NULL, NULL, NULL,
+                                                    sv_anthropic_usage(o->prompt_tokens, 0, 0)), sse))
+            return -1;
+        if (o->stream && o->chat && !o->resp && !o->anth)
             for (int i = 0; i < o->n; i++)
                 if (event(o, sse, i, NULL, -1, NULL, NULL, true)) return -1;
         if (o->stream && j->req.echo)
@@ -672,7 +698,7 @@ int sv_out_advance(sv_out *o, sv_buf *sse) {
     }
     if (!all_done) return 0;
     o->finished = true;
-    if (o->stream && !o->resp) {
+    if (o->stream && !o->resp && !o->anth) {
         if (j->req.include_usage) {
             if (sv_buf_lit(sse, "data: ") || sv_buf_add(sse, o->head.p, o->head.len) ||
                 sv_buf_lit(sse, "\"choices\":[],\"usage\":") || usage_obj(o, sse) || sv_buf_lit(sse, "}\n\n"))
@@ -719,8 +745,18 @@ char *sv_out_body(sv_out *o, int *http) {
             const int code = o->c[i].unavailable ? 503 : 500; /* 503: the server can run nothing any more */
             sv_fail(&e, code, NULL, "%s", o->c[i].err);
             *http = code;
-            return sv_error_body(&e);
+            return o->anth ? sv_anthropic_error_body(&e) : sv_error_body(&e);
         }
+    if (o->anth) {
+        const sv_choice *c = &o->c[0];
+        json_t *m = sv_anthropic_message(o->j, o->model, c->reasoning.p, c->reasoning.len, c->content.p ? c->content.p : "",
+                                         c->content.len, c->calls,
+                                         anth_stop_reason(c), c->stop_hit, sv_anthropic_usage(o->prompt_tokens, c->cached, c->counted));
+        char *s = m ? json_dumps(m, JSON_COMPACT) : NULL;
+        json_decref(m);
+        *http = s ? 200 : 500;
+        return s;
+    }
     if (o->resp) {
         const sv_choice *c = &o->c[0];
         json_t *r = resp_whole(o, sv_resp_items(o->rid, c->reasoning.p, c->reasoning.len, c->content.p, c->content.len,

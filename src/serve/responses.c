@@ -26,25 +26,11 @@
 
 #include "serve/serve_internal.h"
 
-static const char *jtype(const json_t *v) {
-    if (!v) return "nothing";
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "a list";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    default: return "null";
-    }
-}
-
 /* The text of a content value: a string, or a list of text parts (input_text, output_text, text; refusals
  * kept as text). NULL with *e filled otherwise. A new reference. */
 static json_t *content_text(const json_t *c, const char *where, sv_error *e) {
     if (json_is_string(c)) return json_incref((json_t *)c);
-    if (!json_is_array(c)) return sv_fail(e, 400, where, "%s must be a string or a list of parts, got %s", where, jtype(c)), NULL;
+    if (!json_is_array(c)) return sv_fail(e, 400, where, "%s must be a string or a list of parts, got %s", where, sv_json_type(c)), NULL;
     json_t *parts = json_array();
     if (!parts) return sv_fail(e, 500, NULL, "out of memory"), NULL;
     for (size_t k = 0; k < json_array_size(c); k++) {
@@ -85,7 +71,7 @@ static int input_items(const json_t *in, json_t *msgs, sv_error *e) {
     if (json_is_string(in))
         return json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "user", "content", in)) ? sv_fail(e, 500, NULL, "out of memory") : 0;
     if (!json_is_array(in) || !json_array_size(in))
-        return sv_fail(e, 400, "input", "input must be a string or a non-empty list of items, got %s", jtype(in));
+        return sv_fail(e, 400, "input", "input must be a string or a non-empty list of items, got %s", sv_json_type(in));
     json_t *reasoning = NULL; /* a reasoning item's text, for the assistant message that follows */
     int rc = 0;
     for (size_t i = 0; i < json_array_size(in) && !rc; i++) {
@@ -93,7 +79,7 @@ static int input_items(const json_t *in, json_t *msgs, sv_error *e) {
         char w[64];
         snprintf(w, sizeof w, "input[%zu]", i);
         if (!json_is_object(it)) {
-            rc = sv_fail(e, 400, w, "%s must be an object, got %s", w, jtype(it));
+            rc = sv_fail(e, 400, w, "%s must be an object, got %s", w, sv_json_type(it));
             break;
         }
         const char *type = json_string_value(json_object_get(it, "type"));
@@ -163,7 +149,7 @@ static int input_items(const json_t *in, json_t *msgs, sv_error *e) {
 }
 
 static int tools_of(const json_t *v, json_t *chat, sv_error *e) {
-    if (!json_is_array(v)) return sv_fail(e, 400, "tools", "tools must be a list, got %s", jtype(v));
+    if (!json_is_array(v)) return sv_fail(e, 400, "tools", "tools must be a list, got %s", sv_json_type(v));
     json_t *out = json_array();
     if (!out || json_object_set_new(chat, "tools", out)) return sv_fail(e, 500, NULL, "out of memory");
     for (size_t i = 0; i < json_array_size(v); i++) {
@@ -204,7 +190,7 @@ static int tool_choice_of(const json_t *v, json_t *chat, sv_error *e) {
 
 /* text: {"format": {"type": "text" | "json_object" | "json_schema", "name", "schema", "strict"}, "verbosity"} */
 static int text_of(const json_t *v, json_t *chat, sv_error *e) {
-    if (!json_is_object(v)) return sv_fail(e, 400, "text", "text must be an object, got %s", jtype(v));
+    if (!json_is_object(v)) return sv_fail(e, 400, "text", "text must be an object, got %s", sv_json_type(v));
     const char *k;
     json_t *x;
     json_object_foreach((json_t *)v, k, x) {
@@ -268,7 +254,7 @@ int sv_responses_to_chat(const char *body, size_t len, char **chat_json, json_t 
         } else if (!strcmp(k, "input")) {
             rc = 0; /* after the instructions, below */
         } else if (!strcmp(k, "instructions")) {
-            if (!json_is_string(x)) rc = sv_fail(e, 400, k, "instructions must be a string, got %s", jtype(x));
+            if (!json_is_string(x)) rc = sv_fail(e, 400, k, "instructions must be a string, got %s", sv_json_type(x));
         } else if (!strcmp(k, "max_output_tokens")) {
             if (json_object_set(chat, "max_completion_tokens", x)) rc = sv_fail(e, 500, NULL, "out of memory");
         } else if (!strcmp(k, "tools")) {

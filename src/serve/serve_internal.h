@@ -82,6 +82,7 @@ typedef struct {
     bool continue_final;          /* chat: continue_final_message (vLLM's): the last message left open */
     bool think_open;              /* continue_final: the rendered prompt ends inside <think> (set at render) */
     json_t *resp_echo;            /* a Responses API request (POST /v1/responses): the fields its Response echoes */
+    bool anthropic;               /* an Anthropic Messages API request (POST /v1/messages) */
     int64_t max_tokens;           /* -1: the default (16 for completions, the rest of the context for chat) */
     bool has_temperature, has_top_p, has_top_k, has_min_p, has_seed, has_repetition_penalty;
     float temperature, top_p, min_p;
@@ -417,6 +418,9 @@ char *sv_out_body(sv_out *o, int *http);
 /* Sets every unfinished gen's cancel flag (client gone). */
 void sv_job_cancel(sv_job *j);
 
+/* "an object", "a string", ... for messages; "nothing" for NULL. */
+const char *sv_json_type(const json_t *v);
+
 /* ---- the Responses API (responses.c) ---- */
 /* The Responses request as a chat completions request (JSON text, mr_free... free()) and the fields its
  * Response echoes (*echo); 0, or -1 with *e filled. */
@@ -445,5 +449,23 @@ int sv_resp_begin(sv_resp_stream *rs, json_t *response, sv_buf *sse);
 int sv_resp_piece(sv_resp_stream *rs, const char *rid, const sv_parse_out *po, sv_buf *sse);
 int sv_resp_end(sv_resp_stream *rs, json_t *response, const char *type, sv_buf *sse);
 void sv_resp_stream_free(sv_resp_stream *rs);
+
+/* ---- Anthropic's Messages API (anthropic.c) ---- */
+/* The Messages request as a chat completions request (JSON text, free()); count_only: for
+ * /v1/messages/count_tokens (no max_tokens needed). 0, or -1 with *e filled. */
+int sv_anthropic_to_chat(const char *body, size_t len, bool count_only, char **chat_json, sv_error *e);
+/* {"type": "error", "error": {"type", "message"}} (free()). */
+char *sv_anthropic_error_body(const sv_error *e);
+json_t *sv_anthropic_usage(int64_t prompt, int64_t cached, int64_t out);
+/* The whole message (usage stolen): thinking, text (also when empty and no calls), tool_use blocks; with
+ * content NULL (and no calls) the empty shell of message_start. */
+json_t *sv_anthropic_message(const sv_job *j, const char *model, const char *reasoning, size_t nr, const char *content,
+                             size_t nc, const json_t *calls, const char *stop_reason, const char *stop_seq, json_t *usage);
+/* Stream events: message_start (message stolen); a parsed piece (blocks started and stopped as the kind
+ * changes); message_delta and message_stop; an error event. */
+int sv_anthropic_begin(json_t *message, sv_buf *sse);
+int sv_anthropic_piece(sv_resp_stream *rs, const sv_parse_out *po, sv_buf *sse);
+int sv_anthropic_end(sv_resp_stream *rs, const char *stop_reason, const char *stop_seq, json_t *usage, sv_buf *sse);
+int sv_anthropic_fail(const char *message, sv_buf *sse);
 
 #endif

@@ -196,6 +196,20 @@ if auth_url:
     expect_exc(openai.AuthenticationError, lambda: bad_key.models.list())
     good_key = openai.OpenAI(base_url=auth_url + "/v1", api_key="secret", max_retries=0)
     check(len(good_key.models.list().data) == 1, "the right key is refused")
+    import anthropic as _anth  # Anthropic's clients send the key as x-api-key
+    try:
+        _anth.Anthropic(base_url=auth_url, api_key="wrong", max_retries=0).messages.count_tokens(
+            model=model, messages=[{"role": "user", "content": "x"}])
+        check(False, "a wrong x-api-key was taken")
+    except _anth.AuthenticationError as e:
+        check(isinstance(e.body, dict) and e.body.get("type") == "error", f"401 body {e.body}")
+    try:
+        _anth.Anthropic(base_url=auth_url, api_key="secret", max_retries=0).messages.count_tokens(
+            model=model, messages=[{"role": "user", "content": "x"}])
+    except _anth.AuthenticationError:
+        check(False, "the right x-api-key is refused")
+    except _anth.APIStatusError:
+        pass  # past the key (this model may have no chat template)
 print("errors: ok")
 
 if text_url:
@@ -380,6 +394,7 @@ if text_url:
         resp = hc.getresponse()
         first = resp.read(1)
         check(resp.status == 200 and first == b"e", f"responses stream: {resp.status} {first!r} {resp.read(300) if resp.status != 200 else b''}")
+        resp.close()  # the socket closes once the response's file object lets it go too
         hc.sock.close()
         hc.close()
 
@@ -403,6 +418,90 @@ if text_url:
     expect_exc(openai.BadRequestError, lambda: tc.responses.create(model=tmodel, input=[{"type": "input_image"}]),
                param="input[0]")
     print("responses: ok")
+
+    # Anthropic's Messages API (POST /v1/messages) through the official `anthropic` client: create, stream (its
+    # accumulator checks the events), tools, tool results, stop sequences, count_tokens; chat completions of
+    # the same conversation are the reference for what the model was given
+    import anthropic
+    ac = anthropic.Anthropic(base_url=text_url, api_key="none", max_retries=0, timeout=120)
+
+    def chat_usage(msgs, **kw):
+        return tc.chat.completions.create(model=tmodel, max_tokens=64, messages=msgs, **kw).usage
+
+    m = ac.messages.create(model=tmodel, max_tokens=64, system="Be brief.", messages=[{"role": "user", "content": "2+2?"}],
+                           extra_body={"debug_forced_output": say})
+    cu = chat_usage([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}],
+                    extra_body={"debug_forced_output": say})
+    check([b.type for b in m.content] == ["thinking", "text"] and m.content[0].thinking == "Two plus two." and
+          m.content[1].text == "The answer is 4." and m.stop_reason == "end_turn" and m.role == "assistant",
+          f"messages: {m.content} {m.stop_reason}")
+    check(m.usage.input_tokens + (m.usage.cache_read_input_tokens or 0) == cu.prompt_tokens and
+          m.usage.output_tokens == cu.completion_tokens, f"messages usage {m.usage} vs chat {cu}")
+    with ac.messages.stream(model=tmodel, max_tokens=64, system=[{"type": "text", "text": "Be brief.",
+                            "cache_control": {"type": "ephemeral"}}], messages=[{"role": "user", "content": "2+2?"}],
+                            extra_body={"debug_forced_output": say}) as st:
+        streamed = "".join(st.text_stream)
+        fm = st.get_final_message()
+    check(streamed == "The answer is 4." and [b.type for b in fm.content] == ["thinking", "text"] and
+          fm.content[0].thinking == "Two plus two." and fm.stop_reason == "end_turn" and
+          fm.usage.output_tokens == m.usage.output_tokens, f"messages stream: {streamed!r} {fm.content} {fm.stop_reason}")
+    atools = [{"name": "get_weather", "description": "Weather of a city", "input_schema": tools[0]["function"]["parameters"],
+               "cache_control": {"type": "ephemeral"}}]
+    for stream in (False, True):
+        kw = dict(model=tmodel, max_tokens=200, tools=atools, messages=[{"role": "user", "content": "Weather?"}],
+                  extra_body={"debug_forced_output": call})
+        if stream:
+            with ac.messages.stream(**kw) as st:
+                for _ in st:
+                    pass
+                m = st.get_final_message()
+        else:
+            m = ac.messages.create(**kw)
+        tu = [b for b in m.content if b.type == "tool_use"]
+        check(m.stop_reason == "tool_use" and len(tu) == 1 and tu[0].name == "get_weather" and
+              tu[0].input == {"city": "Paris", "days": 3} and tu[0].id, f"messages tool_use (stream={stream}): {m.content}")
+    turn = [{"role": "user", "content": "Weather?"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": tu[0].id, "name": "get_weather", "input": tu[0].input}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tu[0].id, "content": "Sunny",
+                                          "cache_control": {"type": "ephemeral"}}]}]
+    m = ac.messages.create(model=tmodel, max_tokens=64, tools=atools, messages=turn, extra_body={"debug_forced_output": say})
+    cu = chat_usage([{"role": "user", "content": "Weather?"},
+                     {"role": "assistant", "content": "", "tool_calls": [{"id": tu[0].id, "type": "function", "function": {
+                         "name": "get_weather", "arguments": _json.dumps(tu[0].input, separators=(",", ":"))}}]},
+                     {"role": "tool", "tool_call_id": tu[0].id, "content": "Sunny"}],
+                    tools=tools, extra_body={"debug_forced_output": say})
+    check(m.usage.input_tokens + (m.usage.cache_read_input_tokens or 0) == cu.prompt_tokens and
+          m.content[-1].text == "The answer is 4.", f"messages tool_result turn: {m.usage} vs {cu}")
+    ct = ac.messages.count_tokens(model=tmodel, tools=atools, messages=turn)
+    check(ct.input_tokens == cu.prompt_tokens, f"count_tokens {ct.input_tokens} vs chat {cu.prompt_tokens}")
+    m = ac.messages.create(model=tmodel, max_tokens=64, messages=[{"role": "user", "content": "2+2?"}],
+                           stop_sequences=["answer"], extra_body={"debug_forced_output": say})
+    check(m.stop_reason == "stop_sequence" and m.stop_sequence == "answer" and m.content[-1].text == "The ",
+          f"messages stop_sequences: {m.stop_reason} {m.stop_sequence!r} {m.content}")
+    m = ac.messages.create(model=tmodel, max_tokens=3, messages=[{"role": "user", "content": "2+2?"}],
+                           extra_body={"debug_forced_output": say})
+    check(m.stop_reason == "max_tokens" and m.usage.output_tokens == 3, f"messages max_tokens: {m.stop_reason}")
+
+    def anth_exc(cls, fn, text):
+        try:
+            fn()
+        except cls as e:
+            check(isinstance(e.body, dict) and e.body.get("type") == "error" and text in str(e), f"{cls.__name__}: {e}")
+            return
+        except Exception as e:  # noqa: BLE001
+            check(False, f"expected {cls.__name__}, got {type(e).__name__}: {e}")
+        check(False, f"expected {cls.__name__}, got no error")
+
+    anth_exc(anthropic.BadRequestError, lambda: ac.messages.create(model=tmodel, max_tokens=8, messages=[
+        {"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": ""}}]}]),
+        "images")
+    anth_exc(anthropic.BadRequestError, lambda: ac.messages.create(model=tmodel, max_tokens=8, messages=[
+        {"role": "user", "content": "x"}], tools=[{"type": "web_search_20250305", "name": "web_search"}]), "client tools")
+    anth_exc(anthropic.BadRequestError, lambda: ac.messages.create(model=tmodel, max_tokens=10 ** 6, messages=[
+        {"role": "user", "content": "x"}]), "max_tokens")
+    anth_exc(anthropic.NotFoundError, lambda: ac.messages.create(model="no-such-model", max_tokens=8, messages=[
+        {"role": "user", "content": "x"}]), "does not exist")
+    print("anthropic messages: ok")
 
     r = tc.completions.create(model=tmodel, prompt="Go:", max_tokens=40, stop=["STOP"],
                               extra_body={"debug_forced_output": "alpha beta STOP gamma" + EOS})
