@@ -398,12 +398,14 @@ if text_url:
         hc.sock.close()
         hc.close()
 
-    for _ in range(400):
-        if metric("moerun:num_requests_running") == 0 and metric("moerun:kv_cache_used_blocks") == 0:
+    for _ in range(600):  # until the server has seen them go, and nothing runs, waits or holds KV blocks
+        if (metric("moerun:client_disconnects_total") - gone0 >= 3 and metric("moerun:num_requests_running") == 0 and
+                metric("moerun:num_requests_waiting") == 0 and metric("moerun:kv_cache_used_blocks") == 0):
             break
         _time.sleep(0.05)
     check(metric("moerun:num_requests_running") == 0 and metric("moerun:kv_cache_used_blocks") == 0,
-          "responses clients that left still hold sequences")
+          f"responses clients that left still hold sequences: {metric('moerun:num_requests_running')} running, "
+          f"{metric('moerun:num_requests_waiting')} waiting, {metric('moerun:kv_cache_used_blocks')} KV blocks used")
     check(metric("moerun:client_disconnects_total") - gone0 >= 3, "responses clients that left were not counted as gone")
     expect_exc(openai.BadRequestError, lambda: tc.responses.create(model=tmodel, input="x", previous_response_id="resp_1"),
                param="previous_response_id")
