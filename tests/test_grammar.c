@@ -1108,6 +1108,19 @@ static void test_real_tokenizer(void **state) {
  * mask end, and regexec matches what they wrote. Characters of the alphabet may be multibyte (UTF-8). */
 #define EB_LEN 4
 #define EB_AHEAD 3
+/* Text number k0 of length L (characters of alpha, na of them, as digits in base na) into txt; its bytes. */
+static size_t nth_text(const char *const *alpha, int na, int L, int64_t k0, char *txt) {
+    size_t n = 0;
+    for (int i = 0; i < L; i++) {
+        int64_t k = k0;
+        for (int j = 0; j < L - 1 - i; j++) k /= na;
+        const char *c = alpha[k % na];
+        memcpy(txt + n, c, strlen(c)), n += strlen(c);
+    }
+    txt[n] = 0;
+    return n;
+}
+
 static void ebnf_against_regexec(const char *ebnf, const char *posix, const char *const *alpha, tu_rng *r) {
     regex_t rx;
     if (regcomp(&rx, posix, REG_EXTENDED | REG_NOSUB)) fail_msg("regcomp %s", posix);
@@ -1126,14 +1139,7 @@ static void ebnf_against_regexec(const char *ebnf, const char *posix, const char
     base = 1;
     for (int L = 0; L <= total; L++, first_of_len += base, base *= na)
         for (int64_t k0 = 0; k0 < base; k0++, idx++) {
-            size_t n = 0;
-            for (int i = 0; i < L; i++) {
-                int64_t k = k0;
-                for (int j = 0; j < L - 1 - i; j++) k /= na;
-                const char *c = alpha[k % na];
-                memcpy(txt + n, c, strlen(c)), n += strlen(c);
-            }
-            txt[n] = 0;
+            nth_text(alpha, na, L, k0, txt);
             parent[idx] = L ? (first_of_len - base / na) + k0 / na : -1;
             match[idx] = regexec(&rx, txt, 0, NULL, 0) == 0;
             yes += match[idx];
@@ -1143,14 +1149,7 @@ static void ebnf_against_regexec(const char *ebnf, const char *posix, const char
     idx = 0, base = 1;
     for (int L = 0; L <= EB_LEN; L++, base *= na)
         for (int64_t k0 = 0; k0 < base; k0++, idx++) {
-            size_t n = 0;
-            for (int i = 0; i < L; i++) {
-                int64_t k = k0;
-                for (int j = 0; j < L - 1 - i; j++) k /= na;
-                const char *c = alpha[k % na];
-                memcpy(txt + n, c, strlen(c)), n += strlen(c);
-            }
-            txt[n] = 0;
+            const size_t n = nth_text(alpha, na, L, k0, txt);
             const int want = match[idx] ? 1 : live[idx] ? 0 : -1, got = judge(g, g_ix, txt, n);
             if (got != want) fail_msg("%s on \"%s\": %d, regexec says %d", ebnf, txt, got, want);
         }

@@ -294,25 +294,12 @@ json_t *sv_anthropic_usage(int64_t prompt, int64_t cached, int64_t out) {
                      (json_int_t)cached, "cache_creation_input_tokens", (json_int_t)0, "output_tokens", (json_int_t)out);
 }
 
-/* One event: "event: TYPE" and the object (stolen) with its type. */
-static int anth_event(const char *type, json_t *obj, sv_buf *b) {
-    if (!obj || json_object_set_new(obj, "type", json_string(type))) {
-        json_decref(obj);
-        return -1;
-    }
-    char *s = json_dumps(obj, JSON_COMPACT);
-    json_decref(obj);
-    const int rc = !s || sv_buf_printf(b, "event: %s\ndata: ", type) || sv_buf_add(b, s, strlen(s)) || sv_buf_lit(b, "\n\n");
-    free(s);
-    return rc ? -1 : 0;
-}
-
-int sv_anthropic_begin(json_t *message, sv_buf *sse) { return anth_event("message_start", json_pack("{s:o}", "message", message), sse); }
+int sv_anthropic_begin(json_t *message, sv_buf *sse) { return sv_sse_typed("message_start", json_pack("{s:o}", "message", message), sse); }
 
 static int block_stop(sv_resp_stream *rs, sv_buf *b) {
     if (!rs->kind) return 0;
     rs->kind = 0;
-    return anth_event("content_block_stop", json_pack("{s:i}", "index", rs->index - 1), b);
+    return sv_sse_typed("content_block_stop", json_pack("{s:i}", "index", rs->index - 1), b);
 }
 
 static int block_start(sv_resp_stream *rs, int kind, const sv_tool_piece *t, sv_buf *b) {
@@ -323,11 +310,11 @@ static int block_start(sv_resp_stream *rs, int kind, const sv_tool_piece *t, sv_
                : kind == SV_RI_MESSAGE   ? json_pack("{s:s,s:s}", "type", "text", "text", "")
                                          : json_pack("{s:s,s:s,s:s,s:{}}", "type", "tool_use", "id", t->id, "name",
                                                      t->name ? t->name : "", "input");
-    return anth_event("content_block_start", json_pack("{s:i,s:o}", "index", i, "content_block", cb), b);
+    return sv_sse_typed("content_block_start", json_pack("{s:i,s:o}", "index", i, "content_block", cb), b);
 }
 
 static int block_delta(sv_resp_stream *rs, const char *dtype, const char *key, const char *d, size_t n, sv_buf *b) {
-    return anth_event("content_block_delta", json_pack("{s:i,s:{s:s,s:s%}}", "index", rs->index - 1, "delta", "type", dtype,
+    return sv_sse_typed("content_block_delta", json_pack("{s:i,s:{s:s,s:s%}}", "index", rs->index - 1, "delta", "type", dtype,
                                                        key, d, n), b);
 }
 
@@ -351,13 +338,13 @@ int sv_anthropic_piece(sv_resp_stream *rs, const sv_parse_out *po, sv_buf *sse) 
 
 int sv_anthropic_end(sv_resp_stream *rs, const char *stop_reason, const char *stop_seq, json_t *usage, sv_buf *sse) {
     if (!usage || block_stop(rs, sse)) return json_decref(usage), -1;
-    return anth_event("message_delta", json_pack("{s:{s:s,s:s?},s:o}", "delta", "stop_reason", stop_reason, "stop_sequence",
+    return sv_sse_typed("message_delta", json_pack("{s:{s:s,s:s?},s:o}", "delta", "stop_reason", stop_reason, "stop_sequence",
                                                  stop_seq, "usage", usage), sse) ||
-                   anth_event("message_stop", json_object(), sse)
+                   sv_sse_typed("message_stop", json_object(), sse)
                ? -1
                : 0;
 }
 
 int sv_anthropic_fail(const char *message, sv_buf *sse) {
-    return anth_event("error", json_pack("{s:{s:s,s:s}}", "error", "type", "api_error", "message", message), sse);
+    return sv_sse_typed("error", json_pack("{s:{s:s,s:s}}", "error", "type", "api_error", "message", message), sse);
 }

@@ -408,10 +408,8 @@ json_t *sv_resp_items(const char *rid, const char *reasoning, size_t nr, const c
     return out;
 }
 
-/* One stream event: "event: TYPE", then the object (stolen) with its type and sequence number. */
-static int resp_event(sv_resp_stream *rs, const char *type, json_t *obj, sv_buf *b) {
-    if (!obj || json_object_set_new(obj, "type", json_string(type)) ||
-        json_object_set_new(obj, "sequence_number", json_integer(rs->seq++))) {
+int sv_sse_typed(const char *type, json_t *obj, sv_buf *b) {
+    if (!obj || json_object_set_new(obj, "type", json_string(type))) {
         json_decref(obj);
         return -1;
     }
@@ -420,6 +418,15 @@ static int resp_event(sv_resp_stream *rs, const char *type, json_t *obj, sv_buf 
     const int rc = !s || sv_buf_printf(b, "event: %s\ndata: ", type) || sv_buf_add(b, s, strlen(s)) || sv_buf_lit(b, "\n\n");
     free(s);
     return rc ? -1 : 0;
+}
+
+/* One stream event with its sequence number. */
+static int resp_event(sv_resp_stream *rs, const char *type, json_t *obj, sv_buf *b) {
+    if (obj && json_object_set_new(obj, "sequence_number", json_integer(rs->seq++))) {
+        json_decref(obj);
+        return -1;
+    }
+    return sv_sse_typed(type, obj, b);
 }
 
 int sv_resp_begin(sv_resp_stream *rs, json_t *response, sv_buf *sse) {

@@ -427,6 +427,9 @@ const char *sv_json_type(const json_t *v);
 int sv_responses_to_chat(const char *body, size_t len, char **chat_json, json_t **echo, sv_error *e);
 /* A chat field named in an error, renamed to the Responses request's. */
 void sv_responses_param(sv_error *e);
+/* A typed SSE event (the Responses and Messages APIs): "event: TYPE", then "data: " and the object
+ * (stolen) with "type": TYPE added. 0, or -1 out of memory. */
+int sv_sse_typed(const char *type, json_t *obj, sv_buf *b);
 enum { SV_RI_REASONING = 1, SV_RI_MESSAGE, SV_RI_CALL };
 typedef struct {
     int kind;   /* the open output item (SV_RI_*), 0 none */

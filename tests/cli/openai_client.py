@@ -147,6 +147,15 @@ for j, tk in enumerate(expected):
 print("logit_bias, min_tokens, allowed_token_ids, truncate_prompt_tokens: ok")
 
 # errors: the right exception class, with the server's message and param
+def created_and_streamed(create, stream, final, kw):
+    """(False, the created answer), then (True, the final answer its client's stream accumulator built)."""
+    yield False, create(**kw)
+    with stream(**kw) as st:
+        for _ in st:
+            pass
+        yield True, getattr(st, final)()
+
+
 def expect_exc(cls, fn, param=None, text=None):
     try:
         fn()
@@ -332,16 +341,9 @@ if text_url:
           f"responses incomplete: {r.status} {r.incomplete_details}")
     rtools = [{"type": "function", "name": "get_weather", "description": "Weather of a city", "parameters":
                tools[0]["function"]["parameters"]}]
-    for stream in (False, True):
-        kw = dict(model=tmodel, input=[{"role": "user", "content": "Weather?"}], tools=rtools, max_output_tokens=200,
-                  extra_body={"debug_forced_output": call})
-        if stream:
-            with tc.responses.stream(**kw) as st:
-                for _ in st:
-                    pass
-                r = st.get_final_response()
-        else:
-            r = tc.responses.create(**kw)
+    for stream, r in created_and_streamed(tc.responses.create, tc.responses.stream, "get_final_response", dict(
+            model=tmodel, input=[{"role": "user", "content": "Weather?"}], tools=rtools, max_output_tokens=200,
+            extra_body={"debug_forced_output": call})):
         fc = [o for o in r.output if o.type == "function_call"]
         check(len(fc) == 1 and fc[0].name == "get_weather" and _json.loads(fc[0].arguments) == {"city": "Paris", "days": 3}
               and fc[0].call_id, f"responses function_call (stream={stream}): {r.output}")
@@ -449,16 +451,9 @@ if text_url:
           fm.usage.output_tokens == m.usage.output_tokens, f"messages stream: {streamed!r} {fm.content} {fm.stop_reason}")
     atools = [{"name": "get_weather", "description": "Weather of a city", "input_schema": tools[0]["function"]["parameters"],
                "cache_control": {"type": "ephemeral"}}]
-    for stream in (False, True):
-        kw = dict(model=tmodel, max_tokens=200, tools=atools, messages=[{"role": "user", "content": "Weather?"}],
-                  extra_body={"debug_forced_output": call})
-        if stream:
-            with ac.messages.stream(**kw) as st:
-                for _ in st:
-                    pass
-                m = st.get_final_message()
-        else:
-            m = ac.messages.create(**kw)
+    for stream, m in created_and_streamed(ac.messages.create, ac.messages.stream, "get_final_message", dict(
+            model=tmodel, max_tokens=200, tools=atools, messages=[{"role": "user", "content": "Weather?"}],
+            extra_body={"debug_forced_output": call})):
         tu = [b for b in m.content if b.type == "tool_use"]
         check(m.stop_reason == "tool_use" and len(tu) == 1 and tu[0].name == "get_weather" and
               tu[0].input == {"city": "Paris", "days": 3} and tu[0].id, f"messages tool_use (stream={stream}): {m.content}")
