@@ -181,8 +181,13 @@ int sv_anthropic_to_chat(const char *body, size_t len, bool count_only, char **c
     if (!rc) json_object_foreach(req, k, x) {
         if (rc) break;
         if (json_is_null(x)) continue;
-        if (!strcmp(k, "model") || !strcmp(k, "temperature") || !strcmp(k, "top_p") || !strcmp(k, "top_k") ||
-            !strcmp(k, "stream") || !strcmp(k, "max_tokens") || !strcmp(k, "debug_forced_output") || !strcmp(k, "seed")) {
+        static const char *const PASS[] = {"model", "temperature", "top_p", "top_k", "stream", "max_tokens",
+                                           /* the chat's own extras, for benchmarks and tests */
+                                           "seed", "ignore_eos", "min_tokens", "min_p", "repetition_penalty",
+                                           "presence_penalty", "frequency_penalty", "debug_forced_output", NULL};
+        bool pass = false;
+        for (int i = 0; PASS[i] && !pass; i++) pass = !strcmp(k, PASS[i]);
+        if (pass) {
             if (!(count_only && (!strcmp(k, "max_tokens") || !strcmp(k, "stream"))) && json_object_set(chat, k, x)) rc = oom(e);
         } else if (!strcmp(k, "messages") || !strcmp(k, "system")) {
             rc = 0; /* below, in order */
