@@ -82,7 +82,7 @@ struct mr_server {
 
 enum {
     R_NONE = 0, R_HEALTH, R_MODELS, R_MODEL, R_METRICS, R_COMPLETIONS, R_CHAT, R_RESPONSES, R_MESSAGES, R_TOKENIZE, R_DETOKENIZE,
-    R_COUNT_TOKENS
+    R_COUNT_TOKENS, R_PING, R_VERSION
 };
 
 /* One HTTP request. */
@@ -249,12 +249,17 @@ static int route_of(const char *url, const char *method, bool *post, bool *bad_m
              {"/metrics", R_METRICS, false},         {"/v1/completions", R_COMPLETIONS, true},
              {"/v1/chat/completions", R_CHAT, true}, {"/tokenize", R_TOKENIZE, true},
              {"/detokenize", R_DETOKENIZE, true},    {"/v1/responses", R_RESPONSES, true},
-             {"/v1/messages", R_MESSAGES, true},     {"/v1/messages/count_tokens", R_COUNT_TOKENS, true}};
+             {"/v1/messages", R_MESSAGES, true},     {"/v1/messages/count_tokens", R_COUNT_TOKENS, true},
+             {"/ping", R_PING, false},               {"/version", R_VERSION, false}};
     bool is_post = !strcmp(method, "POST"), is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     *bad_method = false;
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         if (strcmp(url, t[i].path)) continue;
         *post = t[i].post;
+        if (t[i].route == R_PING && is_post) { /* vLLM's /ping (SageMaker's health check) takes both */
+            *post = false;
+            return R_PING;
+        }
         if (t[i].post ? !is_post : !is_get) *bad_method = true;
         return t[i].route;
     }
@@ -1025,13 +1030,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         h->conn->since_ns = mr_now_ns();
         pthread_mutex_unlock(&s->cmu);
     }
-    if (!authorized(s, c) && h->route != R_HEALTH) {
+    if (!authorized(s, c) && h->route != R_HEALTH && h->route != R_PING && h->route != R_VERSION) {
         sv_error e;
         sv_fail(&e, 401, NULL, "a valid \"Authorization: Bearer <key>\" (or \"x-api-key: <key>\") header is required");
         return send_error_on(s, c, h->route, &e);
     }
     switch (h->route) {
-    case R_HEALTH: return do_health(s, c);
+    case R_HEALTH: case R_PING: return do_health(s, c);
+    case R_VERSION: {
+        char b[96];
+        snprintf(b, sizeof b, "{\"version\":\"%s\"}", mr_version());
+        return send_json(c, 200, b);
+    }
     case R_MODELS: case R_MODEL: return do_models(s, c, url, h->route);
     case R_METRICS: return do_metrics(s, c);
     case R_TOKENIZE: return do_tokenize(s, c, h, false);

@@ -11,6 +11,7 @@ template, started with --debug-forced-output (its outputs are dictated by
 the requests: chat, reasoning, tool calls and stop strings through the
 client's own types).
 Prints one line per case; exits 1 on the first failure."""
+import json as _json_mod
 import sys
 
 import openai
@@ -205,6 +206,13 @@ if auth_url:
     expect_exc(openai.AuthenticationError, lambda: bad_key.models.list())
     good_key = openai.OpenAI(base_url=auth_url + "/v1", api_key="secret", max_retries=0)
     check(len(good_key.models.list().data) == 1, "the right key is refused")
+    import urllib.request as _ur0  # the health checks and /version need no key (vLLM's /ping: GET and POST)
+    for req in (_ur0.Request(auth_url + "/ping"), _ur0.Request(auth_url + "/ping", data=b"{}", method="POST"),
+                _ur0.Request(auth_url + "/health")):
+        with _ur0.urlopen(req, timeout=30) as rr:
+            check(rr.status == 200 and _json_mod.loads(rr.read()) == {"status": "ok"}, f"{req.get_method()} {req.full_url}")
+    with _ur0.urlopen(auth_url + "/version", timeout=30) as rr:
+        check(_json_mod.loads(rr.read()).get("version", "").count(".") == 2, "/version")
     import anthropic as _anth  # Anthropic's clients send the key as x-api-key
     try:
         _anth.Anthropic(base_url=auth_url, api_key="wrong", max_retries=0).messages.count_tokens(
@@ -347,6 +355,14 @@ if text_url:
         fc = [o for o in r.output if o.type == "function_call"]
         check(len(fc) == 1 and fc[0].name == "get_weather" and _json.loads(fc[0].arguments) == {"city": "Paris", "days": 3}
               and fc[0].call_id, f"responses function_call (stream={stream}): {r.output}")
+    # a named function (tool_choice): the answer is that call's arguments, constrained by its schema
+    named = "Thinking.</think>" + '{"city": "Rome", "days": 2}' + EOS
+    for stream, r in created_and_streamed(tc.responses.create, tc.responses.stream, "get_final_response", dict(
+            model=tmodel, input="Weather?", tools=rtools, tool_choice={"type": "function", "name": "get_weather"},
+            max_output_tokens=100, extra_body={"debug_forced_output": named})):
+        fc2 = [o for o in r.output if o.type == "function_call"]
+        check(len(fc2) == 1 and fc2[0].name == "get_weather" and _json.loads(fc2[0].arguments) == {"city": "Rome", "days": 2},
+              f"responses named tool_choice (stream={stream}): {r.output}")
     # the call and its output as input items render as the chat messages they stand for
     nxt = [{"role": "user", "content": "Weather?"}, {"type": "function_call", "call_id": fc[0].call_id, "name": "get_weather",
            "arguments": fc[0].arguments}, {"type": "function_call_output", "call_id": fc[0].call_id, "output": "Sunny"}]
@@ -457,6 +473,13 @@ if text_url:
         tu = [b for b in m.content if b.type == "tool_use"]
         check(m.stop_reason == "tool_use" and len(tu) == 1 and tu[0].name == "get_weather" and
               tu[0].input == {"city": "Paris", "days": 3} and tu[0].id, f"messages tool_use (stream={stream}): {m.content}")
+    for stream, m in created_and_streamed(ac.messages.create, ac.messages.stream, "get_final_message", dict(
+            model=tmodel, max_tokens=100, tools=atools, tool_choice={"type": "tool", "name": "get_weather"},
+            messages=[{"role": "user", "content": "Weather?"}],
+            extra_body={"debug_forced_output": "Thinking.</think>" + '{"city": "Rome", "days": 2}' + EOS})):
+        tu2 = [b for b in m.content if b.type == "tool_use"]
+        check(m.stop_reason == "tool_use" and len(tu2) == 1 and tu2[0].input == {"city": "Rome", "days": 2},
+              f"messages tool_choice tool (stream={stream}): {m.content} {m.stop_reason}")
     turn = [{"role": "user", "content": "Weather?"},
             {"role": "assistant", "content": [{"type": "tool_use", "id": tu[0].id, "name": "get_weather", "input": tu[0].input}]},
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tu[0].id, "content": "Sunny",
