@@ -815,12 +815,16 @@ int32_t mr__cfg_rules(const mr__cfg *c) { return c->n_rules; }
 int32_t mr__cfg_elements(const mr__cfg *c) { return c->n_el; }
 
 /* ---- the runtime ---- */
-#define RUN_MAX_NODES (1 << 20)
-#define RUN_MAX_SETS (1 << 13) /* at 1 KiB of cached steps each: 8 MiB at most, per generation */
-#define RUN_MAX_STACKS 4096 /* in one set */
+/* A generation's tables stay below ~16 MiB whatever the grammar: nodes (8 bytes + hash), sets (1 KiB of cached
+ * steps each), their members; past half of each, the runtime keeps its current state alone (mr__cfg_tidy). */
+#define RUN_MAX_NODES (1 << 19)
+#define RUN_MAX_SETS (1 << 12)
+#define RUN_MAX_POOL (1 << 20) /* set members, all sets together */
+#define RUN_MAX_STACKS 4096    /* in one set */
 #define RUN_MAX_SEEN (1u << 20) /* items one step's closure visits */
-#define RUN_TIDY_NODES (1 << 18)
-#define RUN_TIDY_SETS (1 << 12)
+#define RUN_TIDY_NODES (RUN_MAX_NODES / 2)
+#define RUN_TIDY_SETS (RUN_MAX_SETS / 2)
+#define RUN_TIDY_POOL (RUN_MAX_POOL / 2)
 
 struct mr__cfgrun {
     const mr__cfg *c;
@@ -918,7 +922,7 @@ static int32_t set_of(mr__cfgrun *r, const int32_t *v, int32_t n) {
         const int32_t id = r->shash[k];
         if (r->slen[id] == n && !memcmp(r->pool + r->soff[id], v, (size_t)n * sizeof(int32_t))) return id;
     }
-    if (r->n_sets >= RUN_MAX_SETS || r->n_pool > INT32_MAX - n) return -1;
+    if (r->n_sets >= RUN_MAX_SETS || r->n_pool + n > RUN_MAX_POOL) return -1;
     if (!grow((void **)&r->pool, &r->cap_pool, r->n_pool + n, sizeof(int32_t))) return -1;
     if (r->n_sets == r->cap_sets) { /* the three arrays share one capacity */
         int32_t c1 = r->cap_sets, c2 = r->cap_sets, c3 = r->cap_sets;
@@ -1126,7 +1130,7 @@ void mr__cfg_budget(mr__cfgrun *r, int64_t items) {
 /* The stacks of set, re-interned in fresh tables when these have grown past their tidy size; the set's new id
  * (the same when nothing was done), -1 when out of memory. Every other set id is void afterwards. */
 int32_t mr__cfg_tidy(mr__cfgrun *r, int32_t set) {
-    if (set <= 0 || (r->n_nodes < RUN_TIDY_NODES && r->n_sets < RUN_TIDY_SETS)) return set;
+    if (set <= 0 || (r->n_nodes < RUN_TIDY_NODES && r->n_sets < RUN_TIDY_SETS && r->n_pool < RUN_TIDY_POOL)) return set;
     /* each stack as its positions, bottom last: [len, pos_top, ..., pos_bottom] */
     int32_t *save = NULL, n_save = 0, cap = 0;
     const int32_t n = r->slen[set];
