@@ -652,23 +652,53 @@ static bool parse_rules(parser *p) {
 
 /* ---- checks once every rule is read ---- */
 
-/* Nullable rules (they can match the empty text) and productive ones (they can match some finite text). */
-static void fixpoints(const mr__cfg *c, uint8_t *nullable, uint8_t *productive) {
-    for (bool changed = true; changed;) {
-        changed = false;
-        for (int32_t r = 0; r < c->n_rules; r++) {
-            const crule *x = &c->rules[r];
-            for (int32_t a = 0; a < x->n_alts; a++) {
-                bool nul = true, prod = true;
-                for (int32_t e = c->alts[x->alt0 + a]; c->el[e].kind != E_END; e++) {
-                    if (c->el[e].kind == E_BYTES) nul = false;
-                    else nul = nul && nullable[c->el[e].rule], prod = prod && productive[c->el[e].rule];
+/* Nullable rules (they can match the empty text) and productive ones (they can match some finite text), by
+ * worklists: each alternative counts the references that still hold it back (for nullable, an alternative
+ * with a byte never counts down); a rule that turns counts down the alternatives that reference it. Linear in
+ * the grammar, where sweeping to a fixpoint is quadratic on a chain of rules. False when out of memory. */
+static bool fixpoints(const mr__cfg *c, uint8_t *nullable, uint8_t *productive) {
+    const int32_t nr = c->n_rules, na = c->n_alts;
+    int32_t *owner = mr_malloc((size_t)na * sizeof(int32_t)), *left = mr_malloc((size_t)na * 2 * sizeof(int32_t));
+    int32_t *head = mr_calloc((size_t)nr + 1, sizeof(int32_t)), *occ = mr_malloc(((size_t)c->n_el + 1) * sizeof(int32_t));
+    int32_t *work = mr_malloc(((size_t)nr * 2 + 1) * sizeof(int32_t));
+    bool ok = owner && left && head && occ && work;
+    if (ok) {
+        /* occurrences: for each rule, the alternatives that reference it (once per reference) */
+        for (int32_t r = 0; r < nr; r++)
+            for (int32_t a = 0; a < c->rules[r].n_alts; a++) {
+                const int32_t k = c->rules[r].alt0 + a;
+                owner[k] = r;
+                left[2 * k] = left[2 * k + 1] = 0;
+                for (int32_t e = c->alts[k]; c->el[e].kind != E_END; e++) {
+                    if (c->el[e].kind == E_BYTES) left[2 * k] = INT32_MIN / 2; /* never nullable */
+                    else left[2 * k]++, left[2 * k + 1]++, head[c->el[e].rule + 1]++;
                 }
-                if (nul && !nullable[r]) nullable[r] = 1, changed = true;
-                if (prod && !productive[r]) productive[r] = 1, changed = true;
+            }
+        for (int32_t r = 0; r < nr; r++) head[r + 1] += head[r];
+        int32_t *fill = work; /* borrowed as a cursor per rule, before the worklist needs it */
+        for (int32_t r = 0; r < nr; r++) fill[r] = head[r];
+        for (int32_t r = 0; r < nr; r++)
+            for (int32_t a = 0; a < c->rules[r].n_alts; a++) {
+                const int32_t k = c->rules[r].alt0 + a;
+                for (int32_t e = c->alts[k]; c->el[e].kind != E_END; e++)
+                    if (c->el[e].kind == E_REF) occ[fill[c->el[e].rule]++] = k;
+            }
+        for (int prop = 0; prop < 2; prop++) { /* 0: nullable, 1: productive */
+            uint8_t *flag = prop ? productive : nullable;
+            int32_t nw = 0;
+            for (int32_t k = 0; k < na; k++)
+                if (left[2 * k + prop] == 0 && !flag[owner[k]]) flag[owner[k]] = 1, work[nw++] = owner[k];
+            while (nw) {
+                const int32_t r = work[--nw];
+                for (int32_t i = head[r]; i < head[r + 1]; i++) {
+                    const int32_t k = occ[i];
+                    if (--left[2 * k + prop] == 0 && !flag[owner[k]]) flag[owner[k]] = 1, work[nw++] = owner[k];
+                }
             }
         }
     }
+    mr_free(owner), mr_free(left), mr_free(head), mr_free(occ), mr_free(work);
+    return ok;
 }
 
 /* Left recursion the runtime cannot follow. An edge A -> B: B is referenced at the start of one of A's
@@ -758,9 +788,8 @@ static bool check(parser *p) {
     uint8_t *nul = mr_calloc((size_t)c->n_rules, 2);
     if (!nul) return oom(p);
     uint8_t *prod = nul + c->n_rules;
-    fixpoints(c, nul, prod);
-    bool ok = true;
-    const int32_t hit = left_cycle(c, nul);
+    bool ok = fixpoints(c, nul, prod) ? true : oom(p);
+    const int32_t hit = ok ? left_cycle(c, nul) : -1;
     if (hit == -2) ok = oom(p);
     else if (hit >= 0)
         ok = fail_at(p, 0, "rule \"%s\" is left-recursive through another rule or behind a part that can be empty "
