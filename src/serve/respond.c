@@ -644,6 +644,7 @@ int sv_out_advance(sv_out *o, sv_buf *sse) {
     if (o->finished) return 1;
     if (!o->started) {
         o->started = true;
+        if (o->resp) o->c[0].rs.encrypted = sv_resp_encrypted(j);
         if (o->stream && o->resp && sv_resp_begin(&o->c[0].rs, sv_resp_object(j, o->model, "in_progress"), sse)) return -1;
         if (o->stream && o->anth &&
             sv_anthropic_begin(sv_anthropic_message(j, o->model, NULL, 0, NULL, 0, NULL, NULL, NULL,
@@ -760,7 +761,7 @@ char *sv_out_body(sv_out *o, int *http) {
     if (o->resp) {
         const sv_choice *c = &o->c[0];
         json_t *r = resp_whole(o, sv_resp_items(o->rid, c->reasoning.p, c->reasoning.len, c->content.p, c->content.len,
-                                                c->calls, !strcmp(c->reason ? c->reason : "stop", "length")));
+                                                c->calls, !strcmp(c->reason ? c->reason : "stop", "length"), sv_resp_encrypted(o->j)));
         char *s = r ? json_dumps(r, JSON_COMPACT) : NULL;
         json_decref(r);
         *http = s ? 200 : 500;

@@ -26,6 +26,13 @@
 
 #include "serve/serve_internal.h"
 
+/* The reasoning item's encrypted_content (asked for with include "reasoning.encrypted_content", what
+ * clients that keep no server state send): not encrypted, the reasoning text behind a prefix, so that the
+ * next turn's reasoning item gives it back to the template. The flag rides in the echo, removed from the
+ * Response. */
+#define ENC_PREFIX "moerun-reasoning:"
+#define ENC_FLAG "_moerun_encrypted_reasoning"
+
 /* The text of a content value: a string, or a list of text parts (input_text, output_text, text; refusals
  * kept as text). NULL with *e filled otherwise. A new reference. */
 static json_t *content_text(const json_t *c, const char *where, sv_error *e) {
@@ -125,7 +132,13 @@ static int input_items(const json_t *in, json_t *msgs, sv_error *e) {
         } else if (type && !strcmp(type, "reasoning")) {
             const json_t *parts = json_object_get(it, "content");
             if (!json_array_size(parts)) parts = json_object_get(it, "summary");
+            const char *enc = json_string_value(json_object_get(it, "encrypted_content"));
             sv_buf t = {0};
+            if (!json_array_size(parts) && enc) { /* ours gives the text back; another server's cannot be read */
+                if (strncmp(enc, ENC_PREFIX, strlen(ENC_PREFIX))) rc = sv_fail(e, 400, w, "%s.encrypted_content is not this "
+                                                                              "server's (it cannot be read here)", w);
+                else if (sv_buf_add(&t, enc + strlen(ENC_PREFIX), strlen(enc + strlen(ENC_PREFIX)))) rc = sv_fail(e, 500, NULL, "out of memory");
+            }
             for (size_t k = 0; k < json_array_size(parts) && !rc; k++) {
                 const char *s = json_string_value(json_object_get(json_array_get(parts, k), "text"));
                 if (!s) rc = sv_fail(e, 400, w, "%s: each reasoning part needs a text string", w);
@@ -288,9 +301,13 @@ int sv_responses_to_chat(const char *body, size_t len, char **chat_json, json_t 
                 rc = sv_fail(e, 400, k, "truncation must be \"disabled\" (a prompt past the context is a 400)");
         } else if (!strcmp(k, "include")) {
             if (!json_is_array(x)) rc = sv_fail(e, 400, k, "include must be a list");
-            else if (json_array_size(x))
-                rc = sv_fail(e, 400, k, "include \"%.60s\" is not supported", json_string_value(json_array_get(x, 0)) ?
-                             json_string_value(json_array_get(x, 0)) : "?");
+            for (size_t i = 0; !rc && i < json_array_size(x); i++) {
+                const char *inc = json_string_value(json_array_get(x, i));
+                if (inc && !strcmp(inc, "reasoning.encrypted_content")) /* what clients that store nothing send */
+                    json_object_set_new(ech, ENC_FLAG, json_true());
+                else
+                    rc = sv_fail(e, 400, k, "include \"%.60s\" is not supported (reasoning.encrypted_content is)", inc ? inc : "?");
+            }
         } else if (!strcmp(k, "metadata")) {
             if (!json_is_object(x) || json_object_size(x) > 16) rc = sv_fail(e, 400, k, "metadata must be an object of at most 16 keys");
         } else if (!strcmp(k, "service_tier")) {
@@ -350,6 +367,7 @@ void sv_responses_param(sv_error *e) {
 json_t *sv_resp_object(const sv_job *j, const char *model, const char *status) {
     json_t *r = json_deep_copy(j->req.resp_echo);
     if (!r) return NULL;
+    json_object_del(r, ENC_FLAG);
     char id[64];
     const char *dash = strchr(j->id, '-');
     snprintf(id, sizeof id, "resp_%s", dash ? dash + 1 : j->id);
@@ -370,10 +388,18 @@ json_t *sv_resp_usage(int64_t in, int64_t cached, int64_t out, int64_t reasoning
                      (json_int_t)reasoning, "total_tokens", (json_int_t)(in + out));
 }
 
-static json_t *item_reasoning(const char *id, const char *t, size_t n, const char *status) {
-    return json_pack("{s:s,s:s,s:[],s:[{s:s,s:s%}],s:s}", "type", "reasoning", "id", id, "summary", "content", "type",
-                     "reasoning_text", "text", t ? t : "", n, "status", status);
+static json_t *item_reasoning(const char *id, const char *t, size_t n, const char *status, bool enc) {
+    json_t *it = json_pack("{s:s,s:s,s:[],s:[{s:s,s:s%}],s:s}", "type", "reasoning", "id", id, "summary", "content", "type",
+                           "reasoning_text", "text", t ? t : "", n, "status", status);
+    if (it && enc) {
+        sv_buf b = {0};
+        if (!sv_buf_lit(&b, ENC_PREFIX) && !sv_buf_add(&b, t ? t : "", n)) json_object_set_new(it, "encrypted_content", json_stringn(b.p, b.len));
+        sv_buf_free(&b);
+    }
+    return it;
 }
+
+bool sv_resp_encrypted(const sv_job *j) { return json_is_true(json_object_get(j->req.resp_echo, ENC_FLAG)); }
 static json_t *item_message(const char *id, const char *t, size_t n, const char *status) {
     return json_pack("{s:s,s:s,s:s,s:s,s:[{s:s,s:s%,s:[],s:[]}]}", "type", "message", "id", id, "role", "assistant", "status",
                      status, "content", "type", "output_text", "text", t ? t : "", n, "annotations", "logprobs");
@@ -386,14 +412,14 @@ static json_t *item_call(const char *call_id, const char *name, const char *args
 }
 
 json_t *sv_resp_items(const char *rid, const char *reasoning, size_t nr, const char *content, size_t nc, const json_t *calls,
-                      bool incomplete) {
+                      bool incomplete, bool enc) {
     json_t *out = json_array();
     const char *st = incomplete ? "incomplete" : "completed";
     char id[96];
     int k = 0;
     if (out && nr) {
         snprintf(id, sizeof id, "rs_%s_%d", rid, k++);
-        json_array_append_new(out, item_reasoning(id, reasoning, nr, st));
+        json_array_append_new(out, item_reasoning(id, reasoning, nr, st, enc));
     }
     if (out && (nc || !json_array_size(calls))) {
         snprintf(id, sizeof id, "msg_%s_%d", rid, k++);
@@ -451,7 +477,7 @@ static int resp_close(sv_resp_stream *rs, bool incomplete, sv_buf *b) {
                         "output_index", oi, "content_index", 0, "text", t, n), b) ||
              resp_event(rs, "response.content_part.done", json_pack("{s:s,s:i,s:i,s:{s:s,s:s%}}", "item_id", rs->item_id,
                         "output_index", oi, "content_index", 0, "part", "type", "reasoning_text", "text", t, n), b);
-        item = item_reasoning(rs->item_id, t, n, st);
+        item = item_reasoning(rs->item_id, t, n, st, rs->encrypted);
     } else if (rs->kind == SV_RI_MESSAGE) {
         rc = resp_event(rs, "response.output_text.done", json_pack("{s:s,s:i,s:i,s:s%,s:[]}", "item_id", rs->item_id,
                         "output_index", oi, "content_index", 0, "text", t, n, "logprobs"), b) ||

@@ -438,13 +438,16 @@ typedef struct {
     sv_buf text; /* the open item's text or arguments */
     json_t *done; /* the items closed so far, in order */
     int64_t seq;  /* the next sequence_number */
+    bool encrypted; /* reasoning items carry encrypted_content */
 } sv_resp_stream;
 /* A Response (status "in_progress", "completed", ...) with the request's echoed fields, no output yet. */
 json_t *sv_resp_object(const sv_job *j, const char *model, const char *status);
 json_t *sv_resp_usage(int64_t in, int64_t cached, int64_t out, int64_t reasoning);
 /* The output items of a whole answer: reasoning, message (also when empty and no calls), function calls. */
 json_t *sv_resp_items(const char *rid, const char *reasoning, size_t nr, const char *content, size_t nc, const json_t *calls,
-                      bool incomplete);
+                      bool incomplete, bool encrypted);
+/* The request asked for reasoning.encrypted_content. */
+bool sv_resp_encrypted(const sv_job *j);
 /* Stream events: response.created + in_progress (response stolen); a parsed piece (items opened and closed
  * as the kind changes); the last event (type response.completed / incomplete / failed; response stolen,
  * its output set to the items streamed). */

@@ -425,6 +425,33 @@ if text_url:
           f"responses clients that left still hold sequences: {metric('moerun:num_requests_running')} running, "
           f"{metric('moerun:num_requests_waiting')} waiting, {metric('moerun:kv_cache_used_blocks')} KV blocks used")
     check(metric("moerun:client_disconnects_total") - gone0 >= 3, "responses clients that left were not counted as gone")
+    # include reasoning.encrypted_content (clients that keep no server state): the reasoning item's blob, given
+    # back in the next turn, is the reasoning the template renders there (the turn after a tool call)
+    r = tc.responses.create(model=tmodel, input="Weather?", tools=rtools, max_output_tokens=200, store=False,
+                            include=["reasoning.encrypted_content"], extra_body={"debug_forced_output": call})
+    rs_item = [o for o in r.output if o.type == "reasoning"][0]
+    fcall = [o for o in r.output if o.type == "function_call"][0]
+    check(isinstance(rs_item.encrypted_content, str) and rs_item.content[0].text == "Look it up.", f"encrypted {rs_item}")
+    nxt2 = [{"role": "user", "content": "Weather?"},
+            {"type": "reasoning", "id": rs_item.id, "summary": [], "encrypted_content": rs_item.encrypted_content},
+            {"type": "function_call", "call_id": fcall.call_id, "name": "get_weather", "arguments": fcall.arguments},
+            {"type": "function_call_output", "call_id": fcall.call_id, "output": "Sunny"}]
+    r2 = tc.responses.create(model=tmodel, input=nxt2, tools=rtools, max_output_tokens=64, extra_body={"debug_forced_output": say})
+    r3 = tc.responses.create(model=tmodel, input=[nxt2[0]] + nxt2[2:], tools=rtools, max_output_tokens=64,
+                             extra_body={"debug_forced_output": say})
+    cu = tc.chat.completions.create(model=tmodel, tools=tools, max_tokens=64, extra_body={"debug_forced_output": say},
+                                    messages=[{"role": "user", "content": "Weather?"},
+                                              {"role": "assistant", "content": "", "reasoning_content": "Look it up.",
+                                               "tool_calls": [{"id": fcall.call_id, "type": "function", "function": {
+                                                   "name": "get_weather", "arguments": fcall.arguments}}]},
+                                              {"role": "tool", "tool_call_id": fcall.call_id, "content": "Sunny"}]).usage
+    check(r2.usage.input_tokens == cu.prompt_tokens and r2.usage.input_tokens > r3.usage.input_tokens,
+          f"encrypted reasoning given back: {r2.usage.input_tokens} vs chat {cu.prompt_tokens} (without: {r3.usage.input_tokens})")
+    expect_exc(openai.BadRequestError, lambda: tc.responses.create(model=tmodel, input=[
+        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAAAB..."}, {"role": "user", "content": "x"}]),
+        param="input[0]", text="not this server's")
+    expect_exc(openai.BadRequestError, lambda: tc.responses.create(model=tmodel, input="x", include=["file_search_call.results"]),
+               param="include")
     expect_exc(openai.BadRequestError, lambda: tc.responses.create(model=tmodel, input="x", previous_response_id="resp_1"),
                param="previous_response_id")
     expect_exc(openai.BadRequestError, lambda: tc.responses.create(model=tmodel, input="x", tools=[{"type": "web_search"}]),
