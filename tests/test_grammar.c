@@ -1323,6 +1323,8 @@ static void test_ebnf(void **state) {
         {"root ::= (\"a\"", "not closed with )"},
         {"root ::= [\\uD800]", "surrogate"},
         {"root := \"a\"", "\"::=\" was expected"},
+        {"start: \"a\"", "Lark grammars, name: ..., are not read"},
+        {"?start: x\n%import common.NUMBER", "Lark grammars are not read"},
         {"root ::= []", "empty character class"},
         {"root ::= \"\\u12\"", "4 hex digits"},
         {"root ::= \"a\" @", "unexpected '@'"},

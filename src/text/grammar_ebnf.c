@@ -636,14 +636,18 @@ static bool parse_rules(parser *p) {
         if (p->i >= p->n) return true;
         const size_t at = p->i;
         const size_t len = name_len(p, p->i);
-        if (!len) return fail_at(p, at, "a rule name was expected (rules are written name ::= ...)");
+        if (!len)
+            return fail_at(p, at, "a rule name was expected (rules are written name ::= ...%s)",
+                           p->s[p->i] == '?' || p->s[p->i] == '%' ? "; Lark grammars are not read" : "");
         const int32_t r = rule_of(p, p->s + p->i, len);
         if (r < 0) return false;
         if (p->defined[r]) return fail_at(p, at, "rule \"%s\" is defined twice", rule_name(p, r));
         p->i += len;
         skip_ws(p);
         if (p->i < p->n && p->s[p->i] == '[') return fail_at(p, p->i, "rule options ([temperature=...]) are not supported");
-        if (p->i + 3 > p->n || memcmp(p->s + p->i, "::=", 3)) return fail_at(p, p->i, "\"::=\" was expected after the rule name");
+        if (p->i + 3 > p->n || memcmp(p->s + p->i, "::=", 3))
+            return fail_at(p, p->i, "\"::=\" was expected after the rule name%s", p->i < p->n && p->s[p->i] == ':'
+                           ? " (this is GBNF, name ::= ...; Lark grammars, name: ..., are not read)" : "");
         p->i += 3;
         p->cur = r;
         if (!parse_alts(p, r, 0)) return false;
