@@ -38,8 +38,10 @@ static void usage(FILE *f) {
     mr_server_opts_default(&d);
     fprintf(f,
             "usage: moerun serve --model DIR [options] [resolver options]\n\n"
-            "An OpenAI-compatible HTTP server: POST /v1/completions, /v1/chat/completions, /tokenize,\n"
-            "/detokenize; GET /v1/models, /health, /metrics (Prometheus). The engine's limits are resolver\n"
+            "An OpenAI-compatible HTTP server: POST /v1/completions, /v1/chat/completions, /v1/responses\n"
+            "(OpenAI's Responses API), /v1/messages and /v1/messages/count_tokens (Anthropic's Messages API),\n"
+            "/tokenize, /detokenize; GET /v1/models, /health, /ping, /version, /metrics (Prometheus).\n"
+            "docs/serve.md has every field. The engine's limits are resolver\n"
             "options (below): --max-running-requests (alias --max-num-seqs), --context-length (alias\n"
             "--max-model-len), --max-batch-tokens (aliases --chunked-prefill-size, --max-num-batched-tokens),\n"
             "--kv-cache-memory, --kv-cache-dtype. The server's (default in brackets):\n"
