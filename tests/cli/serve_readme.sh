@@ -36,6 +36,17 @@ content=$(jq -r '.choices[0].message.content' "$S/chat.json")
 want_r=$(sed -n '1p' "$S/genchat.txt"); want_c=$(sed -n '4,$p' "$S/genchat.txt")
 [ "$reasoning" = "$want_r" ] || bad "chat reasoning '$reasoning' differs from generate --chat's '$want_r'"
 [ "$content" = "$want_c" ] || bad "chat content '$content' differs from generate --chat's '$want_c'"
+# the same answer through OpenAI's Responses API and Anthropic's Messages API
+curl -s localhost:$P/v1/responses -H 'Content-Type: application/json' \
+     -d '{"model": "tiny-kjv", "input": "Genesis 1:3", "max_output_tokens": 80, "temperature": 0}' >"$S/resp.json"
+[ "$(jq -r '.output[] | select(.type == "reasoning") | .content[0].text' "$S/resp.json")" = "$want_r" ] &&
+[ "$(jq -r '.output[] | select(.type == "message") | .content[0].text' "$S/resp.json")" = "$want_c" ] ||
+    bad "responses: $(head -c 400 "$S/resp.json") differs from generate --chat's"
+curl -s localhost:$P/v1/messages -H 'Content-Type: application/json' \
+     -d '{"model": "tiny-kjv", "max_tokens": 80, "temperature": 0, "messages": [{"role": "user", "content": "Genesis 1:3"}]}' >"$S/msg.json"
+[ "$(jq -r '.content[] | select(.type == "thinking") | .thinking' "$S/msg.json")" = "$want_r" ] &&
+[ "$(jq -r '.content[] | select(.type == "text") | .text' "$S/msg.json")" = "$want_c" ] ||
+    bad "messages: $(head -c 400 "$S/msg.json") differs from generate --chat's"
 # structured outputs: the answer is JSON (jq parses it) that follows the schema
 curl -s localhost:$P/v1/chat/completions -H 'Content-Type: application/json' \
      -d '{"messages": [{"role": "user", "content": "Genesis 1:3"}], "max_tokens": 200, "temperature": 0,
