@@ -290,8 +290,7 @@ json_t *sv_anthropic_message(const sv_job *j, const char *model, const char *rea
     }
     json_t *m = json_pack("{s:s,s:s,s:s,s:s,s:o,s:s?,s:s?,s:o}", "id", id, "type", "message", "role", "assistant", "model",
                           model, "content", blocks, "stop_reason", stop_reason, "stop_sequence", stop_seq, "usage", usage);
-    if (!m) json_decref(usage);
-    return m;
+    return m; /* jansson's "o" takes the references even when packing fails */
 }
 
 json_t *sv_anthropic_usage(int64_t prompt, int64_t cached, int64_t out) {
