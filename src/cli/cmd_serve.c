@@ -40,6 +40,7 @@ static void usage(FILE *f) {
             "usage: moerun serve --model DIR [options] [resolver options]\n\n"
             "An OpenAI-compatible HTTP server: POST /v1/completions, /v1/chat/completions, /v1/responses\n"
             "(OpenAI's Responses API), /v1/messages and /v1/messages/count_tokens (Anthropic's Messages API),\n"
+            "/generate (sglang's native API),\n"
             "/tokenize, /detokenize; GET /v1/models, /health, /ping, /version, /metrics (Prometheus).\n"
             "docs/serve.md has every field. The engine's limits are resolver\n"
             "options (below): --max-running-requests (alias --max-num-seqs), --context-length (alias\n"

@@ -82,7 +82,7 @@ struct mr_server {
 
 enum {
     R_NONE = 0, R_HEALTH, R_MODELS, R_MODEL, R_METRICS, R_COMPLETIONS, R_CHAT, R_RESPONSES, R_MESSAGES, R_TOKENIZE, R_DETOKENIZE,
-    R_COUNT_TOKENS, R_PING, R_VERSION
+    R_COUNT_TOKENS, R_PING, R_VERSION, R_GENERATE
 };
 
 /* One HTTP request. */
@@ -250,7 +250,8 @@ static int route_of(const char *url, const char *method, bool *post, bool *bad_m
              {"/v1/chat/completions", R_CHAT, true}, {"/tokenize", R_TOKENIZE, true},
              {"/detokenize", R_DETOKENIZE, true},    {"/v1/responses", R_RESPONSES, true},
              {"/v1/messages", R_MESSAGES, true},     {"/v1/messages/count_tokens", R_COUNT_TOKENS, true},
-             {"/ping", R_PING, false},               {"/version", R_VERSION, false}};
+             {"/ping", R_PING, false},               {"/version", R_VERSION, false},
+             {"/generate", R_GENERATE, true}};
     bool is_post = !strcmp(method, "POST"), is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     *bad_method = false;
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
@@ -879,7 +880,19 @@ static enum MHD_Result do_generate(mr_server *s, struct MHD_Connection *c, sv_hr
     if (!serving(s)) return unavailable(s, c);
     sv_limits lim = {.max_completion_tokens = s->o.max_completion_tokens, .max_choices = s->o.max_choices,
                      .vocab = s->vocab, .allow_forced = s->o.debug_forced_output};
-    if (h->route == R_MESSAGES) { /* Anthropic's Messages API: run as the chat request it translates to */
+    if (h->route == R_GENERATE) { /* sglang's native API: run as the completions request it translates to */
+        char *cmpl = NULL;
+        json_t *meta = NULL;
+        if (sv_sglang_to_completions(h->body.p ? h->body.p : "", h->body.len, &cmpl, &meta, &e))
+            return send_error_on(s, c, h->route, &e);
+        const int bad = sv_request_parse(SV_COMPLETIONS, cmpl, strlen(cmpl), &lim, &r, &e);
+        free(cmpl);
+        if (bad) {
+            json_decref(meta);
+            return send_error_on(s, c, h->route, &e);
+        }
+        r.sgl_meta = meta;
+    } else if (h->route == R_MESSAGES) { /* Anthropic's Messages API: run as the chat request it translates to */
         char *chat = NULL;
         if (sv_anthropic_to_chat(h->body.p ? h->body.p : "", h->body.len, false, &chat, &e))
             return send_error_on(s, c, h->route, &e);

@@ -14,6 +14,8 @@
  *   responses    (the Responses API) "event: TYPE" and "data: {...}" per event, built by responses.c:
  *                response.created, output items opened, their deltas, closed, then response.completed
  *                (or .incomplete, .failed); no [DONE].
+ *   sglang       (/generate) "data: {"text": the text so far, "meta_info": {...}}" per token, the last with
+ *                its finish_reason and output_ids, then "data: [DONE]".
  *   anthropic    (the Messages API) "event: TYPE" and "data: {...}", built by anthropic.c:
  *                message_start, content blocks started / filled / stopped, message_delta, message_stop.
  * A checkpoint without a tokenizer adds "token_ids" to each choice.
@@ -68,6 +70,7 @@ struct sv_out {
     bool chat, ids_mode, stream;
     bool resp;            /* the Responses API (chat underneath) */
     bool anth;            /* Anthropic's Messages API (chat underneath) */
+    bool sgl;             /* sglang's /generate (completions underneath) */
     const char *model;    /* the served name (the server's, outlives this) */
     char rid[64];         /* its id's hex part */
     int n;
@@ -119,6 +122,7 @@ mr_status sv_out_new(sv_job *j, const sv_text *t, const mr_model *m, const char 
     o->chat = j->req.kind == SV_CHAT;
     o->resp = j->req.resp_echo != NULL;
     o->anth = j->req.anthropic;
+    o->sgl = j->req.sgl_meta != NULL;
     o->model = model_name;
     const char *dash = strchr(j->id, '-');
     snprintf(o->rid, sizeof o->rid, "%s", dash ? dash + 1 : j->id);
@@ -425,6 +429,8 @@ static int event(sv_out *o, sv_buf *b, int i, const sv_parse_out *po, int32_t to
     return sv_buf_lit(b, "}\n\n");
 }
 
+static int sgl_event(sv_out *o, int i, const char *reason, sv_buf *sse);
+
 /* Sends (stream) or keeps (body) one parsed piece of choice i. */
 static int emit(sv_out *o, int i, const sv_parse_out *po, int32_t tok, const sv_logprob *lp, sv_buf *sse) {
     sv_choice *c = &o->c[i];
@@ -433,6 +439,10 @@ static int emit(sv_out *o, int i, const sv_parse_out *po, int32_t tok, const sv_
     if (po->n_reasoning) c->reasoning_tokens = c->counted;
     if (o->resp && o->stream && sv_resp_piece(&c->rs, o->rid, po, sse)) return -1;
     if (o->anth && o->stream && sv_anthropic_piece(&c->rs, po, sse)) return -1;
+    if (o->sgl) { /* the text so far goes out whole (sglang's stream), and is kept for the body */
+        if (sv_buf_add(&c->content, po->content ? po->content : "", po->n_content)) return -1;
+        return o->stream && po->n_content ? sgl_event(o, i, NULL, sse) : 0;
+    }
     if (o->stream && !o->resp && !o->anth) {
         bool has = po->n_content || po->n_reasoning || po->n_tools || (tok >= 0 && (o->ids_mode || lp));
         return has ? event(o, sse, i, po, tok, lp, NULL, false) : 0;
@@ -586,6 +596,29 @@ static json_t *resp_whole(const sv_out *o, json_t *output) {
     return r;
 }
 
+/* sglang's answer object for choice i (reason NULL: a streamed piece, without output_ids). */
+static json_t *sgl_object(const sv_out *o, int i, const char *reason) {
+    const sv_choice *c = &o->c[i];
+    const char *rid = json_string_value(json_object_get(o->j->req.sgl_meta, "rid"));
+    char id[96];
+    if (o->n > 1) snprintf(id, sizeof id, "%.80s-%d", rid ? rid : o->j->id, i);
+    else snprintf(id, sizeof id, "%.80s", rid ? rid : o->j->id);
+    const int32_t last = c->counted > 0 ? c->g->out[c->counted - 1] : -1;
+    const bool by_id = reason && !strcmp(reason, "stop") && !c->stop_hit && last >= 0 && is_stop_token(o, c->g, last, c->counted);
+    return sv_sglang_object(id, c->content.p, c->content.len, reason ? c->g->out : NULL, c->counted, reason, c->stop_hit,
+                            by_id ? last : -1, o->j->prompt_len[i / o->j->req.n], c->counted, c->cached);
+}
+
+static int sgl_event(sv_out *o, int i, const char *reason, sv_buf *sse) {
+    json_t *x = sgl_object(o, i, reason);
+    if (x && o->n > 1) json_object_set_new(x, "index", json_integer(i));
+    char *s = x ? json_dumps(x, JSON_COMPACT) : NULL;
+    json_decref(x);
+    const int rc = !s || sv_buf_lit(sse, "data: ") || sv_buf_add(sse, s, strlen(s)) || sv_buf_lit(sse, "\n\n");
+    free(s);
+    return rc ? -1 : 0;
+}
+
 /* The Messages API's stop_reason. */
 static const char *anth_stop_reason(const sv_choice *c) {
     if (c->reason && !strcmp(c->reason, "length")) return "max_tokens";
@@ -624,6 +657,7 @@ static int finalize(sv_out *o, int i, sv_fin fin, const char *err, sv_buf *sse) 
     if (o->chat && c->n_calls && !strcmp(c->reason, "stop")) c->reason = "tool_calls";
     if (!o->stream) return 0;
     if (o->resp) return resp_final(o, i, sse);
+    if (o->sgl && !c->failed) return sgl_event(o, i, c->reason, sse);
     if (o->anth)
         return c->failed ? sv_anthropic_fail(c->err, sse)
                          : sv_anthropic_end(&c->rs, anth_stop_reason(c), c->stop_hit,
@@ -700,7 +734,7 @@ int sv_out_advance(sv_out *o, sv_buf *sse) {
     if (!all_done) return 0;
     o->finished = true;
     if (o->stream && !o->resp && !o->anth) {
-        if (j->req.include_usage) {
+        if (j->req.include_usage && !o->sgl) {
             if (sv_buf_lit(sse, "data: ") || sv_buf_add(sse, o->head.p, o->head.len) ||
                 sv_buf_lit(sse, "\"choices\":[],\"usage\":") || usage_obj(o, sse) || sv_buf_lit(sse, "}\n\n"))
                 return -1;
@@ -748,6 +782,20 @@ char *sv_out_body(sv_out *o, int *http) {
             *http = code;
             return o->anth ? sv_anthropic_error_body(&e) : sv_error_body(&e);
         }
+    if (o->sgl) { /* one object, or a list of them for a batch */
+        const bool batch = json_is_true(json_object_get(o->j->req.sgl_meta, "batch")) || o->n > 1;
+        json_t *all = batch ? json_array() : NULL;
+        json_t *one = NULL;
+        for (int i = 0; i < o->n; i++) {
+            json_t *x = sgl_object(o, i, o->c[i].reason ? o->c[i].reason : "stop");
+            if (batch) json_array_append_new(all, x);
+            else one = x;
+        }
+        char *s = json_dumps(batch ? all : one, JSON_COMPACT);
+        json_decref(batch ? all : one);
+        *http = s ? 200 : 500;
+        return s;
+    }
     if (o->anth) {
         const sv_choice *c = &o->c[0];
         json_t *m = sv_anthropic_message(o->j, o->model, c->reasoning.p, c->reasoning.len, c->content.p ? c->content.p : "",

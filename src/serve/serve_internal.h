@@ -83,6 +83,7 @@ typedef struct {
     bool think_open;              /* continue_final: the rendered prompt ends inside <think> (set at render) */
     json_t *resp_echo;            /* a Responses API request (POST /v1/responses): the fields its Response echoes */
     bool anthropic;               /* an Anthropic Messages API request (POST /v1/messages) */
+    json_t *sgl_meta;             /* a sglang /generate request: {"rid"?, "batch"?} */
     int64_t max_tokens;           /* -1: the default (16 for completions, the rest of the context for chat) */
     bool has_temperature, has_top_p, has_top_k, has_min_p, has_seed, has_repetition_penalty;
     float temperature, top_p, min_p;
@@ -473,5 +474,13 @@ int sv_anthropic_begin(json_t *message, sv_buf *sse);
 int sv_anthropic_piece(sv_resp_stream *rs, const sv_parse_out *po, sv_buf *sse);
 int sv_anthropic_end(sv_resp_stream *rs, const char *stop_reason, const char *stop_seq, json_t *usage, sv_buf *sse);
 int sv_anthropic_fail(const char *message, sv_buf *sse);
+
+/* ---- sglang's native API (sglang.c) ---- */
+/* POST /generate as a completions request (JSON text, free()) and what its answer needs (*meta: rid,
+ * batch). 0, or -1 with *e filled. */
+int sv_sglang_to_completions(const char *body, size_t len, char **out_json, json_t **meta, sv_error *e);
+/* One answer object (text, meta_info; output_ids when ids is given); reason NULL while streaming. */
+json_t *sv_sglang_object(const char *id, const char *text, size_t n, const int32_t *ids, int64_t n_ids, const char *reason,
+                         const char *matched, int32_t matched_id, int64_t prompt, int64_t completion, int64_t cached);
 
 #endif

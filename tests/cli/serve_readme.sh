@@ -36,6 +36,22 @@ content=$(jq -r '.choices[0].message.content' "$S/chat.json")
 want_r=$(sed -n '1p' "$S/genchat.txt"); want_c=$(sed -n '4,$p' "$S/genchat.txt")
 [ "$reasoning" = "$want_r" ] || bad "chat reasoning '$reasoning' differs from generate --chat's '$want_r'"
 [ "$content" = "$want_c" ] || bad "chat content '$content' differs from generate --chat's '$want_c'"
+# sglang's native /generate (what sglang.bench_serving's default backend sends): the same continuation,
+# whole and streamed (each event holds the text so far and the token count)
+curl -s localhost:$P/generate -H 'Content-Type: application/json' \
+     -d '{"text": "And God said,", "sampling_params": {"max_new_tokens": 32, "temperature": 0}}' >"$S/gen.json"
+[ "And God said,$(jq -r '.text' "$S/gen.json")" = "$(cat "$S/gen.txt")" ] || bad "/generate: $(head -c 300 "$S/gen.json")"
+# an EOS ends it as a stop that names the token (the last id), else the length does
+[ "$(jq -r '.meta_info.completion_tokens == (.output_ids | length) and (.meta_info.finish_reason.type == "length" or
+     .meta_info.finish_reason.matched == .output_ids[-1])' "$S/gen.json")" = true ] ||
+    bad "/generate meta_info: $(head -c 400 "$S/gen.json")"
+curl -sN localhost:$P/generate -H 'Content-Type: application/json' \
+     -d '{"text": "And God said,", "sampling_params": {"max_new_tokens": 32, "temperature": 0}, "stream": true}' >"$S/gens.txt"
+[ "$(sed -n 's/^data: //p' "$S/gens.txt" | tail -1)" = "[DONE]" ] || bad "/generate stream: no [DONE]"
+[ "And God said,$(sed -n 's/^data: //p' "$S/gens.txt" | grep -v '^\[DONE\]$' | tail -1 | jq -r .text)" = "$(cat "$S/gen.txt")" ] ||
+    bad "/generate stream: the last event's text differs from generate's"
+[ "$(sed -n 's/^data: //p' "$S/gens.txt" | grep -v '^\[DONE\]$' | jq -s '[.[].meta_info.completion_tokens] | if . == sort then .[-1] else -1 end')" = \
+  "$(jq '.meta_info.completion_tokens' "$S/gen.json")" ] || bad "/generate stream: completion_tokens do not grow to the whole answer's"
 # the same answer through OpenAI's Responses API and Anthropic's Messages API
 curl -s localhost:$P/v1/responses -H 'Content-Type: application/json' \
      -d '{"model": "tiny-kjv", "input": "Genesis 1:3", "max_output_tokens": 80, "temperature": 0}' >"$S/resp.json"

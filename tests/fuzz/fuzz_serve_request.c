@@ -1,8 +1,9 @@
 /* fuzz_serve_request.c — libFuzzer target for the server's request parser
  * (serve/request.c), the Responses and Messages APIs' translations to a
  * chat request (serve/responses.c, serve/anthropic.c) and the stop-string
- * scanner (serve/stop.c). The first byte picks the endpoint (bit 0 chat,
- * bit 2 responses, bit 3 Anthropic's messages); the rest is the HTTP body. Invariants: a parse
+ * scanner (serve/stop.c), and sglang's /generate translation (serve/sglang.c).
+ * The first byte picks the endpoint (bit 0 chat, bit 2 responses, bit 3
+ * Anthropic's messages, bit 5 sglang's generate); the rest is the HTTP body. Invariants: a parse
  * either succeeds, with fields inside their documented ranges, or fails
  * with a 4xx/5xx status, a message, and an error body that is JSON of the
  * section-3 shape. On success the stop strings are run over the body's own
@@ -33,7 +34,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memset(&e, 0, sizeof e);
     char *chat = NULL;
     json_t *echo = NULL;
-    if (data[0] & 12) { /* the Responses / Messages APIs: a clean refusal, or a chat request the parser reads */
+    if (data[0] & 32) { /* sglang's /generate: a clean refusal, or a completions request the parser reads */
+        if (sv_sglang_to_completions(body, n, &chat, &echo, &e)) {
+            CHECK(e.http >= 400 && e.http < 600 && e.message[0] && !chat && !echo);
+            return 0;
+        }
+        CHECK(chat && json_is_object(echo));
+        k = SV_COMPLETIONS;
+        body = chat;
+        n = strlen(chat);
+    } else if (data[0] & 12) { /* the Responses / Messages APIs: a clean refusal, or a chat request the parser reads */
         const bool resp = data[0] & 4;
         if (resp ? sv_responses_to_chat(body, n, &chat, &echo, &e) : sv_anthropic_to_chat(body, n, data[0] & 16, &chat, &e)) {
             CHECK(e.http >= 400 && e.http < 600 && e.message[0] && !chat && !echo);

@@ -1,0 +1,122 @@
+/* sglang.c — sglang's native API (POST /generate), what `sglang.bench_serving --backend sglang` (its
+ * default) and sglang's own clients send, run as the completions request it stands for:
+ *   text (a string, or a list of them: a batch) | input_ids (ids, or a list of lists) -> prompt
+ *   sampling_params {max_new_tokens (default 128), min_new_tokens, temperature, top_p, top_k, min_p,
+ *     stop, stop_token_ids, ignore_eos, frequency_penalty, presence_penalty, repetition_penalty, n,
+ *     skip_special_tokens, no_stop_trim (include_stop_str_in_output), json_schema (a string), regex,
+ *     ebnf}                                            -> the completions fields
+ *   stream, rid (echoed as meta_info.id), and the neutral values of return_logprob (false),
+ *   logprob_start_len, top_logprobs_num (0), lora_path and image_data (null), stream_options.
+ * The answer: {"text", "output_ids", "meta_info": {"id", "finish_reason": {"type": "length", "length"} |
+ * {"type": "stop", "matched": the stop string or the stop token id}, "prompt_tokens",
+ * "completion_tokens", "cached_tokens"}}; a list of them for a batch. A stream sends, per token,
+ * the same object with the text so far (sglang's clients read the text whole and count tokens from
+ * meta_info.completion_tokens), then "data: [DONE]". */
+#include <stdio.h>
+#include <string.h>
+
+#include "serve/serve_internal.h"
+
+static int oom(sv_error *e) { return sv_fail(e, 500, NULL, "out of memory"); }
+
+int sv_sglang_to_completions(const char *body, size_t len, char **out_json, json_t **meta, sv_error *e) {
+    *out_json = NULL;
+    *meta = NULL;
+    if (!sv_json_depth_ok(body, len, SV_MAX_JSON_DEPTH, e)) return -1;
+    json_error_t je;
+    json_t *req = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (!req) return sv_fail(e, 400, NULL, "the body is not JSON: %s (line %d, column %d)", je.text, je.line, je.column);
+    json_t *cmpl = json_object(), *m = json_object();
+    int rc = !cmpl || !m ? oom(e) : 0;
+    if (!rc && !json_is_object(req)) rc = sv_fail(e, 400, NULL, "the body must be a JSON object");
+    bool batch = false;
+    const char *k;
+    json_t *x;
+    if (!rc) json_object_foreach(req, k, x) {
+        if (rc) break;
+        if (!strcmp(k, "text") || !strcmp(k, "input_ids")) {
+            if (json_is_null(x)) continue;
+            if (json_object_get(cmpl, "prompt")) rc = sv_fail(e, 400, k, "give text or input_ids, not both");
+            batch = json_is_array(x) && (!strcmp(k, "text") || json_is_array(json_array_get(x, 0)));
+            if (!rc && json_object_set(cmpl, "prompt", x)) rc = oom(e);
+        } else if (!strcmp(k, "stream")) {
+            if (json_object_set(cmpl, "stream", x)) rc = oom(e);
+        } else if (!strcmp(k, "rid")) {
+            if (!json_is_string(x) && !json_is_null(x)) rc = sv_fail(e, 400, k, "rid must be a string");
+            else if (json_is_string(x)) json_object_set(m, "rid", x);
+        } else if (!strcmp(k, "sampling_params")) {
+            if (!json_is_object(x)) {
+                rc = sv_fail(e, 400, k, "sampling_params must be an object, got %s", sv_json_type(x));
+                break;
+            }
+            static const struct {
+                const char *sgl, *ours;
+            } MAP[] = {{"max_new_tokens", "max_tokens"}, {"min_new_tokens", "min_tokens"}, {"temperature", "temperature"},
+                       {"top_p", "top_p"}, {"top_k", "top_k"}, {"min_p", "min_p"}, {"stop", "stop"},
+                       {"stop_token_ids", "stop_token_ids"}, {"ignore_eos", "ignore_eos"},
+                       {"frequency_penalty", "frequency_penalty"}, {"presence_penalty", "presence_penalty"},
+                       {"repetition_penalty", "repetition_penalty"}, {"n", "n"},
+                       {"skip_special_tokens", "skip_special_tokens"}, {"no_stop_trim", "include_stop_str_in_output"},
+                       {"json_schema", "guided_json"}, {"regex", "regex"}, {"ebnf", "ebnf"}, {"seed", "seed"},
+                       {"logit_bias", "logit_bias"}};
+            const char *sk;
+            json_t *sv;
+            json_object_foreach(x, sk, sv) {
+                if (json_is_null(sv)) continue;
+                size_t i = 0;
+                while (i < sizeof MAP / sizeof MAP[0] && strcmp(MAP[i].sgl, sk)) i++;
+                if (i == sizeof MAP / sizeof MAP[0]) {
+                    if (!strcmp(sk, "spaces_between_special_tokens") && json_is_true(sv)) continue; /* sglang's default */
+                    rc = sv_fail(e, 400, "sampling_params", "sampling_params.%.60s is not supported", sk);
+                    break;
+                }
+                if (json_object_set(cmpl, MAP[i].ours, sv)) {
+                    rc = oom(e);
+                    break;
+                }
+            }
+        } else if (!strcmp(k, "return_logprob")) {
+            if (json_is_true(x)) rc = sv_fail(e, 400, k, "return_logprob is not supported here (the OpenAI routes' logprobs are)");
+        } else if (!strcmp(k, "top_logprobs_num")) {
+            if (!(json_is_integer(x) && json_integer_value(x) == 0) && !json_is_null(x))
+                rc = sv_fail(e, 400, k, "top_logprobs_num is not supported here");
+        } else if (!strcmp(k, "logprob_start_len") || !strcmp(k, "stream_options") || !strcmp(k, "return_text_in_logprobs")) {
+            continue;
+        } else if (!strcmp(k, "lora_path") || !strcmp(k, "image_data") || !strcmp(k, "audio_data") ||
+                   !strcmp(k, "video_data")) {
+            if (!json_is_null(x)) rc = sv_fail(e, 400, k, "%s is not supported (text only, no adapters)", k);
+        } else {
+            rc = sv_fail(e, 400, k, "unknown field '%.60s'", k);
+        }
+    }
+    if (!rc && !json_object_get(cmpl, "prompt")) rc = sv_fail(e, 400, "text", "text or input_ids is required");
+    if (!rc && batch && json_is_true(json_object_get(cmpl, "stream")))
+        rc = sv_fail(e, 400, "stream", "a batch (a list of texts or of id lists) is not streamed here; send one prompt per request");
+    if (!rc && !json_object_get(cmpl, "max_tokens") && json_object_set_new(cmpl, "max_tokens", json_integer(128))) rc = oom(e);
+    if (!rc && batch) json_object_set_new(m, "batch", json_true());
+    if (!rc && !(*out_json = json_dumps(cmpl, JSON_COMPACT))) rc = oom(e);
+    if (!rc) *meta = json_incref(m);
+    json_decref(m);
+    json_decref(cmpl);
+    json_decref(req);
+    return rc;
+}
+
+json_t *sv_sglang_object(const char *id, const char *text, size_t n, const int32_t *ids, int64_t n_ids, const char *reason,
+                         const char *matched, int32_t matched_id, int64_t prompt, int64_t completion, int64_t cached) {
+    json_t *fr;
+    if (!reason) fr = json_null();
+    else if (!strcmp(reason, "length")) fr = json_pack("{s:s,s:I}", "type", "length", "length", (json_int_t)completion);
+    else if (matched) fr = json_pack("{s:s,s:s}", "type", "stop", "matched", matched);
+    else if (matched_id >= 0) fr = json_pack("{s:s,s:i}", "type", "stop", "matched", (int)matched_id);
+    else fr = json_pack("{s:s}", "type", !strcmp(reason, "stop") ? "stop" : "abort");
+    json_t *o = json_pack("{s:s%,s:{s:s,s:o,s:I,s:I,s:I}}", "text", text ? text : "", n, "meta_info", "id", id,
+                          "finish_reason", fr, "prompt_tokens", (json_int_t)prompt, "completion_tokens",
+                          (json_int_t)completion, "cached_tokens", (json_int_t)cached);
+    if (o && ids) { /* the whole answer's ids (not on every streamed event) */
+        json_t *a = json_array();
+        for (int64_t i = 0; a && i < n_ids; i++) json_array_append_new(a, json_integer(ids[i]));
+        json_object_set_new(o, "output_ids", a);
+    }
+    return o;
+}
