@@ -773,6 +773,14 @@ static int body_logprobs(const sv_out *o, const sv_choice *c, sv_buf *b) {
            sv_buf_add(b, c->lp_offsets.p ? c->lp_offsets.p : "", c->lp_offsets.len) || sv_buf_lit(b, "]}");
 }
 
+/* The body of the APIs whose answers are built as JSON objects (x stolen; NULL: out of memory). */
+static char *dump_body(json_t *x, int *http) {
+    char *s = x ? json_dumps(x, JSON_COMPACT) : NULL;
+    json_decref(x);
+    *http = s ? 200 : 500;
+    return s;
+}
+
 char *sv_out_body(sv_out *o, int *http) {
     for (int i = 0; i < o->n; i++)
         if (o->c[i].failed) {
@@ -791,29 +799,20 @@ char *sv_out_body(sv_out *o, int *http) {
             if (batch) json_array_append_new(all, x);
             else one = x;
         }
-        char *s = json_dumps(batch ? all : one, JSON_COMPACT);
-        json_decref(batch ? all : one);
-        *http = s ? 200 : 500;
-        return s;
+        return dump_body(batch ? all : one, http);
     }
     if (o->anth) {
         const sv_choice *c = &o->c[0];
         json_t *m = sv_anthropic_message(o->j, o->model, c->reasoning.p, c->reasoning.len, c->content.p ? c->content.p : "",
                                          c->content.len, c->calls,
                                          anth_stop_reason(c), c->stop_hit, sv_anthropic_usage(o->prompt_tokens, c->cached, c->counted));
-        char *s = m ? json_dumps(m, JSON_COMPACT) : NULL;
-        json_decref(m);
-        *http = s ? 200 : 500;
-        return s;
+        return dump_body(m, http);
     }
     if (o->resp) {
         const sv_choice *c = &o->c[0];
         json_t *r = resp_whole(o, sv_resp_items(o->rid, c->reasoning.p, c->reasoning.len, c->content.p, c->content.len,
                                                 c->calls, !strcmp(c->reason ? c->reason : "stop", "length"), sv_resp_encrypted(o->j)));
-        char *s = r ? json_dumps(r, JSON_COMPACT) : NULL;
-        json_decref(r);
-        *http = s ? 200 : 500;
-        return s;
+        return dump_body(r, http);
     }
     sv_buf b = {0};
     if (sv_buf_add(&b, o->head.p, o->head.len) || sv_buf_lit(&b, "\"choices\":[")) goto oom;
