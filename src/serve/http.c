@@ -944,6 +944,11 @@ static enum MHD_Result do_generate(mr_server *s, struct MHD_Connection *c, sv_hr
         return fail(s, c, 500, NULL, "out of memory");
     }
     h->job = j;
+    const int api = h->route == R_CHAT ? SV_API_CHAT : h->route == R_RESPONSES ? SV_API_RESPONSES
+                  : h->route == R_MESSAGES ? SV_API_MESSAGES : h->route == R_GENERATE ? SV_API_GENERATE : SV_API_COMPLETIONS;
+    pthread_mutex_lock(&s->met.mu);
+    s->met.by_api[api]++;
+    pthread_mutex_unlock(&s->met.mu);
     j->wake = wake_conn;
     j->wake_arg = h;
     j->wake_each = j->req.stream || j->req.n_stop > 0; /* stop strings are matched here, token by token */

@@ -94,6 +94,12 @@ char *sv_metrics_render(sv_metrics *m) {
                       "moerun:request_rejected_total{model_name=\"%s\",reason=\"invalid\"} %llu\n",
                   mn, (unsigned long long)m->rejected_queue_full, mn, (unsigned long long)m->rejected_draining, mn,
                   (unsigned long long)m->bad_requests);
+    static const char *const api[SV_API_COUNT] = {"completions", "chat_completions", "responses", "messages", "generate"};
+    sv_buf_printf(&b, "# HELP moerun:requests_total Requests admitted, by the API they came through.\n"
+                      "# TYPE moerun:requests_total counter\n");
+    for (int i = 0; i < SV_API_COUNT; i++)
+        sv_buf_printf(&b, "moerun:requests_total{model_name=\"%s\",api=\"%s\"} %llu\n", mn, api[i],
+                      (unsigned long long)m->by_api[i]);
     one(&b, mn, "counter", "client_disconnects_total", "Requests whose client went away before the end.",
         (double)m->disconnects);
     hist(&b, mn, "time_to_first_token_seconds", "Arrival to first generated token.", &m->ttft);

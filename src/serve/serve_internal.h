@@ -173,6 +173,9 @@ typedef struct {
     uint64_t total;
 } sv_hist;
 
+/* The APIs a generation request comes through (/metrics counts them). */
+enum { SV_API_COMPLETIONS, SV_API_CHAT, SV_API_RESPONSES, SV_API_MESSAGES, SV_API_GENERATE, SV_API_COUNT };
+
 typedef struct {
     pthread_mutex_t mu;
     char model_name[256];
@@ -184,6 +187,7 @@ typedef struct {
     uint64_t prompt_tokens, generation_tokens, preemptions, prefix_queries, prefix_hits;
     uint64_t success[SV_FR_COUNT];
     uint64_t rejected_queue_full, rejected_draining, bad_requests, disconnects;
+    uint64_t by_api[SV_API_COUNT]; /* requests admitted, by the API they came through */
     sv_hist ttft, itl, e2e, queue;
 } sv_metrics;
 

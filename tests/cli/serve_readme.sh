@@ -81,6 +81,11 @@ sr=$(sed -n 's/^data: //p' "$S/stream.txt" | grep -v '^\[DONE\]$' | jq -j '.choi
 [ "$(sed -n 's/^data: //p' "$S/stream.txt" | grep -v '^\[DONE\]$' | tail -1 | jq '.usage.completion_tokens')" = \
   "$(jq '.usage.completion_tokens' "$S/chat.json")" ] || bad "the streamed usage differs"
 curl -s localhost:$P/metrics | grep -v '^#' | grep -q '^moerun:num_requests_running{model_name="tiny-kjv"} 0' || bad "/metrics"
+# requests by the API they came through: this walk-through's own count of each
+for want in completions:1 chat_completions:3 responses:1 messages:1 generate:2; do
+    got=$(curl -s localhost:$P/metrics | sed -n "s/^moerun:requests_total{model_name=\"tiny-kjv\",api=\"${want%%:*}\"} //p")
+    [ "$got" = "${want#*:}" ] || bad "/metrics requests_total of ${want%%:*}: '$got', want ${want#*:}"
+done
 stop_server
 [ "$SV_RC" = 0 ] || bad "exit $SV_RC"
 clean_log "$S/serve.log" || bad "sanitizer report in the server log"
