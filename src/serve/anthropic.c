@@ -169,13 +169,10 @@ static int tool_choice_of(const json_t *v, json_t *chat, sv_error *e) {
 
 int sv_anthropic_to_chat(const char *body, size_t len, bool count_only, char **chat_json, sv_error *e) {
     *chat_json = NULL;
-    if (!sv_json_depth_ok(body, len, SV_MAX_JSON_DEPTH, e)) return -1;
-    json_error_t je;
-    json_t *req = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
-    if (!req) return sv_fail(e, 400, NULL, "the body is not JSON: %s (line %d, column %d)", je.text, je.line, je.column);
+    json_t *req = sv_body_object(body, len, e);
+    if (!req) return -1;
     json_t *chat = json_object(), *msgs = json_array();
     int rc = !chat || !msgs ? oom(e) : 0;
-    if (!rc && !json_is_object(req)) rc = sv_fail(e, 400, NULL, "the body must be a JSON object");
     const char *k;
     json_t *x;
     if (!rc) json_object_foreach(req, k, x) {

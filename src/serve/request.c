@@ -55,6 +55,18 @@ char *sv_error_body(const sv_error *e) {
     return b.p;
 }
 
+json_t *sv_body_object(const char *body, size_t len, sv_error *e) {
+    if (!sv_json_depth_ok(body, len, SV_MAX_JSON_DEPTH, e)) return NULL;
+    json_error_t je;
+    json_t *req = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (!req) return sv_fail(e, 400, NULL, "the body is not JSON: %s (line %d, column %d)", je.text, je.line, je.column), NULL;
+    if (!json_is_object(req)) {
+        json_decref(req);
+        return sv_fail(e, 400, NULL, "the body must be a JSON object"), NULL;
+    }
+    return req;
+}
+
 bool sv_json_depth_ok(const char *body, size_t len, int max_depth, sv_error *e) {
     int depth = 0;
     bool in_str = false;

@@ -237,16 +237,14 @@ static int text_of(const json_t *v, json_t *chat, sv_error *e) {
 int sv_responses_to_chat(const char *body, size_t len, char **chat_json, json_t **echo, sv_error *e) {
     *chat_json = NULL;
     *echo = NULL;
-    json_error_t je;
-    json_t *req = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
-    if (!req) return sv_fail(e, 400, NULL, "the body is not JSON: %s (line %d, column %d)", je.text, je.line, je.column);
+    json_t *req = sv_body_object(body, len, e);
+    if (!req) return -1;
     json_t *chat = json_object(), *msgs = json_array();
     json_t *ech = json_pack("{s:n,s:n,s:{},s:b,s:n,s:n,s:s,s:[],s:{s:{s:s}},s:b,s:s,s:n,s:n,s:{s:n,s:n}}", "instructions",
                             "max_output_tokens", "metadata", "parallel_tool_calls", 1, "temperature", "top_p",
                             "tool_choice", "auto", "tools", "text", "format", "type", "text", "store", 0, "truncation",
                             "disabled", "previous_response_id", "user", "reasoning", "effort", "summary");
-    int rc = !req || !chat || !msgs || !ech ? sv_fail(e, 500, NULL, "out of memory") : 0;
-    if (!rc && !json_is_object(req)) rc = sv_fail(e, 400, NULL, "the body must be a JSON object");
+    int rc = !chat || !msgs || !ech ? sv_fail(e, 500, NULL, "out of memory") : 0;
     static const char *const PASS[] = {"model", "temperature", "top_p", "stream", "parallel_tool_calls", "user", "seed",
                                        "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty",
                                        "stop", "ignore_eos", "min_tokens", "logit_bias", "debug_forced_output",

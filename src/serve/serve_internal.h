@@ -423,6 +423,9 @@ char *sv_out_body(sv_out *o, int *http);
 /* Sets every unfinished gen's cancel flag (client gone). */
 void sv_job_cancel(sv_job *j);
 
+/* A request body as a JSON object (nested at most SV_MAX_JSON_DEPTH, no duplicate keys); NULL with *e
+ * filled (400) otherwise. */
+json_t *sv_body_object(const char *body, size_t len, sv_error *e);
 /* "an object", "a string", ... for messages; "nothing" for NULL. */
 const char *sv_json_type(const json_t *v);
 

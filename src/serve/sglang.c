@@ -22,13 +22,10 @@ static int oom(sv_error *e) { return sv_fail(e, 500, NULL, "out of memory"); }
 int sv_sglang_to_completions(const char *body, size_t len, char **out_json, json_t **meta, sv_error *e) {
     *out_json = NULL;
     *meta = NULL;
-    if (!sv_json_depth_ok(body, len, SV_MAX_JSON_DEPTH, e)) return -1;
-    json_error_t je;
-    json_t *req = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
-    if (!req) return sv_fail(e, 400, NULL, "the body is not JSON: %s (line %d, column %d)", je.text, je.line, je.column);
+    json_t *req = sv_body_object(body, len, e);
+    if (!req) return -1;
     json_t *cmpl = json_object(), *m = json_object();
     int rc = !cmpl || !m ? oom(e) : 0;
-    if (!rc && !json_is_object(req)) rc = sv_fail(e, 400, NULL, "the body must be a JSON object");
     bool batch = false;
     const char *k;
     json_t *x;
