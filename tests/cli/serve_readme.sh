@@ -45,6 +45,10 @@ curl -s localhost:$P/generate -H 'Content-Type: application/json' \
 [ "$(jq -r '.meta_info.completion_tokens == (.output_ids | length) and (.meta_info.finish_reason.type == "length" or
      .meta_info.finish_reason.matched == .output_ids[-1])' "$S/gen.json")" = true ] ||
     bad "/generate meta_info: $(head -c 400 "$S/gen.json")"
+ids=$(curl -s localhost:$P/tokenize -H 'Content-Type: application/json' -d '{"prompt": "And God said,"}' | jq -c .tokens)
+curl -s localhost:$P/generate -H 'Content-Type: application/json' \
+     -d '{"input_ids": '"$ids"', "sampling_params": {"max_new_tokens": 32, "temperature": 0}}' >"$S/genids.json"
+[ "$(jq -r .text "$S/genids.json")" = "$(jq -r .text "$S/gen.json")" ] || bad "/generate by input_ids: $(head -c 300 "$S/genids.json")"
 curl -sN localhost:$P/generate -H 'Content-Type: application/json' \
      -d '{"text": "And God said,", "sampling_params": {"max_new_tokens": 32, "temperature": 0}, "stream": true}' >"$S/gens.txt"
 [ "$(sed -n 's/^data: //p' "$S/gens.txt" | tail -1)" = "[DONE]" ] || bad "/generate stream: no [DONE]"
@@ -82,7 +86,7 @@ sr=$(sed -n 's/^data: //p' "$S/stream.txt" | grep -v '^\[DONE\]$' | jq -j '.choi
   "$(jq '.usage.completion_tokens' "$S/chat.json")" ] || bad "the streamed usage differs"
 curl -s localhost:$P/metrics | grep -v '^#' | grep -q '^moerun:num_requests_running{model_name="tiny-kjv"} 0' || bad "/metrics"
 # requests by the API they came through: this walk-through's own count of each
-for want in completions:1 chat_completions:3 responses:1 messages:1 generate:2; do
+for want in completions:1 chat_completions:3 responses:1 messages:1 generate:3; do
     got=$(curl -s localhost:$P/metrics | sed -n "s/^moerun:requests_total{model_name=\"tiny-kjv\",api=\"${want%%:*}\"} //p")
     [ "$got" = "${want#*:}" ] || bad "/metrics requests_total of ${want%%:*}: '$got', want ${want#*:}"
 done
