@@ -90,8 +90,8 @@ static int one_message(const json_t *m, size_t i, json_t *msgs, sv_error *e) {
             sv_buf out = {0};
             const json_t *bc = json_object_get(b, "content");
             if (!json_is_string(id)) rc = sv_fail(e, 400, wb, "%s needs a tool_use_id string", wb);
-            else if (bc && (rc = blocks_text(bc, wb, &out, e))) {
-            } else if (json_array_append_new(msgs, json_pack("{s:s,s:O,s:s%}", "role", "tool", "tool_call_id", id, "content",
+            if (!rc && bc) rc = blocks_text(bc, wb, &out, e);
+            if (!rc && json_array_append_new(msgs, json_pack("{s:s,s:O,s:s%}", "role", "tool", "tool_call_id", id, "content",
                                                              out.p ? out.p : "", out.len)))
                 rc = oom(e);
             sv_buf_free(&out);

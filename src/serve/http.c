@@ -903,7 +903,9 @@ static enum MHD_Result do_generate(mr_server *s, struct MHD_Connection *c, sv_hr
     } else if (h->route == R_RESPONSES) { /* the Responses API: run as the chat request it translates to */
         char *chat = NULL;
         json_t *echo = NULL;
-        if (sv_responses_to_chat(h->body.p ? h->body.p : "", h->body.len, &chat, &echo, &e)) return send_error_on(s, c, h->route, &e);
+        bool encrypted = false;
+        if (sv_responses_to_chat(h->body.p ? h->body.p : "", h->body.len, &chat, &echo, &encrypted, &e))
+            return send_error_on(s, c, h->route, &e);
         const int bad = sv_request_parse(SV_CHAT, chat, strlen(chat), &lim, &r, &e);
         free(chat);
         if (bad) {
@@ -912,6 +914,7 @@ static enum MHD_Result do_generate(mr_server *s, struct MHD_Connection *c, sv_hr
             return send_error_on(s, c, h->route, &e);
         }
         r.resp_echo = echo;
+        r.resp_encrypted = encrypted;
     } else if (sv_request_parse(h->route == R_CHAT ? SV_CHAT : SV_COMPLETIONS, h->body.p ? h->body.p : "", h->body.len,
                                 &lim, &r, &e)) {
         return send_error_on(s, c, h->route, &e);

@@ -678,7 +678,7 @@ int sv_out_advance(sv_out *o, sv_buf *sse) {
     if (o->finished) return 1;
     if (!o->started) {
         o->started = true;
-        if (o->resp) o->c[0].rs.encrypted = sv_resp_encrypted(j);
+        if (o->resp) o->c[0].rs.encrypted = j->req.resp_encrypted;
         if (o->stream && o->resp && sv_resp_begin(&o->c[0].rs, sv_resp_object(j, o->model, "in_progress"), sse)) return -1;
         if (o->stream && o->anth &&
             sv_anthropic_begin(sv_anthropic_message(j, o->model, NULL, 0, NULL, 0, NULL, NULL, NULL,
@@ -811,7 +811,7 @@ char *sv_out_body(sv_out *o, int *http) {
     if (o->resp) {
         const sv_choice *c = &o->c[0];
         json_t *r = resp_whole(o, sv_resp_items(o->rid, c->reasoning.p, c->reasoning.len, c->content.p, c->content.len,
-                                                c->calls, !strcmp(c->reason ? c->reason : "stop", "length"), sv_resp_encrypted(o->j)));
+                                                c->calls, !strcmp(c->reason ? c->reason : "stop", "length"), o->j->req.resp_encrypted));
         return dump_body(r, http);
     }
     sv_buf b = {0};

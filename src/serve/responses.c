@@ -28,10 +28,8 @@
 
 /* The reasoning item's encrypted_content (asked for with include "reasoning.encrypted_content", what
  * clients that keep no server state send): not encrypted, the reasoning text behind a prefix, so that the
- * next turn's reasoning item gives it back to the template. The flag rides in the echo, removed from the
- * Response. */
+ * next turn's reasoning item gives it back to the template. */
 #define ENC_PREFIX "moerun-reasoning:"
-#define ENC_FLAG "_moerun_encrypted_reasoning"
 
 /* The text of a content value: a string, or a list of text parts (input_text, output_text, text; refusals
  * kept as text). NULL with *e filled otherwise. A new reference. */
@@ -234,9 +232,10 @@ static int text_of(const json_t *v, json_t *chat, sv_error *e) {
     return !rf || json_object_set_new(chat, "response_format", rf) ? sv_fail(e, 500, NULL, "out of memory") : 0;
 }
 
-int sv_responses_to_chat(const char *body, size_t len, char **chat_json, json_t **echo, sv_error *e) {
+int sv_responses_to_chat(const char *body, size_t len, char **chat_json, json_t **echo, bool *encrypted, sv_error *e) {
     *chat_json = NULL;
     *echo = NULL;
+    *encrypted = false;
     json_t *req = sv_body_object(body, len, e);
     if (!req) return -1;
     json_t *chat = json_object(), *msgs = json_array();
@@ -302,7 +301,7 @@ int sv_responses_to_chat(const char *body, size_t len, char **chat_json, json_t 
             for (size_t i = 0; !rc && i < json_array_size(x); i++) {
                 const char *inc = json_string_value(json_array_get(x, i));
                 if (inc && !strcmp(inc, "reasoning.encrypted_content")) /* what clients that store nothing send */
-                    json_object_set_new(ech, ENC_FLAG, json_true());
+                    *encrypted = true;
                 else
                     rc = sv_fail(e, 400, k, "include \"%.60s\" is not supported (reasoning.encrypted_content is)", inc ? inc : "?");
             }
@@ -365,7 +364,6 @@ void sv_responses_param(sv_error *e) {
 json_t *sv_resp_object(const sv_job *j, const char *model, const char *status) {
     json_t *r = json_deep_copy(j->req.resp_echo);
     if (!r) return NULL;
-    json_object_del(r, ENC_FLAG);
     char id[64];
     const char *dash = strchr(j->id, '-');
     snprintf(id, sizeof id, "resp_%s", dash ? dash + 1 : j->id);
@@ -397,7 +395,6 @@ static json_t *item_reasoning(const char *id, const char *t, size_t n, const cha
     return it;
 }
 
-bool sv_resp_encrypted(const sv_job *j) { return json_is_true(json_object_get(j->req.resp_echo, ENC_FLAG)); }
 static json_t *item_message(const char *id, const char *t, size_t n, const char *status) {
     return json_pack("{s:s,s:s,s:s,s:s,s:[{s:s,s:s%,s:[],s:[]}]}", "type", "message", "id", id, "role", "assistant", "status",
                      status, "content", "type", "output_text", "text", t ? t : "", n, "annotations", "logprobs");

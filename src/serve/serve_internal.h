@@ -82,6 +82,7 @@ typedef struct {
     bool continue_final;          /* chat: continue_final_message (vLLM's): the last message left open */
     bool think_open;              /* continue_final: the rendered prompt ends inside <think> (set at render) */
     json_t *resp_echo;            /* a Responses API request (POST /v1/responses): the fields its Response echoes */
+    bool resp_encrypted;          /* ... with include reasoning.encrypted_content */
     bool anthropic;               /* an Anthropic Messages API request (POST /v1/messages) */
     json_t *sgl_meta;             /* a sglang /generate request: {"rid"?, "batch"?} */
     int64_t max_tokens;           /* -1: the default (16 for completions, the rest of the context for chat) */
@@ -432,7 +433,7 @@ const char *sv_json_type(const json_t *v);
 /* ---- the Responses API (responses.c) ---- */
 /* The Responses request as a chat completions request (JSON text, mr_free... free()) and the fields its
  * Response echoes (*echo); 0, or -1 with *e filled. */
-int sv_responses_to_chat(const char *body, size_t len, char **chat_json, json_t **echo, sv_error *e);
+int sv_responses_to_chat(const char *body, size_t len, char **chat_json, json_t **echo, bool *encrypted, sv_error *e);
 /* A chat field named in an error, renamed to the Responses request's. */
 void sv_responses_param(sv_error *e);
 /* A typed SSE event (the Responses and Messages APIs): "event: TYPE", then "data: " and the object
@@ -454,8 +455,6 @@ json_t *sv_resp_usage(int64_t in, int64_t cached, int64_t out, int64_t reasoning
 /* The output items of a whole answer: reasoning, message (also when empty and no calls), function calls. */
 json_t *sv_resp_items(const char *rid, const char *reasoning, size_t nr, const char *content, size_t nc, const json_t *calls,
                       bool incomplete, bool encrypted);
-/* The request asked for reasoning.encrypted_content. */
-bool sv_resp_encrypted(const sv_job *j);
 /* Stream events: response.created + in_progress (response stolen); a parsed piece (items opened and closed
  * as the kind changes); the last event (type response.completed / incomplete / failed; response stolen,
  * its output set to the items streamed). */

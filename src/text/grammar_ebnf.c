@@ -891,25 +891,34 @@ static uint32_t mix(uint64_t x) {
     return (uint32_t)x;
 }
 
-static bool rehash_nodes(mr__cfgrun *r, uint32_t cap) {
+static uint32_t node_key(const mr__cfgrun *r, int32_t id) {
+    return mix((uint64_t)(uint32_t)r->npos[id] << 32 | (uint32_t)r->npar[id]);
+}
+static uint32_t set_key(const mr__cfgrun *r, int32_t id);
+
+/* An open-addressing table of ids 1 .. n - 1 (-1 empty) of cap slots, rebuilt by their hashes. */
+static bool rehash(mr__cfgrun *r, int32_t **table, uint32_t *table_cap, uint32_t cap, int32_t n,
+                   uint32_t (*key)(const mr__cfgrun *, int32_t)) {
     int32_t *h = mr_malloc((size_t)cap * sizeof(int32_t));
     if (!h) return false;
     memset(h, 0xFF, (size_t)cap * sizeof(int32_t));
-    for (int32_t id = 1; id < r->n_nodes; id++) {
-        uint32_t k = mix((uint64_t)(uint32_t)r->npos[id] << 32 | (uint32_t)r->npar[id]) & (cap - 1);
+    for (int32_t id = 1; id < n; id++) {
+        uint32_t k = key(r, id) & (cap - 1);
         while (h[k] >= 0) k = (k + 1) & (cap - 1);
         h[k] = id;
     }
-    mr_free(r->nhash);
-    r->nhash = h;
-    r->nhash_cap = cap;
+    mr_free(*table);
+    *table = h;
+    *table_cap = cap;
     return true;
 }
+static bool rehash_nodes(mr__cfgrun *r, uint32_t cap) { return rehash(r, &r->nhash, &r->nhash_cap, cap, r->n_nodes, node_key); }
+static bool rehash_sets(mr__cfgrun *r, uint32_t cap) { return rehash(r, &r->shash, &r->shash_cap, cap, r->n_sets, set_key); }
 
 /* The node (pos, parent); -1 when the limit is reached or memory is out. */
 static int32_t node(mr__cfgrun *r, int32_t pos, int32_t parent) {
     const uint64_t key = (uint64_t)(uint32_t)pos << 32 | (uint32_t)parent;
-    uint32_t k = mix(key) & (r->nhash_cap - 1);
+    uint32_t k = mix(key) & (r->nhash_cap - 1); /* node_key's hash */
     for (; r->nhash[k] >= 0; k = (k + 1) & (r->nhash_cap - 1))
         if (r->npos[r->nhash[k]] == pos && r->npar[r->nhash[k]] == parent) return r->nhash[k];
     if (r->n_nodes >= RUN_MAX_NODES) return -1;
@@ -932,20 +941,7 @@ static uint32_t set_hash(const int32_t *v, int32_t n) {
     return mix(h);
 }
 
-static bool rehash_sets(mr__cfgrun *r, uint32_t cap) {
-    int32_t *h = mr_malloc((size_t)cap * sizeof(int32_t));
-    if (!h) return false;
-    memset(h, 0xFF, (size_t)cap * sizeof(int32_t));
-    for (int32_t id = 1; id < r->n_sets; id++) {
-        uint32_t k = set_hash(r->pool + r->soff[id], r->slen[id]) & (cap - 1);
-        while (h[k] >= 0) k = (k + 1) & (cap - 1);
-        h[k] = id;
-    }
-    mr_free(r->shash);
-    r->shash = h;
-    r->shash_cap = cap;
-    return true;
-}
+static uint32_t set_key(const mr__cfgrun *r, int32_t id) { return set_hash(r->pool + r->soff[id], r->slen[id]); }
 
 /* The set of the sorted, distinct node ids v[0..n); 0 for the empty set, -1 at the limit. */
 static int32_t set_of(mr__cfgrun *r, const int32_t *v, int32_t n) {

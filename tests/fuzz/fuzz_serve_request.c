@@ -45,7 +45,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         n = strlen(chat);
     } else if (data[0] & 12) { /* the Responses / Messages APIs: a clean refusal, or a chat request the parser reads */
         const bool resp = data[0] & 4;
-        if (resp ? sv_responses_to_chat(body, n, &chat, &echo, &e) : sv_anthropic_to_chat(body, n, data[0] & 16, &chat, &e)) {
+        bool encrypted = false;
+        if (resp ? sv_responses_to_chat(body, n, &chat, &echo, &encrypted, &e) : sv_anthropic_to_chat(body, n, data[0] & 16, &chat, &e)) {
             CHECK(e.http >= 400 && e.http < 600 && e.message[0] && !chat && !echo);
             return 0;
         }
