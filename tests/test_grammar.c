@@ -10,7 +10,11 @@
  *   JSON Schema rules (no code shared with the matcher);
  * - the trie walk's mask equals feeding every token on its own;
  * - choices, tool calls, the free prefix of a reasoning model, and the
- *   schemas refused with the keyword named. */
+ *   schemas refused with the keyword named;
+ * - structural tags: walks over the mask against a reader of the spec
+ *   written here (the first trigger found by brute force, each value's
+ *   extent and validity by jansson and the validator), and texts taken or
+ *   refused by hand. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -34,7 +38,9 @@ static const char *const FRAGS[] = {"{\"", "\":", "\": ", "\",", "\", \"", "\"}"
                                     "\"b", "12", "-3", ".5", "e+2", "  ", "\n  ", "},", "],", "[1", "\"name\"",
                                     "\"parameters\"", "\"get_weather\"", "\"city\"", "Paris", "\\n", "\\u00e9", "é",
                                     "ab\"", "}}", "\"x\"", "\"y\"", "\"kind\"", "\"items\"", "\"tags\"", "</think>", "<",
-                                    "think>", "\xe4\xb8\xad", "\xe4", "\xb8\xad", NULL};
+                                    "think>", "\xe4\xb8\xad", "\xe4", "\xb8\xad",
+                                    /* structural tags (test_structural_tags) */
+                                    "<fn=", "a>", "b>", "<fn=a>", "</fn>", "</f", "<n>", "<w>", "\n</w>", " <", NULL};
 typedef struct {
     int32_t n;
     char **b;
@@ -459,6 +465,26 @@ static void test_schema_walks(void **state) {
     free(buf);
 }
 
+/* Structural-tag specs (test_structural_tags, and the mask test) */
+static const char *const TAG_SPECS[] = {
+    /* the structures / triggers form: two tags behind one trigger, an integer with an empty end, a boolean
+     * whose end starts with a newline */
+    "{\"type\":\"structural_tag\",\"structures\":["
+    "{\"begin\":\"<fn=a>\",\"schema\":{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\",\"minimum\":0,"
+    "\"maximum\":99}},\"required\":[\"x\"]},\"end\":\"</fn>\"},"
+    "{\"begin\":\"<fn=b>\",\"schema\":{\"enum\":[\"p\",\"q\",12]},\"end\":\"</fn>\"},"
+    "{\"begin\":\"<n>\",\"schema\":{\"type\":\"integer\"},\"end\":\"\"},"
+    "{\"begin\":\"<w>\",\"schema\":{\"type\":\"boolean\"},\"end\":\"\\n</w>\"}],"
+    "\"triggers\":[\"<fn=\",\"<n>\",\"<w>\"]}",
+    /* the format form: at least one tag, and the output ends with it */
+    "{\"format\":{\"type\":\"triggered_tags\",\"triggers\":[\"<fn=\"],\"tags\":[{\"type\":\"tag\",\"begin\":\"<fn=a>\","
+    "\"content\":{\"type\":\"json_schema\",\"json_schema\":{\"type\":\"array\",\"items\":{\"type\":\"string\","
+    "\"maxLength\":2},\"maxItems\":3}},\"end\":\"</fn>\"}],\"at_least_one\":true,\"stop_after_first\":true}}",
+    /* triggers that overlap: "a>" inside free text is a trigger too, "<fn=a>" the longer one where both end */
+    "{\"structures\":[{\"begin\":\"<fn=a>\",\"schema\":{\"const\":1},\"end\":\"</fn>\"},"
+    "{\"begin\":\"a>\",\"schema\":{\"type\":\"null\"},\"end\":\"</f\"}],\"triggers\":[\"a>\",\"<fn=a>\"]}",
+    NULL};
+
 /* The trie walk's mask against each token fed alone after the same history. */
 static void test_mask_equals_per_token(void **state) {
     (void)state;
@@ -468,14 +494,17 @@ static void test_mask_equals_per_token(void **state) {
     /* and regex grammars, whose masks come from a cache of the pattern's last states: more states in a
      * cycle than it holds, and "." over UTF-8 sequences (one in progress is part of the key) */
     static const char *const RX[] = {"(ab|cd|ef|gh|.x)+z?", "[a-c]+( [^ ]+)*", "ebnf:root ::= item* \"z\"\nitem ::= [a-c] | \"(\" root \")\" | [^\\x00-\\x7f]",
-                                     "ebnf:root ::= ([ab] \"\\u00e9\"?){1,30}", NULL};
+                                     "ebnf:root ::= ([ab] \"\\u00e9\"?){1,30}", "tags:0", "tags:1", "tags:2", NULL};
     int nsc = 0;
     while (SCHEMAS[nsc]) nsc++;
     for (int si = 0; si < nsc || RX[si - nsc]; si++) {
         json_t *schema = si < nsc ? json_loads(SCHEMAS[si], 0, NULL) : NULL;
         mr_grammar *g = NULL;
         if (si < nsc) assert_int_equal(mr_grammar_json_schema(schema, &g), MR_OK);
-        else if (!strncmp(RX[si - nsc], "ebnf:", 5) ? mr_grammar_ebnf(RX[si - nsc] + 5, &g) : mr_grammar_regex(RX[si - nsc], &g))
+        else if (!strncmp(RX[si - nsc], "tags:", 5)) {
+            schema = json_loads(TAG_SPECS[atoi(RX[si - nsc] + 5)], 0, NULL);
+            if (mr_grammar_structural_tag(schema, &g)) fail_msg("%s: %s", RX[si - nsc], mr_error_last());
+        } else if (!strncmp(RX[si - nsc], "ebnf:", 5) ? mr_grammar_ebnf(RX[si - nsc] + 5, &g) : mr_grammar_regex(RX[si - nsc], &g))
             fail_msg("%s: %s", RX[si - nsc], mr_error_last());
         for (int it = 0; it < 6; it++) {
             mr_matcher *m = matcher(g, g_ix, it % 2 ? "</think>" : NULL);
@@ -1350,6 +1379,252 @@ static void test_ebnf(void **state) {
     free(big);
 }
 
+/* ---- structural tags ---- */
+/* The tags of a spec, read back for the oracle. */
+typedef struct {
+    int n, nt;
+    const char *begin[8], *end[8], *trig[8];
+    const json_t *schema[8];
+    bool at_least_one, stop_after_first;
+} tagspec_t;
+
+static void tags_read(const json_t *spec, tagspec_t *t) {
+    memset(t, 0, sizeof *t);
+    const json_t *fmt = json_object_get(spec, "format");
+    const json_t *tags = fmt ? json_object_get(fmt, "tags") : json_object_get(spec, "structures");
+    const json_t *trig = fmt ? json_object_get(fmt, "triggers") : json_object_get(spec, "triggers");
+    t->n = (int)json_array_size(tags), t->nt = (int)json_array_size(trig);
+    for (int i = 0; i < t->n; i++) {
+        const json_t *x = json_array_get(tags, (size_t)i);
+        t->begin[i] = json_string_value(json_object_get(x, "begin"));
+        t->end[i] = json_string_value(json_object_get(x, "end"));
+        t->schema[i] = fmt ? json_object_get(json_object_get(x, "content"), "json_schema") : json_object_get(x, "schema");
+    }
+    for (int i = 0; i < t->nt; i++) t->trig[i] = json_string_value(json_array_get(trig, (size_t)i));
+    t->at_least_one = fmt && json_is_true(json_object_get(fmt, "at_least_one"));
+    t->stop_after_first = fmt && json_is_true(json_object_get(fmt, "stop_after_first"));
+}
+
+static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+/* Skips a run of whitespace within the JSON rule (MR_GRAMMAR_MAX_WS bytes, one newline); false past it. */
+static bool skip_ws(const char *s, size_t n, size_t *p) {
+    int run = 0, nl = 0;
+    while (*p < n && is_space(s[*p])) run++, nl += s[(*p)++] == '\n';
+    return run <= MR_GRAMMAR_MAX_WS && nl <= 1;
+}
+
+/* 1 when s is a whole output of the spec: free text up to the first place a trigger ends (the longer one when
+ * two end there), found by trying every trigger at every place; a tag's begin there; a JSON value (the
+ * longest prefix, not ending in whitespace, that jansson reads as one and the validator passes: "6e+2" is no
+ * integer, so the integer is "6"); its end; again. */
+static int tags_oracle(const tagspec_t *t, const char *s, size_t n, int *n_tags) {
+    size_t pos = 0;
+    *n_tags = 0;
+    for (;;) {
+        size_t best_end = SIZE_MAX, best_len = 0;
+        for (int k = 0; k < t->nt; k++) {
+            const size_t L = strlen(t->trig[k]);
+            for (size_t i = pos; i + L <= n; i++)
+                if (!memcmp(s + i, t->trig[k], L)) {
+                    if (i + L < best_end || (i + L == best_end && L > best_len)) best_end = i + L, best_len = L;
+                    break;
+                }
+        }
+        if (best_end == SIZE_MAX) return !t->at_least_one || *n_tags > 0;
+        const size_t start = best_end - best_len;
+        int tag = -1;
+        for (int k = 0; k < t->n && tag < 0; k++)
+            if (strlen(t->begin[k]) <= n - start && !memcmp(s + start, t->begin[k], strlen(t->begin[k]))) tag = k;
+        if (tag < 0) return 0;
+        size_t p = start + strlen(t->begin[tag]);
+        if (!skip_ws(s, n, &p)) return 0;
+        size_t q = 0;
+        for (size_t e = p + 1; e <= n; e++) {
+            if (is_space(s[e - 1])) continue;
+            json_t *y = json_loadb(s + p, e - p, JSON_DECODE_ANY, NULL);
+            if (y && valid(t->schema[tag], t->schema[tag], y)) q = e;
+            json_decref(y);
+        }
+        if (!q) return 0;
+        const char *end = t->end[tag];
+        if (end[0] && !is_space(end[0]) && !skip_ws(s, n, &q)) return 0;
+        if (strlen(end) > n - q || memcmp(s + q, end, strlen(end))) return 0;
+        pos = q + strlen(end);
+        ++*n_tags;
+        if (t->stop_after_first) return pos == n;
+    }
+}
+
+
+static const char *const TAG_FAVOURED[] = {"<fn=", "a>", "b>", "<fn=a>", "</fn>", "<n>", "<w>", "\n</w>", "12", "}",
+                                           "]", "\"p\"", "null", "true", "1", NULL};
+
+static void test_structural_tags(void **state) {
+    (void)state;
+    tu_rng r = {21};
+    char *buf = malloc(1 << 16);
+    uint32_t *allow = calloc((size_t)(g_voc.n + 31) / 32, 4);
+    int32_t *ids = malloc((size_t)g_voc.n * sizeof(int32_t));
+    for (int si = 0; TAG_SPECS[si]; si++) {
+        json_t *spec = json_loads(TAG_SPECS[si], 0, NULL);
+        assert_non_null(spec);
+        mr_grammar *g = NULL;
+        if (mr_grammar_structural_tag(spec, &g)) fail_msg("spec %d: %s", si, mr_error_last());
+        tagspec_t ts;
+        tags_read(spec, &ts);
+        int ended = 0, tags_seen = 0, with_tags = 0;
+        for (int it = 0; it < 300; it++) {
+            mr_matcher *m = matcher(g, g_ix, it % 3 == 2 ? "</think>" : NULL);
+            size_t n = 0;
+            bool end = false;
+            for (int step = 0; step < 120 && !end; step++) {
+                const int64_t cnt = mr_matcher_mask(m, allow);
+                if (cnt <= 0) fail_msg("spec %d: dead end after [%.*s]", si, (int)n, buf);
+                int k = 0;
+                for (int32_t i = 0; i < g_voc.n; i++)
+                    if (allow[i >> 5] >> (i & 31) & 1) ids[k++] = i;
+                int32_t t = ids[tu_next(&r) % (uint64_t)k];
+                if (tu_next(&r) % 3 == 0) { /* the tags' own pieces, where they fit, now and then */
+                    const char *fav = TAG_FAVOURED[tu_next(&r) % 15];
+                    for (int j = 0; j < k; j++)
+                        if (g_voc.len[ids[j]] == strlen(fav) && !memcmp(g_voc.b[ids[j]], fav, strlen(fav))) t = ids[j];
+                }
+                if (step > 90 && (allow[END_ID >> 5] & 1)) t = END_ID;
+                assert_int_equal(mr_matcher_accept(m, t), MR_OK);
+                if (t == END_ID) {
+                    end = true;
+                    break;
+                }
+                memcpy(buf + n, g_voc.b[t], g_voc.len[t]);
+                n += g_voc.len[t];
+            }
+            buf[n] = 0;
+            mr_matcher_free(m);
+            if (!end) continue;
+            ended++;
+            const char *text = buf;
+            size_t tn = n;
+            if (it % 3 == 2) { /* the free part before "</think>" is not the spec's */
+                const char *th = strstr(buf, "</think>");
+                assert_non_null(th);
+                text = th + 8, tn = n - (size_t)(text - buf);
+            }
+            int nt = 0;
+            if (tags_oracle(&ts, text, tn, &nt) != 1) fail_msg("spec %d: the oracle refuses [%s]", si, buf);
+            tags_seen += nt, with_tags += nt > 0;
+        }
+        if (ended < 150 || with_tags < 50)
+            fail_msg("spec %d: %d of 300 walks ended, %d with tags (%d tags)", si, ended, with_tags, tags_seen);
+        mr_grammar_free(g);
+        json_decref(spec);
+    }
+    /* by hand: taken (1 complete, 0 a prefix) or refused (-1) */
+    static const struct {
+        int spec;
+        const char *text;
+        int want;
+    } CASES[] = {
+        {0, "", 1},
+        {0, "hello <fn=a>{\"x\": 5}</fn> and <fn=b> \"q\"\n</fn>", 1},
+        {0, "<fn=a>\n  {\"x\":99}  </fn>", 1},
+        {0, "<fn=a>{\"x\":100}", -1},              /* out of the schema */
+        {0, "<fn=c>", -1},                         /* no tag begins so */
+        {0, "<fn=a>{\"x\":1}</fx", -1},            /* not the end */
+        {0, "<fn=a>{\"x\":1}", 0},                 /* the end still to come */
+        {0, "<n>42 left", 1},                      /* an empty end: text right after the number */
+        {0, "<n>42", 1},
+        {0, "<n>", 0},
+        {0, "<n>x", -1},
+        {0, "<w>true\n</w>", 1},
+        {0, "<w>true \n</w>", -1},                 /* no whitespace of its own before an end that starts with some */
+        {0, "<w> false\n</w><n>-3", 1},
+        {0, "a <f n= </fn> <fn", 1},              /* no trigger written: text */
+        {1, "", 0},                                /* at least one tag */
+        {1, "text <fn=a>[\"ab\"]</fn>", 1},
+        {1, "text <fn=a>[\"ab\"]</fn> more", -1},  /* stop after the first */
+        {1, "<fn=a>[\"abc\"]", -1},
+        {2, "x a>null</f", 1},                      /* "a>" is a trigger alone */
+        {2, "<fn=a>1</fn>", 1},                     /* where both end, the longer one */
+        {2, "<fn=a>null", -1},
+    };
+    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
+        json_t *spec = json_loads(TAG_SPECS[CASES[i].spec], 0, NULL);
+        mr_grammar *g = NULL;
+        assert_int_equal(mr_grammar_structural_tag(spec, &g), MR_OK);
+        const int got = judge(g, g_ix, CASES[i].text, strlen(CASES[i].text));
+        if (got != CASES[i].want) fail_msg("tags case %zu [%s]: %d, want %d", i, CASES[i].text, got, CASES[i].want);
+        if (got >= 0) { /* the oracle agrees on what is complete */
+            tagspec_t ts;
+            tags_read(spec, &ts);
+            int nt;
+            if (tags_oracle(&ts, CASES[i].text, strlen(CASES[i].text), &nt) != got)
+                fail_msg("tags case %zu [%s]: the oracle says %d", i, CASES[i].text, !got);
+        }
+        mr_grammar_free(g);
+        json_decref(spec);
+    }
+    /* special tokens: in free text, and as a begin's bytes; never inside a value */
+    {
+        json_t *spec = json_pack("{s:[{s:s,s:{s:s},s:s}],s:[s]}", "structures", "begin", "<special>", "schema", "type",
+                                 "integer", "end", "</fn>", "triggers", "<spec");
+        mr_grammar *g = NULL;
+        assert_int_equal(mr_grammar_structural_tag(spec, &g), MR_OK);
+        mr_matcher *m = matcher(g, g_ix, NULL);
+        const int32_t special = g_voc.n - 1;
+        mr_matcher_mask(m, allow);
+        assert_true(allow[special >> 5] >> (special & 31) & 1);
+        assert_int_equal(mr_matcher_accept(m, special), MR_OK);
+        assert_false(mr_matcher_complete(m));
+        assert_true(mr_matcher_feed(m, "7", 1));
+        mr_matcher_mask(m, allow);
+        assert_false(allow[special >> 5] >> (special & 31) & 1);
+        assert_int_equal(mr_matcher_accept(m, special), MR_EINPUT);
+        assert_true(mr_matcher_feed(m, "</fn>", 5));
+        assert_true(mr_matcher_complete(m));
+        mr_matcher_free(m);
+        mr_grammar_free(g);
+        json_decref(spec);
+    }
+    /* refused, each naming where */
+    static const struct {
+        const char *spec, *says;
+    } BAD[] = {
+        {"[]", "must be an object"},
+        {"{\"structures\":[],\"triggers\":[\"<\"]}", "structures: must be a non-empty list"},
+        {"{\"structures\":[{\"begin\":\"<a>\",\"schema\":{},\"end\":\"</a>\"}],\"triggers\":[]}", "triggers: must be"},
+        {"{\"structures\":[{\"begin\":\"<a>\",\"schema\":{},\"end\":\"</a>\"}],\"triggers\":[\"<b\"]}", "triggers/0: \"<b\" starts no tag"},
+        {"{\"structures\":[{\"begin\":\"<a>\",\"schema\":{},\"end\":\"</a>\"},{\"begin\":\"[b]\",\"schema\":{},\"end\":\"\"}],"
+         "\"triggers\":[\"<\"]}", "structures/1/begin: \"[b]\" starts with none of the triggers"},
+        {"{\"structures\":[{\"begin\":\"<a\",\"schema\":{},\"end\":\"</a>\"},{\"begin\":\"<ab\",\"schema\":{},\"end\":\"\"}],"
+         "\"triggers\":[\"<\"]}", "structures/0/begin: \"<a\" starts the begin of structures/1"},
+        {"{\"structures\":[{\"begin\":\"<a\",\"schema\":{},\"end\":\"</a>\"},{\"begin\":\"<a\",\"schema\":{},\"end\":\"\"}],"
+         "\"triggers\":[\"<\"]}", "is also the begin"},
+        {"{\"structures\":[{\"begin\":\"\",\"schema\":{},\"end\":\"</a>\"}],\"triggers\":[\"<\"]}", "structures/0/begin: must not be empty"},
+        {"{\"structures\":[{\"begin\":\"<a\",\"end\":\"</a>\"}],\"triggers\":[\"<\"]}", "structures/0: has no schema"},
+        {"{\"structures\":[{\"begin\":\"<a\",\"schema\":{\"not\":{}},\"end\":\"</a>\"}],\"triggers\":[\"<\"]}",
+         "structures/0/schema/not: this keyword is not supported"},
+        {"{\"structures\":[{\"begin\":\"<a\",\"schema\":{},\"end\":\"</a>\",\"x\":1}],\"triggers\":[\"<\"]}", "structures/0/x: is not a field"},
+        {"{\"format\":{\"type\":\"sequence\",\"elements\":[]}}", "format/type: a format of type \"sequence\" is not supported"},
+        {"{\"format\":{\"type\":\"triggered_tags\",\"triggers\":[\"<\"],\"tags\":[{\"begin\":\"<a\",\"content\":{\"type\":"
+         "\"regex\",\"pattern\":\"a\"},\"end\":\"\"}]}}", "format/tags/0/content/type: content of type \"regex\" is not supported"},
+        {"{\"format\":{\"type\":\"triggered_tags\",\"triggers\":[\"<\"],\"tags\":[{\"begin\":\"<a\",\"content\":{\"type\":"
+         "\"json_schema\",\"json_schema\":{}},\"end\":\"\"}],\"at_least_one\":1}}", "format/at_least_one: must be a boolean"},
+    };
+    for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
+        json_t *spec = json_loads(BAD[i].spec, JSON_DECODE_ANY, NULL);
+        assert_non_null(spec);
+        mr_grammar *g = NULL;
+        assert_int_equal(mr_grammar_structural_tag(spec, &g), MR_EINVAL);
+        assert_null(g);
+        if (!strstr(mr_error_last(), BAD[i].says)) fail_msg("bad spec %zu: [%s], want [%s]", i, mr_error_last(), BAD[i].says);
+        json_decref(spec);
+    }
+    free(ids);
+    free(allow);
+    free(buf);
+}
+
 static int group_setup(void **state) {
     (void)state;
     /* regexec (the validator's patterns) counts characters, not bytes, under a UTF-8 locale */
@@ -1374,7 +1649,7 @@ int main(void) {
         cmocka_unit_test(test_integer_bounds),            cmocka_unit_test(test_number_bounds),            cmocka_unit_test(test_regex),            cmocka_unit_test(test_patterns),
         cmocka_unit_test(test_unions),                    cmocka_unit_test(test_ebnf),
         cmocka_unit_test(test_tool_calls),                cmocka_unit_test(test_refused_schemas),
-        cmocka_unit_test(test_real_tokenizer),
+        cmocka_unit_test(test_real_tokenizer),            cmocka_unit_test(test_structural_tags),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -94,6 +94,22 @@ mr_status mr_grammar_regex(const char *regex, mr_grammar **out);
  * (TagDispatch, Token, ...), rule options and lookaheads are MR_EINVAL with
  * the line and column. */
 mr_status mr_grammar_ebnf(const char *text, mr_grammar **out);
+/* Free text in which tagged JSON values come (xgrammar's structural tags,
+ * vLLM's and sglang's response_format {"type": "structural_tag", ...}): the
+ * text is free until one of the triggers has just been written; from there
+ * it is the rest of the begin of a tag that starts with that trigger, the
+ * tag's JSON value (its schema as mr_grammar_json_schema takes it; the same
+ * whitespace around it as between JSON tokens, none before an end that
+ * starts with whitespace), and the tag's end; then free text again. Free
+ * text may hold special tokens; begins and ends too, where their bytes
+ * match. spec: {"structures": [{"begin", "schema", "end"}], "triggers":
+ * [...]}, or {"format": {"type": "triggered_tags", "triggers", "tags":
+ * [{"begin", "content": {"type": "json_schema", "json_schema"}, "end"}],
+ * "at_least_one", "stop_after_first"}} (src/text/grammar_tags.c). At most
+ * 256 tags and 64 triggers; every begin starts with a trigger, every
+ * trigger starts a begin, and no begin is a prefix of another (MR_EINVAL
+ * names the field otherwise). */
+mr_status mr_grammar_structural_tag(const json_t *spec, mr_grammar **out);
 /* Tool calls as JSON, for tool_choice "required" (name NULL): an array of at
  * least one {"name": <a tool's name>, "parameters": <that tool's
  * parameters>} (at most max_calls when > 0: 1 for parallel_tool_calls

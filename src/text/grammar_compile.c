@@ -817,6 +817,22 @@ static mr_status finish(mr_grammar *g, mr_status st, const char *what, mr_gramma
     return MR_OK;
 }
 
+mr_status mr__grammar_new(mr_grammar **out) { return grammar_alloc(out); }
+mr_status mr__grammar_lit(mr_grammar *g, const char *s, size_t n, int32_t *id) { return add_lit(g, s, n, id); }
+mr_status mr__grammar_node(mr_grammar *g, mr__gkind k, int32_t *id) { return new_node(g, k, id); }
+mr_status mr__grammar_finish(mr_grammar *g, mr_status st, const char *what, mr_grammar **out) {
+    return finish(g, st, what, out);
+}
+mr_status mr__grammar_schema(mr_grammar *g, const json_t *schema, const char *path, int32_t *node) {
+    cctx *c = mr_calloc(1, sizeof *c);
+    if (!c) return MR_ENOMEM;
+    c->g = g;
+    c->doc = schema;
+    mr_status st = compile(c, schema, path, node);
+    mr_free(c);
+    return st;
+}
+
 mr_status mr_grammar_json_schema(const json_t *schema, mr_grammar **out) {
     *out = NULL;
     mr_grammar *g;
@@ -1006,6 +1022,10 @@ void mr_grammar_free(mr_grammar *g) {
     mr_free(g->lits);
     mr_free(g->pool);
     mr__cfg_free(g->cfg);
+    mr_free(g->tags);
+    mr_free(g->trigs);
+    mr_free(g->ac_next);
+    mr_free(g->ac_fire);
     mr_free(g);
 }
 

@@ -27,13 +27,16 @@
  *   G_REGEX     raw text (the root of a regex grammar) that g->res[re]
  *               matches whole
  *   G_CFG       raw text (the root of an EBNF grammar) that g->cfg matches
+ *   G_TAGS      free text with tagged values (the root of a structural-tag
+ *               grammar): g->tags, found by g->trigs through the automaton
+ *               g->ac_next (grammar_tags.c)
  * Node ids are int32; a $ref is its target's node (recursion is a cycle). */
 #ifndef MR_TEXT_GRAMMAR_INTERNAL_H
 #define MR_TEXT_GRAMMAR_INTERNAL_H
 
 #include "moerun/grammar.h"
 
-typedef enum { G_PENDING = 0, G_OBJECT, G_ARRAY, G_STRING, G_NUMBER, G_INTEGER, G_LITERALS, G_UNION, G_REGEX, G_CFG } mr__gkind;
+typedef enum { G_PENDING = 0, G_OBJECT, G_ARRAY, G_STRING, G_NUMBER, G_INTEGER, G_LITERALS, G_UNION, G_REGEX, G_CFG, G_TAGS } mr__gkind;
 
 #define G_UNIQUE 4 /* bounds of an array: uniqueItems */
 __extension__ typedef __int128 mr__i128;
@@ -104,6 +107,17 @@ typedef struct {
     uint32_t off, len;
 } mr__glitref;
 
+/* A structural tag: its begin and end (literals), its content's value node. */
+typedef struct {
+    int32_t begin, end, value;
+} mr__gtag;
+/* A trigger: the tags whose begin starts with it, [lo, hi) of g->tags (sorted by begin), and its length. */
+typedef struct {
+    int32_t lo, hi, len;
+} mr__gtrig;
+#define MR__TAGS_AT_LEAST_ONE 1u     /* the output holds a tag at least */
+#define MR__TAGS_STOP_AFTER_FIRST 2u /* the output ends with its first tag */
+
 struct mr_grammar {
     mr__gnode *nodes;
     int32_t n_nodes, cap_nodes;
@@ -120,6 +134,15 @@ struct mr_grammar {
     char *pool;
     size_t n_pool, cap_pool;
     mr__cfg *cfg; /* G_CFG's grammar */
+    mr__gtag *tags; /* G_TAGS: [n_tags], sorted by begin */
+    int32_t n_tags;
+    mr__gtrig *trigs; /* [n_trigs] */
+    int32_t n_trigs;
+    int32_t *ac_next; /* [n_ac][256]: the triggers' automaton (Aho-Corasick, complete); state 0 matches nothing yet */
+    int32_t *ac_fire; /* [n_ac]: the trigger that has just ended in this state (the longest), or -1 */
+    int32_t n_ac;
+    uint8_t tag_flags; /* MR__TAGS_* */
+    bool trig_lt;      /* every trigger starts with '<' (the mask's fast path in free text) */
     int32_t root;
     bool raw;     /* the root is raw text (choices, a regex): no whitespace around it */
     int32_t any;  /* the any-value node (-1 until needed) */
@@ -131,6 +154,14 @@ static inline const char *mr__glit(const mr_grammar *g, int32_t i, size_t *len) 
     *len = g->lits[i].len;
     return g->pool + g->lits[i].off;
 }
+
+/* For grammar_tags.c: a fresh grammar; a JSON schema compiled into g (its $refs its own); a literal; the
+ * checks and description once built (frees g on an error). */
+mr_status mr__grammar_new(mr_grammar **out);
+mr_status mr__grammar_schema(mr_grammar *g, const json_t *schema, const char *path, int32_t *node);
+mr_status mr__grammar_lit(mr_grammar *g, const char *s, size_t n, int32_t *id);
+mr_status mr__grammar_node(mr_grammar *g, mr__gkind k, int32_t *id);
+mr_status mr__grammar_finish(mr_grammar *g, mr_status st, const char *what, mr_grammar **out);
 
 /* The concrete (non-union) node whose value may start with byte c, or -1. */
 int32_t mr__gpick(const mr_grammar *g, int32_t node, uint8_t c);

@@ -6,7 +6,11 @@
  *
  * The matcher's state is a stack of frames, one per open value:
  *   root   free text up to opts.free_until (a = bytes of it matched), then
- *          whitespace, the value, done
+ *          whitespace, the value, done; a structural-tag grammar's root
+ *          (grammar_tags.c) goes on instead in text (a = the triggers'
+ *          automaton state, mask = a tag was written), begin (tags [a, b)
+ *          still possible, n = bytes matched), whitespace, the tag's value
+ *          (a = the tag from here on), end (n = bytes matched), text again
  *   object a = the next property that may come (declared properties, in
  *          order), b = the property whose value is open, n = the literal
  *          its discriminating property took
@@ -29,7 +33,7 @@
 #include "text/grammar_internal.h"
 
 enum { F_ROOT, F_OBJ, F_ARR, F_STR, F_NUM, F_LIT, F_KEY, F_RAW, F_CFG };
-enum { R_FREE, R_WS, R_VALUE, R_DONE };
+enum { R_FREE, R_WS, R_VALUE, R_DONE, R_TEXT, R_BEGIN, R_END };
 enum { O_FIRST, O_KEY, O_COLON, O_VALWS, O_VAL, O_NEXT, O_COMMA };
 enum { A_FIRST, A_VAL, A_NEXT, A_COMMA };
 enum { S_CHARS, S_ESC, S_HEX, S_CONT, S_LOW1, S_LOW2 };
@@ -209,6 +213,16 @@ static bool take_ws(const mr_matcher *m, frame *f, uint8_t c) {
 
 static const mr__gnode *gnode(const mr_matcher *m, int32_t id) { return &m->g->nodes[id]; }
 
+static bool tagged(const mr_matcher *m) { return m->g->nodes[m->g->root].kind == G_TAGS; }
+static const char *tag_end(const mr_matcher *m, int32_t tag, size_t *len) { return mr__glit(m->g, m->g->tags[tag].end, len); }
+
+/* A structural tag's end was written: free text again, or the output is over. */
+static void tag_done(const mr_matcher *m, frame *f) {
+    f->mask = 1, f->n = 0, f->ws = 0;
+    if (m->g->tag_flags & MR__TAGS_STOP_AFTER_FIRST) f->ph = R_DONE;
+    else f->ph = R_TEXT, f->a = 0;
+}
+
 static int64_t str_lo(const mr_matcher *m, const frame *f) { return f->node < 0 ? 0 : gnode(m, f->node)->lo; }
 static int64_t str_hi(const mr_matcher *m, const frame *f) { return f->node < 0 ? -1 : gnode(m, f->node)->hi; }
 static const mr__pat *str_re(const mr_matcher *m, const frame *f) {
@@ -249,7 +263,16 @@ static bool child_done(mr_matcher *m, int32_t info) {
     if (!p) return false;
     p->ws = 0;
     switch (p->kind) {
-    case F_ROOT: p->ph = R_DONE; return true;
+    case F_ROOT:
+        if (!tagged(m)) {
+            p->ph = R_DONE;
+            return true;
+        }
+        size_t len;
+        tag_end(m, p->a, &len);
+        p->ph = R_END, p->n = 0;
+        if (!len) tag_done(m, p);
+        return true;
     case F_ARR:
         if (gnode(m, p->node)->bounds & G_UNIQUE) p->mask |= 1ull << (info - gnode(m, gnode(m, p->node)->a)->a);
         p->n++, p->ph = A_NEXT;
@@ -680,10 +703,22 @@ static bool feed_lit(mr_matcher *m, frame *f, uint8_t c, bool *refeed) {
  * value. */
 static bool open_raw(mr_matcher *m, frame *f) {
     const int kind = gnode(m, m->g->root)->kind;
+    if (kind == G_TAGS) {
+        f->ph = R_TEXT, f->a = 0, f->mask = 0;
+        return true;
+    }
     if (kind != G_REGEX && kind != G_CFG) return true;
     f->ph = R_VALUE;
     if (kind == G_CFG) return push(m, (frame){.kind = F_CFG, .node = m->g->root, .re = (uint64_t)m->cfg_start});
     return push(m, (frame){.kind = F_RAW, .node = m->g->root, .re = MR__RE_START});
+}
+
+/* The begins of tags [a, b) share n bytes: once one is left and whole, its value comes. */
+static bool begin_settle(const mr_matcher *m, frame *f) {
+    size_t len;
+    mr__glit(m->g, m->g->tags[f->a].begin, &len);
+    if (f->b - f->a == 1 && (int64_t)len == f->n) f->ph = R_WS, f->ws = 0;
+    return true;
 }
 
 static bool feed_root(mr_matcher *m, frame *f, uint8_t c) {
@@ -699,7 +734,38 @@ static bool feed_root(mr_matcher *m, frame *f, uint8_t c) {
     case R_WS:
         if (is_ws(c) && !m->g->raw) return take_ws(m, f, c);
         f->ph = R_VALUE;
-        return start_value(m, m->g->root, c);
+        return start_value(m, tagged(m) ? m->g->tags[f->a].value : m->g->root, c);
+    case R_TEXT: {
+        const int32_t s = m->g->ac_next[(size_t)f->a * 256 + c], t = m->g->ac_fire[s];
+        f->a = s;
+        if (t < 0) return true;
+        const mr__gtrig *x = &m->g->trigs[t]; /* a trigger was written: its tags' begins go on */
+        f->ph = R_BEGIN, f->a = x->lo, f->b = x->hi, f->n = x->len;
+        return begin_settle(m, f);
+    }
+    case R_BEGIN: {
+        int32_t lo = f->a, hi = f->b;
+        size_t len;
+        while (lo < hi && !((int64_t)(mr__glit(m->g, m->g->tags[lo].begin, &len), len) > f->n &&
+                            (uint8_t)mr__glit(m->g, m->g->tags[lo].begin, &len)[f->n] == c))
+            lo++;
+        int32_t e = lo;
+        while (e < hi && (int64_t)(mr__glit(m->g, m->g->tags[e].begin, &len), len) > f->n &&
+               (uint8_t)mr__glit(m->g, m->g->tags[e].begin, &len)[f->n] == c)
+            e++;
+        if (lo == e) return false;
+        f->a = lo, f->b = e, f->n++;
+        return begin_settle(m, f);
+    }
+    case R_END: {
+        size_t len;
+        const char *e = tag_end(m, f->a, &len);
+        if (f->n < (int64_t)len && (uint8_t)e[f->n] == c) {
+            if (++f->n == (int64_t)len) tag_done(m, f);
+            return true;
+        }
+        return f->n == 0 && is_ws(c) && !is_ws((uint8_t)e[0]) && take_ws(m, f, c);
+    }
     default: return false;
     }
 }
@@ -837,8 +903,15 @@ bool mr_matcher_complete(const mr_matcher *m) {
     for (int s = 0; s < m->n_stk; s++) {
         const mstack *k = &m->stk[s];
         if (!k->alive) continue;
-        if (k->depth == 1 && k->st[0].ph == R_DONE) return true;
-        if (k->depth == 2 && k->st[0].ph == R_VALUE && accepting(m, &k->st[1])) return true;
+        const frame *r = &k->st[0];
+        if (k->depth == 1 && r->ph == R_DONE) return true;
+        if (k->depth == 1 && r->ph == R_TEXT && (r->mask || !(m->g->tag_flags & MR__TAGS_AT_LEAST_ONE))) return true;
+        if (k->depth == 2 && r->ph == R_VALUE && accepting(m, &k->st[1])) {
+            if (!tagged(m)) return true;
+            size_t len; /* a tag's value that its end (empty) closes */
+            tag_end(m, r->a, &len);
+            if (!len) return true;
+        }
     }
     return false;
 }
@@ -875,8 +948,12 @@ bool mr_matcher_feed(mr_matcher *m, const char *bytes, size_t n) {
     return true;
 }
 
-/* Free text before the grammar (only one stack then). */
-static bool free_now(const mr_matcher *m) { return m->stk[0].depth == 1 && m->stk[0].st[0].ph == R_FREE; }
+/* Free text before the grammar or between structural tags, or a tag's begin or end (only one stack then):
+ * special tokens may come. */
+static bool free_now(const mr_matcher *m) {
+    const int ph = m->stk[0].st[0].ph;
+    return m->stk[0].depth == 1 && (ph == R_FREE || ph == R_TEXT || ph == R_BEGIN || ph == R_END);
+}
 
 static bool is_end(const mr_matcher *m, int32_t id) {
     for (int i = 0; i < m->n_end; i++)
@@ -976,13 +1053,24 @@ static void walk_cfg(mr_matcher *m, int32_t node, int32_t set, uint32_t *allow) 
     }
 }
 
-/* The cached mask of a regex or EBNF grammar's raw state (the only stack: root + raw frame), or -1. */
+/* The frame whose state keys the mask cache: a regex or EBNF grammar's raw text (the only stack: root + raw
+ * frame), or a structural-tag grammar's free text (the root alone, in text: its automaton state and whether
+ * a tag was written); NULL when the state is not one of those. */
+static const frame *cache_frame(const mr_matcher *m) {
+    if (m->ended || m->n_stk != 1) return NULL;
+    const mstack *k = &m->stk[0];
+    if (k->depth == 2 && (k->st[1].kind == F_RAW || k->st[1].kind == F_CFG)) return &k->st[1];
+    if (k->depth == 1 && k->st[0].ph == R_TEXT) return &k->st[0];
+    return NULL;
+}
+static uint64_t cache_key(const frame *f) { return f->kind == F_ROOT ? f->mask : f->re; }
+
+/* The cached mask of the state (cache_frame), -1 when not cached yet, -2 when not cacheable. */
 static int raw_cached(const mr_matcher *m) {
-    if (m->ended || m->n_stk != 1 || m->stk[0].depth != 2 || (m->stk[0].st[1].kind != F_RAW && m->stk[0].st[1].kind != F_CFG))
-        return -2;
-    const frame *f = &m->stk[0].st[1];
+    const frame *f = cache_frame(m);
+    if (!f) return -2;
     for (int i = 0; i < m->rc_n; i++)
-        if (m->rc_re[i] == f->re && m->rc_a[i] == f->a && m->rc_b[i] == f->b) return i;
+        if (m->rc_re[i] == cache_key(f) && m->rc_a[i] == f->a && m->rc_b[i] == f->b) return i;
     return -1;
 }
 
@@ -1001,7 +1089,8 @@ int64_t mr_matcher_mask(mr_matcher *m, uint32_t *allow) {
         const frame *f = &k0->st[k0->depth - 1];
         const bool one = m->n_stk == 1, free_start = free_now(m);
         int tr = TR_ALL;
-        if (one && free_start && f->a == 0 && m->until[0] == '<') { /* free text, no '<' yet: those without one go on */
+        if (one && free_start && f->a == 0 &&
+            (f->ph == R_FREE ? m->until[0] == '<' : f->ph == R_TEXT && m->g->trig_lt)) { /* free text, no '<' yet: those without one go on */
             memcpy(allow, v->nolt, words * sizeof(uint32_t));
             tr = TR_LT;
         } else if (one && f->kind == F_CFG && !free_start) { /* an EBNF grammar's text */
@@ -1047,8 +1136,8 @@ int64_t mr_matcher_mask(mr_matcher *m, uint32_t *allow) {
     for (size_t w = 0; w < words; w++) count += __builtin_popcount(allow[w]);
     if (hit == -1 && (m->rc_bits || (m->rc_bits = mr_malloc(RAW_CACHE * words * sizeof(uint32_t))))) {
         const int i = m->rc_n < RAW_CACHE ? m->rc_n++ : (m->rc_next++ % RAW_CACHE); /* the oldest goes */
-        const frame *f = &m->stk[0].st[1];
-        m->rc_re[i] = f->re, m->rc_a[i] = f->a, m->rc_b[i] = f->b, m->rc_count[i] = count;
+        const frame *f = cache_frame(m);
+        m->rc_re[i] = cache_key(f), m->rc_a[i] = f->a, m->rc_b[i] = f->b, m->rc_count[i] = count;
         memcpy(m->rc_bits + (size_t)i * words, allow, words * sizeof(uint32_t));
     }
     return count;

@@ -1,0 +1,287 @@
+/* grammar_tags.c — structural tags (xgrammar's, as vLLM and sglang take them
+ * in response_format {"type": "structural_tag", ...}): free text in which a
+ * trigger opens a tagged value. Builds the G_TAGS root of a grammar: the tags
+ * sorted by begin, each trigger's range of them, and one automaton over all
+ * triggers (Aho-Corasick, every transition written out) that the matcher
+ * steps once per byte of free text.
+ *
+ * The output, as the matcher follows it (grammar_match.c, the root frame):
+ *   free text, until a trigger has just been written (the first place where
+ *   one ends; where two end at once, the longer); then the rest of the begin
+ *   of one tag that starts with that trigger; whitespace (as between JSON
+ *   tokens); the tag's JSON value; whitespace, unless the end starts with
+ *   some; the end; free text again (or nothing, stop_after_first).
+ * The spec, in either of the two forms vLLM and sglang accept:
+ *   {"structures": [{"begin", "schema", "end"}, ...], "triggers": [...]}
+ *   {"format": {"type": "triggered_tags", "triggers": [...], "tags": [{"type":
+ *     "tag", "begin", "content": {"type": "json_schema", "json_schema"},
+ *     "end"}, ...], "at_least_one", "stop_after_first"}}
+ * ("type": "structural_tag" beside them is fine). Every begin starts with a
+ * trigger and every trigger starts a begin; no begin is a prefix of another. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "text/grammar_internal.h"
+
+#define MAX_TAGS 256
+#define MAX_TRIGGERS 64
+#define MAX_TRIGGER_BYTES 1024 /* all triggers together: the automaton's states */
+#define MAX_MARK 1024          /* a begin or an end */
+
+typedef struct {
+    const char *begin, *end;
+    const json_t *schema;
+    char path[48], spath[96]; /* the tag's, its schema's */
+} tagspec;
+
+static mr_status fail(const char *where, const char *what) { return mr_error_set(MR_EINVAL, "%s: %s", where, what); }
+
+/* A string field of a tag: non-empty (an end may be empty), at most MAX_MARK bytes. */
+static mr_status mark(const json_t *o, const char *k, const char *path, bool empty_ok, const char **out) {
+    char where[96];
+    snprintf(where, sizeof where, "%s/%s", path, k);
+    const json_t *v = json_object_get(o, k);
+    if (!json_is_string(v)) return fail(where, "must be a string");
+    if (!empty_ok && !json_string_length(v)) return fail(where, "must not be empty");
+    if (json_string_length(v) > MAX_MARK) return fail(where, "is longer than 1024 bytes");
+    if (strlen(json_string_value(v)) != json_string_length(v)) return fail(where, "holds a NUL character");
+    *out = json_string_value(v);
+    return MR_OK;
+}
+
+/* Only the listed keys. */
+static mr_status only(const json_t *o, const char *path, const char *const *keys) {
+    const char *k;
+    const json_t *v;
+    json_object_foreach((json_t *)o, k, v) {
+        int i = 0;
+        while (keys[i] && strcmp(keys[i], k)) i++;
+        if (!keys[i]) {
+            char where[128];
+            snprintf(where, sizeof where, "%s/%.60s", path, k);
+            return fail(where, "is not a field of a structural tag here");
+        }
+    }
+    return MR_OK;
+}
+
+static mr_status read_tag(const json_t *t, const char *path, bool legacy, tagspec *out) {
+    if (!json_is_object(t)) return fail(path, "must be an object");
+    static const char *const LEGACY[] = {"begin", "schema", "end", NULL}, *const TAG[] = {"type", "begin", "content", "end", NULL};
+    mr_status st = only(t, path, legacy ? LEGACY : TAG);
+    if (st) return st;
+    snprintf(out->path, sizeof out->path, "%s", path);
+    if ((st = mark(t, "begin", path, false, &out->begin)) || (st = mark(t, "end", path, true, &out->end))) return st;
+    if (legacy) {
+        out->schema = json_object_get(t, "schema");
+        if (!out->schema) return fail(path, "has no schema");
+        snprintf(out->spath, sizeof out->spath, "%s/schema", path);
+        return MR_OK;
+    }
+    const json_t *ty = json_object_get(t, "type");
+    if (ty && (!json_is_string(ty) || strcmp(json_string_value(ty), "tag"))) {
+        char where[96];
+        snprintf(where, sizeof where, "%s/type", path);
+        return fail(where, "must be \"tag\"");
+    }
+    const json_t *c = json_object_get(t, "content");
+    char where[96];
+    snprintf(where, sizeof where, "%s/content", path);
+    if (!json_is_object(c)) return fail(where, "must be an object: {\"type\": \"json_schema\", \"json_schema\": {...}}");
+    const char *ct = json_string_value(json_object_get(c, "type"));
+    if (!ct || strcmp(ct, "json_schema")) {
+        mr_error_set(MR_EINVAL, "%s/type: content of type \"%.40s\" is not supported (json_schema is)", where, ct ? ct : "?");
+        return MR_EINVAL;
+    }
+    static const char *const CONTENT[] = {"type", "json_schema", NULL};
+    if ((st = only(c, where, CONTENT))) return st;
+    out->schema = json_object_get(c, "json_schema");
+    if (!out->schema) return fail(where, "has no json_schema");
+    snprintf(out->spath, sizeof out->spath, "%s/content/json_schema", path);
+    return MR_OK;
+}
+
+static _Thread_local const tagspec *tl_sort; /* qsort takes no context */
+static int by_begin(const void *x, const void *y) {
+    return strcmp(tl_sort[*(const int32_t *)x].begin, tl_sort[*(const int32_t *)y].begin);
+}
+
+/* The automaton over the triggers: a trie, then every missing transition filled from the failure state. */
+static mr_status build_ac(mr_grammar *g, const char *const *trig, int32_t nt) {
+    int32_t total = 1;
+    for (int32_t i = 0; i < nt; i++) total += (int32_t)strlen(trig[i]);
+    g->ac_next = mr_malloc((size_t)total * 256 * sizeof(int32_t));
+    g->ac_fire = mr_malloc((size_t)total * sizeof(int32_t));
+    int32_t *fail_of = mr_malloc((size_t)total * sizeof(int32_t)), *queue = mr_malloc((size_t)total * sizeof(int32_t));
+    if (!g->ac_next || !g->ac_fire || !fail_of || !queue) {
+        mr_free(fail_of), mr_free(queue);
+        return MR_ENOMEM;
+    }
+    int32_t n = 1;
+    for (int32_t i = 0; i < 256 * total; i++) g->ac_next[i] = -1;
+    for (int32_t i = 0; i < total; i++) g->ac_fire[i] = -1;
+    for (int32_t t = 0; t < nt; t++) {
+        int32_t s = 0;
+        for (const uint8_t *p = (const uint8_t *)trig[t]; *p; p++) {
+            if (g->ac_next[s * 256 + *p] < 0) g->ac_next[s * 256 + *p] = n++;
+            s = g->ac_next[s * 256 + *p];
+        }
+        g->ac_fire[s] = t; /* the whole path: the longest trigger ending here */
+    }
+    int32_t qh = 0, qt = 0;
+    for (int c = 0; c < 256; c++) {
+        int32_t u = g->ac_next[c];
+        if (u < 0) g->ac_next[c] = 0;
+        else fail_of[u] = 0, queue[qt++] = u;
+    }
+    while (qh < qt) {
+        const int32_t s = queue[qh++];
+        if (g->ac_fire[s] < 0) g->ac_fire[s] = g->ac_fire[fail_of[s]];
+        for (int c = 0; c < 256; c++) {
+            const int32_t u = g->ac_next[s * 256 + c], f = g->ac_next[fail_of[s] * 256 + c];
+            if (u < 0) {
+                g->ac_next[s * 256 + c] = f;
+            } else {
+                fail_of[u] = f;
+                queue[qt++] = u;
+            }
+        }
+    }
+    g->n_ac = n;
+    mr_free(fail_of), mr_free(queue);
+    return MR_OK;
+}
+
+static mr_status build(mr_grammar *g, tagspec *ts, int32_t n, const char **trig, int32_t nt) {
+    /* the tags by begin; none a prefix of the next (so of none) */
+    int32_t *order = mr_malloc((size_t)n * sizeof(int32_t));
+    g->tags = mr_calloc((size_t)n, sizeof(mr__gtag));
+    g->trigs = mr_calloc((size_t)nt, sizeof(mr__gtrig));
+    if (!order || !g->tags || !g->trigs) {
+        mr_free(order);
+        return MR_ENOMEM;
+    }
+    for (int32_t i = 0; i < n; i++) order[i] = i;
+    tl_sort = ts;
+    qsort(order, (size_t)n, sizeof(int32_t), by_begin);
+    mr_status st = MR_OK;
+    for (int32_t k = 0; k + 1 < n && !st; k++) {
+        const char *a = ts[order[k]].begin, *b = ts[order[k + 1]].begin;
+        if (!strncmp(a, b, strlen(a)))
+            st = mr_error_set(MR_EINVAL, "%s/begin: \"%.80s\" %s the begin of %s; a tag's begin must decide it", ts[order[k]].path,
+                              a, strlen(a) == strlen(b) ? "is also" : "starts", ts[order[k + 1]].path);
+    }
+    for (int32_t k = 0; k < n && !st; k++) {
+        const tagspec *t = &ts[order[k]];
+        mr__gtag *x = &g->tags[k];
+        st = mr__grammar_lit(g, t->begin, strlen(t->begin), &x->begin);
+        if (!st) st = mr__grammar_lit(g, t->end, strlen(t->end), &x->end);
+        if (!st) st = mr__grammar_schema(g, t->schema, t->spath, &x->value);
+    }
+    g->n_tags = n;
+    /* each trigger's tags (a range of the sorted begins), and each tag reached by a trigger */
+    g->trig_lt = true;
+    for (int32_t i = 0; i < nt && !st; i++) {
+        const size_t len = strlen(trig[i]);
+        int32_t lo = 0;
+        while (lo < n && strncmp(ts[order[lo]].begin, trig[i], len) < 0) lo++;
+        int32_t hi = lo;
+        while (hi < n && !strncmp(ts[order[hi]].begin, trig[i], len)) hi++;
+        if (lo == hi) st = mr_error_set(MR_EINVAL, "triggers/%d: \"%.80s\" starts no tag's begin", (int)i, trig[i]);
+        g->trigs[i] = (mr__gtrig){lo, hi, (int32_t)len};
+        g->trig_lt &= trig[i][0] == '<';
+    }
+    g->n_trigs = nt;
+    for (int32_t k = 0; k < n && !st; k++) {
+        int32_t i = 0;
+        while (i < nt && strncmp(ts[order[k]].begin, trig[i], strlen(trig[i]))) i++;
+        if (i == nt)
+            st = mr_error_set(MR_EINVAL, "%s/begin: \"%.80s\" starts with none of the triggers", ts[order[k]].path,
+                              ts[order[k]].begin);
+    }
+    mr_free(order);
+    if (!st) st = build_ac(g, trig, nt);
+    return st;
+}
+
+mr_status mr_grammar_structural_tag(const json_t *spec, mr_grammar **out) {
+    *out = NULL;
+    if (!json_is_object(spec)) return fail("structural tag", "must be an object");
+    const json_t *fmt = json_object_get(spec, "format"), *tags, *trigs;
+    const bool legacy = !fmt;
+    uint8_t flags = 0;
+    const char *tags_key = legacy ? "structures" : "format/tags", *trig_key = legacy ? "triggers" : "format/triggers";
+    mr_status st;
+    if (legacy) {
+        static const char *const TOP[] = {"type", "structures", "triggers", NULL};
+        if ((st = only(spec, "structural tag", TOP))) return st;
+        tags = json_object_get(spec, "structures");
+        trigs = json_object_get(spec, "triggers");
+    } else {
+        static const char *const TOP[] = {"type", "format", NULL};
+        static const char *const FMT[] = {"type", "triggers", "tags", "at_least_one", "stop_after_first", NULL};
+        if ((st = only(spec, "structural tag", TOP))) return st;
+        if (!json_is_object(fmt)) return fail("format", "must be an object");
+        const char *ft = json_string_value(json_object_get(fmt, "type"));
+        if (!ft || strcmp(ft, "triggered_tags"))
+            return mr_error_set(MR_EINVAL, "format/type: a format of type \"%.40s\" is not supported (triggered_tags is, "
+                                "with tags of json_schema content; or the structures / triggers form)", ft ? ft : "?");
+        if ((st = only(fmt, "format", FMT))) return st;
+        tags = json_object_get(fmt, "tags");
+        trigs = json_object_get(fmt, "triggers");
+        static const char *const FL[] = {"at_least_one", "stop_after_first"};
+        for (int i = 0; i < 2; i++) {
+            const json_t *b = json_object_get(fmt, FL[i]);
+            char where[48];
+            snprintf(where, sizeof where, "format/%s", FL[i]);
+            if (b && !json_is_boolean(b)) return fail(where, "must be a boolean");
+            if (json_is_true(b)) flags |= (uint8_t)(1u << i);
+        }
+    }
+    const size_t n = json_array_size(tags), nt = json_array_size(trigs);
+    if (!json_is_array(tags) || !n) return fail(tags_key, "must be a non-empty list of tags");
+    if (n > MAX_TAGS) return fail(tags_key, "holds more than 256 tags");
+    if (!json_is_array(trigs) || !nt) return fail(trig_key, "must be a non-empty list of strings");
+    if (nt > MAX_TRIGGERS) return fail(trig_key, "holds more than 64 triggers");
+    tagspec *ts = mr_calloc(n, sizeof *ts);
+    const char **tr = mr_calloc(nt, sizeof *tr);
+    if (!ts || !tr) {
+        mr_free(ts), mr_free(tr);
+        return MR_ENOMEM;
+    }
+    st = MR_OK;
+    size_t bytes = 0, ntu = 0;
+    for (size_t i = 0; i < nt && !st; i++) {
+        const json_t *x = json_array_get(trigs, i);
+        char where[48];
+        snprintf(where, sizeof where, "%s/%zu", trig_key, i);
+        if (!json_is_string(x) || !json_string_length(x) || strlen(json_string_value(x)) != json_string_length(x)) {
+            st = fail(where, "must be a non-empty string");
+            break;
+        }
+        bytes += json_string_length(x);
+        size_t j = 0;
+        while (j < ntu && strcmp(tr[j], json_string_value(x))) j++;
+        if (j == ntu) tr[ntu++] = json_string_value(x); /* a repeat is the same trigger */
+    }
+    if (!st && bytes > MAX_TRIGGER_BYTES) st = fail(trig_key, "hold more than 1024 bytes together");
+    for (size_t i = 0; i < n && !st; i++) {
+        char path[40];
+        snprintf(path, sizeof path, "%s/%zu", tags_key, i);
+        st = read_tag(json_array_get(tags, i), path, legacy, &ts[i]);
+    }
+    mr_grammar *g = NULL;
+    if (!st) st = mr__grammar_new(&g);
+    if (!st) {
+        g->tag_flags = flags;
+        st = mr__grammar_node(g, G_TAGS, &g->root);
+        if (!st) st = build(g, ts, (int32_t)n, tr, (int32_t)ntu);
+        st = mr__grammar_finish(g, st, "structural tag", out);
+        if (!st)
+            snprintf((*out)->desc, sizeof (*out)->desc, "structural tag: %d tags, %d triggers, %d nodes", (int)n, (int)ntu,
+                     (int)(*out)->n_nodes);
+    }
+    mr_free(ts), mr_free(tr);
+    return st;
+}
