@@ -584,7 +584,23 @@ static int so_ebnf(sv_request *r, const json_t *v, const char *field, sv_error *
     if (!json_is_string(v)) return sv_fail(e, 400, field, "%s must be a string (an EBNF grammar), got %s", field, sv_json_type(v));
     return so_set(r, SV_SO_EBNF, field, v, NULL, e);
 }
-/* OpenAI's: {"type": "text" | "json_object" | "json_schema", "json_schema": {"name", "schema", "strict"}} */
+/* A structural tag (xgrammar's; mr_grammar_structural_tag reads it): an object, or a string holding one (vLLM's
+ * structured_outputs.structural_tag and sglang's sampling_params.structural_tag are JSON text). */
+static int so_tags(sv_request *r, const json_t *v, const char *field, sv_error *e) {
+    if (json_is_object(v)) return so_set(r, SV_SO_TAGS, field, v, NULL, e);
+    if (!json_is_string(v))
+        return sv_fail(e, 400, field, "%s must be a structural tag (an object, or JSON text of one), got %s", field, sv_json_type(v));
+    json_t *x = json_loads(json_string_value(v), 0, NULL);
+    if (!json_is_object(x)) {
+        json_decref(x);
+        return sv_fail(e, 400, field, "%s is a string that is not the JSON text of a structural tag object", field);
+    }
+    int rc = so_set(r, SV_SO_TAGS, field, x, NULL, e);
+    json_decref(x);
+    return rc;
+}
+/* OpenAI's: {"type": "text" | "json_object" | "json_schema", "json_schema": {"name", "schema", "strict"}}; vLLM's
+ * and sglang's {"type": "structural_tag", "structures", "triggers"} or {"type": "structural_tag", "format"} */
 static int f_response_format(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
     (void)lim;
     if (!json_is_object(v)) return sv_fail(e, 400, "response_format", "response_format must be an object, got %s", sv_json_type(v));
@@ -601,8 +617,10 @@ static int f_response_format(sv_request *r, const json_t *v, const sv_limits *li
         if (!sc || json_is_null(sc)) return so_set(r, SV_SO_JSON, "response_format", NULL, NULL, e);
         return so_schema(r, sc, "response_format.json_schema.schema", e);
     }
+    if (!strcmp(ts, "structural_tag")) return so_tags(r, v, "response_format", e);
     return sv_fail(e, 400, "response_format.type",
-                   "response_format.type is \"%.40s\"; it must be \"text\", \"json_object\" or \"json_schema\"", ts);
+                   "response_format.type is \"%.40s\"; it must be \"text\", \"json_object\", \"json_schema\" or "
+                   "\"structural_tag\"", ts);
 }
 /* vLLM's guided_json, guided_choice, guided_regex, guided_grammar and structured_outputs {"json" | "choice" |
  * "json_object" | "regex" | "grammar"}; sglang's regex and ebnf */
@@ -630,6 +648,10 @@ static int f_ebnf(sv_request *r, const json_t *v, const sv_limits *lim, sv_error
     (void)lim;
     return so_ebnf(r, v, "ebnf", e);
 }
+static int f_structural_tag(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)lim;
+    return so_tags(r, v, "structural_tag", e);
+}
 static int f_structured_outputs(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
     (void)lim;
     if (!json_is_object(v))
@@ -644,9 +666,7 @@ static int f_structured_outputs(sv_request *r, const json_t *v, const sv_limits 
         else if (!strcmp(k, "json_object")) rc = json_is_true(x) ? so_set(r, SV_SO_JSON, "structured_outputs.json_object", NULL, NULL, e) : 0;
         else if (!strcmp(k, "regex")) rc = so_regex(r, x, "structured_outputs.regex", e);
         else if (!strcmp(k, "grammar")) rc = so_ebnf(r, x, "structured_outputs.grammar", e);
-        else if (!strcmp(k, "structural_tag"))
-            rc = sv_fail(e, 400, "structured_outputs", "structured_outputs.%s is not supported (json, json_object, "
-                         "choice, regex and grammar are)", k);
+        else if (!strcmp(k, "structural_tag")) rc = so_tags(r, x, "structured_outputs.structural_tag", e);
         else if (!strcmp(k, "disable_any_whitespace")) {
             if (!json_is_boolean(x))
                 return sv_fail(e, 400, "structured_outputs.disable_any_whitespace", "must be a boolean");
@@ -736,6 +756,8 @@ static int compile_grammar(sv_request *r, sv_error *e) {
         st = mr_grammar_regex(json_string_value(r->so_schema), &r->grammar);
     } else if (r->so == SV_SO_EBNF) {
         st = mr_grammar_ebnf(json_string_value(r->so_schema), &r->grammar);
+    } else if (r->so == SV_SO_TAGS) {
+        st = mr_grammar_structural_tag(r->so_schema, &r->grammar);
     }
     if (st == MR_ENOMEM) return sv_fail(e, 500, NULL, "out of memory");
     if (st) return sv_fail(e, 400, field, "%s: %s", field, mr_error_last());
@@ -1014,6 +1036,7 @@ static const field fields[] = {
     {"regex", K_BOTH, f_regex},
     {"guided_grammar", K_BOTH, f_guided_grammar},
     {"ebnf", K_BOTH, f_ebnf},
+    {"structural_tag", K_BOTH, f_structural_tag},
     {"structured_outputs", K_BOTH, f_structured_outputs},
     {"tools", K_CHAT, f_tools},
     {"tool_choice", K_CHAT, f_tool_choice},

@@ -45,7 +45,7 @@ char *sv_error_body(const sv_error *e);
 typedef enum { SV_COMPLETIONS = 0, SV_CHAT = 1 } sv_kind;
 typedef enum { SV_TOOLS_AUTO = 0, SV_TOOLS_NONE = 1, SV_TOOLS_REQUIRED = 2, SV_TOOLS_NAMED = 3 } sv_tool_choice;
 /* Structured outputs: where the request's grammar comes from. */
-typedef enum { SV_SO_NONE = 0, SV_SO_JSON, SV_SO_CHOICE, SV_SO_REGEX, SV_SO_EBNF } sv_so;
+typedef enum { SV_SO_NONE = 0, SV_SO_JSON, SV_SO_CHOICE, SV_SO_REGEX, SV_SO_EBNF, SV_SO_TAGS } sv_so;
 
 typedef struct {
     char *text;     /* a text prompt, or NULL when given as ids */
@@ -71,7 +71,7 @@ typedef struct {
     sv_so so;                     /* response_format / guided_json / guided_choice / structured_outputs */
     char so_field[48];            /* the field that asked (for errors) */
     bool one_tool_call;           /* parallel_tool_calls false: tool_choice "required" makes one call */
-    json_t *so_schema;            /* SV_SO_JSON: the schema, NULL = any JSON object; SV_SO_REGEX: the regex (a string); SV_SO_EBNF: the grammar (a string) */
+    json_t *so_schema;            /* SV_SO_JSON: the schema, NULL = any JSON object; SV_SO_REGEX: the regex (a string); SV_SO_EBNF: the grammar (a string); SV_SO_TAGS: the structural tag (an object) */
     json_t *so_choice;            /* SV_SO_CHOICE: the list of strings */
     bool so_compact;              /* vLLM's structured_outputs.disable_any_whitespace: JSON without whitespace */
     struct mr_grammar *grammar;   /* compiled at the end of parsing (structured outputs or tool_choice

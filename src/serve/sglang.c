@@ -4,7 +4,7 @@
  *   sampling_params {max_new_tokens (default 128), min_new_tokens, temperature, top_p, top_k, min_p,
  *     stop, stop_token_ids, ignore_eos, frequency_penalty, presence_penalty, repetition_penalty, n,
  *     skip_special_tokens, no_stop_trim (include_stop_str_in_output), json_schema (a string), regex,
- *     ebnf}                                            -> the completions fields
+ *     ebnf, structural_tag (a string)}                 -> the completions fields
  *   stream, rid (echoed as meta_info.id), and the neutral values of return_logprob (false),
  *   logprob_start_len, top_logprobs_num (0), lora_path and image_data (null), stream_options.
  * The answer: {"text", "output_ids", "meta_info": {"id", "finish_reason": {"type": "length", "length"} |
@@ -54,7 +54,7 @@ int sv_sglang_to_completions(const char *body, size_t len, char **out_json, json
                        {"frequency_penalty", "frequency_penalty"}, {"presence_penalty", "presence_penalty"},
                        {"repetition_penalty", "repetition_penalty"}, {"n", "n"},
                        {"skip_special_tokens", "skip_special_tokens"}, {"no_stop_trim", "include_stop_str_in_output"},
-                       {"json_schema", "guided_json"}, {"regex", "regex"}, {"ebnf", "ebnf"}, {"seed", "seed"},
+                       {"json_schema", "guided_json"}, {"regex", "regex"}, {"ebnf", "ebnf"}, {"structural_tag", "structural_tag"}, {"seed", "seed"},
                        {"logit_bias", "logit_bias"}};
             const char *sk;
             json_t *sv;

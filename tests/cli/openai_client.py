@@ -865,6 +865,85 @@ if text_url:
                               extra_body={"ebnf": arith})
     check(r.choices[0].finish_reason == "stop" and arith_ok(r.choices[0].text), f"ebnf after a 500: {r.choices[0].text!r}")
     print("ebnf outputs: ok")
+    # structural tags (vLLM's and sglang's response_format {"type": "structural_tag"}): free text until a trigger,
+    # then the tag's JSON value and its end. The oracle: str.find for the first trigger, json's raw_decode for
+    # the value, jsonschema for its schema
+    wsch = {"type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]},
+                                             "days": {"type": "integer", "minimum": 1, "maximum": 9}},
+            "required": ["city", "days"]}
+
+    def tags_ok(txt, begins, end, once):
+        """None when txt follows the tags (begins: name -> schema behind the trigger "<fn="), else why not."""
+        tags = 0
+        while True:
+            i = txt.find("<fn=")
+            if i < 0:
+                return None if tags or not once else "no tag"
+            hit = [b for b in begins if txt.startswith(b, i)]
+            if not hit:
+                return f"no begin at {txt[i:i + 20]!r}"
+            j = i + len(hit[0])
+            while txt[j:j + 1].isspace():
+                j += 1
+            try:
+                val, k = _json2.JSONDecoder().raw_decode(txt, j)
+                jsonschema.validate(val, begins[hit[0]])
+            except (ValueError, jsonschema.ValidationError) as ex:
+                return f"value at {txt[j:j + 30]!r}: {ex}"
+            while txt[k:k + 1].isspace():
+                k += 1
+            if not txt.startswith(end, k):
+                return f"no end at {txt[k:k + 20]!r}"
+            txt, tags = txt[k + len(end):], tags + 1
+            if once:
+                return None if txt == "" else f"text after the first tag: {txt[:20]!r}"
+
+    legacy = {"type": "structural_tag", "triggers": ["<fn="],
+              "structures": [{"begin": "<fn=weather>", "schema": wsch, "end": "</fn>"},
+                             {"begin": "<fn=now>", "schema": {"type": "object", "properties": {}}, "end": "</fn>"}]}
+    begins = {"<fn=weather>": wsch, "<fn=now>": {"type": "object", "properties": {}, "additionalProperties": False}}
+    for seed in range(3):
+        r = tc.completions.create(model=tmodel, prompt="weather", max_tokens=300, temperature=1.0, seed=60 + seed,
+                                  extra_body={"response_format": legacy, "debug_forced_output": "Asking: <fn=weather>"})
+        txt = r.choices[0].text
+        check(txt.startswith("Asking: <fn=weather>"), f"structural tag: {txt!r}")
+        if r.choices[0].finish_reason == "length":  # the value and its end came, then free text ran on
+            txt = txt[:txt.rfind("<fn=")] if txt.count("</fn>") < txt.count("<fn=") else txt
+        why = tags_ok(txt, begins, "</fn>", False)
+        check(why is None and "</fn>" in r.choices[0].text, f"structural tag seed {seed}: {why}: {r.choices[0].text!r}")
+    # the format form, at least one tag and nothing after it, in chat after the free reasoning: the answer ends
+    # (finish stop) right after the tag's end; the same spec as JSON text in structured_outputs (vLLM)
+    fmt = {"type": "structural_tag", "format": {
+        "type": "triggered_tags", "triggers": ["<fn="], "at_least_one": True, "stop_after_first": True,
+        "tags": [{"type": "tag", "begin": "<fn=weather>", "content": {"type": "json_schema", "json_schema": wsch},
+                  "end": "</fn>"}]}}
+    for i, body in enumerate(({"response_format": fmt}, {"structured_outputs": {"structural_tag": _json2.dumps(fmt)}})):
+        kw = dict(model=tmodel, messages=[{"role": "user", "content": "weather?"}], max_tokens=300, temperature=1.0,
+                  seed=70 + i)
+        rf = body.pop("response_format", None)
+        r = tc.chat.completions.create(**kw, **({"response_format": rf} if rf else {}),
+                                        extra_body={**body, "debug_forced_output": think + "Let me look: <fn=we"})
+        c = r.choices[0]
+        why = tags_ok(c.message.content or "", {"<fn=weather>": wsch}, "</fn>", True)
+        check(c.finish_reason == "stop" and why is None, f"structural tag (format) {i}: {why}: {c.message.content!r} ({c.finish_reason})")
+        check(extra(c.message, "reasoning_content") == "Thinking.", "structural tag: the reasoning is free")
+    # sglang's /generate takes it as JSON text in sampling_params
+    q = _ur.Request(text_url + "/generate", data=_json2.dumps({"text": "w", "sampling_params": {
+        "max_new_tokens": 300, "temperature": 1.0, "structural_tag": _json2.dumps(fmt)}}).encode(),
+        headers={"Content-Type": "application/json"})
+    g = _json2.loads(_ur.urlopen(q, timeout=120).read())
+    if g["meta_info"]["finish_reason"]["type"] == "stop":
+        why = tags_ok(g["text"], {"<fn=weather>": wsch}, "</fn>", True)
+        check(why is None, f"/generate structural tag: {why}: {g['text']!r}")
+    expect_exc(openai.BadRequestError, lambda: tc.completions.create(
+        model=tmodel, prompt="x", max_tokens=4, extra_body={"response_format": {
+            "type": "structural_tag", "triggers": ["<fn="],
+            "structures": [{"begin": "<tool>", "schema": wsch, "end": "</tool>"}]}}),
+        param="response_format", text="triggers/0: \"<fn=\" starts no tag's begin")
+    expect_exc(openai.BadRequestError, lambda: tc.completions.create(
+        model=tmodel, prompt="x", max_tokens=4, extra_body={"structured_outputs": {"structural_tag": "{"}}),
+        param="structured_outputs.structural_tag", text="not the JSON text")
+    print("structural tags: ok")
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
                  "type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}, "days": {"enum": [1, 2, 3]}},
                  "required": ["city", "days"]}}},
