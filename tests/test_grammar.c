@@ -14,7 +14,10 @@
  * - structural tags: walks over the mask against a reader of the spec
  *   written here (the first trigger found by brute force, each value's
  *   extent and validity by jansson and the validator), and texts taken or
- *   refused by hand. */
+ *   refused by hand;
+ * - MiniMax-M2's strict tool calls: walks over the mask read back by the
+ *   model's own output parser (its tool calls valid by the validator, no
+ *   markup warning), and texts taken or refused by hand. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -28,6 +31,7 @@
 #include <math.h>
 #include <regex.h>
 
+#include "moerun/chat.h"
 #include "moerun/grammar.h"
 #include "testutil.h"
 
@@ -1625,6 +1629,212 @@ static void test_structural_tags(void **state) {
     free(buf);
 }
 
+/* ---- MiniMax-M2's tool calls in free text (strict tools) ---- */
+static const char *const MM_TOOLS =
+    "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"strict\":true,\"parameters\":{\"type\":\"object\","
+    "\"properties\":{\"city\":{\"type\":\"string\"},\"unit\":{\"enum\":[\"c\",\"f\"]},\"days\":{\"type\":\"integer\","
+    "\"minimum\":1,\"maximum\":7},\"opts\":{\"type\":\"object\",\"properties\":{\"hourly\":{\"type\":\"boolean\"}},"
+    "\"required\":[\"hourly\"]},\"note\":{\"type\":[\"string\",\"null\"]}},\"required\":[\"city\",\"days\"]}}},"
+    "{\"type\":\"function\",\"function\":{\"name\":\"now\",\"strict\":true,\"parameters\":{\"type\":\"object\","
+    "\"properties\":{}}}},"
+    "{\"type\":\"function\",\"function\":{\"name\":\"search\",\"parameters\":{\"type\":\"object\",\"properties\":{\"q\":"
+    "{\"type\":\"string\"}}}}}]";
+
+/* MiniMax-M2's pieces, its two block tags special tokens as in its tokenizer */
+static const char *const MM_FRAGS[] = {"<minimax:tool_call>", "</minimax:tool_call>", "<invoke name=\"", "get_weather\">",
+                                       "now\">", "search\">", "<parameter name=\"", "city\">", "unit\">", "days\">",
+                                       "opts\">", "note\">", "q\">", "</parameter>", "</invoke>", "Paris", "null",
+                                       "{\"hourly\": true}", "</para", "NULL", NULL};
+
+/* The output parsed by MiniMax-M2's parser: 1 when it reads as content and tool calls with no warning, each
+ * call a tool's, each strict call's arguments valid; the calls counted. */
+static int mm_parse_ok(const json_t *tools, const char *text, size_t n, int *calls) {
+    mr_chat_parser_opts o;
+    mr_chat_parser_opts_default(&o, MR_CHAT_FORMAT_MINIMAX_M2);
+    o.reasoning = false, o.think_open = false, o.tools = tools, o.id_seed = 1;
+    mr_chat_parser *p = NULL;
+    assert_int_equal(mr_chat_parser_new(&o, &p), MR_OK);
+    const mr_chat_delta *d = NULL;
+    int warn = 0;
+    assert_int_equal(mr_chat_parser_feed(p, text, n, &d), MR_OK);
+    warn += (int)d->n_warnings;
+    assert_int_equal(mr_chat_parser_finish(p, &d), MR_OK);
+    warn += (int)d->n_warnings;
+    json_t *msg = mr_chat_parser_message(p);
+    const json_t *tc = json_object_get(msg, "tool_calls");
+    int ok = warn == 0;
+    *calls = (int)json_array_size(tc);
+    for (size_t i = 0; i < json_array_size(tc) && ok; i++) {
+        const json_t *f = json_object_get(json_array_get(tc, i), "function");
+        const char *name = json_string_value(json_object_get(f, "name"));
+        json_t *args = json_loads(json_string_value(json_object_get(f, "arguments")), 0, NULL);
+        const json_t *tool = NULL;
+        for (size_t k = 0; k < json_array_size(tools); k++)
+            if (!strcmp(json_string_value(json_object_get(json_object_get(json_array_get(tools, k), "function"), "name")), name))
+                tool = json_object_get(json_array_get(tools, k), "function");
+        ok = tool && json_is_object(args);
+        if (ok && json_is_true(json_object_get(tool, "strict"))) {
+            const json_t *ps = json_object_get(tool, "parameters");
+            ok = valid(ps, ps, args);
+        }
+        json_decref(args);
+    }
+    json_decref(msg);
+    mr_chat_parser_free(p);
+    return ok;
+}
+
+static void test_minimax_tools(void **state) {
+    (void)state;
+    json_t *tools = json_loads(MM_TOOLS, 0, NULL);
+    assert_non_null(tools);
+    /* the synthetic vocabulary and MiniMax-M2's pieces */
+    int nf = 0;
+    while (MM_FRAGS[nf]) nf++;
+    vocab v = {.n = g_voc.n + nf};
+    v.b = calloc((size_t)v.n, sizeof(char *));
+    v.len = calloc((size_t)v.n, sizeof(size_t));
+    v.special = calloc((size_t)v.n, sizeof(bool));
+    for (int32_t i = 0; i < g_voc.n; i++) {
+        v.b[i] = g_voc.b[i] ? strdup(g_voc.b[i]) : NULL;
+        if (g_voc.b[i]) memcpy(v.b[i], g_voc.b[i], g_voc.len[i]);
+        v.len[i] = g_voc.len[i], v.special[i] = g_voc.special[i];
+    }
+    for (int i = 0; i < nf; i++) {
+        v.b[g_voc.n + i] = strdup(MM_FRAGS[i]);
+        v.len[g_voc.n + i] = strlen(MM_FRAGS[i]);
+        v.special[g_voc.n + i] = i < 2;
+    }
+    mr_vocab_index *ix = index_of(&v);
+    uint32_t *allow = calloc((size_t)(v.n + 31) / 32, 4);
+    int32_t *ids = malloc((size_t)v.n * sizeof(int32_t));
+    char *buf = malloc(1 << 16);
+    tu_rng r = {31};
+    for (int maxc = 0; maxc <= 1; maxc++) {
+        mr_grammar *g = NULL;
+        if (mr_grammar_minimax_tools(tools, maxc, &g)) fail_msg("%s", mr_error_last());
+        int ended = 0, with_calls = 0, calls_total = 0;
+        for (int it = 0; it < 300; it++) {
+            mr_matcher *m = matcher(g, ix, NULL);
+            size_t n = 0;
+            bool end = false;
+            for (int step = 0; step < 320 && !end; step++) {
+                const int64_t cnt = mr_matcher_mask(m, allow);
+                if (cnt <= 0) fail_msg("dead end after [%.*s]", (int)n, buf);
+                int k = 0;
+                for (int32_t i = 0; i < v.n; i++)
+                    if (allow[i >> 5] >> (i & 31) & 1) ids[k++] = i;
+                int32_t t = ids[tu_next(&r) % (uint64_t)k];
+                if (tu_next(&r) % 2 == 0) { /* MiniMax-M2's own pieces, where they fit, half the time */
+                    int32_t fav[64], nfav = 0;
+                    for (int j = 0; j < k; j++)
+                        if (ids[j] >= g_voc.n || (g_voc.len[ids[j]] == 1 && strchr("\n5 t", g_voc.b[ids[j]][0]))) fav[nfav++] = ids[j];
+                    if (nfav) t = fav[tu_next(&r) % (uint64_t)nfav];
+                }
+                if (step > 160 && (allow[END_ID >> 5] & 1)) t = END_ID;
+                assert_int_equal(mr_matcher_accept(m, t), MR_OK);
+                if (t == END_ID) {
+                    end = true;
+                    break;
+                }
+                memcpy(buf + n, v.b[t], v.len[t]);
+                n += v.len[t];
+            }
+            buf[n] = 0;
+            mr_matcher_free(m);
+            if (!end) continue;
+            ended++;
+            int calls = 0;
+            if (!mm_parse_ok(tools, buf, n, &calls)) fail_msg("max %d: the parser reads [%s] otherwise", maxc, buf);
+            if (maxc && calls > 1) fail_msg("one call at most: [%s]", buf);
+            with_calls += calls > 0, calls_total += calls;
+        }
+        if (ended < 150 || with_calls < 40)
+            fail_msg("max %d: %d of 300 walks ended, %d with calls (%d calls)", maxc, ended, with_calls, calls_total);
+        mr_grammar_free(g);
+    }
+    /* by hand */
+    mr_grammar *g = NULL;
+    assert_int_equal(mr_grammar_minimax_tools(tools, 0, &g), MR_OK);
+    static const struct {
+        const char *text;
+        int want;
+    } CASES[] = {
+        {"no call", 1},
+        {"<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">Paris</parameter>\n"
+         "<parameter name=\"days\">3</parameter>\n</invoke>\n</minimax:tool_call>", 1},
+        {"<minimax:tool_call><invoke name=\"now\"></invoke><invoke name=\"search\"><parameter name=\"anything\">x y"
+         "</parameter><parameter name=\"q\"></parameter></invoke></minimax:tool_call> then text", 1},
+        {"<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"days\">", -1},   /* city first */
+        {"<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">a</parameter></invoke>", -1}, /* days */
+        {"<minimax:tool_call><invoke name=\"get_weather\"><parameter name=\"city\">a</parameter><parameter name=\"days\">"
+         "8", -1},                                                                                 /* above 7 */
+        {"<minimax:tool_call><invoke name=\"get_weather\"><parameter name=\"city\">null</parameter>", -1}, /* a string */
+        {"<minimax:tool_call><invoke name=\"get_weather\"><parameter name=\"city\"> Null \n</parameter>", -1},
+        {"<minimax:tool_call><invoke name=\"get_weather\"><parameter name=\"city\">nullish</parameter>", 0},
+        {"<minimax:tool_call><invoke name=\"get_weather\"><parameter name=\"city\">a</para b</parameter>"
+         "<parameter name=\"days\">1</parameter><parameter name=\"note\">null</parameter></invoke></minimax:tool_call>", 1},
+        {"<minimax:tool_call><invoke name=\"get_weather\"><parameter name=\"city\">a</parameter><parameter name=\"days\">"
+         "1</parameter><parameter name=\"unit\">", -1},                                            /* declared order */
+        {"<minimax:tool_call><invoke name=\"get_weather\"><parameter name=\"city\">a</parameter><parameter name=\"unit\">"
+         "k", -1},
+        {"<minimax:tool_call><invoke name=\"get_weather\"><parameter name=\"city\">a</parameter><parameter name=\"unit\">"
+         "f</parameter><parameter name=\"days\">2</parameter><parameter name=\"opts\">{\"hourly\":false}</parameter>"
+         "</invoke></minimax:tool_call>", 1},
+        {"<minimax:tool_call><invoke name=\"weather\">", -1},                                     /* no such tool */
+        {"<minimax:tool_call></minimax:tool_call>", -1},                                           /* a call at least */
+        {"<minimax:tool_call><invoke name=\"now\"><parameter name=\"x\">", -1},                     /* none declared */
+    };
+    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
+        mr_matcher *m = matcher(g, ix, NULL);
+        const int got = mr_matcher_feed(m, CASES[i].text, strlen(CASES[i].text)) ? mr_matcher_complete(m) : -1;
+        mr_matcher_free(m);
+        if (got != CASES[i].want) fail_msg("minimax case %zu [%s]: %d, want %d", i, CASES[i].text, got, CASES[i].want);
+        int calls;
+        if (got == 1 && !mm_parse_ok(tools, CASES[i].text, strlen(CASES[i].text), &calls))
+            fail_msg("minimax case %zu: the parser reads it otherwise", i);
+    }
+    /* the block's tags as MiniMax-M2's special tokens, and none inside a call */
+    mr_matcher *m = matcher(g, ix, NULL);
+    const int32_t open = g_voc.n, close = g_voc.n + 1;
+    assert_int_equal(mr_matcher_accept(m, open), MR_OK);
+    assert_true(mr_matcher_feed(m, "<invoke name=\"now\">", 19));
+    mr_matcher_mask(m, allow);
+    assert_false(allow[close >> 5] >> (close & 31) & 1);
+    assert_int_equal(mr_matcher_accept(m, close), MR_EINPUT);
+    assert_true(mr_matcher_feed(m, "</invoke>\n", 10));
+    mr_matcher_mask(m, allow);
+    assert_true(allow[close >> 5] >> (close & 31) & 1);
+    assert_int_equal(mr_matcher_accept(m, close), MR_OK);
+    assert_true(mr_matcher_complete(m));
+    mr_matcher_free(m);
+    mr_grammar_free(g);
+    /* refused: what raw parameter text cannot hold */
+    static const struct {
+        const char *param, *says;
+    } BAD[] = {
+        {"{\"type\":\"string\",\"pattern\":\"^a$\"}", "properties/p/pattern: a string parameter's pattern is not enforced"},
+        {"{\"type\":\"string\",\"maxLength\":3}", "maxLength is not enforced"},
+        {"{\"enum\":[\"a\",\"null\"]}", "the value \"null\" cannot be written"},
+        {"{\"enum\":[\" a\"]}", "cannot be written"},
+    };
+    for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
+        json_t *t = json_pack("[{s:s,s:{s:s,s:b,s:{s:s,s:{s:o}}}}]", "type", "function", "function", "name", "f", "strict",
+                              1, "parameters", "type", "object", "properties", "p", json_loads(BAD[i].param, 0, NULL));
+        assert_non_null(t);
+        mr_grammar *b = NULL;
+        assert_int_equal(mr_grammar_minimax_tools(t, 0, &b), MR_EINVAL);
+        if (!strstr(mr_error_last(), BAD[i].says)) fail_msg("bad %zu: [%s], want [%s]", i, mr_error_last(), BAD[i].says);
+        json_decref(t);
+    }
+    free(buf);
+    free(ids);
+    free(allow);
+    mr_vocab_index_free(ix);
+    vocab_free(&v);
+    json_decref(tools);
+}
+
 static int group_setup(void **state) {
     (void)state;
     /* regexec (the validator's patterns) counts characters, not bytes, under a UTF-8 locale */
@@ -1650,6 +1860,7 @@ int main(void) {
         cmocka_unit_test(test_unions),                    cmocka_unit_test(test_ebnf),
         cmocka_unit_test(test_tool_calls),                cmocka_unit_test(test_refused_schemas),
         cmocka_unit_test(test_real_tokenizer),            cmocka_unit_test(test_structural_tags),
+        cmocka_unit_test(test_minimax_tools),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -110,6 +110,21 @@ mr_status mr_grammar_ebnf(const char *text, mr_grammar **out);
  * trigger starts a begin, and no begin is a prefix of another (MR_EINVAL
  * names the field otherwise). */
 mr_status mr_grammar_structural_tag(const json_t *spec, mr_grammar **out);
+/* MiniMax-M2's tool calls in free text, for tool_choice "auto" with strict
+ * tools: the text is free until "<minimax:tool_call>"; from there one or
+ * more (at most max_calls when > 0) <invoke name="NAME"> blocks of the
+ * tools, each with its <parameter name="KEY">VALUE</parameter> lines and
+ * </invoke>, then "</minimax:tool_call>" (whitespace between the tags, as
+ * the chat template writes it); with max_calls > 0 that block is the
+ * answer's only one and its end the output's. A strict tool ({"strict": true} with
+ * parameters.properties) takes its declared parameters in their order, the
+ * required ones always; a value the schema admits as a string is raw text
+ * (not "</parameter>", not "null" unless null is allowed; an enum or const
+ * one of its values), any other value JSON that follows the schema (what
+ * MiniMax-M2's parser reads back by the schema's types). Other tools take
+ * any parameters, raw text values. A string parameter's pattern, format,
+ * minLength or maxLength cannot be enforced on raw text: MR_EINVAL names it. */
+mr_status mr_grammar_minimax_tools(const json_t *tools, int max_calls, mr_grammar **out);
 /* Tool calls as JSON, for tool_choice "required" (name NULL): an array of at
  * least one {"name": <a tool's name>, "parameters": <that tool's
  * parameters>} (at most max_calls when > 0: 1 for parallel_tool_calls

@@ -778,6 +778,7 @@ int32_t mr__gpick(const mr_grammar *g, int32_t node, uint8_t c) {
     case G_OBJECT: return c == '{' ? node : -1;
     case G_ARRAY: return c == '[' ? node : -1;
     case G_STRING: return c == '"' ? node : -1;
+    case G_XCALLS: return c == '<' ? node : -1;
     case G_NUMBER:
     case G_INTEGER: return c == '-' || (c >= '0' && c <= '9') ? node : -1;
     case G_LITERALS:
@@ -818,16 +819,31 @@ static mr_status finish(mr_grammar *g, mr_status st, const char *what, mr_gramma
 }
 
 mr_status mr__grammar_new(mr_grammar **out) { return grammar_alloc(out); }
+mr_status mr__grammar_raw_lits(mr_grammar *g, const char *const *s, int32_t n, int32_t *node) {
+    const int32_t first = g->n_lits;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t id;
+        mr_status st = add_lit(g, s[i], strlen(s[i]), &id);
+        if (st) return st;
+    }
+    const int32_t k = sort_lits(g, first, n);
+    if (k < 0) return MR_ENOMEM;
+    mr_status st = new_node(g, G_LITERALS, node);
+    if (st) return st;
+    g->nodes[*node].a = first;
+    g->nodes[*node].b = k;
+    return MR_OK;
+}
 mr_status mr__grammar_lit(mr_grammar *g, const char *s, size_t n, int32_t *id) { return add_lit(g, s, n, id); }
 mr_status mr__grammar_node(mr_grammar *g, mr__gkind k, int32_t *id) { return new_node(g, k, id); }
 mr_status mr__grammar_finish(mr_grammar *g, mr_status st, const char *what, mr_grammar **out) {
     return finish(g, st, what, out);
 }
-mr_status mr__grammar_schema(mr_grammar *g, const json_t *schema, const char *path, int32_t *node) {
+mr_status mr__grammar_schema(mr_grammar *g, const json_t *doc, const json_t *schema, const char *path, int32_t *node) {
     cctx *c = mr_calloc(1, sizeof *c);
     if (!c) return MR_ENOMEM;
     c->g = g;
-    c->doc = schema;
+    c->doc = doc ? doc : schema;
     mr_status st = compile(c, schema, path, node);
     mr_free(c);
     return st;
@@ -1026,6 +1042,7 @@ void mr_grammar_free(mr_grammar *g) {
     mr_free(g->trigs);
     mr_free(g->ac_next);
     mr_free(g->ac_fire);
+    mr_free(g->xtools);
     mr_free(g);
 }
 

@@ -30,13 +30,16 @@
  *   G_TAGS      free text with tagged values (the root of a structural-tag
  *               grammar): g->tags, found by g->trigs through the automaton
  *               g->ac_next (grammar_tags.c)
+ *   G_XCALLS    MiniMax-M2's tool calls after "<minimax:tool_call>": invokes
+ *               of g->xtools [a, a + b) (sorted by name), at most hi (-1:
+ *               any), then "</minimax:tool_call>" (grammar_tags.c)
  * Node ids are int32; a $ref is its target's node (recursion is a cycle). */
 #ifndef MR_TEXT_GRAMMAR_INTERNAL_H
 #define MR_TEXT_GRAMMAR_INTERNAL_H
 
 #include "moerun/grammar.h"
 
-typedef enum { G_PENDING = 0, G_OBJECT, G_ARRAY, G_STRING, G_NUMBER, G_INTEGER, G_LITERALS, G_UNION, G_REGEX, G_CFG, G_TAGS } mr__gkind;
+typedef enum { G_PENDING = 0, G_OBJECT, G_ARRAY, G_STRING, G_NUMBER, G_INTEGER, G_LITERALS, G_UNION, G_REGEX, G_CFG, G_TAGS, G_XCALLS } mr__gkind;
 
 #define G_UNIQUE 4 /* bounds of an array: uniqueItems */
 __extension__ typedef __int128 mr__i128;
@@ -115,6 +118,16 @@ typedef struct {
 typedef struct {
     int32_t lo, hi, len;
 } mr__gtrig;
+/* A tool of G_XCALLS: its name as the literal NAME"> (what follows <invoke name="); strict: its parameters are
+ * props [pa, pa + pb) of g->props (key: the literal KEY"> after <parameter name="; value: a node, or XV_TEXT /
+ * XV_TEXT_NULL for raw text that may not / may read as null), written in that order, the required ones always;
+ * not strict: any parameter names, raw text values. */
+typedef struct {
+    int32_t name, pa, pb;
+    bool strict;
+} mr__gxtool;
+#define XV_TEXT (-1)
+#define XV_TEXT_NULL (-2)
 #define MR__TAGS_AT_LEAST_ONE 1u     /* the output holds a tag at least */
 #define MR__TAGS_STOP_AFTER_FIRST 2u /* the output ends with its first tag */
 
@@ -141,6 +154,8 @@ struct mr_grammar {
     int32_t *ac_next; /* [n_ac][256]: the triggers' automaton (Aho-Corasick, complete); state 0 matches nothing yet */
     int32_t *ac_fire; /* [n_ac]: the trigger that has just ended in this state (the longest), or -1 */
     int32_t n_ac;
+    mr__gxtool *xtools; /* G_XCALLS: [n_xtools] */
+    int32_t n_xtools;
     uint8_t tag_flags; /* MR__TAGS_* */
     bool trig_lt;      /* every trigger starts with '<' (the mask's fast path in free text) */
     int32_t root;
@@ -158,7 +173,8 @@ static inline const char *mr__glit(const mr_grammar *g, int32_t i, size_t *len) 
 /* For grammar_tags.c: a fresh grammar; a JSON schema compiled into g (its $refs its own); a literal; the
  * checks and description once built (frees g on an error). */
 mr_status mr__grammar_new(mr_grammar **out);
-mr_status mr__grammar_schema(mr_grammar *g, const json_t *schema, const char *path, int32_t *node);
+mr_status mr__grammar_schema(mr_grammar *g, const json_t *doc, const json_t *schema, const char *path, int32_t *node);
+mr_status mr__grammar_raw_lits(mr_grammar *g, const char *const *s, int32_t n, int32_t *node); /* their bytes */
 mr_status mr__grammar_lit(mr_grammar *g, const char *s, size_t n, int32_t *id);
 mr_status mr__grammar_node(mr_grammar *g, mr__gkind k, int32_t *id);
 mr_status mr__grammar_finish(mr_grammar *g, mr_status st, const char *what, mr_grammar **out);

@@ -24,6 +24,13 @@
  *          UTF-8 sequence in progress
  *   cfg    (an EBNF grammar's text) re = the runtime's set (grammar_ebnf.c);
  *          its bytes are the grammar's own, UTF-8 by construction
+ *   xblk   MiniMax-M2's tool-call block (G_XCALLS): a = invokes written,
+ *          n = bytes of the tag in progress, mask = the tags it may be
+ *   xinv   one <invoke>: a / b = the tools whose names are still possible,
+ *          then re = the tool, b = its next declared parameter; n = bytes
+ *          of the tag (or of "</parameter>" in raw text) in progress; mask =
+ *          the tags or parameter names still possible, or in raw text what
+ *          it reads as so far (null or not); a = the value's node
  * A value that ends on a byte of its own (a quote, a bracket, a literal
  * no other literal extends) pops at once; a number or a literal that could
  * still grow pops when the next byte is not its own and that byte goes to
@@ -32,12 +39,14 @@
 
 #include "text/grammar_internal.h"
 
-enum { F_ROOT, F_OBJ, F_ARR, F_STR, F_NUM, F_LIT, F_KEY, F_RAW, F_CFG };
+enum { F_ROOT, F_OBJ, F_ARR, F_STR, F_NUM, F_LIT, F_KEY, F_RAW, F_CFG, F_XBLK, F_XINV };
 enum { R_FREE, R_WS, R_VALUE, R_DONE, R_TEXT, R_BEGIN, R_END };
 enum { O_FIRST, O_KEY, O_COLON, O_VALWS, O_VAL, O_NEXT, O_COMMA };
 enum { A_FIRST, A_VAL, A_NEXT, A_COMMA };
 enum { S_CHARS, S_ESC, S_HEX, S_CONT, S_LOW1, S_LOW2 };
 enum { N_START, N_SIGN, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP };
+enum { XB_WS, XB_LIT };
+enum { XI_NAME, XI_WS, XI_LIT, XI_PNAME, XI_ANYNAME, XI_ANYGT, XI_RAW, XI_VAL, XI_PEND };
 
 typedef struct {
     int32_t node;
@@ -98,7 +107,7 @@ struct mr_vocab_index {
     uint8_t *flags;    /* [n_ids] T_* */
     uint32_t *off, *len; /* [n_ids] into pool */
     uint16_t *chars;   /* [n_ids] characters of a plain token */
-    uint32_t *plain, *nolt; /* [(n_ids + 31) / 32] */
+    uint32_t *plain, *nolt, *nolt_text; /* [(n_ids + 31) / 32]; nolt_text: without '<' and not special */
     char *pool;
 };
 
@@ -277,6 +286,12 @@ static bool child_done(mr_matcher *m, int32_t info) {
         if (gnode(m, p->node)->bounds & G_UNIQUE) p->mask |= 1ull << (info - gnode(m, gnode(m, p->node)->a)->a);
         p->n++, p->ph = A_NEXT;
         return true;
+    case F_XBLK: /* an invoke ended */
+        p->a++, p->ph = XB_WS;
+        return true;
+    case F_XINV: /* a parameter's JSON value ended: its closing tag comes */
+        p->ph = XI_PEND, p->n = 0;
+        return true;
     case F_OBJ: {
         const mr__gnode *o = gnode(m, p->node);
         if (p->ph == O_KEY) {
@@ -378,6 +393,7 @@ static int pick_all(const mr_grammar *g, int32_t node, uint8_t c, int32_t *out, 
 }
 
 static bool start_concrete(mr_matcher *m, int32_t p, uint8_t c);
+static bool feed_xblk(mr_matcher *m, frame *f, uint8_t c);
 
 /* Starts a value of node with its first byte c (the frame below already expects it): each alternative
  * that may start so after the first gets a stack of its own. */
@@ -408,6 +424,10 @@ static bool start_concrete(mr_matcher *m, int32_t p, uint8_t c) {
         f.kind = F_NUM, f.ph = N_START, f.b = 0;
         if (!push(m, f)) return false;
         return feed_num(m, &ST(m)[DEPTH(m) - 1], c) == 1; /* a fresh frame: nothing to journal */
+    case G_XCALLS:
+        f.kind = F_XBLK, f.ph = XB_WS, f.a = 0;
+        if (!push(m, f)) return false;
+        return feed_xblk(m, &ST(m)[DEPTH(m) - 1], c); /* a fresh frame: nothing to journal */
     case G_LITERALS: {
         int32_t lo = n->a, hi = n->a + n->b;
         size_t len;
@@ -699,6 +719,169 @@ static bool feed_lit(mr_matcher *m, frame *f, uint8_t c, bool *refeed) {
     return lit_settle(m, f);
 }
 
+/* ---- MiniMax-M2's tool-call block (G_XCALLS, grammar_tags.c) ---- */
+static const char XL_INVOKE[] = "<invoke name=\"", XL_BLOCK_END[] = "</minimax:tool_call>", XL_PARAM[] = "<parameter name=\"",
+                  XL_INVOKE_END[] = "</invoke>", XL_PARAM_END[] = "</parameter>";
+
+/* Tags [0, 2) by the bits of mask that go on with c as their byte n: the bits left (0: none). */
+static uint64_t tags_step(const char *const tags[2], uint64_t mask, int64_t n, uint8_t c) {
+    for (int i = 0; i < 2; i++)
+        if ((mask >> i & 1) && (uint8_t)tags[i][n] != c) mask &= ~(1ull << i);
+    return mask;
+}
+
+static bool feed_xblk(mr_matcher *m, frame *f, uint8_t c) {
+    static const char *const TAGS[2] = {XL_INVOKE, XL_BLOCK_END};
+    const mr__gnode *x = gnode(m, f->node);
+    if (f->ph == XB_WS) {
+        if (is_ws(c)) return take_ws(m, f, c);
+        f->ph = XB_LIT, f->n = 0;
+        f->mask = (uint64_t)(x->hi < 0 || f->a < x->hi) | (uint64_t)(f->a > 0) << 1;
+    }
+    f->mask = tags_step(TAGS, f->mask, f->n, c);
+    if (!f->mask) return false;
+    f->n++;
+    if ((f->mask & 1) && f->n == (int64_t)sizeof XL_INVOKE - 1) {
+        f->ph = XB_WS, f->ws = 0;
+        return push(m, (frame){.kind = F_XINV, .node = f->node, .ph = XI_NAME, .a = x->a, .b = x->a + x->b});
+    }
+    if ((f->mask & 2) && f->n == (int64_t)sizeof XL_BLOCK_END - 1) return child_done(m, -1);
+    return true;
+}
+
+enum { NS_LEAD, NS_N, NS_NU, NS_NUL, NS_NULL, NS_NULL_WS, NS_OTHER }; /* raw text so far, as "null" reads it */
+
+static uint64_t null_step(uint64_t st, uint8_t c) {
+    const uint8_t l = (uint8_t)(c | 0x20);
+    switch (st) {
+    case NS_LEAD: return is_ws(c) ? NS_LEAD : l == 'n' ? NS_N : NS_OTHER;
+    case NS_N: return l == 'u' ? NS_NU : NS_OTHER;
+    case NS_NU: return l == 'l' ? NS_NUL : NS_OTHER;
+    case NS_NUL: return l == 'l' ? NS_NULL : NS_OTHER;
+    case NS_NULL:
+    case NS_NULL_WS: return is_ws(c) ? NS_NULL_WS : NS_OTHER;
+    default: return NS_OTHER;
+    }
+}
+
+static const mr__gxtool *xtool_of(const mr_matcher *m, const frame *f) { return &m->g->xtools[f->re]; }
+
+/* After a parameter (or the name): the tags that may come next. */
+static uint64_t xinv_next(const mr_matcher *m, const frame *f) {
+    const mr__gxtool *t = xtool_of(m, f);
+    if (!t->strict) return 3;
+    bool req_left = false;
+    for (int32_t i = f->b; i < t->pb && !req_left; i++) req_left = m->g->props[t->pa + i].required;
+    return (uint64_t)(f->b < t->pb) | (uint64_t)!req_left << 1;
+}
+
+static bool feed_xinv(mr_matcher *m, frame *f, uint8_t c) {
+    static const char *const TAGS[2] = {XL_PARAM, XL_INVOKE_END};
+    const mr_grammar *g = m->g;
+    size_t len;
+    switch (f->ph) {
+    case XI_NAME: { /* the tools [a, b) whose NAME"> goes on with c */
+        int32_t lo = f->a, hi = f->b;
+        while (lo < hi && !((int64_t)(mr__glit(g, g->xtools[lo].name, &len), len) > f->n &&
+                            (uint8_t)mr__glit(g, g->xtools[lo].name, &len)[f->n] == c))
+            lo++;
+        int32_t e = lo;
+        while (e < hi && (int64_t)(mr__glit(g, g->xtools[e].name, &len), len) > f->n &&
+               (uint8_t)mr__glit(g, g->xtools[e].name, &len)[f->n] == c)
+            e++;
+        if (lo == e) return false;
+        f->a = lo, f->b = e, f->n++;
+        mr__glit(g, g->xtools[lo].name, &len);
+        if ((int64_t)len == f->n) f->re = (uint64_t)lo, f->b = 0, f->ph = XI_WS, f->ws = 0; /* '>' ends it: one left */
+        return true;
+    }
+    case XI_WS:
+        if (is_ws(c)) return take_ws(m, f, c);
+        f->ph = XI_LIT, f->n = 0, f->mask = xinv_next(m, f);
+        /* fall through */
+    case XI_LIT:
+        f->mask = tags_step(TAGS, f->mask, f->n, c);
+        if (!f->mask) return false;
+        f->n++;
+        if ((f->mask & 2) && f->n == (int64_t)sizeof XL_INVOKE_END - 1) return child_done(m, -1);
+        if ((f->mask & 1) && f->n == (int64_t)sizeof XL_PARAM - 1) {
+            const mr__gxtool *t = xtool_of(m, f);
+            f->n = 0;
+            if (!t->strict) {
+                f->ph = XI_ANYNAME;
+                return true;
+            }
+            f->ph = XI_PNAME, f->mask = 0; /* the declared parameters from the next one up to the next required one */
+            for (int32_t i = f->b; i < t->pb; i++) {
+                f->mask |= 1ull << i;
+                if (g->props[t->pa + i].required) break;
+            }
+        }
+        return true;
+    case XI_PNAME: {
+        const mr__gxtool *t = xtool_of(m, f);
+        int32_t done = -1;
+        for (int32_t i = 0; i < t->pb; i++) {
+            if (!(f->mask >> i & 1)) continue;
+            const char *k = mr__glit(g, g->props[t->pa + i].key, &len);
+            if ((int64_t)len <= f->n || (uint8_t)k[f->n] != c) f->mask &= ~(1ull << i);
+            else if ((int64_t)len == f->n + 1) done = i;
+        }
+        if (!f->mask) return false;
+        f->n++;
+        if (done < 0) return true;
+        const int32_t v = g->props[t->pa + done].value; /* KEY"> ends it: one left */
+        f->b = done + 1, f->n = 0;
+        if (v == XV_TEXT || v == XV_TEXT_NULL) f->ph = XI_RAW, f->mask = NS_LEAD, f->a = v == XV_TEXT_NULL; /* the text's state */
+        else f->ph = XI_VAL, f->a = v;
+        return true;
+    }
+    case XI_ANYNAME:
+        if (c == '"' && f->n > 0) return (f->ph = XI_ANYGT), true;
+        if (c == '"' || c == '<' || c == '>' || c == '\n') return false;
+        f->n++;
+        return true;
+    case XI_ANYGT:
+        if (c != '>') return false;
+        f->ph = XI_RAW, f->n = 0, f->mask = NS_LEAD, f->a = 1;
+        return true;
+    case XI_RAW: { /* text up to "</parameter>"; the parser also ends it at "</invoke>" and "</minimax:tool_call>",
+                      so those never come inside (none of the three has a border: a mismatch starts over) */
+        static const char *const ENDS[3] = {XL_PARAM_END, XL_INVOKE_END, XL_BLOCK_END};
+        uint64_t ns = f->mask & 0xFF, cand = f->mask >> 8;
+        if (f->n > 0) {
+            for (int i = 0; i < 3; i++)
+                if ((cand >> i & 1) && (uint8_t)ENDS[i][f->n] != c) cand &= ~(1ull << i);
+            if (cand) {
+                f->n++;
+                if ((cand & 1) && f->n == (int64_t)sizeof XL_PARAM_END - 1) {
+                    if (!f->a && (ns == NS_NULL || ns == NS_NULL_WS)) return false; /* would read as null */
+                    f->ph = XI_WS, f->ws = 0, f->n = 0;
+                    return true;
+                }
+                if (((cand & 2) && f->n == (int64_t)sizeof XL_INVOKE_END - 1) ||
+                    ((cand & 4) && f->n == (int64_t)sizeof XL_BLOCK_END - 1))
+                    return false;
+                f->mask = ns | cand << 8;
+                return true;
+            }
+            ns = NS_OTHER; /* the "</..." so far was text */
+        }
+        f->n = c == '<';
+        f->mask = (f->n ? ns : null_step(ns, c)) | (uint64_t)(f->n ? 7 : 0) << 8;
+        return true;
+    }
+    case XI_VAL:
+        f->ph = XI_PEND, f->n = 0;
+        return start_value(m, f->a, c);
+    case XI_PEND:
+        if ((uint8_t)XL_PARAM_END[f->n] != c) return false;
+        if (++f->n == (int64_t)sizeof XL_PARAM_END - 1) f->ph = XI_WS, f->ws = 0, f->n = 0;
+        return true;
+    default: return false;
+    }
+}
+
 /* A regex or EBNF grammar's text is open from the start (it may be empty): the root frame f holds it as its
  * value. */
 static bool open_raw(mr_matcher *m, frame *f) {
@@ -784,6 +967,8 @@ static bool feed_stack(mr_matcher *m, uint8_t c) {
         case F_KEY: return feed_key(m, f, c);
         case F_RAW: return feed_raw(m, f, c);
         case F_CFG: return feed_cfg(m, f, c);
+        case F_XBLK: return feed_xblk(m, f, c);
+        case F_XINV: return feed_xinv(m, f, c);
         case F_NUM: {
             int r = feed_num(m, f, c);
             if (r >= 0) return r == 1;
@@ -948,11 +1133,17 @@ bool mr_matcher_feed(mr_matcher *m, const char *bytes, size_t n) {
     return true;
 }
 
-/* Free text before the grammar or between structural tags, or a tag's begin or end (only one stack then):
- * special tokens may come. */
+/* Free text before the grammar or between structural tags, or a tag's begin or end (only one stack then). */
 static bool free_now(const mr_matcher *m) {
     const int ph = m->stk[0].st[0].ph;
     return m->stk[0].depth == 1 && (ph == R_FREE || ph == R_TEXT || ph == R_BEGIN || ph == R_END);
+}
+
+/* Special tokens may come: in free text, a structural tag's begin or end, and between MiniMax-M2's invokes
+ * (whose block ends with one). */
+static bool specials_now(const mr_matcher *m) {
+    const mstack *k = &m->stk[0];
+    return free_now(m) || k->st[k->depth - 1].kind == F_XBLK;
 }
 
 static bool is_end(const mr_matcher *m, int32_t id) {
@@ -971,8 +1162,7 @@ mr_status mr_matcher_accept(mr_matcher *m, int32_t token) {
     const mr_vocab_index *v = m->v;
     if (token < 0 || token >= v->n_ids || !(v->flags[token] & T_BYTES) || m->ended)
         return mr_error_set(MR_EINPUT, "structured output: token %d cannot come here", (int)token);
-    bool free_start = free_now(m);
-    if ((v->flags[token] & T_SPECIAL) && !free_start)
+    if ((v->flags[token] & T_SPECIAL) && !specials_now(m))
         return mr_error_set(MR_EINPUT, "structured output: special token %d inside the structured part", (int)token);
     if (!mr_matcher_feed(m, v->pool + v->off[token], v->len[token])) {
         if (m->oom && m->cfg && mr__cfg_full(m->cfg))
@@ -984,14 +1174,14 @@ mr_status mr_matcher_accept(mr_matcher *m, int32_t token) {
     return MR_OK;
 }
 
-static void dfs(mr_matcher *m, const int32_t *next, int32_t node, bool free_start, uint32_t *allow) {
+static void dfs(mr_matcher *m, const int32_t *next, int32_t node, bool specials, uint32_t *allow) {
     const mr_vocab_index *v = m->v;
     for (int32_t ch = v->nodes[node].child; ch >= 0; ch = v->nodes[ch].sib) {
         size_t mark = m->njr;
         if (feed(m, v->nodes[ch].c)) {
             for (int32_t t = v->nodes[ch].tok; t >= 0; t = next[t])
-                if (!(v->flags[t] & T_SPECIAL) || free_start) allow[t >> 5] |= 1u << (t & 31);
-            if (v->nodes[ch].child >= 0) dfs(m, next, ch, free_start, allow);
+                if (!(v->flags[t] & T_SPECIAL) || specials) allow[t >> 5] |= 1u << (t & 31);
+            if (v->nodes[ch].child >= 0) dfs(m, next, ch, specials, allow);
         }
         undo(m, mark);
     }
@@ -1093,6 +1283,9 @@ int64_t mr_matcher_mask(mr_matcher *m, uint32_t *allow) {
             (f->ph == R_FREE ? m->until[0] == '<' : f->ph == R_TEXT && m->g->trig_lt)) { /* free text, no '<' yet: those without one go on */
             memcpy(allow, v->nolt, words * sizeof(uint32_t));
             tr = TR_LT;
+        } else if (one && f->kind == F_XINV && f->ph == XI_RAW && f->n == 0) { /* a parameter's raw text, no '<' yet */
+            memcpy(allow, v->nolt_text, words * sizeof(uint32_t));
+            tr = TR_LT;
         } else if (one && f->kind == F_CFG && !free_start) { /* an EBNF grammar's text */
             walk_cfg(m, v->root[TR_ALL], (int32_t)f->re, allow);
             tr = -1;
@@ -1116,7 +1309,7 @@ int64_t mr_matcher_mask(mr_matcher *m, uint32_t *allow) {
         }
         if (tr >= 0) {
             size_t mark = m->njr;
-            dfs(m, v->tok_next[tr], v->root[tr], free_start, allow);
+            dfs(m, v->tok_next[tr], v->root[tr], specials_now(m), allow);
             undo(m, mark);
             m->oom = false;
         }
@@ -1234,11 +1427,12 @@ mr_status mr_vocab_index_from_bytes(const char *const *bytes, const size_t *len,
     v->chars = mr_calloc((size_t)n, sizeof(uint16_t));
     v->plain = mr_calloc(words, sizeof(uint32_t));
     v->nolt = mr_calloc(words, sizeof(uint32_t));
+    v->nolt_text = mr_calloc(words, sizeof(uint32_t));
     v->pool = mr_malloc(total + 1);
     v->cap_nodes = 1024;
     v->nodes = mr_malloc((size_t)v->cap_nodes * sizeof(tnode));
     mr_status st = MR_OK;
-    if (!ok || !v->flags || !v->off || !v->len || !v->chars || !v->plain || !v->nolt || !v->pool || !v->nodes ||
+    if (!ok || !v->flags || !v->off || !v->len || !v->chars || !v->plain || !v->nolt || !v->nolt_text || !v->pool || !v->nodes ||
         total > UINT32_MAX) {
         st = total > UINT32_MAX ? mr_error_set(MR_EINVAL, "vocabulary index: over 4 GiB of token bytes") : MR_ENOMEM;
         goto out;
@@ -1266,6 +1460,7 @@ mr_status mr_vocab_index_from_bytes(const char *const *bytes, const size_t *len,
             v->chars[i] = (uint16_t)chars;
         }
         if (!lt) v->nolt[i >> 5] |= 1u << (i & 31);
+        if (!lt && !sp) v->nolt_text[i >> 5] |= 1u << (i & 31);
         if (!trie_add(v, TR_ALL, i, bytes[i], len[i]) ||
             ((chars < 0 || chars > UINT16_MAX) && !trie_add(v, TR_STR, i, bytes[i], len[i])) ||
             (lt && !trie_add(v, TR_LT, i, bytes[i], len[i]))) {
@@ -1309,6 +1504,7 @@ void mr_vocab_index_free(mr_vocab_index *v) {
     mr_free(v->chars);
     mr_free(v->plain);
     mr_free(v->nolt);
+    mr_free(v->nolt_text);
     mr_free(v->flags);
     mr_free(v->off);
     mr_free(v->len);

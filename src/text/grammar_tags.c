@@ -33,6 +33,7 @@ typedef struct {
     const char *begin, *end;
     const json_t *schema;
     char path[48], spath[96]; /* the tag's, its schema's */
+    int32_t node;             /* the content's node when built already, else -1 */
 } tagspec;
 
 static mr_status fail(const char *where, const char *what) { return mr_error_set(MR_EINVAL, "%s: %s", where, what); }
@@ -177,7 +178,7 @@ static mr_status build(mr_grammar *g, tagspec *ts, int32_t n, const char **trig,
         mr__gtag *x = &g->tags[k];
         st = mr__grammar_lit(g, t->begin, strlen(t->begin), &x->begin);
         if (!st) st = mr__grammar_lit(g, t->end, strlen(t->end), &x->end);
-        if (!st) st = mr__grammar_schema(g, t->schema, t->spath, &x->value);
+        if (!st) st = t->node >= 0 ? (x->value = t->node, MR_OK) : mr__grammar_schema(g, NULL, t->schema, t->spath, &x->value);
     }
     g->n_tags = n;
     /* each trigger's tags (a range of the sorted begins), and each tag reached by a trigger */
@@ -269,6 +270,7 @@ mr_status mr_grammar_structural_tag(const json_t *spec, mr_grammar **out) {
     for (size_t i = 0; i < n && !st; i++) {
         char path[40];
         snprintf(path, sizeof path, "%s/%zu", tags_key, i);
+        ts[i].node = -1;
         st = read_tag(json_array_get(tags, i), path, legacy, &ts[i]);
     }
     mr_grammar *g = NULL;
@@ -283,5 +285,170 @@ mr_status mr_grammar_structural_tag(const json_t *spec, mr_grammar **out) {
                      (int)(*out)->n_nodes);
     }
     mr_free(ts), mr_free(tr);
+    return st;
+}
+
+/* ---- MiniMax-M2's tool calls, strict ---- */
+/* A parameter's value as MiniMax-M2's parser reads it (src/text/parse_output.c): the text between the tags,
+ * stripped, "null" (any case) read as null, a string when the schema admits one; else parsed by its types. */
+static bool admits_string(const json_t *s) {
+    if (json_is_true(s) || (json_is_object(s) && !json_object_size(s))) return true;
+    const json_t *ty = json_object_get(s, "type");
+    if (json_is_string(ty)) return !strcmp(json_string_value(ty), "string");
+    size_t i;
+    const json_t *x;
+    if (json_is_array(ty)) {
+        json_array_foreach(ty, i, x) if (json_is_string(x) && !strcmp(json_string_value(x), "string")) return true;
+        return false;
+    }
+    static const char *const COMB[] = {"anyOf", "oneOf"};
+    for (int k = 0; k < 2; k++)
+        json_array_foreach(json_object_get(s, COMB[k]), i, x) if (admits_string(x)) return true;
+    return false;
+}
+
+static bool names_null(const json_t *s) {
+    const json_t *ty = json_object_get(s, "type");
+    size_t i;
+    const json_t *x;
+    if (json_is_string(ty)) return !strcmp(json_string_value(ty), "null");
+    json_array_foreach(ty, i, x) if (json_is_string(x) && !strcmp(json_string_value(x), "null")) return true;
+    static const char *const COMB[] = {"anyOf", "oneOf"};
+    for (int k = 0; k < 2; k++)
+        json_array_foreach(json_object_get(s, COMB[k]), i, x) if (names_null(x)) return true;
+    return false;
+}
+
+/* The value node of one parameter of a strict tool. */
+static mr_status xparam(mr_grammar *g, const json_t *doc, const json_t *s, const char *path, int32_t *out) {
+    const json_t *en = json_object_get(s, "enum"), *co = json_object_get(s, "const");
+    if (en || co) { /* the values as the model writes them: strings raw, the others as JSON */
+        const size_t n = co ? 1 : json_array_size(en);
+        if (!n) return mr_error_set(MR_EINVAL, "%s/enum: an empty enum allows no value", path);
+        char **txt = mr_calloc(n, sizeof *txt);
+        if (!txt) return MR_ENOMEM;
+        mr_status st = MR_OK;
+        for (size_t i = 0; i < n && !st; i++) {
+            const json_t *v = co ? co : json_array_get(en, i);
+            txt[i] = json_is_string(v) ? strdup(json_string_value(v)) : json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+            if (!txt[i]) {
+                st = MR_ENOMEM;
+                break;
+            }
+            const size_t L = strlen(txt[i]);
+            if (json_is_string(v) && (!L || strchr(" \t\n\r", txt[i][0]) || strchr(" \t\n\r", txt[i][L - 1]) ||
+                                      strcasecmp(txt[i], "null") == 0 || strstr(txt[i], "</parameter>") ||
+                                      L != json_string_length(v)))
+                st = mr_error_set(MR_EINVAL, "%s: the value \"%.60s\" cannot be written as MiniMax-M2's parameter text "
+                                  "(it is stripped of whitespace, \"null\" reads as null, and it ends at </parameter>)",
+                                  path, txt[i]);
+        }
+        if (!st) st = mr__grammar_raw_lits(g, (const char *const *)txt, (int32_t)n, out);
+        for (size_t i = 0; i < n; i++) free(txt[i]);
+        mr_free(txt);
+        return st;
+    }
+    if (!admits_string(s)) return mr__grammar_schema(g, doc, s, path, out);
+    static const char *const STRING_RULES[] = {"pattern", "format", "minLength", "maxLength", NULL};
+    for (int i = 0; STRING_RULES[i]; i++)
+        if (json_object_get(s, STRING_RULES[i]))
+            return mr_error_set(MR_EINVAL, "%s/%s: a string parameter's %s is not enforced in MiniMax-M2's tool-call "
+                                "text (strict); drop the keyword or strict", path, STRING_RULES[i], STRING_RULES[i]);
+    *out = names_null(s) ? XV_TEXT_NULL : XV_TEXT;
+    return MR_OK;
+}
+
+static _Thread_local const mr_grammar *tl_xg;
+static int by_name(const void *x, const void *y) {
+    size_t la, lb;
+    const char *a = mr__glit(tl_xg, ((const mr__gxtool *)x)->name, &la), *b = mr__glit(tl_xg, ((const mr__gxtool *)y)->name, &lb);
+    const int c = memcmp(a, b, la < lb ? la : lb);
+    return c ? c : (la > lb) - (la < lb);
+}
+
+static mr_status xtool(mr_grammar *g, const json_t *tool, size_t i, mr__gxtool *x) {
+    const json_t *fn = json_object_get(tool, "function");
+    if (!fn) fn = tool;
+    const char *name = json_string_value(json_object_get(fn, "name"));
+    char path[64];
+    snprintf(path, sizeof path, "tools/%zu/function/name", i);
+    if (!name || !*name || strpbrk(name, "\"<>\n"))
+        return mr_error_set(MR_EINVAL, "%s: a tool name without '\"', '<', '>' or a newline is needed here", path);
+    char *lit = mr_malloc(strlen(name) + 3);
+    if (!lit) return MR_ENOMEM;
+    sprintf(lit, "%s\">", name);
+    mr_status st = mr__grammar_lit(g, lit, strlen(lit), &x->name);
+    mr_free(lit);
+    if (st) return st;
+    const json_t *params = json_object_get(fn, "parameters"), *props = json_object_get(params, "properties");
+    x->strict = json_is_true(json_object_get(fn, "strict")) && json_is_object(props);
+    x->pa = g->n_props, x->pb = 0;
+    if (!x->strict) return MR_OK;
+    if (json_object_size(props) > MR_GRAMMAR_MAX_PROPS)
+        return mr_error_set(MR_EINVAL, "tools/%zu/function/parameters: more than %d properties", i, MR_GRAMMAR_MAX_PROPS);
+    const json_t *req = json_object_get(params, "required");
+    const char *k;
+    const json_t *v;
+    mr__gprop tmp[MR_GRAMMAR_MAX_PROPS]; /* appended together: a value's own objects add props of their own */
+    int32_t np = 0;
+    json_object_foreach((json_t *)props, k, v) {
+        snprintf(path, sizeof path, "tools/%zu/function/parameters/properties/%.20s", i, k);
+        if (strpbrk(k, "\"<>\n") || !*k)
+            return mr_error_set(MR_EINVAL, "%s: a parameter name without '\"', '<', '>' or a newline is needed here", path);
+        char *kl = mr_malloc(strlen(k) + 3);
+        if (!kl) return MR_ENOMEM;
+        sprintf(kl, "%s\">", k);
+        int32_t key, value;
+        st = mr__grammar_lit(g, kl, strlen(kl), &key);
+        mr_free(kl);
+        if (!st) st = xparam(g, params, v, path, &value);
+        if (st) return st;
+        bool required = false;
+        size_t j;
+        const json_t *r;
+        json_array_foreach(req, j, r) required |= json_is_string(r) && !strcmp(json_string_value(r), k);
+        tmp[np++] = (mr__gprop){.key = key, .value = value, .required = required};
+    }
+    if (g->n_props + np > g->cap_props) {
+        const int32_t cap = g->n_props + np + 64;
+        mr__gprop *q = mr_realloc(g->props, (size_t)cap * sizeof *q);
+        if (!q) return MR_ENOMEM;
+        g->props = q, g->cap_props = cap;
+    }
+    x->pa = g->n_props, x->pb = np;
+    memcpy(g->props + g->n_props, tmp, (size_t)np * sizeof *tmp);
+    g->n_props += np;
+    return MR_OK;
+}
+
+mr_status mr_grammar_minimax_tools(const json_t *tools, int max_calls, mr_grammar **out) {
+    *out = NULL;
+    const size_t nt = json_array_size(tools);
+    if (!nt) return mr_error_set(MR_EINVAL, "grammar: tool calls need at least one tool");
+    if (nt > MAX_TAGS) return mr_error_set(MR_EINVAL, "grammar: more than 256 tools");
+    mr_grammar *g;
+    mr_status st = mr__grammar_new(&g);
+    if (st) return st;
+    g->xtools = mr_calloc(nt, sizeof(mr__gxtool));
+    if (!g->xtools) st = MR_ENOMEM;
+    for (size_t i = 0; i < nt && !st; i++) st = xtool(g, json_array_get(tools, i), i, &g->xtools[i]);
+    if (!st) {
+        g->n_xtools = (int32_t)nt;
+        tl_xg = g;
+        qsort(g->xtools, nt, sizeof(mr__gxtool), by_name);
+        for (size_t i = 0; i + 1 < nt && !st; i++)
+            if (!by_name(&g->xtools[i], &g->xtools[i + 1])) st = mr_error_set(MR_EINVAL, "grammar: two tools share a name");
+    }
+    int32_t calls = -1;
+    if (!st) st = mr__grammar_node(g, G_XCALLS, &calls);
+    if (!st) {
+        g->nodes[calls].a = 0, g->nodes[calls].b = (int32_t)nt, g->nodes[calls].hi = max_calls > 0 ? max_calls : -1;
+        if (max_calls > 0) g->tag_flags = MR__TAGS_STOP_AFTER_FIRST; /* one block: the calls of the answer */
+        st = mr__grammar_node(g, G_TAGS, &g->root);
+    }
+    tagspec t = {.begin = "<minimax:tool_call>", .end = "", .node = calls, .path = "tools"};
+    const char *trig = t.begin;
+    if (!st) st = build(g, &t, 1, &trig, 1);
+    st = mr__grammar_finish(g, st, "minimax tool calls", out);
     return st;
 }
