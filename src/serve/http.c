@@ -765,6 +765,10 @@ static int make_job(mr_server *s, sv_request *r, sv_job **out, sv_error *e) {
         }
         off += j->prompt_len[i];
     }
+    if (r->grammar_tools && !sv_text_tagged_output(s->text)) { /* no tool-call format here: nothing to hold */
+        mr_grammar_free(j->req.grammar);
+        j->req.grammar = NULL;
+    }
     if (r->grammar && gens_matchers(s, j, e)) goto out;
     j->live = j->n_gen;
     unsigned long long id = atomic_fetch_add(&s->counter, 1);

@@ -738,9 +738,19 @@ static int compile_grammar(sv_request *r, sv_error *e) {
     if (tools_forced && r->so)
         return sv_fail(e, 400, r->so_field, "%s and tool_choice %s both constrain the output; give one", r->so_field,
                        r->tool_choice == SV_TOOLS_REQUIRED ? "\"required\"" : "naming a function");
+    bool strict = false; /* tool_choice auto with a strict tool: the calls follow the tools */
+    for (size_t i = 0; r->tool_choice == SV_TOOLS_AUTO && i < json_array_size(r->tools); i++)
+        strict |= json_is_true(json_object_get(json_object_get(json_array_get(r->tools, i), "function"), "strict"));
+    if (strict && r->so)
+        return sv_fail(e, 400, r->so_field, "%s and strict tools both constrain the output; give one (or drop strict)",
+                       r->so_field);
     mr_status st = MR_OK;
     const char *field = r->so_field;
-    if (tools_forced) {
+    if (strict) {
+        field = "tools";
+        st = mr_grammar_minimax_tools(r->tools, r->one_tool_call ? 1 : 0, &r->grammar);
+        r->grammar_tools = true;
+    } else if (tools_forced) {
         field = r->tool_choice == SV_TOOLS_NAMED ? "tool_choice.function.name" : "tools";
         st = mr_grammar_tool_calls(r->tools, r->tool_name, r->one_tool_call ? 1 : 0, &r->grammar);
     } else if (r->so == SV_SO_JSON) {

@@ -76,6 +76,7 @@ typedef struct {
     bool so_compact;              /* vLLM's structured_outputs.disable_any_whitespace: JSON without whitespace */
     struct mr_grammar *grammar;   /* compiled at the end of parsing (structured outputs or tool_choice
                                      required / named), or NULL */
+    bool grammar_tools;           /* the grammar is MiniMax-M2's strict tool calls (tool_choice auto) */
     json_t *chat_template_kwargs; /* chat: object or NULL */
     bool add_generation_prompt;   /* chat [true; false with continue_final_message] */
     bool agp_given;               /* add_generation_prompt was in the request */

@@ -1000,6 +1000,41 @@ if text_url:
     if fin == ["tool_calls"]:  # ended by the EOS, not by max_tokens
         check(r_usage_ct(chunks) < 300, "named tool: finish tool_calls at max_tokens")
         jsonschema.validate(_json2.loads(args), by_name["get_weather"])
+    # strict tools with tool_choice auto: free text, and a tool-call block in MiniMax-M2's XML that follows the
+    # tools (the calls read back by the server's own parser; jsonschema is the oracle of their arguments)
+    stools = [{"type": "function", "function": {"name": "get_weather", "strict": True, "parameters": {
+                  "type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]},
+                                                   "days": {"type": "integer", "minimum": 1, "maximum": 7},
+                                                   "unit": {"enum": ["c", "f"]}},
+                  "required": ["city", "days"], "additionalProperties": False}}}]
+    for stream in (False, True):
+        kw = dict(model=tmodel, messages=[{"role": "user", "content": "weather?"}], tools=stools, max_tokens=300,
+                  temperature=1.0, seed=11, parallel_tool_calls=False,
+                  extra_body={"debug_forced_output": think + "Let me check.\n<minimax:tool_call>\n<invoke name=\"get_weather\">"})
+        if stream:
+            parts = list(tc.chat.completions.create(stream=True, **kw))
+            fin = [c.choices[0].finish_reason for c in parts if c.choices and c.choices[0].finish_reason]
+            deltas = [t for c in parts if c.choices and c.choices[0].delta.tool_calls for t in c.choices[0].delta.tool_calls]
+            names = [t.function.name for t in deltas if t.function.name]
+            args = "".join(t.function.arguments or "" for t in deltas)
+        else:
+            c = tc.chat.completions.create(**kw).choices[0]
+            fin, names = [c.finish_reason], [t.function.name for t in (c.message.tool_calls or [])]
+            args = c.message.tool_calls[0].function.arguments if c.message.tool_calls else ""
+            check(c.message.content == "Let me check.", f"strict tools: content {c.message.content!r}")
+        check(fin == ["tool_calls"] and names == ["get_weather"], f"strict tools stream={stream}: {fin} {names}")
+        a = _json2.loads(args)
+        jsonschema.validate(a, stools[0]["function"]["parameters"])
+        check(list(a)[:2] == ["city", "days"], f"strict tools: declared order {a}")
+    expect_exc(openai.BadRequestError, lambda: tc.chat.completions.create(
+        model=tmodel, messages=[{"role": "user", "content": "x"}], max_tokens=4, tools=stools,
+        response_format={"type": "json_object"}), param="response_format", text="strict tools")
+    expect_exc(openai.BadRequestError, lambda: tc.chat.completions.create(
+        model=tmodel, messages=[{"role": "user", "content": "x"}], max_tokens=4, tools=[{"type": "function", "function": {
+            "name": "f", "strict": True, "parameters": {"type": "object", "properties": {
+                "s": {"type": "string", "pattern": "^[a-z]+$"}}}}}]),
+        param="tools", text="pattern is not enforced")
+    print("strict tools: ok")
     bad = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "(a)\\1"}}}
     expect_exc(openai.BadRequestError, lambda: tc.chat.completions.create(
         model=tmodel, messages=[{"role": "user", "content": "x"}], max_tokens=4, response_format=bad),
