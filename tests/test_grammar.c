@@ -1634,7 +1634,8 @@ static const char *const MM_TOOLS =
     "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"strict\":true,\"parameters\":{\"type\":\"object\","
     "\"properties\":{\"city\":{\"type\":\"string\"},\"unit\":{\"enum\":[\"c\",\"f\"]},\"days\":{\"type\":\"integer\","
     "\"minimum\":1,\"maximum\":7},\"opts\":{\"type\":\"object\",\"properties\":{\"hourly\":{\"type\":\"boolean\"}},"
-    "\"required\":[\"hourly\"]},\"note\":{\"type\":[\"string\",\"null\"]}},\"required\":[\"city\",\"days\"]}}},"
+    "\"required\":[\"hourly\"]},\"note\":{\"type\":[\"string\",\"null\"]},\"meta\":{\"type\":\"object\","
+    "\"properties\":{\"s\":{\"type\":\"string\"}}}},\"required\":[\"city\",\"days\"]}}},"
     "{\"type\":\"function\",\"function\":{\"name\":\"now\",\"strict\":true,\"parameters\":{\"type\":\"object\","
     "\"properties\":{}}}},"
     "{\"type\":\"function\",\"function\":{\"name\":\"search\",\"parameters\":{\"type\":\"object\",\"properties\":{\"q\":"
@@ -1643,7 +1644,7 @@ static const char *const MM_TOOLS =
 /* MiniMax-M2's pieces, its two block tags special tokens as in its tokenizer */
 static const char *const MM_FRAGS[] = {"<minimax:tool_call>", "</minimax:tool_call>", "<invoke name=\"", "get_weather\">",
                                        "now\">", "search\">", "<parameter name=\"", "city\">", "unit\">", "days\">",
-                                       "opts\">", "note\">", "q\">", "</parameter>", "</invoke>", "Paris", "null",
+                                       "opts\">", "note\">", "meta\">", "{\"s\": \"", "q\">", "</parameter>", "</invoke>", "Paris", "null",
                                        "{\"hourly\": true}", "</para", "NULL", NULL};
 
 /* The output parsed by MiniMax-M2's parser: 1 when it reads as content and tool calls with no warning, each
@@ -1782,6 +1783,10 @@ static void test_minimax_tools(void **state) {
          "f</parameter><parameter name=\"days\">2</parameter><parameter name=\"opts\">{\"hourly\":false}</parameter>"
          "</invoke></minimax:tool_call>", 1},
         {"<minimax:tool_call><invoke name=\"weather\">", -1},                                     /* no such tool */
+        {"<minimax:tool_call><invoke name=\"get_weather\"><parameter name=\"city\">a</parameter><parameter name=\"days\">"
+         "1</parameter><parameter name=\"meta\">{\"s\": \"x</", -1},                               /* "</" in JSON */
+        {"<minimax:tool_call><invoke name=\"get_weather\"><parameter name=\"city\">a</parameter><parameter name=\"days\">"
+         "1</parameter><parameter name=\"meta\">{\"s\": \"x<\\/invoke>\"}</parameter></invoke></minimax:tool_call>", 1},
         {"<minimax:tool_call></minimax:tool_call>", -1},                                           /* a call at least */
         {"<minimax:tool_call><invoke name=\"now\"><parameter name=\"x\">", -1},                     /* none declared */
     };

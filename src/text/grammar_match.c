@@ -481,14 +481,24 @@ static bool cont_byte(frame *f, uint8_t c) {
 /* One byte of a string's content. A patterned string feeds its automaton one symbol per character (the
  * ASCII byte, MR__RE_NONASCII at the lead byte of any other), takes no \\u escapes, and a backslash only
  * where some simple escape's character can come. */
+/* The current stack holds a MiniMax-M2 parameter: a JSON value in its text, whose strings must not hold "</"
+ * (the parser would end the value at a closing tag in them; "<\/" says the same in JSON). */
+static bool in_xml(const mr_matcher *m) {
+    for (int i = DEPTH(m) - 1; i > 0; i--)
+        if (ST(m)[i].kind == F_XINV) return true;
+    return false;
+}
+
 static bool feed_str(mr_matcher *m, frame *f, uint8_t c) {
     int64_t hi = str_hi(m, f);
     const mr__pat *re = str_re(m, f);
     switch (f->ph) {
-    case S_CHARS:
+    case S_CHARS: /* ws: the last character was '<' */
         if (c == '"') return f->n >= str_lo(m, f) && (!re || mr__pat_accepts(re, f->re)) ? child_done(m, -1) : false;
         if (c < 0x20 || (c >= 0x80 && c < 0xC2) || c > 0xF4) return false;
         if (hi >= 0 && f->n >= hi) return false;
+        if (c == '/' && f->ws && in_xml(m)) return false;
+        f->ws = c == '<';
         if (c == '\\') {
             bool any = !re;
             for (const char *e = "\"\\/bfnrt"; *e && !any; e++) any = mr__pat_step(re, f->re, esc_value((uint8_t)*e)) != 0;
@@ -1293,11 +1303,11 @@ int64_t mr_matcher_mask(mr_matcher *m, uint32_t *allow) {
             const rewalk w = {v, str_re(m, f), -1, true, allow};
             walk_re(&w, v->root[TR_ALL], f->re, 0, 0, 0);
             tr = -1;
-        } else if (one && f->kind == F_STR && f->ph == S_CHARS && str_re(m, f)) { /* patterned string text */
+        } else if (one && f->kind == F_STR && f->ph == S_CHARS && str_re(m, f) && !in_xml(m)) { /* patterned string text */
             const rewalk w = {v, str_re(m, f), str_hi(m, f), false, allow};
             walk_re(&w, v->root[TR_ALL], f->re, 0, 0, f->n);
             tr = TR_STR;
-        } else if (one && f->kind == F_STR && f->ph == S_CHARS && !str_re(m, f)) { /* string text: the plain tokens that fit */
+        } else if (one && f->kind == F_STR && f->ph == S_CHARS && !str_re(m, f) && !in_xml(m)) { /* string text: the plain tokens that fit */
             const int64_t hi = str_hi(m, f);
             if (hi < 0) {
                 memcpy(allow, v->plain, words * sizeof(uint32_t));
