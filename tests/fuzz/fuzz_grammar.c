@@ -1,7 +1,8 @@
 /* fuzz_grammar.c — libFuzzer target for structured outputs: the input is
  * a JSON schema (or a JSON string: a regex; or text that is not JSON: an
  * EBNF grammar; or an object with "structures" or "format": a structural
- * tag), a NUL byte, then output bytes. The grammar compiles or is
+ * tag; or an array: tools, as MiniMax-M2's strict tool calls), a NUL byte,
+ * then output bytes. The grammar compiles or is
  * refused with MR_EINVAL (never a crash); a compiled grammar's matcher takes
  * the bytes one at a time. Checks: a refused byte leaves the matcher as it
  * was (the next byte behaves the same as from a fresh matcher fed the
@@ -36,9 +37,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     json_t *schema = json_loadb((const char *)data, ns, JSON_DECODE_ANY, NULL);
     mr_grammar *g = NULL;
     const bool tags = json_object_get(schema, "structures") || json_object_get(schema, "format");
-    const bool regex = !schema || json_is_string(schema) || tags; /* a JSON string: a regex grammar; not JSON: EBNF */
+    const bool xml = json_is_array(schema);
+    const bool regex = !schema || json_is_string(schema) || tags || xml; /* a JSON string: a regex grammar; not JSON: EBNF */
     mr_status st;
-    if (tags) {
+    if (xml) {
+        st = mr_grammar_minimax_tools(schema, 0, &g);
+    } else if (tags) {
         st = mr_grammar_structural_tag(schema, &g);
     } else if (!schema) {
         char *text = malloc(ns + 1);
