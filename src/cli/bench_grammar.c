@@ -3,9 +3,11 @@
  * tokenizer.json, or a synthetic one of N tokens: pseudo-words of 1-12
  * letters, a quarter with a leading space, about one in ten holding a
  * non-ASCII character, JSON punctuation or an escape) and
- * a grammar (a schema file, a regex, an EBNF file, or a built-in schema
+ * a grammar (a schema file, a regex, an EBNF file, a structural tag, an
+ * OpenAI tools list as MiniMax-M2's strict tool calls, or a built-in schema
  * with strings, numbers, an enum, an array and a nested object with a
- * date) are walked: at each step the mask
+ * date) are walked, each output from --prefix (fed as bytes: a tag's begin,
+ * to time the structured part of free-text grammars): at each step the mask
  * is timed, then a random allowed token is accepted, until the output is
  * complete (then again from the start) for --steps steps. The ceiling
  * printed beside it is the pass over a [vocab] row of logits that every
@@ -71,19 +73,23 @@ static mr_status synth_index(int32_t n, uint64_t seed, mr_vocab_index **out, cha
 }
 
 int mr_bench_grammar(int argc, char **argv) {
-    const char *model = NULL, *schema_path = NULL, *json_path = NULL, *regex = NULL, *ebnf_path = NULL;
+    const char *model = NULL, *schema_path = NULL, *json_path = NULL, *regex = NULL, *ebnf_path = NULL, *tag_path = NULL,
+               *tools_path = NULL, *prefix = "";
     long synth = 200000, steps = 2000;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define OPT(name) (!strcmp(a, name) && v && ++i)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: moerun bench grammar [--model DIR | --synthetic N] [--schema FILE | --regex RE | --ebnf FILE] "
-                   "[--steps N] [--json F]\n");
+            printf("usage: moerun bench grammar [--model DIR | --synthetic N] [--schema FILE | --regex RE | --ebnf FILE | "
+                   "--structural-tag FILE | --tools FILE] [--prefix TEXT] [--steps N] [--json F]\n");
             return 0;
         } else if (OPT("--model")) model = v;
         else if (OPT("--schema")) schema_path = v;
         else if (OPT("--regex")) regex = v;
         else if (OPT("--ebnf")) ebnf_path = v;
+        else if (OPT("--structural-tag")) tag_path = v;
+        else if (OPT("--tools")) tools_path = v;
+        else if (OPT("--prefix")) prefix = v;
         else if (OPT("--json")) json_path = v;
         else if (OPT("--synthetic")) {
             if (mr_bench_num(a, v, 300, 4000000, &synth)) return 2;
@@ -96,17 +102,18 @@ int mr_bench_grammar(int argc, char **argv) {
 #undef OPT
     }
     if (json_path && mr_bench_json_check(json_path)) return 2;
-    if (!!schema_path + !!regex + !!ebnf_path > 1) {
-        fprintf(stderr, "moerun bench grammar: give one of --schema, --regex, --ebnf\n");
+    if (!!schema_path + !!regex + !!ebnf_path + !!tag_path + !!tools_path > 1) {
+        fprintf(stderr, "moerun bench grammar: give one of --schema, --regex, --ebnf, --structural-tag, --tools\n");
         return 2;
     }
     char *ebnf = NULL;
     if (ebnf_path && mr_bench_read_text("bench grammar", ebnf_path, 1 << 20, &ebnf)) return 1;
     json_error_t je;
-    json_t *schema = schema_path ? json_load_file(schema_path, 0, &je) : json_loads(DEFAULT_SCHEMA, 0, &je);
+    const char *jpath = schema_path ? schema_path : tag_path ? tag_path : tools_path;
+    json_t *schema = jpath ? json_load_file(jpath, 0, &je) : json_loads(DEFAULT_SCHEMA, 0, &je);
     if (!schema) {
         free(ebnf);
-        fprintf(stderr, "moerun bench grammar: %s: %s (line %d)\n", schema_path ? schema_path : "schema", je.text, je.line);
+        fprintf(stderr, "moerun bench grammar: %s: %s (line %d)\n", jpath ? jpath : "schema", je.text, je.line);
         return 1;
     }
     mr_grammar *g = NULL;
@@ -116,7 +123,11 @@ int mr_bench_grammar(int argc, char **argv) {
     size_t *lens = NULL;
     int rc = 1;
     double t0 = now_s();
-    mr_status st = ebnf ? mr_grammar_ebnf(ebnf, &g) : regex ? mr_grammar_regex(regex, &g) : mr_grammar_json_schema(schema, &g);
+    mr_status st = ebnf        ? mr_grammar_ebnf(ebnf, &g)
+                   : regex     ? mr_grammar_regex(regex, &g)
+                   : tag_path  ? mr_grammar_structural_tag(schema, &g)
+                   : tools_path ? mr_grammar_minimax_tools(schema, 0, &g)
+                               : mr_grammar_json_schema(schema, &g);
     if (st) {
         fprintf(stderr, "moerun bench grammar: the grammar: %s\n", mr_error_last());
         goto out;
@@ -150,7 +161,11 @@ int mr_bench_grammar(int argc, char **argv) {
     double allowed_sum = 0, argmax_s = 0;
     volatile int32_t sink = 0;
     for (long s = 0; s < steps; s++) {
-        if (!m && mr_matcher_new(g, ix, &mo, &m)) break;
+        if (!m && (mr_matcher_new(g, ix, &mo, &m) || !mr_matcher_feed(m, prefix, strlen(prefix)))) {
+            fprintf(stderr, "moerun bench grammar: %s\n", m ? "the grammar does not take --prefix" : "out of memory");
+            steps = s; /* the steps so far */
+            break;
+        }
         double a = now_s();
         int64_t n = mr_matcher_mask(m, allow);
         ms[s] = (now_s() - a) * 1e3;
@@ -174,7 +189,7 @@ int mr_bench_grammar(int argc, char **argv) {
     }
     (void)sink;
     mr_matcher_free(m);
-    double *sorted = malloc((size_t)steps * sizeof(double));
+    double *sorted = steps ? malloc((size_t)steps * sizeof(double)) : NULL;
     if (sorted) {
         memcpy(sorted, ms, (size_t)steps * sizeof(double));
         qsort(sorted, (size_t)steps, sizeof(double), mr_bench_cmp_double);
