@@ -225,6 +225,15 @@ static const mr__gnode *gnode(const mr_matcher *m, int32_t id) { return &m->g->n
 static bool tagged(const mr_matcher *m) { return m->g->nodes[m->g->root].kind == G_TAGS; }
 static const char *tag_end(const mr_matcher *m, int32_t tag, size_t *len) { return mr__glit(m->g, m->g->tags[tag].end, len); }
 
+/* The current stack holds a MiniMax-M2 parameter: a JSON value in its text, whose strings must not hold "</"
+ * (the parser would end the value at a closing tag in them; "<\/" says the same in JSON). */
+static bool in_xml(const mr_matcher *m) {
+    for (int i = DEPTH(m) - 1; i > 0; i--)
+        if (ST(m)[i].kind == F_XINV) return true;
+    return false;
+}
+#define WS_XML 2u /* a string frame's ws: inside a MiniMax-M2 parameter (feed_str) */
+
 /* A structural tag's end was written: free text again, or the output is over. */
 static void tag_done(const mr_matcher *m, frame *f) {
     f->mask = 1, f->n = 0, f->ws = 0;
@@ -418,7 +427,7 @@ static bool start_concrete(mr_matcher *m, int32_t p, uint8_t c) {
     switch (n->kind) {
     case G_OBJECT: f.kind = F_OBJ, f.ph = O_FIRST; return push(m, f);
     case G_ARRAY: f.kind = F_ARR, f.ph = A_FIRST; return push(m, f);
-    case G_STRING: f.kind = F_STR, f.ph = S_CHARS, f.re = MR__RE_START; return push(m, f);
+    case G_STRING: f.kind = F_STR, f.ph = S_CHARS, f.re = MR__RE_START, f.ws = in_xml(m) ? WS_XML : 0; return push(m, f);
     case G_NUMBER:
     case G_INTEGER:
         f.kind = F_NUM, f.ph = N_START, f.b = 0;
@@ -481,24 +490,19 @@ static bool cont_byte(frame *f, uint8_t c) {
 /* One byte of a string's content. A patterned string feeds its automaton one symbol per character (the
  * ASCII byte, MR__RE_NONASCII at the lead byte of any other), takes no \\u escapes, and a backslash only
  * where some simple escape's character can come. */
-/* The current stack holds a MiniMax-M2 parameter: a JSON value in its text, whose strings must not hold "</"
- * (the parser would end the value at a closing tag in them; "<\/" says the same in JSON). */
-static bool in_xml(const mr_matcher *m) {
-    for (int i = DEPTH(m) - 1; i > 0; i--)
-        if (ST(m)[i].kind == F_XINV) return true;
-    return false;
-}
 
 static bool feed_str(mr_matcher *m, frame *f, uint8_t c) {
     int64_t hi = str_hi(m, f);
     const mr__pat *re = str_re(m, f);
     switch (f->ph) {
-    case S_CHARS: /* ws: the last character was '<' */
+    case S_CHARS: /* ws: WS_XML inside a MiniMax-M2 parameter, | 1 after a '<' */
         if (c == '"') return f->n >= str_lo(m, f) && (!re || mr__pat_accepts(re, f->re)) ? child_done(m, -1) : false;
         if (c < 0x20 || (c >= 0x80 && c < 0xC2) || c > 0xF4) return false;
         if (hi >= 0 && f->n >= hi) return false;
-        if (c == '/' && f->ws && in_xml(m)) return false;
-        f->ws = c == '<';
+        if (f->ws) {
+            if (c == '/' && (f->ws & 1)) return false;
+            f->ws = (uint16_t)(WS_XML | (c == '<'));
+        }
         if (c == '\\') {
             bool any = !re;
             for (const char *e = "\"\\/bfnrt"; *e && !any; e++) any = mr__pat_step(re, f->re, esc_value((uint8_t)*e)) != 0;
@@ -634,7 +638,8 @@ static bool start_key(mr_matcher *m, frame *f, uint8_t c) {
     const mr__gnode *o = gnode(m, f->node);
     if (c != '"') return false;
     f->ph = O_KEY;
-    if (o->b == 0) return o->addl >= 0 && push(m, (frame){.kind = F_STR, .ph = S_CHARS, .node = m->g->string});
+    if (o->b == 0)
+        return o->addl >= 0 && push(m, (frame){.kind = F_STR, .ph = S_CHARS, .node = m->g->string, .ws = in_xml(m) ? WS_XML : 0});
     uint64_t mask = key_candidates(m, f);
     return mask && push(m, (frame){.kind = F_KEY, .node = f->node, .mask = mask, .n = 1});
 }
