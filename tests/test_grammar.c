@@ -1697,7 +1697,7 @@ static void test_minimax_tools(void **state) {
     v.len = calloc((size_t)v.n, sizeof(size_t));
     v.special = calloc((size_t)v.n, sizeof(bool));
     for (int32_t i = 0; i < g_voc.n; i++) {
-        v.b[i] = g_voc.b[i] ? strdup(g_voc.b[i]) : NULL;
+        v.b[i] = g_voc.b[i] ? malloc(g_voc.len[i] ? g_voc.len[i] : 1) : NULL; /* bytes, not strings */
         if (g_voc.b[i]) memcpy(v.b[i], g_voc.b[i], g_voc.len[i]);
         v.len[i] = g_voc.len[i], v.special[i] = g_voc.special[i];
     }
