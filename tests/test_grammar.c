@@ -1648,8 +1648,10 @@ static const char *const MM_FRAGS[] = {"<minimax:tool_call>", "</minimax:tool_ca
                                        "{\"hourly\": true}", "</para", "NULL", NULL};
 
 /* The output parsed by MiniMax-M2's parser: 1 when it reads as content and tool calls with no warning, each
- * call a tool's, each strict call's arguments valid; the calls counted. */
-static int mm_parse_ok(const json_t *tools, const char *text, size_t n, int *calls) {
+ * call a tool's (only's, when given), each strict call's arguments valid (every call's, forced); the calls
+ * counted, and whether there is content beside them. */
+static int mm_parse_ok(const json_t *tools, bool forced, const char *only, const char *text, size_t n, int *calls,
+                       bool *content) {
     mr_chat_parser_opts o;
     mr_chat_parser_opts_default(&o, MR_CHAT_FORMAT_MINIMAX_M2);
     o.reasoning = false, o.think_open = false, o.tools = tools, o.id_seed = 1;
@@ -1664,6 +1666,7 @@ static int mm_parse_ok(const json_t *tools, const char *text, size_t n, int *cal
     json_t *msg = mr_chat_parser_message(p);
     const json_t *tc = json_object_get(msg, "tool_calls");
     int ok = warn == 0;
+    *content = json_string_length(json_object_get(msg, "content")) > 0;
     *calls = (int)json_array_size(tc);
     for (size_t i = 0; i < json_array_size(tc) && ok; i++) {
         const json_t *f = json_object_get(json_array_get(tc, i), "function");
@@ -1673,8 +1676,8 @@ static int mm_parse_ok(const json_t *tools, const char *text, size_t n, int *cal
         for (size_t k = 0; k < json_array_size(tools); k++)
             if (!strcmp(json_string_value(json_object_get(json_object_get(json_array_get(tools, k), "function"), "name")), name))
                 tool = json_object_get(json_array_get(tools, k), "function");
-        ok = tool && json_is_object(args);
-        if (ok && json_is_true(json_object_get(tool, "strict"))) {
+        ok = tool && json_is_object(args) && (!only || !strcmp(name, only));
+        if (ok && (forced || json_is_true(json_object_get(tool, "strict")))) {
             const json_t *ps = json_object_get(tool, "parameters");
             ok = valid(ps, ps, args);
         }
@@ -1711,9 +1714,14 @@ static void test_minimax_tools(void **state) {
     int32_t *ids = malloc((size_t)v.n * sizeof(int32_t));
     char *buf = malloc(1 << 16);
     tu_rng r = {31};
-    for (int maxc = 0; maxc <= 1; maxc++) {
+    /* tool_choice auto (any calls, one), required, named (the answer is the calls) */
+    for (int mode = 0; mode < 4; mode++) {
+        const int maxc = mode == 1;
+        const bool forced = mode >= 2;
+        const char *only = mode == 3 ? "search" : NULL;
         mr_grammar *g = NULL;
-        if (mr_grammar_minimax_tools(tools, maxc, &g)) fail_msg("%s", mr_error_last());
+        if (forced ? mr_grammar_minimax_forced(tools, only, 0, &g) : mr_grammar_minimax_tools(tools, maxc, &g))
+            fail_msg("%s", mr_error_last());
         int ended = 0, with_calls = 0, calls_total = 0;
         for (int it = 0; it < 300; it++) {
             mr_matcher *m = matcher(g, ix, NULL);
@@ -1746,12 +1754,15 @@ static void test_minimax_tools(void **state) {
             if (!end) continue;
             ended++;
             int calls = 0;
-            if (!mm_parse_ok(tools, buf, n, &calls)) fail_msg("max %d: the parser reads [%s] otherwise", maxc, buf);
+            bool content = false;
+            if (!mm_parse_ok(tools, forced, only, buf, n, &calls, &content))
+                fail_msg("mode %d: the parser reads [%s] otherwise", mode, buf);
             if (maxc && calls > 1) fail_msg("one call at most: [%s]", buf);
+            if (forced && (!calls || content)) fail_msg("mode %d: the answer is not its calls alone: [%s]", mode, buf);
             with_calls += calls > 0, calls_total += calls;
         }
-        if (ended < 150 || with_calls < 40)
-            fail_msg("max %d: %d of 300 walks ended, %d with calls (%d calls)", maxc, ended, with_calls, calls_total);
+        if (ended < 150 || with_calls < (forced ? ended : 40))
+            fail_msg("mode %d: %d of 300 walks ended, %d with calls (%d calls)", mode, ended, with_calls, calls_total);
         mr_grammar_free(g);
     }
     /* by hand */
@@ -1796,7 +1807,8 @@ static void test_minimax_tools(void **state) {
         mr_matcher_free(m);
         if (got != CASES[i].want) fail_msg("minimax case %zu [%s]: %d, want %d", i, CASES[i].text, got, CASES[i].want);
         int calls;
-        if (got == 1 && !mm_parse_ok(tools, CASES[i].text, strlen(CASES[i].text), &calls))
+        bool content;
+        if (got == 1 && !mm_parse_ok(tools, false, NULL, CASES[i].text, strlen(CASES[i].text), &calls, &content))
             fail_msg("minimax case %zu: the parser reads it otherwise", i);
     }
     /* the block's tags as MiniMax-M2's special tokens, and none inside a call */
@@ -1814,6 +1826,27 @@ static void test_minimax_tools(void **state) {
     assert_true(mr_matcher_complete(m));
     mr_matcher_free(m);
     mr_grammar_free(g);
+    /* forced: the calls alone, "search" held to its parameters now */
+    assert_int_equal(mr_grammar_minimax_forced(tools, NULL, 0, &g), MR_OK);
+    static const struct {
+        const char *text;
+        int want;
+    } FCASES[] = {
+        {"", 0},
+        {"text", -1},
+        {" \n<minimax:tool_call><invoke name=\"now\"></invoke></minimax:tool_call>", 1},
+        {"<minimax:tool_call><invoke name=\"now\"></invoke></minimax:tool_call> more", -1},
+        {"<minimax:tool_call><invoke name=\"search\"><parameter name=\"anything\">", -1},
+        {"<minimax:tool_call><invoke name=\"search\"><parameter name=\"q\">x</parameter></invoke></minimax:tool_call>", 1},
+    };
+    for (size_t i = 0; i < sizeof FCASES / sizeof FCASES[0]; i++) {
+        m = matcher(g, ix, NULL);
+        const int got = mr_matcher_feed(m, FCASES[i].text, strlen(FCASES[i].text)) ? mr_matcher_complete(m) : -1;
+        mr_matcher_free(m);
+        if (got != FCASES[i].want) fail_msg("forced case %zu [%s]: %d, want %d", i, FCASES[i].text, got, FCASES[i].want);
+    }
+    mr_grammar_free(g);
+    assert_int_equal(mr_grammar_minimax_forced(tools, "nope", 0, &g), MR_EINVAL);
     /* refused: what raw parameter text cannot hold */
     static const struct {
         const char *param, *says;

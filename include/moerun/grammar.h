@@ -125,6 +125,11 @@ mr_status mr_grammar_structural_tag(const json_t *spec, mr_grammar **out);
  * any parameters, raw text values. A string parameter's pattern, format,
  * minLength or maxLength cannot be enforced on raw text: MR_EINVAL names it. */
 mr_status mr_grammar_minimax_tools(const json_t *tools, int max_calls, mr_grammar **out);
+/* The same format for tool_choice "required" (name NULL) or a named tool:
+ * the answer is one block (whitespace before it, nothing after it) of at
+ * least one call (at most max_calls when > 0; a named tool's calls only),
+ * every tool with parameters.properties held to them as a strict one. */
+mr_status mr_grammar_minimax_forced(const json_t *tools, const char *name, int max_calls, mr_grammar **out);
 /* Tool calls as JSON, for tool_choice "required" (name NULL): an array of at
  * least one {"name": <a tool's name>, "parameters": <that tool's
  * parameters>} (at most max_calls when > 0: 1 for parallel_tool_calls

@@ -769,6 +769,12 @@ static int make_job(mr_server *s, sv_request *r, sv_job **out, sv_error *e) {
         mr_grammar_free(j->req.grammar);
         j->req.grammar = NULL;
     }
+    if (r->grammar_native && sv_text_tagged_output(s->text)) { /* the forced calls in the model's own format */
+        mr_grammar_free(j->req.grammar);
+        j->req.grammar = j->req.grammar_native;
+        j->req.grammar_native = NULL;
+        j->req.grammar_tools = true;
+    }
     if (r->grammar && gens_matchers(s, j, e)) goto out;
     j->live = j->n_gen;
     unsigned long long id = atomic_fetch_add(&s->counter, 1);

@@ -108,6 +108,7 @@ void sv_request_free(sv_request *r) {
     json_decref(r->so_schema);
     json_decref(r->so_choice);
     mr_grammar_free(r->grammar);
+    mr_grammar_free(r->grammar_native);
     for (int i = 0; i < r->n_stop; i++) mr_free(r->stop[i]);
     mr_free(r->forced_text);
     mr_free(r->forced_ids);
@@ -753,6 +754,10 @@ static int compile_grammar(sv_request *r, sv_error *e) {
     } else if (tools_forced) {
         field = r->tool_choice == SV_TOOLS_NAMED ? "tool_choice.function.name" : "tools";
         st = mr_grammar_tool_calls(r->tools, r->tool_name, r->one_tool_call ? 1 : 0, &r->grammar);
+        /* and in MiniMax-M2's own format, which a model of that format writes instead (http.c); a tool whose
+         * string rules raw text cannot keep leaves the JSON form alone */
+        if (!st && mr_grammar_minimax_forced(r->tools, r->tool_name, r->one_tool_call ? 1 : 0, &r->grammar_native) == MR_ENOMEM)
+            return sv_fail(e, 500, NULL, "out of memory");
     } else if (r->so == SV_SO_JSON) {
         st = mr_grammar_json_schema(r->so_schema, &r->grammar);
     } else if (r->so == SV_SO_CHOICE) {

@@ -142,7 +142,7 @@ mr_status sv_out_new(sv_job *j, const sv_text *t, const mr_model *m, const char 
             goto oom;
         if (o->chat && !(c->calls = json_array())) goto oom;
         c->echo_pending = echo_lp(o) && o->stream;
-        c->tool_json = o->chat && j->req.grammar &&
+        c->tool_json = o->chat && j->req.grammar && !j->req.grammar_tools &&
                        (j->req.tool_choice == SV_TOOLS_REQUIRED || j->req.tool_choice == SV_TOOLS_NAMED);
         for (int64_t p = 0; echo_lp(o) && p < c->g->n_prompt; p++) c->lp_offset += (int64_t)piece_len(o, c->g->prompt[p]);
     }

@@ -76,7 +76,9 @@ typedef struct {
     bool so_compact;              /* vLLM's structured_outputs.disable_any_whitespace: JSON without whitespace */
     struct mr_grammar *grammar;   /* compiled at the end of parsing (structured outputs or tool_choice
                                      required / named), or NULL */
-    bool grammar_tools;           /* the grammar is MiniMax-M2's strict tool calls (tool_choice auto) */
+    bool grammar_tools;           /* the grammar is MiniMax-M2's tool calls (strict tools, or chosen below) */
+    struct mr_grammar *grammar_native; /* tool_choice required / named: the calls in MiniMax-M2's own format, which
+                                          replaces grammar (the JSON form) on a model of that format, or NULL */
     json_t *chat_template_kwargs; /* chat: object or NULL */
     bool add_generation_prompt;   /* chat [true; false with continue_final_message] */
     bool agp_given;               /* add_generation_prompt was in the request */

@@ -130,6 +130,7 @@ typedef struct {
 #define XV_TEXT_NULL (-2)
 #define MR__TAGS_AT_LEAST_ONE 1u     /* the output holds a tag at least */
 #define MR__TAGS_STOP_AFTER_FIRST 2u /* the output ends with its first tag */
+#define MR__TAGS_NO_TEXT 4u          /* the output is its tags: no text before the first (whitespace only) */
 
 struct mr_grammar {
     mr__gnode *nodes;

@@ -40,7 +40,7 @@
 #include "text/grammar_internal.h"
 
 enum { F_ROOT, F_OBJ, F_ARR, F_STR, F_NUM, F_LIT, F_KEY, F_RAW, F_CFG, F_XBLK, F_XINV };
-enum { R_FREE, R_WS, R_VALUE, R_DONE, R_TEXT, R_BEGIN, R_END };
+enum { R_FREE, R_WS, R_VALUE, R_DONE, R_TEXT, R_BEGIN, R_END, R_LEAD };
 enum { O_FIRST, O_KEY, O_COLON, O_VALWS, O_VAL, O_NEXT, O_COMMA };
 enum { A_FIRST, A_VAL, A_NEXT, A_COMMA };
 enum { S_CHARS, S_ESC, S_HEX, S_CONT, S_LOW1, S_LOW2 };
@@ -902,7 +902,7 @@ static bool feed_xinv(mr_matcher *m, frame *f, uint8_t c) {
 static bool open_raw(mr_matcher *m, frame *f) {
     const int kind = gnode(m, m->g->root)->kind;
     if (kind == G_TAGS) {
-        f->ph = R_TEXT, f->a = 0, f->mask = 0;
+        f->ph = m->g->tag_flags & MR__TAGS_NO_TEXT ? R_LEAD : R_TEXT, f->a = 0, f->mask = 0, f->ws = 0;
         return true;
     }
     if (kind != G_REGEX && kind != G_CFG) return true;
@@ -941,6 +941,10 @@ static bool feed_root(mr_matcher *m, frame *f, uint8_t c) {
         f->ph = R_BEGIN, f->a = x->lo, f->b = x->hi, f->n = x->len;
         return begin_settle(m, f);
     }
+    case R_LEAD: /* whitespace, then a tag's begin at once */
+        if (is_ws(c)) return take_ws(m, f, c);
+        f->ph = R_BEGIN, f->a = 0, f->b = m->g->n_tags, f->n = 0;
+        /* fall through */
     case R_BEGIN: {
         int32_t lo = f->a, hi = f->b;
         size_t len;
@@ -1151,7 +1155,7 @@ bool mr_matcher_feed(mr_matcher *m, const char *bytes, size_t n) {
 /* Free text before the grammar or between structural tags, or a tag's begin or end (only one stack then). */
 static bool free_now(const mr_matcher *m) {
     const int ph = m->stk[0].st[0].ph;
-    return m->stk[0].depth == 1 && (ph == R_FREE || ph == R_TEXT || ph == R_BEGIN || ph == R_END);
+    return m->stk[0].depth == 1 && (ph == R_FREE || ph == R_TEXT || ph == R_BEGIN || ph == R_END || ph == R_LEAD);
 }
 
 /* Special tokens may come: in free text, a structural tag's begin or end, and between MiniMax-M2's invokes

@@ -366,11 +366,11 @@ static int by_name(const void *x, const void *y) {
     return c ? c : (la > lb) - (la < lb);
 }
 
-static mr_status xtool(mr_grammar *g, const json_t *tool, size_t i, mr__gxtool *x) {
+static mr_status xtool(mr_grammar *g, const json_t *tool, size_t i, bool forced, mr__gxtool *x) {
     const json_t *fn = json_object_get(tool, "function");
     if (!fn) fn = tool;
     const char *name = json_string_value(json_object_get(fn, "name"));
-    char path[64];
+    char path[128];
     snprintf(path, sizeof path, "tools/%zu/function/name", i);
     if (!name || !*name || strpbrk(name, "\"<>\n"))
         return mr_error_set(MR_EINVAL, "%s: a tool name without '\"', '<', '>' or a newline is needed here", path);
@@ -381,7 +381,7 @@ static mr_status xtool(mr_grammar *g, const json_t *tool, size_t i, mr__gxtool *
     mr_free(lit);
     if (st) return st;
     const json_t *params = json_object_get(fn, "parameters"), *props = json_object_get(params, "properties");
-    x->strict = json_is_true(json_object_get(fn, "strict")) && json_is_object(props);
+    x->strict = (forced || json_is_true(json_object_get(fn, "strict"))) && json_is_object(props);
     x->pa = g->n_props, x->pb = 0;
     if (!x->strict) return MR_OK;
     if (json_object_size(props) > MR_GRAMMAR_MAX_PROPS)
@@ -392,7 +392,7 @@ static mr_status xtool(mr_grammar *g, const json_t *tool, size_t i, mr__gxtool *
     mr__gprop tmp[MR_GRAMMAR_MAX_PROPS]; /* appended together: a value's own objects add props of their own */
     int32_t np = 0;
     json_object_foreach((json_t *)props, k, v) {
-        snprintf(path, sizeof path, "tools/%zu/function/parameters/properties/%.20s", i, k);
+        snprintf(path, sizeof path, "tools/%zu/function/parameters/properties/%.40s", i, k);
         if (strpbrk(k, "\"<>\n") || !*k)
             return mr_error_set(MR_EINVAL, "%s: a parameter name without '\"', '<', '>' or a newline is needed here", path);
         char *kl = mr_malloc(strlen(k) + 3);
@@ -421,7 +421,7 @@ static mr_status xtool(mr_grammar *g, const json_t *tool, size_t i, mr__gxtool *
     return MR_OK;
 }
 
-mr_status mr_grammar_minimax_tools(const json_t *tools, int max_calls, mr_grammar **out) {
+static mr_status minimax(const json_t *tools, const char *name, int max_calls, bool forced, mr_grammar **out) {
     *out = NULL;
     const size_t nt = json_array_size(tools);
     if (!nt) return mr_error_set(MR_EINVAL, "grammar: tool calls need at least one tool");
@@ -431,19 +431,26 @@ mr_status mr_grammar_minimax_tools(const json_t *tools, int max_calls, mr_gramma
     if (st) return st;
     g->xtools = mr_calloc(nt, sizeof(mr__gxtool));
     if (!g->xtools) st = MR_ENOMEM;
-    for (size_t i = 0; i < nt && !st; i++) st = xtool(g, json_array_get(tools, i), i, &g->xtools[i]);
+    size_t nx = 0; /* the tools taken: all, or the named one */
+    for (size_t i = 0; i < nt && !st; i++) {
+        const json_t *t = json_array_get(tools, i), *fn = json_object_get(t, "function");
+        const char *nm = json_string_value(json_object_get(fn ? fn : t, "name"));
+        if (!name || (nm && !strcmp(nm, name))) st = xtool(g, t, i, forced, &g->xtools[nx++]);
+    }
+    if (!st && !nx) st = mr_error_set(MR_EINVAL, "grammar: no tool is named \"%.80s\"", name);
     if (!st) {
-        g->n_xtools = (int32_t)nt;
+        g->n_xtools = (int32_t)nx;
         tl_xg = g;
-        qsort(g->xtools, nt, sizeof(mr__gxtool), by_name);
-        for (size_t i = 0; i + 1 < nt && !st; i++)
+        qsort(g->xtools, nx, sizeof(mr__gxtool), by_name);
+        for (size_t i = 0; i + 1 < nx && !st; i++)
             if (!by_name(&g->xtools[i], &g->xtools[i + 1])) st = mr_error_set(MR_EINVAL, "grammar: two tools share a name");
     }
     int32_t calls = -1;
     if (!st) st = mr__grammar_node(g, G_XCALLS, &calls);
     if (!st) {
-        g->nodes[calls].a = 0, g->nodes[calls].b = (int32_t)nt, g->nodes[calls].hi = max_calls > 0 ? max_calls : -1;
+        g->nodes[calls].a = 0, g->nodes[calls].b = (int32_t)nx, g->nodes[calls].hi = max_calls > 0 ? max_calls : -1;
         if (max_calls > 0) g->tag_flags = MR__TAGS_STOP_AFTER_FIRST; /* one block: the calls of the answer */
+        if (forced) g->tag_flags = MR__TAGS_STOP_AFTER_FIRST | MR__TAGS_AT_LEAST_ONE | MR__TAGS_NO_TEXT;
         st = mr__grammar_node(g, G_TAGS, &g->root);
     }
     tagspec t = {.begin = "<minimax:tool_call>", .end = "", .node = calls, .path = "tools"};
@@ -451,4 +458,12 @@ mr_status mr_grammar_minimax_tools(const json_t *tools, int max_calls, mr_gramma
     if (!st) st = build(g, &t, 1, &trig, 1);
     st = mr__grammar_finish(g, st, "minimax tool calls", out);
     return st;
+}
+
+mr_status mr_grammar_minimax_tools(const json_t *tools, int max_calls, mr_grammar **out) {
+    return minimax(tools, NULL, max_calls, false, out);
+}
+
+mr_status mr_grammar_minimax_forced(const json_t *tools, const char *name, int max_calls, mr_grammar **out) {
+    return minimax(tools, name, max_calls, true, out);
 }

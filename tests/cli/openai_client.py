@@ -355,8 +355,9 @@ if text_url:
         fc = [o for o in r.output if o.type == "function_call"]
         check(len(fc) == 1 and fc[0].name == "get_weather" and _json.loads(fc[0].arguments) == {"city": "Paris", "days": 3}
               and fc[0].call_id, f"responses function_call (stream={stream}): {r.output}")
-    # a named function (tool_choice): the answer is that call's arguments, constrained by its schema
-    named = "Thinking.</think>" + '{"city": "Rome", "days": 2}' + EOS
+    # a named function (tool_choice): the answer is that call, in the model's own format, held to its schema
+    named = ("Thinking.</think>\n<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">Rome"
+             "</parameter>\n<parameter name=\"days\">2</parameter>\n</invoke>\n</minimax:tool_call>" + EOS)
     for stream, r in created_and_streamed(tc.responses.create, tc.responses.stream, "get_final_response", dict(
             model=tmodel, input="Weather?", tools=rtools, tool_choice={"type": "function", "name": "get_weather"},
             max_output_tokens=100, extra_body={"debug_forced_output": named})):
@@ -503,7 +504,7 @@ if text_url:
     for stream, m in created_and_streamed(ac.messages.create, ac.messages.stream, "get_final_message", dict(
             model=tmodel, max_tokens=100, tools=atools, tool_choice={"type": "tool", "name": "get_weather"},
             messages=[{"role": "user", "content": "Weather?"}],
-            extra_body={"debug_forced_output": "Thinking.</think>" + '{"city": "Rome", "days": 2}' + EOS})):
+            extra_body={"debug_forced_output": named})):
         tu2 = [b for b in m.content if b.type == "tool_use"]
         check(m.stop_reason == "tool_use" and len(tu2) == 1 and tu2[0].input == {"city": "Rome", "days": 2},
               f"messages tool_choice tool (stream={stream}): {m.content} {m.stop_reason}")
@@ -949,8 +950,9 @@ if text_url:
                  "required": ["city", "days"]}}},
              {"type": "function", "function": {"name": "now", "parameters": {"type": "object", "properties": {}}}}]
     by_name = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
-    # random weights rarely close the array of calls: "]" (its token, from /tokenize) gets a logit bias, so
-    # that most answers end and their calls are validated (the grammar still decides what may come)
+    # tool_choice required on this MiniMax-form model: the calls in its own XML block, held to the tools (the
+    # bias on "]" served vLLM's JSON form, which a model without a tool-call format gets: serve_openai.sh);
+    # every answer that ends as calls is validated by jsonschema
     import urllib.request
     tq = urllib.request.Request(text_url + "/tokenize", data=_json2.dumps({"prompt": "]", "add_special_tokens": False}).encode(),
                                 headers={"Content-Type": "application/json"})

@@ -56,12 +56,23 @@ SV_PID=$PID_C; stop_server; rc3=$SV_RC
 printf '%s\n%s' '{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }}' \
     '{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}' >"$S/t.jinja"
 for tmpl in "$S/t.jinja" "$(cat "$S/t.jinja")"; do
-    start_server "$S/d.log" --model "$MM" --context-length 1024 --skip-self-check --chat-template "$tmpl" || exit 1
+    start_server "$S/d.log" --model "$MM" --context-length 1024 --skip-self-check --chat-template "$tmpl" \
+        --debug-forced-output || exit 1
     bos=$(jq -r '.bos_token | if type == "object" then .content else . end' "$MM/tokenizer_config.json")
     want=$(curl -s "$SV_URL/tokenize" -d "$(jq -cn --arg p "${bos}[user] hi there
 [assistant]" '{prompt: $p, add_special_tokens: false}')" | jq -c .tokens)
     got=$(curl -s "$SV_URL/tokenize" -d '{"messages":[{"role":"user","content":"hi there"}]}' | jq -c .tokens)
+    # a template without a tool-call format: tool_choice required is vLLM's JSON list of calls, whose end is the
+    # only way on (the grammar is complete), turned into tool_calls
+    calls=$(curl -s "$SV_URL/v1/chat/completions" -d '{"messages":[{"role":"user","content":"w?"}],"tool_choice":"required",
+        "tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":
+        {"city":{"type":"string"}},"required":["city"]}}}],"max_tokens":60,
+        "debug_forced_output":"[{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Rome\"}}]"}' |
+        jq -c '.choices[0] | [.finish_reason, .message.content, .message.tool_calls[0].function.name,
+                              (.message.tool_calls[0].function.arguments | fromjson)]')
     stop_server
+    [ "$calls" = '["tool_calls",null,"get_weather",{"city":"Rome"}]' ] ||
+        { echo "FAIL: tool_choice required with a plain template: $calls"; exit 1; }
     [ "$got" = "$want" ] && [ "$got" != null ] || { echo "FAIL: --chat-template ${tmpl:0:40}: $got, want $want"; exit 1; }
     clean_log "$S/d.log" || { echo "FAIL: sanitizer report with --chat-template"; exit 1; }
 done
