@@ -1,8 +1,9 @@
 /* fuzz_grammar.c — libFuzzer target for structured outputs: the input is
  * a JSON schema (or a JSON string: a regex; or text that is not JSON: an
  * EBNF grammar; or an object with "structures" or "format": a structural
- * tag; or an array: tools, as MiniMax-M2's strict tool calls), a NUL byte,
- * then output bytes. The grammar compiles or is
+ * tag; or an array: tools, as MiniMax-M2's strict tool calls, forced ones
+ * (tool_choice required) when its text's length is odd), a NUL byte, then
+ * output bytes. The grammar compiles or is
  * refused with MR_EINVAL (never a crash); a compiled grammar's matcher takes
  * the bytes one at a time. Checks: a refused byte leaves the matcher as it
  * was (the next byte behaves the same as from a fresh matcher fed the
@@ -41,7 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const bool regex = !schema || json_is_string(schema) || tags || xml; /* a JSON string: a regex grammar; not JSON: EBNF */
     mr_status st;
     if (xml) {
-        st = mr_grammar_minimax_tools(schema, 0, &g);
+        st = ns & 1 ? mr_grammar_minimax_forced(schema, NULL, (int)(ns & 2) >> 1, &g) : mr_grammar_minimax_tools(schema, 0, &g);
     } else if (tags) {
         st = mr_grammar_structural_tag(schema, &g);
     } else if (!schema) {
