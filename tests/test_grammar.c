@@ -1464,6 +1464,44 @@ static int tags_oracle(const tagspec_t *t, const char *s, size_t n, int *n_tags)
 static const char *const TAG_FAVOURED[] = {"<fn=", "a>", "b>", "<fn=a>", "</fn>", "<n>", "<w>", "\n</w>", "12", "}",
                                            "]", "\"p\"", "null", "true", "1", NULL};
 
+/* A random walk over the mask, pick choosing among the allowed ids; the end id is taken once allowed after
+ * end_after steps. The text in buf (NUL-terminated); true when the output ended within max steps. */
+typedef int32_t (*pick_fn)(const vocab *v, const int32_t *ids, int k, tu_rng *r);
+static bool walk_pick(mr_matcher *m, const vocab *v, uint32_t *allow, int32_t *ids, tu_rng *r, int max, int end_after,
+                      pick_fn pick, char *buf, size_t *n) {
+    *n = 0;
+    bool end = false;
+    for (int step = 0; step < max && !end; step++) {
+        const int64_t cnt = mr_matcher_mask(m, allow);
+        if (cnt <= 0) fail_msg("dead end after [%.*s]", (int)*n, buf);
+        int k = 0;
+        for (int32_t i = 0; i < v->n; i++)
+            if (allow[i >> 5] >> (i & 31) & 1) ids[k++] = i;
+        int32_t t = pick(v, ids, k, r);
+        if (step > end_after && (allow[END_ID >> 5] & 1)) t = END_ID;
+        assert_int_equal(mr_matcher_accept(m, t), MR_OK);
+        if (t == END_ID) {
+            end = true;
+            break;
+        }
+        memcpy(buf + *n, v->b[t], v->len[t]);
+        *n += v->len[t];
+    }
+    buf[*n] = 0;
+    return end;
+}
+
+/* Any allowed id; a third of the time one of the tags' own pieces, where one fits. */
+static int32_t pick_tag_piece(const vocab *v, const int32_t *ids, int k, tu_rng *r) {
+    int32_t t = ids[tu_next(r) % (uint64_t)k];
+    if (tu_next(r) % 3 == 0) {
+        const char *fav = TAG_FAVOURED[tu_next(r) % 15];
+        for (int j = 0; j < k; j++)
+            if (v->len[ids[j]] == strlen(fav) && !memcmp(v->b[ids[j]], fav, strlen(fav))) t = ids[j];
+    }
+    return t;
+}
+
 static void test_structural_tags(void **state) {
     (void)state;
     tu_rng r = {21};
@@ -1481,29 +1519,7 @@ static void test_structural_tags(void **state) {
         for (int it = 0; it < 300; it++) {
             mr_matcher *m = matcher(g, g_ix, it % 3 == 2 ? "</think>" : NULL);
             size_t n = 0;
-            bool end = false;
-            for (int step = 0; step < 120 && !end; step++) {
-                const int64_t cnt = mr_matcher_mask(m, allow);
-                if (cnt <= 0) fail_msg("spec %d: dead end after [%.*s]", si, (int)n, buf);
-                int k = 0;
-                for (int32_t i = 0; i < g_voc.n; i++)
-                    if (allow[i >> 5] >> (i & 31) & 1) ids[k++] = i;
-                int32_t t = ids[tu_next(&r) % (uint64_t)k];
-                if (tu_next(&r) % 3 == 0) { /* the tags' own pieces, where they fit, now and then */
-                    const char *fav = TAG_FAVOURED[tu_next(&r) % 15];
-                    for (int j = 0; j < k; j++)
-                        if (g_voc.len[ids[j]] == strlen(fav) && !memcmp(g_voc.b[ids[j]], fav, strlen(fav))) t = ids[j];
-                }
-                if (step > 90 && (allow[END_ID >> 5] & 1)) t = END_ID;
-                assert_int_equal(mr_matcher_accept(m, t), MR_OK);
-                if (t == END_ID) {
-                    end = true;
-                    break;
-                }
-                memcpy(buf + n, g_voc.b[t], g_voc.len[t]);
-                n += g_voc.len[t];
-            }
-            buf[n] = 0;
+            const bool end = walk_pick(m, &g_voc, allow, ids, &r, 120, 90, pick_tag_piece, buf, &n);
             mr_matcher_free(m);
             if (!end) continue;
             ended++;
@@ -1688,6 +1704,19 @@ static int mm_parse_ok(const json_t *tools, bool forced, const char *only, const
     return ok;
 }
 
+/* Any allowed id; half the time one of MiniMax-M2's pieces (the ids past the synthetic vocabulary) or a
+ * newline, digit, space or 't', where one fits. */
+static int32_t pick_mm_piece(const vocab *v, const int32_t *ids, int k, tu_rng *r) {
+    int32_t t = ids[tu_next(r) % (uint64_t)k];
+    if (tu_next(r) % 2 == 0) {
+        int32_t fav[64], nfav = 0;
+        for (int j = 0; j < k && nfav < 64; j++)
+            if (ids[j] >= g_voc.n || (v->len[ids[j]] == 1 && strchr("\n5 t", v->b[ids[j]][0]))) fav[nfav++] = ids[j];
+        if (nfav) t = fav[tu_next(r) % (uint64_t)nfav];
+    }
+    return t;
+}
+
 static void test_minimax_tools(void **state) {
     (void)state;
     json_t *tools = json_loads(MM_TOOLS, 0, NULL);
@@ -1726,30 +1755,7 @@ static void test_minimax_tools(void **state) {
         for (int it = 0; it < 300; it++) {
             mr_matcher *m = matcher(g, ix, NULL);
             size_t n = 0;
-            bool end = false;
-            for (int step = 0; step < 320 && !end; step++) {
-                const int64_t cnt = mr_matcher_mask(m, allow);
-                if (cnt <= 0) fail_msg("dead end after [%.*s]", (int)n, buf);
-                int k = 0;
-                for (int32_t i = 0; i < v.n; i++)
-                    if (allow[i >> 5] >> (i & 31) & 1) ids[k++] = i;
-                int32_t t = ids[tu_next(&r) % (uint64_t)k];
-                if (tu_next(&r) % 2 == 0) { /* MiniMax-M2's own pieces, where they fit, half the time */
-                    int32_t fav[64], nfav = 0;
-                    for (int j = 0; j < k; j++)
-                        if (ids[j] >= g_voc.n || (g_voc.len[ids[j]] == 1 && strchr("\n5 t", g_voc.b[ids[j]][0]))) fav[nfav++] = ids[j];
-                    if (nfav) t = fav[tu_next(&r) % (uint64_t)nfav];
-                }
-                if (step > 160 && (allow[END_ID >> 5] & 1)) t = END_ID;
-                assert_int_equal(mr_matcher_accept(m, t), MR_OK);
-                if (t == END_ID) {
-                    end = true;
-                    break;
-                }
-                memcpy(buf + n, v.b[t], v.len[t]);
-                n += v.len[t];
-            }
-            buf[n] = 0;
+            const bool end = walk_pick(m, &v, allow, ids, &r, 320, 160, pick_mm_piece, buf, &n);
             mr_matcher_free(m);
             if (!end) continue;
             ended++;

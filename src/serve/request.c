@@ -555,19 +555,25 @@ static int so_set(sv_request *r, sv_so kind, const char *field, const json_t *sc
     r->so_choice = choice ? json_incref((json_t *)choice) : NULL;
     return 0;
 }
-/* A schema given as an object, or as a string holding one (vLLM's guided_json takes both). */
-static int so_schema(sv_request *r, const json_t *v, const char *field, sv_error *e) {
-    if (json_is_object(v) || json_is_true(v)) return so_set(r, SV_SO_JSON, field, json_is_true(v) ? NULL : v, NULL, e);
-    if (!json_is_string(v)) return sv_fail(e, 400, field, "%s must be a JSON schema (an object), got %s", field, sv_json_type(v));
-    json_error_t je;
-    json_t *x = json_loads(json_string_value(v), 0, &je);
+/* An object given as itself or as a string of its JSON text (vLLM's guided_json takes both; vLLM's
+ * structured_outputs.structural_tag and sglang's sampling_params.structural_tag are JSON text): what names
+ * what it must be in the errors. */
+static int so_object(sv_request *r, sv_so kind, const json_t *v, const char *field, const char *what, sv_error *e) {
+    if (json_is_object(v)) return so_set(r, kind, field, v, NULL, e);
+    if (!json_is_string(v)) return sv_fail(e, 400, field, "%s must be %s (an object, or its JSON text), got %s", field, what,
+                                           sv_json_type(v));
+    json_t *x = json_loads(json_string_value(v), 0, NULL);
     if (!json_is_object(x)) {
         json_decref(x);
-        return sv_fail(e, 400, field, "%s is a string that is not a JSON schema object", field);
+        return sv_fail(e, 400, field, "%s is a string that is not %s in JSON text", field, what);
     }
-    int rc = so_set(r, SV_SO_JSON, field, x, NULL, e);
+    int rc = so_set(r, kind, field, x, NULL, e);
     json_decref(x);
     return rc;
+}
+static int so_schema(sv_request *r, const json_t *v, const char *field, sv_error *e) {
+    if (json_is_true(v)) return so_set(r, SV_SO_JSON, field, NULL, NULL, e);
+    return so_object(r, SV_SO_JSON, v, field, "a JSON schema", e);
 }
 static int so_choice(sv_request *r, const json_t *v, const char *field, sv_error *e) {
     size_t n = json_is_array(v) ? json_array_size(v) : 0;
@@ -585,20 +591,9 @@ static int so_ebnf(sv_request *r, const json_t *v, const char *field, sv_error *
     if (!json_is_string(v)) return sv_fail(e, 400, field, "%s must be a string (an EBNF grammar), got %s", field, sv_json_type(v));
     return so_set(r, SV_SO_EBNF, field, v, NULL, e);
 }
-/* A structural tag (xgrammar's; mr_grammar_structural_tag reads it): an object, or a string holding one (vLLM's
- * structured_outputs.structural_tag and sglang's sampling_params.structural_tag are JSON text). */
+/* A structural tag (xgrammar's; mr_grammar_structural_tag reads it). */
 static int so_tags(sv_request *r, const json_t *v, const char *field, sv_error *e) {
-    if (json_is_object(v)) return so_set(r, SV_SO_TAGS, field, v, NULL, e);
-    if (!json_is_string(v))
-        return sv_fail(e, 400, field, "%s must be a structural tag (an object, or JSON text of one), got %s", field, sv_json_type(v));
-    json_t *x = json_loads(json_string_value(v), 0, NULL);
-    if (!json_is_object(x)) {
-        json_decref(x);
-        return sv_fail(e, 400, field, "%s is a string that is not the JSON text of a structural tag object", field);
-    }
-    int rc = so_set(r, SV_SO_TAGS, field, x, NULL, e);
-    json_decref(x);
-    return rc;
+    return so_object(r, SV_SO_TAGS, v, field, "a structural tag", e);
 }
 /* OpenAI's: {"type": "text" | "json_object" | "json_schema", "json_schema": {"name", "schema", "strict"}}; vLLM's
  * and sglang's {"type": "structural_tag", "structures", "triggers"} or {"type": "structural_tag", "format"} */

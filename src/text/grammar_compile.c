@@ -104,6 +104,17 @@ static int32_t sort_lits(mr_grammar *g, int32_t first, int32_t n) {
 }
 
 /* A literals node over the JSON texts of the values of arr (an array) or of one value. */
+/* The literals [first, first + n) just added, sorted and distinct, as a literals node. */
+static mr_status lits_close(mr_grammar *g, int32_t first, int32_t n, int32_t *out) {
+    const int32_t k = sort_lits(g, first, n);
+    if (k < 0) return MR_ENOMEM;
+    mr_status st = new_node(g, G_LITERALS, out);
+    if (st) return st;
+    g->nodes[*out].a = first;
+    g->nodes[*out].b = k;
+    return MR_OK;
+}
+
 static mr_status lits_node(mr_grammar *g, const json_t *vals, bool one, const char *path, int32_t *out) {
     int32_t first = g->n_lits, n = one ? 1 : (int32_t)json_array_size(vals);
     if (n == 0) return mr_error_set(MR_EINVAL, "%s/enum: an empty enum allows no value", path);
@@ -115,13 +126,7 @@ static mr_status lits_node(mr_grammar *g, const json_t *vals, bool one, const ch
         free(s);
         if (st) return st;
     }
-    int32_t k = sort_lits(g, first, n);
-    if (k < 0) return MR_ENOMEM;
-    mr_status st = new_node(g, G_LITERALS, out);
-    if (st) return st;
-    g->nodes[*out].a = first;
-    g->nodes[*out].b = k;
-    return MR_OK;
+    return lits_close(g, first, n, out);
 }
 
 static mr_status any_node(mr_grammar *g, int32_t *out);
@@ -826,13 +831,7 @@ mr_status mr__grammar_raw_lits(mr_grammar *g, const char *const *s, int32_t n, i
         mr_status st = add_lit(g, s[i], strlen(s[i]), &id);
         if (st) return st;
     }
-    const int32_t k = sort_lits(g, first, n);
-    if (k < 0) return MR_ENOMEM;
-    mr_status st = new_node(g, G_LITERALS, node);
-    if (st) return st;
-    g->nodes[*node].a = first;
-    g->nodes[*node].b = k;
-    return MR_OK;
+    return lits_close(g, first, n, node);
 }
 mr_status mr__grammar_lit(mr_grammar *g, const char *s, size_t n, int32_t *id) { return add_lit(g, s, n, id); }
 mr_status mr__grammar_node(mr_grammar *g, mr__gkind k, int32_t *id) { return new_node(g, k, id); }

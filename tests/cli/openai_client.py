@@ -943,7 +943,7 @@ if text_url:
         param="response_format", text="triggers/0: \"<fn=\" starts no tag's begin")
     expect_exc(openai.BadRequestError, lambda: tc.completions.create(
         model=tmodel, prompt="x", max_tokens=4, extra_body={"structured_outputs": {"structural_tag": "{"}}),
-        param="structured_outputs.structural_tag", text="not the JSON text")
+        param="structured_outputs.structural_tag", text="is a string that is not a structural tag")
     print("structural tags: ok")
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
                  "type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}, "days": {"enum": [1, 2, 3]}},
