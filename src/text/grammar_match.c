@@ -490,7 +490,6 @@ static bool cont_byte(frame *f, uint8_t c) {
 /* One byte of a string's content. A patterned string feeds its automaton one symbol per character (the
  * ASCII byte, MR__RE_NONASCII at the lead byte of any other), takes no \\u escapes, and a backslash only
  * where some simple escape's character can come. */
-
 static bool feed_str(mr_matcher *m, frame *f, uint8_t c) {
     int64_t hi = str_hi(m, f);
     const mr__pat *re = str_re(m, f);
@@ -717,13 +716,30 @@ static bool feed_key(mr_matcher *m, frame *f, uint8_t c) {
     return done >= 0 ? child_done(m, done) : true; /* a key ends in its quote: no key extends another */
 }
 
-static bool feed_lit(mr_matcher *m, frame *f, uint8_t c, bool *refeed) {
-    int32_t lo = f->a, hi = f->b;
+/* Candidate i's literal: literal i itself, tag i's begin, tool i's NAME">. */
+typedef int32_t (*lit_of_fn)(const mr_grammar *g, int32_t i);
+static int32_t lit_self(const mr_grammar *g, int32_t i) { return (void)g, i; }
+static int32_t lit_tag_begin(const mr_grammar *g, int32_t i) { return g->tags[i].begin; }
+static int32_t lit_tool_name(const mr_grammar *g, int32_t i) { return g->xtools[i].name; }
+
+static bool lit_byte_is(const mr_grammar *g, int32_t lit, int64_t n, uint8_t c) {
     size_t len;
-    while (lo < hi && !((int64_t)(mr__glit(m->g, lo, &len), len) > f->n && (uint8_t)mr__glit(m->g, lo, &len)[f->n] == c))
-        lo++;
-    int32_t e = lo;
-    while (e < hi && (int64_t)(mr__glit(m->g, e, &len), len) > f->n && (uint8_t)mr__glit(m->g, e, &len)[f->n] == c) e++;
+    const char *s = mr__glit(g, lit, &len);
+    return (int64_t)len > n && (uint8_t)s[n] == c;
+}
+
+/* Of candidates [*lo, *hi), sorted by their literals, which share their first n bytes: the range whose
+ * literal goes on with c as byte n (empty when none does). */
+static void narrow(const mr_grammar *g, lit_of_fn lit, int32_t *lo, int32_t *hi, int64_t n, uint8_t c) {
+    int32_t a = *lo, e;
+    while (a < *hi && !lit_byte_is(g, lit(g, a), n, c)) a++;
+    for (e = a; e < *hi && lit_byte_is(g, lit(g, e), n, c);) e++;
+    *lo = a, *hi = e;
+}
+
+static bool feed_lit(mr_matcher *m, frame *f, uint8_t c, bool *refeed) {
+    int32_t lo = f->a, e = f->b;
+    narrow(m->g, lit_self, &lo, &e, f->n, c);
     if (lo == e) { /* no literal goes on with c: the value ends before it, if one is complete (and free) */
         if (!accepting(m, f) || !lit_free(m, f->a, f->a + 1)) return false;
         *refeed = true;
@@ -796,14 +812,8 @@ static bool feed_xinv(mr_matcher *m, frame *f, uint8_t c) {
     size_t len;
     switch (f->ph) {
     case XI_NAME: { /* the tools [a, b) whose NAME"> goes on with c */
-        int32_t lo = f->a, hi = f->b;
-        while (lo < hi && !((int64_t)(mr__glit(g, g->xtools[lo].name, &len), len) > f->n &&
-                            (uint8_t)mr__glit(g, g->xtools[lo].name, &len)[f->n] == c))
-            lo++;
-        int32_t e = lo;
-        while (e < hi && (int64_t)(mr__glit(g, g->xtools[e].name, &len), len) > f->n &&
-               (uint8_t)mr__glit(g, g->xtools[e].name, &len)[f->n] == c)
-            e++;
+        int32_t lo = f->a, e = f->b;
+        narrow(g, lit_tool_name, &lo, &e, f->n, c);
         if (lo == e) return false;
         f->a = lo, f->b = e, f->n++;
         mr__glit(g, g->xtools[lo].name, &len);
@@ -946,15 +956,8 @@ static bool feed_root(mr_matcher *m, frame *f, uint8_t c) {
         f->ph = R_BEGIN, f->a = 0, f->b = m->g->n_tags, f->n = 0;
         /* fall through */
     case R_BEGIN: {
-        int32_t lo = f->a, hi = f->b;
-        size_t len;
-        while (lo < hi && !((int64_t)(mr__glit(m->g, m->g->tags[lo].begin, &len), len) > f->n &&
-                            (uint8_t)mr__glit(m->g, m->g->tags[lo].begin, &len)[f->n] == c))
-            lo++;
-        int32_t e = lo;
-        while (e < hi && (int64_t)(mr__glit(m->g, m->g->tags[e].begin, &len), len) > f->n &&
-               (uint8_t)mr__glit(m->g, m->g->tags[e].begin, &len)[f->n] == c)
-            e++;
+        int32_t lo = f->a, e = f->b;
+        narrow(m->g, lit_tag_begin, &lo, &e, f->n, c);
         if (lo == e) return false;
         f->a = lo, f->b = e, f->n++;
         return begin_settle(m, f);
