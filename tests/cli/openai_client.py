@@ -1028,6 +1028,14 @@ if text_url:
         a = _json2.loads(args)
         jsonschema.validate(a, stools[0]["function"]["parameters"])
         check(list(a)[:2] == ["city", "days"], f"strict tools: declared order {a}")
+    # the Responses API's function tools carry strict alike
+    r = tc.responses.create(model=tmodel, input="weather?", max_output_tokens=300, temperature=1.0, parallel_tool_calls=False,
+                            tools=[{"type": "function", "name": "get_weather", "strict": True,
+                                    "parameters": stools[0]["function"]["parameters"]}],
+                            extra_body={"seed": 12, "debug_forced_output": think + "<minimax:tool_call>\n<invoke name=\"get_weather\">"})
+    fc = [o for o in r.output if o.type == "function_call"]
+    check(r.status == "completed" and len(fc) == 1 and fc[0].name == "get_weather", f"responses strict: {r.status} {r.output}")
+    jsonschema.validate(_json2.loads(fc[0].arguments), stools[0]["function"]["parameters"])
     expect_exc(openai.BadRequestError, lambda: tc.chat.completions.create(
         model=tmodel, messages=[{"role": "user", "content": "x"}], max_tokens=4, tools=stools,
         response_format={"type": "json_object"}), param="response_format", text="strict tools")
