@@ -1613,7 +1613,7 @@ static void test_structural_tags(void **state) {
         {"[]", "must be an object"},
         {"{\"structures\":[],\"triggers\":[\"<\"]}", "structures: must be a non-empty list"},
         {"{\"structures\":[{\"begin\":\"<a>\",\"schema\":{},\"end\":\"</a>\"}],\"triggers\":[]}", "triggers: must be"},
-        {"{\"structures\":[{\"begin\":\"<a>\",\"schema\":{},\"end\":\"</a>\"}],\"triggers\":[\"<b\"]}", "triggers/0: \"<b\" starts no tag"},
+        {"{\"structures\":[{\"begin\":\"<a>\",\"schema\":{},\"end\":\"</a>\"}],\"triggers\":[\"<b\"]}", "triggers: \"<b\" starts no tag"},
         {"{\"structures\":[{\"begin\":\"<a>\",\"schema\":{},\"end\":\"</a>\"},{\"begin\":\"[b]\",\"schema\":{},\"end\":\"\"}],"
          "\"triggers\":[\"<\"]}", "structures/1/begin: \"[b]\" starts with none of the triggers"},
         {"{\"structures\":[{\"begin\":\"<a\",\"schema\":{},\"end\":\"</a>\"},{\"begin\":\"<ab\",\"schema\":{},\"end\":\"\"}],"

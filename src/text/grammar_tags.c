@@ -154,7 +154,7 @@ static mr_status build_ac(mr_grammar *g, const char *const *trig, int32_t nt) {
     return MR_OK;
 }
 
-static mr_status build(mr_grammar *g, tagspec *ts, int32_t n, const char **trig, int32_t nt) {
+static mr_status build(mr_grammar *g, tagspec *ts, int32_t n, const char **trig, int32_t nt, const char *trig_key) {
     /* the tags by begin; none a prefix of the next (so of none) */
     int32_t *order = mr_malloc((size_t)n * sizeof(int32_t));
     g->tags = mr_calloc((size_t)n, sizeof(mr__gtag));
@@ -189,7 +189,7 @@ static mr_status build(mr_grammar *g, tagspec *ts, int32_t n, const char **trig,
         while (lo < n && strncmp(ts[order[lo]].begin, trig[i], len) < 0) lo++;
         int32_t hi = lo;
         while (hi < n && !strncmp(ts[order[hi]].begin, trig[i], len)) hi++;
-        if (lo == hi) st = mr_error_set(MR_EINVAL, "triggers/%d: \"%.80s\" starts no tag's begin", (int)i, trig[i]);
+        if (lo == hi) st = mr_error_set(MR_EINVAL, "%s: \"%.80s\" starts no tag's begin", trig_key, trig[i]);
         g->trigs[i] = (mr__gtrig){lo, hi, (int32_t)len};
         g->trig_lt &= trig[i][0] == '<';
     }
@@ -278,7 +278,7 @@ mr_status mr_grammar_structural_tag(const json_t *spec, mr_grammar **out) {
     if (!st) {
         g->tag_flags = flags;
         st = mr__grammar_node(g, G_TAGS, &g->root);
-        if (!st) st = build(g, ts, (int32_t)n, tr, (int32_t)ntu);
+        if (!st) st = build(g, ts, (int32_t)n, tr, (int32_t)ntu, trig_key);
         st = mr__grammar_finish(g, st, "structural tag", out);
         if (!st)
             snprintf((*out)->desc, sizeof (*out)->desc, "structural tag: %d tags, %d triggers, %d nodes", (int)n, (int)ntu,
@@ -455,7 +455,7 @@ static mr_status minimax(const json_t *tools, const char *name, int max_calls, b
     }
     tagspec t = {.begin = "<minimax:tool_call>", .end = "", .node = calls, .path = "tools"};
     const char *trig = t.begin;
-    if (!st) st = build(g, &t, 1, &trig, 1);
+    if (!st) st = build(g, &t, 1, &trig, 1, "triggers");
     st = mr__grammar_finish(g, st, "minimax tool calls", out);
     return st;
 }

@@ -940,7 +940,7 @@ if text_url:
         model=tmodel, prompt="x", max_tokens=4, extra_body={"response_format": {
             "type": "structural_tag", "triggers": ["<fn="],
             "structures": [{"begin": "<tool>", "schema": wsch, "end": "</tool>"}]}}),
-        param="response_format", text="triggers/0: \"<fn=\" starts no tag's begin")
+        param="response_format", text="triggers: \"<fn=\" starts no tag's begin")
     expect_exc(openai.BadRequestError, lambda: tc.completions.create(
         model=tmodel, prompt="x", max_tokens=4, extra_body={"structured_outputs": {"structural_tag": "{"}}),
         param="structured_outputs.structural_tag", text="is a string that is not a structural tag")
