@@ -8,7 +8,11 @@
 #          JSON answer spends most tokens in (the mask's plain-string path);
 #   regex  structured_outputs.regex "[a-z ,.]+": raw text through the pattern
 #          automaton (the walk of the whole vocabulary trie, or a mask the
-#          matcher cached for the pattern's state).
+#          matcher cached for the pattern's state);
+#   tags   a structural tag (response_format {"type": "structural_tag"}, two
+#          tags behind the trigger "<function="): free text through the
+#          triggers' automaton, the state strict tools and tags spend most
+#          tokens in (the tokens without '<' at once, the mask cached).
 # Completions, token-id prompts of IN tokens, OUT output tokens, ignore_eos,
 # temperature 0 (bench serve's defaults), so every mode writes the same number
 # of tokens. The client's output tok/s counts tokens with text; a random-weights
@@ -17,7 +21,7 @@
 # generation rate (its generation_tokens counter over the run) and mean
 # inter-token latency from /metrics, which count every token.
 # Environment: MOERUN (build/moerun), SERVER (the moerun that serves, default
-# MOERUN: an older build for an A/B), IN (32), OUT (64), ROUNDS (2), VOCAB (the
+# MOERUN: an older build for an A/B), IN (32), OUT (64), ROUNDS (2), MODES (none json regex tags), VOCAB (the
 # prompt ids' range, default min(vocab_size, 60000): a tokenizer may have holes
 # above), EXTRA (serve options, e.g. "--threads 2").
 # JSON to bench/results/structured_<TAG>_<mode>_r<round>.json.
@@ -45,11 +49,18 @@ done
 [ -n "$URL" ] || { echo "serve-structured: the server did not get ready"; cat "$LOG"; exit 1; }
 JSON='{"response_format":{"type":"json_schema","json_schema":{"name":"t","schema":{"type":"object","properties":{"text":{"type":"string","minLength":100000}},"required":["text"]}}}}'
 REGEX='{"structured_outputs":{"regex":"[a-z ,.]+"}}'
+TAGS='{"response_format":{"type":"structural_tag","triggers":["<function="],"structures":[{"begin":"<function=get_weather>","schema":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]},"end":"</function>"},{"begin":"<function=search>","schema":{"type":"object","properties":{"q":{"type":"string"}},"required":["q"]},"end":"</function>"}]}}'
 echo "serve-structured: ${SERVER:-$M} serving $MODEL at $URL, in $IN / out $OUT, prompt ids < $VOCAB, $(date -u +%H:%M:%S)"
 printf '%-6s %-5s %s\n' round mode "per C: client output tok/s | server tok/s (all tokens) | server mean ITL ms | failed"
 for r in $(seq 1 "$ROUNDS"); do
-    for mode in none json regex; do
-        case $mode in none) X=();; json) X=(--extra-request-body "$JSON");; regex) X=(--extra-request-body "$REGEX");; esac
+    for mode in ${MODES:-none json regex tags}; do
+        case $mode in
+        none) X=();;
+        json) X=(--extra-request-body "$JSON");;
+        regex) X=(--extra-request-body "$REGEX");;
+        tags) X=(--extra-request-body "$TAGS");;
+        *) echo "serve-structured: unknown mode $mode (none, json, regex, tags)"; exit 2;;
+        esac
         out="$R/structured_${TAG}_${mode}_r$r"
         "$M" bench serve --base-url "$URL" --concurrency "$CONC" --input-len "$IN" --output-len "$OUT" \
             --vocab "$VOCAB" "${X[@]}" --json "$out.json" >"$out.txt" 2>&1
