@@ -1808,9 +1808,7 @@ static void test_minimax_tools(void **state) {
         {"<minimax:tool_call><invoke name=\"now\"><parameter name=\"x\">", -1},                     /* none declared */
     };
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
-        mr_matcher *m = matcher(g, ix, NULL);
-        const int got = mr_matcher_feed(m, CASES[i].text, strlen(CASES[i].text)) ? mr_matcher_complete(m) : -1;
-        mr_matcher_free(m);
+        const int got = judge(g, ix, CASES[i].text, strlen(CASES[i].text));
         if (got != CASES[i].want) fail_msg("minimax case %zu [%s]: %d, want %d", i, CASES[i].text, got, CASES[i].want);
         int calls;
         bool content;
@@ -1846,9 +1844,7 @@ static void test_minimax_tools(void **state) {
         {"<minimax:tool_call><invoke name=\"search\"><parameter name=\"q\">x</parameter></invoke></minimax:tool_call>", 1},
     };
     for (size_t i = 0; i < sizeof FCASES / sizeof FCASES[0]; i++) {
-        m = matcher(g, ix, NULL);
-        const int got = mr_matcher_feed(m, FCASES[i].text, strlen(FCASES[i].text)) ? mr_matcher_complete(m) : -1;
-        mr_matcher_free(m);
+        const int got = judge(g, ix, FCASES[i].text, strlen(FCASES[i].text));
         if (got != FCASES[i].want) fail_msg("forced case %zu [%s]: %d, want %d", i, FCASES[i].text, got, FCASES[i].want);
     }
     mr_grammar_free(g);

@@ -834,6 +834,14 @@ mr_status mr__grammar_raw_lits(mr_grammar *g, const char *const *s, int32_t n, i
     return lits_close(g, first, n, node);
 }
 mr_status mr__grammar_lit(mr_grammar *g, const char *s, size_t n, int32_t *id) { return add_lit(g, s, n, id); }
+mr_status mr__grammar_props(mr_grammar *g, const mr__gprop *p, int32_t n, int32_t *first) {
+    mr_status st = grow((void **)&g->props, &g->cap_props, g->n_props + n, sizeof(mr__gprop), 1 << 20, "properties");
+    if (st) return st;
+    *first = g->n_props;
+    memcpy(g->props + g->n_props, p, (size_t)n * sizeof *p);
+    g->n_props += n;
+    return MR_OK;
+}
 mr_status mr__grammar_node(mr_grammar *g, mr__gkind k, int32_t *id) { return new_node(g, k, id); }
 mr_status mr__grammar_finish(mr_grammar *g, mr_status st, const char *what, mr_grammar **out) {
     return finish(g, st, what, out);
@@ -854,16 +862,7 @@ mr_status mr_grammar_json_schema(const json_t *schema, mr_grammar **out) {
     mr_status st = grammar_alloc(&g);
     if (st) return st;
     if (!schema) return finish(g, any_object(g, &g->root), "json object", out);
-    cctx *c = mr_calloc(1, sizeof *c);
-    if (!c) {
-        mr_grammar_free(g);
-        return MR_ENOMEM;
-    }
-    c->g = g;
-    c->doc = schema;
-    st = compile(c, schema, "#", &g->root);
-    mr_free(c);
-    return finish(g, st, "json schema", out);
+    return finish(g, mr__grammar_schema(g, NULL, schema, "#", &g->root), "json schema", out);
 }
 
 mr_status mr_grammar_choice(const char *const *choices, size_t n, mr_grammar **out) {

@@ -177,6 +177,7 @@ mr_status mr__grammar_new(mr_grammar **out);
 mr_status mr__grammar_schema(mr_grammar *g, const json_t *doc, const json_t *schema, const char *path, int32_t *node);
 mr_status mr__grammar_raw_lits(mr_grammar *g, const char *const *s, int32_t n, int32_t *node); /* their bytes */
 mr_status mr__grammar_lit(mr_grammar *g, const char *s, size_t n, int32_t *id);
+mr_status mr__grammar_props(mr_grammar *g, const mr__gprop *p, int32_t n, int32_t *first); /* appended together */
 mr_status mr__grammar_node(mr_grammar *g, mr__gkind k, int32_t *id);
 mr_status mr__grammar_finish(mr_grammar *g, mr_status st, const char *what, mr_grammar **out);
 

@@ -409,16 +409,8 @@ static mr_status xtool(mr_grammar *g, const json_t *tool, size_t i, bool forced,
         json_array_foreach(req, j, r) required |= json_is_string(r) && !strcmp(json_string_value(r), k);
         tmp[np++] = (mr__gprop){.key = key, .value = value, .required = required};
     }
-    if (g->n_props + np > g->cap_props) {
-        const int32_t cap = g->n_props + np + 64;
-        mr__gprop *q = mr_realloc(g->props, (size_t)cap * sizeof *q);
-        if (!q) return MR_ENOMEM;
-        g->props = q, g->cap_props = cap;
-    }
-    x->pa = g->n_props, x->pb = np;
-    memcpy(g->props + g->n_props, tmp, (size_t)np * sizeof *tmp);
-    g->n_props += np;
-    return MR_OK;
+    x->pb = np;
+    return mr__grammar_props(g, tmp, np, &x->pa);
 }
 
 static mr_status minimax(const json_t *tools, const char *name, int max_calls, bool forced, mr_grammar **out) {
