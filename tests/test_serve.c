@@ -2,8 +2,9 @@
  * (every refusal names its field, with the right status), the stop-string
  * matcher (against a brute-force search over random texts fed in random
  * pieces), the JSON string writer (jansson reads back what it wrote),
- * percentiles (numpy's values, worked by hand), and the metrics text
- * (names, labels, cumulative buckets). */
+ * percentiles (numpy's values, worked by hand), the metrics text
+ * (names, labels, cumulative buckets), and the Responses API's store of
+ * responses (against a model of its least-recently-used rule). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -475,8 +476,107 @@ static void test_metrics(void **st) {
     sv_metrics_free(&m);
 }
 
+/* The response store against a model of its rule, over random puts, gets and deletes: the entries held are
+ * the most recently used ones whose sizes fit the bound (a put or get makes its entry the newest; an entry
+ * alone over the bound is refused), every get gives back the texts put, and the byte count is the sum. */
+typedef struct {
+    int id, n_resp, n_items, n_input;
+    uint64_t used;
+} model_entry;
+
+static size_t model_bytes(const model_entry *e) {
+    char id[32];
+    snprintf(id, sizeof id, "resp_%d", e->id);
+    return strlen(id) + (size_t)e->n_resp + (size_t)e->n_items + 96; /* store.c's overhead per entry */
+}
+
+static char *text_of(int id, int n, char tag) {
+    char *t = malloc((size_t)n + 1);
+    for (int i = 0; i < n; i++) t[i] = (char)('a' + (id * 7 + i + tag) % 26);
+    t[n] = 0;
+    return t;
+}
+
+static void test_response_store(void **st) {
+    (void)st;
+    assert_null(sv_store_new(0));
+    const size_t cap = 4096;
+    sv_store *s = sv_store_new(cap);
+    assert_non_null(s);
+    model_entry held[64];
+    int n_held = 0;
+    uint64_t clock = 0, evicted = 0;
+    srand(7);
+    for (int step = 0; step < 20000; step++) {
+        const int op = rand() % 10, id = rand() % 40;
+        char key[32];
+        snprintf(key, sizeof key, "resp_%d", id);
+        int at = -1;
+        for (int i = 0; i < n_held; i++)
+            if (held[i].id == id) at = i;
+        if (op < 5) { /* put: sizes now and then past the bound */
+            model_entry e = {id, rand() % 1200, rand() % (rand() % 16 ? 900 : 5000), rand() % 9, ++clock};
+            char *resp = text_of(id, e.n_resp, 'r'), *items = text_of(id, e.n_items, 'i');
+            const int rc = sv_store_put(s, key, resp, items, e.n_input);
+            free(resp), free(items);
+            if (model_bytes(&e) > cap) {
+                assert_int_equal(rc, 1);
+                continue;
+            }
+            assert_int_equal(rc, 0);
+            if (at >= 0) held[at] = held[--n_held];
+            size_t bytes = model_bytes(&e);
+            for (int i = 0; i < n_held; i++) bytes += model_bytes(&held[i]);
+            while (bytes > cap) { /* the least recently used goes */
+                int old = 0;
+                for (int i = 1; i < n_held; i++)
+                    if (held[i].used < held[old].used) old = i;
+                bytes -= model_bytes(&held[old]);
+                held[old] = held[--n_held];
+                evicted++;
+            }
+            held[n_held++] = e;
+        } else if (op < 9) { /* get */
+            char *resp = NULL, *items = NULL;
+            int n_input = -1;
+            const int rc = sv_store_get(s, key, &resp, rand() % 2 ? &items : NULL, &n_input);
+            assert_int_equal(rc, at >= 0 ? 0 : 1);
+            if (at >= 0) {
+                char *want = text_of(id, held[at].n_resp, 'r');
+                assert_string_equal(resp, want);
+                free(want);
+                if (items) {
+                    want = text_of(id, held[at].n_items, 'i');
+                    assert_string_equal(items, want);
+                    free(want);
+                }
+                assert_int_equal(n_input, held[at].n_input);
+                held[at].used = ++clock;
+            } else {
+                assert_null(resp);
+            }
+            mr_free(resp), mr_free(items);
+        } else {
+            assert_int_equal(sv_store_delete(s, key), at >= 0);
+            if (at >= 0) held[at] = held[--n_held];
+        }
+        int64_t count;
+        size_t bytes, want = 0;
+        uint64_t ev;
+        sv_store_stats(s, &count, &bytes, &ev);
+        for (int i = 0; i < n_held; i++) want += model_bytes(&held[i]);
+        assert_int_equal(count, n_held);
+        assert_int_equal(bytes, want);
+        assert_true(bytes <= cap);
+        assert_int_equal(ev, evicted);
+    }
+    assert_true(evicted > 100); /* the bound was reached often */
+    sv_store_free(s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_response_store),
         cmocka_unit_test(test_parse_fields), cmocka_unit_test(test_parse_refusals), cmocka_unit_test(test_parse_depth),
         cmocka_unit_test(test_stop_strings), cmocka_unit_test(test_json_str),       cmocka_unit_test(test_percentile),
         cmocka_unit_test(test_metrics),

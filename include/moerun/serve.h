@@ -61,6 +61,9 @@ typedef struct {
     int http_threads;              /* HTTP event-loop threads, each serving its share of the
                                       connections [1] */
     const char *api_key;           /* when set, requests need "Authorization: Bearer KEY" [NULL] */
+    size_t response_store_bytes;   /* the Responses API's stored responses (store, previous_response_id,
+                                      GET / DELETE /v1/responses/{id}), least recently used going first
+                                      past this; 0: none stored [64 MiB] */
     bool log_requests;             /* one line per finished request on stderr [false] */
     bool debug_forced_output;      /* tests only: requests may carry debug_forced_output [false] */
 } mr_server_opts;

@@ -72,10 +72,13 @@ static void usage(FILE *f) {
             "                             its share of the connections [%d]\n"
             "  --shutdown-timeout S       on SIGTERM/SIGINT, wait up to S seconds for running requests [30]\n"
             "  --api-key KEY              require \"Authorization: Bearer KEY\"\n"
+            "  --response-store-mb N      memory for the Responses API's stored responses (store,\n"
+            "                             previous_response_id, GET/DELETE /v1/responses/ID), least recently\n"
+            "                             used going first; 0 stores none [%zu]\n"
             "  --skip-self-check          do not compare the resolved runner with the reference at start\n"
             "  --log-requests             one line on stderr per refused request\n\n",
             d.host, d.port, d.max_queued_requests, d.max_choices, d.max_body_bytes, d.header_timeout_s,
-            d.body_timeout_s, d.idle_timeout_s, d.max_connections, d.http_threads);
+            d.body_timeout_s, d.idle_timeout_s, d.max_connections, d.http_threads, d.response_store_bytes >> 20);
     mr_options_print_help(f);
 }
 
@@ -255,6 +258,9 @@ int mr_cmd_serve(int argc, char **argv) {
             *(rp ? &so.reasoning_parser : &so.tool_call_parser) = name;
         } else if (!strcmp(a, "--api-key")) {
             so.api_key = argv[++i];
+        } else if (!strcmp(a, "--response-store-mb")) {
+            if (opt_long(a, argv[++i], 0, 1 << 20, &x)) goto out;
+            so.response_store_bytes = (size_t)x << 20;
         } else if (!strcmp(a, "--max-queued-requests")) {
             if (opt_long(a, argv[++i], 0, 1 << 20, &x)) goto out;
             so.max_queued_requests = (int)x;

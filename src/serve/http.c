@@ -63,6 +63,7 @@ struct mr_server {
     int max_running;
     sv_text *text;
     sv_metrics met;
+    sv_store *store; /* the Responses API's stored responses, NULL when off */
     sv_engine *eng;
     struct MHD_Daemon *d;
     int port;
@@ -82,7 +83,7 @@ struct mr_server {
 
 enum {
     R_NONE = 0, R_HEALTH, R_MODELS, R_MODEL, R_METRICS, R_COMPLETIONS, R_CHAT, R_RESPONSES, R_MESSAGES, R_TOKENIZE, R_DETOKENIZE,
-    R_COUNT_TOKENS, R_PING, R_VERSION, R_GENERATE
+    R_COUNT_TOKENS, R_PING, R_VERSION, R_GENERATE, R_RESPONSE_ID
 };
 
 /* One HTTP request. */
@@ -115,6 +116,7 @@ void mr_server_opts_default(mr_server_opts *o) {
         .idle_timeout_s = 60,
         .max_connections = 512,
         .http_threads = 1,
+        .response_store_bytes = (size_t)64 << 20,
     };
 }
 
@@ -269,6 +271,12 @@ static int route_of(const char *url, const char *method, bool *post, bool *bad_m
         if (!is_get) *bad_method = true;
         return R_MODEL;
     }
+    if (!strncmp(url, "/v1/responses/", 14) && url[14]) { /* a stored response: GET, DELETE; .../input_items, .../cancel */
+        const char *tail = strchr(url + 14, '/');
+        *post = tail && !strcmp(tail, "/cancel");
+        if (*post ? !is_post : tail ? !is_get : !is_get && strcmp(method, "DELETE")) *bad_method = true;
+        return R_RESPONSE_ID;
+    }
     return R_NONE;
 }
 
@@ -315,10 +323,77 @@ static enum MHD_Result do_models(mr_server *s, struct MHD_Connection *c, const c
 }
 
 static enum MHD_Result do_metrics(mr_server *s, struct MHD_Connection *c) {
+    if (s->store) {
+        int64_t n;
+        size_t bytes;
+        uint64_t evicted;
+        sv_store_stats(s->store, &n, &bytes, &evicted);
+        pthread_mutex_lock(&s->met.mu);
+        s->met.stored = n, s->met.stored_bytes = (int64_t)bytes, s->met.stored_evicted = evicted;
+        s->met.stored_cap = (int64_t)s->o.response_store_bytes;
+        pthread_mutex_unlock(&s->met.mu);
+    }
     char *b = sv_metrics_render(&s->met);
     if (!b) return fail(s, c, 500, NULL, "out of memory");
     enum MHD_Result r = send_text(c, 200, "text/plain; version=0.0.4; charset=utf-8", b, strlen(b));
     mr_free(b);
+    return r;
+}
+
+/* A stored response (the Responses API): GET /v1/responses/{id} (the Response), DELETE (gone), GET
+ * .../input_items (the conversation items before its output, as OpenAI lists them), POST .../cancel (only a
+ * background response can be cancelled, and none runs here). */
+static enum MHD_Result do_response_id(mr_server *s, struct MHD_Connection *c, const char *url, const char *method) {
+    char id[160];
+    const char *p = url + 14, *tail = strchr(p, '/');
+    const size_t n = tail ? (size_t)(tail - p) : strlen(p);
+    if (tail && strcmp(tail, "/input_items") && strcmp(tail, "/cancel"))
+        return fail(s, c, 404, NULL, "no route for %.16s %.200s", method, url);
+    if (!s->store)
+        return fail(s, c, 404, "response_id", "Response with id '%.100s' not found: this server stores no responses "
+                    "(--response-store-mb 0)", p);
+    if (n >= sizeof id) return fail(s, c, 404, "response_id", "Response with id '%.100s...' not found", p);
+    memcpy(id, p, n);
+    id[n] = 0;
+    if (!strcmp(method, "DELETE")) {
+        if (!sv_store_delete(s->store, id)) return fail(s, c, 404, "response_id", "Response with id '%s' not found", id);
+        json_t *o = json_pack("{s:s,s:s,s:b}", "id", id, "object", "response", "deleted", 1);
+        char *b = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        json_decref(o);
+        if (!b) return fail(s, c, 500, NULL, "out of memory");
+        enum MHD_Result r = send_json(c, 200, b);
+        free(b);
+        return r;
+    }
+    char *resp = NULL, *items = NULL;
+    int n_input = 0;
+    const bool list = tail && !strcmp(tail, "/input_items");
+    const int rc = sv_store_get(s->store, id, list ? NULL : &resp, list ? &items : NULL, &n_input);
+    if (rc > 0) return fail(s, c, 404, "response_id", "Response with id '%s' not found", id);
+    if (rc < 0) return fail(s, c, 500, NULL, "out of memory");
+    if (tail && !strcmp(tail, "/cancel")) {
+        mr_free(resp);
+        return fail(s, c, 400, "response_id", "Only a background response can be cancelled; '%s' has ended", id);
+    }
+    const char *stream = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "stream");
+    if (!list && stream && strcmp(stream, "false")) {
+        mr_free(resp);
+        return fail(s, c, 400, "stream", "stream is not supported when retrieving a stored response (it has ended)");
+    }
+    enum MHD_Result r;
+    if (list) {
+        sv_error e;
+        char *b = sv_resp_input_list(items, n_input, MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit"),
+                                     MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "order"),
+                                     MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after"), &e);
+        mr_free(items);
+        if (!b) return send_error_on(s, c, R_RESPONSE_ID, &e);
+        r = send_json(c, 200, b);
+        free(b);
+        return r;
+    }
+    r = send_json(c, 200, resp);
+    mr_free(resp);
     return r;
 }
 
@@ -911,20 +986,22 @@ static enum MHD_Result do_generate(mr_server *s, struct MHD_Connection *c, sv_hr
         if (bad) return send_error_on(s, c, h->route, &e);
         r.anthropic = true;
     } else if (h->route == R_RESPONSES) { /* the Responses API: run as the chat request it translates to */
-        char *chat = NULL;
-        json_t *echo = NULL;
-        bool encrypted = false;
-        if (sv_responses_to_chat(h->body.p ? h->body.p : "", h->body.len, &chat, &echo, &encrypted, &e))
+        sv_resp_in in;
+        if (sv_responses_to_chat(h->body.p ? h->body.p : "", h->body.len, s->store, &in, &e))
             return send_error_on(s, c, h->route, &e);
-        const int bad = sv_request_parse(SV_CHAT, chat, strlen(chat), &lim, &r, &e);
-        free(chat);
+        const int bad = sv_request_parse(SV_CHAT, in.chat_json, strlen(in.chat_json), &lim, &r, &e);
+        free(in.chat_json);
         if (bad) {
-            json_decref(echo);
+            json_decref(in.echo);
+            json_decref(in.ctx);
             sv_responses_param(&e);
             return send_error_on(s, c, h->route, &e);
         }
-        r.resp_echo = echo;
-        r.resp_encrypted = encrypted;
+        r.resp_echo = in.echo;
+        r.resp_encrypted = in.encrypted;
+        r.resp_ctx = in.ctx;
+        r.resp_store = in.keep ? s->store : NULL;
+        snprintf(r.resp_id, sizeof r.resp_id, "%s", in.id);
     } else if (sv_request_parse(h->route == R_CHAT ? SV_CHAT : SV_COMPLETIONS, h->body.p ? h->body.p : "", h->body.len,
                                 &lim, &r, &e)) {
         return send_error_on(s, c, h->route, &e);
@@ -1078,6 +1155,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case R_TOKENIZE: return do_tokenize(s, c, h, false);
     case R_DETOKENIZE: return do_tokenize(s, c, h, true);
     case R_COUNT_TOKENS: return do_count_tokens(s, c, h);
+    case R_RESPONSE_ID: return do_response_id(s, c, url, method);
     default: return do_generate(s, c, h);
     }
 }
@@ -1267,7 +1345,7 @@ mr_status mr_server_open(const mr_server_opts *o, mr_server **out) {
     if (o->max_queued_requests < 0 || o->max_choices < 1 || o->max_body_bytes < 64 || o->header_timeout_s < 1 ||
         o->body_timeout_s < 1 || o->idle_timeout_s < 1 || o->max_connections < 1 || o->http_threads < 1 ||
         o->http_threads > 64 || o->port < 0 || o->port > 65535 ||
-        o->max_prompt_tokens < 0 || o->max_completion_tokens < 0)
+        o->max_prompt_tokens < 0 || o->max_completion_tokens < 0 || o->response_store_bytes > ((size_t)1 << 40))
         return mr_error_set(MR_EINVAL, "serve: a limit is out of range");
     mr_server *s = mr_calloc(1, sizeof *s);
     if (!s) return MR_ENOMEM;
@@ -1280,7 +1358,9 @@ mr_status mr_server_open(const mr_server_opts *o, mr_server **out) {
     pthread_cond_init(&s->ccv, NULL);
     atomic_init(&s->state, ST_LOADING);
     sv_metrics_init(&s->met, s->name ? s->name : "");
-    if (!s->model_dir || !s->host || !s->name || (o->api_key && *o->api_key && !s->api_key)) {
+    s->store = sv_store_new(o->response_store_bytes);
+    if (!s->model_dir || !s->host || !s->name || (o->api_key && *o->api_key && !s->api_key) ||
+        (o->response_store_bytes && !s->store)) {
         mr_server_close(s);
         return mr_error_set(MR_ENOMEM, NULL);
     }
@@ -1398,6 +1478,7 @@ void mr_server_close(mr_server *s) {
     if (s->eng) sv_engine_free(s->eng);
     sv_text_close(s->text);
     sv_metrics_free(&s->met);
+    sv_store_free(s->store);
     pthread_mutex_destroy(&s->cmu);
     pthread_cond_destroy(&s->ccv);
     mr_free(s->name);

@@ -102,6 +102,14 @@ char *sv_metrics_render(sv_metrics *m) {
                       (unsigned long long)m->by_api[i]);
     one(&b, mn, "counter", "client_disconnects_total", "Requests whose client went away before the end.",
         (double)m->disconnects);
+    if (m->stored_cap) {
+        one(&b, mn, "gauge", "responses_stored", "Responses kept for previous_response_id and GET /v1/responses/{id}.",
+            (double)m->stored);
+        one(&b, mn, "gauge", "responses_store_bytes", "Bytes the stored responses take (the bound: --response-store-mb).",
+            (double)m->stored_bytes);
+        one(&b, mn, "counter", "responses_evicted_total", "Stored responses dropped, least recently used first, to stay "
+            "within the bound.", (double)m->stored_evicted);
+    }
     hist(&b, mn, "time_to_first_token_seconds", "Arrival to first generated token.", &m->ttft);
     hist(&b, mn, "inter_token_latency_seconds", "Time between consecutive tokens of a request.", &m->itl);
     hist(&b, mn, "e2e_request_latency_seconds", "Arrival to last token.", &m->e2e);

@@ -125,7 +125,8 @@ mr_status sv_out_new(sv_job *j, const sv_text *t, const mr_model *m, const char 
     o->sgl = j->req.sgl_meta != NULL;
     o->model = model_name;
     const char *dash = strchr(j->id, '-');
-    snprintf(o->rid, sizeof o->rid, "%s", dash ? dash + 1 : j->id);
+    if (j->req.resp_id[0]) snprintf(o->rid, sizeof o->rid, "%s", j->req.resp_id + 5); /* its items' ids: the Response's */
+    else snprintf(o->rid, sizeof o->rid, "%s", dash ? dash + 1 : j->id);
     o->stream = j->req.stream;
     o->ids_mode = !sv_text_has_tokenizer(t);
     o->n = j->n_gen;
@@ -626,6 +627,21 @@ static const char *anth_stop_reason(const sv_choice *c) {
     return c->n_calls ? "tool_use" : "end_turn";
 }
 
+/* A Response that ended (completed or incomplete) kept in the server's store, when the request is stored:
+ * the Response, and the conversation items up to its output (previous_response_id reads them). What cannot
+ * be kept (out of memory, or alone larger than the store) is simply not found later. */
+static void resp_keep(const sv_out *o, const json_t *response) {
+    const sv_request *r = &o->j->req;
+    if (!r->resp_store || !response) return;
+    json_t *items = json_copy(r->resp_ctx);
+    char *rt = json_dumps(response, JSON_COMPACT), *it = NULL;
+    if (items && !json_array_extend(items, json_object_get(response, "output"))) it = json_dumps(items, JSON_COMPACT);
+    if (rt && it) sv_store_put(r->resp_store, r->resp_id, rt, it, (int)json_array_size(r->resp_ctx));
+    free(rt);
+    free(it);
+    json_decref(items);
+}
+
 /* The Responses API stream's last event. */
 static int resp_final(sv_out *o, int i, sv_buf *sse) {
     sv_choice *c = &o->c[i];
@@ -635,7 +651,11 @@ static int resp_final(sv_out *o, int i, sv_buf *sse) {
         return sv_resp_end(&c->rs, r, "response.failed", sse);
     }
     const bool incomplete = c->reason && !strcmp(c->reason, "length");
-    return sv_resp_end(&c->rs, resp_whole(o, json_array()), incomplete ? "response.incomplete" : "response.completed", sse);
+    json_t *r = resp_whole(o, json_array());
+    const int rc = sv_resp_end(&c->rs, json_incref(r), incomplete ? "response.incomplete" : "response.completed", sse);
+    if (!rc) resp_keep(o, r); /* its output is the items streamed now */
+    json_decref(r);
+    return rc;
 }
 
 /* The choice's last event: what is held back, then the finish reason. */
@@ -812,6 +832,7 @@ char *sv_out_body(sv_out *o, int *http) {
         const sv_choice *c = &o->c[0];
         json_t *r = resp_whole(o, sv_resp_items(o->rid, c->reasoning.p, c->reasoning.len, c->content.p, c->content.len,
                                                 c->calls, !strcmp(c->reason ? c->reason : "stop", "length"), o->j->req.resp_encrypted));
+        resp_keep(o, r);
         return dump_body(r, http);
     }
     sv_buf b = {0};

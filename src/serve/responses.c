@@ -17,12 +17,18 @@
  *   text.format (text | json_object | json_schema) -> response_format
  *   reasoning.effort       -> chat_template_kwargs.reasoning_effort (what
  *                              vLLM does; a template that reads it uses it)
- * and sampling fields as they are. Nothing is stored: previous_response_id
- * and conversation are refused, store is answered false. The Response object
- * echoes the request's own fields (kept here as `echo`); respond.c writes its
- * output items, status and usage. */
+ * and sampling fields as they are. With the server's response store (store.c)
+ * a Response is kept unless the request says store false: its conversation
+ * items (the previous response's, this input's, its output) go beside it, and
+ * previous_response_id puts a kept conversation before the new input (the
+ * previous instructions and tools are not carried over, as OpenAI's are not).
+ * The Response object echoes the request's own fields (kept here as `echo`);
+ * respond.c writes its output items, status and usage, and keeps it. */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "serve/serve_internal.h"
 
@@ -30,6 +36,19 @@
  * clients that keep no server state send): not encrypted, the reasoning text behind a prefix, so that the
  * next turn's reasoning item gives it back to the template. */
 #define ENC_PREFIX "moerun-reasoning:"
+
+/* 2 * n random hex digits into out (2n + 1 bytes): from the kernel's generator, else from the clock and a
+ * counter (ids then stay unique, if guessable). */
+static void random_hex(char *out, size_t n) {
+    uint8_t b[32];
+    if (n > sizeof b) n = sizeof b;
+    if (getrandom(b, n, GRND_NONBLOCK) != (ssize_t)n) {
+        static atomic_ullong counter;
+        uint64_t x = mr_now_ns() ^ (atomic_fetch_add(&counter, 1) * 0x9E3779B97F4A7C15ULL);
+        for (size_t i = 0; i < n; i++, x = x * 6364136223846793005ULL + 1442695040888963407ULL) b[i] = (uint8_t)(x >> 56);
+    }
+    for (size_t i = 0; i < n; i++) snprintf(out + 2 * i, 3, "%02x", b[i]);
+}
 
 /* The text of a content value: a string, or a list of text parts (input_text, output_text, text; refusals
  * kept as text). NULL with *e filled otherwise. A new reference. */
@@ -159,6 +178,66 @@ static int input_items(const json_t *in, json_t *msgs, sv_error *e) {
     return rc;
 }
 
+/* This input as conversation items, each with an id (prefix_hex_i where it had none): a string is one user
+ * message, a message's string content its one text part (input_text; output_text for the assistant's), as
+ * input_items lists them. The input was read by input_items already. NULL out of memory. */
+static json_t *ctx_items(const json_t *in, const char *hex) {
+    json_t *out = json_array();
+    char id[96];
+    if (!out) return NULL;
+    if (json_is_string(in)) {
+        snprintf(id, sizeof id, "msg_%s_0", hex);
+        if (json_array_append_new(out, json_pack("{s:s,s:s,s:s,s:[{s:s,s:O}]}", "id", id, "type", "message", "role", "user",
+                                                 "content", "type", "input_text", "text", in)))
+            return json_decref(out), NULL;
+        return out;
+    }
+    for (size_t i = 0; i < json_array_size(in); i++) {
+        json_t *it = json_deep_copy(json_array_get(in, i));
+        if (!it || json_array_append_new(out, it)) return json_decref(out), NULL;
+        const char *type = json_string_value(json_object_get(it, "type"));
+        const char *role = json_string_value(json_object_get(it, "role"));
+        const bool msg = !type || !strcmp(type, "message");
+        const json_t *c = json_object_get(it, "content");
+        bool bad = msg && json_object_set_new(it, "type", json_string("message"));
+        if (msg && json_is_string(c)) {
+            const bool out_text = role && !strcmp(role, "assistant");
+            json_t *part = json_pack("{s:s,s:O}", "type", out_text ? "output_text" : "input_text", "text", c);
+            if (part && out_text) json_object_set_new(part, "annotations", json_array());
+            bad = bad || !part || json_object_set_new(it, "content", json_pack("[o]", part));
+        }
+        if (!json_is_string(json_object_get(it, "id"))) {
+            snprintf(id, sizeof id, "%s_%s_%zu", msg ? "msg" : !strcmp(type, "function_call") ? "fc" :
+                     !strcmp(type, "function_call_output") ? "fco" : "rs", hex, i);
+            bad = bad || json_object_set_new(it, "id", json_string(id));
+        }
+        if (bad) return json_decref(out), NULL;
+    }
+    return out;
+}
+
+/* The conversation items a stored response holds (the previous response's, its input, its output), for
+ * previous_response_id; NULL with *e filled. */
+static json_t *previous_items(sv_store *store, const json_t *x, sv_error *e) {
+    const char *k = "previous_response_id";
+    if (!json_is_string(x)) return sv_fail(e, 400, k, "previous_response_id must be a string, got %s", sv_json_type(x)), NULL;
+    if (!store)
+        return sv_fail(e, 400, k, "previous_response_id needs the response store, which is off on this server "
+                       "(--response-store-mb 0): send the whole conversation as input"), NULL;
+    char *text = NULL;
+    const int rc = sv_store_get(store, json_string_value(x), NULL, &text, NULL);
+    if (rc > 0)
+        return sv_fail(e, 404, k, "Response with id '%.100s' not found: never stored here (store false), deleted, or "
+                       "evicted from the store (--response-store-mb)", json_string_value(x)), NULL;
+    json_t *items = rc ? NULL : json_loads(text, 0, NULL);
+    mr_free(text);
+    if (!json_is_array(items)) {
+        json_decref(items);
+        return sv_fail(e, 500, NULL, "out of memory"), NULL;
+    }
+    return items;
+}
+
 static int tools_of(const json_t *v, json_t *chat, sv_error *e) {
     if (!json_is_array(v)) return sv_fail(e, 400, "tools", "tools must be a list, got %s", sv_json_type(v));
     json_t *out = json_array();
@@ -232,13 +311,14 @@ static int text_of(const json_t *v, json_t *chat, sv_error *e) {
     return !rf || json_object_set_new(chat, "response_format", rf) ? sv_fail(e, 500, NULL, "out of memory") : 0;
 }
 
-int sv_responses_to_chat(const char *body, size_t len, char **chat_json, json_t **echo, bool *encrypted, sv_error *e) {
-    *chat_json = NULL;
-    *echo = NULL;
-    *encrypted = false;
+int sv_responses_to_chat(const char *body, size_t len, sv_store *store, sv_resp_in *in, sv_error *e) {
+    memset(in, 0, sizeof *in);
     json_t *req = sv_body_object(body, len, e);
     if (!req) return -1;
-    json_t *chat = json_object(), *msgs = json_array();
+    char hex[49];
+    random_hex(hex, 24);
+    snprintf(in->id, sizeof in->id, "resp_%s", hex);
+    json_t *chat = json_object(), *msgs = json_array(), *prev = NULL;
     json_t *ech = json_pack("{s:n,s:n,s:{},s:b,s:n,s:n,s:s,s:[],s:{s:{s:s}},s:b,s:s,s:n,s:n,s:{s:n,s:n}}", "instructions",
                             "max_output_tokens", "metadata", "parallel_tool_calls", 1, "temperature", "top_p",
                             "tool_choice", "auto", "tools", "text", "format", "type", "text", "store", 0, "truncation",
@@ -249,7 +329,8 @@ int sv_responses_to_chat(const char *body, size_t len, char **chat_json, json_t 
                                        "stop", "ignore_eos", "min_tokens", "logit_bias", "debug_forced_output",
                                        "chat_template_kwargs", "skip_special_tokens", NULL};
     static const char *const ECHO[] = {"temperature", "top_p", "parallel_tool_calls", "user", "instructions",
-                                       "max_output_tokens", "metadata", "tools", "tool_choice", "text", NULL};
+                                       "max_output_tokens", "metadata", "tools", "tool_choice", "text",
+                                       "previous_response_id", NULL};
     const char *k;
     json_t *x;
     if (!rc) json_object_foreach(req, k, x) {
@@ -288,9 +369,11 @@ int sv_responses_to_chat(const char *body, size_t len, char **chat_json, json_t 
             }
         } else if (!strcmp(k, "store")) {
             if (!json_is_boolean(x)) rc = sv_fail(e, 400, k, "store must be a boolean");
-        } else if (!strcmp(k, "previous_response_id") || !strcmp(k, "conversation")) {
-            rc = sv_fail(e, 400, k, "%s is not supported: this server stores no responses; send the whole conversation as "
-                         "input", k);
+        } else if (!strcmp(k, "previous_response_id")) {
+            if (!(prev = previous_items(store, x, e))) rc = -1;
+        } else if (!strcmp(k, "conversation")) {
+            rc = sv_fail(e, 400, k, "conversation (the Conversations API) is not supported: chain responses with "
+                         "previous_response_id, or send the whole conversation as input");
         } else if (!strcmp(k, "background")) {
             if (json_is_true(x)) rc = sv_fail(e, 400, k, "background responses are not supported");
         } else if (!strcmp(k, "truncation")) {
@@ -301,7 +384,7 @@ int sv_responses_to_chat(const char *body, size_t len, char **chat_json, json_t 
             for (size_t i = 0; !rc && i < json_array_size(x); i++) {
                 const char *inc = json_string_value(json_array_get(x, i));
                 if (inc && !strcmp(inc, "reasoning.encrypted_content")) /* what clients that store nothing send */
-                    *encrypted = true;
+                    in->encrypted = true;
                 else
                     rc = sv_fail(e, 400, k, "include \"%.60s\" is not supported (reasoning.encrypted_content is)", inc ? inc : "?");
             }
@@ -325,15 +408,72 @@ int sv_responses_to_chat(const char *body, size_t len, char **chat_json, json_t 
     if (!rc && json_is_string(ins) && json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "system", "content", ins)))
         rc = sv_fail(e, 500, NULL, "out of memory");
     if (!rc && !json_object_get(req, "input")) rc = sv_fail(e, 400, "input", "input is required");
+    if (!rc && prev && input_items(prev, msgs, e)) rc = sv_fail(e, 500, NULL, "the stored conversation could not be read");
     if (!rc) rc = input_items(json_object_get(req, "input"), msgs, e);
     if (!rc && json_object_set(chat, "messages", msgs)) rc = sv_fail(e, 500, NULL, "out of memory");
-    if (!rc && !(*chat_json = json_dumps(chat, JSON_COMPACT))) rc = sv_fail(e, 500, NULL, "out of memory");
-    if (!rc) *echo = json_incref(ech);
+    if (!rc && !(in->chat_json = json_dumps(chat, JSON_COMPACT))) rc = sv_fail(e, 500, NULL, "out of memory");
+    const json_t *st = req ? json_object_get(req, "store") : NULL;
+    in->keep = store && !json_is_false(st);
+    if (!rc) {
+        json_t *mine = ctx_items(json_object_get(req, "input"), hex);
+        in->ctx = prev ? json_incref(prev) : json_array();
+        if (!mine || !in->ctx || json_array_extend(in->ctx, mine) || json_object_set_new(ech, "store", json_boolean(in->keep)))
+            rc = sv_fail(e, 500, NULL, "out of memory");
+        json_decref(mine);
+    }
+    if (!rc) in->echo = json_incref(ech);
+    if (rc) {
+        free(in->chat_json);
+        json_decref(in->ctx);
+        in->chat_json = NULL, in->ctx = NULL;
+    }
+    json_decref(prev);
     json_decref(ech);
     json_decref(msgs);
     json_decref(chat);
     json_decref(req);
     return rc;
+}
+
+static const char *nth_id(const json_t *items, long i) {
+    const char *id = json_string_value(json_object_get(json_array_get(items, (size_t)i), "id"));
+    return id ? id : "";
+}
+
+char *sv_resp_input_list(const char *items, int n_input, const char *limit, const char *order, const char *after,
+                         sv_error *e) {
+    long lim = 20;
+    if (limit) {
+        char *end;
+        errno = 0;
+        lim = strtol(limit, &end, 10);
+        if (errno || end == limit || *end || lim < 1 || lim > 100)
+            return sv_fail(e, 400, "limit", "limit must be an integer from 1 to 100, got '%.40s'", limit), NULL;
+    }
+    if (order && strcmp(order, "asc") && strcmp(order, "desc"))
+        return sv_fail(e, 400, "order", "order must be \"asc\" or \"desc\", got '%.40s'", order), NULL;
+    const bool desc = !order || !strcmp(order, "desc");
+    json_t *all = json_loads(items, 0, NULL), *data = json_array();
+    const long n = json_is_array(all) ? (long)json_array_size(all) < n_input ? (long)json_array_size(all) : n_input : 0;
+    long at = 0; /* the position in the order asked */
+    if (after) {
+        while (at < n && strcmp(after, nth_id(all, desc ? n - 1 - at : at))) at++;
+        if (at == n) {
+            json_decref(all), json_decref(data);
+            return sv_fail(e, 400, "after", "after names no input item of this response: '%.80s'", after), NULL;
+        }
+        at++;
+    }
+    bool bad = !json_is_array(all) || !data;
+    for (long k = 0; !bad && k < lim && at < n; k++, at++)
+        bad = json_array_append(data, json_array_get(all, (size_t)(desc ? n - 1 - at : at)));
+    json_t *first = json_object_get(json_array_get(data, 0), "id"), *last = json_object_get(json_array_get(data, json_array_size(data) - 1), "id");
+    json_t *o = bad ? NULL : json_pack("{s:s,s:O,s:O?,s:O?,s:b}", "object", "list", "data", data, "first_id", first, "last_id", last,
+                                       "has_more", at < n);
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o), json_decref(data), json_decref(all);
+    if (!text) sv_fail(e, 500, NULL, "out of memory");
+    return text;
 }
 
 /* A chat field named in an error, as the Responses request calls it (also in the message, for the one field
@@ -366,7 +506,8 @@ json_t *sv_resp_object(const sv_job *j, const char *model, const char *status) {
     if (!r) return NULL;
     char id[64];
     const char *dash = strchr(j->id, '-');
-    snprintf(id, sizeof id, "resp_%s", dash ? dash + 1 : j->id);
+    if (j->req.resp_id[0]) snprintf(id, sizeof id, "%s", j->req.resp_id);
+    else snprintf(id, sizeof id, "resp_%s", dash ? dash + 1 : j->id);
     if (json_object_set_new(r, "id", json_string(id)) || json_object_set_new(r, "object", json_string("response")) ||
         json_object_set_new(r, "created_at", json_integer(j->created)) || json_object_set_new(r, "model", json_string(model)) ||
         json_object_set_new(r, "status", json_string(status)) || json_object_set_new(r, "output", json_array()) ||

@@ -86,6 +86,9 @@ typedef struct {
     bool think_open;              /* continue_final: the rendered prompt ends inside <think> (set at render) */
     json_t *resp_echo;            /* a Responses API request (POST /v1/responses): the fields its Response echoes */
     bool resp_encrypted;          /* ... with include reasoning.encrypted_content */
+    char resp_id[64];             /* ... its Response's id */
+    json_t *resp_ctx;             /* ... the conversation's items before the output (sv_resp_in.ctx) */
+    struct sv_store *resp_store;  /* ... where its Response is kept when it ends (NULL: not kept) */
     bool anthropic;               /* an Anthropic Messages API request (POST /v1/messages) */
     json_t *sgl_meta;             /* a sglang /generate request: {"rid"?, "batch"?} */
     int64_t max_tokens;           /* -1: the default (16 for completions, the rest of the context for chat) */
@@ -193,6 +196,9 @@ typedef struct {
     uint64_t rejected_queue_full, rejected_draining, bad_requests, disconnects;
     uint64_t by_api[SV_API_COUNT]; /* requests admitted, by the API they came through */
     sv_hist ttft, itl, e2e, queue;
+    /* the Responses API's store (set by /metrics before rendering; stored_cap 0: storing off) */
+    int64_t stored, stored_bytes, stored_cap;
+    uint64_t stored_evicted;
 } sv_metrics;
 
 void sv_metrics_init(sv_metrics *m, const char *model_name);
@@ -433,10 +439,39 @@ json_t *sv_body_object(const char *body, size_t len, sv_error *e);
 /* "an object", "a string", ... for messages; "nothing" for NULL. */
 const char *sv_json_type(const json_t *v);
 
+/* ---- stored responses (store.c) ---- */
+typedef struct sv_store sv_store;
+/* A store bounded to cap_bytes (the texts and a small overhead per entry); NULL when cap_bytes is 0 (storing
+ * off) or out of memory. Thread-safe. */
+sv_store *sv_store_new(size_t cap_bytes);
+void sv_store_free(sv_store *st);
+/* Keeps copies of the texts under id (replacing an entry of the same id); the least recently used entries go
+ * while the bound is passed. 0, 1 when the entry alone passes the bound (not kept), -1 out of memory. */
+int sv_store_put(sv_store *st, const char *id, const char *response, const char *items, int n_input);
+/* Copies (mr_free) of what id holds, each out pointer optional; the entry becomes the most recently used.
+ * 0, 1 when id is not held, -1 out of memory. */
+int sv_store_get(sv_store *st, const char *id, char **response, char **items, int *n_input);
+bool sv_store_delete(sv_store *st, const char *id);
+void sv_store_stats(sv_store *st, int64_t *count, size_t *bytes, uint64_t *evicted);
+
 /* ---- the Responses API (responses.c) ---- */
-/* The Responses request as a chat completions request (JSON text, mr_free... free()) and the fields its
- * Response echoes (*echo); 0, or -1 with *e filled. */
-int sv_responses_to_chat(const char *body, size_t len, char **chat_json, json_t **echo, bool *encrypted, sv_error *e);
+typedef struct {
+    char *chat_json; /* the chat completions request it runs as (JSON text, free()) */
+    json_t *echo;    /* the fields its Response echoes */
+    json_t *ctx;     /* the conversation's items before the output (the previous response's, then this input's,
+                        each with an id): kept beside the Response when it is stored */
+    bool encrypted;  /* include reasoning.encrypted_content */
+    bool keep;       /* the Response is to be stored (a store exists, and store is not false) */
+    char id[64];     /* "resp_" and 48 random hex digits */
+} sv_resp_in;
+/* The Responses request translated (previous_response_id read from store, which may be NULL: storing off);
+ * 0, or -1 with *e filled (and nothing in *in to free). */
+int sv_responses_to_chat(const char *body, size_t len, sv_store *store, sv_resp_in *in, sv_error *e);
+/* The answer of GET /v1/responses/{id}/input_items from a stored entry's items (the first n_input of them):
+ * OpenAI's list object, limit 1..100 [20], order "asc" | "desc" [desc], after an item id. A malloc'd JSON text,
+ * or NULL with *e filled. */
+char *sv_resp_input_list(const char *items, int n_input, const char *limit, const char *order, const char *after,
+                         sv_error *e);
 /* A chat field named in an error, renamed to the Responses request's. */
 void sv_responses_param(sv_error *e);
 /* A typed SSE event (the Responses and Messages APIs): "event: TYPE", then "data: " and the object

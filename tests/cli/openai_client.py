@@ -453,7 +453,9 @@ if text_url:
         param="input[0]", text="not this server's")
     expect_exc(openai.BadRequestError, lambda: tc.responses.create(model=tmodel, input="x", include=["file_search_call.results"]),
                param="include")
-    expect_exc(openai.BadRequestError, lambda: tc.responses.create(model=tmodel, input="x", previous_response_id="resp_1"),
+    expect_exc(openai.NotFoundError, lambda: tc.responses.create(model=tmodel, input="x", previous_response_id="resp_1"),
+               param="previous_response_id", text="not found")
+    expect_exc(openai.BadRequestError, lambda: tc.responses.create(model=tmodel, input="x", previous_response_id=7),
                param="previous_response_id")
     expect_exc(openai.BadRequestError, lambda: tc.responses.create(model=tmodel, input="x", tools=[{"type": "web_search"}]),
                param="tools[0]")
@@ -466,6 +468,61 @@ if text_url:
     expect_exc(openai.BadRequestError, lambda: tc.responses.create(model=tmodel, input=[{"type": "input_image"}]),
                param="input[0]")
     print("responses: ok")
+
+    # stored responses (store is true unless false, as OpenAI's default): retrieve gives the Response back,
+    # previous_response_id puts its conversation before the new input (without its instructions), input_items
+    # lists what came before the output, delete removes it. The oracle for what the model was given: chat
+    # completions of the conversation written out (prompt tokens, and the prefix cache's hits on its blocks).
+    cw = "Look it up.</think>\n<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">Oslo" \
+         "</parameter>\n<parameter name=\"days\">1</parameter>\n</invoke>\n</minimax:tool_call>" + EOS
+    s1 = tc.responses.create(model=tmodel, input="Weather in Oslo?", instructions="Be brief.", tools=rtools,
+                             max_output_tokens=200, extra_body={"debug_forced_output": cw})
+    g1 = tc.responses.retrieve(s1.id)
+    check(s1.store is True and g1.id == s1.id and g1.model_dump() == s1.model_dump() and len(s1.id) > 40,
+          f"stored response: {s1.id} {s1.store} / {g1.id}")
+    call1 = [o for o in s1.output if o.type == "function_call"][0]
+    chain_kw = dict(model=tmodel, previous_response_id=s1.id, tools=rtools, max_output_tokens=64,
+                    input=[{"type": "function_call_output", "call_id": call1.call_id, "output": "Cold"}],
+                    extra_body={"debug_forced_output": say})
+    for stream, s2 in created_and_streamed(tc.responses.create, tc.responses.stream, "get_final_response", chain_kw):
+        written = [{"role": "user", "content": "Weather in Oslo?"},
+                   {"role": "assistant", "content": "", "reasoning_content": "Look it up.", "tool_calls": [
+                       {"id": call1.call_id, "type": "function", "function": {"name": "get_weather",
+                                                                              "arguments": call1.arguments}}]},
+                   {"role": "tool", "tool_call_id": call1.call_id, "content": "Cold"}]
+        cw2 = tc.chat.completions.create(model=tmodel, tools=tools, max_tokens=64, messages=written,
+                                         extra_body={"debug_forced_output": say}).usage
+        check(s2.previous_response_id == s1.id and s2.output_text == "The answer is 4." and
+              s2.usage.input_tokens == cw2.prompt_tokens and cw2.prompt_tokens_details.cached_tokens >= cw2.prompt_tokens - 16,
+              f"previous_response_id (stream={stream}): {s2.usage} vs the conversation written out {cw2}")
+        g2 = tc.responses.retrieve(s2.id)
+        check(g2.output_text == s2.output_text and g2.previous_response_id == s1.id, f"stored chained (stream={stream})")
+        # a third turn on the second: the whole chain is carried, the first instructions are not
+        s3 = tc.responses.create(model=tmodel, previous_response_id=s2.id, input="Thanks.", max_output_tokens=64,
+                                 extra_body={"debug_forced_output": say})
+        cw3 = tc.chat.completions.create(model=tmodel, max_tokens=64, extra_body={"debug_forced_output": say}, messages=written + [
+            {"role": "assistant", "content": "The answer is 4.", "reasoning_content": "Two plus two."},
+            {"role": "user", "content": "Thanks."}]).usage
+        check(s3.usage.input_tokens == cw3.prompt_tokens, f"a chain of three (stream={stream}): {s3.usage} vs {cw3}")
+        items = list(tc.responses.input_items.list(s3.id, order="asc"))
+        want = ["message", "reasoning", "function_call", "function_call_output", "reasoning", "message", "message"]
+        check([i.type for i in items] == want and all(i.id for i in items) and len({i.id for i in items}) == len(items) and
+              items[-1].content[0].text == "Thanks." and items[3].output == "Cold", f"input_items: {[i.type for i in items]}")
+        desc = tc.responses.input_items.list(s3.id, limit=2)  # newest first, two a page, the client pages on
+        check([i.id for i in desc.data] == [items[-1].id, items[-2].id] and desc.has_more and
+              [i.id for i in desc] == [i.id for i in reversed(items)], "input_items pages")
+    # store false: nothing kept; delete: gone for retrieve and for previous_response_id
+    nk = tc.responses.create(model=tmodel, input="x", max_output_tokens=8, store=False, extra_body={"debug_forced_output": say})
+    check(nk.store is False, f"store false echoed {nk.store}")
+    expect_exc(openai.NotFoundError, lambda: tc.responses.retrieve(nk.id), param="response_id")
+    tc.responses.delete(s1.id)
+    expect_exc(openai.NotFoundError, lambda: tc.responses.retrieve(s1.id), param="response_id")
+    expect_exc(openai.NotFoundError, lambda: tc.responses.create(model=tmodel, input="x", previous_response_id=s1.id),
+               param="previous_response_id")
+    expect_exc(openai.NotFoundError, lambda: tc.responses.delete(s1.id))
+    expect_exc(openai.BadRequestError, lambda: tc.responses.cancel(s2.id), param="response_id", text="background")
+    expect_exc(openai.BadRequestError, lambda: tc.responses.input_items.list(s2.id, limit=101), param="limit")
+    print("stored responses: ok")
 
     # Anthropic's Messages API (POST /v1/messages) through the official `anthropic` client: create, stream (its
     # accumulator checks the events), tools, tool results, stop sequences, count_tokens; chat completions of

@@ -80,7 +80,14 @@ done
 # "<think>" (streamed alike), --tool-call-parser minimax_m2 still parses the calls; --enable-auto-tool-choice and
 # --trust-remote-code are accepted; an unknown parser is a usage error, a parser for another template exit 1
 start_server "$S/f.log" --model "$MM" --context-length 1024 --skip-self-check --debug-forced-output \
-    --reasoning-parser minimax_m2_append_think --tool-call-parser minimax_m2 --enable-auto-tool-choice --trust-remote-code || exit 1
+    --reasoning-parser minimax_m2_append_think --tool-call-parser minimax_m2 --enable-auto-tool-choice --trust-remote-code \
+    --response-store-mb 0 || exit 1
+# no response store: a Response says store false, previous_response_id is a 400 that says why, a lookup a 404
+kept=$(curl -s "$SV_URL/v1/responses" -d '{"input": "x", "max_output_tokens": 2}' | jq -c .store)
+prev=$(curl -s -w ' %{http_code}' "$SV_URL/v1/responses" -d '{"input": "x", "previous_response_id": "resp_x"}')
+look=$(curl -s -o /dev/null -w '%{http_code}' "$SV_URL/v1/responses/resp_x")
+[ "$kept" = false ] && [ "${prev##* }" = 400 ] && [ "$look" = 404 ] && echo "$prev" | grep -q -- '--response-store-mb 0' ||
+    { echo "FAIL: without a response store: store $kept, previous_response_id $prev, GET $look"; exit 1; }
 BODY=$(jq -cn --arg f $'Thinking.</think>\n\n<minimax:tool_call>\n<invoke name="w">\n<parameter name="c">Rome</parameter>\n</invoke>\n</minimax:tool_call>' \
     '{messages: [{role: "user", content: "w?"}], max_tokens: 60, temperature: 0, debug_forced_output: $f, tools: [{type: "function",
       function: {name: "w", parameters: {type: "object", properties: {c: {type: "string"}}}}}]}')

@@ -6,7 +6,10 @@
  * Anthropic's messages, bit 5 sglang's generate); the rest is the HTTP body. Invariants: a parse
  * either succeeds, with fields inside their documented ranges, or fails
  * with a 4xx/5xx status, a message, and an error body that is JSON of the
- * section-3 shape. On success the stop strings are run over the body's own
+ * section-3 shape. A Responses request may chain to "resp_kept" (a stored
+ * conversation with a reasoning item, a message and a call) through
+ * previous_response_id; its translation's conversation items each have an id.
+ * On success the stop strings are run over the body's own
  * bytes in random pieces, checking that the scanner never releases bytes it
  * later retracts. */
 #include <jansson.h>
@@ -23,7 +26,17 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+static sv_store *store;
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (!store) {
+        store = sv_store_new(1 << 20);
+        CHECK(store && !sv_store_put(store, "resp_kept", "{}",
+                                     "[{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"user\",\"content\":[{\"type\":"
+                                     "\"input_text\",\"text\":\"hi\"}]},{\"id\":\"rs_1\",\"type\":\"reasoning\",\"summary\":[],"
+                                     "\"content\":[{\"type\":\"reasoning_text\",\"text\":\"think\"}]},{\"id\":\"fc_1\",\"type\":"
+                                     "\"function_call\",\"call_id\":\"c1\",\"name\":\"f\",\"arguments\":\"{}\"}]", 1));
+    }
     if (size < 1) return 0;
     sv_kind k = (data[0] & 1) ? SV_CHAT : SV_COMPLETIONS;
     const char *body = (const char *)data + 1;
@@ -45,10 +58,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         n = strlen(chat);
     } else if (data[0] & 12) { /* the Responses / Messages APIs: a clean refusal, or a chat request the parser reads */
         const bool resp = data[0] & 4;
-        bool encrypted = false;
-        if (resp ? sv_responses_to_chat(body, n, &chat, &echo, &encrypted, &e) : sv_anthropic_to_chat(body, n, data[0] & 16, &chat, &e)) {
-            CHECK(e.http >= 400 && e.http < 600 && e.message[0] && !chat && !echo);
+        sv_resp_in in;
+        if (resp ? sv_responses_to_chat(body, n, store, &in, &e) : sv_anthropic_to_chat(body, n, data[0] & 16, &chat, &e)) {
+            CHECK(e.http >= 400 && e.http < 600 && e.message[0] && !chat && (!resp || (!in.chat_json && !in.echo && !in.ctx)));
             return 0;
+        }
+        if (resp) {
+            chat = in.chat_json, echo = in.echo;
+            CHECK(json_is_array(in.ctx) && json_array_size(in.ctx) >= 1 && !strncmp(in.id, "resp_", 5));
+            for (size_t i = 0; i < json_array_size(in.ctx); i++) CHECK(json_is_string(json_object_get(json_array_get(in.ctx, i), "id")));
+            json_decref(in.ctx);
         }
         CHECK(chat && (!resp || json_is_object(echo)));
         k = SV_CHAT;
