@@ -54,6 +54,16 @@ typedef struct sv_conn {
     struct sv_conn *prev, *next;
 } sv_conn;
 
+/* A background response (the Responses API's background: true): its job, run without a connection; the
+ * driver thread reads what the engine publishes and keeps the Response when it ends. */
+typedef struct sv_bg {
+    sv_job *j;
+    sv_out *out;
+    bool started;        /* stored as in_progress */
+    bool deleted;        /* DELETE came while it ran: cancelled, and dropped from the store when it ends */
+    struct sv_bg *next;
+} sv_bg;
+
 struct mr_server {
     mr_server_opts o;
     char *name, *model_dir, *host, *api_key;
@@ -64,6 +74,13 @@ struct mr_server {
     sv_text *text;
     sv_metrics met;
     sv_store *store; /* the Responses API's stored responses, NULL when off */
+    /* background responses: the list (bgmu), the driver thread and its wake-ups (kmu) */
+    pthread_mutex_t bgmu, kmu;
+    pthread_cond_t kcv;
+    sv_bg *bg;
+    uint64_t kicks;
+    pthread_t bgt;
+    bool bg_started, bg_stop;
     sv_engine *eng;
     struct MHD_Daemon *d;
     int port;
@@ -240,6 +257,96 @@ static bool park(sv_hreq *h, uint64_t v) {
     return p;
 }
 
+/* ---- background responses ---- */
+
+static void bg_wake(void *arg) {
+    mr_server *s = arg;
+    pthread_mutex_lock(&s->kmu);
+    s->kicks++;
+    pthread_cond_signal(&s->kcv);
+    pthread_mutex_unlock(&s->kmu);
+}
+
+/* The Response of background job j at status st, without output (and with error err), kept beside the
+ * conversation's items; its text in *text when asked. sv_store_put's result (-1 also out of memory). */
+static int bg_keep(mr_server *s, sv_job *j, const char *st, const char *err, char **text) {
+    json_t *r = sv_resp_object(j, s->name, st);
+    if (r && err) json_object_set_new(r, "error", json_pack("{s:s,s:s}", "code", "server_error", "message", err));
+    char *rt = r ? json_dumps(r, JSON_COMPACT) : NULL, *it = json_dumps(j->req.resp_ctx, JSON_COMPACT);
+    const int rc = rt && it ? sv_store_put(s->store, j->req.resp_id, rt, it, (int)json_array_size(j->req.resp_ctx)) : -1;
+    json_decref(r);
+    free(it);
+    if (text && !rc) *text = rt;
+    else free(rt);
+    return rc;
+}
+
+/* Reads what the engine published for b (and parks it until the next publish); true when its job has ended
+ * and its Response is kept (respond.c keeps a 200's; a failure's is kept here). */
+static bool bg_advance(mr_server *s, sv_bg *b) {
+    sv_buf none = {0};
+    int rc;
+    for (;;) {
+        const uint64_t v = job_version(b->j);
+        if ((rc = sv_out_advance(b->out, &none)) != 0) break;
+        pthread_mutex_lock(&b->j->mu);
+        const bool parked = b->j->version == v && b->j->live > 0;
+        if (parked) b->j->parked = true; /* the engine calls bg_wake at its next publish */
+        pthread_mutex_unlock(&b->j->mu);
+        if (parked) break;
+    }
+    sv_buf_free(&none);
+    if (rc == 0) {
+        if (!b->started && !b->deleted && job_version(b->j) > 0) b->started = !bg_keep(s, b->j, "in_progress", NULL, NULL);
+        return false;
+    }
+    int status = 500;
+    char *body = rc > 0 ? sv_out_body(b->out, &status) : NULL;
+    if (status != 200) {
+        json_t *eb = body ? json_loads(body, 0, NULL) : NULL;
+        const char *msg = json_string_value(json_object_get(json_object_get(eb, "error"), "message"));
+        bg_keep(s, b->j, "failed", msg ? msg : "out of memory", NULL);
+        json_decref(eb);
+    }
+    mr_free(body);
+    if (b->deleted) sv_store_delete(s->store, b->j->req.resp_id);
+    return true;
+}
+
+/* The driver of background responses: each wake-up (an engine publish, a new job) reads every job on. */
+static void *bg_main(void *arg) {
+    mr_server *s = arg;
+    uint64_t seen = 0;
+    for (;;) {
+        pthread_mutex_lock(&s->kmu);
+        while (!s->bg_stop && s->kicks == seen) pthread_cond_wait(&s->kcv, &s->kmu);
+        const bool stop = s->bg_stop;
+        seen = s->kicks;
+        pthread_mutex_unlock(&s->kmu);
+        if (stop) return NULL;
+        pthread_mutex_lock(&s->bgmu);
+        for (sv_bg **pp = &s->bg; *pp;) {
+            sv_bg *b = *pp;
+            if (!bg_advance(s, b)) {
+                pp = &b->next;
+                continue;
+            }
+            *pp = b->next;
+            sv_out_free(b->out);
+            sv_job_release(b->j);
+            mr_free(b);
+        }
+        pthread_mutex_unlock(&s->bgmu);
+    }
+}
+
+/* The running background response of id, under bgmu; NULL when none. */
+static sv_bg *bg_find(mr_server *s, const char *id) {
+    for (sv_bg *b = s->bg; b; b = b->next)
+        if (!strcmp(b->j->req.resp_id, id)) return b;
+    return NULL;
+}
+
 /* ---- routes ---- */
 
 static int route_of(const char *url, const char *method, bool *post, bool *bad_method) {
@@ -340,9 +447,10 @@ static enum MHD_Result do_metrics(mr_server *s, struct MHD_Connection *c) {
     return r;
 }
 
-/* A stored response (the Responses API): GET /v1/responses/{id} (the Response), DELETE (gone), GET
- * .../input_items (the conversation items before its output, as OpenAI lists them), POST .../cancel (only a
- * background response can be cancelled, and none runs here). */
+/* A stored response (the Responses API): GET /v1/responses/{id} (the Response; a background one's status
+ * until it ends), DELETE (gone; a running background response is cancelled), GET .../input_items (the
+ * conversation items before its output, as OpenAI lists them), POST .../cancel (a background response: a
+ * running one ends with status cancelled, an ended one is given as it is; others are a 400). */
 static enum MHD_Result do_response_id(mr_server *s, struct MHD_Connection *c, const char *url, const char *method) {
     char id[160];
     const char *p = url + 14, *tail = strchr(p, '/');
@@ -356,14 +464,39 @@ static enum MHD_Result do_response_id(mr_server *s, struct MHD_Connection *c, co
     memcpy(id, p, n);
     id[n] = 0;
     if (!strcmp(method, "DELETE")) {
-        if (!sv_store_delete(s->store, id)) return fail(s, c, 404, "response_id", "Response with id '%s' not found", id);
+        pthread_mutex_lock(&s->bgmu);
+        sv_bg *b = bg_find(s, id);
+        if (b) {
+            b->deleted = true;
+            sv_job_cancel(b->j);
+        }
+        pthread_mutex_unlock(&s->bgmu);
+        if (!sv_store_delete(s->store, id) && !b) return fail(s, c, 404, "response_id", "Response with id '%s' not found", id);
         json_t *o = json_pack("{s:s,s:s,s:b}", "id", id, "object", "response", "deleted", 1);
-        char *b = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        char *t = o ? json_dumps(o, JSON_COMPACT) : NULL;
         json_decref(o);
-        if (!b) return fail(s, c, 500, NULL, "out of memory");
-        enum MHD_Result r = send_json(c, 200, b);
-        free(b);
+        if (!t) return fail(s, c, 500, NULL, "out of memory");
+        enum MHD_Result r = send_json(c, 200, t);
+        free(t);
         return r;
+    }
+    if (tail && !strcmp(tail, "/cancel")) {
+        char *text = NULL;
+        pthread_mutex_lock(&s->bgmu);
+        sv_bg *b = bg_find(s, id);
+        if (b) {
+            sv_job_cancel(b->j); /* the engine ends it at its next step; the driver keeps it as cancelled */
+            json_t *r = sv_resp_object(b->j, s->name, "cancelled");
+            text = r ? json_dumps(r, JSON_COMPACT) : NULL;
+            json_decref(r);
+        }
+        pthread_mutex_unlock(&s->bgmu);
+        if (b) {
+            if (!text) return fail(s, c, 500, NULL, "out of memory");
+            enum MHD_Result r = send_json(c, 200, text);
+            free(text);
+            return r;
+        }
     }
     char *resp = NULL, *items = NULL;
     int n_input = 0;
@@ -371,9 +504,15 @@ static enum MHD_Result do_response_id(mr_server *s, struct MHD_Connection *c, co
     const int rc = sv_store_get(s->store, id, list ? NULL : &resp, list ? &items : NULL, &n_input);
     if (rc > 0) return fail(s, c, 404, "response_id", "Response with id '%s' not found", id);
     if (rc < 0) return fail(s, c, 500, NULL, "out of memory");
-    if (tail && !strcmp(tail, "/cancel")) {
+    if (tail && !strcmp(tail, "/cancel")) { /* ended: a background response as it is */
+        json_t *r = json_loads(resp, 0, NULL);
+        const bool bg = json_is_true(json_object_get(r, "background"));
+        json_decref(r);
+        enum MHD_Result ok = bg ? send_json(c, 200, resp)
+                                : fail(s, c, 400, "response_id", "Only a background response can be cancelled; '%s' was "
+                                       "not one", id);
         mr_free(resp);
-        return fail(s, c, 400, "response_id", "Only a background response can be cancelled; '%s' has ended", id);
+        return ok;
     }
     const char *stream = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "stream");
     if (!list && stream && strcmp(stream, "false")) {
@@ -929,6 +1068,42 @@ static enum MHD_Result await_body(mr_server *s, struct MHD_Connection *c, sv_hre
     return ok;
 }
 
+/* A background response (admitted, its output ready in h->out): kept as queued and answered at once; the
+ * driver thread runs it from here, without the connection. */
+static enum MHD_Result run_background(mr_server *s, struct MHD_Connection *c, sv_hreq *h, sv_job *j) {
+    sv_bg *b = mr_calloc(1, sizeof *b);
+    char *text = NULL;
+    const int kept = b ? bg_keep(s, j, "queued", NULL, &text) : -1;
+    if (kept) {
+        sv_engine_unreserve(s->eng, j->n_gen);
+        sv_out_free(h->out);
+        h->out = NULL;
+        sv_job_release(j);
+        mr_free(b);
+        if (kept > 0) return fail(s, c, 400, "input", "the conversation is larger than the response store (--response-store-mb)");
+        return fail(s, c, 500, NULL, "out of memory");
+    }
+    pthread_mutex_lock(&s->met.mu);
+    s->met.by_api[SV_API_RESPONSES]++;
+    pthread_mutex_unlock(&s->met.mu);
+    b->j = j;
+    b->out = h->out;
+    h->out = NULL;
+    j->wake = bg_wake;
+    j->wake_arg = s;
+    j->wake_each = true;
+    pthread_mutex_lock(&s->bgmu);
+    b->next = s->bg;
+    s->bg = b;
+    pthread_mutex_unlock(&s->bgmu);
+    atomic_fetch_add(&j->refs, 1); /* the engine's */
+    sv_engine_submit(s->eng, j);
+    bg_wake(s);
+    enum MHD_Result ok = send_json(c, 200, text);
+    free(text);
+    return ok;
+}
+
 /* Anthropic's /v1/messages/count_tokens: the prompt tokens the same request would have. */
 static enum MHD_Result do_count_tokens(mr_server *s, struct MHD_Connection *c, sv_hreq *h) {
     sv_error e = {0};
@@ -1001,6 +1176,7 @@ static enum MHD_Result do_generate(mr_server *s, struct MHD_Connection *c, sv_hr
         r.resp_encrypted = in.encrypted;
         r.resp_ctx = in.ctx;
         r.resp_store = in.keep ? s->store : NULL;
+        r.resp_background = in.background;
         snprintf(r.resp_id, sizeof r.resp_id, "%s", in.id);
     } else if (sv_request_parse(h->route == R_CHAT ? SV_CHAT : SV_COMPLETIONS, h->body.p ? h->body.p : "", h->body.len,
                                 &lim, &r, &e)) {
@@ -1033,6 +1209,7 @@ static enum MHD_Result do_generate(mr_server *s, struct MHD_Connection *c, sv_hr
         sv_job_release(j);
         return fail(s, c, 500, NULL, "out of memory");
     }
+    if (j->req.resp_background) return run_background(s, c, h, j);
     h->job = j;
     const int api = h->route == R_CHAT ? SV_API_CHAT : h->route == R_RESPONSES ? SV_API_RESPONSES
                   : h->route == R_MESSAGES ? SV_API_MESSAGES : h->route == R_GENERATE ? SV_API_GENERATE : SV_API_COMPLETIONS;
@@ -1359,8 +1536,12 @@ mr_status mr_server_open(const mr_server_opts *o, mr_server **out) {
     atomic_init(&s->state, ST_LOADING);
     sv_metrics_init(&s->met, s->name ? s->name : "");
     s->store = sv_store_new(o->response_store_bytes);
+    pthread_mutex_init(&s->bgmu, NULL);
+    pthread_mutex_init(&s->kmu, NULL);
+    pthread_cond_init(&s->kcv, NULL);
+    if (s->store && !pthread_create(&s->bgt, NULL, bg_main, s)) s->bg_started = true;
     if (!s->model_dir || !s->host || !s->name || (o->api_key && *o->api_key && !s->api_key) ||
-        (o->response_store_bytes && !s->store)) {
+        (o->response_store_bytes && !s->bg_started)) {
         mr_server_close(s);
         return mr_error_set(MR_ENOMEM, NULL);
     }
@@ -1475,6 +1656,22 @@ void mr_server_close(mr_server *s) {
         pthread_mutex_unlock(&s->cmu);
         pthread_join(s->wd, NULL);
     }
+    if (s->bg_started) { /* after the engine: every background job has ended */
+        pthread_mutex_lock(&s->kmu);
+        s->bg_stop = true;
+        pthread_cond_signal(&s->kcv);
+        pthread_mutex_unlock(&s->kmu);
+        pthread_join(s->bgt, NULL);
+    }
+    for (sv_bg *b = s->bg, *next; b; b = next) {
+        next = b->next;
+        sv_out_free(b->out);
+        sv_job_release(b->j);
+        mr_free(b);
+    }
+    pthread_mutex_destroy(&s->bgmu);
+    pthread_mutex_destroy(&s->kmu);
+    pthread_cond_destroy(&s->kcv);
     if (s->eng) sv_engine_free(s->eng);
     sv_text_close(s->text);
     sv_metrics_free(&s->met);

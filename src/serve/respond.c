@@ -583,11 +583,13 @@ static int tool_calls_emit(sv_out *o, int i, sv_buf *sse) {
     return rc;
 }
 
-/* The Responses API: the whole Response around output (stolen): status, incomplete_details, usage. */
+/* The Responses API: the whole Response around output (stolen): status (cancelled: a background response's
+ * cancel ended it), incomplete_details, usage. */
 static json_t *resp_whole(const sv_out *o, json_t *output) {
     const sv_choice *c = &o->c[0];
     const bool incomplete = c->reason && !strcmp(c->reason, "length");
-    json_t *r = sv_resp_object(o->j, o->model, incomplete ? "incomplete" : "completed");
+    const bool cancelled = c->reason && !strcmp(c->reason, "abort");
+    json_t *r = sv_resp_object(o->j, o->model, cancelled ? "cancelled" : incomplete ? "incomplete" : "completed");
     json_t *u = sv_resp_usage(o->prompt_tokens, c->cached, c->counted, c->reasoning_tokens);
     if (!r || !output || !u || json_object_set_new(r, "output", output) || json_object_set_new(r, "usage", u) ||
         (incomplete && json_object_set_new(r, "incomplete_details", json_pack("{s:s}", "reason", "max_output_tokens")))) {

@@ -319,10 +319,10 @@ int sv_responses_to_chat(const char *body, size_t len, sv_store *store, sv_resp_
     random_hex(hex, 24);
     snprintf(in->id, sizeof in->id, "resp_%s", hex);
     json_t *chat = json_object(), *msgs = json_array(), *prev = NULL;
-    json_t *ech = json_pack("{s:n,s:n,s:{},s:b,s:n,s:n,s:s,s:[],s:{s:{s:s}},s:b,s:s,s:n,s:n,s:{s:n,s:n}}", "instructions",
+    json_t *ech = json_pack("{s:n,s:n,s:{},s:b,s:n,s:n,s:s,s:[],s:{s:{s:s}},s:b,s:s,s:n,s:n,s:{s:n,s:n},s:b}", "instructions",
                             "max_output_tokens", "metadata", "parallel_tool_calls", 1, "temperature", "top_p",
                             "tool_choice", "auto", "tools", "text", "format", "type", "text", "store", 0, "truncation",
-                            "disabled", "previous_response_id", "user", "reasoning", "effort", "summary");
+                            "disabled", "previous_response_id", "user", "reasoning", "effort", "summary", "background", 0);
     int rc = !chat || !msgs || !ech ? sv_fail(e, 500, NULL, "out of memory") : 0;
     static const char *const PASS[] = {"model", "temperature", "top_p", "stream", "parallel_tool_calls", "user", "seed",
                                        "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty",
@@ -375,7 +375,8 @@ int sv_responses_to_chat(const char *body, size_t len, sv_store *store, sv_resp_
             rc = sv_fail(e, 400, k, "conversation (the Conversations API) is not supported: chain responses with "
                          "previous_response_id, or send the whole conversation as input");
         } else if (!strcmp(k, "background")) {
-            if (json_is_true(x)) rc = sv_fail(e, 400, k, "background responses are not supported");
+            if (!json_is_boolean(x)) rc = sv_fail(e, 400, k, "background must be a boolean");
+            in->background = json_is_true(x);
         } else if (!strcmp(k, "truncation")) {
             if (!json_is_string(x) || strcmp(json_string_value(x), "disabled"))
                 rc = sv_fail(e, 400, k, "truncation must be \"disabled\" (a prompt past the context is a 400)");
@@ -414,6 +415,13 @@ int sv_responses_to_chat(const char *body, size_t len, sv_store *store, sv_resp_
     if (!rc && !(in->chat_json = json_dumps(chat, JSON_COMPACT))) rc = sv_fail(e, 500, NULL, "out of memory");
     const json_t *st = req ? json_object_get(req, "store") : NULL;
     in->keep = store && !json_is_false(st);
+    if (!rc && in->background && !in->keep)
+        rc = sv_fail(e, 400, "background", store ? "background needs store (a background response is read back with GET "
+                     "/v1/responses/{id})" : "background needs the response store, which is off on this server "
+                     "(--response-store-mb 0)");
+    if (!rc && in->background && json_is_true(json_object_get(req, "stream")))
+        rc = sv_fail(e, 400, "stream", "a background response is not streamed here: poll GET /v1/responses/{id}");
+    if (!rc && in->background) json_object_set_new(ech, "background", json_true());
     if (!rc) {
         json_t *mine = ctx_items(json_object_get(req, "input"), hex);
         in->ctx = prev ? json_incref(prev) : json_array();

@@ -89,6 +89,7 @@ typedef struct {
     char resp_id[64];             /* ... its Response's id */
     json_t *resp_ctx;             /* ... the conversation's items before the output (sv_resp_in.ctx) */
     struct sv_store *resp_store;  /* ... where its Response is kept when it ends (NULL: not kept) */
+    bool resp_background;         /* ... run in the background (http.c's driver, not its connection) */
     bool anthropic;               /* an Anthropic Messages API request (POST /v1/messages) */
     json_t *sgl_meta;             /* a sglang /generate request: {"rid"?, "batch"?} */
     int64_t max_tokens;           /* -1: the default (16 for completions, the rest of the context for chat) */
@@ -462,6 +463,7 @@ typedef struct {
                         each with an id): kept beside the Response when it is stored */
     bool encrypted;  /* include reasoning.encrypted_content */
     bool keep;       /* the Response is to be stored (a store exists, and store is not false) */
+    bool background; /* background: true (then keep): answered at once, run without its connection */
     char id[64];     /* "resp_" and 48 random hex digits */
 } sv_resp_in;
 /* The Responses request translated (previous_response_id read from store, which may be NULL: storing off);

@@ -524,6 +524,48 @@ if text_url:
     expect_exc(openai.BadRequestError, lambda: tc.responses.input_items.list(s2.id, limit=101), param="limit")
     print("stored responses: ok")
 
+    # background responses: answered at once (queued), run without the connection, read back by polling;
+    # the same answer as in the foreground; cancel ends a running one (status cancelled, its sequence freed)
+    def poll(rid):
+        for _ in range(1200):
+            g = tc.responses.retrieve(rid)
+            if g.status not in ("queued", "in_progress"):
+                return g
+            _time.sleep(0.025)
+        check(False, f"background response {rid} still {g.status}")
+
+    fg = tc.responses.create(model=tmodel, input="2+2?", max_output_tokens=64, extra_body={"debug_forced_output": say})
+    bg = tc.responses.create(model=tmodel, input="2+2?", max_output_tokens=64, background=True,
+                             extra_body={"debug_forced_output": say})
+    check(bg.status in ("queued", "in_progress") and bg.background is True and not bg.output, f"background at once: {bg.status}")
+    bgd = poll(bg.id)
+    check(bgd.status == "completed" and bgd.output_text == fg.output_text and bgd.usage.output_tokens == fg.usage.output_tokens
+          and bgd.usage.input_tokens == fg.usage.input_tokens, f"background answer: {bgd.status} {bgd.output_text!r} {bgd.usage}")
+    check(tc.responses.cancel(bg.id).status == "completed", "cancel of an ended background response gives it as it is")
+    chained = tc.responses.create(model=tmodel, previous_response_id=bg.id, input="Thanks.", max_output_tokens=64,
+                                  extra_body={"debug_forced_output": say})
+    check(chained.status == "completed", "previous_response_id of a background response")
+    long_kw = dict(model=tmodel, input="count", max_output_tokens=900, background=True, extra_body={"ignore_eos": True})
+    lg = tc.responses.create(**long_kw)
+    cancelled = tc.responses.cancel(lg.id)
+    lgd = poll(lg.id)
+    check(cancelled.status == "cancelled" and lgd.status == "cancelled" and lgd.usage.output_tokens < 900,
+          f"cancel: {cancelled.status} then {lgd.status} ({lgd.usage})")
+    dl = tc.responses.create(**long_kw)
+    tc.responses.delete(dl.id)  # a running one: cancelled, and gone when it ends
+    for _ in range(600):
+        if metric("moerun:num_requests_running") == 0 and metric("moerun:kv_cache_used_blocks") == 0:
+            break
+        _time.sleep(0.05)
+    expect_exc(openai.NotFoundError, lambda: tc.responses.retrieve(dl.id), param="response_id")
+    check(metric("moerun:num_requests_running") == 0 and metric("moerun:kv_cache_used_blocks") == 0,
+          "cancelled background responses still hold sequences")
+    expect_exc(openai.BadRequestError, lambda: tc.responses.create(model=tmodel, input="x", background=True, store=False),
+               param="background")
+    expect_exc(openai.BadRequestError, lambda: tc.responses.create(model=tmodel, input="x", background=True, stream=True),
+               param="stream")
+    print("background responses: ok")
+
     # Anthropic's Messages API (POST /v1/messages) through the official `anthropic` client: create, stream (its
     # accumulator checks the events), tools, tool results, stop sequences, count_tokens; chat completions of
     # the same conversation are the reference for what the model was given
@@ -1113,4 +1155,6 @@ if text_url:
         model=tmodel, messages=[{"role": "user", "content": "x"}], max_tokens=4, tool_choice="required"),
         param="tool_choice")
     print("structured outputs: ok")
+    # last: a background response still running when the server is told to stop (it drains, then exits 0)
+    tc.responses.create(**long_kw)
 print(f"OK ({checks} checks)")
