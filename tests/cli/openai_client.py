@@ -546,6 +546,7 @@ if text_url:
                                   extra_body={"debug_forced_output": say})
     check(chained.status == "completed", "previous_response_id of a background response")
     long_kw = dict(model=tmodel, input="count", max_output_tokens=900, background=True, extra_body={"ignore_eos": True})
+    aborted0 = metric("moerun:request_success_total", '{model_name="%s",finished_reason="abort"}' % tmodel)
     lg = tc.responses.create(**long_kw)
     cancelled = tc.responses.cancel(lg.id)
     lgd = poll(lg.id)
@@ -553,8 +554,9 @@ if text_url:
           f"cancel: {cancelled.status} then {lgd.status} ({lgd.usage})")
     dl = tc.responses.create(**long_kw)
     tc.responses.delete(dl.id)  # a running one: cancelled, and gone when it ends
-    for _ in range(600):
-        if metric("moerun:num_requests_running") == 0 and metric("moerun:kv_cache_used_blocks") == 0:
+    for _ in range(600):  # both ended by their cancel in the engine, and nothing holds KV blocks
+        if (metric("moerun:request_success_total", '{model_name="%s",finished_reason="abort"}' % tmodel) - aborted0 >= 2 and
+                metric("moerun:num_requests_running") == 0 and metric("moerun:kv_cache_used_blocks") == 0):
             break
         _time.sleep(0.05)
     expect_exc(openai.NotFoundError, lambda: tc.responses.retrieve(dl.id), param="response_id")
