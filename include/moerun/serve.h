@@ -61,6 +61,9 @@ typedef struct {
     int http_threads;              /* HTTP event-loop threads, each serving its share of the
                                       connections [1] */
     const char *api_key;           /* when set, requests need "Authorization: Bearer KEY" [NULL] */
+    const char *allowed_origins;   /* CORS (as vLLM's and sglang's defaults): "*" any origin, or origins
+                                      separated by commas (or vLLM's JSON list); "" sends no CORS headers
+                                      and refuses preflights ["*"] */
     size_t response_store_bytes;   /* the Responses API's stored responses (store, previous_response_id,
                                       GET / DELETE /v1/responses/{id}), least recently used going first
                                       past this; 0: none stored [64 MiB] */

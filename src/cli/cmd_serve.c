@@ -72,6 +72,8 @@ static void usage(FILE *f) {
             "                             its share of the connections [%d]\n"
             "  --shutdown-timeout S       on SIGTERM/SIGINT, wait up to S seconds for running requests [30]\n"
             "  --api-key KEY              require \"Authorization: Bearer KEY\"\n"
+            "  --allowed-origins LIST     CORS: origins whose browser pages may call this server: \"*\", a comma\n"
+            "                             list or a JSON list; \"\" for none [*]\n"
             "  --response-store-mb N      memory for the Responses API's stored responses (store,\n"
             "                             previous_response_id, GET/DELETE /v1/responses/ID), least recently\n"
             "                             used going first; 0 stores none [%zu]\n"
@@ -258,6 +260,8 @@ int mr_cmd_serve(int argc, char **argv) {
             *(rp ? &so.reasoning_parser : &so.tool_call_parser) = name;
         } else if (!strcmp(a, "--api-key")) {
             so.api_key = argv[++i];
+        } else if (!strcmp(a, "--allowed-origins")) { /* vLLM's: "*", a comma list or a JSON list; "" none */
+            so.allowed_origins = argv[++i];
         } else if (!strcmp(a, "--response-store-mb")) {
             if (opt_long(a, argv[++i], 0, 1 << 20, &x)) goto out;
             so.response_store_bytes = (size_t)x << 20;

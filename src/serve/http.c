@@ -51,6 +51,7 @@ typedef struct sv_conn {
     struct sv_job *job;        /* phase 2: the request's job while it is in flight (the watchdog
                                   cancels it when the client hangs up); cancelled: done so */
     bool cancelled;
+    struct mr_server *s;       /* for the CORS headers of its responses */
     struct sv_conn *prev, *next;
 } sv_conn;
 
@@ -74,6 +75,9 @@ struct mr_server {
     sv_text *text;
     sv_metrics met;
     sv_store *store; /* the Responses API's stored responses, NULL when off */
+    bool cors_any;   /* CORS: every origin; else these (n_origins 0: none) */
+    char **origins;
+    int n_origins;
     /* background responses: the list (bgmu), the driver thread and its wake-ups (kmu) */
     pthread_mutex_t bgmu, kmu;
     pthread_cond_t kcv;
@@ -134,6 +138,7 @@ void mr_server_opts_default(mr_server_opts *o) {
         .max_connections = 512,
         .http_threads = 1,
         .response_store_bytes = (size_t)64 << 20,
+        .allowed_origins = "*",
     };
 }
 
@@ -160,11 +165,33 @@ void sv_job_release(sv_job *j) {
 
 /* ---- small helpers ---- */
 
+/* The request's Origin when CORS allows it (NULL otherwise). */
+static const char *cors_origin(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    const sv_conn *k = ci ? ci->socket_context : NULL;
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (!k || !k->s || !origin) return NULL;
+    if (k->s->cors_any) return origin;
+    for (int i = 0; i < k->s->n_origins; i++)
+        if (!strcmp(k->s->origins[i], origin)) return origin;
+    return NULL;
+}
+
+/* Queues r with the CORS headers an allowed origin's browser needs to read it. */
+static enum MHD_Result queue(struct MHD_Connection *c, unsigned status, struct MHD_Response *r) {
+    const char *origin = cors_origin(c);
+    if (origin) {
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
+        MHD_add_response_header(r, "Vary", "Origin");
+    }
+    return MHD_queue_response(c, status, r);
+}
+
 static enum MHD_Result send_text(struct MHD_Connection *c, int status, const char *type, const char *body, size_t n) {
     struct MHD_Response *r = MHD_create_response_from_buffer(n, (void *)body, MHD_RESPMEM_MUST_COPY);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", type);
-    enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
+    enum MHD_Result ok = queue(c, (unsigned)status, r);
     MHD_destroy_response(r);
     return ok;
 }
@@ -1237,7 +1264,7 @@ static enum MHD_Result do_generate(mr_server *s, struct MHD_Connection *c, sv_hr
         if (!resp) return MHD_NO;
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
-        enum MHD_Result ok = MHD_queue_response(c, 200, resp);
+        enum MHD_Result ok = queue(c, 200, resp);
         MHD_destroy_response(resp);
         return ok;
     }
@@ -1251,6 +1278,26 @@ static bool authorized(mr_server *s, struct MHD_Connection *c) {
     const char *a = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
     const char *x = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key"); /* Anthropic's clients */
     return (a && !strncmp(a, "Bearer ", 7) && !strcmp(a + 7, s->api_key)) || (x && !strcmp(x, s->api_key));
+}
+
+/* A CORS preflight (OPTIONS with Access-Control-Request-Method), answered for any route and without the key,
+ * as browsers send it: 204 with what an allowed origin may send; 403 for another origin or method. */
+static enum MHD_Result preflight(mr_server *s, struct MHD_Connection *c) {
+    const char *m = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Method");
+    const char *hdrs = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (!cors_origin(c))
+        return fail(s, c, 403, NULL, "CORS: the origin %.200s is not allowed here (--allowed-origins)", origin ? origin : "(none)");
+    if (strcmp(m, "GET") && strcmp(m, "HEAD") && strcmp(m, "POST") && strcmp(m, "DELETE"))
+        return fail(s, c, 403, NULL, "CORS: the method %.40s is not served (GET, POST, DELETE)", m);
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
+    if (hdrs) MHD_add_response_header(r, "Access-Control-Allow-Headers", hdrs); /* Authorization, Content-Type, ... */
+    MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+    enum MHD_Result ok = queue(c, 204, r);
+    MHD_destroy_response(r);
+    return ok;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -1271,6 +1318,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             pthread_mutex_unlock(&s->cmu);
         }
         *con_cls = h;
+        if (!strcmp(method, "OPTIONS") && MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Method"))
+            return preflight(s, c);
         bool bad_method;
         h->route = route_of(url, method, &h->post, &bad_method);
         if (h->route == R_NONE) return fail(s, c, 404, NULL, "no route for %.16s %.200s", method, url);
@@ -1388,6 +1437,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
         }
         k->fd = ci->connect_fd;
         k->since_ns = mr_now_ns();
+        k->s = s;
         pthread_mutex_lock(&s->cmu);
         k->next = s->conns;
         if (s->conns) s->conns->prev = k;
@@ -1516,6 +1566,41 @@ static char *base_name(const char *dir) {
     return r;
 }
 
+/* --allowed-origins: "*", "" (none), origins separated by commas, or a JSON list of them (vLLM's form); 0, or
+ * -1 with the error set (a malformed list, or out of memory). */
+static int parse_origins(mr_server *s, const char *spec) {
+    if (!spec) spec = "*";
+    json_t *list = spec[0] == '[' ? json_loads(spec, 0, NULL) : NULL;
+    if (spec[0] == '[' && !json_is_array(list)) {
+        mr_error_set(MR_EINVAL, "serve: --allowed-origins %.80s is not a JSON list of strings", spec);
+        return -1;
+    }
+    const size_t n = list ? json_array_size(list) : strlen(spec) + 1; /* at most this many */
+    s->origins = mr_calloc(n ? n : 1, sizeof *s->origins);
+    if (!s->origins) return json_decref(list), mr_error_set(MR_ENOMEM, NULL), -1;
+    for (size_t i = 0, at = 0; list ? i < n : spec[at] != 0; i++) {
+        const char *o = list ? json_string_value(json_array_get(list, i)) : spec + at;
+        size_t len = list ? (o ? strlen(o) : 0) : strcspn(o, ",");
+        if (!list) at += len + (spec[at + len] == ',');
+        while (!list && len && (o[0] == ' ' || o[len - 1] == ' ')) o += o[0] == ' ', len -= 1;
+        if (list && !o) {
+            json_decref(list);
+            mr_error_set(MR_EINVAL, "serve: --allowed-origins: item %zu is not a string", i);
+            return -1;
+        }
+        if (len == 1 && o[0] == '*') s->cors_any = true;
+        else if (len) {
+            char *d = mr_malloc(len + 1);
+            if (!d) return json_decref(list), mr_error_set(MR_ENOMEM, NULL), -1;
+            memcpy(d, o, len);
+            d[len] = 0;
+            s->origins[s->n_origins++] = d;
+        }
+    }
+    json_decref(list);
+    return 0;
+}
+
 mr_status mr_server_open(const mr_server_opts *o, mr_server **out) {
     *out = NULL;
     if (!o->model_dir) return mr_error_set(MR_EINVAL, "serve: the model folder is required");
@@ -1535,15 +1620,16 @@ mr_status mr_server_open(const mr_server_opts *o, mr_server **out) {
     pthread_cond_init(&s->ccv, NULL);
     atomic_init(&s->state, ST_LOADING);
     sv_metrics_init(&s->met, s->name ? s->name : "");
+    const bool cors_ok = !parse_origins(s, o->allowed_origins);
     s->store = sv_store_new(o->response_store_bytes);
     pthread_mutex_init(&s->bgmu, NULL);
     pthread_mutex_init(&s->kmu, NULL);
     pthread_cond_init(&s->kcv, NULL);
     if (s->store && !pthread_create(&s->bgt, NULL, bg_main, s)) s->bg_started = true;
     if (!s->model_dir || !s->host || !s->name || (o->api_key && *o->api_key && !s->api_key) ||
-        (o->response_store_bytes && !s->bg_started)) {
+        (o->response_store_bytes && !s->bg_started) || !cors_ok) {
         mr_server_close(s);
-        return mr_error_set(MR_ENOMEM, NULL);
+        return cors_ok ? mr_error_set(MR_ENOMEM, NULL) : MR_EINVAL;
     }
     s->o.model_dir = s->model_dir;
     s->o.host = s->host;
@@ -1682,5 +1768,7 @@ void mr_server_close(mr_server *s) {
     mr_free(s->model_dir);
     mr_free(s->host);
     mr_free(s->api_key);
+    for (int i = 0; i < s->n_origins; i++) mr_free(s->origins[i]);
+    mr_free(s->origins);
     mr_free(s);
 }

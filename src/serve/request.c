@@ -35,6 +35,7 @@ const char *sv_error_type(int http) {
     switch (http) {
     case 400: case 405: case 413: case 431: return "invalid_request_error";
     case 401: return "authentication_error";
+    case 403: return "permission_error";
     case 404: return "not_found_error";
     case 503: return "unavailable_error";
     default: return "server_error";

@@ -46,6 +46,18 @@ start_server "$S/c.log" --model "$MM" --context-length 1024 --debug-forced-outpu
 URL_C=$SV_URL; PID_C=$SV_PID
 "$VENV/bin/python" "$HERE/openai_client.py" "$URL_A" "$prompt" "$expected" "$URL_B" "$URL_C"
 rc=$?
+# CORS (the fetch standard's checks, as a browser makes them): a preflight is answered without the key, with
+# the origin, the method and the asked headers allowed; every answer, a 401 included, names the origin
+pre=$(curl -s -o /dev/null -D - -X OPTIONS "$URL_B/v1/chat/completions" -H "Origin: http://app.example" \
+      -H "Access-Control-Request-Method: POST" -H "Access-Control-Request-Headers: authorization, content-type" | tr -d '\r')
+echo "$pre" | grep -q '^HTTP/1.1 204' && echo "$pre" | grep -qi '^access-control-allow-origin: http://app.example$' &&
+    echo "$pre" | grep -qi '^access-control-allow-methods: .*POST' &&
+    echo "$pre" | grep -qi '^access-control-allow-headers: authorization, content-type$' ||
+    { echo "FAIL: CORS preflight: $pre"; rc=1; }
+for key in secret wrong; do
+    got=$(curl -s -o /dev/null -D - "$URL_B/v1/models" -H "Origin: http://app.example" -H "Authorization: Bearer $key" | tr -d '\r')
+    echo "$got" | grep -qi '^access-control-allow-origin: http://app.example$' || { echo "FAIL: CORS on a ($key key) answer: $got"; rc=1; }
+done
 SV_PID=$PID_A; stop_server; ra=$SV_RC
 SV_PID=$PID_B; stop_server; rb=$SV_RC
 SV_PID=$PID_C; stop_server; rc3=$SV_RC
@@ -81,7 +93,13 @@ done
 # --trust-remote-code are accepted; an unknown parser is a usage error, a parser for another template exit 1
 start_server "$S/f.log" --model "$MM" --context-length 1024 --skip-self-check --debug-forced-output \
     --reasoning-parser minimax_m2_append_think --tool-call-parser minimax_m2 --enable-auto-tool-choice --trust-remote-code \
-    --response-store-mb 0 || exit 1
+    --response-store-mb 0 --allowed-origins 'http://a.example, http://b.example' || exit 1
+# only the origins given: another's preflight is a 403, its answers carry no CORS header
+cors=$(for o in http://b.example http://c.example; do
+    curl -s -o /dev/null -w '%{http_code} ' -X OPTIONS "$SV_URL/v1/responses" -H "Origin: $o" -H "Access-Control-Request-Method: POST"
+    curl -s -o /dev/null -D - "$SV_URL/health" -H "Origin: $o" | tr -d '\r' | grep -ci '^access-control-allow-origin'
+done | tr '\n' ' ')
+[ "$cors" = "204 1 403 0 " ] || { echo "FAIL: --allowed-origins: $cors"; exit 1; }
 # no response store: a Response says store false, previous_response_id is a 400 that says why, a lookup a 404
 kept=$(curl -s "$SV_URL/v1/responses" -d '{"input": "x", "max_output_tokens": 2}' | jq -c .store)
 prev=$(curl -s -w ' %{http_code}' "$SV_URL/v1/responses" -d '{"input": "x", "previous_response_id": "resp_x"}')
