@@ -200,6 +200,22 @@ static enum MHD_Result send_json(struct MHD_Connection *c, int status, const cha
     return send_text(c, status, "application/json", body, strlen(body));
 }
 
+static enum MHD_Result fail(mr_server *s, struct MHD_Connection *c, int http, const char *param, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 5, 6)))
+#endif
+    ;
+
+/* A 200 with the JSON object o (stolen; NULL: out of memory, a 500). */
+static enum MHD_Result send_object(mr_server *s, struct MHD_Connection *c, json_t *o) {
+    char *b = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!b) return fail(s, c, 500, NULL, "out of memory");
+    enum MHD_Result r = send_json(c, 200, b);
+    free(b);
+    return r;
+}
+
 static enum MHD_Result send_error(mr_server *s, struct MHD_Connection *c, const sv_error *e) {
     char *b = sv_error_body(e);
     if (e->http == 400 || e->http == 413 || e->http == 404) {
@@ -227,11 +243,6 @@ static enum MHD_Result send_error_on(mr_server *s, struct MHD_Connection *c, int
     return ok;
 }
 
-static enum MHD_Result fail(mr_server *s, struct MHD_Connection *c, int http, const char *param, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 5, 6)))
-#endif
-    ;
 static enum MHD_Result fail(mr_server *s, struct MHD_Connection *c, int http, const char *param, const char *fmt, ...) {
     sv_error e = {.http = http};
     snprintf(e.param, sizeof e.param, "%s", param ? param : "");
@@ -448,12 +459,7 @@ static enum MHD_Result do_models(mr_server *s, struct MHD_Connection *c, const c
     } else {
         o = json_pack("{s:s,s:[o]}", "object", "list", "data", model_card(s));
     }
-    char *b = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    if (!b) return fail(s, c, 500, NULL, "out of memory");
-    enum MHD_Result r = send_json(c, 200, b);
-    free(b);
-    return r;
+    return send_object(s, c, o);
 }
 
 static enum MHD_Result do_metrics(mr_server *s, struct MHD_Connection *c) {
@@ -499,31 +505,18 @@ static enum MHD_Result do_response_id(mr_server *s, struct MHD_Connection *c, co
         }
         pthread_mutex_unlock(&s->bgmu);
         if (!sv_store_delete(s->store, id) && !b) return fail(s, c, 404, "response_id", "Response with id '%s' not found", id);
-        json_t *o = json_pack("{s:s,s:s,s:b}", "id", id, "object", "response", "deleted", 1);
-        char *t = o ? json_dumps(o, JSON_COMPACT) : NULL;
-        json_decref(o);
-        if (!t) return fail(s, c, 500, NULL, "out of memory");
-        enum MHD_Result r = send_json(c, 200, t);
-        free(t);
-        return r;
+        return send_object(s, c, json_pack("{s:s,s:s,s:b}", "id", id, "object", "response", "deleted", 1));
     }
     if (tail && !strcmp(tail, "/cancel")) {
-        char *text = NULL;
+        json_t *r = NULL;
         pthread_mutex_lock(&s->bgmu);
         sv_bg *b = bg_find(s, id);
         if (b) {
             sv_job_cancel(b->j); /* the engine ends it at its next step; the driver keeps it as cancelled */
-            json_t *r = sv_resp_object(b->j, s->name, "cancelled");
-            text = r ? json_dumps(r, JSON_COMPACT) : NULL;
-            json_decref(r);
+            r = sv_resp_object(b->j, s->name, "cancelled");
         }
         pthread_mutex_unlock(&s->bgmu);
-        if (b) {
-            if (!text) return fail(s, c, 500, NULL, "out of memory");
-            enum MHD_Result r = send_json(c, 200, text);
-            free(text);
-            return r;
-        }
+        if (b) return send_object(s, c, r);
     }
     char *resp = NULL, *items = NULL;
     int n_input = 0;
