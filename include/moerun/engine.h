@@ -232,6 +232,7 @@ typedef struct {
     int64_t n_generated;          /* tokens generated so far, this one included */
     int64_t n_cached;             /* prompt tokens served from the prefix cache when first scheduled */
     bool first_token;             /* this is the request's first generated token */
+    uint64_t sched_ns;            /* when the request was first scheduled (mr_now_ns; 0: not yet) */
     /* prompt_logprobs: the prompt tokens at positions plp_pos .. plp_pos + n_plp - 1 (plp_pos >= 1), each
      * a row of plp_stride entries: [0] the prompt token and its log-probability, [1 .. plp_ntop] the
      * most likely tokens at that position (most likely first, ties to the lower id). The positions of

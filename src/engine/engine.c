@@ -443,7 +443,7 @@ static mr_engine_event *event(mr_engine *e, mr__req *r) {
     MR_ASSERT(e->n_ev < e->cap_ev);
     mr_engine_event *v = &e->ev[e->n_ev++];
     *v = (mr_engine_event){.id = r->id, .user = r->user, .stop_token = -1, .n_prompt = r->n_prompt,
-                           .n_generated = r->n_tok - r->n_prompt, .n_cached = r->n_cached};
+                           .n_generated = r->n_tok - r->n_prompt, .n_cached = r->n_cached, .sched_ns = r->sched_ns};
     return v;
 }
 
@@ -649,6 +649,7 @@ mr_status mr_engine_schedule(mr_engine *e, const mr_kv_batch **out) {
         if (!r->scheduled_once) {
             r->scheduled_once = true;
             r->n_cached = hit < r->n_prompt ? hit : r->n_prompt;
+            r->sched_ns = mr_now_ns();
         }
         add_sched(e, slot, n);
         budget -= n;

@@ -104,6 +104,7 @@ typedef struct {
     const int32_t *forced;      /* inside mem */
     int64_t n_forced;
     int64_t n_cached;           /* prompt tokens hit at the first schedule */
+    uint64_t sched_ns;          /* when first scheduled (mr_now_ns) */
     bool scheduled_once;
     mr_finish_reason fin;       /* set by complete; the request leaves the running list at the end of it */
 } mr__req;

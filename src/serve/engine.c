@@ -186,7 +186,13 @@ static void finish(sv_engine *e, sv_gen *g, sv_fin fin, const char *err) {
     uint64_t now = mr_now_ns();
     pthread_mutex_lock(&e->met->mu);
     e->met->success[fin_index(fin)]++;
-    if (fin == SV_FIN_STOP || fin == SV_FIN_LENGTH) sv_hist_observe(&e->met->e2e, (double)(now - j->t_arrive_ns) * 1e-9);
+    if (fin == SV_FIN_STOP || fin == SV_FIN_LENGTH) { /* the phases of a request that ran to its end */
+        sv_hist_observe(&e->met->e2e, (double)(now - j->t_arrive_ns) * 1e-9);
+        if (g->t_first_ns) sv_hist_observe(&e->met->decode, (double)(now - g->t_first_ns) * 1e-9);
+        if (g->t_sched_ns) sv_hist_observe(&e->met->inference, (double)(now - g->t_sched_ns) * 1e-9);
+        sv_hist_observe(&e->met->prompt_len, (double)g->n_prompt);
+        sv_hist_observe(&e->met->gen_len, (double)g->n_out);
+    }
     pthread_mutex_unlock(&e->met->mu);
     pthread_mutex_lock(&j->mu);
     g->fin = fin;
@@ -315,8 +321,17 @@ static void publish(sv_engine *e, const mr_engine_event *ev, uint64_t now) {
         g->seen_first = true;
     } else if (ev->n_tokens == 1) {
         pthread_mutex_lock(&e->met->mu);
-        if (!g->seen_first) sv_hist_observe(&e->met->ttft, (double)(now - j->t_arrive_ns) * 1e-9);
-        else sv_hist_observe(&e->met->itl, (double)(now - g->t_last_ns) * 1e-9);
+        if (!g->seen_first) {
+            sv_hist_observe(&e->met->ttft, (double)(now - j->t_arrive_ns) * 1e-9);
+            if (ev->sched_ns) { /* ttft = queue + prefill */
+                g->t_sched_ns = ev->sched_ns;
+                sv_hist_observe(&e->met->queue, (double)(ev->sched_ns - j->t_arrive_ns) * 1e-9);
+                sv_hist_observe(&e->met->prefill, (double)(now - ev->sched_ns) * 1e-9);
+            }
+            g->t_first_ns = now;
+        } else {
+            sv_hist_observe(&e->met->itl, (double)(now - g->t_last_ns) * 1e-9);
+        }
         pthread_mutex_unlock(&e->met->mu);
         pthread_mutex_lock(&j->mu);
         if (g->n_out < g->max_tokens) {
@@ -398,6 +413,11 @@ static void *engine_main(void *arg) {
         /* 4. gauges, before any client hears of the step: a client that has its answer and reads
          * /metrics finds the step's tokens counted */
         gauges(e);
+        if (out && out->n_tokens > 0) {
+            pthread_mutex_lock(&e->met->mu);
+            sv_hist_observe(&e->met->iter, (double)out->n_tokens);
+            pthread_mutex_unlock(&e->met->mu);
+        }
         /* 5. publish */
         uint64_t now = mr_now_ns();
         e->defer_wakes = true;

@@ -197,6 +197,8 @@ typedef struct {
     uint64_t rejected_queue_full, rejected_draining, bad_requests, disconnects;
     uint64_t by_api[SV_API_COUNT]; /* requests admitted, by the API they came through */
     sv_hist ttft, itl, e2e, queue;
+    sv_hist prefill, decode, inference;  /* scheduled -> first token -> last; scheduled -> last */
+    sv_hist prompt_len, gen_len, iter;   /* tokens: a finished request's prompt, its output; a step's batch */
     /* the Responses API's store (set by /metrics before rendering; stored_cap 0: storing off) */
     int64_t stored, stored_bytes, stored_cap;
     uint64_t stored_evicted;
@@ -341,6 +343,7 @@ typedef struct sv_gen {
     struct sv_gen *lprev, *lnext; /* the engine thread's list of gens in the engine */
     uint64_t rid;               /* the engine's request id */
     uint64_t t_last_ns;         /* the previous token */
+    uint64_t t_sched_ns, t_first_ns; /* first scheduled, first token (the phases' histograms) */
     bool seen_first;
     struct mr_matcher *matcher; /* structured outputs: the gen's grammar state (engine thread), or NULL */
 } sv_gen;

@@ -469,6 +469,32 @@ if text_url:
                param="input[0]")
     print("responses: ok")
 
+    # the phases of one request on the idle server, read back from /metrics: its lengths are its usage, the
+    # phases add up (ttft = queue + prefill, e2e = ttft + decode, inference = prefill + decode), and the steps
+    # computed the prompt's uncached tokens and every output token but the last
+    ph = ["request_prompt_tokens", "request_generation_tokens", "time_to_first_token_seconds",
+          "request_queue_time_seconds", "request_prefill_time_seconds", "request_decode_time_seconds",
+          "e2e_request_latency_seconds", "request_inference_time_seconds", "iteration_tokens_total"]
+
+    def phase_sums():
+        return {n: (metric(f"moerun:{n}_sum"), metric(f"moerun:{n}_count")) for n in ph}
+
+    p0 = phase_sums()
+    pu = tc.chat.completions.create(model=tmodel, messages=[{"role": "user", "content": "phases?"}], max_tokens=64,
+                                    extra_body={"debug_forced_output": say}).usage
+    p1 = phase_sums()
+    d = {n: p1[n][0] - p0[n][0] for n in ph}
+    dn = {n: p1[n][1] - p0[n][1] for n in ph}
+    q, pf, dc = d["request_queue_time_seconds"], d["request_prefill_time_seconds"], d["request_decode_time_seconds"]
+    check(all(dn[n] == 1 for n in ph[:-1]) and d["request_prompt_tokens"] == pu.prompt_tokens and
+          d["request_generation_tokens"] == pu.completion_tokens, f"request histograms: {dn} {d} vs {pu}")
+    check(abs(q + pf - d["time_to_first_token_seconds"]) < 1e-5 and abs(q + pf + dc - d["e2e_request_latency_seconds"]) < 1e-5
+          and abs(pf + dc - d["request_inference_time_seconds"]) < 1e-5 and min(q, pf, dc) >= 0, f"phases {d}")
+    check(d["iteration_tokens_total"] == pu.prompt_tokens - pu.prompt_tokens_details.cached_tokens + pu.completion_tokens - 1
+          and dn["iteration_tokens_total"] == pu.completion_tokens, f"iteration tokens {d['iteration_tokens_total']} in "
+          f"{dn['iteration_tokens_total']} steps for {pu}")
+    print("request phase metrics: ok")
+
     # stored responses (store is true unless false, as OpenAI's default): retrieve gives the Response back,
     # previous_response_id puts its conversation before the new input (without its instructions), input_items
     # lists what came before the output, delete removes it. The oracle for what the model was given: chat
