@@ -629,16 +629,18 @@ static const char *anth_stop_reason(const sv_choice *c) {
     return c->n_calls ? "tool_use" : "end_turn";
 }
 
-/* A Response that ended (completed or incomplete) kept in the server's store, when the request is stored:
- * the Response, and the conversation items up to its output (previous_response_id reads them). What cannot
- * be kept (out of memory, or alone larger than the store) is simply not found later. */
-static void resp_keep(const sv_out *o, const json_t *response) {
+/* A Response that ended (completed, incomplete, cancelled) kept in the server's store, when the request is
+ * stored: the Response, and the conversation items up to its output (previous_response_id reads them). One
+ * that cannot be kept (alone larger than the store, or out of memory) says store false. */
+static void resp_keep(void *ctx, json_t *response) {
+    const sv_out *o = ctx;
     const sv_request *r = &o->j->req;
     if (!r->resp_store || !response) return;
     json_t *items = json_copy(r->resp_ctx);
-    char *rt = json_dumps(response, JSON_COMPACT), *it = NULL;
-    if (items && !json_array_extend(items, json_object_get(response, "output"))) it = json_dumps(items, JSON_COMPACT);
-    if (rt && it) sv_store_put(r->resp_store, r->resp_id, rt, it, (int)json_array_size(r->resp_ctx));
+    char *it = items && !json_array_extend(items, json_object_get(response, "output")) ? json_dumps(items, JSON_COMPACT) : NULL;
+    char *rt = it ? json_dumps(response, JSON_COMPACT) : NULL;
+    const bool kept = rt && !sv_store_put(r->resp_store, r->resp_id, rt, it, (int)json_array_size(r->resp_ctx));
+    if (!kept) json_object_set_new(response, "store", json_false());
     free(rt);
     free(it);
     json_decref(items);
@@ -650,14 +652,11 @@ static int resp_final(sv_out *o, int i, sv_buf *sse) {
     if (c->failed) {
         json_t *r = sv_resp_object(o->j, o->model, "failed");
         if (r) json_object_set_new(r, "error", json_pack("{s:s,s:s}", "code", "server_error", "message", c->err));
-        return sv_resp_end(&c->rs, r, "response.failed", sse);
+        return sv_resp_end(&c->rs, r, "response.failed", sse, NULL, NULL);
     }
     const bool incomplete = c->reason && !strcmp(c->reason, "length");
-    json_t *r = resp_whole(o, json_array());
-    const int rc = sv_resp_end(&c->rs, json_incref(r), incomplete ? "response.incomplete" : "response.completed", sse);
-    if (!rc) resp_keep(o, r); /* its output is the items streamed now */
-    json_decref(r);
-    return rc;
+    return sv_resp_end(&c->rs, resp_whole(o, json_array()), incomplete ? "response.incomplete" : "response.completed", sse,
+                       resp_keep, o);
 }
 
 /* The choice's last event: what is held back, then the finish reason. */

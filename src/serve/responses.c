@@ -697,12 +697,14 @@ int sv_resp_piece(sv_resp_stream *rs, const char *rid, const sv_parse_out *po, s
     return 0;
 }
 
-int sv_resp_end(sv_resp_stream *rs, json_t *response, const char *type, sv_buf *sse) {
+int sv_resp_end(sv_resp_stream *rs, json_t *response, const char *type, sv_buf *sse, void (*done)(void *, json_t *),
+                void *ctx) {
     const bool incomplete = !strcmp(type, "response.incomplete");
     if (!response || resp_close(rs, incomplete, sse) || json_object_set(response, "output", rs->done)) {
         json_decref(response);
         return -1;
     }
+    if (done) done(ctx, response);
     return resp_event(rs, type, json_pack("{s:o}", "response", response), sse);
 }
 

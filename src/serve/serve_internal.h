@@ -503,7 +503,8 @@ json_t *sv_resp_items(const char *rid, const char *reasoning, size_t nr, const c
  * its output set to the items streamed). */
 int sv_resp_begin(sv_resp_stream *rs, json_t *response, sv_buf *sse);
 int sv_resp_piece(sv_resp_stream *rs, const char *rid, const sv_parse_out *po, sv_buf *sse);
-int sv_resp_end(sv_resp_stream *rs, json_t *response, const char *type, sv_buf *sse);
+int sv_resp_end(sv_resp_stream *rs, json_t *response, const char *type, sv_buf *sse, void (*done)(void *, json_t *),
+                void *ctx); /* done (optional): the whole Response, before its event is written */
 void sv_resp_stream_free(sv_resp_stream *rs);
 
 /* ---- Anthropic's Messages API (anthropic.c) ---- */
