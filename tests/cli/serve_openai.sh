@@ -58,6 +58,12 @@ for key in secret wrong; do
     got=$(curl -s -o /dev/null -D - "$URL_B/v1/models" -H "Origin: http://app.example" -H "Authorization: Bearer $key" | tr -d '\r')
     echo "$got" | grep -qi '^access-control-allow-origin: http://app.example$' || { echo "FAIL: CORS on a ($key key) answer: $got"; rc=1; }
 done
+# a stored response's routes refuse other methods (405), other paths and unknown or overlong ids (404)
+long=$(printf 'a%.0s' $(seq 300))
+codes=$(for req in "PUT /v1/responses/x" "POST /v1/responses/x/input_items" "GET /v1/responses/x/cancel" \
+                   "GET /v1/responses/x/y" "DELETE /v1/responses/x" "GET /v1/responses/$long" "POST /v1/responses/x/cancel"; do
+    set -- $req; curl -s -o /dev/null -w '%{http_code} ' -X "$1" "$URL_C$2"; done)
+[ "$codes" = "405 405 405 404 404 404 404 " ] || { echo "FAIL: stored-response routes: $codes"; rc=1; }
 SV_PID=$PID_A; stop_server; ra=$SV_RC
 SV_PID=$PID_B; stop_server; rb=$SV_RC
 SV_PID=$PID_C; stop_server; rc3=$SV_RC
