@@ -356,16 +356,28 @@ int sv_responses_to_chat(const char *body, size_t len, sv_store *store, sv_resp_
             rc = text_of(x, chat, e);
         } else if (!strcmp(k, "reasoning")) {
             const json_t *eff = json_object_get(x, "effort"), *sum = json_object_get(x, "summary");
-            if (!json_is_object(x) || (eff && !json_is_null(eff) && !json_is_string(eff)))
-                rc = sv_fail(e, 400, "reasoning", "reasoning must be {\"effort\": ...}");
-            else if (sum && !json_is_null(sum))
-                rc = sv_fail(e, 400, "reasoning.summary", "reasoning.summary is not supported: the reasoning comes back whole, "
-                             "as a reasoning item's reasoning_text");
-            else if (json_is_string(eff)) {
-                json_t *kw = json_object_get(chat, "chat_template_kwargs");
-                if (!kw) json_object_set_new(chat, "chat_template_kwargs", kw = json_object());
-                json_object_set(kw, "reasoning_effort", (json_t *)eff);
-                json_object_set(json_object_get(ech, "reasoning"), "effort", (json_t *)eff);
+            if (!sum || json_is_null(sum)) sum = json_object_get(x, "generate_summary"); /* its older name */
+            const char *sv = json_string_value(sum);
+            const char *kk, *other = NULL;
+            json_t *kv;
+            json_object_foreach((json_t *)x, kk, kv)
+                if (!other && strcmp(kk, "effort") && strcmp(kk, "summary") && strcmp(kk, "generate_summary")) other = kk;
+            if (other) {
+                rc = sv_fail(e, 400, "reasoning", "reasoning.%.40s is not a field of reasoning (effort, summary)", other);
+            } else if (!json_is_object(x) || (eff && !json_is_null(eff) && !json_is_string(eff))) {
+                rc = sv_fail(e, 400, "reasoning", "reasoning must be {\"effort\": ..., \"summary\": ...}");
+            } else if (sum && !json_is_null(sum) && (!sv || (strcmp(sv, "auto") && strcmp(sv, "concise") && strcmp(sv, "detailed")))) {
+                rc = sv_fail(e, 400, "reasoning.summary", "reasoning.summary must be \"auto\", \"concise\" or \"detailed\"");
+            } else {
+                /* a summary is asked for (as vLLM, taken and echoed): the reasoning comes back whole, as the
+                 * reasoning item's reasoning_text, which is what a summary would stand for */
+                if (sv) json_object_set(json_object_get(ech, "reasoning"), "summary", (json_t *)sum);
+                if (json_is_string(eff)) {
+                    json_t *kw = json_object_get(chat, "chat_template_kwargs");
+                    if (!kw) json_object_set_new(chat, "chat_template_kwargs", kw = json_object());
+                    json_object_set(kw, "reasoning_effort", (json_t *)eff);
+                    json_object_set(json_object_get(ech, "reasoning"), "effort", (json_t *)eff);
+                }
             }
         } else if (!strcmp(k, "store")) {
             if (!json_is_boolean(x)) rc = sv_fail(e, 400, k, "store must be a boolean");

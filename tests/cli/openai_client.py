@@ -344,6 +344,15 @@ if text_url:
           f"responses stream: {fin.output_text!r} {fin.status}")
     check(kinds[0] == "response.created" and kinds[-1] == "response.completed" and
           "response.reasoning_text.delta" in kinds and kinds.count("response.output_item.done") == 2, f"events {kinds}")
+    # reasoning.summary (what many Responses clients send): taken and echoed; the reasoning comes back whole
+    rsum = tc.responses.create(model=tmodel, input="2+2?", max_output_tokens=64, reasoning={"effort": "low", "summary": "auto"},
+                               extra_body={"debug_forced_output": say})
+    check(rsum.reasoning.summary == "auto" and rsum.reasoning.effort == "low" and
+          rsum.output[0].content[0].text == "Two plus two." and rsum.output_text == "The answer is 4.", f"summary {rsum.reasoning}")
+    expect_exc(openai.BadRequestError, lambda: tc.responses.create(model=tmodel, input="x", reasoning={"summary": "long"}),
+               param="reasoning.summary")
+    expect_exc(openai.BadRequestError, lambda: tc.responses.create(model=tmodel, input="x", reasoning={"budget": 3}),
+               param="reasoning")
     r = tc.responses.create(model=tmodel, input="2+2?", max_output_tokens=3, extra_body={"debug_forced_output": say})
     check(r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens" and r.usage.output_tokens == 3,
           f"responses incomplete: {r.status} {r.incomplete_details}")
