@@ -577,6 +577,11 @@ if text_url:
     check(bgd.status == "completed" and bgd.output_text == fg.output_text and bgd.usage.output_tokens == fg.usage.output_tokens
           and bgd.usage.input_tokens == fg.usage.input_tokens, f"background answer: {bgd.status} {bgd.output_text!r} {bgd.usage}")
     check(tc.responses.cancel(bg.id).status == "completed", "cancel of an ended background response gives it as it is")
+    # one that fails in the engine (its forced output leaves its schema) ends as failed, with the error
+    bf = poll(tc.responses.create(model=tmodel, input="x", max_output_tokens=30, background=True, text={"format": {
+        "type": "json_schema", "name": "a", "schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}},
+        extra_body={"debug_forced_output": "T.</think>nope"}).id)
+    check(bf.status == "failed" and "grammar" in bf.error.message, f"a failed background response: {bf.status} {bf.error}")
     chained = tc.responses.create(model=tmodel, previous_response_id=bg.id, input="Thanks.", max_output_tokens=64,
                                   extra_body={"debug_forced_output": say})
     check(chained.status == "completed", "previous_response_id of a background response")
