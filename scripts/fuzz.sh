@@ -13,6 +13,14 @@ for t in build-fuzz/tests/fuzz/fuzz_*; do
   work=$(mktemp -d)
   [ -d "$corpus_src" ] && cp -r "$corpus_src"/. "$work"/
   echo "fuzz: $name for ${SECS}s"
-  "$t" -max_total_time="$SECS" -max_len=65536 -rss_limit_mb=2048 -print_final_stats=1 "$work" 2>&1 | tail -15
-  rm -rf "$work"
+  log="$work.log"
+  if ! "$t" -max_total_time="$SECS" -max_len=65536 -rss_limit_mb=2048 -print_final_stats=1 "$work" >"$log" 2>&1; then
+    # a crash: the whole report (its stack, the sanitizer's summary) and the unit, to replay with "$t" FILE
+    grep -v -e '^#[0-9]*[[:space:]]*\(NEW\|REDUCE\|pulse\|INITED\|RELOAD\)' "$log" | tail -80
+    for u in crash-* leak-* timeout-* oom-*; do [ -f "$u" ] && { echo "fuzz: unit $u (base64):"; base64 -w0 "$u" | head -c 16384; echo; }; done
+    rm -rf "$work" "$log"
+    exit 1
+  fi
+  tail -15 "$log"
+  rm -rf "$work" "$log"
 done
