@@ -306,16 +306,12 @@ static void bg_wake(void *arg) {
 }
 
 /* The Response of background job j at status st, without output (and with error err), kept beside the
- * conversation's items; its text in *text when asked. sv_store_put's result (-1 also out of memory). */
+ * conversation's items (sv_resp_store). */
 static int bg_keep(mr_server *s, sv_job *j, const char *st, const char *err, char **text) {
     json_t *r = sv_resp_object(j, s->name, st);
     if (r && err) json_object_set_new(r, "error", json_pack("{s:s,s:s}", "code", "server_error", "message", err));
-    char *rt = r ? json_dumps(r, JSON_COMPACT) : NULL, *it = json_dumps(j->req.resp_ctx, JSON_COMPACT);
-    const int rc = rt && it ? sv_store_put(s->store, j->req.resp_id, rt, it, (int)json_array_size(j->req.resp_ctx)) : -1;
+    const int rc = r ? sv_resp_store(s->store, j->req.resp_id, j->req.resp_ctx, r, text) : -1;
     json_decref(r);
-    free(it);
-    if (text && !rc) *text = rt;
-    else free(rt);
     return rc;
 }
 

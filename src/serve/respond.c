@@ -635,15 +635,8 @@ static const char *anth_stop_reason(const sv_choice *c) {
 static void resp_keep(void *ctx, json_t *response) {
     const sv_out *o = ctx;
     const sv_request *r = &o->j->req;
-    if (!r->resp_store || !response) return;
-    json_t *items = json_copy(r->resp_ctx);
-    char *it = items && !json_array_extend(items, json_object_get(response, "output")) ? json_dumps(items, JSON_COMPACT) : NULL;
-    char *rt = it ? json_dumps(response, JSON_COMPACT) : NULL;
-    const bool kept = rt && !sv_store_put(r->resp_store, r->resp_id, rt, it, (int)json_array_size(r->resp_ctx));
-    if (!kept) json_object_set_new(response, "store", json_false());
-    free(rt);
-    free(it);
-    json_decref(items);
+    if (r->resp_store && response && sv_resp_store(r->resp_store, r->resp_id, r->resp_ctx, response, NULL))
+        json_object_set_new(response, "store", json_false());
 }
 
 /* The Responses API stream's last event. */

@@ -455,6 +455,18 @@ int sv_responses_to_chat(const char *body, size_t len, sv_store *store, sv_resp_
     return rc;
 }
 
+int sv_resp_store(sv_store *st, const char *id, const json_t *ctx, const json_t *response, char **text) {
+    json_t *items = json_copy((json_t *)ctx);
+    char *it = items && !json_array_extend(items, json_object_get(response, "output")) ? json_dumps(items, JSON_COMPACT) : NULL;
+    char *rt = it ? json_dumps(response, JSON_COMPACT) : NULL;
+    const int rc = rt ? sv_store_put(st, id, rt, it, (int)json_array_size(ctx)) : -1;
+    free(it);
+    json_decref(items);
+    if (text && !rc) *text = rt;
+    else free(rt);
+    return rc;
+}
+
 static const char *nth_id(const json_t *items, long i) {
     const char *id = json_string_value(json_object_get(json_array_get(items, (size_t)i), "id"));
     return id ? id : "";

@@ -472,6 +472,9 @@ typedef struct {
 /* The Responses request translated (previous_response_id read from store, which may be NULL: storing off);
  * 0, or -1 with *e filled (and nothing in *in to free). */
 int sv_responses_to_chat(const char *body, size_t len, sv_store *store, sv_resp_in *in, sv_error *e);
+/* Keeps response under id in st, beside ctx (its conversation's items before the output) and its output
+ * items; its text in *text when asked. sv_store_put's result (-1 also out of memory). */
+int sv_resp_store(sv_store *st, const char *id, const json_t *ctx, const json_t *response, char **text);
 /* The answer of GET /v1/responses/{id}/input_items from a stored entry's items (the first n_input of them):
  * OpenAI's list object, limit 1..100 [20], order "asc" | "desc" [desc], after an item id. A malloc'd JSON text,
  * or NULL with *e filled. */
