@@ -763,6 +763,89 @@ static bool allowed_left(const mr_server *s, const sv_request *r) {
     return false;
 }
 
+/* A chat request's messages rendered by the template and tokenized; 0 or -1 with e filled. */
+static int render_chat(const mr_server *s, const sv_request *r, const json_t *msgs, char **text, int32_t **ids, int64_t *n,
+                       sv_error *e) {
+    if (sv_text_render_chat(s->text, msgs, r->tool_choice == SV_TOOLS_NONE ? NULL : r->tools, r->chat_template_kwargs,
+                            r->add_generation_prompt, r->continue_final, text))
+        return sv_fail(e, 400, r->continue_final ? "continue_final_message" : "messages",
+                       "the chat template refused the messages: %s", mr_error_last());
+    if (sv_text_encode(s->text, *text, strlen(*text), false, ids, n))
+        return sv_fail(e, 400, "messages", "cannot tokenize the rendered chat: %s", mr_error_last());
+    return 0;
+}
+
+/* A prompt of L tokens leaves room for the request's completion: the context, --max-prompt-tokens, the KV
+ * cache (what make_job's checks below ask). */
+static bool prompt_fits(const mr_server *s, const sv_request *r, int64_t L) {
+    const int64_t mt = r->max_tokens >= 0 ? r->max_tokens : 1;
+    const int64_t blocks = (L + mt + MR_KV_BLOCK_TOKENS - 1) / MR_KV_BLOCK_TOKENS;
+    return L <= s->o.max_prompt_tokens && L + mt <= s->context_length && (s->kv_blocks <= 0 || blocks <= s->kv_blocks);
+}
+
+/* The messages without the first k of the conversation (the leading system / developer messages, the
+ * instructions, stay), and without tool results left at its start without their call. NULL out of memory. */
+static json_t *messages_from(const json_t *msgs, size_t lead, size_t k) {
+    json_t *out = json_array();
+    for (size_t i = 0; out && i < json_array_size(msgs); i++) {
+        const json_t *m = json_array_get(msgs, i);
+        const char *role = json_string_value(json_object_get(m, "role"));
+        if (i >= lead && i < lead + k) continue;
+        if (i >= lead + k && json_array_size(out) == lead && role && !strcmp(role, "tool")) {
+            k++;
+            continue;
+        }
+        if (json_array_append(out, (json_t *)m)) json_decref(out), out = NULL;
+    }
+    return out;
+}
+
+/* The Responses API's truncation "auto" (OpenAI's): a conversation past the context drops its items from
+ * the beginning, the fewest that make it fit (found by bisection: fewer items never make a longer
+ * prompt), the last one kept; the prompt, its ids and its length replaced. 0 (a prompt that still does
+ * not fit is left to the checks after, as without truncation) or -1 with e filled. */
+static int truncate_chat(const mr_server *s, sv_request *r, char **text, int32_t **ids, int64_t *n, sv_error *e) {
+    const json_t *msgs = r->messages;
+    size_t lead = 0, total = json_array_size(msgs);
+    while (lead < total) {
+        const char *role = json_string_value(json_object_get(json_array_get(msgs, lead), "role"));
+        if (!role || (strcmp(role, "system") && strcmp(role, "developer"))) break;
+        lead++;
+    }
+    if (total - lead < 2) return 0;
+    size_t lo = 1, hi = total - lead - 1; /* drop lo..hi; hi keeps the last message */
+    json_t *best = NULL;
+    char *bt = NULL;
+    int32_t *bi = NULL;
+    int64_t bn = 0;
+    while (lo <= hi) {
+        const size_t k = lo + (hi - lo) / 2;
+        json_t *m = messages_from(msgs, lead, k);
+        char *t = NULL;
+        int32_t *id = NULL;
+        int64_t nn = 0;
+        if (!m) return json_decref(best), mr_free(bt), mr_free(bi), sv_fail(e, 500, NULL, "out of memory");
+        if (render_chat(s, r, m, &t, &id, &nn, e)) {
+            json_decref(m), json_decref(best), mr_free(t), mr_free(id), mr_free(bt), mr_free(bi);
+            return -1;
+        }
+        if (prompt_fits(s, r, nn)) {
+            json_decref(best), mr_free(bt), mr_free(bi);
+            best = m, bt = t, bi = id, bn = nn;
+            hi = k - 1;
+        } else {
+            json_decref(m), mr_free(t), mr_free(id);
+            lo = k + 1;
+        }
+    }
+    if (!best) return 0;
+    json_decref(r->messages);
+    r->messages = best;
+    mr_free(*text), mr_free(*ids);
+    *text = bt, *ids = bi, *n = bn;
+    return 0;
+}
+
 /* Tokenizes the request's prompt(s) into a job; 0 or -1 with e filled. */
 static int make_job(mr_server *s, sv_request *r, sv_job **out, sv_error *e) {
     *out = NULL;
@@ -818,19 +901,11 @@ static int make_job(mr_server *s, sv_request *r, sv_job **out, sv_error *e) {
                         "or chat_template.jinja): use /v1/completions");
                 goto out;
             }
-            char *prompt = NULL;
-            if (sv_text_render_chat(s->text, r->messages, r->tool_choice == SV_TOOLS_NONE ? NULL : r->tools,
-                                    r->chat_template_kwargs, r->add_generation_prompt, r->continue_final, &prompt)) {
-                sv_fail(e, 400, r->continue_final ? "continue_final_message" : "messages",
-                        "the chat template refused the messages: %s", mr_error_last());
+            if (render_chat(s, r, r->messages, &j->prompt_text[i], &pid[i], &j->prompt_len[i], e)) goto out;
+            if (r->resp_truncate && !prompt_fits(s, r, j->prompt_len[i]) &&
+                truncate_chat(s, r, &j->prompt_text[i], &pid[i], &j->prompt_len[i], e))
                 goto out;
-            }
-            r->think_open = sv_text_think_open(prompt);
-            j->prompt_text[i] = prompt;
-            if (sv_text_encode(s->text, prompt, strlen(prompt), false, &pid[i], &j->prompt_len[i])) {
-                sv_fail(e, 400, "messages", "cannot tokenize the rendered chat: %s", mr_error_last());
-                goto out;
-            }
+            r->think_open = sv_text_think_open(j->prompt_text[i]);
         } else if (r->prompts[i].text) {
             if (!tok) {
                 sv_fail(e, 400, nm, "this model has no tokenizer.json: send the prompt as token ids");
@@ -1193,6 +1268,7 @@ static enum MHD_Result do_generate(mr_server *s, struct MHD_Connection *c, sv_hr
         r.resp_ctx = in.ctx;
         r.resp_store = in.keep ? s->store : NULL;
         r.resp_background = in.background;
+        r.resp_truncate = in.truncate;
         snprintf(r.resp_id, sizeof r.resp_id, "%s", in.id);
     } else if (sv_request_parse(h->route == R_CHAT ? SV_CHAT : SV_COMPLETIONS, h->body.p ? h->body.p : "", h->body.len,
                                 &lim, &r, &e)) {

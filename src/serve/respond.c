@@ -56,7 +56,13 @@ typedef struct {
     sv_tool_piece piece;
     /* the non-streaming body */
     sv_buf content, reasoning, ids;
-    sv_buf lp_tokens, lp_values, lp_tops, lp_offsets; /* completions' logprobs arrays, or chat's content items */
+    sv_buf lp_tokens, lp_values, lp_tops, lp_offsets; /* completions' logprobs arrays, or chat's content items
+                                                        * (the Responses API: its message's) */
+    /* the Responses API: the entries (JSON texts in lp_pend) of tokens whose text has not come out yet, each
+     * with its bytes' place in text; the message's text came out up to lp_cend */
+    sv_buf lp_pend;
+    struct lp_pending { size_t a, b, off, len; } *pe;
+    size_t n_pe, cap_pe, lp_pos, lp_cend;
     json_t *calls;
     sv_resp_stream rs;    /* the Responses and Messages APIs' stream */
     char *stop_hit;       /* the stop string that ended it (the Messages API's stop_sequence) */
@@ -102,6 +108,8 @@ void sv_out_free(sv_out *o) {
         sv_buf_free(&c->lp_values);
         sv_buf_free(&c->lp_tops);
         sv_buf_free(&c->lp_offsets);
+        sv_buf_free(&c->lp_pend);
+        mr_free(c->pe);
         sv_buf_free(&c->json);
         json_decref(c->calls);
         sv_resp_stream_free(&c->rs);
@@ -432,13 +440,71 @@ static int event(sv_out *o, sv_buf *b, int i, const sv_parse_out *po, int32_t to
 
 static int sgl_event(sv_out *o, int i, const char *reason, sv_buf *sse);
 
+/* The Responses API's logprobs are the message's, an entry for each token whose text is in its output_text
+ * (none for the reasoning's, a tool call's, or markup the parser took, such as </think>). A token's bytes
+ * have their place in the decoded text (its piece's bytes follow the previous token's); a content piece
+ * that comes out is found in the text released (the parser passes content through as it is, holding back
+ * at most a tag's start), and takes the pending entries of the tokens it overlaps; those before it are
+ * dropped. */
+static int lp_pend_add(const sv_out *o, sv_choice *c, int32_t tok, const sv_logprob *lp) {
+    if (c->n_pe == c->cap_pe) {
+        const size_t cap = c->cap_pe ? 2 * c->cap_pe : 16;
+        struct lp_pending *pe = mr_realloc(c->pe, cap * sizeof *pe);
+        if (!pe) return -1;
+        c->pe = pe, c->cap_pe = cap;
+    }
+    struct lp_pending *e = &c->pe[c->n_pe];
+    e->a = c->lp_pos;
+    e->b = c->lp_pos += piece_len(o, tok);
+    e->off = c->lp_pend.len;
+    if (lp_chat_item(o, tok, lp, &c->lp_pend)) return -1;
+    e->len = c->lp_pend.len - e->off;
+    c->n_pe++;
+    return 0;
+}
+
+static int lp_take(sv_choice *c, const sv_parse_out *po, sv_buf *mine) {
+    if (!po->n_content || !c->n_pe) return 0;
+    const size_t n = po->n_content;
+    size_t x = c->sent >= n ? c->sent - n : 0, y;
+    while (x > c->lp_cend && (x + n > c->text.len || memcmp(c->text.p + x, po->content, n))) x--;
+    if (x + n <= c->text.len && !memcmp(c->text.p + x, po->content, n)) y = x + n;
+    else x = 0, y = SIZE_MAX; /* not found as it is: the pending entries are its */
+    c->lp_cend = y == SIZE_MAX ? c->lp_cend : y;
+    size_t k = 0;
+    for (; k < c->n_pe && c->pe[k].a < y; k++) {
+        const struct lp_pending *e = &c->pe[k];
+        if (e->b <= x && e->a < x) continue; /* before the piece */
+        if ((mine->len && sv_buf_lit(mine, ",")) || sv_buf_add(mine, c->lp_pend.p + e->off, e->len)) return -1;
+    }
+    if (k == c->n_pe) {
+        c->n_pe = 0, c->lp_pend.len = 0;
+        return 0;
+    }
+    const size_t off = c->pe[k].off;
+    memmove(c->lp_pend.p, c->lp_pend.p + off, c->lp_pend.len - off);
+    c->lp_pend.len -= off;
+    memmove(c->pe, c->pe + k, (c->n_pe - k) * sizeof *c->pe);
+    c->n_pe -= k;
+    for (size_t i = 0; i < c->n_pe; i++) c->pe[i].off -= off;
+    return 0;
+}
+
 /* Sends (stream) or keeps (body) one parsed piece of choice i. */
 static int emit(sv_out *o, int i, const sv_parse_out *po, int32_t tok, const sv_logprob *lp, sv_buf *sse) {
     sv_choice *c = &o->c[i];
     for (size_t k = 0; k < po->n_tools; k++) /* a new call: its first piece has the id */
         if (po->tools[k].id) c->n_calls++;
     if (po->n_reasoning) c->reasoning_tokens = c->counted;
-    if (o->resp && o->stream && sv_resp_piece(&c->rs, o->rid, po, sse)) return -1;
+    if (o->resp) {
+        sv_buf mine = {0};
+        int rc = (lp && tok >= 0 && lp_pend_add(o, c, tok, lp)) || lp_take(c, po, &mine) ||
+                 (o->stream && sv_resp_piece(&c->rs, o->rid, po, mine.p, mine.len, sse)) ||
+                 (!o->stream && mine.len && ((c->lp_tokens.len && sv_buf_lit(&c->lp_tokens, ",")) ||
+                                             sv_buf_add(&c->lp_tokens, mine.p, mine.len)));
+        sv_buf_free(&mine);
+        if (rc) return -1;
+    }
     if (o->anth && o->stream && sv_anthropic_piece(&c->rs, po, sse)) return -1;
     if (o->sgl) { /* the text so far goes out whole (sglang's stream), and is kept for the body */
         if (sv_buf_add(&c->content, po->content ? po->content : "", po->n_content)) return -1;
@@ -470,7 +536,7 @@ static int emit(sv_out *o, int i, const sv_parse_out *po, int32_t tok, const sv_
         sv_buf_free(&cat);
     }
     if (o->ids_mode && tok >= 0 && sv_buf_printf(&c->ids, "%s%d", c->ids.len ? "," : "", tok)) return -1;
-    if (lp && tok >= 0 && lp_keep(o, i, tok, lp)) return -1;
+    if (lp && tok >= 0 && !o->resp && lp_keep(o, i, tok, lp)) return -1;
     return 0;
 }
 
@@ -736,6 +802,7 @@ int sv_out_advance(sv_out *o, sv_buf *sse) {
             const sv_logprob *lp = c->g->lp ? sv_logprob_at(c->g->lp, j->req.top_logprobs, k) : NULL;
             c->counted = c->consumed;
             bool text = !is_stop_token(o, c->g, tok, c->counted);
+            if (o->resp && !text) lp = NULL; /* the Responses API's entries are of the message's text */
             if (c->dt && text && sv_detok_push(c->dt, tok, &c->text.p, &c->text.len, &c->text.cap)) return -1;
             if (release(o, i, false, o->ids_mode || lp ? tok : -1, lp, sse)) return -1;
         }
@@ -825,7 +892,7 @@ char *sv_out_body(sv_out *o, int *http) {
     if (o->resp) {
         const sv_choice *c = &o->c[0];
         json_t *r = resp_whole(o, sv_resp_items(o->rid, c->reasoning.p, c->reasoning.len, c->content.p, c->content.len,
-                                                c->calls, !strcmp(c->reason ? c->reason : "stop", "length"), o->j->req.resp_encrypted));
+                                                c->lp_tokens.p, c->lp_tokens.len, c->calls, !strcmp(c->reason ? c->reason : "stop", "length"), o->j->req.resp_encrypted));
         resp_keep(o, r);
         return dump_body(r, http);
     }

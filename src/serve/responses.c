@@ -17,6 +17,10 @@
  *   text.format (text | json_object | json_schema) -> response_format
  *   reasoning.effort       -> chat_template_kwargs.reasoning_effort (what
  *                              vLLM does; a template that reads it uses it)
+ *   include message.output_text.logprobs, top_logprobs -> logprobs, top_logprobs
+ *                             (respond.c gives the message the entries of its text's tokens)
+ *   truncation "auto"      -> the request's resp_truncate (http.c drops the
+ *                             conversation's first items until it fits)
  * and sampling fields as they are. With the server's response store (store.c)
  * a Response is kept unless the request says store false: its conversation
  * items (the previous response's, this input's, its output) go beside it, and
@@ -324,6 +328,8 @@ int sv_responses_to_chat(const char *body, size_t len, sv_store *store, sv_resp_
                             "tool_choice", "auto", "tools", "text", "format", "type", "text", "store", 0, "truncation",
                             "disabled", "previous_response_id", "user", "reasoning", "effort", "summary", "background", 0);
     int rc = !chat || !msgs || !ech ? sv_fail(e, 500, NULL, "out of memory") : 0;
+    bool logprobs = false;
+    int top = 0;
     static const char *const PASS[] = {"model", "temperature", "top_p", "stream", "parallel_tool_calls", "user", "seed",
                                        "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty",
                                        "stop", "ignore_eos", "min_tokens", "logit_bias", "debug_forced_output",
@@ -390,16 +396,22 @@ int sv_responses_to_chat(const char *body, size_t len, sv_store *store, sv_resp_
             if (!json_is_boolean(x)) rc = sv_fail(e, 400, k, "background must be a boolean");
             in->background = json_is_true(x);
         } else if (!strcmp(k, "truncation")) {
-            if (!json_is_string(x) || strcmp(json_string_value(x), "disabled"))
-                rc = sv_fail(e, 400, k, "truncation must be \"disabled\" (a prompt past the context is a 400)");
+            const char *tv = json_string_value(x);
+            if (!tv || (strcmp(tv, "disabled") && strcmp(tv, "auto")))
+                rc = sv_fail(e, 400, k, "truncation must be \"auto\" or \"disabled\"");
+            else if ((in->truncate = !strcmp(tv, "auto")) && json_object_set(ech, k, x))
+                rc = sv_fail(e, 500, NULL, "out of memory");
         } else if (!strcmp(k, "include")) {
             if (!json_is_array(x)) rc = sv_fail(e, 400, k, "include must be a list");
             for (size_t i = 0; !rc && i < json_array_size(x); i++) {
                 const char *inc = json_string_value(json_array_get(x, i));
                 if (inc && !strcmp(inc, "reasoning.encrypted_content")) /* what clients that store nothing send */
                     in->encrypted = true;
+                else if (inc && !strcmp(inc, "message.output_text.logprobs"))
+                    logprobs = true;
                 else
-                    rc = sv_fail(e, 400, k, "include \"%.60s\" is not supported (reasoning.encrypted_content is)", inc ? inc : "?");
+                    rc = sv_fail(e, 400, k, "include \"%.60s\" is not supported (reasoning.encrypted_content and "
+                                 "message.output_text.logprobs are)", inc ? inc : "?");
             }
         } else if (!strcmp(k, "metadata")) {
             if (!json_is_object(x) || json_object_size(x) > 16) rc = sv_fail(e, 400, k, "metadata must be an object of at most 16 keys");
@@ -410,13 +422,23 @@ int sv_responses_to_chat(const char *body, size_t len, sv_store *store, sv_resp_
             if (!json_is_string(x)) rc = sv_fail(e, 400, k, "%s must be a string (the prefix cache needs no key)", k);
         } else if (!strcmp(k, "stream_options")) {
             if (!json_is_object(x)) rc = sv_fail(e, 400, k, "stream_options must be an object");
-        } else if (!strcmp(k, "top_logprobs") || !strcmp(k, "max_tool_calls") || !strcmp(k, "prompt")) {
+        } else if (!strcmp(k, "top_logprobs")) {
+            if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > SV_MAX_TOP_LOGPROBS)
+                rc = sv_fail(e, 400, k, "top_logprobs must be an integer from 0 to %d", SV_MAX_TOP_LOGPROBS);
+            else top = (int)json_integer_value(x);
+        } else if (!strcmp(k, "max_tool_calls") || !strcmp(k, "prompt")) {
             if (!(json_is_integer(x) && json_integer_value(x) == 0 && strcmp(k, "prompt")))
                 rc = sv_fail(e, 400, k, "%s is not supported by this server", k);
         } else {
             rc = sv_fail(e, 400, k, "unknown field '%.60s'", k);
         }
     }
+    /* logprobs: asked for with include message.output_text.logprobs (OpenAI's, vLLM's), or by asking for
+     * alternatives; they come on the message's output_text, one entry per token of its text */
+    if (!rc && (json_object_set_new(ech, "top_logprobs", json_integer(top)) ||
+                ((logprobs || top > 0) && (json_object_set_new(chat, "logprobs", json_true()) ||
+                                           json_object_set_new(chat, "top_logprobs", json_integer(top))))))
+        rc = sv_fail(e, 500, NULL, "out of memory");
     const json_t *ins = req ? json_object_get(req, "instructions") : NULL;
     if (!rc && json_is_string(ins) && json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "system", "content", ins)))
         rc = sv_fail(e, 500, NULL, "out of memory");
@@ -568,9 +590,21 @@ static json_t *item_reasoning(const char *id, const char *t, size_t n, const cha
     return it;
 }
 
-static json_t *item_message(const char *id, const char *t, size_t n, const char *status) {
-    return json_pack("{s:s,s:s,s:s,s:s,s:[{s:s,s:s%,s:[],s:[]}]}", "type", "message", "id", id, "role", "assistant", "status",
-                     status, "content", "type", "output_text", "text", t ? t : "", n, "annotations", "logprobs");
+/* A list of logprobs entries from their JSON texts joined by commas (respond.c writes them); NULL out of
+ * memory. */
+static json_t *lp_list(const char *lp, size_t n) {
+    if (!n) return json_array();
+    sv_buf b = {0};
+    json_t *a = sv_buf_lit(&b, "[") || sv_buf_add(&b, lp, n) || sv_buf_lit(&b, "]") ? NULL : json_loadb(b.p, b.len, 0, NULL);
+    sv_buf_free(&b);
+    return a;
+}
+
+static json_t *item_message(const char *id, const char *t, size_t n, const char *status, const char *lp, size_t nlp) {
+    json_t *l = lp_list(lp, nlp);
+    return l ? json_pack("{s:s,s:s,s:s,s:s,s:[{s:s,s:s%,s:[],s:o}]}", "type", "message", "id", id, "role", "assistant", "status",
+                         status, "content", "type", "output_text", "text", t ? t : "", n, "annotations", "logprobs", l)
+             : NULL;
 }
 static json_t *item_call(const char *call_id, const char *name, const char *args, size_t n, const char *status) {
     char id[96];
@@ -579,8 +613,8 @@ static json_t *item_call(const char *call_id, const char *name, const char *args
                      "arguments", args ? args : "", n, "status", status);
 }
 
-json_t *sv_resp_items(const char *rid, const char *reasoning, size_t nr, const char *content, size_t nc, const json_t *calls,
-                      bool incomplete, bool enc) {
+json_t *sv_resp_items(const char *rid, const char *reasoning, size_t nr, const char *content, size_t nc, const char *lp,
+                      size_t nlp, const json_t *calls, bool incomplete, bool enc) {
     json_t *out = json_array();
     const char *st = incomplete ? "incomplete" : "completed";
     char id[96];
@@ -591,7 +625,7 @@ json_t *sv_resp_items(const char *rid, const char *reasoning, size_t nr, const c
     }
     if (out && (nc || !json_array_size(calls))) {
         snprintf(id, sizeof id, "msg_%s_%d", rid, k++);
-        json_array_append_new(out, item_message(id, content, nc, st));
+        json_array_append_new(out, item_message(id, content, nc, st, lp, nlp));
     }
     for (size_t i = 0; out && i < json_array_size(calls); i++) {
         const json_t *c = json_array_get(calls, i), *f = json_object_get(c, "function");
@@ -647,12 +681,15 @@ static int resp_close(sv_resp_stream *rs, bool incomplete, sv_buf *b) {
                         "output_index", oi, "content_index", 0, "part", "type", "reasoning_text", "text", t, n), b);
         item = item_reasoning(rs->item_id, t, n, st, rs->encrypted);
     } else if (rs->kind == SV_RI_MESSAGE) {
-        rc = resp_event(rs, "response.output_text.done", json_pack("{s:s,s:i,s:i,s:s%,s:[]}", "item_id", rs->item_id,
-                        "output_index", oi, "content_index", 0, "text", t, n, "logprobs"), b) ||
-             resp_event(rs, "response.content_part.done", json_pack("{s:s,s:i,s:i,s:{s:s,s:s%,s:[],s:[]}}", "item_id",
+        json_t *l1 = lp_list(rs->lp.p, rs->lp.len), *l2 = lp_list(rs->lp.p, rs->lp.len);
+        rc = !l1 || !l2 ||
+             resp_event(rs, "response.output_text.done", json_pack("{s:s,s:i,s:i,s:s%,s:O}", "item_id", rs->item_id,
+                        "output_index", oi, "content_index", 0, "text", t, n, "logprobs", l1), b) ||
+             resp_event(rs, "response.content_part.done", json_pack("{s:s,s:i,s:i,s:{s:s,s:s%,s:[],s:O}}", "item_id",
                         rs->item_id, "output_index", oi, "content_index", 0, "part", "type", "output_text", "text", t, n,
-                        "annotations", "logprobs"), b);
-        item = item_message(rs->item_id, t, n, st);
+                        "annotations", "logprobs", l2), b);
+        json_decref(l1), json_decref(l2);
+        item = item_message(rs->item_id, t, n, st, rs->lp.p, rs->lp.len);
     } else {
         rc = resp_event(rs, "response.function_call_arguments.done", json_pack("{s:s,s:i,s:s%,s:s}", "item_id", rs->item_id,
                         "output_index", oi, "arguments", t, n, "name", rs->name), b);
@@ -663,6 +700,7 @@ static int resp_close(sv_resp_stream *rs, bool incomplete, sv_buf *b) {
     json_decref(item);
     rs->kind = 0;
     rs->text.len = 0;
+    rs->lp.len = 0;
     return rc ? -1 : 0;
 }
 
@@ -693,30 +731,37 @@ static int resp_open(sv_resp_stream *rs, const char *rid, int kind, const sv_too
                       "output_index", oi, "content_index", 0, "part", part), b);
 }
 
-static int resp_delta(sv_resp_stream *rs, const char *type, const char *d, size_t n, sv_buf *b) {
+/* A delta of the open item; a message's carries the logprobs entries of its tokens (lp: n_lp bytes of
+ * them, kept for the item's end too). */
+static int resp_delta(sv_resp_stream *rs, const char *type, const char *d, size_t n, const char *lp, size_t nlp, sv_buf *b) {
     if (sv_buf_add(&rs->text, d, n)) return -1;
+    if (nlp && ((rs->lp.len && sv_buf_lit(&rs->lp, ",")) || sv_buf_add(&rs->lp, lp, nlp))) return -1;
     json_t *ev = rs->kind == SV_RI_CALL
                      ? json_pack("{s:s,s:i,s:s%}", "item_id", rs->item_id, "output_index", rs->index - 1, "delta", d, n)
                      : json_pack("{s:s,s:i,s:i,s:s%}", "item_id", rs->item_id, "output_index", rs->index - 1, "content_index", 0,
                                  "delta", d, n);
-    if (ev && rs->kind == SV_RI_MESSAGE) json_object_set_new(ev, "logprobs", json_array());
+    if (ev && rs->kind == SV_RI_MESSAGE && json_object_set_new(ev, "logprobs", lp_list(lp, nlp))) {
+        json_decref(ev);
+        return -1;
+    }
     return resp_event(rs, type, ev, b);
 }
 
-int sv_resp_piece(sv_resp_stream *rs, const char *rid, const sv_parse_out *po, sv_buf *sse) {
+int sv_resp_piece(sv_resp_stream *rs, const char *rid, const sv_parse_out *po, const char *lp, size_t nlp, sv_buf *sse) {
     if (po->n_reasoning) {
         if (rs->kind != SV_RI_REASONING && resp_open(rs, rid, SV_RI_REASONING, NULL, sse)) return -1;
-        if (resp_delta(rs, "response.reasoning_text.delta", po->reasoning, po->n_reasoning, sse)) return -1;
+        if (resp_delta(rs, "response.reasoning_text.delta", po->reasoning, po->n_reasoning, NULL, 0, sse)) return -1;
     }
     if (po->n_content) {
         if (rs->kind != SV_RI_MESSAGE && resp_open(rs, rid, SV_RI_MESSAGE, NULL, sse)) return -1;
-        if (resp_delta(rs, "response.output_text.delta", po->content, po->n_content, sse)) return -1;
+        if (resp_delta(rs, "response.output_text.delta", po->content, po->n_content, lp, nlp, sse)) return -1;
     }
     for (size_t k = 0; k < po->n_tools; k++) {
         const sv_tool_piece *t = &po->tools[k];
         if (t->id && resp_open(rs, rid, SV_RI_CALL, t, sse)) return -1;
         if (rs->kind != SV_RI_CALL) continue; /* a piece of a call that never began: nothing to add it to */
-        if (t->args_len && resp_delta(rs, "response.function_call_arguments.delta", t->args, t->args_len, sse)) return -1;
+        if (t->args_len && resp_delta(rs, "response.function_call_arguments.delta", t->args, t->args_len, NULL, 0, sse))
+            return -1;
     }
     return 0;
 }
@@ -734,6 +779,7 @@ int sv_resp_end(sv_resp_stream *rs, json_t *response, const char *type, sv_buf *
 
 void sv_resp_stream_free(sv_resp_stream *rs) {
     sv_buf_free(&rs->text);
+    sv_buf_free(&rs->lp);
     json_decref(rs->done);
     memset(rs, 0, sizeof *rs);
 }

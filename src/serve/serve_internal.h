@@ -90,6 +90,7 @@ typedef struct {
     json_t *resp_ctx;             /* ... the conversation's items before the output (sv_resp_in.ctx) */
     struct sv_store *resp_store;  /* ... where its Response is kept when it ends (NULL: not kept) */
     bool resp_background;         /* ... run in the background (http.c's driver, not its connection) */
+    bool resp_truncate;           /* ... truncation "auto": a conversation past the context drops its first items */
     bool anthropic;               /* an Anthropic Messages API request (POST /v1/messages) */
     json_t *sgl_meta;             /* a sglang /generate request: {"rid"?, "batch"?} */
     int64_t max_tokens;           /* -1: the default (16 for completions, the rest of the context for chat) */
@@ -467,6 +468,7 @@ typedef struct {
     bool encrypted;  /* include reasoning.encrypted_content */
     bool keep;       /* the Response is to be stored (a store exists, and store is not false) */
     bool background; /* background: true (then keep): answered at once, run without its connection */
+    bool truncate;   /* truncation "auto" */
     char id[64];     /* "resp_" and 48 random hex digits */
 } sv_resp_in;
 /* The Responses request translated (previous_response_id read from store, which may be NULL: storing off);
@@ -491,6 +493,7 @@ typedef struct {
     int index;  /* output items opened so far */
     char item_id[112], call_id[48], name[128];
     sv_buf text; /* the open item's text or arguments */
+    sv_buf lp;   /* a message's logprobs entries (JSON texts joined by commas) */
     json_t *done; /* the items closed so far, in order */
     int64_t seq;  /* the next sequence_number */
     bool encrypted; /* reasoning items carry encrypted_content */
@@ -498,14 +501,15 @@ typedef struct {
 /* A Response (status "in_progress", "completed", ...) with the request's echoed fields, no output yet. */
 json_t *sv_resp_object(const sv_job *j, const char *model, const char *status);
 json_t *sv_resp_usage(int64_t in, int64_t cached, int64_t out, int64_t reasoning);
-/* The output items of a whole answer: reasoning, message (also when empty and no calls), function calls. */
-json_t *sv_resp_items(const char *rid, const char *reasoning, size_t nr, const char *content, size_t nc, const json_t *calls,
-                      bool incomplete, bool encrypted);
+/* The output items of a whole answer: reasoning, message (also when empty and no calls; its output_text's
+ * logprobs the nlp bytes of entries at lp, JSON texts joined by commas), function calls. */
+json_t *sv_resp_items(const char *rid, const char *reasoning, size_t nr, const char *content, size_t nc, const char *lp,
+                      size_t nlp, const json_t *calls, bool incomplete, bool encrypted);
 /* Stream events: response.created + in_progress (response stolen); a parsed piece (items opened and closed
  * as the kind changes); the last event (type response.completed / incomplete / failed; response stolen,
  * its output set to the items streamed). */
 int sv_resp_begin(sv_resp_stream *rs, json_t *response, sv_buf *sse);
-int sv_resp_piece(sv_resp_stream *rs, const char *rid, const sv_parse_out *po, sv_buf *sse);
+int sv_resp_piece(sv_resp_stream *rs, const char *rid, const sv_parse_out *po, const char *lp, size_t nlp, sv_buf *sse);
 int sv_resp_end(sv_resp_stream *rs, json_t *response, const char *type, sv_buf *sse, void (*done)(void *, json_t *),
                 void *ctx); /* done (optional): the whole Response, before its event is written */
 void sv_resp_stream_free(sv_resp_stream *rs);

@@ -476,6 +476,64 @@ if text_url:
                param="max_output_tokens", text="maximum context length")
     expect_exc(openai.BadRequestError, lambda: tc.responses.create(model=tmodel, input=[{"type": "input_image"}]),
                param="input[0]")
+    # logprobs (include message.output_text.logprobs, top_logprobs): an entry for each token of the message's
+    # text and none for the reasoning's, a call's or the markup's (</think>, the blank line after it), so that
+    # their bytes are the text's, UTF-8 split across tokens included; the values are chat's for the same tokens
+    # (chat lists every token, the EOS too); streamed, the deltas carry them and add up to the final ones
+    lsay = "Two plus two.</think>\n\nThe answer is 4, \u00e9 \u65e5\u672c." + EOS
+    lkw = dict(model=tmodel, input="2+2?", max_output_tokens=64, include=["message.output_text.logprobs"], top_logprobs=3,
+               extra_body={"debug_forced_output": lsay})
+    ch = tc.chat.completions.create(model=tmodel, messages=[{"role": "user", "content": "2+2?"}], max_tokens=64,
+                                    logprobs=True, top_logprobs=3, extra_body={"debug_forced_output": lsay}).choices[0].logprobs.content
+    for stream, r in created_and_streamed(tc.responses.create, tc.responses.stream, "get_final_response", lkw):
+        part = [o for o in r.output if o.type == "message"][0].content[0]
+        lps = part.logprobs or []
+        check(part.text == "The answer is 4, \u00e9 \u65e5\u672c." and bytes(b for x in lps for b in x.bytes) == part.text.encode(),
+              f"responses logprobs (stream={stream}): {part.text!r} from {[x.token for x in lps]}")
+        check(r.top_logprobs == 3 and all(len(x.top_logprobs) == 3 and x.logprob <= 0 and
+                                          [t.logprob for t in x.top_logprobs] == sorted((t.logprob for t in x.top_logprobs), reverse=True)
+                                          for x in lps), f"responses top_logprobs (stream={stream}): {lps[:2]}")
+        tail = ch[len(ch) - 1 - len(lps):len(ch) - 1]
+        check([(x.token, x.logprob, x.bytes) for x in lps] == [(x.token, x.logprob, x.bytes) for x in tail],
+              f"responses logprobs vs chat's (stream={stream})")
+    ev = list(tc.responses.create(stream=True, **lkw))
+    dl = [x.logprob for e in ev if e.type == "response.output_text.delta" for x in e.logprobs]
+    fin = [e.response for e in ev if e.type == "response.completed"][0]
+    check(dl == [x.logprob for x in fin.output[-1].content[0].logprobs] and len(dl) == len(lps), "streamed logprobs deltas")
+    r = tc.responses.create(model=tmodel, input="Weather?", tools=rtools, max_output_tokens=200, top_logprobs=2,
+                            extra_body={"debug_forced_output": "Hm.</think>\n\nLet me see.\n" + call.split("</think>\n\n")[1]})
+    part = [o for o in r.output if o.type == "message"][0].content[0]
+    joined = bytes(b for x in part.logprobs for b in x.bytes)  # the last token, ".\n", is partly the text's
+    check([o.type for o in r.output] == ["reasoning", "message", "function_call"] and part.text == "Let me see." and
+          joined.startswith(part.text.encode()) and len(joined) - len(part.text) < len(part.logprobs[-1].bytes),
+          f"logprobs beside a call: {r.output}")
+    r = tc.responses.create(model=tmodel, input="2+2?", max_output_tokens=64, extra_body={"debug_forced_output": lsay})
+    check(r.output[-1].content[0].logprobs == [] and r.top_logprobs == 0, "logprobs given unasked")
+    expect_exc(openai.BadRequestError, lambda: tc.responses.create(model=tmodel, input="x", top_logprobs=21), param="top_logprobs")
+    # truncation "auto" (OpenAI's): a conversation past the context drops its first items, the fewest that make
+    # it fit, the instructions kept; the oracle is the same conversation without its first k items, truncation
+    # disabled, for the smallest k the server takes
+    conv = [{"role": "user", "content": "one " * 400}, {"role": "assistant", "content": "Noted."},
+            {"role": "user", "content": "two " * 400}, {"role": "assistant", "content": "Noted."},
+            {"role": "user", "content": "three " * 350}, {"role": "user", "content": "2+2?"}]
+    tkw = dict(model=tmodel, instructions="Be brief.", max_output_tokens=300, extra_body={"debug_forced_output": say})
+    expect_exc(openai.BadRequestError, lambda: tc.responses.create(input=conv, **tkw), param="input")
+    fit = None
+    for k in range(1, len(conv)):
+        try:
+            fit = (k, tc.responses.create(input=conv[k:], **tkw))
+            break
+        except openai.BadRequestError:
+            pass
+    for stream, rt in created_and_streamed(tc.responses.create, tc.responses.stream, "get_final_response",
+                                           dict(input=conv, truncation="auto", **tkw)):
+        check(fit is not None and fit[0] >= 2 and rt.usage.input_tokens == fit[1].usage.input_tokens and
+              rt.truncation == "auto" and rt.output_text == "The answer is 4.",
+              f"truncation auto (stream={stream}): {rt.usage.input_tokens} tokens, {rt.truncation}; without the first "
+              f"{fit and fit[0]} items: {fit and fit[1].usage.input_tokens}")
+    expect_exc(openai.BadRequestError, lambda: tc.responses.create(input=[conv[1], {"role": "user", "content": "four " * 800}],
+                                                                   truncation="auto", **tkw), text="maximum context length")
+    expect_exc(openai.BadRequestError, lambda: tc.responses.create(input="x", truncation="middle", **tkw), param="truncation")
     print("responses: ok")
 
     # the phases of one request on the idle server, read back from /metrics: its lengths are its usage, the
