@@ -802,8 +802,9 @@ static json_t *messages_from(const json_t *msgs, size_t lead, size_t k) {
 
 /* The Responses API's truncation "auto" (OpenAI's): a conversation past the context drops its items from
  * the beginning, the fewest that make it fit (found by bisection: fewer items never make a longer
- * prompt), the last one kept; the prompt, its ids and its length replaced. 0 (a prompt that still does
- * not fit is left to the checks after, as without truncation) or -1 with e filled. */
+ * prompt; a cut the template refuses counts as too long), the last one kept; the prompt, its ids and
+ * its length replaced. 0 (a prompt that still does not fit is left to the checks after, as without
+ * truncation) or -1 with e filled. */
 static int truncate_chat(const mr_server *s, sv_request *r, char **text, int32_t **ids, int64_t *n, sv_error *e) {
     const json_t *msgs = r->messages;
     size_t lead = 0, total = json_array_size(msgs);
@@ -825,11 +826,8 @@ static int truncate_chat(const mr_server *s, sv_request *r, char **text, int32_t
         int32_t *id = NULL;
         int64_t nn = 0;
         if (!m) return json_decref(best), mr_free(bt), mr_free(bi), sv_fail(e, 500, NULL, "out of memory");
-        if (render_chat(s, r, m, &t, &id, &nn, e)) {
-            json_decref(m), json_decref(best), mr_free(t), mr_free(id), mr_free(bt), mr_free(bi);
-            return -1;
-        }
-        if (prompt_fits(s, r, nn)) {
+        sv_error ignored; /* a template that refuses this cut (one that must begin with a user turn) */
+        if (!render_chat(s, r, m, &t, &id, &nn, &ignored) && prompt_fits(s, r, nn)) {
             json_decref(best), mr_free(bt), mr_free(bi);
             best = m, bt = t, bi = id, bn = nn;
             hi = k - 1;
