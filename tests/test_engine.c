@@ -602,6 +602,48 @@ static void test_prefix_sharing(void **state) {
     eng_close(&g);
 }
 
+/* Flushing the prefix cache: refused (nothing changed) while a request waits or runs; when idle every
+ * cached block is free again, the pool is consistent, and the same prompt then hits nothing and gives the
+ * same tokens. */
+static void test_prefix_flush(void **state) {
+    (void)state;
+    enum { G = 8 };
+    tu_rng rng = {11};
+    int32_t a[40];
+    rand_prompt(&rng, a, 40);
+    eng g;
+    eng_cfg c = {.kv = MR_FMT_F32, .blocks = 16, .budget = 64, .running = 2, .ctx = 64};
+    eng_open(&g, &c);
+    outs o;
+    memset(&o, 0, sizeof o);
+    add_req(g.e, a, 40, G, 0);
+    run_until_idle(g.e, &o, true);
+    mr_engine_stats s;
+    mr_engine_stats_get(g.e, &s);
+    const int64_t cached = s.kv_blocks_cached;
+    assert_true(cached >= 2); /* the prompt's two full blocks, at least */
+    add_req(g.e, a, 40, G, 1);
+    int64_t dropped = -1;
+    assert_int_equal(mr_engine_flush_prefix_cache(g.e, &dropped), MR_ESTATE); /* one waits */
+    assert_int_equal(dropped, 0);
+    run_until_idle(g.e, &o, true);
+    assert_int_equal(o.cached[1], 32); /* the cache was kept */
+    mr_engine_stats_get(g.e, &s);
+    assert_int_equal(mr_engine_flush_prefix_cache(g.e, &dropped), MR_OK);
+    assert_int_equal(dropped, s.kv_blocks_cached);
+    mr_engine_stats_get(g.e, &s);
+    assert_int_equal(s.kv_blocks_cached, 0);
+    assert_int_equal(s.kv_blocks_used, 0);
+    assert_int_equal(mr_engine_check(g.e), MR_OK);
+    add_req(g.e, a, 40, G, 2);
+    run_until_idle(g.e, &o, true);
+    assert_int_equal(o.cached[2], 0);
+    assert_memory_equal(o.tok[0], o.tok[2], G * sizeof(int32_t));
+    assert_memory_equal(o.tok[1], o.tok[2], G * sizeof(int32_t));
+    assert_int_equal(mr_engine_check(g.e), MR_OK);
+    eng_close(&g);
+}
+
 /* Many requests over a few shared prefixes in a pool that cannot keep them
  * all: cached blocks are evicted and reused, and every output equals the
  * one of a large pool without prefix caching. */
@@ -1672,6 +1714,7 @@ int main(void) {
         cmocka_unit_test(test_kv_batch_refused),
         cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_prefix_sharing),
+        cmocka_unit_test(test_prefix_flush),
         cmocka_unit_test(test_eviction_under_pressure),
         cmocka_unit_test(test_preemption),
         cmocka_unit_test(test_prompt_logprobs_preempt),

@@ -321,6 +321,12 @@ typedef struct {
 } mr_engine_stats;
 void mr_engine_stats_get(const mr_engine *e, mr_engine_stats *s);
 
+/* Drops every block of the prefix cache (sglang's /flush_cache, vLLM's
+ * /reset_prefix_cache: a benchmark's runs then start cold). Only while no
+ * request is waiting or running: MR_ESTATE otherwise, nothing changed.
+ * *dropped (optional): the blocks that were cached. */
+mr_status mr_engine_flush_prefix_cache(mr_engine *e, int64_t *dropped);
+
 /* Checks the block accounting (every block free, cached or referenced,
  * reference counts equal to the block-table entries, the prefix table and
  * the LRU list consistent, request states consistent). MR_ESTATE with the

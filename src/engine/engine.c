@@ -92,6 +92,16 @@ const mr_engine_opts *mr_engine_opts_of(const mr_engine *e) { return &e->o; }
 float *mr_engine_logits_buffer(mr_engine *e) { return e->logits; }
 bool mr_engine_has_work(const mr_engine *e) { return e->n_waiting > 0 || e->n_running > 0; }
 
+mr_status mr_engine_flush_prefix_cache(mr_engine *e, int64_t *dropped) {
+    if (dropped) *dropped = 0;
+    if (mr_engine_has_work(e) || e->pool.n_used > 0)
+        return mr_error_set(MR_ESTATE, "the prefix cache is flushed only while no request is waiting or running "
+                            "(%d waiting, %d running)", e->n_waiting, e->n_running);
+    const int64_t n = mr__pool_flush(&e->pool);
+    if (dropped) *dropped = n;
+    return MR_OK;
+}
+
 static int64_t blocks_for(int64_t positions) { return (positions + BT - 1) / BT; }
 
 /* ---- lifetime ---- */

@@ -60,6 +60,8 @@ int32_t mr__pool_lookup(const mr__pool *p, mr__key key, mr__key parent, const in
 /* Registers a used block's content; false when the key is already cached
  * (by another block: this one stays private). */
 bool mr__pool_register(mr__pool *p, int32_t b, mr__key key, mr__key parent, const int32_t *tokens);
+/* Empties the prefix table, every block free again (no block may be used); the blocks that were cached. */
+int64_t mr__pool_flush(mr__pool *p);
 /* MR_ESTATE when the pool's own structures disagree (free stack, LRU list,
  * table, counts); the references are checked by the engine. */
 mr_status mr__pool_check(const mr__pool *p);

@@ -187,6 +187,22 @@ bool mr__pool_register(mr__pool *p, int32_t b, mr__key key, mr__key parent, cons
     return true;
 }
 
+int64_t mr__pool_flush(mr__pool *p) {
+    MR_ASSERT(p->n_used == 0);
+    const int64_t dropped = p->n_cached;
+    for (uint64_t i = 0; i <= p->cap_mask; i++) p->table[i] = -1;
+    for (int64_t i = 0; i < p->n; i++) {
+        p->free_stack[i] = (int32_t)(p->n - 1 - i);
+        p->lru_prev[i] = p->lru_next[i] = -1;
+        p->cached[i] = 0;
+    }
+    p->n_free = p->n;
+    p->lru_head = p->lru_tail = -1;
+    p->n_lru = 0;
+    p->n_cached = 0;
+    return dropped;
+}
+
 mr_status mr__pool_check(const mr__pool *p) {
     int64_t used = 0, cached = 0, lru = 0, free_n = 0, in_table = 0;
     for (int64_t b = 0; b < p->n; b++) {

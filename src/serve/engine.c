@@ -55,6 +55,13 @@ struct sv_engine {
     sv_gen *sub_head, *sub_tail;
     bool stop, abort_all;
     bool stopped;              /* the thread has ended: a submission ends at once */
+    /* a prefix-cache flush asked by an HTTP thread (one at a time: fmu), answered by the engine thread
+     * between steps (fcv) */
+    pthread_mutex_t fmu;
+    pthread_cond_t fcv;
+    bool flush_asked, flush_done;
+    int flush_rc;
+    int64_t flushed;
     atomic_llong reserved;     /* admitted, unfinished gens */
     /* engine thread only */
     sv_gen *live;              /* gens inside the engine */
@@ -92,6 +99,8 @@ mr_status sv_engine_new(mr_engine *eng, const mr_server_opts *o, sv_metrics *met
     }
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
+    pthread_mutex_init(&e->fmu, NULL);
+    pthread_cond_init(&e->fcv, NULL);
     *out = e;
     return MR_OK;
 }
@@ -101,6 +110,8 @@ void sv_engine_free(sv_engine *e) {
     mr_engine_free(e->eng);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
+    pthread_mutex_destroy(&e->fmu);
+    pthread_cond_destroy(&e->fcv);
     mr_free(e->wakes);
     mr_free(e);
 }
@@ -215,10 +226,10 @@ static sv_gen *take(sv_engine *e, bool *go, bool *abort) {
         ts.tv_nsec += EP_HEARTBEAT_MS * 1000000L;
         ts.tv_sec += ts.tv_nsec / 1000000000L;
         ts.tv_nsec %= 1000000000L;
-        while (!e->stop && !e->sub_head && !e->abort_all && !mr_engine_has_work(e->eng))
+        while (!e->stop && !e->sub_head && !e->abort_all && !e->flush_asked && !mr_engine_has_work(e->eng))
             if (pthread_cond_timedwait(&e->cv, &e->mu, &ts) == ETIMEDOUT) break;
     } else {
-        while (!e->stop && !e->sub_head && !e->abort_all && !mr_engine_has_work(e->eng))
+        while (!e->stop && !e->sub_head && !e->abort_all && !e->flush_asked && !mr_engine_has_work(e->eng))
             pthread_cond_wait(&e->cv, &e->mu);
     }
     *go = !e->stop;
@@ -388,6 +399,15 @@ static void *engine_main(void *arg) {
         if (abort)
             for (sv_gen *g = e->live; g; g = g->lnext) atomic_store(&g->cancel, 1);
         if (!go && !e->live) break;
+        /* a flush asked for: only while nothing is admitted (what was just admitted counts) */
+        pthread_mutex_lock(&e->mu);
+        if (e->flush_asked) {
+            e->flush_rc = e->live ? 1 : mr_engine_flush_prefix_cache(e->eng, &e->flushed) ? -1 : 0;
+            e->flush_asked = false;
+            e->flush_done = true;
+            pthread_cond_broadcast(&e->fcv);
+        }
+        pthread_mutex_unlock(&e->mu);
         /* 3. one step (cancellations included) */
         const mr_engine_step_out *out = NULL;
         const bool beat = e->ep && mr_now_ns() - e->last_step_ns >= (uint64_t)EP_HEARTBEAT_MS * 1000000u;
@@ -431,6 +451,7 @@ static void *engine_main(void *arg) {
     sv_gen *g = e->sub_head;
     e->sub_head = e->sub_tail = NULL;
     e->stopped = true;
+    pthread_cond_broadcast(&e->fcv); /* a flush waiting: not done */
     pthread_mutex_unlock(&e->mu);
     for (sv_gen *nx; g; g = nx) {
         nx = g->next;
@@ -440,6 +461,25 @@ static void *engine_main(void *arg) {
     if (e->ep && !atomic_load(&e->failed) && mr_engine_ep_stop(e->eng))
         MR_ERROR("serve: cannot stop the other ranks: %s", mr_error_last());
     return NULL;
+}
+
+int sv_engine_flush(sv_engine *e, int64_t *dropped) {
+    *dropped = 0;
+    if (sv_engine_inflight(e) > 0) return 1; /* at once, without waiting for the step under way */
+    pthread_mutex_lock(&e->fmu);
+    pthread_mutex_lock(&e->mu);
+    int rc = -1;
+    if (!e->stopped) { /* started: the server serves (http.c asks only then) */
+        e->flush_asked = true;
+        e->flush_done = false;
+        pthread_cond_signal(&e->cv);
+        while (!e->flush_done && !e->stopped) pthread_cond_wait(&e->fcv, &e->mu);
+        if (e->flush_done) rc = e->flush_rc, *dropped = e->flushed;
+        e->flush_asked = false;
+    }
+    pthread_mutex_unlock(&e->mu);
+    pthread_mutex_unlock(&e->fmu);
+    return rc;
 }
 
 mr_status sv_engine_start(sv_engine *e) {

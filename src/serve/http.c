@@ -104,7 +104,7 @@ struct mr_server {
 
 enum {
     R_NONE = 0, R_HEALTH, R_MODELS, R_MODEL, R_METRICS, R_COMPLETIONS, R_CHAT, R_RESPONSES, R_MESSAGES, R_TOKENIZE, R_DETOKENIZE,
-    R_COUNT_TOKENS, R_PING, R_VERSION, R_GENERATE, R_RESPONSE_ID
+    R_COUNT_TOKENS, R_PING, R_VERSION, R_GENERATE, R_RESPONSE_ID, R_FLUSH, R_RESET_PREFIX
 };
 
 /* One HTTP request. */
@@ -394,7 +394,8 @@ static int route_of(const char *url, const char *method, bool *post, bool *bad_m
              {"/detokenize", R_DETOKENIZE, true},    {"/v1/responses", R_RESPONSES, true},
              {"/v1/messages", R_MESSAGES, true},     {"/v1/messages/count_tokens", R_COUNT_TOKENS, true},
              {"/ping", R_PING, false},               {"/version", R_VERSION, false},
-             {"/generate", R_GENERATE, true}};
+             {"/generate", R_GENERATE, true},       {"/flush_cache", R_FLUSH, true},
+             {"/reset_prefix_cache", R_RESET_PREFIX, true}};
     bool is_post = !strcmp(method, "POST"), is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     *bad_method = false;
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
@@ -403,6 +404,10 @@ static int route_of(const char *url, const char *method, bool *post, bool *bad_m
         if (t[i].route == R_PING && is_post) { /* vLLM's /ping (SageMaker's health check) takes both */
             *post = false;
             return R_PING;
+        }
+        if (t[i].route == R_FLUSH && is_get) { /* sglang's /flush_cache takes both */
+            *post = false;
+            return R_FLUSH;
         }
         if (t[i].post ? !is_post : !is_get) *bad_method = true;
         return t[i].route;
@@ -474,6 +479,22 @@ static enum MHD_Result do_metrics(mr_server *s, struct MHD_Connection *c) {
     enum MHD_Result r = send_text(c, 200, "text/plain; version=0.0.4; charset=utf-8", b, strlen(b));
     mr_free(b);
     return r;
+}
+
+/* sglang's /flush_cache (GET or POST) and vLLM's POST /reset_prefix_cache: the prefix cache dropped, so
+ * that a benchmark's run starts cold; only while no request is admitted (a 400 otherwise, as sglang's). */
+static enum MHD_Result do_flush(mr_server *s, struct MHD_Connection *c) {
+    if (!serving(s)) return unavailable(s, c);
+    int64_t dropped = 0;
+    const int rc = sv_engine_flush(s->eng, &dropped);
+    if (rc > 0)
+        return fail(s, c, 400, NULL, "the prefix cache was not flushed: %lld requests are running or waiting (it is "
+                    "flushed only when none is)", (long long)sv_engine_inflight(s->eng));
+    if (rc < 0) return fail(s, c, 503, NULL, "the prefix cache was not flushed: the engine is not running");
+    MR_INFO("serve: prefix cache flushed (%lld KV blocks)", (long long)dropped);
+    char b[96];
+    const int n = snprintf(b, sizeof b, "Cache flushed (%lld KV blocks).\n", (long long)dropped);
+    return send_text(c, 200, "text/plain; charset=utf-8", b, (size_t)n);
 }
 
 /* A stored response (the Responses API): GET /v1/responses/{id} (the Response; a background one's status
@@ -1445,6 +1466,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case R_DETOKENIZE: return do_tokenize(s, c, h, true);
     case R_COUNT_TOKENS: return do_count_tokens(s, c, h);
     case R_RESPONSE_ID: return do_response_id(s, c, url, method);
+    case R_FLUSH: case R_RESET_PREFIX: return do_flush(s, c);
     default: return do_generate(s, c, h);
     }
 }

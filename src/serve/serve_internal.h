@@ -394,6 +394,10 @@ void sv_engine_abort_all(sv_engine *e);
  * aborted (each parked job is woken). */
 void sv_engine_stop(sv_engine *e);
 void sv_engine_free(sv_engine *e);
+/* Drops the prefix cache (the engine thread does it between steps): 0 done (*dropped the KV blocks that
+ * were cached), 1 not done because gens are admitted (it is flushed only when idle), -1 the engine thread
+ * is not running. */
+int sv_engine_flush(sv_engine *e, int64_t *dropped);
 /* Admitted gens not yet finished (running + waiting). */
 int64_t sv_engine_inflight(sv_engine *e);
 /* NULL while the engine runs; the reason once it cannot run any more (its

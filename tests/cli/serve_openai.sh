@@ -64,6 +64,9 @@ codes=$(for req in "PUT /v1/responses/x" "POST /v1/responses/x/input_items" "GET
                    "GET /v1/responses/x/y" "DELETE /v1/responses/x" "GET /v1/responses/$long" "POST /v1/responses/x/cancel"; do
     set -- $req; curl -s -o /dev/null -w '%{http_code} ' -X "$1" "$URL_C$2"; done)
 [ "$codes" = "405 405 405 404 404 404 404 " ] || { echo "FAIL: stored-response routes: $codes"; rc=1; }
+codes=$(curl -s -o /dev/null -w '%{http_code} ' -X POST "$URL_B/flush_cache"
+        curl -s -o /dev/null -w '%{http_code}' -X POST "$URL_B/flush_cache" -H "Authorization: Bearer secret")
+[ "$codes" = "401 200" ] || { echo "FAIL: /flush_cache and the API key: $codes"; rc=1; }
 SV_PID=$PID_A; stop_server; ra=$SV_RC
 SV_PID=$PID_B; stop_server; rb=$SV_RC
 SV_PID=$PID_C; stop_server; rc3=$SV_RC
@@ -112,6 +115,32 @@ prev=$(curl -s -w ' %{http_code}' "$SV_URL/v1/responses" -d '{"input": "x", "pre
 look=$(curl -s -o /dev/null -w '%{http_code}' "$SV_URL/v1/responses/resp_x")
 [ "$kept" = false ] && [ "${prev##* }" = 400 ] && [ "$look" = 404 ] && echo "$prev" | grep -q -- '--response-store-mb 0' ||
     { echo "FAIL: without a response store: store $kept, previous_response_id $prev, GET $look"; exit 1; }
+# the prefix cache flushed (sglang's /flush_cache, GET or POST; vLLM's POST /reset_prefix_cache): the same chat
+# prompt hits the cache, then after a flush hits nothing; while a request runs a flush is a 400 that leaves the
+# cache; the key is asked where the server has one
+cached() { curl -s "$SV_URL/v1/chat/completions" -d '{"messages":[{"role":"user","content":"Tell me about the prefix cache of this server, at length."}],
+    "max_tokens":2}' | jq -c '.usage.prompt_tokens_details.cached_tokens'; }
+f0=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$SV_URL/flush_cache"); c0=$(cached); c1=$(cached)
+f1=$(curl -s -w ' %{http_code}' -X POST "$SV_URL/flush_cache"); c2=$(cached)
+f2=$(curl -s -o /dev/null -w '%{http_code}' "$SV_URL/flush_cache"); c3=$(cached)
+f3=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$SV_URL/reset_prefix_cache"); c4=$(cached)
+[ "$f0" = 200 ] && [ "$c0" = 0 ] && [ "$c1" -gt 0 ] && [ "$c2" = 0 ] && [ "$c3" = 0 ] && [ "$c4" = 0 ] && [ "${f1##* }" = 200 ] &&
+    [ "$f2" = 200 ] && [ "$f3" = 200 ] && echo "$f1" | grep -q 'Cache flushed' ||
+    { echo "FAIL: flush: cached $c0 $c1 $c2 $c3 $c4, flushes $f1 / $f2 / $f3"; exit 1; }
+c5=$(cached)
+# busy: 16 answers of 900 tokens over a 200k vocabulary (tens of seconds here); the flush is refused at once
+curl -sN "$SV_URL/v1/completions" -d '{"prompt":"x","n":16,"max_tokens":900,"ignore_eos":true,"stream":true}' >/dev/null &
+busy=$!
+sleep 1
+f4=$(curl -s -w ' %{http_code}' -X POST "$SV_URL/flush_cache")
+kill $busy 2>/dev/null; wait $busy 2>/dev/null
+f5=000
+for i in $(seq 1 100); do f5=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$SV_URL/reset_prefix_cache"); [ "$f5" = 200 ] && break; sleep 0.1; done
+[ "${f4##* }" = 400 ] && echo "$f4" | grep -q 'running or waiting' && [ "$c5" -gt 0 ] && [ "$f5" = 200 ] ||
+    { echo "FAIL: flush while busy: $f4 (cached before: $c5), after the client left: $f5"; exit 1; }
+codes=$(curl -s -o /dev/null -w '%{http_code} ' -X PUT "$SV_URL/flush_cache"
+        curl -s -o /dev/null -w '%{http_code}' "$SV_URL/reset_prefix_cache")
+[ "$codes" = "405 405" ] || { echo "FAIL: flush routes: $codes"; exit 1; }
 BODY=$(jq -cn --arg f $'Thinking.</think>\n\n<minimax:tool_call>\n<invoke name="w">\n<parameter name="c">Rome</parameter>\n</invoke>\n</minimax:tool_call>' \
     '{messages: [{role: "user", content: "w?"}], max_tokens: 60, temperature: 0, debug_forced_output: $f, tools: [{type: "function",
       function: {name: "w", parameters: {type: "object", properties: {c: {type: "string"}}}}}]}')
