@@ -156,6 +156,9 @@ mr_status mr_bench_serve_warmup(const mr_bench_serve_opts *o);
 /* GETs base_url + path into a NUL-terminated malloc'd buffer (*body, free
  * with free()); *http gets the status. Used for /metrics and /v1/models. */
 mr_status mr_http_get(const char *base_url, const char *path, double timeout_s, long *http, char **body);
+/* POSTs the JSON text json to base_url + path, as mr_http_get reads the answer. */
+mr_status mr_http_post(const char *base_url, const char *path, const char *json, double timeout_s, long *http,
+                       char **body);
 /* Percentile of v[0..n) with linear interpolation between closest ranks
  * (numpy's default); sorts v. 0 when n == 0. */
 double mr_percentile(double *v, size_t n, double pct);

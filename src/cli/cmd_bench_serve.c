@@ -21,7 +21,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: moerun bench serve --base-url URL [--concurrency 1,16,64,128] [--num-prompts N]\n"
             "                          [--input-len L] [--output-len O] [--chat] [--text-prompts]\n"
-            "                          [--model NAME] [--vocab V] [--seed S] [--timeout S] [--no-warmup]\n"
+            "                          [--model NAME] [--vocab V] [--seed S] [--timeout S] [--no-warmup] [--flush-cache]\n"
             "                          [--tokenizer DIR] [--extra-request-body JSON|@FILE]\n"
             "                          [--json FILE] [--plot FILE.png]\n\n"
             "Serving benchmark with sglang bench_serving's definitions: at each concurrency C, N requests\n"
@@ -36,7 +36,9 @@ static void usage(FILE *f) {
             "              published, so 1000 unless given)\n"
             "  --extra-request-body JSON|@FILE  a JSON object merged into every request, its keys replacing\n"
             "              the bench's own (sglang's flag): e.g. '{\"response_format\": {\"type\": \"json_schema\", ...}}'\n"
-            "              to measure structured outputs\n");
+            "              to measure structured outputs\n"
+            "  --flush-cache  POST /flush_cache before each concurrency's run (after its warm-up): every run\n"
+            "              starts with an empty prefix cache (sglang's flag; moerun serve and sglang answer it)\n");
 }
 
 /* The value of the first series named `name` (with any labels) in a
@@ -96,6 +98,21 @@ static void read_counters(const char *base, counters *c) {
     c->q_n = prom(t, "moerun:request_queue_time_seconds_count", NULL);
     c->rej = prom(t, "moerun:request_rejected_total", "reason=\"queue_full\"");
     free(t);
+}
+
+/* --flush-cache: the server's prefix cache dropped before a run (sglang's /flush_cache, which moerun serve
+ * and sglang answer); 1 with the reason printed when it was not. */
+static int flush_cache(const char *base) {
+    long http = 0;
+    char *body = NULL;
+    if (mr_http_post(base, "/flush_cache", "", 60, &http, &body) || http != 200) {
+        fprintf(stderr, "moerun bench serve: --flush-cache: POST %s/flush_cache: %s%.300s\n", base,
+                http ? "" : mr_error_last(), body ? body : "");
+        free(body);
+        return 1;
+    }
+    free(body);
+    return 0;
 }
 
 static void line(const char *k, double v) { printf("%-40s %-10.2f\n", k, v); }
@@ -244,6 +261,7 @@ int mr_cmd_bench_serve(int argc, char **argv) {
     mr_bench_serve_opts o = {.vocab = 1000, .min_id = 10, .seed = 1, .warmup = true, .timeout_s = 600, .input_len = 128,
                              .output_len = 128};
     const char *conc = "1,16,64,128", *json_path = NULL, *plot_path = NULL, *extra_arg = NULL;
+    bool flush = false;
     long num = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -257,6 +275,8 @@ int mr_cmd_bench_serve(int argc, char **argv) {
             o.text_prompts = true;
         } else if (!strcmp(a, "--no-warmup")) {
             o.warmup = false;
+        } else if (!strcmp(a, "--flush-cache")) {
+            flush = true;
         } else if (!v) {
             fprintf(stderr, "moerun bench serve: %s: unknown option or missing value (see --help)\n", a);
             return 2;
@@ -374,6 +394,10 @@ int mr_cmd_bench_serve(int argc, char **argv) {
             break;
         }
         o.warmup = false;
+        if (flush && flush_cache(o.base_url)) {
+            rc = 1;
+            break;
+        }
         read_counters(o.base_url, &a);
         mr_status st = mr_bench_serve_run(&o, &rs[k]);
         o.warmup = warm;

@@ -104,8 +104,8 @@ mr_status mr_http_get(const char *base_url, const char *path, double timeout_s, 
     return MR_OK;
 }
 
-static mr_status http_post(const char *base_url, const char *path, const char *json, double timeout_s, long *http,
-                           char **body) {
+mr_status mr_http_post(const char *base_url, const char *path, const char *json, double timeout_s, long *http,
+                       char **body) {
     *body = NULL;
     CURL *h = curl_easy_init();
     if (!h) return mr_error_set(MR_ENOMEM, "curl_easy_init failed");
@@ -307,7 +307,7 @@ static mr_status make_bodies(const mr_bench_serve_opts *o, const char *model, ch
             json_decref(dq);
             long http = 0;
             char *resp = NULL;
-            st = dqs ? http_post(o->base_url, "/detokenize", dqs, 60, &http, &resp) : MR_ENOMEM;
+            st = dqs ? mr_http_post(o->base_url, "/detokenize", dqs, 60, &http, &resp) : MR_ENOMEM;
             free(dqs);
             json_t *r = NULL;
             if (!st) {

@@ -47,6 +47,14 @@ jq -e '.results[0].server_counters_delta.generation_tokens <= 12 and .results[0]
 "$M" bench serve --base-url "$SV_URL" --concurrency 1 --num-prompts 2 --input-len 8 --output-len 8 --vocab 256 \
     --extra-request-body '{"temperature": 7}' >"$S/outy" 2>&1; rc=$?
 [ $rc = 1 ] && grep -q "warm-up request failed: HTTP 400" "$S/outy" || bad "a refused extra field: exit $rc, $(tail -3 "$S/outy")"
+# --flush-cache: the same prompts (same seed) again hit the prefix cache, unless it was flushed before the run
+for f in "" "" --flush-cache; do
+    "$M" bench serve --base-url "$SV_URL" --concurrency 1 --num-prompts 2 --input-len 40 --output-len 4 --vocab 256 \
+        --seed 77 --no-warmup $f --json "$S/f.json" >"$S/outf" 2>&1 || { bad "bench serve $f: $(tail -2 "$S/outf")"; break; }
+    hits="${hits:-}$(jq '.results[0].server_counters_delta.prefix_cache_hits' "$S/f.json") "
+done
+set -- $hits
+[ "$2" -ge 64 ] && [ "$3" = 0 ] || bad "--flush-cache: prefix-cache hits of three runs of the same prompts: $hits"
 # text prompts through /detokenize need a tokenizer: a clear refusal here
 "$M" bench serve --base-url "$SV_URL" --concurrency 1 --num-prompts 2 --chat >"$S/out2" 2>&1; rc=$?
 [ $rc = 1 ] && grep -q "tokenizer" "$S/out2" || bad "--chat without a tokenizer: exit $rc: $(tail -2 "$S/out2")"
