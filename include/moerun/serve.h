@@ -94,6 +94,8 @@ const char *mr_server_model_name(const mr_server *s);
  * tokenizer and chat template from o->model_dir and starts the engine thread.
  * The running set, context length and step budget are the engine's. */
 mr_status mr_server_attach(mr_server *s, mr_engine *e);
+/* The resolver's decision as JSON (mr_resolution_json), copied, for GET /get_server_info. */
+mr_status mr_server_set_resolution(mr_server *s, const char *json);
 /* Opens for work: /health turns 200. Needs a model attached. */
 mr_status mr_server_set_ready(mr_server *s);
 /* NULL while the engine can run; the reason once it cannot any more (its

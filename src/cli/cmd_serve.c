@@ -433,6 +433,9 @@ int mr_cmd_serve(int argc, char **argv) {
     omp_pause_resource_all(omp_pause_soft);
     mr_status ast = mr_server_attach(srv, eng);
     eng = NULL;
+    char *rj = ast ? NULL : mr_resolution_json(r);
+    if (!ast && (!rj || mr_server_set_resolution(srv, rj))) ast = MR_ENOMEM;
+    mr_free(rj);
     if (ast || mr_server_set_ready(srv)) {
         mr_cli_fail("serve", NULL);
         goto out;

@@ -37,6 +37,8 @@
 
 #include "base/json_internal.h"
 #include "moerun/grammar.h"
+#include "moerun/kernels.h"
+#include "moerun/moe.h"
 #include "serve/serve_internal.h"
 
 enum { ST_LOADING = 0, ST_READY = 1, ST_DRAINING = 2 };
@@ -72,6 +74,8 @@ struct mr_server {
     int64_t vocab;
     int64_t context_length, kv_blocks; /* the engine's */
     int max_running;
+    mr_engine_opts eo;   /* the engine's options, for /get_server_info */
+    char *resolution;    /* the resolver's decision (JSON), or NULL */
     sv_text *text;
     sv_metrics met;
     sv_store *store; /* the Responses API's stored responses, NULL when off */
@@ -104,7 +108,7 @@ struct mr_server {
 
 enum {
     R_NONE = 0, R_HEALTH, R_MODELS, R_MODEL, R_METRICS, R_COMPLETIONS, R_CHAT, R_RESPONSES, R_MESSAGES, R_TOKENIZE, R_DETOKENIZE,
-    R_COUNT_TOKENS, R_PING, R_VERSION, R_GENERATE, R_RESPONSE_ID, R_FLUSH, R_RESET_PREFIX
+    R_COUNT_TOKENS, R_PING, R_VERSION, R_GENERATE, R_RESPONSE_ID, R_FLUSH, R_RESET_PREFIX, R_SERVER_INFO
 };
 
 /* One HTTP request. */
@@ -395,7 +399,8 @@ static int route_of(const char *url, const char *method, bool *post, bool *bad_m
              {"/v1/messages", R_MESSAGES, true},     {"/v1/messages/count_tokens", R_COUNT_TOKENS, true},
              {"/ping", R_PING, false},               {"/version", R_VERSION, false},
              {"/generate", R_GENERATE, true},       {"/flush_cache", R_FLUSH, true},
-             {"/reset_prefix_cache", R_RESET_PREFIX, true}};
+             {"/reset_prefix_cache", R_RESET_PREFIX, true}, {"/get_server_info", R_SERVER_INFO, false},
+             {"/server_info", R_SERVER_INFO, false}};
     bool is_post = !strcmp(method, "POST"), is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     *bad_method = false;
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
@@ -479,6 +484,38 @@ static enum MHD_Result do_metrics(mr_server *s, struct MHD_Connection *c) {
     enum MHD_Result r = send_text(c, 200, "text/plain; version=0.0.4; charset=utf-8", b, strlen(b));
     mr_free(b);
     return r;
+}
+
+/* sglang's GET /get_server_info (and /server_info, its newer name and vLLM's): the server's settings under
+ * sglang's names where they exist (what sglang's tools read: tokenizer_path, internal_states[0].memory_usage.
+ * token_capacity, disable_radix_cache), the engine's state, and the resolver's frozen decision with its
+ * reasons (moerun resolve --json's object): which runner, kernels, formats, and why. */
+static enum MHD_Result do_server_info(mr_server *s, struct MHD_Connection *c) {
+    if (!serving(s)) return unavailable(s, c);
+    pthread_mutex_lock(&s->met.mu);
+    const int64_t running = s->met.running, waiting = s->met.waiting, used = s->met.kv_used_blocks;
+    pthread_mutex_unlock(&s->met.mu);
+    const mr_format_traits *kv = mr_format_traits_get(s->eo.kv_dtype);
+    json_t *res = s->resolution ? json_loads(s->resolution, 0, NULL) : NULL;
+    json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:I,s:i,s:i,s:I,s:I,s:I,s:i,s:s,s:I,s:b,s:I,s:I,s:s,s:s,s:s,s:o,"
+                          "s:[{s:{s:I,s:I,s:I},s:I,s:I}]}",
+                          "served_model_name", s->name, "model_path", s->model_dir, "tokenizer_path", s->model_dir,
+                          "version", mr_version(), "context_length", (json_int_t)s->context_length,
+                          "max_running_requests", s->max_running, "max_queued_requests", s->o.max_queued_requests,
+                          "chunked_prefill_size", (json_int_t)s->eo.max_batch_tokens,
+                          "max_prompt_tokens", (json_int_t)s->o.max_prompt_tokens,
+                          "max_completion_tokens", (json_int_t)s->o.max_completion_tokens,
+                          "page_size", MR_KV_BLOCK_TOKENS, "kv_cache_dtype", kv ? kv->name : "?",
+                          "max_total_num_tokens", (json_int_t)(s->kv_blocks * MR_KV_BLOCK_TOKENS),
+                          "disable_radix_cache", s->eo.no_prefix_caching,
+                          "response_store_bytes", (json_int_t)s->o.response_store_bytes,
+                          "http_threads", (json_int_t)s->o.http_threads,
+                          "moe_runner", mr_model_runner_name(s->m), "activation_mode", mr_act_mode_name(mr_model_act_mode(s->m)),
+                          "kernels", mr_kernels_get()->isa, "resolution", res ? res : json_null(),
+                          "internal_states", "memory_usage", "token_capacity", (json_int_t)(s->kv_blocks * MR_KV_BLOCK_TOKENS),
+                          "kv_blocks", (json_int_t)s->kv_blocks, "kv_blocks_used", (json_int_t)used,
+                          "running_requests", (json_int_t)running, "waiting_requests", (json_int_t)waiting);
+    return send_object(s, c, o);
 }
 
 /* sglang's /flush_cache (GET or POST) and vLLM's POST /reset_prefix_cache: the prefix cache dropped, so
@@ -1467,6 +1504,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case R_COUNT_TOKENS: return do_count_tokens(s, c, h);
     case R_RESPONSE_ID: return do_response_id(s, c, url, method);
     case R_FLUSH: case R_RESET_PREFIX: return do_flush(s, c);
+    case R_SERVER_INFO: return do_server_info(s, c);
     default: return do_generate(s, c, h);
     }
 }
@@ -1738,6 +1776,7 @@ mr_status mr_server_attach(mr_server *s, mr_engine *e) {
     s->context_length = eo->context_length;
     s->kv_blocks = eo->kv_blocks;
     s->max_running = eo->max_running_requests;
+    s->eo = *eo;
     if (s->o.max_prompt_tokens <= 0 || s->o.max_prompt_tokens > s->context_length - 1)
         s->o.max_prompt_tokens = s->context_length - 1;
     if (s->o.max_completion_tokens <= 0 || s->o.max_completion_tokens > s->context_length - 1)
@@ -1750,6 +1789,14 @@ mr_status mr_server_attach(mr_server *s, mr_engine *e) {
     if (!st) st = sv_text_check_vocab(s->text, s->vocab);
     if (!st) st = sv_engine_start(s->eng);
     return st;
+}
+
+mr_status mr_server_set_resolution(mr_server *s, const char *json) {
+    char *t = json ? mr_strdup(json) : NULL;
+    if (json && !t) return MR_ENOMEM;
+    mr_free(s->resolution);
+    s->resolution = t;
+    return MR_OK;
 }
 
 mr_status mr_server_start(mr_server *s) {
@@ -1853,6 +1900,7 @@ void mr_server_close(mr_server *s) {
     mr_free(s->model_dir);
     mr_free(s->host);
     mr_free(s->api_key);
+    mr_free(s->resolution);
     for (int i = 0; i < s->n_origins; i++) mr_free(s->origins[i]);
     mr_free(s->origins);
     mr_free(s);

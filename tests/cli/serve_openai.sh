@@ -65,8 +65,9 @@ codes=$(for req in "PUT /v1/responses/x" "POST /v1/responses/x/input_items" "GET
     set -- $req; curl -s -o /dev/null -w '%{http_code} ' -X "$1" "$URL_C$2"; done)
 [ "$codes" = "405 405 405 404 404 404 404 " ] || { echo "FAIL: stored-response routes: $codes"; rc=1; }
 codes=$(curl -s -o /dev/null -w '%{http_code} ' -X POST "$URL_B/flush_cache"
-        curl -s -o /dev/null -w '%{http_code}' -X POST "$URL_B/flush_cache" -H "Authorization: Bearer secret")
-[ "$codes" = "401 200" ] || { echo "FAIL: /flush_cache and the API key: $codes"; rc=1; }
+        curl -s -o /dev/null -w '%{http_code} ' -X POST "$URL_B/flush_cache" -H "Authorization: Bearer secret"
+        curl -s -o /dev/null -w '%{http_code}' "$URL_B/get_server_info")
+[ "$codes" = "401 200 401" ] || { echo "FAIL: /flush_cache, /get_server_info and the API key: $codes"; rc=1; }
 SV_PID=$PID_A; stop_server; ra=$SV_RC
 SV_PID=$PID_B; stop_server; rb=$SV_RC
 SV_PID=$PID_C; stop_server; rc3=$SV_RC
@@ -138,9 +139,23 @@ f5=000
 for i in $(seq 1 100); do f5=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$SV_URL/reset_prefix_cache"); [ "$f5" = 200 ] && break; sleep 0.1; done
 [ "${f4##* }" = 400 ] && echo "$f4" | grep -q 'running or waiting' && [ "$c5" -gt 0 ] && [ "$f5" = 200 ] ||
     { echo "FAIL: flush while busy: $f4 (cached before: $c5), after the client left: $f5"; exit 1; }
+# sglang's /get_server_info (and /server_info): the settings this server was started with, what the ready line
+# says, and the resolver's decision as `moerun resolve --json` gives it for the same model and flags
+info=$(curl -s "$SV_URL/get_server_info")
+blocks=$(sed -n 's/.*context 1024, \([0-9]*\) KV blocks of 16 tokens.*/\1/p' "$S/f.log")
+"$M" resolve --model "$MM" --context-length 1024 --json >"$S/resolve.json" || { echo "FAIL: moerun resolve --json"; exit 1; }
+echo "$info" | jq -e --arg mm "$MM" --argjson blocks "${blocks:-0}" --slurpfile rj "$S/resolve.json" '
+    .served_model_name == "minimax-form" and .tokenizer_path == $mm and .context_length == 1024 and
+    .response_store_bytes == 0 and .page_size == 16 and .max_total_num_tokens == $blocks * 16 and $blocks > 0 and
+    .internal_states[0].memory_usage.token_capacity == $blocks * 16 and .disable_radix_cache == false and
+    .resolution.options == $rj[0].options and .moe_runner == $rj[0].options.moe_runner_backend.value' >/dev/null ||
+    { echo "FAIL: /get_server_info: $(echo "$info" | jq -c 'del(.resolution)'), $blocks blocks in the log"; exit 1; }
+[ "$(curl -s "$SV_URL/server_info" | jq -c 'del(.internal_states)')" = "$(echo "$info" | jq -c 'del(.internal_states)')" ] ||
+    { echo "FAIL: /server_info differs from /get_server_info"; exit 1; }
 codes=$(curl -s -o /dev/null -w '%{http_code} ' -X PUT "$SV_URL/flush_cache"
+        curl -s -o /dev/null -w '%{http_code} ' -X POST "$SV_URL/get_server_info"
         curl -s -o /dev/null -w '%{http_code}' "$SV_URL/reset_prefix_cache")
-[ "$codes" = "405 405" ] || { echo "FAIL: flush routes: $codes"; exit 1; }
+[ "$codes" = "405 405 405" ] || { echo "FAIL: flush and server-info routes: $codes"; exit 1; }
 BODY=$(jq -cn --arg f $'Thinking.</think>\n\n<minimax:tool_call>\n<invoke name="w">\n<parameter name="c">Rome</parameter>\n</invoke>\n</minimax:tool_call>' \
     '{messages: [{role: "user", content: "w?"}], max_tokens: 60, temperature: 0, debug_forced_output: $f, tools: [{type: "function",
       function: {name: "w", parameters: {type: "object", properties: {c: {type: "string"}}}}}]}')
