@@ -540,6 +540,13 @@ static void test_step_threads_tokens(void **state) {
 
 /* ---- prefix sharing and eviction ---- */
 
+/* A small engine (16 blocks, 2 running, context 64) and empty outputs. */
+static void eng_open_tiny(eng *g, outs *o) {
+    eng_cfg c = {.kv = MR_FMT_F32, .blocks = 16, .budget = 64, .running = 2, .ctx = 64};
+    eng_open(g, &c);
+    memset(o, 0, sizeof *o);
+}
+
 static void test_prefix_sharing(void **state) {
     (void)state;
     enum { P = 200, G = 16 };
@@ -587,10 +594,8 @@ static void test_prefix_sharing(void **state) {
     /* a prompt cached whole (32 tokens, two full blocks): its last block is
      * computed again, for the logits of its last token; same tokens */
     eng g;
-    eng_cfg c = {.kv = MR_FMT_F32, .blocks = 16, .budget = 64, .running = 2, .ctx = 64};
-    eng_open(&g, &c);
     outs o;
-    memset(&o, 0, sizeof o);
+    eng_open_tiny(&g, &o);
     add_req(g.e, a, 32, G, 0);
     run_until_idle(g.e, &o, true);
     add_req(g.e, a, 32, G, 1);
@@ -612,10 +617,8 @@ static void test_prefix_flush(void **state) {
     int32_t a[40];
     rand_prompt(&rng, a, 40);
     eng g;
-    eng_cfg c = {.kv = MR_FMT_F32, .blocks = 16, .budget = 64, .running = 2, .ctx = 64};
-    eng_open(&g, &c);
     outs o;
-    memset(&o, 0, sizeof o);
+    eng_open_tiny(&g, &o);
     add_req(g.e, a, 40, G, 0);
     run_until_idle(g.e, &o, true);
     mr_engine_stats s;
