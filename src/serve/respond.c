@@ -215,10 +215,12 @@ static int lp_token(const sv_out *o, int32_t id, sv_buf *b) {
     return sv_buf_json_str(b, p, n);
 }
 
+/* The token's bytes as a JSON list; an id without text: null (chat's Optional), [] in the Responses API
+ * (whose bytes is a list). */
 static int lp_bytes(const sv_out *o, int32_t id, sv_buf *b) {
     const char *p;
     size_t n;
-    if (o->ids_mode || sv_text_piece(o->t, id, &p, &n)) return sv_buf_lit(b, "null");
+    if (o->ids_mode || sv_text_piece(o->t, id, &p, &n)) return o->resp ? sv_buf_lit(b, "[]") : sv_buf_lit(b, "null");
     if (sv_buf_lit(b, "[")) return -1;
     for (size_t i = 0; i < n; i++)
         if (sv_buf_printf(b, "%s%u", i ? "," : "", (unsigned)(unsigned char)p[i])) return -1;

@@ -491,6 +491,7 @@ if text_url:
         check(part.text == "The answer is 4, \u00e9 \u65e5\u672c." and bytes(b for x in lps for b in x.bytes) == part.text.encode(),
               f"responses logprobs (stream={stream}): {part.text!r} from {[x.token for x in lps]}")
         check(r.top_logprobs == 3 and all(len(x.top_logprobs) == 3 and x.logprob <= 0 and
+                                          all(isinstance(t.bytes, list) for t in x.top_logprobs) and
                                           [t.logprob for t in x.top_logprobs] == sorted((t.logprob for t in x.top_logprobs), reverse=True)
                                           for x in lps), f"responses top_logprobs (stream={stream}): {lps[:2]}")
         tail = ch[len(ch) - 1 - len(lps):len(ch) - 1]
