@@ -468,11 +468,11 @@ static int lp_pend_add(const sv_out *o, sv_choice *c, int32_t tok, const sv_logp
 static int lp_take(sv_choice *c, const sv_parse_out *po, sv_buf *mine) {
     if (!po->n_content || !c->n_pe) return 0;
     const size_t n = po->n_content;
-    size_t x = c->sent >= n ? c->sent - n : 0, y;
-    while (x > c->lp_cend && (x + n > c->text.len || memcmp(c->text.p + x, po->content, n))) x--;
-    if (x + n <= c->text.len && !memcmp(c->text.p + x, po->content, n)) y = x + n;
-    else x = 0, y = SIZE_MAX; /* not found as it is: the pending entries are its */
-    c->lp_cend = y == SIZE_MAX ? c->lp_cend : y;
+    size_t x = c->sent >= n ? c->sent - n : 0, y = SIZE_MAX; /* the piece is text[x, y) */
+    const bool fits = x + n <= c->text.len;
+    while (fits && x > c->lp_cend && memcmp(c->text.p + x, po->content, n)) x--;
+    if (fits && !memcmp(c->text.p + x, po->content, n)) y = c->lp_cend = x + n;
+    else x = 0; /* not found as it is (a tool-call answer's JSON given back as content): every entry is its */
     size_t k = 0;
     for (; k < c->n_pe && c->pe[k].a < y; k++) {
         const struct lp_pending *e = &c->pe[k];
