@@ -499,9 +499,9 @@ static char *text_of(int id, int n, char tag) {
 
 static void test_response_store(void **st) {
     (void)st;
-    assert_null(sv_store_new(0));
+    assert_null(sv_store_new(0, true));
     const size_t cap = 4096;
-    sv_store *s = sv_store_new(cap);
+    sv_store *s = sv_store_new(cap, true);
     assert_non_null(s);
     model_entry held[64];
     int n_held = 0;
@@ -574,9 +574,103 @@ static void test_response_store(void **st) {
     sv_store_free(s);
 }
 
+/* The store without eviction (the Conversations API's) against a model of its rule: a put or an edit that
+ * would pass the bound is refused and nothing held changes (no entry is ever dropped but by a delete); an edit
+ * with grow passes it; every get gives the text last put or edited. */
+typedef struct {
+    char *text; /* NULL: not held */
+} conv_entry;
+
+static char *append_x(const char *old, void *arg, int *rc) {
+    const int n = *(const int *)arg;
+    if (n < 0) { /* the edit's own refusal: nothing changes */
+        *rc = 7;
+        return NULL;
+    }
+    char *t = mr_malloc(strlen(old) + (size_t)n + 1);
+    memcpy(t, old, strlen(old));
+    memset(t + strlen(old), 'x', (size_t)n);
+    t[strlen(old) + (size_t)n] = 0;
+    return t;
+}
+
+static void test_conversation_store(void **st) {
+    (void)st;
+    const size_t cap = 3000;
+    sv_store *s = sv_store_new(cap, false);
+    assert_non_null(s);
+    conv_entry held[20] = {{0}};
+    int refused = 0, passed = 0;
+    srand(11);
+    for (int step = 0; step < 20000; step++) {
+        const int op = rand() % 10, id = rand() % 20;
+        char key[32];
+        snprintf(key, sizeof key, "conv_%02d", id); /* keys of one length */
+        size_t bytes = 0;
+        for (int i = 0; i < 20; i++)
+            if (held[i].text) bytes += strlen(key) + strlen(held[i].text) + 96;
+        if (op < 4) { /* put: refused past the bound, never evicting */
+            const int n = rand() % 700;
+            char *t = text_of(id, n, 'c');
+            const size_t old = held[id].text ? strlen(key) + strlen(held[id].text) + 96 : 0, nb = strlen(key) + (size_t)n + 96;
+            const int rc = sv_store_put(s, key, t, "", 0);
+            if (nb > cap) assert_int_equal(rc, 1);
+            else if (bytes - old + nb > cap) assert_int_equal(rc, 2), refused++;
+            else assert_int_equal(rc, 0);
+            if (!rc) free(held[id].text), held[id].text = t;
+            else free(t);
+        } else if (op < 7) { /* edit: grown by n, refused past the bound unless grow; fn may refuse itself */
+            int n = rand() % 9 ? rand() % 300 : -1;
+            const bool grow = rand() % 4 == 0;
+            const int rc = sv_store_edit(s, key, grow, append_x, &n);
+            if (!held[id].text) {
+                assert_int_equal(rc, 1);
+            } else if (n < 0) {
+                assert_int_equal(rc, 7);
+            } else if (bytes + (size_t)n > cap && !grow) {
+                assert_int_equal(rc, 2);
+                refused++;
+            } else {
+                assert_int_equal(rc, 0);
+                passed += bytes + (size_t)n > cap;
+                const size_t k = strlen(held[id].text);
+                char *t = malloc(k + (size_t)n + 1);
+                memcpy(t, held[id].text, k);
+                memset(t + k, 'x', (size_t)n);
+                t[k + (size_t)n] = 0;
+                free(held[id].text);
+                held[id].text = t;
+            }
+        } else if (op < 9) { /* get */
+            char *t = NULL;
+            assert_int_equal(sv_store_get(s, key, &t, NULL, NULL), held[id].text ? 0 : 1);
+            if (held[id].text) assert_string_equal(t, held[id].text);
+            mr_free(t);
+        } else {
+            assert_int_equal(sv_store_delete(s, key), held[id].text != NULL);
+            free(held[id].text);
+            held[id].text = NULL;
+        }
+        int64_t count, want_count = 0;
+        size_t got, want = 0;
+        uint64_t ev;
+        sv_store_stats(s, &count, &got, &ev);
+        for (int i = 0; i < 20; i++)
+            if (held[i].text) want += strlen(key) + strlen(held[i].text) + 96, want_count++;
+        assert_int_equal(count, want_count);
+        assert_int_equal(got, want);
+        assert_int_equal(ev, 0);
+        assert_int_equal(sv_store_full(s), got >= cap);
+    }
+    assert_true(refused > 100 && passed > 10); /* the bound was met often, and passed by grown edits */
+    for (int i = 0; i < 20; i++) free(held[i].text);
+    sv_store_free(s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_response_store),
+        cmocka_unit_test(test_conversation_store),
         cmocka_unit_test(test_parse_fields), cmocka_unit_test(test_parse_refusals), cmocka_unit_test(test_parse_depth),
         cmocka_unit_test(test_stop_strings), cmocka_unit_test(test_json_str),       cmocka_unit_test(test_percentile),
         cmocka_unit_test(test_metrics),

@@ -67,6 +67,9 @@ typedef struct {
     size_t response_store_bytes;   /* the Responses API's stored responses (store, previous_response_id,
                                       GET / DELETE /v1/responses/{id}), least recently used going first
                                       past this; 0: none stored [64 MiB] */
+    size_t conversation_store_bytes; /* the Conversations API's conversations (/v1/conversations, a
+                                      Responses request's conversation); never evicted: past this a
+                                      request that would add to it is refused; 0: the API is off [64 MiB] */
     bool log_requests;             /* one line per finished request on stderr [false] */
     bool debug_forced_output;      /* tests only: requests may carry debug_forced_output [false] */
 } mr_server_opts;

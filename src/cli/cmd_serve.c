@@ -77,10 +77,14 @@ static void usage(FILE *f) {
             "  --response-store-mb N      memory for the Responses API's stored responses (store,\n"
             "                             previous_response_id, GET/DELETE /v1/responses/ID), least recently\n"
             "                             used going first; 0 stores none [%zu]\n"
+            "  --conversation-store-mb N  memory for the Conversations API's conversations (/v1/conversations,\n"
+            "                             a response's conversation); never evicted: past it, what would add\n"
+            "                             to it is refused; 0 turns the API off [%zu]\n"
             "  --skip-self-check          do not compare the resolved runner with the reference at start\n"
             "  --log-requests             one line on stderr per refused request\n\n",
             d.host, d.port, d.max_queued_requests, d.max_choices, d.max_body_bytes, d.header_timeout_s,
-            d.body_timeout_s, d.idle_timeout_s, d.max_connections, d.http_threads, d.response_store_bytes >> 20);
+            d.body_timeout_s, d.idle_timeout_s, d.max_connections, d.http_threads, d.response_store_bytes >> 20,
+            d.conversation_store_bytes >> 20);
     mr_options_print_help(f);
 }
 
@@ -265,6 +269,9 @@ int mr_cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--response-store-mb")) {
             if (opt_long(a, argv[++i], 0, 1 << 20, &x)) goto out;
             so.response_store_bytes = (size_t)x << 20;
+        } else if (!strcmp(a, "--conversation-store-mb")) {
+            if (opt_long(a, argv[++i], 0, 1 << 20, &x)) goto out;
+            so.conversation_store_bytes = (size_t)x << 20;
         } else if (!strcmp(a, "--max-queued-requests")) {
             if (opt_long(a, argv[++i], 0, 1 << 20, &x)) goto out;
             so.max_queued_requests = (int)x;

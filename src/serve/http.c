@@ -79,6 +79,7 @@ struct mr_server {
     sv_text *text;
     sv_metrics met;
     sv_store *store; /* the Responses API's stored responses, NULL when off */
+    sv_store *convs; /* the Conversations API's conversations, NULL when off */
     bool cors_any;   /* CORS: every origin; else these (n_origins 0: none) */
     char **origins;
     int n_origins;
@@ -108,7 +109,8 @@ struct mr_server {
 
 enum {
     R_NONE = 0, R_HEALTH, R_MODELS, R_MODEL, R_METRICS, R_COMPLETIONS, R_CHAT, R_RESPONSES, R_MESSAGES, R_TOKENIZE, R_DETOKENIZE,
-    R_COUNT_TOKENS, R_PING, R_VERSION, R_GENERATE, R_RESPONSE_ID, R_FLUSH, R_RESET_PREFIX, R_SERVER_INFO
+    R_COUNT_TOKENS, R_PING, R_VERSION, R_GENERATE, R_RESPONSE_ID, R_FLUSH, R_RESET_PREFIX, R_SERVER_INFO,
+    R_CONVERSATIONS
 };
 
 /* One HTTP request. */
@@ -142,6 +144,7 @@ void mr_server_opts_default(mr_server_opts *o) {
         .max_connections = 512,
         .http_threads = 1,
         .response_store_bytes = (size_t)64 << 20,
+        .conversation_store_bytes = (size_t)64 << 20,
         .allowed_origins = "*",
     };
 }
@@ -428,6 +431,11 @@ static int route_of(const char *url, const char *method, bool *post, bool *bad_m
         if (*post ? !is_post : tail ? !is_get : !is_get && strcmp(method, "DELETE")) *bad_method = true;
         return R_RESPONSE_ID;
     }
+    if (!strcmp(url, "/v1/conversations") || !strncmp(url, "/v1/conversations/", 18)) { /* methods: conversations.c */
+        *post = is_post;
+        if (!is_post && !is_get && strcmp(method, "DELETE")) *bad_method = true;
+        return R_CONVERSATIONS;
+    }
     return R_NONE;
 }
 
@@ -477,6 +485,15 @@ static enum MHD_Result do_metrics(mr_server *s, struct MHD_Connection *c) {
         pthread_mutex_lock(&s->met.mu);
         s->met.stored = n, s->met.stored_bytes = (int64_t)bytes, s->met.stored_evicted = evicted;
         s->met.stored_cap = (int64_t)s->o.response_store_bytes;
+        pthread_mutex_unlock(&s->met.mu);
+    }
+    if (s->convs) {
+        int64_t n;
+        size_t bytes;
+        uint64_t none;
+        sv_store_stats(s->convs, &n, &bytes, &none);
+        pthread_mutex_lock(&s->met.mu);
+        s->met.convs = n, s->met.convs_bytes = (int64_t)bytes, s->met.convs_cap = (int64_t)s->o.conversation_store_bytes;
         pthread_mutex_unlock(&s->met.mu);
     }
     char *b = sv_metrics_render(&s->met);
@@ -596,10 +613,13 @@ static enum MHD_Result do_response_id(mr_server *s, struct MHD_Connection *c, co
     enum MHD_Result r;
     if (list) {
         sv_error e;
-        char *b = sv_resp_input_list(items, n_input, MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit"),
-                                     MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "order"),
-                                     MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after"), &e);
+        json_t *all = json_loads(items, 0, NULL);
         mr_free(items);
+        if (!all) return fail(s, c, 500, NULL, "out of memory");
+        char *b = sv_item_page(all, n_input, MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit"),
+                               MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "order"),
+                               MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after"), "input item of this response", &e);
+        json_decref(all);
         if (!b) return send_error_on(s, c, R_RESPONSE_ID, &e);
         r = send_json(c, 200, b);
         free(b);
@@ -607,6 +627,32 @@ static enum MHD_Result do_response_id(mr_server *s, struct MHD_Connection *c, co
     }
     r = send_json(c, 200, resp);
     mr_free(resp);
+    return r;
+}
+
+/* include=... (also include[]=...) of a conversation's items: the values this server gives */
+static enum MHD_Result conv_include(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    sv_conv_query *q = cls;
+    if (strcmp(key, "include") && strcmp(key, "include[]")) return MHD_YES;
+    if (value && !strcmp(value, "reasoning.encrypted_content")) q->encrypted = true;
+    else if (!value || strcmp(value, "message.output_text.logprobs")) q->bad_include = value ? value : "";
+    return MHD_YES;
+}
+
+/* The Conversations API (conversations.c): /v1/conversations and what is under it. */
+static enum MHD_Result do_conversations(mr_server *s, struct MHD_Connection *c, sv_hreq *h, const char *url,
+                                        const char *method) {
+    sv_conv_query q = {.limit = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit"),
+                       .order = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "order"),
+                       .after = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after")};
+    MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, conv_include, &q);
+    sv_error e = {0};
+    char *b = sv_conv_handle(s->convs, method, url + strlen("/v1/conversations"), h->body.p ? h->body.p : "", h->body.len,
+                             &q, &e);
+    if (!b) return send_error(s, c, &e);
+    enum MHD_Result r = send_json(c, 200, b);
+    mr_free(b);
     return r;
 }
 
@@ -1309,13 +1355,14 @@ static enum MHD_Result do_generate(mr_server *s, struct MHD_Connection *c, sv_hr
         r.anthropic = true;
     } else if (h->route == R_RESPONSES) { /* the Responses API: run as the chat request it translates to */
         sv_resp_in in;
-        if (sv_responses_to_chat(h->body.p ? h->body.p : "", h->body.len, s->store, &in, &e))
+        if (sv_responses_to_chat(h->body.p ? h->body.p : "", h->body.len, s->store, s->convs, &in, &e))
             return send_error_on(s, c, h->route, &e);
         const int bad = sv_request_parse(SV_CHAT, in.chat_json, strlen(in.chat_json), &lim, &r, &e);
         free(in.chat_json);
         if (bad) {
             json_decref(in.echo);
             json_decref(in.ctx);
+            json_decref(in.conv_input);
             sv_responses_param(&e);
             return send_error_on(s, c, h->route, &e);
         }
@@ -1326,6 +1373,11 @@ static enum MHD_Result do_generate(mr_server *s, struct MHD_Connection *c, sv_hr
         r.resp_background = in.background;
         r.resp_truncate = in.truncate;
         snprintf(r.resp_id, sizeof r.resp_id, "%s", in.id);
+        if (in.conv[0]) {
+            r.resp_convs = s->convs;
+            snprintf(r.resp_conv, sizeof r.resp_conv, "%s", in.conv);
+        }
+        r.resp_conv_input = in.conv_input;
     } else if (sv_request_parse(h->route == R_CHAT ? SV_CHAT : SV_COMPLETIONS, h->body.p ? h->body.p : "", h->body.len,
                                 &lim, &r, &e)) {
         return send_error_on(s, c, h->route, &e);
@@ -1503,6 +1555,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case R_DETOKENIZE: return do_tokenize(s, c, h, true);
     case R_COUNT_TOKENS: return do_count_tokens(s, c, h);
     case R_RESPONSE_ID: return do_response_id(s, c, url, method);
+    case R_CONVERSATIONS: return do_conversations(s, c, h, url, method);
     case R_FLUSH: case R_RESET_PREFIX: return do_flush(s, c);
     case R_SERVER_INFO: return do_server_info(s, c);
     default: return do_generate(s, c, h);
@@ -1744,13 +1797,14 @@ mr_status mr_server_open(const mr_server_opts *o, mr_server **out) {
     atomic_init(&s->state, ST_LOADING);
     sv_metrics_init(&s->met, s->name ? s->name : "");
     const bool cors_ok = !parse_origins(s, o->allowed_origins);
-    s->store = sv_store_new(o->response_store_bytes);
+    s->store = sv_store_new(o->response_store_bytes, true);
+    s->convs = sv_store_new(o->conversation_store_bytes, false);
     pthread_mutex_init(&s->bgmu, NULL);
     pthread_mutex_init(&s->kmu, NULL);
     pthread_cond_init(&s->kcv, NULL);
     if (s->store && !pthread_create(&s->bgt, NULL, bg_main, s)) s->bg_started = true;
     if (!s->model_dir || !s->host || !s->name || (o->api_key && *o->api_key && !s->api_key) ||
-        (o->response_store_bytes && !s->bg_started) || !cors_ok) {
+        (o->response_store_bytes && !s->bg_started) || (o->conversation_store_bytes && !s->convs) || !cors_ok) {
         mr_server_close(s);
         return cors_ok ? mr_error_set(MR_ENOMEM, NULL) : MR_EINVAL;
     }
@@ -1894,6 +1948,7 @@ void mr_server_close(mr_server *s) {
     sv_text_close(s->text);
     sv_metrics_free(&s->met);
     sv_store_free(s->store);
+    sv_store_free(s->convs);
     pthread_mutex_destroy(&s->cmu);
     pthread_cond_destroy(&s->ccv);
     mr_free(s->name);

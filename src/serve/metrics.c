@@ -120,6 +120,11 @@ char *sv_metrics_render(sv_metrics *m) {
         one(&b, mn, "counter", "responses_evicted_total", "Stored responses dropped, least recently used first, to stay "
             "within the bound.", (double)m->stored_evicted);
     }
+    if (m->convs_cap) {
+        one(&b, mn, "gauge", "conversations_stored", "Conversations of the Conversations API.", (double)m->convs);
+        one(&b, mn, "gauge", "conversations_store_bytes", "Bytes the conversations take (the bound: "
+            "--conversation-store-mb; never evicted).", (double)m->convs_bytes);
+    }
     hist(&b, mn, "time_to_first_token_seconds", "Arrival to first generated token.", &m->ttft);
     hist(&b, mn, "inter_token_latency_seconds", "Time between consecutive tokens of a request.", &m->itl);
     hist(&b, mn, "e2e_request_latency_seconds", "Arrival to last token.", &m->e2e);

@@ -105,6 +105,7 @@ void sv_request_free(sv_request *r) {
     json_decref(r->chat_template_kwargs);
     json_decref(r->resp_echo);
     json_decref(r->resp_ctx);
+    json_decref(r->resp_conv_input);
     json_decref(r->sgl_meta);
     mr_free(r->tool_name);
     json_decref(r->so_schema);

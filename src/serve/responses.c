@@ -36,14 +36,9 @@
 
 #include "serve/serve_internal.h"
 
-/* The reasoning item's encrypted_content (asked for with include "reasoning.encrypted_content", what
- * clients that keep no server state send): not encrypted, the reasoning text behind a prefix, so that the
- * next turn's reasoning item gives it back to the template. */
-#define ENC_PREFIX "moerun-reasoning:"
+#define ENC_PREFIX SV_ENC_PREFIX
 
-/* 2 * n random hex digits into out (2n + 1 bytes): from the kernel's generator, else from the clock and a
- * counter (ids then stay unique, if guessable). */
-static void random_hex(char *out, size_t n) {
+void sv_random_hex(char *out, size_t n) {
     uint8_t b[32];
     if (n > sizeof b) n = sizeof b;
     if (getrandom(b, n, GRND_NONBLOCK) != (ssize_t)n) {
@@ -95,7 +90,7 @@ static json_t *open_assistant(json_t *msgs) {
     return m;
 }
 
-static int input_items(const json_t *in, json_t *msgs, sv_error *e) {
+int sv_resp_input_msgs(const json_t *in, json_t *msgs, sv_error *e) {
     if (json_is_string(in))
         return json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "user", "content", in)) ? sv_fail(e, 500, NULL, "out of memory") : 0;
     if (!json_is_array(in) || !json_array_size(in))
@@ -182,10 +177,7 @@ static int input_items(const json_t *in, json_t *msgs, sv_error *e) {
     return rc;
 }
 
-/* This input as conversation items, each with an id (prefix_hex_i where it had none): a string is one user
- * message, a message's string content its one text part (input_text; output_text for the assistant's), as
- * input_items lists them. The input was read by input_items already. NULL out of memory. */
-static json_t *ctx_items(const json_t *in, const char *hex) {
+json_t *sv_resp_ctx_items(const json_t *in, const char *hex) {
     json_t *out = json_array();
     char id[96];
     if (!out) return NULL;
@@ -315,12 +307,12 @@ static int text_of(const json_t *v, json_t *chat, sv_error *e) {
     return !rf || json_object_set_new(chat, "response_format", rf) ? sv_fail(e, 500, NULL, "out of memory") : 0;
 }
 
-int sv_responses_to_chat(const char *body, size_t len, sv_store *store, sv_resp_in *in, sv_error *e) {
+int sv_responses_to_chat(const char *body, size_t len, sv_store *store, sv_store *convs, sv_resp_in *in, sv_error *e) {
     memset(in, 0, sizeof *in);
     json_t *req = sv_body_object(body, len, e);
     if (!req) return -1;
     char hex[49];
-    random_hex(hex, 24);
+    sv_random_hex(hex, 24);
     snprintf(in->id, sizeof in->id, "resp_%s", hex);
     json_t *chat = json_object(), *msgs = json_array(), *prev = NULL;
     json_t *ech = json_pack("{s:n,s:n,s:{},s:b,s:n,s:n,s:s,s:[],s:{s:{s:s}},s:b,s:s,s:n,s:n,s:{s:n,s:n},s:b}", "instructions",
@@ -388,10 +380,12 @@ int sv_responses_to_chat(const char *body, size_t len, sv_store *store, sv_resp_
         } else if (!strcmp(k, "store")) {
             if (!json_is_boolean(x)) rc = sv_fail(e, 400, k, "store must be a boolean");
         } else if (!strcmp(k, "previous_response_id")) {
-            if (!(prev = previous_items(store, x, e))) rc = -1;
+            if (!json_is_null(json_object_get(req, "conversation")) && json_object_get(req, "conversation"))
+                rc = sv_fail(e, 400, "conversation", "conversation and previous_response_id cannot be used together");
+            else if (!(prev = previous_items(store, x, e))) rc = -1;
         } else if (!strcmp(k, "conversation")) {
-            rc = sv_fail(e, 400, k, "conversation (the Conversations API) is not supported: chain responses with "
-                         "previous_response_id, or send the whole conversation as input");
+            if (!(prev = sv_conv_items(convs, x, in->conv, e))) rc = -1;
+            else if (json_object_set_new(ech, k, json_pack("{s:s}", "id", in->conv))) rc = sv_fail(e, 500, NULL, "out of memory");
         } else if (!strcmp(k, "background")) {
             if (!json_is_boolean(x)) rc = sv_fail(e, 400, k, "background must be a boolean");
             in->background = json_is_true(x);
@@ -414,7 +408,7 @@ int sv_responses_to_chat(const char *body, size_t len, sv_store *store, sv_resp_
                                  "message.output_text.logprobs are)", inc ? inc : "?");
             }
         } else if (!strcmp(k, "metadata")) {
-            if (!json_is_object(x) || json_object_size(x) > 16) rc = sv_fail(e, 400, k, "metadata must be an object of at most 16 keys");
+            rc = sv_check_metadata(x, k, e);
         } else if (!strcmp(k, "service_tier")) {
             if (!json_is_string(x) || (strcmp(json_string_value(x), "auto") && strcmp(json_string_value(x), "default")))
                 rc = sv_fail(e, 400, k, "service_tier must be \"auto\" or \"default\"");
@@ -426,9 +420,12 @@ int sv_responses_to_chat(const char *body, size_t len, sv_store *store, sv_resp_
             if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > SV_MAX_TOP_LOGPROBS)
                 rc = sv_fail(e, 400, k, "top_logprobs must be an integer from 0 to %d", SV_MAX_TOP_LOGPROBS);
             else top = (int)json_integer_value(x);
-        } else if (!strcmp(k, "max_tool_calls") || !strcmp(k, "prompt")) {
-            if (!(json_is_integer(x) && json_integer_value(x) == 0 && strcmp(k, "prompt")))
-                rc = sv_fail(e, 400, k, "%s is not supported by this server", k);
+        } else if (!strcmp(k, "max_tool_calls")) { /* a bound on built-in tools' calls: this server has none */
+            if (!json_is_integer(x) || json_integer_value(x) < 0) rc = sv_fail(e, 400, k, "max_tool_calls must be an integer >= 0");
+            else if (json_object_set(ech, k, x)) rc = sv_fail(e, 500, NULL, "out of memory");
+        } else if (!strcmp(k, "prompt")) {
+            rc = sv_fail(e, 400, k, "prompt (a stored prompt template) is not supported by this server: send instructions "
+                         "and input");
         } else {
             rc = sv_fail(e, 400, k, "unknown field '%.60s'", k);
         }
@@ -443,8 +440,8 @@ int sv_responses_to_chat(const char *body, size_t len, sv_store *store, sv_resp_
     if (!rc && json_is_string(ins) && json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "system", "content", ins)))
         rc = sv_fail(e, 500, NULL, "out of memory");
     if (!rc && !json_object_get(req, "input")) rc = sv_fail(e, 400, "input", "input is required");
-    if (!rc && prev && input_items(prev, msgs, e)) rc = sv_fail(e, 500, NULL, "the stored conversation could not be read");
-    if (!rc) rc = input_items(json_object_get(req, "input"), msgs, e);
+    if (!rc && json_array_size(prev) && sv_resp_input_msgs(prev, msgs, e)) rc = sv_fail(e, 500, NULL, "the stored conversation could not be read");
+    if (!rc) rc = sv_resp_input_msgs(json_object_get(req, "input"), msgs, e);
     if (!rc && json_object_set(chat, "messages", msgs)) rc = sv_fail(e, 500, NULL, "out of memory");
     if (!rc && !(in->chat_json = json_dumps(chat, JSON_COMPACT))) rc = sv_fail(e, 500, NULL, "out of memory");
     const json_t *st = req ? json_object_get(req, "store") : NULL;
@@ -457,17 +454,19 @@ int sv_responses_to_chat(const char *body, size_t len, sv_store *store, sv_resp_
         rc = sv_fail(e, 400, "stream", "a background response is not streamed here: poll GET /v1/responses/{id}");
     if (!rc && in->background) json_object_set_new(ech, "background", json_true());
     if (!rc) {
-        json_t *mine = ctx_items(json_object_get(req, "input"), hex);
+        json_t *mine = sv_resp_ctx_items(json_object_get(req, "input"), hex);
         in->ctx = prev ? json_incref(prev) : json_array();
         if (!mine || !in->ctx || json_array_extend(in->ctx, mine) || json_object_set_new(ech, "store", json_boolean(in->keep)))
             rc = sv_fail(e, 500, NULL, "out of memory");
+        if (!rc && in->conv[0]) in->conv_input = json_incref(mine);
         json_decref(mine);
     }
     if (!rc) in->echo = json_incref(ech);
     if (rc) {
         free(in->chat_json);
         json_decref(in->ctx);
-        in->chat_json = NULL, in->ctx = NULL;
+        json_decref(in->conv_input);
+        in->chat_json = NULL, in->ctx = NULL, in->conv_input = NULL;
     }
     json_decref(prev);
     json_decref(ech);
@@ -494,8 +493,8 @@ static const char *nth_id(const json_t *items, long i) {
     return id ? id : "";
 }
 
-char *sv_resp_input_list(const char *items, int n_input, const char *limit, const char *order, const char *after,
-                         sv_error *e) {
+char *sv_item_page(const json_t *all, long n, const char *limit, const char *order, const char *after, const char *of,
+                   sv_error *e) {
     long lim = 20;
     if (limit) {
         char *end;
@@ -507,25 +506,25 @@ char *sv_resp_input_list(const char *items, int n_input, const char *limit, cons
     if (order && strcmp(order, "asc") && strcmp(order, "desc"))
         return sv_fail(e, 400, "order", "order must be \"asc\" or \"desc\", got '%.40s'", order), NULL;
     const bool desc = !order || !strcmp(order, "desc");
-    json_t *all = json_loads(items, 0, NULL), *data = json_array();
-    const long n = json_is_array(all) ? (long)json_array_size(all) < n_input ? (long)json_array_size(all) : n_input : 0;
+    json_t *data = json_array();
+    if (n > (long)json_array_size(all)) n = (long)json_array_size(all);
     long at = 0; /* the position in the order asked */
     if (after) {
         while (at < n && strcmp(after, nth_id(all, desc ? n - 1 - at : at))) at++;
         if (at == n) {
-            json_decref(all), json_decref(data);
-            return sv_fail(e, 400, "after", "after names no input item of this response: '%.80s'", after), NULL;
+            json_decref(data);
+            return sv_fail(e, 400, "after", "after names no %s: '%.80s'", of, after), NULL;
         }
         at++;
     }
-    bool bad = !json_is_array(all) || !data;
+    bool bad = !data;
     for (long k = 0; !bad && k < lim && at < n; k++, at++)
         bad = json_array_append(data, json_array_get(all, (size_t)(desc ? n - 1 - at : at)));
     json_t *first = json_object_get(json_array_get(data, 0), "id"), *last = json_object_get(json_array_get(data, json_array_size(data) - 1), "id");
     json_t *o = bad ? NULL : json_pack("{s:s,s:O,s:O?,s:O?,s:b}", "object", "list", "data", data, "first_id", first, "last_id", last,
                                        "has_more", at < n);
     char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o), json_decref(data), json_decref(all);
+    json_decref(o), json_decref(data);
     if (!text) sv_fail(e, 500, NULL, "out of memory");
     return text;
 }

@@ -91,6 +91,9 @@ typedef struct {
     struct sv_store *resp_store;  /* ... where its Response is kept when it ends (NULL: not kept) */
     bool resp_background;         /* ... run in the background (http.c's driver, not its connection) */
     bool resp_truncate;           /* ... truncation "auto": a conversation past the context drops its first items */
+    struct sv_store *resp_convs;  /* ... the conversations' store, when it belongs to one: */
+    char resp_conv[64];           /*     its id */
+    json_t *resp_conv_input;      /*     this input's items, added to it with the output when it ends */
     bool anthropic;               /* an Anthropic Messages API request (POST /v1/messages) */
     json_t *sgl_meta;             /* a sglang /generate request: {"rid"?, "batch"?} */
     int64_t max_tokens;           /* -1: the default (16 for completions, the rest of the context for chat) */
@@ -203,6 +206,8 @@ typedef struct {
     /* the Responses API's store (set by /metrics before rendering; stored_cap 0: storing off) */
     int64_t stored, stored_bytes, stored_cap;
     uint64_t stored_evicted;
+    /* the Conversations API's store (likewise; convs_cap 0: off) */
+    int64_t convs, convs_bytes, convs_cap;
 } sv_metrics;
 
 void sv_metrics_init(sv_metrics *m, const char *model_name);
@@ -451,19 +456,49 @@ const char *sv_json_type(const json_t *v);
 /* ---- stored responses (store.c) ---- */
 typedef struct sv_store sv_store;
 /* A store bounded to cap_bytes (the texts and a small overhead per entry); NULL when cap_bytes is 0 (storing
- * off) or out of memory. Thread-safe. */
-sv_store *sv_store_new(size_t cap_bytes);
+ * off) or out of memory. Thread-safe. evict: past the bound the least recently used entries go; else a put
+ * that would pass it is refused. */
+sv_store *sv_store_new(size_t cap_bytes, bool evict);
 void sv_store_free(sv_store *st);
-/* Keeps copies of the texts under id (replacing an entry of the same id); the least recently used entries go
- * while the bound is passed. 0, 1 when the entry alone passes the bound (not kept), -1 out of memory. */
+/* Keeps copies of the texts under id (replacing an entry of the same id); in an evicting store the least
+ * recently used entries go while the bound is passed. 0, 1 when the entry alone passes the bound (not kept),
+ * 2 when a store without eviction would pass it (not kept), -1 out of memory. */
 int sv_store_put(sv_store *st, const char *id, const char *response, const char *items, int n_input);
+/* Replaces the response text of id by fn's, made under the store's lock from the old one: fn returns a new
+ * text (mr_malloc'd) or NULL with *rc set (0: nothing changes; another value is returned as is). The
+ * entry becomes the most recently used. 0, 1 when id is not held, 2 when the new text would pass the bound
+ * (nothing changes; grow: allowed to, the bound then refuses later puts and edits without grow), or fn's
+ * *rc. */
+int sv_store_edit(sv_store *st, const char *id, bool grow, char *(*fn)(const char *response, void *arg, int *rc),
+                  void *arg);
 /* Copies (mr_free) of what id holds, each out pointer optional; the entry becomes the most recently used.
  * 0, 1 when id is not held, -1 out of memory. */
 int sv_store_get(sv_store *st, const char *id, char **response, char **items, int *n_input);
 bool sv_store_delete(sv_store *st, const char *id);
+/* The bound reached (bytes held >= the bound). */
+bool sv_store_full(sv_store *st);
 void sv_store_stats(sv_store *st, int64_t *count, size_t *bytes, uint64_t *evicted);
 
 /* ---- the Responses API (responses.c) ---- */
+/* The reasoning item's encrypted_content (asked for with include "reasoning.encrypted_content", what
+ * clients that keep no server state send): not encrypted, the reasoning text behind this prefix, so that
+ * the next turn's reasoning item gives it back to the template. */
+#define SV_ENC_PREFIX "moerun-reasoning:"
+/* 2 * n random hex digits into out (2n + 1 bytes, n <= 32): from the kernel's generator, else from the
+ * clock and a counter (ids then stay unique, if guessable). */
+void sv_random_hex(char *out, size_t n);
+/* Responses input (a string or a list of items) appended to msgs as chat messages; 0, or -1 with *e filled
+ * (the param input[i]...). */
+int sv_resp_input_msgs(const json_t *in, json_t *msgs, sv_error *e);
+/* Input read by sv_resp_input_msgs as conversation items, each with an id (prefix_hex_i where it had none):
+ * a string is one user message, a message's string content its one text part (input_text; output_text for
+ * the assistant's), as input_items lists them. NULL out of memory. */
+json_t *sv_resp_ctx_items(const json_t *in, const char *hex);
+/* One page of items (the first n of the list all): OpenAI's list object, limit 1..100 [20], order "asc" |
+ * "desc" [desc], after an item id (`of` says what it must name, for the error). A malloc'd JSON text, or NULL
+ * with *e filled. */
+char *sv_item_page(const json_t *all, long n, const char *limit, const char *order, const char *after, const char *of,
+                   sv_error *e);
 typedef struct {
     char *chat_json; /* the chat completions request it runs as (JSON text, free()) */
     json_t *echo;    /* the fields its Response echoes */
@@ -474,18 +509,35 @@ typedef struct {
     bool background; /* background: true (then keep): answered at once, run without its connection */
     bool truncate;   /* truncation "auto" */
     char id[64];     /* "resp_" and 48 random hex digits */
+    char conv[64];   /* the conversation it belongs to ("" none) */
+    json_t *conv_input; /* ... this input's items, added to it with the output when the Response ends */
 } sv_resp_in;
-/* The Responses request translated (previous_response_id read from store, which may be NULL: storing off);
- * 0, or -1 with *e filled (and nothing in *in to free). */
-int sv_responses_to_chat(const char *body, size_t len, sv_store *store, sv_resp_in *in, sv_error *e);
+/* The Responses request translated (previous_response_id read from store, conversation from convs; either
+ * may be NULL: off); 0, or -1 with *e filled (and nothing in *in to free). */
+int sv_responses_to_chat(const char *body, size_t len, sv_store *store, sv_store *convs, sv_resp_in *in, sv_error *e);
 /* Keeps response under id in st, beside ctx (its conversation's items before the output) and its output
  * items; its text in *text when asked. sv_store_put's result (-1 also out of memory). */
 int sv_resp_store(sv_store *st, const char *id, const json_t *ctx, const json_t *response, char **text);
-/* The answer of GET /v1/responses/{id}/input_items from a stored entry's items (the first n_input of them):
- * OpenAI's list object, limit 1..100 [20], order "asc" | "desc" [desc], after an item id. A malloc'd JSON text,
- * or NULL with *e filled. */
-char *sv_resp_input_list(const char *items, int n_input, const char *limit, const char *order, const char *after,
-                         sv_error *e);
+/* ---- the Conversations API (conversations.c) ---- */
+typedef struct {
+    const char *limit, *order, *after; /* GET .../items (NULL: absent) */
+    bool encrypted;                    /* include reasoning.encrypted_content */
+    const char *bad_include;           /* an include value not served (a 400), or NULL */
+} sv_conv_query;
+/* A request to /v1/conversations + path ("" or "/{id}[/items[/{item}]]") on the conversations' store cv
+ * (NULL: off, a 404): the answer (a malloc'd JSON text), or NULL with *e filled. */
+char *sv_conv_handle(sv_store *cv, const char *method, const char *path, const char *body, size_t len,
+                     const sv_conv_query *q, sv_error *e);
+/* metadata (OpenAI's: at most 16 keys of at most 64 characters, string values of at most 512); 0, or -1 with
+ * *e filled. */
+int sv_check_metadata(const json_t *x, const char *param, sv_error *e);
+/* A Responses request's conversation (an id, or {"id"}): its items (a new reference) and its id in id;
+ * NULL with *e filled (unknown, or the store full). */
+json_t *sv_conv_items(sv_store *cv, const json_t *x, char id[64], sv_error *e);
+/* An ended Response's items added to conversation id: its input's, then its output. Past the bound too;
+ * nothing when the conversation was deleted meanwhile. */
+void sv_conv_append(sv_store *cv, const char *id, const json_t *input, const json_t *output);
+
 /* A chat field named in an error, renamed to the Responses request's. */
 void sv_responses_param(sv_error *e);
 /* A typed SSE event (the Responses and Messages APIs): "event: TYPE", then "data: " and the object

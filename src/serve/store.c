@@ -1,11 +1,13 @@
 /* store.c — the Responses API's stored responses: what `store` (true unless
  * the request says false, as OpenAI's default is) keeps for GET and DELETE
  * /v1/responses/{id}, its input_items, and a later request's
- * previous_response_id.
+ * previous_response_id; and the Conversations API's conversations (a second
+ * store that never evicts).
  *
- * In memory, bounded in bytes (--response-store-mb): past the bound the least
- * recently used entries go first (a put or a get uses an entry), and an entry
- * larger than the whole bound is not kept. Each entry is JSON text (the
+ * In memory, bounded in bytes (--response-store-mb, --conversation-store-mb):
+ * past the bound the least recently used entries go first (a put or a get
+ * uses an entry), or, in a store made without eviction, a put or an edit that
+ * would pass it is refused; an entry larger than the whole bound is not kept. Each entry is JSON text (the
  * Response, and the conversation items up to and including its output), so
  * that no jansson value is shared between the HTTP threads; every call takes
  * the store's lock and copies what it returns. */
@@ -28,6 +30,7 @@ typedef struct entry {
 struct sv_store {
     pthread_mutex_t mu;
     size_t cap, bytes;
+    bool evict; /* past the bound: the least recently used go (else the put is refused) */
     int64_t count;
     uint64_t evicted;
     entry *buckets[N_BUCKETS];
@@ -40,7 +43,7 @@ static uint32_t id_hash(const char *s) {
     return h & (N_BUCKETS - 1);
 }
 
-sv_store *sv_store_new(size_t cap_bytes) {
+sv_store *sv_store_new(size_t cap_bytes, bool evict) {
     if (!cap_bytes) return NULL;
     sv_store *st = mr_calloc(1, sizeof *st);
     if (!st) return NULL;
@@ -49,6 +52,7 @@ sv_store *sv_store_new(size_t cap_bytes) {
         return NULL;
     }
     st->cap = cap_bytes;
+    st->evict = evict;
     return st;
 }
 
@@ -121,6 +125,11 @@ int sv_store_put(sv_store *st, const char *id, const char *response, const char 
     e->bytes = bytes;
     pthread_mutex_lock(&st->mu);
     entry *old = find(st, id);
+    if (!st->evict && st->bytes - (old ? old->bytes : 0) + bytes > st->cap) {
+        pthread_mutex_unlock(&st->mu);
+        entry_free(e);
+        return 2;
+    }
     if (old) drop(st, old); /* a put of the same id replaces it */
     while (st->oldest && st->bytes + bytes > st->cap) {
         drop(st, st->oldest);
@@ -156,12 +165,43 @@ int sv_store_get(sv_store *st, const char *id, char **response, char **items, in
     return rc;
 }
 
+int sv_store_edit(sv_store *st, const char *id, bool grow, char *(*fn)(const char *response, void *arg, int *rc),
+                  void *arg) {
+    pthread_mutex_lock(&st->mu);
+    entry *e = find(st, id);
+    int rc = 1;
+    char *t = e ? (rc = 0, fn(e->response, arg, &rc)) : NULL;
+    if (t) {
+        const size_t bytes = e->bytes - strlen(e->response) + strlen(t);
+        if (st->bytes - e->bytes + bytes > st->cap && !grow) {
+            rc = 2;
+            mr_free(t);
+        } else {
+            mr_free(e->response);
+            e->response = t;
+            st->bytes = st->bytes - e->bytes + bytes;
+            e->bytes = bytes;
+            unlink_use(st, e);
+            link_newest(st, e);
+        }
+    }
+    pthread_mutex_unlock(&st->mu);
+    return rc;
+}
+
 bool sv_store_delete(sv_store *st, const char *id) {
     pthread_mutex_lock(&st->mu);
     entry *e = find(st, id);
     if (e) drop(st, e);
     pthread_mutex_unlock(&st->mu);
     return e != NULL;
+}
+
+bool sv_store_full(sv_store *st) {
+    pthread_mutex_lock(&st->mu);
+    const bool full = st->bytes >= st->cap;
+    pthread_mutex_unlock(&st->mu);
+    return full;
 }
 
 void sv_store_stats(sv_store *st, int64_t *count, size_t *bytes, uint64_t *evicted) {

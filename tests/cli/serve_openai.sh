@@ -5,7 +5,8 @@
 # stop_token_ids, errors raised as the right exception classes, and, on a
 # MiniMax-form checkpoint with its tokenizer and chat template, chat with
 # reasoning, tool calls (and the next turn), stop strings
-# (tests/cli/openai_client.py). Expected tokens come from `moerun generate`.
+# (tests/cli/openai_client.py); the Conversations API (tests/cli/openai_conversations.py). Expected tokens come
+# from `moerun generate`.
 # SKIPPED (exit 77) only when Python's venv/pip or PyPI is not reachable.
 # Args: <moerun> <tests/data> <scratch dir>
 set -u
@@ -30,7 +31,7 @@ for p in 5,6,7 9,8,7,6 30,31 40,41,42,43; do
     prompt=$p; expected=$(echo "$line" | sed 's/^\[0\] //; s/ /,/g'); break
 done
 [ -n "${prompt:-}" ] || { echo "FAIL: no prompt without an EOS in 10 tokens"; exit 1; }
-start_server "$S/a.log" --model "$T" --context-length 256 || exit 1
+start_server "$S/a.log" --model "$T" --context-length 256 --conversation-store-mb 0 || exit 1
 URL_A=$SV_URL; PID_A=$SV_PID
 start_server "$S/b.log" --model "$T" --context-length 256 --api-key secret --skip-self-check || exit 1
 URL_B=$SV_URL; PID_B=$SV_PID
@@ -46,6 +47,10 @@ start_server "$S/c.log" --model "$MM" --context-length 1024 --debug-forced-outpu
 URL_C=$SV_URL; PID_C=$SV_PID
 "$VENV/bin/python" "$HERE/openai_client.py" "$URL_A" "$prompt" "$expected" "$URL_B" "$URL_C"
 rc=$?
+# the Conversations API: on C, on a server whose conversation store is 1 MiB, and on A, where it is off
+start_server "$S/cv.log" --model "$MM" --context-length 1024 --skip-self-check --conversation-store-mb 1 || exit 1
+"$VENV/bin/python" "$HERE/openai_conversations.py" "$URL_C" "$SV_URL" "$URL_A" || rc=1
+stop_server; [ $SV_RC = 0 ] && clean_log "$S/cv.log" || { echo "FAIL: the 1 MiB conversation store's server: $SV_RC"; rc=1; }
 # CORS (the fetch standard's checks, as a browser makes them): a preflight is answered without the key, with
 # the origin, the method and the asked headers allowed; every answer, a 401 included, names the origin
 pre=$(curl -s -o /dev/null -D - -X OPTIONS "$URL_B/v1/chat/completions" -H "Origin: http://app.example" \

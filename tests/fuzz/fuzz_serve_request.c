@@ -8,7 +8,10 @@
  * with a 4xx/5xx status, a message, and an error body that is JSON of the
  * section-3 shape. A Responses request may chain to "resp_kept" (a stored
  * conversation with a reasoning item, a message and a call) through
- * previous_response_id; its translation's conversation items each have an id.
+ * previous_response_id, or name "conv_kept" (a conversation) as its conversation; its translation's
+ * conversation items each have an id. Bit 6 sends the body to the Conversations API instead (bits 0-2 the
+ * route and method, 3-5 and 7 the list's query): an answer is a JSON object, or a clean refusal, and the
+ * kept conversation stays readable, its items each with an id (DELETE of it is not among the routes).
  * On success the stop strings are run over the body's own
  * bytes in random pieces, checking that the scanner never releases bytes it
  * later retracts. */
@@ -26,18 +29,52 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static sv_store *store;
+static sv_store *store, *convs;
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!store) {
-        store = sv_store_new(1 << 20);
+        store = sv_store_new(1 << 20, true);
         CHECK(store && !sv_store_put(store, "resp_kept", "{}",
                                      "[{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"user\",\"content\":[{\"type\":"
                                      "\"input_text\",\"text\":\"hi\"}]},{\"id\":\"rs_1\",\"type\":\"reasoning\",\"summary\":[],"
                                      "\"content\":[{\"type\":\"reasoning_text\",\"text\":\"think\"}]},{\"id\":\"fc_1\",\"type\":"
                                      "\"function_call\",\"call_id\":\"c1\",\"name\":\"f\",\"arguments\":\"{}\"}]", 1));
     }
+    if (!convs) {
+        convs = sv_store_new(1 << 16, false);
+        CHECK(convs && !sv_store_put(convs, "conv_kept",
+                                     "{\"id\":\"conv_kept\",\"object\":\"conversation\",\"created_at\":1,\"metadata\":{},"
+                                     "\"items\":[{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"user\",\"status\":"
+                                     "\"completed\",\"content\":[{\"type\":\"input_text\",\"text\":\"hi\"}]}]}", "", 0));
+    }
     if (size < 1) return 0;
+    if (data[0] & 64) { /* the Conversations API: an answer that is a JSON object, or a clean refusal */
+        static const char *const M[] = {"POST", "POST", "POST", "GET", "GET", "DELETE", "DELETE", "GET"};
+        static const char *const P[] = {"", "/conv_kept/items", "/conv_kept", "/conv_kept/items", "/conv_kept/items/msg_1",
+                                        "/conv_kept/items/x", "/conv_x", "/conv_kept"};
+        const int w = data[0] & 7;
+        sv_conv_query q = {.limit = (data[0] & 8) ? "2" : NULL, .order = (data[0] & 16) ? "asc" : NULL,
+                           .after = (data[0] & 32) ? "msg_1" : NULL, .encrypted = data[0] & 128};
+        sv_error ce;
+        memset(&ce, 0, sizeof ce);
+        char *a = sv_conv_handle(convs, M[w], P[w], (const char *)data + 1, size - 1, &q, &ce);
+        if (!a) {
+            CHECK(ce.http >= 400 && ce.http < 600 && ce.message[0]);
+        } else {
+            json_t *o = json_loads(a, 0, NULL);
+            CHECK(json_is_object(o));
+            json_decref(o);
+            mr_free(a);
+        }
+        char *kept = NULL;
+        CHECK(sv_store_get(convs, "conv_kept", &kept, NULL, NULL) == 0);
+        json_t *conv = json_loads(kept, 0, NULL), *items = json_object_get(conv, "items");
+        CHECK(json_is_array(items) && json_array_size(items) >= 1);
+        for (size_t i = 0; i < json_array_size(items); i++) CHECK(json_is_string(json_object_get(json_array_get(items, i), "id")));
+        json_decref(conv);
+        mr_free(kept);
+        return 0;
+    }
     sv_kind k = (data[0] & 1) ? SV_CHAT : SV_COMPLETIONS;
     const char *body = (const char *)data + 1;
     size_t n = size - 1;
@@ -59,7 +96,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     } else if (data[0] & 12) { /* the Responses / Messages APIs: a clean refusal, or a chat request the parser reads */
         const bool resp = data[0] & 4;
         sv_resp_in in;
-        if (resp ? sv_responses_to_chat(body, n, store, &in, &e) : sv_anthropic_to_chat(body, n, data[0] & 16, &chat, &e)) {
+        if (resp ? sv_responses_to_chat(body, n, store, convs, &in, &e) : sv_anthropic_to_chat(body, n, data[0] & 16, &chat, &e)) {
             CHECK(e.http >= 400 && e.http < 600 && e.message[0] && !chat && (!resp || (!in.chat_json && !in.echo && !in.ctx)));
             return 0;
         }
@@ -67,7 +104,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             chat = in.chat_json, echo = in.echo;
             CHECK(json_is_array(in.ctx) && json_array_size(in.ctx) >= 1 && !strncmp(in.id, "resp_", 5));
             for (size_t i = 0; i < json_array_size(in.ctx); i++) CHECK(json_is_string(json_object_get(json_array_get(in.ctx, i), "id")));
+            CHECK(!in.conv[0] || json_is_array(in.conv_input));
             json_decref(in.ctx);
+            json_decref(in.conv_input);
         }
         CHECK(chat && (!resp || json_is_object(echo)));
         k = SV_CHAT;
