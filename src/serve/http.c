@@ -476,26 +476,22 @@ static enum MHD_Result do_models(mr_server *s, struct MHD_Connection *c, const c
     return send_object(s, c, o);
 }
 
+/* A store's gauges for /metrics: entries, bytes, evictions (NULL store: none; cap 0 leaves them out). */
+static void store_gauges(mr_server *s, sv_store *st, int64_t *n, int64_t *bytes, uint64_t *evicted) {
+    if (!st) return;
+    size_t b;
+    uint64_t ev;
+    int64_t k;
+    sv_store_stats(st, &k, &b, &ev);
+    pthread_mutex_lock(&s->met.mu);
+    *n = k, *bytes = (int64_t)b;
+    if (evicted) *evicted = ev;
+    pthread_mutex_unlock(&s->met.mu);
+}
+
 static enum MHD_Result do_metrics(mr_server *s, struct MHD_Connection *c) {
-    if (s->store) {
-        int64_t n;
-        size_t bytes;
-        uint64_t evicted;
-        sv_store_stats(s->store, &n, &bytes, &evicted);
-        pthread_mutex_lock(&s->met.mu);
-        s->met.stored = n, s->met.stored_bytes = (int64_t)bytes, s->met.stored_evicted = evicted;
-        s->met.stored_cap = (int64_t)s->o.response_store_bytes;
-        pthread_mutex_unlock(&s->met.mu);
-    }
-    if (s->convs) {
-        int64_t n;
-        size_t bytes;
-        uint64_t none;
-        sv_store_stats(s->convs, &n, &bytes, &none);
-        pthread_mutex_lock(&s->met.mu);
-        s->met.convs = n, s->met.convs_bytes = (int64_t)bytes, s->met.convs_cap = (int64_t)s->o.conversation_store_bytes;
-        pthread_mutex_unlock(&s->met.mu);
-    }
+    store_gauges(s, s->store, &s->met.stored, &s->met.stored_bytes, &s->met.stored_evicted);
+    store_gauges(s, s->convs, &s->met.convs, &s->met.convs_bytes, NULL);
     char *b = sv_metrics_render(&s->met);
     if (!b) return fail(s, c, 500, NULL, "out of memory");
     enum MHD_Result r = send_text(c, 200, "text/plain; version=0.0.4; charset=utf-8", b, strlen(b));
@@ -1799,6 +1795,8 @@ mr_status mr_server_open(const mr_server_opts *o, mr_server **out) {
     const bool cors_ok = !parse_origins(s, o->allowed_origins);
     s->store = sv_store_new(o->response_store_bytes, true);
     s->convs = sv_store_new(o->conversation_store_bytes, false);
+    s->met.stored_cap = s->store ? (int64_t)o->response_store_bytes : 0;
+    s->met.convs_cap = s->convs ? (int64_t)o->conversation_store_bytes : 0;
     pthread_mutex_init(&s->bgmu, NULL);
     pthread_mutex_init(&s->kmu, NULL);
     pthread_cond_init(&s->kcv, NULL);

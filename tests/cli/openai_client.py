@@ -12,9 +12,13 @@ the requests: chat, reasoning, tool calls and stop strings through the
 client's own types).
 Prints one line per case; exits 1 on the first failure."""
 import json as _json_mod
+import os
 import sys
 
 import openai
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from oaicheck import check, checks, expect_exc  # noqa: E402
 
 base, prompt_s, expected_s = sys.argv[1], sys.argv[2], sys.argv[3]
 auth_url = sys.argv[4] if len(sys.argv) > 4 else None
@@ -23,15 +27,6 @@ prompt = [int(x) for x in prompt_s.split(",")]
 expected = [int(x) for x in expected_s.split(",")]
 n_exp = len(expected)
 client = openai.OpenAI(base_url=base + "/v1", api_key="none", max_retries=0, timeout=120)
-checks = 0
-
-
-def check(cond, what):
-    global checks
-    checks += 1
-    if not cond:
-        print("FAIL:", what)
-        sys.exit(1)
 
 
 def extra(obj, key):
@@ -157,19 +152,6 @@ def created_and_streamed(create, stream, final, kw):
         yield True, getattr(st, final)()
 
 
-def expect_exc(cls, fn, param=None, text=None):
-    try:
-        fn()
-    except cls as e:
-        body = e.body if isinstance(e.body, dict) else {}
-        if param is not None:
-            check(body.get("param") == param, f"{cls.__name__}: param {body.get('param')} != {param}")
-        if text is not None:
-            check(text in str(e), f"{cls.__name__}: '{text}' not in {e}")
-        return
-    except Exception as e:  # noqa: BLE001
-        check(False, f"expected {cls.__name__}, got {type(e).__name__}: {e}")
-    check(False, f"expected {cls.__name__}, got no error")
 
 
 expect_exc(openai.BadRequestError, lambda: client.completions.create(model=model, prompt=prompt, max_tokens=4,
@@ -1258,4 +1240,4 @@ if text_url:
     print("structured outputs: ok")
     # last: a background response still running when the server is told to stop (it drains, then exits 0)
     tc.responses.create(**long_kw)
-print(f"OK ({checks} checks)")
+print(f"OK ({checks()} checks)")

@@ -11,12 +11,16 @@ The oracle for what the model was given: chat completions of the conversation wr
 tokens), and the Responses API given the same items as input. Prints one line per case; exits 1 on the first
 failure."""
 import json
+import os
 import sys
 import time
 import urllib.error
 import urllib.request
 
 import openai
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from oaicheck import check, checks, expect_exc  # noqa: E402
 
 text_url, small_url, off_url = sys.argv[1], sys.argv[2], sys.argv[3]
 tc = openai.OpenAI(base_url=text_url + "/v1", api_key="none", max_retries=0, timeout=120)
@@ -28,30 +32,10 @@ call = ("Look it up.</think>\n<minimax:tool_call>\n<invoke name=\"get_weather\">
 params = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]}
 rtools = [{"type": "function", "name": "get_weather", "description": "Weather of a city", "parameters": params}]
 ctools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city", "parameters": params}}]
-checks = 0
 
 
-def check(cond, what):
-    global checks
-    checks += 1
-    if not cond:
-        print("FAIL:", what)
-        sys.exit(1)
 
 
-def expect_exc(cls, fn, param=None, text=None):
-    try:
-        fn()
-    except cls as e:
-        body = e.body if isinstance(e.body, dict) else {}
-        if param is not None:
-            check(body.get("param") == param, f"{cls.__name__}: param {body.get('param')} != {param}")
-        if text is not None:
-            check(text in str(e), f"{cls.__name__}: '{text}' not in {e}")
-        return
-    except Exception as e:  # noqa: BLE001
-        check(False, f"expected {cls.__name__}, got {type(e).__name__}: {e}")
-    check(False, f"expected {cls.__name__}, got no error")
 
 
 def items_of(cid, **kw):
@@ -299,4 +283,4 @@ st, b = raw(text_url, "PUT", f"/v1/conversations/{conv.id}", {})
 check(st == 405, f"PUT: {st}")
 st, b = raw(text_url, "GET", f"/v1/conversations/{conv.id}/things")
 check(st == 404, f"an unknown route under a conversation: {st}")
-print(f"conversations: all {checks} checks passed")
+print(f"conversations: all {checks()} checks passed")

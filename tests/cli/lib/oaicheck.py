@@ -1,0 +1,32 @@
+"""Checks shared by the official-client scripts (tests/cli/openai_client.py, tests/cli/openai_conversations.py):
+check() counts and exits 1 on the first failure; expect_exc() wants the client's exception class, and the
+server's param and message where given."""
+import sys
+
+_count = [0]
+
+
+def checks():
+    return _count[0]
+
+
+def check(cond, what):
+    _count[0] += 1
+    if not cond:
+        print("FAIL:", what)
+        sys.exit(1)
+
+
+def expect_exc(cls, fn, param=None, text=None):
+    try:
+        fn()
+    except cls as e:
+        body = e.body if isinstance(e.body, dict) else {}
+        if param is not None:
+            check(body.get("param") == param, f"{cls.__name__}: param {body.get('param')} != {param}")
+        if text is not None:
+            check(text in str(e), f"{cls.__name__}: '{text}' not in {e}")
+        return
+    except Exception as e:  # noqa: BLE001
+        check(False, f"expected {cls.__name__}, got {type(e).__name__}: {e}")
+    check(False, f"expected {cls.__name__}, got no error")
