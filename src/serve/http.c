@@ -57,11 +57,28 @@ typedef struct sv_conn {
     struct sv_conn *prev, *next;
 } sv_conn;
 
+/* The events of a background response that streams (background and stream both true): what the driver
+ * writes, kept whole for the connections that follow it, each from a place of its own (the request's own
+ * connection from the first event; GET /v1/responses/{id}?stream=true&starting_after=N from event N + 1;
+ * event i is the one of sequence_number i). Counted references: a follower still sending it outlives the job.
+ * A follower with nothing left to send parks on it (suspended; it cannot complete while so) until the driver
+ * appends or ends the log. */
+typedef struct sv_evlog {
+    pthread_mutex_t mu;
+    sv_buf text;             /* the SSE events, in order */
+    size_t *ends;            /* [n] the end of event i in text */
+    int64_t n, cap;
+    bool ended;              /* the last event is in */
+    struct sv_hreq *parked;  /* followers waiting for more, linked by log_next */
+    atomic_int refs;
+} sv_evlog;
+
 /* A background response (the Responses API's background: true): its job, run without a connection; the
  * driver thread reads what the engine publishes and keeps the Response when it ends. */
 typedef struct sv_bg {
     sv_job *j;
     sv_out *out;
+    sv_evlog *log;       /* its events when it streams, else NULL */
     bool started;        /* stored as in_progress */
     bool deleted;        /* DELETE came while it ran: cancelled, and dropped from the store when it ends */
     struct sv_bg *next;
@@ -114,7 +131,7 @@ enum {
 };
 
 /* One HTTP request. */
-typedef struct {
+typedef struct sv_hreq {
     mr_server *s;
     struct MHD_Connection *mc;
     sv_conn *conn;
@@ -129,6 +146,11 @@ typedef struct {
     size_t sse_off;
     bool stream_done, complete;
     uint64_t t_arrive_ns;
+    /* a follower of a background response's events (sv_evlog) */
+    sv_evlog *log;
+    int64_t log_from;          /* the first event to send */
+    size_t log_off;            /* the next byte of log->text to send (SIZE_MAX: event log_from not in yet) */
+    struct sv_hreq *log_next;  /* in log->parked */
 } sv_hreq;
 
 void mr_server_opts_default(mr_server_opts *o) {
@@ -304,12 +326,129 @@ static bool park(sv_hreq *h, uint64_t v) {
 
 /* ---- background responses ---- */
 
+/* A streaming background response's events are kept in the response store under its id and this suffix
+ * (ids with '#' are not looked up from URLs). */
+#define EVENTS_SUFFIX "#events"
+
 static void bg_wake(void *arg) {
     mr_server *s = arg;
     pthread_mutex_lock(&s->kmu);
     s->kicks++;
     pthread_cond_signal(&s->kcv);
     pthread_mutex_unlock(&s->kmu);
+}
+
+static sv_evlog *evlog_new(void) {
+    sv_evlog *L = mr_calloc(1, sizeof *L);
+    if (!L) return NULL;
+    pthread_mutex_init(&L->mu, NULL);
+    atomic_init(&L->refs, 1);
+    return L;
+}
+
+static sv_evlog *evlog_ref(sv_evlog *L) {
+    atomic_fetch_add(&L->refs, 1);
+    return L;
+}
+
+static void evlog_release(sv_evlog *L) {
+    if (!L || atomic_fetch_sub(&L->refs, 1) != 1) return;
+    sv_buf_free(&L->text);
+    mr_free(L->ends);
+    pthread_mutex_destroy(&L->mu);
+    mr_free(L);
+}
+
+/* Resumes the followers parked on L (taken under its lock, resumed after: a suspended connection cannot
+ * complete, so none is freed in between). */
+static void evlog_wake(sv_evlog *L) {
+    pthread_mutex_lock(&L->mu);
+    sv_hreq *h = L->parked;
+    L->parked = NULL;
+    pthread_mutex_unlock(&L->mu);
+    for (sv_hreq *next; h; h = next) {
+        next = h->log_next;
+        h->log_next = NULL;
+        MHD_resume_connection(h->mc);
+    }
+}
+
+/* Whole events (each ends with a blank line) appended, then the followers woken; end: the last is in.
+ * -1 out of memory. */
+static int evlog_add(sv_evlog *L, const sv_buf *sse, bool end) {
+    int rc = 0;
+    pthread_mutex_lock(&L->mu);
+    for (size_t at = 0; at < sse->len && !rc;) {
+        size_t n = 0;
+        while (at + n + 1 < sse->len && (sse->p[at + n] != '\n' || sse->p[at + n + 1] != '\n')) n++;
+        n = at + n + 1 < sse->len ? n + 2 : sse->len - at;
+        if (L->n == L->cap) {
+            const int64_t cap = L->cap ? 2 * L->cap : 64;
+            size_t *ends = mr_realloc(L->ends, sizeof *ends * (size_t)cap);
+            if (!ends) {
+                rc = -1;
+                break;
+            }
+            L->ends = ends, L->cap = cap;
+        }
+        if ((rc = sv_buf_add(&L->text, sse->p + at, n))) break;
+        L->ends[L->n++] = L->text.len;
+        at += n;
+    }
+    if (end || rc) L->ended = true;
+    pthread_mutex_unlock(&L->mu);
+    evlog_wake(L);
+    return rc;
+}
+
+/* The place of event `from` in the events text (n events ending at ends), SIZE_MAX when it is not in. */
+static size_t event_start(const size_t *ends, int64_t n, int64_t from) {
+    return from > n ? SIZE_MAX : from ? ends[from - 1] : 0;
+}
+
+/* A follower's content reader: the events of its log from its place on; parked while there are none yet,
+ * the end of the stream after the last. */
+static ssize_t follow_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    sv_hreq *h = cls;
+    sv_evlog *L = h->log;
+    pthread_mutex_lock(&L->mu);
+    if (h->log_off == SIZE_MAX) h->log_off = event_start(L->ends, L->n, h->log_from);
+    if (h->log_off != SIZE_MAX && h->log_off < L->text.len) {
+        size_t n = L->text.len - h->log_off;
+        if (n > max) n = max;
+        memcpy(buf, L->text.p + h->log_off, n);
+        h->log_off += n;
+        pthread_mutex_unlock(&L->mu);
+        conn_busy(h, false);
+        return (ssize_t)n;
+    }
+    if (L->ended || atomic_load(&h->s->stopping)) { /* (stopping: mr_server_close wakes every log) */
+        pthread_mutex_unlock(&L->mu);
+        h->complete = L->ended;
+        return L->ended ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    h->log_next = L->parked;
+    L->parked = h;
+    MHD_suspend_connection(h->mc);
+    pthread_mutex_unlock(&L->mu);
+    conn_busy(h, true);
+    return 0;
+}
+
+/* The connection follows L from event `from` (a streamed answer, text/event-stream). */
+static enum MHD_Result follow(struct MHD_Connection *c, sv_hreq *h, sv_evlog *L, int64_t from) {
+    h->log = evlog_ref(L);
+    h->log_from = from;
+    h->log_off = SIZE_MAX;
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u); /* the watchdog watches it instead */
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, follow_reader, h, NULL);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    enum MHD_Result ok = queue(c, 200, resp);
+    MHD_destroy_response(resp);
+    return ok;
 }
 
 /* The Response of background job j at status st, without output (and with error err), kept beside the
@@ -325,31 +464,46 @@ static int bg_keep(mr_server *s, sv_job *j, const char *st, const char *err, cha
 /* Reads what the engine published for b (and parks it until the next publish); true when its job has ended
  * and its Response is kept (respond.c keeps a 200's; a failure's is kept here). */
 static bool bg_advance(mr_server *s, sv_bg *b) {
-    sv_buf none = {0};
+    sv_buf sse = {0}; /* a streaming one's events, for its followers */
     int rc;
     for (;;) {
         const uint64_t v = job_version(b->j);
-        if ((rc = sv_out_advance(b->out, &none)) != 0) break;
+        rc = sv_out_advance(b->out, &sse);
+        if (b->log && (sse.len || rc) && evlog_add(b->log, &sse, rc != 0)) rc = -1;
+        sse.len = 0;
+        if (rc != 0) break;
         pthread_mutex_lock(&b->j->mu);
         const bool parked = b->j->version == v && b->j->live > 0;
         if (parked) b->j->parked = true; /* the engine calls bg_wake at its next publish */
         pthread_mutex_unlock(&b->j->mu);
         if (parked) break;
     }
-    sv_buf_free(&none);
+    sv_buf_free(&sse);
     if (rc == 0) {
         if (!b->started && !b->deleted && job_version(b->j) > 0) b->started = !bg_keep(s, b->j, "in_progress", NULL, NULL);
         return false;
     }
+    if (rc < 0) sv_job_cancel(b->j); /* out of memory: it ends as failed */
     int status = 500;
-    char *body = rc > 0 ? sv_out_body(b->out, &status) : NULL;
-    if (status != 200) {
+    const char *failure = rc > 0 ? sv_out_failure(b->out) : "out of memory";
+    char *body = rc > 0 && !failure && !b->log ? sv_out_body(b->out, &status) : NULL; /* (a stream keeps its own) */
+    if (failure || (!b->log && status != 200)) {
         json_t *eb = body ? json_loads(body, 0, NULL) : NULL;
         const char *msg = json_string_value(json_object_get(json_object_get(eb, "error"), "message"));
-        bg_keep(s, b->j, "failed", msg ? msg : "out of memory", NULL);
+        bg_keep(s, b->j, "failed", failure ? failure : msg ? msg : "out of memory", NULL);
         json_decref(eb);
     }
     mr_free(body);
+    if (b->log) { /* its events, for a GET ?stream=true after the end */
+        char key[96];
+        snprintf(key, sizeof key, "%s" EVENTS_SUFFIX, b->j->req.resp_id);
+        pthread_mutex_lock(&b->log->mu);
+        if (!b->deleted && b->log->text.len && sv_buf_add(&b->log->text, "", 1) == 0) {
+            sv_store_put(s->store, key, b->log->text.p, "", 0);
+            b->log->text.len--;
+        }
+        pthread_mutex_unlock(&b->log->mu);
+    }
     if (b->deleted) sv_store_delete(s->store, b->j->req.resp_id);
     return true;
 }
@@ -375,6 +529,7 @@ static void *bg_main(void *arg) {
             *pp = b->next;
             sv_out_free(b->out);
             sv_job_release(b->j);
+            evlog_release(b->log);
             mr_free(b);
         }
         pthread_mutex_unlock(&s->bgmu);
@@ -547,11 +702,57 @@ static enum MHD_Result do_flush(mr_server *s, struct MHD_Connection *c) {
     return send_text(c, 200, "text/plain; charset=utf-8", b, (size_t)n);
 }
 
+/* GET /v1/responses/{id}?stream=true[&starting_after=N]: the events of a background response created with
+ * stream true, from sequence_number N + 1 (0 without N): a running one's followed to its end, an ended one's
+ * given from the store. Others are a 400 (nothing was streamed to give again), unknown ids a 404. */
+static enum MHD_Result stream_response(mr_server *s, struct MHD_Connection *c, sv_hreq *h, const char *id,
+                                       const char *stream) {
+    if (strcmp(stream, "true")) return fail(s, c, 400, "stream", "stream must be true or false, got '%.40s'", stream);
+    const char *sa = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "starting_after");
+    int64_t from = 0;
+    if (sa) {
+        char *end;
+        errno = 0;
+        const long long v = strtoll(sa, &end, 10);
+        if (errno || end == sa || *end || v < 0 || v > INT64_MAX / 2)
+            return fail(s, c, 400, "starting_after", "starting_after must be an event's sequence_number (an integer >= 0), "
+                        "got '%.40s'", sa);
+        from = v + 1;
+    }
+    pthread_mutex_lock(&s->bgmu);
+    sv_bg *b = bg_find(s, id);
+    sv_evlog *L = b && b->log ? evlog_ref(b->log) : NULL;
+    pthread_mutex_unlock(&s->bgmu);
+    if (L) {
+        const enum MHD_Result r = follow(c, h, L, from);
+        evlog_release(L);
+        return r;
+    }
+    char key[200], *ev = NULL;
+    snprintf(key, sizeof key, "%s" EVENTS_SUFFIX, id);
+    if (!b && sv_store_get(s->store, key, &ev, NULL, NULL) == 0) {
+        size_t at = 0;
+        for (int64_t k = 0; k < from && ev[at]; k++) { /* past `from` events (each ends with a blank line) */
+            const char *e = strstr(ev + at, "\n\n");
+            at = e ? (size_t)(e - ev) + 2 : strlen(ev);
+        }
+        const enum MHD_Result r = send_text(c, 200, "text/event-stream", ev + at, strlen(ev + at));
+        mr_free(ev);
+        return r;
+    }
+    if (!b && sv_store_get(s->store, id, NULL, NULL, NULL) > 0)
+        return fail(s, c, 404, "response_id", "Response with id '%s' not found", id);
+    return fail(s, c, 400, "stream", "stream=true gives the events of a background response created with stream true; "
+                "'%s' was not one%s: poll GET /v1/responses/{id}", id, b ? "" : " (or its events were larger than the "
+                "response store)");
+}
+
 /* A stored response (the Responses API): GET /v1/responses/{id} (the Response; a background one's status
  * until it ends), DELETE (gone; a running background response is cancelled), GET .../input_items (the
  * conversation items before its output, as OpenAI lists them), POST .../cancel (a background response: a
  * running one ends with status cancelled, an ended one is given as it is; others are a 400). */
-static enum MHD_Result do_response_id(mr_server *s, struct MHD_Connection *c, const char *url, const char *method) {
+static enum MHD_Result do_response_id(mr_server *s, struct MHD_Connection *c, sv_hreq *h, const char *url,
+                                      const char *method) {
     char id[160];
     const char *p = url + 14, *tail = strchr(p, '/');
     const size_t n = tail ? (size_t)(tail - p) : strlen(p);
@@ -560,9 +761,12 @@ static enum MHD_Result do_response_id(mr_server *s, struct MHD_Connection *c, co
     if (!s->store)
         return fail(s, c, 404, "response_id", "Response with id '%.100s' not found: this server stores no responses "
                     "(--response-store-mb 0)", p);
-    if (n >= sizeof id) return fail(s, c, 404, "response_id", "Response with id '%.100s...' not found", p);
+    if (n >= sizeof id - strlen(EVENTS_SUFFIX) || memchr(p, '#', n))
+        return fail(s, c, 404, "response_id", "Response with id '%.100s' not found", p);
     memcpy(id, p, n);
     id[n] = 0;
+    const char *stream = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "stream");
+    if (!tail && strcmp(method, "DELETE") && stream && strcmp(stream, "false")) return stream_response(s, c, h, id, stream);
     if (!strcmp(method, "DELETE")) {
         pthread_mutex_lock(&s->bgmu);
         sv_bg *b = bg_find(s, id);
@@ -571,6 +775,9 @@ static enum MHD_Result do_response_id(mr_server *s, struct MHD_Connection *c, co
             sv_job_cancel(b->j);
         }
         pthread_mutex_unlock(&s->bgmu);
+        char key[sizeof id + sizeof EVENTS_SUFFIX];
+        snprintf(key, sizeof key, "%s" EVENTS_SUFFIX, id);
+        sv_store_delete(s->store, key);
         if (!sv_store_delete(s->store, id) && !b) return fail(s, c, 404, "response_id", "Response with id '%s' not found", id);
         return send_object(s, c, json_pack("{s:s,s:s,s:b}", "id", id, "object", "response", "deleted", 1));
     }
@@ -600,11 +807,6 @@ static enum MHD_Result do_response_id(mr_server *s, struct MHD_Connection *c, co
                                        "not one", id);
         mr_free(resp);
         return ok;
-    }
-    const char *stream = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "stream");
-    if (!list && stream && strcmp(stream, "false")) {
-        mr_free(resp);
-        return fail(s, c, 400, "stream", "stream is not supported when retrieving a stored response (it has ended)");
     }
     enum MHD_Result r;
     if (list) {
@@ -1257,8 +1459,9 @@ static enum MHD_Result await_body(mr_server *s, struct MHD_Connection *c, sv_hre
     return ok;
 }
 
-/* A background response (admitted, its output ready in h->out): kept as queued and answered at once; the
- * driver thread runs it from here, without the connection. */
+/* A background response (admitted, its output ready in h->out): kept as queued and answered at once (one
+ * that streams: its events streamed from the first, the connection a follower that may go without ending
+ * it); the driver thread runs it from here, without the connection. */
 static enum MHD_Result run_background(mr_server *s, struct MHD_Connection *c, sv_hreq *h, sv_job *j) {
     sv_bg *b = mr_calloc(1, sizeof *b);
     char *text = NULL;
@@ -1270,6 +1473,16 @@ static enum MHD_Result run_background(mr_server *s, struct MHD_Connection *c, sv
         sv_job_release(j);
         mr_free(b);
         if (kept > 0) return fail(s, c, 400, "input", "the conversation is larger than the response store (--response-store-mb)");
+        return fail(s, c, 500, NULL, "out of memory");
+    }
+    if (j->req.stream && !(b->log = evlog_new())) {
+        sv_engine_unreserve(s->eng, j->n_gen);
+        sv_out_free(h->out);
+        h->out = NULL;
+        sv_store_delete(s->store, j->req.resp_id);
+        sv_job_release(j);
+        mr_free(b);
+        free(text);
         return fail(s, c, 500, NULL, "out of memory");
     }
     pthread_mutex_lock(&s->met.mu);
@@ -1288,6 +1501,10 @@ static enum MHD_Result run_background(mr_server *s, struct MHD_Connection *c, sv
     atomic_fetch_add(&j->refs, 1); /* the engine's */
     sv_engine_submit(s->eng, j);
     bg_wake(s);
+    if (b->log) { /* b stays the driver's; its log is this connection's too */
+        free(text);
+        return follow(c, h, b->log, 0);
+    }
     enum MHD_Result ok = send_json(c, 200, text);
     free(text);
     return ok;
@@ -1550,7 +1767,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case R_TOKENIZE: return do_tokenize(s, c, h, false);
     case R_DETOKENIZE: return do_tokenize(s, c, h, true);
     case R_COUNT_TOKENS: return do_count_tokens(s, c, h);
-    case R_RESPONSE_ID: return do_response_id(s, c, url, method);
+    case R_RESPONSE_ID: return do_response_id(s, c, h, url, method);
     case R_CONVERSATIONS: return do_conversations(s, c, h, url, method);
     case R_FLUSH: case R_RESET_PREFIX: return do_flush(s, c);
     case R_SERVER_INFO: return do_server_info(s, c);
@@ -1583,7 +1800,17 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
         sv_out_free(h->out);
         sv_job_release(h->job);
     }
-    if (h->job) MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->o.idle_timeout_s);
+    if (h->log) { /* a follower (never parked here: a suspended connection does not complete) */
+        pthread_mutex_lock(&h->log->mu);
+        for (sv_hreq **pp = &h->log->parked; *pp; pp = &(*pp)->log_next)
+            if (*pp == h) {
+                *pp = h->log_next;
+                break;
+            }
+        pthread_mutex_unlock(&h->log->mu);
+        evlog_release(h->log);
+    }
+    if (h->job || h->log) MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->o.idle_timeout_s);
     if (h->conn) {
         pthread_mutex_lock(&s->cmu);
         h->conn->phase = 0;
@@ -1918,6 +2145,12 @@ void mr_server_close(mr_server *s) {
     /* the engine first: every job ends and every parked connection is resumed (libmicrohttpd
      * cannot stop with a connection parked for good); a request that races this ends at once */
     if (s->eng) sv_engine_stop(s->eng);
+    if (s->bg_started) { /* followers parked on a running background response's events: they end (stopping) */
+        pthread_mutex_lock(&s->bgmu);
+        for (sv_bg *b = s->bg; b; b = b->next)
+            if (b->log) evlog_wake(b->log);
+        pthread_mutex_unlock(&s->bgmu);
+    }
     if (s->d) MHD_stop_daemon(s->d); /* joins the event loop(s) */
     if (s->wd_started) {
         pthread_mutex_lock(&s->cmu);
@@ -1937,6 +2170,7 @@ void mr_server_close(mr_server *s) {
         next = b->next;
         sv_out_free(b->out);
         sv_job_release(b->j);
+        evlog_release(b->log);
         mr_free(b);
     }
     pthread_mutex_destroy(&s->bgmu);

@@ -868,6 +868,12 @@ static char *dump_body(json_t *x, int *http) {
     return s;
 }
 
+const char *sv_out_failure(const sv_out *o) {
+    for (int i = 0; i < o->n; i++)
+        if (o->c[i].failed) return o->c[i].err;
+    return NULL;
+}
+
 char *sv_out_body(sv_out *o, int *http) {
     for (int i = 0; i < o->n; i++)
         if (o->c[i].failed) {

@@ -450,8 +450,6 @@ int sv_responses_to_chat(const char *body, size_t len, sv_store *store, sv_store
         rc = sv_fail(e, 400, "background", store ? "background needs store (a background response is read back with GET "
                      "/v1/responses/{id})" : "background needs the response store, which is off on this server "
                      "(--response-store-mb 0)");
-    if (!rc && in->background && json_is_true(json_object_get(req, "stream")))
-        rc = sv_fail(e, 400, "stream", "a background response is not streamed here: poll GET /v1/responses/{id}");
     if (!rc && in->background) json_object_set_new(ech, "background", json_true());
     if (!rc) {
         json_t *mine = sv_resp_ctx_items(json_object_get(req, "input"), hex);

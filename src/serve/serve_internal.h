@@ -442,6 +442,8 @@ void sv_out_free(sv_out *o);
  * SSE events for it are appended to sse (one event per token). Returns 1
  * when the response is complete, 0 when more is to come, -1 on out of memory. */
 int sv_out_advance(sv_out *o, sv_buf *sse);
+/* Once complete: the error of a choice that failed (the engine's message), or NULL. */
+const char *sv_out_failure(const sv_out *o);
 /* Non-streaming, once complete: the response body (malloc'd) and its status. */
 char *sv_out_body(sv_out *o, int *http);
 /* Sets every unfinished gen's cancel flag (client gone). */

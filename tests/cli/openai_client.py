@@ -645,9 +645,72 @@ if text_url:
           "cancelled background responses still hold sequences")
     expect_exc(openai.BadRequestError, lambda: tc.responses.create(model=tmodel, input="x", background=True, store=False),
                param="background")
-    expect_exc(openai.BadRequestError, lambda: tc.responses.create(model=tmodel, input="x", background=True, stream=True),
-               param="stream")
     print("background responses: ok")
+
+    # background and stream: the events stream as the foreground's do (the same text, consecutive sequence
+    # numbers from 0), and are kept: GET ?stream=true&starting_after=N gives them again from N + 1, while the
+    # response runs (followed to its end) and after; a client that leaves the stream does not end the response
+    def seqs(events):
+        return [e.sequence_number for e in events]
+
+    bkw = dict(model=tmodel, input="2+2?", max_output_tokens=64, background=True, extra_body={"debug_forced_output": say})
+    evs = list(tc.responses.create(stream=True, **bkw))
+    fg_evs = list(tc.responses.create(stream=True, **{k: v for k, v in bkw.items() if k != "background"}))
+    check(seqs(evs) == list(range(len(evs))) and [e.type for e in evs] == [e.type for e in fg_evs] and
+          evs[-1].type == "response.completed" and evs[-1].response.output_text == fg.output_text and
+          evs[-1].response.background is True, f"background stream: {[e.type for e in evs]}")
+    bid = evs[0].response.id
+    check(tc.responses.retrieve(bid).output_text == fg.output_text, "the streamed background response is stored")
+    again = list(tc.responses.retrieve(bid, stream=True))
+    tail = list(tc.responses.retrieve(bid, stream=True, starting_after=3))
+    check([e.model_dump() for e in again] == [e.model_dump() for e in evs] and
+          [e.model_dump() for e in tail] == [e.model_dump() for e in evs[4:]], "the events given again after the end")
+    # a long one: the client leaves after a few events; another follows from where it left, to the end
+    lkw = dict(model=tmodel, input="count", max_output_tokens=300, background=True, stream=True,
+               extra_body={"ignore_eos": True})
+    st = tc.responses.create(**lkw)
+    first = []
+    for e in st:
+        first.append(e)
+        if len(first) == 6:
+            break
+    st.close()
+    lid = first[0].response.id
+    rest = list(tc.responses.retrieve(lid, stream=True, starting_after=first[-1].sequence_number))
+    done = tc.responses.retrieve(lid)
+    deltas = "".join(e.delta for e in first + rest if e.type in ("response.output_text.delta", "response.reasoning_text.delta"))
+    check(seqs(first + rest) == list(range(len(first) + len(rest))) and rest[-1].type == "response.incomplete" and
+          done.status == "incomplete" and done.usage.output_tokens == 300, f"followed to the end: {done.status} {rest[-1].type}")
+    check(deltas == "".join(p.text for o in done.output for p in (o.content or [])), "the deltas add up to the output")
+    # several followers at once, one cancelled midway: each sees the same events to the same end
+    import threading as _th
+    st = tc.responses.create(**dict(lkw, max_output_tokens=900))
+    head = next(iter(st))
+    st.close()
+    cid = head.response.id
+    got = {}
+
+    def follow(k):
+        got[k] = list(tc.responses.retrieve(cid, stream=True, starting_after=0))
+
+    ths = [_th.Thread(target=follow, args=(k,)) for k in range(3)]
+    for t in ths:
+        t.start()
+    _time.sleep(0.3)
+    tc.responses.cancel(cid)
+    for t in ths:
+        t.join(120)
+    check(all(not t.is_alive() for t in ths) and len(got) == 3 and
+          all([e.model_dump() for e in got[k]] == [e.model_dump() for e in got[0]] for k in got) and
+          seqs(got[0]) == list(range(1, len(got[0]) + 1)) and poll(cid).status == "cancelled",
+          f"followers of a cancelled response: {[len(v) for v in got.values()]}")
+    # refusals: a background response not streamed, a foreground one, an unknown id, a bad starting_after
+    expect_exc(openai.BadRequestError, lambda: list(tc.responses.retrieve(bg.id, stream=True)), param="stream")
+    expect_exc(openai.BadRequestError, lambda: list(tc.responses.retrieve(fg.id, stream=True)), param="stream")
+    expect_exc(openai.NotFoundError, lambda: list(tc.responses.retrieve("resp_none", stream=True)), param="response_id")
+    expect_exc(openai.BadRequestError, lambda: list(tc.responses.retrieve(bid, stream=True, extra_query={"starting_after": "x"})),
+               param="starting_after")
+    print("background streams: ok")
 
     # Anthropic's Messages API (POST /v1/messages) through the official `anthropic` client: create, stream (its
     # accumulator checks the events), tools, tool results, stop sequences, count_tokens; chat completions of
