@@ -437,18 +437,23 @@ static ssize_t follow_reader(void *cls, uint64_t pos, char *buf, size_t max) {
 }
 
 /* The connection follows L from event `from` (a streamed answer, text/event-stream). */
-static enum MHD_Result follow(struct MHD_Connection *c, sv_hreq *h, sv_evlog *L, int64_t from) {
-    h->log = evlog_ref(L);
-    h->log_from = from;
-    h->log_off = SIZE_MAX;
-    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u); /* the watchdog watches it instead */
-    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, follow_reader, h, NULL);
+/* A 200 of server-sent events, read from reader(h). */
+static enum MHD_Result send_events(struct MHD_Connection *c, MHD_ContentReaderCallback reader, sv_hreq *h) {
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, reader, h, NULL);
     if (!resp) return MHD_NO;
     MHD_add_response_header(resp, "Content-Type", "text/event-stream");
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
     enum MHD_Result ok = queue(c, 200, resp);
     MHD_destroy_response(resp);
     return ok;
+}
+
+static enum MHD_Result follow(struct MHD_Connection *c, sv_hreq *h, sv_evlog *L, int64_t from) {
+    h->log = evlog_ref(L);
+    h->log_from = from;
+    h->log_off = SIZE_MAX;
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u); /* the watchdog watches it instead */
+    return send_events(c, follow_reader, h);
 }
 
 /* The Response of background job j at status st, without output (and with error err), kept beside the
@@ -1645,15 +1650,7 @@ static enum MHD_Result do_generate(mr_server *s, struct MHD_Connection *c, sv_hr
      * response, and the watchdog's stalled-client check takes its place */
     MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
     conn_busy(h, true);
-    if (j->req.stream) {
-        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, stream_reader, h, NULL);
-        if (!resp) return MHD_NO;
-        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
-        MHD_add_response_header(resp, "Cache-Control", "no-cache");
-        enum MHD_Result ok = queue(c, 200, resp);
-        MHD_destroy_response(resp);
-        return ok;
-    }
+    if (j->req.stream) return send_events(c, stream_reader, h);
     return await_body(s, c, h);
 }
 
