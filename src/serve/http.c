@@ -53,6 +53,9 @@ typedef struct sv_conn {
     struct sv_job *job;        /* phase 2: the request's job while it is in flight (the watchdog
                                   cancels it when the client hangs up); cancelled: done so */
     bool cancelled;
+    struct sv_evlog *log;      /* phase 2: the events it follows, when it is a follower (a hang-up while
+                                  it waits for them closes it and wakes the log's followers) */
+    atomic_bool gone;          /* ... so closed: its follower ends instead of waiting again */
     struct mr_server *s;       /* for the CORS headers of its responses */
     struct sv_conn *prev, *next;
 } sv_conn;
@@ -423,10 +426,12 @@ static ssize_t follow_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         conn_busy(h, false);
         return (ssize_t)n;
     }
-    if (L->ended || atomic_load(&h->s->stopping)) { /* (stopping: mr_server_close wakes every log) */
+    const bool ended = L->ended;
+    if (ended || atomic_load(&h->s->stopping) || (h->conn && atomic_load(&h->conn->gone))) {
+        /* (stopping: mr_server_close wakes every log; gone: the watchdog does, after setting it) */
         pthread_mutex_unlock(&L->mu);
-        h->complete = L->ended;
-        return L->ended ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+        h->complete = ended;
+        return ended ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
     }
     h->log_next = L->parked;
     L->parked = h;
@@ -452,6 +457,11 @@ static enum MHD_Result follow(struct MHD_Connection *c, sv_hreq *h, sv_evlog *L,
     h->log = evlog_ref(L);
     h->log_from = from;
     h->log_off = SIZE_MAX;
+    if (h->conn) {
+        pthread_mutex_lock(&h->s->cmu);
+        h->conn->log = L;
+        pthread_mutex_unlock(&h->s->cmu);
+    }
     MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u); /* the watchdog watches it instead */
     return send_events(c, follow_reader, h);
 }
@@ -1499,6 +1509,7 @@ static enum MHD_Result run_background(mr_server *s, struct MHD_Connection *c, sv
     j->wake = bg_wake;
     j->wake_arg = s;
     j->wake_each = true;
+    sv_evlog *L = b->log ? evlog_ref(b->log) : NULL; /* b is the driver's from here: it may end and go at once */
     pthread_mutex_lock(&s->bgmu);
     b->next = s->bg;
     s->bg = b;
@@ -1506,9 +1517,11 @@ static enum MHD_Result run_background(mr_server *s, struct MHD_Connection *c, sv
     atomic_fetch_add(&j->refs, 1); /* the engine's */
     sv_engine_submit(s->eng, j);
     bg_wake(s);
-    if (b->log) { /* b stays the driver's; its log is this connection's too */
+    if (L) { /* its events are this connection's too */
         free(text);
-        return follow(c, h, b->log, 0);
+        const enum MHD_Result r = follow(c, h, L, 0);
+        evlog_release(L);
+        return r;
     }
     enum MHD_Result ok = send_json(c, 200, text);
     free(text);
@@ -1581,6 +1594,7 @@ static enum MHD_Result do_generate(mr_server *s, struct MHD_Connection *c, sv_hr
             json_decref(in.echo);
             json_decref(in.ctx);
             json_decref(in.conv_input);
+            if (in.conv[0]) sv_conv_release(s->convs, in.conv, in.id, in.conv_reserved);
             sv_responses_param(&e);
             return send_error_on(s, c, h->route, &e);
         }
@@ -1591,9 +1605,10 @@ static enum MHD_Result do_generate(mr_server *s, struct MHD_Connection *c, sv_hr
         r.resp_background = in.background;
         r.resp_truncate = in.truncate;
         snprintf(r.resp_id, sizeof r.resp_id, "%s", in.id);
-        if (in.conv[0]) {
+        if (in.conv[0]) { /* the claim and its room are the request's now */
             r.resp_convs = s->convs;
             snprintf(r.resp_conv, sizeof r.resp_conv, "%s", in.conv);
+            r.resp_conv_reserved = in.conv_reserved;
         }
         r.resp_conv_input = in.conv_input;
     } else if (sv_request_parse(h->route == R_CHAT ? SV_CHAT : SV_COMPLETIONS, h->body.p ? h->body.p : "", h->body.len,
@@ -1798,6 +1813,11 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
         sv_job_release(h->job);
     }
     if (h->log) { /* a follower (never parked here: a suspended connection does not complete) */
+        if (h->conn) {
+            pthread_mutex_lock(&s->cmu);
+            h->conn->log = NULL;
+            pthread_mutex_unlock(&s->cmu);
+        }
         pthread_mutex_lock(&h->log->mu);
         for (sv_hreq **pp = &h->log->parked; *pp; pp = &(*pp)->log_next)
             if (*pp == h) {
@@ -1853,17 +1873,27 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
 }
 
 /* Cancels the jobs of the parked connections whose client has gone
- * (hang-up, reset), one poll over all of them; called with s->cmu held. */
-static void cancel_gone(mr_server *s, struct pollfd *pf, sv_conn **pk, int cap) {
-    int n = 0;
+ * (hang-up, reset), one poll over all of them, and closes such followers of
+ * a background response's events (waking their logs: wake has room for cap);
+ * called with s->cmu held, which it lets go of while it wakes. */
+static void cancel_gone(mr_server *s, struct pollfd *pf, sv_conn **pk, sv_evlog **wake, int cap) {
+    int n = 0, n_wake = 0;
     for (sv_conn *k = s->conns; k && n < cap; k = k->next)
-        if (k->phase == 2 && k->busy && k->job && !k->cancelled && !k->killed) {
+        if (k->phase == 2 && k->busy && (k->job || k->log) && !k->cancelled && !k->killed) {
             pf[n] = (struct pollfd){.fd = k->fd, .events = POLLRDHUP};
             pk[n++] = k;
         }
     if (n == 0 || poll(pf, (nfds_t)n, 0) <= 0) return;
     for (int i = 0; i < n; i++)
-        if (pf[i].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) {
+        if ((pf[i].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) && !pk[i]->job) {
+            /* a follower of a background response's events: it goes (the response runs on); resumed with
+             * the log's others, it finds its socket shut and completes (k->log lives while set, under cmu) */
+            MR_DEBUG("serve: a client left while it waited for a background response's events");
+            atomic_store(&pk[i]->gone, true);
+            shutdown(pk[i]->fd, SHUT_RDWR);
+            pk[i]->killed = true;
+            wake[n_wake++] = evlog_ref(pk[i]->log);
+        } else if (pf[i].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) {
             MR_DEBUG("serve: a client left while its request waited for the engine: cancelled");
             sv_job_cancel(pk[i]->job); /* the job lives while k->job is set (cleared under cmu) */
             pk[i]->cancelled = true;
@@ -1871,6 +1901,13 @@ static void cancel_gone(mr_server *s, struct pollfd *pf, sv_conn **pk, int cap) 
             s->met.disconnects++;
             pthread_mutex_unlock(&s->met.mu);
         }
+    if (!n_wake) return;
+    pthread_mutex_unlock(&s->cmu); /* (libmicrohttpd's resume is not called under a lock of ours) */
+    for (int i = 0; i < n_wake; i++) {
+        evlog_wake(wake[i]);
+        evlog_release(wake[i]);
+    }
+    pthread_mutex_lock(&s->cmu);
 }
 
 /* The head and body deadlines and the parked clients that left (see the file comment). */
@@ -1879,6 +1916,7 @@ static void *watchdog(void *arg) {
     const int cap = s->o.max_connections;
     struct pollfd *pf = mr_malloc((size_t)cap * sizeof *pf);
     sv_conn **pk = mr_malloc((size_t)cap * sizeof *pk);
+    sv_evlog **wake = mr_malloc((size_t)cap * sizeof *wake);
     pthread_mutex_lock(&s->cmu);
     while (!s->wd_stop) {
         struct timespec ts;
@@ -1886,7 +1924,7 @@ static void *watchdog(void *arg) {
         ts.tv_nsec += 200 * 1000 * 1000;
         if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
         pthread_cond_timedwait(&s->ccv, &s->cmu, &ts);
-        if (pf && pk) cancel_gone(s, pf, pk, cap);
+        if (pf && pk && wake) cancel_gone(s, pf, pk, wake, cap);
         uint64_t now = mr_now_ns();
         for (sv_conn *k = s->conns; k; k = k->next) {
             if (k->killed || (k->phase == 2 && k->busy)) continue;
@@ -1905,6 +1943,7 @@ static void *watchdog(void *arg) {
     pthread_mutex_unlock(&s->cmu);
     mr_free(pf);
     mr_free(pk);
+    mr_free(wake);
     return NULL;
 }
 

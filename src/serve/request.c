@@ -34,6 +34,7 @@ int sv_fail(sv_error *e, int http, const char *param, const char *fmt, ...) {
 const char *sv_error_type(int http) {
     switch (http) {
     case 400: case 405: case 413: case 431: return "invalid_request_error";
+    case 409: return "conflict_error";
     case 401: return "authentication_error";
     case 403: return "permission_error";
     case 404: return "not_found_error";
@@ -106,6 +107,7 @@ void sv_request_free(sv_request *r) {
     json_decref(r->resp_echo);
     json_decref(r->resp_ctx);
     json_decref(r->resp_conv_input);
+    if (r->resp_convs) sv_conv_release(r->resp_convs, r->resp_conv, r->resp_id, r->resp_conv_reserved);
     json_decref(r->sgl_meta);
     mr_free(r->tool_name);
     json_decref(r->so_schema);

@@ -700,13 +700,18 @@ static const char *anth_stop_reason(const sv_choice *c) {
 /* A Response that ended (completed, incomplete, cancelled) kept in the server's store, when the request is
  * stored: the Response, and the conversation items up to its output (previous_response_id reads them). One
  * that cannot be kept (alone larger than the store, or out of memory) says store false. A completed or
- * incomplete one in a conversation adds its input's items and its output to it. */
+ * incomplete one in a conversation adds its input's items and its output to it, and gives up its claim on it
+ * (else the request's free does). */
 static void resp_keep(void *ctx, json_t *response) {
     const sv_out *o = ctx;
-    const sv_request *r = &o->j->req;
+    sv_request *r = &o->j->req;
     const char *st = json_string_value(json_object_get(response, "status"));
     if (r->resp_convs && st && (!strcmp(st, "completed") || !strcmp(st, "incomplete")))
         sv_conv_append(r->resp_convs, r->resp_conv, r->resp_conv_input, json_object_get(response, "output"));
+    if (r->resp_convs) { /* the conversation is free for the next response before this one's answer is out */
+        sv_conv_release(r->resp_convs, r->resp_conv, r->resp_id, r->resp_conv_reserved);
+        r->resp_convs = NULL;
+    }
     if (r->resp_store && response && sv_resp_store(r->resp_store, r->resp_id, r->resp_ctx, response, NULL))
         json_object_set_new(response, "store", json_false());
 }

@@ -217,6 +217,8 @@ json_t *sv_resp_ctx_items(const json_t *in, const char *hex) {
 static json_t *previous_items(sv_store *store, const json_t *x, sv_error *e) {
     const char *k = "previous_response_id";
     if (!json_is_string(x)) return sv_fail(e, 400, k, "previous_response_id must be a string, got %s", sv_json_type(x)), NULL;
+    if (strchr(json_string_value(x), '#')) /* (the store's other entries: a streamed response's events) */
+        return sv_fail(e, 404, k, "Response with id '%.100s' not found", json_string_value(x)), NULL;
     if (!store)
         return sv_fail(e, 400, k, "previous_response_id needs the response store, which is off on this server "
                        "(--response-store-mb 0): send the whole conversation as input"), NULL;
@@ -384,8 +386,12 @@ int sv_responses_to_chat(const char *body, size_t len, sv_store *store, sv_store
                 rc = sv_fail(e, 400, "conversation", "conversation and previous_response_id cannot be used together");
             else if (!(prev = previous_items(store, x, e))) rc = -1;
         } else if (!strcmp(k, "conversation")) {
-            if (!(prev = sv_conv_items(convs, x, in->conv, e))) rc = -1;
-            else if (json_object_set_new(ech, k, json_pack("{s:s}", "id", in->conv))) rc = sv_fail(e, 500, NULL, "out of memory");
+            /* room for this input's items (the output's come past the bound: one running response per
+             * conversation bounds them), claimed until the request is freed */
+            const size_t need = json_dumpb(json_object_get(req, "input"), NULL, 0, JSON_COMPACT) + 4096;
+            if (!(prev = sv_conv_claim(convs, x, in->id, need, in->conv, e))) rc = -1, in->conv[0] = 0;
+            else if (in->conv_reserved = need, json_object_set_new(ech, k, json_pack("{s:s}", "id", in->conv)))
+                rc = sv_fail(e, 500, NULL, "out of memory");
         } else if (!strcmp(k, "background")) {
             if (!json_is_boolean(x)) rc = sv_fail(e, 400, k, "background must be a boolean");
             in->background = json_is_true(x);
@@ -464,7 +470,8 @@ int sv_responses_to_chat(const char *body, size_t len, sv_store *store, sv_store
         free(in->chat_json);
         json_decref(in->ctx);
         json_decref(in->conv_input);
-        in->chat_json = NULL, in->ctx = NULL, in->conv_input = NULL;
+        if (in->conv[0]) sv_conv_release(convs, in->conv, in->id, in->conv_reserved);
+        in->chat_json = NULL, in->ctx = NULL, in->conv_input = NULL, in->conv[0] = 0;
     }
     json_decref(prev);
     json_decref(ech);

@@ -92,8 +92,9 @@ typedef struct {
     bool resp_background;         /* ... run in the background (http.c's driver, not its connection) */
     bool resp_truncate;           /* ... truncation "auto": a conversation past the context drops its first items */
     struct sv_store *resp_convs;  /* ... the conversations' store, when it belongs to one: */
-    char resp_conv[64];           /*     its id */
+    char resp_conv[64];           /*     its id (claimed for this response until the request is freed) */
     json_t *resp_conv_input;      /*     this input's items, added to it with the output when it ends */
+    size_t resp_conv_reserved;    /*     the room reserved for them in the store */
     bool anthropic;               /* an Anthropic Messages API request (POST /v1/messages) */
     json_t *sgl_meta;             /* a sglang /generate request: {"rid"?, "batch"?} */
     int64_t max_tokens;           /* -1: the default (16 for completions, the rest of the context for chat) */
@@ -477,8 +478,10 @@ int sv_store_edit(sv_store *st, const char *id, bool grow, char *(*fn)(const cha
  * 0, 1 when id is not held, -1 out of memory. */
 int sv_store_get(sv_store *st, const char *id, char **response, char **items, int *n_input);
 bool sv_store_delete(sv_store *st, const char *id);
-/* The bound reached (bytes held >= the bound). */
-bool sv_store_full(sv_store *st);
+/* Room for n bytes promised to an edit to come (with grow): later puts and edits without grow count it
+ * against the bound until it is given back. false (nothing promised) when the bound has no such room. */
+bool sv_store_reserve(sv_store *st, size_t n);
+void sv_store_unreserve(sv_store *st, size_t n);
 void sv_store_stats(sv_store *st, int64_t *count, size_t *bytes, uint64_t *evicted);
 
 /* ---- the Responses API (responses.c) ---- */
@@ -511,8 +514,9 @@ typedef struct {
     bool background; /* background: true (then keep): answered at once, run without its connection */
     bool truncate;   /* truncation "auto" */
     char id[64];     /* "resp_" and 48 random hex digits */
-    char conv[64];   /* the conversation it belongs to ("" none) */
+    char conv[64];   /* the conversation it belongs to ("" none), claimed for it (sv_conv_claim) */
     json_t *conv_input; /* ... this input's items, added to it with the output when the Response ends */
+    size_t conv_reserved; /* ... the room reserved for them */
 } sv_resp_in;
 /* The Responses request translated (previous_response_id read from store, conversation from convs; either
  * may be NULL: off); 0, or -1 with *e filled (and nothing in *in to free). */
@@ -533,9 +537,14 @@ char *sv_conv_handle(sv_store *cv, const char *method, const char *path, const c
 /* metadata (OpenAI's: at most 16 keys of at most 64 characters, string values of at most 512); 0, or -1 with
  * *e filled. */
 int sv_check_metadata(const json_t *x, const char *param, sv_error *e);
-/* A Responses request's conversation (an id, or {"id"}): its items (a new reference) and its id in id;
- * NULL with *e filled (unknown, or the store full). */
-json_t *sv_conv_items(sv_store *cv, const json_t *x, char id[64], sv_error *e);
+/* A Responses request's conversation (an id, or {"id"}) claimed for the response owner (one runs at a time
+ * in a conversation: another's claim is a 409 until sv_conv_release), with room for `reserve` bytes of its
+ * items reserved in the store: the conversation's items (a new reference), its id in id. NULL with *e filled
+ * (unknown: 404; running another response: 409; no room: 400), and nothing claimed. */
+json_t *sv_conv_claim(sv_store *cv, const json_t *x, const char *owner, size_t reserve, char id[64], sv_error *e);
+/* The claim of owner on conversation id given up, and its reserved room given back (nothing when the
+ * conversation is gone or another holds it). */
+void sv_conv_release(sv_store *cv, const char *id, const char *owner, size_t reserved);
 /* An ended Response's items added to conversation id: its input's, then its output. Past the bound too;
  * nothing when the conversation was deleted meanwhile. */
 void sv_conv_append(sv_store *cv, const char *id, const json_t *input, const json_t *output);

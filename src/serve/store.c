@@ -30,6 +30,7 @@ typedef struct entry {
 struct sv_store {
     pthread_mutex_t mu;
     size_t cap, bytes;
+    size_t reserved; /* room promised to edits to come (sv_store_reserve), counted against the bound */
     bool evict; /* past the bound: the least recently used go (else the put is refused) */
     int64_t count;
     uint64_t evicted;
@@ -125,7 +126,7 @@ int sv_store_put(sv_store *st, const char *id, const char *response, const char 
     e->bytes = bytes;
     pthread_mutex_lock(&st->mu);
     entry *old = find(st, id);
-    if (!st->evict && st->bytes - (old ? old->bytes : 0) + bytes > st->cap) {
+    if (!st->evict && st->bytes + st->reserved - (old ? old->bytes : 0) + bytes > st->cap) {
         pthread_mutex_unlock(&st->mu);
         entry_free(e);
         return 2;
@@ -173,7 +174,7 @@ int sv_store_edit(sv_store *st, const char *id, bool grow, char *(*fn)(const cha
     char *t = e ? (rc = 0, fn(e->response, arg, &rc)) : NULL;
     if (t) {
         const size_t bytes = e->bytes - strlen(e->response) + strlen(t);
-        if (st->bytes - e->bytes + bytes > st->cap && !grow) {
+        if (bytes > e->bytes && st->bytes + st->reserved - e->bytes + bytes > st->cap && !grow) { /* (shrinking is taken) */
             rc = 2;
             mr_free(t);
         } else {
@@ -197,11 +198,18 @@ bool sv_store_delete(sv_store *st, const char *id) {
     return e != NULL;
 }
 
-bool sv_store_full(sv_store *st) {
+bool sv_store_reserve(sv_store *st, size_t n) {
     pthread_mutex_lock(&st->mu);
-    const bool full = st->bytes >= st->cap;
+    const bool ok = st->bytes + st->reserved + n <= st->cap;
+    if (ok) st->reserved += n;
     pthread_mutex_unlock(&st->mu);
-    return full;
+    return ok;
+}
+
+void sv_store_unreserve(sv_store *st, size_t n) {
+    pthread_mutex_lock(&st->mu);
+    st->reserved -= n < st->reserved ? n : st->reserved;
+    pthread_mutex_unlock(&st->mu);
 }
 
 void sv_store_stats(sv_store *st, int64_t *count, size_t *bytes, uint64_t *evicted) {

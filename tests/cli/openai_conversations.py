@@ -207,7 +207,48 @@ for _ in range(1200):
         break
     time.sleep(0.025)
 check(g.status == "failed" and len(items_of(c2.id)) == n_c2, f"a failed response adds nothing: {g.status}")
-print("what a response adds: ok")
+
+
+def create_when_free(**kw):
+    """A response in a conversation, retried while the one before still holds it (a 409, the client's
+    ConflictError: its claim ends with the request's last reference, just after a failed or cancelled one)."""
+    for _ in range(200):
+        try:
+            return tc.responses.create(**kw)
+        except openai.ConflictError:
+            time.sleep(0.02)
+    check(False, "the conversation stayed claimed")
+
+
+# one response at a time in a conversation: another one while it runs is a 409 and changes nothing; the
+# claim ends with the response, however it ends (a cancel adds nothing); the next turn then runs
+lg = create_when_free(model=tmodel, conversation=c2.id, input="long", background=True, max_output_tokens=900,
+                      extra_body={"ignore_eos": True})
+expect_exc(openai.ConflictError, lambda: tc.responses.create(model=tmodel, conversation=c2.id, input="x", max_output_tokens=4,
+                                                             extra_body={"debug_forced_output": say}), param="conversation")
+tc.responses.cancel(lg.id)
+for _ in range(1200):
+    g = tc.responses.retrieve(lg.id)
+    if g.status not in ("queued", "in_progress"):
+        break
+    time.sleep(0.025)
+check(g.status == "cancelled" and len(items_of(c2.id)) == n_c2, f"a cancelled response adds nothing: {g.status}")
+ok = create_when_free(model=tmodel, conversation=c2.id, input="2+2?", max_output_tokens=64,
+                      extra_body={"debug_forced_output": say})
+check(ok.status == "completed" and len(items_of(c2.id)) == n_c2 + 3, f"the next turn: {ok.status}")
+# sequential turns never meet the claim of the turn before (given up before its answer is out), streamed too
+for i in range(6):
+    if i % 2:
+        with tc.responses.stream(model=tmodel, conversation=c2.id, input=f"turn {i}", max_output_tokens=64,
+                                 extra_body={"debug_forced_output": say}) as st:
+            for _ in st:
+                pass
+    else:
+        tc.responses.create(model=tmodel, conversation=c2.id, input=f"turn {i}", max_output_tokens=64,
+                            extra_body={"debug_forced_output": say})
+check(len(items_of(c2.id)) == n_c2 + 3 + 18, "six sequential turns")
+n_c2 = len(items_of(c2.id))
+print("what a response adds, one at a time: ok")
 
 # refusals: the client's exception class and the field at fault
 expect_exc(openai.NotFoundError, lambda: tc.conversations.retrieve("conv_none"), param="conversation_id")

@@ -105,6 +105,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             CHECK(json_is_array(in.ctx) && json_array_size(in.ctx) >= 1 && !strncmp(in.id, "resp_", 5));
             for (size_t i = 0; i < json_array_size(in.ctx); i++) CHECK(json_is_string(json_object_get(json_array_get(in.ctx, i), "id")));
             CHECK(!in.conv[0] || json_is_array(in.conv_input));
+            if (in.conv[0]) sv_conv_release(convs, in.conv, in.id, in.conv_reserved); /* what the request's free does */
             json_decref(in.ctx);
             json_decref(in.conv_input);
         }
