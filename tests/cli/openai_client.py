@@ -18,7 +18,7 @@ import sys
 import openai
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
-from oaicheck import check, checks, expect_exc  # noqa: E402
+from oaicheck import check, checks, ended, expect_exc  # noqa: E402
 
 base, prompt_s, expected_s = sys.argv[1], sys.argv[2], sys.argv[3]
 auth_url = sys.argv[4] if len(sys.argv) > 4 else None
@@ -603,12 +603,7 @@ if text_url:
     # background responses: answered at once (queued), run without the connection, read back by polling;
     # the same answer as in the foreground; cancel ends a running one (status cancelled, its sequence freed)
     def poll(rid):
-        for _ in range(1200):
-            g = tc.responses.retrieve(rid)
-            if g.status not in ("queued", "in_progress"):
-                return g
-            _time.sleep(0.025)
-        check(False, f"background response {rid} still {g.status}")
+        return ended(tc, rid)
 
     fg = tc.responses.create(model=tmodel, input="2+2?", max_output_tokens=64, extra_body={"debug_forced_output": say})
     bg = tc.responses.create(model=tmodel, input="2+2?", max_output_tokens=64, background=True,

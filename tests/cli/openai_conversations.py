@@ -20,7 +20,7 @@ import urllib.request
 import openai
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
-from oaicheck import check, checks, expect_exc  # noqa: E402
+from oaicheck import check, checks, ended, expect_exc  # noqa: E402
 
 text_url, small_url, off_url = sys.argv[1], sys.argv[2], sys.argv[3]
 tc = openai.OpenAI(base_url=text_url + "/v1", api_key="none", max_retries=0, timeout=120)
@@ -36,6 +36,10 @@ ctools = [{"type": "function", "function": {"name": "get_weather", "description"
 
 
 
+
+
+def poll(rid):
+    return ended(tc, rid)
 
 
 def items_of(cid, **kw):
@@ -190,22 +194,14 @@ check(inc.status == "incomplete" and len(it2) == 3 + 1 + len(inc.output) and it2
       [i.id for i in it2[4:]] == [o.id for o in inc.output], f"incomplete adds: {len(it2)}")
 bg = tc.responses.create(model=tmodel, conversation=c2.id, input="bg", background=True, max_output_tokens=64,
                          extra_body={"debug_forced_output": say})
-for _ in range(1200):
-    g = tc.responses.retrieve(bg.id)
-    if g.status not in ("queued", "in_progress"):
-        break
-    time.sleep(0.025)
+g = poll(bg.id)
 check(g.status == "completed" and g.conversation.id == c2.id and len(items_of(c2.id)) == len(it2) + 3,
       f"background adds: {g.status}")
 n_c2 = len(items_of(c2.id))
 bad = tc.responses.create(model=tmodel, conversation=c2.id, input="x", background=True, max_output_tokens=30, text={
     "format": {"type": "json_schema", "name": "a", "schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}},
     extra_body={"debug_forced_output": "T.</think>nope"})
-for _ in range(1200):
-    g = tc.responses.retrieve(bad.id)
-    if g.status not in ("queued", "in_progress"):
-        break
-    time.sleep(0.025)
+g = poll(bad.id)
 check(g.status == "failed" and len(items_of(c2.id)) == n_c2, f"a failed response adds nothing: {g.status}")
 
 
@@ -227,11 +223,7 @@ lg = create_when_free(model=tmodel, conversation=c2.id, input="long", background
 expect_exc(openai.ConflictError, lambda: tc.responses.create(model=tmodel, conversation=c2.id, input="x", max_output_tokens=4,
                                                              extra_body={"debug_forced_output": say}), param="conversation")
 tc.responses.cancel(lg.id)
-for _ in range(1200):
-    g = tc.responses.retrieve(lg.id)
-    if g.status not in ("queued", "in_progress"):
-        break
-    time.sleep(0.025)
+g = poll(lg.id)
 check(g.status == "cancelled" and len(items_of(c2.id)) == n_c2, f"a cancelled response adds nothing: {g.status}")
 ok = create_when_free(model=tmodel, conversation=c2.id, input="2+2?", max_output_tokens=64,
                       extra_body={"debug_forced_output": say})

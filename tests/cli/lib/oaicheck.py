@@ -1,7 +1,8 @@
 """Checks shared by the official-client scripts (tests/cli/openai_client.py, tests/cli/openai_conversations.py):
 check() counts and exits 1 on the first failure; expect_exc() wants the client's exception class, and the
-server's param and message where given."""
+server's param and message where given; ended() polls a background response until it has ended."""
 import sys
+import time
 
 _count = [0]
 
@@ -30,3 +31,13 @@ def expect_exc(cls, fn, param=None, text=None):
     except Exception as e:  # noqa: BLE001
         check(False, f"expected {cls.__name__}, got {type(e).__name__}: {e}")
     check(False, f"expected {cls.__name__}, got no error")
+
+
+def ended(client, rid):
+    """The background response rid once it has ended (polled for up to ~30 s)."""
+    for _ in range(1200):
+        g = client.responses.retrieve(rid)
+        if g.status not in ("queued", "in_progress"):
+            return g
+        time.sleep(0.025)
+    check(False, f"background response {rid} still {g.status}")
