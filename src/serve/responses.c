@@ -420,6 +420,13 @@ int sv_responses_to_chat(const char *body, size_t len, sv_store *store, sv_store
                 rc = sv_fail(e, 400, k, "service_tier must be \"auto\" or \"default\"");
         } else if (!strcmp(k, "prompt_cache_key") || !strcmp(k, "safety_identifier")) {
             if (!json_is_string(x)) rc = sv_fail(e, 400, k, "%s must be a string (the prefix cache needs no key)", k);
+        } else if (!strcmp(k, "prompt_cache_retention") || !strcmp(k, "prompt_cache_options")) {
+            /* hints (the prefix cache keeps what memory allows, and finds shared prefixes by itself) */
+            const char *pv = json_string_value(x);
+            if (!strcmp(k, "prompt_cache_options") ? !json_is_object(x)
+                                                   : !pv || (strcmp(pv, "in_memory") && strcmp(pv, "in-memory") && strcmp(pv, "24h")))
+                rc = sv_fail(e, 400, k, "%s must be %s", k, !strcmp(k, "prompt_cache_options") ? "an object"
+                                                                                 : "\"in_memory\" or \"24h\"");
         } else if (!strcmp(k, "stream_options")) {
             if (!json_is_object(x)) rc = sv_fail(e, 400, k, "stream_options must be an object");
         } else if (!strcmp(k, "top_logprobs")) {

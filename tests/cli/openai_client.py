@@ -328,7 +328,9 @@ if text_url:
           "response.reasoning_text.delta" in kinds and kinds.count("response.output_item.done") == 2, f"events {kinds}")
     # reasoning.summary (what many Responses clients send): taken and echoed; the reasoning comes back whole
     rsum = tc.responses.create(model=tmodel, input="2+2?", max_output_tokens=64, reasoning={"effort": "low", "summary": "auto"},
-                               extra_body={"debug_forced_output": say})
+                               prompt_cache_key="k", prompt_cache_retention="24h", extra_body={"debug_forced_output": say})
+    expect_exc(openai.BadRequestError, lambda: tc.responses.create(model=tmodel, input="x", prompt_cache_retention="1y"),
+               param="prompt_cache_retention")
     check(rsum.reasoning.summary == "auto" and rsum.reasoning.effort == "low" and
           rsum.output[0].content[0].text == "Two plus two." and rsum.output_text == "The answer is 4.", f"summary {rsum.reasoning}")
     expect_exc(openai.BadRequestError, lambda: tc.responses.create(model=tmodel, input="x", reasoning={"summary": "long"}),
