@@ -675,6 +675,22 @@ static void test_conversation_store(void **st) {
         }
     }
     assert_true(refused > 100 && passed > 10); /* the bound was met often, and passed by grown edits */
+    /* claims: one holder at a time, given up only by it, gone with the entry */
+    for (int i = 0; i < 20; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "conv_%02d", i);
+        sv_store_delete(s, key);
+    }
+    sv_store_unreserve(s, reserved);
+    assert_int_equal(sv_store_put(s, "conv_c", "{}", "", 0), 0);
+    assert_int_equal(sv_store_claim(s, "conv_c", "a"), 0);
+    assert_int_equal(sv_store_claim(s, "conv_c", "b"), 2);
+    sv_store_unclaim(s, "conv_c", "b");
+    assert_int_equal(sv_store_claim(s, "conv_c", "b"), 2);
+    sv_store_unclaim(s, "conv_c", "a");
+    assert_int_equal(sv_store_claim(s, "conv_c", "b"), 0);
+    assert_true(sv_store_delete(s, "conv_c"));
+    assert_int_equal(sv_store_claim(s, "conv_c", "b"), 1);
     for (int i = 0; i < 20; i++) free(held[i].text);
     sv_store_free(s);
 }

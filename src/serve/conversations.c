@@ -362,70 +362,43 @@ char *sv_conv_handle(sv_store *cv, const char *method, const char *path, const c
 
 /* ---- a Responses request's conversation ---- */
 
-/* claims a conversation for a response: refused (rc 5) while another holds it; its items copied out */
-typedef struct {
-    const char *owner; /* the claim's (NULL: give it up, when it is this one's: release) */
-    const char *release;
-    json_t *items;
-} claim_arg;
-
-static char *claim(const char *text, void *arg, int *rc) {
-    claim_arg *a = arg;
-    json_t *conv = json_loads(text, 0, NULL);
-    const char *holder = json_string_value(json_object_get(conv, "running"));
-    char *t = NULL;
-    *rc = -1;
-    if (!conv) return NULL;
-    if (a->release) { /* give it up when it is still this one's */
-        *rc = 0;
-        if (holder && !strcmp(holder, a->release) && !json_object_del(conv, "running")) t = store_text(conv);
-        json_decref(conv);
-        return t;
-    }
-    if (holder) {
-        *rc = 5;
-        json_decref(conv);
-        return NULL;
-    }
-    if (!json_object_set_new(conv, "running", json_string(a->owner)) && (t = store_text(conv)) &&
-        (a->items = json_copy(json_object_get(conv, "items"))))
-        *rc = 0;
-    else
-        mr_free(t), t = NULL;
-    json_decref(conv);
-    return t;
-}
-
-json_t *sv_conv_claim(sv_store *cv, const json_t *x, const char *owner, size_t reserve, char id[64], sv_error *e) {
+int sv_conv_id(sv_store *cv, const json_t *x, char id[64], sv_error *e) {
     const json_t *v = json_is_object(x) ? json_object_get(x, "id") : x;
     if (!json_is_string(v) || (json_is_object(x) && json_object_size(x) != 1))
-        return sv_fail(e, 400, "conversation", "conversation must be a conversation id or {\"id\": ...}"), NULL;
+        return sv_fail(e, 400, "conversation", "conversation must be a conversation id or {\"id\": ...}");
     if (!cv)
         return sv_fail(e, 400, "conversation", "conversation needs the Conversations API, which is off on this server "
-                       "(--conversation-store-mb 0)"), NULL;
+                       "(--conversation-store-mb 0)");
     if (json_string_length(v) >= 64)
-        return sv_fail(e, 404, "conversation", "Conversation with id '%.60s...' not found", json_string_value(v)), NULL;
+        return sv_fail(e, 404, "conversation", "Conversation with id '%.60s...' not found", json_string_value(v));
     snprintf(id, 64, "%s", json_string_value(v));
-    claim_arg a = {.owner = owner};
-    const int rc = sv_store_edit(cv, id, true, claim, &a); /* (the marker's bytes: within the reserve below) */
+    return 0;
+}
+
+json_t *sv_conv_claim(sv_store *cv, const char *id, const char *owner, size_t reserve, sv_error *e) {
+    const int rc = sv_store_claim(cv, id, owner);
     if (rc == 1) return sv_fail(e, 404, "conversation", "Conversation with id '%s' not found", id), NULL;
-    if (rc == 5)
+    if (rc == 2)
         return sv_fail(e, 409, "conversation", "conversation '%s' is running another response; a conversation runs one "
                        "at a time: retry when it has ended", id), NULL;
-    if (rc) return sv_fail(e, 500, NULL, "out of memory"), NULL;
     if (!sv_store_reserve(cv, reserve)) {
-        sv_conv_release(cv, id, owner, 0);
-        json_decref(a.items);
+        sv_store_unclaim(cv, id, owner);
         return sv_fail(e, 400, "conversation", "the conversation store is full (--conversation-store-mb): delete "
-                       "conversations or items to make room for this response's"), NULL;
+                       "conversations or items to make room for this response's input"), NULL;
     }
-    return a.items;
+    json_t *conv = load(cv, id, e), *items = json_incref(json_object_get(conv, "items"));
+    if (!items) { /* out of memory, or deleted since the claim (load says which) */
+        if (conv) sv_fail(e, 500, NULL, "out of memory");
+        else if (e->http == 404) snprintf(e->param, sizeof e->param, "conversation");
+        sv_conv_release(cv, id, owner, reserve);
+    }
+    json_decref(conv);
+    return items;
 }
 
 void sv_conv_release(sv_store *cv, const char *id, const char *owner, size_t reserved) {
     if (!id[0]) return;
-    claim_arg a = {.release = owner};
-    sv_store_edit(cv, id, true, claim, &a);
+    sv_store_unclaim(cv, id, owner);
     sv_store_unreserve(cv, reserved);
 }
 

@@ -1166,7 +1166,10 @@ static int make_job(mr_server *s, sv_request *r, sv_job **out, sv_error *e) {
     *out = NULL;
     int np = r->kind == SV_CHAT ? 1 : r->n_prompts;
     sv_job *j = mr_calloc(1, sizeof *j);
-    if (!j) return sv_fail(e, 500, NULL, "out of memory");
+    if (!j) {
+        sv_request_free(r); /* (what the job would have owned: a conversation's claim is given up) */
+        return sv_fail(e, 500, NULL, "out of memory");
+    }
     pthread_mutex_init(&j->mu, NULL);
     atomic_init(&j->refs, 1);
     j->srv = s;
@@ -2181,13 +2184,8 @@ void mr_server_close(mr_server *s) {
     /* the engine first: every job ends and every parked connection is resumed (libmicrohttpd
      * cannot stop with a connection parked for good); a request that races this ends at once */
     if (s->eng) sv_engine_stop(s->eng);
-    if (s->bg_started) { /* followers parked on a running background response's events: they end (stopping) */
-        pthread_mutex_lock(&s->bgmu);
-        for (sv_bg *b = s->bg; b; b = b->next)
-            if (b->log) evlog_wake(b->log);
-        pthread_mutex_unlock(&s->bgmu);
-    }
-    if (s->d) MHD_stop_daemon(s->d); /* joins the event loop(s) */
+    /* then the threads that resume connections (the watchdog wakes followers of a background response's
+     * events, the driver too), so that none resumes one that libmicrohttpd's stop has freed */
     if (s->wd_started) {
         pthread_mutex_lock(&s->cmu);
         s->wd_stop = true;
@@ -2202,6 +2200,11 @@ void mr_server_close(mr_server *s) {
         pthread_mutex_unlock(&s->kmu);
         pthread_join(s->bgt, NULL);
     }
+    pthread_mutex_lock(&s->bgmu); /* followers still parked on a background response's events: they end */
+    for (sv_bg *b = s->bg; b; b = b->next)
+        if (b->log) evlog_wake(b->log);
+    pthread_mutex_unlock(&s->bgmu);
+    if (s->d) MHD_stop_daemon(s->d); /* joins the event loop(s) */
     for (sv_bg *b = s->bg, *next; b; b = next) {
         next = b->next;
         sv_out_free(b->out);

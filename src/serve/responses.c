@@ -316,7 +316,8 @@ int sv_responses_to_chat(const char *body, size_t len, sv_store *store, sv_store
     char hex[49];
     sv_random_hex(hex, 24);
     snprintf(in->id, sizeof in->id, "resp_%s", hex);
-    json_t *chat = json_object(), *msgs = json_array(), *prev = NULL;
+    json_t *chat = json_object(), *msgs = json_array(), *prev = NULL, *mine = NULL;
+    char conv[64] = "";
     json_t *ech = json_pack("{s:n,s:n,s:{},s:b,s:n,s:n,s:s,s:[],s:{s:{s:s}},s:b,s:s,s:n,s:n,s:{s:n,s:n},s:b}", "instructions",
                             "max_output_tokens", "metadata", "parallel_tool_calls", 1, "temperature", "top_p",
                             "tool_choice", "auto", "tools", "text", "format", "type", "text", "store", 0, "truncation",
@@ -385,13 +386,9 @@ int sv_responses_to_chat(const char *body, size_t len, sv_store *store, sv_store
             if (!json_is_null(json_object_get(req, "conversation")) && json_object_get(req, "conversation"))
                 rc = sv_fail(e, 400, "conversation", "conversation and previous_response_id cannot be used together");
             else if (!(prev = previous_items(store, x, e))) rc = -1;
-        } else if (!strcmp(k, "conversation")) {
-            /* room for this input's items (the output's come past the bound: one running response per
-             * conversation bounds them), claimed until the request is freed */
-            const size_t need = json_dumpb(json_object_get(req, "input"), NULL, 0, JSON_COMPACT) + 4096;
-            if (!(prev = sv_conv_claim(convs, x, in->id, need, in->conv, e))) rc = -1, in->conv[0] = 0;
-            else if (in->conv_reserved = need, json_object_set_new(ech, k, json_pack("{s:s}", "id", in->conv)))
-                rc = sv_fail(e, 500, NULL, "out of memory");
+        } else if (!strcmp(k, "conversation")) { /* claimed below, once this input's items are known */
+            if (sv_conv_id(convs, x, conv, e)) rc = -1;
+            else if (json_object_set_new(ech, k, json_pack("{s:s}", "id", conv))) rc = sv_fail(e, 500, NULL, "out of memory");
         } else if (!strcmp(k, "background")) {
             if (!json_is_boolean(x)) rc = sv_fail(e, 400, k, "background must be a boolean");
             in->background = json_is_true(x);
@@ -453,6 +450,20 @@ int sv_responses_to_chat(const char *body, size_t len, sv_store *store, sv_store
     if (!rc && json_is_string(ins) && json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "system", "content", ins)))
         rc = sv_fail(e, 500, NULL, "out of memory");
     if (!rc && !json_object_get(req, "input")) rc = sv_fail(e, 400, "input", "input is required");
+    /* this input as conversation items (each with an id), once it is known to read as messages (its messages
+     * are made again below, after the previous conversation's: a call may join the assistant turn before) */
+    if (!rc) {
+        json_t *scratch = json_array();
+        rc = scratch ? sv_resp_input_msgs(json_object_get(req, "input"), scratch, e) : sv_fail(e, 500, NULL, "out of memory");
+        json_decref(scratch);
+    }
+    if (!rc && !(mine = sv_resp_ctx_items(json_object_get(req, "input"), hex))) rc = sv_fail(e, 500, NULL, "out of memory");
+    if (!rc && conv[0]) { /* the conversation claimed, with room for these items (its output comes past the
+                             bound: one running response per conversation bounds it), until the request ends */
+        const size_t need = json_dumpb(mine, NULL, 0, JSON_COMPACT) + 1024;
+        if (!(prev = sv_conv_claim(convs, conv, in->id, need, e))) rc = -1;
+        else snprintf(in->conv, sizeof in->conv, "%s", conv), in->conv_reserved = need;
+    }
     if (!rc && json_array_size(prev) && sv_resp_input_msgs(prev, msgs, e)) rc = sv_fail(e, 500, NULL, "the stored conversation could not be read");
     if (!rc) rc = sv_resp_input_msgs(json_object_get(req, "input"), msgs, e);
     if (!rc && json_object_set(chat, "messages", msgs)) rc = sv_fail(e, 500, NULL, "out of memory");
@@ -465,13 +476,12 @@ int sv_responses_to_chat(const char *body, size_t len, sv_store *store, sv_store
                      "(--response-store-mb 0)");
     if (!rc && in->background) json_object_set_new(ech, "background", json_true());
     if (!rc) {
-        json_t *mine = sv_resp_ctx_items(json_object_get(req, "input"), hex);
         in->ctx = prev ? json_incref(prev) : json_array();
-        if (!mine || !in->ctx || json_array_extend(in->ctx, mine) || json_object_set_new(ech, "store", json_boolean(in->keep)))
+        if (!in->ctx || json_array_extend(in->ctx, mine) || json_object_set_new(ech, "store", json_boolean(in->keep)))
             rc = sv_fail(e, 500, NULL, "out of memory");
         if (!rc && in->conv[0]) in->conv_input = json_incref(mine);
-        json_decref(mine);
     }
+    json_decref(mine);
     if (!rc) in->echo = json_incref(ech);
     if (rc) {
         free(in->chat_json);

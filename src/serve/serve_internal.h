@@ -478,6 +478,11 @@ int sv_store_edit(sv_store *st, const char *id, bool grow, char *(*fn)(const cha
  * 0, 1 when id is not held, -1 out of memory. */
 int sv_store_get(sv_store *st, const char *id, char **response, char **items, int *n_input);
 bool sv_store_delete(sv_store *st, const char *id);
+/* An entry claimed for owner (at most 63 characters; in constant time, never failing): 0, 1 when id is not
+ * held, 2 when another holds the claim. sv_store_unclaim gives it up when owner holds it; the claim goes
+ * with its entry. */
+int sv_store_claim(sv_store *st, const char *id, const char *owner);
+void sv_store_unclaim(sv_store *st, const char *id, const char *owner);
 /* Room for n bytes promised to an edit to come (with grow): later puts and edits without grow count it
  * against the bound until it is given back. false (nothing promised) when the bound has no such room. */
 bool sv_store_reserve(sv_store *st, size_t n);
@@ -537,11 +542,13 @@ char *sv_conv_handle(sv_store *cv, const char *method, const char *path, const c
 /* metadata (OpenAI's: at most 16 keys of at most 64 characters, string values of at most 512); 0, or -1 with
  * *e filled. */
 int sv_check_metadata(const json_t *x, const char *param, sv_error *e);
-/* A Responses request's conversation (an id, or {"id"}) claimed for the response owner (one runs at a time
- * in a conversation: another's claim is a 409 until sv_conv_release), with room for `reserve` bytes of its
- * items reserved in the store: the conversation's items (a new reference), its id in id. NULL with *e filled
- * (unknown: 404; running another response: 409; no room: 400), and nothing claimed. */
-json_t *sv_conv_claim(sv_store *cv, const json_t *x, const char *owner, size_t reserve, char id[64], sv_error *e);
+/* The conversation of a Responses request (an id, or {"id"}): its id in id; 0, or -1 with *e filled. */
+int sv_conv_id(sv_store *cv, const json_t *x, char id[64], sv_error *e);
+/* Conversation id claimed for the response owner (one runs at a time in a conversation: another's claim is
+ * a 409 until sv_conv_release), with room for `reserve` bytes of its items reserved in the store: the
+ * conversation's items (a new reference). NULL with *e filled (unknown: 404; running another response: 409;
+ * no room: 400), and nothing claimed. */
+json_t *sv_conv_claim(sv_store *cv, const char *id, const char *owner, size_t reserve, sv_error *e);
 /* The claim of owner on conversation id given up, and its reserved room given back (nothing when the
  * conversation is gone or another holds it). */
 void sv_conv_release(sv_store *cv, const char *id, const char *owner, size_t reserved);

@@ -21,6 +21,7 @@
 
 typedef struct entry {
     char *id, *response, *items;
+    char owner[64]; /* who holds the entry's claim (sv_store_claim), "" none */
     int n_input;
     size_t bytes;
     struct entry *newer, *older; /* the use order */
@@ -196,6 +197,22 @@ bool sv_store_delete(sv_store *st, const char *id) {
     if (e) drop(st, e);
     pthread_mutex_unlock(&st->mu);
     return e != NULL;
+}
+
+int sv_store_claim(sv_store *st, const char *id, const char *owner) {
+    pthread_mutex_lock(&st->mu);
+    entry *e = find(st, id);
+    const int rc = !e ? 1 : e->owner[0] ? 2 : 0;
+    if (!rc) snprintf(e->owner, sizeof e->owner, "%s", owner);
+    pthread_mutex_unlock(&st->mu);
+    return rc;
+}
+
+void sv_store_unclaim(sv_store *st, const char *id, const char *owner) {
+    pthread_mutex_lock(&st->mu);
+    entry *e = find(st, id);
+    if (e && !strcmp(e->owner, owner)) e->owner[0] = 0;
+    pthread_mutex_unlock(&st->mu);
 }
 
 bool sv_store_reserve(sv_store *st, size_t n) {

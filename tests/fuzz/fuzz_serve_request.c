@@ -106,6 +106,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             for (size_t i = 0; i < json_array_size(in.ctx); i++) CHECK(json_is_string(json_object_get(json_array_get(in.ctx, i), "id")));
             CHECK(!in.conv[0] || json_is_array(in.conv_input));
             if (in.conv[0]) sv_conv_release(convs, in.conv, in.id, in.conv_reserved); /* what the request's free does */
+            CHECK(sv_store_claim(convs, "conv_kept", "probe") == 0); /* no claim is left behind */
+            sv_store_unclaim(convs, "conv_kept", "probe");
             json_decref(in.ctx);
             json_decref(in.conv_input);
         }
