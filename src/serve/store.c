@@ -7,10 +7,13 @@
  * In memory, bounded in bytes (--response-store-mb, --conversation-store-mb):
  * past the bound the least recently used entries go first (a put or a get
  * uses an entry), or, in a store made without eviction, a put or an edit that
- * would pass it is refused; an entry larger than the whole bound is not kept. Each entry is JSON text (the
- * Response, and the conversation items up to and including its output), so
- * that no jansson value is shared between the HTTP threads; every call takes
- * the store's lock and copies what it returns. */
+ * would pass it is refused (room reserved for edits to come counts); an entry
+ * larger than the whole bound is not kept. Each entry is JSON text (the
+ * Response, and the conversation items up to and including its output; a
+ * conversation's object), so that no jansson value is shared between the HTTP
+ * threads; every call takes the store's lock and copies what it returns. An
+ * entry can be claimed by one owner at a time (a conversation's running
+ * response), beside its text. */
 #include <stdlib.h>
 #include <string.h>
 
