@@ -62,6 +62,17 @@ curl -s localhost:$P/v1/responses -H 'Content-Type: application/json' \
 [ "$(jq -r '.output[] | select(.type == "reasoning") | .content[0].text' "$S/resp.json")" = "$want_r" ] &&
 [ "$(jq -r '.output[] | select(.type == "message") | .content[0].text' "$S/resp.json")" = "$want_c" ] ||
     bad "responses: $(head -c 400 "$S/resp.json") differs from generate --chat's"
+# a conversation (OpenAI's Conversations API): the response in it is the same answer, and its turn is kept
+conv=$(curl -s localhost:$P/v1/conversations -H 'Content-Type: application/json' -d '{}' | jq -r .id)
+curl -s localhost:$P/v1/responses -H 'Content-Type: application/json' \
+     -d '{"model": "tiny-kjv", "conversation": "'"$conv"'", "input": "Genesis 1:3", "max_output_tokens": 80, "temperature": 0}' >"$S/cresp.json"
+curl -s "localhost:$P/v1/conversations/$conv/items?order=asc" >"$S/items.json"
+[ "$(jq -r '.output[] | select(.type == "message") | .content[0].text' "$S/cresp.json")" = "$want_c" ] &&
+[ "$(jq -r '.conversation.id' "$S/cresp.json")" = "$conv" ] &&
+[ "$(jq -c '[.data[] | [.type, .role]]' "$S/items.json")" = '[["message","user"],["reasoning",null],["message","assistant"]]' ] &&
+[ "$(jq -r '.data[0].content[0].text' "$S/items.json")" = "Genesis 1:3" ] &&
+[ "$(jq -r '.data[2].content[0].text' "$S/items.json")" = "$want_c" ] ||
+    bad "conversation $conv: $(head -c 300 "$S/cresp.json") / items $(head -c 300 "$S/items.json")"
 curl -s localhost:$P/v1/messages -H 'Content-Type: application/json' \
      -d '{"model": "tiny-kjv", "max_tokens": 80, "temperature": 0, "messages": [{"role": "user", "content": "Genesis 1:3"}]}' >"$S/msg.json"
 [ "$(jq -r '.content[] | select(.type == "thinking") | .thinking' "$S/msg.json")" = "$want_r" ] &&
@@ -86,7 +97,7 @@ sr=$(sed -n 's/^data: //p' "$S/stream.txt" | grep -v '^\[DONE\]$' | jq -j '.choi
   "$(jq '.usage.completion_tokens' "$S/chat.json")" ] || bad "the streamed usage differs"
 curl -s localhost:$P/metrics | grep -v '^#' | grep -q '^moerun:num_requests_running{model_name="tiny-kjv"} 0' || bad "/metrics"
 # requests by the API they came through: this walk-through's own count of each
-for want in completions:1 chat_completions:3 responses:1 messages:1 generate:3; do
+for want in completions:1 chat_completions:3 responses:2 messages:1 generate:3; do
     got=$(curl -s localhost:$P/metrics | sed -n "s/^moerun:requests_total{model_name=\"tiny-kjv\",api=\"${want%%:*}\"} //p")
     [ "$got" = "${want#*:}" ] || bad "/metrics requests_total of ${want%%:*}: '$got', want ${want#*:}"
 done
