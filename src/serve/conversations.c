@@ -30,6 +30,7 @@
 #include "serve/serve_internal.h"
 
 enum { MAX_ADD = 20 }; /* items per create (OpenAI's) */
+#define STORE_FULL "the conversation store is full (--conversation-store-mb): delete conversations or items to make room"
 
 /* An item's type / id, "" when it has none. */
 static const char *str_of(const json_t *it, const char *key) {
@@ -66,9 +67,7 @@ static char *dump_public(json_t *conv, sv_error *e) {
 
 /* A json_dumps text as the store's (mr_malloc'd). */
 static char *store_text(json_t *v) {
-    char *t = json_dumps(v, JSON_COMPACT);
-    char *m = t ? mr_malloc(strlen(t) + 1) : NULL;
-    if (m) memcpy(m, t, strlen(t) + 1);
+    char *t = json_dumps(v, JSON_COMPACT), *m = t ? mr_strdup(t) : NULL;
     free(t);
     return m;
 }
@@ -147,8 +146,7 @@ static int edit(sv_store *cv, const char *id, bool grow, edit_arg *a, sv_error *
     const int rc = sv_store_edit(cv, id, grow, apply, a);
     if (rc == 1) return sv_fail(e, 404, "conversation_id", "Conversation with id '%.100s' not found", id);
     if (rc == 2)
-        return sv_fail(e, 400, "items", "the conversation store is full (--conversation-store-mb): delete conversations or "
-                       "items to make room");
+        return sv_fail(e, 400, "items", STORE_FULL);
     if (rc == 4) return sv_fail(e, 404, "item_id", "Item with id '%.100s' not found in conversation '%.100s'", a->item, id);
     if (rc) return sv_fail(e, 500, NULL, "out of memory");
     return 0;
@@ -208,8 +206,7 @@ static char *create(sv_store *cv, const char *body, size_t len, sv_error *e) {
         goto out;
     }
     const int rc = sv_store_put(cv, id, text, "", 0);
-    if (rc == 1 || rc == 2) sv_fail(e, 400, "items", "the conversation store is full (--conversation-store-mb): delete "
-                                    "conversations or items to make room");
+    if (rc == 1 || rc == 2) sv_fail(e, 400, "items", STORE_FULL);
     else if (rc) sv_fail(e, 500, NULL, "out of memory");
     else answer = dump_public(conv, e);
 out:
@@ -383,8 +380,7 @@ json_t *sv_conv_claim(sv_store *cv, const char *id, const char *owner, size_t re
                        "at a time: retry when it has ended", id), NULL;
     if (!sv_store_reserve(cv, reserve)) {
         sv_store_unclaim(cv, id, owner);
-        return sv_fail(e, 400, "conversation", "the conversation store is full (--conversation-store-mb): delete "
-                       "conversations or items to make room for this response's input"), NULL;
+        return sv_fail(e, 400, "conversation", STORE_FULL " for this response's input"), NULL;
     }
     json_t *conv = load(cv, id, e), *items = json_incref(json_object_get(conv, "items"));
     if (!items) { /* out of memory, or deleted since the claim (load says which) */

@@ -333,6 +333,9 @@ static bool park(sv_hreq *h, uint64_t v) {
  * (ids with '#' are not looked up from URLs). */
 #define EVENTS_SUFFIX "#events"
 
+/* The store key of response id's events. */
+static void events_key(char *key, size_t n, const char *id) { snprintf(key, n, "%s" EVENTS_SUFFIX, id); }
+
 static void bg_wake(void *arg) {
     mr_server *s = arg;
     pthread_mutex_lock(&s->kmu);
@@ -511,7 +514,7 @@ static bool bg_advance(mr_server *s, sv_bg *b) {
     mr_free(body);
     if (b->log) { /* its events, for a GET ?stream=true after the end */
         char key[96];
-        snprintf(key, sizeof key, "%s" EVENTS_SUFFIX, b->j->req.resp_id);
+        events_key(key, sizeof key, b->j->req.resp_id);
         pthread_mutex_lock(&b->log->mu);
         if (!b->deleted && b->log->text.len && sv_buf_add(&b->log->text, "", 1) == 0) {
             sv_store_put(s->store, key, b->log->text.p, "", 0);
@@ -744,7 +747,7 @@ static enum MHD_Result stream_response(mr_server *s, struct MHD_Connection *c, s
         return r;
     }
     char key[200], *ev = NULL;
-    snprintf(key, sizeof key, "%s" EVENTS_SUFFIX, id);
+    events_key(key, sizeof key, id);
     if (!b && sv_store_get(s->store, key, &ev, NULL, NULL) == 0) {
         size_t at = 0;
         for (int64_t k = 0; k < from && ev[at]; k++) { /* past `from` events (each ends with a blank line) */
@@ -791,7 +794,7 @@ static enum MHD_Result do_response_id(mr_server *s, struct MHD_Connection *c, sv
         }
         pthread_mutex_unlock(&s->bgmu);
         char key[sizeof id + sizeof EVENTS_SUFFIX];
-        snprintf(key, sizeof key, "%s" EVENTS_SUFFIX, id);
+        events_key(key, sizeof key, id);
         sv_store_delete(s->store, key);
         if (!sv_store_delete(s->store, id) && !b) return fail(s, c, 404, "response_id", "Response with id '%s' not found", id);
         return send_object(s, c, json_pack("{s:s,s:s,s:b}", "id", id, "object", "response", "deleted", 1));
