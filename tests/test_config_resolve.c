@@ -861,6 +861,26 @@ static void test_engine_pass(void **st) {
     assert_int_equal(mr_resolution_exec(r)->kv_blocks, 264);
     assert_string_equal(mr_resolution_value(r, MR_OPT_KV_CACHE_DTYPE), "bf16");
     mr_resolution_free(r);
+    /* fp8 (vLLM's alias of fp8_e4m3) and fp8_e5m2: a byte per value, twice bf16's blocks */
+    static const struct {
+        const char *in, *name;
+        mr_format f;
+    } f8[] = {{"fp8_e4m3", "fp8_e4m3", MR_FMT_E4M3}, {"fp8", "fp8_e4m3", MR_FMT_E4M3}, {"fp8_e5m2", "fp8_e5m2", MR_FMT_E5M2}};
+    for (size_t i = 0; i < sizeof f8 / sizeof f8[0]; i++) {
+        assert_int_equal(resolve("minimax_m2_bf16", &r, "kv_cache_memory", "1GiB", "kv_cache_dtype", f8[i].in, NULL),
+                         MR_OK);
+        assert_int_equal(mr_resolution_exec(r)->kv_dtype, f8[i].f);
+        assert_int_equal(mr_resolution_exec(r)->kv_token_bytes, 126976);
+        assert_int_equal(mr_resolution_exec(r)->kv_blocks, 528);
+        assert_string_equal(mr_resolution_value(r, MR_OPT_KV_CACHE_DTYPE), f8[i].in); /* as given */
+        d = find_decl(r, "kv_cache_dtype"); /* as decided */
+        assert_non_null(d);
+        assert_string_equal(d->value, f8[i].name);
+        d = find_decl(r, "kv_cache_memory");
+        assert_non_null(d);
+        assert_non_null(strstr(d->reason, "126976 bytes per token (62 layers x K,V x 8 kv heads x 128 dims x fp8_"));
+        mr_resolution_free(r);
+    }
     /* a budget below the running set: refused with both numbers, or the running set follows it */
     assert_int_equal(resolve("minimax_m2_bf16", &r, "max_batch_tokens", "8", "max_running_requests", "16",
                              "kv_cache_memory", "1GiB", NULL),

@@ -392,6 +392,56 @@ static void check_nvfp4(const char *name, int64_t n, int64_t k, float shared) {
     free(deq);
 }
 
+/* The KV cache's saturating FP8 conversions against a brute-force oracle: the
+ * finite code nearest to x (ties to the even code, i.e. the even mantissa),
+ * which beyond the largest finite value is that value; NaN gives NaN. Inputs:
+ * every midpoint between neighbouring codes and a hair either side, the
+ * codes themselves, far beyond the range, infinities, and log-uniform values. */
+static void test_kv_fp8_saturating(void **st) {
+    (void)st;
+    for (int fp = 0; fp < 2; fp++) {
+        float (*dec)(uint8_t) = fp ? mr_e5m2_to_f32 : mr_e4m3_to_f32;
+        uint8_t (*enc)(float) = fp ? mr_f32_to_e5m2_sat : mr_f32_to_e4m3_sat;
+        float xs[2048];
+        int n = 0;
+        for (int c = 0; c < 127; c++) { /* positive codes in order of value; their negatives below */
+            const float a = dec((uint8_t)c), b = dec((uint8_t)(c + 1));
+            if (!isfinite(a) || !isfinite(b)) continue;
+            const float mid = (a + b) / 2.0f; /* exact: both have few mantissa bits */
+            xs[n++] = a, xs[n++] = mid, xs[n++] = nextafterf(mid, 0.0f), xs[n++] = nextafterf(mid, INFINITY);
+        }
+        const float far[] = {1e30f, INFINITY, 465.0f, 449.0f, 57345.0f, 61440.0f, 1e-30f, 0.0f};
+        for (size_t i = 0; i < sizeof far / sizeof far[0]; i++) xs[n++] = far[i];
+        tu_rng r = {77 + (uint64_t)fp};
+        while (n < 1024) xs[n++] = exp2f((tu_uniform(&r) * 2.0f - 1.0f) * 24.0f);
+        for (int i = 0, m = n; i < m; i++) xs[n++] = -xs[i];
+        for (int i = 0; i < n; i++) {
+            const float x = xs[i];
+            int best = -1;
+            double bd = INFINITY;
+            for (int c = 0; c < 256; c++) {
+                const float v = dec((uint8_t)c);
+                if (!isfinite(v) || ((c & 0x80) != 0) != (signbit(x) != 0)) continue; /* x's sign: never farther */
+                /* exact in double below 2^40; beyond it every code is below |x|, the largest nearest */
+                const double d = fabsf(x) < 0x1p40f ? fabs((double)v - (double)x) : -fabs((double)v);
+                if (d < bd || (d == bd && (c & 1) == 0)) bd = d, best = c;
+            }
+            const float got = dec(enc(x)), want = dec((uint8_t)best);
+            if (!(got == want && signbit(got) == signbit(want)))
+                fail_msg("%s_sat(%.9g) decodes to %.9g, the nearest finite code (ties even) is %.9g",
+                         fp ? "e5m2" : "e4m3", x, got, want);
+        }
+        assert_true(isnan(dec(enc(NAN))) && isnan(dec(enc(-NAN))));
+        assert_true(dec(enc(-INFINITY)) == (fp ? -57344.0f : -448.0f));
+    }
+    assert_int_equal(mr_kv_elem_bytes(MR_FMT_E4M3), 1);
+    assert_int_equal(mr_kv_elem_bytes(MR_FMT_BF16), 2);
+    assert_int_equal(mr_kv_elem_bytes(MR_FMT_F32), 4);
+    assert_int_equal(mr_kv_elem_bytes(MR_FMT_NVFP4), 0);
+    assert_string_equal(mr_kv_dtype_name(MR_FMT_E5M2), "fp8_e5m2");
+    assert_null(mr_kv_dtype_name(MR_FMT_F16));
+}
+
 static void test_nvfp4_golden(void **st) {
     (void)st;
     size_t cnt;
@@ -583,6 +633,7 @@ int main(void) {
         cmocka_unit_test(test_e4m3_widening_trick),
         cmocka_unit_test(test_traits_table),
         cmocka_unit_test(test_element_properties),
+        cmocka_unit_test(test_kv_fp8_saturating),
         cmocka_unit_test(test_nvfp4_golden),
         cmocka_unit_test(test_fp8_block_golden),
         cmocka_unit_test(test_qmatrix_plain_and_errors),

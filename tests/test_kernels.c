@@ -124,72 +124,111 @@ static double dot_ref(const float *a, int as, const float *b, int bs, int n, dou
     return ref;
 }
 
-/* The attention row kernels of every table against a double reference (fp32
- * and bf16 rows, head counts across the register blocks, D with tails), and
- * the property mr__attention relies on: rows split into runs (the paged
- * pool's blocks) give the same bits as one call over all of them. */
+/* The attention row kernels of every table against a double reference (rows
+ * of fp32, bf16, FP8 E4M3 and E5M2: every finite code of the FP8 types
+ * appears; head counts across the register blocks, D with tails), and the
+ * property mr__attention relies on: rows split into runs (the paged pool's
+ * blocks) give the same bits as one call over all of them. */
+static void attn_rows_check(const mr_kernels *k, mr_format kvt, int G, int D, tu_rng *r) {
+    enum { NR = 37 };
+    const int ld = D + 3; /* rows ld apart */
+    const size_t es = mr_kv_elem_bytes(kvt);
+    float *q = malloc(sizeof(float) * (size_t)(G * D));
+    unsigned char *rows = malloc(es * NR * (size_t)ld);
+    float *val = malloc(sizeof(float) * NR * (size_t)ld); /* the values the rows hold */
+    float *s1 = malloc(sizeof(float) * (size_t)(G * NR)), *s2 = malloc(sizeof(float) * (size_t)(G * NR));
+    float *o1 = calloc((size_t)(G * D), sizeof(float)), *o2 = calloc((size_t)(G * D), sizeof(float));
+    float *o0 = malloc(sizeof(float) * (size_t)(G * D));
+    for (int i = 0; i < G * D; i++) q[i] = tu_normal(r);
+    for (int i = 0, c = (int)(tu_next(r) % 256); i < NR * ld; i++) {
+        if (kvt == MR_FMT_F32) {
+            val[i] = tu_normal(r);
+            memcpy(rows + 4 * (size_t)i, &val[i], 4);
+        } else if (kvt == MR_FMT_BF16) {
+            const uint16_t b = mr_f32_to_bf16(tu_normal(r));
+            memcpy(rows + 2 * (size_t)i, &b, 2);
+            val[i] = mr_bf16_to_f32(b);
+        } else { /* the codes in turn from a random start, the non-finite ones skipped */
+            do c = (c + 1) % 256;
+            while (!isfinite(kvt == MR_FMT_E4M3 ? mr_e4m3_to_f32((uint8_t)c) : mr_e5m2_to_f32((uint8_t)c)));
+            rows[i] = (unsigned char)c;
+            val[i] = kvt == MR_FMT_E4M3 ? mr_e4m3_to_f32(rows[i]) : mr_e5m2_to_f32(rows[i]);
+        }
+    }
+    const char *tn = mr_kv_dtype_name(kvt);
+    k->attn_qk.fn(q, G, D, rows, ld, kvt, NR, s1, NR);
+    for (int j0 = 0, nr; j0 < NR; j0 += nr) { /* runs of 16 after a first of 5 */
+        nr = j0 == 0 ? 5 : (NR - j0 < 16 ? NR - j0 : 16);
+        k->attn_qk.fn(q, G, D, rows + (size_t)j0 * (size_t)ld * es, ld, kvt, nr, s2 + j0, NR);
+    }
+    for (int g = 0; g < G; g++)
+        for (int j = 0; j < NR; j++) {
+            double mag = 0;
+            const double ref = dot_ref(q + g * D, 1, val + j * ld, 1, D, &mag);
+            if (!(fabs(s1[g * NR + j] - ref) <= 1e-6 * mag + 1e-30))
+                fail_msg("%s G %d D %d %s: s[%d][%d] = %.9g, reference %.9g", k->attn_qk.name, G, D, tn, g, j,
+                         s1[g * NR + j], ref);
+        }
+    assert_memory_equal(s1, s2, sizeof(float) * (size_t)(G * NR));
+    for (int i = 0; i < G * NR; i++) s1[i] = tu_uniform(r); /* weights p */
+    for (int i = 0; i < G * D; i++) o1[i] = o2[i] = tu_normal(r); /* accumulated onto */
+    memcpy(o0, o1, sizeof(float) * (size_t)(G * D));
+    k->attn_pv.fn(s1, NR, G, D, rows, ld, kvt, NR, o1);
+    for (int j0 = 0, nr; j0 < NR; j0 += nr) {
+        nr = j0 == 0 ? 5 : (NR - j0 < 16 ? NR - j0 : 16);
+        k->attn_pv.fn(s1 + j0, NR, G, D, rows + (size_t)j0 * (size_t)ld * es, ld, kvt, nr, o2);
+    }
+    for (int g = 0; g < G; g++)
+        for (int i = 0; i < D; i++) {
+            double mag = fabs(o0[g * D + i]);
+            const double ref = o0[g * D + i] + dot_ref(s1 + g * NR, 1, val + i, ld, NR, &mag);
+            if (!(fabs(o1[g * D + i] - ref) <= 1e-6 * mag + 1e-30))
+                fail_msg("%s G %d D %d %s: o[%d][%d] = %.9g, reference %.9g", k->attn_pv.name, G, D, tn, g, i,
+                         o1[g * D + i], ref);
+        }
+    assert_memory_equal(o1, o2, sizeof(float) * (size_t)(G * D));
+    free(q), free(rows), free(val), free(s1), free(s2), free(o1), free(o2), free(o0);
+}
+
+/* Every FP8 code, finite or not, at every position class (vector body and
+ * D % 8 tail): a row holding the code at one place and zeros elsewhere,
+ * against a one-hot q, gives the code's value (formats.h), NaN for NaN; a
+ * one-hot p over such rows adds the value to o. */
+static void attn_codes_check(const mr_kernels *k, mr_format kvt) {
+    enum { D = 36 };
+    float q[D], s, o[D], p = 1.0f;
+    uint8_t row[D];
+    for (int c = 0; c < 256; c++) {
+        const int at = c % D;
+        const float want = kvt == MR_FMT_E4M3 ? mr_e4m3_to_f32((uint8_t)c) : mr_e5m2_to_f32((uint8_t)c);
+        memset(row, 0, sizeof row);
+        row[at] = (uint8_t)c;
+        for (int i = 0; i < D; i++) q[i] = i == at ? 1.0f : 0.0f, o[i] = 0.0f;
+        k->attn_qk.fn(q, 1, D, row, D, kvt, 1, &s, 1);
+        k->attn_pv.fn(&p, 1, 1, D, row, D, kvt, 1, o);
+        const bool ok = isnan(want) ? isnan(s) && isnan(o[at]) : s == want && o[at] == want;
+        if (!ok)
+            fail_msg("%s / %s %s: code 0x%02x at %d gives %.9g / %.9g, want %.9g", k->attn_qk.name, k->attn_pv.name,
+                     mr_kv_dtype_name(kvt), c, at, s, o[at], want);
+    }
+}
+
 static void test_attention_kernels(void **st) {
     (void)st;
     const uint32_t a2 = mr_kernel_isa_features(MR_ISA_AVX2);
     const uint32_t levels[3] = {0, a2, mr_cpu()->flags};
     const int Gs[] = {1, 6, 7, 9, 16}, Ds[] = {16, 24, 128, 36};
-    enum { NR = 37 };
+    const mr_format kvts[] = {MR_FMT_F32, MR_FMT_BF16, MR_FMT_E4M3, MR_FMT_E5M2};
     tu_rng r = {0xA77};
     for (int l = 0; l < 3; l++) {
         if ((mr_cpu()->flags & levels[l]) != levels[l]) continue;
         mr_kernels k;
         mr_kernels_init(&k, levels[l]);
-        for (size_t gi = 0; gi < sizeof Gs / sizeof Gs[0]; gi++)
-            for (size_t di = 0; di < sizeof Ds / sizeof Ds[0]; di++)
-                for (int bf = 0; bf < 2; bf++) {
-                    const int G = Gs[gi], D = Ds[di], ld = D + 3; /* rows ld apart */
-                    float *q = malloc(sizeof(float) * (size_t)(G * D)), *kv32 = malloc(sizeof(float) * NR * (size_t)ld);
-                    uint16_t *kv16 = malloc(sizeof(uint16_t) * NR * (size_t)ld);
-                    float *val = malloc(sizeof(float) * NR * (size_t)ld); /* the values the rows hold */
-                    float *s1 = malloc(sizeof(float) * (size_t)(G * NR)), *s2 = malloc(sizeof(float) * (size_t)(G * NR));
-                    float *o1 = calloc((size_t)(G * D), sizeof(float)), *o2 = calloc((size_t)(G * D), sizeof(float));
-                    for (int i = 0; i < G * D; i++) q[i] = tu_normal(&r);
-                    for (int i = 0; i < NR * ld; i++) {
-                        kv16[i] = mr_f32_to_bf16(tu_normal(&r));
-                        kv32[i] = bf ? mr_bf16_to_f32(kv16[i]) : tu_normal(&r);
-                        val[i] = bf ? mr_bf16_to_f32(kv16[i]) : kv32[i];
-                    }
-                    const void *rows = bf ? (const void *)kv16 : (const void *)kv32;
-                    const size_t es = bf ? 2 : 4;
-                    k.attn_qk.fn(q, G, D, rows, ld, bf, NR, s1, NR);
-                    for (int j0 = 0, nr; j0 < NR; j0 += nr) { /* runs of 16 after a first of 5 */
-                        nr = j0 == 0 ? 5 : (NR - j0 < 16 ? NR - j0 : 16);
-                        k.attn_qk.fn(q, G, D, (const char *)rows + (size_t)j0 * (size_t)ld * es, ld, bf, nr, s2 + j0, NR);
-                    }
-                    for (int g = 0; g < G; g++)
-                        for (int j = 0; j < NR; j++) {
-                            double mag = 0;
-                            const double ref = dot_ref(q + g * D, 1, val + j * ld, 1, D, &mag);
-                            if (!(fabs(s1[g * NR + j] - ref) <= 1e-6 * mag + 1e-30))
-                                fail_msg("%s G %d D %d bf16 %d: s[%d][%d] = %.9g, reference %.9g", k.attn_qk.name, G, D,
-                                         bf, g, j, s1[g * NR + j], ref);
-                        }
-                    assert_memory_equal(s1, s2, sizeof(float) * (size_t)(G * NR));
-                    for (int i = 0; i < G * NR; i++) s1[i] = tu_uniform(&r); /* weights p */
-                    for (int i = 0; i < G * D; i++) o1[i] = o2[i] = tu_normal(&r); /* accumulated onto */
-                    float *o0 = malloc(sizeof(float) * (size_t)(G * D));
-                    memcpy(o0, o1, sizeof(float) * (size_t)(G * D));
-                    k.attn_pv.fn(s1, NR, G, D, rows, ld, bf, NR, o1);
-                    for (int j0 = 0, nr; j0 < NR; j0 += nr) {
-                        nr = j0 == 0 ? 5 : (NR - j0 < 16 ? NR - j0 : 16);
-                        k.attn_pv.fn(s1 + j0, NR, G, D, (const char *)rows + (size_t)j0 * (size_t)ld * es, ld, bf, nr, o2);
-                    }
-                    for (int g = 0; g < G; g++)
-                        for (int i = 0; i < D; i++) {
-                            double mag = fabs(o0[g * D + i]);
-                            const double ref = o0[g * D + i] + dot_ref(s1 + g * NR, 1, val + i, ld, NR, &mag);
-                            if (!(fabs(o1[g * D + i] - ref) <= 1e-6 * mag + 1e-30))
-                                fail_msg("%s G %d D %d bf16 %d: o[%d][%d] = %.9g, reference %.9g", k.attn_pv.name, G, D,
-                                         bf, g, i, o1[g * D + i], ref);
-                        }
-                    assert_memory_equal(o1, o2, sizeof(float) * (size_t)(G * D));
-                    free(q), free(kv32), free(kv16), free(val), free(s1), free(s2), free(o1), free(o2), free(o0);
-                }
+        for (size_t ti = 0; ti < sizeof kvts / sizeof kvts[0]; ti++) {
+            for (size_t gi = 0; gi < sizeof Gs / sizeof Gs[0]; gi++)
+                for (size_t di = 0; di < sizeof Ds / sizeof Ds[0]; di++) attn_rows_check(&k, kvts[ti], Gs[gi], Ds[di], &r);
+            if (mr_kv_elem_bytes(kvts[ti]) == 1) attn_codes_check(&k, kvts[ti]);
+        }
     }
 }
 

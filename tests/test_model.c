@@ -34,9 +34,9 @@ typedef struct {
     void *blob;
 } golden;
 
-static void golden_load(golden *g) {
+static void golden_load_file(golden *g, const char *name) {
     size_t len = 0;
-    unsigned char *b = tu_read_file(tu_data("model/tiny/golden.bin"), &len);
+    unsigned char *b = tu_read_file(tu_data(name), &len);
     assert_non_null(b);
     assert_memory_equal(b, "MRGOLD1\0", 8);
     size_t o = 8;
@@ -62,6 +62,7 @@ static void golden_load(golden *g) {
     assert_int_equal(o, len);
     g->blob = b;
 }
+static void golden_load(golden *g) { golden_load_file(g, "model/tiny/golden.bin"); }
 
 /* Tolerance of the oracle comparison. Both sides compute in fp32 on the same
  * bf16-exact weights, so they differ only by summation order and libm
@@ -944,6 +945,109 @@ static void plp_oracle_run(int64_t budget, int copies, bool prefix_twice) {
     free(g.blob);
 }
 
+/* The golden prompts through an engine whose KV pool holds kvt, teacher-forced along the
+ * greedy tokens of the golden file gname: the largest |log-probability error| of every prompt
+ * token (prompt_logprobs) and every generated token against log_softmax of that file's logits,
+ * and how many generated steps' most likely token differs from the file's where its top two are
+ * 1e-2 apart or more. */
+static float kv_oracle_run(mr_format kvt, const char *gname, int *argmax_diff) {
+    golden g;
+    golden_load_file(&g, gname);
+    const int V = g.V;
+    mr_engine_opts eo = {.kv_dtype = kvt, .kv_blocks = 64, .max_batch_tokens = 64, .max_running_requests = 8,
+                         .max_queued_requests = 8, .context_length = 64, .fixed_threads = true};
+    mr_model_opts mo = {.runner = "reference", .quiet = true};
+    mr_engine_model_opts(&eo, &mo);
+    mr_model *m = NULL;
+    mr_engine *e = NULL;
+    assert_int_equal(mr_model_open(tu_data("model/tiny"), &mo, &m), MR_OK);
+    assert_int_equal(mr_model_kv_dtype(m), kvt);
+    assert_int_equal(mr_engine_new(m, &eo, &e), MR_OK);
+    mr_req_id ids[8];
+    int64_t next_pos[8], gen_i[8];
+    for (int i = 0; i < g.n; i++) {
+        mr_request_params p = {.prompt = g.p[i].ids, .n_prompt = g.p[i].L, .max_tokens = g.steps + 1,
+                               .ignore_eos = true, .logprobs = true, .top_logprobs = 1, .prompt_logprobs = true,
+                               .forced = g.p[i].gen, .n_forced = g.steps + 1};
+        assert_int_equal(mr_engine_add(e, &p, &ids[i]), MR_OK);
+        next_pos[i] = 1, gen_i[i] = 0;
+    }
+    float worst = 0.0f;
+    int left = g.n;
+    *argmax_diff = 0;
+    for (int steps = 0; left > 0; steps++) {
+        assert_true(steps < 1000);
+        const mr_engine_step_out *so = NULL;
+        assert_int_equal(mr_engine_step(e, &so), MR_OK);
+        for (int k = 0; k < so->n_events; k++) {
+            const mr_engine_event *ev = &so->events[k];
+            int r = 0;
+            while (r < g.n && ids[r] != ev->id) r++;
+            assert_true(r < g.n);
+            const gold_prompt *gp = &g.p[r];
+            assert_int_equal(ev->finish == MR_FINISH_ERROR, 0);
+            if (ev->n_plp) assert_int_equal(ev->plp_pos, next_pos[r]);
+            for (int q = 0; q < ev->n_plp; q++) { /* prompt token at pos: the logits of pos - 1 */
+                const int64_t pos = ev->plp_pos + q;
+                const float *ref = gp->logits + (size_t)(pos - 1) * (size_t)V;
+                const mr_token_logprob *row = ev->plp + (size_t)q * (size_t)ev->plp_stride;
+                assert_int_equal(row[0].token, gp->ids[pos]);
+                const float d = fabsf(row[0].logprob - (float)(ref[gp->ids[pos]] - golden_lse(ref, V)));
+                worst = d > worst ? d : worst;
+            }
+            next_pos[r] += ev->n_plp;
+            if (ev->n_tokens == 1) { /* generated token j: the logits of row L - 1 + j */
+                const int64_t j = gen_i[r]++;
+                assert_int_equal(ev->token, gp->gen[j]);
+                const float *ref = gp->logits + (size_t)(gp->L - 1 + j) * (size_t)V;
+                const float d = fabsf(ev->logprob - (float)(ref[ev->token] - golden_lse(ref, V)));
+                worst = d > worst ? d : worst;
+                int a = 0, b = -1; /* the oracle's top two */
+                for (int v = 1; v < V; v++)
+                    if (ref[v] > ref[a]) b = a, a = v;
+                    else if (b < 0 || ref[v] > ref[b]) b = v;
+                assert_int_equal(ev->n_top, 1);
+                if (ref[a] - ref[b] >= 1e-2f && ev->top[0].token != a) (*argmax_diff)++;
+            }
+            if (ev->finish != MR_FINISH_NONE) {
+                assert_int_equal(ev->finish, MR_FINISH_LENGTH);
+                assert_int_equal(next_pos[r], gp->L);
+                assert_int_equal(gen_i[r], g.steps + 1);
+                left--;
+            }
+        }
+    }
+    mr_engine_free(e);
+    mr_model_close(m);
+    free(g.blob);
+    return worst;
+}
+
+/* An FP8 KV cache (--kv-cache-dtype fp8_e4m3 / fp8_e5m2) against transformers with the same
+ * cache semantics (tools/oracle/gen_minimax_m2.py --kv-fp8: K and V clamped and cast to
+ * torch's float8 types before attention reads them); and the oracle tells the types apart:
+ * a bf16 cache's run against the FP8 file misses it by far (the generator checks the files
+ * differ from the fp32 cache's by > 10x this tolerance). */
+static void test_kv_fp8_oracle(void **st) {
+    (void)st;
+    static const struct {
+        mr_format f;
+        const char *file;
+    } t[] = {{MR_FMT_E4M3, "model/tiny/golden_kv_fp8_e4m3.bin"}, {MR_FMT_E5M2, "model/tiny/golden_kv_fp8_e5m2.bin"}};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        int diff = 0;
+        const float w = kv_oracle_run(t[i].f, t[i].file, &diff);
+        if (w > 2 * ORACLE_TOL || diff)
+            fprintf(stderr, "%s: max |logprob error| %g (tolerance %g), %d argmax differences\n",
+                    mr_kv_dtype_name(t[i].f), w, 2 * ORACLE_TOL, diff);
+        assert_true(w <= 2 * ORACLE_TOL);
+        assert_int_equal(diff, 0);
+    }
+    int diff = 0;
+    const float w = kv_oracle_run(MR_FMT_BF16, t[0].file, &diff);
+    assert_true(w > 10 * ORACLE_TOL);
+}
+
 static void test_prompt_logprobs_oracle(void **st) {
     (void)st;
     plp_oracle_run(512, 1, false);
@@ -958,6 +1062,7 @@ int main(void) {
         cmocka_unit_test(test_oracle_all_runners),
         cmocka_unit_test(test_oracle_chunked),
         cmocka_unit_test(test_prompt_logprobs_oracle),
+        cmocka_unit_test(test_kv_fp8_oracle),
         cmocka_unit_test(test_extra_logits_rows),
         cmocka_unit_test(test_oracle_detects_wrong_weights),
         cmocka_unit_test(test_kv_overflow),

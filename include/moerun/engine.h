@@ -52,7 +52,8 @@ extern "C" {
 
 /* ---- engine options (all limits have defaults; zeroed fields take them) ---- */
 typedef struct {
-    mr_format kv_dtype;           /* KV cache element type: MR_FMT_BF16 or MR_FMT_F32 (exactness; F32 is 0,
+    mr_format kv_dtype;           /* KV cache element type (model.h's mr_kv_dtype_name): MR_FMT_BF16,
+                                     MR_FMT_E4M3, MR_FMT_E5M2 or MR_FMT_F32 (exactness; F32 is 0,
                                      so zeroed options mean F32; mr_engine_opts_from_exec gives the resolver's) */
     int64_t kv_blocks;            /* pool size in blocks of MR_KV_BLOCK_TOKENS tokens (required, >= 1) */
     int64_t max_batch_tokens;     /* tokens in one step, prefill chunks and decodes together [512];

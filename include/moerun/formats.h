@@ -39,8 +39,21 @@ uint8_t mr_f32_to_e4m3(float x); /* RNE, non-saturating: |x| > 464 -> NaN (sign 
 float mr_e4m3_to_f32(uint8_t b);
 uint8_t mr_f32_to_e5m2(float x); /* RNE, IEEE overflow to inf */
 float mr_e5m2_to_f32(uint8_t b);
+/* Saturating, as the KV cache stores FP8 (vLLM's and sglang's cast with a
+ * scale of 1): RNE of x clamped to the largest finite value (+-448, +-57344;
+ * an infinity too), a NaN stays NaN. */
+uint8_t mr_f32_to_e4m3_sat(float x);
+uint8_t mr_f32_to_e5m2_sat(float x);
 uint8_t mr_f32_to_e2m1(float x); /* nibble 0..15, RNE, saturating at 6; sign from input; NaN -> ±6 */
 float mr_e2m1_to_f32(uint8_t nibble);
+
+/* The KV cache's element types (--kv-cache-dtype): MR_FMT_F32, MR_FMT_BF16
+ * (RNE), MR_FMT_E4M3 and MR_FMT_E5M2 (the saturating conversions above).
+ * mr_kv_elem_bytes: 4, 2, 1, 1, and 0 for any other format;
+ * mr_kv_dtype_name: "fp32", "bf16", "fp8_e4m3", "fp8_e5m2" (the option's
+ * values), NULL for any other format. */
+size_t mr_kv_elem_bytes(mr_format kv_dtype);
+const char *mr_kv_dtype_name(mr_format kv_dtype);
 
 /* ---- quantized weight matrix [rows=N out][cols=K in] ---- */
 typedef struct {

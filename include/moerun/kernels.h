@@ -52,7 +52,9 @@ typedef void (*mr_kern_decode_fn)(const mr_qmatrix *W, int64_t n, int64_t g, flo
 typedef float (*mr_kern_dot_f32_fn)(const float *w, const float *x, int len);
 typedef float (*mr_kern_dot_bf16_fn)(const float *w, const uint16_t *x, int len);
 /* The attention row kernels (model/ops.c mr__attention), over nr K or V rows
- * of D values, fp32 or bf16 (bf16), ld values apart, for the G query heads
+ * of D values of type kvt (MR_FMT_F32, MR_FMT_BF16, MR_FMT_E4M3 or
+ * MR_FMT_E5M2: the KV cache's dtypes, each widened exactly to fp32; an FP8
+ * NaN code stays NaN), ld values apart, for the G query heads
  * of one kv head (q, o [G][D]):
  *   attn_qk: s[g * lds + r] = q_g . k_r, a fixed order that depends on D
  *            only: 8 interleaved partial sums, then ((0+4) + (1+5)) + ((2+6) +
@@ -60,10 +62,10 @@ typedef float (*mr_kern_dot_bf16_fn)(const float *w, const uint16_t *x, int len)
  *   attn_pv: o[g][i] += p[g * ldp + r] * v_r[i], r = 0..nr-1 in order
  * A row's result does not depend on nr, G or where the rows live, so the
  * contiguous cache and the paged pool (any block split) give the same bits. */
-typedef void (*mr_kern_attn_qk_fn)(const float *q, int G, int D, const void *k, int64_t ldk, bool bf16, int nr,
-                                   float *s, int64_t lds);
-typedef void (*mr_kern_attn_pv_fn)(const float *p, int64_t ldp, int G, int D, const void *v, int64_t ldv, bool bf16,
-                                   int nr, float *o);
+typedef void (*mr_kern_attn_qk_fn)(const float *q, int G, int D, const void *k, int64_t ldk, mr_format kvt,
+                                   int nr, float *s, int64_t lds);
+typedef void (*mr_kern_attn_pv_fn)(const float *p, int64_t ldp, int G, int D, const void *v, int64_t ldv,
+                                   mr_format kvt, int nr, float *o);
 
 /* ---- packed weight matrices (tile layouts, produced once at load) ----
  * A packed matrix holds nsrc source matrices of the same shape [src_rows][K]

@@ -42,7 +42,8 @@ typedef struct {
     mr_act_mode act_mode;   /* without exec: AUTO = the weight format's default */
     int64_t kv_blocks;      /* paged KV pool: blocks of MR_KV_BLOCK_TOKENS tokens (0 = none). With a
                                pool and max_batch 0 there is no contiguous cache */
-    mr_format kv_dtype;     /* paged pool element type: MR_FMT_BF16 or MR_FMT_F32 (0 = BF16) */
+    mr_format kv_dtype;     /* paged pool element type: MR_FMT_BF16, MR_FMT_F32, MR_FMT_E4M3 or MR_FMT_E5M2
+                               (F32 is 0) */
     bool progress;          /* draw a progress bar on stderr when it is a terminal */
     bool quiet;             /* reserved: the library prints nothing but warnings */
 } mr_model_opts;

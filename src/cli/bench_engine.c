@@ -334,7 +334,7 @@ int mr_bench_engine(int argc, char **argv) {
     if (json_path) {
         json_t *root = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:i, s:f, s:f, s:O}", "bench", "engine",
                                  "model", mr_options_get(&o, MR_OPT_MODEL), "runner", mr_model_runner_name(m),
-                                 "kv_dtype", eo->kv_dtype == MR_FMT_F32 ? "fp32" : "bf16", "prompt",
+                                 "kv_dtype", mr_kv_dtype_name(eo->kv_dtype), "prompt",
                                  (json_int_t)prompt, "steps", (json_int_t)steps, "warmup", (json_int_t)warmup,
                                  "rounds", (json_int_t)rounds, "threads", x->threads, "read_bw_gb_per_s", bw0,
                                  "read_bw_end_gb_per_s", bw1, "results", jres);

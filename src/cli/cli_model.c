@@ -298,7 +298,7 @@ void mr_cli_print_kv(const mr_engine *e) {
     mr_model *m = mr_engine_model((mr_engine *)e);
     printf("kv cache: %s, %lld blocks of %d tokens = %lld tokens, %.1f MiB; max %d running requests, %lld tokens "
            "per step, context %lld\n",
-           o->kv_dtype == MR_FMT_F32 ? "fp32" : "bf16", (long long)o->kv_blocks, MR_KV_BLOCK_TOKENS,
+           mr_kv_dtype_name(o->kv_dtype), (long long)o->kv_blocks, MR_KV_BLOCK_TOKENS,
            (long long)(o->kv_blocks * MR_KV_BLOCK_TOKENS), (double)mr_model_kv_bytes(m) / 1048576.0,
            o->max_running_requests, (long long)o->max_batch_tokens, (long long)o->context_length);
 }

@@ -124,7 +124,7 @@ static int self_check_reference(const mr_options *o, const char *dir, mr_format 
     mr_resolution *r = NULL;
     mr_engine *e = NULL;
     int rc = mr_cli_probe_open("serve", o, dir, mr_moe_runner_ground_truth()->name, ps,
-                               kv_dtype == MR_FMT_F32 ? "fp32" : "bf16", &r, &e, false);
+                               mr_kv_dtype_name(kv_dtype), &r, &e, false);
     if (!rc) {
         size_t n = (size_t)(ps->steps + 1) * (size_t)ps->n * (size_t)ps->V;
         *ref = malloc(n * sizeof(float));
@@ -454,7 +454,7 @@ int mr_cmd_serve(int argc, char **argv) {
     printf("moerun serve: ready on http://%s:%d, model '%s' (%d running + %d queued sequences, context %lld, "
            "%lld KV blocks of %d tokens in %s, %lld tokens per step)\n",
            so.host, mr_server_port(srv), mr_server_model_name(srv), eo.max_running_requests, so.max_queued_requests,
-           (long long)eo.context_length, (long long)eo.kv_blocks, MR_KV_BLOCK_TOKENS, mr_format_traits_get(eo.kv_dtype)->name,
+           (long long)eo.context_length, (long long)eo.kv_blocks, MR_KV_BLOCK_TOKENS, mr_kv_dtype_name(eo.kv_dtype),
            (long long)eo.max_batch_tokens);
     fflush(stdout);
     /* 6. serve until a signal, or until the engine cannot run any more (an expert-parallel rank failed) */

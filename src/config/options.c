@@ -28,7 +28,7 @@ static const char *const v_router[] = {"auto", "fp32", "bf16", NULL};
 static const char *const v_isa[] = {"auto", "generic", "avx2", "avx512", NULL};
 static const char *const v_device[] = {"auto", "cpu", "sm90", "sm100", "sm103", "sm110", "sm120", NULL};
 static const char *const v_log[] = {"debug", "info", "warn", "error", "off", NULL};
-static const char *const v_kv_dtype[] = {"auto", "bf16", "fp32", NULL};
+static const char *const v_kv_dtype[] = {"auto", "bf16", "fp32", "fp8_e4m3", "fp8_e5m2", "fp8", NULL};
 static const char *const v_step_threads[] = {"adaptive", "fixed", NULL};
 
 /* Rows are indexed by mr_opt_id (checked by mr_option_at's assertion). */
@@ -72,7 +72,7 @@ static const mr_option_def table[MR_OPT_COUNT] = {
     [MR_OPT_LOG] = {MR_OPT_LOG, "log", MR_OPT_ENUM, "warn", v_log, 0, 0, false, "log level on stderr", "MOERUN_LOG",
                     "--log"},
     [MR_OPT_KV_CACHE_DTYPE] = {MR_OPT_KV_CACHE_DTYPE, "kv_cache_dtype", MR_OPT_ENUM, "auto", v_kv_dtype, 0, 0, true,
-                               "element type of the paged KV cache (auto = bf16; fp32 for exactness)",
+                               "element type of the paged KV cache (auto = bf16; fp32 for exactness; fp8_e4m3 (fp8) or fp8_e5m2: half of bf16's memory, scale 1, saturating)",
                                "MOERUN_KV_CACHE_DTYPE", "--kv-cache-dtype"},
     [MR_OPT_KV_CACHE_MEMORY] = {MR_OPT_KV_CACHE_MEMORY, "kv_cache_memory", MR_OPT_STRING, "auto", NULL, 0, 0, true,
                                 "KV cache pool: bytes (4GiB, 512M, 1000000), a fraction of the memory free after "

@@ -771,24 +771,31 @@ static mr_status pass_engine(mr_resolution *r) {
     char v[64], a[64], b[64], c[64];
     /* kv_cache_dtype */
     const char *dt = mr__user_value(r, MR_OPT_KV_CACHE_DTYPE);
-    int64_t per_elem = 2;
     r->w.kv_dtype = MR_FMT_BF16;
     if (mr__user_fixed(r, MR_OPT_KV_CACHE_DTYPE)) {
+        const char *why = "explicit: half the memory of fp32; attention widens it to fp32";
         if (!strcmp(dt, "fp32")) {
             r->w.kv_dtype = MR_FMT_F32;
-            per_elem = 4;
+            why = "explicit: K and V kept exactly as computed (fp32), twice the memory of bf16";
+        } else if (!strcmp(dt, "fp8_e4m3") || !strcmp(dt, "fp8")) {
+            r->w.kv_dtype = MR_FMT_E4M3;
+            why = "explicit: K and V as FP8 E4M3 (fp8 is its alias, as in vLLM), half the memory of bf16, so twice "
+                  "the tokens; scale 1 (no k_scale / v_scale), values beyond +-448 stored as +-448, the rest "
+                  "rounded to 3 mantissa bits; attention widens them to fp32 exactly";
+        } else if (!strcmp(dt, "fp8_e5m2")) {
+            r->w.kv_dtype = MR_FMT_E5M2;
+            why = "explicit: K and V as FP8 E5M2, half the memory of bf16; scale 1, values beyond +-57344 stored "
+                  "as +-57344, the rest rounded to 2 mantissa bits (coarser than fp8_e4m3, a wider range); "
+                  "attention widens them to fp32 exactly";
         }
-        s = mr__decl(r, MR_DECL_NOTE, SRC, "kv_cache_dtype", dt,
-                     r->w.kv_dtype == MR_FMT_F32 ? "explicit: K and V kept exactly as computed (fp32), twice the "
-                                                   "memory of bf16"
-                                                 : "explicit: half the memory of fp32; attention widens it to fp32");
+        s = mr__decl(r, MR_DECL_NOTE, SRC, "kv_cache_dtype", mr_kv_dtype_name(r->w.kv_dtype), "%s", why);
     } else {
         s = mr__decl(r, MR_DECL_SET, SRC, "kv_cache_dtype", "bf16",
                      "half the memory of fp32 per token, so twice the tokens in the same pool; attention reads it "
                      "widened to fp32 (--kv-cache-dtype fp32 keeps K and V exact, for exactness tests)");
     }
     if (s) return s;
-    int64_t tok_bytes = m->n_layers * 2 * m->n_kv_heads * m->head_dim * per_elem;
+    int64_t tok_bytes = m->n_layers * 2 * m->n_kv_heads * m->head_dim * (int64_t)mr_kv_elem_bytes(r->w.kv_dtype);
     if (tok_bytes <= 0) return fail(r, MR_ECONFIG, SRC, "kv_cache_dtype", dt, "the model has no KV dimensions");
     r->w.kv_token_bytes = tok_bytes;
     /* context_length */
@@ -922,7 +929,7 @@ static mr_status pass_engine(mr_resolution *r) {
                     "%s -> %s = %lld blocks of 16 tokens = %lld tokens at %lld bytes per token (%lld layers x K,V x "
                     "%lld kv heads x %lld dims x %s); %s",
                     how, c, (long long)blocks, (long long)tokens, (long long)tok_bytes, (long long)m->n_layers,
-                    (long long)m->n_kv_heads, (long long)m->head_dim, r->w.kv_dtype == MR_FMT_F32 ? "fp32" : "bf16",
+                    (long long)m->n_kv_heads, (long long)m->head_dim, mr_kv_dtype_name(r->w.kv_dtype),
                     fit);
 }
 

@@ -157,8 +157,8 @@ mr_status mr_engine_new(mr_model *m, const mr_engine_opts *opts, mr_engine **out
     mr_engine_opts o = *opts;
     fill_defaults(&o);
     const mr_model_config *c = mr_model_config_of(m);
-    if (o.kv_dtype != MR_FMT_BF16 && o.kv_dtype != MR_FMT_F32)
-        return mr_error_set(MR_EINVAL, "engine: the KV cache holds bf16 or fp32");
+    if (!mr_kv_dtype_name(o.kv_dtype))
+        return mr_error_set(MR_EINVAL, "engine: the KV cache holds fp32, bf16, fp8_e4m3 or fp8_e5m2");
     if (o.kv_blocks < 1) return mr_error_set(MR_EINVAL, "engine: kv_blocks must be >= 1");
     if (o.max_batch_tokens < o.max_running_requests)
         return mr_error_set(MR_EINVAL,

@@ -146,3 +146,28 @@ uint8_t mr_f32_to_e2m1(float x) {
 }
 
 float mr_e2m1_to_f32(uint8_t nibble) { return mr__e2m1_values[nibble & 0xFu]; }
+
+uint8_t mr_f32_to_e4m3_sat(float x) { return mr_f32_to_e4m3(x > 448.0f ? 448.0f : x < -448.0f ? -448.0f : x); }
+uint8_t mr_f32_to_e5m2_sat(float x) {
+    return mr_f32_to_e5m2(x > 57344.0f ? 57344.0f : x < -57344.0f ? -57344.0f : x);
+}
+
+size_t mr_kv_elem_bytes(mr_format kv_dtype) {
+    switch (kv_dtype) {
+    case MR_FMT_F32: return 4;
+    case MR_FMT_BF16: return 2;
+    case MR_FMT_E4M3:
+    case MR_FMT_E5M2: return 1;
+    default: return 0;
+    }
+}
+
+const char *mr_kv_dtype_name(mr_format kv_dtype) {
+    switch (kv_dtype) {
+    case MR_FMT_F32: return "fp32";
+    case MR_FMT_BF16: return "bf16";
+    case MR_FMT_E4M3: return "fp8_e4m3";
+    case MR_FMT_E5M2: return "fp8_e5m2";
+    default: return NULL;
+    }
+}

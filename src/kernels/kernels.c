@@ -92,13 +92,18 @@ static void silu_mul_generic(const float *g, const float *u, int64_t n, float *o
 }
 
 /* ---- attention rows (kernels.h): the generic order ---- */
-static inline float attn_kv(const void *row, bool bf16, int i) {
-    return bf16 ? bf16f(((const uint16_t *)row)[i]) : ((const float *)row)[i];
+static inline float attn_kv(const void *row, mr_format kvt, int i) {
+    switch (kvt) {
+    case MR_FMT_BF16: return bf16f(((const uint16_t *)row)[i]);
+    case MR_FMT_E4M3: return mr_e4m3_to_f32(((const uint8_t *)row)[i]);
+    case MR_FMT_E5M2: return mr_e5m2_to_f32(((const uint8_t *)row)[i]);
+    default: return ((const float *)row)[i];
+    }
 }
 
-static void attn_qk_generic(const float *q, int G, int D, const void *k, int64_t ldk, bool bf16, int nr, float *s,
+static void attn_qk_generic(const float *q, int G, int D, const void *k, int64_t ldk, mr_format kvt, int nr, float *s,
                             int64_t lds) {
-    const size_t es = bf16 ? 2 : 4;
+    const size_t es = mr_kv_elem_bytes(kvt);
     for (int r = 0; r < nr; r++) {
         const void *kr = (const char *)k + (size_t)r * (size_t)ldk * es;
         for (int g = 0; g < G; g++) {
@@ -106,23 +111,23 @@ static void attn_qk_generic(const float *q, int G, int D, const void *k, int64_t
             float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
             int i = 0;
             for (; i + 8 <= D; i += 8)
-                for (int l = 0; l < 8; l++) acc[l] += a[i + l] * attn_kv(kr, bf16, i + l);
+                for (int l = 0; l < 8; l++) acc[l] += a[i + l] * attn_kv(kr, kvt, i + l);
             float d = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-            for (; i < D; i++) d += a[i] * attn_kv(kr, bf16, i);
+            for (; i < D; i++) d += a[i] * attn_kv(kr, kvt, i);
             s[g * lds + r] = d;
         }
     }
 }
 
-static void attn_pv_generic(const float *p, int64_t ldp, int G, int D, const void *v, int64_t ldv, bool bf16, int nr,
-                            float *o) {
-    const size_t es = bf16 ? 2 : 4;
+static void attn_pv_generic(const float *p, int64_t ldp, int G, int D, const void *v, int64_t ldv, mr_format kvt,
+                            int nr, float *o) {
+    const size_t es = mr_kv_elem_bytes(kvt);
     for (int r = 0; r < nr; r++) {
         const void *vr = (const char *)v + (size_t)r * (size_t)ldv * es;
         for (int g = 0; g < G; g++) {
             const float pg = p[g * ldp + r];
             float *og = o + (size_t)g * (size_t)D;
-            for (int i = 0; i < D; i++) og[i] += pg * attn_kv(vr, bf16, i);
+            for (int i = 0; i < D; i++) og[i] += pg * attn_kv(vr, kvt, i);
         }
     }
 }

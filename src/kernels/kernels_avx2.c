@@ -383,13 +383,45 @@ static void silu_mul_avx2(const float *g, const float *u, int64_t n, float *out)
 
 /* ---- attention rows (kernels.h): FMAs, the same summation order as generic ---- */
 #define INL static inline __attribute__((always_inline))
-/* 8 values at i of a K/V row as fp32 (bf16 widened exactly) */
-INL __m256 kv8(const void *row, const int BF, int i) {
-    return BF ? bf16x8((const uint16_t *)row + i) : _mm256_loadu_ps((const float *)row + i);
+/* The row types as a constant template argument: KF32, KBF16, KE4M3, KE5M2 */
+enum { KF32, KBF16, KE4M3, KE5M2 };
+INL int kv_kind(mr_format kvt) {
+    return kvt == MR_FMT_BF16 ? KBF16 : kvt == MR_FMT_E4M3 ? KE4M3 : kvt == MR_FMT_E5M2 ? KE5M2 : KF32;
+}
+/* 8 FP8 codes -> fp32, exactly, through their f16 bits and F16C: E5M2 is the
+ * high byte of an f16; E4M3 (bias 7, f16's 15) is sign | code << 7 as an f16
+ * times 2^8 (its subnormals become f16 subnormals), the NaN codes S.1111.111
+ * given f16's all-ones exponent */
+INL __m256 e4m3x8(const uint8_t *p) {
+    const __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)p));
+    const __m128i r = _mm_and_si128(b, _mm_set1_epi16(0x7F));
+    const __m128i sg = _mm_and_si128(_mm_slli_epi16(b, 8), _mm_set1_epi16((short)0x8000));
+    const __m128i nan = _mm_and_si128(_mm_cmpeq_epi16(r, _mm_set1_epi16(0x7F)), _mm_set1_epi16(0x7C00));
+    const __m128i h = _mm_or_si128(_mm_or_si128(sg, _mm_slli_epi16(r, 7)), nan);
+    return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f));
+}
+INL __m256 e5m2x8(const uint8_t *p) {
+    return _mm256_cvtph_ps(_mm_slli_epi16(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)p)), 8));
+}
+/* bytes of one element */
+INL size_t kv_es(const int KT) { return KT == KF32 ? 4 : KT == KBF16 ? 2 : 1; }
+/* 8 values at i of a K/V row as fp32 (widened exactly) */
+INL __m256 kv8(const void *row, const int KT, int i) {
+    switch (KT) {
+    case KBF16: return bf16x8((const uint16_t *)row + i);
+    case KE4M3: return e4m3x8((const uint8_t *)row + i);
+    case KE5M2: return e5m2x8((const uint8_t *)row + i);
+    default: return _mm256_loadu_ps((const float *)row + i);
+    }
 }
 /* one value (the D % 8 tail) */
-INL float kv1(const void *row, const int BF, int i) {
-    return BF ? mr_bf16_to_f32(((const uint16_t *)row)[i]) : ((const float *)row)[i];
+INL float kv1(const void *row, const int KT, int i) {
+    switch (KT) {
+    case KBF16: return mr_bf16_to_f32(((const uint16_t *)row)[i]);
+    case KE4M3: return mr_e4m3_to_f32(((const uint8_t *)row)[i]);
+    case KE5M2: return mr_e5m2_to_f32(((const uint8_t *)row)[i]);
+    default: return ((const float *)row)[i];
+    }
 }
 /* lanes 0..7 of v summed as ((0+4) + (1+5)) + ((2+6) + (3+7)) */
 INL float tree8(__m256 v) {
@@ -399,57 +431,61 @@ INL float tree8(__m256 v) {
 }
 
 /* GN (<= 8) heads over one row */
-INL void qk_row(const float *q, int D, const void *kr, float *s, int64_t lds, const int GN, const int BF) {
+INL void qk_row(const float *q, int D, const void *kr, float *s, int64_t lds, const int GN, const int KT) {
     __m256 acc[8];
     #pragma GCC unroll 8
     for (int g = 0; g < GN; g++) acc[g] = _mm256_setzero_ps();
     int i = 0;
     for (; i + 8 <= D; i += 8) {
-        const __m256 kv = kv8(kr, BF, i);
+        const __m256 kv = kv8(kr, KT, i);
         #pragma GCC unroll 8
         for (int g = 0; g < GN; g++) acc[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * D + i), kv, acc[g]);
     }
     #pragma GCC unroll 8
     for (int g = 0; g < GN; g++) {
         float d = tree8(acc[g]);
-        for (int t = i; t < D; t++) d += q[g * D + t] * kv1(kr, BF, t);
+        for (int t = i; t < D; t++) d += q[g * D + t] * kv1(kr, KT, t);
         s[g * lds] = d;
     }
 }
 
 INL void qk_rows(const float *q, int G, int D, const void *k, int64_t ldk, int nr, float *s, int64_t lds,
-                 const int BF) {
-    const size_t es = BF ? 2 : 4;
+                 const int KT) {
+    const size_t es = kv_es(KT);
     for (int r = 0; r < nr; r++) {
         const void *kr = (const char *)k + (size_t)r * (size_t)ldk * es;
         for (int g0 = 0; g0 < G; g0 += 8) {
             const float *qg = q + (size_t)g0 * (size_t)D;
             float *sg = s + g0 * lds + r;
             switch (G - g0 < 8 ? G - g0 : 8) {
-            case 1: qk_row(qg, D, kr, sg, lds, 1, BF); break;
-            case 2: qk_row(qg, D, kr, sg, lds, 2, BF); break;
-            case 3: qk_row(qg, D, kr, sg, lds, 3, BF); break;
-            case 4: qk_row(qg, D, kr, sg, lds, 4, BF); break;
-            case 5: qk_row(qg, D, kr, sg, lds, 5, BF); break;
-            case 6: qk_row(qg, D, kr, sg, lds, 6, BF); break;
-            case 7: qk_row(qg, D, kr, sg, lds, 7, BF); break;
-            default: qk_row(qg, D, kr, sg, lds, 8, BF); break;
+            case 1: qk_row(qg, D, kr, sg, lds, 1, KT); break;
+            case 2: qk_row(qg, D, kr, sg, lds, 2, KT); break;
+            case 3: qk_row(qg, D, kr, sg, lds, 3, KT); break;
+            case 4: qk_row(qg, D, kr, sg, lds, 4, KT); break;
+            case 5: qk_row(qg, D, kr, sg, lds, 5, KT); break;
+            case 6: qk_row(qg, D, kr, sg, lds, 6, KT); break;
+            case 7: qk_row(qg, D, kr, sg, lds, 7, KT); break;
+            default: qk_row(qg, D, kr, sg, lds, 8, KT); break;
             }
         }
     }
 }
 
-static void attn_qk_avx2(const float *q, int G, int D, const void *k, int64_t ldk, bool bf16, int nr, float *s,
+static void attn_qk_avx2(const float *q, int G, int D, const void *k, int64_t ldk, mr_format kvt, int nr, float *s,
                          int64_t lds) {
-    if (bf16) qk_rows(q, G, D, k, ldk, nr, s, lds, 1);
-    else qk_rows(q, G, D, k, ldk, nr, s, lds, 0);
+    switch (kv_kind(kvt)) {
+    case KBF16: qk_rows(q, G, D, k, ldk, nr, s, lds, KBF16); break;
+    case KE4M3: qk_rows(q, G, D, k, ldk, nr, s, lds, KE4M3); break;
+    case KE5M2: qk_rows(q, G, D, k, ldk, nr, s, lds, KE5M2); break;
+    default: qk_rows(q, G, D, k, ldk, nr, s, lds, KF32); break;
+    }
 }
 
 /* GN (<= 6) heads: o strips of W (16 or 8) values kept in registers over all
  * nr rows, one FMA chain per element in row order */
 INL void pv_strip(const float *p, int64_t ldp, int D, const void *v, int64_t ldv, int nr, float *o, int i0,
-                  const int GN, const int W, const int BF) {
-    const size_t es = BF ? 2 : 4;
+                  const int GN, const int W, const int KT) {
+    const size_t es = kv_es(KT);
     __m256 acc[6][2];
     #pragma GCC unroll 6
     for (int g = 0; g < GN; g++)
@@ -459,7 +495,7 @@ INL void pv_strip(const float *p, int64_t ldp, int D, const void *v, int64_t ldv
         const void *vr = (const char *)v + (size_t)r * (size_t)ldv * es;
         __m256 vv[2];
         #pragma GCC unroll 2
-        for (int h = 0; h < W / 8; h++) vv[h] = kv8(vr, BF, i0 + 8 * h);
+        for (int h = 0; h < W / 8; h++) vv[h] = kv8(vr, KT, i0 + 8 * h);
         #pragma GCC unroll 6
         for (int g = 0; g < GN; g++) {
             const __m256 pb = _mm256_broadcast_ss(p + g * ldp + r);
@@ -474,39 +510,43 @@ INL void pv_strip(const float *p, int64_t ldp, int D, const void *v, int64_t ldv
 }
 
 INL void pv_heads(const float *p, int64_t ldp, int D, const void *v, int64_t ldv, int nr, float *o, const int GN,
-                  const int BF) {
-    const size_t es = BF ? 2 : 4;
+                  const int KT) {
+    const size_t es = kv_es(KT);
     int i = 0;
-    for (; i + 16 <= D; i += 16) pv_strip(p, ldp, D, v, ldv, nr, o, i, GN, 16, BF);
-    if (i + 8 <= D) pv_strip(p, ldp, D, v, ldv, nr, o, i, GN, 8, BF), i += 8;
+    for (; i + 16 <= D; i += 16) pv_strip(p, ldp, D, v, ldv, nr, o, i, GN, 16, KT);
+    if (i + 8 <= D) pv_strip(p, ldp, D, v, ldv, nr, o, i, GN, 8, KT), i += 8;
     for (; i < D; i++)
         for (int g = 0; g < GN; g++) {
             float a = o[g * D + i];
-            for (int r = 0; r < nr; r++) a += p[g * ldp + r] * kv1((const char *)v + (size_t)r * (size_t)ldv * es, BF, i);
+            for (int r = 0; r < nr; r++) a += p[g * ldp + r] * kv1((const char *)v + (size_t)r * (size_t)ldv * es, KT, i);
             o[g * D + i] = a;
         }
 }
 
 INL void pv_rows(const float *p, int64_t ldp, int G, int D, const void *v, int64_t ldv, int nr, float *o,
-                 const int BF) {
+                 const int KT) {
     for (int g0 = 0; g0 < G; g0 += 6) {
         const float *pg = p + g0 * ldp;
         float *og = o + (size_t)g0 * (size_t)D;
         switch (G - g0 < 6 ? G - g0 : 6) {
-        case 1: pv_heads(pg, ldp, D, v, ldv, nr, og, 1, BF); break;
-        case 2: pv_heads(pg, ldp, D, v, ldv, nr, og, 2, BF); break;
-        case 3: pv_heads(pg, ldp, D, v, ldv, nr, og, 3, BF); break;
-        case 4: pv_heads(pg, ldp, D, v, ldv, nr, og, 4, BF); break;
-        case 5: pv_heads(pg, ldp, D, v, ldv, nr, og, 5, BF); break;
-        default: pv_heads(pg, ldp, D, v, ldv, nr, og, 6, BF); break;
+        case 1: pv_heads(pg, ldp, D, v, ldv, nr, og, 1, KT); break;
+        case 2: pv_heads(pg, ldp, D, v, ldv, nr, og, 2, KT); break;
+        case 3: pv_heads(pg, ldp, D, v, ldv, nr, og, 3, KT); break;
+        case 4: pv_heads(pg, ldp, D, v, ldv, nr, og, 4, KT); break;
+        case 5: pv_heads(pg, ldp, D, v, ldv, nr, og, 5, KT); break;
+        default: pv_heads(pg, ldp, D, v, ldv, nr, og, 6, KT); break;
         }
     }
 }
 
-static void attn_pv_avx2(const float *p, int64_t ldp, int G, int D, const void *v, int64_t ldv, bool bf16, int nr,
+static void attn_pv_avx2(const float *p, int64_t ldp, int G, int D, const void *v, int64_t ldv, mr_format kvt, int nr,
                          float *o) {
-    if (bf16) pv_rows(p, ldp, G, D, v, ldv, nr, o, 1);
-    else pv_rows(p, ldp, G, D, v, ldv, nr, o, 0);
+    switch (kv_kind(kvt)) {
+    case KBF16: pv_rows(p, ldp, G, D, v, ldv, nr, o, KBF16); break;
+    case KE4M3: pv_rows(p, ldp, G, D, v, ldv, nr, o, KE4M3); break;
+    case KE5M2: pv_rows(p, ldp, G, D, v, ldv, nr, o, KE5M2); break;
+    default: pv_rows(p, ldp, G, D, v, ldv, nr, o, KF32); break;
+    }
 }
 
 void mr__kernels_fill_avx2(mr_kernels *k) {

@@ -27,26 +27,31 @@ static void kv_store(float *kc, float *vc, const float *k, const float *v, const
     }
 }
 
+/* n values of one row in the pool's type dt at dst */
+static void kv_put(void *dst, mr_format dt, const float *x, int64_t n) {
+    if (dt == MR_FMT_F32) {
+        memcpy(dst, x, (size_t)n * sizeof(float));
+    } else if (dt == MR_FMT_BF16) {
+        for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = mr_f32_to_bf16(x[i]);
+    } else if (dt == MR_FMT_E4M3) {
+        for (int64_t i = 0; i < n; i++) ((uint8_t *)dst)[i] = mr_f32_to_e4m3_sat(x[i]);
+    } else {
+        for (int64_t i = 0; i < n; i++) ((uint8_t *)dst)[i] = mr_f32_to_e5m2_sat(x[i]);
+    }
+}
+
 /* Writes this layer's k, v rows [T][Hkv][D] into the paged pool: token t at
  * position pos[t] goes to block bt[t][pos / 16], row pos % 16, of each kv head
- * (pool layout [block][Hkv][16][D]); bf16 rounds to nearest even. */
-static void kv_store_paged(void *kp, void *vp, mr_format dt, const float *k, const float *v,
-                           const int32_t *const *bt, const int64_t *pos, int64_t T, int64_t Hkv, int64_t D) {
+ * (pool layout [block][Hkv][16][D], elements of dt). */
+void mr__kv_store_paged(void *kp, void *vp, mr_format dt, const float *k, const float *v, const int32_t *const *bt,
+                        const int64_t *pos, int64_t T, int64_t Hkv, int64_t D) {
+    const size_t es = mr_kv_elem_bytes(dt);
     for (int64_t t = 0; t < T; t++) {
         size_t blk = (size_t)bt[t][pos[t] / MR_KV_BLOCK_TOKENS], row = (size_t)(pos[t] % MR_KV_BLOCK_TOKENS);
         for (int64_t h = 0; h < Hkv; h++) {
-            size_t off = ((blk * (size_t)Hkv + (size_t)h) * MR_KV_BLOCK_TOKENS + row) * (size_t)D;
-            const float *ks = k + (t * Hkv + h) * D, *vs = v + (t * Hkv + h) * D;
-            if (dt == MR_FMT_F32) {
-                memcpy((float *)kp + off, ks, (size_t)D * sizeof(float));
-                memcpy((float *)vp + off, vs, (size_t)D * sizeof(float));
-            } else {
-                uint16_t *kd = (uint16_t *)kp + off, *vd = (uint16_t *)vp + off;
-                for (int64_t i = 0; i < D; i++) {
-                    kd[i] = mr_f32_to_bf16(ks[i]);
-                    vd[i] = mr_f32_to_bf16(vs[i]);
-                }
-            }
+            size_t off = ((blk * (size_t)Hkv + (size_t)h) * MR_KV_BLOCK_TOKENS + row) * (size_t)D * es;
+            kv_put((char *)kp + off, dt, k + (t * Hkv + h) * D, D);
+            kv_put((char *)vp + off, dt, v + (t * Hkv + h) * D, D);
         }
     }
 }
@@ -62,7 +67,7 @@ static mr_status forward_chunk(mr_model *m, const int32_t *tokens, int64_t T, in
     int64_t H = c->hidden, Hq = c->n_heads, Hkv = c->n_kv_heads, D = c->head_dim;
     int64_t qd = Hq * D, kvd = Hkv * D;
     size_t layer_kv = (size_t)s->max_batch * (size_t)s->max_ctx * (size_t)kvd;
-    size_t layer_pool = (size_t)s->kv_blocks * MR_KV_BLOCK_TOKENS * (size_t)kvd * (s->kv_dtype == MR_FMT_F32 ? 4 : 2);
+    size_t layer_pool = (size_t)s->kv_blocks * MR_KV_BLOCK_TOKENS * (size_t)kvd * mr_kv_elem_bytes(s->kv_dtype);
     uint64_t t0, t1;
 
     t0 = mr_now_ns();
@@ -93,7 +98,7 @@ static mr_status forward_chunk(mr_model *m, const int32_t *tokens, int64_t T, in
         mr__rope(s->q, s->pos, T, Hq, D, c->rotary_dim, s->inv_freq);  /* partial NeoX RoPE */
         mr__rope(s->k, s->pos, T, Hkv, D, c->rotary_dim, s->inv_freq);
         if (paged)                                                   /* append to the cache */
-            kv_store_paged((void *)kv.kc, (void *)kv.vc, s->kv_dtype, s->k, s->v, s->tok_bt, s->pos, T, Hkv, D);
+            mr__kv_store_paged((void *)kv.kc, (void *)kv.vc, s->kv_dtype, s->k, s->v, s->tok_bt, s->pos, T, Hkv, D);
         else
             kv_store((float *)kv.kc, (float *)kv.vc, s->k, s->v, s->slot, s->pos, T, kvd, s->max_ctx);
         mr__attention(s->att, s->q, &kv, s->pos, T, Hq, Hkv, D, s->scores, s->scores_per_thread,
@@ -312,7 +317,7 @@ int64_t mr_model_kv_blocks(const mr_model *m) { return m->s.kv_blocks; }
 mr_format mr_model_kv_dtype(const mr_model *m) { return m->s.kv_dtype; }
 size_t mr_model_kv_bytes(const mr_model *m) { return 2 * m->s.kv_pool_bytes; }
 size_t mr_model_kv_token_bytes(const mr_model_config *c, mr_format kv_dtype) {
-    return (size_t)c->n_layers * 2 * (size_t)c->n_kv_heads * (size_t)c->head_dim * (kv_dtype == MR_FMT_F32 ? 4 : 2);
+    return (size_t)c->n_layers * 2 * (size_t)c->n_kv_heads * (size_t)c->head_dim * mr_kv_elem_bytes(kv_dtype);
 }
 int64_t mr_model_max_tokens(const mr_model *m) { return m->s.max_tokens; }
 int64_t mr_model_max_ctx(const mr_model *m) { return m->s.max_ctx; }

@@ -543,9 +543,9 @@ mr_status mr_model_open(const char *dir, const mr_model_opts *opts, mr_model **o
     /* state sizes */
     mr__state *s = &m->s;
     s->kv_blocks = m->opts.kv_blocks > 0 ? m->opts.kv_blocks : 0;
-    s->kv_dtype = m->opts.kv_dtype == MR_FMT_F32 ? MR_FMT_F32 : MR_FMT_BF16;
-    if (m->opts.kv_dtype != 0 && m->opts.kv_dtype != MR_FMT_F32 && m->opts.kv_dtype != MR_FMT_BF16) {
-        st = mr_error_set(MR_EINVAL, "the KV pool holds bf16 or fp32");
+    s->kv_dtype = m->opts.kv_dtype;
+    if (!mr_kv_dtype_name(s->kv_dtype)) {
+        st = mr_error_set(MR_EINVAL, "the KV pool holds fp32, bf16, fp8_e4m3 or fp8_e5m2");
         goto out;
     }
     if (s->kv_blocks > INT32_MAX) {

@@ -57,7 +57,7 @@ typedef struct {
     float *kcache;   /* [n_layers][max_batch][max_ctx][Hkv*D] contiguous cache (NULL when max_batch is 0) */
     float *vcache;   /* [n_layers][max_batch][max_ctx][Hkv*D] */
     int64_t *len;    /* [max_batch] tokens held per slot */
-    /* paged pool: [n_layers][kv_blocks][Hkv][MR_KV_BLOCK_TOKENS][D] in kv_dtype (BF16 or F32) */
+    /* paged pool: [n_layers][kv_blocks][Hkv][MR_KV_BLOCK_TOKENS][D] in kv_dtype (model.h's mr_kv_elem_bytes) */
     void *kpool, *vpool;
     int64_t kv_blocks;
     mr_format kv_dtype;
@@ -125,6 +125,10 @@ typedef struct {
  * to positions 0..pos[t] of its sequence. The arithmetic of one (token, head)
  * does not depend on where the rows live: the contiguous and the paged pool
  * (fp32) give identical results. scores: [n_threads][per_thread] scratch. */
+/* Appends k, v rows [T][Hkv][D] (fp32) to the paged pool's K and V of one
+ * layer at (bt, pos), converted to dt as model.h says (forward.c). */
+void mr__kv_store_paged(void *kp, void *vp, mr_format dt, const float *k, const float *v, const int32_t *const *bt,
+                        const int64_t *pos, int64_t T, int64_t Hkv, int64_t D);
 void mr__attention(float *out, const float *q, const mr__kv_view *kv, const int64_t *pos, int64_t T, int64_t n_heads,
                    int64_t n_kv_heads, int64_t head_dim, float *scores, size_t per_thread, int n_threads);
 /* y += x, n values. */

@@ -64,7 +64,7 @@ typedef struct {
 } kv_run;
 static inline kv_run kv_rows(const mr__kv_view *kv, const void *base, int64_t t, int64_t j0, int64_t n, int64_t kvh,
                              int64_t n_kv_heads, int64_t D) {
-    const size_t es = kv->dtype == MR_FMT_BF16 ? 2 : 4;
+    const size_t es = mr_kv_elem_bytes(kv->dtype);
     if (kv->slot) { /* contiguous fp32: [slot][max_ctx][Hkv*D] */
         const size_t off = (((size_t)kv->slot[t] * (size_t)kv->max_ctx + (size_t)j0) * (size_t)n_kv_heads +
                             (size_t)kvh) * (size_t)D;
@@ -85,7 +85,7 @@ void mr__attention(float *out, const float *q, const mr__kv_view *kv, const int6
                    int64_t n_kv_heads, int64_t head_dim, float *scores, size_t per_thread, int n_threads) {
     const mr_kernels *kt = mr_kernels_get();
     const int64_t group = n_heads / n_kv_heads, D = head_dim;
-    const bool bf16 = kv->dtype == MR_FMT_BF16;
+    const mr_format kvt = kv->dtype;
     const float scale = 1.0f / sqrtf((float)head_dim);
     /* one work item per (token, kv head): the group's query heads share each K and V row */
     const int nt = omp_get_max_threads() < n_threads ? omp_get_max_threads() : n_threads; /* a caller may ask fewer */
@@ -97,7 +97,7 @@ void mr__attention(float *out, const float *q, const mr__kv_view *kv, const int6
         float *og = out + (t * n_heads + kvh * group) * D;
         for (int64_t j = 0; j < n;) { /* q . k_j */
             const kv_run kr = kv_rows(kv, kv->kc, t, j, n, kvh, n_kv_heads, D);
-            kt->attn_qk.fn(qg, (int)group, (int)D, kr.base, kr.ld, bf16, kr.nr, sc + j, n);
+            kt->attn_qk.fn(qg, (int)group, (int)D, kr.base, kr.ld, kvt, kr.nr, sc + j, n);
             j += kr.nr;
         }
         for (int64_t g = 0; g < group; g++) { /* softmax of (q . k_j) / sqrt(D) */
@@ -116,7 +116,7 @@ void mr__attention(float *out, const float *q, const mr__kv_view *kv, const int6
         }
         for (int64_t j = 0; j < n;) { /* out = sum_j p_j v_j, in position order */
             const kv_run vr = kv_rows(kv, kv->vc, t, j, n, kvh, n_kv_heads, D);
-            kt->attn_pv.fn(sc + j, n, (int)group, (int)D, vr.base, vr.ld, bf16, vr.nr, og);
+            kt->attn_pv.fn(sc + j, n, (int)group, (int)D, vr.base, vr.ld, kvt, vr.nr, og);
             j += vr.nr;
         }
     }

@@ -681,7 +681,7 @@ static enum MHD_Result do_server_info(mr_server *s, struct MHD_Connection *c) {
     pthread_mutex_lock(&s->met.mu);
     const int64_t running = s->met.running, waiting = s->met.waiting, used = s->met.kv_used_blocks;
     pthread_mutex_unlock(&s->met.mu);
-    const mr_format_traits *kv = mr_format_traits_get(s->eo.kv_dtype);
+    const char *kv = mr_kv_dtype_name(s->eo.kv_dtype);
     json_t *res = s->resolution ? json_loads(s->resolution, 0, NULL) : NULL;
     json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:I,s:i,s:i,s:I,s:I,s:I,s:i,s:s,s:I,s:b,s:I,s:I,s:s,s:s,s:s,s:o,"
                           "s:[{s:{s:I,s:I,s:I},s:I,s:I}]}",
@@ -691,7 +691,7 @@ static enum MHD_Result do_server_info(mr_server *s, struct MHD_Connection *c) {
                           "chunked_prefill_size", (json_int_t)s->eo.max_batch_tokens,
                           "max_prompt_tokens", (json_int_t)s->o.max_prompt_tokens,
                           "max_completion_tokens", (json_int_t)s->o.max_completion_tokens,
-                          "page_size", MR_KV_BLOCK_TOKENS, "kv_cache_dtype", kv ? kv->name : "?",
+                          "page_size", MR_KV_BLOCK_TOKENS, "kv_cache_dtype", kv ? kv : "?",
                           "max_total_num_tokens", (json_int_t)(s->kv_blocks * MR_KV_BLOCK_TOKENS),
                           "disable_radix_cache", s->eo.no_prefix_caching,
                           "response_store_bytes", (json_int_t)s->o.response_store_bytes,

@@ -28,6 +28,15 @@ golden.bin layout (little-endian):
 
 The model runs in fp32 (bf16 weights widened exactly), attention "eager".
 Usage: python3 tools/oracle/gen_minimax_m2.py [--out tests/data/model/tiny]
+
+With --kv-fp8 it writes golden_kv_fp8_e4m3.bin and golden_kv_fp8_e5m2.bin
+beside the checkpoint (read, not regenerated; same layout as golden.bin): the
+same prompts with K and V kept as an FP8 KV cache keeps them (--kv-cache-dtype
+fp8_e4m3 / fp8_e5m2 in vLLM and sglang, scale 1): every K and V row clamped to
+the type's largest finite value and cast by torch to float8_e4m3fn /
+float8_e5m2 (round to nearest even) before attention reads it, the current
+token's own row too. It asserts that these logits differ from the fp32 cache's
+by far more than the C test's tolerance, so that the test tells the two apart.
 """
 import argparse
 import json
@@ -156,11 +165,81 @@ def check_transformers(model, c):
     print("transformers checks: router = sigmoid + bias for selection, unbiased renormalized weights OK")
 
 
+def run_prompts(model, c, kv_round=None):
+    """greedy decode of PROMPTS; kv_round(t) rounds every K and V row the cache stores"""
+    from transformers import DynamicCache
+
+    def new_cache():
+        cache = DynamicCache()
+        if kv_round is not None:
+            upd = cache.update
+
+            def update(k, v, layer_idx, *a, **kw):
+                return upd(kv_round(k), kv_round(v), layer_idx, *a, **kw)
+
+            cache.update = update
+        return cache
+
+    blob = bytearray(b"MRGOLD1\0")
+    blob += struct.pack("<3i", len(PROMPTS), c["vocab"], STEPS)
+    min_margin = 1e9
+    all_logits = []
+    with torch.no_grad():
+        for ids in PROMPTS:
+            cache = new_cache()
+            o = model(input_ids=torch.tensor([ids]), cache=cache, use_cache=True)
+            rows = [o.logits[0]]
+            gen = [int(o.logits[0, -1].argmax())]
+            for _ in range(STEPS):
+                o = model(input_ids=torch.tensor([[gen[-1]]]), cache=cache, use_cache=True)
+                rows.append(o.logits[0])
+                gen.append(int(o.logits[0, -1].argmax()))
+            logits = torch.cat(rows, 0)
+            # the cached decode must equal one full pass over the same tokens (its cache rounded alike)
+            full = model(input_ids=torch.tensor([ids + gen[:-1]]), cache=new_cache(), use_cache=True).logits[0]
+            assert torch.allclose(full, logits, atol=1e-4), "cached decode != full pass"
+            top2 = torch.topk(logits[len(ids) - 1:], 2, dim=-1).values
+            min_margin = min(min_margin, float((top2[:, 0] - top2[:, 1]).min()))
+            blob += struct.pack("<i", len(ids)) + struct.pack(f"<{len(ids)}i", *ids)
+            blob += struct.pack(f"<{len(gen)}i", *gen)
+            blob += logits.numpy().astype("<f4").tobytes()
+            all_logits.append(logits)
+            print("prompt", ids, "-> greedy", gen)
+    print("min top-1/top-2 logit margin over greedy steps: %.4g" % min_margin)
+    assert min_margin > 1e-3, "greedy choice too close to call; change SEED"
+    return bytes(blob), all_logits
+
+
+def kv_fp8(out, c):
+    """golden_kv_fp8_*.bin for the checkpoint already in out"""
+    from transformers import MiniMaxM2ForCausalLM
+
+    model = MiniMaxM2ForCausalLM.from_pretrained(out, dtype=torch.float32, attn_implementation="eager")
+    model.eval()
+    _, exact = run_prompts(model, c)
+    for name, dt, top in (("fp8_e4m3", torch.float8_e4m3fn, 448.0), ("fp8_e5m2", torch.float8_e5m2, 57344.0)):
+        def rnd(t, dt=dt, top=top):
+            return t.clamp(-top, top).to(dt).to(torch.float32)
+
+        probe = torch.tensor([1.0 + 2.0 ** -4, 500.0, -1e9, 2.0 ** -12])  # a tie, saturation, a subnormal
+        print(name, "cast check:", probe.tolist(), "->", rnd(probe).tolist())
+        blob, lg = run_prompts(model, c, rnd)
+        diff = max(float((a - b).abs().max()) for a, b in zip(lg, exact))
+        print("%s: max |logit - fp32 cache's logit| = %.4g" % (name, diff))
+        assert diff > 2e-2, "the FP8 cache changes the logits too little for the test to tell it from fp32"
+        with open(os.path.join(out, "golden_kv_%s.bin" % name), "wb") as f:
+            f.write(blob)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "..", "tests", "data", "model", "tiny"))
+    ap.add_argument("--kv-fp8", action="store_true", help="write the FP8 KV cache goldens for the checkpoint in --out")
     args = ap.parse_args()
     out = os.path.abspath(args.out)
+    if args.kv_fp8:
+        kv_fp8(out, CFG)
+        return
     os.makedirs(out, exist_ok=True)
     torch.manual_seed(SEED)
     rng = np.random.default_rng(SEED)
@@ -181,35 +260,9 @@ def main():
     assert not info["missing_keys"], info["missing_keys"]
     check_transformers(model, c)
 
-    blob = bytearray(b"MRGOLD1\0")
-    blob += struct.pack("<3i", len(PROMPTS), c["vocab"], STEPS)
-    min_margin = 1e9
-    with torch.no_grad():
-        for ids in PROMPTS:
-            inp = torch.tensor([ids])
-            o = model(input_ids=inp, use_cache=True)
-            rows = [o.logits[0]]
-            cache = o.past_key_values
-            gen = [int(o.logits[0, -1].argmax())]
-            for _ in range(STEPS):
-                o = model(input_ids=torch.tensor([[gen[-1]]]), cache=cache, use_cache=True)
-                cache = o.past_key_values
-                rows.append(o.logits[0])
-                gen.append(int(o.logits[0, -1].argmax()))
-            logits = torch.cat(rows, 0)
-            # the cached decode must equal one full no-cache pass over the same tokens
-            full = model(input_ids=torch.tensor([ids + gen[:-1]]), use_cache=False).logits[0]
-            assert torch.allclose(full, logits, atol=1e-4), "cached decode != full pass"
-            top2 = torch.topk(logits[len(ids) - 1:], 2, dim=-1).values
-            min_margin = min(min_margin, float((top2[:, 0] - top2[:, 1]).min()))
-            blob += struct.pack("<i", len(ids)) + struct.pack(f"<{len(ids)}i", *ids)
-            blob += struct.pack(f"<{len(gen)}i", *gen)
-            blob += logits.numpy().astype("<f4").tobytes()
-            print("prompt", ids, "-> greedy", gen)
+    blob, _ = run_prompts(model, c)
     with open(os.path.join(out, "golden.bin"), "wb") as f:
-        f.write(bytes(blob))
-    print("min top-1/top-2 logit margin over greedy steps: %.4g" % min_margin)
-    assert min_margin > 1e-3, "greedy choice too close to call; change SEED"
+        f.write(blob)
 
 
 if __name__ == "__main__":
