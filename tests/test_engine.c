@@ -1365,7 +1365,8 @@ static void test_property(void **state) {
     int steps_total = 0;
     for (int round = 0; round < 6; round++) {
         eng g;
-        eng_cfg c = {.runner = "routed", .kv = round % 2 ? MR_FMT_BF16 : MR_FMT_F32, .blocks = 8 + (int64_t)(tu_next(&rng) % 40),
+        static const mr_format kvs[4] = {MR_FMT_F32, MR_FMT_BF16, MR_FMT_E4M3, MR_FMT_E5M2};
+        eng_cfg c = {.runner = "routed", .kv = kvs[round % 4], .blocks = 8 + (int64_t)(tu_next(&rng) % 40),
                      .budget = 16 + (int64_t)(tu_next(&rng) % 48), .running = 1 + (int)(tu_next(&rng) % 12),
                      .queued = 64, .ctx = 96, .no_prefix = round == 5};
         if (c.budget < c.running) c.budget = c.running;

@@ -10,6 +10,9 @@
 #  - the drain's timeout cancels what is still running and exits 0;
 #  - a second SIGINT exits at once;
 #  - vLLM's names of the engine's limits take effect;
+#  - an FP8 KV cache (--kv-cache-dtype fp8_e4m3 / fp8 / fp8_e5m2): the self-check passes
+#    on it, the ready line and /get_server_info name it, the same --kv-cache-memory holds
+#    twice bf16's tokens, and it answers; an unknown dtype is a usage error;
 #  - bad flags are usage errors (exit 2) and a port in use is exit 1.
 # Args: <moerun> <tests/data> <scratch dir>
 set -u
@@ -117,6 +120,30 @@ start_server "$S/alias.log" --model "$T" --skip-self-check --max-model-len 96 --
 grep -q "(3 running + .*, context 96, .*, 32 tokens per step)" "$S/alias.log" || bad "vLLM's option names: $(grep 'ready on' "$S/alias.log")"
 curl -s "$SV_URL/v1/models" | grep -q '"max_model_len": *96' || bad "--max-model-len is not the served context"
 stop_server
+
+# --- an FP8 KV cache: the same memory, twice bf16's tokens ---
+start_server "$S/kvb.log" --model "$T" --kv-cache-memory 1M --skip-self-check || exit 1
+tok_b=$(curl -s "$SV_URL/get_server_info" | jq -r '.max_total_num_tokens')
+[ "$(curl -s "$SV_URL/get_server_info" | jq -r '.kv_cache_dtype')" = bf16 ] || bad "the default KV dtype is not bf16"
+stop_server
+for dt in fp8_e4m3 fp8 fp8_e5m2; do
+    want=$dt; [ $dt = fp8 ] && want=fp8_e4m3
+    start_server "$S/kv8.log" --model "$T" --kv-cache-memory 1M --kv-cache-dtype $dt || exit 1
+    grep -q "self-check: runner routed.*PASS" "$S/kv8.log" || bad "$dt: the self-check did not pass"
+    grep -q "KV blocks of 16 tokens in $want," "$S/kv8.log" || bad "$dt: the ready line: $(grep 'ready on' "$S/kv8.log")"
+    info=$(curl -s "$SV_URL/get_server_info")
+    echo "$info" | jq -e --arg w $want --argjson b "${tok_b:-0}" '.kv_cache_dtype == $w and
+        .max_total_num_tokens == 2 * $b and $b > 0' >/dev/null ||
+        bad "$dt: /get_server_info $(echo "$info" | jq -c '{kv_cache_dtype, max_total_num_tokens}'), bf16 held $tok_b tokens"
+    n=$(curl -s -d '{"prompt":[1,2,3],"max_tokens":40,"ignore_eos":true}' "$SV_URL/v1/completions" |
+        jq -r '.usage.completion_tokens')
+    [ "$n" = 40 ] || bad "$dt: a completion gave $n tokens, want 40"
+    stop_server
+    [ "$SV_RC" = 0 ] || bad "$dt: exit $SV_RC"
+    clean_log "$S/kv8.log" || bad "$dt: sanitizer report"
+done
+"$M" serve --model "$T" --kv-cache-dtype fp16 >/dev/null 2>"$S/e8"; rc=$?
+[ $rc = 2 ] && grep -q "fp8_e4m3" "$S/e8" || bad "--kv-cache-dtype fp16: exit $rc: $(cat "$S/e8")"
 
 # --- bad flags, busy port ---
 "$M" serve --model "$T" --port 70000 >/dev/null 2>"$S/e1"; rc=$?
