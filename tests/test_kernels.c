@@ -126,7 +126,7 @@ static double dot_ref(const float *a, int as, const float *b, int bs, int n, dou
 
 /* The attention row kernels of every table against a double reference (rows
  * of fp32, bf16, FP8 E4M3 and E5M2: every finite code of the FP8 types
- * appears; head counts across the register blocks, D with tails), and the
+ * appears; head counts across the register blocks, D with tails), the
  * property mr__attention relies on: rows split into runs (the paged pool's
  * blocks) give the same bits as one call over all of them. */
 static void attn_rows_check(const mr_kernels *k, mr_format kvt, int G, int D, tu_rng *r) {
@@ -139,6 +139,7 @@ static void attn_rows_check(const mr_kernels *k, mr_format kvt, int G, int D, tu
     float *s1 = malloc(sizeof(float) * (size_t)(G * NR)), *s2 = malloc(sizeof(float) * (size_t)(G * NR));
     float *o1 = calloc((size_t)(G * D), sizeof(float)), *o2 = calloc((size_t)(G * D), sizeof(float));
     float *o0 = malloc(sizeof(float) * (size_t)(G * D));
+    float *wk = malloc(sizeof(float) * MR_ATTN_WK_ROWS * (size_t)D); /* widened rows, D apart */
     for (int i = 0; i < G * D; i++) q[i] = tu_normal(r);
     for (int i = 0, c = (int)(tu_next(r) % 256); i < NR * ld; i++) {
         if (kvt == MR_FMT_F32) {
@@ -156,10 +157,10 @@ static void attn_rows_check(const mr_kernels *k, mr_format kvt, int G, int D, tu
         }
     }
     const char *tn = mr_kv_dtype_name(kvt);
-    k->attn_qk.fn(q, G, D, rows, ld, kvt, NR, s1, NR);
+    k->attn_qk.fn(q, G, D, rows, ld, kvt, NR, s1, NR, wk);
     for (int j0 = 0, nr; j0 < NR; j0 += nr) { /* runs of 16 after a first of 5 */
         nr = j0 == 0 ? 5 : (NR - j0 < 16 ? NR - j0 : 16);
-        k->attn_qk.fn(q, G, D, rows + (size_t)j0 * (size_t)ld * es, ld, kvt, nr, s2 + j0, NR);
+        k->attn_qk.fn(q, G, D, rows + (size_t)j0 * (size_t)ld * es, ld, kvt, nr, s2 + j0, NR, wk);
     }
     for (int g = 0; g < G; g++)
         for (int j = 0; j < NR; j++) {
@@ -173,10 +174,10 @@ static void attn_rows_check(const mr_kernels *k, mr_format kvt, int G, int D, tu
     for (int i = 0; i < G * NR; i++) s1[i] = tu_uniform(r); /* weights p */
     for (int i = 0; i < G * D; i++) o1[i] = o2[i] = tu_normal(r); /* accumulated onto */
     memcpy(o0, o1, sizeof(float) * (size_t)(G * D));
-    k->attn_pv.fn(s1, NR, G, D, rows, ld, kvt, NR, o1);
+    k->attn_pv.fn(s1, NR, G, D, rows, ld, kvt, NR, o1, wk);
     for (int j0 = 0, nr; j0 < NR; j0 += nr) {
         nr = j0 == 0 ? 5 : (NR - j0 < 16 ? NR - j0 : 16);
-        k->attn_pv.fn(s1 + j0, NR, G, D, rows + (size_t)j0 * (size_t)ld * es, ld, kvt, nr, o2);
+        k->attn_pv.fn(s1 + j0, NR, G, D, rows + (size_t)j0 * (size_t)ld * es, ld, kvt, nr, o2, wk);
     }
     for (int g = 0; g < G; g++)
         for (int i = 0; i < D; i++) {
@@ -187,7 +188,7 @@ static void attn_rows_check(const mr_kernels *k, mr_format kvt, int G, int D, tu
                          o1[g * D + i], ref);
         }
     assert_memory_equal(o1, o2, sizeof(float) * (size_t)(G * D));
-    free(q), free(rows), free(val), free(s1), free(s2), free(o1), free(o2), free(o0);
+    free(q), free(rows), free(val), free(s1), free(s2), free(o1), free(o2), free(o0), free(wk);
 }
 
 /* Every FP8 code, finite or not, at every position class (vector body and
@@ -196,7 +197,7 @@ static void attn_rows_check(const mr_kernels *k, mr_format kvt, int G, int D, tu
  * one-hot p over such rows adds the value to o. */
 static void attn_codes_check(const mr_kernels *k, mr_format kvt) {
     enum { D = 36 };
-    float q[D], s, o[D], p = 1.0f;
+    float q[D], s, o[D], p = 1.0f, wk[MR_ATTN_WK_ROWS * D];
     uint8_t row[D];
     for (int c = 0; c < 256; c++) {
         const int at = c % D;
@@ -204,8 +205,8 @@ static void attn_codes_check(const mr_kernels *k, mr_format kvt) {
         memset(row, 0, sizeof row);
         row[at] = (uint8_t)c;
         for (int i = 0; i < D; i++) q[i] = i == at ? 1.0f : 0.0f, o[i] = 0.0f;
-        k->attn_qk.fn(q, 1, D, row, D, kvt, 1, &s, 1);
-        k->attn_pv.fn(&p, 1, 1, D, row, D, kvt, 1, o);
+        k->attn_qk.fn(q, 1, D, row, D, kvt, 1, &s, 1, wk);
+        k->attn_pv.fn(&p, 1, 1, D, row, D, kvt, 1, o, wk);
         const bool ok = isnan(want) ? isnan(s) && isnan(o[at]) : s == want && o[at] == want;
         if (!ok)
             fail_msg("%s / %s %s: code 0x%02x at %d gives %.9g / %.9g, want %.9g", k->attn_qk.name, k->attn_pv.name,

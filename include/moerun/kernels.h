@@ -61,11 +61,18 @@ typedef float (*mr_kern_dot_bf16_fn)(const float *w, const uint16_t *x, int len)
  *            (3+7)), then the D % 8 tail
  *   attn_pv: o[g][i] += p[g * ldp + r] * v_r[i], r = 0..nr-1 in order
  * A row's result does not depend on nr, G or where the rows live, so the
- * contiguous cache and the paged pool (any block split) give the same bits. */
+ * contiguous cache and the paged pool (any block split) give the same bits.
+ * wk: scratch of MR_ATTN_WK_ROWS * D floats where kvt is not MR_FMT_F32 (a
+ * kernel may widen rows there first), untouched otherwise. */
+#define MR_ATTN_WK_ROWS 16
+/* attn_softmax: s[j] = e_j / sum_i e_i, e_j = exp(s[j] * scale - m), m the
+ * largest s[j] * scale (n >= 1), in an order that depends on n only; a NaN
+ * score makes every output NaN. */
+typedef void (*mr_kern_attn_softmax_fn)(float *s, int64_t n, float scale);
 typedef void (*mr_kern_attn_qk_fn)(const float *q, int G, int D, const void *k, int64_t ldk, mr_format kvt,
-                                   int nr, float *s, int64_t lds);
+                                   int nr, float *s, int64_t lds, float *wk);
 typedef void (*mr_kern_attn_pv_fn)(const float *p, int64_t ldp, int G, int D, const void *v, int64_t ldv,
-                                   mr_format kvt, int nr, float *o);
+                                   mr_format kvt, int nr, float *o, float *wk);
 
 /* ---- packed weight matrices (tile layouts, produced once at load) ----
  * A packed matrix holds nsrc source matrices of the same shape [src_rows][K]
@@ -270,6 +277,10 @@ typedef struct {
         const char *name;
         mr_kern_attn_pv_fn fn;
     } attn_pv;
+    struct {
+        const char *name;
+        mr_kern_attn_softmax_fn fn;
+    } attn_softmax;
     struct {
         const char *name;
         mr_uk_fn fn;

@@ -102,7 +102,8 @@ static inline float attn_kv(const void *row, mr_format kvt, int i) {
 }
 
 static void attn_qk_generic(const float *q, int G, int D, const void *k, int64_t ldk, mr_format kvt, int nr, float *s,
-                            int64_t lds) {
+                            int64_t lds, float *wk) {
+    (void)wk;
     const size_t es = mr_kv_elem_bytes(kvt);
     for (int r = 0; r < nr; r++) {
         const void *kr = (const char *)k + (size_t)r * (size_t)ldk * es;
@@ -120,7 +121,8 @@ static void attn_qk_generic(const float *q, int G, int D, const void *k, int64_t
 }
 
 static void attn_pv_generic(const float *p, int64_t ldp, int G, int D, const void *v, int64_t ldv, mr_format kvt,
-                            int nr, float *o) {
+                            int nr, float *o, float *wk) {
+    (void)wk;
     const size_t es = mr_kv_elem_bytes(kvt);
     for (int r = 0; r < nr; r++) {
         const void *vr = (const char *)v + (size_t)r * (size_t)ldv * es;
@@ -132,6 +134,20 @@ static void attn_pv_generic(const float *p, int64_t ldp, int G, int D, const voi
     }
 }
 
+static void attn_softmax_generic(float *s, int64_t n, float scale) {
+    float mx = -INFINITY, sum = 0.0f;
+    for (int64_t j = 0; j < n; j++) {
+        s[j] *= scale;
+        if (s[j] > mx) mx = s[j];
+    }
+    for (int64_t j = 0; j < n; j++) {
+        s[j] = expf(s[j] - mx);
+        sum += s[j];
+    }
+    const float inv = 1.0f / sum;
+    for (int64_t j = 0; j < n; j++) s[j] *= inv;
+}
+
 void mr__kernels_fill_generic(mr_kernels *k) {
     k->silu_mul.name = "silu_mul_generic_libm";
     k->silu_mul.fn = silu_mul_generic;
@@ -139,6 +155,8 @@ void mr__kernels_fill_generic(mr_kernels *k) {
     k->attn_qk.fn = attn_qk_generic;
     k->attn_pv.name = "attn_pv_generic_1";
     k->attn_pv.fn = attn_pv_generic;
+    k->attn_softmax.name = "attn_softmax_generic_libm";
+    k->attn_softmax.fn = attn_softmax_generic;
     k->isa = "generic";
     k->decode[MR_FMT_F32].name = "decode_f32_generic_1x128";
     k->decode[MR_FMT_F32].fn = decode_f32_generic;

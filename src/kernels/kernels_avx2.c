@@ -430,72 +430,165 @@ INL float tree8(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(y, _mm_movehl_ps(y, y)));
 }
 
-/* GN (<= 8) heads over one row */
-INL void qk_row(const float *q, int D, const void *kr, float *s, int64_t lds, const int GN, const int KT) {
-    __m256 acc[8];
+/* tree8 of n (<= 8) vectors at once, the same additions: out[j] = tree8(a[j]) */
+INL void tree8_n(const __m256 *a, const int n, float *out) {
+    __m256 v[8];
     #pragma GCC unroll 8
-    for (int g = 0; g < GN; g++) acc[g] = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 8 <= D; i += 8) {
-        const __m256 kv = kv8(kr, KT, i);
-        #pragma GCC unroll 8
-        for (int g = 0; g < GN; g++) acc[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * D + i), kv, acc[g]);
-    }
+    for (int j = 0; j < 8; j++) v[j] = j < n ? a[j] : _mm256_setzero_ps();
+    __m256 p[4]; /* p[j]: lo 128 = lanes (0+4, 1+5, 2+6, 3+7) of v[2j], hi 128 those of v[2j+1] */
+    #pragma GCC unroll 4
+    for (int j = 0; j < 4; j++)
+        p[j] = _mm256_add_ps(_mm256_permute2f128_ps(v[2 * j], v[2 * j + 1], 0x20),
+                             _mm256_permute2f128_ps(v[2 * j], v[2 * j + 1], 0x31));
+    /* (x0 + x1) + (x2 + x3) per vector: lanes t0 t2 t4 t6 | t1 t3 t5 t7 */
+    const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(p[0], p[1]), _mm256_hadd_ps(p[2], p[3]));
+    float b[8];
+    _mm256_storeu_ps(b, t);
     #pragma GCC unroll 8
-    for (int g = 0; g < GN; g++) {
-        float d = tree8(acc[g]);
-        for (int t = i; t < D; t++) d += q[g * D + t] * kv1(kr, KT, t);
-        s[g * lds] = d;
-    }
+    for (int j = 0; j < n; j++) out[j] = b[(j & 1) * 4 + j / 2];
 }
 
-INL void qk_rows(const float *q, int G, int D, const void *k, int64_t ldk, int nr, float *s, int64_t lds,
-                 const int KT) {
-    const size_t es = kv_es(KT);
-    for (int r = 0; r < nr; r++) {
-        const void *kr = (const char *)k + (size_t)r * (size_t)ldk * es;
-        for (int g0 = 0; g0 < G; g0 += 8) {
+/* RN (<= 2) fp32 rows, ld floats apart, x GN (<= 6) heads: 8-wide FMA chains
+ * over D, each (row, head) reduced by tree8, then the D % 8 tail */
+INL void qk_blk(const float *q, int D, const float *k, int64_t ld, float *s, int64_t lds, const int RN, const int GN) {
+    __m256 acc[2][6];
+    #pragma GCC unroll 2
+    for (int r = 0; r < RN; r++)
+        #pragma GCC unroll 6
+        for (int g = 0; g < GN; g++) acc[r][g] = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= D; i += 8) {
+        __m256 kv[2];
+        #pragma GCC unroll 2
+        for (int r = 0; r < RN; r++) kv[r] = _mm256_loadu_ps(k + r * ld + i);
+        #pragma GCC unroll 6
+        for (int g = 0; g < GN; g++) {
+            const __m256 qv = _mm256_loadu_ps(q + g * D + i);
+            #pragma GCC unroll 2
+            for (int r = 0; r < RN; r++) acc[r][g] = _mm256_fmadd_ps(qv, kv[r], acc[r][g]);
+        }
+    }
+    float t[2][8];
+    #pragma GCC unroll 2
+    for (int r = 0; r < RN; r++) tree8_n(acc[r], GN, t[r]);
+    #pragma GCC unroll 2
+    for (int r = 0; r < RN; r++)
+        #pragma GCC unroll 6
+        for (int g = 0; g < GN; g++) {
+            float d = t[r][g];
+            for (int u = i; u < D; u++) d += q[g * D + u] * k[r * ld + u];
+            s[g * lds + r] = d;
+        }
+}
+
+#define QK_GN(RN)                                                                                                 \
+    switch (gn) {                                                                                                 \
+    case 1: qk_blk(qg, D, kr, ld, sg, lds, RN, 1); break;                                                         \
+    case 2: qk_blk(qg, D, kr, ld, sg, lds, RN, 2); break;                                                         \
+    case 3: qk_blk(qg, D, kr, ld, sg, lds, RN, 3); break;                                                         \
+    case 4: qk_blk(qg, D, kr, ld, sg, lds, RN, 4); break;                                                         \
+    case 5: qk_blk(qg, D, kr, ld, sg, lds, RN, 5); break;                                                         \
+    default: qk_blk(qg, D, kr, ld, sg, lds, RN, 6); break;                                                        \
+    }
+/* nr fp32 rows, ld floats apart: pairs of rows x groups of 6 heads */
+static void qk_f32(const float *q, int G, int D, const float *k, int64_t ld, int nr, float *s, int64_t lds) {
+    for (int r = 0; r < nr; r += 2) {
+        const float *kr = k + (size_t)r * (size_t)ld;
+        for (int g0 = 0; g0 < G; g0 += 6) {
             const float *qg = q + (size_t)g0 * (size_t)D;
             float *sg = s + g0 * lds + r;
-            switch (G - g0 < 8 ? G - g0 : 8) {
-            case 1: qk_row(qg, D, kr, sg, lds, 1, KT); break;
-            case 2: qk_row(qg, D, kr, sg, lds, 2, KT); break;
-            case 3: qk_row(qg, D, kr, sg, lds, 3, KT); break;
-            case 4: qk_row(qg, D, kr, sg, lds, 4, KT); break;
-            case 5: qk_row(qg, D, kr, sg, lds, 5, KT); break;
-            case 6: qk_row(qg, D, kr, sg, lds, 6, KT); break;
-            case 7: qk_row(qg, D, kr, sg, lds, 7, KT); break;
-            default: qk_row(qg, D, kr, sg, lds, 8, KT); break;
-            }
+            const int gn = G - g0 < 6 ? G - g0 : 6;
+            if (nr - r >= 2) QK_GN(2) else QK_GN(1)
         }
     }
 }
+#undef QK_GN
+
+/* nr (<= KV_WIDEN) rows of a bf16 / FP8 run widened to fp32 into w [nr][D] */
+enum { KV_WIDEN = MR_ATTN_WK_ROWS };
+INL void kv_widen(const void *src, int64_t ld, int nr, int D, float *w, const int KT) {
+    for (int r = 0; r < nr; r++) {
+        const char *row = (const char *)src + (size_t)r * (size_t)ld * kv_es(KT);
+        float *o = w + (size_t)r * (size_t)D;
+        int i = 0;
+        for (; i + 8 <= D; i += 8) _mm256_storeu_ps(o + i, kv8(row, KT, i));
+        for (; i < D; i++) o[i] = kv1(row, KT, i);
+    }
+}
+static void kv_widen_any(const void *src, int64_t ld, int nr, int D, float *w, int kt) {
+    switch (kt) {
+    case KBF16: kv_widen(src, ld, nr, D, w, KBF16); break;
+    case KE4M3: kv_widen(src, ld, nr, D, w, KE4M3); break;
+    default: kv_widen(src, ld, nr, D, w, KE5M2); break;
+    }
+}
+
+/* softmax with exp_avx2 (a NaN score gives NaN through the exp; s - m below
+ * -87.3 is taken as -87.3: e ~ 1e-38 beside the largest term's 1) */
+static void attn_softmax_avx2(float *s, int64_t n, float scale) {
+    const __m256 sc = _mm256_set1_ps(scale);
+    __m256 mv = _mm256_set1_ps(-INFINITY), sv = _mm256_setzero_ps();
+    float t[8];
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        const __m256 x = _mm256_mul_ps(_mm256_loadu_ps(s + j), sc);
+        _mm256_storeu_ps(s + j, x);
+        mv = _mm256_max_ps(x, mv);
+    }
+    _mm256_storeu_ps(t, mv);
+    float mx = t[0];
+    for (int i = 1; i < 8; i++) mx = t[i] > mx ? t[i] : mx;
+    for (int64_t i = j; i < n; i++) {
+        s[i] *= scale;
+        mx = s[i] > mx ? s[i] : mx;
+    }
+    const __m256 m = _mm256_set1_ps(mx), lo = _mm256_set1_ps(-87.3f);
+    for (j = 0; j + 8 <= n; j += 8) {
+        const __m256 e = exp_avx2(_mm256_max_ps(lo, _mm256_sub_ps(_mm256_loadu_ps(s + j), m)));
+        _mm256_storeu_ps(s + j, e);
+        sv = _mm256_add_ps(sv, e);
+    }
+    if (j < n) { /* the tail through the same exp, in lanes 0 .. n - j - 1 */
+        const int r = (int)(n - j);
+        for (int i = 0; i < 8; i++) t[i] = i < r ? s[j + i] : mx;
+        _mm256_storeu_ps(t, exp_avx2(_mm256_max_ps(lo, _mm256_sub_ps(_mm256_loadu_ps(t), m))));
+        for (int i = 0; i < r; i++) s[j + i] = t[i];
+    }
+    float sum = tree8(sv);
+    for (; j < n; j++) sum += s[j];
+    const __m256 inv = _mm256_set1_ps(1.0f / sum);
+    for (j = 0; j + 8 <= n; j += 8) _mm256_storeu_ps(s + j, _mm256_mul_ps(_mm256_loadu_ps(s + j), inv));
+    for (; j < n; j++) s[j] *= 1.0f / sum;
+}
 
 static void attn_qk_avx2(const float *q, int G, int D, const void *k, int64_t ldk, mr_format kvt, int nr, float *s,
-                         int64_t lds) {
-    switch (kv_kind(kvt)) {
-    case KBF16: qk_rows(q, G, D, k, ldk, nr, s, lds, KBF16); break;
-    case KE4M3: qk_rows(q, G, D, k, ldk, nr, s, lds, KE4M3); break;
-    case KE5M2: qk_rows(q, G, D, k, ldk, nr, s, lds, KE5M2); break;
-    default: qk_rows(q, G, D, k, ldk, nr, s, lds, KF32); break;
+                         int64_t lds, float *wk) {
+    const int kt = kv_kind(kvt);
+    if (kt == KF32) {
+        qk_f32(q, G, D, k, ldk, nr, s, lds);
+        return;
+    }
+    for (int r0 = 0; r0 < nr; r0 += KV_WIDEN) { /* rows widened into wk, 16 at a time */
+        const int n = nr - r0 < KV_WIDEN ? nr - r0 : KV_WIDEN;
+        kv_widen_any((const char *)k + (size_t)r0 * (size_t)ldk * kv_es(kt), ldk, n, D, wk, kt);
+        qk_f32(q, G, D, wk, D, n, s + r0, lds);
     }
 }
 
 /* GN (<= 6) heads: o strips of W (16 or 8) values kept in registers over all
- * nr rows, one FMA chain per element in row order */
-INL void pv_strip(const float *p, int64_t ldp, int D, const void *v, int64_t ldv, int nr, float *o, int i0,
-                  const int GN, const int W, const int KT) {
-    const size_t es = kv_es(KT);
+ * nr fp32 rows (ld floats apart), one FMA chain per element in row order */
+INL void pv_strip(const float *p, int64_t ldp, int D, const float *v, int64_t ld, int nr, float *o, int i0,
+                  const int GN, const int W) {
     __m256 acc[6][2];
     #pragma GCC unroll 6
     for (int g = 0; g < GN; g++)
         #pragma GCC unroll 2
         for (int h = 0; h < W / 8; h++) acc[g][h] = _mm256_loadu_ps(o + g * D + i0 + 8 * h);
     for (int r = 0; r < nr; r++) {
-        const void *vr = (const char *)v + (size_t)r * (size_t)ldv * es;
+        const float *vr = v + (size_t)r * (size_t)ld + i0;
         __m256 vv[2];
         #pragma GCC unroll 2
-        for (int h = 0; h < W / 8; h++) vv[h] = kv8(vr, KT, i0 + 8 * h);
+        for (int h = 0; h < W / 8; h++) vv[h] = _mm256_loadu_ps(vr + 8 * h);
         #pragma GCC unroll 6
         for (int g = 0; g < GN; g++) {
             const __m256 pb = _mm256_broadcast_ss(p + g * ldp + r);
@@ -509,43 +602,45 @@ INL void pv_strip(const float *p, int64_t ldp, int D, const void *v, int64_t ldv
         for (int h = 0; h < W / 8; h++) _mm256_storeu_ps(o + g * D + i0 + 8 * h, acc[g][h]);
 }
 
-INL void pv_heads(const float *p, int64_t ldp, int D, const void *v, int64_t ldv, int nr, float *o, const int GN,
-                  const int KT) {
-    const size_t es = kv_es(KT);
+INL void pv_heads(const float *p, int64_t ldp, int D, const float *v, int64_t ld, int nr, float *o, const int GN) {
     int i = 0;
-    for (; i + 16 <= D; i += 16) pv_strip(p, ldp, D, v, ldv, nr, o, i, GN, 16, KT);
-    if (i + 8 <= D) pv_strip(p, ldp, D, v, ldv, nr, o, i, GN, 8, KT), i += 8;
+    for (; i + 16 <= D; i += 16) pv_strip(p, ldp, D, v, ld, nr, o, i, GN, 16);
+    if (i + 8 <= D) pv_strip(p, ldp, D, v, ld, nr, o, i, GN, 8), i += 8;
     for (; i < D; i++)
         for (int g = 0; g < GN; g++) {
             float a = o[g * D + i];
-            for (int r = 0; r < nr; r++) a += p[g * ldp + r] * kv1((const char *)v + (size_t)r * (size_t)ldv * es, KT, i);
+            for (int r = 0; r < nr; r++) a += p[g * ldp + r] * v[(size_t)r * (size_t)ld + (size_t)i];
             o[g * D + i] = a;
         }
 }
 
-INL void pv_rows(const float *p, int64_t ldp, int G, int D, const void *v, int64_t ldv, int nr, float *o,
-                 const int KT) {
+static void pv_f32(const float *p, int64_t ldp, int G, int D, const float *v, int64_t ld, int nr, float *o) {
     for (int g0 = 0; g0 < G; g0 += 6) {
         const float *pg = p + g0 * ldp;
         float *og = o + (size_t)g0 * (size_t)D;
         switch (G - g0 < 6 ? G - g0 : 6) {
-        case 1: pv_heads(pg, ldp, D, v, ldv, nr, og, 1, KT); break;
-        case 2: pv_heads(pg, ldp, D, v, ldv, nr, og, 2, KT); break;
-        case 3: pv_heads(pg, ldp, D, v, ldv, nr, og, 3, KT); break;
-        case 4: pv_heads(pg, ldp, D, v, ldv, nr, og, 4, KT); break;
-        case 5: pv_heads(pg, ldp, D, v, ldv, nr, og, 5, KT); break;
-        default: pv_heads(pg, ldp, D, v, ldv, nr, og, 6, KT); break;
+        case 1: pv_heads(pg, ldp, D, v, ld, nr, og, 1); break;
+        case 2: pv_heads(pg, ldp, D, v, ld, nr, og, 2); break;
+        case 3: pv_heads(pg, ldp, D, v, ld, nr, og, 3); break;
+        case 4: pv_heads(pg, ldp, D, v, ld, nr, og, 4); break;
+        case 5: pv_heads(pg, ldp, D, v, ld, nr, og, 5); break;
+        default: pv_heads(pg, ldp, D, v, ld, nr, og, 6); break;
         }
     }
 }
 
 static void attn_pv_avx2(const float *p, int64_t ldp, int G, int D, const void *v, int64_t ldv, mr_format kvt, int nr,
-                         float *o) {
-    switch (kv_kind(kvt)) {
-    case KBF16: pv_rows(p, ldp, G, D, v, ldv, nr, o, KBF16); break;
-    case KE4M3: pv_rows(p, ldp, G, D, v, ldv, nr, o, KE4M3); break;
-    case KE5M2: pv_rows(p, ldp, G, D, v, ldv, nr, o, KE5M2); break;
-    default: pv_rows(p, ldp, G, D, v, ldv, nr, o, KF32); break;
+                         float *o, float *wk) {
+    const int kt = kv_kind(kvt);
+    for (int r0 = 0; r0 < nr; r0 += KV_WIDEN) { /* 16 rows at a time (in L1 for every strip), */
+        const int n = nr - r0 < KV_WIDEN ? nr - r0 : KV_WIDEN; /* widened into wk unless fp32 */
+        const void *vr = (const char *)v + (size_t)r0 * (size_t)ldv * kv_es(kt);
+        if (kt == KF32) {
+            pv_f32(p + r0, ldp, G, D, vr, ldv, n, o);
+        } else {
+            kv_widen_any(vr, ldv, n, D, wk, kt);
+            pv_f32(p + r0, ldp, G, D, wk, D, n, o);
+        }
     }
 }
 
@@ -554,6 +649,8 @@ void mr__kernels_fill_avx2(mr_kernels *k) {
     k->attn_qk.fn = attn_qk_avx2;
     k->attn_pv.name = "attn_pv_avx2_6x16";
     k->attn_pv.fn = attn_pv_avx2;
+    k->attn_softmax.name = "attn_softmax_avx2_8";
+    k->attn_softmax.fn = attn_softmax_avx2;
     k->silu_mul.name = "silu_mul_avx2_8";
     k->silu_mul.fn = silu_mul_avx2;
     k->rows[MR_FMT_BF16].name = "rows_bf16_avx2_4x16x1_2x16x7_p24x128x3x4";

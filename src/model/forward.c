@@ -42,14 +42,14 @@ static void kv_put(void *dst, mr_format dt, const float *x, int64_t n) {
 
 /* Writes this layer's k, v rows [T][Hkv][D] into the paged pool: token t at
  * position pos[t] goes to block bt[t][pos / 16], row pos % 16, of each kv head
- * (pool layout [block][Hkv][16][D], elements of dt). */
+ * (pool layout [Hkv][n_blocks][16][D], elements of dt). */
 void mr__kv_store_paged(void *kp, void *vp, mr_format dt, const float *k, const float *v, const int32_t *const *bt,
-                        const int64_t *pos, int64_t T, int64_t Hkv, int64_t D) {
+                        const int64_t *pos, int64_t T, int64_t Hkv, int64_t D, int64_t n_blocks) {
     const size_t es = mr_kv_elem_bytes(dt);
     for (int64_t t = 0; t < T; t++) {
         size_t blk = (size_t)bt[t][pos[t] / MR_KV_BLOCK_TOKENS], row = (size_t)(pos[t] % MR_KV_BLOCK_TOKENS);
         for (int64_t h = 0; h < Hkv; h++) {
-            size_t off = ((blk * (size_t)Hkv + (size_t)h) * MR_KV_BLOCK_TOKENS + row) * (size_t)D * es;
+            size_t off = (((size_t)h * (size_t)n_blocks + blk) * MR_KV_BLOCK_TOKENS + row) * (size_t)D * es;
             kv_put((char *)kp + off, dt, k + (t * Hkv + h) * D, D);
             kv_put((char *)vp + off, dt, v + (t * Hkv + h) * D, D);
         }
@@ -81,6 +81,7 @@ static mr_status forward_chunk(mr_model *m, const int32_t *tokens, int64_t T, in
             kv.vc = (const unsigned char *)s->vpool + (size_t)l * layer_pool;
             kv.bt = s->tok_bt;
             kv.dtype = s->kv_dtype;
+            kv.n_blocks = s->kv_blocks;
         } else {
             kv.kc = s->kcache + (size_t)l * layer_kv;
             kv.vc = s->vcache + (size_t)l * layer_kv;
@@ -98,7 +99,7 @@ static mr_status forward_chunk(mr_model *m, const int32_t *tokens, int64_t T, in
         mr__rope(s->q, s->pos, T, Hq, D, c->rotary_dim, s->inv_freq);  /* partial NeoX RoPE */
         mr__rope(s->k, s->pos, T, Hkv, D, c->rotary_dim, s->inv_freq);
         if (paged)                                                   /* append to the cache */
-            mr__kv_store_paged((void *)kv.kc, (void *)kv.vc, s->kv_dtype, s->k, s->v, s->tok_bt, s->pos, T, Hkv, D);
+            mr__kv_store_paged((void *)kv.kc, (void *)kv.vc, s->kv_dtype, s->k, s->v, s->tok_bt, s->pos, T, Hkv, D, s->kv_blocks);
         else
             kv_store((float *)kv.kc, (float *)kv.vc, s->k, s->v, s->slot, s->pos, T, kvd, s->max_ctx);
         mr__attention(s->att, s->q, &kv, s->pos, T, Hq, Hkv, D, s->scores, s->scores_per_thread,

@@ -450,10 +450,10 @@ static mr_status alloc_state(mr_model *m) {
     A(s->att, T * qd);
     A(s->y, T * H);
     A(s->hlast, T * H);
-    /* per thread: a query group's scores [group][max_ctx], then one widened K/V row [D] */
+    /* per thread: a query group's scores [group][max_ctx], then the kernels' rows widened to fp32 */
     int64_t group = c->n_heads / c->n_kv_heads;
     if (!mr_size_mul((size_t)group, (size_t)s->max_ctx, &s->scores_per_thread) ||
-        !mr_size_add(s->scores_per_thread, (size_t)c->head_dim + 16, &s->scores_per_thread))
+        !mr_size_add(s->scores_per_thread, mr__attn_wk_floats(c->head_dim), &s->scores_per_thread))
         return mr_error_set(MR_EOVERFLOW, "attention scratch size overflows");
     A(s->scores, (size_t)s->n_threads * s->scores_per_thread);
     A(s->pos, T);

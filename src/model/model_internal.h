@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "moerun/formats.h"
+#include "moerun/kernels.h"
 #include "moerun/model.h"
 #include "moerun/moe.h"
 
@@ -112,23 +113,29 @@ void mr__rope(float *x, const int64_t *pos, int64_t T, int64_t n_heads, int64_t 
 void mr__rope_freqs(float *inv_freq, int64_t rotary_dim, double theta);
 /* Where one layer's K and V rows are, for mr__attention: either the
  * contiguous cache (kc/vc [max_batch][max_ctx][Hkv*D] fp32, token t reads slot
- * slot[t]) or the paged pool (kc/vc [kv_blocks][Hkv][16][D] in dtype, token t
- * reads through its block table bt[t]). */
+ * slot[t]) or the paged pool (kc/vc [Hkv][n_blocks][16][D] in dtype: a kv
+ * head's blocks side by side, so that a sequence's consecutive block ids are
+ * one contiguous run of rows; token t reads through its block table bt[t]). */
 typedef struct {
     const void *kc, *vc;
     const int32_t *slot;        /* contiguous, else NULL */
     const int32_t *const *bt;   /* paged, else NULL */
-    mr_format dtype;            /* F32, or BF16 (paged only) */
+    mr_format dtype;            /* F32, or (paged only) BF16, E4M3, E5M2 */
     int64_t max_ctx;
+    int64_t n_blocks;           /* paged: blocks in the pool */
 } mr__kv_view;
 /* Causal GQA attention in fp32: q [T][Hq*D] -> out [T][Hq*D]; token t attends
  * to positions 0..pos[t] of its sequence. The arithmetic of one (token, head)
  * does not depend on where the rows live: the contiguous and the paged pool
  * (fp32) give identical results. scores: [n_threads][per_thread] scratch. */
 /* Appends k, v rows [T][Hkv][D] (fp32) to the paged pool's K and V of one
- * layer at (bt, pos), converted to dt as model.h says (forward.c). */
+ * layer ([Hkv][n_blocks][16][D], above) at (bt, pos), converted to dt as
+ * formats.h says for the KV cache (forward.c). */
 void mr__kv_store_paged(void *kp, void *vp, mr_format dt, const float *k, const float *v, const int32_t *const *bt,
-                        const int64_t *pos, int64_t T, int64_t Hkv, int64_t D);
+                        const int64_t *pos, int64_t T, int64_t Hkv, int64_t D, int64_t n_blocks);
+/* Floats of the attention kernels' per-thread scratch (kernels.h's wk), kept at
+ * the end of each thread's scores region. */
+static inline size_t mr__attn_wk_floats(int64_t head_dim) { return (size_t)MR_ATTN_WK_ROWS * (size_t)head_dim + 16; }
 void mr__attention(float *out, const float *q, const mr__kv_view *kv, const int64_t *pos, int64_t T, int64_t n_heads,
                    int64_t n_kv_heads, int64_t head_dim, float *scores, size_t per_thread, int n_threads);
 /* y += x, n values. */

@@ -55,8 +55,9 @@ void mr__rope(float *x, const int64_t *pos, int64_t T, int64_t n_heads, int64_t 
 }
 
 /* The K (or V) rows of one token's kv head, a run at a time: the whole
- * context of the contiguous cache (rows Hkv*D apart), or one block of the
- * paged pool (rows D apart), from row j0 on (n rows in all). */
+ * context of the contiguous cache (rows Hkv*D apart), or, in the paged pool
+ * (rows D apart), from row j0 on to the end of its block and on through the
+ * blocks that follow it with the next ids (one run in memory), n rows in all. */
 typedef struct {
     const void *base;
     int64_t ld;
@@ -70,10 +71,26 @@ static inline kv_run kv_rows(const mr__kv_view *kv, const void *base, int64_t t,
                             (size_t)kvh) * (size_t)D;
         return (kv_run){(const char *)base + off * es, n_kv_heads * D, (int)(n - j0)};
     }
-    const size_t blk = (size_t)kv->bt[t][j0 / MR_KV_BLOCK_TOKENS];
-    const int64_t in = j0 % MR_KV_BLOCK_TOKENS, left = MR_KV_BLOCK_TOKENS - in;
-    const size_t off = ((blk * (size_t)n_kv_heads + (size_t)kvh) * MR_KV_BLOCK_TOKENS + (size_t)in) * (size_t)D;
-    return (kv_run){(const char *)base + off * es, D, (int)(n - j0 < left ? n - j0 : left)};
+    const int32_t *bt = kv->bt[t];
+    const int64_t b0 = j0 / MR_KV_BLOCK_TOKENS, in = j0 % MR_KV_BLOCK_TOKENS;
+    int64_t end = (b0 + 1) * MR_KV_BLOCK_TOKENS; /* the run ends before row end */
+    while (end < n && bt[end / MR_KV_BLOCK_TOKENS] == bt[b0] + (end / MR_KV_BLOCK_TOKENS - b0)) end += MR_KV_BLOCK_TOKENS;
+    const size_t off = (((size_t)kvh * (size_t)kv->n_blocks + (size_t)bt[b0]) * MR_KV_BLOCK_TOKENS + (size_t)in) * (size_t)D;
+    return (kv_run){(const char *)base + off * es, D, (int)((end < n ? end : n) - j0)};
+}
+
+/* Asks for the rows of the run at position j0 (if any) to be brought into the
+ * cache: each paged block's rows are one short run in its own page, where the
+ * hardware prefetchers stop, so the next runs are fetched while this one is
+ * computed (they hold no data the arithmetic depends on). */
+static inline void kv_prefetch(const mr__kv_view *kv, const void *base, int64_t t, int64_t j0, int64_t n, int64_t kvh,
+                               int64_t n_kv_heads, int64_t D) {
+    if (j0 >= n) return;
+    const kv_run r = kv_rows(kv, base, t, j0, n, kvh, n_kv_heads, D);
+    const size_t es = mr_kv_elem_bytes(kv->dtype), row = (size_t)D * es;
+    const int nr = r.nr < MR_KV_BLOCK_TOKENS ? r.nr : MR_KV_BLOCK_TOKENS;
+    for (int i = 0; i < nr; i++)
+        for (size_t b = 0; b < row; b += 64) __builtin_prefetch((const char *)r.base + (size_t)i * (size_t)r.ld * es + b);
 }
 
 /* Per (token, kv head): scores of the group's query heads against every K
@@ -93,30 +110,26 @@ void mr__attention(float *out, const float *q, const mr__kv_view *kv, const int6
     for (int64_t tk = 0; tk < T * n_kv_heads; tk++) {
         int64_t t = tk / n_kv_heads, kvh = tk % n_kv_heads, n = pos[t] + 1;
         float *sc = scores + (size_t)omp_get_thread_num() * per_thread; /* [group][n] */
+        float *wk = sc + per_thread - mr__attn_wk_floats(D);          /* the kernels' widened rows */
         const float *qg = q + (t * n_heads + kvh * group) * D;          /* [group][D] */
         float *og = out + (t * n_heads + kvh * group) * D;
+        kv_prefetch(kv, kv->kc, t, 0, n, kvh, n_kv_heads, D);
+        kv_prefetch(kv, kv->kc, t, MR_KV_BLOCK_TOKENS, n, kvh, n_kv_heads, D);
         for (int64_t j = 0; j < n;) { /* q . k_j */
             const kv_run kr = kv_rows(kv, kv->kc, t, j, n, kvh, n_kv_heads, D);
-            kt->attn_qk.fn(qg, (int)group, (int)D, kr.base, kr.ld, kvt, kr.nr, sc + j, n);
+            kv_prefetch(kv, kv->kc, t, j + kr.nr + MR_KV_BLOCK_TOKENS, n, kvh, n_kv_heads, D);
+            kt->attn_qk.fn(qg, (int)group, (int)D, kr.base, kr.ld, kvt, kr.nr, sc + j, n, wk);
             j += kr.nr;
         }
+        kv_prefetch(kv, kv->vc, t, 0, n, kvh, n_kv_heads, D);
         for (int64_t g = 0; g < group; g++) { /* softmax of (q . k_j) / sqrt(D) */
-            float *sg = sc + g * n, mx = -INFINITY, sum = 0.0f;
-            for (int64_t j = 0; j < n; j++) {
-                sg[j] *= scale;
-                if (sg[j] > mx) mx = sg[j];
-            }
-            for (int64_t j = 0; j < n; j++) {
-                sg[j] = expf(sg[j] - mx);
-                sum += sg[j];
-            }
-            const float inv = 1.0f / sum;
-            for (int64_t j = 0; j < n; j++) sg[j] *= inv;
+            kt->attn_softmax.fn(sc + g * n, n, scale);
             for (int64_t i = 0; i < D; i++) og[g * D + i] = 0.0f;
         }
         for (int64_t j = 0; j < n;) { /* out = sum_j p_j v_j, in position order */
             const kv_run vr = kv_rows(kv, kv->vc, t, j, n, kvh, n_kv_heads, D);
-            kt->attn_pv.fn(sc + j, n, (int)group, (int)D, vr.base, vr.ld, kvt, vr.nr, og);
+            kv_prefetch(kv, kv->vc, t, j + vr.nr, n, kvh, n_kv_heads, D);
+            kt->attn_pv.fn(sc + j, n, (int)group, (int)D, vr.base, vr.ld, kvt, vr.nr, og, wk);
             j += vr.nr;
         }
     }
