@@ -225,9 +225,10 @@ static void test_budget_and_chunking(void **state) {
 /* ---- paged vs contiguous (model level) ---- */
 
 /* The same mixed batches through the contiguous cache and the paged pool
- * (shuffled, non-contiguous blocks); returns max |logit difference| and
- * asserts greedy agreement. */
-static float paged_vs_contiguous(const char *runner, mr_format kv) {
+ * (shuffled, non-contiguous blocks; or, shuffle false, each sequence's blocks
+ * with consecutive ids: rows attention reads as one run across blocks);
+ * returns max |logit difference| and asserts greedy agreement. */
+static float paged_vs_contiguous(const char *runner, mr_format kv, bool shuffle) {
     enum { NS = 4, CTX = 128, NB = 64 };
     mr_model_opts o = {.runner = runner, .quiet = true, .max_batch = NS, .max_ctx = CTX, .max_tokens = 128,
                        .kv_blocks = NB, .kv_dtype = kv};
@@ -236,7 +237,7 @@ static float paged_vs_contiguous(const char *runner, mr_format kv) {
     tu_rng rng = {5};
     int32_t perm[NB];
     for (int i = 0; i < NB; i++) perm[i] = i;
-    for (int i = NB - 1; i > 0; i--) {
+    for (int i = NB - 1; shuffle && i > 0; i--) {
         int j = (int)(tu_next(&rng) % (uint64_t)(i + 1));
         int32_t t = perm[i];
         perm[i] = perm[j];
@@ -301,10 +302,12 @@ static void test_paged_vs_contiguous(void **state) {
     (void)state;
     const char *runners[] = {"reference", "routed"};
     for (int r = 0; r < 2; r++) {
-        float e32 = paged_vs_contiguous(runners[r], MR_FMT_F32);
-        if (e32 != 0.0f) fprintf(stderr, "%s fp32 paged vs contiguous: %g\n", runners[r], (double)e32);
-        assert_true(e32 == 0.0f); /* the same arithmetic, bit for bit */
-        float e16 = paged_vs_contiguous(runners[r], MR_FMT_BF16);
+        for (int shuffle = 0; shuffle < 2; shuffle++) {
+            float e32 = paged_vs_contiguous(runners[r], MR_FMT_F32, shuffle);
+            if (e32 != 0.0f) fprintf(stderr, "%s fp32 paged vs contiguous: %g\n", runners[r], (double)e32);
+            assert_true(e32 == 0.0f); /* the same arithmetic, bit for bit */
+        }
+        float e16 = paged_vs_contiguous(runners[r], MR_FMT_BF16, true);
         fprintf(stderr, "  %s: bf16 KV max |logit diff| vs fp32 contiguous %.3g (tol %.3g)\n", runners[r], (double)e16,
                 (double)BF16_KV_TOL);
         assert_true(e16 > 0.0f);           /* bf16 really rounds */
