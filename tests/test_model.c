@@ -227,7 +227,8 @@ static void test_kv_overflow(void **st) {
 /* ---- loader errors: rewrite the tiny checkpoint with one change ---- */
 typedef enum { EDIT_DROP, EDIT_SHAPE, EDIT_DTYPE, EDIT_DROP_GLOB } edit_kind; /* GLOB: victim is an fnmatch pattern */
 
-static char *copy_with_edit(const char *src_dir, const char *victim, edit_kind kind) {
+/* a new scratch folder with src_dir's json files */
+static char *copy_configs(const char *src_dir) {
     char *dir = tu_tmpdir("model_edit");
     assert_non_null(dir);
     char p[4096];
@@ -241,6 +242,30 @@ static char *copy_with_edit(const char *src_dir, const char *victim, edit_kind k
         assert_int_equal(tu_write_file(p, d, n), 0);
         free(d);
     }
+    return dir;
+}
+
+/* A copy of the checkpoint with n more F32 scalar tensors names[i] = vals[i]. */
+static char *copy_with_scalars(const char *src_dir, const char *const *names, const float *vals, int n) {
+    char *dir = copy_configs(src_dir), p[4096];
+    mr_ckpt *ck = NULL;
+    assert_int_equal(mr_ckpt_open(src_dir, &ck), MR_OK);
+    mr_st_writer *w = NULL;
+    assert_int_equal(mr_st_writer_new(&w), MR_OK);
+    for (size_t i = 0; i < mr_ckpt_count(ck); i++) {
+        const mr_st_tensor *t = mr_ckpt_tensor_at(ck, i);
+        assert_int_equal(mr_st_writer_add(w, t->name, t->dtype, t->shape, t->ndim, t->data), MR_OK);
+    }
+    for (int i = 0; i < n; i++) assert_int_equal(mr_st_writer_add(w, names[i], MR_ST_F32, NULL, 0, &vals[i]), MR_OK);
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    assert_int_equal(mr_st_writer_write(w, p), MR_OK);
+    mr_st_writer_free(w);
+    mr_ckpt_close(ck);
+    return dir;
+}
+
+static char *copy_with_edit(const char *src_dir, const char *victim, edit_kind kind) {
+    char *dir = copy_configs(src_dir), p[4096];
     mr_ckpt *ck = NULL;
     assert_int_equal(mr_ckpt_open(src_dir, &ck), MR_OK);
     mr_st_writer *w = NULL;
@@ -950,7 +975,9 @@ static void plp_oracle_run(int64_t budget, int copies, bool prefix_twice) {
  * token (prompt_logprobs) and every generated token against log_softmax of that file's logits,
  * and how many generated steps' most likely token differs from the file's where its top two are
  * 1e-2 apart or more. */
-static float kv_oracle_run(mr_format kvt, const char *gname, int *argmax_diff) {
+static float kv_oracle_run(const char *dir_in, mr_format kvt, const char *gname, int *argmax_diff) {
+    char dir[4096]; /* tu_data's buffer is reused by golden_load_file */
+    snprintf(dir, sizeof dir, "%s", dir_in);
     golden g;
     golden_load_file(&g, gname);
     const int V = g.V;
@@ -960,7 +987,7 @@ static float kv_oracle_run(mr_format kvt, const char *gname, int *argmax_diff) {
     mr_engine_model_opts(&eo, &mo);
     mr_model *m = NULL;
     mr_engine *e = NULL;
-    assert_int_equal(mr_model_open(tu_data("model/tiny"), &mo, &m), MR_OK);
+    assert_int_equal(mr_model_open(dir, &mo, &m), MR_OK);
     assert_int_equal(mr_model_kv_dtype(m), kvt);
     assert_int_equal(mr_engine_new(m, &eo, &e), MR_OK);
     mr_req_id ids[8];
@@ -1036,7 +1063,7 @@ static void test_kv_fp8_oracle(void **st) {
     } t[] = {{MR_FMT_E4M3, "model/tiny/golden_kv_fp8_e4m3.bin"}, {MR_FMT_E5M2, "model/tiny/golden_kv_fp8_e5m2.bin"}};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         int diff = 0;
-        const float w = kv_oracle_run(t[i].f, t[i].file, &diff);
+        const float w = kv_oracle_run(tu_data("model/tiny"), t[i].f, t[i].file, &diff);
         if (w > 2 * ORACLE_TOL || diff)
             fprintf(stderr, "%s: max |logprob error| %g (tolerance %g), %d argmax differences\n",
                     mr_kv_dtype_name(t[i].f), w, 2 * ORACLE_TOL, diff);
@@ -1044,8 +1071,50 @@ static void test_kv_fp8_oracle(void **st) {
         assert_int_equal(diff, 0);
     }
     int diff = 0;
-    const float w = kv_oracle_run(MR_FMT_BF16, t[0].file, &diff);
+    const float w = kv_oracle_run(tu_data("model/tiny"), MR_FMT_BF16, t[0].file, &diff);
     assert_true(w > 10 * ORACLE_TOL);
+}
+
+/* A checkpoint's FP8 KV cache scales, under the names vLLM reads (layer 0
+ * ModelOpt's k_proj.k_scale / v_proj.v_scale, layer 1 self_attn.k_scale /
+ * v_scale), against transformers with vLLM's semantics (gen_minimax_m2.py's
+ * KV_SCALES: the same values); without the scales the same file is missed by
+ * far; an fp32 pool ignores them (the plain oracle); the older kv_scale serves
+ * both; a scale of 0 is refused naming the tensor. */
+static void test_kv_fp8_checkpoint_scales(void **st) {
+    (void)st;
+    const char *names[] = {"model.layers.0.self_attn.k_proj.k_scale", "model.layers.0.self_attn.v_proj.v_scale",
+                           "model.layers.1.self_attn.k_scale", "model.layers.1.self_attn.v_scale"};
+    const float vals[] = {0.004f, 0.01f, 0.02f, 0.002f}; /* KV_SCALES in tools/oracle/gen_minimax_m2.py */
+    char *d = copy_with_scalars(tu_data("model/tiny"), names, vals, 4);
+    int diff = 0;
+    float w = kv_oracle_run(d, MR_FMT_E4M3, "model/tiny/golden_kv_fp8_e4m3_scaled.bin", &diff);
+    if (w > 2 * ORACLE_TOL || diff) fprintf(stderr, "scaled fp8_e4m3: %g, %d argmax differences\n", w, diff);
+    assert_true(w <= 2 * ORACLE_TOL);
+    assert_int_equal(diff, 0);
+    w = kv_oracle_run(tu_data("model/tiny"), MR_FMT_E4M3, "model/tiny/golden_kv_fp8_e4m3_scaled.bin", &diff);
+    assert_true(w > 10 * ORACLE_TOL);
+    w = kv_oracle_run(d, MR_FMT_F32, "model/tiny/golden.bin", &diff); /* an fp32 pool: no scales */
+    assert_true(w <= 2 * ORACLE_TOL);
+    tu_rmtree(d);
+    free(d);
+    const char *kvn[] = {"model.layers.0.self_attn.kv_scale"};
+    const float kvv[] = {0.25f};
+    d = copy_with_scalars(tu_data("model/tiny"), kvn, kvv, 1);
+    mr_model_opts o = {.runner = "reference", .quiet = true, .max_ctx = 16};
+    mr_model *m = NULL;
+    assert_int_equal(mr_model_open(d, &o, &m), MR_OK);
+    assert_true(m->w.layers[0].k_scale == 0.25f && m->w.layers[0].v_scale == 0.25f);
+    assert_true(m->w.layers[1].k_scale == 1.0f && m->w.layers[1].v_scale == 1.0f);
+    assert_int_equal(mr_model_kv_scales(m), 2);
+    mr_model_close(m);
+    tu_rmtree(d);
+    free(d);
+    const float zero[] = {0.0f};
+    d = copy_with_scalars(tu_data("model/tiny"), names + 3, zero, 1);
+    expect_open_error(d, MR_EFORMAT, names[3], "above 0");
+    tu_rmtree(d);
+    free(d);
 }
 
 static void test_prompt_logprobs_oracle(void **st) {
@@ -1063,6 +1132,7 @@ int main(void) {
         cmocka_unit_test(test_oracle_chunked),
         cmocka_unit_test(test_prompt_logprobs_oracle),
         cmocka_unit_test(test_kv_fp8_oracle),
+        cmocka_unit_test(test_kv_fp8_checkpoint_scales),
         cmocka_unit_test(test_extra_logits_rows),
         cmocka_unit_test(test_oracle_detects_wrong_weights),
         cmocka_unit_test(test_kv_overflow),

@@ -149,6 +149,9 @@ mr_status mr_model_extra_logits(mr_model *m, int k0, int n, float *logits);
 /* The pool's size in blocks (0 without one), element type, and bytes. */
 int64_t mr_model_kv_blocks(const mr_model *m);
 mr_format mr_model_kv_dtype(const mr_model *m);
+/* The FP8 KV cache scales (k_scale, v_scale) the checkpoint carried, counted
+ * over every layer; an FP8 pool uses them, others do not (0: none, scale 1). */
+int mr_model_kv_scales(const mr_model *m);
 size_t mr_model_kv_bytes(const mr_model *m);
 /* Bytes of K and V one token takes in the pool (every layer). */
 size_t mr_model_kv_token_bytes(const mr_model_config *c, mr_format kv_dtype);

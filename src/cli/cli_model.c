@@ -296,9 +296,12 @@ int mr_cli_engine_open(const char *cmd, const char *dir, const mr_exec *x, bool 
 void mr_cli_print_kv(const mr_engine *e) {
     const mr_engine_opts *o = mr_engine_opts_of(e);
     mr_model *m = mr_engine_model((mr_engine *)e);
-    printf("kv cache: %s, %lld blocks of %d tokens = %lld tokens, %.1f MiB; max %d running requests, %lld tokens "
+    const bool f8 = mr_kv_elem_bytes(o->kv_dtype) == 1;
+    printf("kv cache: %s%s, %lld blocks of %d tokens = %lld tokens, %.1f MiB; max %d running requests, %lld tokens "
            "per step, context %lld\n",
-           mr_kv_dtype_name(o->kv_dtype), (long long)o->kv_blocks, MR_KV_BLOCK_TOKENS,
+           mr_kv_dtype_name(o->kv_dtype),
+           !f8 ? "" : mr_model_kv_scales(m) ? " (the checkpoint's k_scale / v_scale)" : " (scale 1)",
+           (long long)o->kv_blocks, MR_KV_BLOCK_TOKENS,
            (long long)(o->kv_blocks * MR_KV_BLOCK_TOKENS), (double)mr_model_kv_bytes(m) / 1048576.0,
            o->max_running_requests, (long long)o->max_batch_tokens, (long long)o->context_length);
 }

@@ -780,13 +780,14 @@ static mr_status pass_engine(mr_resolution *r) {
         } else if (!strcmp(dt, "fp8_e4m3") || !strcmp(dt, "fp8")) {
             r->w.kv_dtype = MR_FMT_E4M3;
             why = "explicit: K and V as FP8 E4M3 (fp8 is its alias, as in vLLM), half the memory of bf16, so twice "
-                  "the tokens; scale 1 (no k_scale / v_scale), values beyond +-448 stored as +-448, the rest "
-                  "rounded to 3 mantissa bits; attention widens them to fp32 exactly";
+                  "the tokens; each value divided by its layer's k_scale / v_scale where the checkpoint has them "
+                  "(as vLLM reads them), else by 1, values beyond +-448 then stored as +-448, the rest rounded to 3 "
+                  "mantissa bits; attention widens them to fp32 exactly and applies the scales";
         } else if (!strcmp(dt, "fp8_e5m2")) {
             r->w.kv_dtype = MR_FMT_E5M2;
-            why = "explicit: K and V as FP8 E5M2, half the memory of bf16; scale 1, values beyond +-57344 stored "
-                  "as +-57344, the rest rounded to 2 mantissa bits (coarser than fp8_e4m3, a wider range); "
-                  "attention widens them to fp32 exactly";
+            why = "explicit: K and V as FP8 E5M2, half the memory of bf16; scaled as fp8_e4m3 is (the "
+                  "checkpoint's k_scale / v_scale, else 1), values beyond +-57344 stored as +-57344, the rest rounded "
+                  "to 2 mantissa bits (coarser than fp8_e4m3, a wider range); attention widens them to fp32 exactly";
         }
         s = mr__decl(r, MR_DECL_NOTE, SRC, "kv_cache_dtype", mr_kv_dtype_name(r->w.kv_dtype), "%s", why);
     } else {

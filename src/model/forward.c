@@ -27,16 +27,16 @@ static void kv_store(float *kc, float *vc, const float *k, const float *v, const
     }
 }
 
-/* n values of one row in the pool's type dt at dst */
-static void kv_put(void *dst, mr_format dt, const float *x, int64_t n) {
+/* n values of one row in the pool's type dt at dst (FP8: x / scale) */
+static void kv_put(void *dst, mr_format dt, const float *x, int64_t n, float scale) {
     if (dt == MR_FMT_F32) {
         memcpy(dst, x, (size_t)n * sizeof(float));
     } else if (dt == MR_FMT_BF16) {
         for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = mr_f32_to_bf16(x[i]);
     } else if (dt == MR_FMT_E4M3) {
-        for (int64_t i = 0; i < n; i++) ((uint8_t *)dst)[i] = mr_f32_to_e4m3_sat(x[i]);
+        for (int64_t i = 0; i < n; i++) ((uint8_t *)dst)[i] = mr_f32_to_e4m3_sat(x[i] / scale);
     } else {
-        for (int64_t i = 0; i < n; i++) ((uint8_t *)dst)[i] = mr_f32_to_e5m2_sat(x[i]);
+        for (int64_t i = 0; i < n; i++) ((uint8_t *)dst)[i] = mr_f32_to_e5m2_sat(x[i] / scale);
     }
 }
 
@@ -44,14 +44,15 @@ static void kv_put(void *dst, mr_format dt, const float *x, int64_t n) {
  * position pos[t] goes to block bt[t][pos / 16], row pos % 16, of each kv head
  * (pool layout [Hkv][n_blocks][16][D], elements of dt). */
 void mr__kv_store_paged(void *kp, void *vp, mr_format dt, const float *k, const float *v, const int32_t *const *bt,
-                        const int64_t *pos, int64_t T, int64_t Hkv, int64_t D, int64_t n_blocks) {
+                        const int64_t *pos, int64_t T, int64_t Hkv, int64_t D, int64_t n_blocks, float k_scale,
+                        float v_scale) {
     const size_t es = mr_kv_elem_bytes(dt);
     for (int64_t t = 0; t < T; t++) {
         size_t blk = (size_t)bt[t][pos[t] / MR_KV_BLOCK_TOKENS], row = (size_t)(pos[t] % MR_KV_BLOCK_TOKENS);
         for (int64_t h = 0; h < Hkv; h++) {
             size_t off = (((size_t)h * (size_t)n_blocks + blk) * MR_KV_BLOCK_TOKENS + row) * (size_t)D * es;
-            kv_put((char *)kp + off, dt, k + (t * Hkv + h) * D, D);
-            kv_put((char *)vp + off, dt, v + (t * Hkv + h) * D, D);
+            kv_put((char *)kp + off, dt, k + (t * Hkv + h) * D, D, k_scale);
+            kv_put((char *)vp + off, dt, v + (t * Hkv + h) * D, D, v_scale);
         }
     }
 }
@@ -75,13 +76,14 @@ static mr_status forward_chunk(mr_model *m, const int32_t *tokens, int64_t T, in
     m->timing.other_ns += mr_now_ns() - t0;
     for (int64_t l = 0; l < c->n_layers; l++) {
         const mr__layer *L = &m->w.layers[l];
-        mr__kv_view kv = {.dtype = MR_FMT_F32, .max_ctx = s->max_ctx};
+        mr__kv_view kv = {.dtype = MR_FMT_F32, .max_ctx = s->max_ctx, .k_scale = 1.0f, .v_scale = 1.0f};
         if (paged) {
             kv.kc = (const unsigned char *)s->kpool + (size_t)l * layer_pool;
             kv.vc = (const unsigned char *)s->vpool + (size_t)l * layer_pool;
             kv.bt = s->tok_bt;
             kv.dtype = s->kv_dtype;
             kv.n_blocks = s->kv_blocks;
+            if (mr_kv_elem_bytes(s->kv_dtype) == 1) kv.k_scale = L->k_scale, kv.v_scale = L->v_scale;
         } else {
             kv.kc = s->kcache + (size_t)l * layer_kv;
             kv.vc = s->vcache + (size_t)l * layer_kv;
@@ -99,7 +101,8 @@ static mr_status forward_chunk(mr_model *m, const int32_t *tokens, int64_t T, in
         mr__rope(s->q, s->pos, T, Hq, D, c->rotary_dim, s->inv_freq);  /* partial NeoX RoPE */
         mr__rope(s->k, s->pos, T, Hkv, D, c->rotary_dim, s->inv_freq);
         if (paged)                                                   /* append to the cache */
-            mr__kv_store_paged((void *)kv.kc, (void *)kv.vc, s->kv_dtype, s->k, s->v, s->tok_bt, s->pos, T, Hkv, D, s->kv_blocks);
+            mr__kv_store_paged((void *)kv.kc, (void *)kv.vc, s->kv_dtype, s->k, s->v, s->tok_bt, s->pos, T, Hkv, D, s->kv_blocks,
+                               kv.k_scale, kv.v_scale);
         else
             kv_store((float *)kv.kc, (float *)kv.vc, s->k, s->v, s->slot, s->pos, T, kvd, s->max_ctx);
         mr__attention(s->att, s->q, &kv, s->pos, T, Hq, Hkv, D, s->scores, s->scores_per_thread,
@@ -316,6 +319,7 @@ mr_status mr_model_extra_logits(mr_model *m, int k0, int n, float *logits) {
 
 int64_t mr_model_kv_blocks(const mr_model *m) { return m->s.kv_blocks; }
 mr_format mr_model_kv_dtype(const mr_model *m) { return m->s.kv_dtype; }
+int mr_model_kv_scales(const mr_model *m) { return m->s.kv_scales_found; }
 size_t mr_model_kv_bytes(const mr_model *m) { return 2 * m->s.kv_pool_bytes; }
 size_t mr_model_kv_token_bytes(const mr_model_config *c, mr_format kv_dtype) {
     return (size_t)c->n_layers * 2 * (size_t)c->n_kv_heads * (size_t)c->head_dim * mr_kv_elem_bytes(kv_dtype);

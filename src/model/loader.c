@@ -364,6 +364,39 @@ mr_status mr__model_load_experts(mr_model *m, const void *ckv, int l, int first,
     return MR_OK;
 }
 
+/* An FP8 KV cache's per-layer scales where the checkpoint has them, under the
+ * names vLLM reads: ModelOpt's self_attn.k_proj.k_scale / v_proj.v_scale,
+ * self_attn.k_scale / v_scale, or the older self_attn.kv_scale for both (F32
+ * scalars, finite and > 0); 1 where it has none. *found: how many it had. */
+static mr_status load_kv_scales(const mr_ckpt *ck, int l, mr__layer *L, int *found) {
+    char attn[320], n[352];
+    mr_hf_name(MR_HF_K_PROJ, l, -1, "", attn, sizeof attn); /* model.layers.L.self_attn.k_proj */
+    char *dot = strrchr(attn, '.');
+    if (dot) *dot = '\0';
+    static const struct {
+        const char *suffix;
+        bool v;
+    } cand[] = {{"k_proj.k_scale", false}, {"k_scale", false}, {"kv_scale", false},
+                {"v_proj.v_scale", true},  {"v_scale", true},  {"kv_scale", true}};
+    bool have[2] = {false, false};
+    L->k_scale = L->v_scale = 1.0f;
+    for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++) {
+        if (have[cand[i].v]) continue;
+        snprintf(n, sizeof n, "%s.%s", attn, cand[i].suffix);
+        float v = 0.0f;
+        bool got = false;
+        mr_status st = load_scalar_f32(ck, n, &v, &got);
+        if (st) return st;
+        if (!got) continue;
+        if (!(v > 0.0f))
+            return mr_error_set(MR_EFORMAT, "tensor %s: a KV cache scale must be above 0, found %g", n, (double)v);
+        *(cand[i].v ? &L->v_scale : &L->k_scale) = v;
+        have[cand[i].v] = true;
+        (*found)++;
+    }
+    return MR_OK;
+}
+
 static mr_status load_layer(mr_model *m, const mr_ckpt *ck, const mr_model_desc *d, int l) {
     const mr_model_config *c = &m->c;
     mr__layer *L = &m->w.layers[l];
@@ -396,6 +429,7 @@ static mr_status load_layer(mr_model *m, const mr_ckpt *ck, const mr_model_desc 
         L->gate = (mr_qmatrix){.fmt = MR_FMT_F32, .rows = E, .cols = H, .data = g, .scale2 = 1.0f};
     }
     if ((st = load_vec(m, ck, NAME(MR_HF_ROUTER_BIAS, NULL), E, &L->bias))) return st;
+    if ((st = load_kv_scales(ck, l, L, &m->s.kv_scales_found))) return st;
     /* experts: the local ones, then the runner's after-load */
     int first, n_local;
     mr_moe_problem_local(&m->problem, &first, &n_local);

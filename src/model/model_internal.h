@@ -22,6 +22,8 @@ typedef struct {
     mr_qmatrix wo;        /* [H][Hq*D] */
     mr_qmatrix gate;      /* [E][H] router, fp32 (owned, widened from the checkpoint) */
     float *bias;          /* [E] e_score_correction_bias, fp32 */
+    float k_scale, v_scale; /* an FP8 KV cache's scales: stored = x / scale, read = stored * scale
+                               (the checkpoint's, where it has them; else 1) */
     mr_moe_weights *experts; /* the local experts x (w1 gate [I][H], w3 up [I][H], w2 down [H][I]), in
                                 place until the runner's after-load repacks them */
 } mr__layer;
@@ -62,6 +64,7 @@ typedef struct {
     void *kpool, *vpool;
     int64_t kv_blocks;
     mr_format kv_dtype;
+    int kv_scales_found;      /* k_scale / v_scale tensors the checkpoint had (every layer's) */
     size_t kv_pool_bytes;     /* of each of kpool, vpool */
     unsigned char *blk_mark;  /* [kv_blocks] scratch: blocks written by the batch being checked */
     float *rlogits;  /* [T][E] router logits */
@@ -123,6 +126,7 @@ typedef struct {
     mr_format dtype;            /* F32, or (paged only) BF16, E4M3, E5M2 */
     int64_t max_ctx;
     int64_t n_blocks;           /* paged: blocks in the pool */
+    float k_scale, v_scale;     /* K and V are the rows times these (1 but for an FP8 pool) */
 } mr__kv_view;
 /* Causal GQA attention in fp32: q [T][Hq*D] -> out [T][Hq*D]; token t attends
  * to positions 0..pos[t] of its sequence. The arithmetic of one (token, head)
@@ -130,9 +134,11 @@ typedef struct {
  * (fp32) give identical results. scores: [n_threads][per_thread] scratch. */
 /* Appends k, v rows [T][Hkv][D] (fp32) to the paged pool's K and V of one
  * layer ([Hkv][n_blocks][16][D], above) at (bt, pos), converted to dt as
- * formats.h says for the KV cache (forward.c). */
+ * formats.h says for the KV cache, an FP8 one's after division by k_scale /
+ * v_scale (forward.c). */
 void mr__kv_store_paged(void *kp, void *vp, mr_format dt, const float *k, const float *v, const int32_t *const *bt,
-                        const int64_t *pos, int64_t T, int64_t Hkv, int64_t D, int64_t n_blocks);
+                        const int64_t *pos, int64_t T, int64_t Hkv, int64_t D, int64_t n_blocks, float k_scale,
+                        float v_scale);
 /* Floats of the attention kernels' per-thread scratch (kernels.h's wk), kept at
  * the end of each thread's scores region. */
 static inline size_t mr__attn_wk_floats(int64_t head_dim) { return (size_t)MR_ATTN_WK_ROWS * (size_t)head_dim + 16; }

@@ -103,7 +103,7 @@ void mr__attention(float *out, const float *q, const mr__kv_view *kv, const int6
     const mr_kernels *kt = mr_kernels_get();
     const int64_t group = n_heads / n_kv_heads, D = head_dim;
     const mr_format kvt = kv->dtype;
-    const float scale = 1.0f / sqrtf((float)head_dim);
+    const float scale = 1.0f / sqrtf((float)head_dim) * kv->k_scale; /* q . (k_r * k_scale) / sqrt(D) */
     /* one work item per (token, kv head): the group's query heads share each K and V row */
     const int nt = omp_get_max_threads() < n_threads ? omp_get_max_threads() : n_threads; /* a caller may ask fewer */
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (T * n_kv_heads > 1)
@@ -132,6 +132,8 @@ void mr__attention(float *out, const float *q, const mr__kv_view *kv, const int6
             kt->attn_pv.fn(sc + j, n, (int)group, (int)D, vr.base, vr.ld, kvt, vr.nr, og, wk);
             j += vr.nr;
         }
+        if (kv->v_scale != 1.0f) /* sum_j p_j (v_j * v_scale) */
+            for (int64_t i = 0; i < group * D; i++) og[i] *= kv->v_scale;
     }
 }
 

@@ -37,6 +37,10 @@ the type's largest finite value and cast by torch to float8_e4m3fn /
 float8_e5m2 (round to nearest even) before attention reads it, the current
 token's own row too. It asserts that these logits differ from the fp32 cache's
 by far more than the C test's tolerance, so that the test tells the two apart.
+golden_kv_fp8_e4m3_scaled.bin: the same with per-layer scales as a checkpoint
+carries them (KV_SCALES; vLLM's semantics: stored = cast(clamp(x / scale)),
+read = stored * scale); the C test adds the same values to a copy of the
+checkpoint as k_scale / v_scale tensors.
 """
 import argparse
 import json
@@ -54,6 +58,9 @@ CFG = dict(
     vocab=256, hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16, rotary_dim=8,
     experts=8, top_k=2, inter=32, rope_theta=10000.0, eps=1e-6,
 )
+# (k_scale, v_scale) per layer for golden_kv_fp8_e4m3_scaled.bin; tests/test_model.c holds the same values.
+# Layer 0's k_scale is small enough that some K values saturate at +-448.
+KV_SCALES = [(0.004, 0.01), (0.02, 0.002)]
 PROMPTS = [[1, 17, 42, 99, 3], [200, 5, 5, 7, 250, 128, 64, 11, 13], [77, 31, 9]]
 STEPS = 16
 SEED = 20240501
@@ -175,7 +182,7 @@ def run_prompts(model, c, kv_round=None):
             upd = cache.update
 
             def update(k, v, layer_idx, *a, **kw):
-                return upd(kv_round(k), kv_round(v), layer_idx, *a, **kw)
+                return upd(kv_round(k, layer_idx, 0), kv_round(v, layer_idx, 1), layer_idx, *a, **kw)
 
             cache.update = update
         return cache
@@ -218,7 +225,7 @@ def kv_fp8(out, c):
     model.eval()
     _, exact = run_prompts(model, c)
     for name, dt, top in (("fp8_e4m3", torch.float8_e4m3fn, 448.0), ("fp8_e5m2", torch.float8_e5m2, 57344.0)):
-        def rnd(t, dt=dt, top=top):
+        def rnd(t, layer=0, which=0, dt=dt, top=top):
             return t.clamp(-top, top).to(dt).to(torch.float32)
 
         probe = torch.tensor([1.0 + 2.0 ** -4, 500.0, -1e9, 2.0 ** -12])  # a tie, saturation, a subnormal
@@ -229,6 +236,17 @@ def kv_fp8(out, c):
         assert diff > 2e-2, "the FP8 cache changes the logits too little for the test to tell it from fp32"
         with open(os.path.join(out, "golden_kv_%s.bin" % name), "wb") as f:
             f.write(blob)
+
+    def rnd_scaled(t, layer, which):
+        s = KV_SCALES[layer][which]
+        return (t / s).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).to(torch.float32) * s
+
+    blob, lg = run_prompts(model, c, rnd_scaled)
+    diff = max(float((a - b).abs().max()) for a, b in zip(lg, exact))
+    print("fp8_e4m3 with KV_SCALES: max |logit - fp32 cache's logit| = %.4g" % diff)
+    assert diff > 2e-2
+    with open(os.path.join(out, "golden_kv_fp8_e4m3_scaled.bin"), "wb") as f:
+        f.write(blob)
 
 
 def main():
