@@ -9,6 +9,8 @@
  * non-overlapping windows; a smaller stride gives every scored token at
  * least ctx - stride tokens of context, at ctx / stride times the cost.
  * perplexity = exp(mean over scored tokens of -log p(token | context)).
+ * The KV cache is fp32 (exact) unless --kv-cache-dtype names one: then the
+ * windows go through a paged pool of that type, as the server keeps K and V.
  * Exit: 0 ok, 2 usage / resolution / bad input file, 1 load or run failure. */
 #include <errno.h>
 #include <math.h>
@@ -25,6 +27,35 @@
 
 #define MAX_FILE ((size_t)1 << 30)
 
+/* Every position's logits [n][V] of one window through the contiguous fp32 cache. */
+static mr_status forward_contiguous(mr_model *m, const int32_t *tokens, int64_t n, float *logits) {
+    int seq = 0;
+    mr_model_seq_reset(m, 0);
+    mr_batch bt = {.n_seq = 1, .seq = &seq, .n_tok = &n, .tokens = tokens, .all_logits = true};
+    return mr_model_forward(m, &bt, logits);
+}
+
+/* The same through the paged pool (blocks 0 .. nb - 1, in the pool's type), in
+ * chunks of the model's max_tokens: each chunk's last row as the batch's
+ * logits, the others as extra rows. blocks [nb], rows [max_tokens]: scratch. */
+static mr_status forward_paged(mr_model *m, const int32_t *tokens, int64_t n, int32_t nb, int32_t *blocks,
+                               int64_t *rows, int64_t V, float *logits) {
+    for (int32_t i = 0; i < nb; i++) blocks[i] = i;
+    const int32_t bt_off[2] = {0, nb};
+    const uint8_t want = 1;
+    for (int64_t p0 = 0, k; p0 < n; p0 += k) {
+        k = n - p0 < mr_model_max_tokens(m) ? n - p0 : mr_model_max_tokens(m);
+        for (int64_t i = 0; i + 1 < k; i++) rows[i] = i;
+        mr_kv_batch b = {.n_seq = 1, .n_tokens = k, .tokens = tokens + p0, .n_tok = &k, .start = &p0, .bt_off = bt_off,
+                         .block_ids = blocks, .want_logits = &want, .n_logits = 1, .n_extra = (int)(k - 1),
+                         .extra_tok = k > 1 ? rows : NULL};
+        mr_status st = mr_model_forward_kv(m, &b, logits + (size_t)(p0 + k - 1) * (size_t)V);
+        if (!st && k > 1) st = mr_model_extra_logits(m, 0, (int)(k - 1), logits + (size_t)p0 * (size_t)V);
+        if (st) return st;
+    }
+    return MR_OK;
+}
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: moerun perplexity --model DIR --file F [--ctx N] [--stride S] [--max-tokens N]\n"
@@ -36,6 +67,8 @@ static void usage(FILE *f) {
             "                  each window scores only the tokens no earlier window scored\n"
             "  --max-tokens N  evaluate only the first N tokens of the file\n"
             "  --json          one JSON object on stdout instead of the text lines\n"
+            "  --kv-cache-dtype T   evaluate with the KV cache the server would keep in T (bf16,\n"
+            "                  fp8_e4m3, ...); without it the cache is fp32 (exact)\n"
             "  --explain       print the resolution story first\n\n");
     mr_options_print_help(f);
 }
@@ -100,6 +133,8 @@ int mr_cmd_perplexity(int argc, char **argv) {
     mr_tok_ids ids = {0};
     char *text = NULL;
     float *logits = NULL;
+    int32_t *blocks = NULL;
+    int64_t *rows = NULL;
     long ctx = 512, stride = 0, max_tokens = 0;
     bool json = false, explain = false;
     const char *file = NULL, *flag = cmd;
@@ -177,8 +212,10 @@ int mr_cmd_perplexity(int argc, char **argv) {
     rc = 1;
     uint64_t t0 = mr_now_ns();
     int64_t wctx = ctx < N ? ctx : N;
-    mr_model_opts mo = {.exec = x, .max_batch = 1, .max_ctx = wctx, .max_tokens = wctx < 512 ? wctx : 512,
-                        .progress = !json};
+    const bool paged = mr_options_is_explicit(&o, MR_OPT_KV_CACHE_DTYPE); /* the served cache, else fp32 */
+    const int32_t nb = (int32_t)((wctx + MR_KV_BLOCK_TOKENS - 1) / MR_KV_BLOCK_TOKENS);
+    mr_model_opts mo = {.exec = x, .max_batch = paged ? 0 : 1, .max_ctx = wctx, .max_tokens = wctx < 512 ? wctx : 512,
+                        .kv_blocks = paged ? nb : 0, .kv_dtype = x->kv_dtype, .progress = !json};
     if (mr_model_open(dir, &mo, &m)) {
         mr_cli_fail(cmd, "cannot load the model");
         goto out;
@@ -190,13 +227,19 @@ int mr_cmd_perplexity(int argc, char **argv) {
         rc = 2;
         goto out;
     }
+    const char *kvname = paged ? mr_kv_dtype_name(x->kv_dtype) : "fp32";
     if (!json)
-        printf("loaded: %lld layers, %lld experts top-%lld, runner %s (%s), kernels %s, %.2f s\n",
+        printf("loaded: %lld layers, %lld experts top-%lld, runner %s (%s), kernels %s, KV cache %s%s, %.2f s\n",
                (long long)c->n_layers, (long long)c->n_experts, (long long)c->top_k, mr_model_runner_name(m),
-               mr_act_mode_name(mr_model_act_mode(m)), mr_kernels_get()->isa, (double)(mr_now_ns() - t0) * 1e-9);
+               mr_act_mode_name(mr_model_act_mode(m)), mr_kernels_get()->isa, kvname,
+               paged ? " (paged, as served)" : " (exact)", (double)(mr_now_ns() - t0) * 1e-9);
     int64_t V = c->vocab;
     logits = malloc((size_t)wctx * (size_t)V * sizeof(float));
-    if (!logits) {
+    if (paged) {
+        blocks = malloc((size_t)nb * sizeof(int32_t));
+        rows = malloc((size_t)mr_model_max_tokens(m) * sizeof(int64_t));
+    }
+    if (!logits || (paged && (!blocks || !rows))) {
         fprintf(stderr, "moerun perplexity: out of memory\n");
         goto out;
     }
@@ -207,10 +250,9 @@ int mr_cmd_perplexity(int argc, char **argv) {
     for (int64_t b = 0; prev_end < N; b += stride) {
         int64_t end = b + wctx < N ? b + wctx : N;
         int64_t n = end - b;
-        int seq = 0;
-        mr_model_seq_reset(m, 0);
-        mr_batch bt = {.n_seq = 1, .seq = &seq, .n_tok = &n, .tokens = ids.ids + b, .all_logits = true};
-        if (mr_model_forward(m, &bt, logits)) {
+        const mr_status fs = paged ? forward_paged(m, ids.ids + b, n, nb, blocks, rows, V, logits)
+                                   : forward_contiguous(m, ids.ids + b, n, logits);
+        if (fs) {
             mr_cli_fail(cmd, "forward failed");
             goto out;
         }
@@ -253,6 +295,8 @@ bad:
     rc = 2;
 out:
     free(logits);
+    free(blocks);
+    free(rows);
     mr_model_close(m);
     mr_tok_ids_free(&ids);
     mr_tokenizer_free(tok);

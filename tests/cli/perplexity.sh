@@ -8,6 +8,10 @@
 #   - quantization quality: the bf16 model quantized here by `moerun
 #     quantize` to FP8 (w8a8) and NVFP4 (w4a16, w4a4), perplexity at most
 #     1%, 3% and 5% above bf16 (the quantized folders carry the tokenizer);
+#   - the KV cache: --kv-cache-dtype fp32 (the paged pool the server keeps)
+#     gives the default's (the contiguous fp32 cache's) perplexity exactly, the
+#     same arithmetic; bf16, fp8_e4m3 and fp8_e5m2 within 0.1%, 0.5% and 2% of
+#     it (each a different number: the pool really holds that type);
 #   - bad input exits 2 with a message: missing / empty / invalid UTF-8 file,
 #     stride > ctx, a folder without tokenizer.json, unknown options.
 set -u
@@ -53,7 +57,20 @@ check "fp8 w8a8" "$SCRATCH/fp8" w8a8 1
 check "nvfp4 w4a16" "$SCRATCH/nvfp4" w4a16 3
 check "nvfp4 w4a4" "$SCRATCH/nvfp4" w4a4 5
 
-# 3. bad input
+# 3. the KV cache's type
+p32=$(ppl "$M" --kv-cache-dtype fp32 | field perplexity)
+[ "$p32" = "$bf16" ] || fail "--kv-cache-dtype fp32: perplexity $p32, the contiguous cache's $bf16"
+seen=" $bf16 "
+for t in bf16:0.1 fp8_e4m3:0.5 fp8_e5m2:2; do
+    p=$(ppl "$M" --kv-cache-dtype "${t%%:*}" | field perplexity)
+    awk -v n="${t%%:*}" -v p="$p" -v b="$bf16" -v l="${t##*:}" 'BEGIN {
+        d = 100 * (p / b - 1); printf "KV %-9s ppl %9.4f  %+7.3f%% vs the fp32 cache (limit %s%%)\n", n, p, d, l
+        exit !(p > 0 && (d < 0 ? -d : d) <= l) }' || fail "KV ${t%%:*}: perplexity $p is more than ${t##*:}% off $bf16"
+    case "$seen" in *" $p "*) fail "KV ${t%%:*}: perplexity $p equals another cache type's";; esac
+    seen="$seen$p "
+done
+
+# 4. bad input
 expect2() { # WHAT PATTERN ARGS...
     local what=$1 pat=$2
     shift 2
