@@ -78,23 +78,28 @@ float tu_normal(tu_rng *r) {
 }
 
 /* MOERUN_TEST_ISA = a level, optionally "+" CPU extensions a level's filler
- * may take (mr_kernels.flags), e.g. "avx2+avx-vnni", "avx512+avx512bf16";
+ * may take (mr_kernels.flags), e.g. "avx2+avx-vnni", "avx512+avx512bf16",
+ * "avx512+avx512bf16+amx" (mr_cpu_parse_mask's names, '+' between them);
  * without them the run hides those extensions, so "avx2" tests the AVX2
  * kernels alone and "avx512" the AVX-512 level's FMA pair dots. */
 void tu_isa_begin(const char *suite) {
     const char *want = getenv("MOERUN_TEST_ISA");
     if (want == NULL || *want == 0) return;
-    const uint32_t extensions = MR_CPU_AVXVNNI | MR_CPU_AVX512BF16;
+    const uint32_t extensions = MR_CPU_AVXVNNI | MR_CPU_AVX512BF16 | MR_CPU_AMX_TILE | MR_CPU_AMX_BF16 | MR_CPU_AMX_INT8;
     const char *plus = strchr(want, '+');
     const size_t ln = plus ? (size_t)(plus - want) : strlen(want);
+    char exts[64] = ""; /* the extensions after the level, '+' between them */
+    if (plus && strlen(plus + 1) < sizeof exts)
+        for (size_t i = 0; plus[1 + i]; i++) exts[i] = plus[1 + i] == '+' ? ',' : plus[1 + i];
     uint32_t ext = 0;
     int level = -1;
     for (int i = 0; i < MR_ISA_COUNT; i++) {
         const char *nm = mr_kernel_isa_name((mr_kernel_isa)i);
         if (strlen(nm) == ln && !strncmp(want, nm, ln)) level = i;
     }
-    if (level < 0 || (plus && (mr_cpu_parse_mask(plus + 1, &ext) != MR_OK || (ext & ~extensions) || !ext))) {
-        fprintf(stderr, "%s: MOERUN_TEST_ISA=%s is not a kernel level (with optional +avx-vnni or +avx512bf16)\n", suite, want);
+    if (level < 0 || (plus && (mr_cpu_parse_mask(exts, &ext) != MR_OK || (ext & ~extensions) || !ext))) {
+        fprintf(stderr, "%s: MOERUN_TEST_ISA=%s is not a kernel level (with optional +avx-vnni, +avx512bf16, +amx)\n", suite,
+                want);
         exit(2);
     }
     const mr_cpu_info *ci = mr_cpu();

@@ -227,13 +227,15 @@ typedef void (*mr_kern_rows_fn)(const mr_qmatrix *W, int64_t n0, int64_t nr, con
 /* The instruction a kernel's inner loop runs (the ceilings' probes, below):
  * vfmadd231ps (ymm or zmm, by the table's ISA), vdpbf16ps zmm, vpdpbusd zmm,
  * vpmaddubsw ymm, vpdpbusd ymm (AVX-VNNI, VEX-encoded: the AVX2 table's int8
- * kernel where the CPU has it). */
+ * kernel where the CPU has it), tdpbf16ps (AMX-BF16: 16x16 fp32 outputs over
+ * 32 bf16 k an instruction). */
 typedef enum {
     MR_PROBE_FMA = 0,
     MR_PROBE_DPBF16 = 1,
     MR_PROBE_DPBUSD = 2,
     MR_PROBE_MADDUBS = 3,
-    MR_PROBE_DPBUSD_YMM = 4
+    MR_PROBE_DPBUSD_YMM = 4,
+    MR_PROBE_TDPBF16 = 5 /* AMX-BF16 tdpbf16ps (the AVX-512 table's FP8 kernel where the CPU has it) */
 } mr_probe_instr;
 /* true for the integer instructions (their rate is counted in G OP/s, not GFLOP/s) */
 bool mr_probe_instr_is_int(mr_probe_instr which);

@@ -477,6 +477,19 @@ static mr_status pass_platform(mr_resolution *r) {
                            "FMAs, odd product first as vdpbf16ps adds them");
         if (s != MR_OK) return s;
     }
+    const uint32_t amx = MR_CPU_AMX_TILE | MR_CPU_AMX_BF16;
+    if (r->w.isa == MR_ISA_AVX512 && (r->w.cpu_flags & amx) == amx) {
+        mr_kernels k; /* the table these flags build: it asks Linux for the tile state */
+        mr_kernels_init(&k, r->w.cpu_flags);
+        s = strstr(k.uk_gemm[MR_UK_FP8_BF16].name, "_amx_")
+                ? mr__decl(r, MR_DECL_NOTE, SRC, "kernel_isa", "avx512",
+                           "with amx-bf16: the FP8 experts run on AMX tiles (tdpbf16ps) at every token count, so a "
+                           "token's sums do not depend on its batch (MOERUN_CPU_MASK=amx gives the kernels without AMX)")
+                : mr__decl(r, MR_DECL_NOTE, SRC, "kernel_isa", "avx512",
+                           "amx-bf16 detected, but Linux refused this process the AMX tile state (arch_prctl "
+                           "ARCH_REQ_XCOMP_PERM): the FP8 experts run without AMX");
+        if (s != MR_OK) return s;
+    }
     /* the prospective transport for the capability checks that follow: explicit, else mpi when a
      * launcher started several ranks, else none */
     r->w.a2a = MR_A2A_NONE;

@@ -34,6 +34,10 @@ void mr__uk_fill_avx2(mr_kernels *k);
 void mr__uk_fill_avx2vnni(mr_kernels *k); /* over mr__uk_fill_avx2 where k->flags hold AVX-VNNI */
 void mr__uk_fill_avx512(mr_kernels *k); /* needs AVX512 VNNI and VBMI too */
 void mr__uk_fill_avx512bf16(mr_kernels *k); /* over it, where the flags hold AVX512-BF16 */
+/* over those, where the flags hold AMX-TILE and AMX-BF16 and mr__amx_ready(): the FP8 kernel on tdpbf16ps */
+void mr__uk_fill_avx512amx(mr_kernels *k);
+bool mr__amx_ready(void); /* Linux granted this process the AMX tile data state (asked once) */
+double mr__probe_tdpbf16_amx(int64_t iters);
 /* scalar decoders of the packed layouts (pack.c), every pack of the format:
  * E4M3 values of 128 k [128][16]; E2M1 values of 16-k block j [16][16] and
  * the 16 row scales; bf16 pairs g0..g0+ng-1 as [2*ng][16]. */

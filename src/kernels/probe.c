@@ -97,6 +97,8 @@ static probe_fn peak_fn(mr_probe_instr which, double *ops, const char **name) {
         return *ops = 12 * 32 * 2, *name = "vpmaddubsw ymm", mr__probe_maddubs_avx2;
     if (which == MR_PROBE_DPBUSD_YMM && k->level == MR_ISA_AVX2 && (f & MR_CPU_AVXVNNI))
         return *ops = 12 * 32 * 2, *name = "vpdpbusd ymm", mr__probe_dpbusd_avx2vnni;
+    if (which == MR_PROBE_TDPBF16 && a512 && (f & MR_CPU_AMX_BF16) && mr__amx_ready())
+        return *ops = 4 * 16 * 16 * 32 * 2, *name = "tdpbf16ps (AMX)", mr__probe_tdpbf16_amx;
     return NULL;
 }
 

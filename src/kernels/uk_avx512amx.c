@@ -1,0 +1,163 @@
+/* uk_avx512amx.c — the AVX-512 level's FP8 kernel on AMX-BF16 (Intel Xeon
+ * since Sapphire Rapids), which this file alone is compiled for
+ * (CMakeLists.txt: *_avx512amx.c). isa.c installs it over the level's FP8
+ * gemv and gemm where the table's CPU flags hold AMX-TILE and AMX-BF16 and
+ * Linux grants the process the tile data state (mr__amx_ready).
+ *
+ * One kernel for every token count, so that a token's sums do not depend on
+ * how many other tokens share its expert (test_engine's batch invariance):
+ * AMX's tdpbf16ps gives each output row the same bits whatever the tile's row
+ * count (checked in tests/test_kernels.c), while its sum order is its own (it
+ * matches neither vdpbf16ps's pair order nor one rounding per product; within
+ * ~8 ulp of the magnitude over a 32-k step, measured against double sums).
+ *
+ * Per 128-k block of the tile: the 32 E4M3 lines are widened to bf16 pairs
+ * with the level's decode (fp8_line_bf16), whose output is the B-tile layout
+ * as it is (a line's z0 / z1: the 16 rows' (k, k+1) pairs of two consecutive
+ * k pairs), into 4 KiB of scratch: four B tiles of 16 pair rows x 16 rows.
+ * The tokens' bf16 x rows are the A tiles, read in place (16 tokens x 32 k, the
+ * row stride ldx). Each block of up to 16 tokens: C = 0, four tdpbf16ps, C
+ * stored to scratch, then y = C * s or y + C * s with the level's fp8 epilogue
+ * (s: the block multiplier times the token's w8a8 scale). The block scale
+ * keeps the sums per 128 k, as in every FP8 kernel. */
+#define _DEFAULT_SOURCE /* syscall() */
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* uk_avx512.h's pair-dot bodies are not used here; DP only has to compile */
+#define DP(acc, w, xv) _mm512_add_ps(_mm512_add_ps((acc), _mm512_castsi512_ps(w)), (xv))
+#include "kernels/uk_avx512.h"
+
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+bool mr__amx_ready(void) {
+    static int state; /* 0 unknown, 1 granted, -1 refused; the request is idempotent */
+    int s = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
+    if (s == 0) {
+        s = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0 ? 1 : -1;
+        __atomic_store_n(&state, s, __ATOMIC_RELEASE);
+    }
+    return s == 1;
+}
+
+/* the tile palette 1 configuration (Intel SDM, LDTILECFG) */
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_cfg;
+
+/* tmm0 C of a 16-token block, tmm1 C of the last (tail) block, tmm2 / tmm3
+ * their A tiles, tmm4-7 the block's four B tiles (k 0-31, ..., 96-127) */
+static void amx_config(int tail) {
+    amx_cfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int i = 0; i < 8; i++) c.colsb[i] = 64, c.rows[i] = 16;
+    c.rows[1] = c.rows[3] = (uint8_t)(tail ? tail : 16);
+    _tile_loadconfig(&c);
+}
+
+/* C tile -> the fp8 epilogue for M tokens (M constant for the unrolled store) */
+INL void amx_epilogue(const float *c, float s0, const float *xs, int64_t ldxs, int64_t kb, float *y, int64_t ldy,
+                      int first, const int M) {
+    __m512 acc[MT16];
+    #pragma GCC unroll 16
+    for (int m = 0; m < M; m++) acc[m] = _mm512_load_ps(c + 16 * m);
+    fp8_gemm_store(acc, s0, xs, ldxs, kb, y, ldy, first, M);
+}
+
+static void uk_fp8_bf16_amx(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                            void *scratch) {
+    const fp8_lut lut = fp8_lut_load();
+    const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
+    const float *bs = W->tscale + t * (W->Kp / 128);
+    __m512i *b = (__m512i *)scratch;               /* 4 B tiles: 4 KiB */
+    float *c = (float *)((char *)scratch + 4096); /* one C tile: 1 KiB */
+    const int64_t full = M / 16, tail = M % 16, sx = a->ldx * (int64_t)sizeof(uint16_t);
+    const uint16_t *x = (const uint16_t *)a->x;
+    amx_config((int)tail);
+    for (int64_t kb = 0; kb < W->Kp / 128; kb++) {
+        const uint8_t *p = tile + kb * 2048;
+        for (int g = 0; g < 32; g++) {
+            __m512i z0, z1;
+            PF_FP8(p + g * 64);
+            fp8_line_bf16(&lut, p + g * 64, &z0, &z1, 0);
+            _mm512_store_si512(b + 2 * g, z0);
+            _mm512_store_si512(b + 2 * g + 1, z1);
+        }
+        _tile_loadd(4, b, 64);
+        _tile_loadd(5, b + 16, 64);
+        _tile_loadd(6, b + 32, 64);
+        _tile_loadd(7, b + 48, 64);
+        for (int64_t blk = 0; blk <= full; blk++) {
+            const int64_t m0 = blk * 16;
+            if (m0 >= M) break;
+            const uint16_t *xm = x + m0 * a->ldx + kb * 128;
+            const float *xsm = a->xs ? a->xs + m0 * a->ldxs : NULL;
+            float *ym = y + m0 * ldy;
+            if (blk < full) {
+                _tile_zero(0);
+                _tile_loadd(2, xm, sx);
+                _tile_dpbf16ps(0, 2, 4);
+                _tile_loadd(2, xm + 32, sx);
+                _tile_dpbf16ps(0, 2, 5);
+                _tile_loadd(2, xm + 64, sx);
+                _tile_dpbf16ps(0, 2, 6);
+                _tile_loadd(2, xm + 96, sx);
+                _tile_dpbf16ps(0, 2, 7);
+                _tile_stored(0, c, 64);
+                amx_epilogue(c, bs[kb], xsm, a->ldxs, kb, ym, ldy, kb == 0, 16);
+            } else {
+                _tile_zero(1);
+                _tile_loadd(3, xm, sx);
+                _tile_dpbf16ps(1, 3, 4);
+                _tile_loadd(3, xm + 32, sx);
+                _tile_dpbf16ps(1, 3, 5);
+                _tile_loadd(3, xm + 64, sx);
+                _tile_dpbf16ps(1, 3, 6);
+                _tile_loadd(3, xm + 96, sx);
+                _tile_dpbf16ps(1, 3, 7);
+                _tile_stored(1, c, 64);
+#define CALL(n) amx_epilogue(c, bs[kb], xsm, a->ldxs, kb, ym, ldy, kb == 0, n)
+                DISPATCH_MT16(tail, CALL)
+#undef CALL
+            }
+        }
+    }
+    _tile_release(); /* the tile state back to init: no AMX context for the OS to save */
+    apply_post(y, ldy, M, a->post * W->scale2);
+}
+
+void mr__uk_fill_avx512amx(mr_kernels *k) {
+    k->uk_gemv[MR_UK_FP8_BF16].name = k->uk_gemm[MR_UK_FP8_BF16].name = "uk_fp8_bf16_avx512_amx_16x16x128";
+    k->uk_gemv[MR_UK_FP8_BF16].fn = k->uk_gemm[MR_UK_FP8_BF16].fn = uk_fp8_bf16_amx;
+    k->uk_gemm_xw[MR_UK_FP8_BF16] = false; /* it reads the bf16 x rows in place */
+    k->uk_instr[MR_UK_FP8_BF16] = MR_PROBE_TDPBF16;
+}
+
+/* 4 C tiles, each 16 x 16 fp32 over k 32 a step: 4 * 16 * 16 * 32 * 2 ops an iteration */
+double mr__probe_tdpbf16_amx(int64_t iters) {
+    amx_config(0);
+    uint16_t ones[16 * 32] __attribute__((aligned(64)));
+    float out[16 * 16] __attribute__((aligned(64)));
+    for (int i = 0; i < 16 * 32; i++) ones[i] = 0x3F80; /* bf16 1.0 */
+    _tile_loadd(4, ones, 64);
+    _tile_loadd(5, ones, 64);
+    _tile_loadd(6, ones, 64);
+    _tile_loadd(7, ones, 64);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t it = 0; it < iters; it++) {
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, out, 64);
+    _tile_release();
+    return (double)out[0];
+}
