@@ -107,20 +107,24 @@ static void test_table_names(void **st) {
     const bool vnni = k->level == MR_ISA_AVX2 && (f & MR_CPU_AVXVNNI);
     assert_int_equal(strstr(k->uk_gemm[MR_UK_NVFP4_I8].name, "avx2vnni") != NULL, vnni);
     assert_int_equal(k->uk_instr[MR_UK_NVFP4_I8] == MR_PROBE_DPBUSD_YMM, vnni);
-    /* the AVX-512 level's FP8 kernel on AMX-BF16 (gemv and gemm alike) exactly where the flags
-     * hold AMX-TILE and AMX-BF16 and Linux has granted this process the tile data state (asked
-     * for by the table; read back here with ARCH_GET_XCOMP_PERM, bit 18 XTILEDATA) */
+    /* the AVX-512 level's FP8 and BF16 x BF16 kernels on AMX-BF16 (gemv and gemm alike) exactly
+     * where the flags hold AMX-TILE and AMX-BF16 and Linux has granted this process the tile data
+     * state (asked for by the table; read back here with ARCH_GET_XCOMP_PERM, bit 18 XTILEDATA) */
     uint64_t perm = 0;
     const bool granted = syscall(SYS_arch_prctl, 0x1022, &perm) == 0 && (perm >> 18 & 1);
     const bool amx = k->level == MR_ISA_AVX512 && (f & MR_CPU_AMX_TILE) && (f & MR_CPU_AMX_BF16) && granted;
-    assert_int_equal(strstr(k->uk_gemv[MR_UK_FP8_BF16].name, "_amx_") != NULL, amx);
-    if (k->level == MR_ISA_AVX512) /* one AMX kernel for every token count; two kernels otherwise */
-        assert_int_equal(k->uk_gemv[MR_UK_FP8_BF16].fn == k->uk_gemm[MR_UK_FP8_BF16].fn, amx);
-    assert_int_equal(k->uk_instr[MR_UK_FP8_BF16] == MR_PROBE_TDPBF16, amx);
+    const mr_uk_kind amx_kinds[] = {MR_UK_FP8_BF16, MR_UK_BF16_BF16};
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(strstr(k->uk_gemv[amx_kinds[i]].name, "_amx_") != NULL, amx);
+        if (amx) /* one AMX kernel for every token count */
+            assert_ptr_equal(k->uk_gemv[amx_kinds[i]].fn, k->uk_gemm[amx_kinds[i]].fn);
+        assert_int_equal(k->uk_instr[amx_kinds[i]] == MR_PROBE_TDPBF16, amx);
+    }
     /* the AVX-512 level's pair dots: vdpbf16ps ("bf16_avx512_") with BF16, fp32 FMAs without */
     const bool bf = k->level == MR_ISA_AVX512 && (f & MR_CPU_AVX512BF16);
     const mr_uk_kind dots[] = {MR_UK_FP8_BF16, MR_UK_NVFP4_BF16, MR_UK_BF16_BF16};
-    for (int i = amx ? 1 : 0; i < 3 && k->level == MR_ISA_AVX512; i++) {
+    for (int i = 0; i < 3 && k->level == MR_ISA_AVX512; i++) {
+        if (amx && dots[i] != MR_UK_NVFP4_BF16) continue;
         assert_int_equal(strstr(k->uk_gemv[dots[i]].name, "bf16_avx512_") != NULL, bf);
         assert_int_equal(k->uk_instr[dots[i]] == MR_PROBE_DPBF16, bf && !(dots[i] == MR_UK_FP8_BF16 &&
                                                                            (f & MR_CPU_AVX512FP16)));
@@ -440,21 +444,57 @@ static void test_fp8_fma_gemv_is_gemm(void **st) {
     fp8_same_bits(&k, FP8_GEMV, &k, FP8_GEMM, Ms, (int)(sizeof Ms / sizeof Ms[0]));
 }
 
-/* The AMX FP8 kernel gives every token the bits it gets alone: token m of a
- * call of M (any M, full 16-token tile blocks and a tail block, x rows
- * ldx = Kp + 48 apart) equals a call of that token alone, with and without
- * the w8a8 per-block multipliers, so a token's MoE output does not depend on
- * how many tokens share its expert (test_engine checks the same of whole
- * requests). SKIPPED where the process table has no AMX kernel. */
-static void test_fp8_amx_tokens_independent(void **st) {
+/* The AMX kernels give every token the bits it gets alone: token m of a call
+ * of M (any M, full 16-token tile blocks and a tail block, x rows ldx = Kp +
+ * 48 apart) equals a call of that token alone; FP8 with and without the w8a8
+ * per-block multipliers, BF16 x BF16 with K = 200 (a last k tile of 8), so a
+ * token's MoE output does not depend on how many tokens share its expert
+ * (test_engine checks the same of whole requests). SKIPPED where the process
+ * table has no AMX kernel. */
+static void amx_tokens_independent(const mr_kernels *k, mr_uk_kind kind, const mr_qmatrix *q) {
+    enum { MMAX = 40 };
+    tu_rng r = {0xA3A3};
+    const mr_qmatrix *src[1] = {q};
+    mr_pmatrix pm;
+    assert_int_equal(mr_pmatrix_pack(&pm, k->uk_pack[kind], src, 1), MR_OK);
+    const bool fp8 = kind == MR_UK_FP8_BF16;
+    const int64_t Kp = pm.Kp, ldx = Kp + 48, nb = fp8 ? Kp / 128 : 1;
+    uint16_t *x = calloc((size_t)(MMAX * ldx), sizeof(uint16_t));
+    float *xs = malloc(sizeof(float) * (size_t)(MMAX * nb));
+    for (int64_t m = 0; m < MMAX; m++)
+        for (int64_t i = 0; i < q->cols; i++) x[m * ldx + i] = mr_f32_to_bf16(tu_normal(&r) * (m % 3 ? 1.0f : 300.0f));
+    for (int64_t i = 0; i < MMAX * nb; i++) xs[i] = 0.25f + tu_uniform(&r);
+    float *y = malloc(sizeof(float) * MMAX * 16), y1[16];
+    void *scratch = mr_aligned_alloc(64, MR_UK_SCRATCH);
+    const int64_t Ms[] = {1, 2, 5, 15, 16, 17, 31, 33, MMAX};
+    for (int w8a8 = 0; w8a8 < (fp8 ? 2 : 1); w8a8++)
+        for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++)
+            for (int64_t t = 0; t < pm.n_tiles; t++) {
+                const int64_t M = Ms[mi];
+                mr_uk_act a = {.x = x, .ldx = ldx, .xs = w8a8 ? xs : NULL, .ldxs = nb, .post = 1.0f};
+                k->uk_gemm[kind].fn(&pm, t, &a, M, y, 16, scratch);
+                for (int64_t m = 0; m < M; m++) {
+                    mr_uk_act a1 = {.x = x + m * ldx, .ldx = ldx, .xs = w8a8 ? xs + m * nb : NULL, .ldxs = nb, .post = 1.0f};
+                    k->uk_gemv[kind].fn(&pm, t, &a1, 1, y1, 16, scratch);
+                    if (memcmp(y1, y + m * 16, sizeof y1))
+                        fail_msg("%s: tile %lld token %lld of %lld (w8a8 %d) differs from the token alone",
+                                 k->uk_gemm[kind].name, (long long)t, (long long)m, (long long)M, w8a8);
+                }
+            }
+    mr_pmatrix_free(&pm);
+    mr_aligned_free(scratch);
+    free(x), free(xs), free(y);
+}
+
+static void test_amx_tokens_independent(void **st) {
     (void)st;
     const mr_kernels *k = mr_kernels_get();
     if (!strstr(k->uk_gemm[MR_UK_FP8_BF16].name, "_amx_")) {
         print_message("SKIPPED: this host (or MOERUN_CPU_MASK) has no AMX-BF16 kernel\n");
         skip();
     }
-    enum { N = 32, K = 384, MMAX = 40 };
-    tu_rng r = {0xA3A3};
+    enum { N = 32, K = 384, KB = 200 };
+    tu_rng r = {0xA3A4};
     uint8_t *codes = malloc((size_t)N * K);
     float scale[(N / 128 + 1) * (K / 128)];
     for (int64_t i = 0; i < (int64_t)N * K; i++) {
@@ -463,35 +503,12 @@ static void test_fp8_amx_tokens_independent(void **st) {
     }
     for (size_t i = 0; i < sizeof scale / sizeof scale[0]; i++) scale[i] = 0.001f + tu_uniform(&r);
     mr_qmatrix q = {.fmt = MR_FMT_FP8_BLOCK, .rows = N, .cols = K, .data = codes, .scale = scale, .scale2 = 1.0f};
-    const mr_qmatrix *src[1] = {&q};
-    mr_pmatrix pm;
-    assert_int_equal(mr_pmatrix_pack(&pm, k->uk_pack[MR_UK_FP8_BF16], src, 1), MR_OK);
-    const int64_t Kp = pm.Kp, ldx = Kp + 48, nb = Kp / 128;
-    uint16_t *x = calloc((size_t)(MMAX * ldx), sizeof(uint16_t));
-    float *xs = malloc(sizeof(float) * (size_t)(MMAX * nb));
-    for (int64_t m = 0; m < MMAX; m++)
-        for (int64_t i = 0; i < K; i++) x[m * ldx + i] = mr_f32_to_bf16(tu_normal(&r) * (m % 3 ? 1.0f : 300.0f));
-    for (int64_t i = 0; i < MMAX * nb; i++) xs[i] = 0.25f + tu_uniform(&r);
-    float *y = malloc(sizeof(float) * MMAX * 16), y1[16];
-    void *scratch = mr_aligned_alloc(64, MR_UK_SCRATCH);
-    const int64_t Ms[] = {1, 2, 5, 15, 16, 17, 31, 33, MMAX};
-    for (int w8a8 = 0; w8a8 < 2; w8a8++)
-        for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++)
-            for (int64_t t = 0; t < pm.n_tiles; t++) {
-                const int64_t M = Ms[mi];
-                mr_uk_act a = {.x = x, .ldx = ldx, .xs = w8a8 ? xs : NULL, .ldxs = nb, .post = 1.0f};
-                k->uk_gemm[MR_UK_FP8_BF16].fn(&pm, t, &a, M, y, 16, scratch);
-                for (int64_t m = 0; m < M; m++) {
-                    mr_uk_act a1 = {.x = x + m * ldx, .ldx = ldx, .xs = w8a8 ? xs + m * nb : NULL, .ldxs = nb, .post = 1.0f};
-                    k->uk_gemv[MR_UK_FP8_BF16].fn(&pm, t, &a1, 1, y1, 16, scratch);
-                    if (memcmp(y1, y + m * 16, sizeof y1))
-                        fail_msg("%s: tile %lld token %lld of %lld (w8a8 %d) differs from the token alone",
-                                 k->uk_gemm[MR_UK_FP8_BF16].name, (long long)t, (long long)m, (long long)M, w8a8);
-                }
-            }
-    mr_pmatrix_free(&pm);
-    mr_aligned_free(scratch);
-    free(codes), free(x), free(xs), free(y);
+    amx_tokens_independent(k, MR_UK_FP8_BF16, &q);
+    uint16_t *wb = malloc(sizeof(uint16_t) * N * KB);
+    for (int64_t i = 0; i < (int64_t)N * KB; i++) wb[i] = mr_f32_to_bf16(tu_normal(&r));
+    mr_qmatrix qb = {.fmt = MR_FMT_BF16, .rows = N, .cols = KB, .data = wb, .scale2 = 1.0f};
+    amx_tokens_independent(k, MR_UK_BF16_BF16, &qb);
+    free(codes), free(wb);
 }
 
 /* The pair-dot kernels of the AVX-512 level on fp32 FMAs against the same
@@ -1230,7 +1247,7 @@ int main(void) {
         cmocka_unit_test(test_nvfp4_i8_vnni_bit_identical),
         cmocka_unit_test(test_fp8_fma_gemm_bit_identical),
         cmocka_unit_test(test_fp8_fma_gemv_is_gemm),
-        cmocka_unit_test(test_fp8_amx_tokens_independent),
+        cmocka_unit_test(test_amx_tokens_independent),
         cmocka_unit_test(test_avx512_fma_dot_bit_identical),
         cmocka_unit_test(test_attention_kernels),
         cmocka_unit_test(test_matmul),

@@ -1,7 +1,7 @@
-/* uk_avx512amx.c — the AVX-512 level's FP8 kernel on AMX-BF16 (Intel Xeon
- * since Sapphire Rapids), which this file alone is compiled for
- * (CMakeLists.txt: *_avx512amx.c). isa.c installs it over the level's FP8
- * gemv and gemm where the table's CPU flags hold AMX-TILE and AMX-BF16 and
+/* uk_avx512amx.c — the AVX-512 level's FP8 and BF16 x BF16 kernels on
+ * AMX-BF16 (Intel Xeon since Sapphire Rapids), which this file alone is
+ * compiled for (CMakeLists.txt: *_avx512amx.c). isa.c installs them over the
+ * level's gemv and gemm of those kinds where the table's CPU flags hold AMX-TILE and AMX-BF16 and
  * Linux grants the process the tile data state (mr__amx_ready).
  *
  * One kernel for every token count, so that a token's sums do not depend on
@@ -48,7 +48,7 @@ typedef struct {
     uint8_t rows[16];
 } amx_cfg;
 
-/* tmm0 C of a 16-token block, tmm1 C of the last (tail) block, tmm2 / tmm3
+/* the FP8 kernel's tiles: tmm0 C of a 16-token block, tmm1 C of the last (tail) block, tmm2 / tmm3
  * their A tiles, tmm4-7 the block's four B tiles (k 0-31, ..., 96-127) */
 static void amx_config(int tail) {
     amx_cfg c;
@@ -130,11 +130,76 @@ static void uk_fp8_bf16_amx(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, 
     apply_post(y, ldy, M, a->post * W->scale2);
 }
 
+/* the 16 lines of a B tile, PFD ahead (L2) */
+INL void pf_tile(const uint8_t *p) {
+    #pragma GCC unroll 16
+    for (int l = 0; l < 1024; l += 64) PF(p + l);
+}
+
+/* BF16_BF16 (w16a16): the pack's pair rows (16 rows x (k, k+1) a row, 64 bytes) are B tiles as
+ * they lie, 1 KiB per 32 k, so nothing is decoded: per block of up to 16 tokens, C = 0, one
+ * tdpbf16ps per 32 k (the last Kp % 32 on tiles of that width), C stored into y. */
+static void uk_bf16_bf16_amx(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                             void *scratch) {
+    (void)scratch;
+    const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
+    const int64_t K32 = W->Kp / 32 * 32, kt = W->Kp - K32, tail = M % 16;
+    const int64_t sx = a->ldx * (int64_t)sizeof(uint16_t), sy = ldy * (int64_t)sizeof(float);
+    /* tmm0-4 as the FP8 kernel; the last kt k: tmm5 B (kt / 2 pair rows), tmm6 / tmm7 A of a full
+     * / the tail token block (kt bf16 a row) */
+    amx_cfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int i = 0; i < 8; i++) c.colsb[i] = 64, c.rows[i] = 16;
+    c.rows[1] = c.rows[3] = c.rows[7] = (uint8_t)(tail ? tail : 16);
+    c.rows[5] = (uint8_t)(kt ? kt / 2 : 16);
+    c.colsb[6] = c.colsb[7] = (uint16_t)(kt ? kt * 2 : 64);
+    _tile_loadconfig(&c);
+    const uint16_t *x = (const uint16_t *)a->x;
+    for (int64_t m0 = 0; m0 < M; m0 += 16) {
+        const uint16_t *xm = x + m0 * a->ldx;
+        if (m0 + 16 <= M) {
+            _tile_zero(0);
+            for (int64_t k0 = 0; k0 < K32; k0 += 32) {
+                pf_tile(tile + k0 * 32);
+                _tile_loadd(2, xm + k0, sx);
+                _tile_loadd(4, tile + k0 * 32, 64);
+                _tile_dpbf16ps(0, 2, 4);
+            }
+            if (kt) {
+                _tile_loadd(6, xm + K32, sx);
+                _tile_loadd(5, tile + K32 * 32, 64);
+                _tile_dpbf16ps(0, 6, 5);
+            }
+            _tile_stored(0, y + m0 * ldy, sy);
+        } else {
+            _tile_zero(1);
+            for (int64_t k0 = 0; k0 < K32; k0 += 32) {
+                pf_tile(tile + k0 * 32);
+                _tile_loadd(3, xm + k0, sx);
+                _tile_loadd(4, tile + k0 * 32, 64);
+                _tile_dpbf16ps(1, 3, 4);
+            }
+            if (kt) {
+                _tile_loadd(7, xm + K32, sx);
+                _tile_loadd(5, tile + K32 * 32, 64);
+                _tile_dpbf16ps(1, 7, 5);
+            }
+            _tile_stored(1, y + m0 * ldy, sy);
+        }
+    }
+    _tile_release();
+    apply_post(y, ldy, M, a->post * W->scale2);
+}
+
 void mr__uk_fill_avx512amx(mr_kernels *k) {
     k->uk_gemv[MR_UK_FP8_BF16].name = k->uk_gemm[MR_UK_FP8_BF16].name = "uk_fp8_bf16_avx512_amx_16x16x128";
     k->uk_gemv[MR_UK_FP8_BF16].fn = k->uk_gemm[MR_UK_FP8_BF16].fn = uk_fp8_bf16_amx;
     k->uk_gemm_xw[MR_UK_FP8_BF16] = false; /* it reads the bf16 x rows in place */
-    k->uk_instr[MR_UK_FP8_BF16] = MR_PROBE_TDPBF16;
+    k->uk_gemv[MR_UK_BF16_BF16].name = k->uk_gemm[MR_UK_BF16_BF16].name = "uk_bf16_bf16_avx512_amx_16x16x32";
+    k->uk_gemv[MR_UK_BF16_BF16].fn = k->uk_gemm[MR_UK_BF16_BF16].fn = uk_bf16_bf16_amx;
+    k->uk_gemm_xw[MR_UK_BF16_BF16] = false;
+    k->uk_instr[MR_UK_FP8_BF16] = k->uk_instr[MR_UK_BF16_BF16] = MR_PROBE_TDPBF16;
 }
 
 /* 4 C tiles, each 16 x 16 fp32 over k 32 a step: 4 * 16 * 16 * 32 * 2 ops an iteration */
