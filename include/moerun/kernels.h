@@ -245,7 +245,10 @@ typedef struct {
     const char *isa;     /* its name */
     uint32_t flags;      /* the CPU features it was built from: a level's filler may take an
                             extension of its own ISA that no level requires (AVX-VNNI on the
-                            AVX2 level) where these hold it; results do not depend on it */
+                            AVX2 level, AVX512-BF16 and AMX on the AVX-512 one) where these hold
+                            it; results are the same within the kernels' fp32 sum order (the
+                            integer ones and the BF16 pair dots away from denormals: the same
+                            bits; AMX: its own order) */
     struct {
         const char *name;
         mr_kern_decode_fn fn;
