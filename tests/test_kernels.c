@@ -1121,8 +1121,9 @@ static void test_act_prepare_bit_exact(void **st) {
 static void test_matmul_many_tokens(void **st) {
     (void)st;
     const mr_format fmts[] = {MR_FMT_BF16, MR_FMT_FP8_BLOCK};
-    /* {21, 150}: K % 16 != 0 (the small-M blocks' scalar tail, and no blocked form) */
-    const int64_t shapes[][2] = {{50, 400}, {144, 272}, {19, 48}, {27, 4096}, {21, 150}};
+    /* {21, 150}: K % 16 != 0 (the small-M blocks' scalar tail, and no blocked form); {40, 160}:
+     * FP8 with a last scale group of 32 columns; {33, 544}: a last blocked column block of 32 */
+    const int64_t shapes[][2] = {{50, 400}, {144, 272}, {19, 48}, {27, 4096}, {21, 150}, {40, 160}, {33, 544}};
     /* 2-7: the small-M register blocks of up to 7 tokens; 8+: the blocked forms */
     const int64_t Ms[] = {2, 3, 4, 5, 6, 7, 8, 13, 70};
     enum { MAXM = 70, MAXN = 144, MAXK = 4096 };
