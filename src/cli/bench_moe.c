@@ -484,8 +484,13 @@ static void print_targets(const moe_opts *o, const ceilings *c, const targets *t
         printf("  decode T=32 bandwidth      %5.1f%%  (target >= 80%%, unique experts)%s\n", 100 * tg->t32_bw,
                tg->t32_bw >= 0.8 ? "" : "  NOT MET");
     if (tg->pf_peak >= 0)
+    {
         printf("  prefill T>=512 of %-14s %5.1f%%  (target >= 60%%)%s\n", c->instr, 100 * tg->pf_peak,
                tg->pf_peak >= 0.6 ? "" : "  NOT MET");
+        if (strstr(c->instr, "AMX")) /* bench/README.md "AMX: the FP8 and BF16 expert kernels on tiles" */
+            printf("    (AMX: a tile op does 16x16x32 multiply-adds, while at ~16 tokens an expert a decoded weight\n"
+                   "     feeds 16: the weights' bytes and decode bound the kernel, see its bw%% at T=512 above)\n");
+    }
     if (tg->scale_min >= 0)
         printf("  scaling %d vs 1 thread, T>=32 %5.2fx  (target >= 1.8x)%s\n", c->nthr, tg->scale_min,
                tg->scale_min >= 1.8 ? "" : "  NOT MET");
