@@ -147,6 +147,21 @@ INL void fp8_line_bf16(const fp8_lut *t, const uint8_t *p, __m512i *z0, __m512i 
     *z1 = _mm512_unpackhi_epi8(lo, hi);
 }
 
+/* a 128-k block's 32 lines -> 64 bf16-pair vectors at b (4 KiB: the gemm kernels' L1 copy, and
+ * AMX's four B tiles), each line prefetched PF (l1 = 0) or PF_FP8 (l1 = 1) ahead */
+INL void fp8_block_pairs(const fp8_lut *t, const uint8_t *p, __m512i *b, const int l1) {
+    for (int g = 0; g < 32; g++) {
+        __m512i z0, z1;
+        if (l1)
+            PF_FP8(p + g * 64);
+        else
+            PF(p + g * 64);
+        fp8_line_bf16(t, p + g * 64, &z0, &z1, 0);
+        _mm512_store_si512(b + 2 * g, z0);
+        _mm512_store_si512(b + 2 * g + 1, z1);
+    }
+}
+
 /* a 128-k block's sums of M tokens into y: y = acc * s (the first block) or
  * y + acc * s, s the block multiplier times the token's (w8a8); the one
  * epilogue of both fp8 gemm kernels, so that their results agree bit for bit */

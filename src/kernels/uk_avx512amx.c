@@ -68,6 +68,21 @@ INL void amx_epilogue(const float *c, float s0, const float *xs, int64_t ldxs, i
     fp8_gemm_store(acc, s0, xs, ldxs, kb, y, ldy, first, M);
 }
 
+/* the block's four k tiles of 32 for one token block: C tile C, A tile A (literal operands) */
+#define FP8_BLOCK(C, A)                 \
+    do {                                \
+        _tile_zero(C);                  \
+        _tile_loadd(A, xm, sx);         \
+        _tile_dpbf16ps(C, A, 4);        \
+        _tile_loadd(A, xm + 32, sx);    \
+        _tile_dpbf16ps(C, A, 5);        \
+        _tile_loadd(A, xm + 64, sx);    \
+        _tile_dpbf16ps(C, A, 6);        \
+        _tile_loadd(A, xm + 96, sx);    \
+        _tile_dpbf16ps(C, A, 7);        \
+        _tile_stored(C, c, 64);         \
+    } while (0)
+
 static void uk_fp8_bf16_amx(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
                             void *scratch) {
     const fp8_lut lut = fp8_lut_load();
@@ -79,14 +94,7 @@ static void uk_fp8_bf16_amx(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, 
     const uint16_t *x = (const uint16_t *)a->x;
     amx_config((int)tail);
     for (int64_t kb = 0; kb < W->Kp / 128; kb++) {
-        const uint8_t *p = tile + kb * 2048;
-        for (int g = 0; g < 32; g++) {
-            __m512i z0, z1;
-            PF_FP8(p + g * 64);
-            fp8_line_bf16(&lut, p + g * 64, &z0, &z1, 0);
-            _mm512_store_si512(b + 2 * g, z0);
-            _mm512_store_si512(b + 2 * g + 1, z1);
-        }
+        fp8_block_pairs(&lut, tile + kb * 2048, b, 1);
         _tile_loadd(4, b, 64);
         _tile_loadd(5, b + 16, 64);
         _tile_loadd(6, b + 32, 64);
@@ -98,28 +106,10 @@ static void uk_fp8_bf16_amx(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, 
             const float *xsm = a->xs ? a->xs + m0 * a->ldxs : NULL;
             float *ym = y + m0 * ldy;
             if (blk < full) {
-                _tile_zero(0);
-                _tile_loadd(2, xm, sx);
-                _tile_dpbf16ps(0, 2, 4);
-                _tile_loadd(2, xm + 32, sx);
-                _tile_dpbf16ps(0, 2, 5);
-                _tile_loadd(2, xm + 64, sx);
-                _tile_dpbf16ps(0, 2, 6);
-                _tile_loadd(2, xm + 96, sx);
-                _tile_dpbf16ps(0, 2, 7);
-                _tile_stored(0, c, 64);
+                FP8_BLOCK(0, 2);
                 amx_epilogue(c, bs[kb], xsm, a->ldxs, kb, ym, ldy, kb == 0, 16);
             } else {
-                _tile_zero(1);
-                _tile_loadd(3, xm, sx);
-                _tile_dpbf16ps(1, 3, 4);
-                _tile_loadd(3, xm + 32, sx);
-                _tile_dpbf16ps(1, 3, 5);
-                _tile_loadd(3, xm + 64, sx);
-                _tile_dpbf16ps(1, 3, 6);
-                _tile_loadd(3, xm + 96, sx);
-                _tile_dpbf16ps(1, 3, 7);
-                _tile_stored(1, c, 64);
+                FP8_BLOCK(1, 3);
 #define CALL(n) amx_epilogue(c, bs[kb], xsm, a->ldxs, kb, ym, ldy, kb == 0, n)
                 DISPATCH_MT16(tail, CALL)
 #undef CALL
@@ -129,6 +119,7 @@ static void uk_fp8_bf16_amx(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, 
     _tile_release(); /* the tile state back to init: no AMX context for the OS to save */
     apply_post(y, ldy, M, a->post * W->scale2);
 }
+#undef FP8_BLOCK
 
 /* the 16 lines of a B tile, PFD ahead (L2) */
 INL void pf_tile(const uint8_t *p) {
@@ -139,6 +130,25 @@ INL void pf_tile(const uint8_t *p) {
 /* BF16_BF16 (w16a16): the pack's pair rows (16 rows x (k, k+1) a row, 64 bytes) are B tiles as
  * they lie, 1 KiB per 32 k, so nothing is decoded: per block of up to 16 tokens, C = 0, one
  * tdpbf16ps per 32 k (the last Kp % 32 on tiles of that width), C stored into y. */
+/* one token block over the whole row: C tile C, A tiles A (32 k) and AT (the last kt k); the tile
+ * numbers are the AMX intrinsics' literal operands, hence a macro */
+#define BF16_BLOCK(C, A, AT)                                   \
+    do {                                                       \
+        _tile_zero(C);                                         \
+        for (int64_t k0 = 0; k0 < K32; k0 += 32) {             \
+            pf_tile(tile + k0 * 32);                           \
+            _tile_loadd(A, xm + k0, sx);                       \
+            _tile_loadd(4, tile + k0 * 32, 64);                \
+            _tile_dpbf16ps(C, A, 4);                           \
+        }                                                      \
+        if (kt) {                                              \
+            _tile_loadd(AT, xm + K32, sx);                     \
+            _tile_loadd(5, tile + K32 * 32, 64);               \
+            _tile_dpbf16ps(C, AT, 5);                          \
+        }                                                      \
+        _tile_stored(C, y + m0 * ldy, sy);                     \
+    } while (0)
+
 static void uk_bf16_bf16_amx(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
                              void *scratch) {
     (void)scratch;
@@ -158,39 +168,15 @@ static void uk_bf16_bf16_amx(const mr_pmatrix *W, int64_t t, const mr_uk_act *a,
     const uint16_t *x = (const uint16_t *)a->x;
     for (int64_t m0 = 0; m0 < M; m0 += 16) {
         const uint16_t *xm = x + m0 * a->ldx;
-        if (m0 + 16 <= M) {
-            _tile_zero(0);
-            for (int64_t k0 = 0; k0 < K32; k0 += 32) {
-                pf_tile(tile + k0 * 32);
-                _tile_loadd(2, xm + k0, sx);
-                _tile_loadd(4, tile + k0 * 32, 64);
-                _tile_dpbf16ps(0, 2, 4);
-            }
-            if (kt) {
-                _tile_loadd(6, xm + K32, sx);
-                _tile_loadd(5, tile + K32 * 32, 64);
-                _tile_dpbf16ps(0, 6, 5);
-            }
-            _tile_stored(0, y + m0 * ldy, sy);
-        } else {
-            _tile_zero(1);
-            for (int64_t k0 = 0; k0 < K32; k0 += 32) {
-                pf_tile(tile + k0 * 32);
-                _tile_loadd(3, xm + k0, sx);
-                _tile_loadd(4, tile + k0 * 32, 64);
-                _tile_dpbf16ps(1, 3, 4);
-            }
-            if (kt) {
-                _tile_loadd(7, xm + K32, sx);
-                _tile_loadd(5, tile + K32 * 32, 64);
-                _tile_dpbf16ps(1, 7, 5);
-            }
-            _tile_stored(1, y + m0 * ldy, sy);
-        }
+        if (m0 + 16 <= M)
+            BF16_BLOCK(0, 2, 6);
+        else
+            BF16_BLOCK(1, 3, 7);
     }
     _tile_release();
     apply_post(y, ldy, M, a->post * W->scale2);
 }
+#undef BF16_BLOCK
 
 void mr__uk_fill_avx512amx(mr_kernels *k) {
     k->uk_gemv[MR_UK_FP8_BF16].name = k->uk_gemm[MR_UK_FP8_BF16].name = "uk_fp8_bf16_avx512_amx_16x16x128";

@@ -112,14 +112,7 @@ static void uk_fp8_bf16_gemm(const mr_pmatrix *W, int64_t t, const mr_uk_act *a,
     const float *bs = W->tscale + t * (W->Kp / 128);
     __m512i *b = (__m512i *)scratch; /* 16 rows x 128 k as 64 bf16-pair vectors: 4 KiB */
     for (int64_t kb = 0; kb < W->Kp / 128; kb++) {
-        const uint8_t *p = tile + kb * 2048;
-        for (int g = 0; g < 32; g++) {
-            __m512i z0, z1;
-            PF(p + g * 64);
-            fp8_line_bf16(&lut, p + g * 64, &z0, &z1, 0);
-            _mm512_store_si512(b + 2 * g, z0);
-            _mm512_store_si512(b + 2 * g + 1, z1);
-        }
+        fp8_block_pairs(&lut, tile + kb * 2048, b, 0);
         for (int64_t m0 = 0, mt; m0 < M; m0 += mt) {
             mt = token_block(M - m0, MT);
             const uint16_t *xm = (const uint16_t *)a->x + m0 * a->ldx;
