@@ -556,9 +556,10 @@ static void attn_softmax_avx2(float *s, int64_t n, float scale) {
     }
     float sum = tree8(sv);
     for (; j < n; j++) sum += s[j];
-    const __m256 inv = _mm256_set1_ps(1.0f / sum);
+    const float is = 1.0f / sum;
+    const __m256 inv = _mm256_set1_ps(is);
     for (j = 0; j + 8 <= n; j += 8) _mm256_storeu_ps(s + j, _mm256_mul_ps(_mm256_loadu_ps(s + j), inv));
-    for (; j < n; j++) s[j] *= 1.0f / sum;
+    for (; j < n; j++) s[j] *= is;
 }
 
 static void attn_qk_avx2(const float *q, int G, int D, const void *k, int64_t ldk, mr_format kvt, int nr, float *s,

@@ -60,7 +60,7 @@ typedef struct {
     float *kcache;   /* [n_layers][max_batch][max_ctx][Hkv*D] contiguous cache (NULL when max_batch is 0) */
     float *vcache;   /* [n_layers][max_batch][max_ctx][Hkv*D] */
     int64_t *len;    /* [max_batch] tokens held per slot */
-    /* paged pool: [n_layers][kv_blocks][Hkv][MR_KV_BLOCK_TOKENS][D] in kv_dtype (model.h's mr_kv_elem_bytes) */
+    /* paged pool: [n_layers][Hkv][kv_blocks][MR_KV_BLOCK_TOKENS][D] in kv_dtype (formats.h's mr_kv_elem_bytes) */
     void *kpool, *vpool;
     int64_t kv_blocks;
     mr_format kv_dtype;
