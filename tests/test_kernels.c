@@ -120,6 +120,14 @@ static void test_table_names(void **st) {
             assert_ptr_equal(k->uk_gemv[amx_kinds[i]].fn, k->uk_gemm[amx_kinds[i]].fn);
         assert_int_equal(k->uk_instr[amx_kinds[i]] == MR_PROBE_TDPBF16, amx);
     }
+    /* and the dense projections on tiles (mr_qmatrix_tiles / mr_matmul) there, and only there */
+    const mr_format dense[] = {MR_FMT_FP8_BLOCK, MR_FMT_BF16};
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(k->rows_tiles[dense[i]].fn != NULL, amx);
+        if (amx) assert_non_null(strstr(k->rows_tiles[dense[i]].name, "_amx_"));
+    }
+    assert_int_equal(k->rows_xpack != NULL, amx);
+    assert_null(k->rows_tiles[MR_FMT_NVFP4].fn);
     /* the AVX-512 level's pair dots: vdpbf16ps ("bf16_avx512_") with BF16, fp32 FMAs without */
     const bool bf = k->level == MR_ISA_AVX512 && (f & MR_CPU_AVX512BF16);
     const mr_uk_kind dots[] = {MR_UK_FP8_BF16, MR_UK_NVFP4_BF16, MR_UK_BF16_BF16};
@@ -591,10 +599,19 @@ static void check_matmul_out(const mr_qmatrix *q, const float *x, int64_t M, con
     free(row);
 }
 
+/* The matrix on the table's dense path on tiles (mr_qmatrix_tiles) where on is set and the table has
+ * one for its format; off that path otherwise. Returns whether q->tiles is set. */
+static bool dense_tiles(mr_qmatrix *q, mr_pmatrix *pm, bool on) {
+    if (q->tiles) mr_pmatrix_free(pm), q->tiles = NULL;
+    if (on) assert_int_equal(mr_qmatrix_tiles(q, pm), MR_OK);
+    return q->tiles != NULL;
+}
+
 /* mr_matmul on every weight format: M = 1..9 (the small-M fast path's token
  * passes 1-4 and 5-8 and the driver past 8), shapes with partial 16-row and
  * 8-row blocks, K not a multiple of 128 / 32 / 16, and N crossing a 128-row
- * scale block; mr_matmul_multi on q/k/v-like matrices sharing x. */
+ * scale block; mr_matmul_multi on q/k/v-like matrices sharing x. Where the
+ * table has a dense path on tiles, every case once more on it. */
 static void test_matmul(void **st) {
     (void)st;
     const mr_format fmts[] = {MR_FMT_F32, MR_FMT_BF16, MR_FMT_FP8_BLOCK, MR_FMT_NVFP4};
@@ -610,13 +627,18 @@ static void test_matmul(void **st) {
             if (fmts[f] == MR_FMT_NVFP4 && K % 16) continue;
             fill(&r, w, N * K, 0.05f);
             mr_qmatrix q;
+            mr_pmatrix pm;
             memset(&q, 0, sizeof q);
             assert_int_equal(mr_qmatrix_quantize(&q, fmts[f], w, N, K, 0.0f), MR_OK);
-            for (int64_t M = 1; M <= maxM; M++) {
-                for (int64_t i = 0; i < M * N; i++) y[i] = NAN;
-                mr_matmul(&q, x, M, y);
-                check_matmul_out(&q, x, M, y);
+            for (int tl = 0; tl < 2; tl++) {
+                if (dense_tiles(&q, &pm, tl) != tl) break;
+                for (int64_t M = 1; M <= maxM; M++) {
+                    for (int64_t i = 0; i < M * N; i++) y[i] = NAN;
+                    mr_matmul(&q, x, M, y);
+                    check_matmul_out(&q, x, M, y);
+                }
             }
+            dense_tiles(&q, &pm, false);
             mr_qmatrix_free(&q);
         }
     /* three matrices sharing x (K 200): rows 144 (crosses a scale block), 40, 17 */
@@ -624,6 +646,7 @@ static void test_matmul(void **st) {
     for (size_t f = 0; f < 4; f++) {
         if (fmts[f] == MR_FMT_NVFP4) continue;
         mr_qmatrix q[3];
+        mr_pmatrix pm[3];
         const mr_qmatrix *qp[3];
         float *ys[3];
         for (int i = 0; i < 3; i++) {
@@ -633,13 +656,18 @@ static void test_matmul(void **st) {
             qp[i] = &q[i];
             ys[i] = malloc(sizeof(float) * (size_t)(maxM * Ns[i]));
         }
-        for (int64_t M = 1; M <= maxM; M += 3) {
-            for (int i = 0; i < 3; i++)
-                for (int64_t j = 0; j < M * Ns[i]; j++) ys[i][j] = NAN;
-            mr_matmul_multi(3, qp, x, M, ys);
-            for (int i = 0; i < 3; i++) check_matmul_out(&q[i], x, M, ys[i]);
+        for (int tl = 0; tl < 2; tl++) {
+            bool on = true;
+            for (int i = 0; i < 3; i++) on = dense_tiles(&q[i], &pm[i], tl) == tl && on;
+            if (!on) break;
+            for (int64_t M = 1; M <= maxM; M += 3) {
+                for (int i = 0; i < 3; i++)
+                    for (int64_t j = 0; j < M * Ns[i]; j++) ys[i][j] = NAN;
+                mr_matmul_multi(3, qp, x, M, ys);
+                for (int i = 0; i < 3; i++) check_matmul_out(&q[i], x, M, ys[i]);
+            }
         }
-        for (int i = 0; i < 3; i++) mr_qmatrix_free(&q[i]), free(ys[i]);
+        for (int i = 0; i < 3; i++) dense_tiles(&q[i], &pm[i], false), mr_qmatrix_free(&q[i]), free(ys[i]);
     }
     free(w), free(x), free(y);
 }
@@ -1137,23 +1165,29 @@ static void test_matmul_many_tokens(void **st) {
             const int64_t N = shapes[sh][0], K = shapes[sh][1];
             fill(&r, w, N * K, 0.05f);
             mr_qmatrix q;
+            mr_pmatrix pm;
             memset(&q, 0, sizeof q);
             assert_int_equal(mr_qmatrix_quantize(&q, fmts[f], w, N, K, 0.0f), MR_OK);
-            for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
-                const int64_t M = Ms[mi];
-                for (int64_t i = 0; i < M * N; i++) y[i] = NAN;
-                mr_matmul(&q, x, M, y);
-                check_matmul_out(&q, x, M, y);
-                for (int64_t m = 0; m < M; m++) {
-                    mr_matmul(&q, x + m * K, 1, y1);
-                    for (int64_t n = 0; n < N; n++)
-                        if (memcmp(&y1[n], &y[m * N + n], sizeof(float)))
-                            fail_msg("%s fmt %d N %lld K %lld: token %lld of %lld, row %lld: %.9g, alone %.9g",
-                                     k->rows[fmts[f]].name ? k->rows[fmts[f]].name : "driver", (int)fmts[f],
-                                     (long long)N, (long long)K, (long long)m, (long long)M, (long long)n,
-                                     y[m * N + n], y1[n]);
+            for (int tl = 0; tl < 2; tl++) {
+                if (dense_tiles(&q, &pm, tl) != tl) break;
+                const char *name = tl ? k->rows_tiles[fmts[f]].name : k->rows[fmts[f]].name ? k->rows[fmts[f]].name
+                                                                                              : "driver";
+                for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
+                    const int64_t M = Ms[mi];
+                    for (int64_t i = 0; i < M * N; i++) y[i] = NAN;
+                    mr_matmul(&q, x, M, y);
+                    check_matmul_out(&q, x, M, y);
+                    for (int64_t m = 0; m < M; m++) {
+                        mr_matmul(&q, x + m * K, 1, y1);
+                        for (int64_t n = 0; n < N; n++)
+                            if (memcmp(&y1[n], &y[m * N + n], sizeof(float)))
+                                fail_msg("%s fmt %d N %lld K %lld: token %lld of %lld, row %lld: %.9g, alone %.9g", name,
+                                         (int)fmts[f], (long long)N, (long long)K, (long long)m, (long long)M,
+                                         (long long)n, y[m * N + n], y1[n]);
+                    }
                 }
             }
+            dense_tiles(&q, &pm, false);
             mr_qmatrix_free(&q);
         }
     free(w), free(x), free(y), free(y1);
@@ -1182,6 +1216,7 @@ static void test_matmul_threads_exact(void **st) {
         for (int set = 0; set < NSETS; set++) {
             const int n = nmat[set];
             mr_qmatrix q[3];
+            mr_pmatrix pm[3];
             const mr_qmatrix *qp[3];
             float *y[3], *ref[3];
             for (int i = 0; i < n; i++) {
@@ -1192,6 +1227,10 @@ static void test_matmul_threads_exact(void **st) {
                 y[i] = malloc(sizeof(float) * (size_t)(MAXM * rows[set][i]));
                 ref[i] = malloc(sizeof(float) * (size_t)(MAXM * rows[set][i]));
             }
+            for (int tl = 0; tl < 2; tl++) {
+            bool on = true;
+            for (int i = 0; i < n; i++) on = dense_tiles(&q[i], &pm[i], tl) == tl && on;
+            if (!on) break;
             for (int64_t M = 1; M <= MAXM; M = M == 1 ? 3 : M == 3 ? 16 : MAXM + 1) {
 #ifdef _OPENMP
                 omp_set_num_threads(1);
@@ -1211,7 +1250,8 @@ static void test_matmul_threads_exact(void **st) {
                                      rep, nt);
                 }
             }
-            for (int i = 0; i < n; i++) mr_qmatrix_free(&q[i]), free(y[i]), free(ref[i]);
+            }
+            for (int i = 0; i < n; i++) dense_tiles(&q[i], &pm[i], false), mr_qmatrix_free(&q[i]), free(y[i]), free(ref[i]);
         }
     free(w), free(x);
 }

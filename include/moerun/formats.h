@@ -55,6 +55,8 @@ float mr_e2m1_to_f32(uint8_t nibble);
 size_t mr_kv_elem_bytes(mr_format kv_dtype);
 const char *mr_kv_dtype_name(mr_format kv_dtype);
 
+struct mr_pmatrix;
+
 /* ---- quantized weight matrix [rows=N out][cols=K in] ---- */
 typedef struct {
     mr_format fmt;      /* F32, BF16, FP8_BLOCK or NVFP4 */
@@ -65,6 +67,8 @@ typedef struct {
     float scale2;       /* NVFP4 "weight_scale_2" = amax/2688; 1 otherwise */
     float input_scale;  /* NVFP4 "input_scale" = activation amax/2688; 0 = not calibrated */
     bool owned;         /* data/scale were allocated by this module (mr_qmatrix_free frees them) */
+    const struct mr_pmatrix *tiles; /* NULL, or W packed for the kernel table's dense path on tiles
+                                       (kernels.h mr_qmatrix_tiles; not owned) */
 } mr_qmatrix;
 
 /* Quantizes w [rows][cols] (fp32) into fmt with the reference algorithm.

@@ -123,7 +123,7 @@ typedef enum {
 #define MR_PACK_TILE 16 /* rows per tile, every pack */
 #define MR_PACK_FP8_SUBNORMALS 8 /* mr_pmatrix.tsub: subnormal codes in a 16 x 128 block from here */
 
-typedef struct {
+typedef struct mr_pmatrix {
     mr_pack_id pack;
     mr_format fmt;       /* the source format: FP8_BLOCK, NVFP4 or BF16 */
     int nsrc;            /* sources interleaved tile by tile (1 or 2) */
@@ -224,6 +224,25 @@ typedef void (*mr_uk_fn)(const mr_pmatrix *W, int64_t tile, const mr_uk_act *a, 
 typedef void (*mr_kern_rows_fn)(const mr_qmatrix *W, int64_t n0, int64_t nr, const float *x, int64_t M, float *y,
                                 int64_t ldy);
 
+/* Dense on tiles (AMX-BF16: the AVX-512 table where the CPU has it and Linux
+ * grants the tile state). W is packed once, as the expert kernels take it
+ * (mr_qmatrix_tiles: the pack rows_tiles[fmt].pack); x [M][K] fp32 once per
+ * matmul by rows_xpack: three bf16 parts (hi, mid, lo: truncations, their
+ * sum exactly x away from underflow) as AMX A-tile rows, token i of a block
+ * of 5 (the last block tw = M - 5 b tokens), part p, the row 3 i + p; each
+ * 32-column chunk c of Kc = 4 ceil(K / 128) (zero past K) is a block's 3 tw
+ * rows of 64 bytes at (5 b Kc + c tw) * 192 bytes, MR_XPACK_BYTES(M, K) in
+ * all. rows_xpack packs the blocks [b0, b1). rows_tiles[fmt].fn computes the
+ * rows [n0, n0 + nr) of the pack (n0 a multiple of 16) over the packed x for
+ * M tokens, the contract of mr_kern_rows_fn otherwise (exact products, fp32
+ * sums in AMX's order, the FP8 block multiplier per 128 columns), with
+ * MR_UK_SCRATCH bytes of the calling thread's own. One kernel for every M:
+ * a token's bits do not depend on the tokens beside it. */
+#define MR_XPACK_BYTES(M, K) ((size_t)(M) * (size_t)(((K) + 127) / 128 * 4) * 192u)
+typedef void (*mr_kern_xpack_fn)(const float *x, int64_t M, int64_t K, int64_t b0, int64_t b1, void *xp);
+typedef void (*mr_kern_rows_tiles_fn)(const mr_pmatrix *P, int64_t n0, int64_t nr, const void *xp, int64_t M,
+                                      float *y, int64_t ldy, void *scratch);
+
 /* The instruction a kernel's inner loop runs (the ceilings' probes, below):
  * vfmadd231ps (ymm or zmm, by the table's ISA), vdpbf16ps zmm, vpdpbusd zmm,
  * vpmaddubsw ymm, vpdpbusd ymm (AVX-VNNI, VEX-encoded: the AVX2 table's int8
@@ -295,6 +314,13 @@ typedef struct {
         const char *name;
         mr_kern_rows_fn fn;
     } rows[MR_FMT_COUNT]; /* dense row-major fast path (BF16, FP8_BLOCK), NULL if none */
+    struct {
+        const char *name;
+        mr_kern_rows_tiles_fn fn;
+        mr_pack_id pack;
+    } rows_tiles[MR_FMT_COUNT]; /* dense on tiles (BF16, FP8_BLOCK), NULL if none: mr_matmul takes it
+                                   for matrices packed by mr_qmatrix_tiles */
+    mr_kern_xpack_fn rows_xpack; /* x for rows_tiles, set with it */
 } mr_kernels;
 
 
@@ -314,10 +340,24 @@ void mr_gemm_rows(const mr_kernels *k, const mr_qmatrix *W, int64_t n0, int64_t 
 /* Dense matmul, threaded: y[M][N] = x[M][K] . W^T for W in F32, BF16,
  * FP8_BLOCK or NVFP4 (weight-only: activations stay fp32). */
 void mr_matmul(const mr_qmatrix *W, const float *x, int64_t M, float *y);
+/* Where the process's table has a dense path on tiles for W's format
+ * (rows_tiles), packs W into *store (which the caller owns: mr_pmatrix_free,
+ * after W's last matmul) and points W->tiles at it; mr_matmul then takes that
+ * path for W. Elsewhere leaves W->tiles NULL and *store empty. MR_ENOMEM
+ * (W unchanged) if the pack cannot be allocated. */
+mr_status mr_qmatrix_tiles(mr_qmatrix *W, mr_pmatrix *store);
 /* n matmuls sharing x (all W[i] with the same K): y[i][M][W[i]->rows] =
  * x[M][K] . W[i]^T, the same values as n mr_matmul calls, in one parallel
  * region when the small-M fast path applies (q/k/v projections at decode). */
 void mr_matmul_multi(int n, const mr_qmatrix *const *W, const float *x, int64_t M, float *const *y);
+/* The same with a caller's workspace for the dense path on tiles (x packed,
+ * per-thread scratch), so that the call does not allocate: ws 64-byte
+ * aligned, of ws_bytes; one smaller than mr_matmul_ws_bytes(M, K, the team's
+ * threads), or NULL, is replaced by an allocation for the call.
+ * mr_matmul_ws_bytes is 0 where the process's table has no such path. */
+size_t mr_matmul_ws_bytes(int64_t M, int64_t K, int threads);
+void mr_matmul_multi_ws(int n, const mr_qmatrix *const *W, const float *x, int64_t M, float *const *y, void *ws,
+                        size_t ws_bytes);
 
 /* ---- ceilings for benchmarks (probe.c) ---- */
 /* Best-of-reps multi-threaded read bandwidth over a pre-faulted buffer of

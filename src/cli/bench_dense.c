@@ -21,6 +21,7 @@
 
 typedef struct {
     mr_qmatrix m[4]; /* q, k, v, o */
+    mr_pmatrix t[4]; /* packed for the dense path on tiles, where the table has one (the model's layout) */
 } dense_layer;
 
 int mr_bench_dense(int argc, char **argv) {
@@ -119,6 +120,10 @@ int mr_bench_dense(int argc, char **argv) {
                     d[i] = (uint16_t)(u >> 16);
                 }
             }
+            if (mr_qmatrix_tiles(q, &L[l].t[j]) != MR_OK) {
+                rc = 1;
+                break;
+            }
         }
     const size_t pbytes = (size_t)1 << 30;
     int64_t maxT = 1;
@@ -138,7 +143,13 @@ int mr_bench_dense(int argc, char **argv) {
     const mr_kernels *kt = mr_kernels_get();
     printf("moerun bench dense: format %s, %d threads, %d layer copies of %.1f MB (%s pages), kernel %s\n", fmt_name,
            omp_get_max_threads(), NL, (double)layer_bytes / 1e6, small_pages ? "4 KiB" : "huge",
-           kt->rows[fmt].name ? kt->rows[fmt].name : "gemm_rows");
+           L[0].m[0].tiles ? kt->rows_tiles[fmt].name : kt->rows[fmt].name ? kt->rows[fmt].name : "gemm_rows");
+    if (L[0].m[0].tiles) { /* AMX: its own ceiling, beside the FMA one the table would use without it */
+        const double tp = mr_probe_peak(MR_PROBE_TDPBF16, NULL);
+        printf("dense on tiles: tdpbf16ps peak %.0f GFLOP/s; a 15-row A tile (5 tokens x 3 exact bf16 parts) uses 5/16 "
+               "of it: %.0f GFLOP/s of fp32 products at most (MOERUN_CPU_MASK=amx runs the FMA rows)\n",
+               tp, tp * 5.0 / 16.0);
+    }
     const char *fma_instr = "";
     const double peak0 = mr_probe_peak(MR_PROBE_FMA, &fma_instr);
     printf("%4s %8s %8s %8s %8s %9s %9s %9s %7s %8s %6s   (GB/s per matrix, medians of %d rounds; probe = same "
@@ -195,6 +206,7 @@ out:
         for (int j = 0; j < 4; j++) {
             mr_aligned_free(slab[l * 4 + j]);
             free(L[l].m[j].scale);
+            mr_pmatrix_free(&L[l].t[j]);
         }
     mr_aligned_free(pbuf);
     free(L), free(x), free(y), free(med);

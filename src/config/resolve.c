@@ -483,11 +483,13 @@ static mr_status pass_platform(mr_resolution *r) {
         mr_kernels_init(&k, r->w.cpu_flags);
         s = strstr(k.uk_gemm[MR_UK_FP8_BF16].name, "_amx_")
                 ? mr__decl(r, MR_DECL_NOTE, SRC, "kernel_isa", "avx512",
-                           "with amx-bf16: the FP8 experts run on AMX tiles (tdpbf16ps) at every token count, so a "
-                           "token's sums do not depend on its batch (MOERUN_CPU_MASK=amx gives the kernels without AMX)")
+                           "with amx-bf16: the FP8 and BF16 experts and the dense projections (q/k/v/o, lm_head; "
+                           "packed for tiles at load, fp32 activations as three exact bf16 parts) run on AMX tiles "
+                           "(tdpbf16ps) at every token count, so a token's sums do not depend on its batch "
+                           "(MOERUN_CPU_MASK=amx gives the kernels without AMX)")
                 : mr__decl(r, MR_DECL_NOTE, SRC, "kernel_isa", "avx512",
                            "amx-bf16 detected, but Linux refused this process the AMX tile state (arch_prctl "
-                           "ARCH_REQ_XCOMP_PERM): the FP8 experts run without AMX");
+                           "ARCH_REQ_XCOMP_PERM): the experts and the dense projections run without AMX");
         if (s != MR_OK) return s;
     }
     /* the prospective transport for the capability checks that follow: explicit, else mpi when a

@@ -41,6 +41,7 @@ mr_status mr_qmatrix_alloc(mr_qmatrix *m, mr_format fmt, int64_t rows, int64_t c
     m->cols = cols;
     m->scale2 = 1.0f;
     m->owned = true;
+    m->tiles = NULL;
     m->data = mr_aligned_alloc(64, d ? d : 1);
     m->scale = s ? mr_aligned_alloc(64, s) : NULL;
     if (!m->data || (s && !m->scale)) {
@@ -120,6 +121,7 @@ mr_status mr_qmatrix_quantize(mr_qmatrix *out, mr_format fmt, const float *w, in
     out->data = data;
     out->scale = scale;
     out->owned = true;
+    out->tiles = NULL;
     return MR_OK;
 }
 

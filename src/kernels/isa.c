@@ -28,7 +28,10 @@ static void fill_avx512(mr_kernels *k) {
     mr__uk_fill_avx512(k);
     if (k->flags & MR_CPU_AVX512BF16) mr__uk_fill_avx512bf16(k); /* an extension no level requires */
     const uint32_t amx = MR_CPU_AMX_TILE | MR_CPU_AMX_BF16;
-    if ((k->flags & amx) == amx && mr__amx_ready()) mr__uk_fill_avx512amx(k); /* another */
+    if ((k->flags & amx) == amx && mr__amx_ready()) { /* another */
+        mr__uk_fill_avx512amx(k);
+        mr__dense_fill_avx512amx(k);
+    }
 }
 
 static const struct {

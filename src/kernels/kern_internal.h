@@ -36,6 +36,7 @@ void mr__uk_fill_avx512(mr_kernels *k); /* needs AVX512 VNNI and VBMI too */
 void mr__uk_fill_avx512bf16(mr_kernels *k); /* over it, where the flags hold AVX512-BF16 */
 /* over those, where the flags hold AMX-TILE and AMX-BF16 and mr__amx_ready(): the FP8 kernel on tdpbf16ps */
 void mr__uk_fill_avx512amx(mr_kernels *k);
+void mr__dense_fill_avx512amx(mr_kernels *k); /* with it: the dense projections on tiles (rows_tiles) */
 bool mr__amx_ready(void); /* Linux granted this process the AMX tile data state (asked once) */
 double mr__probe_tdpbf16_amx(int64_t iters);
 /* scalar decoders of the packed layouts (pack.c), every pack of the format:

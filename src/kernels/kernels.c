@@ -223,16 +223,20 @@ void mr_gemm_rows(const mr_kernels *k, const mr_qmatrix *W, int64_t n0, int64_t 
 
 enum { MATMUL_NB = 16, MATMUL_MAX_NT = 64 };
 
-/* Rows of the blocks [b0, b1) of the list of all matrices' MATMUL_NB-row blocks, in order. */
-static void rows_range(const mr_kernels *k, int n, const mr_qmatrix *const *W, const float *x, int64_t M,
-                       float *const *y, int64_t b0, int64_t b1) {
+/* Rows of the blocks [b0, b1) of the list of all matrices' MATMUL_NB-row blocks, in order; on
+ * their tiles where xp (x packed by k->rows_xpack) is given. */
+static void rows_range(const mr_kernels *k, int n, const mr_qmatrix *const *W, const float *x, const void *xp,
+                       void *scratch, int64_t M, float *const *y, int64_t b0, int64_t b1) {
     int64_t base = 0;
     for (int i = 0; i < n && b0 < b1; i++) {
         const int64_t N = W[i]->rows, nb = (N + MATMUL_NB - 1) / MATMUL_NB;
         const int64_t lo = b0 > base ? b0 - base : 0, hi = b1 - base < nb ? b1 - base : nb;
         if (lo < hi) {
             const int64_t r0 = lo * MATMUL_NB, r1 = hi * MATMUL_NB < N ? hi * MATMUL_NB : N;
-            k->rows[W[i]->fmt].fn(W[i], r0, r1 - r0, x, M, y[i] + r0, N);
+            if (xp)
+                k->rows_tiles[W[i]->fmt].fn(W[i]->tiles, r0, r1 - r0, xp, M, y[i] + r0, N, scratch);
+            else
+                k->rows[W[i]->fmt].fn(W[i], r0, r1 - r0, x, M, y[i] + r0, N);
         }
         base += nb;
     }
@@ -246,7 +250,8 @@ static void rows_range(const mr_kernels *k, int n, const mr_qmatrix *const *W, c
  * costs the region little, the other threads take its chunks. A row's result
  * does not depend on which thread or chunk computes it. A team other than the
  * one the ranges were made for (one thread, nesting, limits) splits statically. */
-static void matmul_fast(int n, const mr_qmatrix *const *W, const float *x, int64_t M, float *const *y) {
+static void matmul_fast(int n, const mr_qmatrix *const *W, const float *x, int64_t M, float *const *y, void *ws,
+                        size_t ws_bytes) {
     const mr_kernels *k = mr_kernels_get();
     int64_t nblk = 0, work = 0;
     for (int i = 0; i < n; i++) nblk += (W[i]->rows + MATMUL_NB - 1) / MATMUL_NB, work += W[i]->rows * W[i]->cols;
@@ -261,19 +266,36 @@ static void matmul_fast(int n, const mr_qmatrix *const *W, const float *x, int64
     _Alignas(64) _Atomic uint64_t rs[MATMUL_MAX_NT * MR__STEAL_STRIDE];
     if (steal)
         for (int t = 0; t < nt0; t++) mr__rng_init(rs, (nblk + cb - 1) / cb, nt0, t); /* the fork publishes them */
+    /* on tiles (every matrix packed for them): x packed once for all matrices, by the team, before
+     * any row block; a scratch for each of the nt0 threads the ranges were made for (a larger team
+     * leaves the rest idle) */
+    bool tiles = k->rows_tiles[W[0]->fmt].fn != NULL;
+    for (int i = 0; i < n; i++) tiles = tiles && W[i]->tiles && W[i]->tiles->pack == k->rows_tiles[W[0]->fmt].pack;
+    const int64_t K = W[0]->cols, nxb = (M + 4) / 5;
+    const size_t xpb = MR_XPACK_BYTES(M, K);
+    const size_t need = xpb + (size_t)nt0 * MR_UK_SCRATCH;
+    char *xp = !tiles ? NULL : ws && ws_bytes >= need ? ws : mr_aligned_alloc(64, need);
 #pragma omp parallel if (par)
     {
         int nt = 1, t = 0;
 #ifdef _OPENMP
         nt = omp_get_num_threads(), t = omp_get_thread_num();
 #endif
-        if (!steal || nt != nt0) {
-            rows_range(k, n, W, x, M, y, nblk * t / nt, nblk * (t + 1) / nt);
+        if (xp) {
+            k->rows_xpack(x, M, K, nxb * t / nt, nxb * (t + 1) / nt, xp);
+#pragma omp barrier
+        }
+        const int nw = xp && nt > nt0 ? nt0 : nt; /* the threads that compute rows */
+        char *scr = xp && t < nw ? xp + xpb + (size_t)t * MR_UK_SCRATCH : NULL;
+        if (t >= nw) {
+        } else if (!steal || nt != nt0) {
+            rows_range(k, n, W, x, xp, scr, M, y, nblk * t / nw, nblk * (t + 1) / nw);
         } else {
             for (int64_t c; (c = mr__rng_next(rs, nt, t)) >= 0;)
-                rows_range(k, n, W, x, M, y, c * cb, (c + 1) * cb < nblk ? (c + 1) * cb : nblk);
+                rows_range(k, n, W, x, xp, scr, M, y, c * cb, (c + 1) * cb < nblk ? (c + 1) * cb : nblk);
         }
     }
+    if (xp != ws) mr_aligned_free(xp);
 }
 
 /* BF16/FP8 weights take the ISA's row-major path (k->rows, see matmul_fast)
@@ -283,11 +305,33 @@ static void matmul_fast(int n, const mr_qmatrix *const *W, const float *x, int64
  * 2-layer hidden-1024 FP8 model at 128 tokens (the engine's decode batch):
  * 3.2x faster than the decode-and-dot driver, which stays for the other
  * formats (threaded over blocks of 16 output columns; y rows are M apart). */
+mr_status mr_qmatrix_tiles(mr_qmatrix *W, mr_pmatrix *store) {
+    const mr_kernels *k = mr_kernels_get();
+    memset(store, 0, sizeof *store);
+    W->tiles = NULL;
+    if (W->fmt >= MR_FMT_COUNT || !k->rows_tiles[W->fmt].fn) return MR_OK;
+    const mr_qmatrix *src = W;
+    const mr_status st = mr_pmatrix_pack(store, k->rows_tiles[W->fmt].pack, &src, 1);
+    if (st == MR_OK) W->tiles = store;
+    return st;
+}
+
 void mr_matmul(const mr_qmatrix *W, const float *x, int64_t M, float *y) {
     mr_matmul_multi(1, &W, x, M, &y);
 }
 
+size_t mr_matmul_ws_bytes(int64_t M, int64_t K, int threads) {
+    const mr_kernels *k = mr_kernels_get();
+    if (!k->rows_tiles[MR_FMT_BF16].fn && !k->rows_tiles[MR_FMT_FP8_BLOCK].fn) return 0;
+    return MR_XPACK_BYTES(M, K) + (size_t)(threads > 0 ? threads : 1) * MR_UK_SCRATCH;
+}
+
 void mr_matmul_multi(int n, const mr_qmatrix *const *W, const float *x, int64_t M, float *const *y) {
+    mr_matmul_multi_ws(n, W, x, M, y, NULL, 0);
+}
+
+void mr_matmul_multi_ws(int n, const mr_qmatrix *const *W, const float *x, int64_t M, float *const *y, void *ws,
+                        size_t ws_bytes) {
     const mr_kernels *k = mr_kernels_get();
     enum { NB = 16 };
     bool fast = M >= 1;
@@ -296,7 +340,7 @@ void mr_matmul_multi(int n, const mr_qmatrix *const *W, const float *x, int64_t 
         fast = fast && W[i]->fmt < MR_FMT_COUNT && k->rows[W[i]->fmt].fn && W[i]->fmt == W[0]->fmt;
     }
     if (fast) {
-        matmul_fast(n, W, x, M, y);
+        matmul_fast(n, W, x, M, y, ws, ws_bytes);
         return;
     }
     for (int i = 0; i < n; i++) {

@@ -27,6 +27,7 @@
 /* uk_avx512.h's pair-dot bodies are not used here; DP only has to compile */
 #define DP(acc, w, xv) _mm512_add_ps(_mm512_add_ps((acc), _mm512_castsi512_ps(w)), (xv))
 #include "kernels/uk_avx512.h"
+#include "kernels/amx_tiles.h"
 
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
@@ -40,13 +41,6 @@ bool mr__amx_ready(void) {
     }
     return s == 1;
 }
-
-/* the tile palette 1 configuration (Intel SDM, LDTILECFG) */
-typedef struct {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} amx_cfg;
 
 /* the FP8 kernel's tiles: tmm0 C of a 16-token block, tmm1 C of the last (tail) block, tmm2 / tmm3
  * their A tiles, tmm4-7 the block's four B tiles (k 0-31, ..., 96-127) */
@@ -120,12 +114,6 @@ static void uk_fp8_bf16_amx(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, 
     apply_post(y, ldy, M, a->post * W->scale2);
 }
 #undef FP8_BLOCK
-
-/* the 16 lines of a B tile, PFD ahead (L2) */
-INL void pf_tile(const uint8_t *p) {
-    #pragma GCC unroll 16
-    for (int l = 0; l < 1024; l += 64) PF(p + l);
-}
 
 /* BF16_BF16 (w16a16): the pack's pair rows (16 rows x (k, k+1) a row, 64 bytes) are B tiles as
  * they lie, 1 KiB per 32 k, so nothing is decoded: per block of up to 16 tokens, C = 0, one

@@ -14,7 +14,9 @@
 #include "model/model_internal.h"
 #include "moerun/kernels.h"
 
-void mr__dense(const mr_qmatrix *W, const float *x, int64_t M, float *y) { mr_matmul(W, x, M, y); }
+void mr__dense(mr__state *s, const mr_qmatrix *W, const float *x, int64_t M, float *y) {
+    mr_matmul_multi_ws(1, &W, x, M, &y, s->dws, s->dws_bytes);
+}
 
 
 /* Appends this layer's k, v rows [T][Hkv*D] to the contiguous cache at (slot, pos). */
@@ -94,7 +96,7 @@ static mr_status forward_chunk(mr_model *m, const int32_t *tokens, int64_t T, in
         {                                                            /* q, k, v = q/k/v_proj(a), one parallel region */
             const mr_qmatrix *qkv[3] = {&L->wq, &L->wk, &L->wv};
             float *const out_qkv[3] = {s->q, s->k, s->v};
-            mr_matmul_multi(3, qkv, s->xn, T, out_qkv);
+            mr_matmul_multi_ws(3, qkv, s->xn, T, out_qkv, s->dws, s->dws_bytes);
         }
         mr__rmsnorm(s->q, s->q, L->q_norm, T, qd, c->rms_eps);       /* QK-norm over the whole q vector */
         mr__rmsnorm(s->k, s->k, L->k_norm, T, kvd, c->rms_eps);      /* ... and the whole k vector */
@@ -107,7 +109,7 @@ static mr_status forward_chunk(mr_model *m, const int32_t *tokens, int64_t T, in
             kv_store((float *)kv.kc, (float *)kv.vc, s->k, s->v, s->slot, s->pos, T, kvd, s->max_ctx);
         mr__attention(s->att, s->q, &kv, s->pos, T, Hq, Hkv, D, s->scores, s->scores_per_thread,
                       s->n_threads);                                 /* causal GQA softmax attention */
-        mr__dense(&L->wo, s->att, T, s->y);                          /* o_proj */
+        mr__dense(s, &L->wo, s->att, T, s->y);                          /* o_proj */
         t1 = mr_now_ns();
         m->timing.attention_ns += t1 - t0;
         mr__add(s->x, s->y, T * H);                                  /* h = h + attention(a) */
@@ -125,7 +127,7 @@ static mr_status forward_chunk(mr_model *m, const int32_t *tokens, int64_t T, in
     for (int i = 0; i < n_out; i++)                                  /* rows that need logits */
         memcpy(s->hlast + (size_t)i * (size_t)H, s->x + s->out_tok[i] * H, (size_t)H * sizeof(float));
     mr__rmsnorm(s->hlast, s->hlast, m->w.final_norm, n_out, H, c->rms_eps); /* final norm */
-    if (n_lm > 0) mr__dense(&m->w.lm_head, s->hlast, n_lm, s->out_row[0]); /* logits = lm_head . h */
+    if (n_lm > 0) mr__dense(s, &m->w.lm_head, s->hlast, n_lm, s->out_row[0]); /* logits = lm_head . h */
     s->n_extra = n_out - n_lm;
     s->extra0 = n_lm;
     m->timing.other_ns += mr_now_ns() - t0;
@@ -312,7 +314,7 @@ mr_status mr_model_extra_logits(mr_model *m, int k0, int n, float *logits) {
         return mr_error_set(MR_EINVAL, "extra logits: rows %d..%d asked, the last forward kept %d", k0, k0 + n - 1,
                             s->n_extra);
     uint64_t t0 = mr_now_ns();
-    mr__dense(&m->w.lm_head, s->hlast + (size_t)(s->extra0 + k0) * (size_t)m->c.hidden, n, logits);
+    mr__dense(s, &m->w.lm_head, s->hlast + (size_t)(s->extra0 + k0) * (size_t)m->c.hidden, n, logits);
     m->timing.other_ns += mr_now_ns() - t0;
     return MR_OK;
 }

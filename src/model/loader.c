@@ -222,6 +222,21 @@ static mr_status load_linear(mr_model *m, const mr_ckpt *ck, const char *prefix,
     return MR_OK;
 }
 
+/* Where the kernel table has a dense path on tiles for q's format (AMX hosts), q packed for it
+ * into *store: the forward pass then reads the pack (one kernel for every token count), so the
+ * source's pages in the mapping go back; they stay readable. */
+static mr_status pack_dense(mr_model *m, const char *what, mr_qmatrix *q, mr_pmatrix *store) {
+    const mr_status st = mr_qmatrix_tiles(q, store);
+    if (st) return mr_error_set(st, "%s: packing for the dense path on tiles: out of memory (%zu bytes)", what,
+                                mr_qmatrix_bytes(q));
+    if (!q->tiles) return MR_OK;
+    m->owned_bytes += mr_pmatrix_bytes(store);
+    size_t back = mr_ckpt_release(m->ckpt, q->data, mr_qmatrix_data_bytes(q));
+    if (q->scale) back += mr_ckpt_release(m->ckpt, q->scale, mr_qmatrix_scale_bytes(q));
+    m->mem.weights_mapped -= back < m->mem.weights_mapped ? back : m->mem.weights_mapped;
+    return MR_OK;
+}
+
 static mr_status config_from_desc(const mr_model_desc *d, mr_model_config *c) {
     if (d->arch != MR_ARCH_MINIMAX_M2)
         return mr_error_set(MR_EUNSUPPORTED, "architecture %s is not supported by the model runtime (MiniMaxM2ForCausalLM only)",
@@ -418,6 +433,7 @@ static mr_status load_layer(mr_model *m, const mr_ckpt *ck, const mr_model_desc 
         mr_format f = linear_format(d, m->attn_format, wn);
         bool unused = false;
         if ((st = load_linear(m, ck, NAME(lin[i].kind, ""), f, lin[i].N, lin[i].K, lin[i].q, &unused, true))) return st;
+        if ((st = pack_dense(m, wn, lin[i].q, &L->tiles[i]))) return st;
     }
     /* router gate, widened to fp32 */
     {
@@ -504,6 +520,10 @@ static mr_status alloc_state(mr_model *m) {
     A(s->ob, T * H);
     A(s->emark, (size_t)c->n_experts);
 #undef A
+    /* the dense path on tiles' workspace, for the widest projection input at max_tokens */
+    const int nt = s->n_threads > omp_get_max_threads() ? s->n_threads : omp_get_max_threads();
+    s->dws_bytes = mr_matmul_ws_bytes(s->max_tokens, (int64_t)(H > qd ? H : qd), nt);
+    if (s->dws_bytes && !(s->dws = own_alloc(m, s->dws_bytes))) return MR_ENOMEM;
     if (s->max_batch > 0) {
         s->kcache = own_alloc(m, kv);
         s->vcache = own_alloc(m, kv);
@@ -620,6 +640,7 @@ mr_status mr_model_open(const char *dir, const mr_model_opts *opts, mr_model **o
         mr_hf_name(MR_HF_LM_HEAD, -1, -1, "", n, sizeof n);
         if ((st = load_linear(m, ck, n, MR_FMT_BF16, c->vocab, c->hidden, &m->w.lm_head, &unused, true)))
             goto out;
+        if ((st = pack_dense(m, n, &m->w.lm_head, &m->w.lm_tiles))) goto out;
     }
     m->w.layers = mr_calloc((size_t)c->n_layers, sizeof(mr__layer));
     if (!m->w.layers) {
@@ -667,7 +688,11 @@ out:
 void mr_model_close(mr_model *m) {
     if (!m) return;
     if (m->w.layers)
-        for (int64_t l = 0; l < m->c.n_layers; l++) mr_moe_weights_free(m->w.layers[l].experts);
+        for (int64_t l = 0; l < m->c.n_layers; l++) {
+            mr_moe_weights_free(m->w.layers[l].experts);
+            for (int i = 0; i < 4; i++) mr_pmatrix_free(&m->w.layers[l].tiles[i]);
+        }
+    mr_pmatrix_free(&m->w.lm_tiles);
     mr_moe_ctx_free(m->moe);
     mr_resolution_free(m->own_res);
     mr_free(m->w.layers);

@@ -26,12 +26,15 @@ typedef struct {
                                (the checkpoint's, where it has them; else 1) */
     mr_moe_weights *experts; /* the local experts x (w1 gate [I][H], w3 up [I][H], w2 down [H][I]), in
                                 place until the runner's after-load repacks them */
+    mr_pmatrix tiles[4];  /* wq, wk, wv, wo packed for the kernel table's dense path on tiles, where it
+                             has one (kernels.h mr_qmatrix_tiles; the matrices' .tiles), else empty */
 } mr__layer;
 
 typedef struct {
     const uint16_t *embed; /* [V][H] bf16, in place (rows may be unaligned: read via memcpy) */
     float *final_norm;     /* [H] */
     mr_qmatrix lm_head;    /* [V][H] bf16, in place */
+    mr_pmatrix lm_tiles;   /* lm_head packed for the dense path on tiles, as mr__layer.tiles */
     mr__layer *layers;     /* [n_layers] */
 } mr__weights;
 
@@ -73,6 +76,9 @@ typedef struct {
     uint16_t *xb;    /* [T][H] bf16 copies when the runner's activation dtype is bf16 */
     uint16_t *ob;    /* [T][H] */
     uint8_t *emark;  /* [E] scratch: experts routed to in one MoE call */
+    void *dws;       /* the dense projections' workspace (kernels.h mr_matmul_multi_ws), dws_bytes; NULL
+                        where the kernel table has no dense path on tiles */
+    size_t dws_bytes;
 } mr__state;
 
 struct mr_model {
@@ -147,7 +153,8 @@ void mr__attention(float *out, const float *q, const mr__kv_view *kv, const int6
 /* y += x, n values. */
 void mr__add(float *y, const float *x, int64_t n);
 /* y [M][N] = x [M][K] . W^T for W [N][K] in any weight format (kernels dispatch). */
-void mr__dense(const mr_qmatrix *W, const float *x, int64_t M, float *y);
+/* y [M][W->rows] = x [M][W->cols] . W^T through the state's workspace (no allocation) */
+void mr__dense(mr__state *s, const mr_qmatrix *W, const float *x, int64_t M, float *y);
 
 /* ---- the MoE block through the runner (moe_block.c) ---- */
 /* out [T][H] = MoE(xn [T][H]) for layer l. */

@@ -17,7 +17,7 @@ mr_status mr__moe_forward(mr_model *m, int l, const float *xn, int64_t T, float 
     int64_t H = m->c.hidden, k = m->c.top_k;
     mr_routing r = m->routing;
     r.bias = L->bias;
-    mr__dense(&L->gate, xn, T, s->rlogits); /* router logits in fp32 */
+    mr__dense(s, &L->gate, xn, T, s->rlogits); /* router logits in fp32 */
     /* attention is replicated: every rank runs the same batch, is the origin of its share of the
      * tokens and gets every token's MoE output back (moerun/moe.h mr_moe_args.replicated) */
     mr_moe_args a = {.T = T, .x = xn, .out = out, .logits = s->rlogits, .routing = &r, .ids_out = s->ids,

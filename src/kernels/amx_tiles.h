@@ -1,0 +1,20 @@
+/* amx_tiles.h — what the AMX files (*_avx512amx.c, compiled with -mamx-tile
+ * -mamx-bf16) share: the tile configuration record and the B-tile prefetch.
+ * Include after uk_avx512.h. */
+#ifndef MOERUN_AMX_TILES_H
+#define MOERUN_AMX_TILES_H
+
+/* the tile palette 1 configuration (Intel SDM, LDTILECFG) */
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_cfg;
+
+/* the 16 lines of a B tile, PFD ahead (L2) */
+INL void pf_tile(const uint8_t *p) {
+    #pragma GCC unroll 16
+    for (int l = 0; l < 1024; l += 64) PF(p + l);
+}
+
+#endif

@@ -1,0 +1,200 @@
+/* dense_avx512amx.c — the dense projections (q/k/v/o, lm_head: mr_matmul) on AMX-BF16, the
+ * kernel table's rows_tiles (moerun/kernels.h), compiled for AMX like uk_avx512amx.c and installed
+ * with its kernels (isa.c) where the CPU has AMX-TILE and AMX-BF16 and Linux grants the tile data
+ * state. Measured against the FMA rows kernels in bench/README.md ("Dense projections on AMX"). */
+#include <string.h>
+
+/* uk_avx512.h's pair-dot bodies are not used here; DP only has to compile */
+#define DP(acc, w, xv) _mm512_add_ps(_mm512_add_ps((acc), _mm512_castsi512_ps(w)), (xv))
+#include "kernels/uk_avx512.h"
+#include "kernels/amx_tiles.h"
+
+/* ---- the dense projections on tiles (moerun/kernels.h rows_tiles): W packed as the expert kernels
+ * take it (FP8_R16K4, BF16_R16K2), so that its tiles are B tiles (FP8: decoded per 128 k into L1
+ * as uk_fp8_bf16_amx does), and x's three exact bf16 parts stacked as A-tile rows: token i of a
+ * block of 5, part p, row 3 i + p. One tdpbf16ps per 32 k serves 5 tokens' exact products (one
+ * token: one tdpbf16ps, so decode stays as cheap as the expert kernels'); the epilogue adds a
+ * token's three rows of C. Tokens run in slices of about 1 MiB of packed x, every tile over the
+ * slice while it is in L2. ---- */
+
+INL __mmask16 mask16(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
+
+/* token m0's block (m0 a multiple of 5, tw tokens), chunk c: 3 tw rows of 64 bytes */
+INL const uint8_t *xp_rows(const void *xp, int64_t m0, int64_t Kc, int64_t tw, int64_t c) {
+    return (const uint8_t *)xp + (size_t)(m0 * Kc + c * tw) * 192;
+}
+
+static void xpack_amx(const float *x, int64_t M, int64_t K, int64_t b0, int64_t b1, void *xp) {
+    const int64_t Kc = (K + 127) / 128 * 4;
+    const __m512i top = _mm512_set1_epi32((int)0xFFFF0000u);
+    /* the high words of a's 16 dwords, then b's: 32 bf16 in column order */
+    __m512i hw;
+    {
+        uint16_t ix[32];
+        for (int i = 0; i < 32; i++) ix[i] = (uint16_t)(i < 16 ? 2 * i + 1 : 32 + 2 * (i - 16) + 1);
+        hw = _mm512_loadu_si512(ix);
+    }
+    for (int64_t b = b0; b < b1; b++) {
+        const int64_t m0 = 5 * b, tw = M - m0 < 5 ? M - m0 : 5;
+        for (int64_t c = 0; c < Kc; c++) {
+            uint8_t *rows = (uint8_t *)xp_rows(xp, m0, Kc, tw, c);
+            const int64_t k0 = c * 32;
+            const __mmask16 ma = mask16(K - k0), mb = mask16(K - k0 - 16);
+            for (int64_t i = 0; i < tw; i++) {
+                const float *xr = x + (m0 + i) * K + k0;
+                const __m512 v[2] = {_mm512_maskz_loadu_ps(ma, xr), _mm512_maskz_loadu_ps(mb, xr + 16)};
+                __m512i part[3][2];
+                for (int h = 0; h < 2; h++) { /* hi = trunc(x), mid = trunc(x - hi), lo = x - hi - mid (exact) */
+                    const __m512 hi = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v[h]), top));
+                    const __m512 r = _mm512_sub_ps(v[h], hi);
+                    const __m512 mid = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(r), top));
+                    part[0][h] = _mm512_castps_si512(hi);
+                    part[1][h] = _mm512_castps_si512(mid);
+                    part[2][h] = _mm512_castps_si512(_mm512_sub_ps(r, mid));
+                }
+                for (int p = 0; p < 3; p++)
+                    _mm512_store_si512(rows + (3 * i + p) * 64, _mm512_permutex2var_epi16(part[p][0], hw, part[p][1]));
+            }
+        }
+    }
+}
+
+/* tokens a slice: about 1 MiB of packed x, a multiple of 5, 5-80 */
+static int64_t dense_slice(int64_t Kc) {
+    const int64_t s = ((int64_t)1 << 20) / (Kc * 192) / 5 * 5;
+    return s < 5 ? 5 : s > 80 ? 80 : s;
+}
+
+/* tmm0 / tmm1 C of a full block (15 rows) / of the slice's last block (3 tail rows), tmm2 / tmm3 their
+ * A tiles (32 k), tmm4-7 B (16 pair rows x 16 rows: FP8 the block's four, BF16 tmm4 a 32-k chunk,
+ * tmm5 the last kt k, tmm6 / tmm7 the A tiles of those kt) */
+static void dense_config(int64_t tail, int bf16, int64_t kt) {
+    amx_cfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int i = 0; i < 8; i++) c.colsb[i] = 64, c.rows[i] = 16;
+    c.rows[0] = c.rows[2] = 15;
+    c.rows[1] = c.rows[3] = (uint8_t)(tail ? 3 * tail : 15);
+    if (bf16) {
+        c.rows[6] = 15, c.rows[7] = c.rows[1];
+        if (kt) c.rows[5] = (uint8_t)(kt / 2), c.colsb[6] = c.colsb[7] = (uint16_t)(kt * 2);
+    }
+    _tile_loadconfig(&c);
+}
+
+/* C (16 floats a row, 3 rows a token) -> y rows m (a token each, the row mask mk): the sum of a
+ * token's three parts, times s (FP8: the block multiplier; y = that or y + that, by first) */
+INL void dense_store(const float *c, int64_t tw, float s, int first, float *y, int64_t ldy, __mmask16 mk) {
+    for (int64_t i = 0; i < tw; i++) {
+        const __m512 v = _mm512_add_ps(_mm512_add_ps(_mm512_load_ps(c + 48 * i), _mm512_load_ps(c + 48 * i + 16)),
+                                       _mm512_load_ps(c + 48 * i + 32));
+        float *yr = y + i * ldy;
+        const __m512 r = first ? _mm512_mul_ps(v, _mm512_set1_ps(s))
+                               : _mm512_fmadd_ps(v, _mm512_set1_ps(s), _mm512_maskz_loadu_ps(mk, yr));
+        _mm512_mask_storeu_ps(yr, mk, r);
+    }
+}
+
+/* a token block over the four B tiles of an FP8 block: C tile C, A tile A (literal operands) */
+#define DENSE_FP8(C, A)                                    \
+    do {                                                   \
+        _tile_zero(C);                                     \
+        _tile_loadd(A, xp_rows(xp, m0, Kc, tw, 4 * kb), 64);     \
+        _tile_dpbf16ps(C, A, 4);                           \
+        _tile_loadd(A, xp_rows(xp, m0, Kc, tw, 4 * kb + 1), 64); \
+        _tile_dpbf16ps(C, A, 5);                           \
+        _tile_loadd(A, xp_rows(xp, m0, Kc, tw, 4 * kb + 2), 64); \
+        _tile_dpbf16ps(C, A, 6);                           \
+        _tile_loadd(A, xp_rows(xp, m0, Kc, tw, 4 * kb + 3), 64); \
+        _tile_dpbf16ps(C, A, 7);                           \
+        _tile_stored(C, c, 64);                            \
+    } while (0)
+
+static void rows_fp8_tiles(const mr_pmatrix *P, int64_t n0, int64_t nr, const void *xp, int64_t M, float *y,
+                           int64_t ldy, void *scratch) {
+    const fp8_lut lut = fp8_lut_load();
+    const int64_t G = P->Kp / 128, Kc = 4 * G, S = dense_slice(Kc);
+    __m512i *b = (__m512i *)scratch;               /* the block's 4 B tiles: 4 KiB */
+    float *c = (float *)((char *)scratch + 4096); /* a C tile: 1 KiB */
+    for (int64_t s0 = 0; s0 < M; s0 += S) {
+        const int64_t sm = M - s0 < S ? M - s0 : S;
+        dense_config(sm % 5, 0, 0);
+        for (int64_t t = n0 / 16; 16 * t < n0 + nr; t++) {
+            const uint8_t *tile = P->data + (size_t)t * P->tile_bytes;
+            const float *bs = P->tscale + t * G;
+            const __mmask16 mk = mask16(n0 + nr - 16 * t);
+            float *yt = y + (16 * t - n0) + s0 * ldy;
+            for (int64_t kb = 0; kb < G; kb++) {
+                fp8_block_pairs(&lut, tile + kb * 2048, b, 0); /* L2, 16 KiB ahead: 29-32 GB/s at M = 1
+                                                                  against 20-22 with the L1 prefetch */
+                _tile_loadd(4, b, 64);
+                _tile_loadd(5, b + 16, 64);
+                _tile_loadd(6, b + 32, 64);
+                _tile_loadd(7, b + 48, 64);
+                for (int64_t i0 = 0; i0 < sm; i0 += 5) {
+                    const int64_t m0 = s0 + i0, tw = sm - i0 < 5 ? sm - i0 : 5;
+                    if (tw == 5)
+                        DENSE_FP8(0, 2);
+                    else
+                        DENSE_FP8(1, 3);
+                    dense_store(c, tw, bs[kb], kb == 0, yt + i0 * ldy, ldy, mk);
+                }
+            }
+        }
+    }
+    _tile_release();
+}
+#undef DENSE_FP8
+
+/* a token block over a BF16 tile's whole row: C tile C, A tiles A (32 k) and AT (the last kt k) */
+#define DENSE_BF16(C, A, AT)                                          \
+    do {                                                              \
+        _tile_zero(C);                                                \
+        for (int64_t ch = 0; ch < K32 / 32; ch++) {                   \
+            if (i0 == 0) pf_tile(tile + ch * 1024);                   \
+            _tile_loadd(A, xp_rows(xp, m0, Kc, tw, ch), 64);          \
+            _tile_loadd(4, tile + ch * 1024, 64);                     \
+            _tile_dpbf16ps(C, A, 4);                                  \
+        }                                                             \
+        if (kt) {                                                     \
+            _tile_loadd(AT, xp_rows(xp, m0, Kc, tw, K32 / 32), 64);   \
+            _tile_loadd(5, tile + K32 * 32, 64);                      \
+            _tile_dpbf16ps(C, AT, 5);                                 \
+        }                                                             \
+        _tile_stored(C, c, 64);                                       \
+    } while (0)
+
+static void rows_bf16_tiles(const mr_pmatrix *P, int64_t n0, int64_t nr, const void *xp, int64_t M, float *y,
+                            int64_t ldy, void *scratch) {
+    const int64_t Kc = (P->cols + 127) / 128 * 4, S = dense_slice(Kc), K32 = P->Kp / 32 * 32, kt = P->Kp - K32;
+    float *c = (float *)scratch; /* a C tile: 1 KiB */
+    for (int64_t s0 = 0; s0 < M; s0 += S) {
+        const int64_t sm = M - s0 < S ? M - s0 : S;
+        dense_config(sm % 5, 1, kt);
+        for (int64_t t = n0 / 16; 16 * t < n0 + nr; t++) {
+            const uint8_t *tile = P->data + (size_t)t * P->tile_bytes;
+            const __mmask16 mk = mask16(n0 + nr - 16 * t);
+            float *yt = y + (16 * t - n0) + s0 * ldy;
+            for (int64_t i0 = 0; i0 < sm; i0 += 5) {
+                const int64_t m0 = s0 + i0, tw = sm - i0 < 5 ? sm - i0 : 5;
+                if (tw == 5)
+                    DENSE_BF16(0, 2, 6);
+                else
+                    DENSE_BF16(1, 3, 7);
+                dense_store(c, tw, 1.0f, 1, yt + i0 * ldy, ldy, mk);
+            }
+        }
+    }
+    _tile_release();
+}
+#undef DENSE_BF16
+
+void mr__dense_fill_avx512amx(mr_kernels *k) {
+    k->rows_tiles[MR_FMT_FP8_BLOCK].name = "rows_fp8_block_avx512_amx_5x3x16x128";
+    k->rows_tiles[MR_FMT_FP8_BLOCK].fn = rows_fp8_tiles;
+    k->rows_tiles[MR_FMT_FP8_BLOCK].pack = MR_PACK_FP8_R16K4;
+    k->rows_tiles[MR_FMT_BF16].name = "rows_bf16_avx512_amx_5x3x16x32";
+    k->rows_tiles[MR_FMT_BF16].fn = rows_bf16_tiles;
+    k->rows_tiles[MR_FMT_BF16].pack = MR_PACK_BF16_R16K2;
+    k->rows_xpack = xpack_amx;
+}
