@@ -356,6 +356,7 @@ void mr_matmul_multi(int n, const mr_qmatrix *const *W, const float *x, int64_t 
  * threads), or NULL, is replaced by an allocation for the call.
  * mr_matmul_ws_bytes is 0 where the process's table has no such path. */
 size_t mr_matmul_ws_bytes(int64_t M, int64_t K, int threads);
+#define MR_MATMUL_CHUNK 320 /* tokens a dense matmul takes at once (so the workspace is bounded) */
 void mr_matmul_multi_ws(int n, const mr_qmatrix *const *W, const float *x, int64_t M, float *const *y, void *ws,
                         size_t ws_bytes);
 

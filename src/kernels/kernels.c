@@ -323,7 +323,7 @@ void mr_matmul(const mr_qmatrix *W, const float *x, int64_t M, float *y) {
 size_t mr_matmul_ws_bytes(int64_t M, int64_t K, int threads) {
     const mr_kernels *k = mr_kernels_get();
     if (!k->rows_tiles[MR_FMT_BF16].fn && !k->rows_tiles[MR_FMT_FP8_BLOCK].fn) return 0;
-    return MR_XPACK_BYTES(M, K) + (size_t)(threads > 0 ? threads : 1) * MR_UK_SCRATCH;
+    return MR_XPACK_BYTES(M < MR_MATMUL_CHUNK ? M : MR_MATMUL_CHUNK, K) + (size_t)(threads > 0 ? threads : 1) * MR_UK_SCRATCH;
 }
 
 void mr_matmul_multi(int n, const mr_qmatrix *const *W, const float *x, int64_t M, float *const *y) {
@@ -340,7 +340,17 @@ void mr_matmul_multi_ws(int n, const mr_qmatrix *const *W, const float *x, int64
         fast = fast && W[i]->fmt < MR_FMT_COUNT && k->rows[W[i]->fmt].fn && W[i]->fmt == W[0]->fmt;
     }
     if (fast) {
-        matmul_fast(n, W, x, M, y, ws, ws_bytes);
+        /* tokens in chunks of at most MR_MATMUL_CHUNK (a token's result does not depend on its
+         * chunk), so that the workspace of the path on tiles stays that of MR_MATMUL_CHUNK tokens
+         * whatever the batch; matrices in groups of up to 8 for the chunks' y pointers */
+        for (int64_t m0 = 0; m0 < M; m0 += MR_MATMUL_CHUNK)
+            for (int i0 = 0; i0 < n; i0 += 8) {
+                const int64_t mc = M - m0 < MR_MATMUL_CHUNK ? M - m0 : MR_MATMUL_CHUNK;
+                const int g = n - i0 < 8 ? n - i0 : 8;
+                float *yc[8];
+                for (int i = 0; i < g; i++) yc[i] = y[i0 + i] + m0 * W[i0 + i]->rows;
+                matmul_fast(g, W + i0, x + m0 * W[0]->cols, mc, yc, ws, ws_bytes);
+            }
         return;
     }
     for (int i = 0; i < n; i++) {
