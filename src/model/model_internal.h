@@ -20,14 +20,15 @@ typedef struct {
     mr_qmatrix wk;        /* [Hkv*D][H] */
     mr_qmatrix wv;        /* [Hkv*D][H] */
     mr_qmatrix wo;        /* [H][Hq*D] */
-    mr_qmatrix gate;      /* [E][H] router, fp32 (owned, widened from the checkpoint) */
+    mr_qmatrix gate;      /* [E][H] router: BF16 in place, or F32 (owned copy) as the checkpoint has it */
     float *bias;          /* [E] e_score_correction_bias, fp32 */
     float k_scale, v_scale; /* an FP8 KV cache's scales: stored = x / scale, read = stored * scale
                                (the checkpoint's, where it has them; else 1) */
     mr_moe_weights *experts; /* the local experts x (w1 gate [I][H], w3 up [I][H], w2 down [H][I]), in
                                 place until the runner's after-load repacks them */
-    mr_pmatrix tiles[4];  /* wq, wk, wv, wo packed for the kernel table's dense path on tiles, where it
-                             has one (kernels.h mr_qmatrix_tiles; the matrices' .tiles), else empty */
+    mr_pmatrix tiles[5];  /* wq, wk, wv, wo, a BF16 gate packed for the kernel table's dense path on
+                             tiles, where it has one (kernels.h mr_qmatrix_tiles; the matrices' .tiles),
+                             else empty */
 } mr__layer;
 
 typedef struct {
