@@ -107,7 +107,7 @@ mr_status mr_pmatrix_clone(const mr_pmatrix *src, mr_pmatrix *dst) {
 }
 
 /* code of row n, column k of an NVFP4 source (0 outside) */
-static uint8_t nib(const mr_qmatrix *w, int64_t n, int64_t k) {
+static inline uint8_t nib(const mr_qmatrix *w, int64_t n, int64_t k) {
     if (n >= w->rows || k >= w->cols) return 0;
     uint8_t b = ((const uint8_t *)w->data)[n * (w->cols / 2) + k / 2];
     return (k & 1) ? (uint8_t)(b >> 4) : (uint8_t)(b & 15);
