@@ -398,6 +398,11 @@ static mr_status parse_features(const char *s, uint32_t *out) {
     return MR_OK;
 }
 
+
+/* A kernel_isa note on the AVX-512 level: what runs with an extension (on) or without it. */
+static mr_status avx512_note(mr_resolution *r, bool on, const char *with, const char *without) {
+    return mr__decl(r, MR_DECL_NOTE, "platform", "kernel_isa", "avx512", "%s", on ? with : without);
+}
 static mr_status pass_platform(mr_resolution *r) {
     static const char *const SRC = "platform";
     mr_status s;
@@ -468,28 +473,24 @@ static mr_status pass_platform(mr_resolution *r) {
         if (s != MR_OK) return s;
     }
     if (r->w.isa == MR_ISA_AVX512) {
-        s = (r->w.cpu_flags & MR_CPU_AVX512BF16)
-                ? mr__decl(r, MR_DECL_NOTE, SRC, "kernel_isa", "avx512",
-                           "with avx512bf16: the bf16 pair dots (fp8 gemv, nvfp4 w4a16, bf16 x bf16) run vdpbf16ps "
-                           "(MOERUN_CPU_MASK=avx512bf16 gives the fp32-FMA form: the same sums away from fp32 denormals)")
-                : mr__decl(r, MR_DECL_NOTE, SRC, "kernel_isa", "avx512",
-                           "without avx512bf16: the bf16 pair dots (fp8 gemv, nvfp4 w4a16, bf16 x bf16) run on fp32 "
-                           "FMAs, odd product first as vdpbf16ps adds them");
+        s = avx512_note(r, (r->w.cpu_flags & MR_CPU_AVX512BF16) != 0,
+                        "with avx512bf16: the bf16 pair dots (fp8 gemv, nvfp4 w4a16, bf16 x bf16) run vdpbf16ps "
+                        "(MOERUN_CPU_MASK=avx512bf16 gives the fp32-FMA form: the same sums away from fp32 denormals)",
+                        "without avx512bf16: the bf16 pair dots (fp8 gemv, nvfp4 w4a16, bf16 x bf16) run on fp32 "
+                        "FMAs, odd product first as vdpbf16ps adds them");
         if (s != MR_OK) return s;
     }
     const uint32_t amx = MR_CPU_AMX_TILE | MR_CPU_AMX_BF16;
     if (r->w.isa == MR_ISA_AVX512 && (r->w.cpu_flags & amx) == amx) {
         mr_kernels k; /* the table these flags build: it asks Linux for the tile state */
         mr_kernels_init(&k, r->w.cpu_flags);
-        s = strstr(k.uk_gemm[MR_UK_FP8_BF16].name, "_amx_")
-                ? mr__decl(r, MR_DECL_NOTE, SRC, "kernel_isa", "avx512",
-                           "with amx-bf16: the FP8 and BF16 experts and the dense projections (q/k/v/o, lm_head; "
-                           "packed for tiles at load, fp32 activations as three exact bf16 parts) run on AMX tiles "
-                           "(tdpbf16ps) at every token count, so a token's sums do not depend on its batch "
-                           "(MOERUN_CPU_MASK=amx gives the kernels without AMX)")
-                : mr__decl(r, MR_DECL_NOTE, SRC, "kernel_isa", "avx512",
-                           "amx-bf16 detected, but Linux refused this process the AMX tile state (arch_prctl "
-                           "ARCH_REQ_XCOMP_PERM): the experts and the dense projections run without AMX");
+        s = avx512_note(r, strstr(k.uk_gemm[MR_UK_FP8_BF16].name, "_amx_") != NULL,
+                        "with amx-bf16: the FP8 and BF16 experts and the dense projections (q/k/v/o, lm_head; "
+                        "packed for tiles at load, fp32 activations as three exact bf16 parts) run on AMX tiles "
+                        "(tdpbf16ps) at every token count, so a token's sums do not depend on its batch "
+                        "(MOERUN_CPU_MASK=amx gives the kernels without AMX)",
+                        "amx-bf16 detected, but Linux refused this process the AMX tile state (arch_prctl "
+                        "ARCH_REQ_XCOMP_PERM): the experts and the dense projections run without AMX");
         if (s != MR_OK) return s;
     }
     /* the prospective transport for the capability checks that follow: explicit, else mpi when a
