@@ -287,10 +287,9 @@ static void matmul_fast(int n, const mr_qmatrix *const *W, const float *x, int64
         }
         const int nw = xp && nt > nt0 ? nt0 : nt; /* the threads that compute rows */
         char *scr = xp && t < nw ? xp + xpb + (size_t)t * MR_UK_SCRATCH : NULL;
-        if (t >= nw) {
-        } else if (!steal || nt != nt0) {
+        if (t < nw && (!steal || nt != nt0)) {
             rows_range(k, n, W, x, xp, scr, M, y, nblk * t / nw, nblk * (t + 1) / nw);
-        } else {
+        } else if (t < nw) {
             for (int64_t c; (c = mr__rng_next(rs, nt, t)) >= 0;)
                 rows_range(k, n, W, x, xp, scr, M, y, c * cb, (c + 1) * cb < nblk ? (c + 1) * cb : nblk);
         }
@@ -298,13 +297,6 @@ static void matmul_fast(int n, const mr_qmatrix *const *W, const float *x, int64
     if (xp != ws) mr_aligned_free(xp);
 }
 
-/* BF16/FP8 weights take the ISA's row-major path (k->rows, see matmul_fast)
- * at any M: it reruns each 8-row chunk (in L1) per 4 tokens, and a token's
- * result does not depend on M (the same FMA sequence per row and token), so
- * a request's logits do not depend on the batch around it. Measured on a
- * 2-layer hidden-1024 FP8 model at 128 tokens (the engine's decode batch):
- * 3.2x faster than the decode-and-dot driver, which stays for the other
- * formats (threaded over blocks of 16 output columns; y rows are M apart). */
 mr_status mr_qmatrix_tiles(mr_qmatrix *W, mr_pmatrix *store) {
     const mr_kernels *k = mr_kernels_get();
     memset(store, 0, sizeof *store);
@@ -316,6 +308,13 @@ mr_status mr_qmatrix_tiles(mr_qmatrix *W, mr_pmatrix *store) {
     return st;
 }
 
+/* BF16/FP8 weights take the ISA's row-major path (k->rows, see matmul_fast)
+ * at any M: it reruns each 8-row chunk (in L1) per 4 tokens, and a token's
+ * result does not depend on M (the same FMA sequence per row and token), so
+ * a request's logits do not depend on the batch around it. Measured on a
+ * 2-layer hidden-1024 FP8 model at 128 tokens (the engine's decode batch):
+ * 3.2x faster than the decode-and-dot driver, which stays for the other
+ * formats (threaded over blocks of 16 output columns; y rows are M apart). */
 void mr_matmul(const mr_qmatrix *W, const float *x, int64_t M, float *y) {
     mr_matmul_multi(1, &W, x, M, &y);
 }

@@ -227,8 +227,8 @@ static mr_status load_linear(mr_model *m, const mr_ckpt *ck, const char *prefix,
  * source's pages in the mapping go back; they stay readable. */
 static mr_status pack_dense(mr_model *m, const char *what, mr_qmatrix *q, mr_pmatrix *store) {
     const mr_status st = mr_qmatrix_tiles(q, store);
-    if (st) return mr_error_set(st, "%s: packing for the dense path on tiles: out of memory (%zu bytes)", what,
-                                mr_qmatrix_bytes(q));
+    if (st) return mr_error_set(st, "%s: packing for the dense path on tiles (%zu bytes): %s", what, mr_qmatrix_bytes(q),
+                                mr_error_last());
     if (!q->tiles) return MR_OK;
     m->owned_bytes += mr_pmatrix_bytes(store);
     size_t back = mr_ckpt_release(m->ckpt, q->data, mr_qmatrix_data_bytes(q));
