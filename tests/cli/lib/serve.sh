@@ -8,23 +8,38 @@ SV_ALL=
 trap 'for p in $SV_ALL; do kill -KILL "$p" 2>/dev/null; done' EXIT
 
 # start_server LOG ARGS...: sets SV_PID, SV_PORT, SV_URL. Returns 1 if the
-# server exits before it is ready (its log is printed).
+# server exits before it is ready, or is not ready in SV_READY_S seconds (180 by
+# default: a sanitizer build on a loaded 2-core host is slow); its log is printed,
+# and for a server that is still running, where it waits (its threads' stacks).
 start_server() {
     local log=$1; shift
     "$M" serve --port 0 "$@" >"$log" 2>&1 &
     SV_PID=$!
     SV_ALL="$SV_ALL $SV_PID"
-    local i
-    for i in $(seq 1 1200); do
-        grep -q "ready on http" "$log" 2>/dev/null && break
+    local limit=$(( $(now_ms) + ${SV_READY_S:-180} * 1000 ))
+    while ! grep -q "ready on http" "$log" 2>/dev/null; do
         if ! kill -0 "$SV_PID" 2>/dev/null; then
             echo "FAIL: the server exited before it was ready:"; cat "$log"; return 1
         fi
+        if [ "$(now_ms)" -gt "$limit" ]; then
+            echo "FAIL: the server was not ready in ${SV_READY_S:-180} s; its log:"; cat "$log"
+            df -h "$(dirname "$log")" | tail -1 | awk '{print "--- the log\x27s file system: " $4 " free of " $2}'
+            server_stacks "$SV_PID"
+            return 1
+        fi
         sleep 0.05
     done
-    grep -q "ready on http" "$log" || { echo "FAIL: the server was not ready in 60 s"; cat "$log"; return 1; }
     SV_PORT=$(sed -n 's/.*listening on http:\/\/[^ ]*:\([0-9][0-9]*\) .*/\1/p' "$log" | head -1)
     SV_URL=http://127.0.0.1:$SV_PORT
+}
+
+# server_stacks PID: the process's state and every thread's stack (gdb), to
+# tell a hang from a slow host
+server_stacks() {
+    echo "--- process $1: $(grep -E '^(State|Threads|VmRSS)' "/proc/$1/status" 2>/dev/null | tr -s '\t\n' '  ')"
+    if command -v gdb >/dev/null; then
+        timeout 60 gdb -p "$1" -batch -nx -ex 'thread apply all bt 20' 2>&1 | grep -E '^(Thread|#)' | head -150
+    fi
 }
 
 # stop_server: SIGTERM, wait; the exit status goes to SV_RC (call it in this
