@@ -229,16 +229,18 @@ typedef void (*mr_kern_rows_fn)(const mr_qmatrix *W, int64_t n0, int64_t nr, con
  * (mr_qmatrix_tiles: the pack rows_tiles[fmt].pack); x [M][K] fp32 once per
  * matmul by rows_xpack: three bf16 parts (hi, mid, lo: truncations, their
  * sum exactly x away from underflow) as AMX A-tile rows, token i of a block
- * of 5 (the last block tw = M - 5 b tokens), part p, the row 3 i + p; each
- * 32-column chunk c of Kc = 4 ceil(K / 128) (zero past K) is a block's 3 tw
- * rows of 64 bytes at (5 b Kc + c tw) * 192 bytes, MR_XPACK_BYTES(M, K) in
- * all. rows_xpack packs the blocks [b0, b1). rows_tiles[fmt].fn computes the
+ * of 5, part p, the row 3 i + p; each 32-column chunk c of Kc = 4
+ * ceil(K / 128) (zero past K) is a block's 3 tw rows of 64 bytes at
+ * (5 b Kc + c tw) * 192 bytes, MR_XPACK_BYTES(M, K) in all. A last block of
+ * fewer tokens takes tw = 5 (zero rows past M) where the kernel's slice of
+ * tokens (its own, a multiple of 5) holds full blocks too, tw = M - 5 b where
+ * it is alone in its slice. rows_xpack packs the blocks [b0, b1). rows_tiles[fmt].fn computes the
  * rows [n0, n0 + nr) of the pack (n0 a multiple of 16) over the packed x for
  * M tokens, the contract of mr_kern_rows_fn otherwise (exact products, fp32
  * sums in AMX's order, the FP8 block multiplier per 128 columns), with
  * MR_UK_SCRATCH bytes of the calling thread's own. One kernel for every M:
  * a token's bits do not depend on the tokens beside it. */
-#define MR_XPACK_BYTES(M, K) ((size_t)(M) * (size_t)(((K) + 127) / 128 * 4) * 192u)
+#define MR_XPACK_BYTES(M, K) ((size_t)(((M) + 4) / 5 * 5) * (size_t)(((K) + 127) / 128 * 4) * 192u)
 typedef void (*mr_kern_xpack_fn)(const float *x, int64_t M, int64_t K, int64_t b0, int64_t b1, void *xp);
 typedef void (*mr_kern_rows_tiles_fn)(const mr_pmatrix *P, int64_t n0, int64_t nr, const void *xp, int64_t M,
                                       float *y, int64_t ldy, void *scratch);

@@ -24,6 +24,19 @@ INL const uint8_t *xp_rows(const void *xp, int64_t m0, int64_t Kc, int64_t tw, i
     return (const uint8_t *)xp + (size_t)(m0 * Kc + c * tw) * 192;
 }
 
+/* tokens a slice: at most about 1 MiB of packed x, a multiple of 5, 5-40 (40: the 4 chunks of one
+ * 128-k block of the slice's x, 30 KiB, stay in L1 while the FP8 kernel runs every column tile over
+ * them; bench dense at 64-512 tokens read 25 and 40 best, 55 and 80 5-10% slower) */
+static int64_t dense_slice(int64_t Kc) {
+    const int64_t s = ((int64_t)1 << 20) / (Kc * 192) / 5 * 5;
+    return s < 5 ? 5 : s > 40 ? 40 : s;
+}
+
+/* the rows a block of tw tokens at m0 takes in the pack: a last block of fewer than 5 tokens is padded
+ * to 5 with zero rows where its slice holds full blocks too (the kernels then run every block of the
+ * slice on 15-row tiles), and keeps its 3 tw rows where it is alone in its slice */
+INL int64_t xp_width(int64_t m0, int64_t tw, int64_t Kc) { return tw < 5 && m0 % dense_slice(Kc) ? 5 : tw; }
+
 static void xpack_amx(const float *x, int64_t M, int64_t K, int64_t b0, int64_t b1, void *xp) {
     const int64_t Kc = (K + 127) / 128 * 4;
     const __m512i top = _mm512_set1_epi32((int)0xFFFF0000u);
@@ -35,9 +48,9 @@ static void xpack_amx(const float *x, int64_t M, int64_t K, int64_t b0, int64_t 
         hw = _mm512_loadu_si512(ix);
     }
     for (int64_t b = b0; b < b1; b++) {
-        const int64_t m0 = 5 * b, tw = M - m0 < 5 ? M - m0 : 5;
+        const int64_t m0 = 5 * b, tw = M - m0 < 5 ? M - m0 : 5, lw = xp_width(m0, tw, Kc);
         for (int64_t c = 0; c < Kc; c++) {
-            uint8_t *rows = (uint8_t *)xp_rows(xp, m0, Kc, tw, c);
+            uint8_t *rows = (uint8_t *)xp_rows(xp, m0, Kc, lw, c);
             const int64_t k0 = c * 32;
             const __mmask16 ma = mask16(K - k0), mb = mask16(K - k0 - 16);
             for (int64_t i = 0; i < tw; i++) {
@@ -55,30 +68,22 @@ static void xpack_amx(const float *x, int64_t M, int64_t K, int64_t b0, int64_t 
                 for (int p = 0; p < 3; p++)
                     _mm512_store_si512(rows + (3 * i + p) * 64, _mm512_permutex2var_epi16(part[p][0], hw, part[p][1]));
             }
+            for (int64_t r = 3 * tw; r < 3 * lw; r++) _mm512_store_si512(rows + r * 64, _mm512_setzero_si512());
         }
     }
 }
 
-/* tokens a slice: about 1 MiB of packed x, a multiple of 5, 5-80 */
-static int64_t dense_slice(int64_t Kc) {
-    const int64_t s = ((int64_t)1 << 20) / (Kc * 192) / 5 * 5;
-    return s < 5 ? 5 : s > 80 ? 80 : s;
-}
-
-/* tmm0 / tmm1 C of a full block (15 rows) / of the slice's last block (3 tail rows), tmm2 / tmm3 their
- * A tiles (32 k), tmm4-7 B (16 pair rows x 16 rows: FP8 the block's four, BF16 tmm4 a 32-k chunk,
- * tmm5 the last kt k, tmm6 / tmm7 the A tiles of those kt) */
-static void dense_config(int64_t tail, int bf16, int64_t kt) {
+/* The tiles: tmm0-2 C (R rows: 15, or 3 sm where the slice is one short block; FP8 uses tmm0, BF16
+ * one for each of three token blocks), tmm3 A (one 32-k chunk of a block), tmm4-7 B (16 pair rows x
+ * 16 rows: FP8 the 128-k block's four, BF16 tmm4 a 32-k chunk, which three blocks take in turn, tmm5
+ * the last kt k, tmm6 those kt k's A). */
+static void dense_config(int64_t R, int bf16, int64_t kt) {
     amx_cfg c;
     memset(&c, 0, sizeof c);
     c.palette = 1;
     for (int i = 0; i < 8; i++) c.colsb[i] = 64, c.rows[i] = 16;
-    c.rows[0] = c.rows[2] = 15;
-    c.rows[1] = c.rows[3] = (uint8_t)(tail ? 3 * tail : 15);
-    if (bf16) {
-        c.rows[6] = 15, c.rows[7] = c.rows[1];
-        if (kt) c.rows[5] = (uint8_t)(kt / 2), c.colsb[6] = c.colsb[7] = (uint16_t)(kt * 2);
-    }
+    c.rows[0] = c.rows[1] = c.rows[2] = c.rows[3] = (uint8_t)R;
+    if (bf16 && kt) c.rows[5] = (uint8_t)(kt / 2), c.rows[6] = (uint8_t)R, c.colsb[6] = (uint16_t)(kt * 2);
     _tile_loadconfig(&c);
 }
 
@@ -95,99 +100,151 @@ INL void dense_store(const float *c, int64_t tw, float s, int first, float *y, i
     }
 }
 
-/* a token block over the four B tiles of an FP8 block: C tile C, A tile A (literal operands) */
-#define DENSE_FP8(C, A)                                    \
-    do {                                                   \
-        _tile_zero(C);                                     \
-        _tile_loadd(A, xp_rows(xp, m0, Kc, tw, 4 * kb), 64);     \
-        _tile_dpbf16ps(C, A, 4);                           \
-        _tile_loadd(A, xp_rows(xp, m0, Kc, tw, 4 * kb + 1), 64); \
-        _tile_dpbf16ps(C, A, 5);                           \
-        _tile_loadd(A, xp_rows(xp, m0, Kc, tw, 4 * kb + 2), 64); \
-        _tile_dpbf16ps(C, A, 6);                           \
-        _tile_loadd(A, xp_rows(xp, m0, Kc, tw, 4 * kb + 3), 64); \
-        _tile_dpbf16ps(C, A, 7);                           \
-        _tile_stored(C, c, 64);                            \
+/* one 32-k chunk ch of the group's ng blocks (literal A and B tiles): C j += A(block j, ch) B */
+#define GROUP_DP(A, B, ch)                                   \
+    do {                                                     \
+        _tile_loadd(A, xp_rows(xp, m0, Kc, lw, ch), 64);     \
+        _tile_dpbf16ps(0, A, B);                             \
+        if (ng > 1) {                                        \
+            _tile_loadd(A, xp_rows(xp, m0 + 5, Kc, lw, ch), 64); \
+            _tile_dpbf16ps(1, A, B);                         \
+        }                                                    \
+        if (ng > 2) {                                        \
+            _tile_loadd(A, xp_rows(xp, m0 + 10, Kc, lw, ch), 64); \
+            _tile_dpbf16ps(2, A, B);                         \
+        }                                                    \
     } while (0)
 
+INL void group_zero(int ng) {
+    _tile_zero(0);
+    if (ng > 1) _tile_zero(1);
+    if (ng > 2) _tile_zero(2);
+}
+
+/* the group's C tiles to c (1 KiB each), then each block's tokens to y */
+INL void group_store(float *c, int ng, int64_t sm, int64_t i0, float s, int first, float *y, int64_t ldy,
+                     __mmask16 mk) {
+    _tile_stored(0, c, 64);
+    if (ng > 1) _tile_stored(1, c + 256, 64);
+    if (ng > 2) _tile_stored(2, c + 512, 64);
+    for (int j = 0; j < ng; j++) {
+        const int64_t i = i0 + 5 * j, tw = sm - i < 5 ? sm - i : 5;
+        dense_store(c + 256 * j, tw, s, first, y + i * ldy, ldy, mk);
+    }
+}
+
+/* the slice [s0, s0 + sm): its blocks' width in the pack and the tiles' rows */
+#define SLICE_SHAPE(sm, lw) const int64_t lw = (sm) < 5 ? (sm) : 5
+
+/* a token block's 128-k block kb over the four B tiles of a column tile: C0 += A3(chunk) B4-7 */
+#define FP8_BLOCK_DP(m0, lw)                                       \
+    do {                                                           \
+        _tile_zero(0);                                             \
+        _tile_loadd(3, xp_rows(xp, m0, Kc, lw, 4 * kb), 64);       \
+        _tile_dpbf16ps(0, 3, 4);                                   \
+        _tile_loadd(3, xp_rows(xp, m0, Kc, lw, 4 * kb + 1), 64);   \
+        _tile_dpbf16ps(0, 3, 5);                                   \
+        _tile_loadd(3, xp_rows(xp, m0, Kc, lw, 4 * kb + 2), 64);   \
+        _tile_dpbf16ps(0, 3, 6);                                   \
+        _tile_loadd(3, xp_rows(xp, m0, Kc, lw, 4 * kb + 3), 64);   \
+        _tile_dpbf16ps(0, 3, 7);                                   \
+        _tile_stored(0, c, 64);                                    \
+    } while (0)
+
+INL void fp8_load_b(const __m512i *b) {
+    _tile_loadd(4, b, 64);
+    _tile_loadd(5, b + 16, 64);
+    _tile_loadd(6, b + 32, 64);
+    _tile_loadd(7, b + 48, 64);
+}
+
+/* Two loop orders, the same operations for each token (so the same bits at every M):
+ * - a slice of full blocks runs 128-k block outermost: block kb of every column tile in turn, over
+ *   every token block. The slice's packed x for one kb (4 chunks of 960 bytes a block) then stays in
+ *   L1 across the column tiles, where a column tile at a time streamed the slice's whole packed x
+ *   from L2 for each of them (an A tile from L2 cost about twice a tdpbf16ps). y's rows of the
+ *   slice are read and written once per kb (L2). Column tile t + 4's block is prefetched.
+ * - a slice of one short block (decode) keeps the column tile outermost: each tile's bytes in order,
+ *   with the expert kernels' prefetch 16 KiB ahead (29-32 GB/s at M = 1). */
 static void rows_fp8_tiles(const mr_pmatrix *P, int64_t n0, int64_t nr, const void *xp, int64_t M, float *y,
                            int64_t ldy, void *scratch) {
     const fp8_lut lut = fp8_lut_load();
-    const int64_t G = P->Kp / 128, Kc = 4 * G, S = dense_slice(Kc);
+    const int64_t G = P->Kp / 128, Kc = 4 * G, S = dense_slice(Kc), ta = n0 / 16, tb = (n0 + nr + 15) / 16;
     __m512i *b = (__m512i *)scratch;               /* the block's 4 B tiles: 4 KiB */
     float *c = (float *)((char *)scratch + 4096); /* a C tile: 1 KiB */
     for (int64_t s0 = 0; s0 < M; s0 += S) {
         const int64_t sm = M - s0 < S ? M - s0 : S;
-        dense_config(sm % 5, 0, 0);
-        for (int64_t t = n0 / 16; 16 * t < n0 + nr; t++) {
-            const uint8_t *tile = P->data + (size_t)t * P->tile_bytes;
-            const float *bs = P->tscale + t * G;
-            const __mmask16 mk = mask16(n0 + nr - 16 * t);
-            float *yt = y + (16 * t - n0) + s0 * ldy;
-            for (int64_t kb = 0; kb < G; kb++) {
-                fp8_block_pairs(&lut, tile + kb * 2048, b, 0); /* L2, 16 KiB ahead: 29-32 GB/s at M = 1
-                                                                  against 20-22 with the L1 prefetch */
-                _tile_loadd(4, b, 64);
-                _tile_loadd(5, b + 16, 64);
-                _tile_loadd(6, b + 32, 64);
-                _tile_loadd(7, b + 48, 64);
+        SLICE_SHAPE(sm, lw);
+        dense_config(3 * lw, 0, 0);
+        if (sm < 5) {
+            for (int64_t t = ta; t < tb; t++) {
+                const uint8_t *tile = P->data + (size_t)t * P->tile_bytes;
+                for (int64_t kb = 0; kb < G; kb++) {
+                    fp8_block_pairs(&lut, tile + kb * 2048, b, 0);
+                    fp8_load_b(b);
+                    FP8_BLOCK_DP(s0, lw);
+                    dense_store(c, sm, P->tscale[t * G + kb], kb == 0, y + (16 * t - n0) + s0 * ldy, ldy,
+                                mask16(n0 + nr - 16 * t));
+                }
+            }
+            continue;
+        }
+        for (int64_t kb = 0; kb < G; kb++) {
+            for (int64_t t = ta; t < tb; t++) {
+                const int64_t tp = t + 4 < tb ? t + 4 : kb + 1 < G ? ta + (t + 4 - tb) % (tb - ta) : -1;
+                const int64_t kp = t + 4 < tb ? kb : kb + 1;
+                if (tp >= 0)
+                    for (int g = 0; g < 32; g++)
+                        _mm_prefetch((const char *)P->data + (size_t)tp * P->tile_bytes + kp * 2048 + g * 64,
+                                     _MM_HINT_T2);
+                fp8_block_pairs(&lut, P->data + (size_t)t * P->tile_bytes + kb * 2048, b, 2);
+                fp8_load_b(b);
+                const float s = P->tscale[t * G + kb];
+                const __mmask16 mk = mask16(n0 + nr - 16 * t);
                 for (int64_t i0 = 0; i0 < sm; i0 += 5) {
-                    const int64_t m0 = s0 + i0, tw = sm - i0 < 5 ? sm - i0 : 5;
-                    if (tw == 5)
-                        DENSE_FP8(0, 2);
-                    else
-                        DENSE_FP8(1, 3);
-                    dense_store(c, tw, bs[kb], kb == 0, yt + i0 * ldy, ldy, mk);
+                    FP8_BLOCK_DP(s0 + i0, 5);
+                    dense_store(c, sm - i0 < 5 ? sm - i0 : 5, s, kb == 0, y + (16 * t - n0) + (s0 + i0) * ldy, ldy, mk);
                 }
             }
         }
     }
     _tile_release();
 }
-#undef DENSE_FP8
-
-/* a token block over a BF16 tile's whole row: C tile C, A tiles A (32 k) and AT (the last kt k) */
-#define DENSE_BF16(C, A, AT)                                          \
-    do {                                                              \
-        _tile_zero(C);                                                \
-        for (int64_t ch = 0; ch < K32 / 32; ch++) {                   \
-            if (i0 == 0) pf_tile(tile + ch * 1024);                   \
-            _tile_loadd(A, xp_rows(xp, m0, Kc, tw, ch), 64);          \
-            _tile_loadd(4, tile + ch * 1024, 64);                     \
-            _tile_dpbf16ps(C, A, 4);                                  \
-        }                                                             \
-        if (kt) {                                                     \
-            _tile_loadd(AT, xp_rows(xp, m0, Kc, tw, K32 / 32), 64);   \
-            _tile_loadd(5, tile + K32 * 32, 64);                      \
-            _tile_dpbf16ps(C, AT, 5);                                 \
-        }                                                             \
-        _tile_stored(C, c, 64);                                       \
-    } while (0)
+#undef FP8_BLOCK_DP
 
 static void rows_bf16_tiles(const mr_pmatrix *P, int64_t n0, int64_t nr, const void *xp, int64_t M, float *y,
                             int64_t ldy, void *scratch) {
     const int64_t Kc = (P->cols + 127) / 128 * 4, S = dense_slice(Kc), K32 = P->Kp / 32 * 32, kt = P->Kp - K32;
-    float *c = (float *)scratch; /* a C tile: 1 KiB */
+    float *c = (float *)scratch; /* three C tiles: 3 KiB */
     for (int64_t s0 = 0; s0 < M; s0 += S) {
         const int64_t sm = M - s0 < S ? M - s0 : S;
-        dense_config(sm % 5, 1, kt);
+        SLICE_SHAPE(sm, lw);
+        dense_config(3 * lw, 1, kt);
         for (int64_t t = n0 / 16; 16 * t < n0 + nr; t++) {
             const uint8_t *tile = P->data + (size_t)t * P->tile_bytes;
             const __mmask16 mk = mask16(n0 + nr - 16 * t);
             float *yt = y + (16 * t - n0) + s0 * ldy;
-            for (int64_t i0 = 0; i0 < sm; i0 += 5) {
-                const int64_t m0 = s0 + i0, tw = sm - i0 < 5 ? sm - i0 : 5;
-                if (tw == 5)
-                    DENSE_BF16(0, 2, 6);
-                else
-                    DENSE_BF16(1, 3, 7);
-                dense_store(c, tw, 1.0f, 1, yt + i0 * ldy, ldy, mk);
+            for (int64_t i0 = 0; i0 < sm; i0 += 15) {
+                const int64_t m0 = s0 + i0;
+                const int ng = (int)((sm - i0 + 4) / 5 < 3 ? (sm - i0 + 4) / 5 : 3);
+                group_zero(ng);
+                for (int64_t ch = 0; ch < K32 / 32; ch++) {
+                    if (i0 == 0) pf_tile(tile + ch * 1024);
+                    _tile_loadd(4, tile + ch * 1024, 64);
+                    GROUP_DP(3, 4, ch);
+                }
+                if (kt) {
+                    _tile_loadd(5, tile + K32 * 32, 64);
+                    GROUP_DP(6, 5, K32 / 32);
+                }
+                group_store(c, ng, sm, i0, 1.0f, 1, yt, ldy, mk);
             }
         }
     }
     _tile_release();
 }
-#undef DENSE_BF16
+#undef GROUP_DP
+#undef SLICE_SHAPE
 
 void mr__dense_fill_avx512amx(mr_kernels *k) {
     k->rows_tiles[MR_FMT_FP8_BLOCK].name = "rows_fp8_block_avx512_amx_5x3x16x128";

@@ -261,16 +261,18 @@ static void matmul_fast(int n, const mr_qmatrix *const *W, const float *x, int64
     if (par) nt0 = omp_get_max_threads();
 #endif
     const bool steal = nt0 > 1 && nt0 <= MATMUL_MAX_NT;
-    int64_t cb = nblk / (16 * nt0); /* blocks per chunk */
-    if (cb < 1) cb = 1;
-    _Alignas(64) _Atomic uint64_t rs[MATMUL_MAX_NT * MR__STEAL_STRIDE];
-    if (steal)
-        for (int t = 0; t < nt0; t++) mr__rng_init(rs, (nblk + cb - 1) / cb, nt0, t); /* the fork publishes them */
     /* on tiles (every matrix packed for them): x packed once for all matrices, by the team, before
      * any row block; a scratch for each of the nt0 threads the ranges were made for (a larger team
      * leaves the rest idle) */
     bool tiles = k->rows_tiles[W[0]->fmt].fn != NULL;
     for (int i = 0; i < n; i++) tiles = tiles && W[i]->tiles && W[i]->tiles->pack == k->rows_tiles[W[0]->fmt].pack;
+    /* blocks per chunk: about 16 chunks a thread, 4 on tiles at 5 tokens or more, where a call's
+     * column tiles share each 128-k block's packed x in L1 (the more of them, the better) */
+    int64_t cb = nblk / ((tiles && M >= 5 ? 4 : 16) * nt0);
+    if (cb < 1) cb = 1;
+    _Alignas(64) _Atomic uint64_t rs[MATMUL_MAX_NT * MR__STEAL_STRIDE];
+    if (steal)
+        for (int t = 0; t < nt0; t++) mr__rng_init(rs, (nblk + cb - 1) / cb, nt0, t); /* the fork publishes them */
     const int64_t K = W[0]->cols, nxb = (M + 4) / 5;
     const size_t xpb = MR_XPACK_BYTES(M, K);
     const size_t need = xpb + (size_t)nt0 * MR_UK_SCRATCH;
