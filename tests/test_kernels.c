@@ -1150,12 +1150,14 @@ static void test_matmul_many_tokens(void **st) {
     (void)st;
     const mr_format fmts[] = {MR_FMT_BF16, MR_FMT_FP8_BLOCK};
     /* {21, 150}: K % 16 != 0 (the small-M blocks' scalar tail, and no blocked form); {40, 160}:
-     * FP8 with a last scale group of 32 columns; {33, 544}: a last blocked column block of 32 */
-    const int64_t shapes[][2] = {{50, 400}, {144, 272}, {19, 48}, {27, 4096}, {21, 150}, {40, 160}, {33, 544}};
-    /* 2-7: the small-M register blocks of up to 7 tokens; 8+: the blocked forms; 333: more than
-     * one MR_MATMUL_CHUNK (the smaller shapes only) */
-    const int64_t Ms[] = {2, 3, 4, 5, 6, 7, 8, 13, 70, 333};
-    enum { MAXM = 333, MAXN = 144, MAXK = 4096 };
+     * FP8 with a last scale group of 32 columns; {33, 544}: a last blocked column block of 32;
+     * {16, 8192}: AMX slices of 20 tokens (40 for the others) */
+    const int64_t shapes[][2] = {{50, 400}, {144, 272}, {19, 48}, {27, 4096}, {21, 150}, {40, 160}, {33, 544}, {16, 8192}};
+    /* 2-7: the small-M register blocks of up to 7 tokens; 8+: the blocked forms; 13 and 333: AMX
+     * slices whose last 5-token block is short (padded); 42: a short block alone in the last slice;
+     * 333: more than one MR_MATMUL_CHUNK (the smaller shapes only) */
+    const int64_t Ms[] = {2, 3, 4, 5, 6, 7, 8, 13, 42, 70, 333};
+    enum { MAXM = 333, MAXN = 144, MAXK = 8192 };
     tu_rng r = {4242};
     float *w = malloc(sizeof(float) * MAXN * MAXK), *x = malloc(sizeof(float) * MAXM * MAXK),
           *y = malloc(sizeof(float) * MAXM * MAXN), *y1 = malloc(sizeof(float) * MAXN);
