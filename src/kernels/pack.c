@@ -138,11 +138,31 @@ static void fp8_tile_subnormals(const mr_qmatrix *w, int64_t st, int64_t Kp, uin
 /* the e4m3 scales of source tile st, [Kp/16][16] (code 0 past the rows) */
 static void nvfp4_tile_scales(const mr_qmatrix *w, int64_t st, int64_t Kp, uint8_t *sc) {
     const int64_t K = w->cols;
+    if (16 * st + 16 <= w->rows && Kp == K) { /* inside the source: a transpose */
+        const uint8_t *s = (const uint8_t *)w->scale + (size_t)(16 * st) * (size_t)(K / 16);
+        for (int r = 0; r < 16; r++)
+            for (int64_t j = 0; j < K / 16; j++) sc[j * 16 + r] = s[(size_t)r * (size_t)(K / 16) + (size_t)j];
+        return;
+    }
     for (int64_t j = 0; j < Kp / 16; j++)
         for (int r = 0; r < 16; r++) {
             const int64_t n = 16 * st + r;
             sc[j * 16 + r] = (n < w->rows && j < K / 16) ? ((const uint8_t *)w->scale)[n * (K / 16) + j] : 0;
         }
+}
+
+/* the NVFP4 layouts (moerun/kernels.h): nibble h of byte i of a 16-k block's 128 bytes holds the code of
+ * tile row d, column kk of the block */
+static void nvfp4_nibble_at(mr_pack_id pack, int i, int h, int *d, int *kk) {
+    if (pack == MR_PACK_NVFP4_R16K16 || pack == MR_PACK_NVFP4_R16K16B) { /* line L, byte p */
+        const int L = i >> 6, p = i & 63, lane = p >> 4, q = p & 15;
+        *d = pack == MR_PACK_NVFP4_R16K16 ? p >> 2 : 4 * lane + ((q & 7) >> 1);
+        *kk = pack == MR_PACK_NVFP4_R16K16 ? 8 * L + (p & 3) + 4 * h : 2 * (4 * L + 2 * h + (q >> 3)) + (q & 1);
+    } else { /* Y16I / Y16F: vector v, byte q */
+        const int v = i >> 5, q = i & 31;
+        *d = pack == MR_PACK_NVFP4_Y16F ? 8 * ((q >> 3) & 1) + 4 * (q >> 4) + ((q >> 1) & 3) : 8 * h + (q >> 2);
+        *kk = pack == MR_PACK_NVFP4_Y16F ? 4 * v + 2 * h + (q & 1) : 4 * v + (q & 3);
+    }
 }
 
 static void pack_tile(const mr_pmatrix *m, const mr_qmatrix *w, int64_t st, uint8_t *tile, float *ts, uint8_t *sub) {
@@ -196,40 +216,77 @@ static void pack_tile(const mr_pmatrix *m, const mr_qmatrix *w, int64_t st, uint
         fp8_tile_subnormals(w, st, Kp, sub);
         break;
     }
+    case MR_PACK_NVFP4_R16K16:
+    case MR_PACK_NVFP4_R16K16B:
     case MR_PACK_NVFP4_Y16I:
     case MR_PACK_NVFP4_Y16F: {
-        const bool f = m->pack == MR_PACK_NVFP4_Y16F;
-        for (int64_t j = 0; j < Kp / 16; j++)
-            for (int v = 0; v < 4; v++)
-                for (int q = 0; q < 32; q++) {
-                    uint8_t b = 0;
-                    for (int h = 0; h < 2; h++) {
-                        const int d = f ? 8 * ((q >> 3) & 1) + 4 * (q >> 4) + ((q >> 1) & 3) : 8 * h + (q >> 2);
-                        const int64_t k = f ? 16 * j + 4 * v + 2 * h + (q & 1) : 16 * j + 4 * v + (q & 3);
-                        b |= (uint8_t)(nib(w, 16 * st + d, k) << (4 * h));
+        const uint8_t *src = (const uint8_t *)w->data + (size_t)(16 * st) * (size_t)(K / 2);
+        if (16 * st + 16 <= N && (m->pack == MR_PACK_NVFP4_R16K16 || m->pack == MR_PACK_NVFP4_R16K16B)) {
+            /* a row's 8 bytes of block j are codes k 0-15 as nibbles 0-15; line L's 4 bytes of the row
+             * are nibbles 8 L .. 8 L + 7 in the order 0 4 1 5 2 6 3 7 (a nibble shuffle of each half),
+             * at 4 d in the line (R16K16), or as two byte pairs at 2 (d % 4) and 2 (d % 4) + 8 of the
+             * row's 16-byte lane d / 4 (R16K16B) */
+            const bool pairs = m->pack == MR_PACK_NVFP4_R16K16B;
+            for (int64_t j = 0; j < Kp / 16; j++)
+                for (int d = 0; d < 16; d++) {
+                    uint64_t x;
+                    memcpy(&x, src + (size_t)d * (size_t)(K / 2) + 8 * j, 8);
+                    x = (x & 0xFF0000FFFF0000FFull) | ((x & 0x0000FF000000FF00ull) << 8) | ((x >> 8) & 0x0000FF000000FF00ull);
+                    x = (x & 0xF00FF00FF00FF00Full) | ((x & 0x00F000F000F000F0ull) << 4) | ((x >> 4) & 0x00F000F000F000F0ull);
+                    for (int L = 0; L < 2; L++) {
+                        const uint32_t l = (uint32_t)(x >> (32 * L));
+                        uint8_t *line = tile + (2 * j + L) * 64;
+                        if (!pairs) {
+                            memcpy(line + 4 * d, &l, 4);
+                        } else {
+                            const uint16_t a = (uint16_t)l, b = (uint16_t)(l >> 16);
+                            memcpy(line + 16 * (d >> 2) + 2 * (d & 3), &a, 2);
+                            memcpy(line + 16 * (d >> 2) + 2 * (d & 3) + 8, &b, 2);
+                        }
                     }
-                    tile[j * 128 + v * 32 + q] = b;
                 }
-        nvfp4_tile_scales(w, st, Kp, tile + 8 * Kp);
-        break;
-    }
-    case MR_PACK_NVFP4_R16K16:
-    case MR_PACK_NVFP4_R16K16B: {
-        const bool b = m->pack == MR_PACK_NVFP4_R16K16B;
-        for (int64_t j = 0; j < Kp / 16; j++)
-            for (int L = 0; L < 2; L++)
-                for (int p = 0; p < 64; p++) {
-                    uint8_t v = 0;
-                    if (!b) {
-                        int64_t n = 16 * st + (p >> 2), k = 16 * j + 8 * L + (p & 3);
-                        v = (uint8_t)(nib(w, n, k) | nib(w, n, k + 4) << 4);
-                    } else {
-                        int lane = p >> 4, q = p & 15, d = 4 * lane + ((q & 7) >> 1), u = q >> 3, e = q & 1;
-                        for (int h = 0; h < 2; h++)
-                            v |= (uint8_t)(nib(w, 16 * st + d, 16 * j + 2 * (4 * L + 2 * h + u) + e) << (4 * h));
+        } else if (16 * st + 16 <= N && m->pack == MR_PACK_NVFP4_Y16F) {
+            /* vector v's 2 bytes of row d = 8 a + 4 b + c, at 16 b + 8 a + 2 c: nibbles 4 v .. 4 v + 3 of
+             * the row in the order 0 2 1 3 */
+            for (int64_t j = 0; j < Kp / 16; j++)
+                for (int d = 0; d < 16; d++) {
+                    uint64_t x;
+                    memcpy(&x, src + (size_t)d * (size_t)(K / 2) + 8 * j, 8);
+                    x = (x & 0xF00FF00FF00FF00Full) | ((x & 0x0F000F000F000F00ull) >> 4) | ((x & 0x00F000F000F000F0ull) << 4);
+                    const int q0 = 16 * ((d >> 2) & 1) + 8 * (d >> 3) + 2 * (d & 3);
+                    for (int v = 0; v < 4; v++) {
+                        const uint16_t o = (uint16_t)(x >> (16 * v));
+                        memcpy(tile + j * 128 + v * 32 + q0, &o, 2);
                     }
-                    tile[(j * 2 + L) * 64 + p] = v;
                 }
+        } else if (16 * st + 16 <= N && m->pack == MR_PACK_NVFP4_Y16I) {
+            /* vector v's 4 bytes of rows d, d + 8: nibbles 4 v .. 4 v + 3 of each row, row d's low */
+            for (int64_t j = 0; j < Kp / 16; j++)
+                for (int d = 0; d < 8; d++) {
+                    uint64_t a, b;
+                    memcpy(&a, src + (size_t)d * (size_t)(K / 2) + 8 * j, 8);
+                    memcpy(&b, src + (size_t)(d + 8) * (size_t)(K / 2) + 8 * j, 8);
+                    for (int v = 0; v < 4; v++) {
+                        uint32_t lo = (uint32_t)(a >> (16 * v)) & 0xFFFF, hi = (uint32_t)(b >> (16 * v)) & 0xFFFF;
+                        lo = (lo | lo << 8) & 0x00FF00FFu, lo = (lo | lo << 4) & 0x0F0F0F0Fu;
+                        hi = (hi | hi << 8) & 0x00FF00FFu, hi = (hi | hi << 4) & 0x0F0F0F0Fu;
+                        const uint32_t o = lo | hi << 4;
+                        memcpy(tile + j * 128 + v * 32 + 4 * d, &o, 4);
+                    }
+                }
+        } else { /* the last tile, whose rows run past the source: nibble by nibble */
+            uint8_t at[128][2]; /* byte i of a 16-k block: its two nibbles' (row, k in the block) */
+            for (int i = 0; i < 128; i++)
+                for (int h = 0; h < 2; h++) {
+                    int d, kk;
+                    nvfp4_nibble_at(m->pack, i, h, &d, &kk);
+                    at[i][h] = (uint8_t)(16 * d + kk);
+                }
+            for (int64_t j = 0; j < Kp / 16; j++)
+                for (int i = 0; i < 128; i++)
+                    tile[j * 128 + i] = (uint8_t)(nib(w, 16 * st + (at[i][0] >> 4), 16 * j + (at[i][0] & 15)) |
+                                                  nib(w, 16 * st + (at[i][1] >> 4), 16 * j + (at[i][1] & 15)) << 4);
+        }
         nvfp4_tile_scales(w, st, Kp, tile + 8 * Kp);
         break;
     }
