@@ -97,7 +97,9 @@ grep -q "draining" "$S/int.log" || bad "the first SIGINT did not start a drain"
 "$M" serve --model "$S/wide" --port 0 >"$S/load.log" 2>&1 &
 SV_PID=$!
 SV_ALL="$SV_ALL $SV_PID"
-for i in $(seq 1 400); do grep -q "listening on" "$S/load.log" && break; sleep 0.01; done
+lim=$(( $(now_ms) + 60000 )) # "listening" comes before the load (a slow sanitizer host: allow a minute)
+while ! grep -q "listening on" "$S/load.log" && [ "$(now_ms)" -lt $lim ]; do sleep 0.01; done
+grep -q "listening on" "$S/load.log" || { bad "no listening line in 60 s: $(cat "$S/load.log")"; server_stacks "$SV_PID"; }
 SV_PORT=$(sed -n 's/.*listening on http:\/\/[^ ]*:\([0-9][0-9]*\) .*/\1/p' "$S/load.log" | head -1)
 SV_URL=http://127.0.0.1:$SV_PORT
 h=$(curl -s -o "$S/hl.out" -w '%{http_code}' "$SV_URL/health")
@@ -109,7 +111,9 @@ else
     grep -q "loading" "$S/hl.out" || bad "the loading 503 does not say so: $(cat "$S/hl.out")"
     [ "$g" = 503 ] || bad "a request while loading: $g, want 503"
 fi
-for i in $(seq 1 1200); do grep -q "ready on" "$S/load.log" && break; sleep 0.05; done
+lim=$(( $(now_ms) + 180000 ))
+while ! grep -q "ready on" "$S/load.log" && [ "$(now_ms)" -lt $lim ]; do sleep 0.05; done
+grep -q "ready on" "$S/load.log" || { bad "not ready in 180 s: $(cat "$S/load.log")"; server_stacks "$SV_PID"; }
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$SV_URL/health")" = 200 ] || bad "/health after loading is not 200"
 stop_server
 [ "$SV_RC" = 0 ] || bad "exit $SV_RC after loading"
