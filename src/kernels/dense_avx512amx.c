@@ -133,8 +133,8 @@ INL void group_store(float *c, int ng, int64_t sm, int64_t i0, float s, int firs
     }
 }
 
-/* the slice [s0, s0 + sm): its blocks' width in the pack and the tiles' rows */
-#define SLICE_SHAPE(sm, lw) const int64_t lw = (sm) < 5 ? (sm) : 5
+/* a slice of sm tokens: its blocks' width in the pack (the tiles take 3 of it as rows) */
+INL int64_t slice_width(int64_t sm) { return sm < 5 ? sm : 5; }
 
 /* a token block's 128-k block kb over the four B tiles of a column tile: C0 += A3(chunk) B4-7 */
 #define FP8_BLOCK_DP(m0, lw)                                       \
@@ -174,7 +174,7 @@ static void rows_fp8_tiles(const mr_pmatrix *P, int64_t n0, int64_t nr, const vo
     float *c = (float *)((char *)scratch + 4096); /* a C tile: 1 KiB */
     for (int64_t s0 = 0; s0 < M; s0 += S) {
         const int64_t sm = M - s0 < S ? M - s0 : S;
-        SLICE_SHAPE(sm, lw);
+        const int64_t lw = slice_width(sm);
         dense_config(3 * lw, 0, 0);
         if (sm < 5) {
             for (int64_t t = ta; t < tb; t++) {
@@ -202,7 +202,7 @@ static void rows_fp8_tiles(const mr_pmatrix *P, int64_t n0, int64_t nr, const vo
                 const float s = P->tscale[t * G + kb];
                 const __mmask16 mk = mask16(n0 + nr - 16 * t);
                 for (int64_t i0 = 0; i0 < sm; i0 += 5) {
-                    FP8_BLOCK_DP(s0 + i0, 5);
+                    FP8_BLOCK_DP(s0 + i0, lw);
                     dense_store(c, sm - i0 < 5 ? sm - i0 : 5, s, kb == 0, y + (16 * t - n0) + (s0 + i0) * ldy, ldy, mk);
                 }
             }
@@ -218,7 +218,7 @@ static void rows_bf16_tiles(const mr_pmatrix *P, int64_t n0, int64_t nr, const v
     float *c = (float *)scratch; /* three C tiles: 3 KiB */
     for (int64_t s0 = 0; s0 < M; s0 += S) {
         const int64_t sm = M - s0 < S ? M - s0 : S;
-        SLICE_SHAPE(sm, lw);
+        const int64_t lw = slice_width(sm);
         dense_config(3 * lw, 1, kt);
         for (int64_t t = n0 / 16; 16 * t < n0 + nr; t++) {
             const uint8_t *tile = P->data + (size_t)t * P->tile_bytes;
@@ -244,7 +244,6 @@ static void rows_bf16_tiles(const mr_pmatrix *P, int64_t n0, int64_t nr, const v
     _tile_release();
 }
 #undef GROUP_DP
-#undef SLICE_SHAPE
 
 void mr__dense_fill_avx512amx(mr_kernels *k) {
     k->rows_tiles[MR_FMT_FP8_BLOCK].name = "rows_fp8_block_avx512_amx_5x3x16x128";

@@ -109,7 +109,7 @@ static mr_status forward_chunk(mr_model *m, const int32_t *tokens, int64_t T, in
             kv_store((float *)kv.kc, (float *)kv.vc, s->k, s->v, s->slot, s->pos, T, kvd, s->max_ctx);
         mr__attention(s->att, s->q, &kv, s->pos, T, Hq, Hkv, D, s->scores, s->scores_per_thread,
                       s->n_threads);                                 /* causal GQA softmax attention */
-        mr__dense(s, &L->wo, s->att, T, s->y);                          /* o_proj */
+        mr__dense(s, &L->wo, s->att, T, s->y);                       /* o_proj */
         t1 = mr_now_ns();
         m->timing.attention_ns += t1 - t0;
         mr__add(s->x, s->y, T * H);                                  /* h = h + attention(a) */

@@ -153,8 +153,8 @@ void mr__attention(float *out, const float *q, const mr__kv_view *kv, const int6
                    int64_t n_kv_heads, int64_t head_dim, float *scores, size_t per_thread, int n_threads);
 /* y += x, n values. */
 void mr__add(float *y, const float *x, int64_t n);
-/* y [M][N] = x [M][K] . W^T for W [N][K] in any weight format (kernels dispatch). */
-/* y [M][W->rows] = x [M][W->cols] . W^T through the state's workspace (no allocation) */
+/* y [M][N] = x [M][K] . W^T for W [N][K] in any weight format (kernels dispatch), through the
+ * state's workspace (no allocation). */
 void mr__dense(mr__state *s, const mr_qmatrix *W, const float *x, int64_t M, float *y);
 
 /* ---- the MoE block through the runner (moe_block.c) ---- */
