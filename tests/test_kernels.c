@@ -14,6 +14,7 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -681,6 +682,43 @@ static void test_matmul(void **st) {
  * products (fp32 products for BF16_F32), fp32 sums in another order,
  * |err| <= 1e-5 * sum |terms|. */
 
+/* NVFP4_BF16 activations shaped so that a gemv on fixed-point input
+ * (mr_uk_act.xq) meets every kind of block, tokens side by side meeting
+ * different kinds: 16-k block b of token m by (b + m) % 4 as is (one part),
+ * one value 2^-20 of the others (two parts), one 2^-40 (no form), all near
+ * 2^-100 (no form: below 2^-82) */
+static float fixq_shape(mr_uk_kind kind, int64_t m, int64_t i) {
+    if (kind != MR_UK_NVFP4_BF16) return 1.0f;
+    switch ((i / 16 + m) % 4) {
+    case 1: return i % 16 == 3 ? 0x1p-20f : 1.0f;
+    case 2: return i % 16 == 5 ? 0x1p-40f : 1.0f;
+    case 3: return 0x1p-100f;
+    default: return 1.0f;
+    }
+}
+
+/* y[m][d] of one tile against the double reference on the dequantized rows */
+static void check_uk_tile(const char *name, const char *how, const mr_qmatrix *q, int nsrc, int64_t N, int64_t K,
+                          int64_t Kp, int64_t M, int64_t t, const float *xv, const float *xs, int64_t nbk, int64_t blk,
+                          float post, const float *y) {
+    float *row = malloc(sizeof(float) * (size_t)K);
+    for (int d = 0; d < 16; d++) {
+        const int64_t n = 16 * (t / nsrc) + d;
+        if (n < N) mr_qmatrix_dequant_row(&q[t % nsrc], n, row);
+        for (int64_t m = 0; m < M; m++) {
+            double ref = 0, mag = 0;
+            for (int64_t i = 0; n < N && i < K; i++) {
+                double p = (double)row[i] * xv[m * Kp + i] * xs[m * nbk + i / blk] * post;
+                ref += p, mag += fabs(p);
+            }
+            if (!(fabs(y[m * 16 + d] - ref) <= 1e-5 * mag + 1e-30))
+                fail_msg("%s%s: nsrc %d K %lld M %lld tile %lld row %d token %lld: %.9g, ref %.9g", name, how, nsrc,
+                         (long long)K, (long long)M, (long long)t, d, (long long)m, y[m * 16 + d], ref);
+        }
+    }
+    free(row);
+}
+
 static void check_uk(const mr_kernels *k, const ukcase *uc, int nsrc, int64_t M, bool gemm, bool use_xs, int xs_group) {
     const int64_t N = 40, K = uc->K;
     tu_rng r = {0x77 + (uint64_t)(uc->kind * 100 + nsrc * 10 + M)};
@@ -710,7 +748,7 @@ static void check_uk(const mr_kernels *k, const ukcase *uc, int nsrc, int64_t M,
             } else if (f32) {
                 ((float *)x)[m * Kp + i] = xv[m * Kp + i] = tu_normal(&r);
             } else {
-                uint16_t b = mr_f32_to_bf16(tu_normal(&r));
+                uint16_t b = mr_f32_to_bf16(tu_normal(&r) * fixq_shape(uc->kind, m, i));
                 ((uint16_t *)x)[m * Kp + i] = b;
                 xv[m * Kp + i] = mr_bf16_to_f32(b);
             }
@@ -724,7 +762,6 @@ static void check_uk(const mr_kernels *k, const ukcase *uc, int nsrc, int64_t M,
                    .xs_group = xs_group};
     float *y = malloc(sizeof(float) * (size_t)(M * 16));
     void *scratch = mr_aligned_alloc(64, MR_UK_SCRATCH);
-    float *row = malloc(sizeof(float) * (size_t)K);
     const mr_uk_fn fn = gemm ? k->uk_gemm[uc->kind].fn : k->uk_gemv[uc->kind].fn;
     const char *name = gemm ? k->uk_gemm[uc->kind].name : k->uk_gemv[uc->kind].name;
     /* a table whose gemm kernels take x widened to fp32 (mr_uk_act.xw): the
@@ -744,6 +781,29 @@ static void check_uk(const mr_kernels *k, const ukcase *uc, int nsrc, int64_t M,
         }
     mr_uk_act aw = a;
     aw.x = xnan, aw.xw = xw, aw.ldxw = Kp + 8;
+    /* a table whose gemv takes x as fixed point (mr_uk_act.xq, made by the
+     * table's xq_row): the same tiles with it, against the reference, and
+     * again with x NaN in every block that has a fixed-point form (so the
+     * kernel reads xq there and x only where m = 0): the same bits */
+    if (!gemm && k->uk_gemv_xq[uc->kind]) assert_int_equal(uc->kind, MR_UK_NVFP4_BF16);
+    const bool fq = !gemm && k->uk_gemv_xq[uc->kind];
+    int16_t *xq = fq ? malloc(sizeof(int16_t) * (size_t)(2 * M * Kp)) : NULL;
+    float *xqm = fq ? malloc(sizeof(float) * (size_t)(M * Kp / 16)) : NULL, *yq = fq ? malloc(sizeof(float) * (size_t)(M * 32)) : NULL;
+    uint16_t *xqnan = fq ? malloc(sizeof(uint16_t) * (size_t)(M * Kp)) : NULL;
+    int kinds[3] = {0, 0, 0}; /* blocks with m > 0, m < 0, m = 0 */
+    for (int64_t m = 0; fq && m < M; m++) {
+        k->xq_row.fn((const uint16_t *)x + m * Kp, Kp, xq + m * Kp, xq + (M + m) * Kp, xqm + m * (Kp / 16));
+        for (int64_t i = 0; i < Kp; i++) {
+            const float mb = xqm[m * (Kp / 16) + i / 16];
+            xqnan[m * Kp + i] = mb != 0.0f ? 0x7FC0 : ((const uint16_t *)x)[m * Kp + i];
+            if (i % 16 == 0) kinds[mb > 0.0f ? 0 : mb < 0.0f ? 1 : 2]++;
+        }
+    }
+    if (fq && K >= 64) assert_true(kinds[0] > 0 && kinds[1] > 0 && kinds[2] > 0);
+    mr_uk_act aq = a;
+    aq.xq = xq, aq.xql = xq + M * Kp, aq.xqm = xqm, aq.ldxq = Kp, aq.ldxqm = Kp / 16;
+    mr_uk_act aqn = aq;
+    aqn.x = xqnan;
     for (int64_t t = 0; t < pm.n_tiles; t++) {
         for (int64_t i = 0; i < M * 16; i++) y[i] = NAN; /* never read */
         fn(&pm, t, &a, M, y, 16, scratch);
@@ -753,26 +813,24 @@ static void check_uk(const mr_kernels *k, const ukcase *uc, int nsrc, int64_t M,
                 fail_msg("%s: nsrc %d K %lld M %lld tile %lld: the widened x (mr_uk_act.xw) gives other bits", name,
                          nsrc, (long long)K, (long long)M, (long long)t);
         }
-        for (int d = 0; d < 16; d++) {
-            const int64_t n = 16 * (t / nsrc) + d;
-            if (n < N) mr_qmatrix_dequant_row(&q[t % nsrc], n, row);
-            for (int64_t m = 0; m < M; m++) {
-                double ref = 0, mag = 0;
-                for (int64_t i = 0; n < N && i < K; i++) {
-                    double p = (double)row[i] * xv[m * Kp + i] * xs[m * nbk + i / blk] * post;
-                    ref += p, mag += fabs(p);
-                }
-                if (!(fabs(y[m * 16 + d] - ref) <= 1e-5 * mag + 1e-30))
-                    fail_msg("%s: nsrc %d K %lld M %lld xs %d group %d tile %lld row %d token %lld: %.9g, ref %.9g",
-                             name, nsrc, (long long)K, (long long)M, use_xs, xs_group, (long long)t, d, (long long)m,
-                             y[m * 16 + d], ref);
-            }
+        char how[64];
+        snprintf(how, sizeof how, " (xs %d group %d)", use_xs, xs_group);
+        check_uk_tile(name, how, q, nsrc, N, K, Kp, M, t, xv, xs, nbk, blk, post, y);
+        if (fq) {
+            fn(&pm, t, &aq, M, yq, 16, scratch);
+            fn(&pm, t, &aqn, M, yq + M * 16, 16, scratch);
+            snprintf(how, sizeof how, " on fixed-point x (xs %d)", use_xs);
+            check_uk_tile(name, how, q, nsrc, N, K, Kp, M, t, xv, xs, nbk, blk, post, yq);
+            if (memcmp(yq, yq + M * 16, sizeof(float) * (size_t)(M * 16)) != 0)
+                fail_msg("%s: K %lld M %lld tile %lld: reads x where the block has a fixed-point form", name,
+                         (long long)K, (long long)M, (long long)t);
         }
     }
     mr_pmatrix_free(&pm);
     for (int i = 0; i < nsrc; i++) mr_qmatrix_free(&q[i]);
     mr_aligned_free(scratch);
-    free(w), free(x), free(xv), free(xs), free(xb), free(y), free(row), free(xw), free(xnan), free(yw);
+    free(w), free(x), free(xv), free(xs), free(xb), free(y), free(xw), free(xnan), free(yw);
+    free(xq), free(xqm), free(yq), free(xqnan);
 }
 
 static void test_packed_kernels_all_tables(void **st) {
@@ -811,6 +869,166 @@ static void test_packed_kernels_all_tables(void **st) {
                 for (int gemm = 0; gemm < 2; gemm++) check_uk(&k, &cases[c], 2, Ms[mi], gemm, true, 8);
         }
     }
+}
+
+/* mr_uk_xq_row_ref against its definition (kernels.h), computed here in
+ * double: u = 2^(Fb - 141) from the block's largest exponent field; one part
+ * where every x / u is an integer, two where every x / u * 2^15 is (q the
+ * part toward zero), none where neither is, where the block holds Inf or NaN
+ * or where Fb < 45 with some x nonzero; all zero: m = 1. Then every table's
+ * xq_row against the reference, bit for bit. Rows mix blocks of every kind:
+ * normal values, one value 2^-8 .. 2^-40 of the others, subnormal and tiny
+ * values, zeros of both signs, Inf, NaN, and the largest finite bf16. */
+static void xq_fill(tu_rng *r, uint16_t *x, int64_t n) {
+    for (int64_t b = 0; b < n / 16; b++) {
+        const int kind = (int)(tu_uniform(r) * 9.0f);
+        const float base = ldexpf(1.0f, (int)(tu_uniform(r) * 60.0f) - 30);
+        for (int i = 0; i < 16; i++) {
+            float v = tu_normal(r) * base;
+            if (kind == 1 && i == 7) v *= ldexpf(1.0f, -8 - (int)(tu_uniform(r) * 33.0f));
+            if (kind == 2) v = (i & 1) ? 0.0f : -0.0f;
+            if (kind == 3) v *= 0x1p-100f;
+            if (kind == 4 && i == 2) v = 0x1p-130f * (1.0f + tu_uniform(r)); /* a bf16 subnormal */
+            if (kind == 5 && i == 9) v = tu_uniform(r) < 0.5f ? INFINITY : NAN;
+            if (kind == 6 && i == 0) v = 3.38e38f;
+            x[16 * b + i] = mr_f32_to_bf16(v);
+        }
+    }
+}
+
+static void test_xq_row(void **st) {
+    (void)st;
+    enum { N = 16 * 512 };
+    uint16_t *x = malloc(sizeof(uint16_t) * N);
+    int16_t *q = malloc(sizeof(int16_t) * N), *ql = malloc(sizeof(int16_t) * N), *q2 = malloc(sizeof(int16_t) * N),
+            *ql2 = malloc(sizeof(int16_t) * N);
+    float *m = malloc(sizeof(float) * N / 16), *m2 = malloc(sizeof(float) * N / 16);
+    tu_rng r = {0x5EED};
+    int kinds[4] = {0, 0, 0, 0};
+    for (int round = 0; round < 8; round++) {
+        xq_fill(&r, x, N);
+        mr_uk_xq_row_ref(x, N, q, ql, m);
+        for (int64_t b = 0; b < N / 16; b++) {
+            int F = 0, special = 0, nonzero = 0;
+            for (int i = 0; i < 16; i++) {
+                const float v = mr_bf16_to_f32(x[16 * b + i]);
+                const int f = (x[16 * b + i] >> 7) & 0xFF;
+                F = f > F ? f : F;
+                special |= !isfinite(v);
+                nonzero |= v != 0.0f;
+            }
+            const int Fb = F > 1 ? F : 1;
+            const double u = ldexp(1.0, Fb - 141);
+            int one = 1, two = 1;
+            for (int i = 0; i < 16 && !special; i++) {
+                const double t = mr_bf16_to_f32(x[16 * b + i]) / u; /* exact: a bf16 over a power of 2 */
+                one &= t == trunc(t) && fabs(t) < 32768.0;
+                two &= t * 32768.0 == trunc(t * 32768.0) && fabs(t) < 32768.0;
+            }
+            const int kind = !nonzero ? 3 : special || Fb < 45 ? 2 : one ? 0 : two ? 1 : 2;
+            kinds[kind]++;
+            const float want = kind == 3 ? 1.0f : kind == 2 ? 0.0f : (float)(kind == 1 ? -u : u);
+            if (memcmp(&m[b], &want, 4) != 0)
+                fail_msg("block %lld (F %d): m %g, the definition gives %g", (long long)b, F, m[b], want);
+            for (int i = 0; i < 16; i++) {
+                const double t = kind >= 2 ? 0.0 : mr_bf16_to_f32(x[16 * b + i]) / u, hi = trunc(t);
+                if (q[16 * b + i] != hi || ql[16 * b + i] != (kind == 1 ? (t - hi) * 32768.0 : 0.0))
+                    fail_msg("block %lld value %d (%g): q %d ql %d", (long long)b, i, mr_bf16_to_f32(x[16 * b + i]),
+                             q[16 * b + i], ql[16 * b + i]);
+            }
+        }
+        const uint32_t a2 = mr_kernel_isa_features(MR_ISA_AVX2);
+        uint32_t levels[5] = {0, a2, a2 | MR_CPU_AVXVNNI, mr_kernel_isa_features(MR_ISA_AVX512), mr_cpu()->flags};
+        for (int l = 0; l < 5; l++) {
+            if ((mr_cpu()->flags & levels[l]) != levels[l]) continue;
+            mr_kernels k;
+            mr_kernels_init(&k, levels[l]);
+            k.xq_row.fn(x, N, q2, ql2, m2);
+            if (memcmp(q, q2, 2 * N) || memcmp(ql, ql2, 2 * N) || memcmp(m, m2, 4 * (N / 16)))
+                fail_msg("%s: not the bits of mr_uk_xq_row_ref", k.xq_row.name);
+        }
+    }
+    for (int i = 0; i < 4; i++) assert_true(kinds[i] > 100); /* every kind met */
+    free(x), free(q), free(ql), free(q2), free(ql2), free(m), free(m2);
+}
+
+/* The NVFP4_BF16 gemv of every table that takes fixed-point x, on one-block
+ * rows (K = 16, global scale 1) against their exact sum (in double: at most
+ * 16 products of 15 significant bits over a span below 2^40): a block in one
+ * part sums exactly, so y is that sum rounded once, bit for bit; in two parts
+ * the two exact sums are joined in fp32, then scaled: two roundings, so
+ * within 2^-22 of it (a low part taken at the wrong weight is off by up to
+ * 2^-15); a block with no form runs on fp32 FMAs (check_uk's tolerance).
+ * 1 and 2 tokens. */
+static void test_nvfp4_fixq_exact_blocks(void **st) {
+    (void)st;
+    enum { N = 16, K = 16, MM = 2, ROUNDS = 300 };
+    tu_rng r = {0xF1C5};
+    float *w = malloc(sizeof(float) * N * K), row[K];
+    uint16_t x[MM * K];
+    int16_t q[2 * MM * K];
+    float xqm[MM], y[MM * 16], *scratch = mr_aligned_alloc(64, MR_UK_SCRATCH);
+    const uint32_t a2 = mr_kernel_isa_features(MR_ISA_AVX2);
+    uint32_t levels[4] = {a2, a2 | MR_CPU_AVXVNNI, mr_kernel_isa_features(MR_ISA_AVX512), mr_cpu()->flags};
+    int ran = 0;
+    for (int l = 0; l < 4; l++) {
+        if ((mr_cpu()->flags & levels[l]) != levels[l]) continue;
+        mr_kernels k;
+        mr_kernels_init(&k, levels[l]);
+        if (!k.uk_gemv_xq[MR_UK_NVFP4_BF16]) continue;
+        ran++;
+        int parts[3] = {0, 0, 0};
+        for (int round = 0; round < ROUNDS; round++) {
+            fill(&r, w, N * K, 1.0f);
+            mr_qmatrix qm;
+            memset(&qm, 0, sizeof qm);
+            assert_int_equal(mr_qmatrix_quantize(&qm, MR_FMT_NVFP4, w, N, K, 0.0f), MR_OK);
+            qm.scale2 = 1.0f;
+            const mr_qmatrix *src[1] = {&qm};
+            mr_pmatrix pm;
+            assert_int_equal(mr_pmatrix_pack(&pm, k.uk_pack[MR_UK_NVFP4_BF16], src, 1), MR_OK);
+            for (int m = 0; m < MM; m++)
+                for (int i = 0; i < K; i++) {
+                    float v = tu_normal(&r);
+                    if ((round + m) % 3 == 1 && i == (round % 16)) v *= ldexpf(1.0f, -8 - round % 24);
+                    x[m * K + i] = mr_f32_to_bf16(v);
+                }
+            for (int m = 0; m < MM; m++) k.xq_row.fn(x + m * K, K, q + m * K, q + (MM + m) * K, xqm + m);
+            for (int64_t M = 1; M <= MM; M++) {
+                const mr_uk_act a = {.x = x, .ldx = K, .post = 1.0f, .xq = q, .xql = q + MM * K, .xqm = xqm,
+                                     .ldxq = K, .ldxqm = 1};
+                k.uk_gemv[MR_UK_NVFP4_BF16].fn(&pm, 0, &a, M, y, 16, scratch);
+                for (int d = 0; d < N; d++) {
+                    mr_qmatrix_dequant_row(&qm, d, row);
+                    for (int m = 0; m < M; m++) {
+                        double ref = 0, mag = 0;
+                        for (int i = 0; i < K; i++) {
+                            ref += (double)row[i] * mr_bf16_to_f32(x[m * K + i]);
+                            mag += fabs((double)row[i] * mr_bf16_to_f32(x[m * K + i]));
+                        }
+                        const float want = (float)ref;
+                        const int kind = xqm[m] > 0.0f ? 0 : xqm[m] < 0.0f ? 1 : 2;
+                        if (M == 1 && d == 0) parts[kind]++;
+                        const double err = fabs(y[m * 16 + d] - ref);
+                        if (kind == 0 ? memcmp(&y[m * 16 + d], &want, 4) != 0
+                                      : !(err <= (kind == 1 ? 0x1p-22 * fabs(ref) : 1e-5 * mag)))
+                            fail_msg("%s: round %d M %lld row %d token %d (%s): %.9g, the exact sum rounded %.9g",
+                                     k.uk_gemv[MR_UK_NVFP4_BF16].name, round, (long long)M, d, m,
+                                     kind == 0 ? "one part" : kind == 1 ? "two parts" : "no form", y[m * 16 + d], want);
+                    }
+                }
+            }
+            mr_pmatrix_free(&pm);
+            mr_qmatrix_free(&qm);
+        }
+        assert_true(parts[0] > 20 && parts[1] > 20 && parts[2] > 5);
+    }
+    if (!ran) {
+        print_message("SKIPPED: no kernel table of this host (or MOERUN_CPU_MASK) takes fixed-point x\n");
+        skip();
+    }
+    free(w);
+    mr_aligned_free(scratch);
 }
 
 /* All 256 E4M3 codes through every table's FP8 kernels: W[d][k] = code,
@@ -1285,6 +1503,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_packed_kernels_all_tables),
         cmocka_unit_test(test_fp8_kernels_all_codes),
+        cmocka_unit_test(test_xq_row),
+        cmocka_unit_test(test_nvfp4_fixq_exact_blocks),
         cmocka_unit_test(test_pack_layouts),
         cmocka_unit_test(test_pack_errors),
         cmocka_unit_test(test_gemm_rows_all_tables),

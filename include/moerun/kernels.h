@@ -207,7 +207,32 @@ typedef struct {
                            (same values, same bits out). A caller that runs one x over
                            many tiles widens it once instead of once per tile. */
     int64_t ldxw;
+    const int16_t *xq;  /* NVFP4_BF16, where uk_gemv_xq[kind]: NULL, or x as 16-bit fixed point
+                           per 16-k block (mr_kernels.xq_row) for the gemv: the high and low
+                           parts [M][ldxq] each, the block multipliers [M][ldxqm]. The
+                           gemv's block sums are then exact integers (two of them joined
+                           in fp32 where a block has two parts, fp32 sums where it has no
+                           such form): within the kernels' tolerance of the sums without
+                           it, not the same bits. */
+    const int16_t *xql;
+    const float *xqm;
+    int64_t ldxq, ldxqm;
 } mr_uk_act;
+
+/* One bf16 row as 16-bit fixed point per block of 16 values (n a multiple
+ * of 16), the NVFP4_BF16 gemv's integer input (mr_uk_act.xq). Block b with
+ * largest exponent field F (Fb = max(F, 1)) and u = 2^(Fb - 141):
+ *   one part:  x[i] = q[i] * u exactly for every i of the block (|q| < 2^15):
+ *              m[b] = u, ql[i] = 0;
+ *   two parts: else, where x[i] = (q[i] + ql[i] * 2^-15) * u exactly, q the
+ *              part of x / u toward zero and |ql| < 2^15: m[b] = -u;
+ *   none:      else, or where the block holds Inf or NaN, or where Fb < 45
+ *              (every |x| below 2^-82) but some x is nonzero: m[b] = 0,
+ *              q = ql = 0 (the kernel reads x).
+ * An all-zero block gives q = ql = 0, m = 1. mr_uk_xq_row_ref is the
+ * definition; the table's entry gives its bits. */
+typedef void (*mr_kern_xq_row_fn)(const uint16_t *x, int64_t n, int16_t *q, int16_t *ql, float *m);
+void mr_uk_xq_row_ref(const uint16_t *x, int64_t n, int16_t *q, int16_t *ql, float *m);
 
 /* out[i] = silu(g[i]) * u[i] = g / (1 + exp(-g)) * u, i < n (within a few
  * ulp of the libm expf form; NaN in, NaN out). */
@@ -289,6 +314,11 @@ typedef struct {
     int uk_gemm_min_m; /* use uk_gemm at this many tokens per expert and above */
     bool uk_gemm_xw[MR_UK_COUNT]; /* per bf16-input kind: its gemm kernel reads mr_uk_act.xw
                                      (the fp32 FMA ones, which would otherwise widen x per tile) */
+    bool uk_gemv_xq[MR_UK_COUNT]; /* its gemv kernel takes mr_uk_act.xq (NVFP4_BF16 on AVX2) */
+    struct {
+        const char *name;
+        mr_kern_xq_row_fn fn;
+    } xq_row;
     mr_pack_id uk_pack[MR_UK_COUNT];       /* the pack each kind's kernels take */
     mr_probe_instr uk_instr[MR_UK_COUNT];  /* the instruction of their inner loop */
     struct {

@@ -5,7 +5,9 @@
  * it by a "stage" (acc[16] += sum_k w[k][d] * x[k]): scalar C here (the
  * AVX2 kernels use it with an FMA stage for FP8 tiles holding NaN codes). The block result is scaled (block multiplier, per-row NVFP4
  * scale, the activation's per-block multiplier) into y. Also the generic
- * table entries (and their packs), and which instruction each kind's kernel runs. */
+ * table entries (and their packs), which instruction each kind's kernel runs,
+ * and the definition of the NVFP4_BF16 gemv's fixed-point input (xq). */
+#include <math.h>
 #include <string.h>
 
 #include "kernels/kern_internal.h"
@@ -101,6 +103,48 @@ static void uk_stream_generic(const mr_pmatrix *W, int64_t t, const mr_uk_act *a
     for (int64_t m = 0; m < M; m++) memset(y + m * ldy, 0, 16 * sizeof(float));
 }
 
+void mr_uk_xq_row_ref(const uint16_t *x, int64_t n, int16_t *q, int16_t *ql, float *m) {
+    for (int64_t b = 0; b < n / 16; b++) {
+        const uint16_t *xb = x + 16 * b;
+        int16_t *qb = q + 16 * b, *lb = ql + 16 * b;
+        int F = 0, nonzero = 0;
+        for (int i = 0; i < 16; i++) {
+            const int f = (xb[i] >> 7) & 0xFF;
+            F = f > F ? f : F;
+            nonzero |= (xb[i] & 0x7FFF) != 0;
+        }
+        const int Fb = F > 1 ? F : 1;
+        int parts = !nonzero ? 0 : F == 0xFF || Fb < 45 ? 3 : 1; /* 0: all zero, 3: no form */
+        for (int i = 0; i < 16 && parts < 3; i++) {
+            /* x / u = sig * 2^sh (sig the 8-bit significand) as hi + lo * 2^-15 */
+            const int f = (xb[i] >> 7) & 0xFF, sig = f ? 128 | (xb[i] & 0x7F) : xb[i] & 0x7F;
+            const int sh = (f > 1 ? f : 1) - Fb + 7;
+            int hi = 0, lo = 0;
+            if (sh >= 0) {
+                hi = sig << sh;
+            } else {
+                const int r = -sh;                                /* bits of sig below u */
+                hi = r >= 8 ? 0 : sig >> r;
+                const int rem = r >= 8 ? sig : sig & ((1 << r) - 1); /* < 2^r */
+                if (rem) parts = parts > 2 ? parts : 2;
+                if (r <= 15) {
+                    lo = rem << (15 - r);
+                } else {
+                    lo = r - 15 >= 8 ? 0 : rem >> (r - 15);
+                    if (rem && (r - 15 >= 8 || lo << (r - 15) != rem)) parts = 3; /* a bit below u * 2^-15 */
+                }
+            }
+            qb[i] = (int16_t)(xb[i] & 0x8000 ? -hi : hi);
+            lb[i] = (int16_t)(xb[i] & 0x8000 ? -lo : lo);
+        }
+        if (parts == 3) {
+            memset(qb, 0, 16 * sizeof(int16_t));
+            memset(lb, 0, 16 * sizeof(int16_t));
+        }
+        m[b] = parts == 0 ? 1.0f : parts == 3 ? 0.0f : parts == 2 ? -ldexpf(1.0f, Fb - 141) : ldexpf(1.0f, Fb - 141);
+    }
+}
+
 void mr__uk_fill_generic(mr_kernels *k) {
     static const struct {
         const char *name;
@@ -121,6 +165,8 @@ void mr__uk_fill_generic(mr_kernels *k) {
     k->uk_gemm_min_m = 1 << 30; /* one kernel: the block decode is already shared by all tokens */
     k->uk_stream.name = "uk_stream_generic";
     k->uk_stream.fn = uk_stream_generic;
+    k->xq_row.name = "xq_row_generic";
+    k->xq_row.fn = mr_uk_xq_row_ref;
 }
 
 mr_probe_instr mr_uk_instr(mr_uk_kind kind) { return mr_kernels_get()->uk_instr[kind]; }

@@ -456,8 +456,27 @@ INL void nvf_gemv_body(const uint8_t *tile, int64_t Kp, const uint16_t *x, int64
     if (M == 1) _mm256_storeu_ps(y, o0), _mm256_storeu_ps(y + 8, o1);
 }
 
-static void uk_nvfp4_bf16_gemv(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y,
-                               int64_t ldy, void *scratch) {
+void mr__nvf_block_fp(const uint8_t *tile, int64_t j, const uint16_t *x16, __m256 *f0, __m256 *f1) {
+    const __m256i lhi = lut16(BHI), llo = lut16(BLO);
+    float xf[16];
+    bf16_to_f32(x16, 16, xf);
+    __m256 acc[2][2] = {{_mm256_setzero_ps(), _mm256_setzero_ps()}, {_mm256_setzero_ps(), _mm256_setzero_ps()}};
+    for (int v = 0; v < 4; v++) {
+        const __m256i V = _mm256_load_si256((const __m256i *)(tile + j * 128 + 32 * v));
+        for (int h = 0; h < 2; h++) {
+            __m256 a0, a1, b0, b1;
+            nvf_dec(V, h, lhi, llo, &a0, &a1, &b0, &b1);
+            const __m256 x0 = _mm256_broadcast_ss(xf + 4 * v + 2 * h), x1 = _mm256_broadcast_ss(xf + 4 * v + 2 * h + 1);
+            acc[h][0] = _mm256_fmadd_ps(b0, x1, _mm256_fmadd_ps(a0, x0, acc[h][0]));
+            acc[h][1] = _mm256_fmadd_ps(b1, x1, _mm256_fmadd_ps(a1, x0, acc[h][1]));
+        }
+    }
+    *f0 = _mm256_add_ps(acc[0][0], acc[1][0]);
+    *f1 = _mm256_add_ps(acc[0][1], acc[1][1]);
+}
+
+void mr__nvf_gemv_fp(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                     void *scratch) {
     const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
     float *xf = scratch;
     for (int64_t m0 = 0, mt; m0 < M; m0 += mt) {
@@ -511,6 +530,10 @@ static void uk_nvfp4_bf16_gemm(const mr_pmatrix *W, int64_t t, const mr_uk_act *
     }
     apply_post(y, ldy, M, 256.0f * a->post * W->scale2);
 }
+
+#define NVW_DP(acc, w, x) _mm256_add_epi32((acc), _mm256_madd_epi16((w), (x)))
+#define NVW_GEMV uk_nvfp4_bf16_gemv_xq
+#include "kernels/uk_avx2_nvw.h"
 
 /* ---------------- bf16 weights (bf16_r16k2) ---------------- */
 /* pair g: rows 0-7 / 8-15 at k = 2g (lo) and 2g + 1 (hi), exact */
@@ -637,6 +660,62 @@ static void uk_bf16_f32_gemm(const mr_pmatrix *W, int64_t t, const mr_uk_act *a,
 
 /* benchmark isolation (kernels.h uk_stream): the tile read with ymm loads
  * and the kernels' prefetch, 4 vectors per step, nothing computed */
+/* mr_uk_xq_row_ref's bits (the definition, kernels.h) per 16 values: the
+ * block's largest exponent field by a horizontal max, then each value's
+ * 8-bit significand shifted left by max(f, 1) - Fb + 7 where that is >= 0,
+ * right by its negation R where not (the high part); the R bits shifted out
+ * are the low part, shifted left by 15 - R or right by R - 15 (exact iff
+ * shifting back gives them again; counts of 32 and more give 0 either way);
+ * signs by vpsignd */
+static void xq_row_avx2(const uint16_t *x, int64_t n, int16_t *q, int16_t *ql, float *m) {
+    const __m256i ff = _mm256_set1_epi32(0xFF), m7f = _mm256_set1_epi32(0x7F), b80 = _mm256_set1_epi32(0x80),
+                  one = _mm256_set1_epi32(1), c15 = _mm256_set1_epi32(15), z = _mm256_setzero_si256();
+    for (int64_t b = 0; b < n / 16; b++) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(x + 16 * b));
+        const __m256i f16 = _mm256_and_si256(_mm256_srli_epi16(v, 7), _mm256_set1_epi16(0xFF));
+        __m128i h = _mm_max_epu16(_mm256_castsi256_si128(f16), _mm256_extracti128_si256(f16, 1));
+        h = _mm_max_epu16(h, _mm_shuffle_epi32(h, 0x4E));
+        h = _mm_max_epu16(h, _mm_shuffle_epi32(h, 0xB1));
+        h = _mm_max_epu16(h, _mm_srli_epi32(h, 16));
+        const int F = _mm_cvtsi128_si32(h) & 0xFFFF, Fb = F > 1 ? F : 1;
+        const bool nonzero = !_mm256_testz_si256(v, _mm256_set1_epi16(0x7FFF));
+        __m256i *qb = (__m256i *)(q + 16 * b), *lb = (__m256i *)(ql + 16 * b);
+        _mm256_storeu_si256(qb, z);
+        _mm256_storeu_si256(lb, z);
+        if (!nonzero || F == 0xFF || Fb < 45) {
+            m[b] = nonzero ? 0.0f : 1.0f;
+            continue;
+        }
+        const __m256i base = _mm256_set1_epi32(Fb - 7);
+        __m256i qh[2], lh[2], rems = z;
+        int bad = 0;
+        for (int hh = 0; hh < 2; hh++) {
+            const __m256i w = _mm256_cvtepi16_epi32(hh ? _mm256_extracti128_si256(v, 1) : _mm256_castsi256_si128(v));
+            const __m256i f = _mm256_and_si256(_mm256_srli_epi32(w, 7), ff);
+            const __m256i sig = _mm256_or_si256(_mm256_and_si256(w, m7f), _mm256_andnot_si256(_mm256_cmpeq_epi32(f, z), b80));
+            const __m256i sh = _mm256_sub_epi32(_mm256_max_epi32(f, one), base);
+            const __m256i L = _mm256_max_epi32(sh, z), R = _mm256_max_epi32(_mm256_sub_epi32(z, sh), z);
+            const __m256i up = _mm256_sllv_epi32(sig, L), hi = _mm256_srlv_epi32(up, R);
+            const __m256i rem = _mm256_sub_epi32(up, _mm256_sllv_epi32(hi, R));
+            const __m256i L2 = _mm256_max_epi32(_mm256_sub_epi32(c15, R), z), R2 = _mm256_max_epi32(_mm256_sub_epi32(R, c15), z);
+            const __m256i rl = _mm256_sllv_epi32(rem, L2), lo = _mm256_srlv_epi32(rl, R2);
+            bad |= ~_mm256_movemask_epi8(_mm256_cmpeq_epi32(_mm256_sllv_epi32(lo, R2), rl));
+            rems = _mm256_or_si256(rems, rem);
+            qh[hh] = _mm256_sign_epi32(hi, w);
+            lh[hh] = _mm256_sign_epi32(lo, w);
+        }
+        if (bad) {
+            m[b] = 0.0f;
+            continue;
+        }
+        _mm256_storeu_si256(qb, _mm256_permute4x64_epi64(_mm256_packs_epi32(qh[0], qh[1]), 0xD8));
+        const bool two = !_mm256_testz_si256(rems, rems);
+        if (two) _mm256_storeu_si256(lb, _mm256_permute4x64_epi64(_mm256_packs_epi32(lh[0], lh[1]), 0xD8));
+        const uint32_t mb = (uint32_t)(Fb - 14) << 23 | (two ? 0x80000000u : 0); /* -+2^(Fb - 141) */
+        memcpy(&m[b], &mb, 4);
+    }
+}
+
 static void uk_stream(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
                       void *scratch) {
     (void)a;
@@ -671,7 +750,7 @@ void mr__uk_fill_avx2(mr_kernels *k) {
                             MR_PACK_FP8_Y16, MR_PROBE_FMA},
         [MR_UK_NVFP4_I8] = {"uk_nvfp4_i8_avx2_16x1", "uk_nvfp4_i8_avx2_16xM", uk_nvfp4_i8, uk_nvfp4_i8,
                             MR_PACK_NVFP4_Y16I, MR_PROBE_MADDUBS},
-        [MR_UK_NVFP4_BF16] = {"uk_nvfp4_bf16_avx2_16x2", "uk_nvfp4_bf16_avx2_l1_16x128x6", uk_nvfp4_bf16_gemv,
+        [MR_UK_NVFP4_BF16] = {"uk_nvfp4_bf16_avx2_16x2", "uk_nvfp4_bf16_avx2_l1_16x128x6", uk_nvfp4_bf16_gemv_xq,
                               uk_nvfp4_bf16_gemm, MR_PACK_NVFP4_Y16F, MR_PROBE_FMA},
         [MR_UK_BF16_BF16] = {"uk_bf16_bf16_avx2_16x4", "uk_bf16_bf16_avx2_l1_16x128x6", uk_bf16_bf16_gemv,
                              uk_bf16_bf16_gemm, MR_PACK_BF16_R16K2, MR_PROBE_FMA},
@@ -688,6 +767,9 @@ void mr__uk_fill_avx2(mr_kernels *k) {
     }
     k->uk_gemm_xw[MR_UK_FP8_BF16] = k->uk_gemm_xw[MR_UK_NVFP4_BF16] = k->uk_gemm_xw[MR_UK_BF16_BF16] = true;
     k->uk_gemm_min_m = 5; /* past MTV the gemv decodes once per 4 tokens; the gemm once */
+    k->uk_gemv_xq[MR_UK_NVFP4_BF16] = true;
+    k->xq_row.name = "xq_row_avx2";
+    k->xq_row.fn = xq_row_avx2;
     k->uk_stream.name = "uk_stream_avx2";
     k->uk_stream.fn = uk_stream;
 }

@@ -53,4 +53,11 @@ INL void e4m3x16(const uint8_t *p, __m256 *lo, __m256 *hi) {
 
 INL __m256i lut16(const uint8_t *t) { return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)t)); }
 
+/* uk_avx2.c's NVFP4 bf16-activation pieces that uk_avx2_nvw.h calls: the
+ * fp32 gemv (the kind's gemv without mr_uk_act.xq), and one 16-k block of a
+ * tile from bf16 x on fp32 FMAs (the unscaled sums of rows 0-7 / 8-15) */
+void mr__nvf_gemv_fp(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                     void *scratch);
+void mr__nvf_block_fp(const uint8_t *tile, int64_t j, const uint16_t *x16, __m256 *f0, __m256 *f1);
+
 #endif

@@ -2,10 +2,12 @@
  * nvfp4_y16i) on AVX-VNNI: the VEX-encoded vpdpbusd ymm of Intel cores since
  * Alder Lake / Sapphire Rapids and of Zen 5, which this file alone is compiled
  * for (CMakeLists.txt: *_avx2vnni.c). It replaces uk_avx2.c's vpmaddubsw
- * token step, nothing else: per token and 16-k block, 8 vpdpbusd into two
- * int32 accumulators that start at xb = -12*sum(x) (the bias of the u8
- * weights), where vpmaddubsw needs 8 of those, 6 vpaddw, 2 vpmaddwd and 2
- * vpaddd on the same ports. The integer sums are exact either way (no
+ * token step, and the vpmaddwd + vpaddd pair dots of the bf16-activation
+ * gemv on fixed-point input (uk_avx2_nvw.h) by vpdpwssd; nothing else. The
+ * int8 kernel: per token and 16-k block, 8 vpdpbusd into two int32
+ * accumulators that start at xb = -12*sum(x) (the bias of the u8 weights),
+ * where vpmaddubsw needs 8 of those, 6 vpaddw, 2 vpmaddwd and 2 vpaddd on
+ * the same ports. The integer sums are exact either way (no
  * saturation: |2*e2m1| <= 12 and |x| <= 127), so the two kernels give
  * bit-identical outputs; tests/test_kernels.c checks this one against the
  * double reference and against the vpmaddubsw table. isa.c installs it over
@@ -33,10 +35,16 @@ INL void nvi_token_vnni(const __m256i U[8], const int8_t *x16, const int32_t *xb
 #define NVI_KERNEL uk_nvfp4_i8_vnni
 #include "kernels/uk_avx2_nvi.h"
 
+#define NVW_DP(acc, w, x) _mm256_dpwssd_avx_epi32((acc), (w), (x))
+#define NVW_GEMV uk_nvfp4_bf16_gemv_xq_vnni
+#include "kernels/uk_avx2_nvw.h"
+
 void mr__uk_fill_avx2vnni(mr_kernels *k) {
     k->uk_gemv[MR_UK_NVFP4_I8].name = "uk_nvfp4_i8_avx2vnni_16x1";
     k->uk_gemv[MR_UK_NVFP4_I8].fn = uk_nvfp4_i8_vnni;
     k->uk_gemm[MR_UK_NVFP4_I8].name = "uk_nvfp4_i8_avx2vnni_16xM";
     k->uk_gemm[MR_UK_NVFP4_I8].fn = uk_nvfp4_i8_vnni;
     k->uk_instr[MR_UK_NVFP4_I8] = MR_PROBE_DPBUSD_YMM;
+    k->uk_gemv[MR_UK_NVFP4_BF16].name = "uk_nvfp4_bf16_avx2vnni_16x2";
+    k->uk_gemv[MR_UK_NVFP4_BF16].fn = uk_nvfp4_bf16_gemv_xq_vnni;
 }

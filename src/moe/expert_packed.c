@@ -66,6 +66,22 @@ static const float *widen_rows(const uint16_t *x, int64_t ld, int64_t mm, float 
     return xw;
 }
 
+/* the gemv's fixed-point copy of mm rows of bf16 x in buf (mr_uk_act.xq:
+ * high parts, int16 rows of ld, low parts alike, then ld / 16 multipliers a
+ * row), in *in; none where the call takes none (no buffer, not the gemv,
+ * more rows than the buffer holds). Made once per expert chunk and reused
+ * as widen_rows' copy is. */
+static void fixq_rows(const mr_kernels *K, const uint16_t *x, int64_t ld, int64_t mm, float *buf, bool gemv,
+                      const void **key, mr_uk_act *in) {
+    if (!buf || !gemv || mm > MR_UK_MT) return;
+    int16_t *q = (int16_t *)buf, *ql = q + (size_t)MR_UK_MT * (size_t)ld;
+    float *m = buf + (size_t)MR_UK_MT * (size_t)ld;
+    if (*key != (const void *)x)
+        for (int64_t r = 0; r < mm; r++) K->xq_row.fn(x + r * ld, ld, q + r * ld, ql + r * ld, m + r * (ld / 16));
+    *key = x;
+    in->xq = q, in->xql = ql, in->xqm = m, in->ldxq = ld, in->ldxqm = ld / 16;
+}
+
 /* token t's rows: prepared once into its first slot's row, copied to the others */
 static void prepare_token(const mr_moe_ctx *c, const mr_moe_args *a, const float *wts, float s13, int64_t t,
                           float *row, float *xs_unused) {
@@ -163,6 +179,10 @@ mr_status mr__routed_experts(mr_moe_ctx *c, const mr_moe_weights *w, const mr_a2
                                  ~(uintptr_t)63);
         float *xw = s->widen ? (float *)((uintptr_t)((char *)scratch + MR_UK_SCRATCH + 63) & ~(uintptr_t)63) : NULL;
         const void *xw_key = NULL; /* whose rows xw holds (reset per phase: GEMM2 rows are new) */
+        float *xqb = s->fixq ? (float *)((uintptr_t)((char *)scratch + MR_UK_SCRATCH + 63) & ~(uintptr_t)63) +
+                                   (xw ? (size_t)128 * (size_t)MR__XW_LD(s->ld1 > s->ld2 ? s->ld1 : s->ld2) + 16 : 0)
+                             : NULL;
+        const void *xq_key = NULL; /* whose rows xqb holds (reset per phase as xw_key) */
         _Atomic uint64_t *r1 = s->ranges, *r2 = s->ranges + (size_t)c->n_threads * MR__MOE_RSTRIDE;
         const uint8_t *expect = NULL;
         /* the two chunk lists split into nt contiguous ranges (read after the first barrier) */
@@ -189,9 +209,10 @@ mr_status mr__routed_experts(mr_moe_ctx *c, const mr_moe_weights *w, const mr_a2
                 const mr_uk_fn fn = fn_stream ? fn_stream : mm >= K->uk_gemm_min_m ? K->uk_gemm[kind].fn : K->uk_gemv[kind].fn;
                 const void *xr = row_at((void *)x1, s0, s->ld1, es);
                 const float *xwr = widen_rows(xr, s->ld1, mm, xw, !fn_stream && mm >= K->uk_gemm_min_m, &xw_key);
-                const mr_uk_act in = {.x = xr, .ldx = s->ld1, .xs = xs1 ? xs1 + s0 * s->nxs1 : NULL, .ldxs = s->nxs1,
+                mr_uk_act in = {.x = xr, .ldx = s->ld1, .xs = xs1 ? xs1 + s0 * s->nxs1 : NULL, .ldxs = s->nxs1,
                                       .xb = xb1 ? xb1 + s0 * s->nxb1 : NULL, .ldb = s->nxb1, .post = post1,
                                       .xs_group = s->xs_group, .xw = xwr, .ldxw = MR__XW_LD(s->ld1)};
+                fixq_rows(K, xr, s->ld1, mm, xqb, !fn_stream && mm < K->uk_gemm_min_m, &xq_key, &in);
                 for (int64_t i = 0; i < npair; i++) {
                     fn(W, tile0 + 2 * i, &in, mm, gb + i * T, CB1, scratch);
                     fn(W, tile0 + 2 * i + 1, &in, mm, ub + i * T, CB1, scratch);
@@ -207,7 +228,7 @@ mr_status mr__routed_experts(mr_moe_ctx *c, const mr_moe_weights *w, const mr_a2
             }
         }
         PHASE_END(MR_MOE_PH_GEMM1, 1)
-        xw_key = NULL;
+        xw_key = xq_key = NULL;
 
         /* 2. GEMM2: each row's result with unit weight */
         for (int64_t ti; (ti = mr__rng_next(r2, nt, me)) >= 0;) {
@@ -221,9 +242,10 @@ mr_status mr__routed_experts(mr_moe_ctx *c, const mr_moe_weights *w, const mr_a2
                 const mr_uk_fn fn = fn_stream ? fn_stream : mm >= K->uk_gemm_min_m ? K->uk_gemm[kind].fn : K->uk_gemv[kind].fn;
                 const void *xr = row_at(s->x2, s0, s->ld2, es);
                 const float *xwr = widen_rows(xr, s->ld2, mm, xw, !fn_stream && mm >= K->uk_gemm_min_m, &xw_key);
-                const mr_uk_act in = {.x = xr, .ldx = s->ld2, .xs = s->use_xs ? s->xs2 + s0 * s->nxs2 : NULL,
+                mr_uk_act in = {.x = xr, .ldx = s->ld2, .xs = s->use_xs ? s->xs2 + s0 * s->nxs2 : NULL,
                                       .ldxs = s->nxs2, .xb = s->xb2 ? s->xb2 + s0 * s->nxb2 : NULL, .ldb = s->nxb2,
                                       .post = post2, .xs_group = s->xs_group, .xw = xwr, .ldxw = MR__XW_LD(s->ld2)};
+                fixq_rows(K, xr, s->ld2, mm, xqb, !fn_stream && mm < K->uk_gemm_min_m, &xq_key, &in);
                 for (int64_t i = 0; i < ntl; i++) fn(W, n0 / T + i, &in, mm, yb + i * T, CB2, scratch);
                 for (int64_t m = 0; m < mm; m++)
                     memcpy(y + (size_t)(s0 + m) * (size_t)H + (size_t)n0, yb + m * CB2, (size_t)nr * sizeof(float));

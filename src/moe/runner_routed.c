@@ -54,8 +54,11 @@ static mr_status routed_ctx_new(mr_moe_ctx *c) {
      * only the bf16-input kinds set it (test_packed_kernels_all_tables checks every table) */
     s->widen = c->kern->uk_gemm_xw[s->kind];
     const size_t nxw = s->widen ? (size_t)128 * (size_t)MR__XW_LD(s->ld1 > s->ld2 ? s->ld1 : s->ld2) + 16 : 0;
+    /* the gemv kernels that take x as 16-bit fixed point get it once per expert chunk too */
+    s->fixq = c->kern->uk_gemv_xq[s->kind];
+    const size_t nxq = s->fixq ? MR__XQ_FLOATS(s->ld1 > s->ld2 ? s->ld1 : s->ld2) + 16 : 0;
     s->tmp_stride = (int64_t)((128 * 128 * 2 + 128 * MR__MOE_CB2 + big + 64 + (size_t)s->nxs1 + (size_t)s->nxs2 +
-                               MR_UK_SCRATCH / 4 + 32 + nxw + 15) /
+                               MR_UK_SCRATCH / 4 + 32 + nxw + nxq + 15) /
                               16 * 16);
     s->tmp = mr__moe_ws_alloc(c, (size_t)c->n_threads, (size_t)s->tmp_stride * 4, &st);
     s->ranges = mr__moe_ws_alloc(c, (size_t)c->n_threads * 2, MR__MOE_RSTRIDE * sizeof(uint64_t), &st);

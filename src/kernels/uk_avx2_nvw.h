@@ -1,0 +1,128 @@
+/* uk_avx2_nvw.h — private to src/kernels: the AVX2 NVFP4 gemv with bf16
+ * activations on its integer input mr_uk_act.xq (the activations as 16-bit
+ * fixed point per 16-k block, mr_kernels.xq_row), written once for the two
+ * files that build it: uk_avx2.c with vpmaddwd + vpaddd and uk_avx2vnni.c
+ * with AVX-VNNI vpdpwssd. The includer defines, before including it once,
+ *   NVW_DP(acc, w, x)  acc plus the dot of each int16 pair of w and x, in
+ *                      int32 lanes (both forms exact here)
+ *   NVW_GEMV           the name of the mr_uk_fn it defines.
+ * Per 32 weights: one vpshufb turns the nibbles into 2*e2m1 as int8, two
+ * unpacks under zero bytes make them int16 (2*e2m1 * 256: no sign extension
+ * needed; dword lane r holds row r at k and k + 1, the pack's order), then
+ * per token two pair dots (rows 0-7, 8-15) with the broadcast pair of
+ * fixed-point activations at k, k + 1. A block's sums are exact integers:
+ * 16 products of |2*e2m1*256| <= 3072 and |q| < 2^15 stay below 2^31, and a
+ * multiple of 256 below 2^31 is exact in fp32; so one conversion and one
+ * FMA with the 16 row scales (E4M3 by the f16 trick, * 2^-8) times m / 512
+ * add the block into y. A block in two parts takes the low part's sums the
+ * same way (one token: as a second row beside the high part's, one decode)
+ * and joins them at 2^-15 in one FMA before the scaling; a block with m = 0 (no
+ * fixed-point form: see mr_kern_xq_row_fn) runs from x on fp32 FMAs instead
+ * (mr__nvf_block_fp),
+ * and a call without xq runs the fp32 gemv (mr__nvf_gemv_fp). Where the fp32
+ * gemv spends 2 unpacks, 2 shifts, 2 ands and 4 FMAs a token per 32 weights
+ * (it rounds every sum), this spends 2 pair dots a token. */
+#include "kernels/uk_avx2.h"
+
+static const int8_t E2X2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+/* 16-k block j's int32 sums for M <= 2 tokens: s[m][0] rows 0-7, s[m][1]
+ * rows 8-15; one token keeps two chains a half (even / odd nibble) */
+INL void nvw_block(const uint8_t *tile, int64_t j, const int16_t *xq, int64_t ldxq, __m256i s[][2], const int M) {
+    const __m256i lut = lut16((const uint8_t *)E2X2), m0f = _mm256_set1_epi8(0x0F), z = _mm256_setzero_si256();
+    __m256i acc[2][2][2];
+    #pragma GCC unroll 2
+    for (int m = 0; m < M; m++) acc[m][0][0] = acc[m][0][1] = acc[m][1][0] = acc[m][1][1] = z;
+    #pragma GCC unroll 4
+    for (int v = 0; v < 4; v++) {
+        const __m256i V = _mm256_load_si256((const __m256i *)(tile + j * 128 + 32 * v));
+        #pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256i B = _mm256_shuffle_epi8(lut, _mm256_and_si256(h ? _mm256_srli_epi16(V, 4) : V, m0f));
+            const __m256i W0 = _mm256_unpacklo_epi8(z, B), W1 = _mm256_unpackhi_epi8(z, B);
+            const int c = M == 1 ? h : 0;
+            #pragma GCC unroll 2
+            for (int m = 0; m < M; m++) {
+                int32_t p;
+                memcpy(&p, xq + m * ldxq + 16 * j + 4 * v + 2 * h, 4);
+                const __m256i X = _mm256_set1_epi32(p);
+                acc[m][c][0] = NVW_DP(acc[m][c][0], W0, X);
+                acc[m][c][1] = NVW_DP(acc[m][c][1], W1, X);
+            }
+        }
+    }
+    #pragma GCC unroll 2
+    for (int m = 0; m < M; m++) {
+        s[m][0] = M == 1 ? _mm256_add_epi32(acc[m][0][0], acc[m][1][0]) : acc[m][0][0];
+        s[m][1] = M == 1 ? _mm256_add_epi32(acc[m][0][1], acc[m][1][1]) : acc[m][0][1];
+    }
+}
+
+/* tokens m0 .. m0 + M - 1 (M <= 2) over the whole tile, sums in registers */
+INL void nvw_body(const mr_pmatrix *W, const uint8_t *tile, const mr_uk_act *a, int64_t m0, float *y, int64_t ldy,
+                  const int M) {
+    const int64_t Kp = W->Kp;
+    const uint8_t *scp = tile + 8 * Kp;
+    const uint16_t *x = (const uint16_t *)a->x + m0 * a->ldx;
+    const int16_t *xq = a->xq + m0 * a->ldxq, *xql = a->xql + m0 * a->ldxq;
+    const float *xqm = a->xqm + m0 * a->ldxqm, *xs = a->xs ? a->xs + m0 * a->ldxs : NULL;
+    __m256 o[2][2];
+    #pragma GCC unroll 2
+    for (int m = 0; m < M; m++) o[m][0] = o[m][1] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < Kp / 16; j++) {
+        PF_NV(tile + j * 128);
+        PF_NV(tile + j * 128 + 64);
+        if ((j & 3) == 0) PF(scp + 16 * j);
+        __m256i s[2][2];
+        if (M == 2) nvw_block(tile, j, xq, a->ldxq, s, 2);
+        else if (xqm[j] > 0.0f) nvw_block(tile, j, xq, a->ldxq, s, 1);
+        else if (xqm[j] < 0.0f) nvw_block(tile, j, xq, xql - xq, s, 2); /* one token's two parts as two rows */
+        __m256 sc0, sc1;
+        e4m3x16(scp + 16 * j, &sc0, &sc1);
+        #pragma GCC unroll 2
+        for (int m = 0; m < M; m++) {
+            float mult = xqm[m * a->ldxqm + j];
+            __m256 f0, f1;
+            if (__builtin_expect(mult > 0.0f, 1)) {
+                f0 = _mm256_cvtepi32_ps(s[m][0]);
+                f1 = _mm256_cvtepi32_ps(s[m][1]);
+                mult *= 1.0f / 512.0f;
+            } else if (mult < 0.0f) { /* two parts: hi + lo * 2^-15 */
+                __m256i l[1][2];
+                if (M == 1) l[0][0] = s[1][0], l[0][1] = s[1][1];
+                else nvw_block(tile, j, xql + m * a->ldxq, a->ldxq, l, 1);
+                const __m256 e = _mm256_set1_ps(1.0f / 32768.0f);
+                f0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l[0][0]), e, _mm256_cvtepi32_ps(s[m][0]));
+                f1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l[0][1]), e, _mm256_cvtepi32_ps(s[m][1]));
+                mult *= -1.0f / 512.0f;
+            } else {
+                mr__nvf_block_fp(tile, j, x + m * a->ldx + 16 * j, &f0, &f1);
+                mult = 1.0f;
+            }
+            if (xs) mult *= xs[m * a->ldxs + j];
+            const __m256 mv = _mm256_set1_ps(mult);
+            o[m][0] = _mm256_fmadd_ps(f0, _mm256_mul_ps(sc0, mv), o[m][0]);
+            o[m][1] = _mm256_fmadd_ps(f1, _mm256_mul_ps(sc1, mv), o[m][1]);
+        }
+    }
+    #pragma GCC unroll 2
+    for (int m = 0; m < M; m++) {
+        _mm256_storeu_ps(y + m * ldy, o[m][0]);
+        _mm256_storeu_ps(y + m * ldy + 8, o[m][1]);
+    }
+}
+
+static void NVW_GEMV(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                     void *scratch) {
+    if (!a->xq) {
+        mr__nvf_gemv_fp(W, t, a, M, y, ldy, scratch);
+        return;
+    }
+    const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
+    for (int64_t m0 = 0, mt; m0 < M; m0 += mt) {
+        mt = mr__uk_token_block(M - m0, 2);
+        if (mt == 1) nvw_body(W, tile, a, m0, y + m0 * ldy, ldy, 1);
+        else nvw_body(W, tile, a, m0, y + m0 * ldy, ldy, 2);
+    }
+    apply_post(y, ldy, M, 256.0f * a->post * W->scale2);
+}
