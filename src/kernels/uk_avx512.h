@@ -235,11 +235,106 @@ INL void nvfp4_bf16_body(const uint8_t *tile, int64_t Kp, const uint16_t *x, int
     for (int m = 0; m < M; m++) _mm512_storeu_ps(y + m * ldy, _mm512_mul_ps(out[m], f));
 }
 
+/* The same tiles on fixed-point x (mr_uk_act.xq; see uk_avx2_nvw.h for the
+ * arithmetic): one vpshufb a 64 nibbles to 2*e2m1 as int8 and two unpacks
+ * under zero bytes to int16 (value * 512), then per token 8 vpdpwssd (16 rows
+ * x 2 k each) with the broadcast pair of fixed-point activations: exact
+ * integer block sums, one conversion and one FMA with the scales times
+ * m / 512. A token's block in two parts takes 8 more on its low part; one
+ * with no form (m = 0) takes the bf16 pair dots from x, as nvfp4_bf16_body. */
+static const int8_t E2X2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+/* one token's 8 pair dots over the block's int16 weights z, from q (the block's 16 values) */
+INL __m512i fixq_dots(const __m512i z[8], const int16_t *q) {
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0;
+    #pragma GCC unroll 8
+    for (int pr = 0; pr < 8; pr += 2) {
+        int32_t p0, p1;
+        memcpy(&p0, q + 2 * pr, 4);
+        memcpy(&p1, q + 2 * pr + 2, 4);
+        a0 = _mm512_dpwssd_epi32(a0, z[pr], _mm512_set1_epi32(p0));
+        a1 = _mm512_dpwssd_epi32(a1, z[pr + 1], _mm512_set1_epi32(p1));
+    }
+    return _mm512_add_epi32(a0, a1);
+}
+
+INL void nvfp4_fixq_body(const uint8_t *tile, int64_t Kp, const mr_uk_act *a, int64_t m0, float post, float *y,
+                         int64_t ldy, const int M) {
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)E2X2)), m0f = _mm512_set1_epi8(0x0F);
+    const __m512i zero = _mm512_setzero_si512();
+    const uint8_t *scp = tile + 8 * Kp;
+    const uint16_t *x = (const uint16_t *)a->x + m0 * a->ldx;
+    const int16_t *xq = a->xq + m0 * a->ldxq, *xql = a->xql + m0 * a->ldxq;
+    const float *xqm = a->xqm + m0 * a->ldxqm, *xs = a->xs ? a->xs + m0 * a->ldxs : NULL;
+    __m512 out[MT];
+    #pragma GCC unroll 16
+    for (int m = 0; m < M; m++) out[m] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < Kp / 16; j++) {
+        __m512i z[8];
+        #pragma GCC unroll 16
+        for (int L = 0; L < 2; L++) {
+            PF_NV(tile + j * 128 + 64 * L);
+            if (L == 0 && (j & 3) == 0) PF(scp + 16 * j);
+            const __m512i v = _mm512_load_si512(tile + j * 128 + 64 * L);
+            #pragma GCC unroll 16
+            for (int h = 0; h < 2; h++) {
+                const __m512i B = _mm512_shuffle_epi8(lut, _mm512_and_si512(h ? _mm512_srli_epi16(v, 4) : v, m0f));
+                z[4 * L + 2 * h] = _mm512_unpacklo_epi8(zero, B);
+                z[4 * L + 2 * h + 1] = _mm512_unpackhi_epi8(zero, B);
+            }
+        }
+        const __m512 sc = e4m3x16_f32(scp + 16 * j);
+        #pragma GCC unroll 16
+        for (int m = 0; m < M; m++) {
+            float mult = xqm[m * a->ldxqm + j];
+            __m512 f;
+            if (__builtin_expect(mult > 0.0f, 1)) {
+                f = _mm512_cvtepi32_ps(fixq_dots(z, xq + m * a->ldxq + 16 * j));
+                mult *= 1.0f / 512.0f;
+            } else if (mult < 0.0f) { /* two parts: hi + lo * 2^-15 */
+                f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(fixq_dots(z, xql + m * a->ldxq + 16 * j)),
+                                    _mm512_set1_ps(1.0f / 32768.0f),
+                                    _mm512_cvtepi32_ps(fixq_dots(z, xq + m * a->ldxq + 16 * j)));
+                mult *= -1.0f / 512.0f;
+            } else { /* no form: the bf16 pair dots of nvfp4_bf16_body on this block */
+                const __m512i lhi = lut16(BHI), llo = lut16(BLO);
+                const uint16_t *xm = x + m * a->ldx + 16 * j;
+                __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+                for (int L = 0; L < 2; L++) {
+                    const __m512i v = _mm512_load_si512(tile + j * 128 + 64 * L);
+                    for (int h = 0; h < 2; h++) {
+                        const __m512i n = _mm512_and_si512(h ? _mm512_srli_epi16(v, 4) : v, m0f);
+                        const __m512i hi = _mm512_shuffle_epi8(lhi, n), lo = _mm512_shuffle_epi8(llo, n);
+                        a0 = DP(a0, _mm512_unpacklo_epi8(lo, hi), bcast_pair(xm + 8 * L + 4 * h));
+                        a1 = DP(a1, _mm512_unpackhi_epi8(lo, hi), bcast_pair(xm + 8 * L + 4 * h + 2));
+                    }
+                }
+                f = _mm512_add_ps(a0, a1);
+                mult = 1.0f;
+            }
+            if (xs) mult *= xs[m * a->ldxs + j];
+            out[m] = _mm512_fmadd_ps(f, _mm512_mul_ps(sc, _mm512_set1_ps(mult)), out[m]);
+        }
+    }
+    const __m512 pf = _mm512_set1_ps(256.0f * post);
+    #pragma GCC unroll 16
+    for (int m = 0; m < M; m++) _mm512_storeu_ps(y + m * ldy, _mm512_mul_ps(out[m], pf));
+}
+
 static void uk_nvfp4_bf16(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
                           void *scratch) {
     (void)scratch;
     const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
     const float post = a->post * W->scale2;
+    if (a->xq) { /* the gemv on fixed-point x: at most MR_UK_MT tokens (expert_packed.c) */
+        for (int64_t m0 = 0, mt; m0 < M; m0 += mt) {
+            mt = token_block(M - m0, MT);
+#define CALL(n) nvfp4_fixq_body(tile, W->Kp, a, m0, post, y + m0 * ldy, ldy, n)
+            DISPATCH_MT(mt, CALL)
+#undef CALL
+        }
+        return;
+    }
     for (int64_t m0 = 0, mt; m0 < M; m0 += mt) {
         mt = token_block(M - m0, MT);
         const uint16_t *x = (const uint16_t *)a->x + m0 * a->ldx;
