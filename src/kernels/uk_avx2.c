@@ -34,7 +34,11 @@
  *  nvfp4_bf16   two vpshufb LUTs give the bf16 bytes of E2M1, unpacked and
  *               widened to fp32 (shift / mask); gemv: 4 FMAs per token per
  *               4 k, row scales per block; gemm: the weights times their
- *               scale (exact) decoded to scratch, then f32_core.
+ *               scale (exact) decoded to scratch, then f32_core. Where the
+ *               caller gives x as fixed point (mr_uk_act.xq, made by
+ *               xq_row_avx2 below; this table sets uk_gemv_xq), the gemv
+ *               runs on integers instead (uk_avx2_nvw.h): one vpshufb to
+ *               int8, two unpacks to int16, vpmaddwd + vpaddd per token.
  *  bf16         bf16 pairs widened exactly (shift / mask); gemv: FMAs with
  *               broadcast fp32 x; gemm: decoded to scratch, then f32_core.
  * The gemm kernels of the bf16-input kinds take x widened to fp32 from the

@@ -22,7 +22,11 @@
  *                 then vcvtdq2ps and one FMA with the 16 row scales (E4M3 by
  *                 the exact f16 bit trick) times the activation multiplier;
  *  nvfp4 w4a16    (dev nvfp4.v2) two vpshufb LUTs give the bf16 bytes of
- *                 E2M1, the pair dot per block, FMA with the scales;
+ *                 E2M1, the pair dot per block, FMA with the scales; the
+ *                 gemv on fixed-point x (mr_uk_act.xq) instead: one vpshufb
+ *                 to int8, two unpacks to int16, 8 vpdpwssd per token and
+ *                 block (uk_avx512.h, nvfp4_fixq_body; T = 1 from 77-84% to
+ *                 92-98% of the stream-only read, bench/README.md);
  *  bf16 x bf16    (dev bf16.v1) the pair dot per token per line; up to 16
  *                 tokens a pass (T = 512: from 55% to 74% of peak);
  *  bf16_f32       bf16 pairs widened exactly to fp32 (shift / mask),
