@@ -24,14 +24,15 @@
  * (it rounds every sum), this spends 2 pair dots a token. */
 #include "kernels/uk_avx2.h"
 
+enum { NVW_MT = 4 }; /* tokens a pass: the gemv's calls have at most 4 (uk_gemm_min_m = 5) */
 static const int8_t E2X2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
-/* 16-k block j's int32 sums for M <= 2 tokens: s[m][0] rows 0-7, s[m][1]
+/* 16-k block j's int32 sums for M <= NVW_MT tokens: s[m][0] rows 0-7, s[m][1]
  * rows 8-15; one token keeps two chains a half (even / odd nibble) */
 INL void nvw_block(const uint8_t *tile, int64_t j, const int16_t *xq, int64_t ldxq, __m256i s[][2], const int M) {
     const __m256i lut = lut16((const uint8_t *)E2X2), m0f = _mm256_set1_epi8(0x0F), z = _mm256_setzero_si256();
-    __m256i acc[2][2][2];
-    #pragma GCC unroll 2
+    __m256i acc[NVW_MT][2][2];
+    #pragma GCC unroll 4
     for (int m = 0; m < M; m++) acc[m][0][0] = acc[m][0][1] = acc[m][1][0] = acc[m][1][1] = z;
     #pragma GCC unroll 4
     for (int v = 0; v < 4; v++) {
@@ -41,7 +42,7 @@ INL void nvw_block(const uint8_t *tile, int64_t j, const int16_t *xq, int64_t ld
             const __m256i B = _mm256_shuffle_epi8(lut, _mm256_and_si256(h ? _mm256_srli_epi16(V, 4) : V, m0f));
             const __m256i W0 = _mm256_unpacklo_epi8(z, B), W1 = _mm256_unpackhi_epi8(z, B);
             const int c = M == 1 ? h : 0;
-            #pragma GCC unroll 2
+            #pragma GCC unroll 4
             for (int m = 0; m < M; m++) {
                 int32_t p;
                 memcpy(&p, xq + m * ldxq + 16 * j + 4 * v + 2 * h, 4);
@@ -51,14 +52,14 @@ INL void nvw_block(const uint8_t *tile, int64_t j, const int16_t *xq, int64_t ld
             }
         }
     }
-    #pragma GCC unroll 2
+    #pragma GCC unroll 4
     for (int m = 0; m < M; m++) {
         s[m][0] = M == 1 ? _mm256_add_epi32(acc[m][0][0], acc[m][1][0]) : acc[m][0][0];
         s[m][1] = M == 1 ? _mm256_add_epi32(acc[m][0][1], acc[m][1][1]) : acc[m][0][1];
     }
 }
 
-/* tokens m0 .. m0 + M - 1 (M <= 2) over the whole tile, sums in registers */
+/* tokens m0 .. m0 + M - 1 (M <= NVW_MT) over the whole tile, sums in registers */
 INL void nvw_body(const mr_pmatrix *W, const uint8_t *tile, const mr_uk_act *a, int64_t m0, float *y, int64_t ldy,
                   const int M) {
     const int64_t Kp = W->Kp;
@@ -66,20 +67,20 @@ INL void nvw_body(const mr_pmatrix *W, const uint8_t *tile, const mr_uk_act *a, 
     const uint16_t *x = (const uint16_t *)a->x + m0 * a->ldx;
     const int16_t *xq = a->xq + m0 * a->ldxq, *xql = a->xql + m0 * a->ldxq;
     const float *xqm = a->xqm + m0 * a->ldxqm, *xs = a->xs ? a->xs + m0 * a->ldxs : NULL;
-    __m256 o[2][2];
-    #pragma GCC unroll 2
+    __m256 o[NVW_MT][2];
+    #pragma GCC unroll 4
     for (int m = 0; m < M; m++) o[m][0] = o[m][1] = _mm256_setzero_ps();
     for (int64_t j = 0; j < Kp / 16; j++) {
         PF_NV(tile + j * 128);
         PF_NV(tile + j * 128 + 64);
         if ((j & 3) == 0) PF(scp + 16 * j);
-        __m256i s[2][2];
-        if (M == 2) nvw_block(tile, j, xq, a->ldxq, s, 2);
+        __m256i s[NVW_MT][2];
+        if (M > 1) nvw_block(tile, j, xq, a->ldxq, s, M);
         else if (xqm[j] > 0.0f) nvw_block(tile, j, xq, a->ldxq, s, 1);
         else if (xqm[j] < 0.0f) nvw_block(tile, j, xq, xql - xq, s, 2); /* one token's two parts as two rows */
         __m256 sc0, sc1;
         e4m3x16(scp + 16 * j, &sc0, &sc1);
-        #pragma GCC unroll 2
+        #pragma GCC unroll 4
         for (int m = 0; m < M; m++) {
             float mult = xqm[m * a->ldxqm + j];
             __m256 f0, f1;
@@ -105,7 +106,7 @@ INL void nvw_body(const mr_pmatrix *W, const uint8_t *tile, const mr_uk_act *a, 
             o[m][1] = _mm256_fmadd_ps(f1, _mm256_mul_ps(sc1, mv), o[m][1]);
         }
     }
-    #pragma GCC unroll 2
+    #pragma GCC unroll 4
     for (int m = 0; m < M; m++) {
         _mm256_storeu_ps(y + m * ldy, o[m][0]);
         _mm256_storeu_ps(y + m * ldy + 8, o[m][1]);
@@ -120,9 +121,11 @@ static void NVW_GEMV(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t
     }
     const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
     for (int64_t m0 = 0, mt; m0 < M; m0 += mt) {
-        mt = mr__uk_token_block(M - m0, 2);
+        mt = mr__uk_token_block(M - m0, NVW_MT);
         if (mt == 1) nvw_body(W, tile, a, m0, y + m0 * ldy, ldy, 1);
-        else nvw_body(W, tile, a, m0, y + m0 * ldy, ldy, 2);
+        else if (mt == 2) nvw_body(W, tile, a, m0, y + m0 * ldy, ldy, 2);
+        else if (mt == 3) nvw_body(W, tile, a, m0, y + m0 * ldy, ldy, 3);
+        else nvw_body(W, tile, a, m0, y + m0 * ldy, ldy, 4);
     }
     apply_post(y, ldy, M, 256.0f * a->post * W->scale2);
 }
