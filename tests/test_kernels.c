@@ -323,6 +323,69 @@ static void test_nvfp4_i8_vnni_bit_identical(void **st) {
     free(w), free(x), free(xb), free(xs), free(yb), free(yv);
 }
 
+/* The AVX2 NVFP4 w4a16 gemv on fixed-point x, vpdpwssd (AVX-VNNI) against
+ * vpmaddwd + vpaddd: exact integer block sums either way, so the same bits,
+ * for 1-9 tokens over rows holding every kind of block (xq_fill), with and
+ * without per-block multipliers; weights with many +-6 codes beside the
+ * largest |q| give the largest sums. SKIPPED where the host (or the mask)
+ * lacks AVX-VNNI. */
+static void xq_fill(tu_rng *r, uint16_t *x, int64_t n);
+
+static void test_nvfp4_fixq_vnni_bit_identical(void **st) {
+    (void)st;
+    const uint32_t a2 = mr_kernel_isa_features(MR_ISA_AVX2);
+    if ((mr_cpu()->flags & (a2 | MR_CPU_AVXVNNI)) != (a2 | MR_CPU_AVXVNNI)) {
+        print_message("SKIPPED: this host (or MOERUN_CPU_MASK) has no AVX2 with AVX-VNNI\n");
+        skip();
+    }
+    mr_kernels kb, kv;
+    mr_kernels_init(&kb, a2);
+    mr_kernels_init(&kv, a2 | MR_CPU_AVXVNNI);
+    assert_true(kb.uk_gemv_xq[MR_UK_NVFP4_BF16] && kv.uk_gemv_xq[MR_UK_NVFP4_BF16]);
+    assert_ptr_not_equal(kb.uk_gemv[MR_UK_NVFP4_BF16].fn, kv.uk_gemv[MR_UK_NVFP4_BF16].fn);
+    const int64_t N = 32, K = 1024;
+    tu_rng r = {0x5152};
+    float *w = malloc(sizeof(float) * (size_t)(N * K));
+    for (int64_t i = 0; i < N * K; i++) w[i] = (i % 5 == 0 ? 6.0f : tu_normal(&r)) * (i % 2 ? -1.0f : 1.0f);
+    mr_qmatrix q = {0};
+    assert_int_equal(mr_qmatrix_quantize(&q, MR_FMT_NVFP4, w, N, K, 0.0f), MR_OK);
+    const mr_qmatrix *src[1] = {&q};
+    mr_pmatrix pm;
+    assert_int_equal(mr_pmatrix_pack(&pm, kv.uk_pack[MR_UK_NVFP4_BF16], src, 1), MR_OK);
+    enum { MMAX = 9 };
+    const int64_t Kp = pm.Kp, nb = Kp / 16;
+    uint16_t *x = calloc((size_t)(MMAX * Kp), sizeof(uint16_t));
+    int16_t *xq = malloc(sizeof(int16_t) * (size_t)(2 * MMAX * Kp));
+    float *xqm = malloc(sizeof(float) * (size_t)(MMAX * nb)), *xs = malloc(sizeof(float) * (size_t)(MMAX * nb));
+    for (int64_t m = 0; m < MMAX; m++) {
+        xq_fill(&r, x + m * Kp, Kp);
+        for (int64_t b = 0; b < nb; b++) /* Inf / NaN blocks out: their outputs would be NaN on both sides */
+            for (int i = 0; i < 16; i++)
+                if (!isfinite(mr_bf16_to_f32(x[m * Kp + 16 * b + i]))) x[m * Kp + 16 * b + i] = 0x4700; /* 32768 */
+        kb.xq_row.fn(x + m * Kp, Kp, xq + m * Kp, xq + (MMAX + m) * Kp, xqm + m * nb);
+    }
+    for (int64_t i = 0; i < MMAX * nb; i++) xs[i] = 0.25f + tu_uniform(&r);
+    float *yb = malloc(sizeof(float) * MMAX * 16), *yv = malloc(sizeof(float) * MMAX * 16);
+    void *scratch = mr_aligned_alloc(64, MR_UK_SCRATCH);
+    for (int64_t M = 1; M <= MMAX; M++)
+        for (int withxs = 0; withxs < 2; withxs++) {
+            const mr_uk_act a = {.x = x, .ldx = Kp, .xs = withxs ? xs : NULL, .ldxs = nb, .post = 0.5f, .xq = xq,
+                                 .xql = xq + MMAX * Kp, .xqm = xqm, .ldxq = Kp, .ldxqm = nb};
+            for (int64_t t = 0; t < pm.n_tiles; t++) {
+                kb.uk_gemv[MR_UK_NVFP4_BF16].fn(&pm, t, &a, M, yb, 16, scratch);
+                kv.uk_gemv[MR_UK_NVFP4_BF16].fn(&pm, t, &a, M, yv, 16, scratch);
+                for (int64_t i = 0; i < M * 16; i++)
+                    if (memcmp(&yb[i], &yv[i], 4) != 0)
+                        fail_msg("M %lld xs %d tile %lld y[%lld]: vpmaddwd %.9g, vpdpwssd %.9g", (long long)M, withxs,
+                                 (long long)t, (long long)i, yb[i], yv[i]);
+            }
+        }
+    mr_pmatrix_free(&pm);
+    mr_qmatrix_free(&q);
+    mr_aligned_free(scratch);
+    free(w), free(x), free(xq), free(xqm), free(xs), free(yb), free(yv);
+}
+
 /* a packed-kernel case: kind, source format, pack, K */
 typedef struct {
     mr_uk_kind kind;
@@ -1510,6 +1573,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_rows_all_tables),
         cmocka_unit_test(test_table_names),
         cmocka_unit_test(test_nvfp4_i8_vnni_bit_identical),
+        cmocka_unit_test(test_nvfp4_fixq_vnni_bit_identical),
         cmocka_unit_test(test_fp8_fma_gemm_bit_identical),
         cmocka_unit_test(test_fp8_fma_gemv_is_gemm),
         cmocka_unit_test(test_amx_tokens_independent),

@@ -469,14 +469,17 @@ static mr_status pass_platform(mr_resolution *r) {
     if (r->w.isa == MR_ISA_AVX2 && (r->w.cpu_flags & MR_CPU_AVXVNNI)) {
         s = mr__decl(r, MR_DECL_NOTE, SRC, "kernel_isa", "avx2",
                      "with avx-vnni: its NVFP4 int8 kernel (w4a4, w4a8) runs vpdpbusd ymm, bit-identical to "
-                     "vpmaddubsw (MOERUN_CPU_MASK=avx-vnni hides it)");
+                     "vpmaddubsw, and the w4a16 gemv's 16-bit fixed-point dots run vpdpwssd ymm, bit-identical to "
+                     "vpmaddwd + vpaddd (MOERUN_CPU_MASK=avx-vnni hides it)");
         if (s != MR_OK) return s;
     }
     if (r->w.isa == MR_ISA_AVX512) {
         s = avx512_note(r, (r->w.cpu_flags & MR_CPU_AVX512BF16) != 0,
-                        "with avx512bf16: the bf16 pair dots (fp8 gemv, nvfp4 w4a16, bf16 x bf16) run vdpbf16ps "
+                        "with avx512bf16: the bf16 pair dots (fp8 gemv, nvfp4 w4a16 at 6+ tokens an expert, "
+                        "bf16 x bf16) run vdpbf16ps "
                         "(MOERUN_CPU_MASK=avx512bf16 gives the fp32-FMA form: the same sums away from fp32 denormals)",
-                        "without avx512bf16: the bf16 pair dots (fp8 gemv, nvfp4 w4a16, bf16 x bf16) run on fp32 "
+                        "without avx512bf16: the bf16 pair dots (fp8 gemv, nvfp4 w4a16 at 6+ tokens an expert, "
+                        "bf16 x bf16) run on fp32 "
                         "FMAs, odd product first as vdpbf16ps adds them");
         if (s != MR_OK) return s;
     }

@@ -754,7 +754,7 @@ void mr__uk_fill_avx2(mr_kernels *k) {
                             MR_PACK_FP8_Y16, MR_PROBE_FMA},
         [MR_UK_NVFP4_I8] = {"uk_nvfp4_i8_avx2_16x1", "uk_nvfp4_i8_avx2_16xM", uk_nvfp4_i8, uk_nvfp4_i8,
                             MR_PACK_NVFP4_Y16I, MR_PROBE_MADDUBS},
-        [MR_UK_NVFP4_BF16] = {"uk_nvfp4_bf16_avx2_16x2", "uk_nvfp4_bf16_avx2_l1_16x128x6", uk_nvfp4_bf16_gemv_xq,
+        [MR_UK_NVFP4_BF16] = {"uk_nvfp4_bf16_avx2_16x4", "uk_nvfp4_bf16_avx2_l1_16x128x6", uk_nvfp4_bf16_gemv_xq,
                               uk_nvfp4_bf16_gemm, MR_PACK_NVFP4_Y16F, MR_PROBE_FMA},
         [MR_UK_BF16_BF16] = {"uk_bf16_bf16_avx2_16x4", "uk_bf16_bf16_avx2_l1_16x128x6", uk_bf16_bf16_gemv,
                              uk_bf16_bf16_gemm, MR_PACK_BF16_R16K2, MR_PROBE_FMA},
