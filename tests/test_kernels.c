@@ -259,6 +259,31 @@ static void test_attention_kernels(void **st) {
     }
 }
 
+/* the AVX2 tables without and with AVX-VNNI; SKIPPED where the host (or the
+ * mask) lacks AVX-VNNI */
+static void avx2_vnni_tables(mr_kernels *kb, mr_kernels *kv) {
+    const uint32_t a2 = mr_kernel_isa_features(MR_ISA_AVX2);
+    if ((mr_cpu()->flags & (a2 | MR_CPU_AVXVNNI)) != (a2 | MR_CPU_AVXVNNI)) {
+        print_message("SKIPPED: this host (or MOERUN_CPU_MASK) has no AVX2 with AVX-VNNI\n");
+        skip();
+    }
+    mr_kernels_init(kb, a2);
+    mr_kernels_init(kv, a2 | MR_CPU_AVXVNNI);
+}
+
+/* N x K NVFP4 weights, every big-th one +-6 (the largest code) and the rest
+ * normal, signs alternating, quantized into q and packed as k's kind takes them */
+static void nvfp4_big_packed(const mr_kernels *k, mr_uk_kind kind, int64_t N, int64_t K, int big, tu_rng *r,
+                             mr_qmatrix *q, mr_pmatrix *pm) {
+    float *w = malloc(sizeof(float) * (size_t)(N * K));
+    for (int64_t i = 0; i < N * K; i++) w[i] = (i % big == 0 ? 6.0f : tu_normal(r)) * (i % 2 ? -1.0f : 1.0f);
+    memset(q, 0, sizeof *q);
+    assert_int_equal(mr_qmatrix_quantize(q, MR_FMT_NVFP4, w, N, K, 0.0f), MR_OK);
+    const mr_qmatrix *src[1] = {q};
+    assert_int_equal(mr_pmatrix_pack(pm, k->uk_pack[kind], src, 1), MR_OK);
+    free(w);
+}
+
 /* The AVX-VNNI NVFP4 int8 kernel against the vpmaddubsw one: the same exact
  * integer sums, so the same bits, for every token count of the gemv and the
  * gemm path, per-block and grouped (w4a8) activation multipliers, and
@@ -266,25 +291,15 @@ static void test_attention_kernels(void **st) {
  * largest weights. SKIPPED where the host (or the mask) lacks AVX-VNNI. */
 static void test_nvfp4_i8_vnni_bit_identical(void **st) {
     (void)st;
-    const uint32_t a2 = mr_kernel_isa_features(MR_ISA_AVX2);
-    if ((mr_cpu()->flags & (a2 | MR_CPU_AVXVNNI)) != (a2 | MR_CPU_AVXVNNI)) {
-        print_message("SKIPPED: this host (or MOERUN_CPU_MASK) has no AVX2 with AVX-VNNI\n");
-        skip();
-    }
     mr_kernels kb, kv;
-    mr_kernels_init(&kb, a2);
-    mr_kernels_init(&kv, a2 | MR_CPU_AVXVNNI);
+    avx2_vnni_tables(&kb, &kv);
     assert_ptr_not_equal(kb.uk_gemm[MR_UK_NVFP4_I8].fn, kv.uk_gemm[MR_UK_NVFP4_I8].fn);
     assert_int_equal(kb.uk_pack[MR_UK_NVFP4_I8], kv.uk_pack[MR_UK_NVFP4_I8]);
-    const int64_t N = 32, K = 512;
     tu_rng r = {0x5151};
-    float *w = malloc(sizeof(float) * (size_t)(N * K));
-    for (int64_t i = 0; i < N * K; i++) w[i] = (i % 7 == 0 ? 6.0f : tu_normal(&r)) * (i % 2 ? -1.0f : 1.0f);
-    mr_qmatrix q = {0};
-    assert_int_equal(mr_qmatrix_quantize(&q, MR_FMT_NVFP4, w, N, K, 0.0f), MR_OK);
-    const mr_qmatrix *src[1] = {&q};
+    mr_qmatrix q;
     mr_pmatrix pm;
-    assert_int_equal(mr_pmatrix_pack(&pm, kv.uk_pack[MR_UK_NVFP4_I8], src, 1), MR_OK);
+    nvfp4_big_packed(&kv, MR_UK_NVFP4_I8, 32, 512, 7, &r, &q, &pm);
+    const int64_t K = 512;
     enum { MMAX = 40 };
     const int64_t Kp = pm.Kp, nb = Kp / 16;
     int8_t *x = calloc((size_t)(MMAX * Kp), 1);
@@ -320,7 +335,7 @@ static void test_nvfp4_i8_vnni_bit_identical(void **st) {
     mr_pmatrix_free(&pm);
     mr_qmatrix_free(&q);
     mr_aligned_free(scratch);
-    free(w), free(x), free(xb), free(xs), free(yb), free(yv);
+    free(x), free(xb), free(xs), free(yb), free(yv);
 }
 
 /* The AVX2 NVFP4 w4a16 gemv on fixed-point x, vpdpwssd (AVX-VNNI) against
@@ -333,25 +348,14 @@ static void xq_fill(tu_rng *r, uint16_t *x, int64_t n);
 
 static void test_nvfp4_fixq_vnni_bit_identical(void **st) {
     (void)st;
-    const uint32_t a2 = mr_kernel_isa_features(MR_ISA_AVX2);
-    if ((mr_cpu()->flags & (a2 | MR_CPU_AVXVNNI)) != (a2 | MR_CPU_AVXVNNI)) {
-        print_message("SKIPPED: this host (or MOERUN_CPU_MASK) has no AVX2 with AVX-VNNI\n");
-        skip();
-    }
     mr_kernels kb, kv;
-    mr_kernels_init(&kb, a2);
-    mr_kernels_init(&kv, a2 | MR_CPU_AVXVNNI);
+    avx2_vnni_tables(&kb, &kv);
     assert_true(kb.uk_gemv_xq[MR_UK_NVFP4_BF16] && kv.uk_gemv_xq[MR_UK_NVFP4_BF16]);
     assert_ptr_not_equal(kb.uk_gemv[MR_UK_NVFP4_BF16].fn, kv.uk_gemv[MR_UK_NVFP4_BF16].fn);
-    const int64_t N = 32, K = 1024;
     tu_rng r = {0x5152};
-    float *w = malloc(sizeof(float) * (size_t)(N * K));
-    for (int64_t i = 0; i < N * K; i++) w[i] = (i % 5 == 0 ? 6.0f : tu_normal(&r)) * (i % 2 ? -1.0f : 1.0f);
-    mr_qmatrix q = {0};
-    assert_int_equal(mr_qmatrix_quantize(&q, MR_FMT_NVFP4, w, N, K, 0.0f), MR_OK);
-    const mr_qmatrix *src[1] = {&q};
+    mr_qmatrix q;
     mr_pmatrix pm;
-    assert_int_equal(mr_pmatrix_pack(&pm, kv.uk_pack[MR_UK_NVFP4_BF16], src, 1), MR_OK);
+    nvfp4_big_packed(&kv, MR_UK_NVFP4_BF16, 32, 1024, 5, &r, &q, &pm);
     enum { MMAX = 9 };
     const int64_t Kp = pm.Kp, nb = Kp / 16;
     uint16_t *x = calloc((size_t)(MMAX * Kp), sizeof(uint16_t));
@@ -383,7 +387,7 @@ static void test_nvfp4_fixq_vnni_bit_identical(void **st) {
     mr_pmatrix_free(&pm);
     mr_qmatrix_free(&q);
     mr_aligned_free(scratch);
-    free(w), free(x), free(xq), free(xqm), free(xs), free(yb), free(yv);
+    free(x), free(xq), free(xqm), free(xs), free(yb), free(yv);
 }
 
 /* a packed-kernel case: kind, source format, pack, K */
@@ -736,6 +740,18 @@ static void test_matmul(void **st) {
     free(w), free(x), free(y);
 }
 
+/* the tables this host can run, into k (5 at most): generic, AVX2
+ * (vpmaddubsw), AVX2 with AVX-VNNI (vpdpbusd), AVX-512 without BF16 (pair
+ * dots on FMAs), the process table; returns how many */
+static int host_tables(mr_kernels k[5]) {
+    const uint32_t a2 = mr_kernel_isa_features(MR_ISA_AVX2);
+    const uint32_t levels[5] = {0, a2, a2 | MR_CPU_AVXVNNI, mr_kernel_isa_features(MR_ISA_AVX512), mr_cpu()->flags};
+    int n = 0;
+    for (int l = 0; l < 5; l++)
+        if ((mr_cpu()->flags & levels[l]) == levels[l]) mr_kernels_init(&k[n++], levels[l]);
+    return n;
+}
+
 /* ---- packed micro-kernels: every kind of every table this host can run,
  * gemv and gemm entries, against a double-precision reference on the
  * dequantized source rows and the kernel-input values. Shapes: N = 40 (a
@@ -908,14 +924,10 @@ static void test_packed_kernels_all_tables(void **st) {
         {MR_UK_BF16_BF16, MR_FMT_BF16, MR_PACK_BF16_R16K2, 131},
         {MR_UK_BF16_F32, MR_FMT_BF16, MR_PACK_BF16_R16K2, 131},
     };
-    /* generic, AVX2 (vpmaddubsw), AVX2 with AVX-VNNI (vpdpbusd), AVX-512 without BF16 (pair dots
-     * on FMAs), the process table */
-    const uint32_t a2 = mr_kernel_isa_features(MR_ISA_AVX2);
-    uint32_t levels[5] = {0, a2, a2 | MR_CPU_AVXVNNI, mr_kernel_isa_features(MR_ISA_AVX512), mr_cpu()->flags};
-    for (int l = 0; l < 5; l++) {
-        if ((mr_cpu()->flags & levels[l]) != levels[l]) continue;
-        mr_kernels k;
-        mr_kernels_init(&k, levels[l]);
+    mr_kernels tables[5];
+    const int nt = host_tables(tables);
+    for (int l = 0; l < nt; l++) {
+        const mr_kernels k = tables[l];
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
             for (int nsrc = 1; nsrc <= 2; nsrc++) {
                 const int64_t Ms[] = {1, 3, 9, 20, 33}; /* 33: three blocks of 11 where a kernel takes 16 */
@@ -1000,15 +1012,12 @@ static void test_xq_row(void **st) {
                              q[16 * b + i], ql[16 * b + i]);
             }
         }
-        const uint32_t a2 = mr_kernel_isa_features(MR_ISA_AVX2);
-        uint32_t levels[5] = {0, a2, a2 | MR_CPU_AVXVNNI, mr_kernel_isa_features(MR_ISA_AVX512), mr_cpu()->flags};
-        for (int l = 0; l < 5; l++) {
-            if ((mr_cpu()->flags & levels[l]) != levels[l]) continue;
-            mr_kernels k;
-            mr_kernels_init(&k, levels[l]);
-            k.xq_row.fn(x, N, q2, ql2, m2);
+        mr_kernels tables[5];
+        const int nt = host_tables(tables);
+        for (int l = 0; l < nt; l++) {
+            tables[l].xq_row.fn(x, N, q2, ql2, m2);
             if (memcmp(q, q2, 2 * N) || memcmp(ql, ql2, 2 * N) || memcmp(m, m2, 4 * (N / 16)))
-                fail_msg("%s: not the bits of mr_uk_xq_row_ref", k.xq_row.name);
+                fail_msg("%s: not the bits of mr_uk_xq_row_ref", tables[l].xq_row.name);
         }
     }
     for (int i = 0; i < 4; i++) assert_true(kinds[i] > 100); /* every kind met */
@@ -1031,13 +1040,11 @@ static void test_nvfp4_fixq_exact_blocks(void **st) {
     uint16_t x[MM * K];
     int16_t q[2 * MM * K];
     float xqm[MM], y[MM * 16], *scratch = mr_aligned_alloc(64, MR_UK_SCRATCH);
-    const uint32_t a2 = mr_kernel_isa_features(MR_ISA_AVX2);
-    uint32_t levels[4] = {a2, a2 | MR_CPU_AVXVNNI, mr_kernel_isa_features(MR_ISA_AVX512), mr_cpu()->flags};
+    mr_kernels tables[5];
+    const int nt = host_tables(tables);
     int ran = 0;
-    for (int l = 0; l < 4; l++) {
-        if ((mr_cpu()->flags & levels[l]) != levels[l]) continue;
-        mr_kernels k;
-        mr_kernels_init(&k, levels[l]);
+    for (int l = 0; l < nt; l++) {
+        const mr_kernels k = tables[l];
         if (!k.uk_gemv_xq[MR_UK_NVFP4_BF16]) continue;
         ran++;
         int parts[3] = {0, 0, 0};

@@ -184,50 +184,63 @@ INL __m512 e4m3x16_f32(const uint8_t *p) {
     return _mm512_cvtph_ps(w);
 }
 
-/* 2*e2m1(c) + 12 for c = 0..15: an unsigned byte in [0, 24]. */
 /* bf16 bytes of e2m1(c): high byte (sign included) and low byte. */
 static const uint8_t BHI[16] = {0x00, 0x3F, 0x3F, 0x3F, 0x40, 0x40, 0x40, 0x40,
                                 0x80, 0xBF, 0xBF, 0xBF, 0xC0, 0xC0, 0xC0, 0xC0};
 static const uint8_t BLO[16] = {0x00, 0x00, 0x80, 0xC0, 0x00, 0x40, 0x80, 0xC0,
                                 0x00, 0x00, 0x80, 0xC0, 0x00, 0x40, 0x80, 0xC0};
 INL __m512i lut16(const uint8_t *t) { return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)t)); }
+/* 2*e2m1(c) as int8, for the fixed-point gemv */
+static const int8_t E2X2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+/* 16-k block j of a tile as 8 pair vectors z[pr] (16 rows x k = 2pr, 2pr + 1
+ * in each dword: the low word the even k): bf16 (i16 = 0), or 2*e2m1 * 256
+ * as int16 (i16 = 1: one vpshufb, the two unpacks under zero bytes); pf:
+ * the block's prefetches */
+INL void nvf_block_z(const uint8_t *tile, int64_t j, __m512i z[8], const int i16, const int pf) {
+    const __m512i lhi = i16 ? lut16((const uint8_t *)E2X2) : lut16(BHI), llo = lut16(BLO);
+    const __m512i m0f = _mm512_set1_epi8(0x0F), zero = _mm512_setzero_si512();
+    #pragma GCC unroll 16
+    for (int L = 0; L < 2; L++) {
+        if (pf) PF_NV(tile + j * 128 + 64 * L);
+        const __m512i v = _mm512_load_si512(tile + j * 128 + 64 * L);
+        #pragma GCC unroll 16
+        for (int h = 0; h < 2; h++) {
+            const __m512i n = _mm512_and_si512(h ? _mm512_srli_epi16(v, 4) : v, m0f);
+            const __m512i hi = _mm512_shuffle_epi8(lhi, n), lo = i16 ? zero : _mm512_shuffle_epi8(llo, n);
+            z[4 * L + 2 * h] = _mm512_unpacklo_epi8(lo, hi);
+            z[4 * L + 2 * h + 1] = _mm512_unpackhi_epi8(lo, hi);
+        }
+    }
+}
+
+/* one token's bf16 pair dots over a block's z, x at the block's first k: the block sums */
+INL __m512 nvf_pair_dots(const __m512i z[8], const uint16_t *xm) {
+    __m512 a0 = DP(_mm512_setzero_ps(), z[0], bcast_pair(xm));
+    __m512 a1 = DP(_mm512_setzero_ps(), z[1], bcast_pair(xm + 2));
+    #pragma GCC unroll 16
+    for (int pr = 2; pr < 8; pr += 2) {
+        a0 = DP(a0, z[pr], bcast_pair(xm + 2 * pr));
+        a1 = DP(a1, z[pr + 1], bcast_pair(xm + 2 * pr + 2));
+    }
+    return _mm512_add_ps(a0, a1);
+}
+
 INL void nvfp4_bf16_body(const uint8_t *tile, int64_t Kp, const uint16_t *x, int64_t ldx, const float *xs,
                          int64_t ldxs, float post, float *y, int64_t ldy, const int M) {
-    const __m512i lhi = lut16(BHI);
-    const __m512i llo = lut16(BLO);
-    const __m512i m0f = _mm512_set1_epi8(0x0F);
     const uint8_t *scp = tile + 8 * Kp;
     __m512 out[MT];
     #pragma GCC unroll 16
     for (int m = 0; m < M; m++) out[m] = _mm512_setzero_ps();
     for (int64_t j = 0; j < Kp / 16; j++) {
+        if ((j & 3) == 0) PF(scp + 16 * j);
         __m512i z[8];
-        #pragma GCC unroll 16
-        for (int L = 0; L < 2; L++) {
-            PF_NV(tile + j * 128 + 64 * L);
-            if (L == 0 && (j & 3) == 0) PF(scp + 16 * j);
-            __m512i v = _mm512_load_si512(tile + j * 128 + 64 * L);
-            #pragma GCC unroll 16
-            for (int h = 0; h < 2; h++) {
-                __m512i n = _mm512_and_si512(h ? _mm512_srli_epi16(v, 4) : v, m0f);
-                __m512i hi = _mm512_shuffle_epi8(lhi, n), lo = _mm512_shuffle_epi8(llo, n);
-                z[4 * L + 2 * h] = _mm512_unpacklo_epi8(lo, hi);
-                z[4 * L + 2 * h + 1] = _mm512_unpackhi_epi8(lo, hi);
-            }
-        }
+        nvf_block_z(tile, j, z, 0, 1);
         __m512 sc = e4m3x16_f32(scp + 16 * j);
         #pragma GCC unroll 16
         for (int m = 0; m < M; m++) {
-            const uint16_t *xm = x + m * ldx + 16 * j;
-            __m512 a0 = DP(_mm512_setzero_ps(), z[0], bcast_pair(xm));
-            __m512 a1 = DP(_mm512_setzero_ps(), z[1], bcast_pair(xm + 2));
-            #pragma GCC unroll 16
-            for (int pr = 2; pr < 8; pr += 2) {
-                a0 = DP(a0, z[pr], bcast_pair(xm + 2 * pr));
-                a1 = DP(a1, z[pr + 1], bcast_pair(xm + 2 * pr + 2));
-            }
             __m512 s = xs ? _mm512_mul_ps(sc, _mm512_set1_ps(xs[m * ldxs + j])) : sc;
-            out[m] = _mm512_fmadd_ps(_mm512_add_ps(a0, a1), s, out[m]);
+            out[m] = _mm512_fmadd_ps(nvf_pair_dots(z, x + m * ldx + 16 * j), s, out[m]);
         }
     }
     const __m512 f = _mm512_set1_ps(256.0f * post);
@@ -236,13 +249,11 @@ INL void nvfp4_bf16_body(const uint8_t *tile, int64_t Kp, const uint16_t *x, int
 }
 
 /* The same tiles on fixed-point x (mr_uk_act.xq; see uk_avx2_nvw.h for the
- * arithmetic): one vpshufb a 64 nibbles to 2*e2m1 as int8 and two unpacks
- * under zero bytes to int16 (value * 512), then per token 8 vpdpwssd (16 rows
- * x 2 k each) with the broadcast pair of fixed-point activations: exact
+ * arithmetic): the block as int16 pair vectors (nvf_block_z), then per token
+ * 8 vpdpwssd with the broadcast pairs of fixed-point activations: exact
  * integer block sums, one conversion and one FMA with the scales times
  * m / 512. A token's block in two parts takes 8 more on its low part; one
  * with no form (m = 0) takes the bf16 pair dots from x, as nvfp4_bf16_body. */
-static const int8_t E2X2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 /* one token's 8 pair dots over the block's int16 weights z, from q (the block's 16 values) */
 INL __m512i fixq_dots(const __m512i z[8], const int16_t *q) {
@@ -260,8 +271,6 @@ INL __m512i fixq_dots(const __m512i z[8], const int16_t *q) {
 
 INL void nvfp4_fixq_body(const uint8_t *tile, int64_t Kp, const mr_uk_act *a, int64_t m0, float post, float *y,
                          int64_t ldy, const int M) {
-    const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)E2X2)), m0f = _mm512_set1_epi8(0x0F);
-    const __m512i zero = _mm512_setzero_si512();
     const uint8_t *scp = tile + 8 * Kp;
     const uint16_t *x = (const uint16_t *)a->x + m0 * a->ldx;
     const int16_t *xq = a->xq + m0 * a->ldxq, *xql = a->xql + m0 * a->ldxq;
@@ -270,19 +279,9 @@ INL void nvfp4_fixq_body(const uint8_t *tile, int64_t Kp, const mr_uk_act *a, in
     #pragma GCC unroll 16
     for (int m = 0; m < M; m++) out[m] = _mm512_setzero_ps();
     for (int64_t j = 0; j < Kp / 16; j++) {
+        if ((j & 3) == 0) PF(scp + 16 * j);
         __m512i z[8];
-        #pragma GCC unroll 16
-        for (int L = 0; L < 2; L++) {
-            PF_NV(tile + j * 128 + 64 * L);
-            if (L == 0 && (j & 3) == 0) PF(scp + 16 * j);
-            const __m512i v = _mm512_load_si512(tile + j * 128 + 64 * L);
-            #pragma GCC unroll 16
-            for (int h = 0; h < 2; h++) {
-                const __m512i B = _mm512_shuffle_epi8(lut, _mm512_and_si512(h ? _mm512_srli_epi16(v, 4) : v, m0f));
-                z[4 * L + 2 * h] = _mm512_unpacklo_epi8(zero, B);
-                z[4 * L + 2 * h + 1] = _mm512_unpackhi_epi8(zero, B);
-            }
-        }
+        nvf_block_z(tile, j, z, 1, 1);
         const __m512 sc = e4m3x16_f32(scp + 16 * j);
         #pragma GCC unroll 16
         for (int m = 0; m < M; m++) {
@@ -297,19 +296,9 @@ INL void nvfp4_fixq_body(const uint8_t *tile, int64_t Kp, const mr_uk_act *a, in
                                     _mm512_cvtepi32_ps(fixq_dots(z, xq + m * a->ldxq + 16 * j)));
                 mult *= -1.0f / 512.0f;
             } else { /* no form: the bf16 pair dots of nvfp4_bf16_body on this block */
-                const __m512i lhi = lut16(BHI), llo = lut16(BLO);
-                const uint16_t *xm = x + m * a->ldx + 16 * j;
-                __m512 a0 = _mm512_setzero_ps(), a1 = a0;
-                for (int L = 0; L < 2; L++) {
-                    const __m512i v = _mm512_load_si512(tile + j * 128 + 64 * L);
-                    for (int h = 0; h < 2; h++) {
-                        const __m512i n = _mm512_and_si512(h ? _mm512_srli_epi16(v, 4) : v, m0f);
-                        const __m512i hi = _mm512_shuffle_epi8(lhi, n), lo = _mm512_shuffle_epi8(llo, n);
-                        a0 = DP(a0, _mm512_unpacklo_epi8(lo, hi), bcast_pair(xm + 8 * L + 4 * h));
-                        a1 = DP(a1, _mm512_unpackhi_epi8(lo, hi), bcast_pair(xm + 8 * L + 4 * h + 2));
-                    }
-                }
-                f = _mm512_add_ps(a0, a1);
+                __m512i zb[8];
+                nvf_block_z(tile, j, zb, 0, 0);
+                f = nvf_pair_dots(zb, x + m * a->ldx + 16 * j);
                 mult = 1.0f;
             }
             if (xs) mult *= xs[m * a->ldxs + j];
