@@ -729,9 +729,12 @@ static void uk_stream(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_
     size_t i = 0;
     for (; i + 4 <= n; i += 4) {
         PF(p + i * 32);
-        PF(p + i * 32 + 64);
+        __asm__ volatile("" ::: "memory");
         s0 = _mm256_add_epi64(s0, _mm256_load_si256((const __m256i *)(p + i * 32)));
         s1 = _mm256_add_epi64(s1, _mm256_load_si256((const __m256i *)(p + i * 32 + 32)));
+        __asm__ volatile("" ::: "memory");
+        PF(p + i * 32 + 64);
+        __asm__ volatile("" ::: "memory");
         s2 = _mm256_add_epi64(s2, _mm256_load_si256((const __m256i *)(p + i * 32 + 64)));
         s3 = _mm256_add_epi64(s3, _mm256_load_si256((const __m256i *)(p + i * 32 + 96)));
     }
