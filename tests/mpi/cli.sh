@@ -40,9 +40,11 @@ tokens() { grep -E '^\[[0-9]+\]' <<< "$1"; }
 "$B" quantize "$S/bf16" "$S/nvfp4" --to nvfp4 >/dev/null || fail "quantize nvfp4"
 printf '1,2,3,4,5\n7,8\n9,10,11,12,13,14,15,16,17,18,19,20\n' > "$S/batch.txt"
 
-# generate: the same tokens as one process (every format with 2 and 4 ranks; a batch and sampling with fp8)
+# generate: the same tokens as one process (every format with 2 and 4 ranks; nvfp4 w4a16, whose gemv takes
+# x as fixed point; a batch and sampling with fp8)
 for run in "bf16 2,4 --prompt-ids 3,1,4,1,5,9,2,6 -n 12" "fp8 2,4 --prompt-ids 3,1,4,1,5,9,2,6 -n 12" \
            "nvfp4 2,4 --prompt-ids 3,1,4,1,5,9,2,6 -n 12" "fp8 2 --batch $S/batch.txt -n 6" \
+           "nvfp4 2 --prompt-ids 3,1,4,1,5,9,2,6 -n 12 --activation-mode w4a16" \
            "fp8 4 --prompt-ids 3,1,4 -n 10 --temperature 0.8 --top-k 20 --seed 11"; do
   read -r q nps args <<< "$run"
   {
