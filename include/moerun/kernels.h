@@ -395,8 +395,10 @@ void mr_matmul_multi_ws(int n, const mr_qmatrix *const *W, const float *x, int64
 /* ---- ceilings for benchmarks (probe.c) ---- */
 /* Best-of-reps multi-threaded read bandwidth over a pre-faulted buffer of
  * `bytes`, in GB/s (1e9 bytes/s), under the same conditions as the packed
- * weights: 2 MiB-aligned with transparent huge pages asked for, and (AVX-512
- * table) zmm loads with the kernels' software prefetch 16 KiB ahead. 0 if
+ * weights: 2 MiB-aligned with transparent huge pages asked for, and (AVX2 and
+ * AVX-512 tables) the kernels' software prefetch 16 KiB ahead, one a line,
+ * with ymm loads in the order that reads fastest (zmm loads, or both lines'
+ * prefetches first, read 15-20% less on some hosts: bench/README.md). 0 if
  * the buffer cannot be allocated. */
 double mr_probe_read_bw(size_t bytes, int reps);
 /* The same probe in two steps, for runs that interleave it with other work:

@@ -64,17 +64,24 @@ __attribute__((target("avxvnni"))) double mr__probe_dpbusd_avx2vnni(int64_t iter
     return chains_total(a);
 }
 
-/* Read bandwidth kernel: 64-bit sums over ymm loads, 4 vectors (two lines)
- * per step, with the AVX2 kernels' software prefetch MR_UK_PREFETCH ahead
- * into L2 once per line. */
+/* Read bandwidth kernel (both x86 tables: the probe of mr_probe_read_once):
+ * 64-bit sums over ymm loads, 4 vectors (two lines) per step, with the
+ * kernels' software prefetch MR_UK_PREFETCH ahead into L2 once per line,
+ * each line's prefetch right before its loads and held there by compiler
+ * barriers. Prefetches ahead of both lines' loads read a fifth less on the
+ * Intel Xeon VM of 2026-12-05, and zmm loads 15% less
+ * (dev/perf/stream_order.c, bench/README.md "The AVX2 stream-only read"). */
 uint64_t mr__probe_read_avx2(const uint64_t *p, size_t n) {
     __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
         _mm_prefetch((const char *)(p + i) + MR_UK_PREFETCH, _MM_HINT_T2);
-        _mm_prefetch((const char *)(p + i) + MR_UK_PREFETCH + 64, _MM_HINT_T2);
+        __asm__ volatile("" ::: "memory");
         s0 = _mm256_add_epi64(s0, _mm256_loadu_si256((const __m256i *)(p + i)));
         s1 = _mm256_add_epi64(s1, _mm256_loadu_si256((const __m256i *)(p + i + 4)));
+        __asm__ volatile("" ::: "memory");
+        _mm_prefetch((const char *)(p + i) + MR_UK_PREFETCH + 64, _MM_HINT_T2);
+        __asm__ volatile("" ::: "memory");
         s2 = _mm256_add_epi64(s2, _mm256_loadu_si256((const __m256i *)(p + i + 8)));
         s3 = _mm256_add_epi64(s3, _mm256_loadu_si256((const __m256i *)(p + i + 12)));
     }

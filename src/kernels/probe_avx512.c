@@ -48,23 +48,3 @@ double mr__probe_dpbusd_avx512(int64_t iters) {
     for (int i = 0; i < 16; i++) t += lanes[i];
     return (double)t;
 }
-
-/* Read bandwidth kernel: 64-bit sums over zmm loads, 4 lines per step, with
- * the software prefetch 16 KiB ahead into L2 that the packed kernels use (so
- * the ceiling has the same misses in flight as the kernels can have). */
-uint64_t mr__probe_read_avx512(const uint64_t *p, size_t n);
-uint64_t mr__probe_read_avx512(const uint64_t *p, size_t n) {
-    __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0;
-    size_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        _mm_prefetch((const char *)(p + i) + 16384, _MM_HINT_T2);
-        _mm_prefetch((const char *)(p + i) + 16384 + 128, _MM_HINT_T2);
-        s0 = _mm512_add_epi64(s0, _mm512_loadu_si512(p + i));
-        s1 = _mm512_add_epi64(s1, _mm512_loadu_si512(p + i + 8));
-        s2 = _mm512_add_epi64(s2, _mm512_loadu_si512(p + i + 16));
-        s3 = _mm512_add_epi64(s3, _mm512_loadu_si512(p + i + 24));
-    }
-    uint64_t r = (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3)));
-    for (; i < n; i++) r += p[i];
-    return r;
-}
