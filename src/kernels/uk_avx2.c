@@ -684,9 +684,9 @@ static void xq_row_avx2(const uint16_t *x, int64_t n, int16_t *q, int16_t *ql, f
         const int F = _mm_cvtsi128_si32(h) & 0xFFFF, Fb = F > 1 ? F : 1;
         const bool nonzero = !_mm256_testz_si256(v, _mm256_set1_epi16(0x7FFF));
         __m256i *qb = (__m256i *)(q + 16 * b), *lb = (__m256i *)(ql + 16 * b);
-        _mm256_storeu_si256(qb, z);
-        _mm256_storeu_si256(lb, z);
         if (!nonzero || F == 0xFF || Fb < 45) {
+            _mm256_storeu_si256(qb, z);
+            _mm256_storeu_si256(lb, z);
             m[b] = nonzero ? 0.0f : 1.0f;
             continue;
         }
@@ -708,13 +708,13 @@ static void xq_row_avx2(const uint16_t *x, int64_t n, int16_t *q, int16_t *ql, f
             qh[hh] = _mm256_sign_epi32(hi, w);
             lh[hh] = _mm256_sign_epi32(lo, w);
         }
+        const bool two = !_mm256_testz_si256(rems, rems);
+        _mm256_storeu_si256(qb, bad ? z : _mm256_permute4x64_epi64(_mm256_packs_epi32(qh[0], qh[1]), 0xD8));
+        _mm256_storeu_si256(lb, bad || !two ? z : _mm256_permute4x64_epi64(_mm256_packs_epi32(lh[0], lh[1]), 0xD8));
         if (bad) {
             m[b] = 0.0f;
             continue;
         }
-        _mm256_storeu_si256(qb, _mm256_permute4x64_epi64(_mm256_packs_epi32(qh[0], qh[1]), 0xD8));
-        const bool two = !_mm256_testz_si256(rems, rems);
-        if (two) _mm256_storeu_si256(lb, _mm256_permute4x64_epi64(_mm256_packs_epi32(lh[0], lh[1]), 0xD8));
         const uint32_t mb = (uint32_t)(Fb - 14) << 23 | (two ? 0x80000000u : 0); /* -+2^(Fb - 141) */
         memcpy(&m[b], &mb, 4);
     }

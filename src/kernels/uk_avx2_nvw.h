@@ -16,10 +16,10 @@
  * FMA with the 16 row scales (E4M3 by the f16 trick, * 2^-8) times m / 512
  * add the block into y. A block in two parts takes the low part's sums the
  * same way (one token: as a second row beside the high part's, one decode)
- * and joins them at 2^-15 in one FMA before the scaling; a block with m = 0 (no
- * fixed-point form: see mr_kern_xq_row_fn) runs from x on fp32 FMAs instead
- * (mr__nvf_block_fp),
- * and a call without xq runs the fp32 gemv (mr__nvf_gemv_fp). Where the fp32
+ * and joins them at 2^-15 in one FMA before the scaling; a block with m = 0
+ * (no fixed-point form: see mr_kern_xq_row_fn) runs from x on fp32 FMAs
+ * instead (mr__nvf_block_fp), and a call without xq runs the fp32 gemv
+ * (mr__nvf_gemv_fp). Where the fp32
  * gemv spends 2 unpacks, 2 shifts, 2 ands and 4 FMAs a token per 32 weights
  * (it rounds every sum), this spends 2 pair dots a token. */
 #include "kernels/uk_avx2.h"
