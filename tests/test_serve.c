@@ -149,6 +149,10 @@ static const bad_case bad[] = {
     {SV_COMPLETIONS, "{\"prompt\":\"a\",\"max_tokens\":1.5}", 400, "max_tokens", "must be an integer"},
     {SV_COMPLETIONS, "{\"prompt\":\"a\",\"max_tokens\":0}", 400, "max_tokens", "must be in"},
     {SV_COMPLETIONS, "{\"prompt\":\"a\",\"max_tokens\":1001}", 400, "max_tokens", "--max-completion-tokens"},
+    /* a negative count gets this server's range, not the integer type's */
+    {SV_COMPLETIONS, "{\"prompt\":\"a\",\"max_tokens\":-5}", 400, "max_tokens", "is -5; it must be in [1, 1000]"},
+    {SV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_completion_tokens\":-1}", 400,
+     "max_completion_tokens", "is -1; it must be in [1, 1000]"},
     {SV_COMPLETIONS, "{\"prompt\":\"a\",\"temperature\":2.5}", 400, "temperature", "[0, 2]"},
     {SV_COMPLETIONS, "{\"prompt\":\"a\",\"temperature\":true}", 400, "temperature", "must be a number"},
     {SV_COMPLETIONS, "{\"prompt\":\"a\",\"top_p\":0}", 400, "top_p", "(0, 1]"},

@@ -266,7 +266,11 @@ static int f_prompt(sv_request *r, const json_t *v, const sv_limits *lim, sv_err
 static int f_max_tokens_named(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e, const char *name) {
     int64_t x = 0;
     /* max_tokens 0: completions with echo only (checked after every field) */
-    if (get_int(v, name, strcmp(name, "max_tokens") ? 1 : 0, INT64_MAX, &x, e)) return -1;
+    const int64_t lo = strcmp(name, "max_tokens") ? 1 : 0;
+    if (get_int(v, name, INT64_MIN, INT64_MAX, &x, e)) return -1;
+    if (x < lo) /* the range this server takes, as the max_tokens 0 error gives it */
+        return sv_fail(e, 400, name, "%s is %lld; it must be in [1, %lld]", name, (long long)x,
+                       (long long)lim->max_completion_tokens);
     if (x > lim->max_completion_tokens)
         return sv_fail(e, 400, name, "%s is %lld, above this server's limit of %lld (--max-completion-tokens)", name,
                        (long long)x, (long long)lim->max_completion_tokens);
