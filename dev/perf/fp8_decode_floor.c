@@ -1,16 +1,22 @@
 /* fp8_decode_floor.c — the floor of the AVX-512 E4M3 -> bf16 decode that the AMX FP8 kernels run
  * (uk_avx512.h fp8_line_bf16 + fp8_block_pairs: per 64-byte line 2 vpermt2b, 1 vpternlogd,
  * 2 unpacks, 2 stores into a 4 KiB block copy), over buffers from L1 to L3 size, one thread, with
- * and without an L1 prefetch; and the throughput of vpermt2b zmm and vpunpcklbw zmm alone (ns an
- * instruction, independent chains). Costs only: the table is not the library's, the values are not
- * used. Not part of CMake.
+ * and without an L1 prefetch; the throughput of vpermt2b zmm and vpunpcklbw zmm alone (ns an
+ * instruction, independent chains); and, where the CPU has AMX-BF16 and Linux grants the tile state,
+ * whether the decode overlaps tdpbf16ps: a block's decode beside 4, 8 or 16 tdpbf16ps on tiles that do
+ * not depend on it, against each alone. Costs only: the table is not the library's, the values are
+ * not used. Not part of CMake.
  *
  *   make -C dev/perf fp8_decode_floor && dev/perf/fp8_decode_floor */
+#define _GNU_SOURCE /* syscall() */
 #include <immintrin.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 static double now(void) {
     struct timespec t;
@@ -77,6 +83,49 @@ static double thr_ns(int which) {
     return dt / (double)n / 8 * 1e9;
 }
 
+/* ns per step of: a block's decode (dec), then ndp tdpbf16ps alternating between C tiles 0 and 1 on
+ * A / B tiles loaded once (nothing read from the decode), best of 5 */
+static double amx_ns(const uint8_t *src, __m512i *b, const lut_t *t, int dec, int ndp) {
+    struct {
+        uint8_t palette, start_row, reserved[14];
+        uint16_t colsb[16];
+        uint8_t rows[16];
+    } c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int i = 0; i < 8; i++) c.colsb[i] = 64, c.rows[i] = 16;
+    _tile_loadconfig(&c);
+    memset(b, 0, 4096);
+    _tile_loadd(2, b, 64);
+    _tile_loadd(3, b, 64);
+    _tile_loadd(4, b, 64);
+    _tile_loadd(5, b + 16, 64);
+    _tile_zero(0);
+    _tile_zero(1);
+    const long n = 1000000;
+    double best = 1e9;
+    for (int r = 0; r < 5; r++) {
+        const double t0 = now();
+        for (long i = 0; i < n; i++) {
+            if (dec)
+                for (int g = 0; g < 32; g++) {
+                    __m512i z0, z1;
+                    line(t, src + (i & 7) * 2048 + g * 64, &z0, &z1);
+                    _mm512_store_si512(b + 2 * g, z0);
+                    _mm512_store_si512(b + 2 * g + 1, z1);
+                }
+            for (int k = 0; k < ndp; k += 2) {
+                _tile_dpbf16ps(0, 2, 4);
+                _tile_dpbf16ps(1, 3, 5);
+            }
+        }
+        const double dt = (now() - t0) / (double)n;
+        best = dt < best ? dt : best;
+    }
+    _tile_release();
+    return best * 1e9;
+}
+
 int main(void) {
     const size_t sizes[] = {2048, 16384, 786432, 8u << 20, 64u << 20};
     uint8_t *src = aligned_alloc(64, 64u << 20);
@@ -94,6 +143,17 @@ int main(void) {
             printf("buffer %6zu KiB, %s: %6.1f ns a 2 KiB block, %.2f ns a line, %5.1f GB/s\n", sizes[s] / 1024,
                    pf ? "L1 prefetch 4 KiB ahead" : "no prefetch            ", ns, ns / 32, 2048 / ns);
         }
+    if (__builtin_cpu_supports("amx-bf16") && syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18) == 0) {
+        const double d = amx_ns(src, b, &t, 1, 0);
+        for (int ndp = 4; ndp <= 16; ndp *= 2) {
+            const double a = amx_ns(src, b, &t, 0, ndp), both = amx_ns(src, b, &t, 1, ndp);
+            printf("decode %.1f ns, %2d tdpbf16ps %.1f ns, both %.1f ns (sum %.1f, max %.1f): %.0f%% of the shorter "
+                   "hidden\n",
+                   d, ndp, a, both, d + a, d > a ? d : a, 100.0 * (d + a - both) / (d < a ? d : a));
+        }
+    } else {
+        printf("no AMX-BF16 here (or the tile state is not granted): the overlap test is skipped\n");
+    }
     free(src), free(b);
     return 0;
 }
