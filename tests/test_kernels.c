@@ -1202,6 +1202,8 @@ static void test_pack_layouts(void **st) {
         int64_t N, K;
     } c[] = {
         {MR_FMT_FP8_BLOCK, MR_PACK_FP8_R16K4, 40, 200},   {MR_FMT_FP8_BLOCK, MR_PACK_FP8_Y16, 40, 200},
+        /* K % 128 == 0: the full tiles take the SSE2 form, the last the byte-wise one */
+        {MR_FMT_FP8_BLOCK, MR_PACK_FP8_R16K4, 40, 384},   {MR_FMT_FP8_BLOCK, MR_PACK_FP8_Y16, 40, 384},
         {MR_FMT_NVFP4, MR_PACK_NVFP4_R16K16, 40, 80},     {MR_FMT_NVFP4, MR_PACK_NVFP4_R16K16B, 40, 80},
         {MR_FMT_NVFP4, MR_PACK_NVFP4_Y16I, 40, 80},       {MR_FMT_NVFP4, MR_PACK_NVFP4_Y16F, 40, 80},
         {MR_FMT_BF16, MR_PACK_BF16_R16K2, 40, 131},
@@ -1244,6 +1246,73 @@ static void test_pack_layouts(void **st) {
         mr_qmatrix_free(&q);
         free(w), free(row), free(b);
     }
+}
+
+/* The FP8 packs' flags against the source: mr_pmatrix.tsub of each tile and 128-k block is whether
+ * its 16 x 128 codes hold MR_PACK_FP8_SUBNORMALS or more E4M3 subnormals (counted here from the
+ * source), and has_nan whether any code is a NaN. Shapes whose full tiles take the SSE2 form (K %
+ * 128 == 0) and whose last tile, or every tile (K % 128 != 0), does not; subnormal counts drawn
+ * around the threshold per block; one NaN code in a full tile, in the last tile, or none; both
+ * layouts, one source and two (gate / up interleaved). */
+static void test_pack_fp8_flags(void **st) {
+    (void)st;
+    const mr_pack_id packs[] = {MR_PACK_FP8_R16K4, MR_PACK_FP8_Y16};
+    const int64_t shapes[][2] = {{40, 384}, {32, 256}, {40, 200}, {16, 128}};
+    tu_rng r = {77};
+    int marked = 0, unmarked = 0;
+    for (size_t pi = 0; pi < 2; pi++)
+        for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++)
+            for (int nanat = 0; nanat < 3; nanat++)
+                for (int nsrc = 1; nsrc <= 2; nsrc++) {
+                    const int64_t N = shapes[sh][0], K = shapes[sh][1], nkb = (K + 127) / 128;
+                    uint8_t *codes[2];
+                    float scales[2][4 * 4];
+                    mr_qmatrix q[2];
+                    const mr_qmatrix *src[2] = {&q[0], &q[1]};
+                    for (int i = 0; i < nsrc; i++) {
+                        codes[i] = malloc((size_t)(N * K));
+                        for (int64_t e = 0; e < N * K; e++) {
+                            uint8_t c = (uint8_t)(tu_next(&r) >> 24);
+                            c = (uint8_t)(c | 0x08);              /* a normal code ... */
+                            if ((c & 0x7F) == 0x7F) c = (uint8_t)(c ^ 1); /* ... not NaN */
+                            codes[i][e] = c;
+                        }
+                        /* per 16 x 128 block: a subnormal count around the threshold */
+                        for (int64_t t = 0; t < (N + 15) / 16; t++)
+                            for (int64_t kb = 0; kb < nkb; kb++) {
+                                const int want = (int)(tu_next(&r) % 3) + MR_PACK_FP8_SUBNORMALS - 1;
+                                for (int j = 0; j < want; j++) {
+                                    const int64_t n = 16 * t + (int64_t)(tu_next(&r) % 16), k = 128 * kb + (int64_t)(tu_next(&r) % 128);
+                                    if (n < N && k < K) codes[i][n * K + k] = (uint8_t)(1 + tu_next(&r) % 7) | (j & 1 ? 0x80 : 0);
+                                }
+                            }
+                        for (int j = 0; j < 16; j++) scales[i][j] = 1.0f;
+                        q[i] = (mr_qmatrix){.fmt = MR_FMT_FP8_BLOCK, .rows = N, .cols = K, .data = codes[i],
+                                            .scale = scales[i], .scale2 = 1.0f};
+                    }
+                    if (nanat == 1) codes[nsrc - 1][3 * K + 5] = 0xFF;         /* row 3: the first tile */
+                    if (nanat == 2) codes[0][(N - 1) * K + K - 1] = 0x7F;      /* the last row */
+                    mr_pmatrix pm;
+                    assert_int_equal(mr_pmatrix_pack(&pm, packs[pi], src, nsrc), MR_OK);
+                    assert_int_equal(pm.has_nan, nanat != 0);
+                    for (int64_t t = 0; t < pm.n_tiles; t++)
+                        for (int64_t kb = 0; kb < nkb; kb++) {
+                            const uint8_t *c = codes[t % nsrc];
+                            int n_sub = 0;
+                            for (int64_t n = 16 * (t / nsrc); n < 16 * (t / nsrc) + 16 && n < N; n++)
+                                for (int64_t k = 128 * kb; k < 128 * kb + 128 && k < K; k++)
+                                    n_sub += (c[n * K + k] & 0x78) == 0 && (c[n * K + k] & 0x07) != 0;
+                            const bool want = n_sub >= MR_PACK_FP8_SUBNORMALS;
+                            if (pm.tsub[t * nkb + kb] != want)
+                                fail_msg("pack %s [%lld][%lld] x %d: tile %lld block %lld has %d subnormal codes, tsub %d",
+                                         mr_pack_name(packs[pi]), (long long)N, (long long)K, nsrc, (long long)t,
+                                         (long long)kb, n_sub, pm.tsub[t * nkb + kb]);
+                            marked += want, unmarked += !want;
+                        }
+                    mr_pmatrix_free(&pm);
+                    for (int i = 0; i < nsrc; i++) free(codes[i]);
+                }
+    assert_true(marked > 20 && unmarked > 20);
 }
 
 /* Bad input to the packer: a clear error, nothing allocated left behind. */
@@ -1576,6 +1645,7 @@ int main(void) {
         cmocka_unit_test(test_xq_row),
         cmocka_unit_test(test_nvfp4_fixq_exact_blocks),
         cmocka_unit_test(test_pack_layouts),
+        cmocka_unit_test(test_pack_fp8_flags),
         cmocka_unit_test(test_pack_errors),
         cmocka_unit_test(test_gemm_rows_all_tables),
         cmocka_unit_test(test_table_names),

@@ -4,8 +4,12 @@
  * ones of the AVX-512 kernels, the ymm ones of the AVX2 kernels), and the
  * scalar block decoders the generic driver uses on all of them.
  * Padding rows and columns are zero codes (value 0). */
+#include <stdbool.h>
 #include <string.h>
 #include <sys/mman.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "kernels/kern_internal.h"
 
@@ -165,57 +169,143 @@ static void nvfp4_nibble_at(mr_pack_id pack, int i, int h, int *d, int *kk) {
     }
 }
 
-static void pack_tile(const mr_pmatrix *m, const mr_qmatrix *w, int64_t st, uint8_t *tile, float *ts, uint8_t *sub) {
+/* whether source tile st's bytes (its rows, all columns) hold a NaN code (0x7F / 0xFF) */
+static bool fp8_tile_nan(const mr_qmatrix *w, int64_t st) {
+    const int64_t r1 = 16 * st + 16 < w->rows ? 16 * st + 16 : w->rows;
+    const uint8_t *c = (const uint8_t *)w->data + (size_t)(16 * st) * (size_t)w->cols;
+    const size_t n = (size_t)(r1 - 16 * st) * (size_t)w->cols;
+    unsigned nan = 0;
+    for (size_t e = 0; e < n; e++) nan |= (c[e] & 0x7F) == 0x7F; /* branch-free: the compiler vectorizes it */
+    return nan != 0;
+}
+
+#if defined(__SSE2__)
+/* 4 vectors of 4 dwords transposed: dword j of a, b, c, d to o + j * stride */
+static inline void tr4_store(__m128i a, __m128i b, __m128i c, __m128i d, uint8_t *o, size_t stride) {
+    const __m128i t0 = _mm_unpacklo_epi32(a, b), t1 = _mm_unpacklo_epi32(c, d);
+    const __m128i t2 = _mm_unpackhi_epi32(a, b), t3 = _mm_unpackhi_epi32(c, d);
+    _mm_storeu_si128((__m128i *)o, _mm_unpacklo_epi64(t0, t1));
+    _mm_storeu_si128((__m128i *)(o + stride), _mm_unpackhi_epi64(t0, t1));
+    _mm_storeu_si128((__m128i *)(o + 2 * stride), _mm_unpacklo_epi64(t2, t3));
+    _mm_storeu_si128((__m128i *)(o + 3 * stride), _mm_unpackhi_epi64(t2, t3));
+}
+
+/* An FP8 tile whose 16 rows lie inside a source of K % 128 == 0 columns, 16 k at a time: each row's 16
+ * bytes loaded once, moved into the pack's order by unpacks (R16K4: a lane's 4 rows' 16-bit halves
+ * interleaved, the layout of moerun/kernels.h; Y16: rows i and i + 8 interleaved by bytes, then the 8
+ * rows' dwords transposed), each 128-k block's E4M3 subnormal codes counted on the way (sub) and NaN
+ * codes noted (the return). One pass over the source where the scalar form made three (the NaN scan,
+ * the copy, the subnormal count): bench/README.md, "Loading". */
+static bool fp8_tile_sse2(mr_pack_id pack, const uint8_t *src, int64_t K, int64_t row0, uint8_t *tile, uint8_t *sub) {
+    const __m128i z = _mm_setzero_si128(), m78 = _mm_set1_epi8(0x78), m07 = _mm_set1_epi8(0x07),
+                  m7f = _mm_set1_epi8(0x7F);
+    __m128i nan = z;
+    for (int64_t kb = 0; kb < K / 128; kb++) {
+        __m128i cnt = z; /* per byte lane: at most 8 steps x 16 rows = 128 */
+        for (int64_t k0 = 128 * kb; k0 < 128 * kb + 128; k0 += 16) {
+            __m128i r[16];
+            for (int i = 0; i < 16; i++) {
+                r[i] = _mm_loadu_si128((const __m128i *)(src + (size_t)(row0 + i) * (size_t)K + (size_t)k0));
+                const __m128i e0 = _mm_cmpeq_epi8(_mm_and_si128(r[i], m78), z);
+                const __m128i m0 = _mm_cmpeq_epi8(_mm_and_si128(r[i], m07), z);
+                cnt = _mm_sub_epi8(cnt, _mm_andnot_si128(m0, e0)); /* exponent 0, mantissa not 0 */
+                nan = _mm_or_si128(nan, _mm_cmpeq_epi8(_mm_and_si128(r[i], m7f), m7f));
+            }
+            uint8_t *o = tile + 16 * k0; /* R16K4: 64 bytes per 4 k; Y16: 32 bytes per 2 k */
+            if (pack == MR_PACK_FP8_R16K4) {
+                for (int l = 0; l < 4; l++) {
+                    const __m128i a = _mm_unpacklo_epi16(r[4 * l], r[4 * l + 1]);
+                    const __m128i b = _mm_unpacklo_epi16(r[4 * l + 2], r[4 * l + 3]);
+                    const __m128i c = _mm_unpackhi_epi16(r[4 * l], r[4 * l + 1]);
+                    const __m128i d = _mm_unpackhi_epi16(r[4 * l + 2], r[4 * l + 3]);
+                    _mm_storeu_si128((__m128i *)(o + 16 * l), _mm_unpacklo_epi32(a, b));
+                    _mm_storeu_si128((__m128i *)(o + 64 + 16 * l), _mm_unpackhi_epi32(a, b));
+                    _mm_storeu_si128((__m128i *)(o + 128 + 16 * l), _mm_unpacklo_epi32(c, d));
+                    _mm_storeu_si128((__m128i *)(o + 192 + 16 * l), _mm_unpackhi_epi32(c, d));
+                }
+            } else {
+                __m128i P[8], Q[8];
+                for (int i = 0; i < 8; i++) P[i] = _mm_unpacklo_epi8(r[i], r[i + 8]), Q[i] = _mm_unpackhi_epi8(r[i], r[i + 8]);
+                tr4_store(P[0], P[1], P[2], P[3], o, 32);
+                tr4_store(P[4], P[5], P[6], P[7], o + 16, 32);
+                tr4_store(Q[0], Q[1], Q[2], Q[3], o + 128, 32);
+                tr4_store(Q[4], Q[5], Q[6], Q[7], o + 144, 32);
+            }
+        }
+        const __m128i sum = _mm_sad_epu8(cnt, z);
+        sub[kb] = _mm_cvtsi128_si32(sum) + _mm_cvtsi128_si32(_mm_unpackhi_epi64(sum, sum)) >= MR_PACK_FP8_SUBNORMALS;
+    }
+    return _mm_movemask_epi8(nan) != 0;
+}
+#endif
+
+/* FP8_R16K4 by words and bytes (a tile the SSE2 form does not take) */
+static bool fp8_tile_r16k4(const mr_pmatrix *m, const mr_qmatrix *w, int64_t st, uint8_t *tile, float *ts, uint8_t *sub) {
+    const int64_t K = w->cols, N = w->rows, Kp = m->Kp;
+    const uint8_t *src = w->data;
+    /* the k groups whose 16 rows x 4 k lie inside the source: each 16-byte lane of the line is
+     * its 4 rows' 4-byte runs (dwords d0..d3) as the low halves of d0..d3, then the high halves
+     * (the layout of the header: byte q = 8 (kk >> 1) + 2 j + (kk & 1)); the rest byte by byte */
+    const int64_t gfast = 16 * st + 16 <= N ? K / 4 : 0;
+    for (int64_t g = 0; g < gfast; g++)
+        for (int lane = 0; lane < 4; lane++) {
+            uint64_t lo = 0, hi = 0;
+            for (int j = 0; j < 4; j++) {
+                uint32_t d;
+                memcpy(&d, src + (16 * st + 4 * lane + j) * K + 4 * g, 4);
+                lo |= (uint64_t)(d & 0xFFFF) << (16 * j);
+                hi |= (uint64_t)(d >> 16) << (16 * j);
+            }
+            memcpy(tile + g * 64 + lane * 16, &lo, 8);
+            memcpy(tile + g * 64 + lane * 16 + 8, &hi, 8);
+        }
+    for (int64_t g = gfast; g < Kp / 4; g++)
+        for (int p = 0; p < 64; p++) {
+            int lane = p >> 4, q = p & 15, d = 4 * lane + ((q & 7) >> 1), kk = 2 * (q >> 3) + (q & 1);
+            int64_t n = 16 * st + d, k = 4 * g + kk;
+            tile[g * 64 + p] = (n < N && k < K) ? src[n * K + k] : 0;
+        }
+    fp8_tile_scales(w, st, Kp, ts);
+    fp8_tile_subnormals(w, st, Kp, sub);
+    return fp8_tile_nan(w, st);
+}
+
+/* FP8_Y16 byte by byte (a tile the SSE2 form does not take) */
+static bool fp8_tile_y16(const mr_pmatrix *m, const mr_qmatrix *w, int64_t st, uint8_t *tile, float *ts, uint8_t *sub) {
+    const int64_t K = w->cols, N = w->rows, Kp = m->Kp;
+    const uint8_t *src = w->data;
+    /* inside the source: byte 4 i + j is row i + 8 (j & 1), k 2 g + (j >> 1), i.e. the two
+     * bytes of rows i and i + 8 at 2 g, interleaved */
+    const int64_t gfast = 16 * st + 16 <= N ? K / 2 : 0;
+    for (int64_t g = 0; g < gfast; g++)
+        for (int i = 0; i < 8; i++) {
+            const uint8_t *a = src + (16 * st + i) * K + 2 * g, *b = src + (16 * st + i + 8) * K + 2 * g;
+            uint8_t *o = tile + g * 32 + 4 * i;
+            o[0] = a[0], o[1] = b[0], o[2] = a[1], o[3] = b[1];
+        }
+    for (int64_t g = gfast; g < Kp / 2; g++)
+        for (int q = 0; q < 32; q++) {
+            const int64_t n = 16 * st + fp8_y16_row(q), k = 2 * g + fp8_y16_k(q);
+            tile[g * 32 + q] = (n < N && k < K) ? src[n * K + k] : 0;
+        }
+    fp8_tile_scales(w, st, Kp, ts);
+    fp8_tile_subnormals(w, st, Kp, sub);
+    return fp8_tile_nan(w, st);
+}
+
+/* one tile of the pack; FP8: returns whether its source bytes hold a NaN code */
+static bool pack_tile(const mr_pmatrix *m, const mr_qmatrix *w, int64_t st, uint8_t *tile, float *ts, uint8_t *sub) {
     const int64_t K = w->cols, N = w->rows, Kp = m->Kp;
     switch (m->pack) {
-    case MR_PACK_FP8_R16K4: {
-        const uint8_t *src = w->data;
-        /* the k groups whose 16 rows x 4 k lie inside the source: each 16-byte lane of the line is
-         * its 4 rows' 4-byte runs (dwords d0..d3) as the low halves of d0..d3, then the high halves
-         * (the layout of the header: byte q = 8 (kk >> 1) + 2 j + (kk & 1)); the rest byte by byte */
-        const int64_t gfast = 16 * st + 16 <= N ? K / 4 : 0;
-        for (int64_t g = 0; g < gfast; g++)
-            for (int lane = 0; lane < 4; lane++) {
-                uint64_t lo = 0, hi = 0;
-                for (int j = 0; j < 4; j++) {
-                    uint32_t d;
-                    memcpy(&d, src + (16 * st + 4 * lane + j) * K + 4 * g, 4);
-                    lo |= (uint64_t)(d & 0xFFFF) << (16 * j);
-                    hi |= (uint64_t)(d >> 16) << (16 * j);
-                }
-                memcpy(tile + g * 64 + lane * 16, &lo, 8);
-                memcpy(tile + g * 64 + lane * 16 + 8, &hi, 8);
-            }
-        for (int64_t g = gfast; g < Kp / 4; g++)
-            for (int p = 0; p < 64; p++) {
-                int lane = p >> 4, q = p & 15, d = 4 * lane + ((q & 7) >> 1), kk = 2 * (q >> 3) + (q & 1);
-                int64_t n = 16 * st + d, k = 4 * g + kk;
-                tile[g * 64 + p] = (n < N && k < K) ? src[n * K + k] : 0;
-            }
-        fp8_tile_scales(w, st, Kp, ts);
-        fp8_tile_subnormals(w, st, Kp, sub);
-        break;
-    }
-    case MR_PACK_FP8_Y16: {
-        const uint8_t *src = w->data;
-        /* inside the source: byte 4 i + j is row i + 8 (j & 1), k 2 g + (j >> 1), i.e. the two
-         * bytes of rows i and i + 8 at 2 g, interleaved */
-        const int64_t gfast = 16 * st + 16 <= N ? K / 2 : 0;
-        for (int64_t g = 0; g < gfast; g++)
-            for (int i = 0; i < 8; i++) {
-                const uint8_t *a = src + (16 * st + i) * K + 2 * g, *b = src + (16 * st + i + 8) * K + 2 * g;
-                uint8_t *o = tile + g * 32 + 4 * i;
-                o[0] = a[0], o[1] = b[0], o[2] = a[1], o[3] = b[1];
-            }
-        for (int64_t g = gfast; g < Kp / 2; g++)
-            for (int q = 0; q < 32; q++) {
-                const int64_t n = 16 * st + fp8_y16_row(q), k = 2 * g + fp8_y16_k(q);
-                tile[g * 32 + q] = (n < N && k < K) ? src[n * K + k] : 0;
-            }
-        fp8_tile_scales(w, st, Kp, ts);
-        fp8_tile_subnormals(w, st, Kp, sub);
-        break;
-    }
+    case MR_PACK_FP8_R16K4:
+    case MR_PACK_FP8_Y16:
+#if defined(__SSE2__)
+        if (16 * st + 16 <= N && K % 128 == 0) {
+            fp8_tile_scales(w, st, Kp, ts);
+            return fp8_tile_sse2(m->pack, w->data, K, 16 * st, tile, sub);
+        }
+#endif
+        return m->pack == MR_PACK_FP8_Y16 ? fp8_tile_y16(m, w, st, tile, ts, sub) : fp8_tile_r16k4(m, w, st, tile, ts, sub);
     case MR_PACK_NVFP4_R16K16:
     case MR_PACK_NVFP4_R16K16B:
     case MR_PACK_NVFP4_Y16I:
@@ -306,6 +396,7 @@ static void pack_tile(const mr_pmatrix *m, const mr_qmatrix *w, int64_t st, uint
     }
     default: MR_ASSERT(!"pack");
     }
+    return false;
 }
 
 mr_status mr_pmatrix_pack(mr_pmatrix *out, mr_pack_id pack, const mr_qmatrix *const *src, int nsrc) {
@@ -344,21 +435,12 @@ mr_status mr_pmatrix_pack(mr_pmatrix *out, mr_pack_id pack, const mr_qmatrix *co
         if (src[i]->input_scale > out->input_scale) out->input_scale = src[i]->input_scale;
     mr_status st = alloc_like(out);
     if (st) return st;
-    if (f == MR_FMT_FP8_BLOCK) /* branch-free within runs of 4096 codes, so the compiler vectorizes it */
-        for (int i = 0; i < nsrc && !out->has_nan; i++) {
-            const uint8_t *c = src[i]->data;
-            const size_t n = (size_t)w->rows * (size_t)w->cols;
-            for (size_t e0 = 0; e0 < n && !out->has_nan; e0 += 4096) {
-                const size_t e1 = n - e0 < 4096 ? n : e0 + 4096;
-                unsigned nan = 0;
-                for (size_t e = e0; e < e1; e++) nan |= (c[e] & 0x7F) == 0x7F;
-                out->has_nan = nan != 0;
-            }
-        }
     const int64_t nkb = out->Kp / 128;
+    bool nan = false; /* FP8: every source byte is in one tile, and each tile says whether it saw a NaN code */
     for (int64_t t = 0; t < out->n_tiles; t++)
-        pack_tile(out, src[t % nsrc], t / nsrc, out->data + (size_t)t * out->tile_bytes,
-                  out->tscale ? out->tscale + t * nkb : NULL, out->tsub ? out->tsub + t * nkb : NULL);
+        nan |= pack_tile(out, src[t % nsrc], t / nsrc, out->data + (size_t)t * out->tile_bytes,
+                         out->tscale ? out->tscale + t * nkb : NULL, out->tsub ? out->tsub + t * nkb : NULL);
+    out->has_nan = nan;
     return MR_OK;
 }
 
