@@ -239,8 +239,8 @@ static bool fp8_tile_sse2(mr_pack_id pack, const uint8_t *src, int64_t K, int64_
 }
 #endif
 
-/* FP8_R16K4 by words and bytes (a tile the SSE2 form does not take) */
-static bool fp8_tile_r16k4(const mr_pmatrix *m, const mr_qmatrix *w, int64_t st, uint8_t *tile, float *ts, uint8_t *sub) {
+/* the codes of an FP8_R16K4 tile by words and bytes (a tile the SSE2 form does not take) */
+static void fp8_tile_r16k4(const mr_pmatrix *m, const mr_qmatrix *w, int64_t st, uint8_t *tile) {
     const int64_t K = w->cols, N = w->rows, Kp = m->Kp;
     const uint8_t *src = w->data;
     /* the k groups whose 16 rows x 4 k lie inside the source: each 16-byte lane of the line is
@@ -265,13 +265,10 @@ static bool fp8_tile_r16k4(const mr_pmatrix *m, const mr_qmatrix *w, int64_t st,
             int64_t n = 16 * st + d, k = 4 * g + kk;
             tile[g * 64 + p] = (n < N && k < K) ? src[n * K + k] : 0;
         }
-    fp8_tile_scales(w, st, Kp, ts);
-    fp8_tile_subnormals(w, st, Kp, sub);
-    return fp8_tile_nan(w, st);
 }
 
-/* FP8_Y16 byte by byte (a tile the SSE2 form does not take) */
-static bool fp8_tile_y16(const mr_pmatrix *m, const mr_qmatrix *w, int64_t st, uint8_t *tile, float *ts, uint8_t *sub) {
+/* the codes of an FP8_Y16 tile by bytes (a tile the SSE2 form does not take) */
+static void fp8_tile_y16(const mr_pmatrix *m, const mr_qmatrix *w, int64_t st, uint8_t *tile) {
     const int64_t K = w->cols, N = w->rows, Kp = m->Kp;
     const uint8_t *src = w->data;
     /* inside the source: byte 4 i + j is row i + 8 (j & 1), k 2 g + (j >> 1), i.e. the two
@@ -288,9 +285,6 @@ static bool fp8_tile_y16(const mr_pmatrix *m, const mr_qmatrix *w, int64_t st, u
             const int64_t n = 16 * st + fp8_y16_row(q), k = 2 * g + fp8_y16_k(q);
             tile[g * 32 + q] = (n < N && k < K) ? src[n * K + k] : 0;
         }
-    fp8_tile_scales(w, st, Kp, ts);
-    fp8_tile_subnormals(w, st, Kp, sub);
-    return fp8_tile_nan(w, st);
 }
 
 /* one tile of the pack; FP8: returns whether its source bytes hold a NaN code */
@@ -299,13 +293,16 @@ static bool pack_tile(const mr_pmatrix *m, const mr_qmatrix *w, int64_t st, uint
     switch (m->pack) {
     case MR_PACK_FP8_R16K4:
     case MR_PACK_FP8_Y16:
+        fp8_tile_scales(w, st, Kp, ts);
 #if defined(__SSE2__)
-        if (16 * st + 16 <= N && K % 128 == 0) {
-            fp8_tile_scales(w, st, Kp, ts);
-            return fp8_tile_sse2(m->pack, w->data, K, 16 * st, tile, sub);
-        }
+        if (16 * st + 16 <= N && K % 128 == 0) return fp8_tile_sse2(m->pack, w->data, K, 16 * st, tile, sub);
 #endif
-        return m->pack == MR_PACK_FP8_Y16 ? fp8_tile_y16(m, w, st, tile, ts, sub) : fp8_tile_r16k4(m, w, st, tile, ts, sub);
+        if (m->pack == MR_PACK_FP8_Y16)
+            fp8_tile_y16(m, w, st, tile);
+        else
+            fp8_tile_r16k4(m, w, st, tile);
+        fp8_tile_subnormals(w, st, Kp, sub);
+        return fp8_tile_nan(w, st);
     case MR_PACK_NVFP4_R16K16:
     case MR_PACK_NVFP4_R16K16B:
     case MR_PACK_NVFP4_Y16I:
