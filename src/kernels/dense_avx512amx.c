@@ -229,7 +229,7 @@ static void rows_bf16_tiles(const mr_pmatrix *P, int64_t n0, int64_t nr, const v
                 const int ng = (int)((sm - i0 + 4) / 5 < 3 ? (sm - i0 + 4) / 5 : 3);
                 group_zero(ng);
                 for (int64_t ch = 0; ch < K32 / 32; ch++) {
-                    if (i0 == 0) pf_tile(tile + ch * 1024);
+                    if (i0 == 0) pf_tile(tile + ch * 1024, 0);
                     _tile_loadd(4, tile + ch * 1024, 64);
                     GROUP_DP(3, 4, ch);
                 }

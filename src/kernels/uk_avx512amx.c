@@ -124,7 +124,7 @@ static void uk_fp8_bf16_amx(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, 
     do {                                                       \
         _tile_zero(C);                                         \
         for (int64_t k0 = 0; k0 < K32; k0 += 32) {             \
-            pf_tile(tile + k0 * 32);                           \
+            pf_tile(tile + k0 * 32, 1);                           \
             _tile_loadd(A, xm + k0, sx);                       \
             _tile_loadd(4, tile + k0 * 32, 64);                \
             _tile_dpbf16ps(C, A, 4);                           \
