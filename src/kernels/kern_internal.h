@@ -39,6 +39,9 @@ void mr__uk_fill_avx512amx(mr_kernels *k);
 void mr__dense_fill_avx512amx(mr_kernels *k); /* with it: the dense projections on tiles (rows_tiles) */
 bool mr__amx_ready(void); /* Linux granted this process the AMX tile data state (asked once) */
 double mr__probe_tdpbf16_amx(int64_t iters);
+/* the read probe's loop (probe_avx2.c, AVX2): the 64-bit sum of n words, ymm loads with the kernels'
+ * prefetch, each line's right before its loads; mr_probe_read_once and both x86 tables' uk_stream */
+uint64_t mr__probe_read_avx2(const uint64_t *p, size_t n);
 /* scalar decoders of the packed layouts (pack.c), every pack of the format:
  * E4M3 values of 128 k [128][16]; E2M1 values of 16-k block j [16][16] and
  * the 16 row scales; bf16 pairs g0..g0+ng-1 as [2*ng][16]. */

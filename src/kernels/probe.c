@@ -15,7 +15,6 @@ double mr__probe_dpbusd_avx512(int64_t iters);
 double mr__probe_fma_avx2(int64_t iters);
 double mr__probe_maddubs_avx2(int64_t iters);
 double mr__probe_dpbusd_avx2vnni(int64_t iters);
-uint64_t mr__probe_read_avx2(const uint64_t *p, size_t n);
 
 bool mr_probe_instr_is_int(mr_probe_instr which) {
     return which == MR_PROBE_DPBUSD || which == MR_PROBE_MADDUBS || which == MR_PROBE_DPBUSD_YMM;

@@ -662,8 +662,6 @@ static void uk_bf16_f32_gemm(const mr_pmatrix *W, int64_t t, const mr_uk_act *a,
     bf16_gemm(W, t, a, M, y, ldy, scratch, 1);
 }
 
-/* benchmark isolation (kernels.h uk_stream): the tile read with ymm loads
- * and the kernels' prefetch, 4 vectors per step, nothing computed */
 /* mr_uk_xq_row_ref's bits (the definition, kernels.h) per 16 values: the
  * block's largest exponent field by a horizontal max, then each value's
  * 8-bit significand shifted left by max(f, 1) - Fb + 7 where that is >= 0,
@@ -720,26 +718,12 @@ static void xq_row_avx2(const uint16_t *x, int64_t n, int16_t *q, int16_t *ql, f
     }
 }
 
+/* benchmark isolation (kernels.h uk_stream): the tile read by the read
+ * probe's own loop (mr__probe_read_avx2), nothing computed */
 static void uk_stream(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
                       void *scratch) {
     (void)a;
-    const uint8_t *p = W->data + (size_t)t * W->tile_bytes;
-    const size_t n = W->tile_bytes / 32;
-    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
-    size_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        PF(p + i * 32);
-        __asm__ volatile("" ::: "memory");
-        s0 = _mm256_add_epi64(s0, _mm256_load_si256((const __m256i *)(p + i * 32)));
-        s1 = _mm256_add_epi64(s1, _mm256_load_si256((const __m256i *)(p + i * 32 + 32)));
-        __asm__ volatile("" ::: "memory");
-        PF(p + i * 32 + 64);
-        __asm__ volatile("" ::: "memory");
-        s2 = _mm256_add_epi64(s2, _mm256_load_si256((const __m256i *)(p + i * 32 + 64)));
-        s3 = _mm256_add_epi64(s3, _mm256_load_si256((const __m256i *)(p + i * 32 + 96)));
-    }
-    for (; i < n; i++) s0 = _mm256_add_epi64(s0, _mm256_load_si256((const __m256i *)(p + i * 32)));
-    _mm256_store_si256(scratch, _mm256_add_epi64(_mm256_add_epi64(s0, s1), _mm256_add_epi64(s2, s3)));
+    *(uint64_t *)scratch = mr__probe_read_avx2((const uint64_t *)(W->data + (size_t)t * W->tile_bytes), W->tile_bytes / 8);
     for (int64_t m = 0; m < M; m++) {
         _mm256_storeu_ps(y + m * ldy, _mm256_setzero_ps());
         _mm256_storeu_ps(y + m * ldy + 8, _mm256_setzero_ps());

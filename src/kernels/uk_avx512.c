@@ -409,26 +409,16 @@ static void uk_bf16_f32(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int6
     apply_post(y, ldy, M, a->post * W->scale2);
 }
 
-/* benchmark isolation (kernels.h uk_stream): the tile read as the read probe
- * reads (probe_avx2.c: ymm loads, each line's prefetch right before its
- * loads; zmm loads read 15% less on some hosts), nothing computed */
+/* benchmark isolation (kernels.h uk_stream): the tile read by the read
+ * probe's own loop (mr__probe_read_avx2: ymm loads, each line's prefetch
+ * right before its loads; zmm loads read 15% less on some hosts), nothing
+ * computed */
 static void uk_stream(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
                       void *scratch) {
     (void)a;
-    const uint8_t *p = W->data + (size_t)t * W->tile_bytes;
-    const size_t n = W->tile_bytes / 64;
-    __m256i s0 = _mm256_setzero_si256(), s1 = s0;
-    for (size_t i = 0; i < n; i++) {
-        PF(p + i * 64);
-        __asm__ volatile("" ::: "memory");
-        s0 = _mm256_add_epi64(s0, _mm256_load_si256((const __m256i *)(p + i * 64)));
-        s1 = _mm256_add_epi64(s1, _mm256_load_si256((const __m256i *)(p + i * 64 + 32)));
-        __asm__ volatile("" ::: "memory");
-    }
-    _mm256_store_si256(scratch, _mm256_add_epi64(s0, s1));
+    *(uint64_t *)scratch = mr__probe_read_avx2((const uint64_t *)(W->data + (size_t)t * W->tile_bytes), W->tile_bytes / 8);
     for (int64_t m = 0; m < M; m++) _mm512_storeu_ps(y + m * ldy, _mm512_setzero_ps());
 }
-
 
 /* the level's table: every kind, the bf16 pair dots on FMAs (names "f32" or "avx512fma") */
 void mr__uk_fill_avx512(mr_kernels *k) {
