@@ -4,7 +4,7 @@
  * Threads and ownership. One engine thread owns the model, its KV cache and
  * the table of running requests; it runs the step loop (schedule, build the
  * batch, forward, sample, stop checks, free). The HTTP event loop
- * (libmicrohttpd's epoll thread, or a pool of --threads-http of them, each
+ * (libmicrohttpd's poll thread, or a pool of --threads-http of them, each
  * serving its share of the connections) only parses and validates a
  * request, tokenizes it, hands it to the engine thread through the
  * submission queue and parks the connection; the engine thread un-parks it

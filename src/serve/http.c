@@ -1,4 +1,4 @@
-/* http.c — the HTTP layer of the server (libmicrohttpd's epoll event loop:
+/* http.c — the HTTP layer of the server (libmicrohttpd's poll event loop:
  * one thread, or a pool of --threads-http, each serving its share of the
  * connections): routing, the limits where input enters (body size, header
  * and body deadlines, idle timeout, connection count, queue length), the
@@ -2126,8 +2126,13 @@ mr_status mr_server_start(mr_server *s) {
     snprintf(port, sizeof port, "%d", s->o.port);
     int gai = getaddrinfo(s->host, port, &hints, &ai);
     if (gai) return mr_error_set(MR_EINVAL, "serve: cannot resolve --host %s: %s", s->host, gai_strerror(gai));
-    /* the epoll event loop (the file comment); a pool of http_threads loops when above 1 */
-    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    /* the event loop (the file comment) on poll(), level-triggered; a pool of http_threads loops when
+     * above 1. Not epoll: libmicrohttpd 0.9.75's epoll loop (edge-triggered) at times left the next
+     * request on a kept-alive connection unread in the socket until the header deadline closed it, so
+     * a client that sends requests back to back (libcurl, the openai client's pool) saw 10 s stalls and
+     * re-sent requests the server had started (tests/cli/serve_keepalive.sh; bench/README.md). poll()
+     * over the few hundred connections of --max-connections costs nothing measurable here. */
+    unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     errno = 0;
     /* a pool only for more than one thread (libmicrohttpd warns at a size of 0 or 1) */
