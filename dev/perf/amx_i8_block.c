@@ -129,7 +129,7 @@ int main(void) {
     for (int i = 0; i < 6; i++) c.colsb[i] = 64, c.rows[i] = 16;
     c.colsb[2] = c.colsb[3] = 16; /* A: 16 tokens x 16 int8 k */
     c.rows[4] = c.rows[5] = 4;    /* B: 4 rows of 16 rows x 4 k */
-    _tile_loadconfig(&c);
+    __asm__ volatile("ldtilecfg %0" : : "m"(c)); /* the whole record (GCC 12's _tile_loadconfig names 8 bytes) */
     static const struct {
         const char *what;
         int dec, tiles, epi;

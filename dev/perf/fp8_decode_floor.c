@@ -94,7 +94,7 @@ static double amx_ns(const uint8_t *src, __m512i *b, const lut_t *t, int dec, in
     memset(&c, 0, sizeof c);
     c.palette = 1;
     for (int i = 0; i < 8; i++) c.colsb[i] = 64, c.rows[i] = 16;
-    _tile_loadconfig(&c);
+    __asm__ volatile("ldtilecfg %0" : : "m"(c)); /* the whole record (GCC 12's _tile_loadconfig names 8 bytes) */
     memset(b, 0, 4096);
     _tile_loadd(2, b, 64);
     _tile_loadd(3, b, 64);

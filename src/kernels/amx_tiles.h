@@ -11,6 +11,12 @@ typedef struct {
     uint8_t rows[16];
 } amx_cfg;
 
+/* LDTILECFG of the whole record. GCC 12's _tile_loadconfig gives the asm only the record's first 8
+ * bytes as its memory operand ("m" of a pointer-sized object), so the compiler may drop the stores to
+ * the rest as dead; a scratch harness here got a #GP from exactly that (rows 8-15 left as stack
+ * garbage). The whole record as the operand keeps them. */
+INL void amx_load_cfg(const amx_cfg *c) { __asm__ volatile("ldtilecfg %0" : : "m"(*c)); }
+
 /* the 16 lines of a B tile, PFD ahead (L2), and with l1 also 4 KiB ahead into L1: the expert
  * kernel's stream (bench/README.md, "The AMX BF16 expert kernel with an L1 prefetch"; the dense
  * kernel, which runs each B tile for several token groups, read 12-17% less with it at 16-64 tokens) */

@@ -84,7 +84,7 @@ static void dense_config(int64_t R, int bf16, int64_t kt) {
     for (int i = 0; i < 8; i++) c.colsb[i] = 64, c.rows[i] = 16;
     c.rows[0] = c.rows[1] = c.rows[2] = c.rows[3] = (uint8_t)R;
     if (bf16 && kt) c.rows[5] = (uint8_t)(kt / 2), c.rows[6] = (uint8_t)R, c.colsb[6] = (uint16_t)(kt * 2);
-    _tile_loadconfig(&c);
+    amx_load_cfg(&c);
 }
 
 /* C (16 floats a row, 3 rows a token) -> y rows m (a token each, the row mask mk): the sum of a

@@ -50,7 +50,7 @@ static void amx_config(int tail) {
     c.palette = 1;
     for (int i = 0; i < 8; i++) c.colsb[i] = 64, c.rows[i] = 16;
     c.rows[1] = c.rows[3] = (uint8_t)(tail ? tail : 16);
-    _tile_loadconfig(&c);
+    amx_load_cfg(&c);
 }
 
 /* C tile -> the fp8 epilogue for M tokens (M constant for the unrolled store) */
@@ -152,7 +152,7 @@ static void uk_bf16_bf16_amx(const mr_pmatrix *W, int64_t t, const mr_uk_act *a,
     c.rows[1] = c.rows[3] = c.rows[7] = (uint8_t)(tail ? tail : 16);
     c.rows[5] = (uint8_t)(kt ? kt / 2 : 16);
     c.colsb[6] = c.colsb[7] = (uint16_t)(kt ? kt * 2 : 64);
-    _tile_loadconfig(&c);
+    amx_load_cfg(&c);
     const uint16_t *x = (const uint16_t *)a->x;
     for (int64_t m0 = 0; m0 < M; m0 += 16) {
         const uint16_t *xm = x + m0 * a->ldx;
