@@ -103,14 +103,14 @@ INL void dense_store(const float *c, int64_t tw, float s, int first, float *y, i
 /* one 32-k chunk ch of the group's ng blocks (literal A and B tiles): C j += A(block j, ch) B */
 #define GROUP_DP(A, B, ch)                                   \
     do {                                                     \
-        _tile_loadd(A, xp_rows(xp, m0, Kc, lw, ch), 64);     \
+        AMX_LOADD(A, xp_rows(xp, m0, Kc, lw, ch), 64);     \
         _tile_dpbf16ps(0, A, B);                             \
         if (ng > 1) {                                        \
-            _tile_loadd(A, xp_rows(xp, m0 + 5, Kc, lw, ch), 64); \
+            AMX_LOADD(A, xp_rows(xp, m0 + 5, Kc, lw, ch), 64); \
             _tile_dpbf16ps(1, A, B);                         \
         }                                                    \
         if (ng > 2) {                                        \
-            _tile_loadd(A, xp_rows(xp, m0 + 10, Kc, lw, ch), 64); \
+            AMX_LOADD(A, xp_rows(xp, m0 + 10, Kc, lw, ch), 64); \
             _tile_dpbf16ps(2, A, B);                         \
         }                                                    \
     } while (0)
@@ -124,9 +124,9 @@ INL void group_zero(int ng) {
 /* the group's C tiles to c (1 KiB each), then each block's tokens to y */
 INL void group_store(float *c, int ng, int64_t sm, int64_t i0, float s, int first, float *y, int64_t ldy,
                      __mmask16 mk) {
-    _tile_stored(0, c, 64);
-    if (ng > 1) _tile_stored(1, c + 256, 64);
-    if (ng > 2) _tile_stored(2, c + 512, 64);
+    AMX_STORED(0, c, 64);
+    if (ng > 1) AMX_STORED(1, c + 256, 64);
+    if (ng > 2) AMX_STORED(2, c + 512, 64);
     for (int j = 0; j < ng; j++) {
         const int64_t i = i0 + 5 * j, tw = sm - i < 5 ? sm - i : 5;
         dense_store(c + 256 * j, tw, s, first, y + i * ldy, ldy, mk);
@@ -140,22 +140,22 @@ INL int64_t slice_width(int64_t sm) { return sm < 5 ? sm : 5; }
 #define FP8_BLOCK_DP(m0, lw)                                       \
     do {                                                           \
         _tile_zero(0);                                             \
-        _tile_loadd(3, xp_rows(xp, m0, Kc, lw, 4 * kb), 64);       \
+        AMX_LOADD(3, xp_rows(xp, m0, Kc, lw, 4 * kb), 64);       \
         _tile_dpbf16ps(0, 3, 4);                                   \
-        _tile_loadd(3, xp_rows(xp, m0, Kc, lw, 4 * kb + 1), 64);   \
+        AMX_LOADD(3, xp_rows(xp, m0, Kc, lw, 4 * kb + 1), 64);   \
         _tile_dpbf16ps(0, 3, 5);                                   \
-        _tile_loadd(3, xp_rows(xp, m0, Kc, lw, 4 * kb + 2), 64);   \
+        AMX_LOADD(3, xp_rows(xp, m0, Kc, lw, 4 * kb + 2), 64);   \
         _tile_dpbf16ps(0, 3, 6);                                   \
-        _tile_loadd(3, xp_rows(xp, m0, Kc, lw, 4 * kb + 3), 64);   \
+        AMX_LOADD(3, xp_rows(xp, m0, Kc, lw, 4 * kb + 3), 64);   \
         _tile_dpbf16ps(0, 3, 7);                                   \
-        _tile_stored(0, c, 64);                                    \
+        AMX_STORED(0, c, 64);                                    \
     } while (0)
 
 INL void fp8_load_b(const __m512i *b) {
-    _tile_loadd(4, b, 64);
-    _tile_loadd(5, b + 16, 64);
-    _tile_loadd(6, b + 32, 64);
-    _tile_loadd(7, b + 48, 64);
+    AMX_LOADD(4, b, 64);
+    AMX_LOADD(5, b + 16, 64);
+    AMX_LOADD(6, b + 32, 64);
+    AMX_LOADD(7, b + 48, 64);
 }
 
 /* Two loop orders, the same operations for each token (so the same bits at every M):
@@ -230,11 +230,11 @@ static void rows_bf16_tiles(const mr_pmatrix *P, int64_t n0, int64_t nr, const v
                 group_zero(ng);
                 for (int64_t ch = 0; ch < K32 / 32; ch++) {
                     if (i0 == 0) pf_tile(tile + ch * 1024, 0);
-                    _tile_loadd(4, tile + ch * 1024, 64);
+                    AMX_LOADD(4, tile + ch * 1024, 64);
                     GROUP_DP(3, 4, ch);
                 }
                 if (kt) {
-                    _tile_loadd(5, tile + K32 * 32, 64);
+                    AMX_LOADD(5, tile + K32 * 32, 64);
                     GROUP_DP(6, 5, K32 / 32);
                 }
                 group_store(c, ng, sm, i0, 1.0f, 1, yt, ldy, mk);

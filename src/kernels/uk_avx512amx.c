@@ -66,15 +66,15 @@ INL void amx_epilogue(const float *c, float s0, const float *xs, int64_t ldxs, i
 #define FP8_BLOCK(C, A)                 \
     do {                                \
         _tile_zero(C);                  \
-        _tile_loadd(A, xm, sx);         \
+        AMX_LOADD(A, xm, sx);         \
         _tile_dpbf16ps(C, A, 4);        \
-        _tile_loadd(A, xm + 32, sx);    \
+        AMX_LOADD(A, xm + 32, sx);    \
         _tile_dpbf16ps(C, A, 5);        \
-        _tile_loadd(A, xm + 64, sx);    \
+        AMX_LOADD(A, xm + 64, sx);    \
         _tile_dpbf16ps(C, A, 6);        \
-        _tile_loadd(A, xm + 96, sx);    \
+        AMX_LOADD(A, xm + 96, sx);    \
         _tile_dpbf16ps(C, A, 7);        \
-        _tile_stored(C, c, 64);         \
+        AMX_STORED(C, c, 64);         \
     } while (0)
 
 static void uk_fp8_bf16_amx(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
@@ -89,10 +89,10 @@ static void uk_fp8_bf16_amx(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, 
     amx_config((int)tail);
     for (int64_t kb = 0; kb < W->Kp / 128; kb++) {
         fp8_block_pairs(&lut, tile + kb * 2048, b, 1);
-        _tile_loadd(4, b, 64);
-        _tile_loadd(5, b + 16, 64);
-        _tile_loadd(6, b + 32, 64);
-        _tile_loadd(7, b + 48, 64);
+        AMX_LOADD(4, b, 64);
+        AMX_LOADD(5, b + 16, 64);
+        AMX_LOADD(6, b + 32, 64);
+        AMX_LOADD(7, b + 48, 64);
         for (int64_t blk = 0; blk <= full; blk++) {
             const int64_t m0 = blk * 16;
             if (m0 >= M) break;
@@ -125,16 +125,16 @@ static void uk_fp8_bf16_amx(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, 
         _tile_zero(C);                                         \
         for (int64_t k0 = 0; k0 < K32; k0 += 32) {             \
             pf_tile(tile + k0 * 32, 1);                           \
-            _tile_loadd(A, xm + k0, sx);                       \
-            _tile_loadd(4, tile + k0 * 32, 64);                \
+            AMX_LOADD(A, xm + k0, sx);                       \
+            AMX_LOADD(4, tile + k0 * 32, 64);                \
             _tile_dpbf16ps(C, A, 4);                           \
         }                                                      \
         if (kt) {                                              \
-            _tile_loadd(AT, xm + K32, sx);                     \
-            _tile_loadd(5, tile + K32 * 32, 64);               \
+            AMX_LOADD(AT, xm + K32, sx);                     \
+            AMX_LOADD(5, tile + K32 * 32, 64);               \
             _tile_dpbf16ps(C, AT, 5);                          \
         }                                                      \
-        _tile_stored(C, y + m0 * ldy, sy);                     \
+        AMX_STORED(C, y + m0 * ldy, sy);                     \
     } while (0)
 
 static void uk_bf16_bf16_amx(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
@@ -182,10 +182,10 @@ double mr__probe_tdpbf16_amx(int64_t iters) {
     uint16_t ones[16 * 32] __attribute__((aligned(64)));
     float out[16 * 16] __attribute__((aligned(64)));
     for (int i = 0; i < 16 * 32; i++) ones[i] = 0x3F80; /* bf16 1.0 */
-    _tile_loadd(4, ones, 64);
-    _tile_loadd(5, ones, 64);
-    _tile_loadd(6, ones, 64);
-    _tile_loadd(7, ones, 64);
+    AMX_LOADD(4, ones, 64);
+    AMX_LOADD(5, ones, 64);
+    AMX_LOADD(6, ones, 64);
+    AMX_LOADD(7, ones, 64);
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
@@ -196,7 +196,7 @@ double mr__probe_tdpbf16_amx(int64_t iters) {
         _tile_dpbf16ps(2, 5, 6);
         _tile_dpbf16ps(3, 5, 7);
     }
-    _tile_stored(0, out, 64);
+    AMX_STORED(0, out, 64);
     _tile_release();
     return (double)out[0];
 }
