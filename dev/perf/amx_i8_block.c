@@ -11,26 +11,9 @@
  * thread, L1-resident. Not part of CMake.
  *
  *   make -C dev/perf amx_i8_block && dev/perf/amx_i8_block */
-#define _GNU_SOURCE /* syscall() */
-#include <immintrin.h>
-#include <stdint.h>
+#include "amx_tool.h" /* first: it defines _GNU_SOURCE */
+
 #include <stdio.h>
-#include <string.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-typedef struct {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} amx_cfg;
 
 enum { NB = 192, REPS = 20000, RING = 16, AHEAD = 4 };
 static int8_t X[16 * NB * 16] __attribute__((aligned(64)));
@@ -39,12 +22,20 @@ static __m512i ring[4 * RING];
 static int32_t cbuf[2 * 256] __attribute__((aligned(64)));
 static volatile float sink;
 
+/* a pass's result: ns a block from its start t0; its sums kept alive */
+static double pass_end(double t0, const __m512 *ga) {
+    const double t = now() - t0;
+    float s = 0;
+    for (int m = 0; m < 16; m++) s += _mm512_reduce_add_ps(ga[m]);
+    sink = s;
+    return t / ((double)REPS * NB) * 1e9;
+}
+
 /* one pass over NB blocks: dec 0 none, 1 just before its tile load, 2 AHEAD blocks ahead */
 static double amx_pass(int dec, int tiles, int epi) {
-    const __m512i lut = _mm512_set1_epi32(0x0C080604);
+    const __m512i lut = _mm512_set1_epi32(0x0C080604); /* any bytes: the values are not used */
     const __m512 sc = _mm512_set1_ps(1.0f);
-    __m512 ga[16];
-    for (int m = 0; m < 16; m++) ga[m] = _mm512_setzero_ps();
+    __m512 ga[16] = {0};
     const double t0 = now();
     for (int r = 0; r < REPS; r++)
         for (int64_t j = 0; j < NB; j++) {
@@ -77,20 +68,15 @@ static double amx_pass(int dec, int tiles, int epi) {
                     ga[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c + 16 * m)), sc, ga[m]);
             }
         }
-    const double t = now() - t0;
-    float s = 0;
-    for (int m = 0; m < 16; m++) s += _mm512_reduce_add_ps(ga[m]);
-    sink = s;
-    return t / ((double)REPS * NB) * 1e9;
+    return pass_end(t0, ga);
 }
 
 /* the vpdpbusd form of the same block: decode to 4 registers, per token 4 vpdpbusd with the
  * broadcast dwords of its 16 int8, vcvtdq2ps and one FMA */
 static double dpbusd_pass(void) {
-    const __m512i lut = _mm512_set1_epi32(0x0C080604);
+    const __m512i lut = _mm512_set1_epi32(0x0C080604); /* any bytes: the values are not used */
     const __m512 sc = _mm512_set1_ps(1.0f);
-    __m512 ga[16];
-    for (int m = 0; m < 16; m++) ga[m] = _mm512_setzero_ps();
+    __m512 ga[16] = {0};
     const double t0 = now();
     for (int r = 0; r < REPS; r++)
         for (int64_t j = 0; j < NB; j++) {
@@ -106,11 +92,7 @@ static double dpbusd_pass(void) {
                 ga[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), sc, ga[m]);
             }
         }
-    const double t = now() - t0;
-    float s = 0;
-    for (int m = 0; m < 16; m++) s += _mm512_reduce_add_ps(ga[m]);
-    sink = s;
-    return t / ((double)REPS * NB) * 1e9;
+    return pass_end(t0, ga);
 }
 
 int main(void) {
@@ -119,17 +101,14 @@ int main(void) {
     dpbusd_pass(); /* warm-up: the first pass ran at half speed (the core's clock ramp) */
     const double base = dpbusd_pass();
     printf("vpdpbusd form (4 vpdpbusd + cvt + FMA a token):  %5.1f ns a block of 16 tokens x 16 rows x 16 k\n", base);
-    if (syscall(SYS_arch_prctl, 0x1023, 18) != 0) { /* ARCH_REQ_XCOMP_PERM, XTILEDATA */
+    if (!amx_grant()) {
         printf("no AMX tile state granted here: the tile variants are not run\n");
         return 0;
     }
-    amx_cfg c;
-    memset(&c, 0, sizeof c);
-    c.palette = 1;
-    for (int i = 0; i < 6; i++) c.colsb[i] = 64, c.rows[i] = 16;
+    amx_cfg c = amx_cfg_full(6);
     c.colsb[2] = c.colsb[3] = 16; /* A: 16 tokens x 16 int8 k */
     c.rows[4] = c.rows[5] = 4;    /* B: 4 rows of 16 rows x 4 k */
-    __asm__ volatile("ldtilecfg %0" : : "m"(c)); /* the whole record (GCC 12's _tile_loadconfig names 8 bytes) */
+    amx_load_cfg(&c);
     static const struct {
         const char *what;
         int dec, tiles, epi;

@@ -8,21 +8,10 @@
  * not used. Not part of CMake.
  *
  *   make -C dev/perf fp8_decode_floor && dev/perf/fp8_decode_floor */
-#define _GNU_SOURCE /* syscall() */
-#include <immintrin.h>
-#include <stdint.h>
+#include "amx_tool.h" /* first: it defines _GNU_SOURCE */
+
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 typedef struct {
     __m512i l0, l1, h0, h1, m80;
@@ -86,15 +75,8 @@ static double thr_ns(int which) {
 /* ns per step of: a block's decode (dec), then ndp tdpbf16ps alternating between C tiles 0 and 1 on
  * A / B tiles loaded once (nothing read from the decode), best of 5 */
 static double amx_ns(const uint8_t *src, __m512i *b, const lut_t *t, int dec, int ndp) {
-    struct {
-        uint8_t palette, start_row, reserved[14];
-        uint16_t colsb[16];
-        uint8_t rows[16];
-    } c;
-    memset(&c, 0, sizeof c);
-    c.palette = 1;
-    for (int i = 0; i < 8; i++) c.colsb[i] = 64, c.rows[i] = 16;
-    __asm__ volatile("ldtilecfg %0" : : "m"(c)); /* the whole record (GCC 12's _tile_loadconfig names 8 bytes) */
+    const amx_cfg c = amx_cfg_full(8);
+    amx_load_cfg(&c);
     memset(b, 0, 4096);
     _tile_loadd(2, b, 64);
     _tile_loadd(3, b, 64);
@@ -143,7 +125,7 @@ int main(void) {
             printf("buffer %6zu KiB, %s: %6.1f ns a 2 KiB block, %.2f ns a line, %5.1f GB/s\n", sizes[s] / 1024,
                    pf ? "L1 prefetch 4 KiB ahead" : "no prefetch            ", ns, ns / 32, 2048 / ns);
         }
-    if (__builtin_cpu_supports("amx-bf16") && syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18) == 0) {
+    if (__builtin_cpu_supports("amx-bf16") && amx_grant()) {
         const double d = amx_ns(src, b, &t, 1, 0);
         for (int ndp = 4; ndp <= 16; ndp *= 2) {
             const double a = amx_ns(src, b, &t, 0, ndp), both = amx_ns(src, b, &t, 1, ndp);

@@ -9,12 +9,8 @@
 # Args: <moerun> <tests/data> <scratch dir>
 set -u
 M=$1; DATA=$2; S=$3
-rm -rf "$S"; mkdir -p "$S"
-for v in $(env | sed -n 's/^\(MOERUN_[A-Z_0-9]*\)=.*/\1/p'); do unset "$v"; done
-export OMP_NUM_THREADS=1
 . "$(dirname "$0")/lib/serve.sh"
-fails=0
-bad() { echo "FAIL: $*"; fails=$((fails+1)); }
+serve_test_begin
 command -v jq >/dev/null || { echo "SKIPPED: jq is not installed (scripts/install-deps.sh installs it)"; exit 77; }
 cp -r "$DATA/model/tiny" "$S/tiny"
 start_server "$S/serve.log" --model "$S/tiny" --context-length 128 --skip-self-check || exit 1

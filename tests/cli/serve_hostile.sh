@@ -16,12 +16,8 @@
 # Args: <moerun> <tests/data> <scratch dir>
 set -u
 M=$1; DATA=$2; S=$3
-rm -rf "$S"; mkdir -p "$S"
-for v in $(env | sed -n 's/^\(MOERUN_[A-Z_0-9]*\)=.*/\1/p'); do unset "$v"; done
-export OMP_NUM_THREADS=1
 . "$(dirname "$0")/lib/serve.sh"
-fails=0
-bad() { echo "FAIL: $*"; fails=$((fails+1)); }
+serve_test_begin
 cp -r "$DATA/model/tiny" "$S/tiny"
 
 start_server "$S/serve.log" --model "$S/tiny" --context-length 512 --max-running-requests 2 \
@@ -179,9 +175,4 @@ echo "non-streaming client gone: freed after $ms ms, $((ab1 - ab0)) choices abor
 [ $((ab1 - ab0)) -ge 56 ] || bad "the gone client's choices were not aborted: only $((ab1 - ab0)) of 64"
 [ "${gen:-0}" -lt 256000 ] || bad "the gone client's request ran to the end ($gen tokens)"
 [ "$(metric 'moerun:client_disconnects_total{')" -ge 1 ] 2>/dev/null || bad "no disconnect counted"
-stop_server
-[ "$SV_RC" = 0 ] || bad "the second server exited $SV_RC on SIGTERM"
-clean_log "$S/serve2.log" || { bad "sanitizer report or crash in the second server's log"; grep -E -A20 "ERROR|runtime error" "$S/serve2.log" | head -60; }
-[ $fails = 0 ] || exit 1
-rm -rf "$S"
-echo OK
+serve_test_end "$S/serve2.log"

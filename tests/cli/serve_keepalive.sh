@@ -16,12 +16,8 @@
 set -u
 M=$1; DATA=$2; S=$3
 N=2500; C=128
-rm -rf "$S"; mkdir -p "$S"
-for v in $(env | sed -n 's/^\(MOERUN_[A-Z_0-9]*\)=.*/\1/p'); do unset "$v"; done
-export OMP_NUM_THREADS=1
 . "$(dirname "$0")/lib/serve.sh"
-fails=0
-bad() { echo "FAIL: $*"; fails=$((fails+1)); }
+serve_test_begin
 cp -r "$DATA/model/tiny" "$S/tiny"
 start_server "$S/serve.log" --model "$S/tiny" --context-length 64 --max-running-requests "$C" \
     --max-queued-requests $((C * 2)) --skip-self-check ${KA_SERVE_ARGS:-} || exit 1
@@ -41,9 +37,4 @@ for r in 1 2 3 4; do
     awk -v p="${p99:-999999}" -v l="$slow_ms" 'BEGIN { exit !(p < l) }' || bad "round $r: P99 TTFT ${p99:-?} ms (limit $slow_ms ms)"
     echo "round $r: $(sed -n 's/^Output token throughput (tok\/s): *//p' "$S/bench$r.out" | tr -d ' ') tok/s, P99 TTFT ${p99:-?} ms"
 done
-stop_server
-[ "$SV_RC" = 0 ] || bad "the server exited $SV_RC"
-clean_log "$S/serve.log" || { bad "sanitizer report in the server log"; grep -A20 -E "ERROR|runtime error" "$S/serve.log" | head -40; }
-[ $fails = 0 ] || exit 1
-rm -rf "$S"
-echo OK
+serve_test_end

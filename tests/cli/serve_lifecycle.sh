@@ -17,12 +17,8 @@
 # Args: <moerun> <tests/data> <scratch dir>
 set -u
 M=$1; DATA=$2; S=$3
-rm -rf "$S"; mkdir -p "$S"
-for v in $(env | sed -n 's/^\(MOERUN_[A-Z_0-9]*\)=.*/\1/p'); do unset "$v"; done
-export OMP_NUM_THREADS=1
 . "$(dirname "$0")/lib/serve.sh"
-fails=0
-bad() { echo "FAIL: $*"; fails=$((fails+1)); }
+serve_test_begin
 tokens() { local n; n=$(grep -c '"token_ids"' "$1" 2>/dev/null); echo "${n:-0}"; }
 T=$S/tiny
 cp -r "$DATA/model/tiny" "$T"

@@ -10,12 +10,8 @@ set -u
 M=$1; DATA=$2; S=$3
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 MODEL=$ROOT/models/tiny-kjv
-rm -rf "$S"; mkdir -p "$S"
-for v in $(env | sed -n 's/^\(MOERUN_[A-Z_0-9]*\)=.*/\1/p'); do unset "$v"; done
-export OMP_NUM_THREADS=1
 . "$(dirname "$0")/lib/serve.sh"
-fails=0
-bad() { echo "FAIL: $*"; fails=$((fails+1)); }
+serve_test_begin
 command -v jq >/dev/null || { echo "SKIPPED: jq is not installed (scripts/install-deps.sh installs it)"; exit 77; }
 [ -f "$MODEL/tokenizer.json" ] || { echo "FAIL: $MODEL is missing"; exit 1; }
 # generate's answers (greedy)

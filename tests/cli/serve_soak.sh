@@ -15,12 +15,8 @@ set -u
 M=$1; DATA=$2; S=$3
 N=${SOAK_REQUESTS:-2000}; C=${SOAK_CONCURRENCY:-64}
 Q=$((N / 4))
-rm -rf "$S"; mkdir -p "$S"
-for v in $(env | sed -n 's/^\(MOERUN_[A-Z_0-9]*\)=.*/\1/p'); do unset "$v"; done
-export OMP_NUM_THREADS=1
 . "$(dirname "$0")/lib/serve.sh"
-fails=0
-bad() { echo "FAIL: $*"; fails=$((fails+1)); }
+serve_test_begin
 cp -r "$DATA/model/tiny" "$S/tiny"
 start_server "$S/serve.log" --model "$S/tiny" --context-length 64 --max-running-requests "$C" \
     --max-queued-requests $((C * 2)) --skip-self-check || exit 1
@@ -58,9 +54,4 @@ else
     awk -v a="$first" -v b="$last" 'BEGIN { d = (b - a) / a; if (d < 0) d = -d; exit !(d <= 0.05) }' || \
         bad "peak RSS moved more than 5% from the first quarter to the last: $first kB -> $last kB"
 fi
-stop_server
-[ "$SV_RC" = 0 ] || bad "the server exited $SV_RC"
-clean_log "$S/serve.log" || { bad "sanitizer report in the server log"; grep -A20 -E "ERROR|runtime error" "$S/serve.log" | head -40; }
-[ $fails = 0 ] || exit 1
-rm -rf "$S"
-echo OK
+serve_test_end

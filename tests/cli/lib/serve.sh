@@ -3,6 +3,32 @@
 # line), wait until it is ready, stop it, and check its log for sanitizer
 # reports. Needs M (the moerun binary) and S (a scratch folder).
 
+# serve_test_begin: the common start of a serve test script: a fresh scratch
+# folder S, no MOERUN_* variable from the caller's environment (each test sets
+# its own), one OpenMP thread, and the failure counter that bad MESSAGE bumps.
+serve_test_begin() {
+    rm -rf "$S"; mkdir -p "$S"
+    local v
+    for v in $(env | sed -n 's/^\(MOERUN_[A-Z_0-9]*\)=.*/\1/p'); do unset "$v"; done
+    export OMP_NUM_THREADS=1
+    fails=0
+}
+bad() { echo "FAIL: $*"; fails=$((fails+1)); }
+
+# serve_test_end [LOG]: stop the server (it must exit 0 on SIGTERM), check its
+# log (S/serve.log unless given) for sanitizer reports and crashes, and end the
+# script: exit 1 after any failure, else remove S and print OK.
+serve_test_end() {
+    local log=${1:-$S/serve.log}
+    stop_server
+    [ "$SV_RC" = 0 ] || bad "the server exited $SV_RC on SIGTERM"
+    clean_log "$log" || { bad "sanitizer report or crash in $(basename "$log")"; grep -A20 -E "ERROR|runtime error" "$log" | head -60; }
+    [ $fails = 0 ] || exit 1
+    rm -rf "$S"
+    echo OK
+    exit 0
+}
+
 # Every server started here is killed when the script exits, however it exits.
 SV_ALL=
 trap 'for p in $SV_ALL; do kill -KILL "$p" 2>/dev/null; done' EXIT
