@@ -72,6 +72,8 @@ typedef struct {
                                       request that would add to it is refused; 0: the API is off [64 MiB] */
     bool log_requests;             /* one line per finished request on stderr [false] */
     bool debug_forced_output;      /* tests only: requests may carry debug_forced_output [false] */
+    bool debug_slow_stream;        /* tests only: the event loop sleeps 50 ms each time it sends a stream's
+                                      events, so that it falls behind the engine [false] */
 } mr_server_opts;
 
 void mr_server_opts_default(mr_server_opts *o);

@@ -239,6 +239,8 @@ int mr_cmd_serve(int argc, char **argv) {
             /* vLLM's and sglang's: tool_choice "auto" is always served, and no code from a checkpoint ever runs */
         } else if (!strcmp(a, "--debug-forced-output")) { /* tests only: requests may dictate their output */
             so.debug_forced_output = true;
+        } else if (!strcmp(a, "--debug-slow-stream")) { /* tests only: the event loop lags behind the engine */
+            so.debug_slow_stream = true;
         } else if (!v && a[0] == '-' && a[1] == '-') {
             fprintf(stderr, "moerun serve: %s: unknown option or missing value (see --help)\n", a);
             goto out;
