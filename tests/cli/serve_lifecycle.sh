@@ -71,6 +71,7 @@ wait "$SV_PID"; rc=$?
 [ $rc = 0 ] || bad "drain behind a slow event loop: exit $rc, want 0"
 [ "$(tokens "$S/lag.out")" = 200 ] || bad "drained behind a slow event loop, the stream has $(tokens "$S/lag.out") tokens, want 200"
 grep -q '^data: \[DONE\]' "$S/lag.out" || bad "drained behind a slow event loop, the stream did not end with [DONE]"
+clean_log "$S/lag.log" || bad "sanitizer report in the server drained behind a slow event loop"
 grep -q "moerun serve: stopped" "$S/ok.log" || bad "no 'stopped' line"
 clean_log "$S/ok.log" || bad "sanitizer report in the drained server"
 
