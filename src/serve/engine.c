@@ -364,7 +364,11 @@ static void publish(sv_engine *e, const mr_engine_event *ev, uint64_t now) {
         g->seen_first = true;
         g->t_last_ns = now;
     }
-    if (ev->finish != MR_FINISH_NONE) finish(e, g, fin_of(ev->finish), ev->error);
+    if (ev->finish != MR_FINISH_NONE) /* cancelled because a stop string ended the output: a stop */
+        finish(e, g,
+               ev->finish == MR_FINISH_CANCELLED && atomic_load(&g->cancel) == SV_CANCEL_DONE ? SV_FIN_STOP
+                                                                                         : fin_of(ev->finish),
+               ev->error);
 }
 
 static void gauges(sv_engine *e) {
@@ -397,7 +401,7 @@ static void *engine_main(void *arg) {
             else admit(e, g);
         }
         if (abort)
-            for (sv_gen *g = e->live; g; g = g->lnext) atomic_store(&g->cancel, 1);
+            for (sv_gen *g = e->live; g; g = g->lnext) sv_gen_cancel(g, SV_CANCEL_ABORT);
         if (!go && !e->live) break;
         /* a flush asked for: only while nothing is admitted (what was just admitted counts) */
         pthread_mutex_lock(&e->mu);

@@ -90,8 +90,14 @@ static size_t piece_len(const sv_out *o, int32_t id);
 /* completions with echo and logprobs: the prompt's entries lead the logprobs arrays */
 static bool echo_lp(const sv_out *o) { return !o->chat && o->j->req.echo && o->j->req.logprobs; }
 
+/* g->cancel from SV_CANCEL_NONE to why; a gen already ended by a stop string keeps that */
+void sv_gen_cancel(sv_gen *g, int why) {
+    int none = SV_CANCEL_NONE;
+    atomic_compare_exchange_strong(&g->cancel, &none, why);
+}
+
 void sv_job_cancel(sv_job *j) {
-    for (int i = 0; i < j->n_gen; i++) atomic_store(&j->gens[i].cancel, 1);
+    for (int i = 0; i < j->n_gen; i++) sv_gen_cancel(&j->gens[i], SV_CANCEL_ABORT);
 }
 
 void sv_out_free(sv_out *o) {
@@ -592,7 +598,7 @@ static int release(sv_out *o, int i, bool final, int32_t tok, const sv_logprob *
             if (safe < c->sent) safe = c->sent;
             c->done = true;
             c->reason = "stop";
-            atomic_store(&c->g->cancel, 1); /* the engine frees it at its next step */
+            sv_gen_cancel(c->g, SV_CANCEL_DONE); /* the engine frees it at its next step */
         } else {
             safe = final ? c->text.len : s;
         }

@@ -319,6 +319,9 @@ static inline sv_logprob *sv_logprob_at(sv_logprob *a, int top_logprobs, int64_t
 }
 
 struct sv_job;
+/* sv_gen.cancel */
+enum { SV_CANCEL_NONE = 0, SV_CANCEL_ABORT = 1, SV_CANCEL_DONE = 2 };
+
 typedef struct sv_gen {
     struct sv_job *job;
     int index;                  /* choice index in the response */
@@ -328,7 +331,9 @@ typedef struct sv_gen {
     mr_sampling sp;             /* the engine's sampling parameters */
     int64_t max_tokens;
     bool ignore_eos;
-    /* HTTP thread -> engine: set when the client left, a stop string matched or the drain ran out */
+    /* HTTP thread -> engine: SV_CANCEL_ABORT when the client left or the drain ran out, SV_CANCEL_DONE
+     * when a stop string ended the output (the engine ends the gen either way; metrics count the first
+     * as an abort, the second as a stop); set once, from 0 */
     atomic_int cancel;
     /* engine -> HTTP thread, under job->mu */
     const int32_t *forced;      /* tests: forced output tokens (the job's), or NULL */
@@ -449,6 +454,8 @@ const char *sv_out_failure(const sv_out *o);
 char *sv_out_body(sv_out *o, int *http);
 /* Sets every unfinished gen's cancel flag (client gone). */
 void sv_job_cancel(sv_job *j);
+/* Sets g->cancel to why (SV_CANCEL_ABORT or SV_CANCEL_DONE) unless it is set already. */
+void sv_gen_cancel(sv_gen *g, int why);
 
 /* A request body as a JSON object (nested at most SV_MAX_JSON_DEPTH, no duplicate keys); NULL with *e
  * filled (400) otherwise. */

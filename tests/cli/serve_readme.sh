@@ -97,6 +97,23 @@ for want in completions:1 chat_completions:3 responses:2 messages:1 generate:3; 
     got=$(curl -s localhost:$P/metrics | sed -n "s/^moerun:requests_total{model_name=\"tiny-kjv\",api=\"${want%%:*}\"} //p")
     [ "$got" = "${want#*:}" ] || bad "/metrics requests_total of ${want%%:*}: '$got', want ${want#*:}"
 done
+# a stop string ends the output as a stop, whole and streamed, and /metrics counts it so (the engine's
+# sequence is cancelled when the string is seen; that was once counted as an aborted request)
+fin() { curl -s localhost:$P/metrics | sed -n "s/^moerun:request_success_total{model_name=\"tiny-kjv\",finished_reason=\"$1\"} //p"; }
+s0=$(fin stop); a0=$(fin abort)
+after=$(sed 's/^And God said,//' "$S/gen.txt"); want_s=${after%%, and*}
+[ "$want_s" != "$after" ] || bad "generate's continuation '$after' holds no ', and' (the check below needs one)"
+curl -s localhost:$P/v1/completions -H 'Content-Type: application/json' \
+     -d '{"model": "tiny-kjv", "prompt": "And God said,", "max_tokens": 32, "temperature": 0, "stop": [", and"]}' >"$S/stop.json"
+[ "$(jq -r '.choices[0].text + "|" + .choices[0].finish_reason' "$S/stop.json")" = "$want_s|stop" ] ||
+    bad "stop string: $(head -c 300 "$S/stop.json"), want '$want_s' and stop"
+curl -sN localhost:$P/v1/completions -H 'Content-Type: application/json' \
+     -d '{"model": "tiny-kjv", "prompt": "And God said,", "max_tokens": 32, "temperature": 0, "stop": [", and"], "stream": true}' >"$S/stops.txt"
+[ "$(sed -n 's/^data: //p' "$S/stops.txt" | grep -v '^\[DONE\]$' | jq -j '.choices[0].text')" = "$want_s" ] &&
+[ "$(sed -n 's/^data: //p' "$S/stops.txt" | grep -v '^\[DONE\]$' | jq -r '.choices[0].finish_reason // empty')" = stop ] ||
+    bad "streamed stop string: $(head -c 600 "$S/stops.txt")"
+[ "$(fin stop)" = $((s0 + 2)) ] && [ "$(fin abort)" = "$a0" ] ||
+    bad "/metrics after two stop strings: stop $s0 -> $(fin stop), abort $a0 -> $(fin abort) (want +2, +0)"
 stop_server
 [ "$SV_RC" = 0 ] || bad "exit $SV_RC"
 clean_log "$S/serve.log" || bad "sanitizer report in the server log"
