@@ -294,11 +294,12 @@ static void admit(sv_engine *e, sv_gen *g) {
     e->live = g;
 }
 
-static sv_fin fin_of(mr_finish_reason f) {
+/* the engine's reason; a cancellation because a stop string ended the output (cancel: sv_gen.cancel) is a stop */
+static sv_fin fin_of(mr_finish_reason f, int cancel) {
     switch (f) {
     case MR_FINISH_STOP: return SV_FIN_STOP;
     case MR_FINISH_LENGTH: return SV_FIN_LENGTH;
-    case MR_FINISH_CANCELLED: return SV_FIN_ABORT;
+    case MR_FINISH_CANCELLED: return cancel == SV_CANCEL_DONE ? SV_FIN_STOP : SV_FIN_ABORT;
     default: return SV_FIN_ERROR;
     }
 }
@@ -364,11 +365,7 @@ static void publish(sv_engine *e, const mr_engine_event *ev, uint64_t now) {
         g->seen_first = true;
         g->t_last_ns = now;
     }
-    if (ev->finish != MR_FINISH_NONE) /* cancelled because a stop string ended the output: a stop */
-        finish(e, g,
-               ev->finish == MR_FINISH_CANCELLED && atomic_load(&g->cancel) == SV_CANCEL_DONE ? SV_FIN_STOP
-                                                                                         : fin_of(ev->finish),
-               ev->error);
+    if (ev->finish != MR_FINISH_NONE) finish(e, g, fin_of(ev->finish, atomic_load(&g->cancel)), ev->error);
 }
 
 static void gauges(sv_engine *e) {
