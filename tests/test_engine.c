@@ -34,6 +34,7 @@ typedef struct {
     int running, queued;
     bool no_prefix;
     bool adaptive_threads; /* step_threads adaptive (the tests run fixed unless they ask) */
+    mr_act_mode act;       /* the experts' activation mode (AUTO: the weights' default) */
 } eng_cfg;
 
 static void eng_open(eng *g, const eng_cfg *c) {
@@ -41,7 +42,7 @@ static void eng_open(eng *g, const eng_cfg *c) {
                         .max_running_requests = c->running, .max_queued_requests = c->queued,
                         .context_length = c->ctx, .no_prefix_caching = c->no_prefix,
                         .fixed_threads = !c->adaptive_threads};
-    mr_model_opts mo = {.runner = c->runner ? c->runner : "routed", .quiet = true};
+    mr_model_opts mo = {.runner = c->runner ? c->runner : "routed", .act_mode = c->act, .quiet = true};
     mr_engine_model_opts(&o, &mo);
     mr_status st = mr_model_open(tu_data("model/tiny"), &mo, &g->m);
     if (st) fprintf(stderr, "open: %s\n", mr_error_last());
@@ -387,6 +388,75 @@ static void test_batch_invariance(void **state) {
     (void)state;
     batch_invariance("reference");
     batch_invariance("routed");
+}
+
+/* ---- deterministic inference (mr_kernels_set_batch_invariant) ----
+ * The oracle is the request alone: the raw logits row behind each of its tokens, bit for bit,
+ * against the same request among 47 others that arrive together (prefill chunks of the 96-token
+ * step, decode batches of every size as requests come and go) after the first pass filled the
+ * prefix cache (cache hits of every length). Both bf16 expert kinds of the tiny model (w16a32:
+ * BF16_F32, w16a16: BF16_BF16) on whatever kernel level the process has (ctest runs this suite
+ * on each: MR_ISA_SUITES). Returns the tokens whose logits differ; with the mode off that is
+ * printed, not checked (the generic and AMX kernels are batch-invariant anyway). */
+static uint64_t bits_hash(const float *v, int n) {
+    uint64_t h = 1469598103934665603ull;
+    const unsigned char *b = (const unsigned char *)v;
+    for (size_t i = 0; i < (size_t)n * sizeof(float); i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static int logits_differ(mr_act_mode act, bool invariant) {
+    enum { N = 48, G = 6 };
+    mr_kernels_set_batch_invariant(invariant);
+    tu_rng rng = {0xD37};
+    static int32_t prompt[N][60];
+    int64_t len[N];
+    rand_prompts(&rng, prompt[0], 60, len, N, 1, 60);
+    for (int i = 1; i < N; i += 3) memcpy(prompt[i], prompt[i - 1], 30 * sizeof(int32_t)); /* shared prefixes */
+    eng_cfg c = {.kv = MR_FMT_F32, .blocks = 512, .budget = 96, .running = 64, .ctx = 256, .act = act};
+    eng g;
+    eng_open(&g, &c);
+    assert_int_equal(mr_kernels_get()->batch_invariant, invariant);
+    static uint64_t h[2][N][G];
+    int differ = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < N; i++) {
+            mr_request_params rp = {.prompt = prompt[i], .n_prompt = len[i], .max_tokens = G, .ignore_eos = true,
+                                    .want_logits = true, .user = (void *)(intptr_t)i};
+            mr_req_id id;
+            assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_OK);
+            /* pass 0: each alone, to its end; pass 1: all of them at once */
+            for (int guard = 0; (pass == 0 || i == N - 1) && mr_engine_has_work(g.e); guard++) {
+                assert_true(guard < 100000);
+                const mr_engine_step_out *so;
+                assert_int_equal(mr_engine_step(g.e, &so), MR_OK);
+                for (int k = 0; k < so->n_events; k++) {
+                    const mr_engine_event *v = &so->events[k];
+                    if (!v->n_tokens) continue;
+                    assert_non_null(v->logits);
+                    assert_true(v->n_generated >= 1 && v->n_generated <= G);
+                    h[pass][(intptr_t)v->user][v->n_generated - 1] = bits_hash(v->logits, V);
+                }
+            }
+        }
+    }
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < G; j++) differ += h[0][i][j] != h[1][i][j];
+    eng_close(&g);
+    mr_kernels_set_batch_invariant(false);
+    return differ;
+}
+
+static void test_deterministic_inference(void **state) {
+    (void)state;
+    const mr_act_mode acts[2] = {MR_ACT_W16A32, MR_ACT_W16A16};
+    for (int a = 0; a < 2; a++) {
+        const int off = logits_differ(acts[a], false), on = logits_differ(acts[a], true);
+        print_message("%s %s: tokens whose logits differ alone and in the batch: %d with the fastest kernels, %d "
+                      "batch-invariant\n",
+                      mr_kernels_get()->isa, mr_act_mode_name(acts[a]), off, on);
+        assert_int_equal(on, 0);
+    }
 }
 
 /* ---- threads per step (threads.c) ---- */
@@ -1720,6 +1790,7 @@ int main(void) {
         cmocka_unit_test(test_paged_vs_contiguous),
         cmocka_unit_test(test_kv_batch_refused),
         cmocka_unit_test(test_batch_invariance),
+        cmocka_unit_test(test_deterministic_inference),
         cmocka_unit_test(test_prefix_sharing),
         cmocka_unit_test(test_prefix_flush),
         cmocka_unit_test(test_eviction_under_pressure),

@@ -946,6 +946,112 @@ static void test_packed_kernels_all_tables(void **st) {
     }
 }
 
+/* ---- the batch-invariant tables (mr_kernels_batch_invariant, --enable-deterministic-inference):
+ * every table this host can run, and the AVX-512 ones with BF16 but without AMX (with and without
+ * AVX512-FP16) where it has them, made batch-invariant. (1) Each kind's kernel gives token m of a
+ * call of M tokens the bits of a call of that token alone, for M = 1 .. 40 across every register
+ * block size, with and without the per-block multipliers (and w4a8's shared ones), x rows with
+ * padding between them, the widened x where the kernel reads it. (2) The reference checks of the
+ * packed kernels above on the same tables, so an invariant entry left over from a level below that
+ * takes another pack fails. The fastest tables fail (1) on the FMA levels (their gemv gives 1-4
+ * tokens more accumulator chains; test_engine's deterministic test counts the logits that differ). */
+static void tokens_alone(const mr_kernels *k, const ukcase *uc, bool use_xs, int xs_group) {
+    enum { N = 32, MMAX = 40 };
+    tu_rng r = {0x1A7 + (uint64_t)uc->kind * 31 + (uint64_t)xs_group};
+    float *w = malloc(sizeof(float) * (size_t)(N * uc->K));
+    fill(&r, w, N * uc->K, 0.1f);
+    mr_qmatrix q;
+    memset(&q, 0, sizeof q);
+    assert_int_equal(mr_qmatrix_quantize(&q, uc->fmt, w, N, uc->K, 3.0f), MR_OK);
+    const mr_qmatrix *src[1] = {&q};
+    mr_pmatrix pm;
+    assert_int_equal(mr_pmatrix_pack(&pm, k->uk_pack[uc->kind], src, 1), MR_OK);
+    const bool i8 = uc->kind == MR_UK_NVFP4_I8, f32 = uc->kind == MR_UK_BF16_F32;
+    const int64_t Kp = pm.Kp, ldx = Kp + 32, blk = uc->kind == MR_UK_FP8_BF16 ? 128 : 16, nbk = Kp / blk;
+    const int64_t ldb = Kp / 16 + 3, ldw = ldx + 16; /* xw rows apart as the runner lays them (MR__XW_LD) */
+    const size_t es = i8 ? 1 : f32 ? 4 : 2;
+    char *x = calloc((size_t)(MMAX * ldx), es);
+    float *xw = calloc((size_t)(MMAX * ldw), sizeof(float)), *xs = malloc(sizeof(float) * (size_t)(MMAX * nbk));
+    int32_t *xb = calloc((size_t)(MMAX * ldb), sizeof(int32_t));
+    for (int64_t m = 0; m < MMAX; m++)
+        for (int64_t i = 0; i < uc->K; i++) {
+            if (i8) {
+                const int8_t v = (int8_t)(tu_uniform(&r) * 254.0f - 127.0f);
+                ((int8_t *)x)[m * ldx + i] = v;
+                xb[m * ldb + i / 16] -= 12 * v;
+            } else if (f32) {
+                ((float *)x)[m * ldx + i] = tu_normal(&r) * (m % 3 ? 1.0f : 300.0f);
+            } else {
+                const uint16_t b = mr_f32_to_bf16(tu_normal(&r) * (m % 3 ? 1.0f : 300.0f));
+                ((uint16_t *)x)[m * ldx + i] = b;
+                xw[m * ldw + i] = mr_bf16_to_f32(b);
+            }
+        }
+    for (int64_t i = 0; i < MMAX * nbk; i++) xs[i] = 0.25f + tu_uniform(&r);
+    if (xs_group > 1)
+        for (int64_t m = 0; m < MMAX; m++)
+            for (int64_t b = 0; b < nbk; b++) xs[m * nbk + b] = xs[m * nbk + b / xs_group * xs_group];
+    const bool wid = k->uk_gemm_xw[uc->kind];
+    const mr_uk_fn fn = k->uk_gemm[uc->kind].fn;
+    assert_ptr_equal(fn, k->uk_gemv[uc->kind].fn);
+    float *y = malloc(sizeof(float) * MMAX * 16), y1[16];
+    void *scratch = mr_aligned_alloc(64, MR_UK_SCRATCH);
+    const int64_t Ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 13, 16, 17, 24, 33, MMAX};
+    for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++)
+        for (int64_t t = 0; t < pm.n_tiles; t++) {
+            const int64_t M = Ms[mi];
+            const mr_uk_act a = {.x = x, .ldx = ldx, .xs = use_xs ? xs : NULL, .ldxs = nbk, .xb = xb, .ldb = ldb,
+                                 .post = i8 ? 0.75f : 1.0f, .xs_group = xs_group, .xw = wid ? xw : NULL, .ldxw = ldw};
+            fn(&pm, t, &a, M, y, 16, scratch);
+            for (int64_t m = 0; m < M; m++) {
+                mr_uk_act a1 = a;
+                a1.x = x + (size_t)(m * ldx) * es, a1.xb = xb + m * ldb;
+                a1.xs = use_xs ? xs + m * nbk : NULL;
+                a1.xw = wid ? xw + m * ldw : NULL;
+                fn(&pm, t, &a1, 1, y1, 16, scratch);
+                if (memcmp(y1, y + m * 16, sizeof y1))
+                    fail_msg("%s (%s table, xs %d group %d): tile %lld token %lld of %lld differs from the token alone",
+                             k->uk_gemm[uc->kind].name, k->isa, use_xs, xs_group, (long long)t, (long long)m,
+                             (long long)M);
+            }
+        }
+    mr_pmatrix_free(&pm);
+    mr_qmatrix_free(&q);
+    mr_aligned_free(scratch);
+    free(w), free(x), free(xw), free(xs), free(xb), free(y);
+}
+
+static void test_batch_invariant_tables(void **st) {
+    (void)st;
+    static const ukcase cases[] = {
+        {MR_UK_FP8_BF16, MR_FMT_FP8_BLOCK, MR_PACK_FP8_R16K4, 384},
+        {MR_UK_NVFP4_I8, MR_FMT_NVFP4, MR_PACK_NVFP4_R16K16, 256},
+        {MR_UK_NVFP4_BF16, MR_FMT_NVFP4, MR_PACK_NVFP4_R16K16B, 80},
+        {MR_UK_BF16_BF16, MR_FMT_BF16, MR_PACK_BF16_R16K2, 131},
+        {MR_UK_BF16_F32, MR_FMT_BF16, MR_PACK_BF16_R16K2, 131},
+    };
+    mr_kernels tables[7];
+    int nt = host_tables(tables);
+    const uint32_t a5b = mr_kernel_isa_features(MR_ISA_AVX512) | MR_CPU_AVX512BF16;
+    if ((mr_cpu()->flags & a5b) == a5b) { /* vdpbf16ps without AMX, with the vdpbf16ps and the FMA fp8 gemm */
+        mr_kernels_init(&tables[nt++], a5b);
+        if (mr_cpu()->flags & MR_CPU_AVX512FP16) mr_kernels_init(&tables[nt++], a5b | MR_CPU_AVX512FP16);
+    }
+    for (int l = 0; l < nt; l++) {
+        mr_kernels k = tables[l];
+        mr_kernels_batch_invariant(&k);
+        assert_true(k.batch_invariant);
+        assert_int_equal(k.uk_gemm_min_m, 1);
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            assert_false(k.uk_gemv_xq[cases[c].kind]);
+            tokens_alone(&k, &cases[c], false, 1);
+            if (cases[c].fmt != MR_FMT_BF16) tokens_alone(&k, &cases[c], true, 1);
+            if (cases[c].kind == MR_UK_NVFP4_I8) tokens_alone(&k, &cases[c], true, 8);
+            for (int64_t M = 1; M <= 33; M += 16) check_uk(&k, &cases[c], 2, M, true, cases[c].fmt != MR_FMT_BF16, 1);
+        }
+    }
+}
+
 /* mr_uk_xq_row_ref against its definition (kernels.h), computed here in
  * double: u = 2^(Fb - 141) from the block's largest exponent field; one part
  * where every x / u is an integer, two where every x / u * 2^15 is (q the
@@ -1641,6 +1747,7 @@ int main(void) {
     tu_isa_begin("test_kernels");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_packed_kernels_all_tables),
+        cmocka_unit_test(test_batch_invariant_tables),
         cmocka_unit_test(test_fp8_kernels_all_codes),
         cmocka_unit_test(test_xq_row),
         cmocka_unit_test(test_nvfp4_fixq_exact_blocks),

@@ -58,6 +58,7 @@ typedef enum {
     MR_OPT_CONTEXT_LENGTH,      /* prompt + output tokens of one request (0 = the model's max_position_embeddings) */
     MR_OPT_EP_TIMEOUT,          /* seconds an expert-parallel exchange may wait for the other ranks (0 = auto) */
     MR_OPT_STEP_THREADS,        /* adaptive|fixed: threads of an engine step (see mr_engine_opts.fixed_threads) */
+    MR_OPT_DETERMINISTIC_INFERENCE, /* off|on: the batch-invariant kernels (mr_kernels_batch_invariant) */
     MR_OPT_COUNT
 } mr_opt_id;
 
@@ -262,6 +263,8 @@ typedef struct {
     int64_t context_length;         /* >= 1 */
     int ep_timeout_s;               /* step deadline of the expert-parallel exchanges, 0 = automatic */
     bool step_threads_fixed;        /* step_threads=fixed: every engine step on all threads */
+    bool batch_invariant;           /* deterministic_inference=on: mr_exec_apply selects the
+                                       batch-invariant kernel table (mr_kernels_set_batch_invariant) */
     uint64_t checksum;              /* over everything above and the frozen model copy */
 } mr_exec;
 #define MR_EXEC_MAGIC 0x6D724578u

@@ -240,6 +240,10 @@ typedef void (*mr_kern_silu_mul_fn)(const float *g, const float *u, int64_t n, f
 
 typedef void (*mr_uk_fn)(const mr_pmatrix *W, int64_t tile, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
                          void *scratch);
+typedef struct {
+    const char *name;
+    mr_uk_fn fn;
+} mr_uk_entry;
 
 /* Dense row-major fast path for small M: y[m*ldy + j] = sum_g gscale(n, g) *
  * sum_{k in g} Wdec[n][k] * x[m*K + k], n = n0 + j, j < nr, m < M; W BF16
@@ -307,10 +311,14 @@ typedef struct {
         const char *name;
         mr_kern_dot_bf16_fn fn;
     } dot_bf16;
-    struct {
-        const char *name;
-        mr_uk_fn fn;
-    } uk_gemv[MR_UK_COUNT], uk_gemm[MR_UK_COUNT];
+    mr_uk_entry uk_gemv[MR_UK_COUNT], uk_gemm[MR_UK_COUNT];
+    mr_uk_entry uk_inv[MR_UK_COUNT]; /* per kind, the level's batch-invariant kernel: token m of a call of M
+                              tokens gets the bits that a call of that token alone gives, whatever M
+                              (the gemv and gemm entries may give a lone token more accumulator
+                              chains, or sum in another order, than a token among many). The same
+                              pack and input as uk_gemm; it reads mr_uk_act.xw where it is the gemm
+                              entry and that does. tests/test_kernels.c checks it on every table. */
+    bool batch_invariant; /* mr_kernels_batch_invariant made this table */
     int uk_gemm_min_m; /* use uk_gemm at this many tokens per expert and above */
     bool uk_gemm_xw[MR_UK_COUNT]; /* per bf16-input kind: its gemm kernel reads mr_uk_act.xw
                                      (the fp32 FMA ones, which would otherwise widen x per tile) */
@@ -357,8 +365,20 @@ typedef struct {
 
 
 
-/* The process-wide table, built on first use from mr_cpu()->flags. */
+/* The process-wide table of the current mode (mr_kernels_set_batch_invariant), built on first
+ * use from mr_cpu()->flags. */
 const mr_kernels *mr_kernels_get(void);
+/* A table's batch-invariant form (sglang's --enable-deterministic-inference, vLLM's
+ * VLLM_BATCH_INVARIANT): every expert call of every kind takes uk_inv at every token count
+ * (uk_gemv = uk_gemm = uk_inv, uk_gemm_min_m 1, no fixed-point gemv input), so a token's MoE
+ * output does not depend on how many tokens share its expert, hence on the batch, the chunking of
+ * its prompt or a prefix-cache hit. The rest of the table already has that property and stays:
+ * the dense rows and tiles kernels (kernels.c, mr_matmul), attention (model/ops.c). */
+void mr_kernels_batch_invariant(mr_kernels *k);
+/* The process table's mode from now on: false (the default) the fastest kernels, true the
+ * batch-invariant form. A MoE context keeps the table it was made with (moe/ctx.c), so set
+ * the mode before a model is opened (mr_exec_apply does). */
+void mr_kernels_set_batch_invariant(bool on);
 /* Builds a table for a given feature set (tests compare ISAs with it). */
 void mr_kernels_init(mr_kernels *k, uint32_t cpu_flags);
 

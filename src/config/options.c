@@ -30,6 +30,9 @@ static const char *const v_device[] = {"auto", "cpu", "sm90", "sm100", "sm103", 
 static const char *const v_log[] = {"debug", "info", "warn", "error", "off", NULL};
 static const char *const v_kv_dtype[] = {"auto", "bf16", "fp32", "fp8_e4m3", "fp8_e5m2", "fp8", NULL};
 static const char *const v_step_threads[] = {"adaptive", "fixed", NULL};
+/* an on/off option: its flag alone means on (sglang's --enable-deterministic-inference takes no
+ * value); --flag=off, and the environment, give the value */
+static const char *const v_onoff[] = {"off", "on", NULL};
 
 /* Rows are indexed by mr_opt_id (checked by mr_option_at's assertion). */
 static const mr_option_def table[MR_OPT_COUNT] = {
@@ -99,6 +102,13 @@ static const mr_option_def table[MR_OPT_COUNT] = {
                              "measures faster (beside other work a parallel region waits for a preempted thread); "
                              "fixed: always all of threads",
                              "MOERUN_STEP_THREADS", "--step-threads"},
+    [MR_OPT_DETERMINISTIC_INFERENCE] = {MR_OPT_DETERMINISTIC_INFERENCE, "deterministic_inference", MR_OPT_ENUM, "off",
+                                        v_onoff, 0, 0, false,
+                                        "batch-invariant kernels: a request's logits and sampled tokens do not depend "
+                                        "on the requests beside it, its prompt's chunking or a prefix-cache hit, the "
+                                        "same bits every run (sglang's flag; the flag alone means on; costs speed on "
+                                        "the FMA kernels, none on AMX: docs/serve.md \"Determinism\")",
+                                        "MOERUN_DETERMINISTIC_INFERENCE", "--enable-deterministic-inference"},
 };
 
 const char *mr_opt_source_name(mr_opt_source s) {
@@ -324,6 +334,8 @@ mr_status mr_options_parse(mr_options *o, int *argc, char **argv, bool allow_oth
         const char *val;
         if (eq) {
             val = eq + 1;
+        } else if (d->values == v_onoff) {
+            val = "on";
         } else {
             if (i + 1 >= n) return mr_error_set(MR_EINVAL, "%s needs a value", d->flag);
             if (!strncmp(argv[i + 1], "--", 2))
@@ -364,8 +376,12 @@ void mr_options_print_help(FILE *f) {
             snprintf(vals, sizeof vals, "integer %lld..%lld", (long long)d->min, (long long)d->max);
         else
             snprintf(vals, sizeof vals, "text");
-        fprintf(f, "  %s <%s>\n      %s\n      default: %s%s; env %s\n", d->flag, vals, d->help,
-                *d->def ? d->def : "(none)", d->resolvable ? " (resolvable)" : "", d->env);
+        if (d->values == v_onoff) /* the flag alone, or =off */
+            fprintf(f, "  %s[=off|on]\n      %s\n      default: %s; env %s (off, on)\n", d->flag, d->help, d->def,
+                    d->env);
+        else
+            fprintf(f, "  %s <%s>\n      %s\n      default: %s%s; env %s\n", d->flag, vals, d->help,
+                    *d->def ? d->def : "(none)", d->resolvable ? " (resolvable)" : "", d->env);
         if (d->id == MR_OPT_MOE_RUNNER_BACKEND) /* the registry's own words for each runner */
             for (int id = 0; id < MR_RUNNER_COUNT; id++)
                 if (mr_moe_runner_get((mr_moe_runner_id)id))

@@ -496,6 +496,18 @@ static mr_status pass_platform(mr_resolution *r) {
                         "ARCH_REQ_XCOMP_PERM): the experts and the dense projections run without AMX");
         if (s != MR_OK) return s;
     }
+    if (!strcmp(mr__user_value(r, MR_OPT_DETERMINISTIC_INFERENCE), "on")) {
+        mr_kernels k; /* the table these flags build, in its batch-invariant form */
+        mr_kernels_init(&k, r->w.cpu_flags);
+        mr_kernels_batch_invariant(&k);
+        s = mr__decl(r, MR_DECL_NOTE, SRC, "deterministic_inference", "on",
+                     "every expert call takes the %s level's batch-invariant kernel at every token count (fp8: %s, "
+                     "nvfp4 int8: %s, nvfp4 bf16: %s, bf16: %s / %s); the dense and attention kernels are "
+                     "batch-invariant already, so a request's logits do not depend on the requests beside it",
+                     k.isa, k.uk_inv[MR_UK_FP8_BF16].name, k.uk_inv[MR_UK_NVFP4_I8].name,
+                     k.uk_inv[MR_UK_NVFP4_BF16].name, k.uk_inv[MR_UK_BF16_BF16].name, k.uk_inv[MR_UK_BF16_F32].name);
+        if (s != MR_OK) return s;
+    }
     /* the prospective transport for the capability checks that follow: explicit, else mpi when a
      * launcher started several ranks, else none */
     r->w.a2a = MR_A2A_NONE;
@@ -1073,6 +1085,7 @@ mr_status mr_exec_apply(const mr_exec *x) {
     mr_cpu_set_hidden(mr_cpu()->detected & ~x->cpu_flags);
     omp_set_num_threads(x->threads);
     mr_ep_set_timeout((double)x->ep_timeout_s);
+    mr_kernels_set_batch_invariant(x->batch_invariant);
     return MR_OK;
 }
 
@@ -1133,6 +1146,7 @@ static mr_status pass_publish(mr_resolution *r) {
     e.context_length = r->w.context_length;
     e.ep_timeout_s = (int)strtol(mr__user_value(r, MR_OPT_EP_TIMEOUT), NULL, 10);
     e.step_threads_fixed = !strcmp(mr__user_value(r, MR_OPT_STEP_THREADS), "fixed");
+    e.batch_invariant = !strcmp(mr__user_value(r, MR_OPT_DETERMINISTIC_INFERENCE), "on");
     memcpy(x, &e, sizeof e);
     x->checksum = exec_checksum(x);
     if (mprotect(block, size, PROT_READ) != 0) {

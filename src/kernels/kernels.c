@@ -3,6 +3,7 @@
  * micro-kernels, the row-block GEMM driver and the threaded dense matmul. */
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -181,14 +182,35 @@ void mr_kernels_init(mr_kernels *k, uint32_t flags) {
     mr__kernels_fill_level(k, mr_kernel_isa_best(flags));
 }
 
-static mr_kernels g_kernels;
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-static void g_build(void) { mr_kernels_init(&g_kernels, mr_cpu()->flags); }
+void mr_kernels_batch_invariant(mr_kernels *k) {
+    for (int i = 0; i < MR_UK_COUNT; i++) {
+        MR_ASSERT(k->uk_inv[i].fn != NULL);
+        k->uk_gemm_xw[i] = k->uk_gemm_xw[i] && k->uk_inv[i].fn == k->uk_gemm[i].fn;
+        k->uk_gemv_xq[i] = false;
+        k->uk_gemv[i].name = k->uk_gemm[i].name = k->uk_inv[i].name;
+        k->uk_gemv[i].fn = k->uk_gemm[i].fn = k->uk_inv[i].fn;
+    }
+    k->uk_gemm_min_m = 1;
+    k->batch_invariant = true;
+}
+
+/* the process tables: [0] the fastest kernels, [1] their batch-invariant form */
+static mr_kernels g_kernels[2];
+static pthread_once_t g_once[2] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT};
+static atomic_bool g_invariant;
+static void g_build(void) { mr_kernels_init(&g_kernels[0], mr_cpu()->flags); }
+static void g_build_inv(void) {
+    mr_kernels_init(&g_kernels[1], mr_cpu()->flags);
+    mr_kernels_batch_invariant(&g_kernels[1]);
+}
 
 const mr_kernels *mr_kernels_get(void) {
-    pthread_once(&g_once, g_build);
-    return &g_kernels;
+    const int i = atomic_load(&g_invariant) ? 1 : 0;
+    pthread_once(&g_once[i], i ? g_build_inv : g_build);
+    return &g_kernels[i];
 }
+
+void mr_kernels_set_batch_invariant(bool on) { atomic_store(&g_invariant, on); }
 
 /* ---- the row-block GEMM driver: decode one 128-column group of one row
  * once, then dot it with every activation row (weights are read once per

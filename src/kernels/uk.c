@@ -159,6 +159,8 @@ void mr__uk_fill_generic(mr_kernels *k) {
     for (int i = 0; i < MR_UK_COUNT; i++) {
         k->uk_gemv[i].name = k->uk_gemm[i].name = e[i].name;
         k->uk_gemv[i].fn = k->uk_gemm[i].fn = e[i].fn;
+        k->uk_inv[i].name = e[i].name; /* one kernel, the same sums per token at every M */
+        k->uk_inv[i].fn = e[i].fn;
         k->uk_pack[i] = pk[i];
         k->uk_instr[i] = MR_PROBE_FMA; /* scalar: no probe (mr_probe_peak gives 0 on the generic table) */
     }

@@ -753,6 +753,7 @@ void mr__uk_fill_avx2(mr_kernels *k) {
         k->uk_gemv[i].fn = e[i].fv;
         k->uk_gemm[i].name = e[i].gemm;
         k->uk_gemm[i].fn = e[i].fm;
+        k->uk_inv[i] = k->uk_gemm[i]; /* one chain a token whatever M (the gemv: more below 3 tokens) */
         k->uk_pack[i] = e[i].pack;
         k->uk_instr[i] = e[i].instr;
     }

@@ -44,6 +44,7 @@ void mr__uk_fill_avx2vnni(mr_kernels *k) {
     k->uk_gemv[MR_UK_NVFP4_I8].fn = uk_nvfp4_i8_vnni;
     k->uk_gemm[MR_UK_NVFP4_I8].name = "uk_nvfp4_i8_avx2vnni_16xM";
     k->uk_gemm[MR_UK_NVFP4_I8].fn = uk_nvfp4_i8_vnni;
+    k->uk_inv[MR_UK_NVFP4_I8] = k->uk_gemm[MR_UK_NVFP4_I8];
     k->uk_instr[MR_UK_NVFP4_I8] = MR_PROBE_DPBUSD_YMM;
     k->uk_gemv[MR_UK_NVFP4_BF16].name = "uk_nvfp4_bf16_avx2vnni_16x4";
     k->uk_gemv[MR_UK_NVFP4_BF16].fn = uk_nvfp4_bf16_gemv_xq_vnni;

@@ -272,7 +272,7 @@ static const uint8_t U8LUT[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9,
  * only after this call wrote it). */
 INL void nvfp4_i8_body(const uint8_t *tile, int64_t Kp, const int8_t *xq, int64_t ldx, const int32_t *xb,
                        int64_t ldb, const float *xs, int64_t ldxs, float post, float *y, int64_t ldy, const int M,
-                       const int G) {
+                       const int G, const int ONE) {
     const __m512i lut = lut16(U8LUT);
     const uint8_t *scp = tile + 8 * Kp;
     const int omem = G > 1 && M > 8;
@@ -292,7 +292,7 @@ INL void nvfp4_i8_body(const uint8_t *tile, int64_t Kp, const int8_t *xq, int64_
         __m512i C = _mm512_permutexvar_epi8(v1, lut);
         __m512i D = _mm512_permutexvar_epi8(_mm512_srli_epi16(v1, 4), lut);
         __m512 sc = e4m3x16_f32(scp + 16 * j);
-        if (M == 1) { /* two int32 chains (exact) and two fp32 chains: shorter latency */
+        if (M == 1 && ONE) { /* two int32 chains (exact) and two fp32 chains: shorter latency */
             const int8_t *x4 = xq + 16 * j;
             __m512i acc = _mm512_set1_epi32(xb[j]), acc2 = _mm512_setzero_si512();
             acc = _mm512_dpbusd_epi32(acc, A, _mm512_set1_epi32(ld32(x4)));
@@ -317,7 +317,7 @@ INL void nvfp4_i8_body(const uint8_t *tile, int64_t Kp, const int8_t *xq, int64_
             }
         }
         if (G > 1 && ((j % G) == G - 1 || j == nblk - 1)) {
-            if (M == 1) ga[0] = _mm512_add_ps(ga[0], out1), out1 = _mm512_setzero_ps();
+            if (M == 1 && ONE) ga[0] = _mm512_add_ps(ga[0], out1), out1 = _mm512_setzero_ps();
             #pragma GCC unroll 16
             for (int m = 0; m < M; m++) {
                 const __m512 xv = _mm512_set1_ps(xs ? xs[m * ldxs + j] : 1.0f);
@@ -333,16 +333,17 @@ INL void nvfp4_i8_body(const uint8_t *tile, int64_t Kp, const int8_t *xq, int64_
     }
     /* the sums are of 2*e2m1(w)*x with scales * 2^-8: fold 2^8 / 2 = 128 */
     const __m512 f = _mm512_set1_ps(128.0f * post);
-    if (G == 1 && M == 1) ga[0] = _mm512_add_ps(ga[0], out1);
+    if (G == 1 && M == 1 && ONE) ga[0] = _mm512_add_ps(ga[0], out1);
     #pragma GCC unroll 16
     for (int m = 0; m < M; m++)
         _mm512_storeu_ps(y + m * ldy,
                          _mm512_mul_ps(G == 1 ? ga[m] : omem ? _mm512_loadu_ps(y + m * ldy) : out[m], f));
 }
 
-static void uk_nvfp4_i8(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
-                        void *scratch) {
-    (void)scratch;
+/* ONE 0: the batch-invariant form (mr_kernels.uk_inv): a lone token takes the chains of the
+ * others, so a token's bits do not depend on how many share its call */
+INL void nvfp4_i8_run(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                      const int ONE) {
     const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
     const float post = a->post * W->scale2;
     const int grouped = a->xs_group == 8;
@@ -351,24 +352,32 @@ static void uk_nvfp4_i8(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int6
         const int8_t *x = (const int8_t *)a->x + m0 * a->ldx;
         const int32_t *xb = a->xb + m0 * a->ldb;
         const float *xs = a->xs ? a->xs + m0 * a->ldxs : NULL;
-#define CALL(n)                                                                                                   \
-    (grouped ? nvfp4_i8_body(tile, W->Kp, x, a->ldx, xb, a->ldb, xs, a->ldxs, post, y + m0 * ldy, ldy, n, 8)    \
-             : nvfp4_i8_body(tile, W->Kp, x, a->ldx, xb, a->ldb, xs, a->ldxs, post, y + m0 * ldy, ldy, n, 1))
+#define CALL(n)                                                                                                    \
+    (grouped ? nvfp4_i8_body(tile, W->Kp, x, a->ldx, xb, a->ldb, xs, a->ldxs, post, y + m0 * ldy, ldy, n, 8, ONE) \
+             : nvfp4_i8_body(tile, W->Kp, x, a->ldx, xb, a->ldb, xs, a->ldxs, post, y + m0 * ldy, ldy, n, 1, ONE))
         DISPATCH_MT16(mt, CALL)
 #undef CALL
     }
 }
-
-
+static void uk_nvfp4_i8(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                        void *scratch) {
+    (void)scratch;
+    nvfp4_i8_run(W, t, a, M, y, ldy, 1);
+}
+static void uk_nvfp4_i8_inv(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                            void *scratch) {
+    (void)scratch;
+    nvfp4_i8_run(W, t, a, M, y, ldy, 0);
+}
 
 INL void bf16_f32_body(const uint8_t *tile, int64_t Kp, const float *x, int64_t ldx, float *y, int64_t ldy,
-                       const int M) {
+                       const int M, const int ONE) {
     const __m512i hm = _mm512_set1_epi32((int)0xFFFF0000u);
     __m512 a0[MT], a1[MT];
     #pragma GCC unroll 16
     for (int m = 0; m < M; m++) a0[m] = a1[m] = _mm512_setzero_ps();
     int64_t g = 0;
-    if (M == 1) { /* 4 chains over 2 lines, a prefetch a line */
+    if (M == 1 && ONE) { /* 4 chains over 2 lines, a prefetch a line */
         __m512 a2 = _mm512_setzero_ps(), a3 = a2;
         for (; g + 2 <= Kp / 2; g += 2) {
             PF(tile + g * 64);
@@ -395,18 +404,27 @@ INL void bf16_f32_body(const uint8_t *tile, int64_t Kp, const float *x, int64_t 
     for (int m = 0; m < M; m++) _mm512_storeu_ps(y + m * ldy, _mm512_add_ps(a0[m], a1[m]));
 }
 
-static void uk_bf16_f32(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
-                        void *scratch) {
-    (void)scratch;
+INL void bf16_f32_run(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                      const int ONE) {
     const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
     for (int64_t m0 = 0, mt; m0 < M; m0 += mt) {
         mt = token_block(M - m0, MT);
         const float *x = (const float *)a->x + m0 * a->ldx;
-#define CALL(n) bf16_f32_body(tile, W->Kp, x, a->ldx, y + m0 * ldy, ldy, n)
+#define CALL(n) bf16_f32_body(tile, W->Kp, x, a->ldx, y + m0 * ldy, ldy, n, ONE)
         DISPATCH_MT(mt, CALL)
 #undef CALL
     }
     apply_post(y, ldy, M, a->post * W->scale2);
+}
+static void uk_bf16_f32(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                        void *scratch) {
+    (void)scratch;
+    bf16_f32_run(W, t, a, M, y, ldy, 1);
+}
+static void uk_bf16_f32_inv(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                            void *scratch) {
+    (void)scratch;
+    bf16_f32_run(W, t, a, M, y, ldy, 0);
 }
 
 /* benchmark isolation (kernels.h uk_stream): the tile read by the read
@@ -435,6 +453,17 @@ void mr__uk_fill_avx512(mr_kernels *k) {
     k->uk_gemv[MR_UK_BF16_BF16].fn = k->uk_gemm[MR_UK_BF16_BF16].fn = uk_bf16_bf16;
     k->uk_gemv[MR_UK_BF16_F32].name = k->uk_gemm[MR_UK_BF16_F32].name = "uk_bf16_f32_avx512_16x8";
     k->uk_gemv[MR_UK_BF16_F32].fn = k->uk_gemm[MR_UK_BF16_F32].fn = uk_bf16_f32;
+    /* batch-invariant: the fp8 gemm (one chain a token at every count), the others without
+     * their one-token chains (the nvfp4 bf16 kernel has none; its fixed-point gemv input is
+     * off in that table) */
+    k->uk_inv[MR_UK_FP8_BF16] = k->uk_gemm[MR_UK_FP8_BF16];
+    k->uk_inv[MR_UK_NVFP4_I8].name = "uk_nvfp4_i8_avx512_16x16_inv";
+    k->uk_inv[MR_UK_NVFP4_I8].fn = uk_nvfp4_i8_inv;
+    k->uk_inv[MR_UK_NVFP4_BF16] = k->uk_gemm[MR_UK_NVFP4_BF16];
+    k->uk_inv[MR_UK_BF16_BF16].name = "uk_bf16_bf16_avx512fma_16x16_inv";
+    k->uk_inv[MR_UK_BF16_BF16].fn = uk_bf16_bf16_inv;
+    k->uk_inv[MR_UK_BF16_F32].name = "uk_bf16_f32_avx512_16x8_inv";
+    k->uk_inv[MR_UK_BF16_F32].fn = uk_bf16_f32_inv;
     /* the fp8 gemm from 6 tokens an expert (bench moe on Intel: T = 256 / 512 -8% / -14% against
      * 16); a gemv call of 5+ tokens sums as the gemm does (fp8_gemv_body), so this changes no result */
     k->uk_gemm_min_m = 6;

@@ -338,10 +338,11 @@ static void uk_nvfp4_bf16(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, in
 
 /* ---------------- bf16 weights ---------------- */
 INL void bf16_body(const uint8_t *tile, int64_t Kp, const uint16_t *x, int64_t ldx, float *y, int64_t ldy,
-                   const int M) {
-    /* 4 chains per token for M == 1, 2 for M <= 4, 1 above (latency vs registers) */
+                   const int M, const int INV) {
+    /* 4 chains per token for M == 1, 2 for M <= 4, 1 above (latency vs registers); INV: 1 at
+     * every M (the batch-invariant form, mr_kernels.uk_inv) */
     enum { MAXC = 4 };
-    const int nc = M == 1 ? 4 : M <= 4 ? 2 : 1;
+    const int nc = INV ? 1 : M == 1 ? 4 : M <= 4 ? 2 : 1;
     __m512 acc[MT16][MAXC];
     #pragma GCC unroll 16
     for (int m = 0; m < M; m++)
@@ -374,18 +375,27 @@ INL void bf16_body(const uint8_t *tile, int64_t Kp, const uint16_t *x, int64_t l
     }
 }
 
-static void uk_bf16_bf16(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
-                         void *scratch) {
-    (void)scratch;
+INL void bf16_run(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                  const int INV) {
     const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
     for (int64_t m0 = 0, mt; m0 < M; m0 += mt) {
         mt = token_block(M - m0, MT16); /* 16 tokens a pass: half the weight traffic per FLOP of 8 */
         const uint16_t *x = (const uint16_t *)a->x + m0 * a->ldx;
-#define CALL(n) bf16_body(tile, W->Kp, x, a->ldx, y + m0 * ldy, ldy, n)
+#define CALL(n) bf16_body(tile, W->Kp, x, a->ldx, y + m0 * ldy, ldy, n, INV)
         DISPATCH_MT16(mt, CALL)
 #undef CALL
     }
     apply_post(y, ldy, M, a->post * W->scale2);
+}
+static void uk_bf16_bf16(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                         void *scratch) {
+    (void)scratch;
+    bf16_run(W, t, a, M, y, ldy, 0);
+}
+static void uk_bf16_bf16_inv(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                             void *scratch) {
+    (void)scratch;
+    bf16_run(W, t, a, M, y, ldy, 1);
 }
 
 #endif

@@ -173,6 +173,8 @@ void mr__uk_fill_avx512amx(mr_kernels *k) {
     k->uk_gemv[MR_UK_BF16_BF16].name = k->uk_gemm[MR_UK_BF16_BF16].name = "uk_bf16_bf16_avx512_amx_16x16x32";
     k->uk_gemv[MR_UK_BF16_BF16].fn = k->uk_gemm[MR_UK_BF16_BF16].fn = uk_bf16_bf16_amx;
     k->uk_gemm_xw[MR_UK_BF16_BF16] = false;
+    k->uk_inv[MR_UK_FP8_BF16] = k->uk_gemm[MR_UK_FP8_BF16]; /* one kernel for every M (above) */
+    k->uk_inv[MR_UK_BF16_BF16] = k->uk_gemm[MR_UK_BF16_BF16];
     k->uk_instr[MR_UK_FP8_BF16] = k->uk_instr[MR_UK_BF16_BF16] = MR_PROBE_TDPBF16;
 }
 

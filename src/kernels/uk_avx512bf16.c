@@ -133,6 +133,9 @@ void mr__uk_fill_avx512bf16(mr_kernels *k) {
     k->uk_gemv[MR_UK_NVFP4_BF16].fn = k->uk_gemm[MR_UK_NVFP4_BF16].fn = uk_nvfp4_bf16;
     k->uk_gemv[MR_UK_BF16_BF16].name = k->uk_gemm[MR_UK_BF16_BF16].name = "uk_bf16_bf16_avx512_16x16";
     k->uk_gemv[MR_UK_BF16_BF16].fn = k->uk_gemm[MR_UK_BF16_BF16].fn = uk_bf16_bf16;
+    k->uk_inv[MR_UK_NVFP4_BF16] = k->uk_gemm[MR_UK_NVFP4_BF16];
+    k->uk_inv[MR_UK_BF16_BF16].name = "uk_bf16_bf16_avx512_16x16_inv";
+    k->uk_inv[MR_UK_BF16_BF16].fn = uk_bf16_bf16_inv;
     k->uk_instr[MR_UK_FP8_BF16] = k->uk_instr[MR_UK_NVFP4_BF16] = k->uk_instr[MR_UK_BF16_BF16] = MR_PROBE_DPBF16;
     if (k->flags & MR_CPU_AVX512FP16) { /* Intel since Sapphire Rapids: the level's fp32-FMA gemm */
         k->uk_instr[MR_UK_FP8_BF16] = MR_PROBE_FMA; /* its gemm's (the gemv's: vdpbf16ps) */
@@ -140,6 +143,7 @@ void mr__uk_fill_avx512bf16(mr_kernels *k) {
     }
     k->uk_gemm[MR_UK_FP8_BF16].name = "uk_fp8_bf16_avx512_l1_16x128x8";
     k->uk_gemm[MR_UK_FP8_BF16].fn = uk_fp8_bf16_gemm;
+    k->uk_inv[MR_UK_FP8_BF16] = k->uk_gemm[MR_UK_FP8_BF16];
     k->uk_gemm_xw[MR_UK_FP8_BF16] = false; /* it takes bf16 x as it is */
     k->uk_gemm_min_m = 16; /* dev/perf: fp8.v3 equals v1 at 16 tokens per expert and wins above */
 }
