@@ -316,8 +316,9 @@ typedef struct {
                               tokens gets the bits that a call of that token alone gives, whatever M
                               (the gemv and gemm entries may give a lone token more accumulator
                               chains, or sum in another order, than a token among many). The same
-                              pack and input as uk_gemm; it reads mr_uk_act.xw where it is the gemm
-                              entry and that does. tests/test_kernels.c checks it on every table. */
+                              pack and input as uk_gemm, and it reads mr_uk_act.xw (in place of x) at
+                              every token count where uk_gemm_xw says the gemm does. tests/test_kernels.c
+                              checks it on every table. */
     bool batch_invariant; /* mr_kernels_batch_invariant made this table */
     int uk_gemm_min_m; /* use uk_gemm at this many tokens per expert and above */
     bool uk_gemm_xw[MR_UK_COUNT]; /* per bf16-input kind: its gemm kernel reads mr_uk_act.xw

@@ -207,14 +207,16 @@ INL void e4m3x32_x(const uint8_t *p, __m256 o[4]) {
     }
 }
 
-/* n (multiple of 8) bf16 -> fp32 * 2^112 (exact while |x| < 2^16); returns
- * whether every |x| < 2^16 (no Inf / NaN, no overflow of the scaling) */
-INL int bf16_to_f32_s112(const uint16_t *x, int n, float *dst) {
+/* n (multiple of 8) bf16 -> fp32 * 2^112 (exact while |x| < 2^16), from x16 or, where given,
+ * from the same values widened (x32: mr_uk_act.xw); returns whether every |x| < 2^16 (no Inf /
+ * NaN, no overflow of the scaling) */
+INL int bf16_to_f32_s112(const uint16_t *x16, const float *x32, int n, float *dst) {
     const __m256 sc = _mm256_set1_ps(0x1p112f);
     const __m256i am = _mm256_set1_epi32(0x7FFF0000);
     __m256i mx = _mm256_setzero_si256();
     for (int i = 0; i < n; i += 8) {
-        const __m256i v = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(x + i))), 16);
+        const __m256i v = x32 ? _mm256_castps_si256(_mm256_loadu_ps(x32 + i))
+                              : _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(x16 + i))), 16);
         mx = _mm256_max_epu32(mx, _mm256_and_si256(v, am));
         _mm256_store_ps(dst + i, _mm256_mul_ps(_mm256_castsi256_ps(v), sc));
     }
@@ -255,16 +257,23 @@ INL void fp8_gemv_blk(const uint8_t *p, const float *xf, __m256 acc[][MTV][2], c
 }
 
 INL void fp8_gemv_body(const uint8_t *tile, const float *bs, const uint8_t *sub, int64_t Kp, const uint16_t *x,
-                       int64_t ldx, const float *xs, int64_t ldxs, float *y, int64_t ldy, float *xf, const int M) {
+                       int64_t ldx, const float *xw, int64_t ldxw, const float *xs, int64_t ldxs, float *y,
+                       int64_t ldy, float *xf, const int M, const int INV) {
     enum { NCMAX = 4 };
-    const int NC = M == 1 ? 4 : M == 2 ? 2 : 1;
+    const int NC = INV ? 1 : M == 1 ? 4 : M == 2 ? 2 : 1;
     for (int64_t kb = 0; kb < Kp / 128; kb++) {
         int direct = !sub[kb];
         #pragma GCC unroll 4
-        for (int m = 0; m < M && direct; m++) direct &= bf16_to_f32_s112(x + m * ldx + kb * 128, 128, xf + m * 128);
+        for (int m = 0; m < M && direct; m++)
+            direct &= bf16_to_f32_s112(x + m * ldx + kb * 128, xw ? xw + m * ldxw + kb * 128 : NULL, 128, xf + m * 128);
         if (!direct)
             #pragma GCC unroll 4
-            for (int m = 0; m < M; m++) bf16_to_f32(x + m * ldx + kb * 128, 128, xf + m * 128);
+            for (int m = 0; m < M; m++) {
+                if (xw)
+                    memcpy(xf + m * 128, xw + m * ldxw + kb * 128, 128 * sizeof(float));
+                else
+                    bf16_to_f32(x + m * ldx + kb * 128, 128, xf + m * 128);
+            }
         const uint8_t *p = tile + kb * 2048;
         __m256 acc[NCMAX][MTV][2];
         #pragma GCC unroll 4
@@ -291,8 +300,9 @@ INL void fp8_gemv_body(const uint8_t *tile, const float *bs, const uint8_t *sub,
     }
 }
 
-static void uk_fp8_gemv(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
-                        void *scratch) {
+/* INV: one chain a token at every count, the gemm's sums (uk_fp8_inv) */
+INL void fp8_gemv_run(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                      void *scratch, const int INV) {
     if (W->has_nan) {
         mr__uk_drive(MR_UK_FP8_BF16, W, t, a, M, y, ldy, scratch, stage_fma);
         return;
@@ -305,14 +315,21 @@ static void uk_fp8_gemv(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int6
         mt = mr__uk_token_block(M - m0, MTV);
         const uint16_t *x = (const uint16_t *)a->x + m0 * a->ldx;
         const float *xs = a->xs ? a->xs + m0 * a->ldxs : NULL;
+        const float *xw = a->xw ? a->xw + m0 * a->ldxw : NULL;
+#define CALL(n) fp8_gemv_body(tile, bs, sub, W->Kp, x, a->ldx, xw, a->ldxw, xs, a->ldxs, y + m0 * ldy, ldy, xf, n, INV)
         switch (mt) {
-        case 1: fp8_gemv_body(tile, bs, sub, W->Kp, x, a->ldx, xs, a->ldxs, y + m0 * ldy, ldy, xf, 1); break;
-        case 2: fp8_gemv_body(tile, bs, sub, W->Kp, x, a->ldx, xs, a->ldxs, y + m0 * ldy, ldy, xf, 2); break;
-        case 3: fp8_gemv_body(tile, bs, sub, W->Kp, x, a->ldx, xs, a->ldxs, y + m0 * ldy, ldy, xf, 3); break;
-        default: fp8_gemv_body(tile, bs, sub, W->Kp, x, a->ldx, xs, a->ldxs, y + m0 * ldy, ldy, xf, 4); break;
+        case 1: CALL(1); break;
+        case 2: CALL(2); break;
+        case 3: CALL(3); break;
+        default: CALL(4); break;
         }
+#undef CALL
     }
     apply_post(y, ldy, M, a->post * W->scale2);
+}
+static void uk_fp8_gemv(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                        void *scratch) {
+    fp8_gemv_run(W, t, a, M, y, ldy, scratch, 0);
 }
 
 /* a 16 x 128 block to fp32 * 2^-8 in scratch (X: by e4m3x32_x) */
@@ -351,6 +368,19 @@ static void uk_fp8_gemm(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int6
         gemm_tokens(wb, 128, 128, &in, M, y, ldy, xf, kb == 0);
     }
     apply_post(y, ldy, M, a->post * W->scale2);
+}
+
+/* the batch-invariant fp8 kernel (mr_kernels.uk_inv): below the table's gemm threshold the gemv
+ * with one chain a token, which sums as the gemm does (the same exact products in the same
+ * order, the same block scaling; tests/test_kernels.c checks it), the gemm from there. The gemm
+ * alone at one token cost a third of the decode speed (bench/README.md). */
+enum { FP8_GEMM_MIN_M = 5 };
+static void uk_fp8_inv(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                       void *scratch) {
+    if (M < FP8_GEMM_MIN_M)
+        fp8_gemv_run(W, t, a, M, y, ldy, scratch, 1);
+    else
+        uk_fp8_gemm(W, t, a, M, y, ldy, scratch);
 }
 
 /* ---------------- NVFP4, int8 activations (nvfp4_y16i) ---------------- */
@@ -758,7 +788,9 @@ void mr__uk_fill_avx2(mr_kernels *k) {
         k->uk_instr[i] = e[i].instr;
     }
     k->uk_gemm_xw[MR_UK_FP8_BF16] = k->uk_gemm_xw[MR_UK_NVFP4_BF16] = k->uk_gemm_xw[MR_UK_BF16_BF16] = true;
-    k->uk_gemm_min_m = 5; /* past MTV the gemv decodes once per 4 tokens; the gemm once */
+    /* fp8's: the gemv with one chain a token up to the gemm threshold, which reads the widened x too */
+    k->uk_inv[MR_UK_FP8_BF16] = (mr_uk_entry){"uk_fp8_bf16_avx2_16x4_l1_16x128x6_inv", uk_fp8_inv};
+    k->uk_gemm_min_m = FP8_GEMM_MIN_M; /* past MTV the gemv decodes once per 4 tokens; the gemm once */
     k->uk_gemv_xq[MR_UK_NVFP4_BF16] = true;
     k->xq_row.name = "xq_row_avx2";
     k->xq_row.fn = xq_row_avx2;

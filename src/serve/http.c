@@ -683,7 +683,7 @@ static enum MHD_Result do_server_info(mr_server *s, struct MHD_Connection *c) {
     pthread_mutex_unlock(&s->met.mu);
     const char *kv = mr_kv_dtype_name(s->eo.kv_dtype);
     json_t *res = s->resolution ? json_loads(s->resolution, 0, NULL) : NULL;
-    json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:I,s:i,s:i,s:I,s:I,s:I,s:i,s:s,s:I,s:b,s:I,s:I,s:s,s:s,s:s,s:o,"
+    json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:I,s:i,s:i,s:I,s:I,s:I,s:i,s:s,s:I,s:b,s:I,s:I,s:s,s:s,s:s,s:b,s:o,"
                           "s:[{s:{s:I,s:I,s:I},s:I,s:I}]}",
                           "served_model_name", s->name, "model_path", s->model_dir, "tokenizer_path", s->model_dir,
                           "version", mr_version(), "context_length", (json_int_t)s->context_length,
@@ -697,7 +697,9 @@ static enum MHD_Result do_server_info(mr_server *s, struct MHD_Connection *c) {
                           "response_store_bytes", (json_int_t)s->o.response_store_bytes,
                           "http_threads", (json_int_t)s->o.http_threads,
                           "moe_runner", mr_model_runner_name(s->m), "activation_mode", mr_act_mode_name(mr_model_act_mode(s->m)),
-                          "kernels", mr_kernels_get()->isa, "resolution", res ? res : json_null(),
+                          "kernels", mr_kernels_get()->isa,
+                          "enable_deterministic_inference", (int)mr_kernels_get()->batch_invariant,
+                          "resolution", res ? res : json_null(),
                           "internal_states", "memory_usage", "token_capacity", (json_int_t)(s->kv_blocks * MR_KV_BLOCK_TOKENS),
                           "kv_blocks", (json_int_t)s->kv_blocks, "kv_blocks_used", (json_int_t)used,
                           "running_requests", (json_int_t)running, "waiting_requests", (json_int_t)waiting);

@@ -12,13 +12,12 @@
 # Oracle: batch invariance (a request's sums do not depend on the others, on
 # the chunking or on what the cache held), checked across the HTTP layer, the
 # scheduler's chunked prefill, the prefix cache, preemption and cancellation.
-# Both servers run the generic kernels (--kernel-isa generic), whose sums are
-# the same at every token count on every host. The SIMD kernels' are not
-# everywhere: the AMX ones are (each token's sums in the same order whatever
-# the batch), while the FMA kernels of the AVX2 and AVX-512 levels change their
-# order with the token count (more accumulator chains at one or two tokens),
-# and there a last-bit difference can flip a sampled token or a router's
-# choice. After each round B must hold no request and no KV block, and count
+# Both servers run with --enable-deterministic-inference on the host's best
+# kernels (the batch-invariant table: test_kernels / test_engine check it per
+# kernel and per engine; here it is checked through everything above). Without
+# the flag the FMA kernels of the AVX2 and AVX-512 levels change their sum
+# order with the token count, and a last-bit difference flips a sampled token
+# or a router's choice in about every round. After each round B must hold no request and no KV block, and count
 # every client that left as an abort (tests/cli/serve_invariance.py, with the
 # official `openai` client). A prefix-cache hit that claims one token too many
 # (a mutation of match_prefix) fails it.
@@ -36,12 +35,16 @@ bash "$HERE/../../scripts/openai-venv.sh" "$VENV"
 rc=$?
 if [ $rc = 77 ]; then echo "SKIPPED: the openai client cannot be installed here (see above)"; exit 77; fi
 [ $rc = 0 ] || { echo "FAIL: scripts/openai-venv.sh exited $rc"; exit 1; }
-start_server "$S/a.log" --model "$MODEL" --kernel-isa generic || exit 1
+start_server "$S/a.log" --model "$MODEL" --enable-deterministic-inference || exit 1
 URL_A=$SV_URL; PID_A=$SV_PID
-start_server "$S/serve.log" --model "$MODEL" --kernel-isa generic --kv-cache-memory 1536K --max-batch-tokens 64 --max-running-requests 64 || exit 1
+start_server "$S/serve.log" --model "$MODEL" --enable-deterministic-inference --kv-cache-memory 1536K --max-batch-tokens 64 --max-running-requests 64 || exit 1
 PID_B=$SV_PID
+for u in "$URL_A" "$SV_URL"; do # the mode the servers say they run (sglang's server_info field)
+    [ "$(curl -s "$u/get_server_info" | jq -r '.enable_deterministic_inference, .resolution.exec.deterministic_inference' | tr '\n' ' ')" = "true true " ] ||
+        bad "$u/get_server_info does not report the deterministic mode"
+done
 rounds=2; n=120
-"$M" version 2>/dev/null | grep -q ASan && rounds=1 n=40 # (the generic kernels under the sanitizers: ~4 minutes at 80)
+"$M" version 2>/dev/null | grep -q ASan && rounds=1 n=40 # (under the sanitizers: ~4 minutes at 80)
 "$VENV/bin/python" "$HERE/serve_invariance.py" "$URL_A" "$SV_URL" tiny-kjv "$MODEL/valid.txt" $rounds $n || bad "see above"
 SV_PID=$PID_A; stop_server
 [ "$SV_RC" = 0 ] || bad "server A exited $SV_RC on SIGTERM"
