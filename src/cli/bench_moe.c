@@ -54,7 +54,8 @@ static void usage(FILE *f) {
             "                      bytes and times beside MPI_Alltoallv alone on the same messages, rows\n"
             "                      per rank, each rank's RSS (--threads is per rank)\n"
             "  --no-single         with mpi: skip the one-process comparison (rank 0 then holds its\n"
-            "                      experts only)\n");
+            "                      experts only)\n"
+            "  --enable-deterministic-inference   the batch-invariant kernels (as serve's flag)\n");
 }
 
 /* The options, and what they resolve to */
@@ -123,6 +124,7 @@ static int parse_opts(int argc, char **argv, moe_opts *o, mr_moe_problem *p) {
         else if (!strcmp(a, "--stream-only")) o->stream_only = true;
         else if (!strcmp(a, "--isolate")) o->isolate = true;
         else if (!strcmp(a, "--no-single")) o->no_single = true;
+        else if (!strcmp(a, "--enable-deterministic-inference")) mr_kernels_set_batch_invariant(true);
         else if (OPT("--moe-a2a-backend")) {
             if (!strcmp(v, "mpi")) o->ep = true;
             else if (strcmp(v, "none")) {

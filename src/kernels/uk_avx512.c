@@ -91,9 +91,11 @@ INL __m512 fma_pair(__m512 acc, __m512 wo, __m512 we, const float *xp) {
     return _mm512_fmadd_ps(we, _mm512_set1_ps(xp[0]), _mm512_fmadd_ps(wo, _mm512_set1_ps(xp[1]), acc));
 }
 
+/* ONE 0 (with TWO 0): one chain a token at every count, the gemm's sums (the batch-invariant
+ * uk_fp8_f32_inv); xw: x widened by the caller (mr_uk_act.xw), read in place of x */
 INL void fp8_fma_gemv_body(const uint8_t *tile, const float *bs, int64_t Kp, const uint16_t *x, int64_t ldx,
-                           const float *xs, int64_t ldxs, float *y, int64_t ldy, float *xf, unsigned csr, const int M,
-                           const int TWO) {
+                           const float *xw, int64_t ldxw, const float *xs, int64_t ldxs, float *y, int64_t ldy,
+                           float *xf, unsigned csr, const int M, const int TWO, const int ONE) {
     const fp8_lut t = fp8_lut_load();
     const int two = M <= 4 && TWO; /* as fp8_gemv_body */
     __m512 out[MT], a0[MT], a1[MT];
@@ -105,13 +107,17 @@ INL void fp8_fma_gemv_body(const uint8_t *tile, const float *bs, int64_t Kp, con
         for (int m = 0; m < M; m++) {
             a0[m] = a1[m] = _mm512_setzero_ps();
             const uint16_t *src = x + m * ldx + kb * 128;
+            if (xw) {
+                memcpy(xf + m * 128, xw + m * ldxw + kb * 128, 128 * sizeof(float));
+                continue;
+            }
             for (int i = 0; i < 128; i += 16) {
                 const __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + i)));
                 _mm512_store_si512(xf + m * 128 + i, _mm512_slli_epi32(v, 16));
             }
         }
         sums_begin(csr);
-        if (M == 1) { /* 4 chains over 2 lines, w pinned */
+        if (M == 1 && ONE) { /* 4 chains over 2 lines, w pinned */
             a0[1] = a1[1] = _mm512_setzero_ps();
             for (int g = 0; g < 32; g += 2) {
                 __m512 w[4], v[4];
@@ -129,7 +135,7 @@ INL void fp8_fma_gemv_body(const uint8_t *tile, const float *bs, int64_t Kp, con
             a0[0] = _mm512_add_ps(a0[0], a0[1]);
             a1[0] = _mm512_add_ps(a1[0], a1[1]);
         }
-        for (int g = 0; M > 1 && g < 32; g++) {
+        for (int g = 0; (M > 1 || !ONE) && g < 32; g++) {
             __m512 w[4];
             PF_FP8(p + g * 64);
             fp8_line_f32(&t, p + g * 64, w, 0);
@@ -141,7 +147,7 @@ INL void fp8_fma_gemv_body(const uint8_t *tile, const float *bs, int64_t Kp, con
                 else a0[m] = fma_pair(a0[m], w[3], w[2], xm + 2);
             }
         }
-        if (M > 1) sums_end(csr, a0, M, a1, two ? M : 0);
+        if (M > 1 || !ONE) sums_end(csr, a0, M, a1, two ? M : 0);
         #pragma GCC unroll 16
         for (int m = 0; m < M; m++) {
             float s = bs[kb] * (xs ? xs[m * ldxs + kb] : 1.0f);
@@ -153,8 +159,8 @@ INL void fp8_fma_gemv_body(const uint8_t *tile, const float *bs, int64_t Kp, con
     for (int m = 0; m < M; m++) _mm512_storeu_ps(y + m * ldy, out[m]);
 }
 
-static void uk_fp8_f32_gemv(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
-                            void *scratch) {
+INL void fp8_f32_gemv_run(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                          void *scratch, const int ONE) {
     const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
     const float *bs = W->tscale + t * (W->Kp / 128);
     const unsigned csr = _mm_getcsr();
@@ -162,10 +168,11 @@ static void uk_fp8_f32_gemv(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, 
     for (int64_t m0 = 0, mt; m0 < M; m0 += mt) {
         mt = token_block(M - m0, MT);
         const uint16_t *x = (const uint16_t *)a->x + m0 * a->ldx;
+        const float *xw = a->xw ? a->xw + m0 * a->ldxw : NULL;
         const float *xs = a->xs ? a->xs + m0 * a->ldxs : NULL;
-#define CALL(n) fp8_fma_gemv_body(tile, bs, W->Kp, x, a->ldx, xs, a->ldxs, y + m0 * ldy, ldy, xf, csr, n, 1)
-#define CALL1(n) fp8_fma_gemv_body(tile, bs, W->Kp, x, a->ldx, xs, a->ldxs, y + m0 * ldy, ldy, xf, csr, n, 0)
-        if (M <= 4) {
+#define CALL(n) fp8_fma_gemv_body(tile, bs, W->Kp, x, a->ldx, xw, a->ldxw, xs, a->ldxs, y + m0 * ldy, ldy, xf, csr, n, 1, 1)
+#define CALL1(n) fp8_fma_gemv_body(tile, bs, W->Kp, x, a->ldx, xw, a->ldxw, xs, a->ldxs, y + m0 * ldy, ldy, xf, csr, n, 0, ONE)
+        if (M <= 4 && ONE) {
             DISPATCH_MT(mt, CALL)
         } else {
             DISPATCH_MT(mt, CALL1)
@@ -174,6 +181,10 @@ static void uk_fp8_f32_gemv(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, 
 #undef CALL1
     }
     apply_post(y, ldy, M, a->post * W->scale2);
+}
+static void uk_fp8_f32_gemv(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                            void *scratch) {
+    fp8_f32_gemv_run(W, t, a, M, y, ldy, scratch, 1);
 }
 
 /* fp8 gemm on fp32 FMAs (the table's choice where the CPU has AVX512-FP16,
@@ -255,6 +266,18 @@ static void uk_fp8_f32_gemm(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, 
         }
     }
     apply_post(y, ldy, M, a->post * W->scale2);
+}
+
+/* the batch-invariant fp8 kernel (mr_kernels.uk_inv): below the gemm threshold the gemv with one
+ * chain a token at every count (it sums as the gemm does, test_fp8_fma_gemv_is_gemm), the gemm
+ * from there; both read the widened x where given */
+enum { FP8_F32_GEMM_MIN_M = 6 };
+static void uk_fp8_f32_inv(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                           void *scratch) {
+    if (M < FP8_F32_GEMM_MIN_M)
+        fp8_f32_gemv_run(W, t, a, M, y, ldy, scratch, 0);
+    else
+        uk_fp8_f32_gemm(W, t, a, M, y, ldy, scratch);
 }
 
 
@@ -453,10 +476,10 @@ void mr__uk_fill_avx512(mr_kernels *k) {
     k->uk_gemv[MR_UK_BF16_BF16].fn = k->uk_gemm[MR_UK_BF16_BF16].fn = uk_bf16_bf16;
     k->uk_gemv[MR_UK_BF16_F32].name = k->uk_gemm[MR_UK_BF16_F32].name = "uk_bf16_f32_avx512_16x8";
     k->uk_gemv[MR_UK_BF16_F32].fn = k->uk_gemm[MR_UK_BF16_F32].fn = uk_bf16_f32;
-    /* batch-invariant: the fp8 gemm (one chain a token at every count), the others without
+    /* batch-invariant: fp8 one chain a token at every count (uk_fp8_f32_inv), the others without
      * their one-token chains (the nvfp4 bf16 kernel has none; its fixed-point gemv input is
      * off in that table) */
-    k->uk_inv[MR_UK_FP8_BF16] = k->uk_gemm[MR_UK_FP8_BF16];
+    k->uk_inv[MR_UK_FP8_BF16] = (mr_uk_entry){"uk_fp8_f32_avx512_16x8_l1_16x128x16_inv", uk_fp8_f32_inv};
     k->uk_inv[MR_UK_NVFP4_I8].name = "uk_nvfp4_i8_avx512_16x16_inv";
     k->uk_inv[MR_UK_NVFP4_I8].fn = uk_nvfp4_i8_inv;
     k->uk_inv[MR_UK_NVFP4_BF16] = k->uk_gemm[MR_UK_NVFP4_BF16];
@@ -466,7 +489,7 @@ void mr__uk_fill_avx512(mr_kernels *k) {
     k->uk_inv[MR_UK_BF16_F32].fn = uk_bf16_f32_inv;
     /* the fp8 gemm from 6 tokens an expert (bench moe on Intel: T = 256 / 512 -8% / -14% against
      * 16); a gemv call of 5+ tokens sums as the gemm does (fp8_gemv_body), so this changes no result */
-    k->uk_gemm_min_m = 6;
+    k->uk_gemm_min_m = FP8_F32_GEMM_MIN_M;
     for (int i = 0; i < MR_UK_COUNT; i++) /* the AVX2 level below set them for its own kernels */
         k->uk_gemm_xw[i] = k->uk_gemv_xq[i] = false;
     k->uk_gemv_xq[MR_UK_NVFP4_BF16] = true; /* x as fixed point for the gemv (xq_row: the AVX2 level's) */

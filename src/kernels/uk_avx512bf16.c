@@ -14,8 +14,10 @@
 #define DP(acc, w, xv) _mm512_dpbf16_ps((acc), (__m512bh)(w), (__m512bh)(xv))
 #include "kernels/uk_avx512.h"
 
+/* ONE 0 (with TWO 0): one chain a token at every count (the batch-invariant uk_fp8_bf16_inv) */
 INL void fp8_gemv_body(const uint8_t *tile, const float *bs, int64_t Kp, const uint16_t *x, int64_t ldx,
-                       const float *xs, int64_t ldxs, float *y, int64_t ldy, const int M, const int TWO) {
+                       const float *xs, int64_t ldxs, float *y, int64_t ldy, const int M, const int TWO,
+                       const int ONE) {
     const fp8_lut t = fp8_lut_load();
     /* two accumulator chains per token while registers allow, in calls of at most 4 tokens
      * only: a call of 5+ (e.g. 9 = 5 + 4) keeps one chain in every block, the sums of
@@ -29,7 +31,7 @@ INL void fp8_gemv_body(const uint8_t *tile, const float *bs, int64_t Kp, const u
         const uint8_t *p = tile + kb * 2048;
         #pragma GCC unroll 16
         for (int m = 0; m < M; m++) a0[m] = a1[m] = _mm512_setzero_ps();
-        if (M == 1) { /* 4 chains over 2 lines, w pinned: +14% hot (bench/README.md) */
+        if (M == 1 && ONE) { /* 4 chains over 2 lines, w pinned: +14% hot (bench/README.md) */
             __m512 a23[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
             for (int g = 0; g < 32; g += 2) {
                 __m512i z0, z1, z2, z3;
@@ -46,7 +48,7 @@ INL void fp8_gemv_body(const uint8_t *tile, const float *bs, int64_t Kp, const u
             a0[0] = _mm512_add_ps(a0[0], a23[0]);
             a1[0] = _mm512_add_ps(a1[0], a23[1]);
         }
-        for (int g = 0; M > 1 && g < 32; g++) {
+        for (int g = 0; (M > 1 || !ONE) && g < 32; g++) {
             __m512i z0, z1;
             PF_FP8(p + g * 64);
             fp8_line_bf16(&t, p + g * 64, &z0, &z1, 0);
@@ -69,18 +71,17 @@ INL void fp8_gemv_body(const uint8_t *tile, const float *bs, int64_t Kp, const u
     for (int m = 0; m < M; m++) _mm512_storeu_ps(y + m * ldy, out[m]);
 }
 
-static void uk_fp8_bf16_gemv(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
-                             void *scratch) {
-    (void)scratch;
+INL void fp8_bf16_gemv_run(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                           const int ONE) {
     const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
     const float *bs = W->tscale + t * (W->Kp / 128);
     for (int64_t m0 = 0, mt; m0 < M; m0 += mt) {
         mt = token_block(M - m0, MT);
         const uint16_t *x = (const uint16_t *)a->x + m0 * a->ldx;
         const float *xs = a->xs ? a->xs + m0 * a->ldxs : NULL;
-#define CALL(n) fp8_gemv_body(tile, bs, W->Kp, x, a->ldx, xs, a->ldxs, y + m0 * ldy, ldy, n, 1)
-#define CALL1(n) fp8_gemv_body(tile, bs, W->Kp, x, a->ldx, xs, a->ldxs, y + m0 * ldy, ldy, n, 0)
-        if (M <= 4) {
+#define CALL(n) fp8_gemv_body(tile, bs, W->Kp, x, a->ldx, xs, a->ldxs, y + m0 * ldy, ldy, n, 1, 1)
+#define CALL1(n) fp8_gemv_body(tile, bs, W->Kp, x, a->ldx, xs, a->ldxs, y + m0 * ldy, ldy, n, 0, ONE)
+        if (M <= 4 && ONE) {
             DISPATCH_MT(mt, CALL)
         } else {
             DISPATCH_MT(mt, CALL1)
@@ -89,6 +90,11 @@ static void uk_fp8_bf16_gemv(const mr_pmatrix *W, int64_t t, const mr_uk_act *a,
 #undef CALL1
     }
     apply_post(y, ldy, M, a->post * W->scale2);
+}
+static void uk_fp8_bf16_gemv(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                             void *scratch) {
+    (void)scratch;
+    fp8_bf16_gemv_run(W, t, a, M, y, ldy, 1);
 }
 
 INL void fp8_gemm_tok(const __m512i *buf, const uint16_t *x, int64_t ldx, const float *xs, int64_t ldxs, float s0,
@@ -125,6 +131,18 @@ static void uk_fp8_bf16_gemm(const mr_pmatrix *W, int64_t t, const mr_uk_act *a,
     apply_post(y, ldy, M, a->post * W->scale2);
 }
 
+/* the batch-invariant fp8 kernel (mr_kernels.uk_inv) of this table without AVX512-FP16: below the
+ * gemm threshold the gemv with one chain a token at every count (its sums are the gemm's, above),
+ * the gemm from there */
+enum { FP8_BF16_GEMM_MIN_M = 16 };
+static void uk_fp8_bf16_inv(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
+                            void *scratch) {
+    if (M < FP8_BF16_GEMM_MIN_M)
+        fp8_bf16_gemv_run(W, t, a, M, y, ldy, 0);
+    else
+        uk_fp8_bf16_gemm(W, t, a, M, y, ldy, scratch);
+}
+
 
 void mr__uk_fill_avx512bf16(mr_kernels *k) {
     k->uk_gemv[MR_UK_FP8_BF16].name = "uk_fp8_bf16_avx512_16x8";
@@ -143,7 +161,7 @@ void mr__uk_fill_avx512bf16(mr_kernels *k) {
     }
     k->uk_gemm[MR_UK_FP8_BF16].name = "uk_fp8_bf16_avx512_l1_16x128x8";
     k->uk_gemm[MR_UK_FP8_BF16].fn = uk_fp8_bf16_gemm;
-    k->uk_inv[MR_UK_FP8_BF16] = k->uk_gemm[MR_UK_FP8_BF16];
+    k->uk_inv[MR_UK_FP8_BF16] = (mr_uk_entry){"uk_fp8_bf16_avx512_16x8_l1_16x128x8_inv", uk_fp8_bf16_inv};
     k->uk_gemm_xw[MR_UK_FP8_BF16] = false; /* it takes bf16 x as it is */
-    k->uk_gemm_min_m = 16; /* dev/perf: fp8.v3 equals v1 at 16 tokens per expert and wins above */
+    k->uk_gemm_min_m = FP8_BF16_GEMM_MIN_M; /* dev/perf: fp8.v3 equals v1 at 16 tokens per expert and wins above */
 }
