@@ -90,6 +90,44 @@ static void test_precedence(void **st) {
     assert_string_equal(argv[2], "pos");
     mr_options_free(&o);
 
+    /* an on/off option (sglang's --enable-deterministic-inference): the flag alone is on and takes
+     * nothing after it; =off and the environment give the value; anything else is refused */
+    setenv("MOERUN_ENABLE_DETERMINISTIC_INFERENCE", "on", 1);
+    char q0[] = "serve", q1[] = "--enable-deterministic-inference", q2[] = "pos", q3[] = "--threads", q4[] = "2";
+    char *qv4[] = {q0, q1, q2, q3, q4, NULL};
+    argc = 5;
+    assert_int_equal(mr_options_init(&o), MR_OK);
+    assert_int_equal(mr_options_parse(&o, &argc, qv4, true), MR_OK);
+    assert_string_equal(mr_options_get(&o, MR_OPT_DETERMINISTIC_INFERENCE), "on");
+    assert_int_equal(o.source[MR_OPT_DETERMINISTIC_INFERENCE], MR_SRC_FLAG);
+    assert_int_equal(argc, 2);
+    assert_string_equal(qv4[1], "pos");
+    assert_int_equal(mr_options_get_int(&o, MR_OPT_THREADS), 2);
+    mr_options_free(&o);
+    char r0[] = "serve", r1[] = "--enable-deterministic-inference=off";
+    char *qv5[] = {r0, r1, NULL};
+    argc = 2;
+    assert_int_equal(mr_options_init(&o), MR_OK);
+    assert_int_equal(mr_options_parse(&o, &argc, qv5, true), MR_OK);
+    assert_string_equal(mr_options_get(&o, MR_OPT_DETERMINISTIC_INFERENCE), "off"); /* the flag beats the env */
+    mr_options_free(&o);
+    char t0[] = "serve";
+    char *qv6[] = {t0, NULL};
+    argc = 1;
+    assert_int_equal(mr_options_init(&o), MR_OK);
+    assert_int_equal(mr_options_parse(&o, &argc, qv6, true), MR_OK);
+    assert_string_equal(mr_options_get(&o, MR_OPT_DETERMINISTIC_INFERENCE), "on");
+    assert_int_equal(o.source[MR_OPT_DETERMINISTIC_INFERENCE], MR_SRC_ENV);
+    mr_options_free(&o);
+    unsetenv("MOERUN_ENABLE_DETERMINISTIC_INFERENCE");
+    char u0[] = "serve", u1[] = "--enable-deterministic-inference=yes";
+    char *qv7[] = {u0, u1, NULL};
+    argc = 2;
+    assert_int_equal(mr_options_init(&o), MR_OK);
+    assert_int_equal(mr_options_parse(&o, &argc, qv7, true), MR_EINVAL);
+    assert_non_null(strstr(mr_error_last(), "off, on"));
+    mr_options_free(&o);
+
     /* strict mode: a leftover flag is an error naming the valid ones */
     char b0[] = "resolve", b1[] = "--moe-runner", b2[] = "fused";
     char *argv2[] = {b0, b1, b2, NULL};

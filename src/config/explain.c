@@ -255,7 +255,7 @@ char *mr_resolution_json(const mr_resolution *r) {
         bad |= add(je, "cpu_flags", json_string(fl));
         bad |= add(je, "threads", json_integer(x->threads));
         bad |= add(je, "step_threads", json_string(x->step_threads_fixed ? "fixed" : "adaptive"));
-        bad |= add(je, "deterministic_inference", json_boolean(x->batch_invariant));
+        bad |= add(je, "enable_deterministic_inference", json_boolean(x->batch_invariant));
         json_t *jl = json_object();
         const char *g = x->layout.gateup == MR_GATEUP_CONCAT        ? "concat"
                         : x->layout.gateup == MR_GATEUP_INTERLEAVED ? "interleaved"

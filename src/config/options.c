@@ -102,13 +102,13 @@ static const mr_option_def table[MR_OPT_COUNT] = {
                              "measures faster (beside other work a parallel region waits for a preempted thread); "
                              "fixed: always all of threads",
                              "MOERUN_STEP_THREADS", "--step-threads"},
-    [MR_OPT_DETERMINISTIC_INFERENCE] = {MR_OPT_DETERMINISTIC_INFERENCE, "deterministic_inference", MR_OPT_ENUM, "off",
+    [MR_OPT_DETERMINISTIC_INFERENCE] = {MR_OPT_DETERMINISTIC_INFERENCE, "enable_deterministic_inference", MR_OPT_ENUM, "off",
                                         v_onoff, 0, 0, false,
                                         "batch-invariant kernels: a request's logits and sampled tokens do not depend "
                                         "on the requests beside it, its prompt's chunking or a prefix-cache hit, the "
                                         "same bits every run (sglang's flag; the flag alone means on; costs speed on "
                                         "the FMA kernels, none on AMX: docs/serve.md \"Determinism\")",
-                                        "MOERUN_DETERMINISTIC_INFERENCE", "--enable-deterministic-inference"},
+                                        "MOERUN_ENABLE_DETERMINISTIC_INFERENCE", "--enable-deterministic-inference"},
 };
 
 const char *mr_opt_source_name(mr_opt_source s) {

@@ -500,7 +500,7 @@ static mr_status pass_platform(mr_resolution *r) {
         mr_kernels k; /* the table these flags build, in its batch-invariant form */
         mr_kernels_init(&k, r->w.cpu_flags);
         mr_kernels_batch_invariant(&k);
-        s = mr__decl(r, MR_DECL_NOTE, SRC, "deterministic_inference", "on",
+        s = mr__decl(r, MR_DECL_NOTE, SRC, "enable_deterministic_inference", "on",
                      "every expert call takes the %s level's batch-invariant kernel at every token count (fp8: %s, "
                      "nvfp4 int8: %s, nvfp4 bf16: %s, bf16: %s / %s); the dense and attention kernels are "
                      "batch-invariant already, so a request's logits do not depend on the requests beside it",

@@ -40,7 +40,7 @@ URL_A=$SV_URL; PID_A=$SV_PID
 start_server "$S/serve.log" --model "$MODEL" --enable-deterministic-inference --kv-cache-memory 1536K --max-batch-tokens 64 --max-running-requests 64 || exit 1
 PID_B=$SV_PID
 for u in "$URL_A" "$SV_URL"; do # the mode the servers say they run (sglang's server_info field)
-    [ "$(curl -s "$u/get_server_info" | jq -r '.enable_deterministic_inference, .resolution.exec.deterministic_inference' | tr '\n' ' ')" = "true true " ] ||
+    [ "$(curl -s "$u/get_server_info" | jq -r '.enable_deterministic_inference, .resolution.exec.enable_deterministic_inference' | tr '\n' ' ')" = "true true " ] ||
         bad "$u/get_server_info does not report the deterministic mode"
 done
 rounds=2; n=120
