@@ -382,16 +382,7 @@ INL void nvfp4_i8_run(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_
 #undef CALL
     }
 }
-static void uk_nvfp4_i8(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
-                        void *scratch) {
-    (void)scratch;
-    nvfp4_i8_run(W, t, a, M, y, ldy, 1);
-}
-static void uk_nvfp4_i8_inv(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
-                            void *scratch) {
-    (void)scratch;
-    nvfp4_i8_run(W, t, a, M, y, ldy, 0);
-}
+UK_WITH_INV(uk_nvfp4_i8, nvfp4_i8_run, 1, 0)
 
 INL void bf16_f32_body(const uint8_t *tile, int64_t Kp, const float *x, int64_t ldx, float *y, int64_t ldy,
                        const int M, const int ONE) {
@@ -439,16 +430,7 @@ INL void bf16_f32_run(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_
     }
     apply_post(y, ldy, M, a->post * W->scale2);
 }
-static void uk_bf16_f32(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
-                        void *scratch) {
-    (void)scratch;
-    bf16_f32_run(W, t, a, M, y, ldy, 1);
-}
-static void uk_bf16_f32_inv(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
-                            void *scratch) {
-    (void)scratch;
-    bf16_f32_run(W, t, a, M, y, ldy, 0);
-}
+UK_WITH_INV(uk_bf16_f32, bf16_f32_run, 1, 0)
 
 /* benchmark isolation (kernels.h uk_stream): the tile read by the read
  * probe's own loop (mr__probe_read_avx2: ymm loads, each line's prefetch

@@ -80,6 +80,20 @@ static void apply_post(float *y, int64_t ldy, int64_t M, float post) {
     for (int64_t m = 0; m < M; m++) _mm512_storeu_ps(y + m * ldy, _mm512_mul_ps(_mm512_loadu_ps(y + m * ldy), p));
 }
 
+/* A kernel and its batch-invariant form (mr_kernels.uk_inv) over one body run(W, t, a, M, y,
+ * ldy, flag): NAME with flag FAST, NAME_inv with flag INV. */
+#define UK_WITH_INV(NAME, run, FAST, INV)                                                                       \
+    static void NAME(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,     \
+                     void *scratch) {                                                                           \
+        (void)scratch;                                                                                          \
+        run(W, t, a, M, y, ldy, FAST);                                                                          \
+    }                                                                                                           \
+    static void NAME##_inv(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y,            \
+                           int64_t ldy, void *scratch) {                                                        \
+        (void)scratch;                                                                                          \
+        run(W, t, a, M, y, ldy, INV);                                                                           \
+    }
+
 /* Tokens of the next register block when `left` remain: the blocks of a
  * call are balanced (17 = 6 + 6 + 5, not 8 + 8 + 1), because a block of 1-2
  * tokens runs at about half the compute rate of 5-8 (dev/perf/hot_uk). */
@@ -387,15 +401,6 @@ INL void bf16_run(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M,
     }
     apply_post(y, ldy, M, a->post * W->scale2);
 }
-static void uk_bf16_bf16(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
-                         void *scratch) {
-    (void)scratch;
-    bf16_run(W, t, a, M, y, ldy, 0);
-}
-static void uk_bf16_bf16_inv(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
-                             void *scratch) {
-    (void)scratch;
-    bf16_run(W, t, a, M, y, ldy, 1);
-}
+UK_WITH_INV(uk_bf16_bf16, bf16_run, 0, 1)
 
 #endif
