@@ -4,9 +4,10 @@
 # streamed and whole, greedy and seeded sampling with n = 1 or 2, stop strings,
 # logprobs, prompts of ~20-800 tokens cut from six shared prefixes) give the
 # same texts, finish reasons and log-probabilities, to the bit, from a server
-# that runs them one at a time with room to spare (A) and, in two rounds, from
-# one that runs 64 at once in a 48-block KV pool with 64-token prefill chunks
-# (B), where they share prefix blocks, are preempted and recomputed, and a fifth
+# that runs them one at a time on one thread with room to spare (A) and, in
+# two rounds, from one that runs 64 at once on all threads in a 48-block KV
+# pool with 64-token prefill chunks (B), where they share prefix blocks, are
+# preempted and recomputed, and a fifth
 # of the clients leave mid-request; prompts longer than B's whole pool get a 400
 # naming --kv-cache-memory. Under the sanitizers: 40 requests, one round of B.
 # Oracle: batch invariance (a request's sums do not depend on the others, on
@@ -35,7 +36,7 @@ bash "$HERE/../../scripts/openai-venv.sh" "$VENV"
 rc=$?
 if [ $rc = 77 ]; then echo "SKIPPED: the openai client cannot be installed here (see above)"; exit 77; fi
 [ $rc = 0 ] || { echo "FAIL: scripts/openai-venv.sh exited $rc"; exit 1; }
-start_server "$S/a.log" --model "$MODEL" --enable-deterministic-inference || exit 1
+start_server "$S/a.log" --model "$MODEL" --enable-deterministic-inference --threads 1 || exit 1
 URL_A=$SV_URL; PID_A=$SV_PID
 start_server "$S/serve.log" --model "$MODEL" --enable-deterministic-inference --kv-cache-memory 1536K --max-batch-tokens 64 --max-running-requests 64 || exit 1
 PID_B=$SV_PID
