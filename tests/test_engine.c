@@ -35,6 +35,7 @@ typedef struct {
     bool no_prefix;
     bool adaptive_threads; /* step_threads adaptive (the tests run fixed unless they ask) */
     mr_act_mode act;       /* the experts' activation mode (AUTO: the weights' default) */
+    const char *dir;       /* the checkpoint (NULL: tests/data/model/tiny) */
 } eng_cfg;
 
 static void eng_open(eng *g, const eng_cfg *c) {
@@ -44,7 +45,7 @@ static void eng_open(eng *g, const eng_cfg *c) {
                         .fixed_threads = !c->adaptive_threads};
     mr_model_opts mo = {.runner = c->runner ? c->runner : "routed", .act_mode = c->act, .quiet = true};
     mr_engine_model_opts(&o, &mo);
-    mr_status st = mr_model_open(tu_data("model/tiny"), &mo, &g->m);
+    mr_status st = mr_model_open(c->dir ? c->dir : tu_data("model/tiny"), &mo, &g->m);
     if (st) fprintf(stderr, "open: %s\n", mr_error_last());
     assert_int_equal(st, MR_OK);
     st = mr_engine_new(g->m, &o, &g->e);
@@ -394,18 +395,20 @@ static void test_batch_invariance(void **state) {
  * The oracle is the request alone: the raw logits row behind each of its tokens, bit for bit,
  * against the same request among 47 others that arrive together (prefill chunks of the 96-token
  * step, decode batches of every size as requests come and go) after the first pass filled the
- * prefix cache (cache hits of every length). Both bf16 expert kinds of the tiny model (w16a32:
- * BF16_F32, w16a16: BF16_BF16) on whatever kernel level the process has (ctest runs this suite
- * on each: MR_ISA_SUITES). Returns the tokens whose logits differ; with the mode off that is
- * printed, not checked (the generic and AMX kernels are batch-invariant anyway). */
-static uint64_t bits_hash(const float *v, int n) {
+ * prefix cache (cache hits of every length). Every expert kind: the tiny model's bf16 experts in
+ * w16a32 (BF16_F32) and w16a16 (BF16_BF16), gen-tiny FP8 checkpoints in w8a8 and w8a16
+ * (FP8_BF16) and NVFP4 ones in w4a4, w4a8 (NVFP4_I8) and w4a16 (NVFP4_BF16), on whatever kernel
+ * level the process has (ctest runs this suite on each: MR_ISA_SUITES). Returns the tokens whose
+ * logits differ; with the mode off that is printed, not checked (the generic and AMX kernels are
+ * batch-invariant anyway). */
+static uint64_t bits_hash(const float *v, int64_t n) {
     uint64_t h = 1469598103934665603ull;
     const unsigned char *b = (const unsigned char *)v;
     for (size_t i = 0; i < (size_t)n * sizeof(float); i++) h = (h ^ b[i]) * 1099511628211ull;
     return h;
 }
 
-static int logits_differ(mr_act_mode act, bool invariant) {
+static int logits_differ(const char *dir, mr_act_mode act, bool invariant) {
     enum { N = 48, G = 6 };
     mr_kernels_set_batch_invariant(invariant);
     tu_rng rng = {0xD37};
@@ -413,10 +416,12 @@ static int logits_differ(mr_act_mode act, bool invariant) {
     int64_t len[N];
     rand_prompts(&rng, prompt[0], 60, len, N, 1, 60);
     for (int i = 1; i < N; i += 3) memcpy(prompt[i], prompt[i - 1], 30 * sizeof(int32_t)); /* shared prefixes */
-    eng_cfg c = {.kv = MR_FMT_F32, .blocks = 512, .budget = 96, .running = 64, .ctx = 256, .act = act};
+    eng_cfg c = {.kv = MR_FMT_F32, .blocks = 512, .budget = 96, .running = 64, .ctx = 256, .act = act, .dir = dir};
     eng g;
     eng_open(&g, &c);
     assert_int_equal(mr_kernels_get()->batch_invariant, invariant);
+    assert_int_equal(mr_model_act_mode(g.m), act);
+    const int64_t vocab = mr_model_config_of(g.m)->vocab;
     static uint64_t h[2][N][G];
     int differ = 0;
     for (int pass = 0; pass < 2; pass++) {
@@ -435,7 +440,7 @@ static int logits_differ(mr_act_mode act, bool invariant) {
                     if (!v->n_tokens) continue;
                     assert_non_null(v->logits);
                     assert_true(v->n_generated >= 1 && v->n_generated <= G);
-                    h[pass][(intptr_t)v->user][v->n_generated - 1] = bits_hash(v->logits, V);
+                    h[pass][(intptr_t)v->user][v->n_generated - 1] = bits_hash(v->logits, vocab);
                 }
             }
         }
@@ -449,14 +454,30 @@ static int logits_differ(mr_act_mode act, bool invariant) {
 
 static void test_deterministic_inference(void **state) {
     (void)state;
-    const mr_act_mode acts[2] = {MR_ACT_W16A32, MR_ACT_W16A16};
-    for (int a = 0; a < 2; a++) {
-        const int off = logits_differ(acts[a], false), on = logits_differ(acts[a], true);
+    char *tmp = tu_tmpdir("deterministic");
+    char fp8[512], nvfp4[512];
+    snprintf(fp8, sizeof fp8, "%s/fp8", tmp);
+    snprintf(nvfp4, sizeof nvfp4, "%s/nvfp4", tmp);
+    mr_tiny_params tp = {.hidden = 128, .layers = 2, .experts = 16, .top_k = 4, .inter = 128, .heads = 4, .kv_heads = 2,
+                         .head_dim = 32, .rotary_dim = 16, .vocab = 256, .quant = MR_FMT_FP8_BLOCK, .seed = 5};
+    assert_int_equal(mr_tiny_write(fp8, &tp), MR_OK);
+    tp.quant = MR_FMT_NVFP4;
+    assert_int_equal(mr_tiny_write(nvfp4, &tp), MR_OK);
+    const struct {
+        const char *dir;
+        mr_act_mode act;
+    } cases[] = {{NULL, MR_ACT_W16A32}, {NULL, MR_ACT_W16A16}, {fp8, MR_ACT_W8A8},   {fp8, MR_ACT_W8A16},
+                 {nvfp4, MR_ACT_W4A4},  {nvfp4, MR_ACT_W4A8},  {nvfp4, MR_ACT_W4A16}};
+    for (size_t a = 0; a < sizeof cases / sizeof cases[0]; a++) {
+        const int off = logits_differ(cases[a].dir, cases[a].act, false);
+        const int on = logits_differ(cases[a].dir, cases[a].act, true);
         print_message("%s %s: tokens whose logits differ alone and in the batch: %d with the fastest kernels, %d "
                       "batch-invariant\n",
-                      mr_kernels_get()->isa, mr_act_mode_name(acts[a]), off, on);
+                      mr_kernels_get()->isa, mr_act_mode_name(cases[a].act), off, on);
         assert_int_equal(on, 0);
     }
+    tu_rmtree(tmp);
+    free(tmp);
 }
 
 /* ---- threads per step (threads.c) ---- */
