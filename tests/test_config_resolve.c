@@ -814,6 +814,25 @@ static void test_json_and_summary(void **st) {
                               "threads=2 (fused refused: routing method minimax2 is not implemented by fused)");
     mr_resolution_free(r);
 
+    /* --enable-deterministic-inference: in the summary line, the JSON and a note naming the kernels */
+    assert_int_equal(resolve("minimax_m2_nvfp4_flat", &r, "enable_deterministic_inference", "on", NULL), MR_OK);
+    mr_resolution_summary(r, line, sizeof line);
+    assert_non_null(strstr(line, " threads=2 deterministic ("));
+    js = mr_resolution_json(r);
+    root = json_loads(js, 0, &err);
+    assert_non_null(root);
+    assert_true(json_is_true(json_object_get(json_object_get(root, "exec"), "enable_deterministic_inference")));
+    json_decref(root);
+    mr_free(js);
+    bool noted = false;
+    for (int i = 0; i < mr_resolution_decl_count(r); i++) {
+        const mr_decl *d = mr_resolution_decl_at(r, i);
+        noted |= !strcmp(d->field, "enable_deterministic_inference") && strstr(d->reason, "batch-invariant kernel");
+    }
+    assert_true(noted);
+    assert_true(mr_resolution_exec(r)->batch_invariant);
+    mr_resolution_free(r);
+
     /* a failure explains itself in JSON too */
     assert_int_equal(resolve("minimax_m2_nvfp4_flat", &r, "moe_runner_backend", "fused", NULL), MR_ERESOLVE);
     js = mr_resolution_json(r);

@@ -152,9 +152,9 @@ void mr_resolution_summary(const mr_resolution *r, char *buf, size_t n) {
         ref[used] = ')';
         ref[used + 1] = 0;
     }
-    snprintf(buf, n, "resolved: %s %s %s runner=%s a2a=%s isa=%s threads=%d%s", x->model->architecture,
+    snprintf(buf, n, "resolved: %s %s %s runner=%s a2a=%s isa=%s threads=%d%s%s", x->model->architecture,
              mr_quant_name(x->quant), mr_act_mode_name(x->act_mode), x->runner->name, mr_a2a_name(x->a2a),
-             mr_kernel_isa_name(x->kernel_isa), x->threads, ref);
+             mr_kernel_isa_name(x->kernel_isa), x->threads, x->batch_invariant ? " deterministic" : "", ref);
 }
 
 /* ---- JSON ---- */
