@@ -104,12 +104,21 @@ static void test_precedence(void **st) {
     assert_string_equal(qv4[1], "pos");
     assert_int_equal(mr_options_get_int(&o, MR_OPT_THREADS), 2);
     mr_options_free(&o);
-    char r0[] = "serve", r1[] = "--enable-deterministic-inference=off";
+    char r0[] = "serve", r1[] = "--enable-deterministic-inference=off", r2[] = "--enable-deterministic-inference",
+         r3[] = "off", r4[] = "pos";
     char *qv5[] = {r0, r1, NULL};
     argc = 2;
     assert_int_equal(mr_options_init(&o), MR_OK);
     assert_int_equal(mr_options_parse(&o, &argc, qv5, true), MR_OK);
     assert_string_equal(mr_options_get(&o, MR_OPT_DETERMINISTIC_INFERENCE), "off"); /* the flag beats the env */
+    mr_options_free(&o);
+    char *qv5b[] = {r0, r2, r3, r4, NULL}; /* a following on / off is the value; anything else is not */
+    argc = 4;
+    assert_int_equal(mr_options_init(&o), MR_OK);
+    assert_int_equal(mr_options_parse(&o, &argc, qv5b, true), MR_OK);
+    assert_string_equal(mr_options_get(&o, MR_OPT_DETERMINISTIC_INFERENCE), "off");
+    assert_int_equal(argc, 2);
+    assert_string_equal(qv5b[1], "pos");
     mr_options_free(&o);
     char t0[] = "serve";
     char *qv6[] = {t0, NULL};

@@ -31,7 +31,7 @@ static const char *const v_log[] = {"debug", "info", "warn", "error", "off", NUL
 static const char *const v_kv_dtype[] = {"auto", "bf16", "fp32", "fp8_e4m3", "fp8_e5m2", "fp8", NULL};
 static const char *const v_step_threads[] = {"adaptive", "fixed", NULL};
 /* an on/off option: its flag alone means on (sglang's --enable-deterministic-inference takes no
- * value); --flag=off, and the environment, give the value */
+ * value); --flag=off, --flag off, and the environment give the value */
 static const char *const v_onoff[] = {"off", "on", NULL};
 
 /* Rows are indexed by mr_opt_id (checked by mr_option_at's assertion). */
@@ -334,8 +334,8 @@ mr_status mr_options_parse(mr_options *o, int *argc, char **argv, bool allow_oth
         const char *val;
         if (eq) {
             val = eq + 1;
-        } else if (d->values == v_onoff) {
-            val = "on";
+        } else if (d->values == v_onoff) { /* alone: on; a following "on" or "off" is its value */
+            val = i + 1 < n && (!strcmp(argv[i + 1], "on") || !strcmp(argv[i + 1], "off")) ? argv[++i] : "on";
         } else {
             if (i + 1 >= n) return mr_error_set(MR_EINVAL, "%s needs a value", d->flag);
             if (!strncmp(argv[i + 1], "--", 2))
@@ -377,7 +377,7 @@ void mr_options_print_help(FILE *f) {
         else
             snprintf(vals, sizeof vals, "text");
         if (d->values == v_onoff) /* the flag alone, or =off */
-            fprintf(f, "  %s[=off|on]\n      %s\n      default: %s; env %s (off, on)\n", d->flag, d->help, d->def,
+            fprintf(f, "  %s [off|on]\n      %s\n      default: %s; env %s (off, on)\n", d->flag, d->help, d->def,
                     d->env);
         else
             fprintf(f, "  %s <%s>\n      %s\n      default: %s%s; env %s\n", d->flag, vals, d->help,
