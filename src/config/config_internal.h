@@ -17,6 +17,7 @@ typedef struct {
     uint32_t cpu_flags;       /* limited to kernel_isa */
     const char *cpu_origin;   /* "detected" / "simulated" */
     mr_kernel_isa isa;
+    bool batch_invariant;     /* enable_deterministic_inference=on (the platform pass) */
     int threads;
     const mr_moe_runner *runner; /* NULL while undecided */
     const mr_moe_runner *preferred; /* model_overrides' preference, if any */

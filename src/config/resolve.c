@@ -496,7 +496,8 @@ static mr_status pass_platform(mr_resolution *r) {
                         "ARCH_REQ_XCOMP_PERM): the experts and the dense projections run without AMX");
         if (s != MR_OK) return s;
     }
-    if (!strcmp(mr__user_value(r, MR_OPT_DETERMINISTIC_INFERENCE), "on")) {
+    r->w.batch_invariant = !strcmp(mr__user_value(r, MR_OPT_DETERMINISTIC_INFERENCE), "on");
+    if (r->w.batch_invariant) {
         mr_kernels k; /* the table these flags build, in its batch-invariant form */
         mr_kernels_init(&k, r->w.cpu_flags);
         mr_kernels_batch_invariant(&k);
@@ -1146,7 +1147,7 @@ static mr_status pass_publish(mr_resolution *r) {
     e.context_length = r->w.context_length;
     e.ep_timeout_s = (int)strtol(mr__user_value(r, MR_OPT_EP_TIMEOUT), NULL, 10);
     e.step_threads_fixed = !strcmp(mr__user_value(r, MR_OPT_STEP_THREADS), "fixed");
-    e.batch_invariant = !strcmp(mr__user_value(r, MR_OPT_DETERMINISTIC_INFERENCE), "on");
+    e.batch_invariant = r->w.batch_invariant;
     memcpy(x, &e, sizeof e);
     x->checksum = exec_checksum(x);
     if (mprotect(block, size, PROT_READ) != 0) {
