@@ -129,6 +129,7 @@ static void test_log_minimax_nvfp4(void **st) {
             {S, "a2a", "ep_size", "1"},
             {S, "layout", "layout", "gateup=interleaved/16 inter_padded=1536 pack=nvfp4_r16k16"},
             {S, "engine", "kv_cache_dtype", "bf16"},
+            {S, "engine", "dense_activation_dtype", "fp32"},
             {S, "engine", "context_length", NULL},
             {S, "engine", "max_running_requests", "256"},
             {S, "engine", "max_batch_tokens", "512"},
@@ -193,6 +194,7 @@ static void test_log_mixtral(void **st) {
         {S, "a2a", "ep_size", "1"},
         {S, "layout", "layout", "gateup=interleaved/16 inter_padded=14336 pack=none"},
         {S, "engine", "kv_cache_dtype", "bf16"},
+        {S, "engine", "dense_activation_dtype", "fp32"},
         {S, "engine", "context_length", NULL},
         {S, "engine", "max_running_requests", "256"},
         {S, "engine", "max_batch_tokens", "512"},
@@ -831,7 +833,35 @@ static void test_json_and_summary(void **st) {
     }
     assert_true(noted);
     assert_true(mr_resolution_exec(r)->batch_invariant);
+    assert_int_equal(mr_resolution_exec(r)->dense_act_dtype, MR_FMT_F32);
     mr_resolution_free(r);
+
+    /* --dense-activation-dtype bf16: the summary line, the JSON (fp32 above), a note saying what it rounds */
+    assert_int_equal(resolve("minimax_m2_nvfp4_flat", &r, "dense_activation_dtype", "bf16", NULL), MR_OK);
+    mr_resolution_summary(r, line, sizeof line);
+    assert_non_null(strstr(line, " threads=2 dense=bf16 ("));
+    js = mr_resolution_json(r);
+    root = json_loads(js, 0, &err);
+    assert_non_null(root);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(root, "exec"), "dense_activation_dtype")),
+                        "bf16");
+    json_decref(root);
+    mr_free(js);
+    noted = false;
+    for (int i = 0; i < mr_resolution_decl_count(r); i++) {
+        const mr_decl *d = mr_resolution_decl_at(r, i);
+        noted |= !strcmp(d->field, "dense_activation_dtype") && d->kind == MR_DECL_NOTE && strstr(d->reason, "o_proj");
+    }
+    assert_true(noted);
+    assert_int_equal(mr_resolution_exec(r)->dense_act_dtype, MR_FMT_BF16);
+    mr_resolution_free(r);
+    { /* a value outside the list is refused by the options, naming them */
+        mr_options o;
+        assert_int_equal(mr_options_init(&o), MR_OK);
+        assert_int_equal(mr_options_set(&o, "dense_activation_dtype", "fp16", MR_SRC_FLAG), MR_EINVAL);
+        assert_non_null(strstr(mr_error_last(), "auto, fp32, bf16"));
+        mr_options_free(&o);
+    }
 
     /* a failure explains itself in JSON too */
     assert_int_equal(resolve("minimax_m2_nvfp4_flat", &r, "moe_runner_backend", "fused", NULL), MR_ERESOLVE);

@@ -1626,9 +1626,13 @@ static void test_matmul_many_tokens(void **st) {
           *y = malloc(sizeof(float) * MAXM * MAXN), *y1 = malloc(sizeof(float) * MAXN);
     const mr_kernels *k = mr_kernels_get();
     fill(&r, x, MAXM * MAXK, 1.0f);
+    /* fp32 x, then bf16 x (the one-part pack on tiles: mr_matmul picks it for such a call) */
+    for (int xb = 0; xb < 2; xb++)
     for (size_t f = 0; f < 2; f++)
         for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
             const int64_t N = shapes[sh][0], K = shapes[sh][1];
+            if (xb && f == 0 && sh == 0)
+                for (int64_t i = 0; i < MAXM * MAXK; i++) x[i] = mr_bf16_to_f32(mr_f32_to_bf16(x[i]));
             fill(&r, w, N * K, 0.05f);
             mr_qmatrix q;
             mr_pmatrix pm;
@@ -1648,8 +1652,8 @@ static void test_matmul_many_tokens(void **st) {
                         mr_matmul(&q, x + m * K, 1, y1);
                         for (int64_t n = 0; n < N; n++)
                             if (memcmp(&y1[n], &y[m * N + n], sizeof(float)))
-                                fail_msg("%s fmt %d N %lld K %lld: token %lld of %lld, row %lld: %.9g, alone %.9g", name,
-                                         (int)fmts[f], (long long)N, (long long)K, (long long)m, (long long)M,
+                                fail_msg("%s%s fmt %d N %lld K %lld: token %lld of %lld, row %lld: %.9g, alone %.9g", name,
+                                         xb ? " (bf16 x)" : "", (int)fmts[f], (long long)N, (long long)K, (long long)m, (long long)M,
                                          (long long)n, y[m * N + n], y1[n]);
                     }
                 }
@@ -1658,6 +1662,64 @@ static void test_matmul_many_tokens(void **st) {
             mr_qmatrix_free(&q);
         }
     free(w), free(x), free(y), free(y1);
+}
+
+/* The dense kernels on tiles have two packs of x: three bf16 parts of any fp32 x (rows_xpack, fn) and,
+ * for x of bf16 values, the values alone (rows_xpack1, fn1), which mr_matmul takes for a call whose
+ * whole x is such. A token's result must not depend on which one its call took (else on its batch):
+ * fn1 must give fn's bits, -0 included, at every M and for values near the ends of bf16's range. */
+static void test_dense_one_part(void **st) {
+    (void)st;
+    const mr_kernels *k = mr_kernels_get();
+    if (!k->rows_xpack1) {
+        print_message("no dense path on tiles in this table (AMX): skipped\n");
+        skip();
+    }
+    const mr_format fmts[] = {MR_FMT_BF16, MR_FMT_FP8_BLOCK};
+    /* {40, 160}: FP8's last scale group of 32 columns, BF16's k tail of 0 (160 = 5 x 32); {21, 150}:
+     * BF16's k tail of 22 columns; {33, 544}: a last column tile of one row */
+    const int64_t shapes[][2] = {{64, 3072}, {40, 160}, {21, 150}, {33, 544}};
+    const int64_t Ms[] = {1, 2, 4, 5, 7, 15, 16, 17, 31, 48, 49, 64, 65, 100, 150, 333};
+    enum { MAXM = 333, MAXN = 64, MAXK = 3072 };
+    tu_rng r = {5151};
+    float *w = malloc(sizeof(float) * MAXN * MAXK), *x = malloc(sizeof(float) * MAXM * MAXK);
+    float *y3 = malloc(sizeof(float) * MAXM * MAXN), *y1 = malloc(sizeof(float) * MAXM * MAXN);
+    void *xp = mr_aligned_alloc(64, MR_XPACK_BYTES(MAXM, MAXK) + MR_UK_SCRATCH);
+    for (int64_t i = 0; i < MAXM * MAXK; i++) {
+        const float v = tu_normal(&r) * (i % 7 == 0 ? 1e-30f : i % 11 == 0 ? 1e30f : 1.0f);
+        x[i] = mr_bf16_to_f32(mr_f32_to_bf16(v));
+    }
+    for (int64_t m = 0; m < MAXM; m += 9) /* whole zero tokens (+0 and -0): y = -0 needs the epilogue's + 0 */
+        for (int64_t i = 0; i < MAXK; i++) x[m * MAXK + i] = m % 2 ? -0.0f : 0.0f;
+    for (size_t f = 0; f < 2; f++)
+        for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
+            const int64_t N = shapes[sh][0], K = shapes[sh][1];
+            fill(&r, w, N * K, 0.05f);
+            mr_qmatrix q;
+            mr_pmatrix pm;
+            memset(&q, 0, sizeof q);
+            assert_int_equal(mr_qmatrix_quantize(&q, fmts[f], w, N, K, 0.0f), MR_OK);
+            assert_true(dense_tiles(&q, &pm, true));
+            char *scr = (char *)xp + MR_XPACK_BYTES(MAXM, MAXK);
+            for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
+                const int64_t M = Ms[mi];
+                float *xm = x + (MAXM - M) * K; /* different tokens for each M */
+                for (int64_t i = 0; i < M * N; i++) y3[i] = y1[i] = NAN;
+                k->rows_xpack(xm, M, K, 0, (M + 4) / 5, xp);
+                k->rows_tiles[fmts[f]].fn(q.tiles, 0, N, xp, M, y3, N, scr);
+                k->rows_xpack1(xm, M, K, 0, (M + 15) / 16, xp);
+                k->rows_tiles[fmts[f]].fn1(q.tiles, 0, N, xp, M, y1, N, scr);
+                for (int64_t i = 0; i < M * N; i++)
+                    if (memcmp(&y1[i], &y3[i], sizeof(float)))
+                        fail_msg("fmt %d N %lld K %lld M %lld: y[%lld][%lld] one part %a, three parts %a", (int)fmts[f],
+                                 (long long)N, (long long)K, (long long)M, (long long)(i / N), (long long)(i % N),
+                                 (double)y1[i], (double)y3[i]);
+            }
+            dense_tiles(&q, &pm, false);
+            mr_qmatrix_free(&q);
+        }
+    mr_aligned_free(xp);
+    free(w), free(x), free(y3), free(y1);
 }
 
 /* mr_matmul_multi's threads share the row blocks through ranges with stealing (base/steal.h), so
@@ -1765,6 +1827,7 @@ int main(void) {
         cmocka_unit_test(test_attention_kernels),
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_matmul_many_tokens),
+        cmocka_unit_test(test_dense_one_part),
         cmocka_unit_test(test_matmul_threads_exact),
         cmocka_unit_test(test_act_prepare_bit_exact),
         cmocka_unit_test(test_silu_mul),

@@ -84,10 +84,12 @@ static float max_abs_diff(const float *a, const float *b, int64_t n) {
 /* Runs the golden prompts through runner (batched prefill with every
  * position's logits, then teacher-forced batched decode steps) and compares.
  * Returns false when the runner refused the model at open (MR_ERESOLVE). */
-static bool run_oracle(const char *runner, int64_t max_tokens, int steps) {
+static bool oracle_run(const char *runner, int64_t max_tokens, int steps, const char *file, mr_format dense,
+                       float *worst_out, int *argmax_diff) {
     golden g;
-    golden_load(&g);
-    mr_model_opts o = {.max_batch = g.n, .max_ctx = 64, .max_tokens = max_tokens, .runner = runner, .quiet = true};
+    golden_load_file(&g, file);
+    mr_model_opts o = {.max_batch = g.n, .max_ctx = 64, .max_tokens = max_tokens, .runner = runner, .quiet = true,
+                       .dense_act_dtype = dense};
     mr_model *m = NULL;
     mr_status st = mr_model_open(tu_data("model/tiny"), &o, &m);
     if (st == MR_ERESOLVE) {
@@ -118,7 +120,7 @@ static bool run_oracle(const char *runner, int64_t max_tokens, int steps) {
             if (d > worst) worst = d;
         }
         /* greedy token from the prefill */
-        assert_int_equal(mr_argmax(lg + (row - 1) * V, V), g.p[i].gen[0]);
+        *argmax_diff += mr_argmax(lg + (row - 1) * V, V) != g.p[i].gen[0];
     }
     /* decode: every sequence one token per step, fed the golden greedy tokens */
     for (int s = 1; s <= steps; s++) {
@@ -132,16 +134,49 @@ static bool run_oracle(const char *runner, int64_t max_tokens, int steps) {
             const float *ref = g.p[i].logits + (size_t)(g.p[i].L + s - 1) * (size_t)V;
             float d = max_abs_diff(lg + (size_t)i * (size_t)V, ref, V);
             if (d > worst) worst = d;
-            assert_int_equal(mr_argmax(lg + (size_t)i * (size_t)V, V), g.p[i].gen[s]); /* greedy identical */
+            *argmax_diff += mr_argmax(lg + (size_t)i * (size_t)V, V) != g.p[i].gen[s]; /* greedy identical */
         }
     }
-    if (worst > ORACLE_TOL) fprintf(stderr, "runner %s: max |logit error| %g > %g\n", runner, worst, ORACLE_TOL);
-    assert_true(worst <= ORACLE_TOL);
     for (int i = 0; i < g.n; i++) assert_int_equal(mr_model_seq_len(m, i), g.p[i].L + steps);
     free(lg);
     mr_model_close(m);
     free(g.blob);
+    *worst_out = worst;
     return true;
+}
+
+static bool run_oracle(const char *runner, int64_t max_tokens, int steps) {
+    float worst = 0.0f;
+    int diff = 0;
+    if (!oracle_run(runner, max_tokens, steps, "model/tiny/golden.bin", MR_FMT_F32, &worst, &diff)) return false;
+    if (worst > ORACLE_TOL || diff)
+        fprintf(stderr, "runner %s: max |logit error| %g (tolerance %g), %d greedy differences\n", runner, worst,
+                ORACLE_TOL, diff);
+    assert_true(worst <= ORACLE_TOL);
+    assert_int_equal(diff, 0);
+    return true;
+}
+
+/* --dense-activation-dtype bf16 against transformers with the inputs of q/k/v_proj, o_proj and lm_head
+ * rounded to bf16 (tools/oracle/gen_minimax_m2.py --dense-bf16), every runner that runs the model, on
+ * the host's kernels (AMX tiles: the one-part pack); and the oracle tells the modes apart: each mode
+ * misses the other's file by far. */
+static void test_dense_bf16_oracle(void **st) {
+    (void)st;
+    const char *runners[] = {"reference", "routed"};
+    for (size_t i = 0; i < 2; i++) {
+        float w = 0.0f, w_other = 0.0f, w_fp32 = 0.0f;
+        int diff = 0, d2 = 0;
+        assert_true(oracle_run(runners[i], 0, 16, "model/tiny/golden_dense_bf16.bin", MR_FMT_BF16, &w, &diff));
+        assert_true(oracle_run(runners[i], 0, 16, "model/tiny/golden.bin", MR_FMT_BF16, &w_other, &d2));
+        assert_true(oracle_run(runners[i], 0, 16, "model/tiny/golden_dense_bf16.bin", MR_FMT_F32, &w_fp32, &d2));
+        fprintf(stderr, "%s: dense bf16 against its oracle %g (tolerance %g), %d greedy differences; against the fp32 "
+                "oracle %g; fp32 against the bf16 oracle %g\n", runners[i], w, ORACLE_TOL, diff, w_other, w_fp32);
+        assert_true(w <= ORACLE_TOL);
+        assert_int_equal(diff, 0);
+        assert_true(w_other > 4 * ORACLE_TOL);
+        assert_true(w_fp32 > 4 * ORACLE_TOL);
+    }
 }
 
 /* Every registered runner against the oracle. Which ones refuse is written
@@ -1132,6 +1167,7 @@ int main(void) {
         cmocka_unit_test(test_oracle_chunked),
         cmocka_unit_test(test_prompt_logprobs_oracle),
         cmocka_unit_test(test_kv_fp8_oracle),
+        cmocka_unit_test(test_dense_bf16_oracle),
         cmocka_unit_test(test_kv_fp8_checkpoint_scales),
         cmocka_unit_test(test_extra_logits_rows),
         cmocka_unit_test(test_oracle_detects_wrong_weights),

@@ -59,6 +59,7 @@ typedef enum {
     MR_OPT_EP_TIMEOUT,          /* seconds an expert-parallel exchange may wait for the other ranks (0 = auto) */
     MR_OPT_STEP_THREADS,        /* adaptive|fixed: threads of an engine step (see mr_engine_opts.fixed_threads) */
     MR_OPT_DETERMINISTIC_INFERENCE, /* off|on: the batch-invariant kernels (mr_kernels_batch_invariant) */
+    MR_OPT_DENSE_ACTIVATION_DTYPE,  /* auto|fp32|bf16: the input of the attention projections and the LM head */
     MR_OPT_COUNT
 } mr_opt_id;
 
@@ -265,6 +266,8 @@ typedef struct {
     bool step_threads_fixed;        /* step_threads=fixed: every engine step on all threads */
     bool batch_invariant;           /* deterministic_inference=on: mr_exec_apply selects the
                                        batch-invariant kernel table (mr_kernels_set_batch_invariant) */
+    mr_format dense_act_dtype;      /* F32 or BF16: the model rounds the inputs of q/k/v_proj, o_proj
+                                       and lm_head to bf16 first (dense_activation_dtype=bf16) */
     uint64_t checksum;              /* over everything above and the frozen model copy */
 } mr_exec;
 #define MR_EXEC_MAGIC 0x6D724578u

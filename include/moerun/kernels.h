@@ -270,6 +270,13 @@ typedef void (*mr_kern_rows_fn)(const mr_qmatrix *W, int64_t n0, int64_t nr, con
  * MR_UK_SCRATCH bytes of the calling thread's own. One kernel for every M:
  * a token's bits do not depend on the tokens beside it. */
 #define MR_XPACK_BYTES(M, K) ((size_t)(((M) + 4) / 5 * 5) * (size_t)(((K) + 127) / 128 * 4) * 192u)
+/* The one-part pack (rows_xpack1, for rows_tiles' fn1): where every value of x is a finite bf16
+ * (its fp32 low 16 bits zero), the bf16 values themselves, token blocks of 16 (of M where M < 16)
+ * as A-tile rows, one row a token; chunk c of block b at (16 b Kc + c w) * 64 bytes, w the block
+ * width (16, the last block padded with zero rows, or M < 16); rows_xpack1 packs the blocks
+ * [b0, b1). fn1 gives such a token the bits fn gives it, at every M (mr_matmul takes it for a call
+ * whose whole x is such values). Never larger than MR_XPACK_BYTES. */
+#define MR_XPACK1_BYTES(M, K) ((size_t)((M) < 16 ? (M) : ((M) + 15) / 16 * 16) * (size_t)(((K) + 127) / 128 * 4) * 64u)
 typedef void (*mr_kern_xpack_fn)(const float *x, int64_t M, int64_t K, int64_t b0, int64_t b1, void *xp);
 typedef void (*mr_kern_rows_tiles_fn)(const mr_pmatrix *P, int64_t n0, int64_t nr, const void *xp, int64_t M,
                                       float *y, int64_t ldy, void *scratch);
@@ -358,10 +365,12 @@ typedef struct {
     struct {
         const char *name;
         mr_kern_rows_tiles_fn fn;
+        mr_kern_rows_tiles_fn fn1; /* the same on x packed by rows_xpack1 (set with fn) */
         mr_pack_id pack;
     } rows_tiles[MR_FMT_COUNT]; /* dense on tiles (BF16, FP8_BLOCK), NULL if none: mr_matmul takes it
                                    for matrices packed by mr_qmatrix_tiles */
-    mr_kern_xpack_fn rows_xpack; /* x for rows_tiles, set with it */
+    mr_kern_xpack_fn rows_xpack;  /* x for rows_tiles' fn, set with it */
+    mr_kern_xpack_fn rows_xpack1; /* x for rows_tiles' fn1, set with it */
 } mr_kernels;
 
 

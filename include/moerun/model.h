@@ -44,6 +44,9 @@ typedef struct {
                                pool and max_batch 0 there is no contiguous cache */
     mr_format kv_dtype;     /* paged pool element type: MR_FMT_BF16, MR_FMT_F32, MR_FMT_E4M3 or MR_FMT_E5M2
                                (F32 is 0) */
+    mr_format dense_act_dtype; /* without exec: the input of q/k/v_proj, o_proj and lm_head, MR_FMT_F32 (0:
+                               the activations exactly) or MR_FMT_BF16 (rounded to bf16 first); with exec:
+                               exec's dense_act_dtype */
     bool progress;          /* draw a progress bar on stderr when it is a terminal */
     bool quiet;             /* reserved: the library prints nothing but warnings */
 } mr_model_opts;

@@ -28,17 +28,26 @@ int mr_bench_dense(int argc, char **argv) {
     const char *fmt_name = "fp8", *tokens = "1,2,4,8";
     int threads = 0, iters = 20;
     long lv = 0;
-    bool small_pages = false;
+    bool small_pages = false, xbf16 = false;
     int64_t H = 3072, QD = 6144, KVD = 1024;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define OPT(name) (!strcmp(a, name) && v && ++i)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: moerun bench dense [--format fp8|bf16] [--tokens 1,2,4,8] [--iters N] [--threads N]\n"
-                   "                          [--small-pages]\n");
+                   "                          [--small-pages] [--dense-activation-dtype fp32|bf16]\n"
+                   "--dense-activation-dtype bf16: activations of bf16 values, as the model's dense inputs\n"
+                   "under that option (on AMX tiles: the one-part pack); default fp32\n");
             return 0;
         } else if (!strcmp(a, "--small-pages")) small_pages = true;
         else if (OPT("--format")) fmt_name = v;
+        else if (OPT("--dense-activation-dtype")) {
+            if (strcmp(v, "fp32") && strcmp(v, "bf16")) {
+                fprintf(stderr, "moerun bench dense: --dense-activation-dtype is fp32 or bf16, not '%s'\n", v);
+                return 2;
+            }
+            xbf16 = !strcmp(v, "bf16");
+        }
         else if (OPT("--tokens")) tokens = v;
         else if (OPT("--threads")) {
             if (mr_bench_num(a, v, 1, 1024, &lv)) return 2;
@@ -139,10 +148,14 @@ int mr_bench_dense(int argc, char **argv) {
         fprintf(stderr, "moerun bench dense: out of memory\n");
         goto out;
     }
-    for (int64_t i = 0; i < maxT * QD; i++) x[i] = (float)((double)(mr_bench_rng(&s) % 2001) / 1000.0 - 1.0);
+    for (int64_t i = 0; i < maxT * QD; i++) {
+        x[i] = (float)((double)(mr_bench_rng(&s) % 2001) / 1000.0 - 1.0);
+        if (xbf16) x[i] = mr_bf16_to_f32(mr_f32_to_bf16(x[i]));
+    }
     const mr_kernels *kt = mr_kernels_get();
-    printf("moerun bench dense: format %s, %d threads, %d layer copies of %.1f MB (%s pages), kernel %s\n", fmt_name,
-           omp_get_max_threads(), NL, (double)layer_bytes / 1e6, small_pages ? "4 KiB" : "huge",
+    printf("moerun bench dense: format %s, %s activations, %d threads, %d layer copies of %.1f MB (%s pages), kernel %s\n",
+           fmt_name, xbf16 ? "bf16" : "fp32", omp_get_max_threads(), NL, (double)layer_bytes / 1e6,
+           small_pages ? "4 KiB" : "huge",
            L[0].m[0].tiles ? kt->rows_tiles[fmt].name : kt->rows[fmt].name ? kt->rows[fmt].name : "gemm_rows");
     if (L[0].m[0].tiles) { /* AMX: its own ceiling, beside the FMA one the table would use without it */
         const double tp = mr_probe_peak(MR_PROBE_TDPBF16, NULL);

@@ -26,6 +26,7 @@ typedef struct {
     int ep_rank;              /* this process's peer index (0 without a transport) */
     mr_moe_layout layout;
     mr_format kv_dtype;       /* the engine pass */
+    mr_format dense_act_dtype; /* the engine pass: F32 or BF16 */
     int64_t kv_token_bytes, kv_blocks, max_batch_tokens, context_length;
     int max_running;
 } mr__work;

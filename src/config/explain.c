@@ -152,9 +152,10 @@ void mr_resolution_summary(const mr_resolution *r, char *buf, size_t n) {
         ref[used] = ')';
         ref[used + 1] = 0;
     }
-    snprintf(buf, n, "resolved: %s %s %s runner=%s a2a=%s isa=%s threads=%d%s%s", x->model->architecture,
+    snprintf(buf, n, "resolved: %s %s %s runner=%s a2a=%s isa=%s threads=%d%s%s%s", x->model->architecture,
              mr_quant_name(x->quant), mr_act_mode_name(x->act_mode), x->runner->name, mr_a2a_name(x->a2a),
-             mr_kernel_isa_name(x->kernel_isa), x->threads, x->batch_invariant ? " deterministic" : "", ref);
+             mr_kernel_isa_name(x->kernel_isa), x->threads, x->batch_invariant ? " deterministic" : "",
+             x->dense_act_dtype == MR_FMT_BF16 ? " dense=bf16" : "", ref);
 }
 
 /* ---- JSON ---- */
@@ -256,6 +257,7 @@ char *mr_resolution_json(const mr_resolution *r) {
         bad |= add(je, "threads", json_integer(x->threads));
         bad |= add(je, "step_threads", json_string(x->step_threads_fixed ? "fixed" : "adaptive"));
         bad |= add(je, "enable_deterministic_inference", json_boolean(x->batch_invariant));
+        bad |= add(je, "dense_activation_dtype", json_string(x->dense_act_dtype == MR_FMT_BF16 ? "bf16" : "fp32"));
         json_t *jl = json_object();
         const char *g = x->layout.gateup == MR_GATEUP_CONCAT        ? "concat"
                         : x->layout.gateup == MR_GATEUP_INTERLEAVED ? "interleaved"

@@ -33,6 +33,7 @@ static const char *const v_step_threads[] = {"adaptive", "fixed", NULL};
 /* an on/off option: its flag alone means on (sglang's --enable-deterministic-inference takes no
  * value); --flag=off, --flag off, and the environment give the value */
 static const char *const v_onoff[] = {"off", "on", NULL};
+static const char *const v_dense_dtype[] = {"auto", "fp32", "bf16", NULL};
 
 /* Rows are indexed by mr_opt_id (checked by mr_option_at's assertion). */
 static const mr_option_def table[MR_OPT_COUNT] = {
@@ -109,6 +110,12 @@ static const mr_option_def table[MR_OPT_COUNT] = {
                                         "same bits every run (sglang's flag; the flag alone means on; costs speed on "
                                         "the FMA kernels, none on AMX: docs/serve.md \"Determinism\")",
                                         "MOERUN_ENABLE_DETERMINISTIC_INFERENCE", "--enable-deterministic-inference"},
+    [MR_OPT_DENSE_ACTIVATION_DTYPE] = {MR_OPT_DENSE_ACTIVATION_DTYPE, "dense_activation_dtype", MR_OPT_ENUM, "auto",
+                                       v_dense_dtype, 0, 0, true,
+                                       "input of the attention projections (q/k/v/o) and the LM head (auto = fp32: "
+                                       "the activations exactly; bf16: rounded to bf16 first, as an engine running "
+                                       "these layers in bf16 sees them; on AMX tiles a third of the tile operations)",
+                                       "MOERUN_DENSE_ACTIVATION_DTYPE", "--dense-activation-dtype"},
 };
 
 const char *mr_opt_source_name(mr_opt_source s) {

@@ -73,6 +73,40 @@ static void xpack_amx(const float *x, int64_t M, int64_t K, int64_t b0, int64_t 
     }
 }
 
+/* x of bf16 values (finite, the low 16 bits of every fp32 zero: mr_matmul checks it) as one part:
+ * token blocks of 16 (of M where M < 16), a block's chunk c the block's rows of 64 bytes (16 tokens
+ * a tile, three times the tokens of the three-part pack), the last block padded with zero rows where
+ * M >= 16 (moerun/kernels.h MR_XPACK1_BYTES). */
+INL int64_t xp1_width(int64_t M) { return M < 16 ? M : 16; }
+INL const uint8_t *xp1_rows(const void *xp, int64_t m0, int64_t Kc, int64_t bw, int64_t c) {
+    return (const uint8_t *)xp + (size_t)(m0 * Kc + c * bw) * 64;
+}
+
+static void xpack1_amx(const float *x, int64_t M, int64_t K, int64_t b0, int64_t b1, void *xp) {
+    const int64_t Kc = (K + 127) / 128 * 4, bw = xp1_width(M);
+    __m512i hw;
+    {
+        uint16_t ix[32];
+        for (int i = 0; i < 32; i++) ix[i] = (uint16_t)(i < 16 ? 2 * i + 1 : 32 + 2 * (i - 16) + 1);
+        hw = _mm512_loadu_si512(ix);
+    }
+    for (int64_t b = b0; b < b1; b++) {
+        const int64_t m0 = 16 * b, tw = M - m0 < 16 ? M - m0 : 16;
+        for (int64_t c = 0; c < Kc; c++) {
+            uint8_t *rows = (uint8_t *)xp1_rows(xp, m0, Kc, bw, c);
+            const int64_t k0 = c * 32;
+            const __mmask16 ma = mask16(K - k0), mb = mask16(K - k0 - 16);
+            for (int64_t i = 0; i < tw; i++) {
+                const float *xr = x + (m0 + i) * K + k0;
+                _mm512_store_si512(rows + i * 64,
+                                   _mm512_permutex2var_epi16(_mm512_castps_si512(_mm512_maskz_loadu_ps(ma, xr)), hw,
+                                                             _mm512_castps_si512(_mm512_maskz_loadu_ps(mb, xr + 16))));
+            }
+            for (int64_t i = tw; i < bw; i++) _mm512_store_si512(rows + i * 64, _mm512_setzero_si512());
+        }
+    }
+}
+
 /* The tiles: tmm0-2 C (R rows: 15, or 3 sm where the slice is one short block; FP8 uses tmm0, BF16
  * one for each of three token blocks), tmm3 A (one 32-k chunk of a block), tmm4-7 B (16 pair rows x
  * 16 rows: FP8 the 128-k block's four, BF16 tmm4 a 32-k chunk, which three blocks take in turn, tmm5
@@ -87,17 +121,29 @@ static void dense_config(int64_t R, int bf16, int64_t kt) {
     amx_load_cfg(&c);
 }
 
+/* y's row (the mask mk) = v s, or + v s where not first */
+INL void dense_put(__m512 v, float s, int first, float *yr, __mmask16 mk) {
+    const __m512 r = first ? _mm512_mul_ps(v, _mm512_set1_ps(s))
+                           : _mm512_fmadd_ps(v, _mm512_set1_ps(s), _mm512_maskz_loadu_ps(mk, yr));
+    _mm512_mask_storeu_ps(yr, mk, r);
+}
+
 /* C (16 floats a row, 3 rows a token) -> y rows m (a token each, the row mask mk): the sum of a
  * token's three parts, times s (FP8: the block multiplier; y = that or y + that, by first) */
 INL void dense_store(const float *c, int64_t tw, float s, int first, float *y, int64_t ldy, __mmask16 mk) {
     for (int64_t i = 0; i < tw; i++) {
         const __m512 v = _mm512_add_ps(_mm512_add_ps(_mm512_load_ps(c + 48 * i), _mm512_load_ps(c + 48 * i + 16)),
                                        _mm512_load_ps(c + 48 * i + 32));
-        float *yr = y + i * ldy;
-        const __m512 r = first ? _mm512_mul_ps(v, _mm512_set1_ps(s))
-                               : _mm512_fmadd_ps(v, _mm512_set1_ps(s), _mm512_maskz_loadu_ps(mk, yr));
-        _mm512_mask_storeu_ps(yr, mk, r);
+        dense_put(v, s, first, y + i * ldy, mk);
     }
+}
+
+/* C of the one-part pack (16 floats a row, a row a token) -> y rows, as dense_store: the row plus +0,
+ * which is what dense_store computes for a bf16 x (its mid and lo parts are +0, and so are their C
+ * rows): the same bits, -0 included */
+INL void dense_store1(const float *c, int64_t tw, float s, int first, float *y, int64_t ldy, __mmask16 mk) {
+    for (int64_t i = 0; i < tw; i++)
+        dense_put(_mm512_add_ps(_mm512_load_ps(c + 16 * i), _mm512_setzero_ps()), s, first, y + i * ldy, mk);
 }
 
 /* one 32-k chunk ch of the group's ng blocks (literal A and B tiles): C j += A(block j, ch) B */
@@ -245,6 +291,131 @@ static void rows_bf16_tiles(const mr_pmatrix *P, int64_t n0, int64_t nr, const v
 }
 #undef GROUP_DP
 
+/* ---- the same on the one-part pack (xpack1_amx): 16 tokens an A tile, one tdpbf16ps per 32 k for 16
+ * tokens where the three-part pack takes one for 5. A token's row of C is the hi row of the three-part
+ * kernel (the same operations: AMX computes each row of C alone), and the epilogues add what the mid
+ * and lo rows hold for such x (+0), so both kernels give the same bits for such a token, at every M,
+ * whichever pack mr_matmul chooses for its call. ---- */
+
+/* tokens a slice of the FP8 kernel: the slice's x for one 128-k block (256 bytes a token) stays in L1
+ * across the column tiles */
+enum { DENSE1_SLICE = 64 };
+
+#define FP8_BLOCK_DP1(m0)                                      \
+    do {                                                       \
+        _tile_zero(0);                                         \
+        AMX_LOADD(3, xp1_rows(xp, m0, Kc, bw, 4 * kb), 64);     \
+        _tile_dpbf16ps(0, 3, 4);                               \
+        AMX_LOADD(3, xp1_rows(xp, m0, Kc, bw, 4 * kb + 1), 64); \
+        _tile_dpbf16ps(0, 3, 5);                               \
+        AMX_LOADD(3, xp1_rows(xp, m0, Kc, bw, 4 * kb + 2), 64); \
+        _tile_dpbf16ps(0, 3, 6);                               \
+        AMX_LOADD(3, xp1_rows(xp, m0, Kc, bw, 4 * kb + 3), 64); \
+        _tile_dpbf16ps(0, 3, 7);                               \
+        AMX_STORED(0, c, 64);                                  \
+    } while (0)
+
+/* the loop orders of rows_fp8_tiles: column tile outermost below 5 tokens, else the 128-k block
+ * outermost over slices of DENSE1_SLICE tokens */
+static void rows_fp8_tiles1(const mr_pmatrix *P, int64_t n0, int64_t nr, const void *xp, int64_t M, float *y,
+                            int64_t ldy, void *scratch) {
+    const fp8_lut lut = fp8_lut_load();
+    const int64_t G = P->Kp / 128, Kc = 4 * G, ta = n0 / 16, tb = (n0 + nr + 15) / 16, bw = xp1_width(M);
+    __m512i *b = (__m512i *)scratch;
+    float *c = (float *)((char *)scratch + 4096);
+    dense_config(bw, 0, 0);
+    if (M < 5) {
+        for (int64_t t = ta; t < tb; t++) {
+            const uint8_t *tile = P->data + (size_t)t * P->tile_bytes;
+            for (int64_t kb = 0; kb < G; kb++) {
+                fp8_block_pairs(&lut, tile + kb * 2048, b, 0);
+                fp8_load_b(b);
+                FP8_BLOCK_DP1(0);
+                dense_store1(c, M, P->tscale[t * G + kb], kb == 0, y + (16 * t - n0), ldy, mask16(n0 + nr - 16 * t));
+            }
+        }
+        _tile_release();
+        return;
+    }
+    for (int64_t s0 = 0; s0 < M; s0 += DENSE1_SLICE) {
+        const int64_t sm = M - s0 < DENSE1_SLICE ? M - s0 : DENSE1_SLICE;
+        for (int64_t kb = 0; kb < G; kb++) {
+            for (int64_t t = ta; t < tb; t++) {
+                const int64_t tp = t + 4 < tb ? t + 4 : kb + 1 < G ? ta + (t + 4 - tb) % (tb - ta) : -1;
+                const int64_t kp = t + 4 < tb ? kb : kb + 1;
+                if (tp >= 0)
+                    for (int g = 0; g < 32; g++)
+                        _mm_prefetch((const char *)P->data + (size_t)tp * P->tile_bytes + kp * 2048 + g * 64,
+                                     _MM_HINT_T2);
+                fp8_block_pairs(&lut, P->data + (size_t)t * P->tile_bytes + kb * 2048, b, 2);
+                fp8_load_b(b);
+                const float s = P->tscale[t * G + kb];
+                const __mmask16 mk = mask16(n0 + nr - 16 * t);
+                for (int64_t i0 = 0; i0 < sm; i0 += 16) {
+                    FP8_BLOCK_DP1(s0 + i0);
+                    dense_store1(c, sm - i0 < 16 ? sm - i0 : 16, s, kb == 0, y + (16 * t - n0) + (s0 + i0) * ldy, ldy,
+                                 mk);
+                }
+            }
+        }
+    }
+    _tile_release();
+}
+#undef FP8_BLOCK_DP1
+
+/* one 32-k chunk ch of the group's ng blocks of 16 tokens: C j += A(block j, ch) B */
+#define GROUP_DP1(A, B, ch)                                    \
+    do {                                                       \
+        AMX_LOADD(A, xp1_rows(xp, m0, Kc, bw, ch), 64);         \
+        _tile_dpbf16ps(0, A, B);                               \
+        if (ng > 1) {                                          \
+            AMX_LOADD(A, xp1_rows(xp, m0 + 16, Kc, bw, ch), 64); \
+            _tile_dpbf16ps(1, A, B);                           \
+        }                                                      \
+        if (ng > 2) {                                          \
+            AMX_LOADD(A, xp1_rows(xp, m0 + 32, Kc, bw, ch), 64); \
+            _tile_dpbf16ps(2, A, B);                           \
+        }                                                      \
+    } while (0)
+
+/* rows_bf16_tiles on the one-part pack: three blocks of 16 tokens a load of each B tile */
+static void rows_bf16_tiles1(const mr_pmatrix *P, int64_t n0, int64_t nr, const void *xp, int64_t M, float *y,
+                             int64_t ldy, void *scratch) {
+    const int64_t Kc = (P->cols + 127) / 128 * 4, K32 = P->Kp / 32 * 32, kt = P->Kp - K32, bw = xp1_width(M);
+    float *c = (float *)scratch; /* three C tiles: 3 KiB */
+    /* slices of about 1 MiB of packed x, in groups of 48 tokens */
+    const int64_t S = ((int64_t)1 << 20) / (Kc * 64) / 48 * 48 < 48 ? 48 : ((int64_t)1 << 20) / (Kc * 64) / 48 * 48;
+    dense_config(bw, 1, kt);
+    for (int64_t s0 = 0; s0 < M; s0 += S)
+    for (int64_t t = n0 / 16; 16 * t < n0 + nr; t++) {
+        const uint8_t *tile = P->data + (size_t)t * P->tile_bytes;
+        const __mmask16 mk = mask16(n0 + nr - 16 * t);
+        const int64_t se = M - s0 < S ? M : s0 + S;
+        for (int64_t m0 = s0; m0 < se; m0 += 48) {
+            const int ng = (int)((se - m0 + 15) / 16 < 3 ? (se - m0 + 15) / 16 : 3);
+            group_zero(ng);
+            for (int64_t ch = 0; ch < K32 / 32; ch++) {
+                if (m0 == s0) pf_tile(tile + ch * 1024, 0);
+                AMX_LOADD(4, tile + ch * 1024, 64);
+                GROUP_DP1(3, 4, ch);
+            }
+            if (kt) {
+                AMX_LOADD(5, tile + K32 * 32, 64);
+                GROUP_DP1(6, 5, K32 / 32);
+            }
+            AMX_STORED(0, c, 64);
+            if (ng > 1) AMX_STORED(1, c + 256, 64);
+            if (ng > 2) AMX_STORED(2, c + 512, 64);
+            for (int j = 0; j < ng; j++) {
+                const int64_t i = m0 + 16 * j, tw = se - i < 16 ? se - i : 16;
+                dense_store1(c + 256 * j, tw, 1.0f, 1, y + (16 * t - n0) + i * ldy, ldy, mk);
+            }
+        }
+    }
+    _tile_release();
+}
+#undef GROUP_DP1
+
 void mr__dense_fill_avx512amx(mr_kernels *k) {
     k->rows_tiles[MR_FMT_FP8_BLOCK].name = "rows_fp8_block_avx512_amx_5x3x16x128";
     k->rows_tiles[MR_FMT_FP8_BLOCK].fn = rows_fp8_tiles;
@@ -253,4 +424,7 @@ void mr__dense_fill_avx512amx(mr_kernels *k) {
     k->rows_tiles[MR_FMT_BF16].fn = rows_bf16_tiles;
     k->rows_tiles[MR_FMT_BF16].pack = MR_PACK_BF16_R16K2;
     k->rows_xpack = xpack_amx;
+    k->rows_tiles[MR_FMT_FP8_BLOCK].fn1 = rows_fp8_tiles1;
+    k->rows_tiles[MR_FMT_BF16].fn1 = rows_bf16_tiles1;
+    k->rows_xpack1 = xpack1_amx;
 }

@@ -244,10 +244,27 @@ void mr_gemm_rows(const mr_kernels *k, const mr_qmatrix *W, int64_t n0, int64_t 
 
 enum { MATMUL_NB = 16, MATMUL_MAX_NT = 64 };
 
+/* every value a finite bf16: the fp32 low 16 bits zero, the exponent not all ones (stops at the
+ * first other value: an fp32 x pays one look) */
+static bool x_is_bf16(const float *x, int64_t n) {
+    enum { B = 256 };
+    for (int64_t i = 0; i < n; i += B) {
+        const int64_t e = n - i < B ? n : i + B;
+        uint32_t bad = 0;
+        for (int64_t j = i; j < e; j++) {
+            uint32_t u;
+            memcpy(&u, x + j, sizeof u);
+            bad |= (u & 0xFFFFu) | ((u & 0x7F800000u) == 0x7F800000u);
+        }
+        if (bad) return false;
+    }
+    return true;
+}
+
 /* Rows of the blocks [b0, b1) of the list of all matrices' MATMUL_NB-row blocks, in order; on
  * their tiles where xp (x packed by k->rows_xpack) is given. */
 static void rows_range(const mr_kernels *k, int n, const mr_qmatrix *const *W, const float *x, const void *xp,
-                       void *scratch, int64_t M, float *const *y, int64_t b0, int64_t b1) {
+                       bool one, void *scratch, int64_t M, float *const *y, int64_t b0, int64_t b1) {
     int64_t base = 0;
     for (int i = 0; i < n && b0 < b1; i++) {
         const int64_t N = W[i]->rows, nb = (N + MATMUL_NB - 1) / MATMUL_NB;
@@ -255,7 +272,8 @@ static void rows_range(const mr_kernels *k, int n, const mr_qmatrix *const *W, c
         if (lo < hi) {
             const int64_t r0 = lo * MATMUL_NB, r1 = hi * MATMUL_NB < N ? hi * MATMUL_NB : N;
             if (xp)
-                k->rows_tiles[W[i]->fmt].fn(W[i]->tiles, r0, r1 - r0, xp, M, y[i] + r0, N, scratch);
+                (one ? k->rows_tiles[W[i]->fmt].fn1 : k->rows_tiles[W[i]->fmt].fn)(W[i]->tiles, r0, r1 - r0, xp, M,
+                                                                                   y[i] + r0, N, scratch);
             else
                 k->rows[W[i]->fmt].fn(W[i], r0, r1 - r0, x, M, y[i] + r0, N);
         }
@@ -294,8 +312,12 @@ static void matmul_fast(int n, const mr_qmatrix *const *W, const float *x, int64
     _Alignas(64) _Atomic uint64_t rs[MATMUL_MAX_NT * MR__STEAL_STRIDE];
     if (steal)
         for (int t = 0; t < nt0; t++) mr__rng_init(rs, (nblk + cb - 1) / cb, nt0, t); /* the fork publishes them */
-    const int64_t K = W[0]->cols, nxb = (M + 4) / 5;
-    const size_t xpb = MR_XPACK_BYTES(M, K);
+    const int64_t K = W[0]->cols;
+    /* x of bf16 values (the dense inputs under --dense-activation-dtype bf16) on the one-part pack:
+     * the same bits, a third of the tile operations */
+    const bool one = tiles && k->rows_tiles[W[0]->fmt].fn1 && x_is_bf16(x, M * K);
+    const int64_t nxb = one ? (M + 15) / 16 : (M + 4) / 5;
+    const size_t xpb = MR_XPACK_BYTES(M, K); /* either pack's room (MR_XPACK1_BYTES is never more) */
     const size_t need = xpb + (size_t)nt0 * MR_UK_SCRATCH;
     char *xp = !tiles ? NULL : ws && ws_bytes >= need ? ws : mr_aligned_alloc(64, need);
 #pragma omp parallel if (par)
@@ -305,16 +327,16 @@ static void matmul_fast(int n, const mr_qmatrix *const *W, const float *x, int64
         nt = omp_get_num_threads(), t = omp_get_thread_num();
 #endif
         if (xp) {
-            k->rows_xpack(x, M, K, nxb * t / nt, nxb * (t + 1) / nt, xp);
+            (one ? k->rows_xpack1 : k->rows_xpack)(x, M, K, nxb * t / nt, nxb * (t + 1) / nt, xp);
 #pragma omp barrier
         }
         const int nw = xp && nt > nt0 ? nt0 : nt; /* the threads that compute rows */
         char *scr = xp && t < nw ? xp + xpb + (size_t)t * MR_UK_SCRATCH : NULL;
         if (t < nw && (!steal || nt != nt0)) {
-            rows_range(k, n, W, x, xp, scr, M, y, nblk * t / nw, nblk * (t + 1) / nw);
+            rows_range(k, n, W, x, xp, one, scr, M, y, nblk * t / nw, nblk * (t + 1) / nw);
         } else if (t < nw) {
             for (int64_t c; (c = mr__rng_next(rs, nt, t)) >= 0;)
-                rows_range(k, n, W, x, xp, scr, M, y, c * cb, (c + 1) * cb < nblk ? (c + 1) * cb : nblk);
+                rows_range(k, n, W, x, xp, one, scr, M, y, c * cb, (c + 1) * cb < nblk ? (c + 1) * cb : nblk);
         }
     }
     if (xp != ws) mr_aligned_free(xp);

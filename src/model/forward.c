@@ -93,6 +93,7 @@ static mr_status forward_chunk(mr_model *m, const int32_t *tokens, int64_t T, in
         }
         t0 = mr_now_ns();
         mr__rmsnorm(s->xn, s->x, L->attn_norm, T, H, c->rms_eps);   /* a = rmsnorm(h) */
+        if (s->dense_bf16) mr__round_bf16(s->xn, T * H);           /* --dense-activation-dtype bf16 */
         {                                                            /* q, k, v = q/k/v_proj(a), one parallel region */
             const mr_qmatrix *qkv[3] = {&L->wq, &L->wk, &L->wv};
             float *const out_qkv[3] = {s->q, s->k, s->v};
@@ -109,6 +110,7 @@ static mr_status forward_chunk(mr_model *m, const int32_t *tokens, int64_t T, in
             kv_store((float *)kv.kc, (float *)kv.vc, s->k, s->v, s->slot, s->pos, T, kvd, s->max_ctx);
         mr__attention(s->att, s->q, &kv, s->pos, T, Hq, Hkv, D, s->scores, s->scores_per_thread,
                       s->n_threads);                                 /* causal GQA softmax attention */
+        if (s->dense_bf16) mr__round_bf16(s->att, T * qd);
         mr__dense(s, &L->wo, s->att, T, s->y);                       /* o_proj */
         t1 = mr_now_ns();
         m->timing.attention_ns += t1 - t0;
@@ -127,6 +129,7 @@ static mr_status forward_chunk(mr_model *m, const int32_t *tokens, int64_t T, in
     for (int i = 0; i < n_out; i++)                                  /* rows that need logits */
         memcpy(s->hlast + (size_t)i * (size_t)H, s->x + s->out_tok[i] * H, (size_t)H * sizeof(float));
     mr__rmsnorm(s->hlast, s->hlast, m->w.final_norm, n_out, H, c->rms_eps); /* final norm */
+    if (s->dense_bf16) mr__round_bf16(s->hlast, n_out * H);
     if (n_lm > 0) mr__dense(s, &m->w.lm_head, s->hlast, n_lm, s->out_row[0]); /* logits = lm_head . h */
     s->n_extra = n_out - n_lm;
     s->extra0 = n_lm;

@@ -565,6 +565,10 @@ static mr_status setup_runner(mr_model *m, const mr_model_desc *d) {
         if (!st && o->runner) st = mr_options_set(&opt, "moe_runner_backend", o->runner, MR_SRC_FLAG);
         if (!st && o->act_mode != MR_ACT_AUTO)
             st = mr_options_set(&opt, "activation_mode", mr_act_mode_name(o->act_mode), MR_SRC_FLAG);
+        if (!st && o->dense_act_dtype != MR_FMT_F32)
+            st = o->dense_act_dtype == MR_FMT_BF16
+                     ? mr_options_set(&opt, "dense_activation_dtype", "bf16", MR_SRC_FLAG)
+                     : mr_error_set(MR_EINVAL, "model options: dense_act_dtype is F32 or BF16");
         if (!st) st = mr_resolve_model(&opt, d, &m->own_res);
         mr_options_free(&opt);
         if (st) return st; /* the resolver's message says why (a runner refusing the model: MR_ERESOLVE) */
@@ -572,6 +576,7 @@ static mr_status setup_runner(mr_model *m, const mr_model_desc *d) {
     }
     m->runner = x->runner;
     m->problem = x->problem;
+    m->s.dense_bf16 = x->dense_act_dtype == MR_FMT_BF16;
     if (d->routing != MR_ROUTING_MINIMAX2 || m->problem.routing != MR_ROUTING_MINIMAX2)
         return mr_error_set(MR_ECONFIG, "MiniMax-M2 routes with minimax2; the configuration says %s",
                             mr_routing_name(d->routing));

@@ -68,6 +68,7 @@ typedef struct {
     void *kpool, *vpool;
     int64_t kv_blocks;
     mr_format kv_dtype;
+    bool dense_bf16; /* the dense projections' inputs rounded to bf16 (exec's dense_act_dtype) */
     int kv_scales_found;      /* k_scale / v_scale tensors the checkpoint had (every layer's) */
     size_t kv_pool_bytes;     /* of each of kpool, vpool */
     unsigned char *blk_mark;  /* [kv_blocks] scratch: blocks written by the batch being checked */
@@ -153,6 +154,8 @@ void mr__attention(float *out, const float *q, const mr__kv_view *kv, const int6
                    int64_t n_kv_heads, int64_t head_dim, float *scores, size_t per_thread, int n_threads);
 /* y += x, n values. */
 void mr__add(float *y, const float *x, int64_t n);
+/* x rounded to bf16 values in place (--dense-activation-dtype bf16: the dense projections' inputs) */
+void mr__round_bf16(float *x, int64_t n);
 /* y [M][N] = x [M][K] . W^T for W [N][K] in any weight format (kernels dispatch), through the
  * state's workspace (no allocation). */
 void mr__dense(mr__state *s, const mr_qmatrix *W, const float *x, int64_t M, float *y);

@@ -137,6 +137,17 @@ void mr__attention(float *out, const float *q, const mr__kv_view *kv, const int6
     }
 }
 
+/* x[i] = bf16(x[i]) as fp32: mr_f32_to_bf16's rounding (nearest even; a NaN becomes the quiet
+ * 0x7FC0), written out so that the loop vectorizes */
+void mr__round_bf16(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, x + i, sizeof u);
+        const uint32_t r = (u & 0x7FFFFFFFu) > 0x7F800000u ? 0x7FC00000u : (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+        memcpy(x + i, &r, sizeof r);
+    }
+}
+
 void mr__add(float *y, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] += x[i];
 }

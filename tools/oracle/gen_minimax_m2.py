@@ -41,6 +41,13 @@ golden_kv_fp8_e4m3_scaled.bin: the same with per-layer scales as a checkpoint
 carries them (KV_SCALES; vLLM's semantics: stored = cast(clamp(x / scale)),
 read = stored * scale); the C test adds the same values to a copy of the
 checkpoint as k_scale / v_scale tensors.
+
+With --dense-bf16 it writes golden_dense_bf16.bin beside the checkpoint (same
+layout): the inputs of q_proj, k_proj, v_proj, o_proj and lm_head rounded to
+bf16 (round to nearest even) before each fp32 matmul, moerun's
+--dense-activation-dtype bf16. It first checks that this transformers
+reproduces golden.bin, and that the rounding moves the logits by more than the
+C test can tell apart.
 """
 import argparse
 import json
@@ -172,8 +179,9 @@ def check_transformers(model, c):
     print("transformers checks: router = sigmoid + bias for selection, unbiased renormalized weights OK")
 
 
-def run_prompts(model, c, kv_round=None):
-    """greedy decode of PROMPTS; kv_round(t) rounds every K and V row the cache stores"""
+def run_prompts(model, c, kv_round=None, full_atol=1e-4):
+    """greedy decode of PROMPTS; kv_round(t) rounds every K and V row the cache stores; full_atol: how far
+    the cached decode may be from one full pass"""
     from transformers import DynamicCache
 
     def new_cache():
@@ -204,7 +212,8 @@ def run_prompts(model, c, kv_round=None):
             logits = torch.cat(rows, 0)
             # the cached decode must equal one full pass over the same tokens (its cache rounded alike)
             full = model(input_ids=torch.tensor([ids + gen[:-1]]), cache=new_cache(), use_cache=True).logits[0]
-            assert torch.allclose(full, logits, atol=1e-4), "cached decode != full pass"
+            fd = float((full - logits).abs().max())
+            assert fd <= full_atol, "cached decode != full pass (%.3g)" % fd
             top2 = torch.topk(logits[len(ids) - 1:], 2, dim=-1).values
             min_margin = min(min_margin, float((top2[:, 0] - top2[:, 1]).min()))
             blob += struct.pack("<i", len(ids)) + struct.pack(f"<{len(ids)}i", *ids)
@@ -249,14 +258,62 @@ def kv_fp8(out, c):
         f.write(blob)
 
 
+def dense_bf16(out, c):
+    """golden_dense_bf16.bin for the checkpoint already in out: --dense-activation-dtype bf16, the inputs
+    of q/k/v_proj, o_proj and lm_head rounded to bf16 (round to nearest even, torch's cast) before the
+    fp32 matmul, as an engine running these layers in bf16 sees them; everything else fp32"""
+    from transformers import MiniMaxM2ForCausalLM
+
+    model = MiniMaxM2ForCausalLM.from_pretrained(out, dtype=torch.float32, attn_implementation="eager")
+    model.eval()
+    # this transformers must reproduce the checked-in fp32 golden first
+    blob, exact = run_prompts(model, c)
+    with open(os.path.join(out, "golden.bin"), "rb") as f:
+        old = f.read()
+    assert len(old) == len(blob), "golden.bin has another layout"
+    a = np.frombuffer(old[20:], dtype="<i4")
+    b = np.frombuffer(blob[20:], dtype="<i4")
+    mism = np.nonzero(a != b)[0]
+    worst = 0.0
+    if mism.size:  # the logits may differ in the last bits between torch builds; ids may not
+        fa = np.frombuffer(old[20:], dtype="<f4")[mism]
+        fb = np.frombuffer(blob[20:], dtype="<f4")[mism]
+        worst = float(np.abs(fa - fb).max())
+    print("fp32 golden reproduced: %d of %d words differ, by at most %.3g" % (mism.size, a.size, worst))
+    assert worst < 1e-4
+
+    def rnd(mod, args):
+        return (args[0].to(torch.bfloat16).to(torch.float32),) + tuple(args[1:])
+
+    hooks = [model.lm_head.register_forward_pre_hook(rnd)]
+    for layer in model.model.layers:
+        for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            hooks.append(getattr(layer.self_attn, name).register_forward_pre_hook(rnd))
+    # a cached decode and a full pass give inputs that differ in the last fp32 bits, and where one rounds
+    # to another bf16 the logits move by about 1e-3: the check of the cache gets that room
+    blob, lg = run_prompts(model, c, full_atol=2e-2)
+    for h in hooks:
+        h.remove()
+    diff = max(float((x - y).abs().max()) for x, y in zip(lg, exact))
+    print("dense inputs in bf16: max |logit - fp32's logit| = %.4g" % diff)
+    assert diff > 2e-3, "bf16 dense inputs change the logits too little for the test to tell them from fp32"
+    with open(os.path.join(out, "golden_dense_bf16.bin"), "wb") as f:
+        f.write(blob)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "..", "tests", "data", "model", "tiny"))
     ap.add_argument("--kv-fp8", action="store_true", help="write the FP8 KV cache goldens for the checkpoint in --out")
+    ap.add_argument("--dense-bf16", action="store_true",
+                    help="write golden_dense_bf16.bin (bf16 inputs of the dense projections) for the checkpoint in --out")
     args = ap.parse_args()
     out = os.path.abspath(args.out)
     if args.kv_fp8:
         kv_fp8(out, CFG)
+        return
+    if args.dense_bf16:
+        dense_bf16(out, CFG)
         return
     os.makedirs(out, exist_ok=True)
     torch.manual_seed(SEED)
