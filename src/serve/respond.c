@@ -288,12 +288,19 @@ static int plp_vllm(const sv_out *o, const sv_gen *g, sv_buf *b) {
 }
 
 /* Completions: the {"tok": logprob, ...} object of the alternatives. */
-static int lp_top_obj(const sv_out *o, const sv_logprob *l, sv_buf *b) {
+static int lp_top_obj(const sv_out *o, int32_t tok, const sv_logprob *l, sv_buf *b) {
     if (sv_buf_lit(b, "{")) return -1;
-    for (int k = 0; k < l->n_top && k < o->j->req.top_logprobs; k++)
+    bool listed = false;
+    int k = 0;
+    for (; k < l->n_top && k < o->j->req.top_logprobs; k++) {
+        listed |= l->top[k].token == tok;
         if ((k && sv_buf_lit(b, ",")) || lp_token(o, l->top[k].token, b) ||
             sv_buf_printf(b, ":%.9g", lp_value(l->top[k].logprob)))
             return -1;
+    }
+    /* the sampled token is always beside them (OpenAI: up to logprobs + 1 entries; vLLM) */
+    if (!listed && ((k && sv_buf_lit(b, ",")) || lp_token(o, tok, b) || sv_buf_printf(b, ":%.9g", lp_value(l->logprob))))
+        return -1;
     return sv_buf_lit(b, "}");
 }
 
@@ -358,7 +365,7 @@ static int lp_event(sv_out *o, int i, int32_t tok, const sv_logprob *l, sv_buf *
     if (o->chat) return sv_buf_lit(b, "{\"content\":[") || lp_chat_item(o, tok, l, b) || sv_buf_lit(b, "]}");
     int rc = sv_buf_lit(b, "{\"tokens\":[") || lp_token(o, tok, b) ||
              sv_buf_printf(b, "],\"token_logprobs\":[%.9g],\"top_logprobs\":[", lp_value(l->logprob)) ||
-             lp_top_obj(o, l, b) || sv_buf_printf(b, "],\"text_offset\":[%lld]}", (long long)c->lp_offset);
+             lp_top_obj(o, tok, l, b) || sv_buf_printf(b, "],\"text_offset\":[%lld]}", (long long)c->lp_offset);
     c->lp_offset += (int64_t)piece_len(o, tok);
     return rc;
 }
@@ -371,7 +378,7 @@ static int lp_keep(sv_out *o, int i, int32_t tok, const sv_logprob *l) {
     int rc = (!first && (sv_buf_lit(&c->lp_tokens, ",") || sv_buf_lit(&c->lp_values, ",") ||
                          sv_buf_lit(&c->lp_tops, ",") || sv_buf_lit(&c->lp_offsets, ","))) ||
              lp_token(o, tok, &c->lp_tokens) || sv_buf_printf(&c->lp_values, "%.9g", lp_value(l->logprob)) ||
-             lp_top_obj(o, l, &c->lp_tops) || sv_buf_printf(&c->lp_offsets, "%lld", (long long)c->lp_offset);
+             lp_top_obj(o, tok, l, &c->lp_tops) || sv_buf_printf(&c->lp_offsets, "%lld", (long long)c->lp_offset);
     c->lp_offset += (int64_t)piece_len(o, tok);
     return rc;
 }

@@ -4,6 +4,7 @@
  * ids: prompts must be ids, chat is refused, and each choice carries the ids
  * it generated ("token_ids") with empty text. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -135,7 +136,15 @@ mr_status sv_text_decode(const sv_text *t, const int32_t *ids, int64_t n, bool s
     *out = NULL;
     if (!t->tok) return mr_error_set(MR_EUNSUPPORTED, "this model has no tokenizer: token ids cannot be turned into text");
     size_t len;
-    return mr_tokenizer_decode(t->tok, ids, (size_t)n, skip_special, out, &len);
+    /* an id of the model's padded vocabulary that names no token has no text (as sv_detok_push) */
+    int32_t *kept = n ? malloc((size_t)n * sizeof *kept) : NULL;
+    if (n && !kept) return mr_error_set(MR_ENOMEM, NULL);
+    size_t k = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (mr_tokenizer_id_to_piece(t->tok, ids[i], NULL)) kept[k++] = ids[i];
+    mr_status st = mr_tokenizer_decode(t->tok, kept ? kept : ids, k, skip_special, out, &len);
+    free(kept);
+    return st;
 }
 
 mr_status sv_text_piece(const sv_text *t, int32_t id, const char **bytes, size_t *n) {
