@@ -54,8 +54,9 @@ void sv_random_hex(char *out, size_t n) {
 static json_t *content_text(const json_t *c, const char *where, sv_error *e) {
     if (json_is_string(c)) return json_incref((json_t *)c);
     if (!json_is_array(c)) return sv_fail(e, 400, where, "%s must be a string or a list of parts, got %s", where, sv_json_type(c)), NULL;
-    json_t *parts = json_array();
-    if (!parts) return sv_fail(e, 500, NULL, "out of memory"), NULL;
+    /* the parts' texts joined into one string (as the Messages API's text blocks): a template that reads a
+     * message's content as a string (most do) must not be given a list */
+    sv_buf b = {0};
     for (size_t k = 0; k < json_array_size(c); k++) {
         const json_t *p = json_array_get(c, k);
         const char *t = json_string_value(json_object_get(p, "type"));
@@ -63,20 +64,23 @@ static json_t *content_text(const json_t *c, const char *where, sv_error *e) {
         char w[128];
         snprintf(w, sizeof w, "%s[%zu]", where, k);
         if (!t || (strcmp(t, "input_text") && strcmp(t, "output_text") && strcmp(t, "text") && strcmp(t, "refusal"))) {
-            json_decref(parts);
+            sv_buf_free(&b);
             return sv_fail(e, 400, w, "%s.type is %s%s%s; this server reads text parts (input_text, output_text)", w,
                            t ? "\"" : "", t ? t : "missing", t ? "\"" : ""), NULL;
         }
         if (!json_is_string(txt)) {
-            json_decref(parts);
+            sv_buf_free(&b);
             return sv_fail(e, 400, w, "%s has no text string", w), NULL;
         }
-        if (json_array_append_new(parts, json_pack("{s:s,s:O}", "type", "text", "text", txt))) {
-            json_decref(parts);
+        if (sv_buf_add(&b, json_string_value(txt), json_string_length(txt))) {
+            sv_buf_free(&b);
             return sv_fail(e, 500, NULL, "out of memory"), NULL;
         }
     }
-    return parts;
+    json_t *out = json_stringn(b.p ? b.p : "", b.len);
+    sv_buf_free(&b);
+    if (!out) return sv_fail(e, 500, NULL, "out of memory"), NULL;
+    return out;
 }
 
 /* The assistant message at the end of msgs that a function call or a reasoning item joins, made when the
