@@ -402,6 +402,18 @@ static void test_sampling_seed_and_n(void **st) {
     free(w1);
     free(w2);
     json_decref(d);
+    /* seeded sampling of a list of prompts: each prompt's choice k as that prompt alone with the seed (choice
+     * k: seed + k, as vLLM); without a seed the same prompt twice samples twice */
+    json_t *l = complete("{\"prompt\":[[5,6,7],[8,9]],\"max_tokens\":16,\"temperature\":1.0,\"seed\":42,\"n\":2}");
+    json_t *l1 = complete("{\"prompt\":[8,9],\"max_tokens\":16,\"temperature\":1.0,\"seed\":42,\"n\":2}");
+    json_t *l0 = complete("{\"prompt\":[5,6,7],\"max_tokens\":16,\"temperature\":1.0,\"seed\":42,\"n\":2}");
+    for (size_t k = 0; k < 2; k++) {
+        assert_true(json_equal(choice_ids(l, k), choice_ids(l0, k)));
+        assert_true(json_equal(choice_ids(l, 2 + k), choice_ids(l1, k)));
+    }
+    json_t *u = complete("{\"prompt\":[[5,6,7],[5,6,7]],\"max_tokens\":16,\"temperature\":1.0}");
+    assert_false(json_equal(choice_ids(u, 0), choice_ids(u, 1)));
+    json_decref(l), json_decref(l1), json_decref(l0), json_decref(u);
 }
 
 static void test_stop_ids_and_eos(void **st) {
@@ -471,6 +483,9 @@ static void test_eos_and_ignore_eos(void **st) {
 static void test_errors(void **st) {
     (void)st;
     expect_error("/v1/completions", "{\"prompt\":[1,2", 400, "invalid_request_error", NULL, "not valid JSON");
+    /* valid JSON with a NUL in a string: refused saying so (not in jansson's words) */
+    expect_error("/v1/completions", "{\"prompt\":[1,2],\"user\":\"a\\u0000b\"}", 400, "invalid_request_error", NULL,
+                 "holds \\u0000 (NUL)");
     expect_error("/v1/completions", "{\"prompt\":[1,2],\"max_tokens\":\"x\"}", 400, "invalid_request_error", "max_tokens",
                  "integer");
     expect_error("/v1/completions", "{\"prompt\":[1,2],\"bogus\":1}", 400, "invalid_request_error", "bogus", "unknown");

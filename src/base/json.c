@@ -2,6 +2,7 @@
  * through mr_malloc/mr_free, and a per-thread flag records an allocation
  * failure during a parse so that it is reported as MR_ENOMEM. */
 #include <pthread.h>
+#include <stdio.h>
 
 #include "base/json_internal.h"
 
@@ -21,8 +22,12 @@ static void begin(void) {
     json_oom = false;
 }
 
-static json_t *end(json_t *root, const json_error_t *err, bool *oom) {
+static json_t *end(json_t *root, json_error_t *err, bool *oom) {
     bool o = root == NULL && (json_oom || json_error_code(err) == json_error_out_of_memory);
+    /* jansson's words name its own flag; say what the input holds (the text stays NUL-free: a string of
+     * this project's never holds U+0000) */
+    if (root == NULL && err && json_error_code(err) == json_error_null_character)
+        snprintf(err->text, sizeof err->text, "a string holds \\u0000 (NUL), which is not accepted");
     if (oom) *oom = o;
     if (o) mr_error_set(MR_ENOMEM, NULL);
     return root;

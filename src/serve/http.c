@@ -1377,7 +1377,9 @@ static int make_job(mr_server *s, sv_request *r, sv_job **out, sv_error *e) {
                 .top_p = r->has_top_p ? r->top_p : s->def_top_p,
                 .top_k = r->has_top_k ? r->top_k : s->def_top_k,
                 .min_p = r->has_min_p ? r->min_p : s->def_min_p,
-                .seed = r->seed + (uint64_t)g->index,
+                /* a given seed: choice k of each prompt uses seed + k, so a prompt of a list samples as it
+                 * would alone (vLLM); without one the engine draws a fresh seed per choice */
+                .seed = r->seed + (uint64_t)k,
                 .presence_penalty = r->presence_penalty,
                 .frequency_penalty = r->frequency_penalty,
                 .repetition_penalty = r->has_repetition_penalty ? r->repetition_penalty : s->def_repetition_penalty,
@@ -1582,6 +1584,7 @@ static enum MHD_Result do_generate(mr_server *s, struct MHD_Connection *c, sv_hr
         free(cmpl);
         if (bad) {
             json_decref(meta);
+            sv_sglang_param(&e);
             return send_error_on(s, c, h->route, &e);
         }
         r.sgl_meta = meta;
@@ -1632,6 +1635,7 @@ static enum MHD_Result do_generate(mr_server *s, struct MHD_Connection *c, sv_hr
     sv_job *j;
     if (make_job(s, &r, &j, &e)) {
         if (h->route == R_RESPONSES) sv_responses_param(&e);
+        if (h->route == R_GENERATE) sv_sglang_param(&e);
         return send_error_on(s, c, h->route, &e);
     }
     j->t_arrive_ns = h->t_arrive_ns;

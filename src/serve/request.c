@@ -10,6 +10,7 @@
  * that need the tokenizer (prompt length against the context) come later,
  * in the HTTP layer. Integers may be written as integral reals (16.0), as
  * pydantic-based servers accept them. Duplicate keys are refused. */
+#include <ctype.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -29,6 +30,33 @@ int sv_fail(sv_error *e, int http, const char *param, const char *fmt, ...) {
     vsnprintf(e->message, sizeof e->message, fmt, ap);
     va_end(ap);
     return -1;
+}
+
+/* the word w (not inside a longer name) in the message replaced by to, everywhere */
+static void rename_word(char *msg, size_t cap, const char *w, const char *to) {
+    const size_t n = strlen(w);
+    for (char *p = msg; (p = strstr(p, w));) {
+        const bool alone = (p == msg || !(isalnum((unsigned char)p[-1]) || p[-1] == '_')) &&
+                           !(isalnum((unsigned char)p[n]) || p[n] == '_');
+        if (!alone) {
+            p += n;
+            continue;
+        }
+        char tail[sizeof ((sv_error *)0)->message];
+        snprintf(tail, sizeof tail, "%s", p + n);
+        snprintf(p, cap - (size_t)(p - msg), "%s%s", to, tail);
+        p += strlen(to);
+        if ((size_t)(p - msg) >= cap - 1) break;
+    }
+}
+
+void sv_error_rename(sv_error *e, const char *from, const char *to_param, const char *to_word) {
+    const size_t n = strlen(from);
+    if (to_word) rename_word(e->message, sizeof e->message, from, to_word);
+    if (strncmp(e->param, from, n) || (e->param[n] && e->param[n] != '.' && e->param[n] != '[')) return;
+    char rest[sizeof e->param];
+    snprintf(rest, sizeof rest, "%s", e->param + n);
+    snprintf(e->param, sizeof e->param, "%s%s", to_param, rest);
 }
 
 const char *sv_error_type(int http) {
@@ -164,6 +192,15 @@ static int get_num(const json_t *v, const char *name, double lo, double hi, doub
     return 0;
 }
 
+/* a number in (0, hi] */
+static int get_pos_num(const json_t *v, const char *name, double hi, double *out, sv_error *e) {
+    if (!json_is_number(v)) return sv_fail(e, 400, name, "%s must be a number, got %s", name, sv_json_type(v));
+    double x = json_number_value(v);
+    if (!(x > 0.0 && x <= hi)) return sv_fail(e, 400, name, "%s is %g; it must be in (0, %g]", name, x, hi);
+    *out = x;
+    return 0;
+}
+
 static int get_bool(const json_t *v, const char *name, bool *out, sv_error *e) {
     if (!json_is_boolean(v)) return sv_fail(e, 400, name, "%s must be a boolean, got %s", name, sv_json_type(v));
     *out = json_is_true(v);
@@ -295,8 +332,7 @@ static int f_temperature(sv_request *r, const json_t *v, const sv_limits *lim, s
 static int f_top_p(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
     (void)lim;
     double x = 0;
-    if (get_num(v, "top_p", 0.0, 1.0, &x, e)) return -1;
-    if (x <= 0.0) return sv_fail(e, 400, "top_p", "top_p is %g; it must be in (0, 1]", x);
+    if (get_pos_num(v, "top_p", 1.0, &x, e)) return -1;
     r->top_p = (float)x;
     r->has_top_p = true;
     return 0;
@@ -454,8 +490,7 @@ static int f_frequency_penalty(sv_request *r, const json_t *v, const sv_limits *
 static int f_repetition_penalty(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
     (void)lim;
     double x = 0;
-    if (get_num(v, "repetition_penalty", 0.0, 10.0, &x, e)) return -1;
-    if (x <= 0.0) return sv_fail(e, 400, "repetition_penalty", "repetition_penalty is %g; it must be in (0, 10]", x);
+    if (get_pos_num(v, "repetition_penalty", 10.0, &x, e)) return -1;
     r->repetition_penalty = (float)x;
     r->has_repetition_penalty = true;
     return 0;

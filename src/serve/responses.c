@@ -558,24 +558,14 @@ char *sv_item_page(const json_t *all, long n, const char *limit, const char *ord
 /* A chat field named in an error, as the Responses request calls it (also in the message, for the one field
  * whose name differs and that messages quote). */
 void sv_responses_param(sv_error *e) {
-    for (char *p; (p = strstr(e->message, "max_completion_tokens"));) {
-        char tail[sizeof e->message];
-        snprintf(tail, sizeof tail, "%s", p + strlen("max_completion_tokens"));
-        snprintf(p, sizeof e->message - (size_t)(p - e->message), "max_output_tokens%s", tail);
-    }
     static const struct {
         const char *chat, *resp;
-    } MAP[] = {{"max_completion_tokens", "max_output_tokens"}, {"max_tokens", "max_output_tokens"},
-               {"response_format.json_schema.schema", "text.format.schema"}, {"response_format", "text.format"},
-               {"messages", "input"}, {"tool_choice.function.name", "tool_choice.name"}};
-    for (size_t i = 0; i < sizeof MAP / sizeof MAP[0]; i++) {
-        const size_t n = strlen(MAP[i].chat);
-        if (strncmp(e->param, MAP[i].chat, n)) continue;
-        char rest[96];
-        snprintf(rest, sizeof rest, "%s", e->param + n);
-        snprintf(e->param, sizeof e->param, "%s%s", MAP[i].resp, rest);
-        return;
-    }
+        bool word; /* also in the message */
+    } MAP[] = {{"max_completion_tokens", "max_output_tokens", true}, {"max_tokens", "max_output_tokens", true},
+               {"response_format.json_schema.schema", "text.format.schema", true}, {"response_format", "text.format", true},
+               {"messages", "input", false}, {"tool_choice.function.name", "tool_choice.name", true}};
+    for (size_t i = 0; i < sizeof MAP / sizeof MAP[0]; i++)
+        sv_error_rename(e, MAP[i].chat, MAP[i].resp, MAP[i].word ? MAP[i].resp : NULL);
 }
 
 /* ---- the Response object, its output items, its stream ---- */

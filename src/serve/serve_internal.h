@@ -565,6 +565,9 @@ void sv_conv_append(sv_store *cv, const char *id, const json_t *input, const jso
 
 /* A chat field named in an error, renamed to the Responses request's. */
 void sv_responses_param(sv_error *e);
+/* An error of a translated request in the words of the one the client sent: a param of from (or from.x,
+ * from[i]) becomes to_param (its rest kept); with to_word, from as a word in the message becomes to_word. */
+void sv_error_rename(sv_error *e, const char *from, const char *to_param, const char *to_word);
 /* A typed SSE event (the Responses and Messages APIs): "event: TYPE", then "data: " and the object
  * (stolen) with "type": TYPE added. 0, or -1 out of memory. */
 int sv_sse_typed(const char *type, json_t *obj, sv_buf *b);
@@ -617,6 +620,8 @@ int sv_anthropic_fail(const char *message, sv_buf *sse);
 /* POST /generate as a completions request (JSON text, free()) and what its answer needs (*meta: rid,
  * batch). 0, or -1 with *e filled. */
 int sv_sglang_to_completions(const char *body, size_t len, char **out_json, json_t **meta, sv_error *e);
+/* A completions field named in an error of such a request, renamed to /generate's (sampling_params.x). */
+void sv_sglang_param(sv_error *e);
 /* One answer object (text, meta_info; output_ids when ids is given); reason NULL while streaming. */
 json_t *sv_sglang_object(const char *id, const char *text, size_t n, const int32_t *ids, int64_t n_ids, const char *reason,
                          const char *matched, int32_t matched_id, int64_t prompt, int64_t completion, int64_t cached);

@@ -19,6 +19,36 @@
 
 static int oom(sv_error *e) { return sv_fail(e, 500, NULL, "out of memory"); }
 
+/* sampling_params' fields and the completions fields they become */
+struct sgl_field {
+    const char *sgl, *ours;
+};
+static const struct sgl_field SGL_FIELDS[] = {
+    {"max_new_tokens", "max_tokens"}, {"min_new_tokens", "min_tokens"}, {"temperature", "temperature"},
+    {"top_p", "top_p"}, {"top_k", "top_k"}, {"min_p", "min_p"}, {"stop", "stop"},
+    {"stop_token_ids", "stop_token_ids"}, {"ignore_eos", "ignore_eos"},
+    {"frequency_penalty", "frequency_penalty"}, {"presence_penalty", "presence_penalty"},
+    {"repetition_penalty", "repetition_penalty"}, {"n", "n"},
+    {"skip_special_tokens", "skip_special_tokens"}, {"no_stop_trim", "include_stop_str_in_output"},
+    {"json_schema", "guided_json"}, {"regex", "regex"}, {"ebnf", "ebnf"}, {"structural_tag", "structural_tag"},
+    {"seed", "seed"}, {"logit_bias", "logit_bias"}};
+enum { N_SGL_FIELDS = sizeof SGL_FIELDS / sizeof SGL_FIELDS[0] };
+
+void sv_sglang_param(sv_error *e) {
+    char p[128];
+    for (size_t i = 0; i < N_SGL_FIELDS; i++) {
+        snprintf(p, sizeof p, "sampling_params.%s", SGL_FIELDS[i].sgl);
+        if (!strcmp(SGL_FIELDS[i].ours, SGL_FIELDS[i].sgl)) {
+            sv_error_rename(e, SGL_FIELDS[i].ours, p, NULL);
+        } else {
+            sv_error_rename(e, SGL_FIELDS[i].ours, p, SGL_FIELDS[i].sgl);
+            if (!strcmp(SGL_FIELDS[i].ours, "max_tokens")) sv_error_rename(e, "max_completion_tokens", p, SGL_FIELDS[i].sgl);
+        }
+    }
+    sv_error_rename(e, "prompt", "text", NULL);
+}
+
+
 int sv_sglang_to_completions(const char *body, size_t len, char **out_json, json_t **meta, sv_error *e) {
     *out_json = NULL;
     *meta = NULL;
@@ -46,25 +76,22 @@ int sv_sglang_to_completions(const char *body, size_t len, char **out_json, json
                 rc = sv_fail(e, 400, k, "sampling_params must be an object, got %s", sv_json_type(x));
                 break;
             }
-            static const struct {
-                const char *sgl, *ours;
-            } MAP[] = {{"max_new_tokens", "max_tokens"}, {"min_new_tokens", "min_tokens"}, {"temperature", "temperature"},
-                       {"top_p", "top_p"}, {"top_k", "top_k"}, {"min_p", "min_p"}, {"stop", "stop"},
-                       {"stop_token_ids", "stop_token_ids"}, {"ignore_eos", "ignore_eos"},
-                       {"frequency_penalty", "frequency_penalty"}, {"presence_penalty", "presence_penalty"},
-                       {"repetition_penalty", "repetition_penalty"}, {"n", "n"},
-                       {"skip_special_tokens", "skip_special_tokens"}, {"no_stop_trim", "include_stop_str_in_output"},
-                       {"json_schema", "guided_json"}, {"regex", "regex"}, {"ebnf", "ebnf"}, {"structural_tag", "structural_tag"}, {"seed", "seed"},
-                       {"logit_bias", "logit_bias"}};
+            const struct sgl_field *MAP = SGL_FIELDS;
             const char *sk;
             json_t *sv;
             json_object_foreach(x, sk, sv) {
                 if (json_is_null(sv)) continue;
                 size_t i = 0;
-                while (i < sizeof MAP / sizeof MAP[0] && strcmp(MAP[i].sgl, sk)) i++;
-                if (i == sizeof MAP / sizeof MAP[0]) {
+                while (i < N_SGL_FIELDS && strcmp(MAP[i].sgl, sk)) i++;
+                if (i == N_SGL_FIELDS) {
                     if (!strcmp(sk, "spaces_between_special_tokens") && json_is_true(sv)) continue; /* sglang's default */
                     rc = sv_fail(e, 400, "sampling_params", "sampling_params.%.60s is not supported", sk);
+                    break;
+                }
+                if (!strcmp(sk, "max_new_tokens") && json_is_integer(sv) && json_integer_value(sv) == 0) {
+                    rc = sv_fail(e, 400, "sampling_params.max_new_tokens",
+                                 "sampling_params.max_new_tokens is 0: a request here generates 1 token or more "
+                                 "(a prefill without output is not served)");
                     break;
                 }
                 if (json_object_set(cmpl, MAP[i].ours, sv)) {

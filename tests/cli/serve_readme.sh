@@ -114,6 +114,50 @@ curl -sN localhost:$P/v1/completions -H 'Content-Type: application/json' \
     bad "streamed stop string: $(head -c 600 "$S/stops.txt")"
 [ "$(fin stop)" = $((s0 + 2)) ] && [ "$(fin abort)" = "$a0" ] ||
     bad "/metrics after two stop strings: stop $s0 -> $(fin stop), abort $a0 -> $(fin abort) (want +2, +0)"
+# input items whose content is text parts: the same prompt as the string (the parts are joined; this
+# template reads content as a string), and a stored turn continued by previous_response_id: the prompt of
+# the conversation written out as chat messages
+curl -s localhost:$P/v1/responses -H 'Content-Type: application/json' \
+     -d '{"model": "tiny-kjv", "input": [{"role": "user", "content": [{"type": "input_text", "text": "Genesis"},
+          {"type": "input_text", "text": " 1:3"}]}], "max_output_tokens": 80, "temperature": 0}' >"$S/rparts.json"
+[ "$(jq .usage.input_tokens "$S/rparts.json")" = "$(jq .usage.input_tokens "$S/resp.json")" ] &&
+[ "$(jq -r '.output[] | select(.type == "message") | .content[0].text' "$S/rparts.json")" = "$want_c" ] ||
+    bad "responses with input_text parts: $(head -c 300 "$S/rparts.json") against the string's $(jq -c .usage "$S/resp.json")"
+curl -s localhost:$P/v1/responses -H 'Content-Type: application/json' \
+     -d '{"model": "tiny-kjv", "previous_response_id": "'"$(jq -r .id "$S/resp.json")"'", "input": "Exodus 1:1",
+          "max_output_tokens": 8, "temperature": 0}' >"$S/rprev.json"
+jq -n --arg r "$want_r" --arg c "$want_c" '{model: "tiny-kjv", max_tokens: 8, temperature: 0, messages: [
+    {role: "user", content: "Genesis 1:3"}, {role: "assistant", content: $c, reasoning_content: $r},
+    {role: "user", content: "Exodus 1:1"}]}' >"$S/written.json"
+curl -s localhost:$P/v1/chat/completions -H 'Content-Type: application/json' -d @"$S/written.json" >"$S/cwritten.json"
+[ "$(jq .usage.input_tokens "$S/rprev.json")" = "$(jq .usage.prompt_tokens "$S/cwritten.json")" ] ||
+    bad "previous_response_id: $(jq -c .usage "$S/rprev.json"), the conversation written out $(jq -c .usage "$S/cwritten.json")"
+# an id of the padded vocabulary (config.json's vocab_size is above the tokenizer's ids) has no text: 200
+pad=$(($(jq .vocab_size "$MODEL/config.json") - 1))
+code=$(curl -s -o "$S/detok.json" -w '%{http_code}' localhost:$P/detokenize -H 'Content-Type: application/json' \
+       -d '{"tokens": ['"$pad"', 100]}')
+[ "$code" = 200 ] && [ "$(jq -r .prompt "$S/detok.json")" = "$(curl -s localhost:$P/detokenize -d '{"tokens": [100]}' | jq -r .prompt)" ] ||
+    bad "/detokenize of the padded id $pad: $code $(head -c 300 "$S/detok.json")"
+# completions logprobs k: the sampled token is always among its position's top_logprobs (up to k + 1 of them)
+curl -s localhost:$P/v1/completions -H 'Content-Type: application/json' \
+     -d '{"model": "tiny-kjv", "prompt": "And God said,", "max_tokens": 24, "temperature": 2, "seed": 7, "logprobs": 1}' >"$S/lp.json"
+[ "$(jq '.choices[0].logprobs as $l | [range(0; $l.tokens | length) as $i |
+        ($l.top_logprobs[$i] | has($l.tokens[$i]) and length <= 2)] | length == 24 and all' "$S/lp.json")" = true ] ||
+    bad "completions logprobs 1: a sampled token missing from its top_logprobs: $(head -c 600 "$S/lp.json")"
+# errors of the translated APIs name the fields the client sent, in its words
+err() { # route body -> "param|message"
+    curl -s localhost:$P$1 -H 'Content-Type: application/json' -d "$2" | jq -r '.error.param + "|" + .error.message'
+}
+e=$(err /generate '{"text": "x", "sampling_params": {"max_new_tokens": 0}}')
+[ "${e%%|*}" = sampling_params.max_new_tokens ] || bad "/generate max_new_tokens 0: $e"
+e=$(err /generate '{"text": "x", "sampling_params": {"max_new_tokens": 3, "min_new_tokens": 5}}')
+case $e in sampling_params.*"min_new_tokens 5"*"max_new_tokens 3"*) ;; *) bad "/generate min_new_tokens above max_new_tokens: $e" ;; esac
+case $e in *max_tokens*|*min_tokens*) bad "/generate error in the completions' words: $e" ;; esac
+e=$(err /generate '{"text": "x", "sampling_params": {"top_p": 2}}')
+[ "${e%%|*}" = sampling_params.top_p ] || bad "/generate top_p 2: $e"
+e=$(err /v1/responses '{"input": "x", "max_output_tokens": 100000000}')
+case $e in max_output_tokens\|*max_output_tokens*) ;; *) bad "responses max_output_tokens: $e" ;; esac
+case $e in *max_tokens*|*max_completion_tokens*) bad "responses error in the chat's words: $e" ;; esac
 stop_server
 [ "$SV_RC" = 0 ] || bad "exit $SV_RC"
 clean_log "$S/serve.log" || bad "sanitizer report in the server log"
