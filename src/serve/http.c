@@ -27,6 +27,8 @@
 #include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <linux/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +51,7 @@ typedef struct sv_conn {
     int phase;                 /* 0 waiting for a head, 1 receiving the body, 2 answering */
     uint64_t since_ns;         /* start of the phase; in phase 2, the last time the client took bytes */
     bool busy;                 /* phase 2: the server is waiting for the engine, not for the client */
+    uint64_t acked;            /* phase 2: the bytes the client had acknowledged at the last look (TCP_INFO) */
     bool killed;
     struct sv_job *job;        /* phase 2: the request's job while it is in flight (the watchdog
                                   cancels it when the client hangs up); cancelled: done so */
@@ -1942,6 +1945,18 @@ static void *watchdog(void *arg) {
         for (sv_conn *k = s->conns; k; k = k->next) {
             if (k->killed || (k->phase == 2 && k->busy)) continue;
             int secs = k->phase == 0 ? s->o.header_timeout_s : k->phase == 1 ? s->o.body_timeout_s : s->o.idle_timeout_s;
+            if (now - k->since_ns > (uint64_t)secs * 1000000000ull && k->phase == 2) {
+                /* a response libmicrohttpd writes from its own buffer (not a stream's reader, which
+                 * refreshes since_ns) makes progress the reader never sees: a client that took bytes
+                 * since the last look is not idle */
+                struct tcp_info ti;
+                socklen_t tl = sizeof ti;
+                if (!getsockopt(k->fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) && ti.tcpi_bytes_acked != k->acked) {
+                    k->acked = ti.tcpi_bytes_acked;
+                    k->since_ns = now;
+                    continue;
+                }
+            }
             if (now - k->since_ns > (uint64_t)secs * 1000000000ull) {
                 MR_DEBUG("serve: closing a connection: %s in %d s",
                          k->phase == 0   ? "no complete request head"
