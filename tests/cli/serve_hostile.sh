@@ -175,4 +175,41 @@ echo "non-streaming client gone: freed after $ms ms, $((ab1 - ab0)) choices abor
 [ $((ab1 - ab0)) -ge 56 ] || bad "the gone client's choices were not aborted: only $((ab1 - ab0)) of 64"
 [ "${gen:-0}" -lt 256000 ] || bad "the gone client's request ran to the end ($gen tokens)"
 [ "$(metric 'moerun:client_disconnects_total{')" -ge 1 ] 2>/dev/null || bad "no disconnect counted"
-serve_test_end "$S/serve2.log"
+stop_server
+[ "$SV_RC" = 0 ] || bad "the second server exited $SV_RC on SIGTERM"
+clean_log "$S/serve2.log" || bad "sanitizer report or crash in the second server's log"
+
+# a client that reads a large non-streamed answer (~6.8 MB, beyond what the sockets buffer) slowly but
+# steadily is not idle: it gets every byte, though the reading takes several --idle-timeout; one that
+# stops reading is closed
+start_server "$S/serve3.log" --model "$S/tiny" --context-length 2048 --idle-timeout 1 --skip-self-check || exit 1
+python3 - "$SV_PORT" >"$S/slowread.txt" 2>&1 <<'PY' || bad "slow steady reader: $(cat "$S/slowread.txt")"
+import json, re, socket, sys, time
+body = json.dumps({"prompt": [1, 2, 3], "max_tokens": 1500, "n": 8, "ignore_eos": True, "logprobs": 20,
+                   "temperature": 0}).encode()
+def fetch(rate, stall):
+    s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=30)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %d\r\n\r\n"
+              % len(body) + body)
+    got, t0, cl, hl = b"", time.time(), None, 0
+    while True:
+        d = s.recv(65536)
+        if not d:
+            break
+        got += d
+        if cl is None and b"\r\n\r\n" in got:
+            cl, hl = int(re.search(rb"Content-Length: (\d+)", got).group(1)), got.index(b"\r\n\r\n") + 4
+            if stall:
+                time.sleep(stall)
+        time.sleep(len(d) / rate)
+    return cl, len(got) - hl, time.time() - t0
+cl, n, t = fetch(1.5e6, 0)
+print("steady reader: %d of %s bytes in %.1f s" % (n, cl, t))
+assert cl and cl > 5e6 and n == cl and t > 3, "cut off or too fast to tell"
+cl, n, t = fetch(1e9, 4)
+print("stalled reader: %d of %s bytes" % (n, cl))
+assert n < cl, "a reader that stalled 4 s past a 1 s idle timeout got everything"
+PY
+cat "$S/slowread.txt"
+serve_test_end "$S/serve3.log"
