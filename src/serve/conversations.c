@@ -300,7 +300,7 @@ char *sv_conv_handle(sv_store *cv, const char *method, const char *path, const c
         return sv_fail(e, 400, "include", "include \"%.60s\" is not supported (reasoning.encrypted_content and "
                        "message.output_text.logprobs are)", q->bad_include), NULL;
     if (!*path) {
-        if (!post) return sv_fail(e, 405, NULL, "/v1/conversations takes POST, not %.16s", method), NULL;
+        if (!post) return e->allow = "POST", sv_fail(e, 405, NULL, "/v1/conversations takes POST, not %.16s", method), NULL;
         return create(cv, body, len, e);
     }
     /* path: /{id}[/items[/{item}]] */
@@ -343,11 +343,15 @@ char *sv_conv_handle(sv_store *cv, const char *method, const char *path, const c
         if (strlen(tail + 7) >= sizeof item || strchr(tail + 7, '/'))
             return sv_fail(e, 404, "item_id", "Item with id '%.100s' not found", tail + 7), NULL;
         snprintf(item, sizeof item, "%s", tail + 7);
-        if (!get && !del) return sv_fail(e, 405, NULL, "a conversation item takes GET or DELETE, not %.16s", method), NULL;
+        if (!get && !del)
+            return e->allow = "GET, HEAD, DELETE",
+                   sv_fail(e, 405, NULL, "a conversation item takes GET or DELETE, not %.16s", method), NULL;
         return one_item(cv, id, item, del, q->encrypted, e);
     }
     if (post) return add_items(cv, id, body, len, q->encrypted, e);
-    if (!get) return sv_fail(e, 405, NULL, "a conversation's items take GET or POST, not %.16s", method), NULL;
+    if (!get)
+        return e->allow = "GET, HEAD, POST",
+               sv_fail(e, 405, NULL, "a conversation's items take GET or POST, not %.16s", method), NULL;
     json_t *conv = load(cv, id, e), *items = json_object_get(conv, "items");
     if (!conv) return NULL;
     char *t = NULL;

@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -222,6 +223,18 @@ static enum MHD_Result queue(struct MHD_Connection *c, unsigned status, struct M
     return MHD_queue_response(c, status, r);
 }
 
+/* a response with the header hn: hv where hn is given */
+static enum MHD_Result send_text_h(struct MHD_Connection *c, int status, const char *type, const char *body, size_t n,
+                                   const char *hn, const char *hv) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(n, (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", type);
+    if (hn) MHD_add_response_header(r, hn, hv);
+    enum MHD_Result ok = queue(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
 static enum MHD_Result send_text(struct MHD_Connection *c, int status, const char *type, const char *body, size_t n) {
     struct MHD_Response *r = MHD_create_response_from_buffer(n, (void *)body, MHD_RESPMEM_MUST_COPY);
     if (!r) return MHD_NO;
@@ -259,7 +272,10 @@ static enum MHD_Result send_error(mr_server *s, struct MHD_Connection *c, const 
         pthread_mutex_unlock(&s->met.mu);
     }
     if (s->o.log_requests) fprintf(stderr, "serve: %d %s\n", e->http, e->message);
-    enum MHD_Result ok = b ? send_json(c, e->http, b) : MHD_NO;
+    enum MHD_Result ok = b ? send_text_h(c, e->http, "application/json", b, strlen(b),
+                                         e->http == 405 ? "Allow" : e->http == 401 ? "WWW-Authenticate" : NULL,
+                                         e->http == 405 ? (e->allow ? e->allow : "GET") : "Bearer")
+                           : MHD_NO;
     free(b);
     return ok;
 }
@@ -566,7 +582,9 @@ static sv_bg *bg_find(mr_server *s, const char *id) {
 
 /* ---- routes ---- */
 
-static int route_of(const char *url, const char *method, bool *post, bool *bad_method) {
+/* The route of url, whether it takes a body (post), and, where method is not one it takes, bad_method and
+ * the methods it takes in *allow (a 405's Allow header). */
+static int route_of(const char *url, const char *method, bool *post, bool *bad_method, const char **allow) {
     static const struct {
         const char *path;
         int route;
@@ -585,30 +603,38 @@ static int route_of(const char *url, const char *method, bool *post, bool *bad_m
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         if (strcmp(url, t[i].path)) continue;
         *post = t[i].post;
+        *allow = t[i].post ? "POST" : "GET, HEAD";
         if (t[i].route == R_PING && is_post) { /* vLLM's /ping (SageMaker's health check) takes both */
             *post = false;
             return R_PING;
         }
-        if (t[i].route == R_FLUSH && is_get) { /* sglang's /flush_cache takes both */
-            *post = false;
-            return R_FLUSH;
+        if (t[i].route == R_PING) *allow = "GET, HEAD, POST";
+        if (t[i].route == R_FLUSH) { /* sglang's /flush_cache takes both; HEAD must not flush (a safe method) */
+            *allow = "GET, POST";
+            if (!strcmp(method, "GET")) {
+                *post = false;
+                return R_FLUSH;
+            }
         }
         if (t[i].post ? !is_post : !is_get) *bad_method = true;
         return t[i].route;
     }
     if (!strncmp(url, "/v1/models/", 11) && url[11]) {
         *post = false;
+        *allow = "GET, HEAD";
         if (!is_get) *bad_method = true;
         return R_MODEL;
     }
     if (!strncmp(url, "/v1/responses/", 14) && url[14]) { /* a stored response: GET, DELETE; .../input_items, .../cancel */
         const char *tail = strchr(url + 14, '/');
         *post = tail && !strcmp(tail, "/cancel");
+        *allow = *post ? "POST" : tail ? "GET, HEAD" : "GET, HEAD, DELETE";
         if (*post ? !is_post : tail ? !is_get : !is_get && strcmp(method, "DELETE")) *bad_method = true;
         return R_RESPONSE_ID;
     }
     if (!strcmp(url, "/v1/conversations") || !strncmp(url, "/v1/conversations/", 18)) { /* methods: conversations.c */
         *post = is_post;
+        *allow = "GET, HEAD, POST, DELETE";
         if (!is_post && !is_get && strcmp(method, "DELETE")) *bad_method = true;
         return R_CONVERSATIONS;
     }
@@ -1691,7 +1717,12 @@ static bool authorized(mr_server *s, struct MHD_Connection *c) {
     if (!s->api_key) return true;
     const char *a = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
     const char *x = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key"); /* Anthropic's clients */
-    return (a && !strncmp(a, "Bearer ", 7) && !strcmp(a + 7, s->api_key)) || (x && !strcmp(x, s->api_key));
+    if (a && !strncasecmp(a, "Bearer", 6) && (a[6] == ' ' || a[6] == '\t')) { /* the scheme is case-insensitive */
+        a += 6;
+        while (*a == ' ' || *a == '\t') a++;
+        if (!strcmp(a, s->api_key)) return true;
+    }
+    return x && !strcmp(x, s->api_key);
 }
 
 /* A CORS preflight (OPTIONS with Access-Control-Request-Method), answered for any route and without the key,
@@ -1735,9 +1766,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!strcmp(method, "OPTIONS") && MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Method"))
             return preflight(s, c);
         bool bad_method;
-        h->route = route_of(url, method, &h->post, &bad_method);
+        const char *allow = NULL;
+        h->route = route_of(url, method, &h->post, &bad_method, &allow);
         if (h->route == R_NONE) return fail(s, c, 404, NULL, "no route for %.16s %.200s", method, url);
-        if (bad_method) return fail(s, c, 405, NULL, "%.200s takes %s, not %.16s", url, h->post ? "POST" : "GET", method);
+        if (bad_method) {
+            sv_error e = {.allow = allow};
+            sv_fail(&e, 405, NULL, "%.200s takes %s, not %.16s", url, allow, method);
+            return send_error(s, c, &e);
+        }
         if (h->post) {
             const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
             if (cl) {

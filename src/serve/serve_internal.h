@@ -24,6 +24,7 @@ typedef struct {
     int http;           /* 400, 404, 405, 413, 503, 500 */
     char param[96];     /* the field at fault ("" when none), e.g. "messages[1].content" */
     char message[640];
+    const char *allow;  /* a 405: the methods the route takes (its Allow header; NULL: GET) */
 } sv_error;
 
 /* Fills e and returns -1 (so that parsers can `return sv_fail(...)`). */

@@ -73,6 +73,21 @@ codes=$(curl -s -o /dev/null -w '%{http_code} ' -X POST "$URL_B/flush_cache"
         curl -s -o /dev/null -w '%{http_code} ' -X POST "$URL_B/flush_cache" -H "Authorization: Bearer secret"
         curl -s -o /dev/null -w '%{http_code}' "$URL_B/get_server_info")
 [ "$codes" = "401 200 401" ] || { echo "FAIL: /flush_cache, /get_server_info and the API key: $codes"; rc=1; }
+# the key's scheme is case-insensitive (RFC 9110 11.1); a 401 says which scheme (WWW-Authenticate); a 405 lists
+# what the route takes (Allow); HEAD is safe: it never flushes the cache
+codes=$(for a in "bearer secret" "BEARER  secret" "Bearer secretx" "Basic secret"; do
+    curl -s -o /dev/null -w '%{http_code} ' "$URL_B/v1/models" -H "Authorization: $a"; done)
+[ "$codes" = "200 200 401 401 " ] || { echo "FAIL: Authorization schemes: $codes"; rc=1; }
+curl -s -o /dev/null -D - "$URL_B/v1/models" | tr -d '\r' | grep -qi '^www-authenticate: bearer' ||
+    { echo "FAIL: a 401 without WWW-Authenticate"; rc=1; }
+for req in "PUT /health|GET, HEAD" "GET /v1/completions|POST" "HEAD /flush_cache|GET, POST" \
+           "PUT /v1/responses/x|GET, HEAD, DELETE" "GET /v1/responses/x/cancel|POST" "PATCH /v1/conversations|GET, HEAD, POST, DELETE" \
+           "DELETE /v1/conversations/x/items|GET, HEAD, POST" "POST /v1/conversations/x/items/y|GET, HEAD, DELETE"; do
+    r=${req%%|*}; want=${req#*|}; set -- $r
+    if [ "$1" = HEAD ]; then got=$(curl -s -I "$URL_C$2" | tr -d '\r'); else got=$(curl -s -o /dev/null -D - -X "$1" "$URL_C$2" | tr -d '\r'); fi
+    echo "$got" | grep -q '^HTTP/1.1 405' && echo "$got" | grep -qx "Allow: $want" ||
+        { echo "FAIL: $r: want 405 with Allow: $want, got $(echo "$got" | grep -E '^HTTP|^Allow' | tr '\n' ' ')"; rc=1; }
+done
 SV_PID=$PID_A; stop_server; ra=$SV_RC
 SV_PID=$PID_B; stop_server; rb=$SV_RC
 SV_PID=$PID_C; stop_server; rc3=$SV_RC
