@@ -1725,6 +1725,27 @@ static bool authorized(mr_server *s, struct MHD_Connection *c) {
     return x && !strcmp(x, s->api_key);
 }
 
+/* The request's framing headers (RFC 9112 6.3): Content-Length values that differ, and the last
+ * Transfer-Encoding. libmicrohttpd reads the first Content-Length and waits for a body whose coding it
+ * does not know; both must be refused at the head (a proxy in front may read such a request otherwise). */
+typedef struct {
+    const char *cl, *te;
+    bool cl_differ;
+} framing;
+
+static enum MHD_Result framing_of(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    framing *f = cls;
+    if (!value) value = "";
+    if (!strcasecmp(key, "Content-Length")) {
+        if (f->cl && strcmp(f->cl, value)) f->cl_differ = true;
+        f->cl = value;
+    } else if (!strcasecmp(key, "Transfer-Encoding")) {
+        f->te = value;
+    }
+    return MHD_YES;
+}
+
 /* A CORS preflight (OPTIONS with Access-Control-Request-Method), answered for any route and without the key,
  * as browsers send it: 204 with what an allowed origin may send; 403 for another origin or method. */
 static enum MHD_Result preflight(mr_server *s, struct MHD_Connection *c) {
@@ -1765,6 +1786,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *con_cls = h;
         if (!strcmp(method, "OPTIONS") && MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Method"))
             return preflight(s, c);
+        framing fr = {0};
+        MHD_get_connection_values(c, MHD_HEADER_KIND, framing_of, &fr);
+        if (fr.cl_differ) return fail(s, c, 400, NULL, "the request has Content-Length headers that differ");
+        if (fr.te && strcasecmp(fr.te, "chunked"))
+            return fail(s, c, 501, NULL, "Transfer-Encoding '%.60s' is not supported (chunked is)", fr.te);
         bool bad_method;
         const char *allow = NULL;
         h->route = route_of(url, method, &h->post, &bad_method, &allow);

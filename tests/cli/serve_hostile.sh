@@ -66,6 +66,17 @@ for junk in 'GARBAGE\r\n\r\n' 'GET / HTTP/9.9\r\n\r\n' 'POST /v1/completions HTT
     exec 3>&-
 done
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$SV_URL/health")" = 200 ] || bad "the server does not answer after the junk"
+# framing a proxy could read otherwise (RFC 9112 6.3): Content-Length values that differ are a 400, a
+# Transfer-Encoding other than chunked a 501, both at once from the head (no wait for a body)
+b='{"prompt":[1,2],"max_tokens":2}'
+for case in "Content-Length: ${#b}\r\nContent-Length: 5|400" "Transfer-Encoding: gzip|501" \
+            "Content-Length: ${#b}\r\nContent-Length: ${#b}|200"; do
+    exec 3<>/dev/tcp/127.0.0.1/"$SV_PORT"
+    printf "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n${case%|*}\r\n\r\n$b" >&3 2>/dev/null
+    got=$(timeout 5 head -c 12 <&3)
+    exec 3>&-
+    [ "$got" = "HTTP/1.1 ${case#*|}" ] || bad "framing '${case%|*}': '$got', want ${case#*|}"
+done
 
 # closed_after SECONDS_MAX MODE: opens a connection; MODE slow sends one byte a
 # second, MODE idle sends nothing. Prints the seconds until the server closed it.
