@@ -37,16 +37,17 @@ static int64_t dense_slice(int64_t Kc) {
  * slice on 15-row tiles), and keeps its 3 tw rows where it is alone in its slice */
 INL int64_t xp_width(int64_t m0, int64_t tw, int64_t Kc) { return tw < 5 && m0 % dense_slice(Kc) ? 5 : tw; }
 
+/* the vpermt2w index of the high words of a's 16 dwords, then b's: 32 bf16 in column order */
+INL __m512i hi_words(void) {
+    uint16_t ix[32];
+    for (int i = 0; i < 32; i++) ix[i] = (uint16_t)(i < 16 ? 2 * i + 1 : 32 + 2 * (i - 16) + 1);
+    return _mm512_loadu_si512(ix);
+}
+
 static void xpack_amx(const float *x, int64_t M, int64_t K, int64_t b0, int64_t b1, void *xp) {
     const int64_t Kc = (K + 127) / 128 * 4;
     const __m512i top = _mm512_set1_epi32((int)0xFFFF0000u);
-    /* the high words of a's 16 dwords, then b's: 32 bf16 in column order */
-    __m512i hw;
-    {
-        uint16_t ix[32];
-        for (int i = 0; i < 32; i++) ix[i] = (uint16_t)(i < 16 ? 2 * i + 1 : 32 + 2 * (i - 16) + 1);
-        hw = _mm512_loadu_si512(ix);
-    }
+    const __m512i hw = hi_words();
     for (int64_t b = b0; b < b1; b++) {
         const int64_t m0 = 5 * b, tw = M - m0 < 5 ? M - m0 : 5, lw = xp_width(m0, tw, Kc);
         for (int64_t c = 0; c < Kc; c++) {
@@ -84,12 +85,7 @@ INL const uint8_t *xp1_rows(const void *xp, int64_t m0, int64_t Kc, int64_t bw, 
 
 static void xpack1_amx(const float *x, int64_t M, int64_t K, int64_t b0, int64_t b1, void *xp) {
     const int64_t Kc = (K + 127) / 128 * 4, bw = xp1_width(M);
-    __m512i hw;
-    {
-        uint16_t ix[32];
-        for (int i = 0; i < 32; i++) ix[i] = (uint16_t)(i < 16 ? 2 * i + 1 : 32 + 2 * (i - 16) + 1);
-        hw = _mm512_loadu_si512(ix);
-    }
+    const __m512i hw = hi_words();
     for (int64_t b = b0; b < b1; b++) {
         const int64_t m0 = 16 * b, tw = M - m0 < 16 ? M - m0 : 16;
         for (int64_t c = 0; c < Kc; c++) {
@@ -146,20 +142,23 @@ INL void dense_store1(const float *c, int64_t tw, float s, int first, float *y, 
         dense_put(_mm512_add_ps(_mm512_load_ps(c + 16 * i), _mm512_setzero_ps()), s, first, y + i * ldy, mk);
 }
 
-/* one 32-k chunk ch of the group's ng blocks (literal A and B tiles): C j += A(block j, ch) B */
-#define GROUP_DP(A, B, ch)                                   \
-    do {                                                     \
-        AMX_LOADD(A, xp_rows(xp, m0, Kc, lw, ch), 64);     \
-        _tile_dpbf16ps(0, A, B);                             \
-        if (ng > 1) {                                        \
-            AMX_LOADD(A, xp_rows(xp, m0 + 5, Kc, lw, ch), 64); \
-            _tile_dpbf16ps(1, A, B);                         \
-        }                                                    \
-        if (ng > 2) {                                        \
-            AMX_LOADD(A, xp_rows(xp, m0 + 10, Kc, lw, ch), 64); \
-            _tile_dpbf16ps(2, A, B);                         \
-        }                                                    \
+/* one 32-k chunk ch of the group's ng token blocks (literal A and B tiles), each a block of step tokens
+ * of the pack that rows() reads (width w): C j += A(block j, ch) B */
+#define GROUP_DP_(A, B, ch, rows, w, step)                          \
+    do {                                                            \
+        AMX_LOADD(A, rows(xp, m0, Kc, w, ch), 64);                  \
+        _tile_dpbf16ps(0, A, B);                                    \
+        if (ng > 1) {                                               \
+            AMX_LOADD(A, rows(xp, m0 + (step), Kc, w, ch), 64);     \
+            _tile_dpbf16ps(1, A, B);                                \
+        }                                                           \
+        if (ng > 2) {                                               \
+            AMX_LOADD(A, rows(xp, m0 + 2 * (step), Kc, w, ch), 64); \
+            _tile_dpbf16ps(2, A, B);                                \
+        }                                                           \
     } while (0)
+#define GROUP_DP(A, B, ch) GROUP_DP_(A, B, ch, xp_rows, lw, 5)    /* the three-part pack */
+#define GROUP_DP1(A, B, ch) GROUP_DP_(A, B, ch, xp1_rows, bw, 16) /* the one-part pack */
 
 INL void group_zero(int ng) {
     _tile_zero(0);
@@ -182,26 +181,43 @@ INL void group_store(float *c, int ng, int64_t sm, int64_t i0, float s, int firs
 /* a slice of sm tokens: its blocks' width in the pack (the tiles take 3 of it as rows) */
 INL int64_t slice_width(int64_t sm) { return sm < 5 ? sm : 5; }
 
-/* a token block's 128-k block kb over the four B tiles of a column tile: C0 += A3(chunk) B4-7 */
-#define FP8_BLOCK_DP(m0, lw)                                       \
-    do {                                                           \
-        _tile_zero(0);                                             \
-        AMX_LOADD(3, xp_rows(xp, m0, Kc, lw, 4 * kb), 64);       \
-        _tile_dpbf16ps(0, 3, 4);                                   \
-        AMX_LOADD(3, xp_rows(xp, m0, Kc, lw, 4 * kb + 1), 64);   \
-        _tile_dpbf16ps(0, 3, 5);                                   \
-        AMX_LOADD(3, xp_rows(xp, m0, Kc, lw, 4 * kb + 2), 64);   \
-        _tile_dpbf16ps(0, 3, 6);                                   \
-        AMX_LOADD(3, xp_rows(xp, m0, Kc, lw, 4 * kb + 3), 64);   \
-        _tile_dpbf16ps(0, 3, 7);                                   \
-        AMX_STORED(0, c, 64);                                    \
+/* a token block's 128-k block kb over the four B tiles of a column tile, from the pack that rows() reads
+ * (width w): C0 += A3(chunk) B4-7 */
+#define FP8_BLOCK_DP_(m0, rows, w)                             \
+    do {                                                       \
+        _tile_zero(0);                                         \
+        AMX_LOADD(3, rows(xp, m0, Kc, w, 4 * kb), 64);         \
+        _tile_dpbf16ps(0, 3, 4);                               \
+        AMX_LOADD(3, rows(xp, m0, Kc, w, 4 * kb + 1), 64);     \
+        _tile_dpbf16ps(0, 3, 5);                               \
+        AMX_LOADD(3, rows(xp, m0, Kc, w, 4 * kb + 2), 64);     \
+        _tile_dpbf16ps(0, 3, 6);                               \
+        AMX_LOADD(3, rows(xp, m0, Kc, w, 4 * kb + 3), 64);     \
+        _tile_dpbf16ps(0, 3, 7);                               \
+        AMX_STORED(0, c, 64);                                  \
     } while (0)
+#define FP8_BLOCK_DP(m0, lw) FP8_BLOCK_DP_(m0, xp_rows, lw) /* the three-part pack */
+#define FP8_BLOCK_DP1(m0) FP8_BLOCK_DP_(m0, xp1_rows, bw)   /* the one-part pack */
 
 INL void fp8_load_b(const __m512i *b) {
     AMX_LOADD(4, b, 64);
     AMX_LOADD(5, b + 16, 64);
     AMX_LOADD(6, b + 32, 64);
     AMX_LOADD(7, b + 48, 64);
+}
+
+/* The 128-k block outermost: column tile t's block kb decoded into the B tiles (tmm4-7), and the block
+ * the loop reaches 4 tiles later prefetched (into L2). */
+INL void fp8_next_block(const mr_pmatrix *P, const fp8_lut *lut, __m512i *b, int64_t t, int64_t kb, int64_t ta,
+                        int64_t tb) {
+    const int64_t G = P->Kp / 128;
+    const int64_t tp = t + 4 < tb ? t + 4 : kb + 1 < G ? ta + (t + 4 - tb) % (tb - ta) : -1;
+    const int64_t kp = t + 4 < tb ? kb : kb + 1;
+    if (tp >= 0)
+        for (int g = 0; g < 32; g++)
+            _mm_prefetch((const char *)P->data + (size_t)tp * P->tile_bytes + kp * 2048 + g * 64, _MM_HINT_T2);
+    fp8_block_pairs(lut, P->data + (size_t)t * P->tile_bytes + kb * 2048, b, 2);
+    fp8_load_b(b);
 }
 
 /* Two loop orders, the same operations for each token (so the same bits at every M):
@@ -237,14 +253,7 @@ static void rows_fp8_tiles(const mr_pmatrix *P, int64_t n0, int64_t nr, const vo
         }
         for (int64_t kb = 0; kb < G; kb++) {
             for (int64_t t = ta; t < tb; t++) {
-                const int64_t tp = t + 4 < tb ? t + 4 : kb + 1 < G ? ta + (t + 4 - tb) % (tb - ta) : -1;
-                const int64_t kp = t + 4 < tb ? kb : kb + 1;
-                if (tp >= 0)
-                    for (int g = 0; g < 32; g++)
-                        _mm_prefetch((const char *)P->data + (size_t)tp * P->tile_bytes + kp * 2048 + g * 64,
-                                     _MM_HINT_T2);
-                fp8_block_pairs(&lut, P->data + (size_t)t * P->tile_bytes + kb * 2048, b, 2);
-                fp8_load_b(b);
+                fp8_next_block(P, &lut, b, t, kb, ta, tb);
                 const float s = P->tscale[t * G + kb];
                 const __mmask16 mk = mask16(n0 + nr - 16 * t);
                 for (int64_t i0 = 0; i0 < sm; i0 += 5) {
@@ -256,7 +265,6 @@ static void rows_fp8_tiles(const mr_pmatrix *P, int64_t n0, int64_t nr, const vo
     }
     _tile_release();
 }
-#undef FP8_BLOCK_DP
 
 static void rows_bf16_tiles(const mr_pmatrix *P, int64_t n0, int64_t nr, const void *xp, int64_t M, float *y,
                             int64_t ldy, void *scratch) {
@@ -289,7 +297,6 @@ static void rows_bf16_tiles(const mr_pmatrix *P, int64_t n0, int64_t nr, const v
     }
     _tile_release();
 }
-#undef GROUP_DP
 
 /* ---- the same on the one-part pack (xpack1_amx): 16 tokens an A tile, one tdpbf16ps per 32 k for 16
  * tokens where the three-part pack takes one for 5. A token's row of C is the hi row of the three-part
@@ -300,20 +307,6 @@ static void rows_bf16_tiles(const mr_pmatrix *P, int64_t n0, int64_t nr, const v
 /* tokens a slice of the FP8 kernel: the slice's x for one 128-k block (256 bytes a token) stays in L1
  * across the column tiles */
 enum { DENSE1_SLICE = 64 };
-
-#define FP8_BLOCK_DP1(m0)                                      \
-    do {                                                       \
-        _tile_zero(0);                                         \
-        AMX_LOADD(3, xp1_rows(xp, m0, Kc, bw, 4 * kb), 64);     \
-        _tile_dpbf16ps(0, 3, 4);                               \
-        AMX_LOADD(3, xp1_rows(xp, m0, Kc, bw, 4 * kb + 1), 64); \
-        _tile_dpbf16ps(0, 3, 5);                               \
-        AMX_LOADD(3, xp1_rows(xp, m0, Kc, bw, 4 * kb + 2), 64); \
-        _tile_dpbf16ps(0, 3, 6);                               \
-        AMX_LOADD(3, xp1_rows(xp, m0, Kc, bw, 4 * kb + 3), 64); \
-        _tile_dpbf16ps(0, 3, 7);                               \
-        AMX_STORED(0, c, 64);                                  \
-    } while (0)
 
 /* the loop orders of rows_fp8_tiles: column tile outermost below 5 tokens, else the 128-k block
  * outermost over slices of DENSE1_SLICE tokens */
@@ -341,14 +334,7 @@ static void rows_fp8_tiles1(const mr_pmatrix *P, int64_t n0, int64_t nr, const v
         const int64_t sm = M - s0 < DENSE1_SLICE ? M - s0 : DENSE1_SLICE;
         for (int64_t kb = 0; kb < G; kb++) {
             for (int64_t t = ta; t < tb; t++) {
-                const int64_t tp = t + 4 < tb ? t + 4 : kb + 1 < G ? ta + (t + 4 - tb) % (tb - ta) : -1;
-                const int64_t kp = t + 4 < tb ? kb : kb + 1;
-                if (tp >= 0)
-                    for (int g = 0; g < 32; g++)
-                        _mm_prefetch((const char *)P->data + (size_t)tp * P->tile_bytes + kp * 2048 + g * 64,
-                                     _MM_HINT_T2);
-                fp8_block_pairs(&lut, P->data + (size_t)t * P->tile_bytes + kb * 2048, b, 2);
-                fp8_load_b(b);
+                fp8_next_block(P, &lut, b, t, kb, ta, tb);
                 const float s = P->tscale[t * G + kb];
                 const __mmask16 mk = mask16(n0 + nr - 16 * t);
                 for (int64_t i0 = 0; i0 < sm; i0 += 16) {
@@ -362,21 +348,8 @@ static void rows_fp8_tiles1(const mr_pmatrix *P, int64_t n0, int64_t nr, const v
     _tile_release();
 }
 #undef FP8_BLOCK_DP1
-
-/* one 32-k chunk ch of the group's ng blocks of 16 tokens: C j += A(block j, ch) B */
-#define GROUP_DP1(A, B, ch)                                    \
-    do {                                                       \
-        AMX_LOADD(A, xp1_rows(xp, m0, Kc, bw, ch), 64);         \
-        _tile_dpbf16ps(0, A, B);                               \
-        if (ng > 1) {                                          \
-            AMX_LOADD(A, xp1_rows(xp, m0 + 16, Kc, bw, ch), 64); \
-            _tile_dpbf16ps(1, A, B);                           \
-        }                                                      \
-        if (ng > 2) {                                          \
-            AMX_LOADD(A, xp1_rows(xp, m0 + 32, Kc, bw, ch), 64); \
-            _tile_dpbf16ps(2, A, B);                           \
-        }                                                      \
-    } while (0)
+#undef FP8_BLOCK_DP
+#undef FP8_BLOCK_DP_
 
 /* rows_bf16_tiles on the one-part pack: three blocks of 16 tokens a load of each B tile */
 static void rows_bf16_tiles1(const mr_pmatrix *P, int64_t n0, int64_t nr, const void *xp, int64_t M, float *y,
@@ -415,6 +388,8 @@ static void rows_bf16_tiles1(const mr_pmatrix *P, int64_t n0, int64_t nr, const 
     _tile_release();
 }
 #undef GROUP_DP1
+#undef GROUP_DP
+#undef GROUP_DP_
 
 void mr__dense_fill_avx512amx(mr_kernels *k) {
     k->rows_tiles[MR_FMT_FP8_BLOCK].name = "rows_fp8_block_avx512_amx_5x3x16x128";
