@@ -167,14 +167,15 @@ INL void group_zero(int ng) {
 }
 
 /* the group's C tiles to c (1 KiB each), then each block's tokens to y */
-INL void group_store(float *c, int ng, int64_t sm, int64_t i0, float s, int first, float *y, int64_t ldy,
+INL void group_store(float *c, int ng, int64_t sm, int64_t i0, int step, float s, int first, float *y, int64_t ldy,
                      __mmask16 mk) {
     AMX_STORED(0, c, 64);
     if (ng > 1) AMX_STORED(1, c + 256, 64);
     if (ng > 2) AMX_STORED(2, c + 512, 64);
     for (int j = 0; j < ng; j++) {
-        const int64_t i = i0 + 5 * j, tw = sm - i < 5 ? sm - i : 5;
-        dense_store(c + 256 * j, tw, s, first, y + i * ldy, ldy, mk);
+        const int64_t i = i0 + step * j, tw = sm - i < step ? sm - i : step;
+        if (step == 16) dense_store1(c + 256 * j, tw, s, first, y + i * ldy, ldy, mk); /* the one-part pack */
+        else dense_store(c + 256 * j, tw, s, first, y + i * ldy, ldy, mk);
     }
 }
 
@@ -291,7 +292,7 @@ static void rows_bf16_tiles(const mr_pmatrix *P, int64_t n0, int64_t nr, const v
                     AMX_LOADD(5, tile + K32 * 32, 64);
                     GROUP_DP(6, 5, K32 / 32);
                 }
-                group_store(c, ng, sm, i0, 1.0f, 1, yt, ldy, mk);
+                group_store(c, ng, sm, i0, 5, 1.0f, 1, yt, ldy, mk);
             }
         }
     }
@@ -351,37 +352,33 @@ static void rows_fp8_tiles1(const mr_pmatrix *P, int64_t n0, int64_t nr, const v
 #undef FP8_BLOCK_DP
 #undef FP8_BLOCK_DP_
 
-/* rows_bf16_tiles on the one-part pack: three blocks of 16 tokens a load of each B tile */
+/* rows_bf16_tiles on the one-part pack: three blocks of 16 tokens a load of each B tile, over slices of
+ * about 1 MiB of packed x (a multiple of 48 tokens) */
 static void rows_bf16_tiles1(const mr_pmatrix *P, int64_t n0, int64_t nr, const void *xp, int64_t M, float *y,
                              int64_t ldy, void *scratch) {
     const int64_t Kc = (P->cols + 127) / 128 * 4, K32 = P->Kp / 32 * 32, kt = P->Kp - K32, bw = xp1_width(M);
     float *c = (float *)scratch; /* three C tiles: 3 KiB */
-    /* slices of about 1 MiB of packed x, in groups of 48 tokens */
-    const int64_t S = ((int64_t)1 << 20) / (Kc * 64) / 48 * 48 < 48 ? 48 : ((int64_t)1 << 20) / (Kc * 64) / 48 * 48;
+    int64_t S = ((int64_t)1 << 20) / (Kc * 64) / 48 * 48;
+    if (S < 48) S = 48;
     dense_config(bw, 1, kt);
-    for (int64_t s0 = 0; s0 < M; s0 += S)
-    for (int64_t t = n0 / 16; 16 * t < n0 + nr; t++) {
-        const uint8_t *tile = P->data + (size_t)t * P->tile_bytes;
-        const __mmask16 mk = mask16(n0 + nr - 16 * t);
+    for (int64_t s0 = 0; s0 < M; s0 += S) {
         const int64_t se = M - s0 < S ? M : s0 + S;
-        for (int64_t m0 = s0; m0 < se; m0 += 48) {
-            const int ng = (int)((se - m0 + 15) / 16 < 3 ? (se - m0 + 15) / 16 : 3);
-            group_zero(ng);
-            for (int64_t ch = 0; ch < K32 / 32; ch++) {
-                if (m0 == s0) pf_tile(tile + ch * 1024, 0);
-                AMX_LOADD(4, tile + ch * 1024, 64);
-                GROUP_DP1(3, 4, ch);
-            }
-            if (kt) {
-                AMX_LOADD(5, tile + K32 * 32, 64);
-                GROUP_DP1(6, 5, K32 / 32);
-            }
-            AMX_STORED(0, c, 64);
-            if (ng > 1) AMX_STORED(1, c + 256, 64);
-            if (ng > 2) AMX_STORED(2, c + 512, 64);
-            for (int j = 0; j < ng; j++) {
-                const int64_t i = m0 + 16 * j, tw = se - i < 16 ? se - i : 16;
-                dense_store1(c + 256 * j, tw, 1.0f, 1, y + (16 * t - n0) + i * ldy, ldy, mk);
+        for (int64_t t = n0 / 16; 16 * t < n0 + nr; t++) {
+            const uint8_t *tile = P->data + (size_t)t * P->tile_bytes;
+            const __mmask16 mk = mask16(n0 + nr - 16 * t);
+            for (int64_t m0 = s0; m0 < se; m0 += 48) {
+                const int ng = (int)((se - m0 + 15) / 16 < 3 ? (se - m0 + 15) / 16 : 3);
+                group_zero(ng);
+                for (int64_t ch = 0; ch < K32 / 32; ch++) {
+                    if (m0 == s0) pf_tile(tile + ch * 1024, 0);
+                    AMX_LOADD(4, tile + ch * 1024, 64);
+                    GROUP_DP1(3, 4, ch);
+                }
+                if (kt) {
+                    AMX_LOADD(5, tile + K32 * 32, 64);
+                    GROUP_DP1(6, 5, K32 / 32);
+                }
+                group_store(c, ng, se, m0, 16, 1.0f, 1, y + (16 * t - n0), ldy, mk);
             }
         }
     }

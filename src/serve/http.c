@@ -272,10 +272,11 @@ static enum MHD_Result send_error(mr_server *s, struct MHD_Connection *c, const 
         pthread_mutex_unlock(&s->met.mu);
     }
     if (s->o.log_requests) fprintf(stderr, "serve: %d %s\n", e->http, e->message);
-    enum MHD_Result ok = b ? send_text_h(c, e->http, "application/json", b, strlen(b),
-                                         e->http == 405 ? "Allow" : e->http == 401 ? "WWW-Authenticate" : NULL,
-                                         e->http == 405 ? (e->allow ? e->allow : "GET") : "Bearer")
-                           : MHD_NO;
+    /* a 405 names the route's methods (Allow), a 401 the scheme the key goes in (RFC 9110 15.5.6, 11.6.1) */
+    const char *hn = NULL, *hv = NULL;
+    if (e->http == 405) hn = "Allow", hv = e->allow ? e->allow : "GET";
+    else if (e->http == 401) hn = "WWW-Authenticate", hv = "Bearer";
+    enum MHD_Result ok = b ? send_text_h(c, e->http, "application/json", b, strlen(b), hn, hv) : MHD_NO;
     free(b);
     return ok;
 }
