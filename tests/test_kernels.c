@@ -1615,7 +1615,8 @@ static void test_matmul_many_tokens(void **st) {
     /* {21, 150}: K % 16 != 0 (the small-M blocks' scalar tail, and no blocked form); {40, 160}:
      * FP8 with a last scale group of 32 columns; {33, 544}: a last blocked column block of 32;
      * {16, 8192}: AMX slices of 20 tokens (40 for the others) */
-    const int64_t shapes[][2] = {{50, 400}, {144, 272}, {19, 48}, {27, 4096}, {21, 150}, {40, 160}, {33, 544}, {16, 8192}};
+    const int64_t shapes[][2] = {{50, 400}, {144, 272}, {19, 48}, {27, 4096}, {21, 150}, {40, 160}, {33, 544}, {16, 8192},
+                                 {37, 192}, {144, 576}};
     /* 2-7: the small-M register blocks of up to 7 tokens; 8+: the blocked forms; 13 and 333: AMX
      * slices whose last 5-token block is short (padded); 42: a short block alone in the last slice;
      * 333: more than one MR_MATMUL_CHUNK (the smaller shapes only) */
@@ -1626,7 +1627,12 @@ static void test_matmul_many_tokens(void **st) {
           *y = malloc(sizeof(float) * MAXM * MAXN), *y1 = malloc(sizeof(float) * MAXN);
     const mr_kernels *k = mr_kernels_get();
     fill(&r, x, MAXM * MAXK, 1.0f);
-    /* fp32 x, then bf16 x (the one-part pack on tiles: mr_matmul picks it for such a call) */
+    /* {37, 192}: the bf16 pair dots' (rows_x16, K % 64 == 0) last FP8 group of 64 columns; {144, 576}:
+     * theirs across a 128-row scale block */
+    uint16_t *x16 = mr_aligned_alloc(64, sizeof(uint16_t) * MAXM * MAXK);
+    float *yd = malloc(sizeof(float) * MAXM * MAXN);
+    /* fp32 x, then bf16 x (the one-part pack on tiles: mr_matmul picks it for such a call; without
+     * tiles, the matrix marked x_bf16 takes the table's bf16 pair dots where it has them) */
     for (int xb = 0; xb < 2; xb++)
     for (size_t f = 0; f < 2; f++)
         for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
@@ -1638,16 +1644,26 @@ static void test_matmul_many_tokens(void **st) {
             mr_pmatrix pm;
             memset(&q, 0, sizeof q);
             assert_int_equal(mr_qmatrix_quantize(&q, fmts[f], w, N, K, 0.0f), MR_OK);
+            q.x_bf16 = xb;
             for (int tl = 0; tl < 2; tl++) {
                 if (dense_tiles(&q, &pm, tl) != tl) break;
-                const char *name = tl ? k->rows_tiles[fmts[f]].name : k->rows[fmts[f]].name ? k->rows[fmts[f]].name
-                                                                                              : "driver";
+                const bool pd = !tl && xb && k->rows_x16[fmts[f]].fn && K % 64 == 0; /* on the pair dots */
+                const char *name = tl ? k->rows_tiles[fmts[f]].name : pd ? k->rows_x16[fmts[f]].name
+                                                                 : k->rows[fmts[f]].name ? k->rows[fmts[f]].name
+                                                                                        : "driver";
                 for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
                     const int64_t M = Ms[mi];
                     if (M > MR_MATMUL_CHUNK && N * K > 20000) continue;
                     for (int64_t i = 0; i < M * N; i++) y[i] = NAN;
                     mr_matmul(&q, x, M, y);
                     check_matmul_out(&q, x, M, y);
+                    if (pd && M <= MR_MATMUL_CHUNK) { /* mr_matmul took them: their bits, called directly */
+                        k->rows_x16[fmts[f]].xpack(x, K, 0, M, x16);
+                        k->rows_x16[fmts[f]].fn(&q, 0, N, x16, M, yd, N);
+                        if (memcmp(yd, y, sizeof(float) * (size_t)(M * N)))
+                            fail_msg("%s N %lld K %lld M %lld: mr_matmul did not take the pair dots", name,
+                                     (long long)N, (long long)K, (long long)M);
+                    }
                     for (int64_t m = 0; m < M; m++) {
                         mr_matmul(&q, x + m * K, 1, y1);
                         for (int64_t n = 0; n < N; n++)
@@ -1661,7 +1677,8 @@ static void test_matmul_many_tokens(void **st) {
             dense_tiles(&q, &pm, false);
             mr_qmatrix_free(&q);
         }
-    free(w), free(x), free(y), free(y1);
+    mr_aligned_free(x16);
+    free(w), free(x), free(y), free(y1), free(yd);
 }
 
 /* The dense kernels on tiles have two packs of x: three bf16 parts of any fp32 x (rows_xpack, fn) and,
@@ -1720,6 +1737,63 @@ static void test_dense_one_part(void **st) {
         }
     mr_aligned_free(xp);
     free(w), free(x), free(y3), free(y1);
+}
+
+/* The dense bf16 pair dots (rows_x16: the AVX-512 table with AVX512-BF16 where vdpbf16ps runs at the FMA
+ * rate) decode every finite E4M3 code exactly, through the permuted pack of x, in both forms (1-7
+ * tokens and the panels of 8+): 16 rows x 128 columns of codes, token m's x one-hot at column m with
+ * 1, 65280 or 65536 (bf16 values), the block multiplier 2^-3; each output must be code x value x
+ * 2^-3 exactly (one product beside zeros). A BF16 matrix of the same codes' values checks its own
+ * pack the same way. SKIPPED where the process table has none. */
+static void test_x16_all_codes(void **st) {
+    (void)st;
+    const mr_kernels *k = mr_kernels_get();
+    if (!k->rows_x16[MR_FMT_FP8_BLOCK].fn || !k->rows_x16[MR_FMT_BF16].fn) {
+        print_message("SKIPPED: no dense bf16 pair dots in this table (AVX-512 with BF16, not on AVX512-FP16 cores)\n");
+        skip();
+    }
+    enum { N = 16, K = 128, M = 128 };
+    uint8_t codes[N * K];
+    uint16_t wb[N * K];
+    for (int i = 0; i < N * K; i++) {
+        codes[i] = (uint8_t)(i * 7 + i / 256);
+        if ((codes[i] & 0x7F) == 0x7F) codes[i] = (uint8_t)(codes[i] & 0x80);
+        wb[i] = mr_f32_to_bf16(mr_e4m3_to_f32(codes[i])); /* exact: E4M3 values are bf16 values */
+    }
+    float sc = 0.125f;
+    float *x = calloc(M * K, sizeof(float)), *y = malloc(sizeof(float) * M * N);
+    uint16_t *xp = mr_aligned_alloc(64, sizeof(uint16_t) * M * K);
+    int seen[256] = {0};
+    static const uint16_t xvals[3] = {0x3F80, 0x477F, 0x4780};
+    for (int f = 0; f < 2; f++) {
+        const mr_format fmt = f ? MR_FMT_BF16 : MR_FMT_FP8_BLOCK;
+        mr_qmatrix q = {.fmt = fmt, .rows = N, .cols = K, .data = f ? (void *)wb : (void *)codes,
+                        .scale = f ? NULL : &sc, .scale2 = 1.0f, .x_bf16 = true};
+        for (int v = 0; v < 3; v++) {
+            const float xv = mr_bf16_to_f32(xvals[v]);
+            for (int m = 0; m < M; m++) x[m * K + m] = xv;
+            for (int pass = 0; pass < 2; pass++) { /* all 128 tokens at once, then 5 at a time */
+                const int step = pass ? 5 : M;
+                for (int m0 = 0; m0 < M; m0 += step) {
+                    const int mt = M - m0 < step ? M - m0 : step;
+                    k->rows_x16[fmt].xpack(x + m0 * K, K, 0, mt, xp);
+                    k->rows_x16[fmt].fn(&q, 0, N, xp, mt, y + m0 * N, N);
+                }
+                for (int m = 0; m < M; m++)
+                    for (int d = 0; d < N; d++) {
+                        const uint8_t c = codes[d * K + m];
+                        const float want = mr_e4m3_to_f32(c) * xv * (f ? 1.0f : sc), got = y[m * N + d];
+                        seen[c] = 1;
+                        if (got != want)
+                            fail_msg("%s, %d tokens a call: code 0x%02X x %g gives %.9g, want %.9g",
+                                     k->rows_x16[fmt].name, step, c, xv, got, want);
+                    }
+            }
+        }
+    }
+    for (int c = 0; c < 256; c++) assert_true(seen[c] || (c & 0x7F) == 0x7F);
+    mr_aligned_free(xp);
+    free(x), free(y);
 }
 
 /* mr_matmul_multi's threads share the row blocks through ranges with stealing (base/steal.h), so
@@ -1828,6 +1902,7 @@ int main(void) {
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_matmul_many_tokens),
         cmocka_unit_test(test_dense_one_part),
+        cmocka_unit_test(test_x16_all_codes),
         cmocka_unit_test(test_matmul_threads_exact),
         cmocka_unit_test(test_act_prepare_bit_exact),
         cmocka_unit_test(test_silu_mul),

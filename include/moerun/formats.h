@@ -69,6 +69,8 @@ typedef struct {
     bool owned;         /* data/scale were allocated by this module (mr_qmatrix_free frees them) */
     const struct mr_pmatrix *tiles; /* NULL, or W packed for the kernel table's dense path on tiles
                                        (kernels.h mr_qmatrix_tiles; not owned) */
+    bool x_bf16;        /* the caller gives mr_matmul inputs of bf16 values (--dense-activation-dtype
+                           bf16): it may take the table's path for them (kernels.h rows_x16) */
 } mr_qmatrix;
 
 /* Quantizes w [rows][cols] (fp32) into fmt with the reference algorithm.

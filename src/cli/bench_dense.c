@@ -133,6 +133,7 @@ int mr_bench_dense(int argc, char **argv) {
                 rc = 1;
                 break;
             }
+            q->x_bf16 = xbf16; /* as the model marks its dense matrices under the option */
         }
     const size_t pbytes = (size_t)1 << 30;
     int64_t maxT = 1;
@@ -153,10 +154,16 @@ int mr_bench_dense(int argc, char **argv) {
         if (xbf16) x[i] = mr_bf16_to_f32(mr_f32_to_bf16(x[i]));
     }
     const mr_kernels *kt = mr_kernels_get();
+    /* bf16 x without tiles: the table's bf16 pair dots where it has them (mr_matmul takes them for
+     * matrices marked x_bf16), against the vdpbf16ps peak */
+    const bool x16 = !rc && xbf16 && !L[0].m[0].tiles && kt->rows_x16[fmt].fn && L[0].m[0].cols % 64 == 0;
     printf("moerun bench dense: format %s, %s activations, %d threads, %d layer copies of %.1f MB (%s pages), kernel %s\n",
            fmt_name, xbf16 ? "bf16" : "fp32", omp_get_max_threads(), NL, (double)layer_bytes / 1e6,
            small_pages ? "4 KiB" : "huge",
-           L[0].m[0].tiles ? kt->rows_tiles[fmt].name : kt->rows[fmt].name ? kt->rows[fmt].name : "gemm_rows");
+           L[0].m[0].tiles ? kt->rows_tiles[fmt].name
+           : x16           ? kt->rows_x16[fmt].name
+           : kt->rows[fmt].name ? kt->rows[fmt].name
+                                : "gemm_rows");
     if (L[0].m[0].tiles) { /* AMX: its own ceiling, beside the FMA one the table would use without it */
         const double tp = mr_probe_peak(MR_PROBE_TDPBF16, NULL);
         printf("dense on tiles: tdpbf16ps peak %.0f GFLOP/s; a 15-row A tile (5 tokens x 3 exact bf16 parts) uses 5/16 "
@@ -164,10 +171,11 @@ int mr_bench_dense(int argc, char **argv) {
                tp, tp * 5.0 / 16.0);
     }
     const char *fma_instr = "";
-    const double peak0 = mr_probe_peak(MR_PROBE_FMA, &fma_instr);
+    const mr_probe_instr ceil_instr = x16 ? MR_PROBE_DPBF16 : MR_PROBE_FMA;
+    const double peak0 = mr_probe_peak(ceil_instr, &fma_instr);
     printf("%4s %8s %8s %8s %8s %9s %9s %9s %7s %8s %6s   (GB/s per matrix, medians of %d rounds; probe = same "
            "bytes; GFLOP/s of the layer against the %s peak, %.1f GFLOP/s at the start)\n",
-           "T", "q", "k", "v", "o", "qkv-multi", "layer", "probe", "layer%", "GFLOP/s", "fma%", iters, fma_instr,
+           "T", "q", "k", "v", "o", "qkv-multi", "layer", "probe", "layer%", "GFLOP/s", "peak%", iters, fma_instr,
            peak0);
     double lflops = 0; /* multiply-adds x 2 of one layer's four matrices, per token */
     for (int j = 0; j < 4; j++) lflops += 2.0 * (double)rows[j] * (double)cols[j];
@@ -213,7 +221,7 @@ int mr_bench_dense(int argc, char **argv) {
                mv[2], mv[3], mv[4], mv[5], mv[6], 100.0 * mv[7], gf, 100.0 * gf / peak0);
         fflush(stdout);
     }
-    printf("peak %s at the end: %.1f GFLOP/s\n", fma_instr, mr_probe_peak(MR_PROBE_FMA, NULL));
+    printf("peak %s at the end: %.1f GFLOP/s\n", fma_instr, mr_probe_peak(ceil_instr, NULL));
 out:
     for (int l = 0; L && l < NL; l++)
         for (int j = 0; j < 4; j++) {

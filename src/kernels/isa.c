@@ -26,7 +26,10 @@ static void fill_avx2(mr_kernels *k) {
 static void fill_avx512(mr_kernels *k) {
     mr__kernels_fill_avx512(k);
     mr__uk_fill_avx512(k);
-    if (k->flags & MR_CPU_AVX512BF16) mr__uk_fill_avx512bf16(k); /* an extension no level requires */
+    if (k->flags & MR_CPU_AVX512BF16) { /* an extension no level requires */
+        mr__uk_fill_avx512bf16(k);
+        mr__dense_fill_avx512bf16(k); /* the dense rows on vdpbf16ps for inputs of bf16 values */
+    }
     const uint32_t amx = MR_CPU_AMX_TILE | MR_CPU_AMX_BF16;
     if ((k->flags & amx) == amx && mr__amx_ready()) { /* another */
         mr__uk_fill_avx512amx(k);

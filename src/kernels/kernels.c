@@ -261,21 +261,28 @@ static bool x_is_bf16(const float *x, int64_t n) {
     return true;
 }
 
-/* Rows of the blocks [b0, b1) of the list of all matrices' MATMUL_NB-row blocks, in order; on
- * their tiles where xp (x packed by k->rows_xpack) is given. */
+/* the row path a matmul_fast call takes: the row-major kernels on fp32 x, the tiles on x packed in
+ * three parts or in one, or the bf16 pair dots on x packed as bf16 */
+enum { PATH_ROWS, PATH_TILES, PATH_TILES1, PATH_X16 };
+
+/* Rows of the blocks [b0, b1) of the list of all matrices' MATMUL_NB-row blocks, in order, on the
+ * path given (xp: x packed for it, where it takes a pack). */
 static void rows_range(const mr_kernels *k, int n, const mr_qmatrix *const *W, const float *x, const void *xp,
-                       bool one, void *scratch, int64_t M, float *const *y, int64_t b0, int64_t b1) {
+                       int path, void *scratch, int64_t M, float *const *y, int64_t b0, int64_t b1) {
     int64_t base = 0;
     for (int i = 0; i < n && b0 < b1; i++) {
         const int64_t N = W[i]->rows, nb = (N + MATMUL_NB - 1) / MATMUL_NB;
         const int64_t lo = b0 > base ? b0 - base : 0, hi = b1 - base < nb ? b1 - base : nb;
         if (lo < hi) {
             const int64_t r0 = lo * MATMUL_NB, r1 = hi * MATMUL_NB < N ? hi * MATMUL_NB : N;
-            if (xp)
-                (one ? k->rows_tiles[W[i]->fmt].fn1 : k->rows_tiles[W[i]->fmt].fn)(W[i]->tiles, r0, r1 - r0, xp, M,
-                                                                                   y[i] + r0, N, scratch);
+            const mr_format f = W[i]->fmt;
+            if (path == PATH_X16)
+                k->rows_x16[f].fn(W[i], r0, r1 - r0, xp, M, y[i] + r0, N);
+            else if (path != PATH_ROWS)
+                (path == PATH_TILES1 ? k->rows_tiles[f].fn1 : k->rows_tiles[f].fn)(W[i]->tiles, r0, r1 - r0, xp, M,
+                                                                                y[i] + r0, N, scratch);
             else
-                k->rows[W[i]->fmt].fn(W[i], r0, r1 - r0, x, M, y[i] + r0, N);
+                k->rows[f].fn(W[i], r0, r1 - r0, x, M, y[i] + r0, N);
         }
         base += nb;
     }
@@ -316,27 +323,38 @@ static void matmul_fast(int n, const mr_qmatrix *const *W, const float *x, int64
     /* x of bf16 values (the dense inputs under --dense-activation-dtype bf16) on the one-part pack:
      * the same bits, a third of the tile operations */
     const bool one = tiles && k->rows_tiles[W[0]->fmt].fn1 && x_is_bf16(x, M * K);
+    /* without tiles, matrices whose callers round their inputs to bf16 on the bf16 pair dots, where
+     * the table has them: chosen by the matrices, never by x, so a token's path (and bits) does not
+     * depend on the tokens beside it */
+    bool x16 = !tiles && k->rows_x16[W[0]->fmt].fn && K % 64 == 0;
+    for (int i = 0; i < n; i++) x16 = x16 && W[i]->x_bf16;
     const int64_t nxb = one ? (M + 15) / 16 : (M + 4) / 5;
-    const size_t xpb = MR_XPACK_BYTES(M, K); /* either pack's room (MR_XPACK1_BYTES is never more) */
-    const size_t need = xpb + (size_t)nt0 * MR_UK_SCRATCH;
-    char *xp = !tiles ? NULL : ws && ws_bytes >= need ? ws : mr_aligned_alloc(64, need);
+    /* either tile pack's room (MR_XPACK1_BYTES is never more) and a scratch for each of the nt0
+     * threads, or the bf16 x */
+    const size_t xpb = x16 ? (size_t)(M * K) * sizeof(uint16_t) : MR_XPACK_BYTES(M, K);
+    const size_t need = xpb + (tiles ? (size_t)nt0 * MR_UK_SCRATCH : 0);
+    char *xp = !tiles && !x16 ? NULL : ws && ws_bytes >= need ? ws : mr_aligned_alloc(64, need);
+    const int path = !xp ? PATH_ROWS : x16 ? PATH_X16 : one ? PATH_TILES1 : PATH_TILES;
 #pragma omp parallel if (par)
     {
         int nt = 1, t = 0;
 #ifdef _OPENMP
         nt = omp_get_num_threads(), t = omp_get_thread_num();
 #endif
-        if (xp) {
+        if (path == PATH_X16) {
+            k->rows_x16[W[0]->fmt].xpack(x, K, M * t / nt, M * (t + 1) / nt, (uint16_t *)xp);
+#pragma omp barrier
+        } else if (xp) {
             (one ? k->rows_xpack1 : k->rows_xpack)(x, M, K, nxb * t / nt, nxb * (t + 1) / nt, xp);
 #pragma omp barrier
         }
         const int nw = xp && nt > nt0 ? nt0 : nt; /* the threads that compute rows */
-        char *scr = xp && t < nw ? xp + xpb + (size_t)t * MR_UK_SCRATCH : NULL;
+        char *scr = tiles && xp && t < nw ? xp + xpb + (size_t)t * MR_UK_SCRATCH : NULL;
         if (t < nw && (!steal || nt != nt0)) {
-            rows_range(k, n, W, x, xp, one, scr, M, y, nblk * t / nw, nblk * (t + 1) / nw);
+            rows_range(k, n, W, x, xp, path, scr, M, y, nblk * t / nw, nblk * (t + 1) / nw);
         } else if (t < nw) {
             for (int64_t c; (c = mr__rng_next(rs, nt, t)) >= 0;)
-                rows_range(k, n, W, x, xp, one, scr, M, y, c * cb, (c + 1) * cb < nblk ? (c + 1) * cb : nblk);
+                rows_range(k, n, W, x, xp, path, scr, M, y, c * cb, (c + 1) * cb < nblk ? (c + 1) * cb : nblk);
         }
     }
     if (xp != ws) mr_aligned_free(xp);
@@ -366,8 +384,13 @@ void mr_matmul(const mr_qmatrix *W, const float *x, int64_t M, float *y) {
 
 size_t mr_matmul_ws_bytes(int64_t M, int64_t K, int threads) {
     const mr_kernels *k = mr_kernels_get();
-    if (!k->rows_tiles[MR_FMT_BF16].fn && !k->rows_tiles[MR_FMT_FP8_BLOCK].fn) return 0;
-    return MR_XPACK_BYTES(M < MR_MATMUL_CHUNK ? M : MR_MATMUL_CHUNK, K) + (size_t)(threads > 0 ? threads : 1) * MR_UK_SCRATCH;
+    const int64_t Mc = M < MR_MATMUL_CHUNK ? M : MR_MATMUL_CHUNK;
+    size_t b = 0;
+    if (k->rows_tiles[MR_FMT_BF16].fn || k->rows_tiles[MR_FMT_FP8_BLOCK].fn)
+        b = MR_XPACK_BYTES(Mc, K) + (size_t)(threads > 0 ? threads : 1) * MR_UK_SCRATCH;
+    if ((k->rows_x16[MR_FMT_BF16].fn || k->rows_x16[MR_FMT_FP8_BLOCK].fn) && (size_t)(Mc * K) * 2 > b)
+        b = (size_t)(Mc * K) * 2; /* the bf16 x of the pair dots */
+    return b;
 }
 
 void mr_matmul_multi(int n, const mr_qmatrix *const *W, const float *x, int64_t M, float *const *y) {

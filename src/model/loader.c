@@ -433,6 +433,7 @@ static mr_status load_layer(mr_model *m, const mr_ckpt *ck, const mr_model_desc 
         mr_format f = linear_format(d, m->attn_format, wn);
         bool unused = false;
         if ((st = load_linear(m, ck, NAME(lin[i].kind, ""), f, lin[i].N, lin[i].K, lin[i].q, &unused, true))) return st;
+        lin[i].q->x_bf16 = m->s.dense_bf16; /* forward.c rounds their inputs */
         if ((st = pack_dense(m, wn, lin[i].q, &L->tiles[i]))) return st;
     }
     /* router gate: a BF16 tensor stays BF16 (the same values as its fp32 widening, fp32 products
@@ -654,6 +655,7 @@ mr_status mr_model_open(const char *dir, const mr_model_opts *opts, mr_model **o
         mr_hf_name(MR_HF_LM_HEAD, -1, -1, "", n, sizeof n);
         if ((st = load_linear(m, ck, n, MR_FMT_BF16, c->vocab, c->hidden, &m->w.lm_head, &unused, true)))
             goto out;
+        m->w.lm_head.x_bf16 = s->dense_bf16;
         if ((st = pack_dense(m, n, &m->w.lm_head, &m->w.lm_tiles))) goto out;
     }
     m->w.layers = mr_calloc((size_t)c->n_layers, sizeof(mr__layer));
