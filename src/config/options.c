@@ -114,7 +114,8 @@ static const mr_option_def table[MR_OPT_COUNT] = {
                                        v_dense_dtype, 0, 0, true,
                                        "input of the attention projections (q/k/v/o) and the LM head (auto = fp32: "
                                        "the activations exactly; bf16: rounded to bf16 first, as an engine running "
-                                       "these layers in bf16 sees them; on AMX tiles a third of the tile operations)",
+                                       "these layers in bf16 sees them; on AMX tiles a third of the tile operations, with "
+                                       "AVX512-BF16 but no AVX512-FP16 (Zen 4) vdpbf16ps pair dots)",
                                        "MOERUN_DENSE_ACTIVATION_DTYPE", "--dense-activation-dtype"},
 };
 

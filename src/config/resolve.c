@@ -830,17 +830,25 @@ static mr_status pass_engine(mr_resolution *r) {
     if (s) return s;
     /* dense_activation_dtype */
     r->w.dense_act_dtype = !strcmp(mr__user_value(r, MR_OPT_DENSE_ACTIVATION_DTYPE), "bf16") ? MR_FMT_BF16 : MR_FMT_F32;
-    if (r->w.dense_act_dtype == MR_FMT_BF16)
+    if (r->w.dense_act_dtype == MR_FMT_BF16) {
+        mr_kernels k; /* the table these flags build: which dense path takes bf16 inputs */
+        mr_kernels_init(&k, r->w.cpu_flags);
+        const mr_format af = r->w.quant == MR_QUANT_FP8_BLOCK ? MR_FMT_FP8_BLOCK : MR_FMT_BF16;
+        const char *how = k.rows_tiles[af].fn ? "on AMX tiles 16 tokens a tile operation instead of 5 (the same bits "
+                                                "as the fp32 path gives such values)"
+                          : k.rows_x16[af].fn ? "on vdpbf16ps pair dots, twice the multiply-adds of the FMA rows here "
+                                                "(K a multiple of 64), one sum order at every token count: "
+                                              : "this host has no faster path for them: the FMA rows run as for fp32";
         s = mr__decl(r, MR_DECL_NOTE, SRC, "dense_activation_dtype", "bf16",
                      "explicit: the inputs of q/k/v_proj, o_proj and the LM head are rounded to bf16 (nearest even) "
                      "before each matmul, as an engine that runs these layers in bf16 sees them; products exact, fp32 "
-                     "sums; on AMX tiles 16 tokens a tile operation instead of 5 (the same bits as the fp32 path "
-                     "gives such values)");
-    else
+                     "sums; %s%s",
+                     how, !k.rows_tiles[af].fn && k.rows_x16[af].fn ? k.rows_x16[af].name : "");
+    } else
         s = mr__decl(r, MR_DECL_SET, SRC, "dense_activation_dtype", "fp32",
                      "%s: q/k/v_proj, o_proj and the LM head take the fp32 activations exactly (exact products, fp32 "
                      "sums), as the transformers oracle computes; --dense-activation-dtype bf16 rounds them to bf16 "
-                     "first (faster prefill and batched decode on AMX)",
+                     "first (faster prefill and batched decode on AMX, and with AVX512-BF16 on Zen 4)",
                      mr__user_fixed(r, MR_OPT_DENSE_ACTIVATION_DTYPE) ? "explicit" : "auto");
     if (s) return s;
     int64_t tok_bytes = m->n_layers * 2 * m->n_kv_heads * m->head_dim * (int64_t)mr_kv_elem_bytes(r->w.kv_dtype);

@@ -73,13 +73,13 @@ INL void x16_block(const mr_qmatrix *W, int64_t n, const uint16_t *x, float *y, 
     const int64_t blk = (int64_t)R * K * (fp8 ? 1 : 2), pf = blk * ((16384 + blk - 1) / blk);
     const fp8_lut t = fp8_lut_load();
     const int xreg = TK <= 3; /* x of up to 3 tokens in registers; more as vdpbf16ps memory operands */
-    __m512 tot[8], acc[8];
-    #pragma GCC unroll 8
+    __m512 tot[14], acc[14];
+    #pragma GCC unroll 14
     for (int j = 0; j < R * TK; j++) tot[j] = acc[j] = _mm512_setzero_ps();
     for (int64_t g = 0; g < G; g++) {
         const int64_t k1 = (g + 1) * GL < K ? (g + 1) * GL : K;
         if (fp8)
-            #pragma GCC unroll 8
+            #pragma GCC unroll 14
             for (int j = 0; j < R * TK; j++) acc[j] = _mm512_setzero_ps();
         for (int64_t i = g * GL; i < k1; i += 64) {
             __m512i xa[3], xb[3];
@@ -106,7 +106,7 @@ INL void x16_block(const mr_qmatrix *W, int64_t n, const uint16_t *x, float *y, 
         }
         if (fp8) {
             const __m512 gs = _mm512_set1_ps(scl[g]);
-            #pragma GCC unroll 8
+            #pragma GCC unroll 14
             for (int j = 0; j < R * TK; j++) tot[j] = _mm512_fmadd_ps(acc[j], gs, tot[j]);
         }
     }
@@ -132,6 +132,9 @@ XB(1, 4)
 XB(1, 5)
 XB(1, 6)
 XB(1, 7)
+XB(2, 5)
+XB(2, 6)
+XB(2, 7)
 #undef XB
 
 /* ---- 8 tokens or more: panels of up to XZ_NP rows x one column block (FP8: a 128-column scale group
@@ -252,11 +255,16 @@ static void rows_x16(const mr_qmatrix *W, int64_t n0, int64_t nr, const uint16_t
         return;
     }
     /* 1-7 tokens in one register block, each weight decoded once: 8 rows x 1 token, 4 x 2, 2 x 3-4,
-     * 1 x 5-7; rows in chunks of 8 (inside one 128-row scale block: n0 is a multiple of 16) */
-    static const x16_block_fn full[8] = {NULL, xb_8_1, xb_4_2, xb_2_3, xb_2_4, xb_1_5, xb_1_6, xb_1_7},
+     * FP8 1 x 5-7 (its group totals beside the chains: 2 rows would spill), BF16 2 x 5-7 (bench dense
+     * BF16 at 5 tokens: 1 row read 0.92x the FMA rows); rows in chunks of 8 (inside one 128-row scale
+     * block: n0 is a multiple of 16) */
+    static const x16_block_fn full8[8] = {NULL, xb_8_1, xb_4_2, xb_2_3, xb_2_4, xb_1_5, xb_1_6, xb_1_7},
+                              full16[8] = {NULL, xb_8_1, xb_4_2, xb_2_3, xb_2_4, xb_2_5, xb_2_6, xb_2_7},
                               one[8] = {NULL, xb_1_1, xb_1_2, xb_1_3, xb_1_4, xb_1_5, xb_1_6, xb_1_7};
-    static const int rows_of[8] = {0, 8, 4, 2, 2, 1, 1, 1};
-    const int R = rows_of[M];
+    static const int rows8[8] = {0, 8, 4, 2, 2, 1, 1, 1}, rows16[8] = {0, 8, 4, 2, 2, 2, 2, 2};
+    const int fp8 = W->fmt == MR_FMT_FP8_BLOCK;
+    const x16_block_fn *full = fp8 ? full8 : full16;
+    const int R = (fp8 ? rows8 : rows16)[M];
     for (int64_t j = 0; j < nr; j += 8) {
         const int64_t rows = nr - j < 8 ? nr - j : 8;
         int64_t r = 0;
