@@ -19,6 +19,7 @@
 
 #define DP(acc, w, xv) _mm512_dpbf16_ps((acc), (__m512bh)(w), (__m512bh)(xv))
 #include "kernels/uk_avx512.h"
+#include "kernels/panel_avx512.h"
 
 #define XPF(p, pf) _mm_prefetch((const char *)(p) + (pf), _MM_HINT_T0)
 
@@ -147,9 +148,7 @@ enum { XZ_NP = 24, XZ_KC = 256, XZ_MC = 32, XZ_MT = 4, XZ_R = 6, XZ_MIN_M = 8 };
 INL void xz_kernel(const uint16_t *wp, int64_t ldw, const uint16_t *x, int64_t ldx, int kc, float *st,
                    const float *gs, const int fold, const int cont, const int R, const int TK) {
     __m512 acc[XZ_R * XZ_MT];
-    #pragma GCC unroll 24
-    for (int j = 0; j < R * TK; j++)
-        acc[j] = fold || !cont ? _mm512_setzero_ps() : _mm512_load_ps(st + ((j / TK) * XZ_MC + j % TK) * 16);
+    mr__panel_begin(acc, st, XZ_MC, fold, cont, R, TK);
     for (int s = 0; s < kc; s += 32) {
         __m512i w[XZ_R];
         #pragma GCC unroll 6
@@ -162,13 +161,7 @@ INL void xz_kernel(const uint16_t *wp, int64_t ldw, const uint16_t *x, int64_t l
             for (int r = 0; r < R; r++) acc[r * TK + m] = DP(acc[r * TK + m], w[r], xv);
         }
     }
-    #pragma GCC unroll 24
-    for (int j = 0; j < R * TK; j++) {
-        float *p = st + ((j / TK) * XZ_MC + j % TK) * 16;
-        _mm512_store_ps(p, fold ? _mm512_fmadd_ps(acc[j], _mm512_set1_ps(gs[j / TK]),
-                                                  cont ? _mm512_load_ps(p) : _mm512_setzero_ps())
-                                : acc[j]);
-    }
+    mr__panel_end(acc, st, XZ_MC, gs, fold, cont, R, TK);
 }
 
 typedef void (*xz_fn)(const uint16_t *, int64_t, const uint16_t *, int64_t, int, float *, const float *, int, int);

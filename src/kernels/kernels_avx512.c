@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kernels/kern_internal.h"
+#include "kernels/panel_avx512.h"
 
 
 static inline int group_len(const mr_qmatrix *W, int64_t g) {
@@ -244,9 +245,7 @@ static inline __attribute__((always_inline)) void bz_kernel(const float *wp, con
                                                             float *st, const float *gs, bool fold, bool cont,
                                                             const int R, const int MT) {
     __m512 acc[BZ_R * BZ_MT];
-    #pragma GCC unroll 24
-    for (int j = 0; j < R * MT; j++)
-        acc[j] = fold || !cont ? _mm512_setzero_ps() : _mm512_load_ps(st + ((j / MT) * BZ_MC + j % MT) * 16);
+    mr__panel_begin(acc, st, BZ_MC, fold, cont, R, MT);
     for (int s = 0; s < kc; s += 16) {
         __m512 w[BZ_R];
         #pragma GCC unroll 6
@@ -259,13 +258,7 @@ static inline __attribute__((always_inline)) void bz_kernel(const float *wp, con
             for (int r = 0; r < R; r++) acc[r * MT + m] = _mm512_fmadd_ps(w[r], xv, acc[r * MT + m]);
         }
     }
-    #pragma GCC unroll 24
-    for (int j = 0; j < R * MT; j++) {
-        float *p = st + ((j / MT) * BZ_MC + j % MT) * 16;
-        _mm512_store_ps(p, fold ? _mm512_fmadd_ps(acc[j], _mm512_set1_ps(gs[j / MT]),
-                                                  cont ? _mm512_load_ps(p) : _mm512_setzero_ps())
-                                : acc[j]);
-    }
+    mr__panel_end(acc, st, BZ_MC, gs, fold, cont, R, MT);
 }
 
 typedef void (*bz_fn)(const float *, const float *, int64_t, int, float *, const float *, bool, bool);
