@@ -1617,9 +1617,10 @@ static void test_matmul_many_tokens(void **st) {
      * {16, 8192}: AMX slices of 20 tokens (40 for the others) */
     const int64_t shapes[][2] = {{50, 400}, {144, 272}, {19, 48}, {27, 4096}, {21, 150}, {40, 160}, {33, 544}, {16, 8192},
                                  {37, 192}, {144, 576}};
-    /* 2-7: the small-M register blocks of up to 7 tokens; 8+: the blocked forms; 13 and 333: AMX
-     * slices whose last 5-token block is short (padded); 42: a short block alone in the last slice;
-     * 333: more than one MR_MATMUL_CHUNK (the smaller shapes only) */
+    /* 2-7: the small-M register blocks of up to 7 tokens; 8+: the blocked forms (the pair dots: up to
+     * 8 tokens on lines decoded in registers, more on groups decoded into L1); 13 and 333: AMX slices
+     * whose last 5-token block is short (padded); 42: a short block alone in the last slice; 333: more
+     * than one MR_MATMUL_CHUNK (the smaller shapes only) */
     const int64_t Ms[] = {2, 3, 4, 5, 6, 7, 8, 13, 42, 70, 333};
     enum { MAXM = 333, MAXN = 144, MAXK = 8192 };
     tu_rng r = {4242};
@@ -1627,12 +1628,14 @@ static void test_matmul_many_tokens(void **st) {
           *y = malloc(sizeof(float) * MAXM * MAXN), *y1 = malloc(sizeof(float) * MAXN);
     const mr_kernels *k = mr_kernels_get();
     fill(&r, x, MAXM * MAXK, 1.0f);
-    /* {37, 192}: the bf16 pair dots' (rows_x16, K % 64 == 0) last FP8 group of 64 columns; {144, 576}:
-     * theirs across a 128-row scale block */
+    /* {37, 192}: the bf16 pair dots' (rows_x16, K % 64 == 0) last FP8 group of 64 columns (x padded
+     * with zeros to the pack's 256) and a last tile of 5 rows; {144, 576}: theirs across a 128-row
+     * scale block */
     uint16_t *x16 = mr_aligned_alloc(64, sizeof(uint16_t) * MAXM * MAXK);
     float *yd = malloc(sizeof(float) * MAXM * MAXN);
+    void *scr = mr_aligned_alloc(64, MR_UK_SCRATCH);
     /* fp32 x, then bf16 x (the one-part pack on tiles: mr_matmul picks it for such a call; without
-     * tiles, the matrix marked x_bf16 takes the table's bf16 pair dots where it has them) */
+     * AMX, the matrix marked x_bf16 is packed for the table's bf16 pair dots where it has them) */
     for (int xb = 0; xb < 2; xb++)
     for (size_t f = 0; f < 2; f++)
         for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
@@ -1647,8 +1650,10 @@ static void test_matmul_many_tokens(void **st) {
             q.x_bf16 = xb;
             for (int tl = 0; tl < 2; tl++) {
                 if (dense_tiles(&q, &pm, tl) != tl) break;
-                const bool pd = !tl && xb && k->rows_x16[fmts[f]].fn && K % 64 == 0; /* on the pair dots */
-                const char *name = tl ? k->rows_tiles[fmts[f]].name : pd ? k->rows_x16[fmts[f]].name
+                /* on the pair dots: where the table has them, packed for them, and only then */
+                const bool pd = tl && xb && k->rows_x16[fmts[f]].fn && K % 64 == 0;
+                if (tl) assert_int_equal(q.tiles->pack, pd ? k->rows_x16[fmts[f]].pack : k->rows_tiles[fmts[f]].pack);
+                const char *name = pd ? k->rows_x16[fmts[f]].name : tl ? k->rows_tiles[fmts[f]].name
                                                                  : k->rows[fmts[f]].name ? k->rows[fmts[f]].name
                                                                                         : "driver";
                 for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
@@ -1658,8 +1663,8 @@ static void test_matmul_many_tokens(void **st) {
                     mr_matmul(&q, x, M, y);
                     check_matmul_out(&q, x, M, y);
                     if (pd && M <= MR_MATMUL_CHUNK) { /* mr_matmul took them: their bits, called directly */
-                        k->rows_x16[fmts[f]].xpack(x, K, 0, M, x16);
-                        k->rows_x16[fmts[f]].fn(&q, 0, N, x16, M, yd, N);
+                        k->rows_x16[fmts[f]].xpack(x, K, q.tiles->Kp, 0, M, x16);
+                        k->rows_x16[fmts[f]].fn(q.tiles, 0, N, x16, M, yd, N, scr);
                         if (memcmp(yd, y, sizeof(float) * (size_t)(M * N)))
                             fail_msg("%s N %lld K %lld M %lld: mr_matmul did not take the pair dots", name,
                                      (long long)N, (long long)K, (long long)M);
@@ -1677,7 +1682,7 @@ static void test_matmul_many_tokens(void **st) {
             dense_tiles(&q, &pm, false);
             mr_qmatrix_free(&q);
         }
-    mr_aligned_free(x16);
+    mr_aligned_free(x16), mr_aligned_free(scr);
     free(w), free(x), free(y), free(y1), free(yd);
 }
 
@@ -1740,11 +1745,12 @@ static void test_dense_one_part(void **st) {
 }
 
 /* The dense bf16 pair dots (rows_x16: the AVX-512 table with AVX512-BF16 where vdpbf16ps runs at the FMA
- * rate) decode every finite E4M3 code exactly, through the permuted pack of x, in both forms (1-7
- * tokens and the panels of 8+): 16 rows x 128 columns of codes, token m's x one-hot at column m with
- * 1, 65280 or 65536 (bf16 values), the block multiplier 2^-3; each output must be code x value x
- * 2^-3 exactly (one product beside zeros). A BF16 matrix of the same codes' values checks its own
- * pack the same way. SKIPPED where the process table has none. */
+ * rate) decode every finite E4M3 code exactly, on the expert pack (mr_qmatrix_tiles), in both forms
+ * (up to 8 tokens on lines decoded in registers, more on groups decoded into L1): 16 rows x 128
+ * columns of codes, token m's x one-hot at column m with 1, 65280 or 65536 (bf16 values), the block
+ * multiplier 2^-3; each output must be code x value x 2^-3 exactly (one product beside zeros). A BF16
+ * matrix of the same codes' values checks its own pack the same way. SKIPPED where the process table
+ * has none. */
 static void test_x16_all_codes(void **st) {
     (void)st;
     const mr_kernels *k = mr_kernels_get();
@@ -1763,12 +1769,17 @@ static void test_x16_all_codes(void **st) {
     float sc = 0.125f;
     float *x = calloc(M * K, sizeof(float)), *y = malloc(sizeof(float) * M * N);
     uint16_t *xp = mr_aligned_alloc(64, sizeof(uint16_t) * M * K);
+    void *scr = mr_aligned_alloc(64, MR_UK_SCRATCH);
     int seen[256] = {0};
     static const uint16_t xvals[3] = {0x3F80, 0x477F, 0x4780};
     for (int f = 0; f < 2; f++) {
         const mr_format fmt = f ? MR_FMT_BF16 : MR_FMT_FP8_BLOCK;
         mr_qmatrix q = {.fmt = fmt, .rows = N, .cols = K, .data = f ? (void *)wb : (void *)codes,
                         .scale = f ? NULL : &sc, .scale2 = 1.0f, .x_bf16 = true};
+        mr_pmatrix pm;
+        assert_int_equal(mr_qmatrix_tiles(&q, &pm), MR_OK);
+        assert_non_null(q.tiles);
+        assert_int_equal(q.tiles->pack, k->rows_x16[fmt].pack);
         for (int v = 0; v < 3; v++) {
             const float xv = mr_bf16_to_f32(xvals[v]);
             for (int m = 0; m < M; m++) x[m * K + m] = xv;
@@ -1776,8 +1787,8 @@ static void test_x16_all_codes(void **st) {
                 const int step = pass ? 5 : M;
                 for (int m0 = 0; m0 < M; m0 += step) {
                     const int mt = M - m0 < step ? M - m0 : step;
-                    k->rows_x16[fmt].xpack(x + m0 * K, K, 0, mt, xp);
-                    k->rows_x16[fmt].fn(&q, 0, N, xp, mt, y + m0 * N, N);
+                    k->rows_x16[fmt].xpack(x + m0 * K, K, K, 0, mt, xp);
+                    k->rows_x16[fmt].fn(q.tiles, 0, N, xp, mt, y + m0 * N, N, scr);
                 }
                 for (int m = 0; m < M; m++)
                     for (int d = 0; d < N; d++) {
@@ -1790,9 +1801,10 @@ static void test_x16_all_codes(void **st) {
                     }
             }
         }
+        mr_pmatrix_free(&pm);
     }
     for (int c = 0; c < 256; c++) assert_true(seen[c] || (c & 0x7F) == 0x7F);
-    mr_aligned_free(xp);
+    mr_aligned_free(xp), mr_aligned_free(scr);
     free(x), free(y);
 }
 

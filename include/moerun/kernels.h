@@ -278,21 +278,20 @@ typedef void (*mr_kern_rows_fn)(const mr_qmatrix *W, int64_t n0, int64_t nr, con
  * whose whole x is such values). Never larger than MR_XPACK_BYTES. */
 #define MR_XPACK1_BYTES(M, K) ((size_t)((M) < 16 ? (M) : ((M) + 15) / 16 * 16) * (size_t)(((K) + 127) / 128 * 4) * 64u)
 typedef void (*mr_kern_xpack_fn)(const float *x, int64_t M, int64_t K, int64_t b0, int64_t b1, void *xp);
-/* Dense on bf16 pair dots (vdpbf16ps: the AVX-512 table with AVX512-BF16 where it issues at the
- * vfmadd231ps rate, as on Zen 4) for matrices whose inputs are bf16 values (mr_qmatrix.x_bf16:
- * --dense-activation-dtype bf16), W row-major as loaded, K a multiple of 64. rows_x16[fmt].xpack
- * writes the tokens [m0, m1) of x [M][K] as bf16 (each value rounded to nearest even: a bf16 value
- * stays itself) at xp + m0 K, in the order its fn reads (FP8: each 64-column block's columns 0-7,
- * 16-23, 32-39, 48-55, then 8-15, 24-31, 40-47, 56-63, the halves of an E4M3 line's decode; BF16:
- * as they are). fn computes the rows [n0, n0 + nr) (n0 a multiple of 16) for M tokens of the pack
- * into y, the contract of mr_kern_rows_fn otherwise (exact products, fp32 sums; vdpbf16ps takes
- * fp32 denormals as zero). One sum order for every M: a token's bits do not depend on the tokens
- * beside it. */
-typedef void (*mr_kern_x16pack_fn)(const float *x, int64_t K, int64_t m0, int64_t m1, uint16_t *xp);
-typedef void (*mr_kern_rows_x16_fn)(const mr_qmatrix *W, int64_t n0, int64_t nr, const uint16_t *xp, int64_t M,
-                                    float *y, int64_t ldy);
 typedef void (*mr_kern_rows_tiles_fn)(const mr_pmatrix *P, int64_t n0, int64_t nr, const void *xp, int64_t M,
                                       float *y, int64_t ldy, void *scratch);
+/* Dense on bf16 pair dots (vdpbf16ps: the AVX-512 table with AVX512-BF16 where it issues at the
+ * vfmadd231ps rate, as on Zen 4) for matrices whose inputs are bf16 values (mr_qmatrix.x_bf16:
+ * --dense-activation-dtype bf16), K a multiple of 64. W is packed once, as the expert kernels take it
+ * (mr_qmatrix_tiles: the pack rows_x16[fmt].pack, in place of the row-major copy). rows_x16[fmt].xpack
+ * writes the tokens [m0, m1) of x [M][K] as bf16 (each value rounded to nearest even: a bf16 value
+ * stays itself) at xp + m0 ldp, each token ldp (the pack's Kp) apart, zero from K. fn computes the rows
+ * [n0, n0 + nr) of the pack (n0 a multiple of 16) for M tokens of that x into y, the contract of
+ * mr_kern_rows_fn otherwise (exact products, fp32 sums; vdpbf16ps takes fp32 denormals as zero), with
+ * MR_UK_SCRATCH bytes of the calling thread's own. One sum order for every M: a token's bits do not
+ * depend on the tokens beside it. */
+typedef void (*mr_kern_x16pack_fn)(const float *x, int64_t K, int64_t ldp, int64_t m0, int64_t m1, uint16_t *xp);
+
 
 /* The instruction a kernel's inner loop runs (the ceilings' probes, below):
  * vfmadd231ps (ymm or zmm, by the table's ISA), vdpbf16ps zmm, vpdpbusd zmm,
@@ -384,10 +383,11 @@ typedef struct {
                                    for matrices packed by mr_qmatrix_tiles */
     struct {
         const char *name;
-        mr_kern_rows_x16_fn fn;
+        mr_kern_rows_tiles_fn fn;
         mr_kern_x16pack_fn xpack;
+        mr_pack_id pack;
     } rows_x16[MR_FMT_COUNT]; /* dense on bf16 pair dots (BF16, FP8_BLOCK), NULL if none: mr_matmul takes
-                                 it for matrices marked x_bf16 (without tiles, K % 64 == 0) */
+                                 it for matrices marked x_bf16 and packed by mr_qmatrix_tiles */
     mr_kern_xpack_fn rows_xpack;  /* x for rows_tiles' fn, set with it */
     mr_kern_xpack_fn rows_xpack1; /* x for rows_tiles' fn1, set with it */
 } mr_kernels;
@@ -422,10 +422,12 @@ void mr_gemm_rows(const mr_kernels *k, const mr_qmatrix *W, int64_t n0, int64_t 
  * FP8_BLOCK or NVFP4 (weight-only: activations stay fp32). */
 void mr_matmul(const mr_qmatrix *W, const float *x, int64_t M, float *y);
 /* Where the process's table has a dense path on tiles for W's format
- * (rows_tiles), packs W into *store (which the caller owns: mr_pmatrix_free,
- * after W's last matmul) and points W->tiles at it; mr_matmul then takes that
- * path for W. Elsewhere leaves W->tiles NULL and *store empty. MR_ENOMEM
- * (W unchanged) if the pack cannot be allocated. */
+ * (rows_tiles), or W is marked x_bf16 (set it first) and the table has bf16
+ * pair dots for its format (rows_x16, W->cols % 64 == 0), packs W into *store
+ * (which the caller owns: mr_pmatrix_free, after W's last matmul) and points
+ * W->tiles at it; mr_matmul then takes that path for W. Elsewhere leaves
+ * W->tiles NULL and *store empty. MR_ENOMEM (W unchanged) if the pack cannot
+ * be allocated. */
 mr_status mr_qmatrix_tiles(mr_qmatrix *W, mr_pmatrix *store);
 /* n matmuls sharing x (all W[i] with the same K): y[i][M][W[i]->rows] =
  * x[M][K] . W[i]^T, the same values as n mr_matmul calls, in one parallel

@@ -129,11 +129,11 @@ int mr_bench_dense(int argc, char **argv) {
                     d[i] = (uint16_t)(u >> 16);
                 }
             }
+            q->x_bf16 = xbf16; /* as the model marks its dense matrices under the option */
             if (mr_qmatrix_tiles(q, &L[l].t[j]) != MR_OK) {
                 rc = 1;
                 break;
             }
-            q->x_bf16 = xbf16; /* as the model marks its dense matrices under the option */
         }
     const size_t pbytes = (size_t)1 << 30;
     int64_t maxT = 1;
@@ -154,17 +154,17 @@ int mr_bench_dense(int argc, char **argv) {
         if (xbf16) x[i] = mr_bf16_to_f32(mr_f32_to_bf16(x[i]));
     }
     const mr_kernels *kt = mr_kernels_get();
-    /* bf16 x without tiles: the table's bf16 pair dots where it has them (mr_matmul takes them for
-     * matrices marked x_bf16), against the vdpbf16ps peak */
-    const bool x16 = !rc && xbf16 && !L[0].m[0].tiles && kt->rows_x16[fmt].fn && L[0].m[0].cols % 64 == 0;
+    /* bf16 x without AMX: the table's bf16 pair dots where it has them (mr_qmatrix_tiles packed the
+     * matrices marked x_bf16 for them), against the vdpbf16ps peak */
+    const bool x16 = !rc && xbf16 && L[0].m[0].tiles && kt->rows_x16[fmt].fn && L[0].m[0].tiles->pack == kt->rows_x16[fmt].pack;
     printf("moerun bench dense: format %s, %s activations, %d threads, %d layer copies of %.1f MB (%s pages), kernel %s\n",
            fmt_name, xbf16 ? "bf16" : "fp32", omp_get_max_threads(), NL, (double)layer_bytes / 1e6,
            small_pages ? "4 KiB" : "huge",
-           L[0].m[0].tiles ? kt->rows_tiles[fmt].name
-           : x16           ? kt->rows_x16[fmt].name
+           x16 ? kt->rows_x16[fmt].name
+           : L[0].m[0].tiles ? kt->rows_tiles[fmt].name
            : kt->rows[fmt].name ? kt->rows[fmt].name
                                 : "gemm_rows");
-    if (L[0].m[0].tiles) { /* AMX: its own ceiling, beside the FMA one the table would use without it */
+    if (L[0].m[0].tiles && !x16) { /* AMX: its own ceiling, beside the FMA one the table would use without it */
         const double tp = mr_probe_peak(MR_PROBE_TDPBF16, NULL);
         printf("dense on tiles: tdpbf16ps peak %.0f GFLOP/s; a 15-row A tile (5 tokens x 3 exact bf16 parts) uses 5/16 "
                "of it: %.0f GFLOP/s of fp32 products at most (MOERUN_CPU_MASK=amx runs the FMA rows)\n",

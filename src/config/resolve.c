@@ -836,8 +836,9 @@ static mr_status pass_engine(mr_resolution *r) {
         const mr_format af = r->w.quant == MR_QUANT_FP8_BLOCK ? MR_FMT_FP8_BLOCK : MR_FMT_BF16;
         const char *how = k.rows_tiles[af].fn ? "on AMX tiles 16 tokens a tile operation instead of 5 (the same bits "
                                                 "as the fp32 path gives such values)"
-                          : k.rows_x16[af].fn ? "on vdpbf16ps pair dots, twice the multiply-adds of the FMA rows here "
-                                                "(K a multiple of 64), one sum order at every token count: "
+                          : k.rows_x16[af].fn ? "on vdpbf16ps pair dots, twice the multiply-adds of the FMA rows here, "
+                                                "the weights packed at load as the expert kernels take them (K a "
+                                                "multiple of 64), one sum order at every token count: "
                                               : "this host has no faster path for them: the FMA rows run as for fp32";
         s = mr__decl(r, MR_DECL_NOTE, SRC, "dense_activation_dtype", "bf16",
                      "explicit: the inputs of q/k/v_proj, o_proj and the LM head are rounded to bf16 (nearest even) "

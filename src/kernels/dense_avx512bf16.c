@@ -2,276 +2,178 @@
  * matrices whose inputs are bf16 values (--dense-activation-dtype bf16), the kernel table's
  * rows_x16 (moerun/kernels.h). Installed over the AVX512-BF16 kernels where vdpbf16ps zmm issues at
  * the vfmadd231ps zmm rate, so that it does twice the multiply-adds (Zen 4; bench/README.md "Dense
- * inputs in bf16 without AMX"): not on Intel's cores with AVX512-FP16, where it issues at half that
- * rate and AMX's rows_tiles takes these matrices. W stays row-major as loaded; x is packed once per
- * call as bf16 (rows_x16 xpack).
+ * inputs in bf16 on Zen 4"): not on Intel's cores with AVX512-FP16, where it issues at half that
+ * rate and AMX's rows_tiles takes these matrices. W is packed once at load as the expert kernels
+ * take it (mr_qmatrix_tiles: FP8 fp8_r16k4, BF16 bf16_r16k2: a zmm holds 16 rows of one k pair, so
+ * one vdpbf16ps is 16 rows of one token); x is packed once per call as bf16 (rows_x16 xpack).
  *
- * The sums, one order for every M: each (row, token) has 16 lane chains; lane j of a 64-column
- * block takes its columns' pairs in the xpack order, one vdpbf16ps for the block's first 32 packed
- * columns, then one for the next 32. FP8: a 128-column scale group's chains start at zero and fold
- * into the totals with the group multiplier (fma(acc, s, tot), tot from zero); BF16: one chain over
- * all of K. A row's output is the sum of its 16 lanes (_mm512_reduce_add_ps). Up to 7 tokens run
- * as register blocks over the rows as they are in memory (the E4M3 line decoded in registers); 8 or
- * more over panels of up to 24 rows decoded once into L1 (FP8) or read in place (BF16), 6 rows x 4
- * tokens a register block, the chains kept in a state buffer between column blocks. Both forms give
- * every lane the same sequence of operations, so a token's bits do not depend on M. */
+ * The sums, one order for every M: each (row, token) has two chains, pair p of a 128-column group
+ * into chain p & 1 (FP8: the E4M3 line's two decoded vectors), in k order. FP8: a group's chains
+ * start at zero, their sum folds into the total with the group multiplier (fma(c0 + c1, s, total),
+ * the total from zero); BF16: the chains run over all of K, then c0 + c1. Up to 8 tokens run with
+ * the lines decoded in registers; more over each 128-column group decoded once into L1 (FP8) or
+ * read in place (BF16), 8 tokens a register block. Both forms give every token the same sequence
+ * of operations, so a token's bits do not depend on M. */
 #include <string.h>
 
 #define DP(acc, w, xv) _mm512_dpbf16_ps((acc), (__m512bh)(w), (__m512bh)(xv))
 #include "kernels/uk_avx512.h"
-#include "kernels/panel_avx512.h"
 
-#define XPF(p, pf) _mm_prefetch((const char *)(p) + (pf), _MM_HINT_T0)
-
-/* the vpermt2w index of the xpack order of a 64-column block from its natural halves (a: 0-31, b:
- * 32-63): FP8's line decode puts bytes 0-7 of each 16 in its first vector, bytes 8-15 in its second */
-INL __m512i x16_perm(int half) {
-    uint16_t ix[32];
-    for (int i = 0; i < 32; i++) ix[i] = (uint16_t)(16 * (i / 8) + 8 * half + i % 8);
-    return _mm512_loadu_si512(ix);
-}
-
-/* tokens [m0, m1) of x as bf16 (rounded to nearest even), 64 columns at a time (K % 64 == 0) */
-INL void x16_pack(const float *x, int64_t K, int64_t m0, int64_t m1, uint16_t *xp, const int fp8) {
-    const __m512i p0 = x16_perm(0), p1 = x16_perm(1);
-    for (int64_t m = m0; m < m1; m++)
+/* tokens [m0, m1) of x [M][K] as bf16 (rounded to nearest even), 64 columns at a time (K % 64 ==
+ * 0), each token ldp apart with zeros from K (an FP8 pack's K padded to 128) */
+static void x16_pack(const float *x, int64_t K, int64_t ldp, int64_t m0, int64_t m1, uint16_t *xp) {
+    for (int64_t m = m0; m < m1; m++) {
+        uint16_t *d = xp + m * ldp;
         for (int64_t i = 0; i < K; i += 64) {
             const float *s = x + m * K + i;
-            const __m512i a = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + 16), _mm512_loadu_ps(s));
-            const __m512i b = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + 48), _mm512_loadu_ps(s + 32));
-            uint16_t *d = xp + m * K + i;
-            _mm512_storeu_si512(d, fp8 ? _mm512_permutex2var_epi16(a, p0, b) : a);
-            _mm512_storeu_si512(d + 32, fp8 ? _mm512_permutex2var_epi16(a, p1, b) : b);
+            _mm512_storeu_si512(d + i, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + 16), _mm512_loadu_ps(s)));
+            _mm512_storeu_si512(d + i + 32,
+                                (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + 48), _mm512_loadu_ps(s + 32)));
         }
-}
-static void x16_pack_fp8(const float *x, int64_t K, int64_t m0, int64_t m1, uint16_t *xp) {
-    x16_pack(x, K, m0, m1, xp, 1);
-}
-static void x16_pack_bf16(const float *x, int64_t K, int64_t m0, int64_t m1, uint16_t *xp) {
-    x16_pack(x, K, m0, m1, xp, 0);
+        if (ldp > K) memset(d + K, 0, (size_t)(ldp - K) * sizeof(uint16_t));
+    }
 }
 
-/* 64 E4M3 bytes of a row (any alignment) -> the bf16 values of columns 0-7, 16-23, 32-39, 48-55 (z0)
- * and 8-15, 24-31, 40-47, 56-63 (z1): uk_avx512.h's line decode on an unaligned load */
-INL void e4m3x64_bf16(const fp8_lut *t, const uint8_t *p, __m512i *z0, __m512i *z1) {
-    const __m512i w = _mm512_loadu_si512(p);
-    const __m512i lo = _mm512_permutex2var_epi8(t->l0, w, t->l1);
-    const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(t->h0, w, t->h1), w, t->m80, 0xF8);
-    *z0 = _mm512_unpacklo_epi8(lo, hi);
-    *z1 = _mm512_unpackhi_epi8(lo, hi);
-}
+/* tokens a register block (two chains each, 16 accumulators): 8 read 0.96-1.27x of 12 in bench dense
+ * FP8 at 12-320 tokens (12 took 52-55% of the vdpbf16ps peak at 12 and 24 tokens, 8 63-71%) */
+enum { XP_MT = 8 };
 
-/* ---- up to 7 tokens: R rows x TK tokens, the rows as they are in memory ---- */
-INL void x16_block(const mr_qmatrix *W, int64_t n, const uint16_t *x, float *y, int64_t ldy, const int R,
-                   const int TK) {
-    const int64_t K = W->cols;
-    const int fp8 = W->fmt == MR_FMT_FP8_BLOCK;
-    const int64_t G = fp8 ? K / 128 + (K % 128 != 0) : 1, GL = fp8 ? 128 : K;
-    const float *scl = fp8 ? (const float *)W->scale + (n / 128) * G : NULL;
-    const uint8_t *w8 = (const uint8_t *)W->data + n * K;
-    const uint16_t *w16 = (const uint16_t *)W->data + n * K;
-    /* the same columns of a later register block, whole blocks of R rows ahead, at least 16 KiB */
-    const int64_t blk = (int64_t)R * K * (fp8 ? 1 : 2), pf = blk * ((16384 + blk - 1) / blk);
+/* FP8, TK tokens (at most XP_MT) over one tile, the E4M3 lines decoded in registers; y (TK rows of
+ * 16, ldy apart) takes each group's total */
+INL void xp_fp8_lines(const uint8_t *tile, const float *bs, int64_t Kp, const uint16_t *x, float *y, int64_t ldy,
+                      const int TK) {
     const fp8_lut t = fp8_lut_load();
-    const int xreg = TK <= 3; /* x of up to 3 tokens in registers; more as vdpbf16ps memory operands */
-    __m512 tot[14], acc[14];
-    #pragma GCC unroll 14
-    for (int j = 0; j < R * TK; j++) tot[j] = acc[j] = _mm512_setzero_ps();
-    for (int64_t g = 0; g < G; g++) {
-        const int64_t k1 = (g + 1) * GL < K ? (g + 1) * GL : K;
-        if (fp8)
-            #pragma GCC unroll 14
-            for (int j = 0; j < R * TK; j++) acc[j] = _mm512_setzero_ps();
-        for (int64_t i = g * GL; i < k1; i += 64) {
-            __m512i xa[3], xb[3];
-            #pragma GCC unroll 3
-            for (int m = 0; xreg && m < TK; m++)
-                xa[m] = _mm512_loadu_si512(x + m * K + i), xb[m] = _mm512_loadu_si512(x + m * K + i + 32);
+    for (int64_t kb = 0; kb < Kp / 128; kb++) {
+        const uint8_t *p = tile + kb * 2048;
+        __m512 c0[XP_MT], c1[XP_MT];
+        #pragma GCC unroll 8
+        for (int m = 0; m < TK; m++) c0[m] = c1[m] = _mm512_setzero_ps();
+        for (int g = 0; g < 32; g++) {
+            __m512i z0, z1;
+            PF_FP8(p + g * 64);
+            fp8_line_bf16(&t, p + g * 64, &z0, &z1, TK == 1);
             #pragma GCC unroll 8
-            for (int r = 0; r < R; r++) {
-                __m512i z0, z1;
-                if (fp8) {
-                    XPF(w8 + r * K + i, pf);
-                    e4m3x64_bf16(&t, w8 + r * K + i, &z0, &z1);
-                } else {
-                    XPF(w16 + r * K + i, pf), XPF(w16 + r * K + i + 32, pf);
-                    z0 = _mm512_loadu_si512(w16 + r * K + i), z1 = _mm512_loadu_si512(w16 + r * K + i + 32);
-                }
-                #pragma GCC unroll 8
-                for (int m = 0; m < TK; m++) {
-                    const __m512i x0 = xreg ? xa[m < 3 ? m : 0] : _mm512_loadu_si512(x + m * K + i);
-                    const __m512i x1 = xreg ? xb[m < 3 ? m : 0] : _mm512_loadu_si512(x + m * K + i + 32);
-                    acc[r * TK + m] = DP(DP(acc[r * TK + m], z0, x0), z1, x1);
-                }
+            for (int m = 0; m < TK; m++) {
+                const uint16_t *xm = x + m * Kp + kb * 128 + 4 * g;
+                c0[m] = DP(c0[m], z0, bcast_pair(xm));
+                c1[m] = DP(c1[m], z1, bcast_pair(xm + 2));
             }
         }
-        if (fp8) {
-            const __m512 gs = _mm512_set1_ps(scl[g]);
-            #pragma GCC unroll 14
-            for (int j = 0; j < R * TK; j++) tot[j] = _mm512_fmadd_ps(acc[j], gs, tot[j]);
+        const __m512 s = _mm512_set1_ps(bs[kb]);
+        #pragma GCC unroll 8
+        for (int m = 0; m < TK; m++) {
+            float *ym = y + m * ldy;
+            _mm512_storeu_ps(ym, _mm512_fmadd_ps(_mm512_add_ps(c0[m], c1[m]), s,
+                                                 kb ? _mm512_loadu_ps(ym) : _mm512_setzero_ps()));
+        }
+    }
+}
+
+/* FP8, TK tokens over one 128-column group decoded into buf (64 pair vectors, the lines' two
+ * vectors in turn), x at the group's first column: the chains and the fold of xp_fp8_lines */
+INL void xp_fp8_pairs(const __m512i *buf, const uint16_t *x, int64_t ldx, float s0, float *y, int64_t ldy,
+                      int first, const int TK) {
+    __m512 c0[XP_MT], c1[XP_MT];
+    #pragma GCC unroll 8
+    for (int m = 0; m < TK; m++) c0[m] = c1[m] = _mm512_setzero_ps();
+    #pragma GCC unroll 4
+    for (int pr = 0; pr < 64; pr += 2) {
+        const __m512i w0 = _mm512_load_si512(buf + pr), w1 = _mm512_load_si512(buf + pr + 1);
+        #pragma GCC unroll 8
+        for (int m = 0; m < TK; m++) {
+            c0[m] = DP(c0[m], w0, bcast_pair(x + m * ldx + 2 * pr));
+            c1[m] = DP(c1[m], w1, bcast_pair(x + m * ldx + 2 * pr + 2));
+        }
+    }
+    const __m512 s = _mm512_set1_ps(s0);
+    #pragma GCC unroll 8
+    for (int m = 0; m < TK; m++) {
+        float *ym = y + m * ldy;
+        _mm512_storeu_ps(ym, _mm512_fmadd_ps(_mm512_add_ps(c0[m], c1[m]), s,
+                                             first ? _mm512_setzero_ps() : _mm512_loadu_ps(ym)));
+    }
+}
+
+/* BF16, TK tokens over one tile read in place (Kp % 4 == 0) */
+INL void xp_bf16_body(const uint8_t *tile, int64_t Kp, const uint16_t *x, float *y, int64_t ldy, const int TK) {
+    __m512 c0[XP_MT], c1[XP_MT];
+    #pragma GCC unroll 8
+    for (int m = 0; m < TK; m++) c0[m] = c1[m] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < Kp / 2; g += 2) {
+        PF(tile + g * 64);
+        PF(tile + g * 64 + 64);
+        const __m512i w0 = _mm512_load_si512(tile + g * 64), w1 = _mm512_load_si512(tile + g * 64 + 64);
+        #pragma GCC unroll 8
+        for (int m = 0; m < TK; m++) {
+            c0[m] = DP(c0[m], w0, bcast_pair(x + m * Kp + 2 * g));
+            c1[m] = DP(c1[m], w1, bcast_pair(x + m * Kp + 2 * g + 2));
         }
     }
     #pragma GCC unroll 8
-    for (int r = 0; r < R; r++)
-        #pragma GCC unroll 8
-        for (int m = 0; m < TK; m++) y[m * ldy + r] = _mm512_reduce_add_ps(fp8 ? tot[r * TK + m] : acc[r * TK + m]);
+    for (int m = 0; m < TK; m++) _mm512_storeu_ps(y + m * ldy, _mm512_add_ps(c0[m], c1[m]));
 }
 
-typedef void (*x16_block_fn)(const mr_qmatrix *W, int64_t n, const uint16_t *x, float *y, int64_t ldy);
-#define XB(R, TK)                                                                                             \
-    static void xb_##R##_##TK(const mr_qmatrix *W, int64_t n, const uint16_t *x, float *y, int64_t ldy) {     \
-        x16_block(W, n, x, y, ldy, R, TK);                                                                    \
-    }
-XB(8, 1)
-XB(4, 2)
-XB(2, 3)
-XB(2, 4)
-XB(1, 1)
-XB(1, 2)
-XB(1, 3)
-XB(1, 4)
-XB(1, 5)
-XB(1, 6)
-XB(1, 7)
-XB(2, 5)
-XB(2, 6)
-XB(2, 7)
-#undef XB
-
-/* ---- 8 tokens or more: panels of up to XZ_NP rows x one column block (FP8: a 128-column scale group
- * decoded into L1 in the xpack order; BF16: XZ_KC columns read in place), tokens in chunks of
- * XZ_MC, register blocks of XZ_R rows x XZ_MT tokens, the chains in st between column blocks ---- */
-enum { XZ_NP = 24, XZ_KC = 256, XZ_MC = 32, XZ_MT = 4, XZ_R = 6, XZ_MIN_M = 8 };
-
-/* the chains of R rows x TK tokens over kc columns of the panel (rows ldw apart) and of the tokens
- * (ldx apart); st[(r XZ_MC + m) 16]: FP8 (fold) the group's totals, BF16 the chains themselves */
-INL void xz_kernel(const uint16_t *wp, int64_t ldw, const uint16_t *x, int64_t ldx, int kc, float *st,
-                   const float *gs, const int fold, const int cont, const int R, const int TK) {
-    __m512 acc[XZ_R * XZ_MT];
-    mr__panel_begin(acc, st, XZ_MC, fold, cont, R, TK);
-    for (int s = 0; s < kc; s += 32) {
-        __m512i w[XZ_R];
-        #pragma GCC unroll 6
-        for (int r = 0; r < R; r++) w[r] = _mm512_loadu_si512(wp + r * ldw + s);
-        #pragma GCC unroll 4
-        for (int m = 0; m < TK; m++) {
-            __m512i xv = _mm512_loadu_si512(x + m * ldx + s);
-            __asm__("" : "+v"(xv)); /* one load per token vector, not one per row */
-            #pragma GCC unroll 6
-            for (int r = 0; r < R; r++) acc[r * TK + m] = DP(acc[r * TK + m], w[r], xv);
+/* tile t's 16 rows for M tokens of x (Kp apart) into y (16 columns a token, ldy apart) */
+static void x16_tile(const mr_pmatrix *P, int64_t t, const uint16_t *x, int64_t M, float *y, int64_t ldy,
+                     void *scratch) {
+    const uint8_t *tile = P->data + (size_t)t * P->tile_bytes;
+    const int64_t Kp = P->Kp;
+    if (P->fmt == MR_FMT_BF16) {
+        for (int64_t m0 = 0, mt; m0 < M; m0 += mt) {
+            mt = token_block(M - m0, XP_MT);
+#define CALL(n) xp_bf16_body(tile, Kp, x + m0 * Kp, y + m0 * ldy, ldy, n)
+            DISPATCH_MT(mt, CALL)
+#undef CALL
         }
-    }
-    mr__panel_end(acc, st, XZ_MC, gs, fold, cont, R, TK);
-}
-
-typedef void (*xz_fn)(const uint16_t *, int64_t, const uint16_t *, int64_t, int, float *, const float *, int, int);
-#define XZ(R, TK)                                                                                              \
-    static void xz_##R##_##TK(const uint16_t *wp, int64_t ldw, const uint16_t *x, int64_t ldx, int kc, float *st, \
-                              const float *gs, int fold, int cont) {                                           \
-        xz_kernel(wp, ldw, x, ldx, kc, st, gs, fold, cont, R, TK);                                             \
-    }
-#define XZ_ALL(R) XZ(R, 1) XZ(R, 2) XZ(R, 3) XZ(R, 4)
-XZ_ALL(6)
-XZ_ALL(3)
-XZ_ALL(1)
-#undef XZ_ALL
-#undef XZ
-
-static void x16_blocked(const mr_qmatrix *W, int64_t n0, int64_t nr, const uint16_t *x, int64_t M, float *y,
-                        int64_t ldy) {
-    static const xz_fn b6[XZ_MT + 1] = {NULL, xz_6_1, xz_6_2, xz_6_3, xz_6_4},
-                       b3[XZ_MT + 1] = {NULL, xz_3_1, xz_3_2, xz_3_3, xz_3_4},
-                       b1[XZ_MT + 1] = {NULL, xz_1_1, xz_1_2, xz_1_3, xz_1_4};
-    const int fp8 = W->fmt == MR_FMT_FP8_BLOCK;
-    const int KB = fp8 ? MR_KGROUP : XZ_KC;
-    const int64_t K = W->cols, G = (K + KB - 1) / KB;
-    const fp8_lut t = fp8_lut_load();
-    uint16_t wp[XZ_NP * MR_KGROUP] __attribute__((aligned(64))); /* FP8's decoded panel (6 KiB) */
-    float st[16 * XZ_NP * XZ_MC] __attribute__((aligned(64)));   /* 48 KiB */
-    for (int64_t p0 = 0; p0 < nr; p0 += XZ_NP) {
-        const int np = (int)(nr - p0 < XZ_NP ? nr - p0 : XZ_NP);
-        for (int64_t c0 = 0; c0 < M; c0 += XZ_MC) {
-            const int mc = (int)(M - c0 < XZ_MC ? M - c0 : XZ_MC);
-            for (int64_t g = 0; g < G; g++) {
-                const int64_t k0 = g * KB;
-                const int kc = (int)(K - k0 < KB ? K - k0 : KB);
-                float gs[XZ_NP];
-                const uint16_t *pan = wp;
-                int64_t ldw = MR_KGROUP;
-                for (int r = 0; r < np; r++) {
-                    const int64_t n = n0 + p0 + r;
-                    if (fp8) {
-                        const uint8_t *s = (const uint8_t *)W->data + n * K + k0;
-                        for (int i = 0; i < kc; i += 64) {
-                            __m512i z0, z1;
-                            e4m3x64_bf16(&t, s + i, &z0, &z1);
-                            _mm512_store_si512(wp + r * MR_KGROUP + i, z0);
-                            _mm512_store_si512(wp + r * MR_KGROUP + i + 32, z1);
-                        }
-                        gs[r] = ((const float *)W->scale)[(n / 128) * G + g];
-                        if (k0 + KB < K) /* the row's next group toward L2 */
-                            for (int i = 0; i < KB && k0 + KB + i < K; i += 64)
-                                _mm_prefetch((const char *)s + KB + i, _MM_HINT_T1);
-                    } else if (k0 + KB < K) {
-                        const char *s = (const char *)((const uint16_t *)W->data + n * K + k0 + KB);
-                        for (int i = 0; i < 2 * KB && 2 * (k0 + KB) + i < 2 * K; i += 64) _mm_prefetch(s + i, _MM_HINT_T1);
-                    }
-                }
-                if (!fp8) pan = (const uint16_t *)W->data + (n0 + p0) * K + k0, ldw = K;
-                const uint16_t *xt = x + c0 * K + k0;
-                for (int m0 = 0; m0 < mc; m0 += XZ_MT) {
-                    const int mt = mc - m0 < XZ_MT ? mc - m0 : XZ_MT;
-                    for (int r = 0; r < np;) {
-                        const int R = np - r >= 6 ? 6 : np - r >= 3 ? 3 : 1;
-                        const xz_fn f = (R == 6 ? b6 : R == 3 ? b3 : b1)[mt];
-                        /* g 0 starts the chains (BF16) or the totals (FP8) at 0 */
-                        f(pan + r * ldw, ldw, xt + m0 * K, K, kc, st + ((int64_t)r * XZ_MC + m0) * 16, gs + r, fp8, g > 0);
-                        r += R;
-                    }
-                }
-            }
-            for (int r = 0; r < np; r++)
-                for (int m = 0; m < mc; m++)
-                    y[(c0 + m) * ldy + p0 + r] = _mm512_reduce_add_ps(_mm512_load_ps(st + ((int64_t)r * XZ_MC + m) * 16));
-        }
-    }
-}
-
-static void rows_x16(const mr_qmatrix *W, int64_t n0, int64_t nr, const uint16_t *x, int64_t M, float *y,
-                     int64_t ldy) {
-    const int64_t K = W->cols;
-    if (M >= XZ_MIN_M) { /* tokens in slices of about 512 KiB of packed x, each kept in L2 over every panel */
-        int64_t mo = ((int64_t)1 << 19) / (K * 2) / XZ_MC * XZ_MC;
-        if (mo < XZ_MC) mo = XZ_MC;
-        for (int64_t o0 = 0; o0 < M; o0 += mo)
-            x16_blocked(W, n0, nr, x + o0 * K, M - o0 < mo ? M - o0 : mo, y + o0 * ldy, ldy);
         return;
     }
-    /* 1-7 tokens in one register block, each weight decoded once: 8 rows x 1 token, 4 x 2, 2 x 3-4,
-     * FP8 1 x 5-7 (its group totals beside the chains: 2 rows would spill), BF16 2 x 5-7 (bench dense
-     * BF16 at 5 tokens: 1 row read 0.92x the FMA rows); rows in chunks of 8 (inside one 128-row scale
-     * block: n0 is a multiple of 16) */
-    static const x16_block_fn full8[8] = {NULL, xb_8_1, xb_4_2, xb_2_3, xb_2_4, xb_1_5, xb_1_6, xb_1_7},
-                              full16[8] = {NULL, xb_8_1, xb_4_2, xb_2_3, xb_2_4, xb_2_5, xb_2_6, xb_2_7},
-                              one[8] = {NULL, xb_1_1, xb_1_2, xb_1_3, xb_1_4, xb_1_5, xb_1_6, xb_1_7};
-    static const int rows8[8] = {0, 8, 4, 2, 2, 1, 1, 1}, rows16[8] = {0, 8, 4, 2, 2, 2, 2, 2};
-    const int fp8 = W->fmt == MR_FMT_FP8_BLOCK;
-    const x16_block_fn *full = fp8 ? full8 : full16;
-    const int R = (fp8 ? rows8 : rows16)[M];
-    for (int64_t j = 0; j < nr; j += 8) {
-        const int64_t rows = nr - j < 8 ? nr - j : 8;
-        int64_t r = 0;
-        for (; r + R <= rows; r += R) full[M](W, n0 + j + r, x, y + j + r, ldy);
-        for (; r < rows; r++) one[M](W, n0 + j + r, x, y + j + r, ldy);
+    const float *bs = P->tscale + t * (Kp / 128);
+    if (M <= XP_MT) {
+#define CALL(n) xp_fp8_lines(tile, bs, Kp, x, y, ldy, n)
+        DISPATCH_MT(M, CALL)
+#undef CALL
+        return;
+    }
+    const fp8_lut lut = fp8_lut_load();
+    __m512i *b = (__m512i *)scratch; /* 4 KiB */
+    for (int64_t kb = 0; kb < Kp / 128; kb++) {
+        fp8_block_pairs(&lut, tile + kb * 2048, b, 0);
+        for (int64_t m0 = 0, mt; m0 < M; m0 += mt) {
+            mt = token_block(M - m0, XP_MT);
+#define CALL(n) xp_fp8_pairs(b, x + m0 * Kp + kb * 128, Kp, bs[kb], y + m0 * ldy, ldy, kb == 0, n)
+            DISPATCH_MT(mt, CALL)
+#undef CALL
+        }
+    }
+}
+
+static void rows_x16(const mr_pmatrix *P, int64_t n0, int64_t nr, const void *xp, int64_t M, float *y, int64_t ldy,
+                     void *scratch) {
+    /* tokens in slices of about 512 KiB of x, each kept in L2 over the rows */
+    int64_t mo = ((int64_t)1 << 19) / (P->Kp * 2);
+    if (mo < 16) mo = 16;
+    for (int64_t o0 = 0; o0 < M; o0 += mo) {
+        const int64_t mc = M - o0 < mo ? M - o0 : mo;
+        const uint16_t *x = (const uint16_t *)xp + o0 * P->Kp;
+        for (int64_t r = 0; r < nr; r += 16) {
+            if (nr - r >= 16) {
+                x16_tile(P, (n0 + r) / 16, x, mc, y + o0 * ldy + r, ldy, scratch);
+                continue;
+            }
+            float tmp[MR_MATMUL_CHUNK * 16] __attribute__((aligned(64))); /* a last tile past N */
+            x16_tile(P, (n0 + r) / 16, x, mc, tmp, 16, scratch);
+            for (int64_t m = 0; m < mc; m++)
+                memcpy(y + (o0 + m) * ldy + r, tmp + m * 16, (size_t)(nr - r) * sizeof(float));
+        }
     }
 }
 
 void mr__dense_fill_avx512bf16(mr_kernels *k) {
     if (k->flags & MR_CPU_AVX512FP16) return; /* vdpbf16ps at half the FMA rate there (uk_avx512bf16.c) */
-    k->rows_x16[MR_FMT_FP8_BLOCK].name = "rows_x16_fp8_block_avx512bf16_8x64x1_1x64x7_p24x128x6x4";
-    k->rows_x16[MR_FMT_FP8_BLOCK].fn = rows_x16;
-    k->rows_x16[MR_FMT_FP8_BLOCK].xpack = x16_pack_fp8;
-    k->rows_x16[MR_FMT_BF16].name = "rows_x16_bf16_avx512bf16_8x64x1_1x64x7_p24x256x6x4";
-    k->rows_x16[MR_FMT_BF16].fn = rows_x16;
-    k->rows_x16[MR_FMT_BF16].xpack = x16_pack_bf16;
+    k->rows_x16[MR_FMT_FP8_BLOCK].name = "rows_x16_fp8_r16k4_avx512bf16_16x8_l1_16x128x8";
+    k->rows_x16[MR_FMT_FP8_BLOCK].pack = MR_PACK_FP8_R16K4;
+    k->rows_x16[MR_FMT_BF16].name = "rows_x16_bf16_r16k2_avx512bf16_16x8";
+    k->rows_x16[MR_FMT_BF16].pack = MR_PACK_BF16_R16K2;
+    for (int f = 0; f < MR_FMT_COUNT; f++)
+        if (k->rows_x16[f].name) k->rows_x16[f].fn = rows_x16, k->rows_x16[f].xpack = x16_pack;
 }

@@ -277,7 +277,7 @@ static void rows_range(const mr_kernels *k, int n, const mr_qmatrix *const *W, c
             const int64_t r0 = lo * MATMUL_NB, r1 = hi * MATMUL_NB < N ? hi * MATMUL_NB : N;
             const mr_format f = W[i]->fmt;
             if (path == PATH_X16)
-                k->rows_x16[f].fn(W[i], r0, r1 - r0, xp, M, y[i] + r0, N);
+                k->rows_x16[f].fn(W[i]->tiles, r0, r1 - r0, xp, M, y[i] + r0, N, scratch);
             else if (path != PATH_ROWS)
                 (path == PATH_TILES1 ? k->rows_tiles[f].fn1 : k->rows_tiles[f].fn)(W[i]->tiles, r0, r1 - r0, xp, M,
                                                                                 y[i] + r0, N, scratch);
@@ -323,16 +323,17 @@ static void matmul_fast(int n, const mr_qmatrix *const *W, const float *x, int64
     /* x of bf16 values (the dense inputs under --dense-activation-dtype bf16) on the one-part pack:
      * the same bits, a third of the tile operations */
     const bool one = tiles && k->rows_tiles[W[0]->fmt].fn1 && x_is_bf16(x, M * K);
-    /* without tiles, matrices whose callers round their inputs to bf16 on the bf16 pair dots, where
-     * the table has them: chosen by the matrices, never by x, so a token's path (and bits) does not
-     * depend on the tokens beside it */
-    bool x16 = !tiles && k->rows_x16[W[0]->fmt].fn && K % 64 == 0;
-    for (int i = 0; i < n; i++) x16 = x16 && W[i]->x_bf16;
+    /* without AMX, matrices whose callers round their inputs to bf16 on the bf16 pair dots, where the
+     * table has them (packed for them at load): chosen by the matrices, never by x, so a token's path
+     * (and bits) does not depend on the tokens beside it */
+    bool x16 = !tiles && k->rows_x16[W[0]->fmt].fn;
+    for (int i = 0; i < n; i++) x16 = x16 && W[i]->x_bf16 && W[i]->tiles && W[i]->tiles->pack == k->rows_x16[W[0]->fmt].pack;
+    const int64_t Kx = x16 ? W[0]->tiles->Kp : K; /* each token of the bf16 x, zero from K */
     const int64_t nxb = one ? (M + 15) / 16 : (M + 4) / 5;
     /* either tile pack's room (MR_XPACK1_BYTES is never more) and a scratch for each of the nt0
      * threads, or the bf16 x */
-    const size_t xpb = x16 ? (size_t)(M * K) * sizeof(uint16_t) : MR_XPACK_BYTES(M, K);
-    const size_t need = xpb + (tiles ? (size_t)nt0 * MR_UK_SCRATCH : 0);
+    const size_t xpb = x16 ? (size_t)(M * Kx) * sizeof(uint16_t) : MR_XPACK_BYTES(M, K);
+    const size_t need = xpb + (tiles || x16 ? (size_t)nt0 * MR_UK_SCRATCH : 0);
     char *xp = !tiles && !x16 ? NULL : ws && ws_bytes >= need ? ws : mr_aligned_alloc(64, need);
     const int path = !xp ? PATH_ROWS : x16 ? PATH_X16 : one ? PATH_TILES1 : PATH_TILES;
 #pragma omp parallel if (par)
@@ -342,14 +343,14 @@ static void matmul_fast(int n, const mr_qmatrix *const *W, const float *x, int64
         nt = omp_get_num_threads(), t = omp_get_thread_num();
 #endif
         if (path == PATH_X16) {
-            k->rows_x16[W[0]->fmt].xpack(x, K, M * t / nt, M * (t + 1) / nt, (uint16_t *)xp);
+            k->rows_x16[W[0]->fmt].xpack(x, K, Kx, M * t / nt, M * (t + 1) / nt, (uint16_t *)xp);
 #pragma omp barrier
         } else if (xp) {
             (one ? k->rows_xpack1 : k->rows_xpack)(x, M, K, nxb * t / nt, nxb * (t + 1) / nt, xp);
 #pragma omp barrier
         }
         const int nw = xp && nt > nt0 ? nt0 : nt; /* the threads that compute rows */
-        char *scr = tiles && xp && t < nw ? xp + xpb + (size_t)t * MR_UK_SCRATCH : NULL;
+        char *scr = (tiles || x16) && xp && t < nw ? xp + xpb + (size_t)t * MR_UK_SCRATCH : NULL;
         if (t < nw && (!steal || nt != nt0)) {
             rows_range(k, n, W, x, xp, path, scr, M, y, nblk * t / nw, nblk * (t + 1) / nw);
         } else if (t < nw) {
@@ -364,9 +365,12 @@ mr_status mr_qmatrix_tiles(mr_qmatrix *W, mr_pmatrix *store) {
     const mr_kernels *k = mr_kernels_get();
     memset(store, 0, sizeof *store);
     W->tiles = NULL;
-    if (W->fmt >= MR_FMT_COUNT || !k->rows_tiles[W->fmt].fn) return MR_OK;
+    if (W->fmt >= MR_FMT_COUNT) return MR_OK;
+    mr_pack_id pk = k->rows_tiles[W->fmt].fn ? k->rows_tiles[W->fmt].pack : MR_PACK_NONE;
+    if (!pk && W->x_bf16 && k->rows_x16[W->fmt].fn && W->cols % 64 == 0) pk = k->rows_x16[W->fmt].pack;
+    if (!pk) return MR_OK;
     const mr_qmatrix *src = W;
-    const mr_status st = mr_pmatrix_pack(store, k->rows_tiles[W->fmt].pack, &src, 1);
+    const mr_status st = mr_pmatrix_pack(store, pk, &src, 1);
     if (st == MR_OK) W->tiles = store;
     return st;
 }
@@ -388,8 +392,9 @@ size_t mr_matmul_ws_bytes(int64_t M, int64_t K, int threads) {
     size_t b = 0;
     if (k->rows_tiles[MR_FMT_BF16].fn || k->rows_tiles[MR_FMT_FP8_BLOCK].fn)
         b = MR_XPACK_BYTES(Mc, K) + (size_t)(threads > 0 ? threads : 1) * MR_UK_SCRATCH;
-    if ((k->rows_x16[MR_FMT_BF16].fn || k->rows_x16[MR_FMT_FP8_BLOCK].fn) && (size_t)(Mc * K) * 2 > b)
-        b = (size_t)(Mc * K) * 2; /* the bf16 x of the pair dots */
+    const size_t x16b = (size_t)(Mc * ((K + 127) / 128 * 128)) * 2 + (size_t)(threads > 0 ? threads : 1) * MR_UK_SCRATCH;
+    if ((k->rows_x16[MR_FMT_BF16].fn || k->rows_x16[MR_FMT_FP8_BLOCK].fn) && x16b > b)
+        b = x16b; /* the bf16 x of the pair dots (K padded as an FP8 pack's), a scratch a thread */
     return b;
 }
 
