@@ -6,8 +6,29 @@
 #include <string.h>
 
 #include "kernels/kern_internal.h"
-#include "kernels/panel_avx512.h"
 
+/* The state of the blocked dense form's register blocks: R rows x T tokens of 16-lane chains, kept
+ * between column blocks in st, row r's token m at (r mc + m) 16 floats (mc: the tokens a chunk).
+ * At the start of a column block the chains are zero where they start or fold into totals (fold:
+ * FP8's scale groups), else as the last column block left them. */
+static inline __attribute__((always_inline)) void panel_begin(__m512 *acc, const float *st, int mc, int fold,
+                                                              int cont, const int R, const int T) {
+    #pragma GCC unroll 24
+    for (int j = 0; j < R * T; j++)
+        acc[j] = fold || !cont ? _mm512_setzero_ps() : _mm512_load_ps(st + ((j / T) * mc + j % T) * 16);
+}
+
+/* at its end: the chains themselves, or (fold) the totals fma(acc, gs[r], the totals so far or 0) */
+static inline __attribute__((always_inline)) void panel_end(const __m512 *acc, float *st, int mc, const float *gs,
+                                                            int fold, int cont, const int R, const int T) {
+    #pragma GCC unroll 24
+    for (int j = 0; j < R * T; j++) {
+        float *p = st + ((j / T) * mc + j % T) * 16;
+        _mm512_store_ps(p, fold ? _mm512_fmadd_ps(acc[j], _mm512_set1_ps(gs[j / T]),
+                                                  cont ? _mm512_load_ps(p) : _mm512_setzero_ps())
+                                : acc[j]);
+    }
+}
 
 static inline int group_len(const mr_qmatrix *W, int64_t g) {
     int64_t r = W->cols - g * MR_KGROUP;
@@ -245,7 +266,7 @@ static inline __attribute__((always_inline)) void bz_kernel(const float *wp, con
                                                             float *st, const float *gs, bool fold, bool cont,
                                                             const int R, const int MT) {
     __m512 acc[BZ_R * BZ_MT];
-    mr__panel_begin(acc, st, BZ_MC, fold, cont, R, MT);
+    panel_begin(acc, st, BZ_MC, fold, cont, R, MT);
     for (int s = 0; s < kc; s += 16) {
         __m512 w[BZ_R];
         #pragma GCC unroll 6
@@ -258,7 +279,7 @@ static inline __attribute__((always_inline)) void bz_kernel(const float *wp, con
             for (int r = 0; r < R; r++) acc[r * MT + m] = _mm512_fmadd_ps(w[r], xv, acc[r * MT + m]);
         }
     }
-    mr__panel_end(acc, st, BZ_MC, gs, fold, cont, R, MT);
+    panel_end(acc, st, BZ_MC, gs, fold, cont, R, MT);
 }
 
 typedef void (*bz_fn)(const float *, const float *, int64_t, int, float *, const float *, bool, bool);
