@@ -327,13 +327,14 @@ static void matmul_fast(int n, const mr_qmatrix *const *W, const float *x, int64
      * table has them (packed for them at load): chosen by the matrices, never by x, so a token's path
      * (and bits) does not depend on the tokens beside it */
     bool x16 = !tiles && k->rows_x16[W[0]->fmt].fn;
-    for (int i = 0; i < n; i++) x16 = x16 && W[i]->x_bf16 && W[i]->tiles && W[i]->tiles->pack == k->rows_x16[W[0]->fmt].pack;
+    for (int i = 0; i < n; i++)
+        x16 = x16 && W[i]->x_bf16 && W[i]->tiles && W[i]->tiles->pack == k->rows_x16[W[0]->fmt].pack;
     const int64_t Kx = x16 ? W[0]->tiles->Kp : K; /* each token of the bf16 x, zero from K */
     const int64_t nxb = one ? (M + 15) / 16 : (M + 4) / 5;
-    /* either tile pack's room (MR_XPACK1_BYTES is never more) and a scratch for each of the nt0
-     * threads, or the bf16 x */
+    /* either tile pack's room (MR_XPACK1_BYTES is never more) or the bf16 x, and a scratch for each
+     * of the nt0 threads */
     const size_t xpb = x16 ? (size_t)(M * Kx) * sizeof(uint16_t) : MR_XPACK_BYTES(M, K);
-    const size_t need = xpb + (tiles || x16 ? (size_t)nt0 * MR_UK_SCRATCH : 0);
+    const size_t need = xpb + (size_t)nt0 * MR_UK_SCRATCH;
     char *xp = !tiles && !x16 ? NULL : ws && ws_bytes >= need ? ws : mr_aligned_alloc(64, need);
     const int path = !xp ? PATH_ROWS : x16 ? PATH_X16 : one ? PATH_TILES1 : PATH_TILES;
 #pragma omp parallel if (par)
@@ -350,7 +351,7 @@ static void matmul_fast(int n, const mr_qmatrix *const *W, const float *x, int64
 #pragma omp barrier
         }
         const int nw = xp && nt > nt0 ? nt0 : nt; /* the threads that compute rows */
-        char *scr = (tiles || x16) && xp && t < nw ? xp + xpb + (size_t)t * MR_UK_SCRATCH : NULL;
+        char *scr = xp && t < nw ? xp + xpb + (size_t)t * MR_UK_SCRATCH : NULL;
         if (t < nw && (!steal || nt != nt0)) {
             rows_range(k, n, W, x, xp, path, scr, M, y, nblk * t / nw, nblk * (t + 1) / nw);
         } else if (t < nw) {
@@ -389,13 +390,11 @@ void mr_matmul(const mr_qmatrix *W, const float *x, int64_t M, float *y) {
 size_t mr_matmul_ws_bytes(int64_t M, int64_t K, int threads) {
     const mr_kernels *k = mr_kernels_get();
     const int64_t Mc = M < MR_MATMUL_CHUNK ? M : MR_MATMUL_CHUNK;
-    size_t b = 0;
-    if (k->rows_tiles[MR_FMT_BF16].fn || k->rows_tiles[MR_FMT_FP8_BLOCK].fn)
-        b = MR_XPACK_BYTES(Mc, K) + (size_t)(threads > 0 ? threads : 1) * MR_UK_SCRATCH;
-    const size_t x16b = (size_t)(Mc * ((K + 127) / 128 * 128)) * 2 + (size_t)(threads > 0 ? threads : 1) * MR_UK_SCRATCH;
-    if ((k->rows_x16[MR_FMT_BF16].fn || k->rows_x16[MR_FMT_FP8_BLOCK].fn) && x16b > b)
-        b = x16b; /* the bf16 x of the pair dots (K padded as an FP8 pack's), a scratch a thread */
-    return b;
+    size_t b = 0; /* the packed x: on tiles, or the bf16 x of the pair dots (K padded as an FP8 pack's) */
+    if (k->rows_tiles[MR_FMT_BF16].fn || k->rows_tiles[MR_FMT_FP8_BLOCK].fn) b = MR_XPACK_BYTES(Mc, K);
+    const size_t x16b = (size_t)(Mc * ((K + 127) / 128 * 128)) * sizeof(uint16_t);
+    if ((k->rows_x16[MR_FMT_BF16].fn || k->rows_x16[MR_FMT_FP8_BLOCK].fn) && x16b > b) b = x16b;
+    return b ? b + (size_t)(threads > 0 ? threads : 1) * MR_UK_SCRATCH : 0; /* and a scratch a thread */
 }
 
 void mr_matmul_multi(int n, const mr_qmatrix *const *W, const float *x, int64_t M, float *const *y) {
