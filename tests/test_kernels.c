@@ -1631,7 +1631,7 @@ static void test_matmul_many_tokens(void **st) {
     /* {37, 192}: the bf16 pair dots' (rows_x16, K % 64 == 0) last FP8 group of 64 columns (x padded
      * with zeros to the pack's 256) and a last tile of 5 rows; {144, 576}: theirs across a 128-row
      * scale block */
-    uint16_t *x16 = mr_aligned_alloc(64, sizeof(uint16_t) * MAXM * MAXK);
+    uint16_t *x16 = mr_aligned_alloc(64, sizeof(float) * MAXM * MAXK); /* also the fp32 x of rows_f32 */
     float *yd = malloc(sizeof(float) * MAXM * MAXN);
     void *scr = mr_aligned_alloc(64, MR_UK_SCRATCH);
     /* fp32 x, then bf16 x (the one-part pack on tiles: mr_matmul picks it for such a call; without
@@ -1650,12 +1650,19 @@ static void test_matmul_many_tokens(void **st) {
             q.x_bf16 = xb;
             for (int tl = 0; tl < 2; tl++) {
                 if (dense_tiles(&q, &pm, tl) != tl) break;
-                /* on the pair dots: where the table has them, packed for them, and only then */
-                const bool pd = tl && xb && k->rows_x16[fmts[f]].fn && K % 64 == 0;
-                if (tl) assert_int_equal(q.tiles->pack, pd ? k->rows_x16[fmts[f]].pack : k->rows_tiles[fmts[f]].pack);
-                const char *name = pd ? k->rows_x16[fmts[f]].name : tl ? k->rows_tiles[fmts[f]].name
-                                                                 : k->rows[fmts[f]].name ? k->rows[fmts[f]].name
-                                                                                        : "driver";
+                /* on the pair dots: where the table has them, packed for them, and only then; else
+                 * without AMX on the FMAs over the same packs where the table has them (fp32 x) */
+                const bool pd = tl && xb && !k->rows_tiles[fmts[f]].fn && k->rows_x16[fmts[f]].fn && K % 64 == 0;
+                const bool pf = tl && !pd && !k->rows_tiles[fmts[f]].fn && k->rows_f32[fmts[f]].fn && K % 64 == 0;
+                if (tl)
+                    assert_int_equal(q.tiles->pack, pd   ? k->rows_x16[fmts[f]].pack
+                                                    : pf ? k->rows_f32[fmts[f]].pack
+                                                         : k->rows_tiles[fmts[f]].pack);
+                const char *name = pd   ? k->rows_x16[fmts[f]].name
+                                   : pf ? k->rows_f32[fmts[f]].name
+                                   : tl ? k->rows_tiles[fmts[f]].name
+                                   : k->rows[fmts[f]].name ? k->rows[fmts[f]].name
+                                                          : "driver";
                 for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
                     const int64_t M = Ms[mi];
                     if (M > MR_MATMUL_CHUNK && N * K > 20000) continue;
@@ -1667,6 +1674,14 @@ static void test_matmul_many_tokens(void **st) {
                         k->rows_x16[fmts[f]].fn(q.tiles, 0, N, x16, M, yd, N, scr);
                         if (memcmp(yd, y, sizeof(float) * (size_t)(M * N)))
                             fail_msg("%s N %lld K %lld M %lld: mr_matmul did not take the pair dots", name,
+                                     (long long)N, (long long)K, (long long)M);
+                    }
+                    if (pf && M <= MR_MATMUL_CHUNK) { /* the same for the FMAs on the packs */
+                        float *xf = (float *)x16; /* room for MAXM x MAXK floats: allocated so */
+                        k->rows_f32[fmts[f]].xpack(x, K, q.tiles->Kp, 0, M, xf);
+                        k->rows_f32[fmts[f]].fn(q.tiles, 0, N, xf, M, yd, N, scr);
+                        if (memcmp(yd, y, sizeof(float) * (size_t)(M * N)))
+                            fail_msg("%s N %lld K %lld M %lld: mr_matmul did not take the FMAs on the pack", name,
                                      (long long)N, (long long)K, (long long)M);
                     }
                     for (int64_t m = 0; m < M; m++) {

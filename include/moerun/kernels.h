@@ -291,6 +291,13 @@ typedef void (*mr_kern_rows_tiles_fn)(const mr_pmatrix *P, int64_t n0, int64_t n
  * MR_UK_SCRATCH bytes of the calling thread's own. One sum order for every M: a token's bits do not
  * depend on the tokens beside it. */
 typedef void (*mr_kern_x16pack_fn)(const float *x, int64_t K, int64_t ldp, int64_t m0, int64_t m1, uint16_t *xp);
+/* Dense on fp32 x and vfmadd231ps over the same packs (the AVX-512 table without AMX, for the
+ * matrices rows_x16 does not take: fp32 inputs, the default), K a multiple of 64: mr_qmatrix_tiles
+ * packs W as rows_f32[fmt].pack in place of the row-major copy; rows_f32[fmt].xpack copies tokens
+ * [m0, m1) of x to xp + m0 ldp, ldp (the pack's Kp) apart, zero from K; fn as rows_x16's fn on that
+ * x (exact products, fp32 sums, the FP8 block multiplier per 128 columns). One sum order for every
+ * M: a token's bits do not depend on the tokens beside it. */
+typedef void (*mr_kern_x32pack_fn)(const float *x, int64_t K, int64_t ldp, int64_t m0, int64_t m1, float *xp);
 
 
 /* The instruction a kernel's inner loop runs (the ceilings' probes, below):
@@ -388,6 +395,13 @@ typedef struct {
         mr_pack_id pack;
     } rows_x16[MR_FMT_COUNT]; /* dense on bf16 pair dots (BF16, FP8_BLOCK), NULL if none: mr_matmul takes
                                  it for matrices marked x_bf16 and packed by mr_qmatrix_tiles */
+    struct {
+        const char *name;
+        mr_kern_rows_tiles_fn fn;
+        mr_kern_x32pack_fn xpack;
+        mr_pack_id pack;
+    } rows_f32[MR_FMT_COUNT]; /* dense on fp32 FMAs over the packs (BF16, FP8_BLOCK), NULL if none:
+                                 mr_matmul takes it for the matrices mr_qmatrix_tiles packed for it */
     mr_kern_xpack_fn rows_xpack;  /* x for rows_tiles' fn, set with it */
     mr_kern_xpack_fn rows_xpack1; /* x for rows_tiles' fn1, set with it */
 } mr_kernels;
@@ -423,7 +437,8 @@ void mr_gemm_rows(const mr_kernels *k, const mr_qmatrix *W, int64_t n0, int64_t 
 void mr_matmul(const mr_qmatrix *W, const float *x, int64_t M, float *y);
 /* Where the process's table has a dense path on tiles for W's format
  * (rows_tiles), or W is marked x_bf16 (set it first) and the table has bf16
- * pair dots for its format (rows_x16, W->cols % 64 == 0), packs W into *store
+ * pair dots for its format (rows_x16, W->cols % 64 == 0), or else the table
+ * has fp32 FMAs on a pack (rows_f32, W->cols % 64 == 0), packs W into *store
  * (which the caller owns: mr_pmatrix_free, after W's last matmul) and points
  * W->tiles at it; mr_matmul then takes that path for W. Elsewhere leaves
  * W->tiles NULL and *store empty. MR_ENOMEM (W unchanged) if the pack cannot

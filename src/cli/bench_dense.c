@@ -157,14 +157,17 @@ int mr_bench_dense(int argc, char **argv) {
     /* bf16 x without AMX: the table's bf16 pair dots where it has them (mr_qmatrix_tiles packed the
      * matrices marked x_bf16 for them), against the vdpbf16ps peak */
     const bool x16 = !rc && xbf16 && L[0].m[0].tiles && kt->rows_x16[fmt].fn && L[0].m[0].tiles->pack == kt->rows_x16[fmt].pack;
+    /* else the FMAs on the same packs (fp32 x, or bf16 x where the table has no pair dots) */
+    const bool x32 = !rc && !x16 && !kt->rows_tiles[fmt].fn && L[0].m[0].tiles && kt->rows_f32[fmt].fn;
     printf("moerun bench dense: format %s, %s activations, %d threads, %d layer copies of %.1f MB (%s pages), kernel %s\n",
            fmt_name, xbf16 ? "bf16" : "fp32", omp_get_max_threads(), NL, (double)layer_bytes / 1e6,
            small_pages ? "4 KiB" : "huge",
            x16 ? kt->rows_x16[fmt].name
+           : x32 ? kt->rows_f32[fmt].name
            : L[0].m[0].tiles ? kt->rows_tiles[fmt].name
            : kt->rows[fmt].name ? kt->rows[fmt].name
                                 : "gemm_rows");
-    if (L[0].m[0].tiles && !x16) { /* AMX: its own ceiling, beside the FMA one the table would use without it */
+    if (L[0].m[0].tiles && !x16 && !x32) { /* AMX: its own ceiling, beside the FMA one the table would use without it */
         const double tp = mr_probe_peak(MR_PROBE_TDPBF16, NULL);
         printf("dense on tiles: tdpbf16ps peak %.0f GFLOP/s; a 15-row A tile (5 tokens x 3 exact bf16 parts) uses 5/16 "
                "of it: %.0f GFLOP/s of fp32 products at most (MOERUN_CPU_MASK=amx runs the FMA rows)\n",

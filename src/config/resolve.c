@@ -839,18 +839,28 @@ static mr_status pass_engine(mr_resolution *r) {
                           : k.rows_x16[af].fn ? "on vdpbf16ps pair dots, twice the multiply-adds of the FMA rows here, "
                                                 "the weights packed at load as the expert kernels take them (K a "
                                                 "multiple of 64), one sum order at every token count: "
-                                              : "this host has no faster path for them: the FMA rows run as for fp32";
+                                              : "this host has no faster path for them: the fp32 path runs them ";
         s = mr__decl(r, MR_DECL_NOTE, SRC, "dense_activation_dtype", "bf16",
                      "explicit: the inputs of q/k/v_proj, o_proj and the LM head are rounded to bf16 (nearest even) "
                      "before each matmul, as an engine that runs these layers in bf16 sees them; products exact, fp32 "
                      "sums; %s%s",
-                     how, !k.rows_tiles[af].fn && k.rows_x16[af].fn ? k.rows_x16[af].name : "");
-    } else
+                     how, k.rows_tiles[af].fn ? "" : k.rows_x16[af].fn ? k.rows_x16[af].name
+                                                    : k.rows_f32[af].fn ? k.rows_f32[af].name : "(the FMA rows)");
+    } else {
+        mr_kernels k; /* the table these flags build: which dense path takes fp32 inputs */
+        mr_kernels_init(&k, r->w.cpu_flags);
+        const mr_format af = r->w.quant == MR_QUANT_FP8_BLOCK ? MR_FMT_FP8_BLOCK : MR_FMT_BF16;
+        const bool pk = !k.rows_tiles[af].fn && k.rows_f32[af].fn;
         s = mr__decl(r, MR_DECL_SET, SRC, "dense_activation_dtype", "fp32",
                      "%s: q/k/v_proj, o_proj and the LM head take the fp32 activations exactly (exact products, fp32 "
                      "sums), as the transformers oracle computes; --dense-activation-dtype bf16 rounds them to bf16 "
-                     "first (faster prefill and batched decode on AMX, and with AVX512-BF16 on Zen 4)",
-                     mr__user_fixed(r, MR_OPT_DENSE_ACTIVATION_DTYPE) ? "explicit" : "auto");
+                     "first (faster prefill and batched decode on AMX, and with AVX512-BF16 on Zen 4)%s%s",
+                     mr__user_fixed(r, MR_OPT_DENSE_ACTIVATION_DTYPE) ? "explicit" : "auto",
+                     pk ? "; here on FMAs with the weights packed at load as the expert kernels take them (K a "
+                          "multiple of 64), one sum order at every token count: "
+                        : "",
+                     pk ? k.rows_f32[af].name : "");
+    }
     if (s) return s;
     int64_t tok_bytes = m->n_layers * 2 * m->n_kv_heads * m->head_dim * (int64_t)mr_kv_elem_bytes(r->w.kv_dtype);
     if (tok_bytes <= 0) return fail(r, MR_ECONFIG, SRC, "kv_cache_dtype", dt, "the model has no KV dimensions");

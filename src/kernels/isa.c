@@ -26,6 +26,7 @@ static void fill_avx2(mr_kernels *k) {
 static void fill_avx512(mr_kernels *k) {
     mr__kernels_fill_avx512(k);
     mr__uk_fill_avx512(k);
+    mr__dense_fill_avx512(k);
     if (k->flags & MR_CPU_AVX512BF16) { /* an extension no level requires */
         mr__uk_fill_avx512bf16(k);
         mr__dense_fill_avx512bf16(k); /* the dense rows on vdpbf16ps for inputs of bf16 values */

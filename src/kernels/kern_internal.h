@@ -34,6 +34,7 @@ void mr__uk_fill_avx2(mr_kernels *k);
 void mr__uk_fill_avx2vnni(mr_kernels *k); /* over mr__uk_fill_avx2 where k->flags hold AVX-VNNI */
 void mr__uk_fill_avx512(mr_kernels *k); /* needs AVX512 VNNI and VBMI too */
 void mr__uk_fill_avx512bf16(mr_kernels *k); /* over it, where the flags hold AVX512-BF16 */
+void mr__dense_fill_avx512(mr_kernels *k); /* the level's: rows_f32, fp32 x on FMAs over the packs */
 void mr__dense_fill_avx512bf16(mr_kernels *k); /* with it: rows_x16, where vdpbf16ps runs at the FMA rate */
 /* over those, where the flags hold AMX-TILE and AMX-BF16 and mr__amx_ready(): the FP8 kernel on tdpbf16ps */
 void mr__uk_fill_avx512amx(mr_kernels *k);

@@ -262,8 +262,9 @@ static bool x_is_bf16(const float *x, int64_t n) {
 }
 
 /* the row path a matmul_fast call takes: the row-major kernels on fp32 x, the tiles on x packed in
- * three parts or in one, or the bf16 pair dots on x packed as bf16 */
-enum { PATH_ROWS, PATH_TILES, PATH_TILES1, PATH_X16 };
+ * three parts or in one, the bf16 pair dots on x packed as bf16, or the FMAs on the packs on x
+ * copied at the pack's K */
+enum { PATH_ROWS, PATH_TILES, PATH_TILES1, PATH_X16, PATH_X32 };
 
 /* Rows of the blocks [b0, b1) of the list of all matrices' MATMUL_NB-row blocks, in order, on the
  * path given (xp: x packed for it, where it takes a pack). */
@@ -276,8 +277,9 @@ static void rows_range(const mr_kernels *k, int n, const mr_qmatrix *const *W, c
         if (lo < hi) {
             const int64_t r0 = lo * MATMUL_NB, r1 = hi * MATMUL_NB < N ? hi * MATMUL_NB : N;
             const mr_format f = W[i]->fmt;
-            if (path == PATH_X16)
-                k->rows_x16[f].fn(W[i]->tiles, r0, r1 - r0, xp, M, y[i] + r0, N, scratch);
+            if (path == PATH_X16 || path == PATH_X32)
+                (path == PATH_X16 ? k->rows_x16[f].fn : k->rows_f32[f].fn)(W[i]->tiles, r0, r1 - r0, xp, M, y[i] + r0,
+                                                                           N, scratch);
             else if (path != PATH_ROWS)
                 (path == PATH_TILES1 ? k->rows_tiles[f].fn1 : k->rows_tiles[f].fn)(W[i]->tiles, r0, r1 - r0, xp, M,
                                                                                 y[i] + r0, N, scratch);
@@ -329,14 +331,18 @@ static void matmul_fast(int n, const mr_qmatrix *const *W, const float *x, int64
     bool x16 = !tiles && k->rows_x16[W[0]->fmt].fn;
     for (int i = 0; i < n; i++)
         x16 = x16 && W[i]->x_bf16 && W[i]->tiles && W[i]->tiles->pack == k->rows_x16[W[0]->fmt].pack;
-    const int64_t Kx = x16 ? W[0]->tiles->Kp : K; /* each token of the bf16 x, zero from K */
+    /* else the fp32 FMAs on the same packs, for the matrices packed for them (fp32 inputs) */
+    bool x32 = !tiles && !x16 && k->rows_f32[W[0]->fmt].fn;
+    for (int i = 0; i < n; i++) x32 = x32 && W[i]->tiles && W[i]->tiles->pack == k->rows_f32[W[0]->fmt].pack;
+    const int64_t Kx = x16 || x32 ? W[0]->tiles->Kp : K; /* each token of the packed x, zero from K */
     const int64_t nxb = one ? (M + 15) / 16 : (M + 4) / 5;
     /* either tile pack's room (MR_XPACK1_BYTES is never more) or the bf16 x, and a scratch for each
      * of the nt0 threads */
-    const size_t xpb = x16 ? (size_t)(M * Kx) * sizeof(uint16_t) : MR_XPACK_BYTES(M, K);
+    const size_t xpb = x16 ? (size_t)(M * Kx) * sizeof(uint16_t) : x32 ? (size_t)(M * Kx) * sizeof(float)
+                                                                          : MR_XPACK_BYTES(M, K);
     const size_t need = xpb + (size_t)nt0 * MR_UK_SCRATCH;
-    char *xp = !tiles && !x16 ? NULL : ws && ws_bytes >= need ? ws : mr_aligned_alloc(64, need);
-    const int path = !xp ? PATH_ROWS : x16 ? PATH_X16 : one ? PATH_TILES1 : PATH_TILES;
+    char *xp = !tiles && !x16 && !x32 ? NULL : ws && ws_bytes >= need ? ws : mr_aligned_alloc(64, need);
+    const int path = !xp ? PATH_ROWS : x16 ? PATH_X16 : x32 ? PATH_X32 : one ? PATH_TILES1 : PATH_TILES;
 #pragma omp parallel if (par)
     {
         int nt = 1, t = 0;
@@ -345,6 +351,9 @@ static void matmul_fast(int n, const mr_qmatrix *const *W, const float *x, int64
 #endif
         if (path == PATH_X16) {
             k->rows_x16[W[0]->fmt].xpack(x, K, Kx, M * t / nt, M * (t + 1) / nt, (uint16_t *)xp);
+#pragma omp barrier
+        } else if (path == PATH_X32) {
+            k->rows_f32[W[0]->fmt].xpack(x, K, Kx, M * t / nt, M * (t + 1) / nt, (float *)xp);
 #pragma omp barrier
         } else if (xp) {
             (one ? k->rows_xpack1 : k->rows_xpack)(x, M, K, nxb * t / nt, nxb * (t + 1) / nt, xp);
@@ -369,6 +378,7 @@ mr_status mr_qmatrix_tiles(mr_qmatrix *W, mr_pmatrix *store) {
     if (W->fmt >= MR_FMT_COUNT) return MR_OK;
     mr_pack_id pk = k->rows_tiles[W->fmt].fn ? k->rows_tiles[W->fmt].pack : MR_PACK_NONE;
     if (!pk && W->x_bf16 && k->rows_x16[W->fmt].fn && W->cols % 64 == 0) pk = k->rows_x16[W->fmt].pack;
+    if (!pk && k->rows_f32[W->fmt].fn && W->cols % 64 == 0) pk = k->rows_f32[W->fmt].pack;
     if (!pk) return MR_OK;
     const mr_qmatrix *src = W;
     const mr_status st = mr_pmatrix_pack(store, pk, &src, 1);
@@ -390,10 +400,11 @@ void mr_matmul(const mr_qmatrix *W, const float *x, int64_t M, float *y) {
 size_t mr_matmul_ws_bytes(int64_t M, int64_t K, int threads) {
     const mr_kernels *k = mr_kernels_get();
     const int64_t Mc = M < MR_MATMUL_CHUNK ? M : MR_MATMUL_CHUNK;
-    size_t b = 0; /* the packed x: on tiles, or the bf16 x of the pair dots (K padded as an FP8 pack's) */
+    size_t b = 0; /* the packed x: on tiles, the bf16 x of the pair dots or the fp32 x of the FMAs (K padded as an FP8 pack's) */
     if (k->rows_tiles[MR_FMT_BF16].fn || k->rows_tiles[MR_FMT_FP8_BLOCK].fn) b = MR_XPACK_BYTES(Mc, K);
     const size_t x16b = (size_t)(Mc * ((K + 127) / 128 * 128)) * sizeof(uint16_t);
     if ((k->rows_x16[MR_FMT_BF16].fn || k->rows_x16[MR_FMT_FP8_BLOCK].fn) && x16b > b) b = x16b;
+    if ((k->rows_f32[MR_FMT_BF16].fn || k->rows_f32[MR_FMT_FP8_BLOCK].fn) && 2 * x16b > b) b = 2 * x16b;
     return b ? b + (size_t)(threads > 0 ? threads : 1) * MR_UK_SCRATCH : 0; /* and a scratch a thread */
 }
 
