@@ -9,7 +9,10 @@
  * G(FL)OP/s (2 per multiply-add over 16 x Kp x M per tile call) with the
  * ratio to the instruction's 1-thread peak. Before timing, every tile is
  * checked against a double-precision sum over the packed layout's scalar
- * decode (mr__pk_*), so a wrong variant cannot be timed. */
+ * decode (mr__pk_*), so a wrong variant cannot be timed. nvfp4b's gemv gets
+ * x in fixed point too (mr_uk_act.xq, as the routed runner gives it), and
+ * HOT_UK_XSPAN=n draws |x| in [2^-n, 1), n <= 7 keeping every block in one
+ * fixed-point part (unset: uniform in (-1, 1), some blocks in two). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,7 +93,12 @@ int main(int argc, char **argv) {
                 ((int8_t *)x)[m * K + k] = (int8_t)v;
                 xf[m * K + k] = (float)v;
             } else {
-                uint16_t b = mr_f32_to_bf16(frand());
+                /* HOT_UK_XSPAN (the header) */
+                static int span = -1;
+                if (span < 0) span = getenv("HOT_UK_XSPAN") ? atoi(getenv("HOT_UK_XSPAN")) : 0;
+                float v = frand();
+                if (span > 0) v = (v < 0 ? -1.0f : 1.0f) * ldexpf(1.0f + fabsf(v), -(int)(rnd() % (uint64_t)span) - 1);
+                uint16_t b = mr_f32_to_bf16(v);
                 ((uint16_t *)x)[m * K + k] = b;
                 xf[m * K + k] = mr_bf16_to_f32(b);
             }
@@ -111,6 +119,18 @@ int main(int argc, char **argv) {
     for (int64_t m = 0; m < MMAX; m++) memcpy(xwp + m * LDW, xf + m * K, sizeof(float) * K);
     mr_uk_act a = {.x = x, .ldx = K, .xs = kind == MR_UK_BF16_BF16 ? NULL : xs, .ldxs = nb, .xb = xb, .ldb = nb,
                    .post = 1.0f, .xs_group = xs_group, .xw = widen ? xwp : NULL, .ldxw = LDW};
+    /* nvfp4b: the gemv's fixed-point copy of x, as the routed runner makes it (fixq_rows) */
+    int16_t *xq = malloc(sizeof(int16_t) * (size_t)(2 * MMAX * K));
+    float *xqm = malloc(sizeof(float) * (size_t)(MMAX * (K / 16)));
+    if (kind == MR_UK_NVFP4_BF16 && kt->xq_row.fn) {
+        for (int64_t m = 0; m < MMAX; m++)
+            kt->xq_row.fn((const uint16_t *)x + m * K, K, xq + m * K, xq + (MMAX + m) * K, xqm + m * (K / 16));
+        a.xq = xq, a.xql = xq + MMAX * K, a.xqm = xqm, a.ldxq = K, a.ldxqm = K / 16;
+        int nb2 = 0, nb0 = 0;
+        for (int64_t i = 0; i < MMAX * (K / 16); i++) nb2 += xqm[i] < 0, nb0 += xqm[i] == 0;
+        printf("xq: %.1f%% of blocks in two parts, %.1f%% without a form\n", 100.0 * nb2 / (MMAX * (K / 16)),
+               100.0 * nb0 / (MMAX * (K / 16)));
+    }
     void *scratch = mr_aligned_alloc(64, MR_UK_SCRATCH);
     float *y = mr_aligned_alloc(64, sizeof(float) * MMAX * 16);
     /* check every tile at M = 19 against the scalar decode of the packed layout */
