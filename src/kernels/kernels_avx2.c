@@ -285,7 +285,9 @@ static void rows_blocked(const mr_qmatrix *W, int64_t n0, int64_t nr, const floa
         const int np = (int)(nr - p0 < BK_NP ? nr - p0 : BK_NP);
         for (int64_t c0 = 0; c0 < M; c0 += BK_MC) {
             const int mc = (int)(M - c0 < BK_MC ? M - c0 : BK_MC);
-            if (fp8) memset(st, 0, sizeof(float) * 8 * BK_NP * BK_MC);
+            if (fp8) /* the totals of this chunk's (row, token) pairs start at 0 (only those: all of st is
+                      * 48 KiB, more than L1) */
+                for (int r = 0; r < np; r++) memset(st + (size_t)r * BK_MC * 8, 0, sizeof(float) * 8 * (size_t)mc);
             for (int64_t g = 0; g < G; g++) {
                 const int64_t k0 = g * BK_KC;
                 const int kc = (int)(K - k0 < BK_KC ? K - k0 : BK_KC);
