@@ -129,7 +129,8 @@ INL void xf_l1(const __m512i *buf, int ng, const float *x, int64_t ldx, float s0
     }
 
 /* tile t's 16 rows for M tokens of x (Kp apart) into y (16 columns a token, ldy apart) */
-static void xf_tile(const mr_pmatrix *P, int64_t t, const float *x, int64_t M, float *y, int64_t ldy, void *scratch) {
+static void xf_tile(const mr_pmatrix *P, int64_t t, const void *xv, int64_t M, float *y, int64_t ldy, void *scratch) {
+    const float *x = xv;
     const uint8_t *tile = P->data + (size_t)t * P->tile_bytes;
     const int64_t Kp = P->Kp;
     const int fp8 = P->fmt == MR_FMT_FP8_BLOCK;
@@ -165,23 +166,7 @@ static void xf_tile(const mr_pmatrix *P, int64_t t, const float *x, int64_t M, f
 
 static void rows_f32(const mr_pmatrix *P, int64_t n0, int64_t nr, const void *xp, int64_t M, float *y, int64_t ldy,
                      void *scratch) {
-    /* tokens in slices of about 512 KiB of x, each kept in L2 over the rows */
-    int64_t mo = ((int64_t)1 << 19) / (P->Kp * 4);
-    if (mo < 8) mo = 8;
-    for (int64_t o0 = 0; o0 < M; o0 += mo) {
-        const int64_t mc = M - o0 < mo ? M - o0 : mo;
-        const float *x = (const float *)xp + o0 * P->Kp;
-        for (int64_t r = 0; r < nr; r += 16) {
-            if (nr - r >= 16) {
-                xf_tile(P, (n0 + r) / 16, x, mc, y + o0 * ldy + r, ldy, scratch);
-                continue;
-            }
-            float tmp[MR_MATMUL_CHUNK * 16] __attribute__((aligned(64))); /* a last tile past N */
-            xf_tile(P, (n0 + r) / 16, x, mc, tmp, 16, scratch);
-            for (int64_t m = 0; m < mc; m++)
-                memcpy(y + (o0 + m) * ldy + r, tmp + m * 16, (size_t)(nr - r) * sizeof(float));
-        }
-    }
+    pk_rows(xf_tile, 4, 8, P, n0, nr, xp, M, y, ldy, scratch);
 }
 
 void mr__dense_fill_avx512(mr_kernels *k) {
