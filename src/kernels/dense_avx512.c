@@ -12,9 +12,9 @@
  * group into chain k % 4, in k order from zero; then ((c0 + c1) + (c2 + c3)) folds into the total
  * with the group multiplier (FP8: the tile's 128-row block scale; BF16: 1), fma(sum, s, total),
  * the total from zero. Up to 4 tokens run on lines decoded in registers (4 chains a token hide the
- * FMA latency at one token); more on each group decoded once into L1 as fp32 (8 KiB), 4 tokens a
- * register block (16 accumulators, each weight vector loaded once for the 4). Both forms give a
- * token the same operations, so its bits do not depend on M. */
+ * FMA latency at one token); more on each group decoded once into L1 as bf16 pairs (4 KiB), widened
+ * per register block of up to 6 tokens (24 accumulators, each weight vector widened once for them).
+ * Both forms give a token the same operations, so its bits do not depend on M. */
 #include <string.h>
 
 /* uk_avx512.h wants the pair dot of its bf16 bodies; none of them is used here */
