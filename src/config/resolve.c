@@ -830,10 +830,10 @@ static mr_status pass_engine(mr_resolution *r) {
     if (s) return s;
     /* dense_activation_dtype */
     r->w.dense_act_dtype = !strcmp(mr__user_value(r, MR_OPT_DENSE_ACTIVATION_DTYPE), "bf16") ? MR_FMT_BF16 : MR_FMT_F32;
+    mr_kernels k; /* the table these flags build: which dense path takes the inputs */
+    mr_kernels_init(&k, r->w.cpu_flags);
+    const mr_format af = r->w.quant == MR_QUANT_FP8_BLOCK ? MR_FMT_FP8_BLOCK : MR_FMT_BF16;
     if (r->w.dense_act_dtype == MR_FMT_BF16) {
-        mr_kernels k; /* the table these flags build: which dense path takes bf16 inputs */
-        mr_kernels_init(&k, r->w.cpu_flags);
-        const mr_format af = r->w.quant == MR_QUANT_FP8_BLOCK ? MR_FMT_FP8_BLOCK : MR_FMT_BF16;
         const char *how = k.rows_tiles[af].fn ? "on AMX tiles 16 tokens a tile operation instead of 5 (the same bits "
                                                 "as the fp32 path gives such values)"
                           : k.rows_x16[af].fn ? "on vdpbf16ps pair dots, twice the multiply-adds of the FMA rows here, "
@@ -847,9 +847,6 @@ static mr_status pass_engine(mr_resolution *r) {
                      how, k.rows_tiles[af].fn ? "" : k.rows_x16[af].fn ? k.rows_x16[af].name
                                                     : k.rows_f32[af].fn ? k.rows_f32[af].name : "(the FMA rows)");
     } else {
-        mr_kernels k; /* the table these flags build: which dense path takes fp32 inputs */
-        mr_kernels_init(&k, r->w.cpu_flags);
-        const mr_format af = r->w.quant == MR_QUANT_FP8_BLOCK ? MR_FMT_FP8_BLOCK : MR_FMT_BF16;
         const bool pk = !k.rows_tiles[af].fn && k.rows_f32[af].fn;
         s = mr__decl(r, MR_DECL_SET, SRC, "dense_activation_dtype", "fp32",
                      "%s: q/k/v_proj, o_proj and the LM head take the fp32 activations exactly (exact products, fp32 "

@@ -92,8 +92,8 @@ INL void xf_lines(const uint8_t *tile, const float *bs, int64_t Kp, const float 
     }
 }
 
-/* TK tokens over one group decoded into buf (ng steps of 4 fp32 vectors), x at the group's first
- * column: the chains and the fold of xf_lines */
+/* TK tokens over one group decoded into buf (ng steps of 2 bf16-pair vectors, widened here), x at
+ * the group's first column: the chains and the fold of xf_lines */
 INL void xf_l1(const __m512i *buf, int ng, const float *x, int64_t ldx, float s0, float *y, int64_t ldy, int first,
                const int TK) {
     __m512 c[4][XF_MT_L1];
@@ -170,9 +170,9 @@ static void rows_f32(const mr_pmatrix *P, int64_t n0, int64_t nr, const void *xp
 }
 
 void mr__dense_fill_avx512(mr_kernels *k) {
-    k->rows_f32[MR_FMT_FP8_BLOCK].name = "rows_f32_fp8_r16k4_avx512_16x4c4_l1_16x128x4";
+    k->rows_f32[MR_FMT_FP8_BLOCK].name = "rows_f32_fp8_r16k4_avx512_16x4c4_l1_16x128x6";
     k->rows_f32[MR_FMT_FP8_BLOCK].pack = MR_PACK_FP8_R16K4;
-    k->rows_f32[MR_FMT_BF16].name = "rows_f32_bf16_r16k2_avx512_16x4c4_l1_16x128x4";
+    k->rows_f32[MR_FMT_BF16].name = "rows_f32_bf16_r16k2_avx512_16x4c4_l1_16x128x6";
     k->rows_f32[MR_FMT_BF16].pack = MR_PACK_BF16_R16K2;
     for (int f = 0; f < MR_FMT_COUNT; f++)
         if (k->rows_f32[f].name) k->rows_f32[f].fn = rows_f32, k->rows_f32[f].xpack = xf_pack;
