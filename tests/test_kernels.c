@@ -1701,6 +1701,103 @@ static void test_matmul_many_tokens(void **st) {
     free(w), free(x), free(y), free(y1), free(yd);
 }
 
+/* The FMAs on the packs (rows_f32) of every table this host runs that has them (AVX2's; AVX-512's),
+ * called directly on their pack, FP8 and BF16, N 144 (a 128-row scale block crossed, a last tile of
+ * 16) and 37 (a last tile of 5 rows), K 384. FP8: tile 0's first 128-k block holds every code but
+ * NaN (the pack marks it: mr_pmatrix.tsub, the AVX2 form without fp32 subnormals), tile 1's second
+ * block every code with fewer subnormal codes than marks a block (the fast decode, exact on fp32
+ * subnormals); once more with one NaN code (mr_pmatrix.has_nan: the exact decode at every M, and
+ * the NaN reaches its row). x: token 3's second group holds 3e5 (>= 2^16: the AVX2 register
+ * blocks keep that group's x unscaled and decode the weights another way), token 5 fp32 subnormals
+ * and 65535.996 (the largest scaled group). Every token of M = 1-9, 17, 40 (the register forms and
+ * the L1 forms, their token blocks and remainders) against the double reference, and bit for bit
+ * against the same token alone: the forms must give the same bits. */
+static void test_rows_f32_all_tables(void **st) {
+    (void)st;
+    enum { MAXM = 40, K = 384 };
+    const int64_t Ns[] = {144, 37}, Ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, MAXM};
+    const uint32_t levels[2] = {mr_kernel_isa_features(MR_ISA_AVX2), mr_cpu()->flags};
+    tu_rng r = {0xD5D5};
+    float *w = malloc(sizeof(float) * 144 * K), *x = malloc(sizeof(float) * MAXM * K);
+    float *y = malloc(sizeof(float) * MAXM * 144), *y1 = malloc(sizeof(float) * 144), *row = malloc(sizeof(float) * K);
+    float *xp = mr_aligned_alloc(64, sizeof(float) * MAXM * K);
+    void *scr = mr_aligned_alloc(64, MR_UK_SCRATCH);
+    fill(&r, x, MAXM * K, 1.0f);
+    for (int64_t i = 128; i < 256; i += 5) x[3 * K + i] = 3e5f;
+    for (int64_t i = 0; i < K; i += 3) x[5 * K + i] = i % 2 ? 1e-41f : 65535.996f;
+    int tested = 0;
+    for (int l = 0; l < 2; l++) {
+        if ((mr_cpu()->flags & levels[l]) != levels[l]) continue;
+        mr_kernels k;
+        mr_kernels_init(&k, levels[l]);
+        if (l == 1 && k.level == MR_ISA_AVX2) break; /* the first pass ran this table */
+        for (int v = 0; v < 5; v++) { /* BF16 at each N; FP8 at each N; FP8 with a NaN code */
+            const mr_format f = v < 2 ? MR_FMT_BF16 : MR_FMT_FP8_BLOCK;
+            const int64_t N = Ns[v % 2];
+            const bool nan = v == 4;
+            if (!k.rows_f32[f].fn) continue;
+            fill(&r, w, N * K, 0.05f);
+            mr_qmatrix q;
+            memset(&q, 0, sizeof q);
+            assert_int_equal(mr_qmatrix_quantize(&q, f, w, N, K, 0.0f), MR_OK);
+            if (f == MR_FMT_FP8_BLOCK) {
+                uint8_t *c = q.data;
+                for (int i = 0, n_sub = 0; i < 16 * 128; i++) {
+                    uint8_t b = (uint8_t)(i * 7 + i / 256);
+                    if ((b & 0x7F) == 0x7F) b &= 0x80;
+                    c[(i / 128) * K + i % 128] = b; /* tile 0, k 0-127: marked */
+                    if ((b & 0x78) == 0 && (b & 7) && ++n_sub >= MR_PACK_FP8_SUBNORMALS) b &= 0x80;
+                    c[(16 + i / 128) * K + 128 + i % 128] = b; /* tile 1, k 128-255: not marked */
+                }
+                if (nan) c[20 * K + 200] = 0x7F;
+            }
+            const mr_qmatrix *src[1] = {&q};
+            mr_pmatrix pm;
+            assert_int_equal(mr_pmatrix_pack(&pm, k.rows_f32[f].pack, src, 1), MR_OK);
+            assert_int_equal(pm.has_nan, nan);
+            if (f == MR_FMT_FP8_BLOCK && pm.tsub) {
+                assert_true(pm.tsub[0]);
+                assert_false(pm.tsub[1 * (pm.Kp / 128) + 1]);
+            }
+            for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
+                const int64_t M = Ms[mi];
+                k.rows_f32[f].xpack(x, K, pm.Kp, 0, M, xp);
+                k.rows_f32[f].fn(&pm, 0, N, xp, M, y, N, scr);
+                for (int64_t n = 0; n < N; n++) {
+                    mr_qmatrix_dequant_row(&q, n, row);
+                    for (int64_t m = 0; m < M; m++) {
+                        double ref = 0, mag = 0;
+                        for (int64_t i = 0; i < K; i++) ref += (double)row[i] * x[m * K + i], mag += fabs(row[i] * x[m * K + i]);
+                        const bool ok = isnan(ref) ? isnan(y[m * N + n]) : fabs(y[m * N + n] - ref) <= 1e-5 * mag + 1e-30;
+                        if (!ok)
+                            fail_msg("%s%s N %lld M %lld: y[%lld][%lld] = %.9g, reference %.9g", k.rows_f32[f].name,
+                                     nan ? " (a NaN code)" : "", (long long)N, (long long)M, (long long)m, (long long)n,
+                                     y[m * N + n], ref);
+                    }
+                }
+                for (int64_t m = 0; m < M; m++) {
+                    k.rows_f32[f].xpack(x + m * K, K, pm.Kp, 0, 1, xp);
+                    k.rows_f32[f].fn(&pm, 0, N, xp, 1, y1, N, scr);
+                    for (int64_t n = 0; n < N; n++)
+                        if (memcmp(&y1[n], &y[m * N + n], sizeof(float)))
+                            fail_msg("%s%s N %lld: token %lld of %lld, row %lld: %.9g, alone %.9g", k.rows_f32[f].name,
+                                     nan ? " (a NaN code)" : "", (long long)N, (long long)m, (long long)M, (long long)n,
+                                     y[m * N + n], y1[n]);
+                }
+            }
+            tested++;
+            mr_pmatrix_free(&pm);
+            mr_qmatrix_free(&q);
+        }
+    }
+    mr_aligned_free(xp), mr_aligned_free(scr);
+    free(w), free(x), free(y), free(y1), free(row);
+    if (!tested) {
+        print_message("SKIPPED: no kernel table of this host (or MOERUN_CPU_MASK) has the FMAs on the packs\n");
+        skip();
+    }
+}
+
 /* The dense kernels on tiles have two packs of x: three bf16 parts of any fp32 x (rows_xpack, fn) and,
  * for x of bf16 values, the values alone (rows_xpack1, fn1), which mr_matmul takes for a call whose
  * whole x is such. A token's result must not depend on which one its call took (else on its batch):
@@ -1928,6 +2025,7 @@ int main(void) {
         cmocka_unit_test(test_attention_kernels),
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_matmul_many_tokens),
+        cmocka_unit_test(test_rows_f32_all_tables),
         cmocka_unit_test(test_dense_one_part),
         cmocka_unit_test(test_x16_all_codes),
         cmocka_unit_test(test_matmul_threads_exact),

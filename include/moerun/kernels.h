@@ -291,12 +291,12 @@ typedef void (*mr_kern_rows_tiles_fn)(const mr_pmatrix *P, int64_t n0, int64_t n
  * MR_UK_SCRATCH bytes of the calling thread's own. One sum order for every M: a token's bits do not
  * depend on the tokens beside it. */
 typedef void (*mr_kern_x16pack_fn)(const float *x, int64_t K, int64_t ldp, int64_t m0, int64_t m1, uint16_t *xp);
-/* Dense on fp32 x and vfmadd231ps over the same packs (the AVX-512 table without AMX, for the
- * matrices rows_x16 does not take: fp32 inputs, the default), K a multiple of 64: mr_qmatrix_tiles
- * packs W as rows_f32[fmt].pack in place of the row-major copy; rows_f32[fmt].xpack copies tokens
- * [m0, m1) of x to xp + m0 ldp, ldp (the pack's Kp) apart, zero from K; fn as rows_x16's fn on that
- * x (exact products, fp32 sums, the FP8 block multiplier per 128 columns). One sum order for every
- * M: a token's bits do not depend on the tokens beside it. */
+/* Dense on fp32 x and vfmadd231ps over the expert packs (the AVX2 table; the AVX-512 table
+ * without AMX, for the matrices rows_x16 does not take: fp32 inputs, the default), K a multiple of
+ * 64: mr_qmatrix_tiles packs W as rows_f32[fmt].pack in place of the row-major copy;
+ * rows_f32[fmt].xpack copies tokens [m0, m1) of x to xp + m0 ldp, ldp (the pack's Kp) apart, zero
+ * from K; fn as rows_x16's fn on that x (exact products, fp32 sums, the FP8 block multiplier per
+ * 128 columns). One sum order for every M: a token's bits do not depend on the tokens beside it. */
 typedef void (*mr_kern_x32pack_fn)(const float *x, int64_t K, int64_t ldp, int64_t m0, int64_t m1, float *xp);
 
 

@@ -107,11 +107,7 @@ int mr_bench_dense(int argc, char **argv) {
             slab[l * 4 + j] = buf;
             q->fmt = fmt, q->rows = rows[j], q->cols = cols[j], q->data = buf, q->scale2 = 1.0f;
             if (fmt == MR_FMT_FP8_BLOCK) {
-                uint8_t *d = (uint8_t *)buf;
-                for (size_t i = 0; i < n; i++) {
-                    uint8_t b = (uint8_t)(mr_bench_rng(&s) >> 24);
-                    d[i] = (b & 0x7F) == 0x7F ? (uint8_t)(b - 1) : b;
-                }
+                mr_bench_fp8_codes((uint8_t *)buf, n, &s); /* as a checkpoint's (few subnormal codes) */
                 size_t ns = sbytes[j] / sizeof(float);
                 float *sc = malloc(ns * sizeof(float));
                 if (!sc) {

@@ -232,29 +232,6 @@ static int parse_opts(int argc, char **argv, moe_opts *o, mr_moe_problem *p) {
     return -1;
 }
 
-/* E4M3 magnitude codes of a block-quantized trained weight: |N(0, 1)| * FP8_SIGMA rounded to
- * E4M3, one per 2^15-quantile (the block multiplier maps a block's largest |w|, about 6 sigma, to
- * 448). About 1.5e-4 of them are subnormal codes, as in trained FP8 checkpoints: uniform codes
- * would make one in nine a subnormal, which no checkpoint has and which the AVX2 kernels
- * decode another, slower way (mr_pmatrix.tsub). */
-#define FP8_SIGMA 75.0f
-static uint8_t g_fp8_mag[1 << 15];
-
-static void fp8_mag_table(void) {
-    if (g_fp8_mag[(1 << 15) - 1]) return;
-    for (int i = 0; i < 1 << 15; i++) {
-        const double u = (i + 0.5) / (double)(1 << 15); /* P(|z| < q) = erf(q / sqrt 2) = u */
-        double lo = 0, hi = 10;
-        for (int it = 0; it < 60; it++) {
-            const double mid = 0.5 * (lo + hi);
-            if (erf(mid / sqrt(2.0)) < u) lo = mid;
-            else hi = mid;
-        }
-        const float v = fminf((float)(0.5 * (lo + hi)) * FP8_SIGMA, 448.0f);
-        g_fp8_mag[i] = mr_f32_to_e4m3(v);
-    }
-}
-
 /* Fills a matrix with random codes directly (no fp32 detour): values of
  * magnitude ~1/sqrt(cols) so the layer stays finite. */
 static mr_status synth_matrix(mr_qmatrix *m, mr_format fmt, int64_t rows, int64_t cols, uint64_t *s) {
@@ -268,18 +245,9 @@ static mr_status synth_matrix(mr_qmatrix *m, mr_format fmt, int64_t rows, int64_
         for (size_t i = 0; i < nw; i++) /* sign + exponent 2^-8..2^-5 + random mantissa */
             d[i] = (mr_bench_rng(s) & 0x807F807F807F807Full) | 0x3B803B803B803B80ull;
     } else if (fmt == MR_FMT_FP8_BLOCK) {
-        fp8_mag_table();
-        for (size_t i = 0; i < nw; i++) {
-            const uint64_t r0 = mr_bench_rng(s), r1 = mr_bench_rng(s);
-            uint64_t v = 0;
-            for (int b = 0; b < 8; b++) {
-                const uint64_t r = (b < 4 ? r0 : r1) >> (16 * (b & 3));
-                v |= (uint64_t)(g_fp8_mag[r & 0x7FFF] | ((r >> 8) & 0x80)) << (8 * b);
-            }
-            d[i] = v;
-        }
+        mr_bench_fp8_codes((uint8_t *)d, nw * 8, s);
         float *sc = m->scale;
-        for (size_t i = 0; i < ns / sizeof(float); i++) sc[i] = 1.0f / (FP8_SIGMA * sqrtf((float)cols));
+        for (size_t i = 0; i < ns / sizeof(float); i++) sc[i] = 1.0f / (MR_BENCH_FP8_SIGMA * sqrtf((float)cols));
     } else {
         for (size_t i = 0; i < nw; i++) d[i] = mr_bench_rng(s);
         uint8_t *sc = m->scale;

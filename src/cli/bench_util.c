@@ -3,6 +3,7 @@
  * the --json file's temporary-then-rename write. */
 #include "bench_util.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,35 @@ uint64_t mr_bench_rng(uint64_t *s) {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
+}
+
+/* E4M3 magnitudes by 2^15-quantile of |N(0, 1)| (filled once, before any thread draws) */
+static uint8_t g_fp8_mag[1 << 15];
+
+static void fp8_mag_table(void) {
+    if (g_fp8_mag[(1 << 15) - 1]) return;
+    for (int i = 0; i < 1 << 15; i++) {
+        const double u = (i + 0.5) / (double)(1 << 15); /* P(|z| < q) = erf(q / sqrt 2) = u */
+        double lo = 0, hi = 10;
+        for (int it = 0; it < 60; it++) {
+            const double mid = 0.5 * (lo + hi);
+            if (erf(mid / sqrt(2.0)) < u) lo = mid;
+            else hi = mid;
+        }
+        const float v = fminf((float)(0.5 * (lo + hi)) * MR_BENCH_FP8_SIGMA, 448.0f);
+        g_fp8_mag[i] = mr_f32_to_e4m3(v);
+    }
+}
+
+void mr_bench_fp8_codes(uint8_t *d, size_t n, uint64_t *s) {
+    fp8_mag_table();
+    for (size_t i = 0; i < n; i += 8) {
+        const uint64_t r0 = mr_bench_rng(s), r1 = mr_bench_rng(s);
+        for (size_t b = 0; b < 8 && i + b < n; b++) {
+            const uint64_t r = (b < 4 ? r0 : r1) >> (16 * (b & 3));
+            d[i + b] = (uint8_t)(g_fp8_mag[r & 0x7FFF] | ((r >> 8) & 0x80));
+        }
+    }
 }
 
 int mr_bench_cmp_double(const void *a, const void *b) {

@@ -60,6 +60,14 @@ int mr_bench_parse_tokens(const char *list, long long max, int64_t Ts[MR_BENCH_M
 /* splitmix64: the seeded stream every synthetic weight and routing comes from */
 uint64_t mr_bench_rng(uint64_t *s);
 
+/* n E4M3 codes of a block-quantized trained weight into d: |N(0, 1)| * MR_BENCH_FP8_SIGMA rounded
+ * to E4M3, one magnitude per 2^15-quantile, random signs (the block multiplier maps a block's
+ * largest |w|, about 6 sigma, to 448). About 1.5e-4 of them are subnormal codes, as in trained FP8
+ * checkpoints: uniform codes would make one in eighteen a subnormal, which no checkpoint has and
+ * which the AVX2 kernels decode another, slower way (mr_pmatrix.tsub). Two draws of s per 8 codes. */
+#define MR_BENCH_FP8_SIGMA 75.0f
+void mr_bench_fp8_codes(uint8_t *d, size_t n, uint64_t *s);
+
 /* qsort comparator of doubles, ascending */
 int mr_bench_cmp_double(const void *a, const void *b);
 

@@ -23,14 +23,6 @@
 
 enum { XF_MT = 4, XF_MT_L1 = 6, XF_GROUP = 128 };
 
-/* tokens [m0, m1) of x [M][K], each ldp apart, zero from K */
-static void xf_pack(const float *x, int64_t K, int64_t ldp, int64_t m0, int64_t m1, float *xp) {
-    for (int64_t m = m0; m < m1; m++) {
-        memcpy(xp + m * ldp, x + m * K, (size_t)K * sizeof(float));
-        if (ldp > K) memset(xp + m * ldp + K, 0, (size_t)(ldp - K) * sizeof(float));
-    }
-}
-
 /* a line's two pair vectors (16 rows x (k0, k1), x (k2, k3); the low word the even k) -> the
  * rows at k0 .. k3 as fp32 (bf16 -> fp32 is exact) */
 INL void xf_widen(__m512i z0, __m512i z1, __m512 w[4]) {
@@ -166,7 +158,7 @@ static void xf_tile(const mr_pmatrix *P, int64_t t, const void *xv, int64_t M, f
 
 static void rows_f32(const mr_pmatrix *P, int64_t n0, int64_t nr, const void *xp, int64_t M, float *y, int64_t ldy,
                      void *scratch) {
-    pk_rows(xf_tile, 4, 8, P, n0, nr, xp, M, y, ldy, scratch);
+    mr__pk_rows(xf_tile, 4, 8, P, n0, nr, xp, M, y, ldy, scratch);
 }
 
 void mr__dense_fill_avx512(mr_kernels *k) {
@@ -175,5 +167,5 @@ void mr__dense_fill_avx512(mr_kernels *k) {
     k->rows_f32[MR_FMT_BF16].name = "rows_f32_bf16_r16k2_avx512_16x4c4_l1_16x128x6";
     k->rows_f32[MR_FMT_BF16].pack = MR_PACK_BF16_R16K2;
     for (int f = 0; f < MR_FMT_COUNT; f++)
-        if (k->rows_f32[f].name) k->rows_f32[f].fn = rows_f32, k->rows_f32[f].xpack = xf_pack;
+        if (k->rows_f32[f].name) k->rows_f32[f].fn = rows_f32, k->rows_f32[f].xpack = mr__rows_f32_xpack;
 }

@@ -150,7 +150,7 @@ static void x16_tile(const mr_pmatrix *P, int64_t t, const void *xv, int64_t M, 
 
 static void rows_x16(const mr_pmatrix *P, int64_t n0, int64_t nr, const void *xp, int64_t M, float *y, int64_t ldy,
                      void *scratch) {
-    pk_rows(x16_tile, 2, 16, P, n0, nr, xp, M, y, ldy, scratch);
+    mr__pk_rows(x16_tile, 2, 16, P, n0, nr, xp, M, y, ldy, scratch);
 }
 
 void mr__dense_fill_avx512bf16(mr_kernels *k) {

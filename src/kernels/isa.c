@@ -21,6 +21,7 @@ static void fill_generic(mr_kernels *k) {
 static void fill_avx2(mr_kernels *k) {
     mr__kernels_fill_avx2(k);
     mr__uk_fill_avx2(k);
+    mr__dense_fill_avx2(k);
     if (k->flags & MR_CPU_AVXVNNI) mr__uk_fill_avx2vnni(k); /* an extension no level requires */
 }
 static void fill_avx512(mr_kernels *k) {

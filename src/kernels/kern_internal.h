@@ -3,6 +3,8 @@
 #ifndef MR_KERN_INTERNAL_H
 #define MR_KERN_INTERNAL_H
 
+#include <string.h>
+
 #include "moerun/kernels.h"
 
 /* e4m3 byte -> fp32 (exact; NaN codes decode to NaN). Filled once. */
@@ -32,6 +34,7 @@ void mr__uk_drive(mr_uk_kind kind, const mr_pmatrix *W, int64_t t, const mr_uk_a
 void mr__uk_fill_generic(mr_kernels *k);
 void mr__uk_fill_avx2(mr_kernels *k);
 void mr__uk_fill_avx2vnni(mr_kernels *k); /* over mr__uk_fill_avx2 where k->flags hold AVX-VNNI */
+void mr__dense_fill_avx2(mr_kernels *k); /* the level's: rows_f32, fp32 x on FMAs over the packs */
 void mr__uk_fill_avx512(mr_kernels *k); /* needs AVX512 VNNI and VBMI too */
 void mr__uk_fill_avx512bf16(mr_kernels *k); /* over it, where the flags hold AVX512-BF16 */
 void mr__dense_fill_avx512(mr_kernels *k); /* the level's: rows_f32, fp32 x on FMAs over the packs */
@@ -89,6 +92,38 @@ static inline void mr__rows_sliced(mr__rows_fn f, int64_t chunk, const mr_qmatri
     int64_t mo = K > 0 ? ((int64_t)1 << 19) / (K * 4) / chunk * chunk : M;
     if (mo < chunk) mo = chunk;
     for (int64_t o0 = 0; o0 < M; o0 += mo) f(W, n0, nr, x + o0 * K, M - o0 < mo ? M - o0 : mo, y + o0 * ldy, ldy);
+}
+
+/* rows_f32's x (every x86 level's): tokens [m0, m1) of x [M][K] copied ldp apart, zero from K */
+void mr__rows_f32_xpack(const float *x, int64_t K, int64_t ldp, int64_t m0, int64_t m1, float *xp);
+
+/* The dense kernels on the expert packs (dense_avx512bf16.c rows_x16; rows_f32 of dense_avx512.c
+ * and dense_avx2.c): rows [n0, n0 + nr) of P (n0 a multiple of 16) for M tokens of x packed eb bytes a value, P->Kp
+ * apart, in token slices of about 512 KiB of x (at least mmin tokens; each slice stays in L2 over
+ * the rows), one 16-row tile at a time by tile(P, t, x, M, y, ldy, scratch); a last tile past N
+ * through a copy on the stack (M <= MR_MATMUL_CHUNK). */
+typedef void (*mr__pk_tile_fn)(const mr_pmatrix *P, int64_t t, const void *x, int64_t M, float *y, int64_t ldy,
+                               void *scratch);
+static inline __attribute__((always_inline)) void mr__pk_rows(mr__pk_tile_fn tile, int64_t eb, int64_t mmin,
+                                                              const mr_pmatrix *P, int64_t n0, int64_t nr,
+                                                              const void *xp, int64_t M, float *y, int64_t ldy,
+                                                              void *scratch) {
+    int64_t mo = ((int64_t)1 << 19) / (P->Kp * eb);
+    if (mo < mmin) mo = mmin;
+    for (int64_t o0 = 0; o0 < M; o0 += mo) {
+        const int64_t mc = M - o0 < mo ? M - o0 : mo;
+        const char *x = (const char *)xp + o0 * P->Kp * eb;
+        for (int64_t r = 0; r < nr; r += 16) {
+            if (nr - r >= 16) {
+                tile(P, (n0 + r) / 16, x, mc, y + o0 * ldy + r, ldy, scratch);
+                continue;
+            }
+            float tmp[MR_MATMUL_CHUNK * 16] __attribute__((aligned(64))); /* a last tile past N */
+            tile(P, (n0 + r) / 16, x, mc, tmp, 16, scratch);
+            for (int64_t m = 0; m < mc; m++)
+                memcpy(y + (o0 + m) * ldy + r, tmp + m * 16, (size_t)(nr - r) * sizeof(float));
+        }
+    }
 }
 
 #endif

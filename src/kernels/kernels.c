@@ -371,6 +371,13 @@ static void matmul_fast(int n, const mr_qmatrix *const *W, const float *x, int64
     if (xp != ws) mr_aligned_free(xp);
 }
 
+void mr__rows_f32_xpack(const float *x, int64_t K, int64_t ldp, int64_t m0, int64_t m1, float *xp) {
+    for (int64_t m = m0; m < m1; m++) {
+        memcpy(xp + m * ldp, x + m * K, (size_t)K * sizeof(float));
+        if (ldp > K) memset(xp + m * ldp + K, 0, (size_t)(ldp - K) * sizeof(float));
+    }
+}
+
 mr_status mr_qmatrix_tiles(mr_qmatrix *W, mr_pmatrix *store) {
     const mr_kernels *k = mr_kernels_get();
     memset(store, 0, sizeof *store);

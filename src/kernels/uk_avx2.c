@@ -155,58 +155,6 @@ static void stage_fma(const float *w, const float *x, int nk, float *acc) {
 }
 
 /* ---------------- FP8 (fp8_y16) ---------------- */
-/* 32 E4M3 bytes of a k pair (byte j of dword i: row i + 8 (j & 1), k + (j >>
- * 1)) -> o[0] / o[1] rows 0-7 / 8-15 at k, o[2] / o[3] at k + 1, as fp32 *
- * 2^-120, integer ops only, each output an and with 0x87F00000 (sign to bit
- * 31, exponent and mantissa to 26..20) of one op that puts its byte there:
- * the high byte of each word by vpsraw 4 (bytes 3; bytes 2 after vpsllw 8)
- * or by vpmaddwd with (4096, 0), the low word sign-extended times 2^12
- * (bytes 1; bytes 0 after the same vpsllw): per 16 weights 4.5 ops beside
- * the two FMAs, against 5 and a reorder for a vpmovsxbw form. On Zen 4 the
- * shifts and ands run beside the FMAs, the two vpmaddwd on their ports, as
- * vpmovsxbw did (bench/README.md, "AVX2 kernels on Zen 4").
- * Exact for every code but the NaN codes: E4M3 subnormals land on fp32
- * subnormals with the same 2^-120 ratio. */
-INL void e4m3x32_d(const uint8_t *p, __m256 o[4]) {
-    const __m256i mk = _mm256_set1_epi32((int)0x87F00000u), lo12 = _mm256_set1_epi32(4096);
-    const __m256i v = _mm256_load_si256((const __m256i *)p), t = _mm256_slli_epi16(v, 8);
-    o[0] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_madd_epi16(t, lo12), mk));
-    o[1] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_madd_epi16(v, lo12), mk));
-    o[2] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi16(t, 4), mk));
-    o[3] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi16(v, 4), mk));
-}
-
-/* the same as fp32 * 2^-8 (the scale of the f16 trick, e4m3x16): exact, the
- * subnormal results of e4m3x32_d times a power of two land on normals */
-INL void e4m3x32_s8(const uint8_t *p, __m256 o[4]) {
-    const __m256 up = _mm256_set1_ps(0x1p112f);
-    e4m3x32_d(p, o);
-    #pragma GCC unroll 4
-    for (int i = 0; i < 4; i++) o[i] = _mm256_mul_ps(o[i], up);
-}
-
-/* the same as fp32 * 2^-8 without an fp32 subnormal anywhere (for the blocks
- * mr_pmatrix.tsub marks: an FMA or multiply on a subnormal operand takes a
- * microcode assist on Intel cores, ~30 cycles an FMA, bench/README.md "FP8
- * and subnormals on Intel"): exponents 1..15 by an integer add to the
- * exponent field, exponent 0 (zero and the subnormals, m * 2^-9) from the
- * integer m * 2^20 converted and scaled by 2^-37, both exact. */
-INL void e4m3x32_x(const uint8_t *p, __m256 o[4]) {
-    const __m256i up = _mm256_set1_epi32(112 << 23), ex = _mm256_set1_epi32(0x07800000);
-    const __m256i mag = _mm256_set1_epi32(0x7FFFFFFF), sg = _mm256_set1_epi32((int)0x80000000u);
-    const __m256 dn = _mm256_set1_ps(0x1p-37f);
-    e4m3x32_d(p, o);
-    #pragma GCC unroll 4
-    for (int i = 0; i < 4; i++) {
-        const __m256i g = _mm256_castps_si256(o[i]);
-        const __m256 nrm = _mm256_castsi256_ps(_mm256_add_epi32(g, up));
-        const __m256 sub = _mm256_or_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(g, mag)), dn),
-                                        _mm256_castsi256_ps(_mm256_and_si256(g, sg)));
-        const __m256i z = _mm256_cmpeq_epi32(_mm256_and_si256(g, ex), _mm256_setzero_si256());
-        o[i] = _mm256_blendv_ps(nrm, sub, _mm256_castsi256_ps(z));
-    }
-}
-
 /* n (multiple of 8) bf16 -> fp32 * 2^112 (exact while |x| < 2^16), from x16 or, where given,
  * from the same values widened (x32: mr_uk_act.xw); returns whether every |x| < 2^16 (no Inf /
  * NaN, no overflow of the scaling) */
@@ -330,20 +278,6 @@ INL void fp8_gemv_run(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_
 static void uk_fp8_gemv(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
                         void *scratch) {
     fp8_gemv_run(W, t, a, M, y, ldy, scratch, 0);
-}
-
-/* a 16 x 128 block to fp32 * 2^-8 in scratch (X: by e4m3x32_x) */
-INL void fp8_decode_blk(const uint8_t *p, float *wb, const int X) {
-    for (int k = 0; k < 128; k += 2) {
-        if ((k & 3) == 0) PF(p + 16 * k);
-        __m256 o[4];
-        if (X)
-            e4m3x32_x(p + 16 * k, o);
-        else
-            e4m3x32_s8(p + 16 * k, o);
-        #pragma GCC unroll 4
-        for (int i = 0; i < 4; i++) _mm256_store_ps(wb + 16 * k + 8 * i, o[i]);
-    }
 }
 
 static void uk_fp8_gemm(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
@@ -570,16 +504,6 @@ static void uk_nvfp4_bf16_gemm(const mr_pmatrix *W, int64_t t, const mr_uk_act *
 #include "kernels/uk_avx2_nvw.h"
 
 /* ---------------- bf16 weights (bf16_r16k2) ---------------- */
-/* pair g: rows 0-7 / 8-15 at k = 2g (lo) and 2g + 1 (hi), exact */
-INL void bf16_pair(const uint8_t *line, __m256 *l0, __m256 *l1, __m256 *h0, __m256 *h1) {
-    const __m256i hm = _mm256_set1_epi32((int)0xFFFF0000u);
-    const __m256i v0 = _mm256_load_si256((const __m256i *)line), v1 = _mm256_load_si256((const __m256i *)(line + 32));
-    *l0 = _mm256_castsi256_ps(_mm256_slli_epi32(v0, 16));
-    *h0 = _mm256_castsi256_ps(_mm256_and_si256(v0, hm));
-    *l1 = _mm256_castsi256_ps(_mm256_slli_epi32(v1, 16));
-    *h1 = _mm256_castsi256_ps(_mm256_and_si256(v1, hm));
-}
-
 /* M <= MTV tokens; x fp32 rows (bf16 inputs converted per chunk into xf) */
 INL void bf16_gemv_body(const uint8_t *tile, int64_t Kp, const uint16_t *x16, const float *x32, int64_t ldx,
                         float *y, int64_t ldy, float *xf, const int M) {

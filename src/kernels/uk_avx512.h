@@ -132,33 +132,6 @@ enum { MT16 = 16 }; /* tokens per register block of the kernels that take 16 */
 
 
 
-/* The dense kernels on the expert packs (dense_avx512bf16.c rows_x16, dense_avx512.c rows_f32):
- * rows [n0, n0 + nr) of P (n0 a multiple of 16) for M tokens of x packed eb bytes a value, P->Kp
- * apart, in token slices of about 512 KiB of x (at least mmin tokens; each slice stays in L2 over
- * the rows), one 16-row tile at a time by tile(P, t, x, M, y, ldy, scratch); a last tile past N
- * through a copy on the stack (M <= MR_MATMUL_CHUNK). */
-typedef void (*pk_tile_fn)(const mr_pmatrix *P, int64_t t, const void *x, int64_t M, float *y, int64_t ldy,
-                           void *scratch);
-INL void pk_rows(pk_tile_fn tile, int64_t eb, int64_t mmin, const mr_pmatrix *P, int64_t n0, int64_t nr,
-                 const void *xp, int64_t M, float *y, int64_t ldy, void *scratch) {
-    int64_t mo = ((int64_t)1 << 19) / (P->Kp * eb);
-    if (mo < mmin) mo = mmin;
-    for (int64_t o0 = 0; o0 < M; o0 += mo) {
-        const int64_t mc = M - o0 < mo ? M - o0 : mo;
-        const char *x = (const char *)xp + o0 * P->Kp * eb;
-        for (int64_t r = 0; r < nr; r += 16) {
-            if (nr - r >= 16) {
-                tile(P, (n0 + r) / 16, x, mc, y + o0 * ldy + r, ldy, scratch);
-                continue;
-            }
-            float tmp[MR_MATMUL_CHUNK * 16] __attribute__((aligned(64))); /* a last tile past N */
-            tile(P, (n0 + r) / 16, x, mc, tmp, 16, scratch);
-            for (int64_t m = 0; m < mc; m++)
-                memcpy(y + (o0 + m) * ldy + r, tmp + m * 16, (size_t)(nr - r) * sizeof(float));
-        }
-    }
-}
-
 /* ---------------- FP8 ---------------- */
 typedef struct {
     __m512i l0, l1, h0, h1, m80;
