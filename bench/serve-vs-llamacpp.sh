@@ -29,7 +29,9 @@
 # server instead: --parallel max(C) slots with continuous batching (its
 # default), a context of max(C) x the per-request context (it splits the
 # context among the slots), -t / -tb THREADS, no web UI. It takes ignore_eos
-# and sends a usage chunk, as moerun does.
+# and sends a usage chunk, as moerun does. MOERUN_CPU_MASK=avx512 with
+# LLAMA_SERVER=$PEERS/llama-server-avx2/bin/llama-server (llamacpp_setup.sh
+# server-avx2) puts the two AVX2 builds side by side on an AVX-512 host.
 # Environment: MOERUN (build/moerun), PEER_PY (the peer venv's python,
 # $PEERS/venv-native/bin/python), LLAMA_SERVER (unset: llama-cpp-python's
 # server), THREADS (2), IN (32), OUT (32), ROUNDS (2).

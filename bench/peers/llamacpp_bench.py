@@ -6,7 +6,7 @@ prompt and decode tok/s at batch 1 (N greedy tokens after that prompt).
     bench/peers/llamacpp_bench.py --isa avx2|native \\
         --pair fp8=/work/ckpt/real2-fp8:/work/ckpt/peers/real2-q8_0.gguf \\
         --pair nvfp4=/work/ckpt/real2-nvfp4:/work/ckpt/peers/real2-q4_0.gguf [--rounds 3]
-        [--llama-server /work/ckpt/peers/llama-server/bin/llama-server]
+        [--llama-server /work/ckpt/peers/llama-server{,-avx2}/bin/llama-server]
 
 Each --pair is LABEL=MOERUN_CHECKPOINT:GGUF (bench/peers/llamacpp_setup.sh
 makes the GGUF files). --isa avx2 runs moerun with MOERUN_CPU_MASK=avx512
@@ -20,7 +20,8 @@ from disk (7.8 against 51 tok/s for the same q8_0 file). It prints both versions
 round, the medians and ranges, and the moerun / llama.cpp ratios; --json
 writes them too. --llama-server times llama.cpp through its C++ server instead
 (the /completion "timings" of one request per round; AVX-512 without AMX, whose
-path in llama-cpp-python's native build crashes on q8_0 on Sapphire Rapids).
+path in llama-cpp-python's native build crashes on q8_0 on Sapphire Rapids;
+with --isa avx2 the server-avx2 build, which the run checks by the server's log).
 Exit status: 0 done, 1 an engine failed (its message is
 printed), 2 bad usage.
 """
@@ -85,11 +86,20 @@ def run_llamacpp(py, gguf, ids, decode, threads):
     return json.loads(lines[-1])
 
 
+def server_flags(server):
+    """the build-flags.txt line llamacpp_setup.sh writes beside a llama-server's bin/ ("?" if none)"""
+    try:
+        with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(server))), "build-flags.txt")) as f:
+            return f.read().strip()
+    except OSError:
+        return "?"
+
+
 def run_llama_server(server, gguf, ids, decode, threads):
-    """one round through llama.cpp's C++ server (bench/peers/llamacpp_setup.sh server): started
-    for the round (its load not timed), one /completion of the prompt ids and decode + 1
-    tokens, its own "timings" (prompt_per_second, predicted_per_second); --load-mode none (no mmap), as the
-    llama-cpp-python worker reads its file into memory"""
+    """one round through llama.cpp's C++ server (bench/peers/llamacpp_setup.sh server, or
+    server-avx2 for --isa avx2): started for the round (its load not timed), one /completion of the
+    prompt ids and decode + 1 tokens, its own "timings" (prompt_per_second, predicted_per_second);
+    --load-mode none (no mmap), as the llama-cpp-python worker reads its file into memory"""
     import socket
     import tempfile
     import urllib.request
@@ -130,7 +140,8 @@ def run_llama_server(server, gguf, ids, decode, threads):
         ver = subprocess.run([server, "--version"], capture_output=True, text=True)
         vline = [ln for ln in (ver.stdout + ver.stderr).splitlines() if ln.startswith("version")]
         return {"prefill_tok_s": float(t["prompt_per_second"]), "decode_tok_s": float(t["predicted_per_second"]),
-                "load_s": t_load, "version": vline[0] if vline else "?", "system_info": "llama-server"}
+                "load_s": t_load, "version": vline[0] if vline else "?",
+                "system_info": "llama-server " + server_flags(server)}
     finally:
         p.terminate()
         try:
@@ -177,9 +188,9 @@ def main():
     ap.add_argument("--moerun", default=os.path.join(ROOT, "build", "moerun"))
     ap.add_argument("--peers", default=os.environ.get("PEERS", os.path.join(ROOT, "build", "peers")))
     ap.add_argument("--json", help="also write the results here")
-    ap.add_argument("--llama-server", help="time llama.cpp through this llama-server binary (llamacpp_setup.sh server: "
-                    "the CPU's AVX2 / AVX-512 / AVX-VNNI, AMX off) instead of llama-cpp-python; --isa native only; "
-                    "the GGUF files need a tokenizer (gguf_tokenizer.py)")
+    ap.add_argument("--llama-server", help="time llama.cpp through this llama-server binary instead of llama-cpp-python "
+                    "(llamacpp_setup.sh server: the CPU's AVX2 / AVX-512 / AVX-VNNI, AMX off, for --isa native; "
+                    "server-avx2: AVX-512 off, for --isa avx2); the GGUF files need a tokenizer (gguf_tokenizer.py)")
     a = ap.parse_args()
     if a.worker:
         worker(a)
@@ -200,10 +211,11 @@ def main():
         pairs.append((label, ckpt, gguf))
     py = os.path.join(a.peers, "venv-avx2" if a.isa == "avx2" else "venv-native", "bin", "python")
     if a.llama_server:
-        if a.isa != "native":
-            ap.error("--llama-server runs the server as llamacpp_setup.sh built it for this CPU: use --isa native")
         if not os.access(a.llama_server, os.X_OK):
             ap.error(f"{a.llama_server} is not an executable (bench/peers/llamacpp_setup.sh server)")
+        if a.isa == "avx2" and "AVX512=OFF" not in server_flags(a.llama_server).split():
+            ap.error(f"--isa avx2 needs llama-server built without AVX-512 (bench/peers/llamacpp_setup.sh server-avx2); "
+                     f"{a.llama_server}'s build-flags.txt says: {server_flags(a.llama_server)}")
     elif not os.path.exists(py):
         ap.error(f"{py} is missing: run bench/peers/llamacpp_setup.sh venv first")
     if not os.access(a.moerun, os.X_OK):

@@ -10,6 +10,7 @@
 #   bench/peers/llamacpp_setup.sh all               # venv + the real-shape set (real_set below)
 #   bench/peers/llamacpp_setup.sh real              # the real-shape set only (needs the venvs)
 #   bench/peers/llamacpp_setup.sh server            # llama.cpp's C++ llama-server (server() below)
+#   bench/peers/llamacpp_setup.sh server-avx2       # the same built without AVX-512 (llama-server-avx2)
 #
 # Two builds, so that each moerun kernel path has a llama.cpp of the same ISA:
 #   $PEERS/venv-native  llama.cpp compiled for this CPU (-march=native; on a CPU
@@ -118,8 +119,10 @@ real_set() {
 # bench/README.md). No web UI (nothing to download at build time); static
 # libraries, so the binary runs from anywhere. Result:
 # $PEERS/llama-server/bin/llama-server.
-server() {
-    local dir=$PEERS/llama-server
+server() { # [avx2]: $PEERS/llama-server-avx2, AVX-512 off (beside moerun's AVX2 level)
+    local name=llama-server
+    if [ "${1:-}" = avx2 ]; then name=llama-server-avx2; fi
+    local dir=$PEERS/$name
     if [ -x "$dir/bin/llama-server" ] && "$dir/bin/llama-server" --version >/dev/null 2>&1; then
         echo "llamacpp_setup: llama-server ready ($("$dir/bin/llama-server" --version 2>&1 | grep -m1 version))"
         return 0
@@ -137,9 +140,9 @@ server() {
     local L
     L=$(echo "$tmp"/src/llama_cpp_python-*/vendor/llama.cpp)
     [ -f "$L/tools/server/CMakeLists.txt" ] || { rm -rf "$tmp"; die "no tools/server in $L"; }
-    if grep -qw avx512f /proc/cpuinfo; then a512=ON; fi
+    if grep -qw avx512f /proc/cpuinfo && [ "$name" = llama-server ]; then a512=ON; fi
     if grep -qw avx_vnni /proc/cpuinfo; then vnni=ON; fi
-    echo "llamacpp_setup: building llama-server (AVX-512 $a512, AVX-VNNI $vnni, AMX off); this takes minutes"
+    echo "llamacpp_setup: building $name (AVX-512 $a512, AVX-VNNI $vnni, AMX off); this takes minutes"
     cmake -S "$L" -B "$tmp/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON \
         -DGGML_F16C=ON -DGGML_AVX512=$a512 -DGGML_AVX512_VBMI=$a512 -DGGML_AVX512_VNNI=$a512 -DGGML_AVX512_BF16=$a512 \
         -DGGML_AVX_VNNI=$vnni -DGGML_AMX_INT8=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_BF16=OFF -DLLAMA_BUILD_SERVER=ON \
@@ -150,11 +153,13 @@ server() {
         { tail -20 "$tmp/build.log"; rm -rf "$tmp"; die "building llama-server failed"; }
     mkdir -p "$tmp/out/bin"
     cp -a "$tmp/build/bin/." "$tmp/out/bin/"
+    # what the build is for (llamacpp_bench.py --isa avx2 refuses a server without AVX512=OFF here)
+    printf 'AVX512=%s AVX_VNNI=%s AMX=OFF\n' "$a512" "$vnni" >"$tmp/out/build-flags.txt"
     "$tmp/out/bin/llama-server" --version >/dev/null 2>&1 || { rm -rf "$tmp"; die "the built llama-server does not run"; }
     rm -rf "$dir"
     mv "$tmp/out" "$dir"
     rm -rf "$tmp"
-    echo "llamacpp_setup: llama-server ready in $dir/bin"
+    echo "llamacpp_setup: $name ready in $dir/bin"
 }
 
 cmd=${1:-all}
@@ -163,6 +168,7 @@ venv) venvs ;;
 gguf) [ $# -ge 3 ] || die "usage: $0 gguf CKPT OUT.gguf [q8_0|q4_0|nvfp4|bf16]"; gguf "$2" "$3" "${4:-q8_0}" ;;
 real) real_set ;;
 server) server ;;
+server-avx2) server avx2 ;;
 all) venvs; real_set ;;
-*) die "unknown command $cmd (venv | gguf CKPT OUT [TYPE] | real | server | all)" ;;
+*) die "unknown command $cmd (venv | gguf CKPT OUT [TYPE] | real | server | server-avx2 | all)" ;;
 esac
