@@ -37,7 +37,7 @@ uint64_t mr_bench_rng(uint64_t *s) {
     return z ^ (z >> 31);
 }
 
-/* E4M3 magnitudes by 2^15-quantile of |N(0, 1)| (filled once, before any thread draws) */
+/* E4M3 magnitudes by 2^15-quantile of |N(0, 1)| (filled on the first call; the benchmarks draw from one thread) */
 static uint8_t g_fp8_mag[1 << 15];
 
 static void fp8_mag_table(void) {

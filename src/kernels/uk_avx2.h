@@ -1,6 +1,7 @@
 /* uk_avx2.h — private to src/kernels: the helpers the AVX2 micro-kernel
- * files share (uk_avx2.c, uk_avx2vnni.c): prefetch macros, the per-row
- * update of y, E4M3 row scales by the f16 trick, a 16-byte LUT in both lanes.
+ * files share (uk_avx2.c, uk_avx2vnni.c, dense_avx2.c): prefetch macros, the
+ * per-row update of y, E4M3 row scales by the f16 trick, a 16-byte LUT in
+ * both lanes, the fp8_y16 and bf16_r16k2 tile decoders.
  * Included only by files compiled with the AVX2 flags (CMakeLists.txt). */
 #ifndef MR_UK_AVX2_H
 #define MR_UK_AVX2_H
@@ -130,7 +131,6 @@ INL void bf16_pair(const uint8_t *line, __m256 *l0, __m256 *l1, __m256 *h0, __m2
     *l1 = _mm256_castsi256_ps(_mm256_slli_epi32(v1, 16));
     *h1 = _mm256_castsi256_ps(_mm256_and_si256(v1, hm));
 }
-
 
 /* uk_avx2.c's NVFP4 bf16-activation pieces that uk_avx2_nvw.h calls: the
  * fp32 gemv (the kind's gemv without mr_uk_act.xq), and one 16-k block of a
