@@ -162,10 +162,6 @@ static void rows_f32(const mr_pmatrix *P, int64_t n0, int64_t nr, const void *xp
 }
 
 void mr__dense_fill_avx512(mr_kernels *k) {
-    k->rows_f32[MR_FMT_FP8_BLOCK].name = "rows_f32_fp8_r16k4_avx512_16x4c4_l1_16x128x6";
-    k->rows_f32[MR_FMT_FP8_BLOCK].pack = MR_PACK_FP8_R16K4;
-    k->rows_f32[MR_FMT_BF16].name = "rows_f32_bf16_r16k2_avx512_16x4c4_l1_16x128x6";
-    k->rows_f32[MR_FMT_BF16].pack = MR_PACK_BF16_R16K2;
-    for (int f = 0; f < MR_FMT_COUNT; f++)
-        if (k->rows_f32[f].name) k->rows_f32[f].fn = rows_f32, k->rows_f32[f].xpack = mr__rows_f32_xpack;
+    mr__rows_f32_fill(k, rows_f32, "rows_f32_fp8_r16k4_avx512_16x4c4_l1_16x128x6", MR_PACK_FP8_R16K4,
+                      "rows_f32_bf16_r16k2_avx512_16x4c4_l1_16x128x6");
 }

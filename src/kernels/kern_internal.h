@@ -96,6 +96,14 @@ static inline void mr__rows_sliced(mr__rows_fn f, int64_t chunk, const mr_qmatri
 
 /* rows_f32's x (every x86 level's): tokens [m0, m1) of x [M][K] copied ldp apart, zero from K */
 void mr__rows_f32_xpack(const float *x, int64_t K, int64_t ldp, int64_t m0, int64_t m1, float *xp);
+/* a level's rows_f32 entries: fn on FP8 packed as p8 (name n8) and on BF16 as bf16_r16k2 (n16) */
+static inline void mr__rows_f32_fill(mr_kernels *k, mr_kern_rows_tiles_fn fn, const char *n8, mr_pack_id p8,
+                                     const char *n16) {
+    k->rows_f32[MR_FMT_FP8_BLOCK].name = n8, k->rows_f32[MR_FMT_FP8_BLOCK].pack = p8;
+    k->rows_f32[MR_FMT_BF16].name = n16, k->rows_f32[MR_FMT_BF16].pack = MR_PACK_BF16_R16K2;
+    k->rows_f32[MR_FMT_FP8_BLOCK].fn = k->rows_f32[MR_FMT_BF16].fn = fn;
+    k->rows_f32[MR_FMT_FP8_BLOCK].xpack = k->rows_f32[MR_FMT_BF16].xpack = mr__rows_f32_xpack;
+}
 
 /* The dense kernels on the expert packs (dense_avx512bf16.c rows_x16; rows_f32 of dense_avx512.c
  * and dense_avx2.c): rows [n0, n0 + nr) of P (n0 a multiple of 16) for M tokens of x packed eb bytes a value, P->Kp
