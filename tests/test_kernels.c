@@ -765,8 +765,11 @@ static int host_tables(mr_kernels k[5]) {
  * (mr_uk_act.xq) meets every kind of block, tokens side by side meeting
  * different kinds: 16-k block b of token m by (b + m) % 4 as is (one part),
  * one value 2^-20 of the others (two parts), one 2^-40 (no form), all near
- * 2^-100 (no form: below 2^-82) */
+ * 2^-100 (no form: below 2^-82); FP8_BF16 ones so that a gemv on x * 2^112
+ * (mr_uk_act.xd) meets blocks with and without that form */
 static float fixq_shape(mr_uk_kind kind, int64_t m, int64_t i) {
+    if (kind == MR_UK_FP8_BF16) /* every third 128-k block, one value >= 2^16 in even tokens: no xd form */
+        return i / 128 % 3 == 2 && i % 128 == 7 && m % 2 == 0 ? 0x1p20f : 1.0f;
     if (kind != MR_UK_NVFP4_BF16) return 1.0f;
     switch ((i / 16 + m) % 4) {
     case 1: return i % 16 == 3 ? 0x1p-20f : 1.0f;
@@ -883,6 +886,25 @@ static void check_uk(const mr_kernels *k, const ukcase *uc, int nsrc, int64_t M,
     aq.xq = xq, aq.xql = xq + M * Kp, aq.xqm = xqm, aq.ldxq = Kp, aq.ldxqm = Kp / 16;
     mr_uk_act aqn = aq;
     aqn.x = xqnan;
+    /* a table whose fp8 gemv takes x * 2^112 (mr_uk_act.xd, made by mr_uk_xd_row): the same tiles
+     * with it, x NaN in every 128-k block where every token has that form (the kernel then reads
+     * xd there, and x where a token lacks it): the same bits as without it */
+    if (!gemm && k->uk_gemv_xd[uc->kind]) assert_int_equal(uc->kind, MR_UK_FP8_BF16);
+    const bool fd = !gemm && k->uk_gemv_xd[uc->kind];
+    const int64_t ldd = Kp + 8;
+    float *xd = fd ? malloc(sizeof(float) * (size_t)(M * ldd)) : NULL, *yd = fd ? malloc(sizeof(float) * (size_t)(M * 16)) : NULL;
+    uint16_t *xdnan = fd ? malloc(sizeof(uint16_t) * (size_t)(M * Kp)) : NULL;
+    int dkinds[2] = {0, 0}; /* blocks read from x, from xd */
+    for (int64_t m = 0; fd && m < M; m++) mr_uk_xd_row((const uint16_t *)x + m * Kp, Kp, xd + m * ldd);
+    for (int64_t i = 0; fd && i < Kp; i++) {
+        bool all = true;
+        for (int64_t m = 0; m < M; m++) all &= !isnan(xd[m * ldd + i / 128 * 128]);
+        for (int64_t m = 0; m < M; m++) xdnan[m * Kp + i] = all ? 0x7FC0 : ((const uint16_t *)x)[m * Kp + i];
+        if (i % 128 == 0) dkinds[all]++;
+    }
+    if (fd && Kp >= 384) assert_true(dkinds[0] > 0 && dkinds[1] > 0);
+    mr_uk_act ad = a;
+    ad.x = xdnan, ad.xd = xd, ad.ldxd = ldd;
     for (int64_t t = 0; t < pm.n_tiles; t++) {
         for (int64_t i = 0; i < M * 16; i++) y[i] = NAN; /* never read */
         fn(&pm, t, &a, M, y, 16, scratch);
@@ -891,6 +913,12 @@ static void check_uk(const mr_kernels *k, const ukcase *uc, int nsrc, int64_t M,
             if (memcmp(y, yw, sizeof(float) * (size_t)(M * 16)) != 0)
                 fail_msg("%s: nsrc %d K %lld M %lld tile %lld: the widened x (mr_uk_act.xw) gives other bits", name,
                          nsrc, (long long)K, (long long)M, (long long)t);
+        }
+        if (fd) {
+            fn(&pm, t, &ad, M, yd, 16, scratch);
+            if (memcmp(y, yd, sizeof(float) * (size_t)(M * 16)) != 0)
+                fail_msg("%s: nsrc %d K %lld M %lld tile %lld: x * 2^112 from the caller (mr_uk_act.xd) gives other bits",
+                         name, nsrc, (long long)K, (long long)M, (long long)t);
         }
         char how[64];
         snprintf(how, sizeof how, " (xs %d group %d)", use_xs, xs_group);
@@ -909,7 +937,7 @@ static void check_uk(const mr_kernels *k, const ukcase *uc, int nsrc, int64_t M,
     for (int i = 0; i < nsrc; i++) mr_qmatrix_free(&q[i]);
     mr_aligned_free(scratch);
     free(w), free(x), free(xv), free(xs), free(xb), free(y), free(xw), free(xnan), free(yw);
-    free(xq), free(xqm), free(yq), free(xqnan);
+    free(xq), free(xqm), free(yq), free(xqnan), free(xd), free(yd), free(xdnan);
 }
 
 static void test_packed_kernels_all_tables(void **st) {
@@ -1128,6 +1156,46 @@ static void test_xq_row(void **st) {
     }
     for (int i = 0; i < 4; i++) assert_true(kinds[i] > 100); /* every kind met */
     free(x), free(q), free(ql), free(q2), free(ql2), free(m), free(m2);
+}
+
+/* mr_uk_xd_row against its definition (kernels.h), computed here in double:
+ * a 128-value block whose |x| are all below 2^16 holds x * 2^112 exactly,
+ * any other block NaN in its first value and nothing else written (the rest
+ * keeps a sentinel). Blocks from xq_fill's rows (Inf, NaN, the largest bf16,
+ * subnormals) and blocks whose largest value sits on either side of 2^16
+ * (65280, the largest bf16 below it, and 65536). */
+static void test_xd_row(void **st) {
+    (void)st;
+    enum { N = 128 * 64 };
+    uint16_t *x = malloc(sizeof(uint16_t) * N);
+    float *d = malloc(sizeof(float) * N);
+    tu_rng r = {0xD0D0};
+    int kinds[2] = {0, 0};
+    for (int round = 0; round < 8; round++) {
+        xq_fill(&r, x, N);
+        for (int64_t b = 0; b < N / 128; b++) /* a third of the blocks: values near 2^16 */
+            if (b % 3 == 0) {
+                for (int i = 0; i < 128; i++) x[128 * b + i] = mr_f32_to_bf16(tu_normal(&r) * 1000.0f);
+                x[128 * b + (b * 7) % 128] = (uint16_t)((b & 8 ? 0x8000 : 0) | (b & 4 ? 0x4780 : 0x477F));
+            }
+        const float sentinel = -12345.0f;
+        for (int64_t i = 0; i < N; i++) d[i] = sentinel;
+        mr_uk_xd_row(x, N, d);
+        for (int64_t b = 0; b < N / 128; b++) {
+            bool form = true;
+            for (int i = 0; i < 128; i++) form &= fabs((double)mr_bf16_to_f32(x[128 * b + i])) < 65536.0; /* NaN: false */
+            kinds[form]++;
+            for (int i = 0; i < 128; i++) {
+                const double want = form ? ldexp((double)mr_bf16_to_f32(x[128 * b + i]), 112) : i == 0 ? NAN : sentinel;
+                const float got = d[128 * b + i];
+                if (!(isnan(want) ? isnan(got) : (double)got == want))
+                    fail_msg("block %lld value %d (%g): %g, the definition gives %g", (long long)b, i,
+                             mr_bf16_to_f32(x[128 * b + i]), got, want);
+            }
+        }
+    }
+    assert_true(kinds[0] > 20 && kinds[1] > 20); /* both kinds met */
+    free(x), free(d);
 }
 
 /* The NVFP4_BF16 gemv of every table that takes fixed-point x, on one-block
@@ -2010,6 +2078,7 @@ int main(void) {
         cmocka_unit_test(test_batch_invariant_tables),
         cmocka_unit_test(test_fp8_kernels_all_codes),
         cmocka_unit_test(test_xq_row),
+        cmocka_unit_test(test_xd_row),
         cmocka_unit_test(test_nvfp4_fixq_exact_blocks),
         cmocka_unit_test(test_pack_layouts),
         cmocka_unit_test(test_pack_fp8_flags),

@@ -10,7 +10,8 @@
  * ratio to the instruction's 1-thread peak. Before timing, every tile is
  * checked against a double-precision sum over the packed layout's scalar
  * decode (mr__pk_*), so a wrong variant cannot be timed. nvfp4b's gemv gets
- * x in fixed point too (mr_uk_act.xq, as the routed runner gives it), and
+ * x in fixed point too (mr_uk_act.xq, as the routed runner gives it), fp8's
+ * on AVX2 x * 2^112 (mr_uk_act.xd; HOT_UK_NOXD=1: without), and
  * HOT_UK_XSPAN=n draws |x| in [2^-n, 1), n <= 7 keeping every block in one
  * fixed-point part (unset: uniform in (-1, 1), some blocks in two). */
 #include <math.h>
@@ -130,6 +131,13 @@ int main(int argc, char **argv) {
         for (int64_t i = 0; i < MMAX * (K / 16); i++) nb2 += xqm[i] < 0, nb0 += xqm[i] == 0;
         printf("xq: %.1f%% of blocks in two parts, %.1f%% without a form\n", 100.0 * nb2 / (MMAX * (K / 16)),
                100.0 * nb0 / (MMAX * (K / 16)));
+    }
+    /* fp8 on AVX2: the gemv's x * 2^112 (mr_uk_act.xd), as the routed runner gives it, unless
+     * HOT_UK_NOXD is set (the kernel then scales x per tile) */
+    float *xd = malloc(sizeof(float) * (size_t)(MMAX * LDW));
+    if (kt->uk_gemv_xd[kind] && !getenv("HOT_UK_NOXD")) {
+        for (int64_t m = 0; m < MMAX; m++) mr_uk_xd_row((const uint16_t *)x + m * K, K, xd + m * LDW);
+        a.xd = xd, a.ldxd = LDW;
     }
     void *scratch = mr_aligned_alloc(64, MR_UK_SCRATCH);
     float *y = mr_aligned_alloc(64, sizeof(float) * MMAX * 16);

@@ -217,7 +217,20 @@ typedef struct {
     const int16_t *xql;
     const float *xqm;
     int64_t ldxq, ldxqm;
+    const float *xd;    /* FP8_BF16, where uk_gemv_xd[kind]: NULL, or x times 2^112 for the gemv,
+                           [M][ldxd] fp32 (mr_uk_xd_row): each 128-k block whose |x| are all
+                           below 2^16 holds x * 2^112 (exact), any other block NaN in its
+                           first value (the kernel forms that block from x). A caller that
+                           runs one x over many tiles scales it once instead of once per
+                           tile. The same bits as without it. */
+    int64_t ldxd;
 } mr_uk_act;
+
+/* One bf16 row as the FP8_BF16 gemv's scaled input (mr_uk_act.xd), n a
+ * multiple of 128: block b holds x * 2^112 where every |x| of it is below
+ * 2^16 (bf16 magnitude bits < 0x4780: no Inf or NaN either), else dst[128 b]
+ * = NaN and the rest of the block is not written. */
+void mr_uk_xd_row(const uint16_t *x, int64_t n, float *dst);
 
 /* One bf16 row as 16-bit fixed point per block of 16 values (n a multiple
  * of 16), the NVFP4_BF16 gemv's integer input (mr_uk_act.xq). Block b with
@@ -350,6 +363,7 @@ typedef struct {
     bool uk_gemm_xw[MR_UK_COUNT]; /* per bf16-input kind: its gemm kernel reads mr_uk_act.xw
                                      (the fp32 FMA ones, which would otherwise widen x per tile) */
     bool uk_gemv_xq[MR_UK_COUNT]; /* its gemv kernel takes mr_uk_act.xq (NVFP4_BF16 on AVX2) */
+    bool uk_gemv_xd[MR_UK_COUNT]; /* its gemv kernel takes mr_uk_act.xd (FP8_BF16 on AVX2) */
     struct {
         const char *name;
         mr_kern_xq_row_fn fn;

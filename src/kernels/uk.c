@@ -6,7 +6,8 @@
  * AVX2 kernels use it with an FMA stage for FP8 tiles holding NaN codes). The block result is scaled (block multiplier, per-row NVFP4
  * scale, the activation's per-block multiplier) into y. Also the generic
  * table entries (and their packs), which instruction each kind's kernel runs,
- * and the definition of the NVFP4_BF16 gemv's fixed-point input (xq). */
+ * the definition of the NVFP4_BF16 gemv's fixed-point input (xq), and the
+ * FP8_BF16 gemv's scaled input (xd). */
 #include <math.h>
 #include <string.h>
 
@@ -142,6 +143,22 @@ void mr_uk_xq_row_ref(const uint16_t *x, int64_t n, int16_t *q, int16_t *ql, flo
             memset(lb, 0, 16 * sizeof(int16_t));
         }
         m[b] = parts == 0 ? 1.0f : parts == 3 ? 0.0f : parts == 2 ? -ldexpf(1.0f, Fb - 141) : ldexpf(1.0f, Fb - 141);
+    }
+}
+
+void mr_uk_xd_row(const uint16_t *x, int64_t n, float *dst) {
+    MR_ASSERT(n % 128 == 0);
+    for (int64_t b = 0; b < n; b += 128) {
+        unsigned mx = 0;
+        for (int i = 0; i < 128; i++) {
+            const unsigned a = x[b + i] & 0x7FFFu;
+            mx = a > mx ? a : mx;
+        }
+        if (mx >= 0x4780u) { /* 2^16, Inf, NaN */
+            dst[b] = NAN;
+            continue;
+        }
+        for (int i = 0; i < 128; i++) dst[b + i] = bf16f(x[b + i]) * 0x1p112f; /* exact: below 2^128 */
     }
 }
 

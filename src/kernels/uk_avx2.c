@@ -6,7 +6,8 @@
  *               ops only (vpsllw 8, 2 vpsraw 4, 2 vpmaddwd by 2^12 of the
  *               sign-extended low word, 4 ands with 0x87F00000: value *
  *               2^-120, E4M3 subnormals on fp32 subnormals) and x
- *               converted to fp32 * 2^112 per 128 k, so every product is
+ *               converted to fp32 * 2^112 per 128 k (or so from the
+ *               caller, once for many tiles: mr_uk_act.xd), so every product is
  *               the exact fp32 value w * x * 2^-8 (2^8 folded into the block
  *               multiplier); a 128-k block where some |x| >= 2^16 (or Inf /
  *               NaN) takes the weights times 2^112 (value * 2^-8) and x as
@@ -46,6 +47,8 @@
  * tile, cost ~20% of a tile at 16-64 tokens (bench/README.md, Zen 2).
  * Weight streams are prefetched MR_UK_PREFETCH bytes ahead into L2 and, for
  * the decode-heavy gemv kernels, into L1 too (PF_FP8, PF_NV below). */
+#include <math.h>
+
 #include "kernels/uk_avx2.h"
 
 enum {
@@ -177,8 +180,8 @@ INL int bf16_to_f32_s112(const uint16_t *x16, const float *x32, int n, float *ds
  * codes); the products are the same fp32 values every way, so they give
  * the same bits. NC accumulator chains per token (8 chains at M 1 and 2:
  * the FMA latency is 4 at 2 per cycle) */
-INL void fp8_gemv_blk(const uint8_t *p, const float *xf, __m256 acc[][MTV][2], const int M, const int NC,
-                      const int D) {
+INL void fp8_gemv_blk(const uint8_t *p, const float *xf, int64_t ldf, __m256 acc[][MTV][2], const int M,
+                      const int NC, const int D) {
     for (int k = 0; k < 128; k += 4) {
         PF_FP8(p + 16 * k);
         #pragma GCC unroll 2
@@ -193,10 +196,10 @@ INL void fp8_gemv_blk(const uint8_t *p, const float *xf, __m256 acc[][MTV][2], c
             const int c0 = NC == 4 ? 2 * u : 0, c1 = NC >= 2 ? c0 + 1 : 0;
             #pragma GCC unroll 4
             for (int m = 0; m < M; m++) {
-                const __m256 x0 = _mm256_broadcast_ss(xf + m * 128 + k + 2 * u);
+                const __m256 x0 = _mm256_broadcast_ss(xf + m * ldf + k + 2 * u);
                 acc[c0][m][0] = _mm256_fmadd_ps(o[0], x0, acc[c0][m][0]);
                 acc[c0][m][1] = _mm256_fmadd_ps(o[1], x0, acc[c0][m][1]);
-                const __m256 x1 = _mm256_broadcast_ss(xf + m * 128 + k + 2 * u + 1);
+                const __m256 x1 = _mm256_broadcast_ss(xf + m * ldf + k + 2 * u + 1);
                 acc[c1][m][0] = _mm256_fmadd_ps(o[2], x1, acc[c1][m][0]);
                 acc[c1][m][1] = _mm256_fmadd_ps(o[3], x1, acc[c1][m][1]);
             }
@@ -205,15 +208,18 @@ INL void fp8_gemv_blk(const uint8_t *p, const float *xf, __m256 acc[][MTV][2], c
 }
 
 INL void fp8_gemv_body(const uint8_t *tile, const float *bs, const uint8_t *sub, int64_t Kp, const uint16_t *x,
-                       int64_t ldx, const float *xw, int64_t ldxw, const float *xs, int64_t ldxs, float *y,
-                       int64_t ldy, float *xf, const int M, const int INV) {
+                       int64_t ldx, const float *xw, int64_t ldxw, const float *xd, int64_t ldxd, const float *xs,
+                       int64_t ldxs, float *y, int64_t ldy, float *xf, const int M, const int INV) {
     enum { NCMAX = 4 };
     const int NC = INV ? 1 : M == 1 ? 4 : M == 2 ? 2 : 1;
     for (int64_t kb = 0; kb < Kp / 128; kb++) {
-        int direct = !sub[kb];
-        #pragma GCC unroll 4
-        for (int m = 0; m < M && direct; m++)
-            direct &= bf16_to_f32_s112(x + m * ldx + kb * 128, xw ? xw + m * ldxw + kb * 128 : NULL, 128, xf + m * 128);
+        int direct = !sub[kb], given = direct && xd; /* given: the caller's x * 2^112 (mr_uk_act.xd) */
+        for (int m = 0; m < M && given; m++) given &= !isnan(xd[m * ldxd + kb * 128]);
+        if (!given)
+            #pragma GCC unroll 4
+            for (int m = 0; m < M && direct; m++)
+                direct &= bf16_to_f32_s112(x + m * ldx + kb * 128, xw ? xw + m * ldxw + kb * 128 : NULL, 128,
+                                           xf + m * 128);
         if (!direct)
             #pragma GCC unroll 4
             for (int m = 0; m < M; m++) {
@@ -228,12 +234,14 @@ INL void fp8_gemv_body(const uint8_t *tile, const float *bs, const uint8_t *sub,
         for (int m = 0; m < M; m++)
             #pragma GCC unroll 4
             for (int c = 0; c < NCMAX; c++) acc[c][m][0] = acc[c][m][1] = _mm256_setzero_ps();
-        if (direct)
-            fp8_gemv_blk(p, xf, acc, M, NC, 1);
+        if (given)
+            fp8_gemv_blk(p, xd + kb * 128, ldxd, acc, M, NC, 1);
+        else if (direct)
+            fp8_gemv_blk(p, xf, 128, acc, M, NC, 1);
         else if (sub[kb])
-            fp8_gemv_blk(p, xf, acc, M, NC, 2);
+            fp8_gemv_blk(p, xf, 128, acc, M, NC, 2);
         else
-            fp8_gemv_blk(p, xf, acc, M, NC, 0);
+            fp8_gemv_blk(p, xf, 128, acc, M, NC, 0);
         #pragma GCC unroll 4
         for (int m = 0; m < M; m++) {
             __m256 a0 = acc[0][m][0], a1 = acc[0][m][1];
@@ -263,8 +271,9 @@ INL void fp8_gemv_run(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_
         mt = mr__uk_token_block(M - m0, MTV);
         const uint16_t *x = (const uint16_t *)a->x + m0 * a->ldx;
         const float *xs = a->xs ? a->xs + m0 * a->ldxs : NULL;
-        const float *xw = a->xw ? a->xw + m0 * a->ldxw : NULL;
-#define CALL(n) fp8_gemv_body(tile, bs, sub, W->Kp, x, a->ldx, xw, a->ldxw, xs, a->ldxs, y + m0 * ldy, ldy, xf, n, INV)
+        const float *xw = a->xw ? a->xw + m0 * a->ldxw : NULL, *xd = a->xd ? a->xd + m0 * a->ldxd : NULL;
+#define CALL(n)                                                                                                        \
+    fp8_gemv_body(tile, bs, sub, W->Kp, x, a->ldx, xw, a->ldxw, xd, a->ldxd, xs, a->ldxs, y + m0 * ldy, ldy, xf, n, INV)
         switch (mt) {
         case 1: CALL(1); break;
         case 2: CALL(2); break;
@@ -716,6 +725,7 @@ void mr__uk_fill_avx2(mr_kernels *k) {
     k->uk_inv[MR_UK_FP8_BF16] = (mr_uk_entry){"uk_fp8_bf16_avx2_16x4_l1_16x128x6_inv", uk_fp8_inv};
     k->uk_gemm_min_m = FP8_GEMM_MIN_M; /* past MTV the gemv decodes once per 4 tokens; the gemm once */
     k->uk_gemv_xq[MR_UK_NVFP4_BF16] = true;
+    k->uk_gemv_xd[MR_UK_FP8_BF16] = true; /* x * 2^112 once per expert chunk, not per tile (hot_uk: 1.15x at M 2-4) */
     k->xq_row.name = "xq_row_avx2";
     k->xq_row.fn = xq_row_avx2;
     k->uk_stream.name = "uk_stream_avx2";

@@ -45,24 +45,44 @@ static inline void stream_start(const uint8_t *p, size_t bytes, const uint8_t **
     *expect = p + bytes;
 }
 
+/* whose rows a thread's xw buffer holds (the first row's address; reset per phase: GEMM2 rows
+ * are new), and in which form: widened (mr_uk_act.xw) or times 2^112 (mr_uk_act.xd) */
+typedef struct {
+    const void *rows;
+    bool scaled;
+} xw_held;
+
 /* the gemm kernels' fp32 copy of mm rows of bf16 x (mr_uk_act.xw), or NULL
  * where the call takes none (no buffer: the table reads x; the gemv or the
  * stream-only kernel): widened once per expert chunk and reused by every
- * tile of it, and by the thread's next chunk where that has the same rows
- * (key: the first row's address). The shift is inlined rather than
- * mr__bf16_dequantize_row's per-value call so that the loop vectorizes.
+ * tile of it, and by the thread's next chunk where that has the same rows.
+ * The shift is inlined rather than mr__bf16_dequantize_row's per-value call
+ * so that the loop vectorizes.
  * Rows are MR__XW_LD(ld) apart: a 16-token register block of rows 12 KiB
  * apart sat on one L1 set (dev/perf/hot_uk: 113 -> 130 G/s a thread for
  * the AVX-512 fp32-FMA fp8 gemm with the pad). */
-static const float *widen_rows(const uint16_t *x, int64_t ld, int64_t mm, float *xw, bool gemm, const void **key) {
+static const float *widen_rows(const uint16_t *x, int64_t ld, int64_t mm, float *xw, bool gemm, xw_held *h) {
     if (!xw || !gemm) return NULL;
-    if (*key == (const void *)x) return xw;
+    if (h->rows == (const void *)x && !h->scaled) return xw;
     for (int64_t m = 0; m < mm; m++) {
         const uint16_t *src = x + m * ld;
         uint32_t *dst = (uint32_t *)(xw + m * MR__XW_LD(ld));
         for (int64_t i = 0; i < ld; i++) dst[i] = (uint32_t)src[i] << 16;
     }
-    *key = x;
+    *h = (xw_held){x, false};
+    return xw;
+}
+
+/* the FP8 gemv's x * 2^112 (mr_uk_act.xd) of mm rows of bf16 x over the kp values the tiles
+ * read, in the same buffer and rows as widen_rows', or NULL where the call takes none (no
+ * buffer, not the gemv): made once per expert chunk and reused as widen_rows' copy is, in place
+ * of the kernel's own scaling of every 128 values per tile (dev/perf/hot_uk, AVX2: 1.12-1.16x
+ * at 2-4 tokens) */
+static const float *xd_rows(const uint16_t *x, int64_t ld, int64_t kp, int64_t mm, float *xw, bool gemv, xw_held *h) {
+    if (!xw || !gemv) return NULL;
+    if (h->rows == (const void *)x && h->scaled) return xw;
+    for (int64_t m = 0; m < mm; m++) mr_uk_xd_row(x + m * ld, kp, xw + m * MR__XW_LD(ld));
+    *h = (xw_held){x, true};
     return xw;
 }
 
@@ -177,12 +197,14 @@ mr_status mr__routed_experts(mr_moe_ctx *c, const mr_moe_weights *w, const mr_a2
                                               s->nxs1 + s->nxs2) +
                                   63) &
                                  ~(uintptr_t)63);
-        float *xw = s->widen ? (float *)((uintptr_t)((char *)scratch + MR_UK_SCRATCH + 63) & ~(uintptr_t)63) : NULL;
-        const void *xw_key = NULL; /* whose rows xw holds (reset per phase: GEMM2 rows are new) */
+        float *xw = s->widen || s->xd ? (float *)((uintptr_t)((char *)scratch + MR_UK_SCRATCH + 63) & ~(uintptr_t)63)
+                                       : NULL;
+        float *xw_gemm = s->widen ? xw : NULL, *xw_gemv = s->xd ? xw : NULL;
+        xw_held held = {0};
         float *xqb = s->fixq ? (float *)((uintptr_t)((char *)scratch + MR_UK_SCRATCH + 63) & ~(uintptr_t)63) +
                                    (xw ? (size_t)128 * (size_t)MR__XW_LD(s->ld1 > s->ld2 ? s->ld1 : s->ld2) + 16 : 0)
                              : NULL;
-        const void *xq_key = NULL; /* whose rows xqb holds (reset per phase as xw_key) */
+        const void *xq_key = NULL; /* whose rows xqb holds (reset per phase as held) */
         _Atomic uint64_t *r1 = s->ranges, *r2 = s->ranges + (size_t)c->n_threads * MR__MOE_RSTRIDE;
         const uint8_t *expect = NULL;
         /* the two chunk lists split into nt contiguous ranges (read after the first barrier) */
@@ -208,11 +230,14 @@ mr_status mr__routed_experts(mr_moe_ctx *c, const mr_moe_weights *w, const mr_a2
                 const int64_t mm = cnt - m0 < MCH ? cnt - m0 : MCH, s0 = off[e] + m0;
                 const mr_uk_fn fn = fn_stream ? fn_stream : mm >= K->uk_gemm_min_m ? K->uk_gemm[kind].fn : K->uk_gemv[kind].fn;
                 const void *xr = row_at((void *)x1, s0, s->ld1, es);
-                const float *xwr = widen_rows(xr, s->ld1, mm, xw, !fn_stream && mm >= K->uk_gemm_min_m, &xw_key);
+                const bool gemm = !fn_stream && mm >= K->uk_gemm_min_m, gemv = !fn_stream && !gemm;
+                const float *xwr = widen_rows(xr, s->ld1, mm, xw_gemm, gemm, &held);
+                const float *xdr = xd_rows(xr, s->ld1, W->Kp, mm, xw_gemv, gemv, &held);
                 mr_uk_act in = {.x = xr, .ldx = s->ld1, .xs = xs1 ? xs1 + s0 * s->nxs1 : NULL, .ldxs = s->nxs1,
                                       .xb = xb1 ? xb1 + s0 * s->nxb1 : NULL, .ldb = s->nxb1, .post = post1,
-                                      .xs_group = s->xs_group, .xw = xwr, .ldxw = MR__XW_LD(s->ld1)};
-                fixq_rows(K, xr, s->ld1, mm, xqb, !fn_stream && mm < K->uk_gemm_min_m, &xq_key, &in);
+                                      .xs_group = s->xs_group, .xw = xwr, .ldxw = MR__XW_LD(s->ld1), .xd = xdr,
+                                      .ldxd = MR__XW_LD(s->ld1)};
+                fixq_rows(K, xr, s->ld1, mm, xqb, gemv, &xq_key, &in);
                 for (int64_t i = 0; i < npair; i++) {
                     fn(W, tile0 + 2 * i, &in, mm, gb + i * T, CB1, scratch);
                     fn(W, tile0 + 2 * i + 1, &in, mm, ub + i * T, CB1, scratch);
@@ -228,7 +253,8 @@ mr_status mr__routed_experts(mr_moe_ctx *c, const mr_moe_weights *w, const mr_a2
             }
         }
         PHASE_END(MR_MOE_PH_GEMM1, 1)
-        xw_key = xq_key = NULL;
+        held = (xw_held){0};
+        xq_key = NULL;
 
         /* 2. GEMM2: each row's result with unit weight */
         for (int64_t ti; (ti = mr__rng_next(r2, nt, me)) >= 0;) {
@@ -241,11 +267,14 @@ mr_status mr__routed_experts(mr_moe_ctx *c, const mr_moe_weights *w, const mr_a2
                 const int64_t mm = cnt - m0 < MCH ? cnt - m0 : MCH, s0 = off[e] + m0;
                 const mr_uk_fn fn = fn_stream ? fn_stream : mm >= K->uk_gemm_min_m ? K->uk_gemm[kind].fn : K->uk_gemv[kind].fn;
                 const void *xr = row_at(s->x2, s0, s->ld2, es);
-                const float *xwr = widen_rows(xr, s->ld2, mm, xw, !fn_stream && mm >= K->uk_gemm_min_m, &xw_key);
+                const bool gemm = !fn_stream && mm >= K->uk_gemm_min_m, gemv = !fn_stream && !gemm;
+                const float *xwr = widen_rows(xr, s->ld2, mm, xw_gemm, gemm, &held);
+                const float *xdr = xd_rows(xr, s->ld2, W->Kp, mm, xw_gemv, gemv, &held);
                 mr_uk_act in = {.x = xr, .ldx = s->ld2, .xs = s->use_xs ? s->xs2 + s0 * s->nxs2 : NULL,
                                       .ldxs = s->nxs2, .xb = s->xb2 ? s->xb2 + s0 * s->nxb2 : NULL, .ldb = s->nxb2,
-                                      .post = post2, .xs_group = s->xs_group, .xw = xwr, .ldxw = MR__XW_LD(s->ld2)};
-                fixq_rows(K, xr, s->ld2, mm, xqb, !fn_stream && mm < K->uk_gemm_min_m, &xq_key, &in);
+                                      .post = post2, .xs_group = s->xs_group, .xw = xwr, .ldxw = MR__XW_LD(s->ld2),
+                                      .xd = xdr, .ldxd = MR__XW_LD(s->ld2)};
+                fixq_rows(K, xr, s->ld2, mm, xqb, gemv, &xq_key, &in);
                 for (int64_t i = 0; i < ntl; i++) fn(W, n0 / T + i, &in, mm, yb + i * T, CB2, scratch);
                 for (int64_t m = 0; m < mm; m++)
                     memcpy(y + (size_t)(s0 + m) * (size_t)H + (size_t)n0, yb + m * CB2, (size_t)nr * sizeof(float));
