@@ -886,11 +886,11 @@ static void check_uk(const mr_kernels *k, const ukcase *uc, int nsrc, int64_t M,
     aq.xq = xq, aq.xql = xq + M * Kp, aq.xqm = xqm, aq.ldxq = Kp, aq.ldxqm = Kp / 16;
     mr_uk_act aqn = aq;
     aqn.x = xqnan;
-    /* a table whose fp8 gemv takes x * 2^112 (mr_uk_act.xd, made by mr_uk_xd_row): the same tiles
+    /* a table whose fp8 kernels take x * 2^112 (mr_uk_act.xd, made by mr_uk_xd_row): the same tiles
      * with it, x NaN in every 128-k block where every token has that form (the kernel then reads
      * xd there, and x where a token lacks it): the same bits as without it */
-    if (!gemm && k->uk_gemv_xd[uc->kind]) assert_int_equal(uc->kind, MR_UK_FP8_BF16);
-    const bool fd = !gemm && k->uk_gemv_xd[uc->kind];
+    if (k->uk_xd[uc->kind]) assert_int_equal(uc->kind, MR_UK_FP8_BF16);
+    const bool fd = k->uk_xd[uc->kind];
     const int64_t ldd = Kp + 8;
     float *xd = fd ? malloc(sizeof(float) * (size_t)(M * ldd)) : NULL, *yd = fd ? malloc(sizeof(float) * (size_t)(M * 16)) : NULL;
     uint16_t *xdnan = fd ? malloc(sizeof(uint16_t) * (size_t)(M * Kp)) : NULL;
@@ -1283,7 +1283,8 @@ static void test_nvfp4_fixq_exact_blocks(void **st) {
  * with the subnormal codes (the pack marks the block, mr_pmatrix.tsub: the
  * AVX2 kernels decode it without fp32 subnormals) and with all but
  * MR_PACK_FP8_SUBNORMALS - 1 of them set to zero (not marked: the fast
- * decode, exact on fp32 subnormals too). */
+ * decode, exact on fp32 subnormals too); where the table takes x * 2^112
+ * from the caller (mr_uk_act.xd), with and without it. */
 static void test_fp8_kernels_all_codes(void **st) {
     (void)st;
     const int64_t N = 16, K = 128;
@@ -1298,7 +1299,7 @@ static void test_fp8_kernels_all_codes(void **st) {
     const mr_qmatrix *src[1] = {&q};
     mr_pmatrix pm;
     uint16_t *x = calloc(128 * 128, 2);
-    float *y = malloc(sizeof(float) * 128 * 16);
+    float *y = malloc(sizeof(float) * 128 * 16), *xd = malloc(sizeof(float) * 128 * 128);
     void *scratch = mr_aligned_alloc(64, MR_UK_SCRATCH);
     int seen[256] = {0};
     /* generic, AVX2, AVX-512 without BF16, the process table */
@@ -1318,8 +1319,11 @@ static void test_fp8_kernels_all_codes(void **st) {
         assert_int_equal(mr_pmatrix_pack(&pm, k.uk_pack[MR_UK_FP8_BF16], src, 1), MR_OK);
         assert_false(pm.has_nan);
         assert_int_equal(pm.tsub[0], !nosub);
-        for (int gemm = 0; gemm < 2; gemm++) {
-            mr_uk_act a = {.x = x, .ldx = 128, .post = 1.0f};
+        /* where the table's kernels take x * 2^112 (mr_uk_act.xd), once with it too */
+        for (int m = 0; m < 128; m++) mr_uk_xd_row(x + m * 128, 128, xd + m * 128);
+        for (int v = 0; v < (k.uk_xd[MR_UK_FP8_BF16] ? 4 : 2); v++) {
+            const int gemm = v & 1;
+            mr_uk_act a = {.x = x, .ldx = 128, .post = 1.0f, .xd = v & 2 ? xd : NULL, .ldxd = 128};
             (gemm ? k.uk_gemm : k.uk_gemv)[MR_UK_FP8_BF16].fn(&pm, 0, &a, 128, y, 16, scratch);
             for (int m = 0; m < 128; m++)
                 for (int d = 0; d < 16; d++) {
@@ -1360,7 +1364,7 @@ static void test_fp8_kernels_all_codes(void **st) {
         mr_pmatrix_free(&pm);
     }
     mr_aligned_free(scratch);
-    free(x), free(y);
+    free(x), free(y), free(xd);
 }
 
 /* Every pack of every format against its source: the scalar block decoders

@@ -135,7 +135,7 @@ int main(int argc, char **argv) {
     /* fp8 on AVX2: the gemv's x * 2^112 (mr_uk_act.xd), as the routed runner gives it, unless
      * HOT_UK_NOXD is set (the kernel then scales x per tile) */
     float *xd = malloc(sizeof(float) * (size_t)(MMAX * LDW));
-    if (kt->uk_gemv_xd[kind] && !getenv("HOT_UK_NOXD")) {
+    if (kt->uk_xd[kind] && !getenv("HOT_UK_NOXD")) {
         for (int64_t m = 0; m < MMAX; m++) mr_uk_xd_row((const uint16_t *)x + m * K, K, xd + m * LDW);
         a.xd = xd, a.ldxd = LDW;
     }

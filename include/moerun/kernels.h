@@ -186,7 +186,7 @@ typedef enum {
     MR_UK_BF16_F32,
     MR_UK_COUNT
 } mr_uk_kind;
-#define MR_UK_SCRATCH 16384
+#define MR_UK_SCRATCH 20480
 #define MR_UK_PREFETCH 16384 /* bytes the kernels' software prefetch runs ahead of their loads */
 #define MR_UK_MT 8 /* tokens per register block of the gemv kernels */
 
@@ -217,12 +217,13 @@ typedef struct {
     const int16_t *xql;
     const float *xqm;
     int64_t ldxq, ldxqm;
-    const float *xd;    /* FP8_BF16, where uk_gemv_xd[kind]: NULL, or x times 2^112 for the gemv,
-                           [M][ldxd] fp32 (mr_uk_xd_row): each 128-k block whose |x| are all
-                           below 2^16 holds x * 2^112 (exact), any other block NaN in its
-                           first value (the kernel forms that block from x). A caller that
-                           runs one x over many tiles scales it once instead of once per
-                           tile. The same bits as without it. */
+    const float *xd;    /* FP8_BF16, where uk_xd[kind]: NULL, or x times 2^112 for the gemv and
+                           the gemm (and uk_inv), [M][ldxd] fp32 (mr_uk_xd_row): each 128-k
+                           block whose |x| are all below 2^16 holds x * 2^112 (exact), any
+                           other block NaN in its first value (the kernel forms that block
+                           from x, or from xw where given). A caller that runs one x over
+                           many tiles scales it once instead of once per tile. The same
+                           bits as without it. */
     int64_t ldxd;
 } mr_uk_act;
 
@@ -363,7 +364,7 @@ typedef struct {
     bool uk_gemm_xw[MR_UK_COUNT]; /* per bf16-input kind: its gemm kernel reads mr_uk_act.xw
                                      (the fp32 FMA ones, which would otherwise widen x per tile) */
     bool uk_gemv_xq[MR_UK_COUNT]; /* its gemv kernel takes mr_uk_act.xq (NVFP4_BF16 on AVX2) */
-    bool uk_gemv_xd[MR_UK_COUNT]; /* its gemv kernel takes mr_uk_act.xd (FP8_BF16 on AVX2) */
+    bool uk_xd[MR_UK_COUNT]; /* its gemv and gemm kernels take mr_uk_act.xd (FP8_BF16 on AVX2) */
     struct {
         const char *name;
         mr_kern_xq_row_fn fn;

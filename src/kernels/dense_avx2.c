@@ -154,7 +154,7 @@ static void df_decode(const mr_pmatrix *P, const uint8_t *tile, const uint8_t *s
         for (int i = 0; i < 16 * DF_GROUP; i += 8)
             _mm256_store_ps(wb + i, _mm256_mul_ps(_mm256_load_ps(wb + i), _mm256_set1_ps(0x1p-8f)));
     } else {
-        fp8_decode_blk(tile + kb * 2048, wb, sub && sub[kb]);
+        fp8_decode_blk(tile + kb * 2048, wb, sub && sub[kb] ? 2 : 0);
     }
 }
 

@@ -289,6 +289,98 @@ static void uk_fp8_gemv(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int6
     fp8_gemv_run(W, t, a, M, y, ldy, scratch, 0);
 }
 
+/* The fp8 gemm, pipelined: the FMAs of block kb run over its decoded copy while the next block is
+ * decoded beside them into the other half of the scratch (FP8_WB floats each; the bf16 x of a
+ * token block converted after them, where a block reads neither xd nor xw). A block takes form 1
+ * (weights * 2^-120, x * 2^112 from mr_uk_act.xd) where every token has that form and the block
+ * is not marked (tsub), else the weights * 2^-8 (form 0, or 2 for a marked block) against x as is;
+ * the products, and so the bits, are the same every way. Only a form-1 next block is decoded
+ * beside the FMAs: its integer ops and stores then hide under them (dev/perf/hot_uk, 1 thread:
+ * 1.03-1.12x at 5-16 tokens), where a form-0 decode's four vmulps a pair competed for the FMA
+ * ports and gained nothing; the others are decoded after the block's FMAs. */
+enum { FP8_WB = 16 * XCH };
+
+/* e4m3x32_d's constants (the and mask, 2^12 for vpmaddwd), read through a pointer the compiler
+ * cannot see through: so they stay memory operands, where hoisted into registers beside 12
+ * accumulators they made f32_core_dec spill */
+static const uint32_t DEC_C[2][8] __attribute__((aligned(32))) = {
+    {0x87F00000u, 0x87F00000u, 0x87F00000u, 0x87F00000u, 0x87F00000u, 0x87F00000u, 0x87F00000u, 0x87F00000u},
+    {4096, 4096, 4096, 4096, 4096, 4096, 4096, 4096}};
+INL __m256i dec_const(int i) {
+    const __m256i *c = (const __m256i *)DEC_C[i];
+    __asm__ volatile("" : "+r"(c));
+    return _mm256_load_si256(c);
+}
+
+/* pair g of a 16 x 128 block (p at the block) into wb by e4m3x32_d, each vector stored as made
+ * (three registers beside f32_core's) */
+INL void fp8_pair_store_d(const uint8_t *p, int g, float *wb) {
+    const uint8_t *q = p + 32 * g;
+    __m256i *d = (__m256i *)(wb + 32 * g);
+    if ((g & 1) == 0) PF(q);
+    const __m256i v = _mm256_load_si256((const __m256i *)q), t = _mm256_slli_epi16(v, 8);
+    _mm256_store_si256(d, _mm256_and_si256(_mm256_madd_epi16(t, dec_const(1)), dec_const(0)));
+    _mm256_store_si256(d + 1, _mm256_and_si256(_mm256_madd_epi16(v, dec_const(1)), dec_const(0)));
+    _mm256_store_si256(d + 2, _mm256_and_si256(_mm256_srai_epi16(t, 4), dec_const(0)));
+    _mm256_store_si256(d + 3, _mm256_and_si256(_mm256_srai_epi16(v, 4), dec_const(0)));
+}
+
+/* f32_core over a 128-k block with, after each k pair g, pair g of the next block pn decoded
+ * into wn (pn NULL: f32_core) */
+INL void f32_core_dec(const float *wb, const float *x, int64_t ldx, __m256 acc[][2], const int MT, const uint8_t *pn,
+                      float *wn) {
+    if (!pn) {
+        f32_core(wb, x, ldx, 128, acc, MT);
+        return;
+    }
+    #pragma GCC unroll 8
+    for (int m = 0; m < MT; m++) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
+    for (int g = 0; g < 64; g++) {
+        #pragma GCC unroll 2
+        for (int j = 0; j < 2; j++) {
+            const int k = 2 * g + j;
+            const __m256 w0 = _mm256_load_ps(wb + 16 * k), w1 = _mm256_load_ps(wb + 16 * k + 8);
+            #pragma GCC unroll 8
+            for (int m = 0; m < MT; m++) {
+                const __m256 xv = _mm256_broadcast_ss(x + m * ldx + k);
+                acc[m][0] = _mm256_fmadd_ps(w0, xv, acc[m][0]);
+                acc[m][1] = _mm256_fmadd_ps(w1, xv, acc[m][1]);
+            }
+        }
+        fp8_pair_store_d(pn, g, wn);
+    }
+}
+
+/* tokens m0 .. m0 + MT - 1 over decoded block wb (the first token block of a block also decodes
+ * the next one: pn / wn, or NULL) */
+INL void fp8_gemm_tokens_n(const float *wb, const gemm_in *in, int64_t m0, float *y, int64_t ldy, int first,
+                           const uint8_t *pn, float *wn, float *xf, const int MT) {
+    const float *x;
+    int64_t ldx;
+    if (in->xf32) {
+        x = in->xf32 + m0 * in->ldx, ldx = in->ldx;
+    } else {
+        for (int m = 0; m < MT; m++) bf16_to_f32(in->xb16 + (m0 + m) * in->ldx, 128, xf + m * XCH);
+        x = xf, ldx = XCH;
+    }
+    __m256 acc[MTF][2];
+    f32_core_dec(wb, x, ldx, acc, MT, pn, wn);
+    #pragma GCC unroll 8
+    for (int m = 0; m < MT; m++) {
+        const __m256 s = _mm256_set1_ps(in->ss * (in->xs ? in->xs[(m0 + m) * in->ldxs] : 1.0f));
+        y_update(y + (m0 + m) * ldy, acc[m][0], acc[m][1], s, s, first);
+    }
+}
+
+/* the form of block kb (above) */
+static int fp8_blk_form(const mr_uk_act *a, const uint8_t *sub, int64_t kb, int64_t M) {
+    if (sub[kb]) return 2;
+    if (!a->xd) return 0;
+    for (int64_t m = 0; m < M; m++)
+        if (isnan(a->xd[m * a->ldxd + kb * 128])) return 0;
+    return 1;
+}
+
 static void uk_fp8_gemm(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_t M, float *y, int64_t ldy,
                         void *scratch) {
     if (W->has_nan) {
@@ -298,17 +390,34 @@ static void uk_fp8_gemm(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int6
     const uint8_t *tile = W->data + (size_t)t * W->tile_bytes;
     const float *bs = W->tscale + t * (W->Kp / 128);
     const uint8_t *sub = W->tsub + t * (W->Kp / 128);
-    float *wb = scratch_wb(scratch), *xf = scratch_xf(scratch);
-    for (int64_t kb = 0; kb < W->Kp / 128; kb++) {
-        const uint8_t *p = tile + kb * 2048;
-        if (sub[kb])
-            fp8_decode_blk(p, wb, 1);
-        else
-            fp8_decode_blk(p, wb, 0);
-        const gemm_in in = {.xb16 = (const uint16_t *)a->x + kb * 128, .xf32 = a->xw ? a->xw + kb * 128 : NULL,
-                            .ldx = a->xw ? a->ldxw : a->ldx, .xs = a->xs ? a->xs + kb : NULL, .ldxs = a->ldxs,
-                            .ss = 256.0f * bs[kb]};
-        gemm_tokens(wb, 128, 128, &in, M, y, ldy, xf, kb == 0);
+    float *wbuf[2] = {(float *)scratch, (float *)scratch + FP8_WB}, *xf = (float *)scratch + 2 * FP8_WB;
+    const int64_t nkb = W->Kp / 128;
+    int D = fp8_blk_form(a, sub, 0, M);
+    fp8_decode_blk(tile, wbuf[0], D);
+    for (int64_t kb = 0; kb < nkb; kb++) {
+        const int Dn = kb + 1 < nkb ? fp8_blk_form(a, sub, kb + 1, M) : -1;
+        const uint8_t *pn = tile + (kb + 1) * 2048;
+        float *wb = wbuf[kb & 1], *wn = wbuf[(kb + 1) & 1];
+        gemm_in in = {.xb16 = (const uint16_t *)a->x + kb * 128, .xf32 = a->xw ? a->xw + kb * 128 : NULL,
+                      .ldx = a->xw ? a->ldxw : a->ldx, .xs = a->xs ? a->xs + kb : NULL, .ldxs = a->ldxs,
+                      .ss = 256.0f * bs[kb]};
+        if (D == 1) in.xb16 = NULL, in.xf32 = a->xd + kb * 128, in.ldx = a->ldxd;
+        for (int64_t m0 = 0, mt; m0 < M; m0 += mt) {
+            mt = mr__uk_token_block(M - m0, MTF);
+            const uint8_t *p1 = m0 == 0 && Dn == 1 ? pn : NULL;
+#define TOK(n) fp8_gemm_tokens_n(wb, &in, m0, y, ldy, kb == 0, p1, wn, xf, n)
+            switch (mt) {
+            case 1: TOK(1); break;
+            case 2: TOK(2); break;
+            case 3: TOK(3); break;
+            case 4: TOK(4); break;
+            case 5: TOK(5); break;
+            default: TOK(6); break;
+            }
+#undef TOK
+        }
+        if (Dn == 0 || Dn == 2) fp8_decode_blk(pn, wn, Dn);
+        D = Dn;
     }
     apply_post(y, ldy, M, a->post * W->scale2);
 }
@@ -720,12 +829,13 @@ void mr__uk_fill_avx2(mr_kernels *k) {
         k->uk_pack[i] = e[i].pack;
         k->uk_instr[i] = e[i].instr;
     }
-    k->uk_gemm_xw[MR_UK_FP8_BF16] = k->uk_gemm_xw[MR_UK_NVFP4_BF16] = k->uk_gemm_xw[MR_UK_BF16_BF16] = true;
+    k->uk_gemm_xw[MR_UK_NVFP4_BF16] = k->uk_gemm_xw[MR_UK_BF16_BF16] = true;
     /* fp8's: the gemv with one chain a token up to the gemm threshold, which reads the widened x too */
     k->uk_inv[MR_UK_FP8_BF16] = (mr_uk_entry){"uk_fp8_bf16_avx2_16x4_l1_16x128x6_inv", uk_fp8_inv};
     k->uk_gemm_min_m = FP8_GEMM_MIN_M; /* past MTV the gemv decodes once per 4 tokens; the gemm once */
     k->uk_gemv_xq[MR_UK_NVFP4_BF16] = true;
-    k->uk_gemv_xd[MR_UK_FP8_BF16] = true; /* x * 2^112 once per expert chunk, not per tile (hot_uk: 1.15x at M 2-4) */
+    /* fp8: x * 2^112 once per expert chunk for the gemv and the gemm (not per tile), in place of the widened x */
+    k->uk_xd[MR_UK_FP8_BF16] = true;
     k->xq_row.name = "xq_row_avx2";
     k->xq_row.fn = xq_row_avx2;
     k->uk_stream.name = "uk_stream_avx2";

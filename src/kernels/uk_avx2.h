@@ -108,12 +108,15 @@ INL void e4m3x32_x(const uint8_t *p, __m256 o[4]) {
     }
 }
 
-/* a 16 x 128 block to fp32 * 2^-8 in scratch (X: by e4m3x32_x) */
-INL void fp8_decode_blk(const uint8_t *p, float *wb, const int X) {
+/* a 16 x 128 block to fp32 in scratch by form D: 0 e4m3x32_s8 (* 2^-8), 1 e4m3x32_d (* 2^-120,
+ * for x times 2^112), 2 e4m3x32_x (* 2^-8 without an fp32 subnormal) */
+INL void fp8_decode_blk(const uint8_t *p, float *wb, const int D) {
     for (int k = 0; k < 128; k += 2) {
         if ((k & 3) == 0) PF(p + 16 * k);
         __m256 o[4];
-        if (X)
+        if (D == 1)
+            e4m3x32_d(p + 16 * k, o);
+        else if (D == 2)
             e4m3x32_x(p + 16 * k, o);
         else
             e4m3x32_s8(p + 16 * k, o);

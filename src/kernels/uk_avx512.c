@@ -473,7 +473,7 @@ void mr__uk_fill_avx512(mr_kernels *k) {
      * 16); a gemv call of 5+ tokens sums as the gemm does (fp8_gemv_body), so this changes no result */
     k->uk_gemm_min_m = FP8_F32_GEMM_MIN_M;
     for (int i = 0; i < MR_UK_COUNT; i++) /* the AVX2 level below set them for its own kernels */
-        k->uk_gemm_xw[i] = k->uk_gemv_xq[i] = k->uk_gemv_xd[i] = false;
+        k->uk_gemm_xw[i] = k->uk_gemv_xq[i] = k->uk_xd[i] = false;
     k->uk_gemv_xq[MR_UK_NVFP4_BF16] = true; /* x as fixed point for the gemv (xq_row: the AVX2 level's) */
     k->uk_gemm_xw[MR_UK_FP8_BF16] = true; /* x widened once per expert chunk */
     static const mr_pack_id pk[MR_UK_COUNT] = {MR_PACK_FP8_R16K4, MR_PACK_NVFP4_R16K16, MR_PACK_NVFP4_R16K16B,

@@ -73,13 +73,13 @@ static const float *widen_rows(const uint16_t *x, int64_t ld, int64_t mm, float 
     return xw;
 }
 
-/* the FP8 gemv's x * 2^112 (mr_uk_act.xd) of mm rows of bf16 x over the kp values the tiles
+/* the FP8 kernels' x * 2^112 (mr_uk_act.xd) of mm rows of bf16 x over the kp values the tiles
  * read, in the same buffer and rows as widen_rows', or NULL where the call takes none (no
- * buffer, not the gemv): made once per expert chunk and reused as widen_rows' copy is, in place
- * of the kernel's own scaling of every 128 values per tile (dev/perf/hot_uk, AVX2: 1.12-1.16x
- * at 2-4 tokens) */
-static const float *xd_rows(const uint16_t *x, int64_t ld, int64_t kp, int64_t mm, float *xw, bool gemv, xw_held *h) {
-    if (!xw || !gemv) return NULL;
+ * buffer, the stream-only kernel): made once per expert chunk and reused as widen_rows' copy is,
+ * in place of the gemv's own scaling of every 128 values per tile (dev/perf/hot_uk, AVX2:
+ * 1.12-1.16x at 2-4 tokens) and of the widened x of the gemm */
+static const float *xd_rows(const uint16_t *x, int64_t ld, int64_t kp, int64_t mm, float *xw, bool use, xw_held *h) {
+    if (!xw || !use) return NULL;
     if (h->rows == (const void *)x && h->scaled) return xw;
     for (int64_t m = 0; m < mm; m++) mr_uk_xd_row(x + m * ld, kp, xw + m * MR__XW_LD(ld));
     *h = (xw_held){x, true};
@@ -199,7 +199,8 @@ mr_status mr__routed_experts(mr_moe_ctx *c, const mr_moe_weights *w, const mr_a2
                                  ~(uintptr_t)63);
         float *xw = s->widen || s->xd ? (float *)((uintptr_t)((char *)scratch + MR_UK_SCRATCH + 63) & ~(uintptr_t)63)
                                        : NULL;
-        float *xw_gemm = s->widen ? xw : NULL, *xw_gemv = s->xd ? xw : NULL;
+        /* one form a kind: where the kernels take x * 2^112 they take no widened x */
+        float *xw_gemm = s->widen && !s->xd ? xw : NULL, *xw_xd = s->xd ? xw : NULL;
         xw_held held = {0};
         float *xqb = s->fixq ? (float *)((uintptr_t)((char *)scratch + MR_UK_SCRATCH + 63) & ~(uintptr_t)63) +
                                    (xw ? (size_t)128 * (size_t)MR__XW_LD(s->ld1 > s->ld2 ? s->ld1 : s->ld2) + 16 : 0)
@@ -232,7 +233,7 @@ mr_status mr__routed_experts(mr_moe_ctx *c, const mr_moe_weights *w, const mr_a2
                 const void *xr = row_at((void *)x1, s0, s->ld1, es);
                 const bool gemm = !fn_stream && mm >= K->uk_gemm_min_m, gemv = !fn_stream && !gemm;
                 const float *xwr = widen_rows(xr, s->ld1, mm, xw_gemm, gemm, &held);
-                const float *xdr = xd_rows(xr, s->ld1, W->Kp, mm, xw_gemv, gemv, &held);
+                const float *xdr = xd_rows(xr, s->ld1, W->Kp, mm, xw_xd, !fn_stream, &held);
                 mr_uk_act in = {.x = xr, .ldx = s->ld1, .xs = xs1 ? xs1 + s0 * s->nxs1 : NULL, .ldxs = s->nxs1,
                                       .xb = xb1 ? xb1 + s0 * s->nxb1 : NULL, .ldb = s->nxb1, .post = post1,
                                       .xs_group = s->xs_group, .xw = xwr, .ldxw = MR__XW_LD(s->ld1), .xd = xdr,
@@ -269,7 +270,7 @@ mr_status mr__routed_experts(mr_moe_ctx *c, const mr_moe_weights *w, const mr_a2
                 const void *xr = row_at(s->x2, s0, s->ld2, es);
                 const bool gemm = !fn_stream && mm >= K->uk_gemm_min_m, gemv = !fn_stream && !gemm;
                 const float *xwr = widen_rows(xr, s->ld2, mm, xw_gemm, gemm, &held);
-                const float *xdr = xd_rows(xr, s->ld2, W->Kp, mm, xw_gemv, gemv, &held);
+                const float *xdr = xd_rows(xr, s->ld2, W->Kp, mm, xw_xd, !fn_stream, &held);
                 mr_uk_act in = {.x = xr, .ldx = s->ld2, .xs = s->use_xs ? s->xs2 + s0 * s->nxs2 : NULL,
                                       .ldxs = s->nxs2, .xb = s->xb2 ? s->xb2 + s0 * s->nxb2 : NULL, .ldb = s->nxb2,
                                       .post = post2, .xs_group = s->xs_group, .xw = xwr, .ldxw = MR__XW_LD(s->ld2),

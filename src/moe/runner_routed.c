@@ -54,7 +54,7 @@ static mr_status routed_ctx_new(mr_moe_ctx *c) {
      * only the bf16-input kinds set it (test_packed_kernels_all_tables checks every table) */
     s->widen = c->kern->uk_gemm_xw[s->kind];
     /* the fp8 gemv on AVX2 takes x * 2^112 once per expert chunk, in the same buffer */
-    s->xd = c->kern->uk_gemv_xd[s->kind];
+    s->xd = c->kern->uk_xd[s->kind];
     const size_t nxw =
         s->widen || s->xd ? (size_t)128 * (size_t)MR__XW_LD(s->ld1 > s->ld2 ? s->ld1 : s->ld2) + 16 : 0;
     /* the gemv kernels that take x as 16-bit fixed point get it once per expert chunk too */

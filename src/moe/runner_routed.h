@@ -21,7 +21,7 @@ typedef struct {
     int xs_group;           /* w4a8: one multiplier per 128 columns, replicated per 16 */
     bool widen;             /* the gemm kernels take x widened to fp32 (mr_kernels.uk_gemm_xw[kind]) */
     bool fixq;              /* the gemv takes x as fixed point (mr_kernels.uk_gemv_xq[kind]) */
-    bool xd;                /* the gemv takes x * 2^112 (mr_kernels.uk_gemv_xd[kind]) */
+    bool xd;                /* the gemv and gemm take x * 2^112 (mr_kernels.uk_xd[kind]) */
     /* GEMM1 input rows (the context's row planes): x [ld1] elements, xs [nxs1], xb [nxb1] */
     int64_t ld1, nxs1, nxb1;
     /* GEMM2 input rows, [max_recv] each: x2 [ld2] elements, xs2 [nxs2], xb2 [nxb2] */
@@ -32,8 +32,8 @@ typedef struct {
     int32_t *act;           /* [n_local] the local experts with rows in this call */
     /* per thread: gate, up [128][128], y [128][128], a row of max(H, Ip), the
      * multipliers of a row the kernels do not take, kernel scratch, where
-     * widen or xd is set 128 rows of max(ld1, ld2) fp32 for the widened x (or the gemv's
-     * x * 2^112), and where
+     * widen or xd is set 128 rows of max(ld1, ld2) fp32 for the widened x (or x * 2^112),
+     * and where
      * fixq is set MR_UK_MT rows of fixed-point x and their block multipliers
      * (MR__XQ_FLOATS) */
     float *tmp;
