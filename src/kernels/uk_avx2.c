@@ -74,19 +74,21 @@ INL void bf16_to_f32(const uint16_t *x, int n, float *dst) {
 /* ---------------- the fp32 register-blocked core (gemm kernels) ----------------
  * acc[m] (rows 0-7, 8-15) = sum_{k < nk} wb[k][0..15] * x[m][k]; wb 32-byte
  * aligned [nk][16] fp32 in scratch, x fp32 rows ldx apart. */
+/* column k of wb into the MT tokens' sums: 2 loads, MT broadcasts, 2 MT FMAs */
+INL void f32_step(const float *wb, const float *x, int64_t ldx, int k, __m256 acc[][2], const int MT) {
+    const __m256 w0 = _mm256_load_ps(wb + 16 * k), w1 = _mm256_load_ps(wb + 16 * k + 8);
+    #pragma GCC unroll 8
+    for (int m = 0; m < MT; m++) {
+        const __m256 xv = _mm256_broadcast_ss(x + m * ldx + k);
+        acc[m][0] = _mm256_fmadd_ps(w0, xv, acc[m][0]);
+        acc[m][1] = _mm256_fmadd_ps(w1, xv, acc[m][1]);
+    }
+}
 INL void f32_core(const float *wb, const float *x, int64_t ldx, int nk, __m256 acc[][2], const int MT) {
     #pragma GCC unroll 8
     for (int m = 0; m < MT; m++) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
     #pragma GCC unroll 2
-    for (int k = 0; k < nk; k++) {
-        const __m256 w0 = _mm256_load_ps(wb + 16 * k), w1 = _mm256_load_ps(wb + 16 * k + 8);
-        #pragma GCC unroll 8
-        for (int m = 0; m < MT; m++) {
-            const __m256 xv = _mm256_broadcast_ss(x + m * ldx + k);
-            acc[m][0] = _mm256_fmadd_ps(w0, xv, acc[m][0]);
-            acc[m][1] = _mm256_fmadd_ps(w1, xv, acc[m][1]);
-        }
-    }
+    for (int k = 0; k < nk; k++) f32_step(wb, x, ldx, k, acc, MT);
 }
 
 /* The token loop of the gemm kernels over one decoded chunk wb [nk][16]:
@@ -336,17 +338,8 @@ INL void f32_core_dec(const float *wb, const float *x, int64_t ldx, __m256 acc[]
     #pragma GCC unroll 8
     for (int m = 0; m < MT; m++) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
     for (int g = 0; g < 64; g++) {
-        #pragma GCC unroll 2
-        for (int j = 0; j < 2; j++) {
-            const int k = 2 * g + j;
-            const __m256 w0 = _mm256_load_ps(wb + 16 * k), w1 = _mm256_load_ps(wb + 16 * k + 8);
-            #pragma GCC unroll 8
-            for (int m = 0; m < MT; m++) {
-                const __m256 xv = _mm256_broadcast_ss(x + m * ldx + k);
-                acc[m][0] = _mm256_fmadd_ps(w0, xv, acc[m][0]);
-                acc[m][1] = _mm256_fmadd_ps(w1, xv, acc[m][1]);
-            }
-        }
+        f32_step(wb, x, ldx, 2 * g, acc, MT);
+        f32_step(wb, x, ldx, 2 * g + 1, acc, MT);
         fp8_pair_store_d(pn, g, wn);
     }
 }
