@@ -979,7 +979,8 @@ static void test_packed_kernels_all_tables(void **st) {
  * AVX512-FP16) where it has them, made batch-invariant. (1) Each kind's kernel gives token m of a
  * call of M tokens the bits of a call of that token alone, for M = 1 .. 40 across every register
  * block size, with and without the per-block multipliers (and w4a8's shared ones), x rows with
- * padding between them, the widened x where the kernel reads it. (2) The reference checks of the
+ * padding between them, the widened x or x * 2^112 where the kernel reads it (with tokens that
+ * lack the latter in a block). (2) The reference checks of the
  * packed kernels above on the same tables, so an invariant entry left over from a level below that
  * takes another pack fails. The fastest tables fail (1) on the FMA levels (their gemv gives 1-4
  * tokens more accumulator chains; test_engine's deterministic test counts the logits that differ). */
@@ -1009,8 +1010,8 @@ static void tokens_alone(const mr_kernels *k, const ukcase *uc, bool use_xs, int
                 xb[m * ldb + i / 16] -= 12 * v;
             } else if (f32) {
                 ((float *)x)[m * ldx + i] = tu_normal(&r) * (m % 3 ? 1.0f : 300.0f);
-            } else {
-                const uint16_t b = mr_f32_to_bf16(tu_normal(&r) * (m % 3 ? 1.0f : 300.0f));
+            } else { /* and one value >= 2^16 in the second 128-k block of every fifth token (no xd form) */
+                const uint16_t b = mr_f32_to_bf16(m % 5 == 4 && i == 130 ? 1e5f : tu_normal(&r) * (m % 3 ? 1.0f : 300.0f));
                 ((uint16_t *)x)[m * ldx + i] = b;
                 xw[m * ldw + i] = mr_bf16_to_f32(b);
             }
@@ -1019,7 +1020,9 @@ static void tokens_alone(const mr_kernels *k, const ukcase *uc, bool use_xs, int
     if (xs_group > 1)
         for (int64_t m = 0; m < MMAX; m++)
             for (int64_t b = 0; b < nbk; b++) xs[m * nbk + b] = xs[m * nbk + b / xs_group * xs_group];
-    const bool wid = k->uk_gemm_xw[uc->kind];
+    const bool wid = k->uk_gemm_xw[uc->kind], fd = k->uk_xd[uc->kind]; /* the caller's x * 2^112 where taken */
+    float *xd = calloc((size_t)(MMAX * ldw), sizeof(float));
+    for (int64_t m = 0; fd && m < MMAX; m++) mr_uk_xd_row((const uint16_t *)x + m * ldx, Kp, xd + m * ldw);
     const mr_uk_fn fn = k->uk_gemm[uc->kind].fn;
     assert_ptr_equal(fn, k->uk_gemv[uc->kind].fn);
     float *y = malloc(sizeof(float) * MMAX * 16), y1[16];
@@ -1029,13 +1032,15 @@ static void tokens_alone(const mr_kernels *k, const ukcase *uc, bool use_xs, int
         for (int64_t t = 0; t < pm.n_tiles; t++) {
             const int64_t M = Ms[mi];
             const mr_uk_act a = {.x = x, .ldx = ldx, .xs = use_xs ? xs : NULL, .ldxs = nbk, .xb = xb, .ldb = ldb,
-                                 .post = i8 ? 0.75f : 1.0f, .xs_group = xs_group, .xw = wid ? xw : NULL, .ldxw = ldw};
+                                 .post = i8 ? 0.75f : 1.0f, .xs_group = xs_group, .xw = wid ? xw : NULL, .ldxw = ldw,
+                                 .xd = fd ? xd : NULL, .ldxd = ldw};
             fn(&pm, t, &a, M, y, 16, scratch);
             for (int64_t m = 0; m < M; m++) {
                 mr_uk_act a1 = a;
                 a1.x = x + (size_t)(m * ldx) * es, a1.xb = xb + m * ldb;
                 a1.xs = use_xs ? xs + m * nbk : NULL;
                 a1.xw = wid ? xw + m * ldw : NULL;
+                a1.xd = fd ? xd + m * ldw : NULL;
                 fn(&pm, t, &a1, 1, y1, 16, scratch);
                 if (memcmp(y1, y + m * 16, sizeof y1))
                     fail_msg("%s (%s table, xs %d group %d): tile %lld token %lld of %lld differs from the token alone",
@@ -1046,7 +1051,7 @@ static void tokens_alone(const mr_kernels *k, const ukcase *uc, bool use_xs, int
     mr_pmatrix_free(&pm);
     mr_qmatrix_free(&q);
     mr_aligned_free(scratch);
-    free(w), free(x), free(xw), free(xs), free(xb), free(y);
+    free(w), free(x), free(xw), free(xd), free(xs), free(xb), free(y);
 }
 
 static void test_batch_invariant_tables(void **st) {

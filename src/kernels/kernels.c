@@ -185,7 +185,7 @@ void mr_kernels_init(mr_kernels *k, uint32_t flags) {
 void mr_kernels_batch_invariant(mr_kernels *k) {
     for (int i = 0; i < MR_UK_COUNT; i++) {
         MR_ASSERT(k->uk_inv[i].fn != NULL);
-        k->uk_gemv_xq[i] = k->uk_xd[i] = false;
+        k->uk_gemv_xq[i] = false; /* (uk_xd stays: the invariant kernels that take xd read it, same bits) */
         k->uk_gemv[i].name = k->uk_gemm[i].name = k->uk_inv[i].name;
         k->uk_gemv[i].fn = k->uk_gemm[i].fn = k->uk_inv[i].fn;
     }

@@ -19,10 +19,12 @@
  *               Intel core a microcode assist (~30 cycles an FMA, ~100 a
  *               multiply; none on Zen), and uniform random codes made the
  *               layer 30x slower there (bench/README.md).
- *  fp8 gemm     a 16x128 block decoded once to fp32 * 2^-8 in scratch (L1;
- *               e4m3x32_x for a marked block), then 6-token register
- *               blocks: 2 loads + 6 broadcasts + 12 FMAs per k (the shared
- *               f32_core).
+ *  fp8 gemm     a 16x128 block decoded once into scratch (L1), then 6-token
+ *               register blocks: 2 loads + 6 broadcasts + 12 FMAs per k
+ *               (the shared f32_core); pipelined: where every token has
+ *               x * 2^112 from the caller (mr_uk_act.xd), the next block is
+ *               decoded (times 2^-120) beside the FMAs of the current one,
+ *               else times 2^-8 after them (e4m3x32_x for a marked block).
  *  nvfp4_i8     vpshufb nibble -> u8 = 2*e2m1 + 12 (8 rows x 4 k per ymm),
  *               vpmaddubsw with the broadcast dword of 4 int8 activations
  *               (int16 lanes: row x pair), 4 summed in int16, vpmaddwd with
@@ -42,9 +44,10 @@
  *               int8, two unpacks to int16, vpmaddwd + vpaddd per token.
  *  bf16         bf16 pairs widened exactly (shift / mask); gemv: FMAs with
  *               broadcast fp32 x; gemm: decoded to scratch, then f32_core.
- * The gemm kernels of the bf16-input kinds take x widened to fp32 from the
- * caller (mr_uk_act.xw; this table sets their uk_gemm_xw): widening it here, per
- * tile, cost ~20% of a tile at 16-64 tokens (bench/README.md, Zen 2).
+ * The gemm kernels of the other bf16-input kinds take x widened to fp32 from
+ * the caller (mr_uk_act.xw; this table sets their uk_gemm_xw): widening it here,
+ * per tile, cost ~20% of a tile at 16-64 tokens (bench/README.md, Zen 2); fp8's
+ * take x * 2^112 (uk_xd) instead.
  * Weight streams are prefetched MR_UK_PREFETCH bytes ahead into L2 and, for
  * the decode-heavy gemv kernels, into L1 too (PF_FP8, PF_NV below). */
 #include <math.h>
@@ -823,7 +826,7 @@ void mr__uk_fill_avx2(mr_kernels *k) {
         k->uk_instr[i] = e[i].instr;
     }
     k->uk_gemm_xw[MR_UK_NVFP4_BF16] = k->uk_gemm_xw[MR_UK_BF16_BF16] = true;
-    /* fp8's: the gemv with one chain a token up to the gemm threshold, which reads the widened x too */
+    /* fp8's: the gemv with one chain a token up to the gemm threshold, the gemm from there (both read xd) */
     k->uk_inv[MR_UK_FP8_BF16] = (mr_uk_entry){"uk_fp8_bf16_avx2_16x4_l1_16x128x6_inv", uk_fp8_inv};
     k->uk_gemm_min_m = FP8_GEMM_MIN_M; /* past MTV the gemv decodes once per 4 tokens; the gemm once */
     k->uk_gemv_xq[MR_UK_NVFP4_BF16] = true;
