@@ -53,7 +53,7 @@ static mr_status routed_ctx_new(mr_moe_ctx *c) {
     /* the fp32-FMA gemm kernels take x widened to fp32 once per expert chunk (expert_packed.c);
      * only the bf16-input kinds set it (test_packed_kernels_all_tables checks every table) */
     s->widen = c->kern->uk_gemm_xw[s->kind];
-    /* the fp8 gemv on AVX2 takes x * 2^112 once per expert chunk, in the same buffer */
+    /* the fp8 kernels on AVX2 take x * 2^112 once per expert chunk, in the same buffer */
     s->xd = c->kern->uk_xd[s->kind];
     const size_t nxw =
         s->widen || s->xd ? (size_t)128 * (size_t)MR__XW_LD(s->ld1 > s->ld2 ? s->ld1 : s->ld2) + 16 : 0;

@@ -33,8 +33,7 @@ typedef struct {
     /* per thread: gate, up [128][128], y [128][128], a row of max(H, Ip), the
      * multipliers of a row the kernels do not take, kernel scratch, where
      * widen or xd is set 128 rows of max(ld1, ld2) fp32 for the widened x (or x * 2^112),
-     * and where
-     * fixq is set MR_UK_MT rows of fixed-point x and their block multipliers
+     * and where fixq is set MR_UK_MT rows of fixed-point x and their block multipliers
      * (MR__XQ_FLOATS) */
     float *tmp;
     int64_t tmp_stride;
