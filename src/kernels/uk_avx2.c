@@ -94,6 +94,48 @@ INL void f32_core(const float *wb, const float *x, int64_t ldx, int nk, __m256 a
     for (int k = 0; k < nk; k++) f32_step(wb, x, ldx, k, acc, MT);
 }
 
+/* e4m3x32_d's constants (the and mask, 2^12 for vpmaddwd), read through a pointer the compiler
+ * cannot see through: so they stay memory operands, where hoisted into registers beside 12
+ * accumulators they made f32_core_dec spill */
+static const uint32_t DEC_C[2][8] __attribute__((aligned(32))) = {
+    {0x87F00000u, 0x87F00000u, 0x87F00000u, 0x87F00000u, 0x87F00000u, 0x87F00000u, 0x87F00000u, 0x87F00000u},
+    {4096, 4096, 4096, 4096, 4096, 4096, 4096, 4096}};
+INL __m256i dec_const(int i) {
+    const __m256i *c = (const __m256i *)DEC_C[i];
+    __asm__ volatile("" : "+r"(c));
+    return _mm256_load_si256(c);
+}
+
+/* pair g of a 16 x 128 block (p at the block) into wb by e4m3x32_d, each vector stored as made
+ * (three registers beside f32_core's) */
+INL void fp8_pair_store_d(const uint8_t *p, int g, float *wb) {
+    const uint8_t *q = p + 32 * g;
+    __m256i *d = (__m256i *)(wb + 32 * g);
+    if ((g & 1) == 0) PF(q);
+    const __m256i v = _mm256_load_si256((const __m256i *)q), t = _mm256_slli_epi16(v, 8);
+    _mm256_store_si256(d, _mm256_and_si256(_mm256_madd_epi16(t, dec_const(1)), dec_const(0)));
+    _mm256_store_si256(d + 1, _mm256_and_si256(_mm256_madd_epi16(v, dec_const(1)), dec_const(0)));
+    _mm256_store_si256(d + 2, _mm256_and_si256(_mm256_srai_epi16(t, 4), dec_const(0)));
+    _mm256_store_si256(d + 3, _mm256_and_si256(_mm256_srai_epi16(v, 4), dec_const(0)));
+}
+
+/* f32_core over nk k, and where pn is given (nk 128) after each k pair g, pair g of the next
+ * 16 x 128 FP8 block pn decoded into wn */
+INL void f32_core_dec(const float *wb, const float *x, int64_t ldx, int nk, __m256 acc[][2], const int MT,
+                      const uint8_t *pn, float *wn) {
+    if (!pn) {
+        f32_core(wb, x, ldx, nk, acc, MT);
+        return;
+    }
+    #pragma GCC unroll 8
+    for (int m = 0; m < MT; m++) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
+    for (int g = 0; g < 64; g++) {
+        f32_step(wb, x, ldx, 2 * g, acc, MT);
+        f32_step(wb, x, ldx, 2 * g + 1, acc, MT);
+        fp8_pair_store_d(pn, g, wn);
+    }
+}
+
 /* The token loop of the gemm kernels over one decoded chunk wb [nk][16]:
  * tokens in balanced blocks of up to MTF; x rows are bf16 (converted into
  * xf, [MTF][XCH] in scratch) or fp32 (xf32 != NULL, used in place); segments
@@ -110,7 +152,7 @@ typedef struct {
 } gemm_in;
 
 INL void gemm_tokens_n(const float *wb, int nk, int seg, const gemm_in *in, int64_t m0, float *y, int64_t ldy,
-                       float *xf, int first, const int MT) {
+                       float *xf, int first, const uint8_t *pn, float *wn, const int MT) {
     const float *x;
     int64_t ldx;
     if (in->xf32) {
@@ -120,8 +162,12 @@ INL void gemm_tokens_n(const float *wb, int nk, int seg, const gemm_in *in, int6
         x = xf, ldx = XCH;
     }
     __m256 acc[MTF][2];
+    if (pn) seg = nk; /* (128: one segment) */
     for (int s0 = 0, si = 0; s0 < nk; s0 += seg, si++) {
-        f32_core(wb + 16 * s0, x + s0, ldx, seg, acc, MT);
+        if (pn)
+            f32_core_dec(wb, x, ldx, 128, acc, MT, pn, wn);
+        else
+            f32_core(wb + 16 * s0, x + s0, ldx, seg, acc, MT);
         #pragma GCC unroll 8
         for (int m = 0; m < MT; m++) {
             const __m256 s = _mm256_set1_ps(in->ss * (in->xs ? in->xs[(m0 + m) * in->ldxs + si] : 1.0f));
@@ -130,17 +176,19 @@ INL void gemm_tokens_n(const float *wb, int nk, int seg, const gemm_in *in, int6
     }
 }
 
+/* pn (or NULL): the next 16 x 128 FP8 block, decoded into wn beside the first token block's FMAs
+ * (nk = seg = 128; uk_fp8_gemm) */
 static void gemm_tokens(const float *wb, int nk, int seg, const gemm_in *in, int64_t M, float *y, int64_t ldy,
-                        float *xf, int first) {
-    for (int64_t m0 = 0, mt; m0 < M; m0 += mt) {
+                        float *xf, int first, const uint8_t *pn, float *wn) {
+    for (int64_t m0 = 0, mt; m0 < M; m0 += mt, pn = NULL) {
         mt = mr__uk_token_block(M - m0, MTF);
         switch (mt) {
-        case 1: gemm_tokens_n(wb, nk, seg, in, m0, y, ldy, xf, first, 1); break;
-        case 2: gemm_tokens_n(wb, nk, seg, in, m0, y, ldy, xf, first, 2); break;
-        case 3: gemm_tokens_n(wb, nk, seg, in, m0, y, ldy, xf, first, 3); break;
-        case 4: gemm_tokens_n(wb, nk, seg, in, m0, y, ldy, xf, first, 4); break;
-        case 5: gemm_tokens_n(wb, nk, seg, in, m0, y, ldy, xf, first, 5); break;
-        default: gemm_tokens_n(wb, nk, seg, in, m0, y, ldy, xf, first, 6); break;
+        case 1: gemm_tokens_n(wb, nk, seg, in, m0, y, ldy, xf, first, pn, wn, 1); break;
+        case 2: gemm_tokens_n(wb, nk, seg, in, m0, y, ldy, xf, first, pn, wn, 2); break;
+        case 3: gemm_tokens_n(wb, nk, seg, in, m0, y, ldy, xf, first, pn, wn, 3); break;
+        case 4: gemm_tokens_n(wb, nk, seg, in, m0, y, ldy, xf, first, pn, wn, 4); break;
+        case 5: gemm_tokens_n(wb, nk, seg, in, m0, y, ldy, xf, first, pn, wn, 5); break;
+        default: gemm_tokens_n(wb, nk, seg, in, m0, y, ldy, xf, first, pn, wn, 6); break;
         }
     }
 }
@@ -305,69 +353,6 @@ static void uk_fp8_gemv(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int6
  * ports and gained nothing; the others are decoded after the block's FMAs. */
 enum { FP8_WB = 16 * XCH };
 
-/* e4m3x32_d's constants (the and mask, 2^12 for vpmaddwd), read through a pointer the compiler
- * cannot see through: so they stay memory operands, where hoisted into registers beside 12
- * accumulators they made f32_core_dec spill */
-static const uint32_t DEC_C[2][8] __attribute__((aligned(32))) = {
-    {0x87F00000u, 0x87F00000u, 0x87F00000u, 0x87F00000u, 0x87F00000u, 0x87F00000u, 0x87F00000u, 0x87F00000u},
-    {4096, 4096, 4096, 4096, 4096, 4096, 4096, 4096}};
-INL __m256i dec_const(int i) {
-    const __m256i *c = (const __m256i *)DEC_C[i];
-    __asm__ volatile("" : "+r"(c));
-    return _mm256_load_si256(c);
-}
-
-/* pair g of a 16 x 128 block (p at the block) into wb by e4m3x32_d, each vector stored as made
- * (three registers beside f32_core's) */
-INL void fp8_pair_store_d(const uint8_t *p, int g, float *wb) {
-    const uint8_t *q = p + 32 * g;
-    __m256i *d = (__m256i *)(wb + 32 * g);
-    if ((g & 1) == 0) PF(q);
-    const __m256i v = _mm256_load_si256((const __m256i *)q), t = _mm256_slli_epi16(v, 8);
-    _mm256_store_si256(d, _mm256_and_si256(_mm256_madd_epi16(t, dec_const(1)), dec_const(0)));
-    _mm256_store_si256(d + 1, _mm256_and_si256(_mm256_madd_epi16(v, dec_const(1)), dec_const(0)));
-    _mm256_store_si256(d + 2, _mm256_and_si256(_mm256_srai_epi16(t, 4), dec_const(0)));
-    _mm256_store_si256(d + 3, _mm256_and_si256(_mm256_srai_epi16(v, 4), dec_const(0)));
-}
-
-/* f32_core over a 128-k block with, after each k pair g, pair g of the next block pn decoded
- * into wn (pn NULL: f32_core) */
-INL void f32_core_dec(const float *wb, const float *x, int64_t ldx, __m256 acc[][2], const int MT, const uint8_t *pn,
-                      float *wn) {
-    if (!pn) {
-        f32_core(wb, x, ldx, 128, acc, MT);
-        return;
-    }
-    #pragma GCC unroll 8
-    for (int m = 0; m < MT; m++) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
-    for (int g = 0; g < 64; g++) {
-        f32_step(wb, x, ldx, 2 * g, acc, MT);
-        f32_step(wb, x, ldx, 2 * g + 1, acc, MT);
-        fp8_pair_store_d(pn, g, wn);
-    }
-}
-
-/* tokens m0 .. m0 + MT - 1 over decoded block wb (the first token block of a block also decodes
- * the next one: pn / wn, or NULL) */
-INL void fp8_gemm_tokens_n(const float *wb, const gemm_in *in, int64_t m0, float *y, int64_t ldy, int first,
-                           const uint8_t *pn, float *wn, float *xf, const int MT) {
-    const float *x;
-    int64_t ldx;
-    if (in->xf32) {
-        x = in->xf32 + m0 * in->ldx, ldx = in->ldx;
-    } else {
-        for (int m = 0; m < MT; m++) bf16_to_f32(in->xb16 + (m0 + m) * in->ldx, 128, xf + m * XCH);
-        x = xf, ldx = XCH;
-    }
-    __m256 acc[MTF][2];
-    f32_core_dec(wb, x, ldx, acc, MT, pn, wn);
-    #pragma GCC unroll 8
-    for (int m = 0; m < MT; m++) {
-        const __m256 s = _mm256_set1_ps(in->ss * (in->xs ? in->xs[(m0 + m) * in->ldxs] : 1.0f));
-        y_update(y + (m0 + m) * ldy, acc[m][0], acc[m][1], s, s, first);
-    }
-}
-
 /* the form of block kb (above) */
 static int fp8_blk_form(const mr_uk_act *a, const uint8_t *sub, int64_t kb, int64_t M) {
     if (sub[kb]) return 2;
@@ -398,20 +383,7 @@ static void uk_fp8_gemm(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int6
                       .ldx = a->xw ? a->ldxw : a->ldx, .xs = a->xs ? a->xs + kb : NULL, .ldxs = a->ldxs,
                       .ss = 256.0f * bs[kb]};
         if (D == 1) in.xb16 = NULL, in.xf32 = a->xd + kb * 128, in.ldx = a->ldxd;
-        for (int64_t m0 = 0, mt; m0 < M; m0 += mt) {
-            mt = mr__uk_token_block(M - m0, MTF);
-            const uint8_t *p1 = m0 == 0 && Dn == 1 ? pn : NULL;
-#define TOK(n) fp8_gemm_tokens_n(wb, &in, m0, y, ldy, kb == 0, p1, wn, xf, n)
-            switch (mt) {
-            case 1: TOK(1); break;
-            case 2: TOK(2); break;
-            case 3: TOK(3); break;
-            case 4: TOK(4); break;
-            case 5: TOK(5); break;
-            default: TOK(6); break;
-            }
-#undef TOK
-        }
+        gemm_tokens(wb, 128, 128, &in, M, y, ldy, xf, kb == 0, Dn == 1 ? pn : NULL, wn);
         if (Dn == 0 || Dn == 2) fp8_decode_blk(pn, wn, Dn);
         D = Dn;
     }
@@ -608,7 +580,7 @@ static void uk_nvfp4_bf16_gemm(const mr_pmatrix *W, int64_t t, const mr_uk_act *
         const gemm_in in = {.xb16 = (const uint16_t *)a->x + k0, .xf32 = a->xw ? a->xw + k0 : NULL,
                             .ldx = a->xw ? a->ldxw : a->ldx, .xs = a->xs ? a->xs + k0 / 16 : NULL, .ldxs = a->ldxs,
                             .ss = 1.0f};
-        gemm_tokens(wb, nk, a->xs ? 16 : nk, &in, M, y, ldy, xf, k0 == 0);
+        gemm_tokens(wb, nk, a->xs ? 16 : nk, &in, M, y, ldy, xf, k0 == 0, NULL, NULL);
     }
     apply_post(y, ldy, M, 256.0f * a->post * W->scale2);
 }
@@ -708,7 +680,7 @@ static void bf16_gemm(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64_
         const float *x32 = f32 ? (const float *)a->x : a->xw; /* fp32 rows in place where there are */
         const gemm_in in = {.xb16 = x32 ? NULL : (const uint16_t *)a->x + k0, .xf32 = x32 ? x32 + k0 : NULL,
                             .ldx = f32 || !a->xw ? a->ldx : a->ldxw, .ss = 1.0f};
-        gemm_tokens(wb, nk, nk, &in, M, y, ldy, xf, k0 == 0);
+        gemm_tokens(wb, nk, nk, &in, M, y, ldy, xf, k0 == 0, NULL, NULL);
     }
     apply_post(y, ldy, M, a->post * W->scale2);
 }
