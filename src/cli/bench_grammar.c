@@ -39,7 +39,7 @@ static double now_s(void) {
 static mr_status synth_index(int32_t n, uint64_t seed, mr_vocab_index **out, char ***words, size_t **lens) {
     char **w = calloc((size_t)n, sizeof *w);
     size_t *l = calloc((size_t)n, sizeof *l);
-    if (!w || !l) return MR_ENOMEM;
+    if (!w || !l) goto oom;
     static const char *const extra[] = {"é", "中", "ü", "—", "{\"", "\":", "\": \"", "\", \"", "\"}", "},", "[\"", "\"]",
                                         "\\n", "\\\"", "12", "2024-", "-01"};
     for (int32_t i = 0; i < n; i++) {
@@ -63,13 +63,18 @@ static mr_status synth_index(int32_t n, uint64_t seed, mr_vocab_index **out, cha
             }
         }
         w[i] = malloc(k);
-        if (!w[i]) return MR_ENOMEM;
+        if (!w[i]) goto oom;
         memcpy(w[i], b, k);
         l[i] = k;
     }
     *words = w;
     *lens = l;
     return mr_vocab_index_from_bytes((const char *const *)w, l, NULL, n, out);
+oom:
+    for (int32_t i = 0; w && i < n; i++) free(w[i]); /* calloc'd: the words not made yet are NULL */
+    free(w);
+    free(l);
+    return MR_ENOMEM;
 }
 
 int mr_bench_grammar(int argc, char **argv) {
