@@ -7,8 +7,8 @@
  *
  * One thread, L1/L2 only: 16 tokens over 192 blocks of 16 rows x 16 k (one
  * 16 x 3072 tile), each block decoded once into 8 registers (vpshufb of the
- * nibbles, as the kernel), then per token the kernel's 8 vpmaddubsw and the
- * 6 vpaddw that sum them, followed by one of these tails:
+ * nibbles, as the kernel), then per token the kernel's own 8 vpmaddubsw and 6
+ * vpaddw (nvi_pairs, src/kernels/uk_avx2.h), followed by one of these tails:
  *   kernel w4a4   vpmaddwd by ones, + bias, vcvtdq2ps, vmulps (row scales x
  *                 the token's per-16 scale), vfmadd into y (the kernel, xs per 16)
  *   no vmulps     the same without the vmulps (the kernel with xs per 128)
@@ -29,9 +29,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "kernels/uk_avx2.h" /* nvi_pairs: the kernel's 8 vpmaddubsw and 6 vpaddw */
 #include "moerun/kernels.h"
-
-#define INL static inline __attribute__((always_inline))
 
 static double now(void) {
     struct timespec t;
@@ -53,7 +52,7 @@ static float y[M][16] __attribute__((aligned(64)));
 static const uint8_t U8LUT[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
 
 INL void block(int j, __m256i U[8]) {
-    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)U8LUT));
+    const __m256i lut = lut16(U8LUT);
     const __m256i m0f = _mm256_set1_epi8(0x0F);
     #pragma GCC unroll 4
     for (int v = 0; v < 4; v++) {
@@ -61,20 +60,6 @@ INL void block(int j, __m256i U[8]) {
         U[v] = _mm256_shuffle_epi8(lut, _mm256_and_si256(V, m0f));
         U[4 + v] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(V, 4), m0f));
     }
-}
-
-INL void sums(const __m256i U[8], const int8_t *x16, __m256i *a, __m256i *b) {
-    __m256i m[8];
-    #pragma GCC unroll 4
-    for (int v = 0; v < 4; v++) {
-        int32_t x4;
-        memcpy(&x4, x16 + 4 * v, 4);
-        const __m256i X = _mm256_set1_epi32(x4);
-        m[v] = _mm256_maddubs_epi16(U[v], X);
-        m[4 + v] = _mm256_maddubs_epi16(U[4 + v], X);
-    }
-    *a = _mm256_add_epi16(_mm256_add_epi16(m[0], m[1]), _mm256_add_epi16(m[2], m[3]));
-    *b = _mm256_add_epi16(_mm256_add_epi16(m[4], m[5]), _mm256_add_epi16(m[6], m[7]));
 }
 
 INL void pass(const int V) {
@@ -85,7 +70,7 @@ INL void pass(const int V) {
         const __m256 sc0 = _mm256_load_ps(scl[j]), sc1 = _mm256_load_ps(scl[j] + 8);
         for (int m = 0; m < M; m++) {
             __m256i a, b;
-            sums(U, xq[m] + 16 * j, &a, &b);
+            nvi_pairs(U, xq[m] + 16 * j, &a, &b);
             float *yp = y[m];
             __m256i *yi = (__m256i *)y[m];
             const __m256i bias = _mm256_set1_epi32(xb[m][j]);

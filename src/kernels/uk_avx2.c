@@ -404,23 +404,12 @@ static void uk_fp8_inv(const mr_pmatrix *W, int64_t t, const mr_uk_act *a, int64
 }
 
 /* ---------------- NVFP4, int8 activations (nvfp4_y16i) ---------------- */
-/* one token's block sums, rows 0-7 / 8-15 as fp32: the dword of the 4
- * activations a vector meets is broadcast (a load, no shuffle), each
- * vpmaddubsw gives int16 lanes (row, pair of k), four of them sum without
- * overflow (|.| <= 4 * 6144), vpmaddwd with ones adds each row's two lanes
- * into an int32, and xb = -12*sum(x) removes the bias of the u8 weights */
+/* one token's block sums, rows 0-7 / 8-15 as fp32: the pair sums of
+ * nvi_pairs (uk_avx2.h), vpmaddwd with ones adds each row's two lanes into an
+ * int32, and xb = -12*sum(x) removes the bias of the u8 weights */
 INL void nvi_token(const __m256i U[8], const int8_t *x16, const int32_t *xb, __m256 *f0, __m256 *f1) {
-    __m256i m[8];
-    #pragma GCC unroll 4
-    for (int v = 0; v < 4; v++) {
-        int32_t x4;
-        memcpy(&x4, x16 + 4 * v, 4);
-        const __m256i X = _mm256_set1_epi32(x4);
-        m[v] = _mm256_maddubs_epi16(U[v], X);
-        m[4 + v] = _mm256_maddubs_epi16(U[4 + v], X);
-    }
-    const __m256i a = _mm256_add_epi16(_mm256_add_epi16(m[0], m[1]), _mm256_add_epi16(m[2], m[3]));
-    const __m256i b = _mm256_add_epi16(_mm256_add_epi16(m[4], m[5]), _mm256_add_epi16(m[6], m[7]));
+    __m256i a, b;
+    nvi_pairs(U, x16, &a, &b);
     const __m256i one = _mm256_set1_epi16(1), bias = _mm256_set1_epi32(*xb);
     *f0 = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_madd_epi16(a, one), bias));
     *f1 = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_madd_epi16(b, one), bias));

@@ -54,6 +54,25 @@ INL void e4m3x16(const uint8_t *p, __m256 *lo, __m256 *hi) {
 
 INL __m256i lut16(const uint8_t *t) { return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)t)); }
 
+/* the NVFP4 int8 kernel's sums of one token over one 16-k block (uk_avx2.c
+ * nvi_token; dev/perf/nvi_cost.c times the tails after it): the dword of the
+ * 4 activations a vector meets is broadcast (a load, no shuffle), each
+ * vpmaddubsw of the u8 weights U gives int16 lanes (row, pair of k), and four
+ * of them sum without overflow (|.| <= 4 * 6144): *a rows 0-7, *b rows 8-15 */
+INL void nvi_pairs(const __m256i U[8], const int8_t *x16, __m256i *a, __m256i *b) {
+    __m256i m[8];
+    #pragma GCC unroll 4
+    for (int v = 0; v < 4; v++) {
+        int32_t x4;
+        memcpy(&x4, x16 + 4 * v, 4);
+        const __m256i X = _mm256_set1_epi32(x4);
+        m[v] = _mm256_maddubs_epi16(U[v], X);
+        m[4 + v] = _mm256_maddubs_epi16(U[4 + v], X);
+    }
+    *a = _mm256_add_epi16(_mm256_add_epi16(m[0], m[1]), _mm256_add_epi16(m[2], m[3]));
+    *b = _mm256_add_epi16(_mm256_add_epi16(m[4], m[5]), _mm256_add_epi16(m[6], m[7]));
+}
+
 /* ---- the FP8 (fp8_y16) and BF16 (bf16_r16k2) tile decoders of uk_avx2.c's kernels and
  * dense_avx2.c's rows_f32 ---- */
 /* 32 E4M3 bytes of a k pair (byte j of dword i: row i + 8 (j & 1), k + (j >>
