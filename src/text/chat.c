@@ -255,7 +255,7 @@ mr_status mr_chat_open(const char *dir, mr_chat **out) {
             }
             nnames++;
         }
-        qsort(names, nnames, sizeof *names, cmp_str); /* a stable order, whatever readdir gives */
+        if (nnames) qsort(names, nnames, sizeof *names, cmp_str); /* a stable order, whatever readdir gives */
         for (size_t i = 0; i < nnames; i++) {
             snprintf(path, plen, "%s/additional_chat_templates/%s", dir, names[i]);
             size_t len;
