@@ -139,9 +139,12 @@ int mr_bench_moe_ep(const mr_bench_moe_ep_opts *o) {
     if (st) mr_cli_fail("bench moe", "setup failed");
     /* every rank set up (else all stop here), and each one's RSS */
     call_rec mine = {.rows = setup_rc, .rss = mr_bench_peak_rss()};
-    if (mr_ep_allgather(&mine, all, sizeof mine, 1800)) goto fail;
+    /* a rank whose calloc failed still takes part (the others would wait out the timeout): on the stack */
+    call_rec few[64];
+    call_rec *gath = all ? all : R <= 64 ? few : NULL;
+    if (!gath || mr_ep_allgather(&mine, gath, sizeof mine, 1800)) goto fail;
     for (int q = 0; q < R; q++)
-        if (all[q].rows) {
+        if (gath[q].rows) {
             if (!setup_rc) fprintf(stderr, "moerun bench moe [rank %d/%d]: rank %d failed to set up\n", me, R, q);
             rc = 1;
             goto out;
