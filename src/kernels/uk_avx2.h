@@ -1,8 +1,10 @@
 /* uk_avx2.h — private to src/kernels: the helpers the AVX2 micro-kernel
  * files share (uk_avx2.c, uk_avx2vnni.c, dense_avx2.c): prefetch macros, the
  * per-row update of y, E4M3 row scales by the f16 trick, a 16-byte LUT in
- * both lanes, the fp8_y16 and bf16_r16k2 tile decoders.
- * Included only by files compiled with the AVX2 flags (CMakeLists.txt). */
+ * both lanes, the NVFP4 int8 kernel's pair sums, the fp8_y16 and bf16_r16k2
+ * tile decoders.
+ * Included only by files compiled with the AVX2 flags (CMakeLists.txt; and
+ * dev/perf/nvi_cost.c, its Makefile's). */
 #ifndef MR_UK_AVX2_H
 #define MR_UK_AVX2_H
 
