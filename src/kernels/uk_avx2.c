@@ -119,14 +119,10 @@ INL void fp8_pair_store_d(const uint8_t *p, int g, float *wb) {
     _mm256_store_si256(d + 3, _mm256_and_si256(_mm256_srai_epi16(v, 4), dec_const(0)));
 }
 
-/* f32_core over nk k, and where pn is given (nk 128) after each k pair g, pair g of the next
- * 16 x 128 FP8 block pn decoded into wn */
-INL void f32_core_dec(const float *wb, const float *x, int64_t ldx, int nk, __m256 acc[][2], const int MT,
-                      const uint8_t *pn, float *wn) {
-    if (!pn) {
-        f32_core(wb, x, ldx, nk, acc, MT);
-        return;
-    }
+/* f32_core over a 128-k block, and after each k pair g, pair g of the next 16 x 128 FP8 block pn
+ * decoded into wn */
+INL void f32_core_dec(const float *wb, const float *x, int64_t ldx, __m256 acc[][2], const int MT, const uint8_t *pn,
+                      float *wn) {
     #pragma GCC unroll 8
     for (int m = 0; m < MT; m++) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
     for (int g = 0; g < 64; g++) {
@@ -165,7 +161,7 @@ INL void gemm_tokens_n(const float *wb, int nk, int seg, const gemm_in *in, int6
     if (pn) seg = nk; /* (128: one segment) */
     for (int s0 = 0, si = 0; s0 < nk; s0 += seg, si++) {
         if (pn)
-            f32_core_dec(wb, x, ldx, 128, acc, MT, pn, wn);
+            f32_core_dec(wb, x, ldx, acc, MT, pn, wn);
         else
             f32_core(wb + 16 * s0, x + s0, ldx, seg, acc, MT);
         #pragma GCC unroll 8
