@@ -14,11 +14,14 @@
  * 16 products of |2*e2m1*256| <= 3072 and |q| < 2^15 stay below 2^31, and a
  * multiple of 256 below 2^31 is exact in fp32; so one conversion and one
  * FMA with the 16 row scales (E4M3 by the f16 trick, * 2^-8) times m / 512
- * add the block into y. A block in two parts takes the low part's sums the
- * same way (one token: as a second row beside the high part's, one decode)
- * and joins them at 2^-15 in one FMA before the scaling; a block with m = 0
- * (no fixed-point form: see mr_kern_xq_row_fn) runs from x on fp32 FMAs
- * instead (mr__nvf_block_fp), and a call without xq runs the fp32 gemv
+ * add the block into the token's total. A block in two parts takes the low
+ * part's sums the same way (a second decode) and joins them at 2^-15 in one
+ * FMA before the scaling; a block with m = 0 (no fixed-point form: see
+ * mr_kern_xq_row_fn) runs from x on fp32 FMAs instead (mr__nvf_block_fp).
+ * Both are out of line (nvw_rare), so the hot loop holds no call and no
+ * address of a register value: either made gcc keep the block sums and the
+ * decoded weights on the stack (hot_uk --kind nvfp4b, one thread, tiles in
+ * L2: M = 1 +6%, M = 2-4 +17-20%). A call without xq runs the fp32 gemv
  * (mr__nvf_gemv_fp). Where the fp32
  * gemv spends 2 unpacks, 2 shifts, 2 ands and 4 FMAs a token per 32 weights
  * (it rounds every sum), this spends 2 pair dots a token. */
@@ -59,57 +62,82 @@ INL void nvw_block(const uint8_t *tile, int64_t j, const int16_t *xq, int64_t ld
     }
 }
 
-/* tokens m0 .. m0 + M - 1 (M <= NVW_MT) over the whole tile, sums in registers */
+/* y rows (16 floats) += f * (sc * mult): every block of every token adds
+ * into y in memory, in the block order, from +0 (so the same bits as a
+ * register total started at zero) */
+INL void nvw_add(float *y, __m256 f0, __m256 f1, __m256 sc0, __m256 sc1, float mult) {
+    const __m256 mv = _mm256_set1_ps(mult);
+    _mm256_storeu_ps(y, _mm256_fmadd_ps(f0, _mm256_mul_ps(sc0, mv), _mm256_loadu_ps(y)));
+    _mm256_storeu_ps(y + 8, _mm256_fmadd_ps(f1, _mm256_mul_ps(sc1, mv), _mm256_loadu_ps(y + 8)));
+}
+
+/* the rare blocks of token m, out of line so that the hot loop holds no call
+ * (a call there made the compiler keep its totals on the stack): mult < 0,
+ * two parts (hi + lo * 2^-15; with lo1 one token's lo sums come in l0, l1,
+ * more tokens decode them here; all by value: an address taken would put the
+ * hot loop's sums on the stack), or mult == 0, no fixed-point form: fp32 FMAs from x */
+static __attribute__((noinline)) void nvw_rare(const uint8_t *tile, int64_t j, const mr_uk_act *a, int64_t m,
+                                               __m256i s0, __m256i s1, int lo1, __m256i l0, __m256i l1,
+                                               __m256 sc0, __m256 sc1, float *y) {
+    float mult = a->xqm[m * a->ldxqm + j];
+    __m256 f0, f1;
+    if (mult < 0.0f) {
+        if (!lo1) {
+            __m256i l[1][2];
+            nvw_block(tile, j, a->xql + m * a->ldxq, a->ldxq, l, 1);
+            l0 = l[0][0], l1 = l[0][1];
+        }
+        const __m256 e = _mm256_set1_ps(1.0f / 32768.0f);
+        f0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l0), e, _mm256_cvtepi32_ps(s0));
+        f1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l1), e, _mm256_cvtepi32_ps(s1));
+        mult *= -1.0f / 512.0f;
+    } else {
+        mr__nvf_block_fp(tile, j, (const uint16_t *)a->x + m * a->ldx + 16 * j, &f0, &f1);
+        mult = 1.0f;
+    }
+    if (a->xs) mult *= a->xs[m * a->ldxs + j];
+    nvw_add(y, f0, f1, sc0, sc1, mult);
+}
+
+/* tokens m0 .. m0 + M - 1 (M <= NVW_MT) over the whole tile: block sums in
+ * registers, the totals in ob (aligned: its loads take the stores'
+ * forwarding), written to y at the end */
 INL void nvw_body(const mr_pmatrix *W, const uint8_t *tile, const mr_uk_act *a, int64_t m0, float *y, int64_t ldy,
                   const int M) {
     const int64_t Kp = W->Kp;
     const uint8_t *scp = tile + 8 * Kp;
-    const uint16_t *x = (const uint16_t *)a->x + m0 * a->ldx;
-    const int16_t *xq = a->xq + m0 * a->ldxq, *xql = a->xql + m0 * a->ldxq;
+    const int16_t *xq = a->xq + m0 * a->ldxq;
     const float *xqm = a->xqm + m0 * a->ldxqm, *xs = a->xs ? a->xs + m0 * a->ldxs : NULL;
-    __m256 o[NVW_MT][2];
+    float ob[NVW_MT][16] __attribute__((aligned(32)));
     #pragma GCC unroll 4
-    for (int m = 0; m < M; m++) o[m][0] = o[m][1] = _mm256_setzero_ps();
+    for (int m = 0; m < M; m++) {
+        _mm256_store_ps(ob[m], _mm256_setzero_ps());
+        _mm256_store_ps(ob[m] + 8, _mm256_setzero_ps());
+    }
     for (int64_t j = 0; j < Kp / 16; j++) {
         PF_NV(tile + j * 128);
         PF_NV(tile + j * 128 + 64);
         if ((j & 3) == 0) PF(scp + 16 * j);
         __m256i s[NVW_MT][2];
-        if (M > 1) nvw_block(tile, j, xq, a->ldxq, s, M);
-        else if (xqm[j] > 0.0f) nvw_block(tile, j, xq, a->ldxq, s, 1);
-        else if (xqm[j] < 0.0f) nvw_block(tile, j, xq, xql - xq, s, 2); /* one token's two parts as two rows */
+        nvw_block(tile, j, xq, a->ldxq, s, M);
         __m256 sc0, sc1;
         e4m3x16(scp + 16 * j, &sc0, &sc1);
         #pragma GCC unroll 4
         for (int m = 0; m < M; m++) {
             float mult = xqm[m * a->ldxqm + j];
-            __m256 f0, f1;
             if (__builtin_expect(mult > 0.0f, 1)) {
-                f0 = _mm256_cvtepi32_ps(s[m][0]);
-                f1 = _mm256_cvtepi32_ps(s[m][1]);
                 mult *= 1.0f / 512.0f;
-            } else if (mult < 0.0f) { /* two parts: hi + lo * 2^-15 */
-                __m256i l[1][2];
-                if (M == 1) l[0][0] = s[1][0], l[0][1] = s[1][1];
-                else nvw_block(tile, j, xql + m * a->ldxq, a->ldxq, l, 1);
-                const __m256 e = _mm256_set1_ps(1.0f / 32768.0f);
-                f0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l[0][0]), e, _mm256_cvtepi32_ps(s[m][0]));
-                f1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l[0][1]), e, _mm256_cvtepi32_ps(s[m][1]));
-                mult *= -1.0f / 512.0f;
+                if (xs) mult *= xs[m * a->ldxs + j];
+                nvw_add(ob[m], _mm256_cvtepi32_ps(s[m][0]), _mm256_cvtepi32_ps(s[m][1]), sc0, sc1, mult);
             } else {
-                mr__nvf_block_fp(tile, j, x + m * a->ldx + 16 * j, &f0, &f1);
-                mult = 1.0f;
+                nvw_rare(tile, j, a, m0 + m, s[m][0], s[m][1], 0, s[m][0], s[m][1], sc0, sc1, ob[m]);
             }
-            if (xs) mult *= xs[m * a->ldxs + j];
-            const __m256 mv = _mm256_set1_ps(mult);
-            o[m][0] = _mm256_fmadd_ps(f0, _mm256_mul_ps(sc0, mv), o[m][0]);
-            o[m][1] = _mm256_fmadd_ps(f1, _mm256_mul_ps(sc1, mv), o[m][1]);
         }
     }
     #pragma GCC unroll 4
     for (int m = 0; m < M; m++) {
-        _mm256_storeu_ps(y + m * ldy, o[m][0]);
-        _mm256_storeu_ps(y + m * ldy + 8, o[m][1]);
+        _mm256_storeu_ps(y + m * ldy, _mm256_load_ps(ob[m]));
+        _mm256_storeu_ps(y + m * ldy + 8, _mm256_load_ps(ob[m] + 8));
     }
 }
 
