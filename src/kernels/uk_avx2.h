@@ -14,6 +14,13 @@
 #include "kernels/kern_internal.h"
 
 #define INL static inline __attribute__((always_inline))
+/* An integer running sum (acc = acc + dot, chain after chain) is exact in
+ * any order, so gcc's reassociation is free to turn the chains of a block
+ * into trees: every product first, held on the stack, then the adds.
+ * MR_KEEP2 after each add pins the two chains as written (an empty asm that
+ * "changes" them); the AVX2 w4a16 gemv at 2-4 tokens ran 27-50% faster with
+ * it (bench/README.md). */
+#define MR_KEEP2(a, b) __asm__("" : "+x"(a), "+x"(b))
 #define PF(p) _mm_prefetch((const char *)(p) + MR_UK_PREFETCH, _MM_HINT_T2)
 /* The L1 prefetches that won the interleaved A/B rounds of the AVX-512
  * kernels on this memory system (uk_avx512.c, bench/README.md), kept for the
@@ -62,17 +69,17 @@ INL __m256i lut16(const uint8_t *t) { return _mm256_broadcastsi128_si256(_mm_loa
  * vpmaddubsw of the u8 weights U gives int16 lanes (row, pair of k), and four
  * of them sum without overflow (|.| <= 4 * 6144): *a rows 0-7, *b rows 8-15 */
 INL void nvi_pairs(const __m256i U[8], const int8_t *x16, __m256i *a, __m256i *b) {
-    __m256i m[8];
+    __m256i sa = _mm256_setzero_si256(), sb = sa;
     #pragma GCC unroll 4
     for (int v = 0; v < 4; v++) {
         int32_t x4;
         memcpy(&x4, x16 + 4 * v, 4);
         const __m256i X = _mm256_set1_epi32(x4);
-        m[v] = _mm256_maddubs_epi16(U[v], X);
-        m[4 + v] = _mm256_maddubs_epi16(U[4 + v], X);
+        sa = _mm256_add_epi16(sa, _mm256_maddubs_epi16(U[v], X));
+        sb = _mm256_add_epi16(sb, _mm256_maddubs_epi16(U[4 + v], X));
+        MR_KEEP2(sa, sb);
     }
-    *a = _mm256_add_epi16(_mm256_add_epi16(m[0], m[1]), _mm256_add_epi16(m[2], m[3]));
-    *b = _mm256_add_epi16(_mm256_add_epi16(m[4], m[5]), _mm256_add_epi16(m[6], m[7]));
+    *a = sa, *b = sb;
 }
 
 /* ---- the FP8 (fp8_y16) and BF16 (bf16_r16k2) tile decoders of uk_avx2.c's kernels and

@@ -52,6 +52,7 @@ INL void nvw_block(const uint8_t *tile, int64_t j, const int16_t *xq, int64_t ld
                 const __m256i X = _mm256_set1_epi32(p);
                 acc[m][c][0] = NVW_DP(acc[m][c][0], W0, X);
                 acc[m][c][1] = NVW_DP(acc[m][c][1], W1, X);
+                MR_KEEP2(acc[m][c][0], acc[m][c][1]);
             }
         }
     }
