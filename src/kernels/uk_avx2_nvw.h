@@ -63,8 +63,8 @@ INL void nvw_block(const uint8_t *tile, int64_t j, const int16_t *xq, int64_t ld
     }
 }
 
-/* y rows (16 floats) += f * (sc * mult): every block of every token adds
- * into y in memory, in the block order, from +0 (so the same bits as a
+/* a token's 16 totals += f * (sc * mult): every block of every token adds
+ * into its row in memory, in the block order, from +0 (the same bits as a
  * register total started at zero) */
 INL void nvw_add(float *y, __m256 f0, __m256 f1, __m256 sc0, __m256 sc1, float mult) {
     const __m256 mv = _mm256_set1_ps(mult);
@@ -73,24 +73,20 @@ INL void nvw_add(float *y, __m256 f0, __m256 f1, __m256 sc0, __m256 sc1, float m
 }
 
 /* the rare blocks of token m, out of line so that the hot loop holds no call
- * (a call there made the compiler keep its totals on the stack): mult < 0,
- * two parts (hi + lo * 2^-15; with lo1 one token's lo sums come in l0, l1,
- * more tokens decode them here; all by value: an address taken would put the
- * hot loop's sums on the stack), or mult == 0, no fixed-point form: fp32 FMAs from x */
+ * (a call there made the compiler keep its totals on the stack), the block's
+ * sums s0, s1 by value (an address taken would put them on the stack too):
+ * mult < 0, two parts (hi + lo * 2^-15, the lo sums decoded here), or
+ * mult == 0, no fixed-point form: fp32 FMAs from x */
 static __attribute__((noinline)) void nvw_rare(const uint8_t *tile, int64_t j, const mr_uk_act *a, int64_t m,
-                                               __m256i s0, __m256i s1, int lo1, __m256i l0, __m256i l1,
-                                               __m256 sc0, __m256 sc1, float *y) {
+                                               __m256i s0, __m256i s1, __m256 sc0, __m256 sc1, float *y) {
     float mult = a->xqm[m * a->ldxqm + j];
     __m256 f0, f1;
     if (mult < 0.0f) {
-        if (!lo1) {
-            __m256i l[1][2];
-            nvw_block(tile, j, a->xql + m * a->ldxq, a->ldxq, l, 1);
-            l0 = l[0][0], l1 = l[0][1];
-        }
+        __m256i l[1][2];
+        nvw_block(tile, j, a->xql + m * a->ldxq, a->ldxq, l, 1);
         const __m256 e = _mm256_set1_ps(1.0f / 32768.0f);
-        f0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l0), e, _mm256_cvtepi32_ps(s0));
-        f1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l1), e, _mm256_cvtepi32_ps(s1));
+        f0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l[0][0]), e, _mm256_cvtepi32_ps(s0));
+        f1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l[0][1]), e, _mm256_cvtepi32_ps(s1));
         mult *= -1.0f / 512.0f;
     } else {
         mr__nvf_block_fp(tile, j, (const uint16_t *)a->x + m * a->ldx + 16 * j, &f0, &f1);
@@ -131,7 +127,7 @@ INL void nvw_body(const mr_pmatrix *W, const uint8_t *tile, const mr_uk_act *a, 
                 if (xs) mult *= xs[m * a->ldxs + j];
                 nvw_add(ob[m], _mm256_cvtepi32_ps(s[m][0]), _mm256_cvtepi32_ps(s[m][1]), sc0, sc1, mult);
             } else {
-                nvw_rare(tile, j, a, m0 + m, s[m][0], s[m][1], 0, s[m][0], s[m][1], sc0, sc1, ob[m]);
+                nvw_rare(tile, j, a, m0 + m, s[m][0], s[m][1], sc0, sc1, ob[m]);
             }
         }
     }
