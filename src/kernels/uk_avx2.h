@@ -18,8 +18,8 @@
  * any order, so gcc's reassociation is free to turn the chains of a block
  * into trees: every product first, held on the stack, then the adds.
  * MR_KEEP2 after each add pins the two chains as written (an empty asm that
- * "changes" them); the AVX2 w4a16 gemv at 2-4 tokens ran 27-50% faster with
- * it (bench/README.md). */
+ * "changes" them); with it the AVX2 w4a16 gemv at 2-4 tokens ran 13-26%
+ * faster, the int8 gemm at 16 tokens ~7% (hot_uk, bench/README.md). */
 #define MR_KEEP2(a, b) __asm__("" : "+x"(a), "+x"(b))
 #define PF(p) _mm_prefetch((const char *)(p) + MR_UK_PREFETCH, _MM_HINT_T2)
 /* The L1 prefetches that won the interleaved A/B rounds of the AVX-512
@@ -67,7 +67,8 @@ INL __m256i lut16(const uint8_t *t) { return _mm256_broadcastsi128_si256(_mm_loa
  * nvi_token; dev/perf/nvi_cost.c times the tails after it): the dword of the
  * 4 activations a vector meets is broadcast (a load, no shuffle), each
  * vpmaddubsw of the u8 weights U gives int16 lanes (row, pair of k), and four
- * of them sum without overflow (|.| <= 4 * 6144): *a rows 0-7, *b rows 8-15 */
+ * of them sum without overflow (|.| <= 4 * 6144), as two chains pinned by
+ * MR_KEEP2: *a rows 0-7, *b rows 8-15 */
 INL void nvi_pairs(const __m256i U[8], const int8_t *x16, __m256i *a, __m256i *b) {
     __m256i sa = _mm256_setzero_si256(), sb = sa;
     #pragma GCC unroll 4
