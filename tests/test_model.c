@@ -782,6 +782,58 @@ static void test_sampler_greedy(void **st) {
     assert_int_equal(mr_argmax(t, 4), 2);
 }
 
+/* A temperature near 0 is the limit of the distribution: the largest logit, or
+ * a uniform draw among equal largest ones; never the first candidate because
+ * l / T overflowed (T = 1e-38 with logits past +-4 once gave NaN weights and
+ * token 0 every time; T = 1e-45 makes 1 / T infinite). A +inf logit wins. */
+static void test_sampler_tiny_temperature(void **st) {
+    (void)st;
+    enum { V = 300 };
+    float l[V];
+    const float temps[] = {1e-45f, 1e-40f, 1e-38f, 1e-30f, 1e-20f};
+    for (size_t ti = 0; ti < sizeof temps / sizeof temps[0]; ti++)
+        for (int trial = 0; trial < 8; trial++) {
+            fill_logits(l, V, 900 + (uint64_t)trial);
+            for (int i = 0; i < V; i++) l[i] *= 25.0f; /* magnitudes up to ~200 */
+            int32_t am = 0;
+            for (int i = 1; i < V; i++)
+                if (l[i] > l[am]) am = i;
+            for (int k = 0; k < 3; k++) {
+                mr_sampler_params p = {.temperature = temps[ti], .top_k = k == 1 ? 20 : 0, .top_p = k == 2 ? 0.5f : 1.0f,
+                                       .seed = (uint64_t)trial};
+                mr_sampler s;
+                assert_int_equal(mr_sampler_init(&s, &p, V), MR_OK);
+                for (int d = 0; d < 4; d++) {
+                    int32_t t = mr_sampler_sample(&s, l);
+                    if (t != am)
+                        fail_msg("T %g top_k %d top_p %g: drew %d (logit %g), the largest is %d (logit %g)",
+                                 (double)temps[ti], p.top_k, (double)p.top_p, t, (double)l[t], am, (double)l[am]);
+                }
+                mr_sampler_free(&s);
+            }
+        }
+    /* two equal largest logits at T = 1e-30: both drawn, nothing else */
+    for (int i = 0; i < V; i++) l[i] = -40.0f + (float)(i % 17);
+    l[123] = l[250] = 45.0f;
+    mr_sampler_params p = {.temperature = 1e-30f, .top_p = 1.0f, .seed = 7};
+    mr_sampler s;
+    assert_int_equal(mr_sampler_init(&s, &p, V), MR_OK);
+    int a = 0, b = 0;
+    for (int d = 0; d < 200; d++) {
+        int32_t t = mr_sampler_sample(&s, l);
+        assert_true(t == 123 || t == 250);
+        a += t == 123, b += t == 250;
+    }
+    assert_true(a > 40 && b > 40);
+    mr_sampler_free(&s);
+    /* a +inf logit wins at any temperature */
+    l[200] = INFINITY;
+    p.temperature = 0.7f;
+    assert_int_equal(mr_sampler_init(&s, &p, V), MR_OK);
+    for (int d = 0; d < 5; d++) assert_int_equal(mr_sampler_sample(&s, l), 200);
+    mr_sampler_free(&s);
+}
+
 static void test_sampler_seeded(void **st) {
     (void)st;
     enum { V = 500, N = 200 };
@@ -1216,6 +1268,7 @@ int main(void) {
         cmocka_unit_test(test_quantize_mtp_checkpoint_resolves),
         cmocka_unit_test(test_sampler_greedy),
         cmocka_unit_test(test_sampler_seeded),
+        cmocka_unit_test(test_sampler_tiny_temperature),
         cmocka_unit_test(test_sampler_filters),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -127,17 +127,21 @@ int32_t mr_sample_logits(const mr_sampler_params *p, uint64_t *state, const floa
         ordered = false;
     }
     if (n == 0) return 0;
-    /* weights exp(l/T - max/T): the largest is 1 */
+    /* weights exp((l - max) / T): the largest is 1. The difference comes first: l / T
+     * overflows for a tiny T (1 / 1e-38 times a logit of 4 is past FLT_MAX), and
+     * inf - inf gave NaN weights, so every draw fell to the first candidate */
     float mx = -INFINITY;
+    int64_t at = 0;
     for (int64_t i = 0; i < n; i++)
-        if (logits[idx[i]] > mx) mx = logits[idx[i]];
-    mx *= inv_t;
+        if (logits[idx[i]] > mx) mx = logits[idx[i]], at = i;
+    /* +inf logits, or a T so small that 1 / T is infinite: the limit is the largest */
+    if (isinf(mx) || isinf(inv_t)) return idx[at];
     double total = 0.0;
     for (int64_t i = 0; i < n; i++) {
-        prob[i] = expf(logits[idx[i]] * inv_t - mx);
+        prob[i] = expf((logits[idx[i]] - mx) * inv_t);
         total += prob[i];
     }
-    if (!(total > 0.0)) return idx[0]; /* every weight underflowed or the max is infinite */
+    if (!(total > 0.0)) return idx[at]; /* not reached: the largest weighs exp(0) = 1 */
     float min_w = p->min_p > 0.0f ? p->min_p : 0.0f; /* min-p: w >= min_p x the largest weight (1) */
     int64_t keep = n;
     if (top_p && !ordered) {
@@ -160,7 +164,7 @@ int32_t mr_sample_logits(const mr_sampler_params *p, uint64_t *state, const floa
                     if (prob[i] >= tau) idx[w++] = idx[i];
                 n = m;
                 qsort_r(idx, (size_t)n, sizeof(int32_t), by_logit_desc, (void *)logits);
-                for (int64_t i = 0; i < n; i++) prob[i] = expf(logits[idx[i]] * inv_t - mx);
+                for (int64_t i = 0; i < n; i++) prob[i] = expf((logits[idx[i]] - mx) * inv_t);
                 ordered = true;
                 break;
             }
