@@ -31,6 +31,9 @@ int mr_cli_parse_float(const char *s, float lo, float hi, float *out) {
     char *end;
     errno = 0;
     float v = strtof(s, &end);
+    /* ERANGE on underflow ("1e-45" is a subnormal, "1e-50" rounds to 0) is a number in
+     * range all the same; on overflow v is +-inf, out of every range below */
+    if (errno == ERANGE && isfinite(v)) errno = 0;
     if (errno || end == s || *end || !(v >= lo && v <= hi)) {
         mr_error_set(MR_EINVAL, "'%s' is not a number in [%g, %g]", s, (double)lo, (double)hi);
         return 1;

@@ -132,6 +132,13 @@ expect 2 "-n: '-1' is not an integer in [0, 1048576]" $G --prompt-ids 1 -n -1
 expect 2 "-n: '99999999' is not an integer" $G --prompt-ids 1 -n 99999999
 expect 2 "--top-k: '-3'" $G --prompt-ids 1 --top-k -3
 expect 2 "--temperature: 'nan'" $G --prompt-ids 1 --temperature nan
+expect 2 "--temperature: '1e999'" $G --prompt-ids 1 --temperature 1e999
+# a subnormal temperature is a number in range (strtof's underflow ERANGE), and samples as
+# its limit, the largest logit: the tokens of temperature 0
+expect 0 "" $G --prompt-ids 1,2,3 -n 6 --temperature 0
+grep '^\[0\]' "$out" >"$S/t0.out"
+expect 0 "" $G --prompt-ids 1,2,3 -n 6 --temperature 1e-45
+grep '^\[0\]' "$out" | cmp -s - "$S/t0.out" && [ -s "$S/t0.out" ] || { echo "FAIL: --temperature 1e-45 gave other tokens than 0:"; cat "$out" "$S/t0.out"; fails=$((fails+1)); }
 expect 2 "--threads: 100000 is out of range" $G --prompt-ids 1 --threads 100000
 expect 2 "unknown argument '--bogus'" $G --prompt-ids 1 --bogus
 expect 2 "cannot open $S/none" $G --batch "$S/none"
