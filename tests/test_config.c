@@ -384,6 +384,51 @@ static void test_inline_variations(void **st) {
     /* both, contradicting */
     assert_int_equal(parse_mm(", \"partial_rotary_factor\": 0.25, \"rotary_dim\": 8", NULL, &m), MR_ECONFIG);
     assert_non_null(strstr(mr_error_last(), "rotary_dim"));
+    /* RoPE: plain (absent, null, "default", factor 1) is taken; a scaled RoPE is another
+     * model and refused, whichever key (transformers 4 rope_scaling, 5 rope_parameters) */
+    const char *plain[] = {", \"rope_scaling\": null", ", \"rope_scaling\": {\"type\": \"default\"}",
+                           ", \"rope_scaling\": {\"rope_type\": \"default\", \"factor\": 1.0}",
+                           ", \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 10000}",
+                           ", \"rope_parameters\": {}"};
+    for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++) {
+        if (parse_mm(plain[i], NULL, &m) != MR_OK) fail_msg("%s: %s", plain[i], mr_error_last());
+        assert_true(m.rope_theta == 10000.0);
+        mr_model_desc_free(&m);
+    }
+    const struct { const char *extra, *needle; mr_status st; } scaled[] = {
+        {", \"rope_scaling\": {\"type\": \"yarn\", \"factor\": 4.0}", "\"yarn\"", MR_EUNSUPPORTED},
+        {", \"rope_parameters\": {\"rope_type\": \"llama3\", \"rope_theta\": 10000}", "\"llama3\"", MR_EUNSUPPORTED},
+        {", \"rope_scaling\": {\"rope_type\": \"default\", \"factor\": 2.0}", "factor is not 1", MR_EUNSUPPORTED},
+        {", \"rope_scaling\": {\"factor\": 8}", "factor is not 1", MR_EUNSUPPORTED},
+        {", \"rope_scaling\": {\"original_max_position_embeddings\": 4096}", "original_max_position_embeddings",
+         MR_EUNSUPPORTED},
+        {", \"rope_scaling\": \"yarn\"", "an object or null", MR_ECONFIG},
+        {", \"rope_scaling\": {\"type\": 3}", "must be a string", MR_ECONFIG},
+        {", \"rope_scaling\": null, \"rope_parameters\": {\"rope_type\": \"default\"}, \"rope_scaling\": {}",
+         "not valid JSON", MR_ECONFIG}, /* duplicate key */
+        {", \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 5e6}", "contradicts", MR_ECONFIG},
+        {", \"rope_scaling\": {\"type\": \"default\"}, \"rope_parameters\": {\"rope_type\": \"default\"}",
+         "both rope_scaling and rope_parameters", MR_ECONFIG},
+    };
+    for (size_t i = 0; i < sizeof scaled / sizeof scaled[0]; i++) {
+        mr_status sst = parse_mm(scaled[i].extra, NULL, &m);
+        if (sst != scaled[i].st || !strstr(mr_error_last(), scaled[i].needle))
+            fail_msg("%s: status %d, want %d with '%s': %s", scaled[i].extra, sst, scaled[i].st, scaled[i].needle,
+                     mr_error_last());
+        if (sst == MR_OK) mr_model_desc_free(&m);
+    }
+    /* transformers 5: rope_theta and partial_rotary_factor only inside rope_parameters */
+    {
+        const char *t = "{\"architectures\": [\"MiniMaxM2ForCausalLM\"], \"hidden_size\": 64, \"num_hidden_layers\": 2,"
+                        " \"num_attention_heads\": 4, \"head_dim\": 16, \"vocab_size\": 100, \"intermediate_size\": 32,"
+                        " \"num_local_experts\": 8, \"num_experts_per_tok\": 2, \"rms_norm_eps\": 1e-6,"
+                        " \"scoring_func\": \"sigmoid\", \"use_routing_bias\": true, \"rope_parameters\":"
+                        " {\"rope_type\": \"default\", \"rope_theta\": 5000000, \"partial_rotary_factor\": 0.5}}";
+        assert_int_equal(mr_model_desc_parse(t, NULL, &m), MR_OK);
+        assert_true(m.rope_theta == 5000000.0);
+        assert_int_equal(m.rotary_dim, 8);
+        mr_model_desc_free(&m);
+    }
     /* neither: the whole head */
     assert_int_equal(parse_mm("", NULL, &m), MR_OK);
     assert_int_equal(m.rotary_dim, 16);

@@ -504,6 +504,75 @@ static mr_status parse_quant(const jctx *c, json_t *hfq_root, mr_quant_desc *q) 
     return s;
 }
 
+/* ---- RoPE ---- */
+/* The RoPE object of a config: transformers 4 writes "rope_scaling" (null for
+ * plain RoPE), transformers 5 "rope_parameters" (with "rope_type" and
+ * "rope_theta" inside). NULL when absent or null. */
+static mr_status rope_object(const jctx *c, const char **key, json_t **obj) {
+    static const char *const keys[] = {"rope_scaling", "rope_parameters"};
+    *key = NULL, *obj = NULL;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        json_t *v = get(c, keys[i]);
+        if (!v) continue;
+        if (!json_is_object(v)) return wrong_type(c, keys[i], "an object or null");
+        if (*obj) return mr_error_set(MR_ECONFIG, "%s: both rope_scaling and rope_parameters are given", c->file);
+        *key = keys[i], *obj = v;
+    }
+    return MR_OK;
+}
+
+/* rope_theta at the top level, or inside rope_parameters; both: they agree */
+static mr_status read_rope_theta(const jctx *c, mr_model_desc *m) {
+    bool top = false;
+    TRY(get_num(c, "rope_theta", false, &m->rope_theta, &top));
+    const char *key;
+    json_t *o;
+    TRY(rope_object(c, &key, &o));
+    json_t *t = o ? json_object_get(o, "rope_theta") : NULL;
+    if (t && !json_is_null(t)) {
+        if (!json_is_number(t) || !isfinite(json_number_value(t)))
+            return mr_error_set(MR_ECONFIG, "%s: field '%s.rope_theta' must be a finite number", c->file, key);
+        if (top && json_number_value(t) != m->rope_theta)
+            return mr_error_set(MR_ECONFIG, "%s: rope_theta (%g) contradicts %s.rope_theta (%g)", c->file,
+                                m->rope_theta, key, json_number_value(t));
+        m->rope_theta = json_number_value(t);
+        top = true;
+    }
+    return top ? MR_OK : missing(c, "rope_theta", NULL);
+}
+
+/* The model runtime computes plain RoPE (MiniMax-M2 ships it). A scaled RoPE
+ * (yarn, linear, dynamic, llama3, longrope, ...) is another model: computing
+ * it as plain RoPE would answer with plausible text that transformers would
+ * not give, so it is refused. Plain: no object, or one whose type ("rope_type",
+ * or "type" in older configs) is "default" or absent, with no factor other than
+ * 1 and no key but rope_theta and partial_rotary_factor beside the type. */
+static mr_status check_plain_rope(const jctx *c) {
+    const char *key;
+    json_t *o;
+    TRY(rope_object(c, &key, &o));
+    if (!o) return MR_OK;
+    const char *k;
+    json_t *v;
+    json_object_foreach(o, k, v) {
+        if (!strcmp(k, "rope_type") || !strcmp(k, "type")) {
+            if (!json_is_string(v)) return mr_error_set(MR_ECONFIG, "%s: field '%s.%s' must be a string", c->file, key, k);
+            if (strcmp(json_string_value(v), "default") != 0)
+                return mr_error_set(MR_EUNSUPPORTED,
+                                    "%s: %s.%s is \"%s\": only plain RoPE (\"default\") is supported, as MiniMax-M2 "
+                                    "ships it; computing it as plain RoPE would give another model's outputs",
+                                    c->file, key, k, json_string_value(v));
+        } else if (!strcmp(k, "factor")) {
+            if (!json_is_null(v) && !(json_is_number(v) && json_number_value(v) == 1.0))
+                return mr_error_set(MR_EUNSUPPORTED, "%s: %s.factor is not 1: only plain RoPE is supported", c->file, key);
+        } else if (strcmp(k, "rope_theta") != 0 && strcmp(k, "partial_rotary_factor") != 0) {
+            return mr_error_set(MR_EUNSUPPORTED, "%s: %s.%s: only plain RoPE is supported (no RoPE scaling fields)",
+                                c->file, key, k);
+        }
+    }
+    return MR_OK;
+}
+
 /* ---- the architectures ---- */
 
 static mr_status read_common(const jctx *c, mr_model_desc *m) {
@@ -518,7 +587,7 @@ static mr_status read_common(const jctx *c, mr_model_desc *m) {
     TRY(get_int(c, "vocab_size", true, 1, INT64_C(1) << 31, &m->vocab));
     m->max_pos = 0;
     TRY(get_int(c, "max_position_embeddings", false, 1, INT64_C(1) << 40, &m->max_pos));
-    TRY(get_num(c, "rope_theta", true, &m->rope_theta, NULL));
+    TRY(read_rope_theta(c, m));
     TRY(get_num(c, "rms_norm_eps", true, &m->rms_eps, NULL));
     if (m->rope_theta <= 0) return mr_error_set(MR_ECONFIG, "%s: rope_theta must be positive", c->file);
     if (m->rms_eps <= 0) return mr_error_set(MR_ECONFIG, "%s: rms_norm_eps must be positive", c->file);
@@ -546,6 +615,17 @@ static mr_status rotary_from(const jctx *c, mr_model_desc *m) {
     bool has_prf = false;
     TRY(get_int(c, "rotary_dim", false, 1, m->head_dim, &rd));
     TRY(get_num(c, "partial_rotary_factor", false, &prf, &has_prf));
+    const char *key;
+    json_t *o;
+    TRY(rope_object(c, &key, &o));
+    json_t *inner = o ? json_object_get(o, "partial_rotary_factor") : NULL;
+    if (inner && !json_is_null(inner)) { /* transformers 5 keeps it in rope_parameters */
+        if (!json_is_number(inner)) return wrong_type(c, "partial_rotary_factor", "a number");
+        if (has_prf && json_number_value(inner) != prf)
+            return mr_error_set(MR_ECONFIG, "%s: partial_rotary_factor (%g) contradicts %s.partial_rotary_factor (%g)",
+                                c->file, prf, key, json_number_value(inner));
+        prf = json_number_value(inner), has_prf = true;
+    }
     if (has_prf && (prf <= 0 || prf > 1))
         return mr_error_set(MR_ECONFIG, "%s: partial_rotary_factor = %g must be in (0, 1]", c->file, prf);
     if (rd > 0 && has_prf && (int64_t)llround(prf * (double)m->head_dim) != rd)
@@ -564,6 +644,7 @@ static mr_status rotary_from(const jctx *c, mr_model_desc *m) {
 
 static mr_status read_minimax_m2(const jctx *c, mr_model_desc *m, route_fields *rf) {
     TRY(read_common(c, m));
+    TRY(check_plain_rope(c));
     TRY(get_int(c, "head_dim", true, 1, 65536, &m->head_dim));
     TRY(rotary_from(c, m));
     TRY(get_int(c, "intermediate_size", true, 1, INT64_C(1) << 20, &m->moe_inter));
@@ -665,6 +746,7 @@ static mr_status read_mixtral(const jctx *c, mr_model_desc *m, route_fields *rf)
 
 static mr_status read_qwen3_moe(const jctx *c, mr_model_desc *m, route_fields *rf) {
     TRY(read_common(c, m));
+    TRY(check_plain_rope(c));
     TRY(get_int(c, "head_dim", true, 1, 65536, &m->head_dim));
     TRY(rotary_from(c, m));
     TRY(get_int(c, "intermediate_size", false, 1, INT64_C(1) << 20, &m->inter));
