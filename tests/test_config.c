@@ -384,12 +384,15 @@ static void test_inline_variations(void **st) {
     /* both, contradicting */
     assert_int_equal(parse_mm(", \"partial_rotary_factor\": 0.25, \"rotary_dim\": 8", NULL, &m), MR_ECONFIG);
     assert_non_null(strstr(mr_error_last(), "rotary_dim"));
-    /* RoPE: plain (absent, null, "default", factor 1) is taken; a scaled RoPE is another
-     * model and refused, whichever key (transformers 4 rope_scaling, 5 rope_parameters) */
+    /* RoPE: plain (absent, null, type "default", no type and factor 1) is taken; a scaled
+     * RoPE is another model and refused, whichever key (transformers 4 rope_scaling, 5
+     * rope_parameters) */
     const char *plain[] = {", \"rope_scaling\": null", ", \"rope_scaling\": {\"type\": \"default\"}",
                            ", \"rope_scaling\": {\"rope_type\": \"default\", \"factor\": 1.0}",
                            ", \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 10000}",
-                           ", \"rope_parameters\": {}"};
+                           ", \"rope_parameters\": {}",
+                           ", \"rope_scaling\": {\"rope_type\": \"default\", \"factor\": 2.0}", /* default ignores it */
+                           ", \"rope_scaling\": {\"factor\": 1}"};
     for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++) {
         if (parse_mm(plain[i], NULL, &m) != MR_OK) fail_msg("%s: %s", plain[i], mr_error_last());
         assert_true(m.rope_theta == 10000.0);
@@ -398,8 +401,7 @@ static void test_inline_variations(void **st) {
     const struct { const char *extra, *needle; mr_status st; } scaled[] = {
         {", \"rope_scaling\": {\"type\": \"yarn\", \"factor\": 4.0}", "\"yarn\"", MR_EUNSUPPORTED},
         {", \"rope_parameters\": {\"rope_type\": \"llama3\", \"rope_theta\": 10000}", "\"llama3\"", MR_EUNSUPPORTED},
-        {", \"rope_scaling\": {\"rope_type\": \"default\", \"factor\": 2.0}", "factor is not 1", MR_EUNSUPPORTED},
-        {", \"rope_scaling\": {\"factor\": 8}", "factor is not 1", MR_EUNSUPPORTED},
+        {", \"rope_scaling\": {\"factor\": 8}", "has factor and no rope_type", MR_EUNSUPPORTED},
         {", \"rope_scaling\": {\"original_max_position_embeddings\": 4096}", "original_max_position_embeddings",
          MR_EUNSUPPORTED},
         {", \"rope_scaling\": \"yarn\"", "an object or null", MR_ECONFIG},
@@ -417,6 +419,15 @@ static void test_inline_variations(void **st) {
                      mr_error_last());
         if (sst == MR_OK) mr_model_desc_free(&m);
     }
+    /* the experts' activation (transformers: ACT2FN[hidden_act]): SiLU or its alias swish */
+    assert_int_equal(parse_mm(", \"hidden_act\": \"swish\"", NULL, &m), MR_OK);
+    mr_model_desc_free(&m);
+    assert_int_equal(parse_mm(", \"hidden_act\": \"gelu\"", NULL, &m), MR_EUNSUPPORTED);
+    assert_non_null(strstr(mr_error_last(), "\"gelu\""));
+    assert_int_equal(parse_mm(", \"hidden_act\": 1", NULL, &m), MR_ECONFIG);
+    /* read by transformers' Mixtral, not its MiniMax-M2 (a plain causal mask): ignored here too */
+    assert_int_equal(parse_mm(", \"sliding_window\": 128, \"layer_types\": [\"sliding_attention\"]", NULL, &m), MR_OK);
+    mr_model_desc_free(&m);
     /* transformers 5: rope_theta and partial_rotary_factor only inside rope_parameters */
     {
         const char *t = "{\"architectures\": [\"MiniMaxM2ForCausalLM\"], \"hidden_size\": 64, \"num_hidden_layers\": 2,"

@@ -544,32 +544,48 @@ static mr_status read_rope_theta(const jctx *c, mr_model_desc *m) {
 /* The model runtime computes plain RoPE (MiniMax-M2 ships it). A scaled RoPE
  * (yarn, linear, dynamic, llama3, longrope, ...) is another model: computing
  * it as plain RoPE would answer with plausible text that transformers would
- * not give, so it is refused. Plain: no object, or one whose type ("rope_type",
- * or "type" in older configs) is "default" or absent, with no factor other than
- * 1 and no key but rope_theta and partial_rotary_factor beside the type. */
+ * not give, so it is refused. As transformers reads the object: its type is
+ * "rope_type" (or "type" in older configs); "default" is plain RoPE whatever
+ * else the object holds. Without a type, only rope_theta,
+ * partial_rotary_factor and a factor of 1 are plain. */
 static mr_status check_plain_rope(const jctx *c) {
     const char *key;
     json_t *o;
     TRY(rope_object(c, &key, &o));
     if (!o) return MR_OK;
+    const char *tk = json_object_get(o, "rope_type") ? "rope_type" : "type";
+    json_t *t = json_object_get(o, tk);
+    if (t) {
+        if (!json_is_string(t)) return mr_error_set(MR_ECONFIG, "%s: field '%s.%s' must be a string", c->file, key, tk);
+        if (strcmp(json_string_value(t), "default") != 0)
+            return mr_error_set(MR_EUNSUPPORTED,
+                                "%s: %s.%s is \"%s\": only plain RoPE (\"default\") is supported, as MiniMax-M2 "
+                                "ships it; computing it as plain RoPE would give another model's outputs",
+                                c->file, key, tk, json_string_value(t));
+        return MR_OK;
+    }
     const char *k;
     json_t *v;
     json_object_foreach(o, k, v) {
-        if (!strcmp(k, "rope_type") || !strcmp(k, "type")) {
-            if (!json_is_string(v)) return mr_error_set(MR_ECONFIG, "%s: field '%s.%s' must be a string", c->file, key, k);
-            if (strcmp(json_string_value(v), "default") != 0)
-                return mr_error_set(MR_EUNSUPPORTED,
-                                    "%s: %s.%s is \"%s\": only plain RoPE (\"default\") is supported, as MiniMax-M2 "
-                                    "ships it; computing it as plain RoPE would give another model's outputs",
-                                    c->file, key, k, json_string_value(v));
-        } else if (!strcmp(k, "factor")) {
-            if (!json_is_null(v) && !(json_is_number(v) && json_number_value(v) == 1.0))
-                return mr_error_set(MR_EUNSUPPORTED, "%s: %s.factor is not 1: only plain RoPE is supported", c->file, key);
-        } else if (strcmp(k, "rope_theta") != 0 && strcmp(k, "partial_rotary_factor") != 0) {
-            return mr_error_set(MR_EUNSUPPORTED, "%s: %s.%s: only plain RoPE is supported (no RoPE scaling fields)",
-                                c->file, key, k);
-        }
+        if (!strcmp(k, "rope_theta") || !strcmp(k, "partial_rotary_factor")) continue;
+        if (!strcmp(k, "factor") && (json_is_null(v) || (json_is_number(v) && json_number_value(v) == 1.0))) continue;
+        return mr_error_set(MR_EUNSUPPORTED, "%s: %s has %s and no rope_type: only plain RoPE (\"default\") is supported",
+                            c->file, key, k);
     }
+    return MR_OK;
+}
+
+/* transformers' MiniMax-M2 experts apply ACT2FN[hidden_act]: anything but SiLU
+ * ("silu", or its alias "swish") is another model than the one the runtime
+ * computes, so it is refused rather than ignored. (sliding_window and
+ * layer_types are not read there: its model builds a plain causal mask, "no
+ * sliding window opposed to mixtral", so neither is here.) */
+static mr_status check_silu(const jctx *c) {
+    const char *act = NULL;
+    TRY(get_str(c, "hidden_act", &act));
+    if (act && strcmp(act, "silu") != 0 && strcmp(act, "swish") != 0)
+        return mr_error_set(MR_EUNSUPPORTED, "%s: hidden_act is \"%s\": the experts compute SiLU (\"silu\") only", c->file,
+                            act);
     return MR_OK;
 }
 
@@ -645,6 +661,7 @@ static mr_status rotary_from(const jctx *c, mr_model_desc *m) {
 static mr_status read_minimax_m2(const jctx *c, mr_model_desc *m, route_fields *rf) {
     TRY(read_common(c, m));
     TRY(check_plain_rope(c));
+    TRY(check_silu(c));
     TRY(get_int(c, "head_dim", true, 1, 65536, &m->head_dim));
     TRY(rotary_from(c, m));
     TRY(get_int(c, "intermediate_size", true, 1, INT64_C(1) << 20, &m->moe_inter));
@@ -746,7 +763,6 @@ static mr_status read_mixtral(const jctx *c, mr_model_desc *m, route_fields *rf)
 
 static mr_status read_qwen3_moe(const jctx *c, mr_model_desc *m, route_fields *rf) {
     TRY(read_common(c, m));
-    TRY(check_plain_rope(c));
     TRY(get_int(c, "head_dim", true, 1, 65536, &m->head_dim));
     TRY(rotary_from(c, m));
     TRY(get_int(c, "intermediate_size", false, 1, INT64_C(1) << 20, &m->inter));
