@@ -242,7 +242,10 @@ static mr_status config_from_desc(const mr_model_desc *d, mr_model_config *c) {
         return mr_error_set(MR_EUNSUPPORTED, "architecture %s is not supported by the model runtime (MiniMaxM2ForCausalLM only)",
                             d->architecture);
     if (d->qk_norm != MR_QK_NORM_PER_LAYER)
-        return mr_error_set(MR_EUNSUPPORTED, "qk_norm_type other than per_layer is not supported");
+        return mr_error_set(MR_EUNSUPPORTED, "%s is not supported: MiniMax-M2 normalizes q and k over each layer's "
+                            "heads together (use_qk_norm true, qk_norm_type per_layer)",
+                            d->qk_norm == MR_QK_NORM_NONE ? "a model without q/k norms (use_qk_norm false or absent)"
+                                                          : "qk_norm_type per_head");
     if (d->shared_inter != 0 || d->n_dense_layers != 0)
         return mr_error_set(MR_EUNSUPPORTED, "shared experts and dense layers are not part of MiniMax-M2");
     if (d->tie_embeddings) return mr_error_set(MR_EUNSUPPORTED, "tie_word_embeddings=true is not supported");
