@@ -364,7 +364,11 @@ int mr_cmd_bench_serve(int argc, char **argv) {
     long http = 0;
     char *body = NULL;
     if (mr_http_get(o.base_url, "/v1/models", 30, &http, &body) || http != 200) {
-        fprintf(stderr, "moerun bench serve: %s/v1/models: %s\n", o.base_url, body && http ? body : mr_error_last());
+        if (body && http) /* the status, and what the server said (an empty body says nothing) */
+            fprintf(stderr, "moerun bench serve: %s/v1/models: HTTP %ld%s%.300s\n", o.base_url, http, *body ? ": " : "",
+                    body);
+        else
+            fprintf(stderr, "moerun bench serve: %s/v1/models: %s\n", o.base_url, mr_error_last());
         free(body);
         free(extra_text);
         return 1;

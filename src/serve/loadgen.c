@@ -18,6 +18,7 @@
  * their text from the server's /detokenize (chat, or text_prompts). */
 #include <curl/curl.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,8 +72,15 @@ static int dvec_push(dvec *d, double x) {
 
 /* ---- HTTP GET ---- */
 
+/* A server is a stranger: what it sends is bounded here. A GET body (/v1/models,
+ * /metrics, /detokenize's answer) beyond MAX_BODY, or one SSE line beyond
+ * MAX_LINE, ends the transfer with an error instead of growing the heap for as
+ * long as the server keeps sending. */
+enum { MAX_BODY = 64 << 20, MAX_LINE = 16 << 20 };
+
 static size_t collect(char *p, size_t sz, size_t nm, void *ud) {
     sv_buf *b = ud;
+    if (b->len + sz * nm > MAX_BODY) return 0; /* curl: CURLE_WRITE_ERROR */
     return sv_buf_add(b, p, sz * nm) ? 0 : sz * nm;
 }
 
@@ -93,8 +101,9 @@ mr_status mr_http_get(const char *base_url, const char *path, double timeout_s, 
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, http);
     curl_easy_cleanup(h);
     if (rc != CURLE_OK) {
+        const bool big = rc == CURLE_WRITE_ERROR && b.len + CURL_MAX_WRITE_SIZE > MAX_BODY;
         sv_buf_free(&b);
-        return mr_error_set(MR_EIO, "GET %s: %s", url, curl_easy_strerror(rc));
+        return mr_error_set(MR_EIO, "GET %s: %s", url, big ? "the answer is larger than 64 MiB" : curl_easy_strerror(rc));
     }
     if (sv_buf_lit(&b, "")) {
         sv_buf_free(&b);
@@ -146,6 +155,7 @@ typedef struct {
     double ttft;
     bool got_first, failed, saw_done;
     int64_t output_len;
+    int64_t max_tokens;   /* the request's (completion_tokens above it fails the request) */
     int64_t n_output_events;
     bool has_usage;
     dvec *itl;            /* pooled */
@@ -173,6 +183,18 @@ static bool has_output(const json_t *ev) {
     return json_is_array(ids) && json_array_size(ids) > 0;
 }
 
+/* the first reason a request failed is the one it reports */
+static void fail_first(flight *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail_first(flight *f, const char *fmt, ...) {
+    if (!f->failed) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(f->err, sizeof f->err, fmt, ap);
+        va_end(ap);
+    }
+    f->failed = true;
+}
+
 static void on_line(flight *f, const char *s, size_t n) {
     while (n && (s[n - 1] == '\r' || s[n - 1] == ' ')) n--;
     if (n == 0) return;
@@ -188,15 +210,13 @@ static void on_line(flight *f, const char *s, size_t n) {
     json_error_t je;
     json_t *ev = mr__json_loadb(s, n, 0, &je, NULL);
     if (!ev) {
-        f->failed = true;
-        snprintf(f->err, sizeof f->err, "an event is not JSON: %s", je.text);
+        fail_first(f, "an event is not JSON: %s", je.text);
         return;
     }
     const json_t *e = json_object_get(ev, "error");
     if (e) {
-        f->failed = true;
-        snprintf(f->err, sizeof f->err, "the stream reported an error: %s",
-                 json_string_value(json_object_get(e, "message")) ? json_string_value(json_object_get(e, "message")) : "?");
+        const char *m = json_string_value(json_object_get(e, "message"));
+        fail_first(f, "the stream reported an error: %s", m ? m : "?");
     } else {
         if (has_output(ev)) {
             f->n_output_events++;
@@ -204,15 +224,24 @@ static void on_line(flight *f, const char *s, size_t n) {
                 f->got_first = true;
                 f->ttft = (double)(now - f->t0) * 1e-9;
             } else if (dvec_push(f->itl, (double)(now - f->t_last_tok) * 1e-9)) {
-                f->failed = true;
+                fail_first(f, "out of memory");
             }
             f->t_last_tok = now;
         }
         const json_t *u = json_object_get(ev, "usage");
         const json_t *ct = json_object_get(u, "completion_tokens");
-        if (json_is_integer(ct)) {
-            f->output_len = (int64_t)json_integer_value(ct);
-            f->has_usage = true;
+        if (ct && !json_is_null(ct)) {
+            /* a count the request cannot have produced would make every throughput a fiction */
+            const json_int_t v = json_is_integer(ct) ? json_integer_value(ct) : -1;
+            if (!json_is_integer(ct)) {
+                fail_first(f, "usage.completion_tokens is not an integer");
+            } else if (v < 0 || v > f->max_tokens) {
+                fail_first(f, "usage.completion_tokens is %lld, outside [0, %lld] (the request's max_tokens)",
+                           (long long)v, (long long)f->max_tokens);
+            } else {
+                f->output_len = (int64_t)v;
+                f->has_usage = true;
+            }
         }
     }
     json_decref(ev);
@@ -224,6 +253,10 @@ static size_t on_data(char *p, size_t sz, size_t nm, void *ud) {
     const char *s = p, *end = p + n;
     while (s < end) { /* whole lines straight from curl's buffer; only a partial one is copied */
         const char *nl = memchr(s, '\n', (size_t)(end - s));
+        if (f->line.len + (size_t)((nl ? nl : end) - s) > MAX_LINE) {
+            fail_first(f, "an event line longer than 16 MiB");
+            return 0; /* curl ends the transfer */
+        }
         if (!nl) return sv_buf_add(&f->line, s, (size_t)(end - s)) ? 0 : n;
         if (f->line.len) {
             if (sv_buf_add(&f->line, s, (size_t)(nl - s))) return 0;
@@ -361,6 +394,12 @@ static void flight_start(flight *f, const mr_bench_serve_opts *o, const char *bo
     curl_easy_setopt(f->h, CURLOPT_TIMEOUT_MS, (long)(o->timeout_s * 1000));
     curl_easy_setopt(f->h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(f->h, CURLOPT_TCP_NODELAY, 1L);
+    /* the request's own limit (the bench's, or --extra-request-body's) bounds the usage it may report */
+    json_t *req = json_loads(body, 0, NULL);
+    json_t *mt = json_object_get(req, "max_completion_tokens");
+    if (!json_is_integer(mt)) mt = json_object_get(req, "max_tokens");
+    f->max_tokens = json_is_integer(mt) && json_integer_value(mt) > 0 ? (int64_t)json_integer_value(mt) : INT32_MAX;
+    json_decref(req);
     f->t0 = f->t_last = f->t_last_tok = mr_now_ns();
     curl_multi_add_handle(mh, f->h);
 }
@@ -394,14 +433,12 @@ static mr_status drive(const mr_bench_serve_opts *o, char **bodies, int first, i
             curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &http);
             if (f->line.len) on_line(f, f->line.p, f->line.len);
             if (msg->data.result != CURLE_OK) {
-                f->failed = true;
-                snprintf(f->err, sizeof f->err, "%s", curl_easy_strerror(msg->data.result));
+                fail_first(f, "%s", curl_easy_strerror(msg->data.result)); /* ours first, if on_data ended it */
             } else if (http != 200) {
-                f->failed = true;
-                snprintf(f->err, sizeof f->err, "HTTP %ld", http);
-            } else if (!f->saw_done && !f->failed) {
-                f->failed = true;
-                snprintf(f->err, sizeof f->err, "the stream ended without [DONE]");
+                f->failed = false; /* the status explains a body that is not a stream */
+                fail_first(f, "HTTP %ld", http);
+            } else if (!f->saw_done) {
+                fail_first(f, "the stream ended without [DONE]");
             }
             curl_multi_remove_handle(mh, f->h);
             curl_easy_cleanup(f->h);

@@ -4,8 +4,10 @@
 # summary, --json (every number; counts equal to what was asked), --plot (a
 # PNG from gnuplot); failures are counted, not fatal (a server that refuses
 # with 503 gives failed requests and exit 1); bad options are exit 2, an
-# unreachable server exit 1. Timings are not judged here, only consistency
-# (TTFT <= E2E, measured concurrency <= C).
+# unreachable server exit 1; a hostile server (tests/cli/lib/hostile_server.py:
+# endless bodies and lines, garbage, impossible usage counts) gives exit 1 with
+# the reason named. Timings are not judged here, only consistency (TTFT <= E2E,
+# measured concurrency <= C).
 # Args: <moerun> <tests/data> <scratch dir>
 set -u
 M=$1; DATA=$2; S=$3
@@ -76,6 +78,20 @@ for args in "--concurrency 1" "--base-url http://127.0.0.1:1 --concurrency 0" "-
 done
 "$M" bench serve --base-url http://127.0.0.1:1 --concurrency 1 >/dev/null 2>"$S/err"; rc=$?
 [ $rc = 1 ] || bad "an unreachable server: exit $rc, want 1"
+# a hostile server: what it sends is bounded and checked, and the reason is named (exit 1, no hang)
+for case in "models404|HTTP 404" "modelsbig|larger than 64 MiB" "hugeline|an event line longer than 16 MiB" \
+            "garbage|an event is not JSON" "usage_neg|usage.completion_tokens is -5, outside [0, 4]" \
+            "usage_big|usage.completion_tokens is 99999999999, outside [0, 4]"; do
+    mode=${case%%|*} want=${case#*|}
+    rm -f "$S/hport"
+    python3 "$(dirname "$0")/lib/hostile_server.py" "$mode" >"$S/hport" & hp=$!
+    for _ in $(seq 100); do grep -q '^[0-9]' "$S/hport" 2>/dev/null && break; sleep 0.1; done
+    timeout 60 "$M" bench serve --base-url "http://127.0.0.1:$(cat "$S/hport")" --concurrency 1 --num-prompts 2 \
+        --input-len 4 --output-len 4 --timeout 20 --no-warmup >"$S/outh" 2>&1; rc=$?
+    kill $hp 2>/dev/null; wait $hp 2>/dev/null
+    [ $rc = 1 ] && grep -qF -- "$want" "$S/outh" || bad "hostile server $mode: exit $rc, want 1 and '$want': $(tail -3 "$S/outh")"
+    grep -qE 'Sanitizer|runtime error:' "$S/outh" && bad "hostile server $mode: sanitizer report"
+done
 clean_log "$S/serve.log" && clean_log "$S/busy.log" || bad "sanitizer report in a server log"
 [ $fails = 0 ] || exit 1
 rm -rf "$S"

@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""hostile_server.py MODE: an OpenAI-like HTTP server on a free loopback port
+(printed on stdout) that misbehaves as MODE says, for the tests of `moerun
+bench serve` (a server is a stranger to the client: what it sends is bad
+input). GET /v1/models answers a model list unless MODE is about it; POST
+/v1/completions answers by MODE:
+  models404   /v1/models is a 404 with an empty body
+  modelsbig   /v1/models sends bytes without end
+  hugeline    one SSE line without end
+  garbage     bytes that are not an event stream
+  usage_neg   a stream whose usage.completion_tokens is -5
+  usage_big   a stream whose usage.completion_tokens is far above max_tokens
+Runs until killed; each connection in its own thread."""
+import json
+import socket
+import sys
+import threading
+
+MODE = sys.argv[1]
+SSE = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+
+
+def event(obj):
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+def endless(c, head):
+    c.sendall(head)
+    chunk = b"x" * (1 << 20)
+    while True:  # until the client closes (then sendall raises)
+        c.sendall(chunk)
+
+
+def handle(c):
+    try:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            d = c.recv(65536)
+            if not d:
+                return
+            data += d
+        head, _, rest = data.partition(b"\r\n\r\n")
+        n = 0
+        for line in head.split(b"\r\n"):
+            if line.lower().startswith(b"content-length:"):
+                n = int(line.split(b":")[1])
+        while len(rest) < n:
+            rest += c.recv(65536)
+        path = head.split(b" ")[1]
+        if path == b"/v1/models":
+            if MODE == "models404":
+                c.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            elif MODE == "modelsbig":
+                endless(c, b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")
+            else:
+                body = b'{"object":"list","data":[{"id":"m"}]}'
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                          b"Connection: close\r\n\r\n%s" % (len(body), body))
+            return
+        text = event({"choices": [{"index": 0, "text": "a"}]})
+        if MODE == "hugeline":
+            endless(c, SSE + b"data: ")
+        elif MODE == "garbage":
+            c.sendall(SSE + b"\x00\xff\xfe garbage\n\ndata: {not json\n\ndata: [DONE]\n\n")
+        elif MODE in ("usage_neg", "usage_big"):
+            ct = -5 if MODE == "usage_neg" else 99999999999
+            c.sendall(SSE + text + event({"choices": [], "usage": {"completion_tokens": ct}}) + b"data: [DONE]\n\n")
+        else:
+            c.sendall(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+    except OSError:
+        pass
+    finally:
+        c.close()
+
+
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 0))
+s.listen(64)
+print(s.getsockname()[1], flush=True)
+while True:
+    conn, _ = s.accept()
+    threading.Thread(target=handle, args=(conn,), daemon=True).start()
