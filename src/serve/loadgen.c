@@ -84,6 +84,12 @@ static size_t collect(char *p, size_t sz, size_t nm, void *ud) {
     return sv_buf_add(b, p, sz * nm) ? 0 : sz * nm;
 }
 
+/* why a transfer into b failed: our cap, or curl's reason */
+static const char *curl_why(CURLcode rc, const sv_buf *b) {
+    return rc == CURLE_WRITE_ERROR && b->len + CURL_MAX_WRITE_SIZE > MAX_BODY ? "the answer is larger than 64 MiB"
+                                                                              : curl_easy_strerror(rc);
+}
+
 mr_status mr_http_get(const char *base_url, const char *path, double timeout_s, long *http, char **body) {
     *body = NULL;
     *http = 0;
@@ -101,9 +107,9 @@ mr_status mr_http_get(const char *base_url, const char *path, double timeout_s, 
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, http);
     curl_easy_cleanup(h);
     if (rc != CURLE_OK) {
-        const bool big = rc == CURLE_WRITE_ERROR && b.len + CURL_MAX_WRITE_SIZE > MAX_BODY;
+        const char *why = curl_why(rc, &b);
         sv_buf_free(&b);
-        return mr_error_set(MR_EIO, "GET %s: %s", url, big ? "the answer is larger than 64 MiB" : curl_easy_strerror(rc));
+        return mr_error_set(MR_EIO, "GET %s: %s", url, why);
     }
     if (sv_buf_lit(&b, "")) {
         sv_buf_free(&b);
@@ -134,8 +140,9 @@ mr_status mr_http_post(const char *base_url, const char *path, const char *json,
     curl_easy_cleanup(h);
     curl_slist_free_all(hd);
     if (rc != CURLE_OK) {
+        const char *why = curl_why(rc, &b);
         sv_buf_free(&b);
-        return mr_error_set(MR_EIO, "POST %s: %s", url, curl_easy_strerror(rc));
+        return mr_error_set(MR_EIO, "POST %s: %s", url, why);
     }
     if (sv_buf_lit(&b, "")) {
         sv_buf_free(&b);
