@@ -1728,9 +1728,11 @@ static bool authorized(mr_server *s, struct MHD_Connection *c) {
 
 /* The request's framing headers (RFC 9112 6.3): Content-Length values that differ, and the last
  * Transfer-Encoding. libmicrohttpd reads the first Content-Length and waits for a body whose coding it
- * does not know; both must be refused at the head (a proxy in front may read such a request otherwise). */
+ * does not know; both must be refused at the head (a proxy in front may read such a request otherwise).
+ * And a Content-Encoding other than identity (gzip, ...): no body is decompressed here (nor by vLLM's
+ * or sglang's servers), so it is a 415 that says so, not a JSON error about its first byte. */
 typedef struct {
-    const char *cl, *te;
+    const char *cl, *te, *ce;
     bool cl_differ;
 } framing;
 
@@ -1743,6 +1745,8 @@ static enum MHD_Result framing_of(void *cls, enum MHD_ValueKind kind, const char
         f->cl = value;
     } else if (!strcasecmp(key, "Transfer-Encoding")) {
         f->te = value;
+    } else if (!strcasecmp(key, "Content-Encoding") && *value && strcasecmp(value, "identity")) {
+        f->ce = value;
     }
     return MHD_YES;
 }
@@ -1792,6 +1796,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (fr.cl_differ) return fail(s, c, 400, NULL, "the request has Content-Length headers that differ");
         if (fr.te && strcasecmp(fr.te, "chunked"))
             return fail(s, c, 501, NULL, "Transfer-Encoding '%.60s' is not supported (chunked is)", fr.te);
+        if (fr.ce) /* a compressed body would read as a JSON error that names no cause */
+            return fail(s, c, 415, NULL, "Content-Encoding '%.60s' is not supported: send the body uncompressed", fr.ce);
         bool bad_method;
         const char *allow = NULL;
         h->route = route_of(url, method, &h->post, &bad_method, &allow);

@@ -61,7 +61,7 @@ void sv_error_rename(sv_error *e, const char *from, const char *to_param, const 
 
 const char *sv_error_type(int http) {
     switch (http) {
-    case 400: case 405: case 413: case 431: case 501: return "invalid_request_error";
+    case 400: case 405: case 413: case 415: case 431: case 501: return "invalid_request_error";
     case 409: return "conflict_error";
     case 401: return "authentication_error";
     case 403: return "permission_error";

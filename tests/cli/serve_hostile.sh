@@ -62,6 +62,12 @@ post "$b" 400 -                                        # deep nesting, under the
 { printf '{"prompt":[1],"user":"'; head -c 20000 /dev/zero | tr '\0' 'a'; printf '"}'; } >"$b"
 got=$(curl -s -o "$S/resp" -w '%{http_code}' -H 'Transfer-Encoding: chunked' --data-binary @"$b" "$SV_URL/v1/completions")
 [ "$got" = 413 ] || bad "chunked oversize body: HTTP $got, want 413"
+# a compressed body: no body is decompressed, so a 415 that says so (not a JSON error about byte 0x1f)
+printf '{"prompt":[1,2,3],"max_tokens":2}' | gzip -c >"$b"
+got=$(curl -s -o "$S/resp" -w '%{http_code}' -H 'Content-Type: application/json' -H 'Content-Encoding: gzip' \
+      --data-binary @"$b" "$SV_URL/v1/completions")
+[ "$got" = 415 ] && grep -q '"type":"invalid_request_error"' "$S/resp" && grep -q "Content-Encoding 'gzip'" "$S/resp" ||
+    bad "a gzip body: HTTP $got: $(head -c 300 "$S/resp")"
 # a 100 KB header
 got=$(curl -s -o /dev/null -w '%{http_code}' -H "X-Big: $(head -c 100000 /dev/zero | tr '\0' 'x')" "$SV_URL/health")
 case "$got" in 4*|000) ;; *) bad "oversize header: HTTP $got, want a 4xx or a closed connection";; esac
