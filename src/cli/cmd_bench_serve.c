@@ -335,13 +335,16 @@ int mr_cmd_bench_serve(int argc, char **argv) {
         fprintf(stderr, "moerun bench serve: --concurrency is empty\n");
         return 2;
     }
-    if (json_path) { /* checked up front: a sweep is long */
+    if (json_path) { /* checked up front, a sweep being long; a file the check made is removed at once, so
+                        that a run that fails leaves none (the results go through a .tmp renamed at the end) */
+        const bool existed = access(json_path, F_OK) == 0;
         FILE *f = fopen(json_path, "a");
         if (!f) {
             fprintf(stderr, "moerun bench serve: --json %s: %s\n", json_path, strerror(errno));
             return 2;
         }
         fclose(f);
+        if (!existed) unlink(json_path);
     }
     char *extra_text = NULL; /* checked here, sent as text */
     json_t *extra = NULL;

@@ -76,8 +76,9 @@ for args in "--concurrency 1" "--base-url http://127.0.0.1:1 --concurrency 0" "-
     "$M" bench serve $args >/dev/null 2>"$S/err"; rc=$?
     [ $rc = 2 ] || bad "bench serve $args: exit $rc, want 2 ($(head -1 "$S/err"))"
 done
-"$M" bench serve --base-url http://127.0.0.1:1 --concurrency 1 >/dev/null 2>"$S/err"; rc=$?
+"$M" bench serve --base-url http://127.0.0.1:1 --concurrency 1 --json "$S/unreach.json" >/dev/null 2>"$S/err"; rc=$?
 [ $rc = 1 ] || bad "an unreachable server: exit $rc, want 1"
+[ -e "$S/unreach.json" ] && bad "an unreachable server: --json left a file ($(wc -c <"$S/unreach.json") bytes)"
 # a hostile server: what it sends is bounded and checked, and the reason is named (exit 1, no hang)
 for case in "models404|HTTP 404" "modelsbig|larger than 64 MiB" "hugeline|an event line longer than 16 MiB" \
             "garbage|an event is not JSON" "usage_neg|usage.completion_tokens is -5, outside [0, 4]" \
