@@ -116,7 +116,8 @@ void mr_server_close(mr_server *s);
 
 /* ---- the load generator (`moerun bench serve`) ----
  * Definitions of sglang's bench_serving (serving.md section 6): a semaphore
- * of `concurrency` around each request, all requests created at t = 0, the
+ * of `concurrency` around each request, all requests created at t = 0 (or,
+ * with request_rate, arriving as a Poisson process as sglang's do), the
  * clock of a request started just before it is sent; TTFT = first chunk with
  * text (or token ids), ITL = gaps between later chunks, TPOT = (latency -
  * TTFT) / (output_len - 1), output_len from usage.completion_tokens (a server
@@ -138,6 +139,11 @@ typedef struct {
     double timeout_s;       /* per request [600] */
     const char *extra_body; /* a JSON object merged into every request, its keys replacing the bench's own
                                (sglang's --extra-request-body: response_format, regex, ...) [NULL] */
+    double request_rate;    /* requests/s of a Poisson arrival process (exponential gaps, the first at t = 0,
+                               seeded), each still waiting for one of the C slots; 0 = inf, all at t = 0 [0] */
+    bool random_lengths;    /* each request's input and output lengths uniform in [max(1, floor(L * range_ratio)),
+                               L] (sglang's random dataset, --random-range-ratio) [false: L and O for all] */
+    double range_ratio;     /* in [0, 1], with random_lengths */
 } mr_bench_serve_opts;
 
 typedef struct {
@@ -151,6 +157,7 @@ typedef struct {
     double itl_mean, itl_median, itl_p95, itl_p99, itl_max, itl_std;
     double e2e_mean, e2e_median, e2e_p99, e2e_std;
     char first_error[256];  /* what the first failed request said */
+    double last_arrival_s;  /* when the last request was due to arrive (0 at request rate inf) */
 } mr_bench_serve_result;
 
 /* Runs one sweep point (after one warm-up request when o->warmup). Failed

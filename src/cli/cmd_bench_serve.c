@@ -23,6 +23,7 @@ static void usage(FILE *f) {
             "                          [--input-len L] [--output-len O] [--chat] [--text-prompts]\n"
             "                          [--model NAME] [--vocab V] [--seed S] [--timeout S] [--no-warmup] [--flush-cache]\n"
             "                          [--tokenizer DIR] [--extra-request-body JSON|@FILE]\n"
+            "                          [--request-rate R] [--random-range-ratio X]\n"
             "                          [--json FILE] [--plot FILE.png]\n\n"
             "Serving benchmark with sglang bench_serving's definitions: at each concurrency C, N requests\n"
             "(default 4 x C, at least 16) of L random prompt tokens (default 128) and O output tokens\n"
@@ -38,7 +39,13 @@ static void usage(FILE *f) {
             "              the bench's own (sglang's flag): e.g. '{\"response_format\": {\"type\": \"json_schema\", ...}}'\n"
             "              to measure structured outputs\n"
             "  --flush-cache  POST /flush_cache before each concurrency's run (after its warm-up): every run\n"
-            "              starts with an empty prefix cache (sglang's flag; moerun serve and sglang answer it)\n");
+            "              starts with an empty prefix cache (sglang's flag; moerun serve and sglang answer it)\n"
+            "  --request-rate R  requests arrive as a Poisson process of R per second (exponential gaps, the\n"
+            "              first at once, from --seed), each sent when it has arrived and one of the C slots is\n"
+            "              free; the duration includes the waits (sglang's flag) [inf: all at t = 0]\n"
+            "  --random-range-ratio X  each request's input and output lengths uniform in\n"
+            "              [max(1, floor(L * X)), L] and [max(1, floor(O * X)), O], from --seed (sglang's random\n"
+            "              dataset; its default is 0) [fixed lengths L and O]\n");
 }
 
 /* The value of the first series named `name` (with any labels) in a
@@ -120,7 +127,10 @@ static void line(const char *k, double v) { printf("%-40s %-10.2f\n", k, v); }
 static void print_table(const mr_bench_serve_result *r, const mr_bench_serve_opts *o) {
     printf("\n============ Serving Benchmark Result ============\n");
     printf("%-40s %-10s\n", "Backend:", o->chat ? "openai-chat" : "openai-completions");
-    printf("%-40s %-10s\n", "Traffic request rate:", "inf");
+    if (o->request_rate > 0)
+        printf("%-40s %-10.2f\n", "Traffic request rate:", o->request_rate);
+    else
+        printf("%-40s %-10s\n", "Traffic request rate:", "inf");
     printf("%-40s %-10d\n", "Max request concurrency:", r->concurrency);
     printf("%-40s %-10d\n", "Successful requests:", r->completed);
     printf("%-40s %-10d\n", "Failed requests:", r->failed);
@@ -150,6 +160,7 @@ static void print_table(const mr_bench_serve_result *r, const mr_bench_serve_opt
     line("P95 ITL (ms):", r->itl_p95);
     line("P99 ITL (ms):", r->itl_p99);
     line("Max ITL (ms):", r->itl_max);
+    if (o->request_rate > 0) line("Last request due at (s):", r->last_arrival_s);
     if (r->failed) printf("%-40s %s\n", "First failure:", r->first_error);
 }
 
@@ -294,6 +305,22 @@ int mr_cmd_bench_serve(int argc, char **argv) {
             o.tokenizer = argv[++i];
         } else if (!strcmp(a, "--extra-request-body")) {
             extra_arg = argv[++i];
+        } else if (!strcmp(a, "--request-rate")) {
+            float r;
+            if (strcmp(v, "inf") && (mr_cli_parse_float(v, 1e-3f, 1e6f, &r) || !(r > 0))) {
+                fprintf(stderr, "moerun bench serve: --request-rate: %s (or inf)\n", mr_error_last());
+                return 2;
+            }
+            o.request_rate = strcmp(v, "inf") ? (double)r : 0.0;
+            i++;
+        } else if (!strcmp(a, "--random-range-ratio")) {
+            float r;
+            if (mr_cli_parse_float(argv[++i], 0.0f, 1.0f, &r)) {
+                fprintf(stderr, "moerun bench serve: --random-range-ratio: %s\n", mr_error_last());
+                return 2;
+            }
+            o.random_lengths = true;
+            o.range_ratio = (double)r;
         } else if (!strcmp(a, "--num-prompts") || !strcmp(a, "--input-len") || !strcmp(a, "--output-len") ||
                    !strcmp(a, "--vocab") || !strcmp(a, "--seed") || !strcmp(a, "--timeout")) {
             if (mr_cli_parse_long(argv[++i], 1, 1L << 31, &x)) {
@@ -422,6 +449,10 @@ int mr_cmd_bench_serve(int argc, char **argv) {
             json_object_set_new(j, "input_len", json_integer(o.input_len));
             json_object_set_new(j, "output_len", json_integer(o.output_len));
             json_object_set_new(j, "num_prompts", json_integer(o.num_prompts));
+            /* sglang writes inf for no rate; JSON has no inf, so null */
+            json_object_set_new(j, "request_rate", o.request_rate > 0 ? json_real(o.request_rate) : json_null());
+            if (o.request_rate > 0) json_object_set_new(j, "last_arrival_s", json_real(rs[k].last_arrival_s));
+            if (o.random_lengths) json_object_set_new(j, "random_range_ratio", json_real(o.range_ratio));
             json_array_append_new(all, j);
         }
         if (rs[k].failed) rc = 1;

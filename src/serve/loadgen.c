@@ -163,6 +163,7 @@ typedef struct {
     bool got_first, failed, saw_done;
     int64_t output_len;
     int64_t max_tokens;   /* the request's (completion_tokens above it fails the request) */
+    int64_t in_len;       /* its prompt's token count */
     int64_t n_output_events;
     bool has_usage;
     dvec *itl;            /* pooled */
@@ -286,8 +287,17 @@ static uint64_t rng(uint64_t *s) { /* splitmix64 */
     return z ^ (z >> 31);
 }
 
-/* The request bodies: num_prompts (+1 for the warm-up, index num_prompts). */
-static mr_status make_bodies(const mr_bench_serve_opts *o, const char *model, char ***out) {
+/* A length uniform in [max(1, floor(L * ratio)), L] (sglang's random dataset), or L without random lengths. */
+static int64_t draw_len(const mr_bench_serve_opts *o, int64_t L, uint64_t *s) {
+    if (!o->random_lengths) return L;
+    int64_t lo = (int64_t)floor((double)L * o->range_ratio);
+    if (lo < 1) lo = 1;
+    return lo + (int64_t)(rng(s) % (uint64_t)(L - lo + 1));
+}
+
+/* The request bodies: num_prompts (+1 for the warm-up, index num_prompts, of the full input length),
+ * and their prompts' lengths in in_len[]. */
+static mr_status make_bodies(const mr_bench_serve_opts *o, const char *model, char ***out, int64_t *in_len) {
     int n = o->num_prompts + 1;
     char **b = calloc((size_t)n, sizeof *b);
     if (!b) return MR_ENOMEM;
@@ -314,13 +324,18 @@ static mr_status make_bodies(const mr_bench_serve_opts *o, const char *model, ch
         }
     }
     uint64_t s = o->seed * 0x9E3779B97F4A7C15ull + 7;
+    uint64_t sl = o->seed * 0xD1B54A32D192ED03ull + 11; /* the lengths: their own stream, so that the prompts
+                                                            of a seed with fixed lengths stay what they were */
     int64_t lo = o->min_id, hi = o->vocab;
     mr_status st = MR_OK;
     for (int i = 0; i < n && !st; i++) {
+        const bool warm = i == o->num_prompts;
+        const int64_t ilen = warm ? o->input_len : draw_len(o, o->input_len, &sl);
+        int64_t olen = warm ? (o->output_len < 32 ? o->output_len : 32) : draw_len(o, o->output_len, &sl);
+        in_len[i] = ilen;
         json_t *ids = json_array();
-        for (int64_t k = 0; ids && k < o->input_len; k++)
+        for (int64_t k = 0; ids && k < ilen; k++)
             json_array_append_new(ids, json_integer(lo + (json_int_t)(rng(&s) % (uint64_t)(hi - lo))));
-        int64_t olen = i == o->num_prompts ? (o->output_len < 32 ? o->output_len : 32) : o->output_len;
         json_t *req = json_pack("{s:s,s:f,s:I,s:b,s:b,s:{s:b}}", "model", model, "temperature", 0.0, "max_tokens",
                                 (json_int_t)olen, "stream", 1, "ignore_eos", 1, "stream_options", "include_usage", 1);
         if (!ids || !req) {
@@ -330,11 +345,11 @@ static mr_status make_bodies(const mr_bench_serve_opts *o, const char *model, ch
             break;
         }
         if ((o->chat || o->text_prompts) && tok) { /* text decoded here */
-            int32_t *v = malloc((size_t)o->input_len * sizeof(int32_t));
-            for (int64_t k = 0; v && k < o->input_len; k++) v[k] = (int32_t)json_integer_value(json_array_get(ids, (size_t)k));
+            int32_t *v = malloc((size_t)ilen * sizeof(int32_t));
+            for (int64_t k = 0; v && k < ilen; k++) v[k] = (int32_t)json_integer_value(json_array_get(ids, (size_t)k));
             char *t = NULL;
             size_t tn;
-            st = v ? mr_tokenizer_decode(tok, v, (size_t)o->input_len, true, &t, &tn) : MR_ENOMEM;
+            st = v ? mr_tokenizer_decode(tok, v, (size_t)ilen, true, &t, &tn) : MR_ENOMEM;
             free(v);
             if (!st && o->chat) json_object_set_new(req, "messages", json_pack("[{s:s,s:s}]", "role", "user", "content", t));
             else if (!st) json_object_set_new(req, "prompt", json_string(t));
@@ -411,19 +426,22 @@ static void flight_start(flight *f, const mr_bench_serve_opts *o, const char *bo
     curl_multi_add_handle(mh, f->h);
 }
 
-/* Runs the bodies [first, first + count) at concurrency C; fills fl[]. */
-static mr_status drive(const mr_bench_serve_opts *o, char **bodies, int first, int count, int C, flight *fl,
-                       dvec *itl) {
+/* Runs the bodies [first, first + count) at concurrency C; fills fl[]. Body i is due arrive[i - first]
+ * seconds after the start (NULL: all at once) and is sent when it is due and one of the C slots is free. */
+static mr_status drive(const mr_bench_serve_opts *o, char **bodies, const int64_t *in_len, const double *arrive,
+                       int first, int count, int C, flight *fl, dvec *itl) {
     CURLM *mh = curl_multi_init();
     if (!mh) return MR_ENOMEM;
     curl_multi_setopt(mh, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)C);
     int next = 0, running = 0, done = 0;
+    const uint64_t t_start = mr_now_ns();
     while (done < count) {
-        while (running < C && next < count) {
+        while (running < C && next < count && (!arrive || (double)(mr_now_ns() - t_start) * 1e-9 >= arrive[next])) {
             flight *f = &fl[next];
             memset(f, 0, sizeof *f);
             f->itl = itl;
             f->idx = first + next;
+            f->in_len = in_len[first + next];
             flight_start(f, o, bodies[first + next], mh);
             next++;
             running++;
@@ -456,8 +474,14 @@ static mr_status drive(const mr_bench_serve_opts *o, char **bodies, int first, i
             done++;
             ended++;
         }
-        /* a request that ended frees a slot: the next one starts now, not after the poll's timeout */
-        if (done < count && !(ended && next < count)) curl_multi_poll(mh, NULL, 0, 50, NULL);
+        /* a request that ended frees a slot: the next one starts now, not after the poll's timeout; the
+         * poll wakes by the next arrival too */
+        int wait_ms = 50;
+        if (arrive && next < count && running < C) {
+            const double due = arrive[next] - (double)(mr_now_ns() - t_start) * 1e-9;
+            wait_ms = due <= 0 ? 0 : due < 0.05 ? (int)ceil(due * 1e3) : 50;
+        }
+        if (done < count && !(ended && next < count) && wait_ms > 0) curl_multi_poll(mh, NULL, 0, wait_ms, NULL);
     }
     curl_multi_cleanup(mh);
     return MR_OK;
@@ -474,8 +498,28 @@ mr_status mr_bench_serve_run(const mr_bench_serve_opts *o, mr_bench_serve_result
         inited = true;
     }
     char **bodies = NULL;
-    mr_status st = make_bodies(o, o->model ? o->model : "default", &bodies);
-    if (st) return st;
+    int64_t *in_len = malloc((size_t)(o->num_prompts + 1) * sizeof *in_len);
+    double *arrive = o->request_rate > 0 ? malloc((size_t)o->num_prompts * sizeof *arrive) : NULL;
+    if (!in_len || (o->request_rate > 0 && !arrive)) {
+        free(in_len);
+        free(arrive);
+        return MR_ENOMEM;
+    }
+    mr_status st = make_bodies(o, o->model ? o->model : "default", &bodies, in_len);
+    if (st) {
+        free(in_len);
+        free(arrive);
+        return st;
+    }
+    if (arrive) { /* a Poisson process, as sglang's: the first at t = 0, then exponential gaps of mean 1 / rate */
+        uint64_t sa = o->seed * 0x94D049BB133111EBull + 13;
+        arrive[0] = 0.0;
+        for (int i = 1; i < o->num_prompts; i++) {
+            const double u = (double)(rng(&sa) >> 11) * (1.0 / 9007199254740992.0); /* [0, 1) */
+            arrive[i] = arrive[i - 1] - log1p(-u) / o->request_rate;
+        }
+        r->last_arrival_s = arrive[o->num_prompts - 1];
+    }
     flight *fl = calloc((size_t)o->num_prompts, sizeof *fl);
     dvec itl = {0}, warm_itl = {0};
     double *ttft = malloc((size_t)o->num_prompts * sizeof(double));
@@ -487,14 +531,14 @@ mr_status mr_bench_serve_run(const mr_bench_serve_opts *o, mr_bench_serve_result
     }
     if (o->warmup) {
         flight w;
-        drive(o, bodies, o->num_prompts, 1, 1, &w, &warm_itl);
+        drive(o, bodies, in_len, NULL, o->num_prompts, 1, 1, &w, &warm_itl);
         if (w.failed || !w.got_first) {
             st = mr_error_set(MR_EIO, "bench serve: the warm-up request failed: %s", w.err[0] ? w.err : "no output");
             goto out;
         }
     }
     uint64_t t0 = mr_now_ns();
-    if ((st = drive(o, bodies, 0, o->num_prompts, o->concurrency, fl, &itl))) goto out;
+    if ((st = drive(o, bodies, in_len, arrive, 0, o->num_prompts, o->concurrency, fl, &itl))) goto out;
     uint64_t t1 = 0;
     size_t nt = 0, np = 0;
     double sum_lat = 0;
@@ -510,7 +554,7 @@ mr_status mr_bench_serve_run(const mr_bench_serve_opts *o, mr_bench_serve_result
         double lat = (double)(f->t_last - f->t0) * 1e-9;
         if (!f->has_usage) f->output_len = f->n_output_events; /* one token per event */
         r->completed++;
-        r->total_input += o->input_len;
+        r->total_input += f->in_len;
         r->total_output += f->output_len;
         ttft[nt++] = f->ttft;
         e2e[r->completed - 1] = lat;
@@ -536,6 +580,8 @@ mr_status mr_bench_serve_run(const mr_bench_serve_opts *o, mr_bench_serve_result
 out:
     for (int i = 0; bodies && i <= o->num_prompts; i++) free(bodies[i]);
     free(bodies);
+    free(in_len);
+    free(arrive);
     free(fl);
     free(itl.v);
     free(warm_itl.v);
@@ -551,6 +597,8 @@ mr_status mr_bench_serve_warmup(const mr_bench_serve_opts *o) {
     w.concurrency = 1;
     w.warmup = false;
     w.output_len = o->output_len < 32 ? o->output_len : 32;
+    w.request_rate = 0;
+    w.random_lengths = false;
     mr_bench_serve_result r;
     mr_status st = mr_bench_serve_run(&w, &r);
     if (!st && r.completed != 1)

@@ -2,7 +2,9 @@
 # serve_bench.sh — `moerun bench serve` against a running `moerun serve`:
 # the sglang-style table per concurrency, the server's counters, the sweep
 # summary, --json (every number; counts equal to what was asked), --plot (a
-# PNG from gnuplot); failures are counted, not fatal (a server that refuses
+# PNG from gnuplot), --request-rate (the run lasts until the seeded schedule's
+# last arrival), --random-range-ratio (drawn lengths, counted as the server
+# counts them); failures are counted, not fatal (a server that refuses
 # with 503 gives failed requests and exit 1); bad options are exit 2, an
 # unreachable server exit 1; a hostile server (tests/cli/lib/hostile_server.py:
 # endless bodies and lines, garbage, impossible usage counts) gives exit 1 with
@@ -53,6 +55,23 @@ for f in "" "" --flush-cache; do
 done
 set -- $hits
 [ "$2" -ge 64 ] && [ "$3" = 0 ] || bad "--flush-cache: prefix-cache hits of three runs of the same prompts: $hits"
+# --request-rate: a Poisson arrival schedule (seeded; its last arrival in the JSON): the run lasts at least
+# until then, which all-at-once would not (6 short requests take a few ms here)
+"$M" bench serve --base-url "$SV_URL" --concurrency 6 --num-prompts 6 --input-len 8 --output-len 4 --vocab 256 \
+    --request-rate 5 --json "$S/rate.json" >"$S/outr" 2>&1 || bad "--request-rate: $(tail -2 "$S/outr")"
+jq -e '.results[0] | .request_rate == 5 and .last_arrival_s > 0.2 and .duration >= .last_arrival_s
+       and .completed == 6' "$S/rate.json" >/dev/null || { bad "--request-rate: the schedule was not kept"; jq -c '.results[0]' "$S/rate.json"; }
+grep -q "Traffic request rate: *5.00" "$S/outr" || bad "--request-rate: the table does not show the rate"
+# --random-range-ratio: lengths drawn per request, counted as sent: the totals are the server's own counts, inside
+# [N x floor(L / 2), N x L] and not the fixed N x L
+"$M" bench serve --base-url "$SV_URL" --concurrency 4 --num-prompts 8 --input-len 16 --output-len 8 --vocab 256 \
+    --random-range-ratio 0.5 --json "$S/rr.json" >"$S/outrr" 2>&1 || bad "--random-range-ratio: $(tail -2 "$S/outrr")"
+jq -e '.results[0] | .random_range_ratio == 0.5 and .completed == 8
+       and .total_input_tokens == .server_counters_delta.prompt_tokens
+       and .total_output_tokens == .server_counters_delta.generation_tokens
+       and .total_input_tokens >= 64 and .total_input_tokens < 128
+       and .total_output_tokens >= 32 and .total_output_tokens < 64' "$S/rr.json" >/dev/null ||
+    { bad "--random-range-ratio: the lengths or their counts"; jq -c '.results[0]' "$S/rr.json"; }
 # text prompts through /detokenize need a tokenizer: a clear refusal here
 "$M" bench serve --base-url "$SV_URL" --concurrency 1 --num-prompts 2 --chat >"$S/out2" 2>&1; rc=$?
 [ $rc = 1 ] && grep -q "tokenizer" "$S/out2" || bad "--chat without a tokenizer: exit $rc: $(tail -2 "$S/out2")"
@@ -72,7 +91,10 @@ stop_server
 for args in "--concurrency 1" "--base-url http://127.0.0.1:1 --concurrency 0" "--base-url http://127.0.0.1:1 --concurrency 1,x" \
             "--base-url http://127.0.0.1:1 --num-prompts -3" "--base-url http://127.0.0.1:1 --json $S/no/such/dir/f.json" \
             "--base-url http://127.0.0.1:1 --bogus" "--base-url http://127.0.0.1:1 --extra-request-body [1]" \
-            "--base-url http://127.0.0.1:1 --extra-request-body {bad" "--base-url http://127.0.0.1:1 --extra-request-body @$S/none.json"; do
+            "--base-url http://127.0.0.1:1 --extra-request-body {bad" "--base-url http://127.0.0.1:1 --extra-request-body @$S/none.json" \
+            "--base-url http://127.0.0.1:1 --request-rate 0" "--base-url http://127.0.0.1:1 --request-rate -2" \
+            "--base-url http://127.0.0.1:1 --request-rate fast" "--base-url http://127.0.0.1:1 --random-range-ratio 1.5" \
+            "--base-url http://127.0.0.1:1 --random-range-ratio -0.1"; do
     "$M" bench serve $args >/dev/null 2>"$S/err"; rc=$?
     [ $rc = 2 ] || bad "bench serve $args: exit $rc, want 2 ($(head -1 "$S/err"))"
 done
