@@ -144,6 +144,10 @@ typedef struct {
     bool random_lengths;    /* each request's input and output lengths uniform in [max(1, floor(L * range_ratio)),
                                L] (sglang's random dataset, --random-range-ratio) [false: L and O for all] */
     double range_ratio;     /* in [0, 1], with random_lengths */
+    int64_t prefix_len;     /* sglang's generated-shared-prefix dataset: each prompt starts with one of
+                               prefix_groups random prefixes of this many tokens (request i: group i mod
+                               prefix_groups), then its own input_len tokens [0: none] */
+    int prefix_groups;      /* [1 with prefix_len] */
 } mr_bench_serve_opts;
 
 typedef struct {

@@ -24,6 +24,7 @@ static void usage(FILE *f) {
             "                          [--model NAME] [--vocab V] [--seed S] [--timeout S] [--no-warmup] [--flush-cache]\n"
             "                          [--tokenizer DIR] [--extra-request-body JSON|@FILE]\n"
             "                          [--request-rate R] [--random-range-ratio X]\n"
+            "                          [--gsp-system-prompt-len P --gsp-num-groups G]\n"
             "                          [--json FILE] [--plot FILE.png]\n\n"
             "Serving benchmark with sglang bench_serving's definitions: at each concurrency C, N requests\n"
             "(default 4 x C, at least 16) of L random prompt tokens (default 128) and O output tokens\n"
@@ -45,7 +46,10 @@ static void usage(FILE *f) {
             "              free; the duration includes the waits (sglang's flag) [inf: all at t = 0]\n"
             "  --random-range-ratio X  each request's input and output lengths uniform in\n"
             "              [max(1, floor(L * X)), L] and [max(1, floor(O * X)), O], from --seed (sglang's random\n"
-            "              dataset; its default is 0) [fixed lengths L and O]\n");
+            "              dataset; its default is 0) [fixed lengths L and O]\n"
+            "  --gsp-system-prompt-len P, --gsp-num-groups G  sglang's generated-shared-prefix dataset: each\n"
+            "              prompt is one of G random P-token prefixes (request i: group i mod G) followed by its\n"
+            "              own L tokens, to measure a server's prefix cache [P 0: no prefix; G 1]\n");
 }
 
 /* The value of the first series named `name` (with any labels) in a
@@ -313,6 +317,13 @@ int mr_cmd_bench_serve(int argc, char **argv) {
             }
             o.request_rate = strcmp(v, "inf") ? (double)r : 0.0;
             i++;
+        } else if (!strcmp(a, "--gsp-system-prompt-len") || !strcmp(a, "--gsp-num-groups")) {
+            if (mr_cli_parse_long(argv[++i], !strcmp(a, "--gsp-num-groups") ? 1 : 0, 1L << 20, &x)) {
+                fprintf(stderr, "moerun bench serve: %s: %s\n", a, mr_error_last());
+                return 2;
+            }
+            if (!strcmp(a, "--gsp-num-groups")) o.prefix_groups = (int)x;
+            else o.prefix_len = x;
         } else if (!strcmp(a, "--random-range-ratio")) {
             float r;
             if (mr_cli_parse_float(argv[++i], 0.0f, 1.0f, &r)) {
@@ -414,6 +425,10 @@ int mr_cmd_bench_serve(int argc, char **argv) {
            o.chat ? "chat" : o.text_prompts ? "completions (text)" : "completions (token ids)", (long long)o.input_len,
            (long long)o.output_len, conc);
     if (extra_text) printf("extra request body: %.300s%s\n", extra_text, strlen(extra_text) > 300 ? " ..." : "");
+    if (o.prefix_len > 0)
+        printf("shared prefixes: %d group(s) of %lld tokens before each prompt's own %lld (request i: group i mod %d)\n",
+               o.prefix_groups > 0 ? o.prefix_groups : 1, (long long)o.prefix_len, (long long)o.input_len,
+               o.prefix_groups > 0 ? o.prefix_groups : 1);
     mr_bench_serve_result *rs = calloc((size_t)nc, sizeof *rs);
     json_t *all = json_array();
     int rc = 0;
@@ -453,6 +468,10 @@ int mr_cmd_bench_serve(int argc, char **argv) {
             json_object_set_new(j, "request_rate", o.request_rate > 0 ? json_real(o.request_rate) : json_null());
             if (o.request_rate > 0) json_object_set_new(j, "last_arrival_s", json_real(rs[k].last_arrival_s));
             if (o.random_lengths) json_object_set_new(j, "random_range_ratio", json_real(o.range_ratio));
+            if (o.prefix_len > 0) {
+                json_object_set_new(j, "gsp_system_prompt_len", json_integer(o.prefix_len));
+                json_object_set_new(j, "gsp_num_groups", json_integer(o.prefix_groups > 0 ? o.prefix_groups : 1));
+            }
             json_array_append_new(all, j);
         }
         if (rs[k].failed) rc = 1;

@@ -14,7 +14,8 @@
  *   - throughputs over the wall time from the first send to the last end;
  *     "concurrency" = sum of latencies / wall time;
  *   - percentiles interpolate linearly between closest ranks (numpy).
- * Prompts: input_len random token ids in [min_id, vocab) (completions), or
+ * Prompts: input_len random token ids in [min_id, vocab) (completions), after
+ * one of prefix_groups shared prefixes of prefix_len ids when asked, or
  * their text from the server's /detokenize (chat, or text_prompts). */
 #include <curl/curl.h>
 #include <math.h>
@@ -332,8 +333,15 @@ static mr_status make_bodies(const mr_bench_serve_opts *o, const char *model, ch
         const bool warm = i == o->num_prompts;
         const int64_t ilen = warm ? o->input_len : draw_len(o, o->input_len, &sl);
         int64_t olen = warm ? (o->output_len < 32 ? o->output_len : 32) : draw_len(o, o->output_len, &sl);
-        in_len[i] = ilen;
+        const int64_t plen = o->prefix_len > 0 && !warm ? o->prefix_len : 0; /* the warm-up warms no group */
+        in_len[i] = plen + ilen;
         json_t *ids = json_array();
+        if (plen) { /* the group's shared prefix: its own stream, the same ids for every request of the group */
+            uint64_t sp = o->seed * 0xA24BAED4963EE407ull + 17 +
+                          0x9FB21C651E98DF25ull * (uint64_t)(i % (o->prefix_groups > 0 ? o->prefix_groups : 1));
+            for (int64_t k = 0; ids && k < plen; k++)
+                json_array_append_new(ids, json_integer(lo + (json_int_t)(rng(&sp) % (uint64_t)(hi - lo))));
+        }
         for (int64_t k = 0; ids && k < ilen; k++)
             json_array_append_new(ids, json_integer(lo + (json_int_t)(rng(&s) % (uint64_t)(hi - lo))));
         json_t *req = json_pack("{s:s,s:f,s:I,s:b,s:b,s:{s:b}}", "model", model, "temperature", 0.0, "max_tokens",
@@ -345,11 +353,12 @@ static mr_status make_bodies(const mr_bench_serve_opts *o, const char *model, ch
             break;
         }
         if ((o->chat || o->text_prompts) && tok) { /* text decoded here */
-            int32_t *v = malloc((size_t)ilen * sizeof(int32_t));
-            for (int64_t k = 0; v && k < ilen; k++) v[k] = (int32_t)json_integer_value(json_array_get(ids, (size_t)k));
+            const size_t nid = json_array_size(ids);
+            int32_t *v = malloc(nid * sizeof(int32_t));
+            for (size_t k = 0; v && k < nid; k++) v[k] = (int32_t)json_integer_value(json_array_get(ids, k));
             char *t = NULL;
             size_t tn;
-            st = v ? mr_tokenizer_decode(tok, v, (size_t)ilen, true, &t, &tn) : MR_ENOMEM;
+            st = v ? mr_tokenizer_decode(tok, v, nid, true, &t, &tn) : MR_ENOMEM;
             free(v);
             if (!st && o->chat) json_object_set_new(req, "messages", json_pack("[{s:s,s:s}]", "role", "user", "content", t));
             else if (!st) json_object_set_new(req, "prompt", json_string(t));

@@ -4,7 +4,7 @@
 # summary, --json (every number; counts equal to what was asked), --plot (a
 # PNG from gnuplot), --request-rate (the run lasts until the seeded schedule's
 # last arrival), --random-range-ratio (drawn lengths, counted as the server
-# counts them); failures are counted, not fatal (a server that refuses
+# counts them), --gsp-* (shared prefixes: the server's prefix-cache hits); failures are counted, not fatal (a server that refuses
 # with 503 gives failed requests and exit 1); bad options are exit 2, an
 # unreachable server exit 1; a hostile server (tests/cli/lib/hostile_server.py:
 # endless bodies and lines, garbage, impossible usage counts) gives exit 1 with
@@ -72,6 +72,15 @@ jq -e '.results[0] | .random_range_ratio == 0.5 and .completed == 8
        and .total_input_tokens >= 64 and .total_input_tokens < 128
        and .total_output_tokens >= 32 and .total_output_tokens < 64' "$S/rr.json" >/dev/null ||
     { bad "--random-range-ratio: the lengths or their counts"; jq -c '.results[0]' "$S/rr.json"; }
+# --gsp-*: sglang's generated-shared-prefix prompts: 2 groups of a 64-token prefix before 8 tokens each, one at a
+# time after a flush: every request after the first of its group finds its group's 64 tokens in the server's
+# prefix cache (4 blocks of 16), so the server counts (8 - 2) x 64 hits
+"$M" bench serve --base-url "$SV_URL" --concurrency 1 --num-prompts 8 --input-len 8 --output-len 4 --vocab 256 \
+    --gsp-system-prompt-len 64 --gsp-num-groups 2 --flush-cache --json "$S/gsp.json" >"$S/outg" 2>&1 ||
+    bad "--gsp-*: $(tail -2 "$S/outg")"
+jq -e '.results[0] | .total_input_tokens == 576 and .server_counters_delta.prompt_tokens == 576
+       and .server_counters_delta.prefix_cache_hits == 384 and .gsp_num_groups == 2' "$S/gsp.json" >/dev/null ||
+    { bad "--gsp-*: the shared prefixes"; jq -c '.results[0]' "$S/gsp.json"; }
 # text prompts through /detokenize need a tokenizer: a clear refusal here
 "$M" bench serve --base-url "$SV_URL" --concurrency 1 --num-prompts 2 --chat >"$S/out2" 2>&1; rc=$?
 [ $rc = 1 ] && grep -q "tokenizer" "$S/out2" || bad "--chat without a tokenizer: exit $rc: $(tail -2 "$S/out2")"
@@ -94,7 +103,8 @@ for args in "--concurrency 1" "--base-url http://127.0.0.1:1 --concurrency 0" "-
             "--base-url http://127.0.0.1:1 --extra-request-body {bad" "--base-url http://127.0.0.1:1 --extra-request-body @$S/none.json" \
             "--base-url http://127.0.0.1:1 --request-rate 0" "--base-url http://127.0.0.1:1 --request-rate -2" \
             "--base-url http://127.0.0.1:1 --request-rate fast" "--base-url http://127.0.0.1:1 --random-range-ratio 1.5" \
-            "--base-url http://127.0.0.1:1 --random-range-ratio -0.1"; do
+            "--base-url http://127.0.0.1:1 --random-range-ratio -0.1" "--base-url http://127.0.0.1:1 --gsp-num-groups 0" \
+            "--base-url http://127.0.0.1:1 --gsp-system-prompt-len -4"; do
     "$M" bench serve $args >/dev/null 2>"$S/err"; rc=$?
     [ $rc = 2 ] || bad "bench serve $args: exit $rc, want 2 ($(head -1 "$S/err"))"
 done
