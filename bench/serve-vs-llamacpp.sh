@@ -32,9 +32,15 @@
 # and sends a usage chunk, as moerun does. MOERUN_CPU_MASK=avx512 with
 # LLAMA_SERVER=$PEERS/llama-server-avx2/bin/llama-server (llamacpp_setup.sh
 # server-avx2) puts the two AVX2 builds side by side on an AVX-512 host.
+# GSP_LEN=P GSP_GROUPS=G give every prompt one of G shared P-token prefixes
+# (bench serve's --gsp-system-prompt-len / --gsp-num-groups, sglang's
+# generated-shared-prefix workload: a system prompt per group) before its IN
+# tokens; NPROMPTS=K sends K x max(C, 4) requests per C, so that later waves
+# can reuse what earlier ones cached.
 # Environment: MOERUN (build/moerun), PEER_PY (the peer venv's python,
 # $PEERS/venv-native/bin/python), LLAMA_SERVER (unset: llama-cpp-python's
-# server), THREADS (2), IN (32), OUT (32), ROUNDS (2).
+# server), THREADS (2), IN (32), OUT (32), ROUNDS (2), GSP_LEN (0), GSP_GROUPS
+# (1), NPROMPTS (1).
 # JSON to bench/results/peer_<TAG>_*.json. Heavy: run it under
 # `flock /tmp/moerun-heavy.lock`.
 set -u
@@ -45,6 +51,9 @@ PY=${PEER_PY:-$PEERS/venv-native/bin/python}
 LS=${LLAMA_SERVER:-}
 [ -z "$LS" ] || [ -x "$LS" ] || { echo "serve-vs-llamacpp: LLAMA_SERVER=$LS is not an executable" >&2; exit 2; }
 THREADS=${THREADS:-2}; IN=${IN:-32}; OUT=${OUT:-32}; ROUNDS=${ROUNDS:-2}
+GSP_LEN=${GSP_LEN:-0}; GSP_GROUPS=${GSP_GROUPS:-1}; NPROMPTS=${NPROMPTS:-1}
+gsp=()
+[ "$GSP_LEN" -gt 0 ] && gsp=(--gsp-system-prompt-len "$GSP_LEN" --gsp-num-groups "$GSP_GROUPS")
 R=bench/results
 mkdir -p "$R"
 maxc=$(echo "$CONC" | tr ',' '\n' | sort -n | tail -1)
@@ -53,7 +62,7 @@ ids=$(jq '[.model.vocab[]] | max + 1' "$DIR/tokenizer.json")
 pid=
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null' EXIT
 log=$(mktemp)
-ctx=$((IN * 4 + OUT + 64))
+ctx=$(((GSP_LEN + IN) * 4 + OUT + 64))
 
 start() { # who: sets pid, port
     if [ "$1" = moerun ]; then
@@ -87,15 +96,16 @@ if [ -n "$LS" ]; then
 else
     echo "peer: llama-cpp-python $("$PY" -c 'import llama_cpp; print(llama_cpp.__version__)') (python -m llama_cpp.server), $("$PY" -c 'import llama_cpp; print(llama_cpp.llama_print_system_info().decode())' | tr -s ' ' | cut -c1-160)"
 fi
-echo "IN $IN, OUT $OUT, threads $THREADS, max(C, 4) requests per C"
+echo "IN $IN, OUT $OUT, threads $THREADS, $NPROMPTS x max(C, 4) requests per C, shared prefixes: $GSP_GROUPS x $GSP_LEN tokens"
 for r in $(seq 1 "$ROUNDS"); do
     order="moerun llamacpp"; [ $((r % 2)) = 0 ] && order="llamacpp moerun"
     for who in $order; do
         start "$who"
         for c in $(echo "$CONC" | tr ',' ' '); do
             n=$c; [ "$n" -lt 4 ] && n=4
+            n=$((n * NPROMPTS))
             "$M" bench serve --base-url "http://127.0.0.1:$port" --concurrency "$c" --num-prompts "$n" --input-len "$IN" \
-                --output-len "$OUT" --text-prompts --tokenizer "$DIR" --vocab "$ids" --seed "$r" \
+                --output-len "$OUT" --text-prompts --tokenizer "$DIR" --vocab "$ids" --seed "$r" "${gsp[@]}" \
                 --json "$R/peer_${TAG}_${who}_c${c}_$r.json" >"$log.out" 2>&1 || { echo "$who C=$c failed:"; tail -5 "$log.out"; }
             echo "round $r C $c $who: $(grep -E 'Output token throughput' "$log.out" | awk '{print $NF}') tok/s, $(grep 'Total generated tokens:' "$log.out" | awk '{print $NF}') tokens, TTFT p50 $(grep 'Median TTFT' "$log.out" | awk '{print $NF}') ms, ITL p50 $(grep 'Median ITL' "$log.out" | awk '{print $NF}') ms"
         done
