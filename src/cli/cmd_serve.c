@@ -251,6 +251,11 @@ int mr_cmd_serve(int argc, char **argv) {
             so.port = (int)x;
         } else if (!strcmp(a, "--served-model-name")) {
             so.served_model_name = argv[++i];
+            if (!*so.served_model_name) {
+                fprintf(stderr, "moerun serve: --served-model-name is empty: give the id clients send, or leave the "
+                                "flag out for the model folder's name\n");
+                goto out;
+            }
         } else if (!strcmp(a, "--chat-template")) {
             so.chat_template = argv[++i];
         } else if (!strcmp(a, "--reasoning-parser") || !strcmp(a, "--tool-call-parser")) {
@@ -266,6 +271,11 @@ int mr_cmd_serve(int argc, char **argv) {
             *(rp ? &so.reasoning_parser : &so.tool_call_parser) = name;
         } else if (!strcmp(a, "--api-key")) {
             so.api_key = argv[++i];
+            if (!*so.api_key) { /* --api-key "$KEY" with KEY unset would otherwise serve everyone */
+                fprintf(stderr, "moerun serve: --api-key is empty: give a key, or leave the flag out to serve "
+                                "without one\n");
+                goto out;
+            }
         } else if (!strcmp(a, "--allowed-origins")) { /* vLLM's: "*", a comma list or a JSON list; "" none */
             so.allowed_origins = argv[++i];
         } else if (!strcmp(a, "--response-store-mb")) {
@@ -360,7 +370,10 @@ int mr_cmd_serve(int argc, char **argv) {
         lrc = 1;
     }
     if ((rc = mr_cli_ep_agree("serve", "listening", lrc))) goto out;
-    if (!follower) printf("moerun serve: listening on http://%s:%d (loading)\n", so.host, mr_server_port(srv));
+    /* an IPv6 literal goes in brackets in a URL (RFC 3986), so that the printed address works as given */
+    const bool v6 = strchr(so.host, ':') != NULL;
+    const char *lb = v6 ? "[" : "", *rb = v6 ? "]" : "";
+    if (!follower) printf("moerun serve: listening on http://%s%s%s:%d (loading)\n", lb, so.host, rb, mr_server_port(srv));
     fflush(stdout);
 
     /* 1. resolve, before any weight is read (every rank; they agree) */
@@ -453,9 +466,9 @@ int mr_cmd_serve(int argc, char **argv) {
     sig_ready = true;
     int early = sig_count;
     pthread_mutex_unlock(&sig_mu);
-    printf("moerun serve: ready on http://%s:%d, model '%s' (%d running + %d queued sequences, context %lld, "
+    printf("moerun serve: ready on http://%s%s%s:%d, model '%s' (%d running + %d queued sequences, context %lld, "
            "%lld KV blocks of %d tokens in %s, %lld tokens per step)\n",
-           so.host, mr_server_port(srv), mr_server_model_name(srv), eo.max_running_requests, so.max_queued_requests,
+           lb, so.host, rb, mr_server_port(srv), mr_server_model_name(srv), eo.max_running_requests, so.max_queued_requests,
            (long long)eo.context_length, (long long)eo.kv_blocks, MR_KV_BLOCK_TOKENS, mr_kv_dtype_name(eo.kv_dtype),
            (long long)eo.max_batch_tokens);
     fflush(stdout);

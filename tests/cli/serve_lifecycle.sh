@@ -13,7 +13,8 @@
 #  - an FP8 KV cache (--kv-cache-dtype fp8_e4m3 / fp8 / fp8_e5m2): the self-check passes
 #    on it, the ready line and /get_server_info name it, the same --kv-cache-memory holds
 #    twice bf16's tokens, and it answers; an unknown dtype is a usage error;
-#  - bad flags are usage errors (exit 2) and a port in use is exit 1.
+#  - bad flags are usage errors (exit 2; an empty --api-key or --served-model-name too) and a
+#    port in use is exit 1; an IPv6 --host is printed as a bracketed URL that answers.
 # Args: <moerun> <tests/data> <scratch dir>
 set -u
 M=$1; DATA=$2; S=$3
@@ -175,6 +176,21 @@ done
 [ $rc = 2 ] || bad "--bogus: exit $rc"
 "$M" serve --port 0 >/dev/null 2>"$S/e5"; rc=$?
 [ $rc = 2 ] && grep -q -- "--model" "$S/e5" || bad "no --model: exit $rc"
+# an empty key (--api-key "$KEY" with KEY unset) would serve everyone: refused, as an empty model id is
+timeout 20 "$M" serve --model "$T" --port 0 --api-key "" >/dev/null 2>"$S/e9"; rc=$?
+[ $rc = 2 ] && grep -q -- "--api-key is empty" "$S/e9" || bad "an empty --api-key: exit $rc: $(cat "$S/e9")"
+timeout 20 "$M" serve --model "$T" --port 0 --served-model-name "" >/dev/null 2>"$S/e10"; rc=$?
+[ $rc = 2 ] && grep -q -- "--served-model-name is empty" "$S/e10" || bad "an empty --served-model-name: exit $rc"
+# an IPv6 host is printed as a URL that works (RFC 3986 brackets), where the host has IPv6 loopback
+if python3 -c 'import socket; s = socket.socket(socket.AF_INET6); s.bind(("::1", 0))' 2>/dev/null; then
+    start_server "$S/v6.log" --model "$T" --host ::1 --skip-self-check || exit 1
+    u=$(grep -o 'ready on http://[^ ,]*' "$S/v6.log" | sed 's/ready on //')
+    case "$u" in "http://[::1]:"[0-9]*) ;; *) bad "--host ::1: the ready line's URL is '$u'";; esac
+    curl -sfg "$u/health" >/dev/null || bad "--host ::1: $u/health does not answer"
+    stop_server
+else
+    echo "(no IPv6 loopback here: the --host ::1 check is skipped)"
+fi
 start_server "$S/p1.log" --model "$T" --skip-self-check || exit 1
 timeout 60 "$M" serve --model "$T" --port "$SV_PORT" --skip-self-check >/dev/null 2>"$S/e6"; rc=$?
 [ $rc = 1 ] && grep -q "cannot listen" "$S/e6" || bad "a port in use: exit $rc: $(cat "$S/e6")"
