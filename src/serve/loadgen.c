@@ -163,7 +163,7 @@ typedef struct {
     double ttft;
     bool got_first, failed, saw_done;
     int64_t output_len;
-    int64_t max_tokens;   /* the request's (completion_tokens above it fails the request) */
+    int64_t max_tokens;   /* the request's, times its choices (completion_tokens above it fails the request) */
     int64_t in_len;       /* its prompt's token count */
     int64_t n_output_events;
     bool has_usage;
@@ -241,11 +241,11 @@ static void on_line(flight *f, const char *s, size_t n) {
         const json_t *ct = json_object_get(u, "completion_tokens");
         if (ct && !json_is_null(ct)) {
             /* a count the request cannot have produced would make every throughput a fiction */
-            const json_int_t v = json_is_integer(ct) ? json_integer_value(ct) : -1;
+            const json_int_t v = json_integer_value(ct); /* 0 for a non-integer, refused first */
             if (!json_is_integer(ct)) {
                 fail_first(f, "usage.completion_tokens is not an integer");
             } else if (v < 0 || v > f->max_tokens) {
-                fail_first(f, "usage.completion_tokens is %lld, outside [0, %lld] (the request's max_tokens)",
+                fail_first(f, "usage.completion_tokens is %lld, outside [0, %lld] (the request's max_tokens x n)",
                            (long long)v, (long long)f->max_tokens);
             } else {
                 f->output_len = (int64_t)v;
@@ -425,11 +425,15 @@ static void flight_start(flight *f, const mr_bench_serve_opts *o, const char *bo
     curl_easy_setopt(f->h, CURLOPT_TIMEOUT_MS, (long)(o->timeout_s * 1000));
     curl_easy_setopt(f->h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(f->h, CURLOPT_TCP_NODELAY, 1L);
-    /* the request's own limit (the bench's, or --extra-request-body's) bounds the usage it may report */
+    /* the request's own limit (the bench's, or --extra-request-body's, times its n choices) bounds the usage
+     * it may report */
     json_t *req = json_loads(body, 0, NULL);
-    json_t *mt = json_object_get(req, "max_completion_tokens");
+    json_t *mt = json_object_get(req, "max_completion_tokens"), *nc = json_object_get(req, "n");
     if (!json_is_integer(mt)) mt = json_object_get(req, "max_tokens");
-    f->max_tokens = json_is_integer(mt) && json_integer_value(mt) > 0 ? (int64_t)json_integer_value(mt) : INT32_MAX;
+    const int64_t per = json_is_integer(mt) && json_integer_value(mt) > 0 ? (int64_t)json_integer_value(mt) : INT32_MAX;
+    const int64_t n = json_is_integer(nc) && json_integer_value(nc) > 1 && json_integer_value(nc) <= 4096
+                          ? (int64_t)json_integer_value(nc) : 1;
+    f->max_tokens = per * n;
     json_decref(req);
     f->t0 = f->t_last = f->t_last_tok = mr_now_ns();
     curl_multi_add_handle(mh, f->h);

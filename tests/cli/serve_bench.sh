@@ -44,6 +44,11 @@ echo '{"max_tokens": 3, "stop_token_ids": [1]}' >"$S/extra.json"
 [ $rc = 0 ] || { bad "--extra-request-body: exit $rc"; tail -3 "$S/outx"; }
 jq -e '.results[0].server_counters_delta.generation_tokens <= 12 and .results[0].completed == 4
        and .extra_request_body.max_tokens == 3' "$S/x.json" >/dev/null || bad "--extra-request-body was not sent as asked"
+# n choices a request: its usage counts them all, within max_tokens x n (not a failure)
+"$M" bench serve --base-url "$SV_URL" --concurrency 2 --num-prompts 2 --input-len 8 --output-len 8 --vocab 256 \
+    --extra-request-body '{"n": 2}' --json "$S/n2.json" >"$S/outn" 2>&1 || bad "n 2: $(tail -3 "$S/outn")"
+jq -e '.results[0] | .completed == 2 and .total_output_tokens == 32' "$S/n2.json" >/dev/null ||
+    bad "n 2: not 2 x 2 x 8 tokens: $(jq -c '.results[0] | [.completed, .total_output_tokens, .first_error]' "$S/n2.json")"
 "$M" bench serve --base-url "$SV_URL" --concurrency 1 --num-prompts 2 --input-len 8 --output-len 8 --vocab 256 \
     --extra-request-body '{"temperature": 7}' >"$S/outy" 2>&1; rc=$?
 [ $rc = 1 ] && grep -q "warm-up request failed: HTTP 400" "$S/outy" || bad "a refused extra field: exit $rc, $(tail -3 "$S/outy")"
