@@ -41,7 +41,7 @@ printf '{"prompt":[1,2,3],"n":[1]}' >"$b"; post "$b" 400 n
 printf '{"prompt":{"a":1}}' >"$b"; post "$b" 400 prompt
 printf '{"prompt":[1,2,3],"stop_token_ids":[9999]}' >"$b"; post "$b" 400 'stop_token_ids[0]'
 printf '{"prompt":[1,2,3],"temperature":1e999}' >"$b"; post "$b" 400 -
-# a subnormal temperature is in [0, 2] and samples its limit, the largest logit: the text of
+# a subnormal temperature is in [0, 2] and samples its limit, the largest logit: the tokens of
 # temperature 0 (l / T once overflowed and every draw took token 0); the ids, as this model has no tokenizer
 for t in 0 1e-45 1e-38; do
     curl -s -H 'Content-Type: application/json' -d "{\"prompt\":[1,2,3],\"max_tokens\":8,\"ignore_eos\":true,\"temperature\":$t}" \
