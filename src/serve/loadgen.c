@@ -288,6 +288,12 @@ static uint64_t rng(uint64_t *s) { /* splitmix64 */
     return z ^ (z >> 31);
 }
 
+/* What the bench knows of a request body: its prompt's token count, and the most completion tokens
+ * its usage may report (max_tokens, or max_completion_tokens, times n, after --extra-request-body) */
+typedef struct {
+    int64_t in_len, max_out;
+} body_info;
+
 /* A length uniform in [max(1, floor(L * ratio)), L] (sglang's random dataset), or L without random lengths. */
 static int64_t draw_len(const mr_bench_serve_opts *o, int64_t L, uint64_t *s) {
     if (!o->random_lengths) return L;
@@ -297,8 +303,8 @@ static int64_t draw_len(const mr_bench_serve_opts *o, int64_t L, uint64_t *s) {
 }
 
 /* The request bodies: num_prompts (+1 for the warm-up, index num_prompts, of the full input length),
- * and their prompts' lengths in in_len[]. */
-static mr_status make_bodies(const mr_bench_serve_opts *o, const char *model, char ***out, int64_t *in_len) {
+ * and what info[] says of each. */
+static mr_status make_bodies(const mr_bench_serve_opts *o, const char *model, char ***out, body_info *info) {
     int n = o->num_prompts + 1;
     char **b = calloc((size_t)n, sizeof *b);
     if (!b) return MR_ENOMEM;
@@ -334,7 +340,7 @@ static mr_status make_bodies(const mr_bench_serve_opts *o, const char *model, ch
         const int64_t ilen = warm ? o->input_len : draw_len(o, o->input_len, &sl);
         int64_t olen = warm ? (o->output_len < 32 ? o->output_len : 32) : draw_len(o, o->output_len, &sl);
         const int64_t plen = o->prefix_len > 0 && !warm ? o->prefix_len : 0; /* the warm-up warms no group */
-        in_len[i] = plen + ilen;
+        info[i].in_len = plen + ilen;
         json_t *ids = json_array();
         if (plen) { /* the group's shared prefix: its own stream, the same ids for every request of the group */
             uint64_t sp = o->seed * 0xA24BAED4963EE407ull + 17 +
@@ -394,6 +400,15 @@ static mr_status make_bodies(const mr_bench_serve_opts *o, const char *model, ch
             json_object_set_new(req, "prompt", ids);
         }
         if (!st && extra && json_object_update(req, extra)) st = MR_ENOMEM;
+        if (!st) { /* the limit the usage is held to, from the body as sent */
+            json_t *mt = json_object_get(req, "max_completion_tokens"), *nc = json_object_get(req, "n");
+            if (!json_is_integer(mt)) mt = json_object_get(req, "max_tokens");
+            const int64_t per =
+                json_is_integer(mt) && json_integer_value(mt) > 0 ? (int64_t)json_integer_value(mt) : INT32_MAX;
+            const int64_t nn = json_is_integer(nc) && json_integer_value(nc) > 1 && json_integer_value(nc) <= 4096
+                                   ? (int64_t)json_integer_value(nc) : 1;
+            info[i].max_out = per * nn;
+        }
         if (!st) {
             b[i] = json_dumps(req, JSON_COMPACT);
             if (!b[i]) st = MR_ENOMEM;
@@ -425,23 +440,13 @@ static void flight_start(flight *f, const mr_bench_serve_opts *o, const char *bo
     curl_easy_setopt(f->h, CURLOPT_TIMEOUT_MS, (long)(o->timeout_s * 1000));
     curl_easy_setopt(f->h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(f->h, CURLOPT_TCP_NODELAY, 1L);
-    /* the request's own limit (the bench's, or --extra-request-body's, times its n choices) bounds the usage
-     * it may report */
-    json_t *req = json_loads(body, 0, NULL);
-    json_t *mt = json_object_get(req, "max_completion_tokens"), *nc = json_object_get(req, "n");
-    if (!json_is_integer(mt)) mt = json_object_get(req, "max_tokens");
-    const int64_t per = json_is_integer(mt) && json_integer_value(mt) > 0 ? (int64_t)json_integer_value(mt) : INT32_MAX;
-    const int64_t n = json_is_integer(nc) && json_integer_value(nc) > 1 && json_integer_value(nc) <= 4096
-                          ? (int64_t)json_integer_value(nc) : 1;
-    f->max_tokens = per * n;
-    json_decref(req);
     f->t0 = f->t_last = f->t_last_tok = mr_now_ns();
     curl_multi_add_handle(mh, f->h);
 }
 
 /* Runs the bodies [first, first + count) at concurrency C; fills fl[]. Body i is due arrive[i - first]
  * seconds after the start (NULL: all at once) and is sent when it is due and one of the C slots is free. */
-static mr_status drive(const mr_bench_serve_opts *o, char **bodies, const int64_t *in_len, const double *arrive,
+static mr_status drive(const mr_bench_serve_opts *o, char **bodies, const body_info *info, const double *arrive,
                        int first, int count, int C, flight *fl, dvec *itl) {
     CURLM *mh = curl_multi_init();
     if (!mh) return MR_ENOMEM;
@@ -454,7 +459,8 @@ static mr_status drive(const mr_bench_serve_opts *o, char **bodies, const int64_
             memset(f, 0, sizeof *f);
             f->itl = itl;
             f->idx = first + next;
-            f->in_len = in_len[first + next];
+            f->in_len = info[first + next].in_len;
+            f->max_tokens = info[first + next].max_out;
             flight_start(f, o, bodies[first + next], mh);
             next++;
             running++;
@@ -511,16 +517,16 @@ mr_status mr_bench_serve_run(const mr_bench_serve_opts *o, mr_bench_serve_result
         inited = true;
     }
     char **bodies = NULL;
-    int64_t *in_len = malloc((size_t)(o->num_prompts + 1) * sizeof *in_len);
+    body_info *info = malloc((size_t)(o->num_prompts + 1) * sizeof *info);
     double *arrive = o->request_rate > 0 ? malloc((size_t)o->num_prompts * sizeof *arrive) : NULL;
-    if (!in_len || (o->request_rate > 0 && !arrive)) {
-        free(in_len);
+    if (!info || (o->request_rate > 0 && !arrive)) {
+        free(info);
         free(arrive);
         return MR_ENOMEM;
     }
-    mr_status st = make_bodies(o, o->model ? o->model : "default", &bodies, in_len);
+    mr_status st = make_bodies(o, o->model ? o->model : "default", &bodies, info);
     if (st) {
-        free(in_len);
+        free(info);
         free(arrive);
         return st;
     }
@@ -544,14 +550,14 @@ mr_status mr_bench_serve_run(const mr_bench_serve_opts *o, mr_bench_serve_result
     }
     if (o->warmup) {
         flight w;
-        drive(o, bodies, in_len, NULL, o->num_prompts, 1, 1, &w, &warm_itl);
+        drive(o, bodies, info, NULL, o->num_prompts, 1, 1, &w, &warm_itl);
         if (w.failed || !w.got_first) {
             st = mr_error_set(MR_EIO, "bench serve: the warm-up request failed: %s", w.err[0] ? w.err : "no output");
             goto out;
         }
     }
     uint64_t t0 = mr_now_ns();
-    if ((st = drive(o, bodies, in_len, arrive, 0, o->num_prompts, o->concurrency, fl, &itl))) goto out;
+    if ((st = drive(o, bodies, info, arrive, 0, o->num_prompts, o->concurrency, fl, &itl))) goto out;
     uint64_t t1 = 0;
     size_t nt = 0, np = 0;
     double sum_lat = 0;
@@ -593,7 +599,7 @@ mr_status mr_bench_serve_run(const mr_bench_serve_opts *o, mr_bench_serve_result
 out:
     for (int i = 0; bodies && i <= o->num_prompts; i++) free(bodies[i]);
     free(bodies);
-    free(in_len);
+    free(info);
     free(arrive);
     free(fl);
     free(itl.v);
