@@ -618,6 +618,7 @@ mr_status mr_bench_serve_warmup(const mr_bench_serve_opts *o) {
     w.output_len = o->output_len < 32 ? o->output_len : 32;
     w.request_rate = 0;
     w.random_lengths = false;
+    w.prefix_len = 0; /* the warm-up warms no group's prefix */
     mr_bench_serve_result r;
     mr_status st = mr_bench_serve_run(&w, &r);
     if (!st && r.completed != 1)

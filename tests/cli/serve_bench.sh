@@ -86,6 +86,12 @@ jq -e '.results[0] | .random_range_ratio == 0.5 and .completed == 8
 jq -e '.results[0] | .total_input_tokens == 576 and .server_counters_delta.prompt_tokens == 576
        and .server_counters_delta.prefix_cache_hits == 384 and .gsp_num_groups == 2' "$S/gsp.json" >/dev/null ||
     { bad "--gsp-*: the shared prefixes"; jq -c '.results[0]' "$S/gsp.json"; }
+# the warm-up request carries no group's prefix: without a flush (new prefixes from another seed), still 384
+"$M" bench serve --base-url "$SV_URL" --concurrency 1 --num-prompts 8 --input-len 8 --output-len 4 --vocab 256 \
+    --gsp-system-prompt-len 64 --gsp-num-groups 2 --seed 99 --json "$S/gsp2.json" >"$S/outg2" 2>&1 ||
+    bad "--gsp-* --seed 99: $(tail -2 "$S/outg2")"
+jq -e '.results[0].server_counters_delta.prefix_cache_hits == 384' "$S/gsp2.json" >/dev/null ||
+    bad "--gsp-*: the warm-up warmed a group: $(jq -c '.results[0].server_counters_delta' "$S/gsp2.json")"
 # text prompts through /detokenize need a tokenizer: a clear refusal here
 "$M" bench serve --base-url "$SV_URL" --concurrency 1 --num-prompts 2 --chat >"$S/out2" 2>&1; rc=$?
 [ $rc = 1 ] && grep -q "tokenizer" "$S/out2" || bad "--chat without a tokenizer: exit $rc: $(tail -2 "$S/out2")"
