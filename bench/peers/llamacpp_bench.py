@@ -21,7 +21,9 @@ round, the medians and ranges, and the moerun / llama.cpp ratios; --json
 writes them too. --llama-server times llama.cpp through its C++ server instead
 (the /completion "timings" of one request per round; AVX-512 without AMX, whose
 path in llama-cpp-python's native build crashes on q8_0 on Sapphire Rapids;
-with --isa avx2 the server-avx2 build, which the run checks by the server's log).
+with --isa avx2 the server-avx2 build, which the run checks by the server's log;
+each GGUF must hold a tokenizer, which the run checks before it starts anything:
+llama-server aborts on a request to a GGUF without one).
 Exit status: 0 done, 1 an engine failed (its message is
 printed), 2 bad usage.
 """
@@ -93,6 +95,51 @@ def server_flags(server):
             return f.read().strip()
     except OSError:
         return "?"
+
+
+def gguf_keys(path):
+    """the metadata keys of a GGUF file (versions 2 and 3), read with the standard library only;
+    raises ValueError where the file is not one"""
+    import struct
+    scalar = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # GGUF value type: bytes
+
+    def need(f, n):
+        b = f.read(n)
+        if len(b) != n:
+            raise ValueError("truncated metadata")
+        return b
+
+    def u32(f):
+        return struct.unpack("<I", need(f, 4))[0]
+
+    def u64(f):
+        return struct.unpack("<Q", need(f, 8))[0]
+
+    def skip(f, t, n=1):
+        if t in scalar:
+            f.seek(scalar[t] * n, 1)
+        elif t == 8:  # string: u64 length, bytes
+            for _ in range(n):
+                f.seek(u64(f), 1)
+        elif t == 9:  # array: element type, u64 count, elements
+            for _ in range(n):
+                et = u32(f)
+                skip(f, et, u64(f))
+        else:
+            raise ValueError(f"unknown value type {t}")
+
+    with open(path, "rb") as f:
+        if need(f, 4) != b"GGUF":
+            raise ValueError("no GGUF magic")
+        version = u32(f)
+        if version not in (2, 3):
+            raise ValueError(f"GGUF version {version} (2 or 3 expected)")
+        u64(f)  # tensor count
+        keys = []
+        for _ in range(u64(f)):
+            keys.append(need(f, u64(f)).decode("utf-8", "replace"))
+            skip(f, u32(f))
+        return keys
 
 
 def run_llama_server(server, gguf, ids, decode, threads):
@@ -216,6 +263,14 @@ def main():
         if a.isa == "avx2" and "AVX512=OFF" not in server_flags(a.llama_server).split():
             ap.error(f"--isa avx2 needs llama-server built without AVX-512 (bench/peers/llamacpp_setup.sh server-avx2); "
                      f"{a.llama_server}'s build-flags.txt says: {server_flags(a.llama_server)}")
+        for label, _, gguf in pairs:  # llama-server aborts on the first request to a GGUF without one
+            try:
+                has_tok = "tokenizer.ggml.model" in gguf_keys(gguf)
+            except (OSError, ValueError) as e:
+                ap.error(f"--pair {label}: {gguf} is not a readable GGUF file ({e})")
+            if not has_tok:
+                ap.error(f"--pair {label}: {gguf} has no tokenizer, which llama-server needs; "
+                         f"bench/peers/gguf_tokenizer.py adds one (bench/README.md, \"Beside llama.cpp's server\")")
     elif not os.path.exists(py):
         ap.error(f"{py} is missing: run bench/peers/llamacpp_setup.sh venv first")
     if not os.access(a.moerun, os.X_OK):
