@@ -50,6 +50,19 @@ PEERS=${PEERS:-build/peers}
 PY=${PEER_PY:-$PEERS/venv-native/bin/python}
 LS=${LLAMA_SERVER:-}
 [ -z "$LS" ] || [ -x "$LS" ] || { echo "serve-vs-llamacpp: LLAMA_SERVER=$LS is not an executable" >&2; exit 2; }
+# the peer tokenizes the text prompts with the GGUF's tokenizer (llama-server aborts at the first request
+# to a GGUF without one; bench/peers/gguf_tokenizer.py adds it): checked before anything starts
+python3 - "$(dirname "$0")/peers" "$GGUF" <<'EOF_PY' || exit 2
+import sys
+sys.path.insert(0, sys.argv[1])
+from llamacpp_bench import gguf_keys
+try:
+    ok = "tokenizer.ggml.model" in gguf_keys(sys.argv[2])
+except (OSError, ValueError) as e:
+    sys.exit(f"serve-vs-llamacpp: {sys.argv[2]} is not a readable GGUF file ({e})")
+if not ok:
+    sys.exit(f"serve-vs-llamacpp: {sys.argv[2]} has no tokenizer; bench/peers/gguf_tokenizer.py adds one")
+EOF_PY
 THREADS=${THREADS:-2}; IN=${IN:-32}; OUT=${OUT:-32}; ROUNDS=${ROUNDS:-2}
 GSP_LEN=${GSP_LEN:-0}; GSP_GROUPS=${GSP_GROUPS:-1}; NPROMPTS=${NPROMPTS:-1}
 gsp=()
