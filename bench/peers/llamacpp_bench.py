@@ -103,11 +103,10 @@ def gguf_keys(path):
     import struct
     scalar = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # GGUF value type: bytes
 
-    def need(f, n):
-        b = f.read(n)
-        if len(b) != n:
+    def need(f, n):  # (a length past the end is refused before any read: no huge allocation)
+        if n > size - f.tell():
             raise ValueError("truncated metadata")
-        return b
+        return f.read(n)
 
     def u32(f):
         return struct.unpack("<I", need(f, 4))[0]
@@ -129,6 +128,7 @@ def gguf_keys(path):
             raise ValueError(f"unknown value type {t}")
 
     with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
         if need(f, 4) != b"GGUF":
             raise ValueError("no GGUF magic")
         version = u32(f)

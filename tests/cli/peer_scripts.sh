@@ -5,8 +5,9 @@
 # key / type / value; ggml's docs/gguf.md), not by the gguf package (not
 # installed in CI):
 # - gguf_keys() lists the keys of a version 2 and a version 3 file, past
-#   scalar, string and nested array values, and refuses a truncated file, an
-#   unknown value type, a wrong magic and an unknown version;
+#   scalar, string and nested array values, and refuses a truncated file (a
+#   length past its end too), an unknown value type, a wrong magic and an
+#   unknown version;
 # - the bench refuses (exit 2, with the file and the fix named) a GGUF without
 #   tokenizer.ggml.model, which llama-server aborts on at its first request,
 #   and a file that is not GGUF, before it starts anything; a GGUF with a
@@ -53,6 +54,8 @@ open(f"{S}/trunc.gguf", "wb").write(full[:len(full) - 3])
 open(f"{S}/badtype.gguf", "wb").write(gguf(3, [kv("x", 13, b"")] + tok))
 open(f"{S}/v1.gguf", "wb").write(b"GGUF" + struct.pack("<I", 1) + b"\0" * 16)
 open(f"{S}/notgguf.gguf", "wb").write(b"GGML" + b"\0" * 64)
+# a key 2^62 bytes long in a 40-byte file: refused as truncated, not read (or allocated)
+open(f"{S}/hugekey.gguf", "wb").write(b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 1 << 62) + b"abc")
 EOF
 
 keys() { python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); from llamacpp_bench import gguf_keys
@@ -64,7 +67,7 @@ want3="general.architecture,general.alignment,minimax-m2.rope.freq_base,minimax-
 [ "$(keys "$S/tok3.gguf")" = "$want3" ] || fail "gguf_keys v3: $(keys "$S/tok3.gguf")"
 want2="tokenizer.ggml.model,tokenizer.ggml.tokens,general.architecture,general.alignment,minimax-m2.rope.freq_base,minimax-m2.flag,minimax-m2.big,minimax-m2.f64,minimax-m2.nested"
 [ "$(keys "$S/tok2.gguf")" = "$want2" ] || fail "gguf_keys v2: $(keys "$S/tok2.gguf")"
-for bad in "trunc:truncated" "badtype:unknown value type 13" "v1:GGUF version 1" "notgguf:no GGUF magic"; do
+for bad in "trunc:truncated" "hugekey:truncated" "badtype:unknown value type 13" "v1:GGUF version 1" "notgguf:no GGUF magic"; do
   out=$(keys "$S/${bad%%:*}.gguf")
   case "$out" in "ValueError: ${bad#*:}"*) ;; *) fail "gguf_keys ${bad%%:*}: $out" ;; esac
 done
