@@ -373,6 +373,7 @@ int mr_cmd_bench_serve(int argc, char **argv) {
         fprintf(stderr, "moerun bench serve: --concurrency is empty\n");
         return 2;
     }
+    if (o.prefix_groups < 1) o.prefix_groups = 1; /* the default (one group) made explicit once */
     if (json_path) { /* checked up front, a sweep being long; a file the check made is removed at once, so
                         that a run that fails leaves none (the results go through a .tmp renamed at the end) */
         const bool existed = access(json_path, F_OK) == 0;
@@ -427,8 +428,7 @@ int mr_cmd_bench_serve(int argc, char **argv) {
     if (extra_text) printf("extra request body: %.300s%s\n", extra_text, strlen(extra_text) > 300 ? " ..." : "");
     if (o.prefix_len > 0)
         printf("shared prefixes: %d group(s) of %lld tokens before each prompt's own %lld (request i: group i mod %d)\n",
-               o.prefix_groups > 0 ? o.prefix_groups : 1, (long long)o.prefix_len, (long long)o.input_len,
-               o.prefix_groups > 0 ? o.prefix_groups : 1);
+               o.prefix_groups, (long long)o.prefix_len, (long long)o.input_len, o.prefix_groups);
     mr_bench_serve_result *rs = calloc((size_t)nc, sizeof *rs);
     json_t *all = json_array();
     int rc = 0;
@@ -470,7 +470,7 @@ int mr_cmd_bench_serve(int argc, char **argv) {
             if (o.random_lengths) json_object_set_new(j, "random_range_ratio", json_real(o.range_ratio));
             if (o.prefix_len > 0) {
                 json_object_set_new(j, "gsp_system_prompt_len", json_integer(o.prefix_len));
-                json_object_set_new(j, "gsp_num_groups", json_integer(o.prefix_groups > 0 ? o.prefix_groups : 1));
+                json_object_set_new(j, "gsp_num_groups", json_integer(o.prefix_groups));
             }
             json_array_append_new(all, j);
         }
