@@ -55,13 +55,10 @@ LS=${LLAMA_SERVER:-}
 python3 - "$(dirname "$0")/peers" "$GGUF" <<'EOF_PY' || exit 2
 import sys
 sys.path.insert(0, sys.argv[1])
-from llamacpp_bench import gguf_keys
-try:
-    ok = "tokenizer.ggml.model" in gguf_keys(sys.argv[2])
-except (OSError, ValueError) as e:
-    sys.exit(f"serve-vs-llamacpp: {sys.argv[2]} is not a readable GGUF file ({e})")
-if not ok:
-    sys.exit(f"serve-vs-llamacpp: {sys.argv[2]} has no tokenizer; bench/peers/gguf_tokenizer.py adds one")
+from llamacpp_bench import gguf_tokenizer_problem
+why = gguf_tokenizer_problem(sys.argv[2])
+if why:
+    sys.exit(f"serve-vs-llamacpp: {why}")
 EOF_PY
 THREADS=${THREADS:-2}; IN=${IN:-32}; OUT=${OUT:-32}; ROUNDS=${ROUNDS:-2}
 GSP_LEN=${GSP_LEN:-0}; GSP_GROUPS=${GSP_GROUPS:-1}; NPROMPTS=${NPROMPTS:-1}

@@ -142,6 +142,17 @@ def gguf_keys(path):
         return keys
 
 
+def gguf_tokenizer_problem(path):
+    """why a peer cannot tokenize with the GGUF file at path (llama-server aborts at the first request to
+    one without a tokenizer), or None"""
+    try:
+        if "tokenizer.ggml.model" in gguf_keys(path):
+            return None
+        return f"{path} has no tokenizer, which llama-server needs; bench/peers/gguf_tokenizer.py adds one"
+    except (OSError, ValueError) as e:
+        return f"{path} is not a readable GGUF file ({e})"
+
+
 def run_llama_server(server, gguf, ids, decode, threads):
     """one round through llama.cpp's C++ server (bench/peers/llamacpp_setup.sh server, or
     server-avx2 for --isa avx2): started for the round (its load not timed), one /completion of the
@@ -263,14 +274,10 @@ def main():
         if a.isa == "avx2" and "AVX512=OFF" not in server_flags(a.llama_server).split():
             ap.error(f"--isa avx2 needs llama-server built without AVX-512 (bench/peers/llamacpp_setup.sh server-avx2); "
                      f"{a.llama_server}'s build-flags.txt says: {server_flags(a.llama_server)}")
-        for label, _, gguf in pairs:  # llama-server aborts on the first request to a GGUF without one
-            try:
-                has_tok = "tokenizer.ggml.model" in gguf_keys(gguf)
-            except (OSError, ValueError) as e:
-                ap.error(f"--pair {label}: {gguf} is not a readable GGUF file ({e})")
-            if not has_tok:
-                ap.error(f"--pair {label}: {gguf} has no tokenizer, which llama-server needs; "
-                         f"bench/peers/gguf_tokenizer.py adds one (bench/README.md, \"Beside llama.cpp's server\")")
+        for label, _, gguf in pairs:
+            why = gguf_tokenizer_problem(gguf)
+            if why:
+                ap.error(f"--pair {label}: {why}")
     elif not os.path.exists(py):
         ap.error(f"{py} is missing: run bench/peers/llamacpp_setup.sh venv first")
     if not os.access(a.moerun, os.X_OK):
