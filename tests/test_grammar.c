@@ -356,6 +356,16 @@ static const char *const SCHEMAS[] = {
     "{\"type\":\"array\",\"items\":{\"type\":[\"integer\",\"string\",\"null\"]},\"maxItems\":4}",
     "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\"}}",
     "{\"const\":{\"a\":[1,2]}}",
+    /* ways into values that cannot end (a required self-reference) are taken away: an alternative, an optional
+     * property, the items of an array */
+    "{\"anyOf\":[{\"type\":\"null\"},{\"type\":\"integer\"},{\"$ref\":\"#/$defs/r\"}],\"$defs\":{\"r\":{\"type\":"
+    "\"array\",\"items\":{\"$ref\":\"#/$defs/r\"},\"minItems\":1}}}",
+    "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"$ref\":\"#/$defs/r\"},\"c\":{\"type\":"
+    "\"array\",\"items\":{\"$ref\":\"#/$defs/r\"}}},\"required\":[\"a\"],\"$defs\":{\"r\":{\"type\":\"object\","
+    "\"properties\":{\"x\":{\"$ref\":\"#/$defs/r\"}},\"required\":[\"x\"]}}}",
+    /* patterns beside length bounds: a character is taken only where a match of an allowed length can follow */
+    "{\"type\":\"object\",\"properties\":{\"c\":{\"type\":\"string\",\"pattern\":\"^[a-z]+[0-9]{2}$\",\"maxLength\":4},"
+    "\"d\":{\"type\":\"string\",\"pattern\":\"^(ab|xbabab)$\",\"minLength\":3}},\"required\":[\"c\",\"d\"]}",
     /* unions whose alternatives start alike: followed side by side */
     "{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"kind\":{\"const\":\"cat\"},\"lives\":{\"type\":\"integer\","
     "\"minimum\":1,\"maximum\":9}},\"required\":[\"kind\",\"lives\"]},{\"type\":\"object\",\"properties\":{\"kind\":"
@@ -461,6 +471,8 @@ static void test_schema_walks(void **state) {
             mr_matcher_free(m);
         }
         if (ended < 100) fail_msg("schema %d: only %d of 200 walks ended", si, ended);
+        if (strstr(SCHEMAS[si], "#/$defs/r") && ended < 200) /* no way into the endless r is left: all end */
+            fail_msg("schema %d: %d of 200 walks ended", si, ended);
         if (strstr(SCHEMAS[si], "\"dog\"") && !(seen_cat && seen_dog && seen_str))
             fail_msg("schema %d: the alternatives taken: cat %d, dog %d, string %d", si, seen_cat, seen_dog, seen_str);
         mr_grammar_free(g);
@@ -793,6 +805,106 @@ static void test_patterns(void **state) {
     json_decref(sc);
 }
 
+/* A pattern beside minLength / maxLength, against regexec and a count of characters: for every bound pair,
+ * the schema compiles exactly when some string of an allowed length matches; then every short string over the
+ * pattern's alphabet is a complete output exactly when it matches and its length is allowed, and a prefix of
+ * an output exactly when some such string starts with it (so no output can reach a dead end, and none that
+ * could be finished is cut). Each pattern completes any live prefix of at most PL_PRE characters within PL_MAX. */
+static size_t nth_text(const char *const *alpha, int na, int L, int64_t k0, char *txt);
+#define PL_MAX 9
+#define PL_PRE 6
+static void test_pattern_lengths(void **state) {
+    (void)state;
+    static const char *const P[] = {"^(abc)+$", "^[ab]+c{2}$", "^(ab|cabca)$", "^a(bc)*(ca)?$", "^(a|bcb)(cc)*$",
+                                    "^(aa|bbb)*c$", "^[abc]*$"};
+    int64_t total = 0, off[PL_MAX + 2]; /* strings over "abc" by length: off[L] the index of the first of length L */
+    for (int L = 0, c = 1; L <= PL_MAX + 1; L++, c *= 3) off[L] = total, total += L <= PL_MAX ? c : 0;
+    bool *match = calloc((size_t)total, 1), *live = calloc((size_t)total, 1);
+    char txt[PL_MAX + 3], q[PL_MAX + 4];
+    for (size_t pi = 0; pi < sizeof P / sizeof P[0]; pi++) {
+        regex_t rx;
+        assert_int_equal(regcomp(&rx, P[pi], REG_EXTENDED | REG_NOSUB), 0);
+        for (int L = 0; L <= PL_MAX; L++)
+            for (int64_t k = 0; k < off[L + 1] - off[L]; k++) {
+                static const char *const abc[] = {"a", "b", "c"};
+                nth_text(abc, 3, L, k, txt);
+                match[off[L] + k] = regexec(&rx, txt, 0, NULL, 0) == 0;
+            }
+        for (int lo = 0; lo <= 5; lo++)
+            for (int hi = lo - 1; hi <= 7; hi++) {
+                if (hi == lo - 1 && lo > 0) continue; /* hi -1: no maxLength (tried once, at lo 0 too) */
+                const int h = hi < lo ? -1 : hi;
+                bool any = false;
+                memset(live, 0, (size_t)total);
+                for (int L = lo; L <= (h < 0 ? PL_MAX : h); L++)
+                    for (int64_t k = 0; k < off[L + 1] - off[L]; k++) {
+                        if (!match[off[L] + k]) continue;
+                        any = true;
+                        for (int j = 0, d = 1; j <= L; j++, d *= 3) live[off[L - j] + k / d] = true; /* its prefixes */
+                    }
+                json_t *sc = h < 0 ? json_pack("{s:s,s:s,s:i}", "type", "string", "pattern", P[pi], "minLength", lo)
+                                   : json_pack("{s:s,s:s,s:i,s:i}", "type", "string", "pattern", P[pi], "minLength", lo,
+                                               "maxLength", h);
+                mr_grammar *g = NULL;
+                const mr_status st = mr_grammar_json_schema(sc, &g);
+                if ((st == MR_OK) != any) fail_msg("%s [%d, %d]: compiles %d, a match of such a length %d", P[pi], lo, h, st == MR_OK, any);
+                if (st != MR_OK) assert_int_equal(st, MR_EINVAL);
+                for (int L = 0; g && L <= PL_PRE; L++)
+                    for (int64_t k = 0; k < off[L + 1] - off[L]; k++) {
+                        static const char *const abc[] = {"a", "b", "c"};
+                        const size_t n = nth_text(abc, 3, L, k, txt);
+                        q[0] = '"';
+                        memcpy(q + 1, txt, n);
+                        const int pre = judge(g, g_ix, q, n + 1);
+                        q[n + 1] = '"';
+                        const int whole = judge(g, g_ix, q, n + 2);
+                        const bool want = match[off[L] + k] && L >= lo && (h < 0 || L <= h);
+                        if ((pre >= 0) != live[off[L] + k] || (whole == 1) != want)
+                            fail_msg("%s [%d, %d] \"%s\": prefix %d (live %d), whole %d (want %d)", P[pi], lo, h, txt, pre,
+                                     live[off[L] + k], whole, want);
+                    }
+                mr_grammar_free(g);
+                json_decref(sc);
+            }
+        regfree(&rx);
+    }
+    free(match);
+    free(live);
+    /* one letter, matches of 7 a + 9 b characters: every length from 48 on, some below (the table's sets
+     * repeat only from there); each window [lo, hi] against those lengths counted by hand */
+    bool len_ok[80] = {false};
+    for (int a = 0; 7 * a < 80; a++)
+        for (int b = 0; 7 * a + 9 * b < 80; b++) len_ok[7 * a + 9 * b] = true;
+    char qa[80];
+    qa[0] = '"';
+    memset(qa + 1, 'a', sizeof qa - 1);
+    for (int lo = 0; lo <= 60; lo += 3)
+        for (int hi = lo - 1; hi <= 62; hi += 4) {
+            const int h = hi < lo ? -1 : hi, top = h < 0 ? 79 : h;
+            bool any = false;
+            for (int l = lo; l <= top; l++) any |= len_ok[l];
+            json_t *sc = json_pack("{s:s,s:s,s:i,s:i}", "type", "string", "pattern", "^(a{7}|a{9})*$", "minLength", lo,
+                                   "maxLength", h < 0 ? 1000 : h);
+            mr_grammar *g = NULL;
+            const mr_status st = mr_grammar_json_schema(sc, &g);
+            json_decref(sc);
+            if ((st == MR_OK) != any) fail_msg("a{7}|a{9} [%d, %d]: compiles %d, want %d", lo, h, st == MR_OK, any);
+            for (int k = 0; g && k < 70; k++) { /* a^k: a prefix exactly when some allowed length >= k is there */
+                bool lv = false;
+                for (int l = k > lo ? k : lo; l <= top && !lv; l++) lv = len_ok[l];
+                const int pre = judge(g, g_ix, qa, (size_t)k + 1);
+                if ((pre >= 0) != lv) fail_msg("a{7}|a{9} [%d, %d] a^%d: prefix %d, want %d", lo, h, k, pre, lv);
+            }
+            mr_grammar_free(g);
+        }
+    /* where the lengths of the matches repeat only after too many characters to follow: refused, not cut short */
+    json_t *sc = json_pack("{s:s,s:s,s:i}", "type", "string", "pattern", "^(a{999}|b{20})*$", "maxLength", 5);
+    mr_grammar *g = NULL;
+    assert_int_equal(mr_grammar_json_schema(sc, &g), MR_EINVAL);
+    assert_non_null(strstr(mr_error_last(), "minLength / maxLength beside this pattern are not supported"));
+    json_decref(sc);
+}
+
 /* Regex outputs (raw text matched whole) against glibc's regexec with the pattern between ^( and )$: every
  * short text over an alphabet; walks over the mask that end, and match; a pattern that matches the empty text
  * may end at once; the pattern's own anchors, an escaped final '$'; free text before it. */
@@ -1059,6 +1171,14 @@ static void test_refused_schemas(void **state) {
         {"{\"oneOf\":[{\"properties\":{\"k\":{\"const\":1}},\"required\":[\"k\"]},{\"properties\":{\"k\":{\"type\":"
          "\"integer\"}},\"required\":[\"k\"]}]}", "alternatives 0 and 1"},
         {"[1]", "must be an object"},
+        /* no value that ends: the output could never be finished */
+        {"{\"$defs\":{\"a\":{\"$ref\":\"#/$defs/a\"}},\"$ref\":\"#/$defs/a\"}", "admits no value"},
+        {"{\"$defs\":{\"a\":{\"$ref\":\"#/$defs/b\"},\"b\":{\"anyOf\":[{\"$ref\":\"#/$defs/a\"}]}},\"$ref\":\"#/$defs/a\"}",
+         "admits no value"},
+        {"{\"type\":\"array\",\"items\":{\"$ref\":\"#\"},\"minItems\":1}", "admits no value"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"#\"}},\"required\":[\"a\"]}", "admits no value"},
+        {"{\"type\":\"string\",\"pattern\":\"^(abc)+$\",\"minLength\":4,\"maxLength\":5}", "no string of 4 to 5 characters"},
+        {"{\"type\":\"string\",\"pattern\":\"^a{2}$\",\"minLength\":3}", "no string of at least 3 characters"},
     };
     for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
         json_t *s = json_loads(C[i].schema, JSON_DECODE_ANY, NULL);
@@ -1897,6 +2017,7 @@ int main(void) {
         cmocka_unit_test(test_mask_equals_per_token),     cmocka_unit_test(test_free_prefix_and_specials),
         cmocka_unit_test(test_whitespace_limit),          cmocka_unit_test(test_choice),
         cmocka_unit_test(test_integer_bounds),            cmocka_unit_test(test_number_bounds),            cmocka_unit_test(test_regex),            cmocka_unit_test(test_patterns),
+        cmocka_unit_test(test_pattern_lengths),
         cmocka_unit_test(test_unions),                    cmocka_unit_test(test_ebnf),
         cmocka_unit_test(test_tool_calls),                cmocka_unit_test(test_refused_schemas),
         cmocka_unit_test(test_real_tokenizer),            cmocka_unit_test(test_structural_tags),

@@ -19,7 +19,10 @@
  *   objects by a key one requires and the other never writes or by a
  *   required property whose values exclude one another (a discriminator):
  *   one that cannot be shown is refused), allOf of one schema, $ref to "#", "#/$defs/x"
- *   or "#/definitions/x" (recursion allowed);
+ *   or "#/definitions/x" (recursion allowed; a schema that requires
+ *   itself without end, through a required property or minItems, admits no
+ *   value and is refused, and the ways into such a part that may be left out,
+ *   an alternative, an optional property or more array items, are);
  *   object: properties (written in the schema's order; every one listed in
  *   required appears, the others may be left out), required; no other keys
  *   when properties are given (strict, also when empty: {} alone),
@@ -29,7 +32,9 @@
  *   items (false: none), uniqueItems where the items are one of at most
  *   64 values (enum, const, boolean: pydantic's set[Literal] / set[Enum]);
  *   string: minLength, maxLength
- *   (characters), pattern (src/text/grammar_pattern.c says which regular
+ *   (characters; beside a pattern a character is taken only where a match of
+ *   an allowed length can still follow, and a pattern none of whose matches
+ *   has an allowed length is refused), pattern (src/text/grammar_pattern.c says which regular
  *   expressions: classes, groups, alternation, repetition; at most 1024
  *   character positions once repetitions are written out, and 4096 states
  *   once deterministic) or format (date,

@@ -301,6 +301,30 @@ static mr_status string_pattern(mr_grammar *g, const json_t *s, const char *path
     return add_pattern(g, p, where, &g->nodes[id].re);
 }
 
+/* A patterned string with minLength or maxLength: its pattern's length table, for the matcher to take a
+ * character only where a match of an allowed length can still follow (else a pattern that can go on past
+ * maxLength, or stop short of minLength, would lead the output where no token can continue it); refused where
+ * no match has an allowed length. */
+static mr_status pattern_lengths(mr_grammar *g, const mr__gnode *n, const char *path) {
+    if (n->re < 0 || (n->lo == 0 && n->hi < 0)) return MR_OK;
+    mr__pat *re = &g->res[n->re];
+    mr_status st = mr__pat_lengths(re);
+    if (st == MR_EINVAL) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", mr_error_last());
+        return mr_error_set(MR_EINVAL, "%s: minLength / maxLength beside this pattern are not supported: %s", path, why);
+    }
+    if (st) return st;
+    if (!mr__pat_len_ok(re, MR__RE_START, 0, n->lo, n->hi)) {
+        char len[64];
+        if (n->hi < 0) snprintf(len, sizeof len, "at least %lld characters (minLength)", (long long)n->lo);
+        else if (n->lo == 0) snprintf(len, sizeof len, "at most %lld characters (maxLength)", (long long)n->hi);
+        else snprintf(len, sizeof len, "%lld to %lld characters (minLength, maxLength)", (long long)n->lo, (long long)n->hi);
+        return mr_error_set(MR_EINVAL, "%s: no string of %s matches the pattern", path, len);
+    }
+    return MR_OK;
+}
+
 /* x * MR__NUM_UNIT, rounded up or down, exactly (x = M 2^e with M an integer of 53 bits); |x| < 10^20. */
 static mr__i128 scaled(double x, bool up) {
     int e;
@@ -488,7 +512,8 @@ static mr_status compile_type(cctx *c, const json_t *s, const char *type, const 
         if (g->nodes[id].hi >= 0 && g->nodes[id].hi < g->nodes[id].lo)
             return mr_error_set(MR_EINVAL, "%s: maxLength is below minLength", path);
         *out = id;
-        return string_pattern(g, s, path, id);
+        if ((st = string_pattern(g, s, path, id))) return st;
+        return pattern_lengths(g, &g->nodes[id], path);
     }
     if (!strcmp(type, "number") || !strcmp(type, "integer")) {
         if ((st = new_node(g, !strcmp(type, "number") ? G_NUMBER : G_INTEGER, out))) return st;
@@ -777,6 +802,99 @@ static mr_status flatten_unions(mr_grammar *g) {
     return st;
 }
 
+/* ---- values that can end: a schema that requires itself without end (a $ref to itself, a required property
+ * or minItems through a cycle back to the same schema) admits no JSON value, so an output held to it could
+ * never be finished ---- */
+static bool prop_ends(const mr_grammar *g, const mr__gnode *x, int32_t i, const uint8_t *ends) {
+    if (i == x->sel_prop) { /* chosen by the name: every tool's parameters */
+        const mr__gnode *names = &g->nodes[g->props[x->a + x->sel_from].value];
+        for (int32_t k = 0; k < names->b; k++)
+            if (!ends[g->sels[x->sel_first + k]]) return false;
+        return true;
+    }
+    return ends[g->props[x->a + i].value];
+}
+
+/* Whether node id has a value that ends, given those of the nodes marked in ends. */
+static bool node_ends(const mr_grammar *g, int32_t id, const uint8_t *ends) {
+    const mr__gnode *x = &g->nodes[id];
+    switch (x->kind) {
+    case G_PENDING: return false; /* a $ref that is its own target */
+    case G_UNION:
+        for (int32_t i = 0; i < x->b; i++)
+            if (ends[g->alts[x->a + i]]) return true;
+        return false;
+    case G_OBJECT:
+        for (int32_t i = 0; i < x->b; i++)
+            if ((g->props[x->a + i].required || i == x->sel_prop) && !prop_ends(g, x, i, ends)) return false;
+        return true;
+    case G_ARRAY: /* its first lo items */
+        for (int64_t i = 0; i < x->lo; i++) {
+            const int32_t it = i < x->b ? g->alts[x->addl + i] : x->a;
+            if (it < 0 || !ends[it]) return false;
+        }
+        return true;
+    case G_XCALLS:
+        for (int32_t t = x->a; t < x->a + x->b; t++)
+            for (int32_t i = g->xtools[t].pa; i < g->xtools[t].pa + g->xtools[t].pb; i++)
+                if (g->props[i].required && g->props[i].value >= 0 && !ends[g->props[i].value]) return false; /* < 0: raw text */
+        return true;
+    case G_TAGS:
+        for (int32_t t = 0; t < g->n_tags; t++)
+            if (g->tags[t].value >= 0 && !ends[g->tags[t].value]) return false;
+        return true;
+    default: return true;
+    }
+}
+
+/* Refuses a grammar whose root has no value that ends; elsewhere takes away the ways into values that cannot
+ * end (an alternative, an optional property, more items than an array's items can end in), so that an output
+ * can always be finished. Lists change as new ranges (nodes copied from a $ref share theirs). */
+static mr_status keep_ending(mr_grammar *g) {
+    uint8_t *ends = mr_calloc((size_t)g->n_nodes, 1);
+    if (!ends) return MR_ENOMEM;
+    for (bool grew = true; grew;) {
+        grew = false;
+        for (int32_t id = 0; id < g->n_nodes; id++)
+            if (!ends[id] && node_ends(g, id, ends)) ends[id] = 1, grew = true;
+    }
+    mr_status st = MR_OK;
+    if (g->root >= 0 && !ends[g->root])
+        st = mr_error_set(MR_EINVAL, "grammar: the schema admits no value: it requires itself without end (a $ref to "
+                          "itself, or a required property or minItems that leads back to the same schema)");
+    for (int32_t id = 0; id < g->n_nodes && !st; id++) {
+        mr__gnode *x = &g->nodes[id];
+        if (!ends[id]) continue; /* no way leads to it any more (or the grammar is refused) */
+        if (x->kind == G_UNION || (x->kind == G_OBJECT && x->sel_prop < 0 && x->b > 0)) {
+            const bool u = x->kind == G_UNION;
+            int32_t keep = 0;
+            for (int32_t i = 0; i < x->b; i++) keep += ends[u ? g->alts[x->a + i] : g->props[x->a + i].value];
+            if (keep == x->b) continue;
+            if (u) st = grow((void **)&g->alts, &g->cap_alts, g->n_alts + keep, sizeof(int32_t), 1 << 24, "alternatives");
+            else st = grow((void **)&g->props, &g->cap_props, g->n_props + keep, sizeof(mr__gprop), 1 << 20, "properties");
+            if (st) break;
+            const int32_t a = u ? g->n_alts : g->n_props;
+            for (int32_t i = 0, k = 0; i < x->b; i++) {
+                if (u && ends[g->alts[x->a + i]]) g->alts[a + k++] = g->alts[x->a + i];
+                else if (!u && ends[g->props[x->a + i].value]) g->props[a + k++] = g->props[x->a + i];
+            }
+            *(u ? &g->n_alts : &g->n_props) += keep;
+            x->a = a, x->b = keep; /* an object left with no property: {} alone (addl is -1 beside properties) */
+        } else if (x->kind == G_OBJECT && x->addl >= 0 && !ends[x->addl]) {
+            x->addl = -1; /* no other key: {} alone */
+        } else if (x->kind == G_ARRAY) { /* as many items as end, one after another (at least lo: it ends) */
+            int64_t most = -1;
+            for (int32_t i = 0; i < x->b && most < 0; i++)
+                if (!ends[g->alts[x->addl + i]]) most = i;
+            if (most < 0 && (x->a < 0 || !ends[x->a])) most = x->b;
+            if (most >= 0 && (x->hi < 0 || x->hi > most)) x->hi = most;
+            if (x->a >= 0 && !ends[x->a]) x->a = -1;
+        }
+    }
+    mr_free(ends);
+    return st;
+}
+
 int32_t mr__gpick(const mr_grammar *g, int32_t node, uint8_t c) {
     const mr__gnode *n = &g->nodes[node];
     switch (n->kind) {
@@ -814,6 +932,7 @@ static mr_status grammar_alloc(mr_grammar **out) {
 
 static mr_status finish(mr_grammar *g, mr_status st, const char *what, mr_grammar **out) {
     if (!st) st = flatten_unions(g);
+    if (!st) st = keep_ending(g);
     if (st) {
         mr_grammar_free(g);
         return st;

@@ -71,9 +71,21 @@ typedef struct {
     int32_t n_states;
     int32_t *next;   /* [n_states][MR__RE_NSYM] */
     uint8_t *accept; /* [n_states] */
+    /* The lengths of the matches that can follow each state (mr__pat_lengths; NULL until made): len_nx[s][q],
+     * q < len_mu + len_lam, is the least l >= q such that some l more characters lead from s to a match
+     * (INT32_MAX: none); past len_mu these repeat every len_lam characters. */
+    int32_t *len_nx;
+    int32_t len_mu, len_lam;
 } mr__pat;
 mr_status mr__pat_compile(const char *pattern, mr__pat *re);
 void mr__pat_free(mr__pat *re);
+/* Makes re's length table (for a pattern beside minLength / maxLength); MR_EINVAL where it would take more
+ * than MR__RE_LEN_CELLS cells. */
+#define MR__RE_LEN_CELLS (1 << 20)
+mr_status mr__pat_lengths(mr__pat *re);
+/* With the table made: whether some match of lo .. hi characters in all (hi -1: no limit) can still follow
+ * state s after n characters; always true without the table. */
+bool mr__pat_len_ok(const mr__pat *re, uint64_t s, int64_t n, int64_t lo, int64_t hi);
 /* The state after one symbol; 0 when no match can follow. */
 static inline uint64_t mr__pat_step(const mr__pat *re, uint64_t s, int sym) {
     return (uint64_t)re->next[s * MR__RE_NSYM + (uint64_t)sym];

@@ -247,12 +247,13 @@ static const mr__pat *str_re(const mr_matcher *m, const frame *f) {
     return f->node < 0 || gnode(m, f->node)->re < 0 ? NULL : &m->g->res[gnode(m, f->node)->re];
 }
 
-/* A patterned string's next character (symbol); false when the pattern cannot go on with it. */
-static bool re_take(const mr_matcher *m, frame *f, int sym) {
+/* A patterned string's next character (symbol), its n-th; false when the pattern cannot go on with it, or
+ * when no match of the string's allowed lengths could follow it. */
+static bool re_take(const mr_matcher *m, frame *f, int sym, int64_t n) {
     const mr__pat *re = str_re(m, f);
     if (!re) return true;
     uint64_t s = mr__pat_step(re, f->re, sym);
-    if (!s) return false;
+    if (!s || !mr__pat_len_ok(re, s, n, str_lo(m, f), str_hi(m, f))) return false;
     f->re = s;
     return true;
 }
@@ -504,19 +505,22 @@ static bool feed_str(mr_matcher *m, frame *f, uint8_t c) {
         }
         if (c == '\\') {
             bool any = !re;
-            for (const char *e = "\"\\/bfnrt"; *e && !any; e++) any = mr__pat_step(re, f->re, esc_value((uint8_t)*e)) != 0;
+            for (const char *e = "\"\\/bfnrt"; *e && !any; e++) {
+                const uint64_t s = mr__pat_step(re, f->re, esc_value((uint8_t)*e));
+                any = s && mr__pat_len_ok(re, s, f->n + 1, str_lo(m, f), hi);
+            }
             if (!any) return false;
             f->n++;
             f->ph = S_ESC;
             return true;
         }
-        if (!re_take(m, f, c < 0x80 ? c : MR__RE_NONASCII)) return false;
+        if (!re_take(m, f, c < 0x80 ? c : MR__RE_NONASCII, f->n + 1)) return false;
         f->n++;
         if (c >= 0x80) f->ph = S_CONT, f->a = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : 1, f->b = c;
         return true;
     case S_ESC:
         if (c == 'u') return re ? false : ((f->ph = S_HEX, f->a = 4, f->b = 0, f->mask = 0), true);
-        if (!c || esc_value(c) < 0 || !re_take(m, f, esc_value(c))) return false;
+        if (!c || esc_value(c) < 0 || !re_take(m, f, esc_value(c), f->n)) return false; /* counted at the backslash */
         f->ph = S_CHARS;
         return true;
     case S_HEX: /* b: the code unit so far; mask 1: this is the low half of a surrogate pair */
@@ -548,7 +552,7 @@ static bool feed_str(mr_matcher *m, frame *f, uint8_t c) {
 /* One byte of a regex grammar's raw text: whole UTF-8 characters, each one symbol of the pattern. */
 static bool feed_raw(mr_matcher *m, frame *f, uint8_t c) {
     if (f->a > 0) return cont_byte(f, c);
-    if ((c >= 0x80 && c < 0xC2) || c > 0xF4 || !re_take(m, f, c < 0x80 ? c : MR__RE_NONASCII)) return false;
+    if ((c >= 0x80 && c < 0xC2) || c > 0xF4 || !re_take(m, f, c < 0x80 ? c : MR__RE_NONASCII, 0)) return false;
     if (c >= 0x80) f->a = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : 1, f->b = c;
     return true;
 }
@@ -1220,7 +1224,7 @@ static void dfs(mr_matcher *m, const int32_t *next, int32_t node, bool specials,
 typedef struct {
     const mr_vocab_index *v;
     const mr__pat *re;
-    int64_t hi;
+    int64_t lo, hi;
     bool raw;
     uint32_t *allow;
 } rewalk;
@@ -1242,6 +1246,7 @@ static void walk_re(const rewalk *w, int32_t node, uint64_t st, int pend, uint8_
             if (w->hi >= 0 && chars >= w->hi) continue;
             if (!(s2 = mr__pat_step(w->re, st, c < 0x80 ? c : MR__RE_NONASCII))) continue;
             n2 = chars + 1;
+            if (!mr__pat_len_ok(w->re, s2, n2, w->lo, w->hi)) continue;
             if (c >= 0x80) p2 = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : 1, l2 = c;
         }
         for (int32_t t = v->nodes[ch].tok; t >= 0; t = v->tok_next[TR_ALL][t]) {
@@ -1312,11 +1317,11 @@ int64_t mr_matcher_mask(mr_matcher *m, uint32_t *allow) {
             walk_cfg(m, v->root[TR_ALL], (int32_t)f->re, allow);
             tr = -1;
         } else if (one && f->kind == F_RAW && f->a == 0 && !free_start) { /* a regex grammar's text */
-            const rewalk w = {v, str_re(m, f), -1, true, allow};
+            const rewalk w = {.v = v, .re = str_re(m, f), .lo = 0, .hi = -1, .raw = true, .allow = allow};
             walk_re(&w, v->root[TR_ALL], f->re, 0, 0, 0);
             tr = -1;
         } else if (one && f->kind == F_STR && f->ph == S_CHARS && str_re(m, f) && !in_xml(m)) { /* patterned string text */
-            const rewalk w = {v, str_re(m, f), str_hi(m, f), false, allow};
+            const rewalk w = {.v = v, .re = str_re(m, f), .lo = str_lo(m, f), .hi = str_hi(m, f), .raw = false, .allow = allow};
             walk_re(&w, v->root[TR_ALL], f->re, 0, 0, f->n);
             tr = TR_STR;
         } else if (one && f->kind == F_STR && f->ph == S_CHARS && !str_re(m, f) && !in_xml(m)) { /* string text: the plain tokens that fit */

@@ -439,7 +439,109 @@ void mr__pat_free(mr__pat *re) {
     if (!re) return;
     mr_free(re->next);
     mr_free(re->accept);
+    mr_free(re->len_nx);
     memset(re, 0, sizeof *re);
+}
+
+/* R_l, the states from which exactly l more characters can end in a match, for l = 0, 1, ...: R_0 the
+ * accepting states, R_{l+1} those with a step into R_l. Each set is a function of the one before, so the
+ * sequence repeats from its first set seen twice: R_{l+lam} = R_l for l >= mu. len_nx[s][q] is then the least
+ * l >= q with s in R_l, found for q < mu + lam by a backward scan over mu + 2 lam sets (a whole period past
+ * every q). */
+mr_status mr__pat_lengths(mr__pat *re) {
+    if (re->len_nx) return MR_OK;
+    const int32_t N = re->n_states;
+    const size_t W = ((size_t)N + 63) / 64;
+    int32_t *off = mr_malloc(((size_t)N + 1) * sizeof(int32_t)), *to = mr_malloc((size_t)N * MR__RE_NSYM * sizeof(int32_t));
+    uint64_t *seen = mr_calloc(W, 8), *R = NULL;
+    int32_t *cur = mr_malloc((size_t)N * sizeof(int32_t)), *nx = NULL;
+    int32_t *ht = NULL;
+    size_t cap = 0, n = 0, hsize = 0; /* sets in R; slots of ht */
+    mr_status st = off && to && seen && cur ? MR_OK : MR_ENOMEM;
+    /* each state's distinct successors */
+    for (int32_t s = 0, e = 0; !st && s < N; s++) {
+        off[s] = e;
+        memset(seen, 0, W * 8);
+        for (int c = 0; c < MR__RE_NSYM; c++) {
+            const int32_t t = re->next[(size_t)s * MR__RE_NSYM + (size_t)c];
+            if (t && !(seen[t >> 6] >> (t & 63) & 1)) seen[t >> 6] |= 1ull << (t & 63), to[e++] = t;
+        }
+        off[s + 1] = e;
+    }
+    int64_t mu = -1, lam = 0;
+    while (!st && mu < 0) {
+        if ((n + 1) * (size_t)N > MR__RE_LEN_CELLS) {
+            st = mr_error_set(MR_EINVAL, "the lengths of its matches repeat only after more than %zu characters", n);
+            break;
+        }
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            uint64_t *r2 = mr_realloc(R, cap * W * 8);
+            if (!r2) {
+                st = MR_ENOMEM;
+                break;
+            }
+            R = r2;
+        }
+        uint64_t *r = R + n * W;
+        memset(r, 0, W * 8);
+        for (int32_t s = 1; s < N; s++) {
+            bool in = n == 0 ? re->accept[s] != 0 : false;
+            for (int32_t e = off[s]; n > 0 && e < off[s + 1] && !in; e++)
+                in = R[(n - 1) * W + (size_t)(to[e] >> 6)] >> (to[e] & 63) & 1;
+            if (in) r[s >> 6] |= 1ull << (s & 63);
+        }
+        if (2 * (n + 1) > hsize) { /* the sets seen, by hash: twice their number of slots */
+            const size_t h2 = hsize ? 2 * hsize : 64;
+            int32_t *t2 = mr_malloc(h2 * sizeof(int32_t));
+            if (!t2) {
+                st = MR_ENOMEM;
+                break;
+            }
+            for (size_t i = 0; i < h2; i++) t2[i] = -1;
+            for (size_t j = 0; j < n; j++) {
+                size_t h = set_hash(R + j * W, (int)W) & (h2 - 1);
+                while (t2[h] >= 0) h = (h + 1) & (h2 - 1);
+                t2[h] = (int32_t)j;
+            }
+            mr_free(ht);
+            ht = t2, hsize = h2;
+        }
+        size_t h = set_hash(r, (int)W) & (hsize - 1);
+        while (ht[h] >= 0 && memcmp(R + (size_t)ht[h] * W, r, W * 8)) h = (h + 1) & (hsize - 1);
+        if (ht[h] >= 0) mu = ht[h], lam = (int64_t)n - ht[h];
+        else ht[h] = (int32_t)n;
+        n++;
+    }
+    const int64_t P = mu + lam;
+    if (!st && !(nx = mr_malloc((size_t)N * (size_t)P * sizeof(int32_t)))) st = MR_ENOMEM;
+    if (!st) {
+        for (int32_t s = 0; s < N; s++) cur[s] = INT32_MAX;
+        for (int64_t l = P + lam - 1; l >= 0; l--) {
+            const uint64_t *r = R + (size_t)(l < P ? l : l - lam) * W;
+            for (int32_t s = 0; s < N; s++) {
+                if (r[s >> 6] >> (s & 63) & 1) cur[s] = (int32_t)l;
+                if (l < P) nx[(size_t)s * (size_t)P + (size_t)l] = cur[s];
+            }
+        }
+        re->len_nx = nx, re->len_mu = (int32_t)mu, re->len_lam = (int32_t)lam;
+    }
+    mr_free(off);
+    mr_free(to);
+    mr_free(seen);
+    mr_free(cur);
+    mr_free(R);
+    mr_free(ht);
+    return st;
+}
+
+bool mr__pat_len_ok(const mr__pat *re, uint64_t s, int64_t n, int64_t lo, int64_t hi) {
+    if (!re->len_nx) return true;
+    if (hi >= 0 && n > hi) return false;
+    const int64_t P = (int64_t)re->len_mu + re->len_lam, q = lo > n ? lo - n : 0;
+    const int64_t q0 = q < P ? q : re->len_mu + (q - re->len_mu) % re->len_lam; /* the same place in the period */
+    const int32_t l = re->len_nx[(size_t)s * (size_t)P + (size_t)q0];
+    return l != INT32_MAX && (hi < 0 || (int64_t)l + (q - q0) <= hi - n);
 }
 
 /* [\s\S]*: any characters; -1 when out of room */
