@@ -75,6 +75,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         /* a mask of -1 (an EBNF parse past the limits at some byte: the engine ends the request) allows nothing,
          * though a byte whose own step stays within them may still feed */
         if (i % 16 == 0) CHECK(count < 0 ? !(allow[c >> 5] >> (c & 31) & 1) : ok == (bool)(allow[c >> 5] >> (c & 31) & 1));
+        /* a JSON schema's output can always go on or end: no dead end */
+        if (i % 16 == 0 && !regex && !xml) CHECK(count != 0);
         if (ok) acc[na++] = (char)c;
         if (mr_matcher_complete(m) && !regex) {
             json_t *x = json_loadb(acc, na, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
