@@ -713,6 +713,31 @@ static void test_number_bounds(void **state) {
     }
     mr_grammar_free(g);
     json_decref(sc);
+    /* an unbounded number reads as a finite double (strtod the oracle): below 10^308, integer digits plus
+     * exponent; under it any form, a fraction and a negative exponent of any length */
+    sc = json_loads("{\"type\":\"number\"}", 0, NULL);
+    assert_int_equal(mr_grammar_json_schema(sc, &g), MR_OK);
+    char big[400];
+    memset(big, '9', 308), big[308] = 0;
+    const struct {
+        const char *t;
+        int want;
+    } U[] = {{"1e307", 1}, {"-9.99E+307", 1}, {"12e306", 1}, {"0.5e308", 1}, {"1e-99999", 1}, {"1e0000000000000000000300", 1},
+             {"1e308", -1}, {"12e307", -1}, {"1e309", -1}, {"-1E+3080", -1}, {"0.5e309", -1}, {"1e00000000000000000000308", -1},
+             {big, 1}, {"9e", 0}};
+    for (size_t i = 0; i < sizeof U / sizeof U[0]; i++) {
+        const int got = judge(g, g_ix, U[i].t, strlen(U[i].t));
+        if (got != U[i].want) fail_msg("number %.40s: %d, want %d", U[i].t, got, U[i].want);
+        if (got == 1 && !isfinite(strtod(U[i].t, NULL))) fail_msg("number %.40s: not finite", U[i].t);
+    }
+    strcat(big, "9");
+    assert_int_equal(judge(g, g_ix, big, 309), -1);
+    big[308] = 'e', big[309] = '0', big[310] = 0; /* 308 digits: the exponent 0 or below, never a dead end */
+    assert_int_equal(judge(g, g_ix, big, 310), 1);
+    big[309] = '1';
+    assert_int_equal(judge(g, g_ix, big, 310), -1);
+    mr_grammar_free(g);
+    json_decref(sc);
 }
 
 /* Patterns and formats against POSIX regexec (glibc's, an independent engine; JSON Schema's patterns
@@ -805,12 +830,69 @@ static void test_patterns(void **state) {
     json_decref(sc);
 }
 
+static size_t nth_text(const char *const *alpha, int na, int L, int64_t k0, char *txt);
+/* Leading negative lookaheads, ^(?!X)R as pydantic writes Decimal's pattern: every string of at most 5
+ * characters over the patterns' alphabet is a complete output exactly when regexec matches ^R and matches none
+ * of the ^X (a prefix; the whole string where X ends with $); walks over the mask end, and so match. Other
+ * lookarounds are refused. */
+static void test_pattern_lookahead(void **state) {
+    (void)state;
+    static const struct {
+        const char *pattern, *r, *x[2];
+    } P[] = {{"^(?!^[-+.]*$)[+-]?0*[0-9]*\\.?[0-9]*$", "^[+-]?0*[0-9]*\\.?[0-9]*$", {"^[-+.]*$", NULL}},
+             {"^(?!ab)[a-c]+$", "^[a-c]+$", {"^ab", NULL}},
+             {"^(?!a)(?!b)[a-c]$", "^[a-c]$", {"^a", "^b"}},
+             {"^(?!abc$)[a-c]{3}$", "^[a-c]{3}$", {"^abc$", NULL}},
+             {"^(?!(a|b)c)(?!a[)]b)[a-c)]+", "^[a-c)]+", {"^(a|b)c", "^a[)]b"}}};
+    static const char *const alpha[] = {"a", "b", "c", ")", "-", "+", ".", "0", "7"};
+    tu_rng r = {23};
+    char txt[16], q[20], *buf = malloc(1 << 16);
+    for (size_t pi = 0; pi < sizeof P / sizeof P[0]; pi++) {
+        regex_t rr, rx[2];
+        assert_int_equal(regcomp(&rr, P[pi].r, REG_EXTENDED | REG_NOSUB), 0);
+        for (int k = 0; k < 2 && P[pi].x[k]; k++) assert_int_equal(regcomp(&rx[k], P[pi].x[k], REG_EXTENDED | REG_NOSUB), 0);
+        json_t *sc = json_pack("{s:s,s:s}", "type", "string", "pattern", P[pi].pattern);
+        mr_grammar *g = NULL;
+        if (mr_grammar_json_schema(sc, &g)) fail_msg("%s: %s", P[pi].pattern, mr_error_last());
+        for (int L = 0; L <= 5; L++) {
+            int64_t nk = 1;
+            for (int i = 0; i < L; i++) nk *= 9;
+            for (int64_t k = 0; k < nk; k++) {
+                const size_t n = nth_text(alpha, 9, L, k, txt);
+                bool want = regexec(&rr, txt, 0, NULL, 0) == 0;
+                for (int j = 0; j < 2 && P[pi].x[j] && want; j++) want = regexec(&rx[j], txt, 0, NULL, 0) != 0;
+                snprintf(q, sizeof q, "\"%s\"", txt);
+                if ((judge(g, g_ix, q, n + 2) == 1) != want) fail_msg("%s on \"%s\": want %d", P[pi].pattern, txt, want);
+            }
+        }
+        int ended = 0;
+        for (int it = 0; it < 50; it++) {
+            mr_matcher *m = matcher(g, g_ix, NULL);
+            size_t n;
+            ended += walk(m, &g_voc, (const char *const *)g_voc.b, g_voc.len, g_voc.n, &r, 200, buf, 1 << 16, &n, true);
+            mr_matcher_free(m);
+        }
+        if (ended < 10) fail_msg("%s: %d of 50 walks ended", P[pi].pattern, ended);
+        regfree(&rr);
+        for (int k = 0; k < 2 && P[pi].x[k]; k++) regfree(&rx[k]);
+        mr_grammar_free(g);
+        json_decref(sc);
+    }
+    free(buf);
+    static const char *const REFUSED[] = {"(?!a)b", "^a(?!b)", "^(?=a)b", "^(?!(?!a))b", "^(?<!a)b", "^(?!a", NULL};
+    for (int i = 0; REFUSED[i]; i++) {
+        json_t *sc = json_pack("{s:s,s:s}", "type", "string", "pattern", REFUSED[i]);
+        mr_grammar *g = NULL;
+        if (mr_grammar_json_schema(sc, &g) != MR_EINVAL) fail_msg("%s: not refused", REFUSED[i]);
+        json_decref(sc);
+    }
+}
+
 /* A pattern beside minLength / maxLength, against regexec and a count of characters: for every bound pair,
  * the schema compiles exactly when some string of an allowed length matches; then every short string over the
  * pattern's alphabet is a complete output exactly when it matches and its length is allowed, and a prefix of
  * an output exactly when some such string starts with it (so no output can reach a dead end, and none that
  * could be finished is cut). Each pattern completes any live prefix of at most PL_PRE characters within PL_MAX. */
-static size_t nth_text(const char *const *alpha, int na, int L, int64_t k0, char *txt);
 #define PL_MAX 9
 #define PL_PRE 6
 static void test_pattern_lengths(void **state) {
@@ -2017,7 +2099,7 @@ int main(void) {
         cmocka_unit_test(test_mask_equals_per_token),     cmocka_unit_test(test_free_prefix_and_specials),
         cmocka_unit_test(test_whitespace_limit),          cmocka_unit_test(test_choice),
         cmocka_unit_test(test_integer_bounds),            cmocka_unit_test(test_number_bounds),            cmocka_unit_test(test_regex),            cmocka_unit_test(test_patterns),
-        cmocka_unit_test(test_pattern_lengths),
+        cmocka_unit_test(test_pattern_lengths),           cmocka_unit_test(test_pattern_lookahead),
         cmocka_unit_test(test_unions),                    cmocka_unit_test(test_ebnf),
         cmocka_unit_test(test_tool_calls),                cmocka_unit_test(test_refused_schemas),
         cmocka_unit_test(test_real_tokenizer),            cmocka_unit_test(test_structural_tags),

@@ -46,7 +46,9 @@
  *   is the double the schema's number reads as, an exclusive one the next
  *   double inward, so that every output reads as a double in range), an
  *   integer's format int8 .. int64 / uint8 .. uint64 (as bounds), a
- *   number's float / double; boolean, null.
+ *   number's float / double; an unbounded number stays below 10^308 (its
+ *   integer digits plus its exponent at most 308), so that it reads as a
+ *   finite double where 1e999 would read as infinity; boolean, null.
  * Annotations (title, description, default, examples, $schema, $id,
  * $comment, ...) are ignored. Whitespace between JSON tokens: at most
  * MR_GRAMMAR_MAX_WS bytes in a row, of which at most one newline (compact

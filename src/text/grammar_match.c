@@ -566,8 +566,15 @@ static bool feed_cfg(mr_matcher *m, frame *f, uint8_t c) {
     return true;
 }
 
+/* An unbounded number's magnitude below 10^MR__NUM_MAG (its integer digits plus its exponent at most this):
+ * every such number reads as a finite double (DBL_MAX is 1.8e308), where 1e999 reads as infinity in most
+ * JSON readers (Python's, JavaScript's; pydantic refuses it) */
+#define MR__NUM_MAG 308
+
 /* One byte of a number; 1 taken, 0 refused, -1 the number ended before it. A bounded number has no
- * exponent and at most MR__NUM_INT / MR__NUM_FRAC digits before / after its point. */
+ * exponent and at most MR__NUM_INT / MR__NUM_FRAC digits before / after its point; an unbounded one stays
+ * below 10^MR__NUM_MAG (n: its integer digits, a leading zero not counted; in the exponent, a: its sign is
+ * '-', re: its value so far, held at 10^6). */
 static int feed_num(mr_matcher *m, frame *f, uint8_t c) {
     const mr__gnode *node = gnode(m, f->node);
     const bool dig = c >= '0' && c <= '9', real = node->kind == G_NUMBER, bounded = node->bounds != 0;
@@ -579,18 +586,19 @@ static int feed_num(mr_matcher *m, frame *f, uint8_t c) {
         if (!dig) return 0;
         f->n = c - '0', f->a = -1, f->re = 0;
         f->ph = c == '0' ? N_ZERO : N_INT;
+        if (!bounded) f->n = c != '0';
         return !bounded || num_feasible(node, f);
     case N_ZERO:
     case N_INT:
         if (dig) {
             if (f->ph == N_ZERO) return 0;
-            if (!bounded) return 1;
+            if (!bounded) return real && f->n == MR__NUM_MAG ? 0 : (f->n++, 1);
             if (ndigits(f->n) == MR__NUM_INT) return 0;
             f->n = f->n * 10 + (c - '0');
             return num_feasible(node, f);
         }
         if (real && c == '.') return f->ph = N_DOT, f->a = 0, !bounded || num_feasible(node, f);
-        if (real && !bounded && (c == 'e' || c == 'E')) return f->ph = N_E, 1;
+        if (real && !bounded && (c == 'e' || c == 'E')) return f->ph = N_E, f->a = 0, f->re = 0, 1;
         return bounded && !in_range(node, num_value(f)) ? 0 : -1;
     case N_DOT:
     case N_FRAC:
@@ -602,11 +610,17 @@ static int feed_num(mr_matcher *m, frame *f, uint8_t c) {
             return num_feasible(node, f);
         }
         if (f->ph == N_DOT) return 0;
-        if (!bounded && (c == 'e' || c == 'E')) return f->ph = N_E, 1;
+        if (!bounded && (c == 'e' || c == 'E')) return f->ph = N_E, f->a = 0, f->re = 0, 1;
         return bounded && !in_range(node, num_value(f)) ? 0 : -1;
-    case N_E: return c == '+' || c == '-' ? (f->ph = N_ESIGN, 1) : dig ? (f->ph = N_EXP, 1) : 0;
-    case N_ESIGN: return dig ? (f->ph = N_EXP, 1) : 0;
-    case N_EXP: return dig ? 1 : -1;
+    case N_E:
+    case N_ESIGN:
+    case N_EXP:
+        if (f->ph == N_E && (c == '+' || c == '-')) return f->ph = N_ESIGN, f->a = c == '-', 1;
+        if (!dig) return f->ph == N_EXP ? -1 : 0;
+        f->ph = N_EXP;
+        f->re = f->re * 10 + (uint64_t)(c - '0');
+        if (f->re > 1000000) f->re = 1000000;
+        return f->a || (int64_t)f->n + (int64_t)f->re <= MR__NUM_MAG;
     }
     return 0;
 }

@@ -15,7 +15,9 @@
  * (a lazy '?' after them is accepted: the language is the same), '^' at the
  * start and '$' at the end. A pattern without '^' may start anywhere in the
  * string and one without '$' end anywhere (JSON Schema's patterns search).
- * Backreferences, lookarounds and other anchors are refused. */
+ * Negative lookaheads at the very start, ^(?!X)R (pydantic 2.13's Decimal
+ * writes one), as the product of the two automata (pat_lookahead).
+ * Backreferences, other lookarounds and other anchors are refused. */
 #include <stdio.h>
 #include <string.h>
 
@@ -551,7 +553,8 @@ static int any_chars(parser *ps) {
     return s < 0 ? -1 : mk(ps, X_STAR, s, -1);
 }
 
-mr_status mr__pat_compile(const char *pattern, mr__pat *re) {
+/* pattern (shown in messages as shown) without lookaheads */
+static mr_status pat_plain(const char *pattern, const char *shown, mr__pat *re) {
     memset(re, 0, sizeof *re);
     parser *ps = mr_calloc(1, sizeof *ps);
     if (!ps) return MR_ENOMEM;
@@ -575,13 +578,13 @@ mr_status mr__pat_compile(const char *pattern, mr__pat *re) {
     mr_status st = MR_OK;
     gl G = {0};
     if (core < 0) {
-        st = mr_error_set(MR_EINVAL, "pattern \"%.80s\": %s", pattern, err[0] ? err : "not understood");
+        st = mr_error_set(MR_EINVAL, "pattern \"%.80s\": %s", shown, err[0] ? err : "not understood");
         goto out;
     }
     for (int t = 0; t < ps->n; t++) G.npos += ps->x[t].op == X_SYM;
     if (G.npos > MR__RE_MAXPOS) {
         st = mr_error_set(MR_EINVAL, "pattern \"%.80s\": more than %d character positions once repetitions are "
-                          "written out", pattern, MR__RE_MAXPOS);
+                          "written out", shown, MR__RE_MAXPOS);
         goto out;
     }
     G.w = (G.npos + 1 + 63) / 64;
@@ -595,10 +598,100 @@ mr_status mr__pat_compile(const char *pattern, mr__pat *re) {
         goto out;
     }
     positions(ps, &G);
-    st = determinize(pattern, &G, core, re);
+    st = determinize(shown, &G, core, re);
 out:
     mr_free(G.follow), mr_free(G.first), mr_free(G.last), mr_free(G.nullable), mr_free(G.cls);
     mr_free(ps);
     if (st) mr__pat_free(re);
     return st;
+}
+
+/* The states of the automaton of a ^(?!X)R pattern: pairs of a state of ^R's (never 0) and one of ^X's (0: X
+ * can match no more); their index in the pairs found. */
+typedef struct {
+    int32_t *r, *x; /* [n] */
+    int32_t n, cap, hsize;
+    int32_t *hash; /* [hsize]: index or -1 */
+} pairset;
+
+static int32_t pair_id(pairset *P, int32_t r, int32_t x) {
+    uint64_t h = ((uint64_t)(uint32_t)r * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uint32_t)x * 0xBF58476D1CE4E5B9ull) >> 20;
+    for (h &= (uint64_t)(P->hsize - 1); P->hash[h] >= 0; h = (h + 1) & (uint64_t)(P->hsize - 1))
+        if (P->r[P->hash[h]] == r && P->x[P->hash[h]] == x) return P->hash[h];
+    if (P->n == P->cap) return -1;
+    P->r[P->n] = r, P->x[P->n] = x;
+    return P->hash[h] = P->n++;
+}
+
+/* ^(?!X)R (pydantic's Decimal: ^(?!^[-+.]*$)...): the matches of ^R of which ^X matches no prefix (the whole
+ * string where X ends with $), as the product of the two automata, trimmed to the states from which a match can
+ * follow (0 dead, 1 the start). R may hold further leading lookaheads; X may hold none. */
+static mr_status pat_lookahead(const char *pattern, const char *shown, mr__pat *re) {
+    memset(re, 0, sizeof *re);
+    const char *x0 = pattern + 4, *p = x0;
+    int depth = 1;
+    for (bool cls = false; *p && depth; p++) { /* the group's end: escapes and classes skipped */
+        if (*p == '\\' && p[1]) p++;
+        else if (cls) cls = *p != ']';
+        else if (*p == '[') cls = true, p += p[1] == '^', p += p[1] == ']';
+        else depth += (*p == '(') - (*p == ')');
+    }
+    if (depth) return mr_error_set(MR_EINVAL, "pattern \"%.80s\": an unbalanced '('", shown);
+    const size_t xl = (size_t)(p - 1 - x0) - (x0[0] == '^');
+    char *xs = mr_malloc(xl + 2), *rs = mr_malloc(strlen(p) + 2);
+    mr__pat X = {0}, R = {0};
+    pairset P = {.cap = MR__RE_MAXSTATES * 4, .hsize = MR__RE_MAXSTATES * 8};
+    P.r = mr_malloc((size_t)P.cap * sizeof(int32_t)), P.x = mr_malloc((size_t)P.cap * sizeof(int32_t));
+    P.hash = mr_malloc((size_t)P.hsize * sizeof(int32_t));
+    int32_t *next = NULL, *id = NULL;
+    uint8_t *live = NULL;
+    mr_status st = xs && rs && P.r && P.x && P.hash ? MR_OK : MR_ENOMEM;
+    if (!st) {
+        xs[0] = rs[0] = '^';
+        memcpy(xs + 1, x0 + (x0[0] == '^'), xl), xs[xl + 1] = 0;
+        strcpy(rs + 1, p);
+        st = pat_plain(xs, shown, &X);
+    }
+    if (!st) st = !strncmp(rs, "^(?!", 4) ? pat_lookahead(rs, shown, &R) : pat_plain(rs, shown, &R);
+    for (int32_t i = 0; !st && i < P.hsize; i++) P.hash[i] = -1;
+    if (!st && (pair_id(&P, 0, 0) != 0 || pair_id(&P, (int32_t)MR__RE_START, (int32_t)MR__RE_START) != 1)) st = MR_ENOMEM;
+    if (!st && !(next = mr_malloc((size_t)P.cap * MR__RE_NSYM * sizeof(int32_t)))) st = MR_ENOMEM;
+    for (int32_t i = 1; !st && i < P.n; i++) /* breadth first over the pairs reached */
+        for (int c = 0; c < MR__RE_NSYM && !st; c++) {
+            const int32_t r = (int32_t)mr__pat_step(&R, (uint64_t)P.r[i], c);
+            const int32_t x = P.x[i] ? (int32_t)mr__pat_step(&X, (uint64_t)P.x[i], c) : 0;
+            const int32_t t = r ? pair_id(&P, r, x) : 0;
+            if (t < 0) st = mr_error_set(MR_EINVAL, "pattern \"%.80s\": more than %d states beside its lookahead", shown, P.cap);
+            next[(size_t)i * MR__RE_NSYM + (size_t)c] = t;
+        }
+    /* live: a match (R accepts, X has not matched) can still follow */
+    if (!st && (!(live = mr_calloc((size_t)P.n, 1)) || !(id = mr_calloc((size_t)P.n, sizeof(int32_t))))) st = MR_ENOMEM;
+    for (int32_t i = 1; !st && i < P.n; i++) live[i] = R.accept[P.r[i]] && !(P.x[i] && X.accept[P.x[i]]);
+    for (bool grew = !st; grew;) {
+        grew = false;
+        for (int32_t i = 1; i < P.n; i++)
+            for (int c = 0; c < MR__RE_NSYM && !live[i]; c++)
+                if (live[next[(size_t)i * MR__RE_NSYM + (size_t)c]]) live[i] = 1, grew = true;
+    }
+    if (!st && !live[1]) st = mr_error_set(MR_EINVAL, "pattern \"%.80s\" matches no string", shown);
+    int32_t n = 1;
+    for (int32_t i = 1; !st && i < P.n; i++) id[i] = live[i] ? n++ : 0; /* the start stays 1 */
+    if (!st && n > MR__RE_MAXSTATES)
+        st = mr_error_set(MR_EINVAL, "pattern \"%.80s\": more than %d states once made deterministic", shown, MR__RE_MAXSTATES);
+    if (!st && (!(re->next = mr_calloc((size_t)n * MR__RE_NSYM, sizeof(int32_t))) || !(re->accept = mr_calloc((size_t)n, 1))))
+        st = MR_ENOMEM;
+    for (int32_t i = 1; !st && i < P.n; i++) {
+        if (!id[i]) continue;
+        re->accept[id[i]] = R.accept[P.r[i]] && !(P.x[i] && X.accept[P.x[i]]);
+        for (int c = 0; c < MR__RE_NSYM; c++) re->next[(size_t)id[i] * MR__RE_NSYM + (size_t)c] = id[next[(size_t)i * MR__RE_NSYM + (size_t)c]];
+    }
+    if (!st) re->n_states = n;
+    else mr__pat_free(re);
+    mr__pat_free(&X), mr__pat_free(&R);
+    mr_free(xs), mr_free(rs), mr_free(P.r), mr_free(P.x), mr_free(P.hash), mr_free(next), mr_free(live), mr_free(id);
+    return st;
+}
+
+mr_status mr__pat_compile(const char *pattern, mr__pat *re) {
+    return !strncmp(pattern, "^(?!", 4) ? pat_lookahead(pattern, pattern, re) : pat_plain(pattern, pattern, re);
 }

@@ -987,6 +987,7 @@ if text_url:
     # writes them; a tuple; distinct enum items; a discriminated union, oneOf) through chat.completions.parse, which sends openai's strict schema and parses the answer
     # with pydantic (its validation the oracle: a number out of range raises)
     import pydantic
+    from decimal import Decimal
     from typing import Literal, Optional, Union
 
     class Cat(pydantic.BaseModel):
@@ -1006,20 +1007,45 @@ if text_url:
         corner: tuple[int, Literal["n", "s"]]  # a tuple: prefixItems
         colors: list[Literal["r", "g", "b"]] = pydantic.Field(json_schema_extra={"uniqueItems": True})
         pet: Union[Cat, Dog] = pydantic.Field(discriminator="kind")  # oneOf told apart by a constant
+        code: str = pydantic.Field(pattern=r"^[A-Z]{2}[0-9]+$", max_length=5)  # a pattern beside maxLength
     parsed = 0
     for seed in range(6):
         try:
             r = tc.chat.completions.parse(model=tmodel, messages=[{"role": "user", "content": "a reading?"}],
-                                          max_tokens=300, temperature=1.0, seed=100 + seed, response_format=Reading,
+                                          max_tokens=600, temperature=1.0, seed=100 + seed, response_format=Reading,
                                           extra_body={"debug_forced_output": think})
         except openai.LengthFinishReasonError:
             continue
         m = r.choices[0].message.parsed
         check(isinstance(m, Reading) and 0 < m.share < 1 and -273.15 <= m.celsius <= 1000 and
-              len(set(m.colors)) == len(m.colors), f"parse: {r.choices[0].message.content!r}")
+              len(set(m.colors)) == len(m.colors) and len(m.code) <= 5, f"parse: {r.choices[0].message.content!r}")
         parsed += 1
     print(f"structured outputs: {parsed} of 6 pydantic answers parsed")
     check(parsed >= 3, f"parse: only {parsed} of 6 answers ended")
+
+    # Decimal as pydantic 2.13's model_json_schema() writes it (2.14 leaves the string unconstrained): a number,
+    # or a string whose pattern opens with a negative lookahead; pydantic's validation the oracle (a string
+    # that is no decimal, or a number that reads as infinity, raises)
+    class Priced(pydantic.BaseModel):
+        price: Decimal
+        prices: list[Decimal]
+        code: str = pydantic.Field(pattern=r"^[A-Z]{2}[0-9]+$", max_length=5)
+    dec = {"anyOf": [{"type": "number"}, {"type": "string", "pattern": r"^(?!^[-+.]*$)[+-]?0*\d*\.?\d*$"}]}
+    priced_schema = {"type": "object", "required": ["price", "prices", "code"],
+                     "properties": {"price": dec, "prices": {"type": "array", "items": dec, "minItems": 1, "maxItems": 3},
+                                    "code": {"type": "string", "pattern": "^[A-Z]{2}[0-9]+$", "maxLength": 5}}}
+    priced = 0
+    for seed in range(6):
+        r = tc.chat.completions.create(model=tmodel, messages=[{"role": "user", "content": "a price?"}], max_tokens=400,
+                                       temperature=1.0, seed=200 + seed, extra_body={"debug_forced_output": think},
+                                       response_format={"type": "json_schema", "json_schema": {
+                                           "name": "priced", "schema": priced_schema}})
+        if r.choices[0].finish_reason == "stop":
+            m = Priced.model_validate_json(r.choices[0].message.content)
+            check(m.price.is_finite() and len(m.code) <= 5, f"priced: {r.choices[0].message.content!r}")
+            priced += 1
+    print(f"structured outputs: {priced} of 6 pydantic Decimal answers validated")
+    check(priced >= 3, f"priced: only {priced} of 6 answers ended")
     r = tc.chat.completions.create(model=tmodel, messages=[{"role": "user", "content": "json"}], max_tokens=300,
                                     temperature=1.0, seed=9, response_format={"type": "json_object"},
                                     extra_body={"debug_forced_output": think + "{\"a\": [1, {\"b\": null}]"})
