@@ -29,6 +29,7 @@
 
 #include <locale.h>
 #include <math.h>
+#include <arpa/inet.h>
 #include <regex.h>
 
 #include "moerun/chat.h"
@@ -84,6 +85,7 @@ static void vocab_free(vocab *v) {
 
 /* The synthetic vocabulary and its index, shared by the tests (group setup). */
 static vocab g_voc;
+static size_t nth_text(const char *const *alpha, int na, int L, int64_t k0, char *txt);
 static mr_vocab_index *g_ix;
 
 static mr_vocab_index *index_of(const vocab *v) {
@@ -809,7 +811,25 @@ static void test_patterns(void **state) {
              {"time", "\"12:00:00-05:30\"", 1}, {"uuid", "\"123e4567-e89b-12d3-a456-426614174000\"", 1},
              {"uuid", "\"123e4567-e89b-12d3-a456-42661417400\"", -1}, {"email", "\"a.b+c@ex-ample.co.uk\"", 1},
              {"email", "\"a@b\"", -1}, {"ipv4", "\"192.168.0.255\"", 1}, {"ipv4", "\"256.1.1.1\"", -1},
-             {"ipv4", "\"1.2.3\"", -1}};
+             {"ipv4", "\"1.2.3\"", -1},
+             /* RFC 3986's examples (section 1.1.2, and 5.4's base), and what its grammar refuses */
+             {"uri", "\"ftp://ftp.is.co.za/rfc/rfc1808.txt\"", 1}, {"uri", "\"http://www.ietf.org/rfc/rfc2396.txt\"", 1},
+             {"uri", "\"ldap://[2001:db8::7]/c=GB?objectClass?one\"", 1}, {"uri", "\"mailto:John.Doe@example.com\"", 1},
+             {"uri", "\"news:comp.infosystems.www.servers.unix\"", 1}, {"uri", "\"tel:+1-816-555-1212\"", 1},
+             {"uri", "\"telnet://192.0.2.16:80/\"", 1}, {"uri", "\"urn:oasis:names:specification:docbook:dtd:xml:4.1.2\"", 1},
+             {"uri", "\"http://a/b/c/d;p?q#frag\"", 1}, {"uri", "\"https://u:p@x.org:8080/a%20b?c=d&e#f/g?\"", 1},
+             {"uri", "\"http://exa mple.com\"", -1}, {"uri", "\"//example.com\"", -1}, {"uri", "\"1http://x\"", -1},
+             {"uri", "\"http://x:80abc\"", -1}, {"uri", "\"http://x/%zz\"", -1}, {"uri", "\"http://x#a#b\"", -1},
+             /* RFC 3339 appendix A, with ISO 8601's fraction of the seconds */
+             {"duration", "\"P1D\"", 1}, {"duration", "\"PT2H\"", 1}, {"duration", "\"P1Y2M3DT4H5M6.5S\"", 1},
+             {"duration", "\"P3W\"", 1}, {"duration", "\"PT0.5S\"", 1}, {"duration", "\"P1M\"", 1}, {"duration", "\"PT1M\"", 1},
+             {"duration", "\"P\"", -1}, {"duration", "\"PT\"", -1}, {"duration", "\"P1\"", -1}, {"duration", "\"1D\"", -1},
+             {"duration", "\"P1DT\"", -1}, {"duration", "\"P1W2D\"", -1}, {"duration", "\"P1.5D\"", -1},
+             {"duration", "\"PT1.S\"", -1}, {"duration", "\"P1H\"", -1},
+             /* RFC 1123 */
+             {"hostname", "\"example.com\"", 1}, {"hostname", "\"a\"", 1}, {"hostname", "\"a-b.c0\"", 1},
+             {"hostname", "\"xn--bcher-kva.example\"", 1}, {"hostname", "\"-a.com\"", -1}, {"hostname", "\"a-.com\"", -1},
+             {"hostname", "\"a..b\"", -1}, {"hostname", "\"a_b.com\"", -1}, {"hostname", "\".a\"", -1}};
     for (size_t i = 0; i < sizeof F / sizeof F[0]; i++) {
         json_t *sc = json_pack("{s:s,s:s}", "type", "string", "format", F[i].fmt);
         mr_grammar *g = NULL;
@@ -818,6 +838,34 @@ static void test_patterns(void **state) {
         if ((got == 1) != (F[i].want == 1)) fail_msg("%s %s: %d", F[i].fmt, F[i].text, got);
         mr_grammar_free(g);
         json_decref(sc);
+    }
+    /* ipv6 against glibc's inet_pton: every text of at most 9 characters over "0a:" and some longer ones
+     * (inet_pton also reads an embedded IPv4 part, which the format leaves out: no '.' here) */
+    {
+        json_t *s6 = json_pack("{s:s,s:s}", "type", "string", "format", "ipv6");
+        mr_grammar *g6 = NULL;
+        assert_int_equal(mr_grammar_json_schema(s6, &g6), MR_OK);
+        static const char *const a6[] = {"0", "a", ":"};
+        char t6[48], q6[52];
+        unsigned char bin[16];
+        for (int L = 0; L <= 9; L++) {
+            int64_t nk = 1;
+            for (int i = 0; i < L; i++) nk *= 3;
+            for (int64_t k = 0; k < nk; k++) {
+                nth_text(a6, 3, L, k, t6);
+                snprintf(q6, sizeof q6, "\"%s\"", t6);
+                if ((judge(g6, g_ix, q6, strlen(q6)) == 1) != (inet_pton(AF_INET6, t6, bin) == 1))
+                    fail_msg("ipv6 \"%s\": inet_pton %d", t6, inet_pton(AF_INET6, t6, bin));
+            }
+        }
+        static const char *const L6[] = {"2001:db8::7", "fe80::1:2:3:4:5", "1:2:3:4:5:6:7:8", "1:2:3:4:5:6:7:8:9", "1::2::3",
+                                         "12345::", "ffff:FFFF::0000:1", "1:2:3:4:5:6:7::", "::2:3:4:5:6:7:8", "1:2:3:4::5:6:7:8"};
+        for (size_t i = 0; i < sizeof L6 / sizeof L6[0]; i++) {
+            snprintf(q6, sizeof q6, "\"%s\"", L6[i]);
+            if ((judge(g6, g_ix, q6, strlen(q6)) == 1) != (inet_pton(AF_INET6, L6[i], bin) == 1)) fail_msg("ipv6 \"%s\"", L6[i]);
+        }
+        mr_grammar_free(g6);
+        json_decref(s6);
     }
     json_t *sc = json_pack("{s:s,s:s}", "type", "string", "pattern", "^a\\nb\\.$");
     mr_grammar *g = NULL;
@@ -830,7 +878,6 @@ static void test_patterns(void **state) {
     json_decref(sc);
 }
 
-static size_t nth_text(const char *const *alpha, int na, int L, int64_t k0, char *txt);
 /* Leading negative lookaheads, ^(?!X)R as pydantic writes Decimal's pattern: every string of at most 5
  * characters over the patterns' alphabet is a complete output exactly when regexec matches ^R and matches none
  * of the ^X (a prefix; the whole string where X ends with $); walks over the mask end, and so match. Other
@@ -1219,7 +1266,7 @@ static void test_refused_schemas(void **state) {
         const char *schema, *needle;
     } C[] = {
         {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}}}", "#/properties/a/pattern"},
-        {"{\"type\":\"string\",\"format\":\"uri\"}", "\"uri\" is not supported"},
+        {"{\"type\":\"string\",\"format\":\"uri-template\"}", "\"uri-template\" is not supported"},
         {"{\"pattern\":\"^a\"}", "beside \"type\": \"string\""},
         {"{\"type\":\"string\",\"pattern\":\"(a|b)*a(a|b){12}\"}", "more than 4096 states"},
         {"{\"type\":\"string\",\"pattern\":\"[a-z]{600}[0-9]{600}\"}", "more than 1024 character positions"},

@@ -232,7 +232,7 @@ static const bad_case bad[] = {
     {SV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"xml\"}}", 400,
      "response_format.type", "json_schema"},
     {SV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\","
-              "\"json_schema\":{\"schema\":{\"type\":\"string\",\"format\":\"uri\"}}}}", 400,
+              "\"json_schema\":{\"schema\":{\"type\":\"string\",\"format\":\"iri\"}}}}", 400,
      "response_format.json_schema.schema", "#/format"},
     {SV_COMPLETIONS, "{\"prompt\":\"a\",\"guided_json\":{\"type\":\"object\"},\"guided_choice\":[\"a\"]}", 400,
      "guided_choice", "give one"},

@@ -251,8 +251,18 @@ static mr_status compile_object(cctx *c, const json_t *s, const char *path, int3
     return MR_OK;
 }
 
-/* The string formats served, as patterns (RFC 3339 dates and times, RFC 4122 UUIDs, dotted IPv4; a
- * practical e-mail shape: something@label.label). */
+/* RFC 3986's unreserved and sub-delims characters, a percent-encoded octet, and pchar */
+#define F_URI_UN "-A-Za-z0-9._~!$&'()*+,;="
+#define F_URI_PCT "%[0-9A-Fa-f]{2}"
+#define F_URI_PCHAR "([" F_URI_UN ":@]|" F_URI_PCT ")"
+#define F_HEX4 "[0-9a-fA-F]{1,4}"
+#define F_DUR_T "T([0-9]+H([0-9]+M([0-9]+(\\.[0-9]+)?S)?)?|[0-9]+M([0-9]+(\\.[0-9]+)?S)?|[0-9]+(\\.[0-9]+)?S)"
+#define F_LABEL "[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?"
+
+/* The string formats served, as patterns (RFC 3339 dates, times and durations (with a fraction of the
+ * seconds, as ISO 8601 and pydantic's timedelta write it), RFC 4122 UUIDs, dotted IPv4, RFC 4291 IPv6 text
+ * without an embedded IPv4 part, RFC 3986 URIs (absolute: pydantic's AnyUrl / HttpUrl), RFC 1123 host names
+ * (without their 253-character limit); a practical e-mail shape: something@label.label). */
 static const struct {
     const char *name, *pattern;
 } FORMATS[] = {
@@ -263,6 +273,14 @@ static const struct {
     {"uuid", "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},
     {"email", "^[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(\\.[A-Za-z0-9-]+)+$"},
     {"ipv4", "^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])$"},
+    {"ipv6", "^((" F_HEX4 ":){7}" F_HEX4 "|(" F_HEX4 ":){1,7}:|(" F_HEX4 ":){1,6}:" F_HEX4 "|(" F_HEX4 ":){1,5}(:" F_HEX4
+             "){1,2}|(" F_HEX4 ":){1,4}(:" F_HEX4 "){1,3}|(" F_HEX4 ":){1,3}(:" F_HEX4 "){1,4}|(" F_HEX4 ":){1,2}(:" F_HEX4
+             "){1,5}|" F_HEX4 ":(:" F_HEX4 "){1,6}|:((:" F_HEX4 "){1,7}|:))$"},
+    {"uri", "^[A-Za-z][-A-Za-z0-9+.]*:(//(([" F_URI_UN ":]|" F_URI_PCT ")*@)?(\\[[0-9A-Fa-f:.]+\\]|([" F_URI_UN "]|" F_URI_PCT
+            ")*)(:[0-9]*)?(/" F_URI_PCHAR "*)*|/(" F_URI_PCHAR "+(/" F_URI_PCHAR "*)*)?|" F_URI_PCHAR "+(/" F_URI_PCHAR
+            "*)*)?(\\?(" F_URI_PCHAR "|[/?])*)?(#(" F_URI_PCHAR "|[/?])*)?$"},
+    {"duration", "^P(([0-9]+Y([0-9]+M([0-9]+D)?)?|[0-9]+M([0-9]+D)?|[0-9]+D)(" F_DUR_T ")?|" F_DUR_T "|[0-9]+W)$"},
+    {"hostname", "^" F_LABEL "(\\." F_LABEL ")*$"},
 };
 
 /* A compiled pattern in g->res; a refusal names where (the pattern's path; NULL: the message alone). */
@@ -293,8 +311,8 @@ static mr_status string_pattern(mr_grammar *g, const json_t *s, const char *path
         for (size_t i = 0; i < sizeof FORMATS / sizeof FORMATS[0] && !p; i++)
             if (!strcmp(json_string_value(fmt), FORMATS[i].name)) p = FORMATS[i].pattern;
         if (!p)
-            return mr_error_set(MR_EINVAL, "%s/format: \"%.40s\" is not supported (date, time, date-time, uuid, email and "
-                                "ipv4 are)", path, json_string_value(fmt));
+            return mr_error_set(MR_EINVAL, "%s/format: \"%.40s\" is not supported (date, time, date-time, duration, uuid, "
+                                "email, ipv4, ipv6, uri and hostname are)", path, json_string_value(fmt));
     }
     char where[600];
     snprintf(where, sizeof where, "%s/%s", path, pat ? "pattern" : "format");

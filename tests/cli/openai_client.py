@@ -988,6 +988,7 @@ if text_url:
     # with pydantic (its validation the oracle: a number out of range raises)
     import pydantic
     from decimal import Decimal
+    from ipaddress import IPv6Address
     from typing import Literal, Optional, Union
 
     class Cat(pydantic.BaseModel):
@@ -1008,6 +1009,7 @@ if text_url:
         colors: list[Literal["r", "g", "b"]] = pydantic.Field(json_schema_extra={"uniqueItems": True})
         pet: Union[Cat, Dog] = pydantic.Field(discriminator="kind")  # oneOf told apart by a constant
         code: str = pydantic.Field(pattern=r"^[A-Z]{2}[0-9]+$", max_length=5)  # a pattern beside maxLength
+        addr: IPv6Address  # format ipv6
     parsed = 0
     for seed in range(6):
         try:
