@@ -829,7 +829,15 @@ static void test_patterns(void **state) {
              /* RFC 1123 */
              {"hostname", "\"example.com\"", 1}, {"hostname", "\"a\"", 1}, {"hostname", "\"a-b.c0\"", 1},
              {"hostname", "\"xn--bcher-kva.example\"", 1}, {"hostname", "\"-a.com\"", -1}, {"hostname", "\"a-.com\"", -1},
-             {"hostname", "\"a..b\"", -1}, {"hostname", "\"a_b.com\"", -1}, {"hostname", "\".a\"", -1}};
+             {"hostname", "\"a..b\"", -1}, {"hostname", "\"a_b.com\"", -1}, {"hostname", "\".a\"", -1},
+             /* RFC 4648 base64, padded */
+             {"base64", "\"\"", 1}, {"base64", "\"QQ==\"", 1}, {"base64", "\"QUI=\"", 1}, {"base64", "\"QUJD\"", 1},
+             {"base64", "\"QUJDRA==\"", 1}, {"base64", "\"a+/9\"", 1}, {"base64", "\"Q\"", -1}, {"base64", "\"QQ=\"", -1},
+             {"base64", "\"QUJ\"", -1}, {"base64", "\"QQ==QQ==\"", -1}, {"base64", "\"Q===\"", -1}, {"base64", "\"QU JD\"", -1},
+             {"ipvanyaddress", "\"192.168.0.1\"", 1}, {"ipvanyaddress", "\"::1\"", 1}, {"ipvanyaddress", "\"1.2.3\"", -1},
+             {"ipvanyaddress", "\"1::2::3\"", -1},
+             /* no rule on the text */
+             {"binary", "\"a\\u0000 b\"", 1}, {"password", "\"x\"", 1}, {"path", "\"/a/b\"", 1}};
     for (size_t i = 0; i < sizeof F / sizeof F[0]; i++) {
         json_t *sc = json_pack("{s:s,s:s}", "type", "string", "format", F[i].fmt);
         mr_grammar *g = NULL;

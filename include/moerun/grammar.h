@@ -38,8 +38,9 @@
  *   expressions: classes, groups, alternation, repetition; at most 1024
  *   character positions once repetitions are written out, and 4096 states
  *   once deterministic) or format (date,
- *   time, date-time, duration, uuid, email, ipv4, ipv6, uri, hostname: as
- *   patterns; dates are not checked against the calendar); integer and number with minimum, maximum,
+ *   time, date-time, duration, uuid, email, ipv4, ipv6, ipvanyaddress, uri,
+ *   hostname, base64: as patterns; dates are not checked against the
+ *   calendar; binary, password and pydantic's paths name no rule: any string); integer and number with minimum, maximum,
  *   exclusiveMinimum, exclusiveMaximum (a digit comes only when the number
  *   can still end in range; a bounded number is written without exponent,
  *   with at most 18 digits before and 18 after its point; a number's bound

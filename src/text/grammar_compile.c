@@ -256,6 +256,11 @@ static mr_status compile_object(cctx *c, const json_t *s, const char *path, int3
 #define F_URI_PCT "%[0-9A-Fa-f]{2}"
 #define F_URI_PCHAR "([" F_URI_UN ":@]|" F_URI_PCT ")"
 #define F_HEX4 "[0-9a-fA-F]{1,4}"
+#define F_IPV4 "((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+#define F_IPV6                                                                                                         \
+    "((" F_HEX4 ":){7}" F_HEX4 "|(" F_HEX4 ":){1,7}:|(" F_HEX4 ":){1,6}:" F_HEX4 "|(" F_HEX4 ":){1,5}(:" F_HEX4        \
+    "){1,2}|(" F_HEX4 ":){1,4}(:" F_HEX4 "){1,3}|(" F_HEX4 ":){1,3}(:" F_HEX4 "){1,4}|(" F_HEX4 ":){1,2}(:" F_HEX4    \
+    "){1,5}|" F_HEX4 ":(:" F_HEX4 "){1,6}|:((:" F_HEX4 "){1,7}|:))"
 #define F_DUR_T "T([0-9]+H([0-9]+M([0-9]+(\\.[0-9]+)?S)?)?|[0-9]+M([0-9]+(\\.[0-9]+)?S)?|[0-9]+(\\.[0-9]+)?S)"
 #define F_LABEL "[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?"
 
@@ -272,15 +277,18 @@ static const struct {
                   "(\\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$"},
     {"uuid", "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},
     {"email", "^[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(\\.[A-Za-z0-9-]+)+$"},
-    {"ipv4", "^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])$"},
-    {"ipv6", "^((" F_HEX4 ":){7}" F_HEX4 "|(" F_HEX4 ":){1,7}:|(" F_HEX4 ":){1,6}:" F_HEX4 "|(" F_HEX4 ":){1,5}(:" F_HEX4
-             "){1,2}|(" F_HEX4 ":){1,4}(:" F_HEX4 "){1,3}|(" F_HEX4 ":){1,3}(:" F_HEX4 "){1,4}|(" F_HEX4 ":){1,2}(:" F_HEX4
-             "){1,5}|" F_HEX4 ":(:" F_HEX4 "){1,6}|:((:" F_HEX4 "){1,7}|:))$"},
+    {"ipv4", "^" F_IPV4 "$"},
+    {"ipv6", "^" F_IPV6 "$"},
+    {"ipvanyaddress", "^(" F_IPV4 "|" F_IPV6 ")$"}, /* pydantic's IPvAnyAddress */
     {"uri", "^[A-Za-z][-A-Za-z0-9+.]*:(//(([" F_URI_UN ":]|" F_URI_PCT ")*@)?(\\[[0-9A-Fa-f:.]+\\]|([" F_URI_UN "]|" F_URI_PCT
             ")*)(:[0-9]*)?(/" F_URI_PCHAR "*)*|/(" F_URI_PCHAR "+(/" F_URI_PCHAR "*)*)?|" F_URI_PCHAR "+(/" F_URI_PCHAR
             "*)*)?(\\?(" F_URI_PCHAR "|[/?])*)?(#(" F_URI_PCHAR "|[/?])*)?$"},
     {"duration", "^P(([0-9]+Y([0-9]+M([0-9]+D)?)?|[0-9]+M([0-9]+D)?|[0-9]+D)(" F_DUR_T ")?|" F_DUR_T "|[0-9]+W)$"},
     {"hostname", "^" F_LABEL "(\\." F_LABEL ")*$"},
+    {"base64", "^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"}, /* RFC 4648, padded */
+    /* formats that name no rule on the text (OpenAPI's binary: any octets; password: a hint to hide it;
+     * pydantic's paths): any string */
+    {"binary", ""}, {"password", ""}, {"path", ""}, {"file-path", ""}, {"directory-path", ""},
 };
 
 /* A compiled pattern in g->res; a refusal names where (the pattern's path; NULL: the message alone). */
@@ -308,11 +316,14 @@ static mr_status string_pattern(mr_grammar *g, const json_t *s, const char *path
         p = json_string_value(pat);
     } else {
         if (!json_is_string(fmt)) return mr_error_set(MR_EINVAL, "%s/format: must be a string", path);
-        for (size_t i = 0; i < sizeof FORMATS / sizeof FORMATS[0] && !p; i++)
-            if (!strcmp(json_string_value(fmt), FORMATS[i].name)) p = FORMATS[i].pattern;
-        if (!p)
+        size_t f = 0;
+        while (f < sizeof FORMATS / sizeof FORMATS[0] && strcmp(json_string_value(fmt), FORMATS[f].name)) f++;
+        if (f == sizeof FORMATS / sizeof FORMATS[0])
             return mr_error_set(MR_EINVAL, "%s/format: \"%.40s\" is not supported (date, time, date-time, duration, uuid, "
-                                "email, ipv4, ipv6, uri and hostname are)", path, json_string_value(fmt));
+                                "email, ipv4, ipv6, ipvanyaddress, uri, hostname, base64, and binary, password and the "
+                                "paths as any string are)", path, json_string_value(fmt));
+        if (!*FORMATS[f].pattern) return MR_OK; /* no rule on the text */
+        p = FORMATS[f].pattern;
     }
     char where[600];
     snprintf(where, sizeof where, "%s/%s", path, pat ? "pattern" : "format");
