@@ -943,6 +943,41 @@ static void test_pattern_lookahead(void **state) {
     }
 }
 
+/* At the matcher's depth (MR_GRAMMAR_MAX_DEPTH): an optional key, one more item or a value that could not end
+ * within the frames left is not offered, so that the output can always be finished: here each level may open
+ * an optional "a" of its own kind, and must hold "b", which takes three more levels. */
+static void test_depth_limit(void **state) {
+    (void)state;
+    json_t *sc = json_loads("{\"$defs\":{\"r\":{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"#/$defs/r\"},"
+                            "\"b\":{\"type\":\"object\",\"properties\":{\"c\":{\"type\":\"object\",\"properties\":"
+                            "{\"d\":{\"type\":\"integer\"}},\"required\":[\"d\"]}},\"required\":[\"c\"]}},\"required\":"
+                            "[\"b\"]}},\"$ref\":\"#/$defs/r\"}", 0, NULL);
+    mr_grammar *g = NULL;
+    assert_int_equal(mr_grammar_json_schema(sc, &g), MR_OK);
+    mr_matcher *m = matcher(g, g_ix, NULL);
+    uint32_t *allow = calloc((size_t)(g_voc.n + 31) / 32, 4);
+    assert_true(mr_matcher_feed(m, "{", 1));
+    int levels = 1;
+    for (bool open = true; open;) { /* "a": { as deep as it is offered */
+        static const char step[] = "\"a\":{";
+        for (size_t i = 0; i < sizeof step - 1 && open; i++) {
+            open = mr_matcher_feed(m, step + i, 1);
+            if (mr_matcher_mask(m, allow) <= 0) fail_msg("a dead end at level %d", levels);
+        }
+        levels += open;
+    }
+    if (levels > MR_GRAMMAR_MAX_DEPTH || levels < MR_GRAMMAR_MAX_DEPTH - 8) fail_msg("%d levels", levels);
+    static const char inner[] = "b\":{\"c\":{\"d\":1}}}", outer[] = ",\"b\":{\"c\":{\"d\":1}}}";
+    if (!mr_matcher_feed(m, inner, sizeof inner - 1)) fail_msg("the required key at level %d", levels);
+    for (int l = 1; l < levels; l++)
+        if (!mr_matcher_feed(m, outer, sizeof outer - 1)) fail_msg("closing level %d of %d", l, levels);
+    assert_true(mr_matcher_complete(m));
+    free(allow);
+    mr_matcher_free(m);
+    mr_grammar_free(g);
+    json_decref(sc);
+}
+
 /* A pattern beside minLength / maxLength, against regexec and a count of characters: for every bound pair,
  * the schema compiles exactly when some string of an allowed length matches; then every short string over the
  * pattern's alphabet is a complete output exactly when it matches and its length is allowed, and a prefix of
@@ -2155,6 +2190,7 @@ int main(void) {
         cmocka_unit_test(test_whitespace_limit),          cmocka_unit_test(test_choice),
         cmocka_unit_test(test_integer_bounds),            cmocka_unit_test(test_number_bounds),            cmocka_unit_test(test_regex),            cmocka_unit_test(test_patterns),
         cmocka_unit_test(test_pattern_lengths),           cmocka_unit_test(test_pattern_lookahead),
+        cmocka_unit_test(test_depth_limit),
         cmocka_unit_test(test_unions),                    cmocka_unit_test(test_ebnf),
         cmocka_unit_test(test_tool_calls),                cmocka_unit_test(test_refused_schemas),
         cmocka_unit_test(test_real_tokenizer),            cmocka_unit_test(test_structural_tags),

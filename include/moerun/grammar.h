@@ -75,7 +75,7 @@ extern "C" {
 #define MR_GRAMMAR_MAX_WS 24        /* whitespace bytes in a row between JSON tokens (one newline at most) */
 #define MR_GRAMMAR_MAX_NODES 4096   /* compiled schema nodes */
 #define MR_GRAMMAR_MAX_PROPS 64     /* properties of one object */
-#define MR_GRAMMAR_MAX_DEPTH 128    /* nesting of the output (objects and arrays) */
+#define MR_GRAMMAR_MAX_DEPTH 128    /* nesting of the output (objects and arrays); near it, an optional key, an item or a value that could not end within it is not offered */
 #define MR_GRAMMAR_MAX_LITERALS 4096 /* enum values, choices and tool names, all together */
 
 typedef struct mr_grammar mr_grammar; /* immutable once built: share it between matchers */

@@ -833,94 +833,117 @@ static mr_status flatten_unions(mr_grammar *g) {
 
 /* ---- values that can end: a schema that requires itself without end (a $ref to itself, a required property
  * or minItems through a cycle back to the same schema) admits no JSON value, so an output held to it could
- * never be finished ---- */
-static bool prop_ends(const mr_grammar *g, const mr__gnode *x, int32_t i, const uint8_t *ends) {
-    if (i == x->sel_prop) { /* chosen by the name: every tool's parameters */
-        const mr__gnode *names = &g->nodes[g->props[x->a + x->sel_from].value];
-        for (int32_t k = 0; k < names->b; k++)
-            if (!ends[g->sels[x->sel_first + k]]) return false;
-        return true;
-    }
-    return ends[g->props[x->a + i].value];
+ * never be finished; and one that ends only nested deeper than the matcher's frames go could not be either.
+ * need: the frames a value of the node takes to end, its own counted (NEED_NONE: it cannot end) ---- */
+enum { NEED_NONE = 1 << 20 };
+
+static int32_t prop_need(const mr_grammar *g, const mr__gnode *x, int32_t i, const int32_t *need) {
+    if (i != x->sel_prop) return need[g->props[x->a + i].value];
+    const mr__gnode *names = &g->nodes[g->props[x->a + x->sel_from].value]; /* chosen by the name: every tool's */
+    int32_t most = 1;
+    for (int32_t k = 0; k < names->b; k++) most = need[g->sels[x->sel_first + k]] > most ? need[g->sels[x->sel_first + k]] : most;
+    return most;
 }
 
-/* Whether node id has a value that ends, given those of the nodes marked in ends. */
-static bool node_ends(const mr_grammar *g, int32_t id, const uint8_t *ends) {
+/* A value of node id: the frames it takes to end, given those of the others in need (a container holds one
+ * of its parts at a time above its own frame). */
+static int32_t node_need(const mr_grammar *g, int32_t id, const int32_t *need) {
     const mr__gnode *x = &g->nodes[id];
+    int32_t most = 1;
     switch (x->kind) {
-    case G_PENDING: return false; /* a $ref that is its own target */
+    case G_PENDING: return NEED_NONE; /* a $ref that is its own target */
     case G_UNION:
-        for (int32_t i = 0; i < x->b; i++)
-            if (ends[g->alts[x->a + i]]) return true;
-        return false;
+        most = NEED_NONE;
+        for (int32_t i = 0; i < x->b; i++) most = need[g->alts[x->a + i]] < most ? need[g->alts[x->a + i]] : most;
+        return most;
     case G_OBJECT:
         for (int32_t i = 0; i < x->b; i++)
-            if ((g->props[x->a + i].required || i == x->sel_prop) && !prop_ends(g, x, i, ends)) return false;
-        return true;
+            if (g->props[x->a + i].required || i == x->sel_prop) {
+                const int32_t v = prop_need(g, x, i, need);
+                if (v >= NEED_NONE) return NEED_NONE;
+                most = 1 + v > most ? 1 + v : most;
+            }
+        return most;
     case G_ARRAY: /* its first lo items */
         for (int64_t i = 0; i < x->lo; i++) {
             const int32_t it = i < x->b ? g->alts[x->addl + i] : x->a;
-            if (it < 0 || !ends[it]) return false;
+            if (it < 0 || need[it] >= NEED_NONE) return NEED_NONE;
+            most = 1 + need[it] > most ? 1 + need[it] : most;
         }
-        return true;
+        return most;
     case G_XCALLS:
+        most = 2;
         for (int32_t t = x->a; t < x->a + x->b; t++)
-            for (int32_t i = g->xtools[t].pa; i < g->xtools[t].pa + g->xtools[t].pb; i++)
-                if (g->props[i].required && g->props[i].value >= 0 && !ends[g->props[i].value]) return false; /* < 0: raw text */
-        return true;
+            for (int32_t i = g->xtools[t].pa; i < g->xtools[t].pa + g->xtools[t].pb; i++) {
+                const int32_t v = g->props[i].value; /* < 0: raw text */
+                if (!g->props[i].required || v < 0) continue;
+                if (need[v] >= NEED_NONE) return NEED_NONE;
+                most = 2 + need[v] > most ? 2 + need[v] : most;
+            }
+        return most;
     case G_TAGS:
         for (int32_t t = 0; t < g->n_tags; t++)
-            if (g->tags[t].value >= 0 && !ends[g->tags[t].value]) return false;
-        return true;
-    default: return true;
+            if (g->tags[t].value >= 0 && need[g->tags[t].value] >= NEED_NONE) return NEED_NONE;
+        return 1;
+    default: return 1;
     }
 }
 
-/* Refuses a grammar whose root has no value that ends; elsewhere takes away the ways into values that cannot
- * end (an alternative, an optional property, more items than an array's items can end in), so that an output
- * can always be finished. Lists change as new ranges (nodes copied from a $ref share theirs). */
+/* Refuses a grammar whose root has no value that ends (within the matcher's depth); elsewhere takes away the
+ * ways into values that cannot end (an alternative, an optional property, more items than an array's items
+ * can end in), so that an output can always be finished; the matcher takes a value, an optional property or
+ * one more item only where its need fits above the frames in use. Lists change as new ranges (nodes copied
+ * from a $ref share theirs). */
 static mr_status keep_ending(mr_grammar *g) {
-    uint8_t *ends = mr_calloc((size_t)g->n_nodes, 1);
-    if (!ends) return MR_ENOMEM;
-    for (bool grew = true; grew;) {
-        grew = false;
-        for (int32_t id = 0; id < g->n_nodes; id++)
-            if (!ends[id] && node_ends(g, id, ends)) ends[id] = 1, grew = true;
+    int32_t *need = mr_malloc((size_t)g->n_nodes * sizeof(int32_t));
+    if (!need) return MR_ENOMEM;
+    for (int32_t id = 0; id < g->n_nodes; id++) need[id] = NEED_NONE;
+    for (bool fell = true; fell;) { /* each pass lowers some node's need, never below 1 */
+        fell = false;
+        for (int32_t id = 0; id < g->n_nodes; id++) {
+            const int32_t v = node_need(g, id, need);
+            if (v < need[id]) need[id] = v, fell = true;
+        }
     }
     mr_status st = MR_OK;
-    if (g->root >= 0 && !ends[g->root])
+    if (g->root >= 0 && need[g->root] >= NEED_NONE)
         st = mr_error_set(MR_EINVAL, "grammar: the schema admits no value: it requires itself without end (a $ref to "
                           "itself, or a required property or minItems that leads back to the same schema)");
+    else if (g->root >= 0 && need[g->root] > MR_GRAMMAR_MAX_DEPTH)
+        st = mr_error_set(MR_EINVAL, "grammar: every value of the schema nests more than %d deep", MR_GRAMMAR_MAX_DEPTH);
+#define ENDS(n) (need[n] < NEED_NONE)
     for (int32_t id = 0; id < g->n_nodes && !st; id++) {
         mr__gnode *x = &g->nodes[id];
-        if (!ends[id]) continue; /* no way leads to it any more (or the grammar is refused) */
+        x->need = need[id];
+        if (!ENDS(id)) continue; /* no way leads to it any more (or the grammar is refused) */
         if (x->kind == G_UNION || (x->kind == G_OBJECT && x->sel_prop < 0 && x->b > 0)) {
             const bool u = x->kind == G_UNION;
             int32_t keep = 0;
-            for (int32_t i = 0; i < x->b; i++) keep += ends[u ? g->alts[x->a + i] : g->props[x->a + i].value];
+            for (int32_t i = 0; i < x->b; i++) keep += ENDS(u ? g->alts[x->a + i] : g->props[x->a + i].value);
             if (keep == x->b) continue;
             if (u) st = grow((void **)&g->alts, &g->cap_alts, g->n_alts + keep, sizeof(int32_t), 1 << 24, "alternatives");
             else st = grow((void **)&g->props, &g->cap_props, g->n_props + keep, sizeof(mr__gprop), 1 << 20, "properties");
             if (st) break;
             const int32_t a = u ? g->n_alts : g->n_props;
             for (int32_t i = 0, k = 0; i < x->b; i++) {
-                if (u && ends[g->alts[x->a + i]]) g->alts[a + k++] = g->alts[x->a + i];
-                else if (!u && ends[g->props[x->a + i].value]) g->props[a + k++] = g->props[x->a + i];
+                if (u && ENDS(g->alts[x->a + i])) g->alts[a + k++] = g->alts[x->a + i];
+                else if (!u && ENDS(g->props[x->a + i].value)) g->props[a + k++] = g->props[x->a + i];
             }
             *(u ? &g->n_alts : &g->n_props) += keep;
             x->a = a, x->b = keep; /* an object left with no property: {} alone (addl is -1 beside properties) */
-        } else if (x->kind == G_OBJECT && x->addl >= 0 && !ends[x->addl]) {
+        } else if (x->kind == G_OBJECT && x->addl >= 0 && !ENDS(x->addl)) {
             x->addl = -1; /* no other key: {} alone */
         } else if (x->kind == G_ARRAY) { /* as many items as end, one after another (at least lo: it ends) */
             int64_t most = -1;
             for (int32_t i = 0; i < x->b && most < 0; i++)
-                if (!ends[g->alts[x->addl + i]]) most = i;
-            if (most < 0 && (x->a < 0 || !ends[x->a])) most = x->b;
+                if (!ENDS(g->alts[x->addl + i])) most = i;
+            if (most < 0 && (x->a < 0 || !ENDS(x->a))) most = x->b;
             if (most >= 0 && (x->hi < 0 || x->hi > most)) x->hi = most;
-            if (x->a >= 0 && !ends[x->a]) x->a = -1;
+            if (x->a >= 0 && !ENDS(x->a)) x->a = -1;
         }
     }
-    mr_free(ends);
+#undef ENDS
+    mr_free(need);
     return st;
 }
 

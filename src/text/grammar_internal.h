@@ -56,6 +56,7 @@ typedef struct {
     int32_t addl;
     int32_t sel_from, sel_prop, sel_first;
     int32_t re;
+    int32_t need; /* the matcher's frames that a value of this node takes to end, its own counted (finish) */
 } mr__gnode;
 
 /* A pattern as a deterministic automaton (grammar_pattern.c): a state is an

@@ -407,6 +407,11 @@ static bool feed_xblk(mr_matcher *m, frame *f, uint8_t c);
 
 /* Starts a value of node with its first byte c (the frame below already expects it): each alternative
  * that may start so after the first gets a stack of its own. */
+/* A value of node can end within the frames left above those in use (a node's need counts its own). */
+static bool fits(const mr_matcher *m, int32_t node) {
+    return node >= 0 && DEPTH(m) + gnode(m, node)->need <= MR_GRAMMAR_MAX_DEPTH + 2;
+}
+
 static bool start_value(mr_matcher *m, int32_t node, uint8_t c) {
     int32_t alt[MAX_STACKS];
     int na = pick_all(m->g, node, c, alt, MAX_STACKS);
@@ -425,6 +430,7 @@ static bool start_value(mr_matcher *m, int32_t node, uint8_t c) {
 static bool start_concrete(mr_matcher *m, int32_t p, uint8_t c) {
     const mr__gnode *n = gnode(m, p);
     frame f = {.node = p, .a = 0, .b = -1};
+    if (!fits(m, p)) return false;
     switch (n->kind) {
     case G_OBJECT: f.kind = F_OBJ, f.ph = O_FIRST; return push(m, f);
     case G_ARRAY: f.kind = F_ARR, f.ph = A_FIRST; return push(m, f);
@@ -625,13 +631,16 @@ static int feed_num(mr_matcher *m, frame *f, uint8_t c) {
     return 0;
 }
 
-/* Declared properties that may be named next: from the cursor up to the first required one. */
+/* Declared properties that may be named next: from the cursor up to the first required one (an optional one
+ * whose value would not fit above the object's frame left out; a required one always fits, the object's
+ * need counted it). */
 static uint64_t key_candidates(const mr_matcher *m, const frame *f) {
     const mr__gnode *o = gnode(m, f->node);
     uint64_t mask = 0;
     for (int32_t i = f->a; i < o->b; i++) {
-        mask |= 1ull << i;
-        if (m->g->props[o->a + i].required) break;
+        const mr__gprop *p = &m->g->props[o->a + i];
+        if (p->required || i == o->sel_prop || fits(m, p->value)) mask |= 1ull << i;
+        if (p->required) break;
     }
     return mask;
 }
@@ -656,7 +665,7 @@ static bool start_key(mr_matcher *m, frame *f, uint8_t c) {
     if (c != '"') return false;
     f->ph = O_KEY;
     if (o->b == 0)
-        return o->addl >= 0 && push(m, (frame){.kind = F_STR, .ph = S_CHARS, .node = m->g->string, .ws = in_xml(m) ? WS_XML : 0});
+        return fits(m, o->addl) && push(m, (frame){.kind = F_STR, .ph = S_CHARS, .node = m->g->string, .ws = in_xml(m) ? WS_XML : 0});
     uint64_t mask = key_candidates(m, f);
     return mask && push(m, (frame){.kind = F_KEY, .node = f->node, .mask = mask, .n = 1});
 }
@@ -672,7 +681,7 @@ static bool feed_obj(mr_matcher *m, frame *f, uint8_t c) {
         return start_key(m, f, c);
     case O_NEXT:
         if (c == '}') return declared && required_left(m, f) ? false : child_done(m, -1);
-        if (c != ',' || (declared && !key_candidates(m, f)) || (!declared && o->addl < 0)) return false;
+        if (c != ',' || (declared && !key_candidates(m, f)) || (!declared && !fits(m, o->addl))) return false;
         f->ph = O_COMMA;
         return true;
     case O_COMMA: return start_key(m, f, c);
@@ -705,7 +714,7 @@ static bool feed_arr(mr_matcher *m, frame *f, uint8_t c) {
         return start_value(m, item_node(m, a, f->n), c);
     case A_NEXT:
         if (c == ']') return f->n >= a->lo ? child_done(m, -1) : false;
-        if (c != ',' || (a->hi >= 0 && f->n >= a->hi)) return false;
+        if (c != ',' || (a->hi >= 0 && f->n >= a->hi) || !fits(m, item_node(m, a, f->n))) return false;
         f->ph = A_COMMA;
         return true;
     case A_COMMA:
