@@ -489,7 +489,7 @@ static int setup(void **st) {
     snprintf(g_model, sizeof g_model, "%s/minimax-form", g_dir);
     char cmd[32768];
     snprintf(cmd, sizeof cmd,
-             "'%s' gen-tiny '%s' --vocab 200064 --hidden 64 --layers 1 --experts 4 --top-k 2 --expert-dim 32 "
+             "'%s' gen-tiny '%s' --vocab 200064 --hidden 16 --layers 1 --experts 4 --top-k 2 --expert-dim 32 "
              "--heads 2 --kv-heads 1 --head-dim 32 --rotary-dim 16 >/dev/null && "
              "cp '%s/text/minimax/tokenizer.json' '%s/text/minimax/tokenizer_config.json' "
              "'%s/text/chat/models/minimax_m2/chat_template.jinja' '%s/' && "

@@ -18,7 +18,7 @@ import sys
 import openai
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
-from oaicheck import check, checks, ended, expect_exc  # noqa: E402
+from oaicheck import check, checks, each, ended, expect_exc  # noqa: E402
 
 base, prompt_s, expected_s = sys.argv[1], sys.argv[2], sys.argv[3]
 auth_url = sys.argv[4] if len(sys.argv) > 4 else None
@@ -963,8 +963,7 @@ if text_url:
            "required": ["ok", "kind", "tags", "id", "code", "age"], "additionalProperties": False}
     fmt = jsonschema.FormatChecker()
     think = "Thinking.</think>\n"
-    ended = 0
-    for seed in range(6):
+    def pet_answer(seed):  # 1 when the answer ended (and then validates)
         stream = seed % 2 == 1
         kw = dict(model=tmodel, messages=[{"role": "user", "content": "a pet?"}], max_tokens=300, temperature=1.0,
                   seed=seed, response_format={"type": "json_schema", "json_schema": {"name": "pet", "schema": pet}},
@@ -978,11 +977,13 @@ if text_url:
             r = tc.chat.completions.create(**kw)
             content, fin = r.choices[0].message.content, r.choices[0].finish_reason
             check(extra(r.choices[0].message, "reasoning_content") == "Thinking.", "structured: the reasoning is free")
-        if fin == "stop":
-            ended += 1
-            jsonschema.validate(_json2.loads(content), pet, format_checker=fmt)
-    print(f"structured outputs: {ended} of 6 json_schema answers ended")
-    check(ended >= 4, f"structured outputs: only {ended} of 6 answers ended")
+        if fin != "stop":
+            return 0
+        jsonschema.validate(_json2.loads(content), pet, format_checker=fmt)
+        return 1
+    n_ended = sum(each(pet_answer, range(6)))
+    print(f"structured outputs: {n_ended} of 6 json_schema answers ended")
+    check(n_ended >= 4, f"structured outputs: only {n_ended} of 6 answers ended")
     # the client's own structured outputs: a pydantic model (bounded floats and ints, as Field(ge=..., lt=...)
     # writes them; a tuple; distinct enum items; a discriminated union, oneOf) through chat.completions.parse, which sends openai's strict schema and parses the answer
     # with pydantic (its validation the oracle: a number out of range raises)
@@ -1010,18 +1011,18 @@ if text_url:
         pet: Union[Cat, Dog] = pydantic.Field(discriminator="kind")  # oneOf told apart by a constant
         code: str = pydantic.Field(pattern=r"^[A-Z]{2}[0-9]+$", max_length=5)  # a pattern beside maxLength
         addr: IPv6Address  # format ipv6
-    parsed = 0
-    for seed in range(6):
+    def reading(seed):
         try:
             r = tc.chat.completions.parse(model=tmodel, messages=[{"role": "user", "content": "a reading?"}],
                                           max_tokens=600, temperature=1.0, seed=100 + seed, response_format=Reading,
                                           extra_body={"debug_forced_output": think})
         except openai.LengthFinishReasonError:
-            continue
+            return 0
         m = r.choices[0].message.parsed
         check(isinstance(m, Reading) and 0 < m.share < 1 and -273.15 <= m.celsius <= 1000 and
               len(set(m.colors)) == len(m.colors) and len(m.code) <= 5, f"parse: {r.choices[0].message.content!r}")
-        parsed += 1
+        return 1
+    parsed = sum(each(reading, range(6)))
     print(f"structured outputs: {parsed} of 6 pydantic answers parsed")
     check(parsed >= 3, f"parse: only {parsed} of 6 answers ended")
 
@@ -1036,16 +1037,17 @@ if text_url:
     priced_schema = {"type": "object", "required": ["price", "prices", "code"],
                      "properties": {"price": dec, "prices": {"type": "array", "items": dec, "minItems": 1, "maxItems": 3},
                                     "code": {"type": "string", "pattern": "^[A-Z]{2}[0-9]+$", "maxLength": 5}}}
-    priced = 0
-    for seed in range(6):
+    def price(seed):
         r = tc.chat.completions.create(model=tmodel, messages=[{"role": "user", "content": "a price?"}], max_tokens=400,
                                        temperature=1.0, seed=200 + seed, extra_body={"debug_forced_output": think},
                                        response_format={"type": "json_schema", "json_schema": {
                                            "name": "priced", "schema": priced_schema}})
-        if r.choices[0].finish_reason == "stop":
-            m = Priced.model_validate_json(r.choices[0].message.content)
-            check(m.price.is_finite() and len(m.code) <= 5, f"priced: {r.choices[0].message.content!r}")
-            priced += 1
+        if r.choices[0].finish_reason != "stop":
+            return 0
+        m = Priced.model_validate_json(r.choices[0].message.content)
+        check(m.price.is_finite() and len(m.code) <= 5, f"priced: {r.choices[0].message.content!r}")
+        return 1
+    priced = sum(each(price, range(6)))
     print(f"structured outputs: {priced} of 6 pydantic Decimal answers validated")
     check(priced >= 3, f"priced: only {priced} of 6 answers ended")
     r = tc.chat.completions.create(model=tmodel, messages=[{"role": "user", "content": "json"}], max_tokens=300,
@@ -1176,7 +1178,7 @@ if text_url:
               "structures": [{"begin": "<fn=weather>", "schema": wsch, "end": "</fn>"},
                              {"begin": "<fn=now>", "schema": {"type": "object", "properties": {}}, "end": "</fn>"}]}
     begins = {"<fn=weather>": wsch, "<fn=now>": {"type": "object", "properties": {}, "additionalProperties": False}}
-    for seed in range(3):
+    def legacy_tags(seed):
         r = tc.completions.create(model=tmodel, prompt="weather", max_tokens=300, temperature=1.0, seed=60 + seed,
                                   extra_body={"response_format": legacy, "debug_forced_output": "Asking: <fn=weather>"})
         txt = r.choices[0].text
@@ -1185,6 +1187,7 @@ if text_url:
             txt = txt[:txt.rfind("<fn=")] if txt.count("</fn>") < txt.count("<fn=") else txt
         why = tags_ok(txt, begins, "</fn>", False)
         check(why is None and "</fn>" in r.choices[0].text, f"structural tag seed {seed}: {why}: {r.choices[0].text!r}")
+    each(legacy_tags, range(3))
     # the format form, at least one tag and nothing after it, in chat after the free reasoning: the answer ends
     # (finish stop) right after the tag's end; the same spec as JSON text in structured_outputs (vLLM)
     fmt = {"type": "structural_tag", "format": {
@@ -1231,25 +1234,26 @@ if text_url:
                                 headers={"Content-Type": "application/json"})
     close_ids = _json2.loads(urllib.request.urlopen(tq, timeout=30).read())["tokens"]
     check(len(close_ids) == 1, f"/tokenize of ']': {close_ids}")
-    called = 0
-    for seed in range(8):
+    def required_call(seed):  # 1 when the answer ended as calls (and then validates)
         r = tc.chat.completions.create(model=tmodel, messages=[{"role": "user", "content": "weather?"}], tools=tools,
                                         tool_choice="required", max_tokens=300, temperature=1.0, seed=seed,
                                         logit_bias={str(close_ids[0]): 8},
                                         extra_body={"debug_forced_output": think})
         c = r.choices[0]
-        if c.finish_reason == "tool_calls":
-            called += 1
-            check(c.message.tool_calls and c.message.content is None, f"required: {c.message}")
-            for tcall in c.message.tool_calls:
-                jsonschema.validate(_json2.loads(tcall.function.arguments), by_name[tcall.function.name])
+        if c.finish_reason != "tool_calls":
+            return 0
+        check(c.message.tool_calls and c.message.content is None, f"required: {c.message}")
+        for tcall in c.message.tool_calls:
+            jsonschema.validate(_json2.loads(tcall.function.arguments), by_name[tcall.function.name])
+        return 1
+    called = sum(each(required_call, range(8)))
     print(f"tool_choice required: {called} of 8 answers ended as calls")
     check(called >= 5, f"tool_choice required: {called} of 8 answers were calls")
     # parallel_tool_calls false: one call, however much the model would like a ',' before the next
     tq = urllib.request.Request(text_url + "/tokenize", data=_json2.dumps({"prompt": ",", "add_special_tokens": False}).encode(),
                                 headers={"Content-Type": "application/json"})
     comma = _json2.loads(urllib.request.urlopen(tq, timeout=30).read())["tokens"]
-    for seed in range(3):
+    def one_call(seed):
         r = tc.chat.completions.create(model=tmodel, messages=[{"role": "user", "content": "weather?"}], tools=tools,
                                         tool_choice="required", parallel_tool_calls=False, max_tokens=300,
                                         temperature=1.0, seed=seed, logit_bias={str(comma[0]): 30},
@@ -1257,6 +1261,7 @@ if text_url:
         c = r.choices[0]
         check(c.finish_reason == "tool_calls" and len(c.message.tool_calls) == 1,
               f"parallel_tool_calls false: {c.finish_reason}, {c.message.tool_calls}")
+    each(one_call, range(3))
     def r_usage_ct(chunks):
         return [c.usage for c in chunks if c.usage][0].completion_tokens
 

@@ -37,7 +37,7 @@ start_server "$S/b.log" --model "$T" --context-length 256 --api-key secret --ski
 URL_B=$SV_URL; PID_B=$SV_PID
 # a MiniMax-form checkpoint (its vocabulary, tokenizer and chat template), random weights: outputs are dictated
 MM=$S/minimax-form
-"$M" gen-tiny "$MM" --vocab 200064 --hidden 64 --layers 1 --experts 4 --top-k 2 --expert-dim 32 --heads 2 \
+"$M" gen-tiny "$MM" --vocab 200064 --hidden 16 --layers 1 --experts 4 --top-k 2 --expert-dim 32 --heads 2 \
     --kv-heads 1 --head-dim 32 --rotary-dim 16 >/dev/null || { echo "FAIL: gen-tiny"; exit 1; }
 cp "$DATA/text/minimax/tokenizer.json" "$DATA/text/minimax/tokenizer_config.json" \
     "$DATA/text/chat/models/minimax_m2/chat_template.jinja" "$MM/"

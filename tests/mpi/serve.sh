@@ -111,7 +111,7 @@ if [ $vrc = 0 ]; then
     start "$S/b.log" --model "$T" --context-length 256 --api-key secret --skip-self-check || exit 1
     URL_B=$URL; PID_B=$EP_PID; B0=$R0
     MM=$S/minimax-form
-    "$M" gen-tiny "$MM" --vocab 200064 --hidden 64 --layers 1 --experts 4 --top-k 2 --expert-dim 32 --heads 2 \
+    "$M" gen-tiny "$MM" --vocab 200064 --hidden 16 --layers 1 --experts 4 --top-k 2 --expert-dim 32 --heads 2 \
         --kv-heads 1 --head-dim 32 --rotary-dim 16 >/dev/null || { echo "FAIL: gen-tiny"; exit 1; }
     cp "$SRC/tests/data/text/minimax/tokenizer.json" "$SRC/tests/data/text/minimax/tokenizer_config.json" \
         "$SRC/tests/data/text/chat/models/minimax_m2/chat_template.jinja" "$MM/"

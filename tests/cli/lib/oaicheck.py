@@ -1,8 +1,9 @@
 """Checks shared by the official-client scripts (tests/cli/openai_client.py, tests/cli/openai_conversations.py):
 check() counts and exits 1 on the first failure; expect_exc() wants the client's exception class, and the
-server's param and message where given; ended() polls a background response until it has ended."""
+server's param and message where given; ended() polls a background response until it has ended; each() runs a request per seed at once."""
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 _count = [0]
 
@@ -16,6 +17,15 @@ def check(cond, what):
     if not cond:
         print("FAIL:", what)
         sys.exit(1)
+
+
+def each(fn, seeds):
+    """[fn(seed) for seed in seeds], the requests sent at once as concurrent clients send them: the server
+    batches them (its continuous batching under structured outputs, each request with its own mask). A check
+    that fails in one (SystemExit) or any other exception is raised here."""
+    seeds = list(seeds)
+    with ThreadPoolExecutor(max_workers=len(seeds)) as ex:
+        return list(ex.map(fn, seeds))
 
 
 def expect_exc(cls, fn, param=None, text=None):
