@@ -179,4 +179,10 @@ void mr__model_set_moe_hook(mr_model *m,
                                          const int32_t *ids, int k),
                             void *user);
 
+/* ---- the sampler's filters (sampler.c), what mr_sample_logits draws from ----
+ * The candidates' weights into prob[0..n) (a filter's drop weighs 0), their ids into idx[0..n), the sum of
+ * the weights into *mass; returns n. 0 where no draw is needed: the token is *pick. */
+int64_t mr__sampler_weigh(const mr_sampler_params *p, const float *logits, int64_t V, float *prob, int32_t *idx,
+                          double *mass, int32_t *pick);
+
 #endif

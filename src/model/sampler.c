@@ -8,12 +8,16 @@
  *          the top-k candidates' probability mass reaches top_p
  *   min-p  and only tokens whose probability is >= min_p x the largest
  * top-p and min-p both cut a prefix of the descending order, so the kept set
- * is the shorter one. The order is only materialized when top-k or top-p
- * needs it: top-k by a bounded heap, top-p by sorting only the candidates
- * above a probability threshold that is lowered until they hold top_p of
- * the mass. Without either, the draw walks the kept tokens in id order. */
+ * is the shorter one. Work is O(vocab) a token for a real vocabulary
+ * (MiniMax-M2's 200,064 ids): top-k keeps a bounded heap and sorts only its k;
+ * top-p without top-k never sorts, it finds the cut's logit by a three-level
+ * radix selection over the logits' bits, weighted by probability mass, and
+ * the draw walks the kept tokens in id order. The weights come from a
+ * polynomial exp in plain float arithmetic that the compiler runs four lanes
+ * at a time (SSE2, every x86-64 host: the same bits everywhere). */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "model/model_internal.h"
 
@@ -110,95 +114,276 @@ static int64_t top_k_ids(const float *l, int64_t V, int64_t k, int32_t *idx) {
     return n;
 }
 
-int32_t mr_sample_logits(const mr_sampler_params *p, uint64_t *state, const float *logits, int64_t V, float *prob,
-                         int32_t *idx) {
-    if (p->temperature <= 0.0f) return mr_argmax(logits, V);
-    float inv_t = 1.0f / p->temperature;
-    bool top_p = p->top_p < 1.0f;
-    int64_t n;          /* candidates */
-    bool ordered;       /* idx[0..n) is in descending order */
+/* exp(x) for x <= 0 (x = (logit - max) / T), 0 below -87 and at -inf (a masked token weighs nothing).
+ * x = n ln2 + r with |r| <= ln2 / 2 (Cody-Waite, ln2 in two parts), exp(r) by its Taylor polynomial of degree
+ * 7 (relative error below 3e-7 here), times 2^n built in the exponent bits. Exactly 1 at 0: the largest
+ * logit weighs 1. */
+static inline float exp_le0(float x) {
+    const float big = 12582912.0f; /* 1.5 * 2^23: x * log2(e) + big rounds to an integer, n = that - big */
+    const float xc = x < -87.0f ? -87.0f : x;
+    const float n = (xc * 1.44269504f + big) - big;
+    const float r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
+    float q = 1.0f / 5040.0f;
+    q = q * r + 1.0f / 720.0f;
+    q = q * r + 1.0f / 120.0f;
+    q = q * r + 1.0f / 24.0f;
+    q = q * r + 1.0f / 6.0f;
+    q = q * r + 0.5f;
+    q = q * r + 1.0f;
+    q = q * r + 1.0f;
+    const uint32_t e = (uint32_t)((int32_t)n + 127) << 23; /* n in [-126, 0] */
+    float sc;
+    memcpy(&sc, &e, sizeof sc);
+    return x < -87.0f ? 0.0f : q * sc;
+}
+
+/* Order-preserving bits of a non-NaN float: a larger logit has a larger key. */
+static inline uint32_t fkey(float f) {
+    f += 0.0f; /* -0 is +0: equal logits, one key */
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u & 0x80000000u ? ~u : u | 0x80000000u;
+}
+
+/* The top-p cut over the candidates idx[0..n) (id order) with weights w[0..n): the shortest prefix in
+ * descending logit order (ties to the lower id) whose mass reaches want is every candidate whose key is
+ * above cut->key, and the first cut->ties (in id order) of those whose key equals it. The cut's key is
+ * chosen 11, 11 and 10 bits at a time: per level the mass of each bucket of the next bits, among the
+ * candidates that share the bits chosen so far, walked from the top until the mass reaches want. Those
+ * with a logit below lo are left out: the caller knows the candidates at or above it to hold want. */
+typedef struct {
+    uint32_t key;
+    int64_t ties;
+    bool all; /* the mass never reaches want (rounding): every candidate */
+} p_cut;
+
+enum { CUT_BUCKETS = 2048 };
+
+static p_cut top_p_cut(const float *logits, const int32_t *idx, const float *w, int64_t n, double want, float lo) {
+    static const int shift[3] = {21, 10, 0}, width[3] = {11, 11, 10};
+    double mass[2][CUT_BUCKETS + 8]; /* two tables, even and odd candidates: fewer adds wait on the same bucket;
+                                      * the 8 last entries take those outside the prefix in turn (no branch to
+                                      * mispredict, no chain of adds on one entry) */
+    p_cut c = {.key = 0, .ties = 0, .all = false};
+    uint32_t prefix = 0; /* the key's bits chosen so far, above shift[lv] + width[lv] */
+    double above = 0.0;  /* the mass of the candidates whose keys are above every key with that prefix */
+    for (int lv = 0; lv < 3; lv++) {
+        const int sh = shift[lv], hi = sh + width[lv];
+        const uint32_t nb = 1u << width[lv];
+        memset(mass[0], 0, (nb + 8) * sizeof(double));
+        memset(mass[1], 0, (nb + 8) * sizeof(double));
+        for (int64_t i = 0; i < n; i++) {
+            const float l = logits[idx[i]];
+            const uint32_t k = fkey(l);
+            const bool in = l >= lo && (uint32_t)((uint64_t)k >> hi) == prefix;
+            mass[i & 1][in ? (k >> sh) & (nb - 1) : nb + ((i >> 1) & 7)] += w[i];
+        }
+        int32_t b = (int32_t)nb - 1;
+        while (b >= 0 && above + (mass[0][b] + mass[1][b]) < want) above += mass[0][b] + mass[1][b], b--;
+        if (b < 0) return (p_cut){.all = true};
+        prefix = (prefix << width[lv]) | (uint32_t)b;
+    }
+    c.key = prefix;
+    for (int64_t i = 0; i < n; i++) /* the ties, in id order, until the mass is reached */
+        if (logits[idx[i]] >= lo && fkey(logits[idx[i]]) == c.key) {
+            c.ties++;
+            if ((above += w[i]) >= want) return c;
+        }
+    return (p_cut){.all = true};
+}
+
+/* The mass and the number of the candidates whose logit is >= l0 (ident: idx[i] == i, the passes run in lanes). */
+static double mass_from(const float *logits, const int32_t *idx, bool ident, const float *w, int64_t n, float l0,
+                        int64_t *count) {
+    double part[4] = {0.0, 0.0, 0.0, 0.0};
+    int64_t cnt[4] = {0, 0, 0, 0}, i = 0;
+    if (ident)
+        for (; i + 4 <= n; i += 4)
+            for (int j = 0; j < 4; j++) {
+                part[j] += logits[i + j] >= l0 ? w[i + j] : 0.0f;
+                cnt[j] += logits[i + j] >= l0;
+            }
+    for (; i < n; i++) {
+        part[0] += logits[idx[i]] >= l0 ? w[i] : 0.0f;
+        cnt[0] += logits[idx[i]] >= l0;
+    }
+    *count = (cnt[0] + cnt[1]) + (cnt[2] + cnt[3]);
+    return (part[0] + part[1]) + (part[2] + part[3]);
+}
+
+/* qsort_r comparator: candidate positions (idx is increasing) by logit descending, ties to the lower one. */
+typedef struct {
+    const float *logits;
+    const int32_t *idx;
+} pos_order;
+static int by_pos_desc(const void *a, const void *b, void *ctx) {
+    const pos_order *o = ctx;
+    const int32_t i = o->idx[*(const int32_t *)a], j = o->idx[*(const int32_t *)b];
+    return before(o->logits, i, j) ? -1 : before(o->logits, j, i) ? 1 : 0;
+}
+
+enum { CUT_SMALL = 1024 };
+
+/* top_p_cut when the candidates at or above lo are few (count <= CUT_SMALL) and hold want: they are sorted
+ * and walked. */
+static p_cut small_cut(const float *logits, const int32_t *idx, const float *w, int64_t n, double want, float lo) {
+    int32_t pos[CUT_SMALL];
+    int64_t m = 0;
+    for (int64_t i = 0; i < n && m < CUT_SMALL; i++)
+        if (logits[idx[i]] >= lo) pos[m++] = (int32_t)i;
+    pos_order o = {logits, idx};
+    qsort_r(pos, (size_t)m, sizeof(int32_t), by_pos_desc, &o);
+    double c = 0.0;
+    for (int64_t r = 0; r < m; r++)
+        if ((c += w[pos[r]]) >= want) {
+            p_cut cut = {.key = fkey(logits[idx[pos[r]]]), .ties = 0, .all = false};
+            for (int64_t q = r; q >= 0 && fkey(logits[idx[pos[q]]]) == cut.key; q--) cut.ties++;
+            return cut;
+        }
+    return (p_cut){.all = true};
+}
+
+/* The sum of w[0..n) in double, four running sums (lanes) in a fixed order. */
+static double sum_w(const float *w, int64_t n) {
+    double part[4] = {0.0, 0.0, 0.0, 0.0};
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int j = 0; j < 4; j++) part[j] += w[i + j];
+    for (; i < n; i++) part[0] += w[i];
+    return (part[0] + part[1]) + (part[2] + part[3]);
+}
+
+/* The draw: u uniform in [0, mass), the first candidate whose running sum of weights passes u (weight 0: never
+ * drawn). Blocks of 64 whose sum keeps the running sum at or below u are passed whole; rounding that leaves
+ * u unpassed gives the last candidate of weight > 0. */
+static int32_t draw(const float *w, const int32_t *idx, int64_t n, double mass, uint64_t *state) {
+    enum { BLK = 64 };
+    const double u = (double)(splitmix64(state) >> 11) * (1.0 / 9007199254740992.0) * mass;
+    double c = 0.0;
+    for (int64_t b = 0; b < n; b += BLK) {
+        const int64_t e = b + BLK < n ? b + BLK : n;
+        const double bs = sum_w(w + b, e - b);
+        if (c + bs <= u) {
+            c += bs;
+            continue;
+        }
+        for (int64_t i = b; i < e; i++)
+            if (w[i] > 0.0f && u < (c += w[i])) return idx[i];
+    }
+    for (int64_t i = n - 1; i > 0; i--)
+        if (w[i] > 0.0f) return idx[i];
+    return idx[0];
+}
+
+/* The filters (this file's header): the candidates' weights into prob[0..n), their ids in idx[0..n) (what a
+ * filter drops weighs 0), their sum into *mass; returns n. 0 where the token needs no draw (*pick): greedy,
+ * +inf logits, a T so small that 1 / T is infinite, no candidate. */
+int64_t mr__sampler_weigh(const mr_sampler_params *p, const float *logits, int64_t V, float *prob, int32_t *idx,
+                          double *mass, int32_t *pick) {
+    *pick = 0;
+    if (p->temperature <= 0.0f) return (*pick = mr_argmax(logits, V)), 0;
+    const float inv_t = 1.0f / p->temperature;
+    const bool top_p = p->top_p < 1.0f;
+    int64_t n; /* candidates: idx[0..n), their logits then weights in prob[0..n) */
+    bool ordered; /* idx in descending logit order (top-k), else in id order */
+    bool ident = false; /* idx[i] == i */
+    float mx = -INFINITY;
     if (p->top_k > 0 && p->top_k < V) {
         n = top_k_ids(logits, V, p->top_k, idx);
+        for (int64_t i = 0; i < n; i++) prob[i] = logits[idx[i]];
+        if (n) mx = prob[0];
         ordered = true;
     } else {
-        n = 0;
-        for (int64_t i = 0; i < V; i++)
-            if (logits[i] == logits[i]) idx[n++] = (int32_t)i;
+        int nan = 0;
+        for (int64_t i = 0; i < V; i++) nan |= logits[i] != logits[i];
+        if (!nan) { /* the usual case, in passes the compiler runs in lanes */
+            float m4[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+            int64_t i = 0;
+            for (; i + 4 <= V; i += 4)
+                for (int j = 0; j < 4; j++) m4[j] = logits[i + j] > m4[j] ? logits[i + j] : m4[j];
+            for (; i < V; i++) m4[0] = logits[i] > m4[0] ? logits[i] : m4[0];
+            mx = fmaxf(fmaxf(m4[0], m4[1]), fmaxf(m4[2], m4[3]));
+            for (i = 0; i < V; i++) idx[i] = (int32_t)i;
+            memcpy(prob, logits, (size_t)V * sizeof(float));
+            n = V, ident = true;
+        } else {
+            n = 0;
+            for (int64_t i = 0; i < V; i++)
+                if (logits[i] == logits[i]) {
+                    mx = logits[i] > mx ? logits[i] : mx;
+                    idx[n] = (int32_t)i, prob[n++] = logits[i];
+                }
+        }
         ordered = false;
     }
     if (n == 0) return 0;
-    /* weights exp((l - max) / T): the largest is 1. The difference comes first: l / T
-     * overflows for a tiny T (1 / 1e-38 times a logit of 4 is past FLT_MAX), and
-     * inf - inf gave NaN weights, so every draw fell to the first candidate */
-    float mx = -INFINITY;
-    int64_t at = 0;
-    for (int64_t i = 0; i < n; i++)
-        if (logits[idx[i]] > mx) mx = logits[idx[i]], at = i;
-    /* +inf logits, or a T so small that 1 / T is infinite: the limit is the largest */
-    if (isinf(mx) || isinf(inv_t)) return idx[at];
-    double total = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        prob[i] = expf((logits[idx[i]] - mx) * inv_t);
-        total += prob[i];
+    /* +inf logits, or a T so small that 1 / T is infinite: the limit is the largest (the first of them) */
+    if (isinf(mx) || isinf(inv_t)) {
+        int64_t at = 0;
+        while (prob[at] != mx) at++;
+        return (*pick = idx[at]), 0;
     }
-    if (!(total > 0.0)) return idx[at]; /* not reached: the largest weighs exp(0) = 1 */
-    float min_w = p->min_p > 0.0f ? p->min_p : 0.0f; /* min-p: w >= min_p x the largest weight (1) */
-    int64_t keep = n;
-    if (top_p && !ordered) {
-        /* the descending prefix with top_p of the mass lies among the weights >= tau,
-         * for the largest tau whose candidates already hold that mass */
-        double want = (double)p->top_p * total;
-        for (float tau = 0x1p-8f;; tau = tau > 0x1p-120f ? tau * 0x1p-16f : 0.0f) {
-            if (tau < min_w) tau = min_w;
-            double mass = 0.0;
-            int64_t m = 0;
-            for (int64_t i = 0; i < n; i++)
-                if (prob[i] >= tau) {
-                    mass += prob[i];
-                    m++;
-                }
-            if (mass >= want || tau <= min_w) {
-                /* compact the candidates >= tau (ids stay in id order), then sort them */
-                int64_t w = 0;
-                for (int64_t i = 0; i < n; i++)
-                    if (prob[i] >= tau) idx[w++] = idx[i];
-                n = m;
-                qsort_r(idx, (size_t)n, sizeof(int32_t), by_logit_desc, (void *)logits);
-                for (int64_t i = 0; i < n; i++) prob[i] = expf((logits[idx[i]] - mx) * inv_t);
-                ordered = true;
-                break;
-            }
-        }
-    }
+    /* weights exp((l - max) / T): the largest is 1. The difference comes first: l / T overflows for a tiny
+     * T (1 / 1e-38 times a logit of 4 is past FLT_MAX), and inf - inf gave NaN weights */
+    for (int64_t i = 0; i < n; i++) prob[i] = exp_le0((prob[i] - mx) * inv_t);
+    const double total = sum_w(prob, n);
+    const float min_w = p->min_p > 0.0f ? p->min_p : 0.0f; /* min-p: w >= min_p x the largest weight (1) */
     if (ordered) {
+        int64_t keep = n;
         if (top_p) { /* shortest prefix whose share of the mass reaches top_p (at least one) */
             double c = 0.0, want = (double)p->top_p * total;
-            for (int64_t i = 0; i < n; i++) {
-                c += prob[i];
-                if (c >= want) {
+            for (int64_t i = 0; i < n; i++)
+                if ((c += prob[i]) >= want) {
                     keep = i + 1;
                     break;
                 }
-            }
         }
         int64_t k = 1;
         while (k < keep && prob[k] >= min_w) k++; /* min-p: a prefix too */
-        keep = k;
+        *mass = sum_w(prob, k);
+        return k;
     }
-    /* draw over the kept candidates (unordered: those with w >= min_w, in id order) */
-    double mass = 0.0;
-    for (int64_t i = 0; i < keep; i++)
-        if (ordered || prob[i] >= min_w) mass += prob[i];
-    double u = (double)(splitmix64(state) >> 11) * (1.0 / 9007199254740992.0) * mass;
-    double c = 0.0;
-    int32_t last = idx[0];
-    for (int64_t i = 0; i < keep; i++) {
-        if (!ordered && prob[i] < min_w) continue;
-        c += prob[i];
-        last = idx[i];
-        if (u < c) return idx[i];
+    p_cut cut = {.all = true};
+    if (top_p) {
+        /* the cut lies among the logits at or above lo once those hold the mass (logits, not weights: a prefix
+         * of the order, ties whole): a peaked distribution's few top tokens, so the selection's passes skip
+         * the rest of the vocabulary */
+        const double want = (double)p->top_p * total;
+        float lo = -INFINITY;
+        int64_t count = n;
+        for (float d = 5.5f; d < 50.0f; d *= 2.0f) {
+            const float l0 = mx - d / inv_t;
+            int64_t c;
+            if (mass_from(logits, idx, ident, prob, n, l0, &c) >= want) {
+                lo = l0, count = c;
+                break;
+            }
+        }
+        cut = count <= CUT_SMALL ? small_cut(logits, idx, prob, n, want, lo) : top_p_cut(logits, idx, prob, n, want, lo);
     }
-    return last;
+    if (cut.all && min_w == 0.0f) return (*mass = total), n;
+    /* what the filters drop weighs 0 */
+    if (cut.all) {
+        for (int64_t i = 0; i < n; i++) prob[i] = prob[i] >= min_w ? prob[i] : 0.0f;
+    } else {
+        int64_t ties = 0; /* the cut's ties seen, in id order (equal logits: min-p keeps all of them or none) */
+        for (int64_t i = 0; i < n; i++) {
+            const uint32_t k = fkey(logits[idx[i]]);
+            const bool tie = k == cut.key, kept = prob[i] >= min_w && (k > cut.key || (tie && ties < cut.ties));
+            ties += tie;
+            prob[i] = kept ? prob[i] : 0.0f;
+        }
+    }
+    *mass = sum_w(prob, n);
+    return n;
+}
+
+int32_t mr_sample_logits(const mr_sampler_params *p, uint64_t *state, const float *logits, int64_t V, float *prob,
+                         int32_t *idx) {
+    double mass;
+    int32_t pick;
+    const int64_t n = mr__sampler_weigh(p, logits, V, prob, idx, &mass, &pick);
+    return n ? draw(prob, idx, n, mass, state) : pick;
 }
 
 int32_t mr_sampler_sample(mr_sampler *s, const float *logits) {
