@@ -1398,6 +1398,148 @@ static void test_seeded_sampling_invariance(void **state) {
     eng_close(&g);
 }
 
+/* The rows of a step sampled over the threads, each on its own scratch: at a
+ * 200,064-id vocabulary (MiniMax-M2's) with two threads, eight requests that
+ * each use a different part of the sampling (top-p through the radix cut and
+ * through the sort, top-k and min-p, greedy with top log-probabilities, the
+ * penalties and the counts scratch, logit bias and min_tokens, allowed ids and
+ * bad words, a constraint with its accept, a constraint that refuses, every
+ * id masked) give, together, the tokens, log-probabilities and errors each
+ * gives alone (alone, a step has one row: no threads). */
+enum { BV = 200064 };
+
+typedef struct {
+    int mod, n_accept, refuse_at; /* mask: ids = n_accept mod `mod`; accept refuses the refuse_at-th token (0: never) */
+} mod_con;
+
+static int64_t mod_mask(void *ctx, uint32_t *allow) {
+    const mod_con *c = ctx;
+    int64_t n = 0;
+    for (int32_t i = c->n_accept % c->mod; i < BV; i += c->mod) allow[i >> 5] |= 1u << (i & 31), n++;
+    return n;
+}
+
+static mr_status mod_accept(void *ctx, int32_t tok) {
+    mod_con *c = ctx;
+    if (tok % c->mod != c->n_accept % c->mod) return mr_error_set(MR_EINPUT, "mod: token %d off its class", (int)tok);
+    if (++c->n_accept == c->refuse_at) return mr_error_set(MR_EINPUT, "mod: refused at token %d", c->n_accept);
+    return MR_OK;
+}
+
+typedef struct {
+    int32_t tok[MAXG];
+    float lp[MAXG];
+    mr_token_logprob top[MAXG][5];
+    uint64_t logits[MAXG]; /* the hash of the row behind each token */
+    int n, n_top[MAXG];
+    mr_finish_reason fin;
+    char err[128];
+} pouts;
+
+static void test_parallel_sampling(void **state) {
+    (void)state;
+    enum { N = 10, G = 12, P = 24 };
+    char *tmp = tu_tmpdir("parallel_sampling"), dir[512];
+    snprintf(dir, sizeof dir, "%s/bigvocab", tmp);
+    mr_tiny_params tp = {.hidden = 16, .layers = 1, .experts = 4, .top_k = 2, .inter = 32, .heads = 2, .kv_heads = 1,
+                         .head_dim = 32, .rotary_dim = 16, .vocab = BV, .seed = 11};
+    assert_int_equal(mr_tiny_write(dir, &tp), MR_OK);
+    const int before = omp_get_max_threads();
+    omp_set_num_threads(2);
+    mr_kernels_set_batch_invariant(true); /* the same logits alone and in the batch: only the sampling can differ */
+    eng g;
+    eng_cfg c = {.kv = MR_FMT_F32, .blocks = 64, .budget = 2 * P, .running = N, .ctx = 64, .dir = dir};
+    eng_open(&g, &c);
+    assert_true(g.e->n_scr == 2);
+    tu_rng rng = {41};
+    int32_t p[N][P];
+    for (int i = 0; i < N; i++) rand_prompt(&rng, p[i], P);
+    const int32_t stop = 9, allowed[6] = {100, 2000, 30000, 150000, 200063, 5}, bad[2] = {30000, 5};
+    const int32_t bad_len[2] = {1, 1}, all_bad[6] = {100, 2000, 30000, 150000, 200063, 5}, six_ones[6] = {1, 1, 1, 1, 1, 1};
+    const mr_logit_bias bias[3] = {{stop, 50.0f}, {4242, 8.0f}, {17, -100.0f}};
+    static pouts alone[N], together[N];
+    for (int pass = 0; pass < 2; pass++) {
+        pouts *o = pass ? together : alone;
+        memset(o, 0, N * sizeof *o);
+        mod_con con[2] = {{.mod = 3}, {.mod = 5, .refuse_at = 4}};
+        for (int i = 0; i < N; i++) {
+            mr_request_params rp = {.prompt = p[i], .n_prompt = P, .max_tokens = G, .ignore_eos = true,
+                                    .want_logits = true, .user = (void *)(intptr_t)i,
+                                    .sampling = {.temperature = 1.0f, .seed = (uint64_t)(500 + i)}};
+            mr_sampling *sp = &rp.sampling;
+            switch (i) {
+            case 0: sp->top_p = 0.95f; break;                             /* a wide cut: the radix selection */
+            case 1: sp->temperature = 0.25f, sp->top_p = 0.8f; break;    /* a narrow one: the sort */
+            case 2: sp->top_k = 40, sp->min_p = 0.05f, sp->temperature = 1.3f; break;
+            case 3: sp->temperature = 0.0f, rp.logprobs = true, rp.top_logprobs = 5; break;
+            case 4: sp->repetition_penalty = 1.3f, sp->frequency_penalty = 0.5f, sp->presence_penalty = 0.4f,
+                    rp.logprobs = true, rp.top_logprobs = 2; break;
+            case 5: rp.logit_bias = bias, rp.n_logit_bias = 3, rp.min_tokens = 5, rp.stop_ids = &stop,
+                    rp.n_stop_ids = 1, rp.ignore_eos = false; break;
+            case 6: rp.allowed_ids = allowed, rp.n_allowed = 6, rp.bad_words = bad, rp.bad_word_len = bad_len,
+                    rp.n_bad_words = 2; break;
+            case 7: rp.constraint = (mr_token_constraint){mod_mask, mod_accept, &con[0]}, sp->top_p = 0.9f; break;
+            case 8: rp.constraint = (mr_token_constraint){mod_mask, mod_accept, &con[1]}; break;
+            case 9: rp.allowed_ids = allowed, rp.n_allowed = 6, rp.bad_words = all_bad, rp.bad_word_len = six_ones,
+                    rp.n_bad_words = 6; break;
+            }
+            mr_req_id id;
+            assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_OK);
+            for (int guard = 0; (pass == 0 || i == N - 1) && mr_engine_has_work(g.e); guard++) {
+                assert_true(guard < 10000);
+                const mr_engine_step_out *so;
+                assert_int_equal(mr_engine_step(g.e, &so), MR_OK);
+                for (int k = 0; k < so->n_events; k++) {
+                    const mr_engine_event *v = &so->events[k];
+                    pouts *q = &o[(int)(intptr_t)v->user];
+                    if (v->n_tokens) {
+                        q->tok[q->n] = v->token;
+                        q->lp[q->n] = v->logprob;
+                        q->n_top[q->n] = v->n_top;
+                        q->logits[q->n] = bits_hash(v->logits, BV);
+                        memcpy(q->top[q->n], v->top, (size_t)v->n_top * sizeof *v->top);
+                        q->n++;
+                    }
+                    if (v->finish) q->fin = v->finish;
+                    if (v->error) snprintf(q->err, sizeof q->err, "%s", v->error);
+                }
+            }
+        }
+    }
+    for (int i = 0; i < N; i++) {
+        pouts *a = &alone[i], *t = &together[i];
+        assert_int_equal(a->n, t->n);
+        assert_memory_equal(a->logits, t->logits, (size_t)a->n * sizeof(uint64_t)); /* the premise */
+        assert_int_equal(a->fin, t->fin);
+        assert_string_equal(a->err, t->err);
+        assert_memory_equal(a->tok, t->tok, (size_t)a->n * sizeof(int32_t));
+        assert_memory_equal(a->lp, t->lp, (size_t)a->n * sizeof(float));
+        assert_memory_equal(a->n_top, t->n_top, (size_t)a->n * sizeof(int));
+        for (int j = 0; j < a->n; j++) assert_memory_equal(a->top[j], t->top[j], (size_t)a->n_top[j] * sizeof(a->top[j][0]));
+    }
+    /* what each case did (not the implementation's numbers: facts of the definitions) */
+    assert_int_equal(alone[0].n, G);
+    assert_int_equal(alone[3].n_top[0], 5);
+    assert_int_equal(alone[5].fin, MR_FINISH_STOP); /* +50 on the stop id: it comes right at min_tokens */
+    assert_int_equal(alone[5].n, 6);
+    assert_int_equal(alone[5].tok[5], stop);
+    for (int j = 0; j < alone[6].n; j++) assert_true(alone[6].tok[j] == 100 || alone[6].tok[j] == 2000 ||
+                                                     alone[6].tok[j] == 150000 || alone[6].tok[j] == 200063);
+    for (int j = 0; j < alone[7].n; j++) assert_int_equal(alone[7].tok[j] % 3, j % 3);
+    assert_int_equal(alone[8].fin, MR_FINISH_ERROR);
+    assert_int_equal(alone[8].n, 3);
+    assert_non_null(strstr(alone[8].err, "mod: refused at token 4"));
+    assert_int_equal(alone[9].fin, MR_FINISH_ERROR);
+    assert_int_equal(alone[9].n, 0);
+    assert_non_null(strstr(alone[9].err, "every token is masked"));
+    int differ = 0; /* the seeds matter */
+    for (int i = 0; i < 2; i++) differ += memcmp(alone[i].tok, alone[i + 1].tok, G * sizeof(int32_t)) != 0;
+    assert_true(differ > 0);
+    eng_close(&g);
+    mr_kernels_set_batch_invariant(false);
+    omp_set_num_threads(before);
+}
+
 /* ---- failures stay with their requests ---- */
 
 static void test_request_errors(void **state) {
@@ -1825,6 +1967,7 @@ int main(void) {
         cmocka_unit_test(test_allowed_ids_bad_words),
         cmocka_unit_test(test_token_constraint),
         cmocka_unit_test(test_seeded_sampling_invariance),
+        cmocka_unit_test(test_parallel_sampling),
         cmocka_unit_test(test_request_errors),
         cmocka_unit_test(test_property),
         cmocka_unit_test(test_step_does_not_allocate),

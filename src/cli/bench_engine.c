@@ -44,7 +44,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: moerun bench engine --model DIR [--batch 1,16,64,128] [--prompt N] [--steps N] [--warmup N]\n"
-            "                           [--rounds N] [--seed S] [--json FILE] [resolver options]\n\n"
+            "                           [--rounds N] [--seed S] [--json FILE] [sampling options] [resolver options]\n\n"
             "Decode steps of B requests at once through the engine, for each B of --batch (default\n"
             "1,16,64,128): requests with distinct random prompts of --prompt tokens (default 32) are\n"
             "prefilled (not timed), then --warmup (default 2) and --steps (default 16) timed decode steps,\n"
@@ -52,7 +52,11 @@ static void usage(FILE *f) {
             "scheduling, sampling), the scheduling overhead as a fraction of the step (target <= 2%%), and\n"
             "the bytes a step reads against the read bandwidth measured in the same run.\n"
             "Resolver options apply (--kv-cache-dtype, --threads, --moe-runner-backend, ...); unless given,\n"
-            "max_running_requests is the largest B and context_length what the run needs.\n\n");
+            "max_running_requests is the largest B and context_length what the run needs.\n"
+            "Sampling options, as in moerun generate: --temperature T (default 0: greedy), --top-k K, --top-p P,\n"
+            "--min-p P, --repetition-penalty R, --presence-penalty P, --frequency-penalty F. Every request\n"
+            "samples with them, from its own seed (--seed S, which also draws the prompts, + its index).\n"
+            "Over a large vocabulary the sampling column is what they cost.\n\n");
 }
 
 typedef struct {
@@ -82,7 +86,7 @@ static double median_of(const round_res *r, int n, size_t field, double *lo, dou
 
 /* One round for batch size B: admit, prefill, warm up, time. 0 on success. */
 static int one_round(mr_engine *e, int B, int64_t prompt, int steps, int warmup, int threads, uint64_t *seed,
-                     const mr_model_weight_bytes *wb, size_t kv_tok, round_res *out) {
+                     const mr_sampling *sp, const mr_model_weight_bytes *wb, size_t kv_tok, round_res *out) {
     mr_model *m = mr_engine_model(e);
     const mr_model_config *c = mr_model_config_of(m);
     int32_t *p = malloc((size_t)prompt * sizeof(int32_t));
@@ -96,9 +100,10 @@ static int one_round(mr_engine *e, int B, int64_t prompt, int steps, int warmup,
     for (int i = 0; i < B && !rc; i++) {
         for (int64_t j = 0; j < prompt; j++) p[j] = (int32_t)(mr_bench_rng(seed) % (uint64_t)c->vocab);
         /* up to the context (the first ones decode while the last are prefilled); cancelled at the end */
-        mr_request_params rp = {.prompt = p, .n_prompt = prompt, .max_tokens = 0, .ignore_eos = true};
+        mr_request_params rp = {.prompt = p, .n_prompt = prompt, .max_tokens = 0, .ignore_eos = true, .sampling = *sp};
+        rp.sampling.seed += (uint64_t)i;
         if (mr_engine_add(e, &rp, &ids[i])) {
-            mr_cli_fail("bench engine", "request refused");
+            mr_cli_fail("bench engine", NULL);
             rc = 1;
         }
     }
@@ -174,13 +179,20 @@ int mr_bench_engine(int argc, char **argv) {
     mr_engine *e = NULL;
     json_t *jres = NULL;
     const char *batches = "1,16,64,128", *json_path = NULL;
-    long prompt = 32, steps = 16, warmup = 2, rounds = 3, seed = 1;
+    long prompt = 32, steps = 16, warmup = 2, rounds = 3;
+    mr_sampling sp = {.top_p = 1.0f, .seed = 1}; /* --seed: the prompts' and the sampling's */
     if (mr_options_parse(&o, &argc, argv, true) != MR_OK) {
         mr_cli_fail(cmd, NULL);
         goto out;
     }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int sf = mr_cli_sampling_flag(argc, argv, &i, MR_CLI_SAMPLING_ALL, &sp);
+        if (sf == MR_CLI_FLAG_BAD || sf == MR_CLI_FLAG_NO_VALUE) {
+            fprintf(stderr, "moerun bench engine: %s: %s\n", a, sf == MR_CLI_FLAG_BAD ? mr_error_last() : "needs a value");
+            goto out;
+        }
+        if (sf == MR_CLI_FLAG_TAKEN) continue;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             rc = 0;
@@ -195,8 +207,6 @@ int mr_bench_engine(int argc, char **argv) {
             if (mr_bench_num(a, argv[++i], 1, 100000, &warmup)) goto out;
         } else if (v && !strcmp(a, "--rounds")) {
             if (mr_bench_num(a, argv[++i], 1, 64, &rounds)) goto out;
-        } else if (v && !strcmp(a, "--seed")) {
-            if (mr_bench_num(a, argv[++i], 0, INT32_MAX, &seed)) goto out;
         } else if (v && !strcmp(a, "--json")) {
             json_path = argv[++i];
         } else {
@@ -267,10 +277,10 @@ int mr_bench_engine(int argc, char **argv) {
     printf("runs: prompt %ld tokens, %ld warm-up + %ld timed decode steps, %ld rounds per B, %d threads\n", prompt,
            warmup, steps, rounds, x->threads);
     round_res res[MAX_B][64];
-    uint64_t sd = (uint64_t)seed * 0x9E3779B97F4A7C15ull + 7;
+    uint64_t sd = sp.seed * 0x9E3779B97F4A7C15ull + 7;
     for (int round = 0; round < rounds; round++) /* rounds outside, B inside: drift hits every B alike */
         for (int b = 0; b < nB; b++)
-            if (one_round(e, (int)Bs[b], prompt, (int)steps, (int)warmup, x->threads, &sd, &wb, kv_tok,
+            if (one_round(e, (int)Bs[b], prompt, (int)steps, (int)warmup, x->threads, &sd, &sp, &wb, kv_tok,
                           &res[b][round])) {
                 mr_cli_fail(cmd, "a round failed");
                 goto out;

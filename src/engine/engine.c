@@ -135,10 +135,15 @@ void mr_engine_free(mr_engine *e) {
     mr_free(e->b_blocks);
     mr_free(e->b_logits);
     mr_free(e->logits);
-    mr_free(e->s_prob);
-    mr_free(e->s_work);
-    mr_free(e->s_idx);
-    mr_free(e->s_count);
+    for (int i = 0; e->scr && i < e->n_scr; i++) {
+        mr_free(e->scr[i].work);
+        mr_free(e->scr[i].prob);
+        mr_free(e->scr[i].idx);
+        mr_free(e->scr[i].count);
+    }
+    mr_free(e->scr);
+    mr_free(e->pick);
+    mr_free(e->pick_i);
     mr_free(e->con_bits);
     mr_free(e->con_cnt);
     mr_free(e->con_slot);
@@ -212,16 +217,26 @@ mr_status mr_engine_new(mr_model *m, const mr_engine_opts *opts, mr_engine **out
     e->b_blocks = mr_malloc((nbt ? nbt : 1) * sizeof(int32_t));
     e->b_logits = mr_malloc(R);
     e->logits = mr_malloc(R * V * sizeof(float));
-    e->s_prob = mr_malloc(V * sizeof(float));
-    e->s_work = mr_malloc(V * sizeof(float));
-    e->s_idx = mr_malloc(V * sizeof(int32_t));
-    e->s_count = mr_calloc(V, sizeof(int32_t));
+    e->pick = mr_malloc(R * sizeof(mr__pick));
+    e->pick_i = mr_malloc(R * sizeof(int32_t));
+    const int thr = omp_get_max_threads();
+    e->n_scr = thr < MR__SAMPLE_THREADS ? thr : MR__SAMPLE_THREADS;
+    e->scr = mr_calloc((size_t)e->n_scr, sizeof(mr__scratch));
+    bool scr_ok = e->scr != NULL;
+    for (int i = 0; scr_ok && i < e->n_scr; i++) {
+        mr__scratch *sc = &e->scr[i];
+        sc->work = mr_malloc(V * sizeof(float));
+        sc->prob = mr_malloc(V * sizeof(float));
+        sc->idx = mr_malloc(V * sizeof(int32_t));
+        sc->count = mr_calloc(V, sizeof(int32_t));
+        scr_ok = sc->work && sc->prob && sc->idx && sc->count;
+    }
     e->ev = mr_malloc((size_t)e->cap_ev * sizeof(mr_engine_event));
     e->top = mr_malloc(R * (size_t)o.max_top_logprobs * sizeof(mr_token_logprob));
     e->chk = mr_malloc((size_t)o.kv_blocks * sizeof(int32_t));
     if (!e->chk || !e->req || !e->free_slots || !e->waiting || !e->running || !e->sched || !e->b_tokens || !e->b_ntok ||
-        !e->b_start || !e->b_btoff || !e->b_blocks || !e->b_logits || !e->logits || !e->s_prob || !e->s_work ||
-        !e->s_idx || !e->s_count || !e->ev || !e->top) {
+        !e->b_start || !e->b_btoff || !e->b_blocks || !e->b_logits || !e->logits || !scr_ok || !e->pick ||
+        !e->pick_i || !e->ev || !e->top) {
         mr_engine_free(e);
         return mr_error_set(MR_ENOMEM, NULL);
     }
@@ -768,6 +783,28 @@ mr_status mr_engine_complete(mr_engine *e, mr_status forward_status, const float
         }
         sample_ns += mr_now_ns() - ts;
     }
+    /* the sampling rows: each request's token from its own row, rng and masks, on the scratch of the
+     * thread that takes it, over the threads when the rows hold many ids together (the tokens do not
+     * depend on which thread: tests/test_engine.c test_parallel_sampling) */
+    int n_pick = 0;
+    for (int i = 0; forward_status == MR_OK && i < e->n_sched; i++)
+        if (e->sched[i].sample) e->pick_i[n_pick++] = i;
+    if (n_pick) {
+        uint64_t ts = mr_now_ns();
+        #pragma omp parallel for num_threads(e->n_scr) schedule(dynamic, 1) \
+            if (n_pick > 1 && (int64_t)n_pick * e->vocab >= MR__SAMPLE_PAR_IDS)
+        for (int k = 0; k < n_pick; k++) {
+            const int i = e->pick_i[k];
+            mr__pick *o = &e->pick[i];
+            const float *lg = logits + (size_t)k * (size_t)e->vocab; /* rows in scheduled order */
+            mr_token_logprob *top = e->top + (size_t)i * (size_t)e->o.max_top_logprobs;
+            o->logprob = 0.0f; /* when not asked */
+            o->st = mr__engine_pick(e, &e->scr[omp_get_thread_num()], &e->req[e->sched[i].slot], lg, &o->tok,
+                                    &o->logprob, top, &o->n_top);
+            if (o->st) snprintf(o->err, sizeof o->err, "%s", mr_error_last());
+        }
+        sample_ns += mr_now_ns() - ts;
+    }
     for (int i = 0; i < e->n_sched; i++) {
         const mr__sched *s = &e->sched[i];
         mr__req *r = &e->req[s->slot];
@@ -802,16 +839,20 @@ mr_status mr_engine_complete(mr_engine *e, mr_status forward_status, const float
             r->plp_next = s->plp_q0 + s->plp_n + 1;
         }
         if (!s->sample) continue; /* a prefill chunk that does not reach the end yet */
-        uint64_t ts = mr_now_ns();
-        int32_t tok = 0;
-        float lp = 0.0f;
-        int n_top = 0;
+        const mr__pick *pk = &e->pick[i];
+        const int32_t tok = pk->tok;
+        const int n_top = pk->n_top;
         mr_token_logprob *top = e->top + (size_t)i * (size_t)e->o.max_top_logprobs;
-        mr_status st = mr__engine_pick(e, r, lg, &tok, &lp, top, &n_top);
-        sample_ns += mr_now_ns() - ts;
+        mr_status st = pk->st;
+        if (st) {
+            snprintf(e->err, sizeof e->err, "%s", pk->err);
+        } else if (r->con.accept) { /* the constraint follows the token, here on the engine thread */
+            uint64_t ts = mr_now_ns();
+            if ((st = r->con.accept(r->con.ctx, tok))) snprintf(e->err, sizeof e->err, "%s", mr_error_last());
+            sample_ns += mr_now_ns() - ts;
+        }
         if (!v) v = event(e, r);
         if (st) {
-            snprintf(e->err, sizeof e->err, "%s", mr_error_last());
             v->finish = r->fin = MR_FINISH_ERROR;
             v->error = e->err;
             continue;
@@ -821,7 +862,7 @@ mr_status mr_engine_complete(mr_engine *e, mr_status forward_status, const float
         e->st.generation_tokens++;
         v->n_tokens = 1;
         v->token = tok;
-        v->logprob = lp;
+        v->logprob = pk->logprob;
         v->n_top = n_top;
         v->top = n_top ? top : NULL;
         v->logits = r->want_logits ? lg : NULL;

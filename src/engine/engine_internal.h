@@ -181,6 +181,25 @@ int mr__thr_pick(mr__thr *t, int64_t tok, uint64_t now_ns);
 /* The forward of that step (pick k) took ns. */
 void mr__thr_seen(mr__thr *t, int64_t tok, int k, uint64_t ns);
 
+/* One thread's sampling scratch: the adjusted row, the sampler's weights and
+ * indices, and counts that are zero between uses. */
+typedef struct {
+    float *work, *prob;         /* [vocab] */
+    int32_t *idx, *count;       /* [vocab] */
+} mr__scratch;
+/* Threads that sample a step's rows at most (each holds a scratch of 16 bytes per id), and the
+ * ids a step's rows hold together from which they go over the threads. */
+#define MR__SAMPLE_THREADS 16
+#define MR__SAMPLE_PAR_IDS 65536
+/* One scheduled row's sampled token, with its log-probabilities, or the error that ends it. */
+typedef struct {
+    int32_t tok;
+    float logprob;
+    int n_top;
+    mr_status st;
+    char err[240];
+} mr__pick;
+
 struct mr_engine {
     mr_engine_opts o;
     mr__thr thr;                /* threads per step */
@@ -208,10 +227,11 @@ struct mr_engine {
     mr_kv_batch batch;
     bool scheduled;             /* schedule done, complete pending */
     float *logits;              /* [max_running][vocab] */
-    /* sampling scratch (engine thread) */
-    float *s_prob, *s_work;     /* [vocab] */
-    int32_t *s_idx;             /* [vocab] */
-    int32_t *s_count;           /* [vocab], zero between uses */
+    /* sampling: a scratch per thread that samples, and each scheduled row's result */
+    mr__scratch *scr;           /* [n_scr] */
+    int n_scr;
+    mr__pick *pick;             /* [max_running] by scheduled index */
+    int32_t *pick_i;            /* [max_running] the scheduled indices that sample this step */
     /* structured outputs: the constraint masks of a step's sampling rows, computed over the threads
      * before the sampling (allocated with the first request that has a constraint) */
     uint32_t *con_bits;         /* [max_running_requests][(vocab + 31) / 32] */
@@ -248,9 +268,12 @@ struct mr_engine {
 /* ---- sampling one token of a request (sample.c) ---- */
 /* Chooses request r's next token from its raw logits row [vocab]: forced,
  * else penalties then sampling (mr_sampling order); fills *logprob and top
- * (n_top entries) when asked. MR_EINPUT when the row holds a non-finite value. */
-mr_status mr__engine_pick(mr_engine *e, mr__req *r, const float *logits, int32_t *tok, float *logprob,
-                          mr_token_logprob *top, int *n_top);
+ * (n_top entries) when asked. MR_EINPUT when the row holds a non-finite value.
+ * Touches only r (its rng), the scratch sc and the outputs, and reads the step's
+ * constraint masks: requests run side by side on their own scratch. The
+ * constraint's accept is the caller's, on the engine thread. */
+mr_status mr__engine_pick(const mr_engine *e, mr__scratch *sc, mr__req *r, const float *logits, int32_t *tok,
+                          float *logprob, mr_token_logprob *top, int *n_top);
 /* The log-probability of token tok in a raw logits row [vocab] and the n most likely tokens into top
  * (returns how many). MR_EINPUT when the row holds a non-finite value. */
 mr_status mr__engine_logprob(const mr_engine *e, const float *logits, int32_t tok, int n, float *logprob,

@@ -2,8 +2,8 @@
  * check, log-probabilities (of the raw logits: log-softmax, and the top n),
  * the masks (a constraint's, allowed ids, bad words, min_tokens), the logit bias and the
  * repetition / frequency / presence penalties, then the sampler
- * (model/sampler.c). Uses the engine's scratch (one [vocab] of each, the
- * engine thread only): no allocation, no per-request vocabulary arrays.
+ * (model/sampler.c). Uses the scratch of the thread that runs it (one [vocab]
+ * of each): no allocation, no per-request vocabulary arrays.
  * Penalties follow the OpenAI / vLLM definitions (engine.h mr_sampling). */
 #include <math.h>
 #include <string.h>
@@ -52,17 +52,18 @@ static int top_n(const float *l, int64_t V, int n, double lse, mr_token_logprob 
     return k;
 }
 
-/* The adjusted copy of the row in e->s_work (only when something adjusts
+/* The adjusted copy of the row in sc->work (only when something adjusts
  * it), in engine.h's order: the constraint's bitset al (NULL: none), the allowed ids, the bad words, the min_tokens
  * mask, the logit bias, the repetition penalty, then the frequency and
  * presence penalties. */
-static const float *adjust(mr_engine *e, const mr__req *r, const float *logits, const uint32_t *al) {
+static const float *adjust(const mr_engine *e, mr__scratch *sc, const mr__req *r, const float *logits,
+                           const uint32_t *al) {
     float rep = r->sp.repetition_penalty, fr = r->sp.frequency_penalty, pr = r->sp.presence_penalty;
     bool use_rep = rep > 0.0f && rep != 1.0f, use_fp = fr != 0.0f || pr != 0.0f;
     bool use_min = r->n_tok - r->n_prompt < r->min_tokens;
     if (!use_rep && !use_fp && !use_min && !r->n_bias && !r->n_allowed && !r->n_bad && !al) return logits;
-    float *w = e->s_work;
-    int32_t *cnt = e->s_count; /* zero on entry and on exit */
+    float *w = sc->work;
+    int32_t *cnt = sc->count; /* zero on entry and on exit */
     if (al) /* the constraint's bitset (structured outputs): a word at a time, whole words copied or filled */
         for (int64_t i0 = 0; i0 < e->vocab; i0 += 32) {
             const uint32_t b = al[i0 >> 5];
@@ -138,8 +139,8 @@ mr_status mr__engine_logprob(const mr_engine *e, const float *logits, int32_t to
     return MR_OK;
 }
 
-mr_status mr__engine_pick(mr_engine *e, mr__req *r, const float *logits, int32_t *tok, float *logprob,
-                          mr_token_logprob *top, int *n_top) {
+mr_status mr__engine_pick(const mr_engine *e, mr__scratch *sc, mr__req *r, const float *logits, int32_t *tok,
+                          float *logprob, mr_token_logprob *top, int *n_top) {
     int64_t V = e->vocab;
     mr_status st = finite_row(logits, V);
     if (st) return st;
@@ -157,17 +158,13 @@ mr_status mr__engine_pick(mr_engine *e, mr__req *r, const float *logits, int32_t
             if (e->con_cnt[r->con_row] == 0)
                 return mr_error_set(MR_EINVAL, "structured output: no token can continue the output");
         }
-        const float *l = adjust(e, r, logits, al);
+        const float *l = adjust(e, sc, r, logits, al);
         mr_sampler_params p = {.temperature = r->sp.temperature, .top_k = r->sp.top_k,
                                .top_p = r->sp.top_p == 0.0f ? 1.0f : r->sp.top_p, .min_p = r->sp.min_p};
-        *tok = mr_sample_logits(&p, &r->rng, l, V, e->s_prob, e->s_idx);
+        *tok = mr_sample_logits(&p, &r->rng, l, V, sc->prob, sc->idx);
         if (l[*tok] == -INFINITY) /* finite raw logits: only the masks make -inf */
             return mr_error_set(MR_EINVAL, "sampling: every token is masked (allowed_token_ids, bad_words, min_tokens, "
                                 "structured output)");
-    }
-    if (r->con.accept) {
-        mr_status ast = r->con.accept(r->con.ctx, *tok);
-        if (ast) return ast;
     }
     *n_top = 0;
     if (r->logprobs || r->top_logprobs > 0) {
