@@ -348,6 +348,13 @@ int mr_bench_engine(int argc, char **argv) {
                                  (json_int_t)prompt, "steps", (json_int_t)steps, "warmup", (json_int_t)warmup,
                                  "rounds", (json_int_t)rounds, "threads", x->threads, "read_bw_gb_per_s", bw0,
                                  "read_bw_end_gb_per_s", bw1, "results", jres);
+        json_t *js = json_pack("{s:f, s:i, s:f, s:f, s:f, s:f, s:f, s:I}", "temperature", (double)sp.temperature,
+                               "top_k", sp.top_k, "top_p", (double)sp.top_p, "min_p", (double)sp.min_p,
+                               "repetition_penalty", (double)sp.repetition_penalty, "presence_penalty",
+                               (double)sp.presence_penalty, "frequency_penalty", (double)sp.frequency_penalty, "seed",
+                               (json_int_t)sp.seed);
+        if (root && js) json_object_set_new(root, "sampling", js);
+        else json_decref(js);
         if (!root || mr_bench_json_write(root, json_path)) {
             fprintf(stderr, "moerun bench engine: cannot write %s\n", json_path);
             json_decref(root);

@@ -3,7 +3,9 @@
 # weight format, prints its ceilings and the target lines, and writes
 # a JSON file with the fields bench/README.md reads; bad options are refused
 # with exit 2 and a message, and an unwritable --json path fails without
-# leaving a file. (Timings are not checked: machines here are shared.)
+# leaving a file. bench engine runs with sampling flags and records them in
+# its JSON; bench grammar and bench dense refuse their bad input too.
+# (Timings are not checked: machines here are shared.)
 # Args: <moerun> <tests/data> <scratch dir>
 set -u
 M=$1; D=$2; S=$3
@@ -62,6 +64,24 @@ out=$("$M" bench grammar --synthetic 3000 --steps 20 --schema "$S/bad_schema.jso
 for bad in "--synthetic 10" "--steps 0" "--frobnicate"; do
   out=$("$M" bench grammar $bad 2>&1); rc=$?
   [ $rc -eq 2 ] || fail "'bench grammar $bad' must exit 2, got $rc: $out"
+done
+# bench engine with sampling flags: the table, its JSON with the sampling it ran; bad flags exit 2 with a message
+j="$S/engine.json"
+out=$("$M" bench engine --model "$D/model/tiny" --batch 1,4 --rounds 1 --steps 2 --temperature 0.7 --top-p 0.9 \
+      --top-k 20 --json "$j" 2>&1) || fail "bench engine: $out"
+for want in "decode tok/s" "ceiling (this run): read bandwidth" "scheduling overhead"; do
+  echo "$out" | grep -qF "$want" || fail "bench engine: no '$want' in: $out"
+done
+python3 - "$j" <<'PY' || fail "bench engine JSON: $(cat "$j")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+s = r["sampling"]
+assert abs(s["temperature"] - 0.7) < 1e-6 and s["top_k"] == 20 and abs(s["top_p"] - 0.9) < 1e-6, s
+assert [x["B"] for x in r["results"]] == [1, 4] and all(x["decode_tok_per_s"] > 0 for x in r["results"]), r
+PY
+for bad in "--temperature -1" "--top-p 0" "--top-k x" "--temperature"; do
+  out=$("$M" bench engine --model "$D/model/tiny" $bad 2>&1); rc=$?
+  [ $rc -eq 2 ] && echo "$out" | grep -qF -- "${bad%% *}" || fail "'bench engine $bad' must exit 2 naming it, got $rc: $out"
 done
 # an unwritable JSON path: failure, and nothing left behind
 out=$("$M" bench moe $small --tokens 1 --json "$S/no/such/dir/r.json" 2>&1); rc=$?
