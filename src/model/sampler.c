@@ -147,68 +147,81 @@ static inline uint32_t fkey(float f) {
 
 /* The top-p cut over the candidates idx[0..n) (id order) with weights w[0..n): the shortest prefix in
  * descending logit order (ties to the lower id) whose mass reaches want is every candidate whose key is
- * above cut->key, and the first cut->ties (in id order) of those whose key equals it. The cut's key is
- * chosen 11, 11 and 10 bits at a time: per level the mass of each bucket of the next bits, among the
- * candidates that share the bits chosen so far, walked from the top until the mass reaches want. Those
- * with a logit below lo are left out: the caller knows the candidates at or above it to hold want. */
+ * above cut->key, and the first cut->ties (in id order) of those whose key equals it. */
 typedef struct {
     uint32_t key;
     int64_t ties;
     bool all; /* the mass never reaches want (rounding): every candidate */
 } p_cut;
 
-enum { CUT_BUCKETS = 2048 };
+/* The key is chosen 11, 11 and 10 bits at a time: per level the mass of each bucket of the next bits, among
+ * the candidates that share the bits chosen so far, walked from the top until the mass reaches want. */
+enum { CUT_BUCKETS = 2048, CUT_SMALL = 1024 };
 
-static p_cut top_p_cut(const float *logits, const int32_t *idx, const float *w, int64_t n, double want, float lo) {
-    static const int shift[3] = {21, 10, 0}, width[3] = {11, 11, 10};
-    double mass[2][CUT_BUCKETS + 8]; /* two tables, even and odd candidates: fewer adds wait on the same bucket;
-                                      * the 8 last entries take those outside the prefix in turn (no branch to
+/* The candidate at position i: its logit (ident: idx[i] == i). */
+static inline float cand(const float *logits, const int32_t *idx, bool ident, int64_t i) {
+    return ident ? logits[i] : logits[idx[i]];
+}
+
+/* The first level over every candidate: the mass and the count of each bucket of the keys' top 11 bits (two
+ * tables each, even and odd positions: fewer adds wait on the same entry). Returns the bucket where the walk
+ * from the top reaches want (-1: never), with the mass of the buckets above it in *above and the candidates
+ * in it and above in *count. */
+static int32_t top_bucket(const float *logits, const int32_t *idx, bool ident, const float *w, int64_t n,
+                          double want, double *above, int64_t *count) {
+    double mass[2][CUT_BUCKETS];
+    int32_t cnt[2][CUT_BUCKETS];
+    memset(mass, 0, sizeof mass);
+    memset(cnt, 0, sizeof cnt);
+    for (int64_t i = 0; i < n; i++) {
+        const uint32_t b = fkey(cand(logits, idx, ident, i)) >> 21;
+        mass[i & 1][b] += w[i];
+        cnt[i & 1][b]++;
+    }
+    double a = 0.0;
+    int64_t c = 0;
+    for (int32_t b = CUT_BUCKETS - 1; b >= 0; b--) {
+        const double m = mass[0][b] + mass[1][b];
+        c += cnt[0][b] + cnt[1][b];
+        if (a + m >= want) return (*above = a), (*count = c), b;
+        a += m;
+    }
+    return -1;
+}
+
+/* The cut below the first level's bucket b0 (above: the mass over it). The candidates are positions pos[0..m)
+ * (increasing; those of b0 and maybe others) or, pos NULL, every position 0..m). */
+static p_cut top_p_cut(const float *logits, const int32_t *idx, bool ident, const int32_t *pos, int64_t m,
+                       const float *w, double want, uint32_t b0, double above) {
+    static const int shift[2] = {10, 0}, width[2] = {11, 10};
+    double mass[2][CUT_BUCKETS + 8]; /* the 8 last entries take those outside the prefix in turn (no branch to
                                       * mispredict, no chain of adds on one entry) */
-    p_cut c = {.key = 0, .ties = 0, .all = false};
-    uint32_t prefix = 0; /* the key's bits chosen so far, above shift[lv] + width[lv] */
-    double above = 0.0;  /* the mass of the candidates whose keys are above every key with that prefix */
-    for (int lv = 0; lv < 3; lv++) {
+    uint32_t prefix = b0; /* the key's bits chosen so far, above shift[lv] + width[lv] */
+    for (int lv = 0; lv < 2; lv++) {
         const int sh = shift[lv], hi = sh + width[lv];
         const uint32_t nb = 1u << width[lv];
         memset(mass[0], 0, (nb + 8) * sizeof(double));
         memset(mass[1], 0, (nb + 8) * sizeof(double));
-        for (int64_t i = 0; i < n; i++) {
-            const float l = logits[idx[i]];
-            const uint32_t k = fkey(l);
-            const bool in = l >= lo && (uint32_t)((uint64_t)k >> hi) == prefix;
-            mass[i & 1][in ? (k >> sh) & (nb - 1) : nb + ((i >> 1) & 7)] += w[i];
+        for (int64_t j = 0; j < m; j++) {
+            const int64_t i = pos ? pos[j] : j;
+            const uint32_t k = fkey(cand(logits, idx, ident, i));
+            const bool in = k >> hi == prefix;
+            mass[j & 1][in ? (k >> sh) & (nb - 1) : nb + ((j >> 1) & 7)] += w[i];
         }
         int32_t b = (int32_t)nb - 1;
         while (b >= 0 && above + (mass[0][b] + mass[1][b]) < want) above += mass[0][b] + mass[1][b], b--;
         if (b < 0) return (p_cut){.all = true};
         prefix = (prefix << width[lv]) | (uint32_t)b;
     }
-    c.key = prefix;
-    for (int64_t i = 0; i < n; i++) /* the ties, in id order, until the mass is reached */
-        if (logits[idx[i]] >= lo && fkey(logits[idx[i]]) == c.key) {
+    p_cut c = {.key = prefix, .ties = 0, .all = false};
+    for (int64_t j = 0; j < m; j++) { /* the ties, in id order, until the mass is reached */
+        const int64_t i = pos ? pos[j] : j;
+        if (fkey(cand(logits, idx, ident, i)) == c.key) {
             c.ties++;
             if ((above += w[i]) >= want) return c;
         }
-    return (p_cut){.all = true};
-}
-
-/* The mass and the number of the candidates whose logit is >= l0 (ident: idx[i] == i, the passes run in lanes). */
-static double mass_from(const float *logits, const int32_t *idx, bool ident, const float *w, int64_t n, float l0,
-                        int64_t *count) {
-    double part[4] = {0.0, 0.0, 0.0, 0.0};
-    int64_t cnt[4] = {0, 0, 0, 0}, i = 0;
-    if (ident)
-        for (; i + 4 <= n; i += 4)
-            for (int j = 0; j < 4; j++) {
-                part[j] += logits[i + j] >= l0 ? w[i + j] : 0.0f;
-                cnt[j] += logits[i + j] >= l0;
-            }
-    for (; i < n; i++) {
-        part[0] += logits[idx[i]] >= l0 ? w[i] : 0.0f;
-        cnt[0] += logits[idx[i]] >= l0;
     }
-    *count = (cnt[0] + cnt[1]) + (cnt[2] + cnt[3]);
-    return (part[0] + part[1]) + (part[2] + part[3]);
+    return (p_cut){.all = true};
 }
 
 /* qsort_r comparator: candidate positions (idx is increasing) by logit descending, ties to the lower one. */
@@ -222,15 +235,14 @@ static int by_pos_desc(const void *a, const void *b, void *ctx) {
     return before(o->logits, i, j) ? -1 : before(o->logits, j, i) ? 1 : 0;
 }
 
-enum { CUT_SMALL = 1024 };
-
-/* top_p_cut when the candidates at or above lo are few (count <= CUT_SMALL) and hold want: they are sorted
- * and walked. */
-static p_cut small_cut(const float *logits, const int32_t *idx, const float *w, int64_t n, double want, float lo) {
+/* The cut when the candidates whose key is at least kmin are few (at most CUT_SMALL) and hold want: they are
+ * sorted and walked. */
+static p_cut small_cut(const float *logits, const int32_t *idx, const float *w, int64_t n, double want,
+                       uint32_t kmin) {
     int32_t pos[CUT_SMALL];
     int64_t m = 0;
     for (int64_t i = 0; i < n && m < CUT_SMALL; i++)
-        if (logits[idx[i]] >= lo) pos[m++] = (int32_t)i;
+        if (fkey(logits[idx[i]]) >= kmin) pos[m++] = (int32_t)i;
     pos_order o = {logits, idx};
     qsort_r(pos, (size_t)m, sizeof(int32_t), by_pos_desc, &o);
     double c = 0.0;
@@ -241,6 +253,28 @@ static p_cut small_cut(const float *logits, const int32_t *idx, const float *w, 
             return cut;
         }
     return (p_cut){.all = true};
+}
+
+/* The top-p cut: the first level over every candidate; then, when the candidates from its bucket up are
+ * few, a sort of those; else the two other levels over that bucket's candidates only. Those are gathered
+ * into idx itself when idx is the identity (ident), which is put back after; otherwise the levels pass over
+ * every candidate. */
+static p_cut find_cut(const float *logits, int32_t *idx, bool ident, const float *w, int64_t n, double want) {
+    double above;
+    int64_t count;
+    const int32_t b0 = top_bucket(logits, idx, ident, w, n, want, &above, &count);
+    if (b0 < 0) return (p_cut){.all = true};
+    if (count <= CUT_SMALL) return small_cut(logits, idx, w, n, want, (uint32_t)b0 << 21);
+    if (!ident) return top_p_cut(logits, idx, false, NULL, n, w, want, (uint32_t)b0, above);
+    int64_t m = 0; /* idx[m] = i is no earlier than idx[i], which held i */
+    for (int64_t i = 0; i < n; i++) {
+        idx[m] = (int32_t)i;
+        m += fkey(logits[i]) >> 21 == (uint32_t)b0;
+    }
+    const p_cut c = top_p_cut(logits, idx, true, idx, m, w, want, (uint32_t)b0, above);
+    for (int64_t i = 0; i < m; i++) idx[i] = (int32_t)i;
+    if (m < n) idx[m] = (int32_t)m; /* the last store went past the gathered ones */
+    return c;
 }
 
 /* The sum of w[0..n) in double, four running sums (lanes) in a fixed order. */
@@ -343,37 +377,21 @@ int64_t mr__sampler_weigh(const mr_sampler_params *p, const float *logits, int64
         *mass = sum_w(prob, k);
         return k;
     }
-    p_cut cut = {.all = true};
-    if (top_p) {
-        /* the cut lies among the logits at or above lo once those hold the mass (logits, not weights: a prefix
-         * of the order, ties whole): a peaked distribution's few top tokens, so the selection's passes skip
-         * the rest of the vocabulary */
-        const double want = (double)p->top_p * total;
-        float lo = -INFINITY;
-        int64_t count = n;
-        for (float d = 5.5f; d < 50.0f; d *= 2.0f) {
-            const float l0 = mx - d / inv_t;
-            int64_t c;
-            if (mass_from(logits, idx, ident, prob, n, l0, &c) >= want) {
-                lo = l0, count = c;
-                break;
-            }
-        }
-        cut = count <= CUT_SMALL ? small_cut(logits, idx, prob, n, want, lo) : top_p_cut(logits, idx, prob, n, want, lo);
-    }
+    const p_cut cut = top_p ? find_cut(logits, idx, ident, prob, n, (double)p->top_p * total) : (p_cut){.all = true};
     if (cut.all && min_w == 0.0f) return (*mass = total), n;
-    /* what the filters drop weighs 0 */
-    if (cut.all) {
-        for (int64_t i = 0; i < n; i++) prob[i] = prob[i] >= min_w ? prob[i] : 0.0f;
-    } else {
-        int64_t ties = 0; /* the cut's ties seen, in id order (equal logits: min-p keeps all of them or none) */
-        for (int64_t i = 0; i < n; i++) {
-            const uint32_t k = fkey(logits[idx[i]]);
-            const bool tie = k == cut.key, kept = prob[i] >= min_w && (k > cut.key || (tie && ties < cut.ties));
-            ties += tie;
-            prob[i] = kept ? prob[i] : 0.0f;
-        }
+    /* what the filters drop weighs 0: a pass in lanes keeps the keys at or above the cut's, then, only where
+     * the cut's key has more ties than the cut keeps, those past them in id order are dropped (equal logits:
+     * min-p keeps all of them or none) */
+    const uint32_t kc = cut.all ? 0 : cut.key;
+    int64_t ties = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const uint32_t k = fkey(cand(logits, idx, ident, i));
+        ties += k == kc;
+        prob[i] = k >= kc && prob[i] >= min_w ? prob[i] : 0.0f;
     }
+    if (!cut.all && ties > cut.ties)
+        for (int64_t i = 0, t = 0; i < n; i++)
+            if (fkey(cand(logits, idx, ident, i)) == kc && ++t > cut.ties) prob[i] = 0.0f;
     *mass = sum_w(prob, n);
     return n;
 }
