@@ -1440,6 +1440,7 @@ static void test_parallel_sampling(void **state) {
     (void)state;
     enum { N = 10, G = 12, P = 24 };
     char *tmp = tu_tmpdir("parallel_sampling"), dir[512];
+    assert_non_null(tmp);
     snprintf(dir, sizeof dir, "%s/bigvocab", tmp);
     mr_tiny_params tp = {.hidden = 16, .layers = 1, .experts = 4, .top_k = 2, .inter = 32, .heads = 2, .kv_heads = 1,
                          .head_dim = 32, .rotary_dim = 16, .vocab = BV, .seed = 11};
@@ -1497,7 +1498,7 @@ static void test_parallel_sampling(void **state) {
                         q->lp[q->n] = v->logprob;
                         q->n_top[q->n] = v->n_top;
                         q->logits[q->n] = bits_hash(v->logits, BV);
-                        memcpy(q->top[q->n], v->top, (size_t)v->n_top * sizeof *v->top);
+                        if (v->n_top) memcpy(q->top[q->n], v->top, (size_t)v->n_top * sizeof *v->top);
                         q->n++;
                     }
                     if (v->finish) q->fin = v->finish;
@@ -1538,6 +1539,8 @@ static void test_parallel_sampling(void **state) {
     eng_close(&g);
     mr_kernels_set_batch_invariant(false);
     omp_set_num_threads(before);
+    tu_rmtree(tmp);
+    free(tmp);
 }
 
 /* ---- failures stay with their requests ---- */
