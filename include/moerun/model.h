@@ -218,6 +218,10 @@ int32_t mr_sample_logits(const mr_sampler_params *p, uint64_t *state, const floa
 uint64_t mr_sampler_seed_state(uint64_t seed);
 /* argmax, ties to the lower id; NaN never wins. */
 int32_t mr_argmax(const float *x, int64_t n);
+/* log(sum of exp(x[i])) over a finite row x[0..n), n >= 1 (the log-probabilities' normalizer): the
+ * largest plus the log of the sum of exp(x[i] - largest), each term the sampler's exp (relative error
+ * below 3e-7, 0 below -87), summed in double. */
+double mr_logsumexp(const float *x, int64_t n);
 bool mr_model_is_eos(const mr_model *m, int32_t tok);
 
 /* ---- tools ---- */

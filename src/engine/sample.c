@@ -25,17 +25,6 @@ mr_status mr__sampling_check(const mr_sampling *s) {
     return MR_OK;
 }
 
-/* log-sum-exp of a finite row: the terms exp(l - max) <= 1 in float (expf: within an ulp or two,
- * the log-probabilities within ~1e-7 relative), summed in double. */
-static double logsumexp(const float *l, int64_t V) {
-    float mx = l[0];
-    for (int64_t i = 1; i < V; i++)
-        if (l[i] > mx) mx = l[i];
-    double s = 0.0;
-    for (int64_t i = 0; i < V; i++) s += (double)expf(l[i] - mx);
-    return (double)mx + log(s);
-}
-
 /* The n largest logits, descending, ties to the lower id. */
 static int top_n(const float *l, int64_t V, int n, double lse, mr_token_logprob *top) {
     int k = 0;
@@ -133,7 +122,7 @@ mr_status mr__engine_logprob(const mr_engine *e, const float *logits, int32_t to
                              mr_token_logprob *top, int *n_top) {
     mr_status st = finite_row(logits, e->vocab);
     if (st) return st;
-    double lse = logsumexp(logits, e->vocab);
+    double lse = mr_logsumexp(logits, e->vocab);
     *logprob = (float)((double)logits[tok] - lse);
     *n_top = n > 0 ? top_n(logits, e->vocab, n, lse, top) : 0;
     return MR_OK;
@@ -168,7 +157,7 @@ mr_status mr__engine_pick(const mr_engine *e, mr__scratch *sc, mr__req *r, const
     }
     *n_top = 0;
     if (r->logprobs || r->top_logprobs > 0) {
-        double lse = logsumexp(logits, V);
+        double lse = mr_logsumexp(logits, V);
         *logprob = (float)((double)logits[*tok] - lse);
         if (r->top_logprobs > 0) *n_top = top_n(logits, V, r->top_logprobs, lse, top);
     }

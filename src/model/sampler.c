@@ -309,6 +309,20 @@ static int32_t draw(const float *w, const int32_t *idx, int64_t n, double mass, 
     return idx[0];
 }
 
+double mr_logsumexp(const float *l, int64_t n) {
+    float m4[4] = {l[0], l[0], l[0], l[0]};
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int j = 0; j < 4; j++) m4[j] = l[i + j] > m4[j] ? l[i + j] : m4[j];
+    for (; i < n; i++) m4[0] = l[i] > m4[0] ? l[i] : m4[0];
+    const float mx = fmaxf(fmaxf(m4[0], m4[1]), fmaxf(m4[2], m4[3]));
+    double part[4] = {0.0, 0.0, 0.0, 0.0};
+    for (i = 0; i + 4 <= n; i += 4)
+        for (int j = 0; j < 4; j++) part[j] += exp_le0(l[i + j] - mx);
+    for (; i < n; i++) part[0] += exp_le0(l[i] - mx);
+    return (double)mx + log((part[0] + part[1]) + (part[2] + part[3]));
+}
+
 /* The filters (this file's header): the candidates' weights into prob[0..n), their ids in idx[0..n) (what a
  * filter drops weighs 0), their sum into *mass; returns n. 0 where the token needs no draw (*pick): greedy,
  * +inf logits, a T so small that 1 / T is infinite, no candidate. */
