@@ -197,7 +197,7 @@ typedef struct {
     float logprob;
     int n_top;
     mr_status st;
-    char err[240];
+    char err[512];              /* as long as the step's own (mr_engine.err) */
 } mr__pick;
 
 struct mr_engine {
