@@ -179,8 +179,36 @@ static void test_logsumexp(void **state) {
     free(l);
 }
 
+/* mr_argmax against its definition, a scalar walk (the first of the largest non-NaN values, 0 when every
+ * value is NaN), on rows of every length to 200 and at 200,064 ids, drawn from a small set of values so that
+ * ties, NaN, -inf, +inf and both zeros meet in every position and lane. */
+static int32_t ref_argmax(const float *x, int64_t n) {
+    int64_t best = -1;
+    for (int64_t i = 0; i < n; i++)
+        if (x[i] == x[i] && (best < 0 || x[i] > x[best])) best = i;
+    return best < 0 ? 0 : (int32_t)best;
+}
+
+static void test_argmax(void **state) {
+    (void)state;
+    float *x = malloc(V * sizeof(float));
+    assert_non_null(x);
+    const float vals[] = {NAN, -INFINITY, INFINITY, -0.0f, 0.0f, 1.5f, -2.0f, 3.25f, 3.25f, -1e30f};
+    tu_rng r = {99};
+    for (int trial = 0; trial < 4000; trial++) {
+        const int64_t n = trial < 3600 ? 1 + trial % 200 : V;
+        const int nv = 1 + (int)(tu_next(&r) % 10); /* only the first nv values: rows of all NaN, of NaN and -inf */
+        for (int64_t i = 0; i < n; i++) x[i] = vals[tu_next(&r) % (uint64_t)nv];
+        if (trial % 7 == 0) x[tu_next(&r) % (uint64_t)n] = 7.0f + (float)(trial % 3); /* one largest */
+        const int32_t want = ref_argmax(x, n), got = mr_argmax(x, n);
+        if (got != want) fail_msg("trial %d, n %lld: %d, the definition %d", trial, (long long)n, got, want);
+    }
+    free(x);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_argmax),
         cmocka_unit_test(test_large_vocabulary),
         cmocka_unit_test(test_logsumexp),
     };

@@ -21,11 +21,25 @@
 
 #include "model/model_internal.h"
 
+/* Two passes the compiler runs in lanes: the largest value (a NaN never compares greater; -inf where
+ * every value is -inf or NaN), then the first position that holds it, 64 at a time (none: every value is
+ * NaN, and 0 is the answer). */
 int32_t mr_argmax(const float *x, int64_t n) {
-    int64_t best = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (x[i] > x[best] || (x[best] != x[best] && x[i] == x[i])) best = i; /* NaN never wins */
-    return (int32_t)best;
+    float m4[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int j = 0; j < 4; j++) m4[j] = x[i + j] > m4[j] ? x[i + j] : m4[j];
+    for (; i < n; i++) m4[0] = x[i] > m4[0] ? x[i] : m4[0];
+    const float mx = fmaxf(fmaxf(m4[0], m4[1]), fmaxf(m4[2], m4[3]));
+    for (int64_t b = 0; b < n; b += 64) {
+        const int64_t e = b + 64 < n ? b + 64 : n;
+        int hit = 0;
+        for (i = b; i < e; i++) hit |= x[i] == mx;
+        if (hit)
+            for (i = b; i < e; i++)
+                if (x[i] == mx) return (int32_t)i;
+    }
+    return 0;
 }
 
 mr_status mr_sampler_params_check(const mr_sampler_params *p) {
