@@ -94,10 +94,23 @@ static int by_logit_desc(const void *a, const void *b, void *keys) {
 }
 
 /* The k first candidates in descending order into idx[0..k), sorted. A
- * heap of k whose root is the last of them. */
+ * heap of k whose root is the last of them. Once it is full, a block of 64
+ * whose largest logit is not above the root's is passed whole (its ids come
+ * after every id in the heap, so a tie does not enter either); the blocks'
+ * largest in lanes (a NaN never compares greater). */
 static int64_t top_k_ids(const float *l, int64_t V, int64_t k, int32_t *idx) {
+    enum { BLK = 64 };
     int64_t n = 0;
     for (int64_t i = 0; i < V; i++) {
+        if (n == k && i % BLK == 0 && i + BLK <= V) {
+            float m4[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+            for (int64_t q = i; q < i + BLK; q += 4)
+                for (int j = 0; j < 4; j++) m4[j] = l[q + j] > m4[j] ? l[q + j] : m4[j];
+            if (!(fmaxf(fmaxf(m4[0], m4[1]), fmaxf(m4[2], m4[3])) > l[idx[0]])) {
+                i += BLK - 1;
+                continue;
+            }
+        }
         if (l[i] != l[i]) continue;
         int32_t id = (int32_t)i;
         if (n < k) { /* sift up */
