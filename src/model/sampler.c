@@ -21,22 +21,28 @@
 
 #include "model/model_internal.h"
 
+/* The largest value of x[0..n) that is not NaN (-inf if none), four lanes at a time (a NaN never compares
+ * greater, so it never enters a lane). */
+static inline float max_lanes(const float *x, int64_t n) {
+    float m4[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    const int64_t n4 = n - n % 4;
+    for (int64_t i = 0; i < n4; i += 4)
+        for (int j = 0; j < 4; j++) m4[j] = x[i + j] > m4[j] ? x[i + j] : m4[j];
+    for (int64_t i = n4; i < n; i++) m4[0] = x[i] > m4[0] ? x[i] : m4[0];
+    return fmaxf(fmaxf(m4[0], m4[1]), fmaxf(m4[2], m4[3]));
+}
+
 /* Two passes the compiler runs in lanes: the largest value (a NaN never compares greater; -inf where
  * every value is -inf or NaN), then the first position that holds it, 64 at a time (none: every value is
  * NaN, and 0 is the answer). */
 int32_t mr_argmax(const float *x, int64_t n) {
-    float m4[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
-    int64_t i = 0;
-    for (; i + 4 <= n; i += 4)
-        for (int j = 0; j < 4; j++) m4[j] = x[i + j] > m4[j] ? x[i + j] : m4[j];
-    for (; i < n; i++) m4[0] = x[i] > m4[0] ? x[i] : m4[0];
-    const float mx = fmaxf(fmaxf(m4[0], m4[1]), fmaxf(m4[2], m4[3]));
+    const float mx = max_lanes(x, n);
     for (int64_t b = 0; b < n; b += 64) {
         const int64_t e = b + 64 < n ? b + 64 : n;
         int hit = 0;
-        for (i = b; i < e; i++) hit |= x[i] == mx;
+        for (int64_t i = b; i < e; i++) hit |= x[i] == mx;
         if (hit)
-            for (i = b; i < e; i++)
+            for (int64_t i = b; i < e; i++)
                 if (x[i] == mx) return (int32_t)i;
     }
     return 0;
@@ -103,10 +109,7 @@ static int64_t top_k_ids(const float *l, int64_t V, int64_t k, int32_t *idx) {
     int64_t n = 0;
     for (int64_t i = 0; i < V; i++) {
         if (n == k && i % BLK == 0 && i + BLK <= V) {
-            float m4[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
-            for (int64_t q = i; q < i + BLK; q += 4)
-                for (int j = 0; j < 4; j++) m4[j] = l[q + j] > m4[j] ? l[q + j] : m4[j];
-            if (!(fmaxf(fmaxf(m4[0], m4[1]), fmaxf(m4[2], m4[3])) > l[idx[0]])) {
+            if (!(max_lanes(l + i, BLK) > l[idx[0]])) {
                 i += BLK - 1;
                 continue;
             }
@@ -337,14 +340,10 @@ static int32_t draw(const float *w, const int32_t *idx, int64_t n, double mass, 
 }
 
 double mr_logsumexp(const float *l, int64_t n) {
-    float m4[4] = {l[0], l[0], l[0], l[0]};
+    const float mx = max_lanes(l, n);
+    double part[4] = {0.0, 0.0, 0.0, 0.0};
     int64_t i = 0;
     for (; i + 4 <= n; i += 4)
-        for (int j = 0; j < 4; j++) m4[j] = l[i + j] > m4[j] ? l[i + j] : m4[j];
-    for (; i < n; i++) m4[0] = l[i] > m4[0] ? l[i] : m4[0];
-    const float mx = fmaxf(fmaxf(m4[0], m4[1]), fmaxf(m4[2], m4[3]));
-    double part[4] = {0.0, 0.0, 0.0, 0.0};
-    for (i = 0; i + 4 <= n; i += 4)
         for (int j = 0; j < 4; j++) part[j] += exp_le0(l[i + j] - mx);
     for (; i < n; i++) part[0] += exp_le0(l[i] - mx);
     return (double)mx + log((part[0] + part[1]) + (part[2] + part[3]));
@@ -372,13 +371,8 @@ int64_t mr__sampler_weigh(const mr_sampler_params *p, const float *logits, int64
         int nan = 0;
         for (int64_t i = 0; i < V; i++) nan |= logits[i] != logits[i];
         if (!nan) { /* the usual case, in passes the compiler runs in lanes */
-            float m4[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
-            int64_t i = 0;
-            for (; i + 4 <= V; i += 4)
-                for (int j = 0; j < 4; j++) m4[j] = logits[i + j] > m4[j] ? logits[i + j] : m4[j];
-            for (; i < V; i++) m4[0] = logits[i] > m4[0] ? logits[i] : m4[0];
-            mx = fmaxf(fmaxf(m4[0], m4[1]), fmaxf(m4[2], m4[3]));
-            for (i = 0; i < V; i++) idx[i] = (int32_t)i;
+            mx = max_lanes(logits, V);
+            for (int64_t i = 0; i < V; i++) idx[i] = (int32_t)i;
             memcpy(prob, logits, (size_t)V * sizeof(float));
             n = V, ident = true;
         } else {
