@@ -110,8 +110,16 @@ static const float *adjust(const mr_engine *e, mr__scratch *sc, const mr__req *r
     return w;
 }
 
+/* MR_EINPUT naming the first non-finite logit. The check is one pass without a branch (an exponent of all
+ * ones, in integer lanes); the walk to the culprit only when there is one. */
 static mr_status finite_row(const float *logits, int64_t V) {
-    for (int64_t i = 0; i < V; i++)
+    uint32_t bad = 0;
+    for (int64_t i = 0; i < V; i++) {
+        uint32_t u;
+        memcpy(&u, logits + i, sizeof u);
+        bad |= (~u & 0x7f800000u) == 0;
+    }
+    for (int64_t i = 0; bad && i < V; i++)
         if (!isfinite(logits[i]))
             return mr_error_set(MR_EINPUT, "the model produced a non-finite logit (%g at token %lld)", (double)logits[i],
                                 (long long)i);
