@@ -450,6 +450,7 @@ static void test_metrics(void **st) {
     sv_hist_observe(&m.ttft, 1e6);
     m.prompt_tokens = 42;
     m.success[SV_FR_LENGTH] = 3;
+    m.step_ns[2] = 1500000000;
     pthread_mutex_unlock(&m.mu);
     char *t = sv_metrics_render(&m);
     static const char *const names[] = {
@@ -457,12 +458,14 @@ static void test_metrics(void **st) {
         "moerun:prompt_tokens_total{", "moerun:generation_tokens_total{", "moerun:request_success_total{",
         "moerun:num_preemptions_total{", "moerun:prefix_cache_queries_total{", "moerun:prefix_cache_hits_total{",
         "moerun:time_to_first_token_seconds_bucket{", "moerun:inter_token_latency_seconds_bucket{",
-        "moerun:e2e_request_latency_seconds_bucket{", "moerun:request_queue_time_seconds_bucket{"};
+        "moerun:e2e_request_latency_seconds_bucket{", "moerun:request_queue_time_seconds_bucket{",
+        "moerun:engine_steps_total{", "moerun:engine_step_seconds_total{"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if (!strstr(t, names[i])) fprintf(stderr, "missing %s\n", names[i]);
         assert_non_null(strstr(t, names[i]));
     }
     assert_non_null(strstr(t, "moerun:prompt_tokens_total{model_name=\"tiny_model\"} 42\n"));
+    assert_non_null(strstr(t, "moerun:engine_step_seconds_total{model_name=\"tiny_model\",phase=\"sample\"} 1.500000000\n"));
     assert_non_null(strstr(t, "moerun:request_success_total{model_name=\"tiny_model\",finished_reason=\"length\"} 3\n"));
     assert_non_null(strstr(t, "moerun:time_to_first_token_seconds_bucket{model_name=\"tiny_model\",le=\"0.001\"} 1\n"));
     assert_non_null(strstr(t, "moerun:time_to_first_token_seconds_bucket{model_name=\"tiny_model\",le=\"0.005\"} 2\n"));

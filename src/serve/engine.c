@@ -382,6 +382,11 @@ static void gauges(sv_engine *e) {
     e->met->preemptions = st.preemptions;
     e->met->prefix_queries = st.prefix_queries;
     e->met->prefix_hits = st.prefix_hits;
+    e->met->steps = st.steps;
+    e->met->step_ns[0] = st.schedule_ns;
+    e->met->step_ns[1] = st.forward_ns;
+    e->met->step_ns[2] = st.sample_ns;
+    e->met->step_ns[3] = st.complete_ns;
     pthread_mutex_unlock(&e->met->mu);
 }
 

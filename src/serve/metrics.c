@@ -112,6 +112,14 @@ char *sv_metrics_render(sv_metrics *m) {
                       (unsigned long long)m->by_api[i]);
     one(&b, mn, "counter", "client_disconnects_total", "Requests whose client went away before the end.",
         (double)m->disconnects);
+    one(&b, mn, "counter", "engine_steps_total", "Engine steps that ran a batch through the model.", (double)m->steps);
+    static const char *const phase[4] = {"schedule", "forward", "sample", "complete"};
+    sv_buf_printf(&b, "# HELP moerun:engine_step_seconds_total Time of those steps by phase: scheduling, the forward "
+                      "pass, sampling (masks, penalties, filters, log-probabilities), the rest of completing them.\n"
+                      "# TYPE moerun:engine_step_seconds_total counter\n");
+    for (int i = 0; i < 4; i++)
+        sv_buf_printf(&b, "moerun:engine_step_seconds_total{model_name=\"%s\",phase=\"%s\"} %.9f\n", mn, phase[i],
+                      (double)m->step_ns[i] * 1e-9);
     if (m->stored_cap) {
         one(&b, mn, "gauge", "responses_stored", "Responses kept for previous_response_id and GET /v1/responses/{id}.",
             (double)m->stored);

@@ -199,6 +199,8 @@ typedef struct {
     int64_t kv_used_blocks, kv_total_blocks;
     /* counters */
     uint64_t prompt_tokens, generation_tokens, preemptions, prefix_queries, prefix_hits;
+    uint64_t steps;                      /* engine steps that ran a batch */
+    uint64_t step_ns[4];                 /* their time: schedule, forward, sample, complete (mr_engine_stats) */
     uint64_t success[SV_FR_COUNT];
     uint64_t rejected_queue_full, rejected_draining, bad_requests, disconnects;
     uint64_t by_api[SV_API_COUNT]; /* requests admitted, by the API they came through */

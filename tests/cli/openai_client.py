@@ -534,10 +534,18 @@ if text_url:
     def phase_sums():
         return {n: (metric(f"moerun:{n}_sum"), metric(f"moerun:{n}_count")) for n in ph}
 
-    p0 = phase_sums()
+    def step_time():  # engine_steps_total, and engine_step_seconds_total by phase
+        q = _ur.urlopen(text_url + "/metrics", timeout=30).read().decode()
+        st = {"steps": sum(float(ln.split()[-1]) for ln in q.splitlines() if ln.startswith("moerun:engine_steps_total{"))}
+        for ln in q.splitlines():
+            if ln.startswith("moerun:engine_step_seconds_total{"):
+                st[ln.split('phase="')[1].split('"')[0]] = float(ln.split()[-1])
+        return st
+
+    p0, s0 = phase_sums(), step_time()
     pu = tc.chat.completions.create(model=tmodel, messages=[{"role": "user", "content": "phases?"}], max_tokens=64,
                                     extra_body={"debug_forced_output": say}).usage
-    p1 = phase_sums()
+    p1, s1 = phase_sums(), step_time()
     d = {n: p1[n][0] - p0[n][0] for n in ph}
     dn = {n: p1[n][1] - p0[n][1] for n in ph}
     q, pf, dc = d["request_queue_time_seconds"], d["request_prefill_time_seconds"], d["request_decode_time_seconds"]
@@ -548,6 +556,13 @@ if text_url:
     check(d["iteration_tokens_total"] == pu.prompt_tokens - pu.prompt_tokens_details.cached_tokens + pu.completion_tokens - 1
           and dn["iteration_tokens_total"] == pu.completion_tokens, f"iteration tokens {d['iteration_tokens_total']} in "
           f"{dn['iteration_tokens_total']} steps for {pu}")
+    # the engine's own step counters over the same request: one step per iteration the histogram saw, every
+    # phase took time, and together they fit in the request's life (arrival to last token)
+    ds = {k: s1[k] - s0[k] for k in s1}
+    check(set(ds) == {"steps", "schedule", "forward", "sample", "complete"} and ds["steps"] == dn["iteration_tokens_total"]
+          and min(ds[k] for k in ("schedule", "forward", "sample", "complete")) > 0
+          and sum(ds[k] for k in ("schedule", "forward", "sample", "complete")) <= d["e2e_request_latency_seconds"] + 1e-6,
+          f"engine step metrics {ds} for {dn['iteration_tokens_total']} steps in {d['e2e_request_latency_seconds']} s")
     print("request phase metrics: ok")
 
     # stored responses (store is true unless false, as OpenAI's default): retrieve gives the Response back,
