@@ -80,7 +80,7 @@ static double prom(const char *text, const char *name, const char *label) {
 
 typedef struct {
     double prompt, gen, ok_stop, ok_len, abort, preempt, pq, ph, ttft_sum, ttft_n, itl_sum, itl_n, e2e_sum, e2e_n,
-        q_sum, q_n, rej;
+        q_sum, q_n, rej, steps, step_s[4]; /* engine steps, and their seconds: schedule, forward, sample, complete */
 } counters;
 
 static void read_counters(const char *base, counters *c) {
@@ -108,6 +108,10 @@ static void read_counters(const char *base, counters *c) {
     c->q_sum = prom(t, "moerun:request_queue_time_seconds_sum", NULL);
     c->q_n = prom(t, "moerun:request_queue_time_seconds_count", NULL);
     c->rej = prom(t, "moerun:request_rejected_total", "reason=\"queue_full\"");
+    c->steps = prom(t, "moerun:engine_steps_total", NULL);
+    static const char *const phase[4] = {"phase=\"schedule\"", "phase=\"forward\"", "phase=\"sample\"",
+                                         "phase=\"complete\""};
+    for (int i = 0; i < 4; i++) c->step_s[i] = prom(t, "moerun:engine_step_seconds_total", phase[i]);
     free(t);
 }
 
@@ -188,6 +192,14 @@ static void print_server(const counters *a, const counters *b) {
     printf("%-40s %-10.2f\n", "server mean E2E (ms):", n > 0 ? 1e3 * dlt(a->e2e_sum, b->e2e_sum) / n : NAN);
     n = dlt(a->q_n, b->q_n);
     printf("%-40s %-10.2f\n", "server mean queue time (ms):", n > 0 ? 1e3 * dlt(a->q_sum, b->q_sum) / n : NAN);
+    n = dlt(a->steps, b->steps); /* moerun serve's own: where the engine's steps spent their time */
+    if (n > 0) {
+        double ph[4], all = 0.0;
+        for (int i = 0; i < 4; i++) all += ph[i] = dlt(a->step_s[i], b->step_s[i]);
+        printf("%-40s %.0f, %.2f ms each\n", "engine steps (delta), mean step:", n, 1e3 * all / n);
+        printf("%-40s %.1f / %.1f / %.1f%%\n", "step time forward / sample / other:", 100 * ph[1] / all,
+               100 * ph[2] / all, 100 * (ph[0] + ph[3]) / all);
+    }
     printf("==================================================\n");
 }
 
@@ -218,6 +230,11 @@ static json_t *result_json(const mr_bench_serve_result *r, const counters *a, co
     PUT("prefix_cache_queries", pq);
     PUT("prefix_cache_hits", ph);
     PUT("rejected_queue_full", rej);
+    PUT("engine_steps", steps);
+    PUT("engine_schedule_s", step_s[0]);
+    PUT("engine_forward_s", step_s[1]);
+    PUT("engine_sample_s", step_s[2]);
+    PUT("engine_complete_s", step_s[3]);
 #undef PUT
     double n;
 #define MEAN(k, sum, cnt)                                                         \

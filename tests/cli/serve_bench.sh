@@ -23,13 +23,16 @@ start_server "$S/serve.log" --model "$S/tiny" --context-length 128 --skip-self-c
 rc=$?
 [ $rc = 0 ] || { bad "bench serve exited $rc"; cat "$S/out"; }
 for k in "Serving Benchmark Result" "Successful requests:" "Output token throughput (tok/s):" "Median TTFT (ms):" \
-         "P99 ITL (ms):" "Mean TPOT (ms):" "Median E2E Latency (ms):" "generation_tokens_total (delta):" "sweep:"; do
+         "P99 ITL (ms):" "Mean TPOT (ms):" "Median E2E Latency (ms):" "generation_tokens_total (delta):" "sweep:" \
+         "engine steps (delta), mean step:" "step time forward / sample / other:"; do
     grep -qF "$k" "$S/out" || bad "the output lacks '$k'"
 done
 [ "$(grep -c 'Serving Benchmark Result' "$S/out")" = 2 ] || bad "not one table per concurrency"
 jq -e '.results | length == 2' "$S/r.json" >/dev/null || bad "--json: not 2 results"
 jq -e 'all(.results[]; .completed == 8 and .failed == 0 and .total_output_tokens == 64 and .total_input_tokens == 64
         and .server_counters_delta.generation_tokens == 64 and .server_counters_delta.success_length == 8
+        and .server_counters_delta.engine_steps >= 8 and .server_counters_delta.engine_steps <= 64
+        and .server_counters_delta.engine_forward_s > 0 and .server_counters_delta.engine_sample_s > 0
         and .mean_ttft_ms <= .mean_e2e_latency_ms and .concurrency <= .max_concurrency + 0.01
         and .output_throughput > 0 and .median_itl_ms >= 0)' "$S/r.json" >/dev/null || \
     { bad "--json numbers are not consistent"; jq . "$S/r.json" | head -60; }
