@@ -148,6 +148,8 @@ typedef struct {
                                prefix_groups random prefixes of this many tokens (request i: group i mod
                                prefix_groups), then its own input_len tokens [0: none] */
     int prefix_groups;      /* [1 with prefix_len] */
+    const struct mr_bench_dataset *dataset; /* the prompts and output lengths of these rows (request i: row i; the
+                               warm-up: row 0) in place of random ones; output_len then caps each row's [NULL] */
 } mr_bench_serve_opts;
 
 typedef struct {
@@ -163,6 +165,36 @@ typedef struct {
     char first_error[256];  /* what the first failed request said */
     double last_arrival_s;  /* when the last request was due to arrive (0 at request rate inf) */
 } mr_bench_serve_result;
+
+/* sglang's ShareGPT dataset (src/serve/dataset.c says how it is sampled): rows of a real conversation's first
+ * turn (the prompt) and the token count of its second (the output length). */
+typedef struct {
+    char *prompt;        /* the first turn's text */
+    int64_t prompt_len;  /* its tokens (the tokenizer's encode with special tokens, as sglang counts them) */
+    int64_t output_len;  /* the second turn's tokens, or the fixed output length */
+    int64_t source;      /* the conversation's index in the file's array */
+} mr_bench_row;
+typedef struct mr_bench_dataset {
+    mr_bench_row *rows;  /* [n], in the shuffled order */
+    int n;
+    int64_t entries, usable;  /* the array's entries; those with two turns or more */
+    int64_t malformed;        /* entries of another shape (not an object, a turn without a string value, a NUL) */
+    int64_t visited;          /* usable entries counted before n rows were taken */
+    int64_t short_pruned, long_pruned; /* a prompt or output under 2 tokens; prompt + output over context_len */
+    int64_t context_len;      /* applied (0: none) */
+} mr_bench_dataset;
+typedef struct {
+    const char *path;         /* the JSON file (nothing is downloaded) */
+    int num;                  /* rows wanted (fewer where the file has fewer) */
+    uint64_t seed;            /* the shuffle */
+    int64_t fixed_output_len; /* >= 2 (sglang's --sharegpt-output-len) [0: the second turn's tokens] */
+    int64_t context_len;      /* prune prompt + output above it (sglang's --sharegpt-context-len) [0: the server's
+                                 max_model_len, where its /tokenize says it; -1: none] */
+    const char *tokenizer;    /* a model folder whose tokenizer.json counts the tokens [NULL: the server's /tokenize] */
+    const char *base_url;     /* the server */
+} mr_bench_sharegpt_opts;
+mr_status mr_bench_sharegpt_load(const mr_bench_sharegpt_opts *o, mr_bench_dataset **out);
+void mr_bench_dataset_free(mr_bench_dataset *d); /* NULL ok */
 
 /* Runs one sweep point (after one warm-up request when o->warmup). Failed
  * requests are counted, never fatal; the status is an error only when the

@@ -25,6 +25,8 @@ static void usage(FILE *f) {
             "                          [--tokenizer DIR] [--extra-request-body JSON|@FILE]\n"
             "                          [--request-rate R] [--random-range-ratio X]\n"
             "                          [--gsp-system-prompt-len P --gsp-num-groups G]\n"
+            "                          [--dataset-name sharegpt --dataset-path FILE [--sharegpt-output-len O]\n"
+            "                           [--sharegpt-context-len C]]\n"
             "                          [--json FILE] [--plot FILE.png]\n\n"
             "Serving benchmark with sglang bench_serving's definitions: at each concurrency C, N requests\n"
             "(default 4 x C, at least 16) of L random prompt tokens (default 128) and O output tokens\n"
@@ -49,7 +51,17 @@ static void usage(FILE *f) {
             "              dataset; its default is 0) [fixed lengths L and O]\n"
             "  --gsp-system-prompt-len P, --gsp-num-groups G  sglang's generated-shared-prefix dataset: each\n"
             "              prompt is one of G random P-token prefixes (request i: group i mod G) followed by its\n"
-            "              own L tokens, to measure a server's prefix cache [P 0: no prefix; G 1]\n");
+            "              own L tokens, to measure a server's prefix cache [P 0: no prefix; G 1]\n"
+            "  --dataset-name random|sharegpt  random: the prompts above [the default]; sharegpt: sglang's default\n"
+            "              dataset, real conversations from --dataset-path FILE (ShareGPT's JSON, e.g.\n"
+            "              ShareGPT_V3_unfiltered_cleaned_split.json; nothing is downloaded): each prompt is a\n"
+            "              conversation's first turn as text, its output length the token count of its second,\n"
+            "              the conversations shuffled from --seed, those with a prompt or output under 2 tokens,\n"
+            "              or longer together than the context, skipped (as sglang samples them); counted by the\n"
+            "              server's /tokenize, or by --tokenizer DIR. N rows are drawn once (default 4 x the\n"
+            "              largest C, at least 16); each concurrency runs its first N\n"
+            "  --sharegpt-output-len O  every output O tokens (>= 2) [the second turn's length]\n"
+            "  --sharegpt-context-len C  skip rows of prompt + output > C [the server's max_model_len]\n");
 }
 
 /* The value of the first series named `name` (with any labels) in a
@@ -289,12 +301,28 @@ static int plot(const char *png, const mr_bench_serve_result *rs, int n, const c
     return 0;
 }
 
+/* The dataset as --json records it: where it came from, what the sampling kept and pruned, and each row's
+ * conversation (its index in the file) and lengths, in the order sent. */
+static json_t *dataset_json(const mr_bench_dataset *d, const char *path, uint64_t seed, long fixed_out) {
+    json_t *rows = json_array();
+    for (int i = 0; rows && i < d->n; i++)
+        json_array_append_new(rows, json_pack("{s:I,s:I,s:I}", "source", (json_int_t)d->rows[i].source, "prompt_len",
+                                              (json_int_t)d->rows[i].prompt_len, "output_len",
+                                              (json_int_t)d->rows[i].output_len));
+    return json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:o}", "name", "sharegpt", "path", path, "seed",
+                     (json_int_t)seed, "sharegpt_output_len", (json_int_t)fixed_out, "context_len",
+                     (json_int_t)d->context_len, "entries", (json_int_t)d->entries, "usable", (json_int_t)d->usable,
+                     "malformed", (json_int_t)d->malformed, "visited", (json_int_t)d->visited, "short_pruned",
+                     (json_int_t)d->short_pruned, "long_pruned", (json_int_t)d->long_pruned, "rows", rows);
+}
+
 int mr_cmd_bench_serve(int argc, char **argv) {
     mr_bench_serve_opts o = {.vocab = 1000, .min_id = 10, .seed = 1, .warmup = true, .timeout_s = 600, .input_len = 128,
                              .output_len = 128};
     const char *conc = "1,16,64,128", *json_path = NULL, *plot_path = NULL, *extra_arg = NULL;
-    bool flush = false;
-    long num = 0;
+    const char *dataset_name = "random", *dataset_path = NULL;
+    bool flush = false, random_only = false; /* random_only: an option of the random prompts was given */
+    long num = 0, sg_out = 0, sg_ctx = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long x;
@@ -304,7 +332,7 @@ int mr_cmd_bench_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--chat")) {
             o.chat = true;
         } else if (!strcmp(a, "--text-prompts")) {
-            o.text_prompts = true;
+            o.text_prompts = random_only = true;
         } else if (!strcmp(a, "--no-warmup")) {
             o.warmup = false;
         } else if (!strcmp(a, "--flush-cache")) {
@@ -326,6 +354,21 @@ int mr_cmd_bench_serve(int argc, char **argv) {
             o.tokenizer = argv[++i];
         } else if (!strcmp(a, "--extra-request-body")) {
             extra_arg = argv[++i];
+        } else if (!strcmp(a, "--dataset-name")) {
+            dataset_name = argv[++i];
+            if (strcmp(dataset_name, "random") && strcmp(dataset_name, "sharegpt")) {
+                fprintf(stderr, "moerun bench serve: --dataset-name: '%s' is not random or sharegpt\n", dataset_name);
+                return 2;
+            }
+        } else if (!strcmp(a, "--dataset-path")) {
+            dataset_path = argv[++i];
+        } else if (!strcmp(a, "--sharegpt-output-len") || !strcmp(a, "--sharegpt-context-len")) {
+            if (mr_cli_parse_long(argv[++i], 2, 1L << 30, &x)) {
+                fprintf(stderr, "moerun bench serve: %s: %s\n", a, mr_error_last());
+                return 2;
+            }
+            if (!strcmp(a, "--sharegpt-output-len")) sg_out = x;
+            else sg_ctx = x;
         } else if (!strcmp(a, "--request-rate")) {
             float r;
             if (strcmp(v, "inf") && (mr_cli_parse_float(v, 1e-3f, 1e6f, &r) || !(r > 0))) {
@@ -341,13 +384,14 @@ int mr_cmd_bench_serve(int argc, char **argv) {
             }
             if (!strcmp(a, "--gsp-num-groups")) o.prefix_groups = (int)x;
             else o.prefix_len = x;
+            random_only = true;
         } else if (!strcmp(a, "--random-range-ratio")) {
             float r;
             if (mr_cli_parse_float(argv[++i], 0.0f, 1.0f, &r)) {
                 fprintf(stderr, "moerun bench serve: --random-range-ratio: %s\n", mr_error_last());
                 return 2;
             }
-            o.random_lengths = true;
+            o.random_lengths = random_only = true;
             o.range_ratio = (double)r;
         } else if (!strcmp(a, "--num-prompts") || !strcmp(a, "--input-len") || !strcmp(a, "--output-len") ||
                    !strcmp(a, "--vocab") || !strcmp(a, "--seed") || !strcmp(a, "--timeout")) {
@@ -356,9 +400,9 @@ int mr_cmd_bench_serve(int argc, char **argv) {
                 return 2;
             }
             if (!strcmp(a, "--num-prompts")) num = x;
-            else if (!strcmp(a, "--input-len")) o.input_len = x;
-            else if (!strcmp(a, "--output-len")) o.output_len = x;
-            else if (!strcmp(a, "--vocab")) o.vocab = x;
+            else if (!strcmp(a, "--input-len")) o.input_len = x, random_only = true;
+            else if (!strcmp(a, "--output-len")) o.output_len = x, random_only = true;
+            else if (!strcmp(a, "--vocab")) o.vocab = x, random_only = true;
             else if (!strcmp(a, "--seed")) o.seed = (uint64_t)x;
             else o.timeout_s = (double)x;
         } else {
@@ -368,6 +412,22 @@ int mr_cmd_bench_serve(int argc, char **argv) {
     }
     if (!o.base_url) {
         fprintf(stderr, "moerun bench serve: --base-url URL is required (e.g. http://127.0.0.1:30000)\n");
+        return 2;
+    }
+    const bool sharegpt = !strcmp(dataset_name, "sharegpt");
+    if (sharegpt && !dataset_path) {
+        fprintf(stderr, "moerun bench serve: --dataset-name sharegpt needs --dataset-path FILE (ShareGPT's JSON, e.g. "
+                "ShareGPT_V3_unfiltered_cleaned_split.json; this bench downloads nothing)\n");
+        return 2;
+    }
+    if (!sharegpt && (dataset_path || sg_out || sg_ctx)) {
+        fprintf(stderr, "moerun bench serve: --dataset-path and --sharegpt-* go with --dataset-name sharegpt\n");
+        return 2;
+    }
+    if (sharegpt && random_only) { /* they would be ignored: say so instead */
+        fprintf(stderr, "moerun bench serve: --input-len, --output-len, --vocab, --text-prompts, --random-range-ratio "
+                "and --gsp-* make random prompts; with --dataset-name sharegpt the dataset gives them "
+                "(--sharegpt-output-len fixes the output)\n");
         return 2;
     }
     if (o.vocab <= o.min_id) {
@@ -439,9 +499,35 @@ int mr_cmd_bench_serve(int argc, char **argv) {
     snprintf(model, sizeof model, "%s", o.model ? o.model : mid ? mid : "default");
     json_decref(ms);
     o.model = model;
-    printf("bench serve: %s, model '%s', %s, input %lld, output %lld tokens, concurrency %s\n", o.base_url, model,
-           o.chat ? "chat" : o.text_prompts ? "completions (text)" : "completions (token ids)", (long long)o.input_len,
-           (long long)o.output_len, conc);
+    mr_bench_dataset *ds = NULL;
+    if (sharegpt) { /* the rows, drawn once for the sweep: the largest run's */
+        int maxc = 1;
+        for (int k = 0; k < nc; k++) maxc = cs[k] > maxc ? cs[k] : maxc;
+        mr_bench_sharegpt_opts so = {.path = dataset_path, .num = num ? (int)num : (4 * maxc < 16 ? 16 : 4 * maxc),
+                                     .seed = o.seed, .fixed_output_len = sg_out, .context_len = sg_ctx,
+                                     .tokenizer = o.tokenizer, .base_url = o.base_url};
+        if (mr_bench_sharegpt_load(&so, &ds)) {
+            mr_cli_fail("bench serve", NULL);
+            free(extra_text);
+            return 1;
+        }
+        int64_t in = 0, out = 0;
+        for (int r = 0; r < ds->n; r++) in += ds->rows[r].prompt_len, out += ds->rows[r].output_len;
+        printf("bench serve: %s, model '%s', %s, dataset sharegpt %s, concurrency %s\n", o.base_url, model,
+               o.chat ? "chat" : "completions (text)", dataset_path, conc);
+        printf("dataset: %d rows of %d asked (seed %llu), %lld input and %lld output tokens; of the file's %lld "
+               "entries %lld have two turns, %lld are malformed; %lld counted, %lld pruned as too short (< 2 tokens), "
+               "%lld as longer than the context (%lld%s)\n", ds->n, so.num, (unsigned long long)o.seed, (long long)in,
+               (long long)out, (long long)ds->entries, (long long)ds->usable, (long long)ds->malformed,
+               (long long)ds->visited, (long long)ds->short_pruned, (long long)ds->long_pruned,
+               (long long)ds->context_len, ds->context_len ? "" : ": none");
+        o.dataset = ds;
+        o.output_len = 1 << 30; /* the rows' own lengths (the warm-up's within 32) */
+    } else {
+        printf("bench serve: %s, model '%s', %s, input %lld, output %lld tokens, concurrency %s\n", o.base_url, model,
+               o.chat ? "chat" : o.text_prompts ? "completions (text)" : "completions (token ids)", (long long)o.input_len,
+               (long long)o.output_len, conc);
+    }
     if (extra_text) printf("extra request body: %.300s%s\n", extra_text, strlen(extra_text) > 300 ? " ..." : "");
     if (o.prefix_len > 0)
         printf("shared prefixes: %d group(s) of %lld tokens before each prompt's own %lld (request i: group i mod %d)\n",
@@ -452,6 +538,7 @@ int mr_cmd_bench_serve(int argc, char **argv) {
     for (int k = 0; k < nc && rs; k++) {
         o.concurrency = cs[k];
         o.num_prompts = num ? (int)num : (4 * cs[k] < 16 ? 16 : 4 * cs[k]);
+        if (ds && o.num_prompts > ds->n) o.num_prompts = ds->n; /* a file with fewer rows: all of them */
         counters a, b;
         bool warm = o.warmup;
         if (warm && mr_bench_serve_warmup(&o)) { /* outside the counters too */
@@ -478,8 +565,10 @@ int mr_cmd_bench_serve(int argc, char **argv) {
         fflush(stdout);
         json_t *j = result_json(&rs[k], &a, &b);
         if (j) {
-            json_object_set_new(j, "input_len", json_integer(o.input_len));
-            json_object_set_new(j, "output_len", json_integer(o.output_len));
+            if (!ds) {
+                json_object_set_new(j, "input_len", json_integer(o.input_len));
+                json_object_set_new(j, "output_len", json_integer(o.output_len));
+            }
             json_object_set_new(j, "num_prompts", json_integer(o.num_prompts));
             /* sglang writes inf for no rate; JSON has no inf, so null */
             json_object_set_new(j, "request_rate", o.request_rate > 0 ? json_real(o.request_rate) : json_null());
@@ -501,8 +590,14 @@ int mr_cmd_bench_serve(int argc, char **argv) {
                    rs[k].tpot_median, rs[k].failed);
     }
     if (json_path && all) {
-        json_t *doc = json_pack("{s:s,s:s,s:s,s:I,s:I,s:O}", "bench", "serve", "base_url", o.base_url, "model", model,
-                                "input_len", (json_int_t)o.input_len, "output_len", (json_int_t)o.output_len, "results", all);
+        json_t *doc = json_pack("{s:s,s:s,s:s,s:s,s:O}", "bench", "serve", "base_url", o.base_url, "model", model,
+                                "backend", o.chat ? "openai-chat" : "openai-completions", "results", all);
+        if (doc && ds) {
+            json_object_set_new(doc, "dataset", dataset_json(ds, dataset_path, o.seed, sg_out));
+        } else if (doc) {
+            json_object_set_new(doc, "input_len", json_integer(o.input_len));
+            json_object_set_new(doc, "output_len", json_integer(o.output_len));
+        }
         if (doc && extra_text) json_object_set_new(doc, "extra_request_body", json_loads(extra_text, 0, NULL));
         char tmp[4200];
         snprintf(tmp, sizeof tmp, "%s.tmp", json_path);
@@ -515,8 +610,11 @@ int mr_cmd_bench_serve(int argc, char **argv) {
     }
     if (plot_path && rs) {
         char title[400];
-        snprintf(title, sizeof title, "moerun bench serve: %s, in %lld / out %lld tokens", model, (long long)o.input_len,
-                 (long long)o.output_len);
+        if (ds)
+            snprintf(title, sizeof title, "moerun bench serve: %s, sharegpt (%d rows)", model, ds->n);
+        else
+            snprintf(title, sizeof title, "moerun bench serve: %s, in %lld / out %lld tokens", model,
+                     (long long)o.input_len, (long long)o.output_len);
         for (char *p = title; *p; p++)
             if (*p == '\'') *p = ' ';
         if (plot(plot_path, rs, (int)json_array_size(all), title)) {
@@ -529,5 +627,6 @@ int mr_cmd_bench_serve(int argc, char **argv) {
     json_decref(all);
     free(rs);
     free(extra_text);
+    mr_bench_dataset_free(ds);
     return rc;
 }

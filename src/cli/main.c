@@ -76,6 +76,8 @@ const char *mr_cli_who(const char *cmd) {
 void mr_cli_fail(const char *cmd, const char *what) {
     const char *d = mr_error_last();
     const char *who = mr_cli_who(cmd);
+    const size_t wl = strlen(who); /* a library message that names the command already: once, not twice */
+    if (d && !strncmp(d, who, wl) && !strncmp(d + wl, ": ", 2)) d += wl + 2;
     if (!what)
         fprintf(stderr, "moerun %s: %s\n", who, d && *d ? d : "failed");
     else if (d && *d)

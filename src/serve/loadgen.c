@@ -16,7 +16,8 @@
  *   - percentiles interpolate linearly between closest ranks (numpy).
  * Prompts: input_len random token ids in [min_id, vocab) (completions), after
  * one of prefix_groups shared prefixes of prefix_len ids when asked, or
- * their text from the server's /detokenize (chat, or text_prompts). */
+ * their text from the server's /detokenize (chat, or text_prompts); or the
+ * rows of a dataset (dataset.c: ShareGPT's conversations), as text. */
 #include <curl/curl.h>
 #include <math.h>
 #include <stdarg.h>
@@ -302,6 +303,30 @@ static int64_t draw_len(const mr_bench_serve_opts *o, int64_t L, uint64_t *s) {
     return lo + (int64_t)(rng(s) % (uint64_t)(L - lo + 1));
 }
 
+/* The bench's own fields: greedy, olen tokens whatever the model ends with, streamed with the usage chunk. */
+static json_t *base_req(const char *model, int64_t olen) {
+    return json_pack("{s:s,s:f,s:I,s:b,s:b,s:{s:b}}", "model", model, "temperature", 0.0, "max_tokens",
+                     (json_int_t)olen, "stream", 1, "ignore_eos", 1, "stream_options", "include_usage", 1);
+}
+
+/* The body as sent: req (consumed; NULL: out of memory) with the extra fields merged over it, and the limit its
+ * usage is held to, from that body: max_completion_tokens or max_tokens, times n. */
+static mr_status finish_body(json_t *req, json_t *extra, char **body, body_info *info) {
+    mr_status st = req ? MR_OK : MR_ENOMEM;
+    if (!st && extra && json_object_update(req, extra)) st = MR_ENOMEM;
+    if (!st) {
+        json_t *mt = json_object_get(req, "max_completion_tokens"), *nc = json_object_get(req, "n");
+        if (!json_is_integer(mt)) mt = json_object_get(req, "max_tokens");
+        const int64_t per = json_is_integer(mt) && json_integer_value(mt) > 0 ? (int64_t)json_integer_value(mt) : INT32_MAX;
+        const int64_t nn = json_is_integer(nc) && json_integer_value(nc) > 1 && json_integer_value(nc) <= 4096
+                               ? (int64_t)json_integer_value(nc) : 1;
+        info->max_out = per * nn;
+    }
+    if (!st && !(*body = json_dumps(req, JSON_COMPACT))) st = MR_ENOMEM;
+    json_decref(req);
+    return st;
+}
+
 /* The request bodies: num_prompts (+1 for the warm-up, index num_prompts, of the full input length),
  * and what info[] says of each. */
 static mr_status make_bodies(const mr_bench_serve_opts *o, const char *model, char ***out, body_info *info) {
@@ -335,10 +360,29 @@ static mr_status make_bodies(const mr_bench_serve_opts *o, const char *model, ch
                                                             of a seed with fixed lengths stay what they were */
     int64_t lo = o->min_id, hi = o->vocab;
     mr_status st = MR_OK;
+    const mr_bench_dataset *ds = o->dataset;
+    if (ds && o->num_prompts > ds->n) {
+        json_decref(extra);
+        mr_tokenizer_free(tok);
+        free(b);
+        return mr_error_set(MR_EINVAL, "bench serve: %d prompts asked of a dataset of %d rows", o->num_prompts, ds->n);
+    }
     for (int i = 0; i < n && !st; i++) {
         const bool warm = i == o->num_prompts;
+        const mr_bench_row *row = ds ? &ds->rows[warm ? 0 : i] : NULL;
         const int64_t ilen = warm ? o->input_len : draw_len(o, o->input_len, &sl);
         int64_t olen = warm ? (o->output_len < 32 ? o->output_len : 32) : draw_len(o, o->output_len, &sl);
+        if (row) { /* the row's prompt text and output length, within output_len (32 for the warm-up) */
+            info[i].in_len = row->prompt_len;
+            olen = row->output_len < olen ? row->output_len : olen;
+            json_t *req = base_req(model, olen);
+            if (req && o->chat)
+                json_object_set_new(req, "messages", json_pack("[{s:s,s:s}]", "role", "user", "content", row->prompt));
+            else if (req)
+                json_object_set_new(req, "prompt", json_string(row->prompt));
+            st = finish_body(req, extra, &b[i], &info[i]);
+            continue;
+        }
         const int64_t plen = o->prefix_len > 0 && !warm ? o->prefix_len : 0; /* the warm-up warms no group */
         info[i].in_len = plen + ilen;
         json_t *ids = json_array();
@@ -350,8 +394,7 @@ static mr_status make_bodies(const mr_bench_serve_opts *o, const char *model, ch
         }
         for (int64_t k = 0; ids && k < ilen; k++)
             json_array_append_new(ids, json_integer(lo + (json_int_t)(rng(&s) % (uint64_t)(hi - lo))));
-        json_t *req = json_pack("{s:s,s:f,s:I,s:b,s:b,s:{s:b}}", "model", model, "temperature", 0.0, "max_tokens",
-                                (json_int_t)olen, "stream", 1, "ignore_eos", 1, "stream_options", "include_usage", 1);
+        json_t *req = base_req(model, olen);
         if (!ids || !req) {
             json_decref(ids);
             json_decref(req);
@@ -399,21 +442,8 @@ static mr_status make_bodies(const mr_bench_serve_opts *o, const char *model, ch
         } else {
             json_object_set_new(req, "prompt", ids);
         }
-        if (!st && extra && json_object_update(req, extra)) st = MR_ENOMEM;
-        if (!st) { /* the limit the usage is held to, from the body as sent */
-            json_t *mt = json_object_get(req, "max_completion_tokens"), *nc = json_object_get(req, "n");
-            if (!json_is_integer(mt)) mt = json_object_get(req, "max_tokens");
-            const int64_t per =
-                json_is_integer(mt) && json_integer_value(mt) > 0 ? (int64_t)json_integer_value(mt) : INT32_MAX;
-            const int64_t nn = json_is_integer(nc) && json_integer_value(nc) > 1 && json_integer_value(nc) <= 4096
-                                   ? (int64_t)json_integer_value(nc) : 1;
-            info[i].max_out = per * nn;
-        }
-        if (!st) {
-            b[i] = json_dumps(req, JSON_COMPACT);
-            if (!b[i]) st = MR_ENOMEM;
-        }
-        json_decref(req);
+        if (st) json_decref(req);
+        else st = finish_body(req, extra, &b[i], &info[i]);
     }
     mr_tokenizer_free(tok);
     json_decref(extra);

@@ -1,0 +1,188 @@
+/* dataset.c — the ShareGPT dataset of `moerun bench serve` (sglang's
+ * bench_serving `--dataset-name sharegpt`): real conversations give the
+ * prompts and the output lengths, so a run sees the length mix people send.
+ * The file is a JSON array of conversations:
+ *   [{"conversations": [{"from": "human", "value": "..."},
+ *                       {"from": "gpt",   "value": "..."}, ...]}, ...]
+ * ("conversation" is read too, as sglang reads it). As sglang samples it:
+ *   - an entry with fewer than two turns is not usable; the first turn's text
+ *     is the prompt, the second's token count the output length (or a fixed
+ *     length);
+ *   - the usable entries are shuffled (Fisher-Yates from the top, j =
+ *     splitmix64 % (i + 1), the state seed * 0x9E3779B97F4A7C15 + 0x5EED),
+ *     then taken in that order, each counted with the tokenizer (HF encode with
+ *     special tokens), until enough are taken;
+ *   - a prompt or an output of fewer than 2 tokens is pruned, and one whose
+ *     prompt + output exceeds the context length (the given one, else the
+ *     server's max_model_len from /tokenize) too.
+ * Unlike sglang's script, an entry of the wrong shape (not an object, a turn
+ * without a string value, a NUL in the text) is counted and skipped, not a
+ * crash; nothing is downloaded. */
+#include <errno.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "moerun/text.h"
+#include "serve/serve_internal.h"
+
+static uint64_t splitmix(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* The text of turn k of a usable entry, NULL where the entry has another shape (*usable: it has two turns). */
+static const char *turn(const json_t *e, size_t k, bool *usable, size_t *len) {
+    const json_t *c = json_object_get(e, "conversations");
+    if (!c) c = json_object_get(e, "conversation");
+    *usable = json_is_array(c) && json_array_size(c) >= 2;
+    const json_t *v = *usable ? json_object_get(json_array_get(c, k), "value") : NULL;
+    if (!json_is_string(v)) return NULL;
+    *len = json_string_length(v);
+    const char *s = json_string_value(v);
+    return strlen(s) == *len ? s : NULL; /* a \u0000 inside: not a prompt a server takes as text */
+}
+
+/* Tokens of text: here with the tokenizer, else the server's /tokenize ("count"; *ctx its max_model_len). */
+static mr_status count_tokens(const mr_bench_sharegpt_opts *o, const mr_tokenizer *tok, mr_tok_ids *ids,
+                              const char *text, size_t len, int64_t *n, int64_t *ctx) {
+    if (tok) {
+        ids->n = 0;
+        mr_status st = mr_tokenizer_encode(tok, text, len, MR_TOK_ADD_SPECIAL, ids, NULL);
+        *n = (int64_t)ids->n;
+        return st ? mr_error_set(st, "bench serve: --tokenizer %s: %s", o->tokenizer, mr_error_last()) : MR_OK;
+    }
+    json_t *q = json_pack("{s:s%}", "prompt", text, len);
+    char *body = q ? json_dumps(q, JSON_COMPACT) : NULL, *resp = NULL;
+    json_decref(q);
+    long http = 0;
+    mr_status st = body ? mr_http_post(o->base_url, "/tokenize", body, 60, &http, &resp) : MR_ENOMEM;
+    free(body);
+    if (st) {
+        free(resp);
+        return st;
+    }
+    json_error_t je;
+    json_t *r = http == 200 ? json_loads(resp, 0, &je) : NULL;
+    const json_t *c = json_object_get(r, "count"), *m = json_object_get(r, "max_model_len");
+    if (!json_is_integer(c) || json_integer_value(c) < 0) {
+        const json_t *t = json_object_get(r, "tokens");
+        if (!json_is_array(t)) {
+            st = mr_error_set(MR_EUNSUPPORTED, "bench serve: %s/tokenize answered HTTP %ld (%.200s): counting the "
+                              "dataset's tokens needs a server with /tokenize, or --tokenizer DIR", o->base_url, http,
+                              resp ? resp : "");
+        }
+        *n = (int64_t)json_array_size(t);
+    } else {
+        *n = (int64_t)json_integer_value(c);
+    }
+    if (ctx && json_is_integer(m) && json_integer_value(m) > 0) *ctx = (int64_t)json_integer_value(m);
+    json_decref(r);
+    free(resp);
+    return st;
+}
+
+void mr_bench_dataset_free(mr_bench_dataset *d) {
+    if (!d) return;
+    for (int i = 0; i < d->n; i++) free(d->rows[i].prompt);
+    free(d->rows);
+    free(d);
+}
+
+mr_status mr_bench_sharegpt_load(const mr_bench_sharegpt_opts *o, mr_bench_dataset **out) {
+    *out = NULL;
+    if (!o->path || o->num < 1 || (o->fixed_output_len && o->fixed_output_len < 2))
+        return mr_error_set(MR_EINVAL, "bench serve: sharegpt: bad options");
+    struct stat sb;
+    if (stat(o->path, &sb))
+        return mr_error_set(MR_EIO, "bench serve: --dataset-path %s: %s", o->path, strerror(errno));
+    if (!S_ISREG(sb.st_mode))
+        return mr_error_set(MR_EINPUT, "bench serve: --dataset-path %s: not a file", o->path);
+    json_error_t je;
+    json_t *doc = json_load_file(o->path, JSON_ALLOW_NUL, &je);
+    if (!doc) /* jansson names the line and column */
+        return mr_error_set(MR_EINPUT, "bench serve: --dataset-path %s: %s (line %d, column %d)", o->path, je.text,
+                            je.line, je.column);
+    if (!json_is_array(doc)) {
+        json_decref(doc);
+        return mr_error_set(MR_EINPUT, "bench serve: --dataset-path %s: not a JSON array of conversations (ShareGPT's "
+                            "[{\"conversations\": [{\"from\", \"value\"}, ...]}, ...])", o->path);
+    }
+    mr_bench_dataset *d = calloc(1, sizeof *d);
+    const size_t ne = json_array_size(doc);
+    size_t *order = malloc((ne ? ne : 1) * sizeof *order);
+    mr_tokenizer *tok = NULL;
+    mr_tok_ids ids = {0};
+    mr_status st = d && order ? MR_OK : MR_ENOMEM;
+    if (!st && o->tokenizer && mr_tokenizer_load(o->tokenizer, &tok))
+        st = mr_error_set(MR_EIO, "bench serve: --tokenizer %s: %s", o->tokenizer, mr_error_last());
+    size_t nu = 0;
+    for (size_t i = 0; !st && i < ne; i++) { /* the usable entries, in file order */
+        bool usable;
+        size_t l0, l1;
+        const json_t *e = json_array_get(doc, i);
+        const bool ok = turn(e, 0, &usable, &l0) && turn(e, 1, &usable, &l1);
+        if (usable) d->usable++;
+        if (usable && ok) order[nu++] = i;
+        else if (usable || !json_is_object(e)) d->malformed++;
+    }
+    d->entries = (int64_t)ne;
+    if (!st) { /* Fisher-Yates from the top */
+        uint64_t s = o->seed * 0x9E3779B97F4A7C15ull + 0x5EED;
+        for (size_t i = nu; i > 1; i--) {
+            const size_t j = (size_t)(splitmix(&s) % (uint64_t)i), t = order[i - 1];
+            order[i - 1] = order[j];
+            order[j] = t;
+        }
+    }
+    d->context_len = o->context_len > 0 ? o->context_len : 0;
+    if (!st && !o->context_len) { /* the server's context length, where its /tokenize says it */
+        int64_t dummy;
+        mr_bench_sharegpt_opts q = *o;
+        q.tokenizer = NULL;
+        if (count_tokens(&q, NULL, NULL, "", 0, &dummy, &d->context_len)) d->context_len = 0;
+    }
+    if (!st && !(d->rows = calloc((size_t)o->num, sizeof *d->rows))) st = MR_ENOMEM;
+    for (size_t k = 0; !st && k < nu && d->n < o->num; k++) {
+        const json_t *e = json_array_get(doc, order[k]);
+        bool usable;
+        size_t l0, l1;
+        const char *p = turn(e, 0, &usable, &l0), *c = turn(e, 1, &usable, &l1);
+        int64_t pl, ol = o->fixed_output_len;
+        d->visited++;
+        if ((st = count_tokens(o, tok, &ids, p, l0, &pl, NULL))) break;
+        if (!ol && (st = count_tokens(o, tok, &ids, c, l1, &ol, NULL))) break;
+        if (pl < 2 || ol < 2) {
+            d->short_pruned++;
+        } else if (d->context_len && pl + ol > d->context_len) {
+            d->long_pruned++;
+        } else {
+            mr_bench_row *r = &d->rows[d->n];
+            if (!(r->prompt = malloc(l0 + 1))) {
+                st = MR_ENOMEM;
+                break;
+            }
+            memcpy(r->prompt, p, l0 + 1);
+            r->prompt_len = pl, r->output_len = ol, r->source = (int64_t)order[k];
+            d->n++;
+        }
+    }
+    if (!st && d->n == 0)
+        st = mr_error_set(MR_EINPUT, "bench serve: --dataset-path %s: no usable conversation (%lld entries, %lld with two "
+                          "turns, %lld malformed, %lld too short, %lld longer than the context)", o->path,
+                          (long long)d->entries, (long long)d->usable, (long long)d->malformed,
+                          (long long)d->short_pruned, (long long)d->long_pruned);
+    mr_tok_ids_free(&ids);
+    mr_tokenizer_free(tok);
+    free(order);
+    json_decref(doc);
+    if (st) {
+        mr_bench_dataset_free(d);
+        return st;
+    }
+    *out = d;
+    return MR_OK;
+}

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# serve_bench_sharegpt.sh — `moerun bench serve --dataset-name sharegpt` (sglang's
+# default dataset) against `moerun serve` on the trained default model, with a
+# ShareGPT-shaped file written here: conversations of many lengths, the
+# "conversation" spelling, one-turn entries, prompts too short and too long for
+# the context, entries of the wrong shape (not an object, a number for a value, a
+# NUL in the text), non-ASCII text. The oracle (lib/sharegpt_oracle.py) derives
+# the rows from the definition, counting tokens with the server's /tokenize over
+# its own HTTP, and checks the bench's --json: the rows in order, what was pruned
+# and skipped, and per concurrency that every request completed with the rows'
+# lengths (the server's counters). Then: chat with --tokenizer (counted here, not
+# by the server), --sharegpt-output-len, a file with fewer rows than asked, a
+# seed that reorders, and bad input (exit 2 for options, 1 for files, no --json
+# left behind).
+# Args: <moerun> <tests/data> <scratch dir>
+set -u
+M=$1; DATA=$2; S=$3
+. "$(dirname "$0")/lib/serve.sh"
+serve_test_begin
+command -v jq >/dev/null || { echo "SKIPPED: jq is not installed (scripts/install-deps.sh installs it)"; exit 77; }
+MODEL="$DATA/../../models/tiny-kjv"
+ORACLE="$(dirname "$0")/lib/sharegpt_oracle.py"
+python3 - "$S/sg.json" <<'EOF'
+import json, random, sys
+rng = random.Random(11)
+words = ("and the lord said unto moses in the beginning god created heaven earth light darkness "
+         "Grüße naïve café 日本 🙂").split()
+def txt(n): return " ".join(rng.choice(words) for _ in range(n))
+d = []
+for i in range(70):
+    turns = [{"from": "human", "value": txt(rng.randint(2, 50))}, {"from": "gpt", "value": txt(rng.randint(1, 70))}]
+    d.append({"id": f"c{i}", "conversations": turns + [{"from": "human", "value": "and then?"}] * (i % 3)})
+d.insert(5, {"id": "one", "conversations": [{"from": "human", "value": "alone"}]})
+d.insert(9, {"id": "alt", "conversation": [{"from": "human", "value": txt(12)}, {"from": "gpt", "value": txt(9)}]})
+d.insert(13, {"id": "short", "conversations": [{"from": "human", "value": "a"}, {"from": "gpt", "value": txt(8)}]})
+d.insert(17, {"id": "long", "conversations": [{"from": "human", "value": txt(400)}, {"from": "gpt", "value": txt(9)}]})
+d.insert(21, ["not", "an", "object"])
+d.insert(25, {"id": "num", "conversations": [{"from": "human", "value": 5}, {"from": "gpt", "value": "x y"}]})
+d.insert(29, {"id": "nul", "conversations": [{"from": "human", "value": "a\u0000b c d"}, {"from": "gpt", "value": "e f g"}]})
+d.insert(33, {"id": "none", "conversations": []})
+json.dump(d, open(sys.argv[1], "w", encoding="utf-8"), ensure_ascii=False)
+EOF
+start_server "$S/serve.log" --model "$MODEL" --context-length 160 || exit 1
+SG="--dataset-name sharegpt --dataset-path $S/sg.json"
+# completions, token counts from the server: 12 rows, the first 12 of them at C = 1 and at C = 3
+"$M" bench serve --base-url "$SV_URL" --concurrency 1,3 --num-prompts 12 $SG --seed 5 --json "$S/a.json" \
+    >"$S/a.out" 2>&1 || bad "sharegpt completions: exit $?: $(tail -3 "$S/a.out")"
+grep -q "^dataset: 12 rows of 12 asked (seed 5)" "$S/a.out" || bad "no dataset line: $(grep dataset "$S/a.out")"
+python3 "$ORACLE" "$S/sg.json" "$SV_URL" 5 12 0 0 "$S/a.json" || bad "sharegpt completions: the oracle disagrees"
+jq -e '.dataset.long_pruned + .dataset.short_pruned >= 0 and .dataset.context_len == 160' "$S/a.json" >/dev/null ||
+    bad "the server's context length was not applied"
+# chat, counted here with the model's tokenizer, a fixed output length; a context length of our own
+"$M" bench serve --base-url "$SV_URL" --concurrency 2 --num-prompts 20 $SG --seed 9 --chat --tokenizer "$MODEL" \
+    --sharegpt-output-len 6 --sharegpt-context-len 60 --json "$S/b.json" >"$S/b.out" 2>&1 ||
+    bad "sharegpt chat: exit $?: $(tail -3 "$S/b.out")"
+python3 "$ORACLE" "$S/sg.json" "$SV_URL" 9 20 60 6 "$S/b.json" || bad "sharegpt chat: the oracle disagrees"
+jq -e '.dataset.long_pruned >= 1 and .results[0].total_output_tokens == 120' "$S/b.json" >/dev/null ||
+    bad "sharegpt chat: no long prompt pruned at context 60, or not 20 x 6 tokens"
+# fewer rows than asked: all of them, in the shuffled order; another seed reorders the same rows
+for seed in 1 2; do
+    "$M" bench serve --base-url "$SV_URL" --concurrency 8 --num-prompts 500 $SG --seed $seed --sharegpt-output-len 2 \
+        --json "$S/c$seed.json" >"$S/c.out" 2>&1 || bad "all rows: exit $?: $(tail -3 "$S/c.out")"
+    grep -q "rows of 500 asked" "$S/c.out" || bad "all rows: $(grep '^dataset' "$S/c.out")"
+    python3 "$ORACLE" "$S/sg.json" "$SV_URL" $seed 500 0 2 "$S/c$seed.json" || bad "all rows, seed $seed: the oracle disagrees"
+done
+jq -e --slurpfile b "$S/c2.json" '([.dataset.rows[].source] | sort) == ([$b[0].dataset.rows[].source] | sort) and
+      [.dataset.rows[].source] != [$b[0].dataset.rows[].source]' "$S/c1.json" >/dev/null ||
+    bad "seeds 1 and 2: not the same rows in another order"
+# bad options: exit 2
+for args in "--dataset-name sharegpt" "--dataset-name shargpt $SG" "--dataset-path $S/sg.json" \
+            "$SG --input-len 8" "$SG --output-len 8" "$SG --random-range-ratio 0.5" "$SG --text-prompts" \
+            "$SG --sharegpt-output-len 1" "$SG --sharegpt-context-len x" "--sharegpt-output-len 4"; do
+    "$M" bench serve --base-url "$SV_URL" --concurrency 1 $args >/dev/null 2>"$S/err"; rc=$?
+    [ $rc = 2 ] && [ -s "$S/err" ] || bad "bench serve $args: exit $rc, want 2 ($(head -1 "$S/err"))"
+done
+# bad files: exit 1, the reason named once, no --json file
+printf '{"conversations": []}' >"$S/obj.json"; printf '[{"conversations": [' >"$S/cut.json"
+printf '[{"conversations": [{"value": "a"}, {"value": "b"}]}, 7]' >"$S/none.json"
+for case in "$S/missing.json|No such file" "$S|not a file" "$S/cut.json|line 1" "$S/obj.json|not a JSON array" \
+            "$S/none.json|no usable conversation (2 entries, 1 with two turns, 1 malformed, 1 too short"; do
+    f=${case%%|*} want=${case#*|}
+    "$M" bench serve --base-url "$SV_URL" --concurrency 1 --dataset-name sharegpt --dataset-path "$f" \
+        --json "$S/bad.json" >/dev/null 2>"$S/err"; rc=$?
+    [ $rc = 1 ] && grep -qF -- "$want" "$S/err" || bad "dataset $f: exit $rc, want 1 and '$want': $(head -2 "$S/err")"
+    grep -q "bench serve: bench serve" "$S/err" && bad "dataset $f: the command named twice: $(head -1 "$S/err")"
+    [ -e "$S/bad.json" ] && bad "dataset $f: --json left a file"
+done
+serve_test_end
