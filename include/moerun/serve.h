@@ -135,7 +135,12 @@ typedef struct {
     int64_t vocab;          /* token ids are drawn in [min_id, vocab) [from the server's /tokenize, else 1000] */
     int64_t min_id;         /* [10] */
     uint64_t seed;          /* prompt generator [1] */
-    bool warmup;            /* one request outside the timing [true] */
+    bool warmup;            /* warm-up requests outside the timing [true] */
+    int warmup_requests;    /* how many, sent together (sglang's --warmup-requests) [0 or 1: one] */
+    bool repeat_first;      /* every request the first one's body (the warm-up: sglang's sends its first request's
+                               prompt warmup_requests times) [false] */
+    bool keep_eos;          /* no ignore_eos: a request may end at the model's EOS before its output length
+                               (sglang's --disable-ignore-eos) [false] */
     double timeout_s;       /* per request [600] */
     const char *extra_body; /* a JSON object merged into every request, its keys replacing the bench's own
                                (sglang's --extra-request-body: response_format, regex, ...) [NULL] */
@@ -200,8 +205,8 @@ void mr_bench_dataset_free(mr_bench_dataset *d); /* NULL ok */
  * requests are counted, never fatal; the status is an error only when the
  * run could not be made (bad URL, out of memory, a failed warm-up). */
 mr_status mr_bench_serve_run(const mr_bench_serve_opts *o, mr_bench_serve_result *r);
-/* The warm-up alone: one request of min(output_len, 32) tokens, outside any
- * timing (for a caller that reads the server's counters in between). */
+/* The warm-up alone: warmup_requests (at least one) requests of min(output_len, 32) tokens at once, outside
+ * any timing (for a caller that reads the server's counters in between); an error when none succeeds. */
 mr_status mr_bench_serve_warmup(const mr_bench_serve_opts *o);
 /* GETs base_url + path into a NUL-terminated malloc'd buffer (*body, free
  * with free()); *http gets the status. Used for /metrics and /v1/models. */

@@ -27,7 +27,8 @@ static void usage(FILE *f) {
             "                          [--gsp-system-prompt-len P --gsp-num-groups G]\n"
             "                          [--dataset-name sharegpt --dataset-path FILE [--sharegpt-output-len O]\n"
             "                           [--sharegpt-context-len C]]\n"
-            "                          [--json FILE] [--plot FILE.png]\n\n"
+            "                          [--json FILE] [--plot FILE.png] [--output-file FILE.jsonl]\n"
+            "                          [--warmup-requests N] [--disable-ignore-eos]\n\n"
             "Serving benchmark with sglang bench_serving's definitions: at each concurrency C, N requests\n"
             "(default 4 x C, at least 16) of L random prompt tokens (default 128) and O output tokens\n"
             "(default 128; ignore_eos, temperature 0, streamed with include_usage), at most C in flight, one\n"
@@ -35,7 +36,17 @@ static void usage(FILE *f) {
             "sends their text from the server's /detokenize. Prints TTFT, TPOT, ITL and E2E (mean, median,\n"
             "p99), the throughputs and the server's /metrics counters over the run. --tokenizer DIR decodes the\n"
             "text prompts here with DIR/tokenizer.json (for servers without /detokenize). A server that sends\n"
-            "no usage counts one output token per event.\n"
+            "no usage counts one output token per event.\n");
+    fprintf(f,
+            "sglang's bench_serving command lines run as they are: --max-concurrency (= --concurrency),\n"
+            "--random-input-len / --random-output-len (= --input-len / --output-len), --host H --port P (in\n"
+            "place of --base-url; 127.0.0.1 and 30000 unless given), --backend sglang-oai | vllm | lmdeploy\n"
+            "(completions, the default) or sglang-oai-chat | vllm-chat | lmdeploy-chat (= --chat); sglang's\n"
+            "native /generate is not spoken.\n"
+            "  --warmup-requests N  N warm-up requests, sent together, each the run's first prompt (sglang's);\n"
+            "              0 = --no-warmup [1]\n"
+            "  --disable-ignore-eos  requests may end at the model's EOS before their output length\n"
+            "  --output-file FILE.jsonl  append one JSON line per concurrency as its run ends (sglang's)\n"
             "  --vocab V   token ids are drawn in [10, V) (default: the server's /v1/models max id is not\n"
             "              published, so 1000 unless given)\n"
             "  --extra-request-body JSON|@FILE  a JSON object merged into every request, its keys replacing\n"
@@ -301,6 +312,33 @@ static int plot(const char *png, const mr_bench_serve_result *rs, int n, const c
     return 0;
 }
 
+/* Checked up front, a sweep being long; a file the check made is removed at once, so that a run that fails
+ * leaves none (--json goes through a .tmp renamed at the end; --output-file gets a line per finished run). */
+static bool writable(const char *flag, const char *path) {
+    if (!path) return true;
+    const bool existed = access(path, F_OK) == 0;
+    FILE *f = fopen(path, "a");
+    if (!f) {
+        fprintf(stderr, "moerun bench serve: %s %s: %s\n", flag, path, strerror(errno));
+        return false;
+    }
+    fclose(f);
+    if (!existed) unlink(path);
+    return true;
+}
+
+/* One line of --output-file (sglang's JSONL: a run's numbers, appended as it ends); false when it cannot be
+ * written whole. */
+static bool append_line(const char *path, const json_t *j) {
+    char *line = json_dumps(j, JSON_COMPACT);
+    FILE *f = line ? fopen(path, "a") : NULL;
+    bool ok = f && fprintf(f, "%s\n", line) > 0;
+    if (f && fclose(f)) ok = false;
+    free(line);
+    if (!ok) fprintf(stderr, "moerun bench serve: --output-file %s: cannot append: %s\n", path, strerror(errno));
+    return ok;
+}
+
 /* The dataset as --json records it: where it came from, what the sampling kept and pruned, and each row's
  * conversation (its index in the file) and lengths, in the order sent. */
 static json_t *dataset_json(const mr_bench_dataset *d, const char *path, uint64_t seed, long fixed_out) {
@@ -320,7 +358,8 @@ int mr_cmd_bench_serve(int argc, char **argv) {
     mr_bench_serve_opts o = {.vocab = 1000, .min_id = 10, .seed = 1, .warmup = true, .timeout_s = 600, .input_len = 128,
                              .output_len = 128};
     const char *conc = "1,16,64,128", *json_path = NULL, *plot_path = NULL, *extra_arg = NULL;
-    const char *dataset_name = "random", *dataset_path = NULL;
+    const char *dataset_name = "random", *dataset_path = NULL, *host = NULL, *jsonl_path = NULL;
+    int port = 0;
     bool flush = false, random_only = false; /* random_only: an option of the random prompts was given */
     long num = 0, sg_out = 0, sg_ctx = 0;
     for (int i = 1; i < argc; i++) {
@@ -335,6 +374,8 @@ int mr_cmd_bench_serve(int argc, char **argv) {
             o.text_prompts = random_only = true;
         } else if (!strcmp(a, "--no-warmup")) {
             o.warmup = false;
+        } else if (!strcmp(a, "--disable-ignore-eos")) {
+            o.keep_eos = true;
         } else if (!strcmp(a, "--flush-cache")) {
             flush = true;
         } else if (!v) {
@@ -344,8 +385,35 @@ int mr_cmd_bench_serve(int argc, char **argv) {
             o.base_url = argv[++i];
         } else if (!strcmp(a, "--model")) {
             o.model = argv[++i];
-        } else if (!strcmp(a, "--concurrency")) {
+        } else if (!strcmp(a, "--concurrency") || !strcmp(a, "--max-concurrency")) {
             conc = argv[++i];
+        } else if (!strcmp(a, "--host")) {
+            host = argv[++i];
+        } else if (!strcmp(a, "--port")) {
+            if (mr_cli_parse_long(argv[++i], 1, 65535, &x)) {
+                fprintf(stderr, "moerun bench serve: --port: %s\n", mr_error_last());
+                return 2;
+            }
+            port = (int)x;
+        } else if (!strcmp(a, "--backend")) {
+            const char *b = argv[++i];
+            if (!strcmp(b, "sglang-oai-chat") || !strcmp(b, "vllm-chat") || !strcmp(b, "lmdeploy-chat")) {
+                o.chat = true;
+            } else if (strcmp(b, "sglang-oai") && strcmp(b, "vllm") && strcmp(b, "lmdeploy")) {
+                fprintf(stderr, "moerun bench serve: --backend %s: this bench speaks the OpenAI APIs: sglang-oai, vllm "
+                        "or lmdeploy (/v1/completions), sglang-oai-chat, vllm-chat or lmdeploy-chat "
+                        "(/v1/chat/completions)\n", b);
+                return 2;
+            }
+        } else if (!strcmp(a, "--output-file")) {
+            jsonl_path = argv[++i];
+        } else if (!strcmp(a, "--warmup-requests")) {
+            if (mr_cli_parse_long(argv[++i], 0, 4096, &x)) {
+                fprintf(stderr, "moerun bench serve: --warmup-requests: %s\n", mr_error_last());
+                return 2;
+            }
+            o.warmup_requests = (int)x;
+            o.warmup = x > 0;
         } else if (!strcmp(a, "--json")) {
             json_path = argv[++i];
         } else if (!strcmp(a, "--plot")) {
@@ -393,6 +461,14 @@ int mr_cmd_bench_serve(int argc, char **argv) {
             }
             o.random_lengths = random_only = true;
             o.range_ratio = (double)r;
+        } else if (!strcmp(a, "--random-input-len") || !strcmp(a, "--random-output-len")) { /* sglang's names */
+            if (mr_cli_parse_long(argv[++i], 1, 1L << 31, &x)) {
+                fprintf(stderr, "moerun bench serve: %s: %s\n", a, mr_error_last());
+                return 2;
+            }
+            if (!strcmp(a, "--random-input-len")) o.input_len = x;
+            else o.output_len = x;
+            random_only = true;
         } else if (!strcmp(a, "--num-prompts") || !strcmp(a, "--input-len") || !strcmp(a, "--output-len") ||
                    !strcmp(a, "--vocab") || !strcmp(a, "--seed") || !strcmp(a, "--timeout")) {
             if (mr_cli_parse_long(argv[++i], 1, 1L << 31, &x)) {
@@ -410,8 +486,24 @@ int mr_cmd_bench_serve(int argc, char **argv) {
             return 2;
         }
     }
+    char hp_url[300];
+    if ((host || port) && o.base_url) {
+        fprintf(stderr, "moerun bench serve: --base-url, or --host and --port, not both\n");
+        return 2;
+    }
+    if (host || port) { /* sglang's form: http://HOST:PORT, host 127.0.0.1 and port 30000 unless given */
+        if (!host) host = "127.0.0.1";
+        if (!*host || strlen(host) > 253 || strpbrk(host, "/?#@ ")) {
+            fprintf(stderr, "moerun bench serve: --host '%s' is not a host name or address\n", host ? host : "");
+            return 2;
+        }
+        snprintf(hp_url, sizeof hp_url, strchr(host, ':') ? "http://[%s]:%d" : "http://%s:%d", host,
+                 port ? port : 30000);
+        o.base_url = hp_url;
+    }
     if (!o.base_url) {
-        fprintf(stderr, "moerun bench serve: --base-url URL is required (e.g. http://127.0.0.1:30000)\n");
+        fprintf(stderr, "moerun bench serve: --base-url URL (or --host and --port) is required (e.g. "
+                "http://127.0.0.1:30000)\n");
         return 2;
     }
     const bool sharegpt = !strcmp(dataset_name, "sharegpt");
@@ -451,17 +543,7 @@ int mr_cmd_bench_serve(int argc, char **argv) {
         return 2;
     }
     if (o.prefix_groups < 1) o.prefix_groups = 1; /* the default (one group) made explicit once */
-    if (json_path) { /* checked up front, a sweep being long; a file the check made is removed at once, so
-                        that a run that fails leaves none (the results go through a .tmp renamed at the end) */
-        const bool existed = access(json_path, F_OK) == 0;
-        FILE *f = fopen(json_path, "a");
-        if (!f) {
-            fprintf(stderr, "moerun bench serve: --json %s: %s\n", json_path, strerror(errno));
-            return 2;
-        }
-        fclose(f);
-        if (!existed) unlink(json_path);
-    }
+    if (!writable("--json", json_path) || !writable("--output-file", jsonl_path)) return 2;
     char *extra_text = NULL; /* checked here, sent as text */
     json_t *extra = NULL;
     if (extra_arg) {
@@ -578,6 +660,10 @@ int mr_cmd_bench_serve(int argc, char **argv) {
                 json_object_set_new(j, "gsp_system_prompt_len", json_integer(o.prefix_len));
                 json_object_set_new(j, "gsp_num_groups", json_integer(o.prefix_groups));
             }
+            json_object_set_new(j, "backend", json_string(o.chat ? "openai-chat" : "openai-completions"));
+            json_object_set_new(j, "dataset_name", json_string(ds ? "sharegpt" : "random"));
+            json_object_set_new(j, "ignore_eos", json_boolean(!o.keep_eos));
+            if (jsonl_path && !append_line(jsonl_path, j)) rc = 1;
             json_array_append_new(all, j);
         }
         if (rs[k].failed) rc = 1;

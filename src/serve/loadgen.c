@@ -303,10 +303,13 @@ static int64_t draw_len(const mr_bench_serve_opts *o, int64_t L, uint64_t *s) {
     return lo + (int64_t)(rng(s) % (uint64_t)(L - lo + 1));
 }
 
-/* The bench's own fields: greedy, olen tokens whatever the model ends with, streamed with the usage chunk. */
-static json_t *base_req(const char *model, int64_t olen) {
-    return json_pack("{s:s,s:f,s:I,s:b,s:b,s:{s:b}}", "model", model, "temperature", 0.0, "max_tokens",
-                     (json_int_t)olen, "stream", 1, "ignore_eos", 1, "stream_options", "include_usage", 1);
+/* The bench's own fields: greedy, olen tokens whatever the model ends with (unless keep_eos), streamed with
+ * the usage chunk. */
+static json_t *base_req(const char *model, int64_t olen, bool keep_eos) {
+    json_t *r = json_pack("{s:s,s:f,s:I,s:b,s:{s:b}}", "model", model, "temperature", 0.0, "max_tokens",
+                          (json_int_t)olen, "stream", 1, "stream_options", "include_usage", 1);
+    if (r && !keep_eos) json_object_set_new(r, "ignore_eos", json_true());
+    return r;
 }
 
 /* The body as sent: req (consumed; NULL: out of memory) with the extra fields merged over it, and the limit its
@@ -369,13 +372,18 @@ static mr_status make_bodies(const mr_bench_serve_opts *o, const char *model, ch
     }
     for (int i = 0; i < n && !st; i++) {
         const bool warm = i == o->num_prompts;
+        if (i > 0 && !warm && o->repeat_first) {
+            info[i] = info[0];
+            if (!(b[i] = strdup(b[0]))) st = MR_ENOMEM;
+            continue;
+        }
         const mr_bench_row *row = ds ? &ds->rows[warm ? 0 : i] : NULL;
         const int64_t ilen = warm ? o->input_len : draw_len(o, o->input_len, &sl);
         int64_t olen = warm ? (o->output_len < 32 ? o->output_len : 32) : draw_len(o, o->output_len, &sl);
         if (row) { /* the row's prompt text and output length, within output_len (32 for the warm-up) */
             info[i].in_len = row->prompt_len;
             olen = row->output_len < olen ? row->output_len : olen;
-            json_t *req = base_req(model, olen);
+            json_t *req = base_req(model, olen, o->keep_eos);
             if (req && o->chat)
                 json_object_set_new(req, "messages", json_pack("[{s:s,s:s}]", "role", "user", "content", row->prompt));
             else if (req)
@@ -394,7 +402,7 @@ static mr_status make_bodies(const mr_bench_serve_opts *o, const char *model, ch
         }
         for (int64_t k = 0; ids && k < ilen; k++)
             json_array_append_new(ids, json_integer(lo + (json_int_t)(rng(&s) % (uint64_t)(hi - lo))));
-        json_t *req = base_req(model, olen);
+        json_t *req = base_req(model, olen, o->keep_eos);
         if (!ids || !req) {
             json_decref(ids);
             json_decref(req);
@@ -642,8 +650,10 @@ out:
 
 mr_status mr_bench_serve_warmup(const mr_bench_serve_opts *o) {
     mr_bench_serve_opts w = *o;
-    w.num_prompts = 1;
-    w.concurrency = 1;
+    w.num_prompts = o->warmup_requests > 1 ? o->warmup_requests : 1;
+    if (o->dataset && w.num_prompts > o->dataset->n) w.num_prompts = o->dataset->n;
+    w.concurrency = w.num_prompts;
+    w.repeat_first = true;
     w.warmup = false;
     w.output_len = o->output_len < 32 ? o->output_len : 32;
     w.request_rate = 0;
@@ -651,7 +661,7 @@ mr_status mr_bench_serve_warmup(const mr_bench_serve_opts *o) {
     w.prefix_len = 0; /* the warm-up warms no group's prefix */
     mr_bench_serve_result r;
     mr_status st = mr_bench_serve_run(&w, &r);
-    if (!st && r.completed != 1)
+    if (!st && r.completed == 0)
         st = mr_error_set(MR_EIO, "bench serve: the warm-up request failed: %s", r.first_error);
     return st;
 }

@@ -125,6 +125,47 @@ done
 "$M" bench serve --base-url http://127.0.0.1:1 --concurrency 1 --json "$S/unreach.json" >/dev/null 2>"$S/err"; rc=$?
 [ $rc = 1 ] || bad "an unreachable server: exit $rc, want 1"
 [ -e "$S/unreach.json" ] && bad "an unreachable server: --json left a file ($(wc -c <"$S/unreach.json") bytes)"
+# sglang's command line as it is: --backend, --host / --port, --max-concurrency, --random-input-len /
+# --random-output-len, --warmup-requests (sent together, each the run's first prompt, as sglang's are),
+# --disable-ignore-eos, --output-file (a JSON line per run, appended). What the bench sent is what a
+# recording server saw.
+rm -f "$S/hport" "$S/rec.jsonl" "$S/o.jsonl"
+python3 "$(dirname "$0")/lib/hostile_server.py" record "$S/rec.jsonl" >"$S/hport" & hp=$!
+for _ in $(seq 100); do grep -q '^[0-9]' "$S/hport" 2>/dev/null && break; sleep 0.1; done
+"$M" bench serve --backend vllm-chat --host 127.0.0.1 --port "$(cat "$S/hport")" --max-concurrency 2 \
+    --random-input-len 6 --random-output-len 5 --num-prompts 4 --warmup-requests 3 --disable-ignore-eos \
+    --tokenizer "$DATA/../../models/tiny-kjv" --vocab 256 --output-file "$S/o.jsonl" >"$S/outr" 2>&1 ||
+    bad "sglang's flags, chat: exit $?: $(tail -2 "$S/outr")"
+"$M" bench serve --backend sglang-oai --host 127.0.0.1 --port "$(cat "$S/hport")" --max-concurrency 4 \
+    --random-input-len 6 --random-output-len 1 --num-prompts 4 --warmup-requests 0 --vocab 256 \
+    --output-file "$S/o.jsonl" >"$S/outr2" 2>&1 || bad "sglang's flags, completions: exit $?: $(tail -2 "$S/outr2")"
+kill $hp 2>/dev/null; wait $hp 2>/dev/null
+python3 - "$S/rec.jsonl" "$S/o.jsonl" <<'EOF2' || bad "sglang's flags: the requests sent or the lines written are not as asked"
+import json, sys
+rec = [json.loads(l) for l in open(sys.argv[1])]
+out = [json.loads(l) for l in open(sys.argv[2])]
+ok = len(rec) == 3 + 4 + 4 and len(out) == 2
+warm, run, run2 = rec[:3], rec[3:7], rec[7:]
+ok &= all(r["path"] == "/v1/chat/completions" and "ignore_eos" not in r["body"] and r["body"]["max_tokens"] == 5
+          for r in warm + run)
+ok &= warm[0]["body"] == warm[1]["body"] == warm[2]["body"]  # the first prompt, three times
+ok &= len({json.dumps(r["body"]["messages"]) for r in run}) == 4
+ok &= warm[0]["body"]["messages"] in [r["body"]["messages"] for r in run]
+ok &= all(r["path"] == "/v1/completions" and r["body"]["ignore_eos"] is True and r["body"]["max_tokens"] == 1 and
+          len(r["body"]["prompt"]) == 6 for r in run2)
+ok &= [o["max_concurrency"] for o in out] == [2, 4] and [o["completed"] for o in out] == [4, 4]
+ok &= [o["backend"] for o in out] == ["openai-chat", "openai-completions"] and [o["ignore_eos"] for o in out] == [False, True]
+ok &= [o["total_output_tokens"] for o in out] == [8, 4]
+if not ok:
+    print(json.dumps(rec)[:1500], json.dumps(out)[:800])
+sys.exit(0 if ok else 1)
+EOF2
+for args in "--backend sglang --port 1" "--backend trt --port 1" "--base-url http://127.0.0.1:1 --host 127.0.0.1" \
+            "--port 0" "--port 70000" "--host a/b --port 1" "--port 1 --warmup-requests -1" \
+            "--port 1 --output-file $S/no/such/dir/o.jsonl" "--port 1 --random-input-len 0"; do
+    "$M" bench serve $args >/dev/null 2>"$S/err"; rc=$?
+    [ $rc = 2 ] && [ -s "$S/err" ] || bad "bench serve $args: exit $rc, want 2 ($(head -1 "$S/err"))"
+done
 # a hostile server: what it sends is bounded and checked, and the reason is named (exit 1, no hang)
 for case in "models404|HTTP 404" "modelsbig|larger than 64 MiB" "hugeline|an event line longer than 16 MiB" \
             "garbage|an event is not JSON" "usage_neg|usage.completion_tokens is -5, outside [0, 4]" \

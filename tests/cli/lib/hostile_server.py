@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""hostile_server.py MODE: an OpenAI-like HTTP server on a free loopback port
+"""hostile_server.py MODE [LOG]: an OpenAI-like HTTP server on a free loopback port
 (printed on stdout) that misbehaves as MODE says, for the tests of `moerun
 bench serve` (a server is a stranger to the client: what it sends is bad
 input). GET /v1/models answers a model list unless MODE is about it; POST
@@ -10,6 +10,9 @@ input). GET /v1/models answers a model list unless MODE is about it; POST
   garbage     bytes that are not an event stream
   usage_neg   a stream whose usage.completion_tokens is -5
   usage_big   a stream whose usage.completion_tokens is far above max_tokens
+  record      a good stream of min(2, max_tokens) tokens; each request's path and
+              body appended to LOG as one JSON line {"path", "body"} (what a
+              client sent, for the tests to read)
 Runs until killed; each connection in its own thread."""
 import json
 import socket
@@ -17,6 +20,7 @@ import sys
 import threading
 
 MODE = sys.argv[1]
+LOCK = threading.Lock()
 SSE = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
 
 
@@ -58,6 +62,16 @@ def handle(c):
                           b"Connection: close\r\n\r\n%s" % (len(body), body))
             return
         text = event({"choices": [{"index": 0, "text": "a"}]})
+        if MODE == "record":
+            if not head.startswith(b"POST"):  # /metrics and the like: none here
+                c.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                return
+            body = json.loads(rest[:n])
+            with LOCK, open(sys.argv[2], "a") as f:
+                f.write(json.dumps({"path": path.decode(), "body": body}) + "\n")
+            k = min(2, body.get("max_tokens", 2))
+            c.sendall(SSE + text * k + event({"choices": [], "usage": {"completion_tokens": k}}) + b"data: [DONE]\n\n")
+            return
         if MODE == "hugeline":
             endless(c, SSE + b"data: ")
         elif MODE == "garbage":
