@@ -129,6 +129,8 @@ typedef struct {
     int num_prompts;
     int64_t input_len, output_len;
     bool chat;              /* /v1/chat/completions with text prompts (else completions with token ids) */
+    bool native;            /* sglang's native POST /generate (its bench_serving's default backend): input_ids or
+                               text, sampling_params, the text so far per event and meta_info.completion_tokens */
     bool text_prompts;      /* completions: random text instead of token ids */
     const char *tokenizer;  /* text prompts decoded here from this model folder's tokenizer.json
                                (for servers without /detokenize) [NULL: the server's /detokenize] */

@@ -41,8 +41,8 @@ static void usage(FILE *f) {
             "sglang's bench_serving command lines run as they are: --max-concurrency (= --concurrency),\n"
             "--random-input-len / --random-output-len (= --input-len / --output-len), --host H --port P (in\n"
             "place of --base-url; 127.0.0.1 and 30000 unless given), --backend sglang-oai | vllm | lmdeploy\n"
-            "(completions, the default) or sglang-oai-chat | vllm-chat | lmdeploy-chat (= --chat); sglang's\n"
-            "native /generate is not spoken.\n"
+            "(completions, the default) or sglang-oai-chat | vllm-chat | lmdeploy-chat (= --chat), or sglang |\n"
+            "sglang-native (sglang's POST /generate: input_ids, or text with --text-prompts or a dataset).\n"
             "  --warmup-requests N  N warm-up requests, sent together, each the run's first prompt (sglang's);\n"
             "              0 = --no-warmup [1]\n"
             "  --disable-ignore-eos  requests may end at the model's EOS before their output length\n"
@@ -153,11 +153,16 @@ static int flush_cache(const char *base) {
     return 0;
 }
 
+/* sglang's name of the API spoken (its bench_serving's Backend line) */
+static const char *backend_name(const mr_bench_serve_opts *o) {
+    return o->native ? "sglang" : o->chat ? "openai-chat" : "openai-completions";
+}
+
 static void line(const char *k, double v) { printf("%-40s %-10.2f\n", k, v); }
 
 static void print_table(const mr_bench_serve_result *r, const mr_bench_serve_opts *o) {
     printf("\n============ Serving Benchmark Result ============\n");
-    printf("%-40s %-10s\n", "Backend:", o->chat ? "openai-chat" : "openai-completions");
+    printf("%-40s %-10s\n", "Backend:", backend_name(o));
     if (o->request_rate > 0)
         printf("%-40s %-10.2f\n", "Traffic request rate:", o->request_rate);
     else
@@ -399,10 +404,12 @@ int mr_cmd_bench_serve(int argc, char **argv) {
             const char *b = argv[++i];
             if (!strcmp(b, "sglang-oai-chat") || !strcmp(b, "vllm-chat") || !strcmp(b, "lmdeploy-chat")) {
                 o.chat = true;
+            } else if (!strcmp(b, "sglang") || !strcmp(b, "sglang-native")) {
+                o.native = true;
             } else if (strcmp(b, "sglang-oai") && strcmp(b, "vllm") && strcmp(b, "lmdeploy")) {
-                fprintf(stderr, "moerun bench serve: --backend %s: this bench speaks the OpenAI APIs: sglang-oai, vllm "
-                        "or lmdeploy (/v1/completions), sglang-oai-chat, vllm-chat or lmdeploy-chat "
-                        "(/v1/chat/completions)\n", b);
+                fprintf(stderr, "moerun bench serve: --backend %s: this bench speaks sglang's /generate (sglang, "
+                        "sglang-native) and the OpenAI APIs: sglang-oai, vllm or lmdeploy (/v1/completions), "
+                        "sglang-oai-chat, vllm-chat or lmdeploy-chat (/v1/chat/completions)\n", b);
                 return 2;
             }
         } else if (!strcmp(a, "--output-file")) {
@@ -506,6 +513,11 @@ int mr_cmd_bench_serve(int argc, char **argv) {
                 "http://127.0.0.1:30000)\n");
         return 2;
     }
+    if (o.native && o.chat) {
+        fprintf(stderr, "moerun bench serve: sglang's /generate (--backend sglang) takes no chat messages: drop --chat, or "
+                "use --backend sglang-oai-chat\n");
+        return 2;
+    }
     const bool sharegpt = !strcmp(dataset_name, "sharegpt");
     if (sharegpt && !dataset_path) {
         fprintf(stderr, "moerun bench serve: --dataset-name sharegpt needs --dataset-path FILE (ShareGPT's JSON, e.g. "
@@ -596,7 +608,7 @@ int mr_cmd_bench_serve(int argc, char **argv) {
         int64_t in = 0, out = 0;
         for (int r = 0; r < ds->n; r++) in += ds->rows[r].prompt_len, out += ds->rows[r].output_len;
         printf("bench serve: %s, model '%s', %s, dataset sharegpt %s, concurrency %s\n", o.base_url, model,
-               o.chat ? "chat" : "completions (text)", dataset_path, conc);
+               o.native ? "/generate (text)" : o.chat ? "chat" : "completions (text)", dataset_path, conc);
         printf("dataset: %d rows of %d asked (seed %llu), %lld input and %lld output tokens; of the file's %lld "
                "entries %lld have two turns, %lld are malformed; %lld counted, %lld pruned as too short (< 2 tokens), "
                "%lld as longer than the context (%lld%s)\n", ds->n, so.num, (unsigned long long)o.seed, (long long)in,
@@ -607,7 +619,8 @@ int mr_cmd_bench_serve(int argc, char **argv) {
         o.output_len = 1 << 30; /* the rows' own lengths (the warm-up's within 32) */
     } else {
         printf("bench serve: %s, model '%s', %s, input %lld, output %lld tokens, concurrency %s\n", o.base_url, model,
-               o.chat ? "chat" : o.text_prompts ? "completions (text)" : "completions (token ids)", (long long)o.input_len,
+               o.native ? (o.text_prompts ? "/generate (text)" : "/generate (input_ids)")
+               : o.chat ? "chat" : o.text_prompts ? "completions (text)" : "completions (token ids)", (long long)o.input_len,
                (long long)o.output_len, conc);
     }
     if (extra_text) printf("extra request body: %.300s%s\n", extra_text, strlen(extra_text) > 300 ? " ..." : "");
@@ -660,7 +673,7 @@ int mr_cmd_bench_serve(int argc, char **argv) {
                 json_object_set_new(j, "gsp_system_prompt_len", json_integer(o.prefix_len));
                 json_object_set_new(j, "gsp_num_groups", json_integer(o.prefix_groups));
             }
-            json_object_set_new(j, "backend", json_string(o.chat ? "openai-chat" : "openai-completions"));
+            json_object_set_new(j, "backend", json_string(backend_name(&o)));
             json_object_set_new(j, "dataset_name", json_string(ds ? "sharegpt" : "random"));
             json_object_set_new(j, "ignore_eos", json_boolean(!o.keep_eos));
             if (jsonl_path && !append_line(jsonl_path, j)) rc = 1;
@@ -677,7 +690,7 @@ int mr_cmd_bench_serve(int argc, char **argv) {
     }
     if (json_path && all) {
         json_t *doc = json_pack("{s:s,s:s,s:s,s:s,s:O}", "bench", "serve", "base_url", o.base_url, "model", model,
-                                "backend", o.chat ? "openai-chat" : "openai-completions", "results", all);
+                                "backend", backend_name(&o), "results", all);
         if (doc && ds) {
             json_object_set_new(doc, "dataset", dataset_json(ds, dataset_path, o.seed, sg_out));
         } else if (doc) {

@@ -168,6 +168,8 @@ typedef struct {
     int64_t in_len;       /* its prompt's token count */
     int64_t n_output_events;
     bool has_usage;
+    bool native;          /* sglang's /generate: an event with output is one whose meta_info.completion_tokens
+                             grew; that count is the output length */
     dvec *itl;            /* pooled */
     char err[256];
     int idx;
@@ -228,7 +230,8 @@ static void on_line(flight *f, const char *s, size_t n) {
         const char *m = json_string_value(json_object_get(e, "message"));
         fail_first(f, "the stream reported an error: %s", m ? m : "?");
     } else {
-        if (has_output(ev)) {
+        const json_t *ct = json_object_get(json_object_get(ev, f->native ? "meta_info" : "usage"), "completion_tokens");
+        if (f->native ? json_is_integer(ct) && json_integer_value(ct) > f->output_len : has_output(ev)) {
             f->n_output_events++;
             if (!f->got_first) {
                 f->got_first = true;
@@ -238,8 +241,6 @@ static void on_line(flight *f, const char *s, size_t n) {
             }
             f->t_last_tok = now;
         }
-        const json_t *u = json_object_get(ev, "usage");
-        const json_t *ct = json_object_get(u, "completion_tokens");
         if (ct && !json_is_null(ct)) {
             /* a count the request cannot have produced would make every throughput a fiction */
             const json_int_t v = json_integer_value(ct); /* 0 for a non-integer, refused first */
@@ -304,12 +305,28 @@ static int64_t draw_len(const mr_bench_serve_opts *o, int64_t L, uint64_t *s) {
 }
 
 /* The bench's own fields: greedy, olen tokens whatever the model ends with (unless keep_eos), streamed with
- * the usage chunk. */
-static json_t *base_req(const char *model, int64_t olen, bool keep_eos) {
+ * the usage chunk; on /generate in sampling_params, as sglang's bench_serving sends them. */
+static json_t *base_req(const mr_bench_serve_opts *o, const char *model, int64_t olen) {
+    if (o->native) {
+        json_t *sp = json_pack("{s:f,s:I}", "temperature", 0.0, "max_new_tokens", (json_int_t)olen);
+        if (sp && !o->keep_eos) json_object_set_new(sp, "ignore_eos", json_true());
+        return sp ? json_pack("{s:o,s:b}", "sampling_params", sp, "stream", 1) : NULL;
+    }
     json_t *r = json_pack("{s:s,s:f,s:I,s:b,s:{s:b}}", "model", model, "temperature", 0.0, "max_tokens",
                           (json_int_t)olen, "stream", 1, "stream_options", "include_usage", 1);
-    if (r && !keep_eos) json_object_set_new(r, "ignore_eos", json_true());
+    if (r && !o->keep_eos) json_object_set_new(r, "ignore_eos", json_true());
     return r;
+}
+
+/* The prompt into req: text (chat: the user's message; /generate: "text"; else "prompt"), or, text NULL,
+ * the token ids (consumed; /generate: "input_ids"). */
+static void put_prompt(json_t *req, const mr_bench_serve_opts *o, const char *text, json_t *ids) {
+    if (!text)
+        json_object_set_new(req, o->native ? "input_ids" : "prompt", ids);
+    else if (o->chat)
+        json_object_set_new(req, "messages", json_pack("[{s:s,s:s}]", "role", "user", "content", text));
+    else
+        json_object_set_new(req, o->native ? "text" : "prompt", json_string(text));
 }
 
 /* The body as sent: req (consumed; NULL: out of memory) with the extra fields merged over it, and the limit its
@@ -318,8 +335,11 @@ static mr_status finish_body(json_t *req, json_t *extra, char **body, body_info 
     mr_status st = req ? MR_OK : MR_ENOMEM;
     if (!st && extra && json_object_update(req, extra)) st = MR_ENOMEM;
     if (!st) {
-        json_t *mt = json_object_get(req, "max_completion_tokens"), *nc = json_object_get(req, "n");
+        const json_t *sp = json_object_get(req, "sampling_params"); /* /generate's */
+        const json_t *mt = json_object_get(req, "max_completion_tokens"), *nc = json_object_get(req, "n");
         if (!json_is_integer(mt)) mt = json_object_get(req, "max_tokens");
+        if (!json_is_integer(mt)) mt = json_object_get(sp, "max_new_tokens");
+        if (!nc) nc = json_object_get(sp, "n");
         const int64_t per = json_is_integer(mt) && json_integer_value(mt) > 0 ? (int64_t)json_integer_value(mt) : INT32_MAX;
         const int64_t nn = json_is_integer(nc) && json_integer_value(nc) > 1 && json_integer_value(nc) <= 4096
                                ? (int64_t)json_integer_value(nc) : 1;
@@ -383,11 +403,8 @@ static mr_status make_bodies(const mr_bench_serve_opts *o, const char *model, ch
         if (row) { /* the row's prompt text and output length, within output_len (32 for the warm-up) */
             info[i].in_len = row->prompt_len;
             olen = row->output_len < olen ? row->output_len : olen;
-            json_t *req = base_req(model, olen, o->keep_eos);
-            if (req && o->chat)
-                json_object_set_new(req, "messages", json_pack("[{s:s,s:s}]", "role", "user", "content", row->prompt));
-            else if (req)
-                json_object_set_new(req, "prompt", json_string(row->prompt));
+            json_t *req = base_req(o, model, olen);
+            if (req) put_prompt(req, o, row->prompt, NULL);
             st = finish_body(req, extra, &b[i], &info[i]);
             continue;
         }
@@ -402,7 +419,7 @@ static mr_status make_bodies(const mr_bench_serve_opts *o, const char *model, ch
         }
         for (int64_t k = 0; ids && k < ilen; k++)
             json_array_append_new(ids, json_integer(lo + (json_int_t)(rng(&s) % (uint64_t)(hi - lo))));
-        json_t *req = base_req(model, olen, o->keep_eos);
+        json_t *req = base_req(o, model, olen);
         if (!ids || !req) {
             json_decref(ids);
             json_decref(req);
@@ -417,8 +434,7 @@ static mr_status make_bodies(const mr_bench_serve_opts *o, const char *model, ch
             size_t tn;
             st = v ? mr_tokenizer_decode(tok, v, nid, true, &t, &tn) : MR_ENOMEM;
             free(v);
-            if (!st && o->chat) json_object_set_new(req, "messages", json_pack("[{s:s,s:s}]", "role", "user", "content", t));
-            else if (!st) json_object_set_new(req, "prompt", json_string(t));
+            if (!st) put_prompt(req, o, t, NULL);
             mr_free(t);
             json_decref(ids);
         } else if (o->chat || o->text_prompts) {
@@ -438,17 +454,15 @@ static mr_status make_bodies(const mr_bench_serve_opts *o, const char *model, ch
                 if (http != 200 || !t) {
                     st = mr_error_set(MR_EUNSUPPORTED, "bench serve: /detokenize answered %ld (%.200s): text prompts need "
                                       "a server with a tokenizer", http, resp ? resp : "");
-                } else if (o->chat) {
-                    json_object_set_new(req, "messages", json_pack("[{s:s,s:s}]", "role", "user", "content", t));
                 } else {
-                    json_object_set_new(req, "prompt", json_string(t));
+                    put_prompt(req, o, t, NULL);
                 }
             }
             json_decref(r);
             free(resp);
             json_decref(ids);
         } else {
-            json_object_set_new(req, "prompt", ids);
+            put_prompt(req, o, NULL, ids);
         }
         if (st) json_decref(req);
         else st = finish_body(req, extra, &b[i], &info[i]);
@@ -466,7 +480,9 @@ static mr_status make_bodies(const mr_bench_serve_opts *o, const char *model, ch
 
 static void flight_start(flight *f, const mr_bench_serve_opts *o, const char *body, CURLM *mh) {
     char url[2048];
-    snprintf(url, sizeof url, "%s%s", o->base_url, o->chat ? "/v1/chat/completions" : "/v1/completions");
+    snprintf(url, sizeof url, "%s%s", o->base_url,
+             o->native ? "/generate" : o->chat ? "/v1/chat/completions" : "/v1/completions");
+    f->native = o->native;
     f->h = curl_easy_init();
     f->hd = curl_slist_append(NULL, "Content-Type: application/json");
     curl_easy_setopt(f->h, CURLOPT_URL, url);

@@ -47,6 +47,12 @@ echo '{"max_tokens": 3, "stop_token_ids": [1]}' >"$S/extra.json"
 [ $rc = 0 ] || { bad "--extra-request-body: exit $rc"; tail -3 "$S/outx"; }
 jq -e '.results[0].server_counters_delta.generation_tokens <= 12 and .results[0].completed == 4
        and .extra_request_body.max_tokens == 3' "$S/x.json" >/dev/null || bad "--extra-request-body was not sent as asked"
+# sglang's native /generate on moerun serve: every request completes with its tokens (the server's counters)
+"$M" bench serve --base-url "$SV_URL" --backend sglang --concurrency 3 --num-prompts 6 --input-len 8 --output-len 5 \
+    --vocab 256 --json "$S/gen.json" >"$S/outgen" 2>&1 || bad "--backend sglang: exit $?: $(tail -3 "$S/outgen")"
+jq -e '.backend == "sglang" and (.results[0] | .completed == 6 and .total_output_tokens == 30 and
+       .server_counters_delta.generation_tokens == 30 and .server_counters_delta.prompt_tokens == 48)' "$S/gen.json" >/dev/null ||
+    bad "--backend sglang: $(jq -c '[.backend, .results[0].completed, .results[0].total_output_tokens, .results[0].server_counters_delta.generation_tokens]' "$S/gen.json")"
 # n choices a request: its usage counts them all, within max_tokens x n (not a failure)
 "$M" bench serve --base-url "$SV_URL" --concurrency 2 --num-prompts 2 --input-len 8 --output-len 8 --vocab 256 \
     --extra-request-body '{"n": 2}' --json "$S/n2.json" >"$S/outn" 2>&1 || bad "n 2: $(tail -3 "$S/outn")"
@@ -139,13 +145,19 @@ for _ in $(seq 100); do grep -q '^[0-9]' "$S/hport" 2>/dev/null && break; sleep 
 "$M" bench serve --backend sglang-oai --host 127.0.0.1 --port "$(cat "$S/hport")" --max-concurrency 4 \
     --random-input-len 6 --random-output-len 1 --num-prompts 4 --warmup-requests 0 --vocab 256 \
     --output-file "$S/o.jsonl" >"$S/outr2" 2>&1 || bad "sglang's flags, completions: exit $?: $(tail -2 "$S/outr2")"
+"$M" bench serve --backend sglang --port "$(cat "$S/hport")" --max-concurrency 2 --random-input-len 5 \
+    --random-output-len 3 --num-prompts 2 --no-warmup --vocab 256 >"$S/outr3" 2>&1 ||
+    bad "sglang's flags, /generate: exit $?: $(tail -2 "$S/outr3")"
+grep -q "Total generated tokens: *4 *$" "$S/outr3" || bad "/generate: not 2 x 2 tokens counted: $(grep 'generated' "$S/outr3")"
 kill $hp 2>/dev/null; wait $hp 2>/dev/null
 python3 - "$S/rec.jsonl" "$S/o.jsonl" <<'EOF2' || bad "sglang's flags: the requests sent or the lines written are not as asked"
 import json, sys
 rec = [json.loads(l) for l in open(sys.argv[1])]
 out = [json.loads(l) for l in open(sys.argv[2])]
-ok = len(rec) == 3 + 4 + 4 and len(out) == 2
-warm, run, run2 = rec[:3], rec[3:7], rec[7:]
+ok = len(rec) == 3 + 4 + 4 + 2 and len(out) == 2
+warm, run, run2, gen = rec[:3], rec[3:7], rec[7:11], rec[11:]
+ok &= all(r["path"] == "/generate" and r["body"]["sampling_params"] == {"temperature": 0.0, "max_new_tokens": 3,
+          "ignore_eos": True} and len(r["body"]["input_ids"]) == 5 and r["body"]["stream"] is True for r in gen)
 ok &= all(r["path"] == "/v1/chat/completions" and "ignore_eos" not in r["body"] and r["body"]["max_tokens"] == 5
           for r in warm + run)
 ok &= warm[0]["body"] == warm[1]["body"] == warm[2]["body"]  # the first prompt, three times
@@ -160,7 +172,7 @@ if not ok:
     print(json.dumps(rec)[:1500], json.dumps(out)[:800])
 sys.exit(0 if ok else 1)
 EOF2
-for args in "--backend sglang --port 1" "--backend trt --port 1" "--base-url http://127.0.0.1:1 --host 127.0.0.1" \
+for args in "--backend sglang --chat --port 1" "--backend trt --port 1" "--base-url http://127.0.0.1:1 --host 127.0.0.1" \
             "--port 0" "--port 70000" "--host a/b --port 1" "--port 1 --warmup-requests -1" \
             "--port 1 --output-file $S/no/such/dir/o.jsonl" "--port 1 --random-input-len 0"; do
     "$M" bench serve $args >/dev/null 2>"$S/err"; rc=$?

@@ -8,7 +8,7 @@
 # the rows from the definition, counting tokens with the server's /tokenize over
 # its own HTTP, and checks the bench's --json: the rows in order, what was pruned
 # and skipped, and per concurrency that every request completed with the rows'
-# lengths (the server's counters). Then: chat with --tokenizer (counted here, not
+# lengths (the server's counters). Then: sglang's /generate, chat with --tokenizer (counted here, not
 # by the server), --sharegpt-output-len, a file with fewer rows than asked, a
 # seed that reorders, and bad input (exit 2 for options, 1 for files, no --json
 # left behind).
@@ -49,6 +49,10 @@ grep -q "^dataset: 12 rows of 12 asked (seed 5)" "$S/a.out" || bad "no dataset l
 python3 "$ORACLE" "$S/sg.json" "$SV_URL" 5 12 0 0 "$S/a.json" || bad "sharegpt completions: the oracle disagrees"
 jq -e '.dataset.long_pruned + .dataset.short_pruned >= 0 and .dataset.context_len == 160' "$S/a.json" >/dev/null ||
     bad "the server's context length was not applied"
+# sglang's native /generate: the rows as "text"
+"$M" bench serve --base-url "$SV_URL" --backend sglang --concurrency 2 --num-prompts 8 $SG --seed 3 --json "$S/g.json" \
+    >"$S/g.out" 2>&1 || bad "sharegpt /generate: exit $?: $(tail -3 "$S/g.out")"
+python3 "$ORACLE" "$S/sg.json" "$SV_URL" 3 8 0 0 "$S/g.json" || bad "sharegpt /generate: the oracle disagrees"
 # chat, counted here with the model's tokenizer, a fixed output length; a context length of our own
 "$M" bench serve --base-url "$SV_URL" --concurrency 2 --num-prompts 20 $SG --seed 9 --chat --tokenizer "$MODEL" \
     --sharegpt-output-len 6 --sharegpt-context-len 60 --json "$S/b.json" >"$S/b.out" 2>&1 ||

@@ -10,7 +10,8 @@ input). GET /v1/models answers a model list unless MODE is about it; POST
   garbage     bytes that are not an event stream
   usage_neg   a stream whose usage.completion_tokens is -5
   usage_big   a stream whose usage.completion_tokens is far above max_tokens
-  record      a good stream of min(2, max_tokens) tokens; each request's path and
+  record      a good stream of min(2, max_tokens) tokens (sglang's form on
+              /generate); each request's path and
               body appended to LOG as one JSON line {"path", "body"} (what a
               client sent, for the tests to read)
 Runs until killed; each connection in its own thread."""
@@ -69,6 +70,11 @@ def handle(c):
             body = json.loads(rest[:n])
             with LOCK, open(sys.argv[2], "a") as f:
                 f.write(json.dumps({"path": path.decode(), "body": body}) + "\n")
+            if path == b"/generate":  # sglang's native stream: the text so far and the count, per token
+                k = min(2, body["sampling_params"]["max_new_tokens"])
+                c.sendall(SSE + b"".join(event({"text": "a" * (i + 1), "meta_info": {"completion_tokens": i + 1}})
+                                         for i in range(k)) + b"data: [DONE]\n\n")
+                return
             k = min(2, body.get("max_tokens", 2))
             c.sendall(SSE + text * k + event({"choices": [], "usage": {"completion_tokens": k}}) + b"data: [DONE]\n\n")
             return
