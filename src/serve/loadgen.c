@@ -195,6 +195,11 @@ static bool has_output(const json_t *ev) {
     return json_is_array(ids) && json_array_size(ids) > 0;
 }
 
+/* Did the request get its answer? Output, or a stream that ended whole with its token count before any text
+ * (one without [DONE] has failed already): an answer that stopped at once (the model's EOS first, without
+ * ignore_eos) is a success of no text, whose one event is its first (TTFT = its latency). */
+static bool answered(const flight *f) { return !f->failed && (f->got_first || f->has_usage); }
+
 /* the first reason a request failed is the one it reports */
 static void fail_first(flight *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void fail_first(flight *f, const char *fmt, ...) {
@@ -605,7 +610,7 @@ mr_status mr_bench_serve_run(const mr_bench_serve_opts *o, mr_bench_serve_result
     if (o->warmup) {
         flight w;
         drive(o, bodies, info, NULL, o->num_prompts, 1, 1, &w, &warm_itl);
-        if (w.failed || !w.got_first) {
+        if (!answered(&w)) {
             st = mr_error_set(MR_EIO, "bench serve: the warm-up request failed: %s", w.err[0] ? w.err : "no output");
             goto out;
         }
@@ -618,13 +623,14 @@ mr_status mr_bench_serve_run(const mr_bench_serve_opts *o, mr_bench_serve_result
     for (int i = 0; i < o->num_prompts; i++) {
         flight *f = &fl[i];
         if (f->t_last > t1) t1 = f->t_last;
-        if (f->failed || !f->got_first) {
+        if (!answered(f)) {
             if (!r->first_error[0])
                 snprintf(r->first_error, sizeof r->first_error, "%s", f->err[0] ? f->err : "no output in the stream");
             r->failed++;
             continue;
         }
         double lat = (double)(f->t_last - f->t0) * 1e-9;
+        if (!f->got_first) f->ttft = lat;
         if (!f->has_usage) f->output_len = f->n_output_events; /* one token per event */
         r->completed++;
         r->total_input += f->in_len;

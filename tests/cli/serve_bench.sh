@@ -181,7 +181,8 @@ done
 # a hostile server: what it sends is bounded and checked, and the reason is named (exit 1, no hang)
 for case in "models404|HTTP 404" "modelsbig|larger than 64 MiB" "hugeline|an event line longer than 16 MiB" \
             "garbage|an event is not JSON" "usage_neg|usage.completion_tokens is -5, outside [0, 4]" \
-            "usage_big|usage.completion_tokens is 99999999999, outside [0, 4]"; do
+            "usage_big|usage.completion_tokens is 99999999999, outside [0, 4]" "notext|no output in the stream" \
+            "cutempty|the stream ended without [DONE]"; do
     mode=${case%%|*} want=${case#*|}
     rm -f "$S/hport"
     python3 "$(dirname "$0")/lib/hostile_server.py" "$mode" >"$S/hport" & hp=$!
@@ -192,6 +193,17 @@ for case in "models404|HTTP 404" "modelsbig|larger than 64 MiB" "hugeline|an eve
     [ $rc = 1 ] && grep -qF -- "$want" "$S/outh" || bad "hostile server $mode: exit $rc, want 1 and '$want': $(tail -3 "$S/outh")"
     grep -qE 'Sanitizer|runtime error:' "$S/outh" && bad "hostile server $mode: sanitizer report"
 done
+# an answer that ends at once (the model's EOS first, without ignore_eos) is a success of no text: its TTFT
+# is its latency, its tokens the usage's
+rm -f "$S/hport"
+python3 "$(dirname "$0")/lib/hostile_server.py" eosfirst >"$S/hport" & hp=$!
+for _ in $(seq 100); do grep -q '^[0-9]' "$S/hport" 2>/dev/null && break; sleep 0.1; done
+"$M" bench serve --base-url "http://127.0.0.1:$(cat "$S/hport")" --concurrency 2 --num-prompts 3 --input-len 4 \
+    --output-len 4 --disable-ignore-eos --json "$S/eos.json" >"$S/oute" 2>&1 || bad "eosfirst: exit $?: $(tail -2 "$S/oute")"
+kill $hp 2>/dev/null; wait $hp 2>/dev/null
+jq -e '.results[0] | .completed == 3 and .failed == 0 and .total_output_tokens == 3 and .mean_ttft_ms > 0 and
+       (.mean_ttft_ms - .mean_e2e_latency_ms | fabs) < 0.001' "$S/eos.json" >/dev/null ||
+    bad "eosfirst: $(jq -c '.results[0] | [.completed, .failed, .total_output_tokens, .mean_ttft_ms, .mean_e2e_latency_ms]' "$S/eos.json")"
 clean_log "$S/serve.log" && clean_log "$S/busy.log" || bad "sanitizer report in a server log"
 [ $fails = 0 ] || exit 1
 rm -rf "$S"

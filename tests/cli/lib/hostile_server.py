@@ -10,6 +10,9 @@ input). GET /v1/models answers a model list unless MODE is about it; POST
   garbage     bytes that are not an event stream
   usage_neg   a stream whose usage.completion_tokens is -5
   usage_big   a stream whose usage.completion_tokens is far above max_tokens
+  eosfirst    a stream that ends at once: no text, finish_reason stop, usage 1 token
+  notext      a stream of no text and no usage, [DONE]
+  cutempty    a stream of no text but a usage of 1 token, cut before [DONE]
   record      a good stream of min(2, max_tokens) tokens (sglang's form on
               /generate); each request's path and
               body appended to LOG as one JSON line {"path", "body"} (what a
@@ -82,6 +85,13 @@ def handle(c):
             endless(c, SSE + b"data: ")
         elif MODE == "garbage":
             c.sendall(SSE + b"\x00\xff\xfe garbage\n\ndata: {not json\n\ndata: [DONE]\n\n")
+        elif MODE == "eosfirst":
+            c.sendall(SSE + event({"choices": [{"index": 0, "text": "", "finish_reason": "stop"}]}) +
+                      event({"choices": [], "usage": {"completion_tokens": 1}}) + b"data: [DONE]\n\n")
+        elif MODE == "cutempty":
+            c.sendall(SSE + event({"choices": [], "usage": {"completion_tokens": 1}}))
+        elif MODE == "notext":
+            c.sendall(SSE + event({"choices": [{"index": 0, "text": ""}]}) + b"data: [DONE]\n\n")
         elif MODE in ("usage_neg", "usage_big"):
             ct = -5 if MODE == "usage_neg" else 99999999999
             c.sendall(SSE + text + event({"choices": [], "usage": {"completion_tokens": ct}}) + b"data: [DONE]\n\n")
