@@ -141,6 +141,8 @@ typedef struct {
     int warmup_requests;    /* how many, sent together (sglang's --warmup-requests) [0 or 1: one] */
     bool repeat_first;      /* every request the first one's body (the warm-up: sglang's sends its first request's
                                prompt warmup_requests times) [false] */
+    bool whole;             /* not streamed: each answer one JSON body; TTFT = latency, no ITL (sglang's
+                               --disable-stream) [false] */
     bool keep_eos;          /* no ignore_eos: a request may end at the model's EOS before its output length
                                (sglang's --disable-ignore-eos) [false] */
     double timeout_s;       /* per request [600] */

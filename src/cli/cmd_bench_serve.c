@@ -28,7 +28,7 @@ static void usage(FILE *f) {
             "                          [--dataset-name sharegpt --dataset-path FILE [--sharegpt-output-len O]\n"
             "                           [--sharegpt-context-len C]]\n"
             "                          [--json FILE] [--plot FILE.png] [--output-file FILE.jsonl]\n"
-            "                          [--warmup-requests N] [--disable-ignore-eos]\n\n"
+            "                          [--warmup-requests N] [--disable-ignore-eos] [--disable-stream]\n\n"
             "Serving benchmark with sglang bench_serving's definitions: at each concurrency C, N requests\n"
             "(default 4 x C, at least 16) of L random prompt tokens (default 128) and O output tokens\n"
             "(default 128; ignore_eos, temperature 0, streamed with include_usage), at most C in flight, one\n"
@@ -46,6 +46,7 @@ static void usage(FILE *f) {
             "  --warmup-requests N  N warm-up requests, sent together, each the run's first prompt (sglang's);\n"
             "              0 = --no-warmup [1]\n"
             "  --disable-ignore-eos  requests may end at the model's EOS before their output length\n"
+            "  --disable-stream  answers not streamed: one JSON body each; TTFT is then the latency (sglang's)\n"
             "  --output-file FILE.jsonl  append one JSON line per concurrency as its run ends (sglang's)\n"
             "  --vocab V   token ids are drawn in [10, V) (default: the server's /v1/models max id is not\n"
             "              published, so 1000 unless given)\n"
@@ -381,6 +382,8 @@ int mr_cmd_bench_serve(int argc, char **argv) {
             o.warmup = false;
         } else if (!strcmp(a, "--disable-ignore-eos")) {
             o.keep_eos = true;
+        } else if (!strcmp(a, "--disable-stream")) {
+            o.whole = true;
         } else if (!strcmp(a, "--flush-cache")) {
             flush = true;
         } else if (!v) {
@@ -676,6 +679,7 @@ int mr_cmd_bench_serve(int argc, char **argv) {
             json_object_set_new(j, "backend", json_string(backend_name(&o)));
             json_object_set_new(j, "dataset_name", json_string(ds ? "sharegpt" : "random"));
             json_object_set_new(j, "ignore_eos", json_boolean(!o.keep_eos));
+            json_object_set_new(j, "stream", json_boolean(!o.whole));
             if (jsonl_path && !append_line(jsonl_path, j)) rc = 1;
             json_array_append_new(all, j);
         }

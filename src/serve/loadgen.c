@@ -168,6 +168,7 @@ typedef struct {
     int64_t in_len;       /* its prompt's token count */
     int64_t n_output_events;
     bool has_usage;
+    bool whole;           /* not streamed: line holds the whole answer, read as one event at the end */
     bool native;          /* sglang's /generate: an event with output is one whose meta_info.completion_tokens
                              grew; that count is the output length */
     dvec *itl;            /* pooled */
@@ -183,6 +184,7 @@ static bool has_output(const json_t *ev) {
     const json_t *t = json_object_get(c0, "text");
     if (json_is_string(t) && json_string_length(t)) return true;
     const json_t *d = json_object_get(c0, "delta");
+    if (!d) d = json_object_get(c0, "message"); /* an answer not streamed */
     if (d) {
         const json_t *x = json_object_get(d, "content");
         if (json_is_string(x) && json_string_length(x)) return true;
@@ -212,6 +214,8 @@ static void fail_first(flight *f, const char *fmt, ...) {
     f->failed = true;
 }
 
+static void on_event(flight *f, const json_t *ev, uint64_t now);
+
 static void on_line(flight *f, const char *s, size_t n) {
     while (n && (s[n - 1] == '\r' || s[n - 1] == ' ')) n--;
     if (n == 0) return;
@@ -230,6 +234,12 @@ static void on_line(flight *f, const char *s, size_t n) {
         fail_first(f, "an event is not JSON: %s", je.text);
         return;
     }
+    on_event(f, ev, now);
+    json_decref(ev);
+}
+
+/* One event of the stream (or the whole answer): its output, timed, and its token count. */
+static void on_event(flight *f, const json_t *ev, uint64_t now) {
     const json_t *e = json_object_get(ev, "error");
     if (e) {
         const char *m = json_string_value(json_object_get(e, "message"));
@@ -260,13 +270,19 @@ static void on_line(flight *f, const char *s, size_t n) {
             }
         }
     }
-    json_decref(ev);
 }
 
 static size_t on_data(char *p, size_t sz, size_t nm, void *ud) {
     flight *f = ud;
     const size_t n = sz * nm;
     const char *s = p, *end = p + n;
+    if (f->whole) { /* the answer, read at the end */
+        if (f->line.len + n > MAX_BODY) {
+            fail_first(f, "the answer is larger than 64 MiB");
+            return 0;
+        }
+        return sv_buf_add(&f->line, p, n) ? 0 : n;
+    }
     while (s < end) { /* whole lines straight from curl's buffer; only a partial one is copied */
         const char *nl = memchr(s, '\n', (size_t)(end - s));
         if (f->line.len + (size_t)((nl ? nl : end) - s) > MAX_LINE) {
@@ -315,10 +331,12 @@ static json_t *base_req(const mr_bench_serve_opts *o, const char *model, int64_t
     if (o->native) {
         json_t *sp = json_pack("{s:f,s:I}", "temperature", 0.0, "max_new_tokens", (json_int_t)olen);
         if (sp && !o->keep_eos) json_object_set_new(sp, "ignore_eos", json_true());
-        return sp ? json_pack("{s:o,s:b}", "sampling_params", sp, "stream", 1) : NULL;
+        return sp ? json_pack("{s:o,s:b}", "sampling_params", sp, "stream", !o->whole) : NULL;
     }
-    json_t *r = json_pack("{s:s,s:f,s:I,s:b,s:{s:b}}", "model", model, "temperature", 0.0, "max_tokens",
-                          (json_int_t)olen, "stream", 1, "stream_options", "include_usage", 1);
+    json_t *r = o->whole ? json_pack("{s:s,s:f,s:I,s:b}", "model", model, "temperature", 0.0, "max_tokens",
+                                     (json_int_t)olen, "stream", 0)
+                         : json_pack("{s:s,s:f,s:I,s:b,s:{s:b}}", "model", model, "temperature", 0.0, "max_tokens",
+                                     (json_int_t)olen, "stream", 1, "stream_options", "include_usage", 1);
     if (r && !o->keep_eos) json_object_set_new(r, "ignore_eos", json_true());
     return r;
 }
@@ -488,6 +506,7 @@ static void flight_start(flight *f, const mr_bench_serve_opts *o, const char *bo
     snprintf(url, sizeof url, "%s%s", o->base_url,
              o->native ? "/generate" : o->chat ? "/v1/chat/completions" : "/v1/completions");
     f->native = o->native;
+    f->whole = o->whole;
     f->h = curl_easy_init();
     f->hd = curl_slist_append(NULL, "Content-Type: application/json");
     curl_easy_setopt(f->h, CURLOPT_URL, url);
@@ -534,7 +553,17 @@ static mr_status drive(const mr_bench_serve_opts *o, char **bodies, const body_i
             curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&f);
             long http = 0;
             curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &http);
-            if (f->line.len) on_line(f, f->line.p, f->line.len);
+            if (f->whole && msg->data.result == CURLE_OK && http == 200) { /* the answer, as one event */
+                json_error_t je;
+                json_t *ev = mr__json_loadb(f->line.len ? f->line.p : "", f->line.len, 0, &je, NULL);
+                f->t_last = mr_now_ns(); /* its end: the latency, and the TTFT (sglang's) */
+                if (ev) on_event(f, ev, f->t_last);
+                else fail_first(f, "the answer is not JSON: %s", je.text);
+                json_decref(ev);
+                f->saw_done = true;
+            } else if (f->line.len && !f->whole) {
+                on_line(f, f->line.p, f->line.len);
+            }
             if (msg->data.result != CURLE_OK) {
                 fail_first(f, "%s", curl_easy_strerror(msg->data.result)); /* ours first, if on_data ended it */
             } else if (http != 200) {

@@ -53,6 +53,16 @@ jq -e '.results[0].server_counters_delta.generation_tokens <= 12 and .results[0]
 jq -e '.backend == "sglang" and (.results[0] | .completed == 6 and .total_output_tokens == 30 and
        .server_counters_delta.generation_tokens == 30 and .server_counters_delta.prompt_tokens == 48)' "$S/gen.json" >/dev/null ||
     bad "--backend sglang: $(jq -c '[.backend, .results[0].completed, .results[0].total_output_tokens, .results[0].server_counters_delta.generation_tokens]' "$S/gen.json")"
+# --disable-stream: one JSON answer a request (completions, and /generate), counted from its usage; TTFT is
+# the latency, and there is no ITL
+for be in sglang-oai sglang; do
+    "$M" bench serve --base-url "$SV_URL" --backend $be --disable-stream --concurrency 2 --num-prompts 4 --input-len 8 \
+        --output-len 6 --vocab 256 --json "$S/ns.json" >"$S/outns" 2>&1 || bad "--disable-stream $be: exit $?: $(tail -3 "$S/outns")"
+    jq -e '.results[0] | .completed == 4 and .total_output_tokens == 24 and .server_counters_delta.generation_tokens == 24
+           and .stream == false and (.mean_ttft_ms - .mean_e2e_latency_ms | fabs) < 0.001 and .mean_itl_ms == 0' \
+        "$S/ns.json" >/dev/null || bad "--disable-stream $be: $(jq -c '.results[0] | [.completed, .total_output_tokens,
+        .mean_ttft_ms, .mean_e2e_latency_ms, .mean_itl_ms]' "$S/ns.json")"
+done
 # n choices a request: its usage counts them all, within max_tokens x n (not a failure)
 "$M" bench serve --base-url "$SV_URL" --concurrency 2 --num-prompts 2 --input-len 8 --output-len 8 --vocab 256 \
     --extra-request-body '{"n": 2}' --json "$S/n2.json" >"$S/outn" 2>&1 || bad "n 2: $(tail -3 "$S/outn")"

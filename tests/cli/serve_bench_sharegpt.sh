@@ -53,8 +53,9 @@ jq -e '.dataset.long_pruned + .dataset.short_pruned >= 0 and .dataset.context_le
 "$M" bench serve --base-url "$SV_URL" --backend sglang --concurrency 2 --num-prompts 8 $SG --seed 3 --json "$S/g.json" \
     >"$S/g.out" 2>&1 || bad "sharegpt /generate: exit $?: $(tail -3 "$S/g.out")"
 python3 "$ORACLE" "$S/sg.json" "$SV_URL" 3 8 0 0 "$S/g.json" || bad "sharegpt /generate: the oracle disagrees"
-# chat, counted here with the model's tokenizer, a fixed output length; a context length of our own
-"$M" bench serve --base-url "$SV_URL" --concurrency 2 --num-prompts 20 $SG --seed 9 --chat --tokenizer "$MODEL" \
+# chat (answers not streamed), counted here with the model's tokenizer, a fixed output length; a context
+# length of our own
+"$M" bench serve --base-url "$SV_URL" --concurrency 2 --num-prompts 20 $SG --seed 9 --chat --tokenizer "$MODEL" --disable-stream \
     --sharegpt-output-len 6 --sharegpt-context-len 60 --json "$S/b.json" >"$S/b.out" 2>&1 ||
     bad "sharegpt chat: exit $?: $(tail -3 "$S/b.out")"
 python3 "$ORACLE" "$S/sg.json" "$SV_URL" 9 20 60 6 "$S/b.json" || bad "sharegpt chat: the oracle disagrees"
