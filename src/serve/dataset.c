@@ -46,43 +46,52 @@ static const char *turn(const json_t *e, size_t k, bool *usable, size_t *len) {
     return strlen(s) == *len ? s : NULL; /* a \u0000 inside: not a prompt a server takes as text */
 }
 
-/* Tokens of text: here with the tokenizer, else the server's /tokenize ("count"; *ctx its max_model_len). */
+/* Tokens of text: here with the tokenizer, else the server's /tokenize: vLLM's request ({"prompt"}; moerun
+ * serve answers it) and then, where that is refused (or answered with no token for some text), llama-server's
+ * ({"content", "add_special": true}); *form keeps the one that answered for the next calls. The answer's
+ * "count", else its "tokens"; *ctx its max_model_len where it says one. */
 static mr_status count_tokens(const mr_bench_sharegpt_opts *o, const mr_tokenizer *tok, mr_tok_ids *ids,
-                              const char *text, size_t len, int64_t *n, int64_t *ctx) {
+                              const char *text, size_t len, int *form, int64_t *n, int64_t *ctx) {
     if (tok) {
         ids->n = 0;
         mr_status st = mr_tokenizer_encode(tok, text, len, MR_TOK_ADD_SPECIAL, ids, NULL);
         *n = (int64_t)ids->n;
         return st ? mr_error_set(st, "bench serve: --tokenizer %s: %s", o->tokenizer, mr_error_last()) : MR_OK;
     }
-    json_t *q = json_pack("{s:s%}", "prompt", text, len);
-    char *body = q ? json_dumps(q, JSON_COMPACT) : NULL, *resp = NULL;
-    json_decref(q);
-    long http = 0;
-    mr_status st = body ? mr_http_post(o->base_url, "/tokenize", body, 60, &http, &resp) : MR_ENOMEM;
-    free(body);
-    if (st) {
-        free(resp);
-        return st;
-    }
-    json_error_t je;
-    json_t *r = http == 200 ? json_loads(resp, 0, &je) : NULL;
-    const json_t *c = json_object_get(r, "count"), *m = json_object_get(r, "max_model_len");
-    if (!json_is_integer(c) || json_integer_value(c) < 0) {
-        const json_t *t = json_object_get(r, "tokens");
-        if (!json_is_array(t)) {
-            st = mr_error_set(MR_EUNSUPPORTED, "bench serve: %s/tokenize answered HTTP %ld (%.200s): counting the "
-                              "dataset's tokens needs a server with /tokenize, or --tokenizer DIR", o->base_url, http,
-                              resp ? resp : "");
+    char first[300] = "";
+    for (int f = *form; f < 2; f++) {
+        json_t *q = f ? json_pack("{s:s%,s:b}", "content", text, len, "add_special", 1)
+                      : json_pack("{s:s%}", "prompt", text, len);
+        char *body = q ? json_dumps(q, JSON_COMPACT) : NULL, *resp = NULL;
+        json_decref(q);
+        long http = 0;
+        mr_status st = body ? mr_http_post(o->base_url, "/tokenize", body, 60, &http, &resp) : MR_ENOMEM;
+        free(body);
+        if (st) {
+            free(resp);
+            return st;
         }
-        *n = (int64_t)json_array_size(t);
-    } else {
-        *n = (int64_t)json_integer_value(c);
+        json_error_t je;
+        json_t *r = http == 200 ? json_loads(resp, 0, &je) : NULL;
+        const json_t *c = json_object_get(r, "count"), *t = json_object_get(r, "tokens");
+        const json_t *m = json_object_get(r, "max_model_len");
+        const bool counted = json_is_integer(c) && json_integer_value(c) >= 0;
+        const int64_t k = counted ? (int64_t)json_integer_value(c) : (int64_t)json_array_size(t);
+        const bool ok = (counted || json_is_array(t)) && (k > 0 || len == 0); /* text has a token at least: an
+                                                                                 empty answer read no text */
+        if (ok) {
+            *n = k;
+            if (ctx && json_is_integer(m) && json_integer_value(m) > 0) *ctx = (int64_t)json_integer_value(m);
+            *form = f;
+        } else if (!first[0]) {
+            snprintf(first, sizeof first, "HTTP %ld (%.200s)", http, resp ? resp : "");
+        }
+        json_decref(r);
+        free(resp);
+        if (ok) return MR_OK;
     }
-    if (ctx && json_is_integer(m) && json_integer_value(m) > 0) *ctx = (int64_t)json_integer_value(m);
-    json_decref(r);
-    free(resp);
-    return st;
+    return mr_error_set(MR_EUNSUPPORTED, "bench serve: %s/tokenize answered %s: counting the dataset's tokens needs a "
+                        "server with vLLM's or llama-server's /tokenize, or --tokenizer DIR", o->base_url, first);
 }
 
 void mr_bench_dataset_free(mr_bench_dataset *d) {
@@ -139,11 +148,10 @@ mr_status mr_bench_sharegpt_load(const mr_bench_sharegpt_opts *o, mr_bench_datas
         }
     }
     d->context_len = o->context_len > 0 ? o->context_len : 0;
+    int form = 0; /* the /tokenize request the server answers: found here, on a word */
     if (!st && !o->context_len) { /* the server's context length, where its /tokenize says it */
         int64_t dummy;
-        mr_bench_sharegpt_opts q = *o;
-        q.tokenizer = NULL;
-        if (count_tokens(&q, NULL, NULL, "", 0, &dummy, &d->context_len)) d->context_len = 0;
+        if (count_tokens(o, NULL, NULL, "Hello", 5, &form, &dummy, &d->context_len)) d->context_len = 0, form = 0;
     }
     if (!st && !(d->rows = calloc((size_t)o->num, sizeof *d->rows))) st = MR_ENOMEM;
     for (size_t k = 0; !st && k < nu && d->n < o->num; k++) {
@@ -153,8 +161,8 @@ mr_status mr_bench_sharegpt_load(const mr_bench_sharegpt_opts *o, mr_bench_datas
         const char *p = turn(e, 0, &usable, &l0), *c = turn(e, 1, &usable, &l1);
         int64_t pl, ol = o->fixed_output_len;
         d->visited++;
-        if ((st = count_tokens(o, tok, &ids, p, l0, &pl, NULL))) break;
-        if (!ol && (st = count_tokens(o, tok, &ids, c, l1, &ol, NULL))) break;
+        if ((st = count_tokens(o, tok, &ids, p, l0, &form, &pl, NULL))) break;
+        if (!ol && (st = count_tokens(o, tok, &ids, c, l1, &form, &ol, NULL))) break;
         if (pl < 2 || ol < 2) {
             d->short_pruned++;
         } else if (d->context_len && pl + ol > d->context_len) {

@@ -71,6 +71,23 @@ done
 jq -e --slurpfile b "$S/c2.json" '([.dataset.rows[].source] | sort) == ([$b[0].dataset.rows[].source] | sort) and
       [.dataset.rows[].source] != [$b[0].dataset.rows[].source]' "$S/c1.json" >/dev/null ||
     bad "seeds 1 and 2: not the same rows in another order"
+# a server whose /tokenize takes only llama-server's request ({"content", "add_special"}): the bench counts
+# with that form (lib/hostile_server.py record: a token a word, one more for the special token)
+rm -f "$S/hport"
+python3 "$(dirname "$0")/lib/hostile_server.py" record "$S/rec.jsonl" >"$S/hport" & hp=$!
+for _ in $(seq 100); do grep -q '^[0-9]' "$S/hport" 2>/dev/null && break; sleep 0.1; done
+"$M" bench serve --base-url "http://127.0.0.1:$(cat "$S/hport")" --concurrency 2 --num-prompts 10 $SG --seed 4 \
+    --sharegpt-output-len 2 --json "$S/l.json" >"$S/l.out" 2>&1 || bad "llama-server's /tokenize: exit $?: $(tail -2 "$S/l.out")"
+kill $hp 2>/dev/null; wait $hp 2>/dev/null
+python3 - "$S/sg.json" "$S/l.json" <<'EOF2' || bad "llama-server's /tokenize: the rows are not counted in its form"
+import json, sys
+data, got = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+rows = got["dataset"]["rows"]
+conv = lambda e: e.get("conversations", e.get("conversation"))
+ok = len(rows) == 10 and got["dataset"]["context_len"] == 0 and all(
+    r["prompt_len"] == len(conv(data[r["source"]])[0]["value"].split()) + 1 and r["output_len"] == 2 for r in rows)
+sys.exit(0 if ok else 1)
+EOF2
 # bad options: exit 2
 for args in "--dataset-name sharegpt" "--dataset-name shargpt $SG" "--dataset-path $S/sg.json" \
             "$SG --input-len 8" "$SG --output-len 8" "$SG --random-range-ratio 0.5" "$SG --text-prompts" \

@@ -14,7 +14,9 @@ input). GET /v1/models answers a model list unless MODE is about it; POST
   notext      a stream of no text and no usage, [DONE]
   cutempty    a stream of no text but a usage of 1 token, cut before [DONE]
   record      a good stream of min(2, max_tokens) tokens (sglang's form on
-              /generate); each request's path and
+              /generate); /tokenize in llama-server's form only (a token
+              a word, one more with add_special; none for another form);
+              each request's path and
               body appended to LOG as one JSON line {"path", "body"} (what a
               client sent, for the tests to read)
 Runs until killed; each connection in its own thread."""
@@ -71,6 +73,13 @@ def handle(c):
                 c.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
                 return
             body = json.loads(rest[:n])
+            if path == b"/tokenize":  # llama-server's form only: {"content", "add_special"}; a token a word (and
+                # for a request without "content", no token: the answer of a server that reads no other field)
+                words = len(body.get("content", "").split())
+                toks = json.dumps({"tokens": list(range(words + bool(words and body.get("add_special"))))})
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                          b"Connection: close\r\n\r\n%s" % (len(toks), toks.encode()))
+                return
             with LOCK, open(sys.argv[2], "a") as f:
                 f.write(json.dumps({"path": path.decode(), "body": body}) + "\n")
             if path == b"/generate":  # sglang's native stream: the text so far and the count, per token
