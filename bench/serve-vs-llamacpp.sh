@@ -36,11 +36,15 @@
 # (bench serve's --gsp-system-prompt-len / --gsp-num-groups, sglang's
 # generated-shared-prefix workload: a system prompt per group) before its IN
 # tokens; NPROMPTS=K sends K x max(C, 4) requests per C, so that later waves
-# can reuse what earlier ones cached.
+# can reuse what earlier ones cached. DATASET=F.json takes ShareGPT-shaped
+# conversations instead (bench serve --dataset-name sharegpt, counted with
+# MODEL_DIR's tokenizer, rows longer than DATASET_CTX tokens (1024) skipped,
+# the same rows for both servers; bench/synth_sharegpt.py makes a synthetic
+# one); IN and OUT then do not apply, and DISABLE_EOS=1 lets answers end at EOS.
 # Environment: MOERUN (build/moerun), PEER_PY (the peer venv's python,
 # $PEERS/venv-native/bin/python), LLAMA_SERVER (unset: llama-cpp-python's
 # server), THREADS (2), IN (32), OUT (32), ROUNDS (2), GSP_LEN (0), GSP_GROUPS
-# (1), NPROMPTS (1).
+# (1), NPROMPTS (1), DATASET (none), DATASET_CTX (1024), DISABLE_EOS (0).
 # JSON to bench/results/peer_<TAG>_*.json. Heavy: run it under
 # `flock /tmp/moerun-heavy.lock`.
 set -u
@@ -62,8 +66,12 @@ if why:
 EOF_PY
 THREADS=${THREADS:-2}; IN=${IN:-32}; OUT=${OUT:-32}; ROUNDS=${ROUNDS:-2}
 GSP_LEN=${GSP_LEN:-0}; GSP_GROUPS=${GSP_GROUPS:-1}; NPROMPTS=${NPROMPTS:-1}
+DATASET=${DATASET:-}; DATASET_CTX=${DATASET_CTX:-1024}
 gsp=()
 [ "$GSP_LEN" -gt 0 ] && gsp=(--gsp-system-prompt-len "$GSP_LEN" --gsp-num-groups "$GSP_GROUPS")
+[ -z "$DATASET" ] || [ -f "$DATASET" ] || { echo "serve-vs-llamacpp: DATASET=$DATASET is not a file" >&2; exit 2; }
+eos=()
+[ "${DISABLE_EOS:-0}" = 1 ] && eos=(--disable-ignore-eos)
 R=bench/results
 mkdir -p "$R"
 maxc=$(echo "$CONC" | tr ',' '\n' | sort -n | tail -1)
@@ -73,6 +81,7 @@ pid=
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null' EXIT
 log=$(mktemp)
 ctx=$(((GSP_LEN + IN) * 4 + OUT + 64))
+[ -n "$DATASET" ] && ctx=$((DATASET_CTX + 64))
 
 start() { # who: sets pid, port
     if [ "$1" = moerun ]; then
@@ -106,7 +115,11 @@ if [ -n "$LS" ]; then
 else
     echo "peer: llama-cpp-python $("$PY" -c 'import llama_cpp; print(llama_cpp.__version__)') (python -m llama_cpp.server), $("$PY" -c 'import llama_cpp; print(llama_cpp.llama_print_system_info().decode())' | tr -s ' ' | cut -c1-160)"
 fi
-echo "IN $IN, OUT $OUT, threads $THREADS, $NPROMPTS x max(C, 4) requests per C, shared prefixes: $GSP_GROUPS x $GSP_LEN tokens"
+if [ -n "$DATASET" ]; then
+    echo "dataset $DATASET (rows of at most $DATASET_CTX tokens), threads $THREADS, $NPROMPTS x max(C, 4) requests per C${eos:+, answers may end at EOS}"
+else
+    echo "IN $IN, OUT $OUT, threads $THREADS, $NPROMPTS x max(C, 4) requests per C, shared prefixes: $GSP_GROUPS x $GSP_LEN tokens"
+fi
 for r in $(seq 1 "$ROUNDS"); do
     order="moerun llamacpp"; [ $((r % 2)) = 0 ] && order="llamacpp moerun"
     for who in $order; do
@@ -114,8 +127,13 @@ for r in $(seq 1 "$ROUNDS"); do
         for c in $(echo "$CONC" | tr ',' ' '); do
             n=$c; [ "$n" -lt 4 ] && n=4
             n=$((n * NPROMPTS))
-            "$M" bench serve --base-url "http://127.0.0.1:$port" --concurrency "$c" --num-prompts "$n" --input-len "$IN" \
-                --output-len "$OUT" --text-prompts --tokenizer "$DIR" --vocab "$ids" --seed "$r" "${gsp[@]}" \
+            if [ -n "$DATASET" ]; then
+                prompts=(--dataset-name sharegpt --dataset-path "$DATASET" --sharegpt-context-len "$DATASET_CTX")
+            else
+                prompts=(--input-len "$IN" --output-len "$OUT" --text-prompts --vocab "$ids" "${gsp[@]}")
+            fi
+            "$M" bench serve --base-url "http://127.0.0.1:$port" --concurrency "$c" --num-prompts "$n" "${prompts[@]}" \
+                --tokenizer "$DIR" --seed "$r" "${eos[@]}" \
                 --json "$R/peer_${TAG}_${who}_c${c}_$r.json" >"$log.out" 2>&1 || { echo "$who C=$c failed:"; tail -5 "$log.out"; }
             echo "round $r C $c $who: $(grep -E 'Output token throughput' "$log.out" | awk '{print $NF}') tok/s, $(grep 'Total generated tokens:' "$log.out" | awk '{print $NF}') tokens, TTFT p50 $(grep 'Median TTFT' "$log.out" | awk '{print $NF}') ms, ITL p50 $(grep 'Median ITL' "$log.out" | awk '{print $NF}') ms"
         done

@@ -229,7 +229,7 @@ static void on_line(flight *f, const char *s, size_t n) {
         return;
     }
     json_error_t je;
-    json_t *ev = mr__json_loadb(s, n, 0, &je, NULL);
+    json_t *ev = mr__json_loadb(s, n, JSON_ALLOW_NUL, &je, NULL); /* a model may well write a NUL byte */
     if (!ev) {
         fail_first(f, "an event is not JSON: %s", je.text);
         return;
@@ -555,7 +555,7 @@ static mr_status drive(const mr_bench_serve_opts *o, char **bodies, const body_i
             curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &http);
             if (f->whole && msg->data.result == CURLE_OK && http == 200) { /* the answer, as one event */
                 json_error_t je;
-                json_t *ev = mr__json_loadb(f->line.len ? f->line.p : "", f->line.len, 0, &je, NULL);
+                json_t *ev = mr__json_loadb(f->line.len ? f->line.p : "", f->line.len, JSON_ALLOW_NUL, &je, NULL);
                 f->t_last = mr_now_ns(); /* its end: the latency, and the TTFT (sglang's) */
                 if (ev) on_event(f, ev, f->t_last);
                 else fail_first(f, "the answer is not JSON: %s", je.text);

@@ -203,6 +203,14 @@ for case in "models404|HTTP 404" "modelsbig|larger than 64 MiB" "hugeline|an eve
     [ $rc = 1 ] && grep -qF -- "$want" "$S/outh" || bad "hostile server $mode: exit $rc, want 1 and '$want': $(tail -3 "$S/outh")"
     grep -qE 'Sanitizer|runtime error:' "$S/outh" && bad "hostile server $mode: sanitizer report"
 done
+# a NUL byte in the text is output like any other (random weights write one now and then)
+rm -f "$S/hport"
+python3 "$(dirname "$0")/lib/hostile_server.py" nultext >"$S/hport" & hp=$!
+for _ in $(seq 100); do grep -q '^[0-9]' "$S/hport" 2>/dev/null && break; sleep 0.1; done
+"$M" bench serve --base-url "http://127.0.0.1:$(cat "$S/hport")" --concurrency 2 --num-prompts 3 --input-len 4 \
+    --output-len 4 --json "$S/nul.json" >"$S/outn0" 2>&1 || bad "nultext: exit $?: $(grep -i fail "$S/outn0" | head -2)"
+kill $hp 2>/dev/null; wait $hp 2>/dev/null
+jq -e '.results[0] | .completed == 3 and .total_output_tokens == 6' "$S/nul.json" >/dev/null || bad "nultext: not 3 x 2 tokens"
 # an answer that ends at once (the model's EOS first, without ignore_eos) is a success of no text: its TTFT
 # is its latency, its tokens the usage's
 rm -f "$S/hport"

@@ -10,6 +10,7 @@ input). GET /v1/models answers a model list unless MODE is about it; POST
   garbage     bytes that are not an event stream
   usage_neg   a stream whose usage.completion_tokens is -5
   usage_big   a stream whose usage.completion_tokens is far above max_tokens
+  nultext     a good stream whose text holds a NUL byte (a model may write one)
   eosfirst    a stream that ends at once: no text, finish_reason stop, usage 1 token
   notext      a stream of no text and no usage, [DONE]
   cutempty    a stream of no text but a usage of 1 token, cut before [DONE]
@@ -94,6 +95,9 @@ def handle(c):
             endless(c, SSE + b"data: ")
         elif MODE == "garbage":
             c.sendall(SSE + b"\x00\xff\xfe garbage\n\ndata: {not json\n\ndata: [DONE]\n\n")
+        elif MODE == "nultext":
+            c.sendall(SSE + event({"choices": [{"index": 0, "text": "a\u0000"}]}) * 2 +
+                      event({"choices": [], "usage": {"completion_tokens": 2}}) + b"data: [DONE]\n\n")
         elif MODE == "eosfirst":
             c.sendall(SSE + event({"choices": [{"index": 0, "text": "", "finish_reason": "stop"}]}) +
                       event({"choices": [], "usage": {"completion_tokens": 1}}) + b"data: [DONE]\n\n")
