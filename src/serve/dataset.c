@@ -27,13 +27,6 @@
 #include "moerun/text.h"
 #include "serve/serve_internal.h"
 
-static uint64_t splitmix(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 /* The text of turn k of a usable entry, NULL where the entry has another shape (*usable: it has two turns). */
 static const char *turn(const json_t *e, size_t k, bool *usable, size_t *len) {
     const json_t *c = json_object_get(e, "conversations");
@@ -142,7 +135,7 @@ mr_status mr_bench_sharegpt_load(const mr_bench_sharegpt_opts *o, mr_bench_datas
     if (!st) { /* Fisher-Yates from the top */
         uint64_t s = o->seed * 0x9E3779B97F4A7C15ull + 0x5EED;
         for (size_t i = nu; i > 1; i--) {
-            const size_t j = (size_t)(splitmix(&s) % (uint64_t)i), t = order[i - 1];
+            const size_t j = (size_t)(sv_splitmix64(&s) % (uint64_t)i), t = order[i - 1];
             order[i - 1] = order[j];
             order[j] = t;
         }

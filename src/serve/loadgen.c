@@ -304,12 +304,6 @@ static size_t on_data(char *p, size_t sz, size_t nm, void *ud) {
 
 /* ---- prompts ---- */
 
-static uint64_t rng(uint64_t *s) { /* splitmix64 */
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 
 /* What the bench knows of a request body: its prompt's token count, and the most completion tokens
  * its usage may report (max_tokens, or max_completion_tokens, times n, after --extra-request-body) */
@@ -322,7 +316,7 @@ static int64_t draw_len(const mr_bench_serve_opts *o, int64_t L, uint64_t *s) {
     if (!o->random_lengths) return L;
     int64_t lo = (int64_t)floor((double)L * o->range_ratio);
     if (lo < 1) lo = 1;
-    return lo + (int64_t)(rng(s) % (uint64_t)(L - lo + 1));
+    return lo + (int64_t)(sv_splitmix64(s) % (uint64_t)(L - lo + 1));
 }
 
 /* The bench's own fields: greedy, olen tokens whatever the model ends with (unless keep_eos), streamed with
@@ -438,10 +432,10 @@ static mr_status make_bodies(const mr_bench_serve_opts *o, const char *model, ch
             uint64_t sp = o->seed * 0xA24BAED4963EE407ull + 17 +
                           0x9FB21C651E98DF25ull * (uint64_t)(i % (o->prefix_groups > 0 ? o->prefix_groups : 1));
             for (int64_t k = 0; ids && k < plen; k++)
-                json_array_append_new(ids, json_integer(lo + (json_int_t)(rng(&sp) % (uint64_t)(hi - lo))));
+                json_array_append_new(ids, json_integer(lo + (json_int_t)(sv_splitmix64(&sp) % (uint64_t)(hi - lo))));
         }
         for (int64_t k = 0; ids && k < ilen; k++)
-            json_array_append_new(ids, json_integer(lo + (json_int_t)(rng(&s) % (uint64_t)(hi - lo))));
+            json_array_append_new(ids, json_integer(lo + (json_int_t)(sv_splitmix64(&s) % (uint64_t)(hi - lo))));
         json_t *req = base_req(o, model, olen);
         if (!ids || !req) {
             json_decref(ids);
@@ -622,7 +616,7 @@ mr_status mr_bench_serve_run(const mr_bench_serve_opts *o, mr_bench_serve_result
         uint64_t sa = o->seed * 0x94D049BB133111EBull + 13;
         arrive[0] = 0.0;
         for (int i = 1; i < o->num_prompts; i++) {
-            const double u = (double)(rng(&sa) >> 11) * (1.0 / 9007199254740992.0); /* [0, 1) */
+            const double u = (double)(sv_splitmix64(&sa) >> 11) * (1.0 / 9007199254740992.0); /* [0, 1) */
             arrive[i] = arrive[i - 1] - log1p(-u) / o->request_rate;
         }
         r->last_arrival_s = arrive[o->num_prompts - 1];

@@ -629,4 +629,12 @@ void sv_sglang_param(sv_error *e);
 json_t *sv_sglang_object(const char *id, const char *text, size_t n, const int32_t *ids, int64_t n_ids, const char *reason,
                          const char *matched, int32_t matched_id, int64_t prompt, int64_t completion, int64_t cached);
 
+/* The load generator's (and its datasets') random numbers: splitmix64, the next of state *s. */
+static inline uint64_t sv_splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
 #endif
