@@ -124,6 +124,7 @@ void mr_server_close(mr_server *s);
  * that sends no usage: the number of events with output). */
 typedef struct {
     const char *base_url;   /* e.g. http://127.0.0.1:30000 */
+    const char *api_key;    /* sent as "Authorization: Bearer KEY" on every request [NULL: none] */
     const char *model;      /* "model" of the requests [the first of /v1/models] */
     int concurrency;
     int num_prompts;
@@ -157,9 +158,31 @@ typedef struct {
                                prefix_groups random prefixes of this many tokens (request i: group i mod
                                prefix_groups), then its own input_len tokens [0: none] */
     int prefix_groups;      /* [1 with prefix_len] */
+    int prompts_per_group;  /* sglang's dataset as its --dataset-name generated-shared-prefix makes it: num_prompts =
+                               prefix_groups x prompts_per_group requests, each group's prompts_per_group in a seeded
+                               shuffled order [0: request i in group i mod prefix_groups] */
+    bool return_logprob;    /* /generate: ask for the output's log-probabilities (sglang's --return-logprob) */
+    bool details;           /* keep each request's lengths, TTFT, ITLs, text and error in the result (sglang's
+                               --output-details) [false] */
     const struct mr_bench_dataset *dataset; /* the prompts and output lengths of these rows (request i: row i; the
                                warm-up: row 0) in place of random ones; output_len then caps each row's [NULL] */
+    bool dataset_tokens;    /* with dataset: the rows give only the token ids of the random prompts, each row's ids
+                               repeated and cut to the drawn input length (sglang's random dataset over ShareGPT);
+                               the lengths are drawn as without a dataset [false] */
 } mr_bench_serve_opts;
+
+/* One request of a run, as sglang's --output-details records it. */
+typedef struct {
+    int64_t input_len;   /* its prompt's tokens */
+    int64_t output_len;  /* its output's tokens (0 for a failed request, as sglang counts it) */
+    double ttft_s;       /* seconds to its first output (0 for a failed request) */
+    double *itl_s;       /* [n_itl] seconds between its later output events */
+    size_t n_itl;
+    char *text;          /* [text_len] its output: completions' text, chat's reasoning_content and content,
+                            /generate's text (NUL-terminated; a NUL the model wrote may come before the end) */
+    size_t text_len;
+    char error[256];     /* why it failed, "" when it did not */
+} mr_bench_request;
 
 typedef struct {
     int concurrency, completed, failed;
@@ -173,7 +196,9 @@ typedef struct {
     double e2e_mean, e2e_median, e2e_p99, e2e_std;
     char first_error[256];  /* what the first failed request said */
     double last_arrival_s;  /* when the last request was due to arrive (0 at request rate inf) */
+    mr_bench_request *requests; /* [completed + failed] in request order, with details; else NULL */
 } mr_bench_serve_result;
+void mr_bench_serve_result_free(mr_bench_serve_result *r); /* its requests; the struct stays */
 
 /* sglang's ShareGPT dataset (src/serve/dataset.c says how it is sampled): rows of a real conversation's first
  * turn (the prompt) and the token count of its second (the output length). */
@@ -182,6 +207,7 @@ typedef struct {
     int64_t prompt_len;  /* its tokens (the tokenizer's encode with special tokens, as sglang counts them) */
     int64_t output_len;  /* the second turn's tokens, or the fixed output length */
     int64_t source;      /* the conversation's index in the file's array */
+    int32_t *ids;        /* [prompt_len]: the prompt's token ids, sent in place of its text (tokenize_prompt) */
 } mr_bench_row;
 typedef struct mr_bench_dataset {
     mr_bench_row *rows;  /* [n], in the shuffled order */
@@ -201,6 +227,14 @@ typedef struct {
                                  max_model_len, where its /tokenize says it; -1: none] */
     const char *tokenizer;    /* a model folder whose tokenizer.json counts the tokens [NULL: the server's /tokenize] */
     const char *base_url;     /* the server */
+    const char *api_key;      /* its key, for /tokenize [NULL: none] */
+    bool apply_chat_template; /* each prompt the chat template's rendering of it as one user message, with the
+                                 generation prompt and without the BOS token's text (sglang's
+                                 --apply-chat-template); needs tokenizer [false] */
+    bool tokenize_prompt;     /* keep each row's token ids (the tokenizer's, or the server's /tokenize
+                                 "tokens"), to be sent in place of the text (sglang's --tokenize-prompt) [false] */
+    bool prompts_only;        /* the source of sglang's random dataset: each row a first turn's token ids (kept), pruned
+                                 only when it has none; no output counted (output_len 0), no context rule [false] */
 } mr_bench_sharegpt_opts;
 mr_status mr_bench_sharegpt_load(const mr_bench_sharegpt_opts *o, mr_bench_dataset **out);
 void mr_bench_dataset_free(mr_bench_dataset *d); /* NULL ok */
@@ -213,11 +247,13 @@ mr_status mr_bench_serve_run(const mr_bench_serve_opts *o, mr_bench_serve_result
  * any timing (for a caller that reads the server's counters in between); an error when none succeeds. */
 mr_status mr_bench_serve_warmup(const mr_bench_serve_opts *o);
 /* GETs base_url + path into a NUL-terminated malloc'd buffer (*body, free
- * with free()); *http gets the status. Used for /metrics and /v1/models. */
-mr_status mr_http_get(const char *base_url, const char *path, double timeout_s, long *http, char **body);
+ * with free()); *http gets the status. Used for /metrics and /v1/models.
+ * api_key: sent as "Authorization: Bearer KEY" [NULL: none]. */
+mr_status mr_http_get(const char *base_url, const char *path, const char *api_key, double timeout_s, long *http,
+                      char **body);
 /* POSTs the JSON text json to base_url + path, as mr_http_get reads the answer. */
-mr_status mr_http_post(const char *base_url, const char *path, const char *json, double timeout_s, long *http,
-                       char **body);
+mr_status mr_http_post(const char *base_url, const char *path, const char *json, const char *api_key,
+                       double timeout_s, long *http, char **body);
 /* Percentile of v[0..n) with linear interpolation between closest ranks
  * (numpy's default); sorts v. 0 when n == 0. */
 double mr_percentile(double *v, size_t n, double pct);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -22,11 +23,13 @@ static void usage(FILE *f) {
             "usage: moerun bench serve --base-url URL [--concurrency 1,16,64,128] [--num-prompts N]\n"
             "                          [--input-len L] [--output-len O] [--chat] [--text-prompts]\n"
             "                          [--model NAME] [--vocab V] [--seed S] [--timeout S] [--no-warmup] [--flush-cache]\n"
+            "                          [--api-key KEY]\n"
             "                          [--tokenizer DIR] [--extra-request-body JSON|@FILE]\n"
             "                          [--request-rate R] [--random-range-ratio X]\n"
             "                          [--gsp-system-prompt-len P --gsp-num-groups G]\n"
+            "                          [--dataset-name generated-shared-prefix [--gsp-*]]\n"
             "                          [--dataset-name sharegpt --dataset-path FILE [--sharegpt-output-len O]\n"
-            "                           [--sharegpt-context-len C]]\n"
+            "                           [--sharegpt-context-len C] [--apply-chat-template] [--tokenize-prompt]]\n"
             "                          [--json FILE] [--plot FILE.png] [--output-file FILE.jsonl]\n"
             "                          [--warmup-requests N] [--disable-ignore-eos] [--disable-stream]\n\n"
             "Serving benchmark with sglang bench_serving's definitions: at each concurrency C, N requests\n"
@@ -48,6 +51,12 @@ static void usage(FILE *f) {
             "  --disable-ignore-eos  requests may end at the model's EOS before their output length\n"
             "  --disable-stream  answers not streamed: one JSON body each; TTFT is then the latency (sglang's)\n"
             "  --output-file FILE.jsonl  append one JSON line per concurrency as its run ends (sglang's)\n"
+            "  --output-details  each request's input_lens, output_lens, ttfts, itls (seconds), generated_texts\n"
+            "              and errors in those lines and in --json's results (sglang's); --disable-tqdm is accepted\n"
+            "  --return-logprob  /generate requests ask for the output's log-probabilities (sglang's)\n"
+            "  --api-key KEY  sent as Authorization: Bearer KEY on every request, /metrics and /tokenize too,\n"
+            "              for a server started with an API key [the environment's OPENAI_API_KEY, as sglang's\n"
+            "              and vLLM's benchmarks read it; the key is never printed]\n"
             "  --vocab V   token ids are drawn in [10, V) (default: the server's /v1/models max id is not\n"
             "              published, so 1000 unless given)\n"
             "  --extra-request-body JSON|@FILE  a JSON object merged into every request, its keys replacing\n"
@@ -61,19 +70,34 @@ static void usage(FILE *f) {
             "  --random-range-ratio X  each request's input and output lengths uniform in\n"
             "              [max(1, floor(L * X)), L] and [max(1, floor(O * X)), O], from --seed (sglang's random\n"
             "              dataset; its default is 0) [fixed lengths L and O]\n"
-            "  --gsp-system-prompt-len P, --gsp-num-groups G  sglang's generated-shared-prefix dataset: each\n"
+            "  --gsp-system-prompt-len P, --gsp-num-groups G  shared prefixes on random prompts: each\n"
             "              prompt is one of G random P-token prefixes (request i: group i mod G) followed by its\n"
             "              own L tokens, to measure a server's prefix cache [P 0: no prefix; G 1]\n"
-            "  --dataset-name random|sharegpt  random: the prompts above [the default]; sharegpt: sglang's default\n"
-            "              dataset, real conversations from --dataset-path FILE (ShareGPT's JSON, e.g.\n"
-            "              ShareGPT_V3_unfiltered_cleaned_split.json; nothing is downloaded): each prompt is a\n"
+            );
+    fprintf(f,
+            "  --dataset-name generated-shared-prefix  sglang's dataset of that name: G x Q requests\n"
+            "              (--gsp-prompts-per-group Q), each a group's P-token system prompt and its own\n"
+            "              --gsp-question-len tokens, --gsp-output-len tokens out, in a shuffled order; every\n"
+            "              concurrency runs all [G 8, Q 8, P 512, question 64, output 64: sglang's 64, 16, 2048,\n"
+            "              128, 256 are sized for GPUs]\n"
+            "  --dataset-name random|sharegpt  random (sglang's random-ids): the prompts above [the default];\n"
+            "              with --dataset-path FILE (sglang's random): each prompt a conversation's first turn,\n"
+            "              its tokens repeated and cut to the drawn length (real text for the router)\n"
+            "              sharegpt: sglang's default dataset, real conversations from --dataset-path FILE\n"
+            "              (ShareGPT's JSON, e.g. ShareGPT_V3_unfiltered_cleaned_split.json; nothing is\n"
+            "              downloaded): each prompt is a\n"
             "              conversation's first turn as text, its output length the token count of its second,\n"
             "              the conversations shuffled from --seed, those with a prompt or output under 2 tokens,\n"
             "              or longer together than the context, skipped (as sglang samples them); counted by the\n"
             "              server's /tokenize, or by --tokenizer DIR. N rows are drawn once (default 4 x the\n"
             "              largest C, at least 16); each concurrency runs its first N\n"
             "  --sharegpt-output-len O  every output O tokens (>= 2) [the second turn's length]\n"
-            "  --sharegpt-context-len C  skip rows of prompt + output > C [the server's max_model_len]\n");
+            "  --sharegpt-context-len C  skip rows of prompt + output > C [the server's max_model_len]\n"
+            "  --apply-chat-template  each prompt rendered first by the chat template of --tokenizer DIR as one\n"
+            "              user message with the generation prompt, the BOS token's text taken out (sglang's;\n"
+            "              for completions and /generate: a chat request is rendered by the server)\n"
+            "  --tokenize-prompt  send each row's token ids (those counted) in place of its text (sglang's):\n"
+            "              the server runs exactly the lengths counted (random prompts are ids already)\n");
 }
 
 /* The value of the first series named `name` (with any labels) in a
@@ -107,11 +131,11 @@ typedef struct {
         q_sum, q_n, rej, steps, step_s[4]; /* engine steps, and their seconds: schedule, forward, sample, complete */
 } counters;
 
-static void read_counters(const char *base, counters *c) {
+static void read_counters(const char *base, const char *key, counters *c) {
     long http = 0;
     char *t = NULL;
     memset(c, 0, sizeof *c);
-    if (mr_http_get(base, "/metrics", 30, &http, &t) || http != 200) {
+    if (mr_http_get(base, "/metrics", key, 30, &http, &t) || http != 200) {
         free(t);
         t = NULL;
     }
@@ -141,10 +165,10 @@ static void read_counters(const char *base, counters *c) {
 
 /* --flush-cache: the server's prefix cache dropped before a run (sglang's /flush_cache, which moerun serve
  * and sglang answer); 1 with the reason printed when it was not. */
-static int flush_cache(const char *base) {
+static int flush_cache(const char *base, const char *key) {
     long http = 0;
     char *body = NULL;
-    if (mr_http_post(base, "/flush_cache", "", 60, &http, &body) || http != 200) {
+    if (mr_http_post(base, "/flush_cache", "", key, 60, &http, &body) || http != 200) {
         fprintf(stderr, "moerun bench serve: --flush-cache: POST %s/flush_cache: %s%.300s\n", base,
                 http ? "" : mr_error_last(), body ? body : "");
         free(body);
@@ -347,17 +371,81 @@ static bool append_line(const char *path, const json_t *j) {
 
 /* The dataset as --json records it: where it came from, what the sampling kept and pruned, and each row's
  * conversation (its index in the file) and lengths, in the order sent. */
-static json_t *dataset_json(const mr_bench_dataset *d, const char *path, uint64_t seed, long fixed_out) {
+static json_t *dataset_json(const mr_bench_dataset *d, const mr_bench_sharegpt_opts *so, long fixed_out) {
     json_t *rows = json_array();
     for (int i = 0; rows && i < d->n; i++)
         json_array_append_new(rows, json_pack("{s:I,s:I,s:I}", "source", (json_int_t)d->rows[i].source, "prompt_len",
                                               (json_int_t)d->rows[i].prompt_len, "output_len",
                                               (json_int_t)d->rows[i].output_len));
-    return json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:o}", "name", "sharegpt", "path", path, "seed",
-                     (json_int_t)seed, "sharegpt_output_len", (json_int_t)fixed_out, "context_len",
+    return json_pack("{s:s,s:s,s:I,s:b,s:b,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:o}", "name", so->prompts_only ? "random" : "sharegpt", "path",
+                     so->path, "seed", (json_int_t)so->seed, "apply_chat_template", so->apply_chat_template,
+                     "tokenize_prompt", so->tokenize_prompt, "sharegpt_output_len", (json_int_t)fixed_out, "context_len",
                      (json_int_t)d->context_len, "entries", (json_int_t)d->entries, "usable", (json_int_t)d->usable,
                      "malformed", (json_int_t)d->malformed, "visited", (json_int_t)d->visited, "short_pruned",
                      (json_int_t)d->short_pruned, "long_pruned", (json_int_t)d->long_pruned, "rows", rows);
+}
+
+/* sglang's --output-details: each request's lengths, TTFT and ITLs (seconds), text and error, under its keys,
+ * in request order; 1 when out of memory. */
+static int details_json(json_t *j, const mr_bench_serve_result *r) {
+    json_t *in = json_array(), *out = json_array(), *tt = json_array(), *it = json_array(), *tx = json_array(),
+           *er = json_array();
+    int bad = !in || !out || !tt || !it || !tx || !er;
+    for (int i = 0; !bad && i < r->completed + r->failed; i++) {
+        const mr_bench_request *q = &r->requests[i];
+        json_t *gaps = json_array();
+        for (size_t g = 0; gaps && g < q->n_itl; g++) bad |= json_array_append_new(gaps, json_real(q->itl_s[g]));
+        bad |= !gaps || json_array_append_new(it, gaps) || json_array_append_new(in, json_integer(q->input_len)) ||
+               json_array_append_new(out, json_integer(q->output_len)) ||
+               json_array_append_new(tt, json_real(q->ttft_s)) || json_array_append_new(er, json_string(q->error));
+        json_t *t = json_stringn(q->text ? q->text : "", q->text_len); /* each event's text was UTF-8 */
+        bad |= json_array_append_new(tx, t ? t : json_string("")) != 0;
+    }
+    bad |= json_object_set_new(j, "input_lens", in) | json_object_set_new(j, "output_lens", out) |
+           json_object_set_new(j, "ttfts", tt) | json_object_set_new(j, "itls", it) |
+           json_object_set_new(j, "generated_texts", tx) | json_object_set_new(j, "errors", er);
+    return bad ? (fprintf(stderr, "moerun bench serve: --output-details: out of memory\n"), 1) : 0;
+}
+
+/* A key that can go in a header line as it is: visible ASCII (RFC 9110's token68 and the keys servers issue,
+ * which never hold spaces or control characters), not empty, not huge. */
+static bool api_key_ok(const char *k) {
+    size_t n = 0;
+    for (; k[n]; n++)
+        if ((unsigned char)k[n] <= 0x20 || (unsigned char)k[n] >= 0x7f || n >= 4096) return false;
+    return n > 0;
+}
+
+/* The server's root from --base-url: an http(s) URL (HOST:PORT alone: http) without a query or fragment,
+ * its trailing slashes dropped, and the "/v1" an OpenAI client's base URL ends with (the bench adds /v1/... itself, and
+ * /metrics, /tokenize and /generate live at the root); 1 with the reason printed when it is no such URL. */
+static int server_root(const char *url, char *root, size_t cap) {
+    const bool bare = !strstr(url, "://"); /* HOST:PORT, as curl takes it: http */
+    const size_t n = strlen(url) + (bare ? 7 : 0);
+    const char *why = NULL;
+    if (!bare && strncasecmp(url, "http://", 7) && strncasecmp(url, "https://", 8))
+        why = "is not an http:// or https:// URL";
+    else if (n >= cap)
+        why = "is too long";
+    else if (strpbrk(url, "?#"))
+        why = "has a query or a fragment (the bench appends the API's paths to it)";
+    for (size_t i = 0; !why && url[i]; i++)
+        if ((unsigned char)url[i] <= 0x20 || (unsigned char)url[i] >= 0x7f) why = "holds a space, a control or a non-ASCII byte";
+    if (why) {
+        fprintf(stderr, "moerun bench serve: --base-url '%.200s' %s\n", url, why);
+        return 1;
+    }
+    snprintf(root, cap, "%s%s", bare ? "http://" : "", url);
+    size_t k = n;
+    while (k > 8 && root[k - 1] == '/') root[--k] = 0;
+    if (k > 10 && !strcmp(root + k - 3, "/v1")) {
+        k -= 3;
+        root[k] = 0;
+        while (k > 8 && root[k - 1] == '/') root[--k] = 0;
+        fprintf(stderr, "moerun bench serve: --base-url: %s is taken as the server's root (an OpenAI client's "
+                "base URL ends with /v1; the bench adds /v1/... itself)\n", root);
+    }
+    return 0;
 }
 
 int mr_cmd_bench_serve(int argc, char **argv) {
@@ -365,8 +453,13 @@ int mr_cmd_bench_serve(int argc, char **argv) {
                              .output_len = 128};
     const char *conc = "1,16,64,128", *json_path = NULL, *plot_path = NULL, *extra_arg = NULL;
     const char *dataset_name = "random", *dataset_path = NULL, *host = NULL, *jsonl_path = NULL;
+    const char *key_from = NULL; /* where the API key came from (its value is never printed) */
     int port = 0;
     bool flush = false, random_only = false; /* random_only: an option of the random prompts was given */
+    bool chat_tmpl = false, tok_prompt = false; /* --apply-chat-template, --tokenize-prompt */
+    bool gsp_sys = false, len_given = false;    /* --gsp-system-prompt-len; a random prompt or output length */
+    bool vocab_given = false;
+    long gsp_per = 0, gsp_q = 0, gsp_out = 0;   /* the generated-shared-prefix dataset's own */
     long num = 0, sg_out = 0, sg_ctx = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -384,6 +477,16 @@ int mr_cmd_bench_serve(int argc, char **argv) {
             o.keep_eos = true;
         } else if (!strcmp(a, "--disable-stream")) {
             o.whole = true;
+        } else if (!strcmp(a, "--output-details")) {
+            o.details = true;
+        } else if (!strcmp(a, "--return-logprob")) {
+            o.return_logprob = true;
+        } else if (!strcmp(a, "--disable-tqdm")) {
+            /* sglang's: no progress bar is drawn here */
+        } else if (!strcmp(a, "--apply-chat-template")) {
+            chat_tmpl = true;
+        } else if (!strcmp(a, "--tokenize-prompt")) {
+            tok_prompt = true;
         } else if (!strcmp(a, "--flush-cache")) {
             flush = true;
         } else if (!v) {
@@ -393,6 +496,9 @@ int mr_cmd_bench_serve(int argc, char **argv) {
             o.base_url = argv[++i];
         } else if (!strcmp(a, "--model")) {
             o.model = argv[++i];
+        } else if (!strcmp(a, "--api-key")) {
+            o.api_key = argv[++i];
+            key_from = "--api-key";
         } else if (!strcmp(a, "--concurrency") || !strcmp(a, "--max-concurrency")) {
             conc = argv[++i];
         } else if (!strcmp(a, "--host")) {
@@ -434,8 +540,11 @@ int mr_cmd_bench_serve(int argc, char **argv) {
             extra_arg = argv[++i];
         } else if (!strcmp(a, "--dataset-name")) {
             dataset_name = argv[++i];
-            if (strcmp(dataset_name, "random") && strcmp(dataset_name, "sharegpt")) {
-                fprintf(stderr, "moerun bench serve: --dataset-name: '%s' is not random or sharegpt\n", dataset_name);
+            if (!strcmp(dataset_name, "random-ids")) dataset_name = "random"; /* sglang's name for these */
+            if (strcmp(dataset_name, "random") && strcmp(dataset_name, "sharegpt") &&
+                strcmp(dataset_name, "generated-shared-prefix")) {
+                fprintf(stderr, "moerun bench serve: --dataset-name: '%s' is not random (random-ids), sharegpt or "
+                        "generated-shared-prefix\n", dataset_name);
                 return 2;
             }
         } else if (!strcmp(a, "--dataset-path")) {
@@ -461,8 +570,15 @@ int mr_cmd_bench_serve(int argc, char **argv) {
                 return 2;
             }
             if (!strcmp(a, "--gsp-num-groups")) o.prefix_groups = (int)x;
-            else o.prefix_len = x;
+            else o.prefix_len = x, gsp_sys = true;
             random_only = true;
+        } else if (!strcmp(a, "--gsp-prompts-per-group") || !strcmp(a, "--gsp-question-len") ||
+                   !strcmp(a, "--gsp-output-len")) {
+            if (mr_cli_parse_long(argv[++i], 1, 1L << 20, &x)) {
+                fprintf(stderr, "moerun bench serve: %s: %s\n", a, mr_error_last());
+                return 2;
+            }
+            *(!strcmp(a, "--gsp-prompts-per-group") ? &gsp_per : !strcmp(a, "--gsp-question-len") ? &gsp_q : &gsp_out) = x;
         } else if (!strcmp(a, "--random-range-ratio")) {
             float r;
             if (mr_cli_parse_float(argv[++i], 0.0f, 1.0f, &r)) {
@@ -478,7 +594,7 @@ int mr_cmd_bench_serve(int argc, char **argv) {
             }
             if (!strcmp(a, "--random-input-len")) o.input_len = x;
             else o.output_len = x;
-            random_only = true;
+            random_only = len_given = true;
         } else if (!strcmp(a, "--num-prompts") || !strcmp(a, "--input-len") || !strcmp(a, "--output-len") ||
                    !strcmp(a, "--vocab") || !strcmp(a, "--seed") || !strcmp(a, "--timeout")) {
             if (mr_cli_parse_long(argv[++i], 1, 1L << 31, &x)) {
@@ -486,9 +602,9 @@ int mr_cmd_bench_serve(int argc, char **argv) {
                 return 2;
             }
             if (!strcmp(a, "--num-prompts")) num = x;
-            else if (!strcmp(a, "--input-len")) o.input_len = x, random_only = true;
-            else if (!strcmp(a, "--output-len")) o.output_len = x, random_only = true;
-            else if (!strcmp(a, "--vocab")) o.vocab = x, random_only = true;
+            else if (!strcmp(a, "--input-len")) o.input_len = x, random_only = len_given = true;
+            else if (!strcmp(a, "--output-len")) o.output_len = x, random_only = len_given = true;
+            else if (!strcmp(a, "--vocab")) o.vocab = x, random_only = vocab_given = true;
             else if (!strcmp(a, "--seed")) o.seed = (uint64_t)x;
             else o.timeout_s = (double)x;
         } else {
@@ -516,19 +632,70 @@ int mr_cmd_bench_serve(int argc, char **argv) {
                 "http://127.0.0.1:30000)\n");
         return 2;
     }
+    char root[1800];
+    if (server_root(o.base_url, root, sizeof root)) return 2;
+    o.base_url = root;
+    if (o.return_logprob && !o.native) {
+        fprintf(stderr, "moerun bench serve: --return-logprob asks sglang's /generate (--backend sglang) for "
+                "the output's log-probabilities; the OpenAI routes take logprobs through --extra-request-body\n");
+        return 2;
+    }
     if (o.native && o.chat) {
         fprintf(stderr, "moerun bench serve: sglang's /generate (--backend sglang) takes no chat messages: drop --chat, or "
                 "use --backend sglang-oai-chat\n");
         return 2;
     }
-    const bool sharegpt = !strcmp(dataset_name, "sharegpt");
+    const bool sharegpt = !strcmp(dataset_name, "sharegpt"), gsp = !strcmp(dataset_name, "generated-shared-prefix");
+    if (!gsp && (gsp_per || gsp_q || gsp_out)) {
+        fprintf(stderr, "moerun bench serve: --gsp-prompts-per-group, --gsp-question-len and --gsp-output-len go with "
+                "--dataset-name generated-shared-prefix\n");
+        return 2;
+    }
+    if (gsp && (len_given || o.random_lengths || num)) {
+        fprintf(stderr, "moerun bench serve: --dataset-name generated-shared-prefix makes --gsp-num-groups x "
+                "--gsp-prompts-per-group requests of --gsp-question-len and --gsp-output-len tokens: --num-prompts, "
+                "--input-len, --output-len and --random-* do not go with it\n");
+        return 2;
+    }
+    if (gsp) { /* sglang's dataset, its sizes scaled for a CPU server (its own defaults: 64 groups of 16 prompts,
+                  2048-token system prompts, 128-token questions, 256-token outputs) */
+        o.prefix_groups = o.prefix_groups ? o.prefix_groups : 8;
+        o.prompts_per_group = gsp_per ? (int)gsp_per : 8;
+        o.prefix_len = gsp_sys ? o.prefix_len : 512;
+        o.input_len = gsp_q ? gsp_q : 64;
+        o.output_len = gsp_out ? gsp_out : 64;
+        if ((long)o.prefix_groups * o.prompts_per_group > 1L << 20) {
+            fprintf(stderr, "moerun bench serve: --gsp-num-groups x --gsp-prompts-per-group is above 2^20 requests\n");
+            return 2;
+        }
+        num = (long)o.prefix_groups * o.prompts_per_group;
+    }
     if (sharegpt && !dataset_path) {
         fprintf(stderr, "moerun bench serve: --dataset-name sharegpt needs --dataset-path FILE (ShareGPT's JSON, e.g. "
                 "ShareGPT_V3_unfiltered_cleaned_split.json; this bench downloads nothing)\n");
         return 2;
     }
-    if (!sharegpt && (dataset_path || sg_out || sg_ctx)) {
-        fprintf(stderr, "moerun bench serve: --dataset-path and --sharegpt-* go with --dataset-name sharegpt\n");
+    if (!sharegpt && (sg_out || sg_ctx || (dataset_path && gsp))) {
+        fprintf(stderr, "moerun bench serve: --sharegpt-* go with --dataset-name sharegpt, --dataset-path with sharegpt "
+                "or random\n");
+        return 2;
+    }
+    if (!sharegpt && dataset_path && (vocab_given || o.prefix_len > 0 || o.prefix_groups > 0)) {
+        fprintf(stderr, "moerun bench serve: with --dataset-path the random prompts are the file's text: --vocab and "
+                "--gsp-* do not go with it\n");
+        return 2;
+    }
+    if (chat_tmpl && (!sharegpt || o.chat || !o.tokenizer)) {
+        fprintf(stderr, "moerun bench serve: --apply-chat-template %s\n",
+                !sharegpt ? "goes with --dataset-name sharegpt (random prompts are token ids)"
+                : o.chat ? "renders prompts for completions or /generate; a chat request is rendered by the server "
+                           "already (drop --chat or the chat backend)"
+                         : "needs --tokenizer DIR: the model folder whose chat template renders the prompts");
+        return 2;
+    }
+    if (tok_prompt && (o.chat || o.text_prompts)) {
+        fprintf(stderr, "moerun bench serve: --tokenize-prompt sends token ids, which %s\n",
+                o.chat ? "a chat request does not take" : "--text-prompts asks not to");
         return 2;
     }
     if (sharegpt && random_only) { /* they would be ignored: say so instead */
@@ -539,6 +706,16 @@ int mr_cmd_bench_serve(int argc, char **argv) {
     }
     if (o.vocab <= o.min_id) {
         fprintf(stderr, "moerun bench serve: --vocab must be above %lld\n", (long long)o.min_id);
+        return 2;
+    }
+    if (!o.api_key) { /* sglang's and vLLM's benchmarks read the key there */
+        const char *k = getenv("OPENAI_API_KEY");
+        if (k && *k) o.api_key = k, key_from = "OPENAI_API_KEY";
+    }
+    if (o.api_key && !api_key_ok(o.api_key)) {
+        fprintf(stderr, "moerun bench serve: %s: %s\n", key_from,
+                *o.api_key ? "the key must be visible ASCII characters (no spaces or control characters), at most 4096"
+                           : "empty (an unset variable?); leave the option out for a server without a key");
         return 2;
     }
     int cs[64], nc = 0;
@@ -559,6 +736,10 @@ int mr_cmd_bench_serve(int argc, char **argv) {
     }
     if (o.prefix_groups < 1) o.prefix_groups = 1; /* the default (one group) made explicit once */
     if (!writable("--json", json_path) || !writable("--output-file", jsonl_path)) return 2;
+    if (o.details && !json_path && !jsonl_path) {
+        fprintf(stderr, "moerun bench serve: --output-details goes with --output-file or --json (where they are written)\n");
+        return 2;
+    }
     char *extra_text = NULL; /* checked here, sent as text */
     json_t *extra = NULL;
     if (extra_arg) {
@@ -579,7 +760,7 @@ int mr_cmd_bench_serve(int argc, char **argv) {
     char model[256] = "";
     long http = 0;
     char *body = NULL;
-    if (mr_http_get(o.base_url, "/v1/models", 30, &http, &body) || http != 200) {
+    if (mr_http_get(o.base_url, "/v1/models", o.api_key, 30, &http, &body) || http != 200) {
         if (body && http) /* the status, and what the server said (an empty body says nothing) */
             fprintf(stderr, "moerun bench serve: %s/v1/models: HTTP %ld%s%.300s\n", o.base_url, http, *body ? ": " : "",
                     body);
@@ -597,21 +778,30 @@ int mr_cmd_bench_serve(int argc, char **argv) {
     json_decref(ms);
     o.model = model;
     mr_bench_dataset *ds = NULL;
-    if (sharegpt) { /* the rows, drawn once for the sweep: the largest run's */
+    mr_bench_sharegpt_opts so = {0};
+    if (dataset_path) { /* the rows, drawn once for the sweep: the largest run's */
         int maxc = 1;
         for (int k = 0; k < nc; k++) maxc = cs[k] > maxc ? cs[k] : maxc;
-        mr_bench_sharegpt_opts so = {.path = dataset_path, .num = num ? (int)num : (4 * maxc < 16 ? 16 : 4 * maxc),
-                                     .seed = o.seed, .fixed_output_len = sg_out, .context_len = sg_ctx,
-                                     .tokenizer = o.tokenizer, .base_url = o.base_url};
+        so = (mr_bench_sharegpt_opts){.path = dataset_path, .num = num ? (int)num : (4 * maxc < 16 ? 16 : 4 * maxc),
+                                      .seed = o.seed, .fixed_output_len = sg_out, .context_len = sharegpt ? sg_ctx : -1,
+                                      .tokenizer = o.tokenizer, .base_url = o.base_url, .api_key = o.api_key,
+                                      .apply_chat_template = chat_tmpl, .tokenize_prompt = tok_prompt,
+                                      .prompts_only = !sharegpt};
         if (mr_bench_sharegpt_load(&so, &ds)) {
             mr_cli_fail("bench serve", NULL);
             free(extra_text);
             return 1;
         }
+    }
+    /* what is sent: /generate or completions as ids (random prompts, --tokenize-prompt) or text; or chat */
+    const bool ids = sharegpt ? tok_prompt : !o.text_prompts;
+    const char *api = o.native ? (ids ? "/generate (input_ids)" : "/generate (text)")
+                      : o.chat ? "chat" : ids ? "completions (token ids)" : "completions (text)";
+    if (sharegpt) {
         int64_t in = 0, out = 0;
         for (int r = 0; r < ds->n; r++) in += ds->rows[r].prompt_len, out += ds->rows[r].output_len;
-        printf("bench serve: %s, model '%s', %s, dataset sharegpt %s, concurrency %s\n", o.base_url, model,
-               o.native ? "/generate (text)" : o.chat ? "chat" : "completions (text)", dataset_path, conc);
+        printf("bench serve: %s, model '%s', %s, dataset sharegpt %s%s, concurrency %s\n", o.base_url, model, api,
+               dataset_path, chat_tmpl ? " (chat template applied)" : "", conc);
         printf("dataset: %d rows of %d asked (seed %llu), %lld input and %lld output tokens; of the file's %lld "
                "entries %lld have two turns, %lld are malformed; %lld counted, %lld pruned as too short (< 2 tokens), "
                "%lld as longer than the context (%lld%s)\n", ds->n, so.num, (unsigned long long)o.seed, (long long)in,
@@ -622,21 +812,34 @@ int mr_cmd_bench_serve(int argc, char **argv) {
         o.output_len = 1 << 30; /* the rows' own lengths (the warm-up's within 32) */
     } else {
         printf("bench serve: %s, model '%s', %s, input %lld, output %lld tokens, concurrency %s\n", o.base_url, model,
-               o.native ? (o.text_prompts ? "/generate (text)" : "/generate (input_ids)")
-               : o.chat ? "chat" : o.text_prompts ? "completions (text)" : "completions (token ids)", (long long)o.input_len,
-               (long long)o.output_len, conc);
+               api, (long long)o.input_len, (long long)o.output_len, conc);
     }
+    if (ds && !sharegpt) { /* sglang's random dataset over a file: its first turns' tokens, repeated and cut */
+        printf("dataset: random lengths over the first turns of %s: %d rows of %d asked (seed %llu), each's tokens "
+               "repeated and cut to its length; of the file's %lld entries %lld have two turns, %lld are malformed, "
+               "%lld were empty\n", dataset_path, ds->n, so.num, (unsigned long long)o.seed, (long long)ds->entries,
+               (long long)ds->usable, (long long)ds->malformed, (long long)ds->short_pruned);
+        o.dataset = ds;
+        o.dataset_tokens = true;
+    }
+    if (key_from) printf("api key: from %s, sent as Authorization: Bearer\n", key_from);
     if (extra_text) printf("extra request body: %.300s%s\n", extra_text, strlen(extra_text) > 300 ? " ..." : "");
-    if (o.prefix_len > 0)
-        printf("shared prefixes: %d group(s) of %lld tokens before each prompt's own %lld (request i: group i mod %d)\n",
-               o.prefix_groups, (long long)o.prefix_len, (long long)o.input_len, o.prefix_groups);
+    if (o.prefix_len > 0) {
+        if (gsp)
+            printf("dataset generated-shared-prefix: %d group(s) of %d prompts, each a group's %lld-token system "
+                   "prompt before its own %lld-token question, in a shuffled order (--seed)\n", o.prefix_groups,
+                   o.prompts_per_group, (long long)o.prefix_len, (long long)o.input_len);
+        else
+            printf("shared prefixes: %d group(s) of %lld tokens before each prompt's own %lld (request i: group i mod "
+                   "%d)\n", o.prefix_groups, (long long)o.prefix_len, (long long)o.input_len, o.prefix_groups);
+    }
     mr_bench_serve_result *rs = calloc((size_t)nc, sizeof *rs);
     json_t *all = json_array();
     int rc = 0;
     for (int k = 0; k < nc && rs; k++) {
         o.concurrency = cs[k];
         o.num_prompts = num ? (int)num : (4 * cs[k] < 16 ? 16 : 4 * cs[k]);
-        if (ds && o.num_prompts > ds->n) o.num_prompts = ds->n; /* a file with fewer rows: all of them */
+        if (ds && !o.dataset_tokens && o.num_prompts > ds->n) o.num_prompts = ds->n; /* a file with fewer rows: all */
         counters a, b;
         bool warm = o.warmup;
         if (warm && mr_bench_serve_warmup(&o)) { /* outside the counters too */
@@ -645,11 +848,11 @@ int mr_cmd_bench_serve(int argc, char **argv) {
             break;
         }
         o.warmup = false;
-        if (flush && flush_cache(o.base_url)) {
+        if (flush && flush_cache(o.base_url, o.api_key)) {
             rc = 1;
             break;
         }
-        read_counters(o.base_url, &a);
+        read_counters(o.base_url, o.api_key, &a);
         mr_status st = mr_bench_serve_run(&o, &rs[k]);
         o.warmup = warm;
         if (st) {
@@ -657,7 +860,7 @@ int mr_cmd_bench_serve(int argc, char **argv) {
             rc = 1;
             break;
         }
-        read_counters(o.base_url, &b);
+        read_counters(o.base_url, o.api_key, &b);
         print_table(&rs[k], &o);
         print_server(&a, &b);
         fflush(stdout);
@@ -675,15 +878,18 @@ int mr_cmd_bench_serve(int argc, char **argv) {
             if (o.prefix_len > 0) {
                 json_object_set_new(j, "gsp_system_prompt_len", json_integer(o.prefix_len));
                 json_object_set_new(j, "gsp_num_groups", json_integer(o.prefix_groups));
+                if (gsp) json_object_set_new(j, "gsp_prompts_per_group", json_integer(o.prompts_per_group));
             }
             json_object_set_new(j, "backend", json_string(backend_name(&o)));
-            json_object_set_new(j, "dataset_name", json_string(ds ? "sharegpt" : "random"));
+            json_object_set_new(j, "dataset_name", json_string(dataset_name));
             json_object_set_new(j, "ignore_eos", json_boolean(!o.keep_eos));
             json_object_set_new(j, "stream", json_boolean(!o.whole));
+            if (o.details && details_json(j, &rs[k])) rc = 1;
             if (jsonl_path && !append_line(jsonl_path, j)) rc = 1;
             json_array_append_new(all, j);
         }
         if (rs[k].failed) rc = 1;
+        mr_bench_serve_result_free(&rs[k]);
     }
     if (rs && json_array_size(all) > 1) {
         printf("\nsweep: concurrency | output tok/s | TTFT p50 / p99 ms | ITL p50 / p99 ms | TPOT p50 ms | failed\n");
@@ -696,7 +902,7 @@ int mr_cmd_bench_serve(int argc, char **argv) {
         json_t *doc = json_pack("{s:s,s:s,s:s,s:s,s:O}", "bench", "serve", "base_url", o.base_url, "model", model,
                                 "backend", backend_name(&o), "results", all);
         if (doc && ds) {
-            json_object_set_new(doc, "dataset", dataset_json(ds, dataset_path, o.seed, sg_out));
+            json_object_set_new(doc, "dataset", dataset_json(ds, &so, sg_out));
         } else if (doc) {
             json_object_set_new(doc, "input_len", json_integer(o.input_len));
             json_object_set_new(doc, "output_len", json_integer(o.output_len));

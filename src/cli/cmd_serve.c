@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -37,7 +38,8 @@ static void usage(FILE *f) {
     mr_server_opts d;
     mr_server_opts_default(&d);
     fprintf(f,
-            "usage: moerun serve --model DIR [options] [resolver options]\n\n"
+            "usage: moerun serve --model DIR [options] [resolver options]\n"
+            "       moerun serve DIR [options] [resolver options]   (vLLM's form)\n\n"
             "An OpenAI-compatible HTTP server: POST /v1/completions, /v1/chat/completions, /v1/responses\n"
             "(OpenAI's Responses API), /v1/messages and /v1/messages/count_tokens (Anthropic's Messages API),\n"
             "/generate (sglang's native API),\n"
@@ -55,8 +57,17 @@ static void usage(FILE *f) {
             "                             with MiniMax-M2's template); minimax_m2_append_think (or\n"
             "                             minimax-append-think): kept in content, after \"<think>\", as vLLM\n"
             "  --tool-call-parser P       minimax_m2 (or minimax-m2): tool calls into tool_calls (the default)\n"
+            "  --disable-radix-cache      no prefix cache (sglang's; vLLM's --no-enable-prefix-caching): every\n"
+            "                             prompt computed in full, e.g. to measure prefill [on]\n"
             "  --enable-auto-tool-choice, --trust-remote-code   accepted as vLLM / sglang take them: tool_choice\n"
             "                             auto is always served, and no code from a checkpoint ever runs\n"
+            "  sglang's and vLLM's other names: --model-path (--model), --log-level (--log; warning, critical);\n"
+            "  --enable-metrics, --disable-log-requests, --disable-log-stats have nothing to do (/metrics is\n"
+            "  always on, no request is logged unless asked); --page-size / --block-size 16, --stream-interval 1\n"
+            "  and --schedule-policy fcfs are how it runs (another value is refused); --mem-fraction-static\n"
+            "  and --gpu-memory-utilization are refused (GPU memory; the KV pool here is --kv-cache-memory)\n",
+            d.host, d.port);
+    fprintf(f,
             "  --max-queued-requests N    admitted beyond the running set; past running + queued: 503 at once [%d]\n"
             "  --max-prompt-tokens N      [context length - 1]\n"
             "  --max-completion-tokens N  the largest max_tokens [context length - 1]\n"
@@ -82,7 +93,7 @@ static void usage(FILE *f) {
             "                             to it is refused; 0 turns the API off [%zu]\n"
             "  --skip-self-check          do not compare the resolved runner with the reference at start\n"
             "  --log-requests             one line on stderr per refused request\n\n",
-            d.host, d.port, d.max_queued_requests, d.max_choices, d.max_body_bytes, d.header_timeout_s,
+            d.max_queued_requests, d.max_choices, d.max_body_bytes, d.header_timeout_s,
             d.body_timeout_s, d.idle_timeout_s, d.max_connections, d.http_threads, d.response_store_bytes >> 20,
             d.conversation_store_bytes >> 20);
     mr_options_print_help(f);
@@ -188,6 +199,33 @@ static int opt_long(const char *flag, const char *v, long lo, long hi, long *out
     return 1;
 }
 
+/* sglang's and vLLM's flags whose one value here is fixed: accepted with that value (*i past it), 0; another
+ * value, or a flag of theirs that means nothing on this engine, is said, 1; -1: not such a flag. */
+static int fixed_flag(const char *a, const char *v, int *i) {
+    static const struct {
+        const char *flag, *value, *why;
+    } F[] = {
+        {"--page-size", "16", "the KV cache's pages are 16 tokens"},
+        {"--block-size", "16", "the KV cache's pages are 16 tokens"},
+        {"--stream-interval", "1", "each token is streamed as it is made"},
+        {"--schedule-policy", "fcfs", "requests are scheduled first come, first served (the prefix cache still "
+                                      "serves every hit)"},
+        {"--mem-fraction-static", NULL, "a GPU memory fraction; the KV pool here is --kv-cache-memory"},
+        {"--gpu-memory-utilization", NULL, "a GPU memory fraction; the KV pool here is --kv-cache-memory"},
+    };
+    for (size_t k = 0; k < sizeof F / sizeof F[0]; k++) {
+        if (strcmp(a, F[k].flag)) continue;
+        if (F[k].value && !strcmp(v, F[k].value)) {
+            (*i)++;
+            return 0;
+        }
+        fprintf(stderr, "moerun serve: %s %s: %s%s%s\n", a, v, F[k].why, F[k].value ? ": only " : "",
+                F[k].value ? F[k].value : "");
+        return 1;
+    }
+    return -1;
+}
+
 int mr_cmd_serve(int argc, char **argv) {
     mr_options o;
     if (mr_options_init(&o) != MR_OK) return 1;
@@ -195,7 +233,8 @@ int mr_cmd_serve(int argc, char **argv) {
     mr_server_opts so;
     mr_server_opts_default(&so);
     long shutdown_timeout = 30;
-    bool skip_check = false;
+    bool skip_check = false, no_prefix = false;
+    const char *pos_model = NULL; /* a model folder given without --model */
     unsigned mutation = MR_MUT_NONE;
     mr_resolution *r = NULL;
     mr_model *m = NULL;
@@ -208,10 +247,18 @@ int mr_cmd_serve(int argc, char **argv) {
     static const char *const ALIAS[][2] = {{"--chunked-prefill-size", "--max-batch-tokens"},
                                            {"--max-num-batched-tokens", "--max-batch-tokens"},
                                            {"--max-model-len", "--context-length"},
-                                           {"--max-num-seqs", "--max-running-requests"}};
+                                           {"--max-num-seqs", "--max-running-requests"},
+                                           {"--model-path", "--model"},
+                                           {"--log-level", "--log"}};
     for (int i = 1; i < argc; i++)
         for (size_t k = 0; k < sizeof ALIAS / sizeof ALIAS[0]; k++)
-            if (!strcmp(argv[i], ALIAS[k][0])) argv[i] = (char *)ALIAS[k][1];
+            if (!strcmp(argv[i], ALIAS[k][0])) {
+                argv[i] = (char *)ALIAS[k][1];
+                /* sglang's and vLLM's log levels where moerun's have other names */
+                if (!strcmp(ALIAS[k][0], "--log-level") && i + 1 < argc)
+                    argv[i + 1] = !strcasecmp(argv[i + 1], "warning") ? "warn"
+                                  : !strcasecmp(argv[i + 1], "critical") ? "error" : argv[i + 1];
+            }
     if (mr_options_parse(&o, &argc, argv, true) != MR_OK) {
         mr_cli_fail("serve", NULL);
         goto out;
@@ -219,6 +266,7 @@ int mr_cmd_serve(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long x;
+        int ff;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             rc = 0;
@@ -235,6 +283,15 @@ int mr_cmd_serve(int argc, char **argv) {
                 goto out;
             }
             i++;
+        } else if (!strcmp(a, "--disable-radix-cache") || !strcmp(a, "--no-enable-prefix-caching")) {
+            no_prefix = true; /* sglang's, vLLM's: every prompt computed in full, nothing kept for the next */
+        } else if (!strcmp(a, "--enable-prefix-caching")) {
+            no_prefix = false; /* vLLM's: on already */
+        } else if (!strcmp(a, "--enable-metrics") || !strcmp(a, "--disable-log-requests") ||
+                   !strcmp(a, "--disable-log-stats")) {
+            /* sglang's, vLLM's: /metrics is always served; no request is logged unless --log-requests */
+        } else if (v && (ff = fixed_flag(a, v, &i)) >= 0) {
+            if (ff) goto out; /* a value of theirs that is not how moerun runs: said */
         } else if (!strcmp(a, "--enable-auto-tool-choice") || !strcmp(a, "--trust-remote-code")) {
             /* vLLM's and sglang's: tool_choice "auto" is always served, and no code from a checkpoint ever runs */
         } else if (!strcmp(a, "--debug-forced-output")) { /* tests only: requests may dictate their output */
@@ -324,8 +381,21 @@ int mr_cmd_serve(int argc, char **argv) {
                 fprintf(stderr, "moerun serve: --debug-mutation: '%s' is not swap-gate-up or fused-no-renorm\n", mv);
                 goto out;
             }
+        } else if (a[0] != '-' && !pos_model) {
+            pos_model = a; /* vLLM's `vllm serve MODEL` */
         } else {
             fprintf(stderr, "moerun serve: unknown argument '%s' (see --help)\n", a);
+            goto out;
+        }
+    }
+    if (pos_model) {
+        if (mr_options_is_explicit(&o, MR_OPT_MODEL) && o.source[MR_OPT_MODEL] == MR_SRC_FLAG) {
+            fprintf(stderr, "moerun serve: '%s' beside --model %s: one model (an argument without a flag is "
+                    "vLLM's form of --model)\n", pos_model, mr_options_get(&o, MR_OPT_MODEL));
+            goto out;
+        }
+        if (mr_options_set(&o, "model", pos_model, MR_SRC_FLAG)) {
+            mr_cli_fail("serve", NULL);
             goto out;
         }
     }
@@ -409,6 +479,7 @@ int mr_cmd_serve(int argc, char **argv) {
     if (mutation) mr_moe_debug_mutation(mutation);
     mr_engine_opts eo;
     mr_engine_opts_from_exec(x, &eo);
+    eo.no_prefix_caching = no_prefix;
     /* the server admits at most running + queued sequences, so the engine's own queue never refuses */
     eo.max_queued_requests = eo.max_running_requests + so.max_queued_requests;
     if (so.max_prompt_tokens >= eo.context_length || so.max_completion_tokens >= eo.context_length) {
@@ -467,10 +538,10 @@ int mr_cmd_serve(int argc, char **argv) {
     int early = sig_count;
     pthread_mutex_unlock(&sig_mu);
     printf("moerun serve: ready on http://%s%s%s:%d, model '%s' (%d running + %d queued sequences, context %lld, "
-           "%lld KV blocks of %d tokens in %s, %lld tokens per step)\n",
+           "%lld KV blocks of %d tokens in %s, %lld tokens per step%s)\n",
            lb, so.host, rb, mr_server_port(srv), mr_server_model_name(srv), eo.max_running_requests, so.max_queued_requests,
            (long long)eo.context_length, (long long)eo.kv_blocks, MR_KV_BLOCK_TOKENS, mr_kv_dtype_name(eo.kv_dtype),
-           (long long)eo.max_batch_tokens);
+           (long long)eo.max_batch_tokens, eo.no_prefix_caching ? ", prefix cache off" : "");
     fflush(stdout);
     /* 6. serve until a signal, or until the engine cannot run any more (an expert-parallel rank failed) */
     const char *failure = NULL;

@@ -134,7 +134,7 @@ struct mr_server {
 enum {
     R_NONE = 0, R_HEALTH, R_MODELS, R_MODEL, R_METRICS, R_COMPLETIONS, R_CHAT, R_RESPONSES, R_MESSAGES, R_TOKENIZE, R_DETOKENIZE,
     R_COUNT_TOKENS, R_PING, R_VERSION, R_GENERATE, R_RESPONSE_ID, R_FLUSH, R_RESET_PREFIX, R_SERVER_INFO,
-    R_CONVERSATIONS
+    R_CONVERSATIONS, R_HEALTH_GENERATE, R_MODEL_INFO
 };
 
 /* One HTTP request. */
@@ -598,7 +598,8 @@ static int route_of(const char *url, const char *method, bool *post, bool *bad_m
              {"/ping", R_PING, false},               {"/version", R_VERSION, false},
              {"/generate", R_GENERATE, true},       {"/flush_cache", R_FLUSH, true},
              {"/reset_prefix_cache", R_RESET_PREFIX, true}, {"/get_server_info", R_SERVER_INFO, false},
-             {"/server_info", R_SERVER_INFO, false}};
+             {"/server_info", R_SERVER_INFO, false}, {"/health_generate", R_HEALTH_GENERATE, false},
+             {"/get_model_info", R_MODEL_INFO, false}};
     bool is_post = !strcmp(method, "POST"), is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     *bad_method = false;
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
@@ -733,6 +734,15 @@ static enum MHD_Result do_server_info(mr_server *s, struct MHD_Connection *c) {
                           "internal_states", "memory_usage", "token_capacity", (json_int_t)(s->kv_blocks * MR_KV_BLOCK_TOKENS),
                           "kv_blocks", (json_int_t)s->kv_blocks, "kv_blocks_used", (json_int_t)used,
                           "running_requests", (json_int_t)running, "waiting_requests", (json_int_t)waiting);
+    return send_object(s, c, o);
+}
+
+/* sglang's GET /get_model_info (what its frontend's RuntimeEndpoint reads first): the model's folder, a
+ * generation model, no preferred sampling parameters, text only. */
+static enum MHD_Result do_model_info(mr_server *s, struct MHD_Connection *c) {
+    json_t *o = json_pack("{s:s,s:s,s:b,s:n,s:s,s:b,s:b}", "model_path", s->model_dir, "tokenizer_path", s->model_dir,
+                          "is_generation", 1, "preferred_sampling_params", "weight_version", "default",
+                          "has_image_understanding", 0, "has_audio_understanding", 0);
     return send_object(s, c, o);
 }
 
@@ -1714,6 +1724,16 @@ static enum MHD_Result do_generate(mr_server *s, struct MHD_Connection *c, sv_hr
 
 /* ---- libmicrohttpd callbacks ---- */
 
+/* Is the key a client sent ours? In a time that depends on the sent key's length only: strcmp stops at the
+ * first byte that differs, which tells a caller who measures answer times how much of a guess is right
+ * (CWE-208, observable timing discrepancy). */
+static bool key_equal(const char *sent, const char *key) {
+    const size_t n = strlen(sent), k = strlen(key);
+    volatile unsigned diff = n != k;
+    for (size_t i = 0; i < n; i++) diff |= (unsigned char)sent[i] ^ (unsigned char)key[i < k ? i : 0];
+    return diff == 0;
+}
+
 static bool authorized(mr_server *s, struct MHD_Connection *c) {
     if (!s->api_key) return true;
     const char *a = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
@@ -1721,9 +1741,9 @@ static bool authorized(mr_server *s, struct MHD_Connection *c) {
     if (a && !strncasecmp(a, "Bearer", 6) && (a[6] == ' ' || a[6] == '\t')) { /* the scheme is case-insensitive */
         a += 6;
         while (*a == ' ' || *a == '\t') a++;
-        if (!strcmp(a, s->api_key)) return true;
+        if (key_equal(a, s->api_key)) return true;
     }
-    return x && !strcmp(x, s->api_key);
+    return x && key_equal(x, s->api_key);
 }
 
 /* The request's framing headers (RFC 9112 6.3): Content-Length values that differ, and the last
@@ -1847,7 +1867,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         h->conn->since_ns = mr_now_ns();
         pthread_mutex_unlock(&s->cmu);
     }
-    if (!authorized(s, c) && h->route != R_HEALTH && h->route != R_PING && h->route != R_VERSION) {
+    if (!authorized(s, c) && h->route != R_HEALTH && h->route != R_PING && h->route != R_VERSION &&
+        h->route != R_HEALTH_GENERATE) {
         sv_error e;
         sv_fail(&e, 401, NULL, "a valid \"Authorization: Bearer <key>\" (or \"x-api-key: <key>\") header is required");
         return send_error_on(s, c, h->route, &e);
@@ -1868,6 +1889,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case R_CONVERSATIONS: return do_conversations(s, c, h, url, method);
     case R_FLUSH: case R_RESET_PREFIX: return do_flush(s, c);
     case R_SERVER_INFO: return do_server_info(s, c);
+    case R_MODEL_INFO: return do_model_info(s, c);
+    case R_HEALTH_GENERATE: /* sglang's deep health check: one token through the engine, as a completion */
+        h->body.len = 0;
+        if (sv_buf_lit(&h->body, "{\"prompt\":[0],\"max_tokens\":1,\"temperature\":0}"))
+            return fail(s, c, 500, NULL, "out of memory");
+        h->route = R_COMPLETIONS;
+        return do_generate(s, c, h);
     default: return do_generate(s, c, h);
     }
 }

@@ -92,47 +92,50 @@ static const char *curl_why(CURLcode rc, const sv_buf *b) {
                                                                               : curl_easy_strerror(rc);
 }
 
-mr_status mr_http_get(const char *base_url, const char *path, double timeout_s, long *http, char **body) {
-    *body = NULL;
-    *http = 0;
-    CURL *h = curl_easy_init();
-    if (!h) return mr_error_set(MR_ENOMEM, "curl_easy_init failed");
-    char url[2048];
-    snprintf(url, sizeof url, "%s%s", base_url, path);
-    sv_buf b = {0};
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, collect);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)(timeout_s * 1000));
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    CURLcode rc = curl_easy_perform(h);
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, http);
-    curl_easy_cleanup(h);
-    if (rc != CURLE_OK) {
-        const char *why = curl_why(rc, &b);
-        sv_buf_free(&b);
-        return mr_error_set(MR_EIO, "GET %s: %s", url, why);
+/* The request's headers: a JSON body's type (json), and the API key as a bearer token (sglang's and vLLM's
+ * benchmarks send OPENAI_API_KEY so) [api_key NULL: none]. NULL with *fail set when out of memory. */
+static struct curl_slist *req_headers(bool json, const char *api_key, bool *fail) {
+    struct curl_slist *hd = NULL, *t;
+    *fail = false;
+    if (json) {
+        if (!(t = curl_slist_append(hd, "Content-Type: application/json"))) goto oom;
+        hd = t;
     }
-    if (sv_buf_lit(&b, "")) {
-        sv_buf_free(&b);
-        return MR_ENOMEM;
+    if (api_key) {
+        size_t n = strlen(api_key) + 32;
+        char *line = malloc(n);
+        if (!line) goto oom;
+        snprintf(line, n, "Authorization: Bearer %s", api_key);
+        t = curl_slist_append(hd, line);
+        free(line);
+        if (!t) goto oom;
+        hd = t;
     }
-    *body = b.p; /* mr_malloc'd: free() works (mr_free is free) */
-    return MR_OK;
+    return hd;
+oom:
+    curl_slist_free_all(hd);
+    *fail = true;
+    return NULL;
 }
 
-mr_status mr_http_post(const char *base_url, const char *path, const char *json, double timeout_s, long *http,
-                       char **body) {
+/* GET (json NULL) or POST json to base_url + path; the answer, bounded, into *body */
+static mr_status http_do(const char *base_url, const char *path, const char *json, const char *api_key,
+                         double timeout_s, long *http, char **body) {
     *body = NULL;
-    CURL *h = curl_easy_init();
-    if (!h) return mr_error_set(MR_ENOMEM, "curl_easy_init failed");
+    *http = 0;
     char url[2048];
     snprintf(url, sizeof url, "%s%s", base_url, path);
+    bool fail;
+    struct curl_slist *hd = req_headers(json != NULL, api_key, &fail);
+    CURL *h = fail ? NULL : curl_easy_init();
+    if (!h) {
+        curl_slist_free_all(hd);
+        return mr_error_set(MR_ENOMEM, "%s %s: out of memory", json ? "POST" : "GET", url);
+    }
     sv_buf b = {0};
-    struct curl_slist *hd = curl_slist_append(NULL, "Content-Type: application/json");
     curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDS, json);
+    if (hd) curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
+    if (json) curl_easy_setopt(h, CURLOPT_POSTFIELDS, json);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, collect);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)(timeout_s * 1000));
@@ -144,14 +147,24 @@ mr_status mr_http_post(const char *base_url, const char *path, const char *json,
     if (rc != CURLE_OK) {
         const char *why = curl_why(rc, &b);
         sv_buf_free(&b);
-        return mr_error_set(MR_EIO, "POST %s: %s", url, why);
+        return mr_error_set(MR_EIO, "%s %s: %s", json ? "POST" : "GET", url, why);
     }
     if (sv_buf_lit(&b, "")) {
         sv_buf_free(&b);
         return MR_ENOMEM;
     }
-    *body = b.p;
+    *body = b.p; /* mr_malloc'd: free() works (mr_free is free) */
     return MR_OK;
+}
+
+mr_status mr_http_get(const char *base_url, const char *path, const char *api_key, double timeout_s, long *http,
+                      char **body) {
+    return http_do(base_url, path, NULL, api_key, timeout_s, http, body);
+}
+
+mr_status mr_http_post(const char *base_url, const char *path, const char *json, const char *api_key,
+                       double timeout_s, long *http, char **body) {
+    return http_do(base_url, path, json, api_key, timeout_s, http, body);
 }
 
 /* ---- one request in flight ---- */
@@ -172,6 +185,10 @@ typedef struct {
     bool native;          /* sglang's /generate: an event with output is one whose meta_info.completion_tokens
                              grew; that count is the output length */
     dvec *itl;            /* pooled */
+    bool details;         /* text and own_itl kept (--output-details) */
+    sv_buf text;          /* its output text */
+    bool abort;           /* end the transfer (the text grew past its bound) */
+    dvec own_itl;         /* its ITLs */
     char err[256];
     int idx;
 } flight;
@@ -238,8 +255,35 @@ static void on_line(flight *f, const char *s, size_t n) {
     json_decref(ev);
 }
 
+/* The event's output text into f->text: completions' text, chat's reasoning_content and content (a delta, or
+ * the message of an answer not streamed), or /generate's text so far (it replaces). */
+static void add_text(flight *f, const json_t *ev) {
+    if (f->native) {
+        const json_t *t = json_object_get(ev, "text");
+        if (json_is_string(t)) {
+            f->text.len = 0;
+            if (sv_buf_add(&f->text, json_string_value(t), json_string_length(t))) fail_first(f, "out of memory");
+        }
+        return;
+    }
+    const json_t *c0 = json_array_get(json_object_get(ev, "choices"), 0), *d = json_object_get(c0, "delta");
+    if (!d) d = json_object_get(c0, "message");
+    const json_t *parts[3] = {json_object_get(c0, "text"), json_object_get(d, "reasoning_content"),
+                              json_object_get(d, "content")};
+    for (int k = 0; k < 3; k++) {
+        if (!json_is_string(parts[k])) continue;
+        if (f->text.len + json_string_length(parts[k]) > MAX_BODY) { /* a server that never stops talking */
+            fail_first(f, "the answer's text is larger than 64 MiB");
+            f->abort = true;
+            return;
+        }
+        if (sv_buf_add(&f->text, json_string_value(parts[k]), json_string_length(parts[k]))) fail_first(f, "out of memory");
+    }
+}
+
 /* One event of the stream (or the whole answer): its output, timed, and its token count. */
 static void on_event(flight *f, const json_t *ev, uint64_t now) {
+    if (f->details) add_text(f, ev);
     const json_t *e = json_object_get(ev, "error");
     if (e) {
         const char *m = json_string_value(json_object_get(e, "message"));
@@ -251,7 +295,8 @@ static void on_event(flight *f, const json_t *ev, uint64_t now) {
             if (!f->got_first) {
                 f->got_first = true;
                 f->ttft = (double)(now - f->t0) * 1e-9;
-            } else if (dvec_push(f->itl, (double)(now - f->t_last_tok) * 1e-9)) {
+            } else if (dvec_push(f->itl, (double)(now - f->t_last_tok) * 1e-9) ||
+                       (f->details && dvec_push(&f->own_itl, (double)(now - f->t_last_tok) * 1e-9))) {
                 fail_first(f, "out of memory");
             }
             f->t_last_tok = now;
@@ -297,6 +342,7 @@ static size_t on_data(char *p, size_t sz, size_t nm, void *ud) {
         } else {
             on_line(f, s, (size_t)(nl - s));
         }
+        if (f->abort) return 0; /* curl ends the transfer */
         s = nl + 1;
     }
     return n;
@@ -325,7 +371,9 @@ static json_t *base_req(const mr_bench_serve_opts *o, const char *model, int64_t
     if (o->native) {
         json_t *sp = json_pack("{s:f,s:I}", "temperature", 0.0, "max_new_tokens", (json_int_t)olen);
         if (sp && !o->keep_eos) json_object_set_new(sp, "ignore_eos", json_true());
-        return sp ? json_pack("{s:o,s:b}", "sampling_params", sp, "stream", !o->whole) : NULL;
+        json_t *r = sp ? json_pack("{s:o,s:b}", "sampling_params", sp, "stream", !o->whole) : NULL;
+        if (r && o->return_logprob) json_object_set_new(r, "return_logprob", json_true());
+        return r;
     }
     json_t *r = o->whole ? json_pack("{s:s,s:f,s:I,s:b}", "model", model, "temperature", 0.0, "max_tokens",
                                      (json_int_t)olen, "stream", 0)
@@ -378,7 +426,7 @@ static mr_status make_bodies(const mr_bench_serve_opts *o, const char *model, ch
         free(b);
         return mr_error_set(MR_EIO, "bench serve: --tokenizer %s: %s", o->tokenizer, mr_error_last());
     }
-    if (tok && o->vocab > mr_tokenizer_id_limit(tok)) {
+    if (tok && !o->dataset_tokens && o->vocab > mr_tokenizer_id_limit(tok)) {
         mr_tokenizer_free(tok);
         free(b);
         return mr_error_set(MR_EINVAL, "bench serve: --vocab %lld is above the tokenizer's %d ids", (long long)o->vocab,
@@ -401,11 +449,24 @@ static mr_status make_bodies(const mr_bench_serve_opts *o, const char *model, ch
     int64_t lo = o->min_id, hi = o->vocab;
     mr_status st = MR_OK;
     const mr_bench_dataset *ds = o->dataset;
-    if (ds && o->num_prompts > ds->n) {
+    if (ds && !o->dataset_tokens && o->num_prompts > ds->n) {
         json_decref(extra);
         mr_tokenizer_free(tok);
         free(b);
         return mr_error_set(MR_EINVAL, "bench serve: %d prompts asked of a dataset of %d rows", o->num_prompts, ds->n);
+    }
+    int *perm = NULL; /* sglang's generated-shared-prefix dataset: request i is prompt perm[i] of the groups'
+                         prompts_per_group each, in group order, shuffled (Fisher-Yates from the top, the prefix's
+                         seed stream) */
+    if (o->prompts_per_group > 0 && o->prefix_len > 0) {
+        if (!(perm = malloc((size_t)o->num_prompts * sizeof *perm))) st = MR_ENOMEM;
+        uint64_t sg = o->seed * 0xA24BAED4963EE407ull + 5;
+        for (int i = 0; perm && i < o->num_prompts; i++) perm[i] = i;
+        for (int i = o->num_prompts; perm && i > 1; i--) {
+            const int j = (int)(sv_splitmix64(&sg) % (uint64_t)i), t = perm[i - 1];
+            perm[i - 1] = perm[j];
+            perm[j] = t;
+        }
     }
     for (int i = 0; i < n && !st; i++) {
         const bool warm = i == o->num_prompts;
@@ -414,14 +475,21 @@ static mr_status make_bodies(const mr_bench_serve_opts *o, const char *model, ch
             if (!(b[i] = strdup(b[0]))) st = MR_ENOMEM;
             continue;
         }
-        const mr_bench_row *row = ds ? &ds->rows[warm ? 0 : i] : NULL;
+        const mr_bench_row *row = ds && !o->dataset_tokens ? &ds->rows[warm ? 0 : i] : NULL;
+        const mr_bench_row *src = ds && o->dataset_tokens ? &ds->rows[warm ? 0 : i % ds->n] : NULL;
         const int64_t ilen = warm ? o->input_len : draw_len(o, o->input_len, &sl);
         int64_t olen = warm ? (o->output_len < 32 ? o->output_len : 32) : draw_len(o, o->output_len, &sl);
         if (row) { /* the row's prompt text and output length, within output_len (32 for the warm-up) */
             info[i].in_len = row->prompt_len;
             olen = row->output_len < olen ? row->output_len : olen;
-            json_t *req = base_req(o, model, olen);
-            if (req) put_prompt(req, o, row->prompt, NULL);
+            json_t *req = base_req(o, model, olen), *rid = NULL;
+            if (req && row->ids) { /* the ids that were counted (--tokenize-prompt) */
+                rid = json_array();
+                for (int64_t k = 0; rid && k < row->prompt_len; k++)
+                    if (json_array_append_new(rid, json_integer(row->ids[k]))) json_decref(rid), rid = NULL;
+                if (!rid) json_decref(req), req = NULL;
+            }
+            if (req) put_prompt(req, o, rid ? NULL : row->prompt, rid);
             st = finish_body(req, extra, &b[i], &info[i]);
             continue;
         }
@@ -429,13 +497,15 @@ static mr_status make_bodies(const mr_bench_serve_opts *o, const char *model, ch
         info[i].in_len = plen + ilen;
         json_t *ids = json_array();
         if (plen) { /* the group's shared prefix: its own stream, the same ids for every request of the group */
-            uint64_t sp = o->seed * 0xA24BAED4963EE407ull + 17 +
-                          0x9FB21C651E98DF25ull * (uint64_t)(i % (o->prefix_groups > 0 ? o->prefix_groups : 1));
+            const int ng = o->prefix_groups > 0 ? o->prefix_groups : 1;
+            const int g = (perm ? perm[i] / o->prompts_per_group : i) % ng;
+            uint64_t sp = o->seed * 0xA24BAED4963EE407ull + 17 + 0x9FB21C651E98DF25ull * (uint64_t)g;
             for (int64_t k = 0; ids && k < plen; k++)
                 json_array_append_new(ids, json_integer(lo + (json_int_t)(sv_splitmix64(&sp) % (uint64_t)(hi - lo))));
         }
-        for (int64_t k = 0; ids && k < ilen; k++)
-            json_array_append_new(ids, json_integer(lo + (json_int_t)(sv_splitmix64(&s) % (uint64_t)(hi - lo))));
+        for (int64_t k = 0; ids && k < ilen; k++) /* a source row's ids repeated and cut (sglang's), or random ids */
+            json_array_append_new(ids, json_integer(src ? src->ids[k % src->prompt_len]
+                                                        : lo + (json_int_t)(sv_splitmix64(&s) % (uint64_t)(hi - lo))));
         json_t *req = base_req(o, model, olen);
         if (!ids || !req) {
             json_decref(ids);
@@ -461,7 +531,7 @@ static mr_status make_bodies(const mr_bench_serve_opts *o, const char *model, ch
             json_decref(dq);
             long http = 0;
             char *resp = NULL;
-            st = dqs ? mr_http_post(o->base_url, "/detokenize", dqs, 60, &http, &resp) : MR_ENOMEM;
+            st = dqs ? mr_http_post(o->base_url, "/detokenize", dqs, o->api_key, 60, &http, &resp) : MR_ENOMEM;
             free(dqs);
             json_t *r = NULL;
             if (!st) {
@@ -484,6 +554,7 @@ static mr_status make_bodies(const mr_bench_serve_opts *o, const char *model, ch
         if (st) json_decref(req);
         else st = finish_body(req, extra, &b[i], &info[i]);
     }
+    free(perm);
     mr_tokenizer_free(tok);
     json_decref(extra);
     if (st) {
@@ -495,14 +566,21 @@ static mr_status make_bodies(const mr_bench_serve_opts *o, const char *model, ch
     return MR_OK;
 }
 
-static void flight_start(flight *f, const mr_bench_serve_opts *o, const char *body, CURLM *mh) {
+/* false when out of memory (nothing started, nothing held) */
+static bool flight_start(flight *f, const mr_bench_serve_opts *o, const char *body, CURLM *mh) {
     char url[2048];
     snprintf(url, sizeof url, "%s%s", o->base_url,
              o->native ? "/generate" : o->chat ? "/v1/chat/completions" : "/v1/completions");
     f->native = o->native;
     f->whole = o->whole;
-    f->h = curl_easy_init();
-    f->hd = curl_slist_append(NULL, "Content-Type: application/json");
+    bool fail;
+    f->hd = req_headers(true, o->api_key, &fail);
+    f->h = fail ? NULL : curl_easy_init();
+    if (!f->h) {
+        curl_slist_free_all(f->hd);
+        f->hd = NULL;
+        return false;
+    }
     curl_easy_setopt(f->h, CURLOPT_URL, url);
     curl_easy_setopt(f->h, CURLOPT_HTTPHEADER, f->hd);
     curl_easy_setopt(f->h, CURLOPT_POSTFIELDS, body);
@@ -514,6 +592,7 @@ static void flight_start(flight *f, const mr_bench_serve_opts *o, const char *bo
     curl_easy_setopt(f->h, CURLOPT_TCP_NODELAY, 1L);
     f->t0 = f->t_last = f->t_last_tok = mr_now_ns();
     curl_multi_add_handle(mh, f->h);
+    return true;
 }
 
 /* Runs the bodies [first, first + count) at concurrency C; fills fl[]. Body i is due arrive[i - first]
@@ -532,10 +611,15 @@ static mr_status drive(const mr_bench_serve_opts *o, char **bodies, const body_i
             f->itl = itl;
             f->idx = first + next;
             f->in_len = info[first + next].in_len;
+            f->details = o->details;
             f->max_tokens = info[first + next].max_out;
-            flight_start(f, o, bodies[first + next], mh);
             next++;
-            running++;
+            if (flight_start(f, o, bodies[first + next - 1], mh)) {
+                running++;
+            } else {
+                fail_first(f, "out of memory starting the request");
+                done++;
+            }
         }
         int still;
         curl_multi_perform(mh, &still);
@@ -588,6 +672,35 @@ static mr_status drive(const mr_bench_serve_opts *o, char **bodies, const body_i
     return MR_OK;
 }
 
+void mr_bench_serve_result_free(mr_bench_serve_result *r) {
+    if (!r || !r->requests) return;
+    for (int i = 0; i < r->completed + r->failed; i++) free(r->requests[i].itl_s), free(r->requests[i].text);
+    free(r->requests);
+    r->requests = NULL;
+}
+
+/* The requests' details into r (their text and ITLs moved out of the flights), as sglang records them: a failed
+ * request's output length and TTFT are 0. */
+static mr_status keep_details(flight *fl, int n, mr_bench_serve_result *r) {
+    if (!(r->requests = calloc((size_t)n, sizeof *r->requests))) return MR_ENOMEM;
+    for (int i = 0; i < n; i++) {
+        flight *f = &fl[i];
+        mr_bench_request *q = &r->requests[i];
+        const bool ok = answered(f);
+        q->input_len = f->in_len;
+        q->output_len = ok ? f->output_len : 0;
+        q->ttft_s = ok ? f->ttft : 0;
+        if (!ok) snprintf(q->error, sizeof q->error, "%s", f->err[0] ? f->err : "no output in the stream");
+        if (sv_buf_lit(&f->text, "")) {
+            mr_bench_serve_result_free(r);
+            return MR_ENOMEM;
+        }
+        q->text = f->text.p, q->text_len = f->text.len, f->text = (sv_buf){0};
+        q->itl_s = f->own_itl.v, q->n_itl = f->own_itl.n, f->own_itl = (dvec){0};
+    }
+    return MR_OK;
+}
+
 mr_status mr_bench_serve_run(const mr_bench_serve_opts *o, mr_bench_serve_result *r) {
     memset(r, 0, sizeof *r);
     r->concurrency = o->concurrency;
@@ -631,8 +744,10 @@ mr_status mr_bench_serve_run(const mr_bench_serve_opts *o, mr_bench_serve_result
         goto out;
     }
     if (o->warmup) {
-        flight w;
+        flight w = {0};
         drive(o, bodies, info, NULL, o->num_prompts, 1, 1, &w, &warm_itl);
+        sv_buf_free(&w.text);
+        free(w.own_itl.v);
         if (!answered(&w)) {
             st = mr_error_set(MR_EIO, "bench serve: the warm-up request failed: %s", w.err[0] ? w.err : "no output");
             goto out;
@@ -679,11 +794,13 @@ mr_status mr_bench_serve_run(const mr_bench_serve_opts *o, mr_bench_serve_result
     summarize(itl.v, itl.n, &r->itl_mean, &r->itl_median, &r->itl_p99, &r->itl_std);
     r->itl_p95 = mr_percentile(itl.v, itl.n, 95);
     r->itl_max = itl.n ? itl.v[itl.n - 1] : 0; /* sorted by the percentiles */
+    if (o->details) st = keep_details(fl, o->num_prompts, r);
 out:
     for (int i = 0; bodies && i <= o->num_prompts; i++) free(bodies[i]);
     free(bodies);
     free(info);
     free(arrive);
+    for (int i = 0; fl && i < o->num_prompts; i++) sv_buf_free(&fl[i].text), free(fl[i].own_itl.v);
     free(fl);
     free(itl.v);
     free(warm_itl.v);
@@ -704,6 +821,7 @@ mr_status mr_bench_serve_warmup(const mr_bench_serve_opts *o) {
     w.request_rate = 0;
     w.random_lengths = false;
     w.prefix_len = 0; /* the warm-up warms no group's prefix */
+    w.details = false;
     mr_bench_serve_result r;
     mr_status st = mr_bench_serve_run(&w, &r);
     if (!st && r.completed == 0)

@@ -680,6 +680,40 @@ static json_t *resp_whole(const sv_out *o, json_t *output) {
     return r;
 }
 
+/* One [logprob, id, text or null] entry of sglang's logprob lists (text: the token's, with
+ * return_text_in_logprobs, where it is UTF-8 on its own). */
+static json_t *sgl_lp_entry(const sv_out *o, float logprob, int32_t id, bool text) {
+    const char *p;
+    size_t n;
+    json_t *t = text && !o->ids_mode && !sv_text_piece(o->t, id, &p, &n) ? json_stringn(p, n) : NULL;
+    return json_pack("[f,i,o]", lp_value(logprob), (int)id, t ? t : json_null());
+}
+
+/* sglang's return_logprob: meta_info's output_token_logprobs over choice i's tokens so far, one entry a
+ * completion token, and with top_logprobs_num its output_top_logprobs (as sglang streams them: the whole
+ * lists in every event). 0, or -1 out of memory. */
+static int sgl_logprobs(const sv_out *o, int i, json_t *meta) {
+    const sv_choice *c = &o->c[i];
+    const int top = o->j->req.top_logprobs;
+    const bool text = json_is_true(json_object_get(o->j->req.sgl_meta, "text_in_logprobs"));
+    json_t *lps = json_array(), *tops = top ? json_array() : NULL;
+    int bad = !lps || (top && !tops) || !c->g->lp;
+    for (int64_t k = 0; !bad && k < c->counted; k++) {
+        const sv_logprob *l = sv_logprob_at(c->g->lp, top, k);
+        bad = json_array_append_new(lps, sgl_lp_entry(o, l->logprob, c->g->out[k], text));
+        if (tops) {
+            json_t *row = json_array();
+            for (int t = 0; row && t < l->n_top && t < top; t++)
+                if (json_array_append_new(row, sgl_lp_entry(o, l->top[t].logprob, l->top[t].token, text)))
+                    json_decref(row), row = NULL;
+            bad |= json_array_append_new(tops, row);
+        }
+    }
+    bad |= json_object_set_new(meta, "output_token_logprobs", lps);
+    if (tops) bad |= json_object_set_new(meta, "output_top_logprobs", tops);
+    return bad ? -1 : 0;
+}
+
 /* sglang's answer object for choice i (reason NULL: a streamed piece, without output_ids). */
 static json_t *sgl_object(const sv_out *o, int i, const char *reason) {
     const sv_choice *c = &o->c[i];
@@ -689,8 +723,14 @@ static json_t *sgl_object(const sv_out *o, int i, const char *reason) {
     else snprintf(id, sizeof id, "%.80s", rid ? rid : o->j->id);
     const int32_t last = c->counted > 0 ? c->g->out[c->counted - 1] : -1;
     const bool by_id = reason && !strcmp(reason, "stop") && !c->stop_hit && last >= 0 && is_stop_token(o, c->g, last, c->counted);
-    return sv_sglang_object(id, c->content.p, c->content.len, reason ? c->g->out : NULL, c->counted, reason, c->stop_hit,
-                            by_id ? last : -1, o->j->prompt_len[i / o->j->req.n], c->counted, c->cached);
+    json_t *x = sv_sglang_object(id, c->content.p, c->content.len, reason ? c->g->out : NULL, c->counted, reason,
+                                 c->stop_hit, by_id ? last : -1, o->j->prompt_len[i / o->j->req.n], c->counted, c->cached);
+    if (x && json_is_true(json_object_get(o->j->req.sgl_meta, "return_logprob")) &&
+        sgl_logprobs(o, i, json_object_get(x, "meta_info"))) {
+        json_decref(x);
+        return NULL;
+    }
+    return x;
 }
 
 static int sgl_event(sv_out *o, int i, const char *reason, sv_buf *sse) {

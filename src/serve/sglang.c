@@ -5,8 +5,10 @@
  *     stop, stop_token_ids, ignore_eos, frequency_penalty, presence_penalty, repetition_penalty, n,
  *     skip_special_tokens, no_stop_trim (include_stop_str_in_output), json_schema (a string), regex,
  *     ebnf, structural_tag (a string)}                 -> the completions fields
- *   stream, rid (echoed as meta_info.id), and the neutral values of return_logprob (false),
- *   logprob_start_len, top_logprobs_num (0), lora_path and image_data (null), stream_options.
+ *   stream, rid (echoed as meta_info.id), return_logprob with top_logprobs_num and
+ *   return_text_in_logprobs (the output's: meta_info.output_token_logprobs [[logprob, id, text or null],
+ *   ...] and output_top_logprobs, from completions' logprobs; logprob_start_len -1 only), and the neutral
+ *   values of lora_path and image_data (null), stream_options.
  * The answer: {"text", "output_ids", "meta_info": {"id", "finish_reason": {"type": "length", "length"} |
  * {"type": "stop", "matched": the stop string or the stop token id}, "prompt_tokens",
  * "completion_tokens", "cached_tokens"}}; a list of them for a batch. A stream sends, per token,
@@ -100,11 +102,21 @@ int sv_sglang_to_completions(const char *body, size_t len, char **out_json, json
                 }
             }
         } else if (!strcmp(k, "return_logprob")) {
-            if (json_is_true(x)) rc = sv_fail(e, 400, k, "return_logprob is not supported here (the OpenAI routes' logprobs are)");
+            if (!json_is_boolean(x) && !json_is_null(x)) rc = sv_fail(e, 400, k, "return_logprob must be a boolean");
+            else if (json_is_true(x)) json_object_set_new(m, "return_logprob", json_true());
         } else if (!strcmp(k, "top_logprobs_num")) {
-            if (!(json_is_integer(x) && json_integer_value(x) == 0) && !json_is_null(x))
-                rc = sv_fail(e, 400, k, "top_logprobs_num is not supported here");
-        } else if (!strcmp(k, "logprob_start_len") || !strcmp(k, "stream_options") || !strcmp(k, "return_text_in_logprobs")) {
+            if (json_is_null(x)) continue;
+            if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > SV_MAX_TOP_LOGPROBS)
+                rc = sv_fail(e, 400, k, "top_logprobs_num must be an integer in [0, %d]", SV_MAX_TOP_LOGPROBS);
+            else json_object_set(m, "top_logprobs_num", x);
+        } else if (!strcmp(k, "return_text_in_logprobs")) {
+            if (!json_is_boolean(x) && !json_is_null(x)) rc = sv_fail(e, 400, k, "return_text_in_logprobs must be a boolean");
+            else if (json_is_true(x)) json_object_set_new(m, "text_in_logprobs", json_true());
+        } else if (!strcmp(k, "logprob_start_len")) {
+            if (json_is_null(x)) continue;
+            if (!json_is_integer(x)) rc = sv_fail(e, 400, k, "logprob_start_len must be an integer");
+            else if (json_integer_value(x) >= 0) json_object_set(m, "logprob_start_len", x);
+        } else if (!strcmp(k, "stream_options")) {
             continue;
         } else if (!strcmp(k, "lora_path") || !strcmp(k, "image_data") || !strcmp(k, "audio_data") ||
                    !strcmp(k, "video_data")) {
@@ -117,6 +129,15 @@ int sv_sglang_to_completions(const char *body, size_t len, char **out_json, json
     if (!rc && batch && json_is_true(json_object_get(cmpl, "stream")))
         rc = sv_fail(e, 400, "stream", "a batch (a list of texts or of id lists) is not streamed here; send one prompt per request");
     if (!rc && !json_object_get(cmpl, "max_tokens") && json_object_set_new(cmpl, "max_tokens", json_integer(128))) rc = oom(e);
+    if (!rc && json_is_true(json_object_get(m, "return_logprob"))) {
+        /* the output's log-probabilities, and top_logprobs_num alternatives, as completions' logprobs computes
+         * them; the prompt's (logprob_start_len >= 0) are not served */
+        if (json_object_get(m, "logprob_start_len"))
+            rc = sv_fail(e, 400, "logprob_start_len", "the prompt's log-probabilities are not served here: "
+                         "logprob_start_len -1 (the output's only)");
+        else if (json_object_set_new(cmpl, "logprobs", json_integer(json_integer_value(json_object_get(m, "top_logprobs_num")))))
+            rc = oom(e);
+    }
     if (!rc && batch) json_object_set_new(m, "batch", json_true());
     if (!rc && !(*out_json = json_dumps(cmpl, JSON_COMPACT))) rc = oom(e);
     if (!rc) *meta = json_incref(m);

@@ -184,8 +184,9 @@ expect_exc(openai.NotFoundError, lambda: client.completions.create(model="no-suc
 expect_exc(openai.BadRequestError, lambda: list(client.completions.create(model=model, prompt=prompt, max_tokens=4,
                                                                           stream=True, extra_body={"n": 0}))),
 if auth_url:
-    bad_key = openai.OpenAI(base_url=auth_url + "/v1", api_key="wrong", max_retries=0)
-    expect_exc(openai.AuthenticationError, lambda: bad_key.models.list())
+    for wrong in ("wrong", "secre", "secrets", "Secret", "s", "secretsecret"):  # a prefix or an extension is not the key
+        bad_key = openai.OpenAI(base_url=auth_url + "/v1", api_key=wrong, max_retries=0)
+        expect_exc(openai.AuthenticationError, lambda: bad_key.models.list())
     good_key = openai.OpenAI(base_url=auth_url + "/v1", api_key="secret", max_retries=0)
     check(len(good_key.models.list().data) == 1, "the right key is refused")
     import urllib.request as _ur0  # the health checks and /version need no key (vLLM's /ping: GET and POST)
@@ -193,6 +194,13 @@ if auth_url:
                 _ur0.Request(auth_url + "/health")):
         with _ur0.urlopen(req, timeout=30) as rr:
             check(rr.status == 200 and _json_mod.loads(rr.read()) == {"status": "ok"}, f"{req.get_method()} {req.full_url}")
+    with _ur0.urlopen(auth_url + "/health_generate", timeout=60) as rr:  # sglang's: no key either
+        check(rr.status == 200 and _json_mod.loads(rr.read())["usage"]["completion_tokens"] == 1, "/health_generate")
+    try:  # /get_model_info is not a health check: the key is needed
+        _ur0.urlopen(auth_url + "/get_model_info", timeout=30)
+        check(False, "/get_model_info without the key was answered")
+    except _ur0.HTTPError as he:
+        check(he.code == 401, f"/get_model_info without the key: {he.code}")
     with _ur0.urlopen(auth_url + "/version", timeout=30) as rr:
         check(_json_mod.loads(rr.read()).get("version", "").count(".") == 2, "/version")
     import anthropic as _anth  # Anthropic's clients send the key as x-api-key
@@ -1219,6 +1227,51 @@ if text_url:
         why = tags_ok(c.message.content or "", {"<fn=weather>": wsch}, "</fn>", True)
         check(c.finish_reason == "stop" and why is None, f"structural tag (format) {i}: {why}: {c.message.content!r} ({c.finish_reason})")
         check(extra(c.message, "reasoning_content") == "Thinking.", "structural tag: the reasoning is free")
+    # sglang's /generate with return_logprob (what RL rollouts read: meta_info.output_token_logprobs): one
+    # [logprob, id, text] entry a completion token, its ids output_ids, its texts the text, each position's
+    # alternatives sorted with the greedy token first and at most 1 in probability, the values completions'
+    # logprobs give for the same greedy request; streamed, every event has the whole lists so far
+    import math as _math
+
+    def sgl(body):
+        rq = _ur.Request(text_url + "/generate", data=_json2.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        return _ur.urlopen(rq, timeout=120).read().decode()
+
+    sb = {"text": "In the beginning", "sampling_params": {"max_new_tokens": 6, "temperature": 0, "ignore_eos": True},
+          "return_logprob": True, "top_logprobs_num": 3, "return_text_in_logprobs": True}
+    g = _json2.loads(sgl(sb))
+    mi = g["meta_info"]
+    lps, tops = mi["output_token_logprobs"], mi["output_top_logprobs"]
+    check(len(lps) == len(tops) == mi["completion_tokens"] == 6 and [e[1] for e in lps] == g["output_ids"],
+          f"/generate logprobs: {len(lps)} entries, {mi['completion_tokens']} tokens, ids {[e[1] for e in lps]} / {g['output_ids']}")
+    for e in lps:  # a token's text is its own detokenization, or null where that is not whole UTF-8 alone
+        rq = _ur.Request(text_url + "/detokenize", data=_json2.dumps({"tokens": [e[1]]}).encode(),
+                         headers={"Content-Type": "application/json"})
+        d = _json2.loads(_ur.urlopen(rq, timeout=60).read())["prompt"]
+        check(e[2] == d if e[2] is not None else ("\ufffd" in d or d == ""), f"/generate logprob text {e} / {d!r}")
+    check(all(len(t) == 3 and t[0][1] == e[1] and abs(t[0][0] - e[0]) < 1e-6 and t[0][0] >= t[1][0] >= t[2][0] and
+              sum(_math.exp(x[0]) for x in t) <= 1 + 1e-6 for e, t in zip(lps, tops)), f"/generate top logprobs {tops}")
+    cg = tc.completions.create(model=tmodel, prompt="In the beginning", max_tokens=6, temperature=0, logprobs=3,
+                               extra_body={"ignore_eos": True}).choices[0].logprobs
+    cl = cg.token_logprobs
+    check(max(abs(a - e[0]) for a, e in zip(cl, lps)) < 1e-6, f"/generate logprobs {lps} / completions' {cl}")
+    check(all(len({x[1] for x in t}) == 3 and max(abs(a - b) for a, b in zip(sorted(x[0] for x in t),
+                                                                            sorted(ct.values())[-3:])) < 1e-6
+              for t, ct in zip(tops, cg.top_logprobs)), f"/generate top logprobs {tops} / completions' {cg.top_logprobs}")
+    sb.update(stream=True, return_text_in_logprobs=False, top_logprobs_num=0)
+    evs = [_json2.loads(l[6:]) for l in sgl(sb).split("\n") if l.startswith("data: {")]
+    seen = [[e[0:2] for e in ev["meta_info"]["output_token_logprobs"]] for ev in evs]
+    check(seen[-1] == [e[0:2] for e in lps] and all(len(x) == ev["meta_info"]["completion_tokens"] for x, ev in zip(seen, evs))
+          and all(a == b[:len(a)] for a, b in zip(seen, seen[1:])) and all(e[2] is None for e in evs[-1]["meta_info"]["output_token_logprobs"])
+          and "output_top_logprobs" not in evs[-1]["meta_info"], f"streamed /generate logprobs {seen}")
+    for bad, param in (({"logprob_start_len": 0}, "logprob_start_len"), ({"top_logprobs_num": 21}, "top_logprobs_num"),
+                       ({"return_logprob": "yes"}, "return_logprob")):
+        try:
+            sgl({"text": "x", "return_logprob": True, **bad})
+            check(False, f"/generate {bad} was taken")
+        except _ur.HTTPError as he:
+            check(he.code == 400 and _json2.loads(he.read())["error"]["param"] == param, f"/generate {bad}: {he.code}")
+    print("sglang logprobs: ok")
     # sglang's /generate takes it as JSON text in sampling_params
     q = _ur.Request(text_url + "/generate", data=_json2.dumps({"text": "w", "sampling_params": {
         "max_new_tokens": 300, "temperature": 1.0, "structural_tag": _json2.dumps(fmt)}}).encode(),

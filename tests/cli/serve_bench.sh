@@ -39,6 +39,19 @@ jq -e 'all(.results[]; .completed == 8 and .failed == 0 and .total_output_tokens
 jq -e '[.results[].max_concurrency] == [1, 4]' "$S/r.json" >/dev/null || bad "--json concurrencies"
 [ "$(head -c 8 "$S/r.png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] || bad "--plot did not write a PNG"
 ls "$S"/*.tmp 2>/dev/null && bad "a temporary file was left"
+# --base-url as users write it: an OpenAI client's (ending /v1), trailing slashes, HOST:PORT alone, all the
+# server's root (its counters read); what cannot be one is exit 2, named
+for u in "$SV_URL/v1" "$SV_URL//" "$SV_URL/v1/" "${SV_URL#http://}"; do
+    "$M" bench serve --base-url "$u" --concurrency 1 --num-prompts 2 --input-len 4 --output-len 2 --vocab 256 \
+        --json "$S/u.json" >"$S/outu" 2>&1 || bad "--base-url $u: exit $?: $(tail -2 "$S/outu")"
+    jq -e --arg r "$SV_URL" '.base_url == $r and .results[0].server_counters_delta.generation_tokens == 4' \
+        "$S/u.json" >/dev/null || bad "--base-url $u: not the root, or its counters not read: $(jq -c .base_url "$S/u.json")"
+    case "$u" in */v1*) grep -q "is taken as the server's root" "$S/outu" || bad "--base-url $u: the change is not said";; esac
+done
+for u in "ftp://127.0.0.1:1" "$SV_URL?a=1" "$SV_URL#x" "http://a b" "http://$(head -c 2000 /dev/zero | tr '\0' a)"; do
+    "$M" bench serve --base-url "$u" --concurrency 1 >/dev/null 2>"$S/err"; rc=$?
+    [ $rc = 2 ] && grep -q -- "--base-url" "$S/err" || bad "--base-url '${u:0:40}': exit $rc, want 2 ($(head -c 200 "$S/err"))"
+done
 # --extra-request-body: merged into every request, its keys replacing the bench's own (max_tokens here: the
 # server's counters say 3 tokens a request); a field the server refuses gives failed requests, exit 1
 echo '{"max_tokens": 3, "stop_token_ids": [1]}' >"$S/extra.json"
@@ -49,7 +62,7 @@ jq -e '.results[0].server_counters_delta.generation_tokens <= 12 and .results[0]
        and .extra_request_body.max_tokens == 3' "$S/x.json" >/dev/null || bad "--extra-request-body was not sent as asked"
 # sglang's native /generate on moerun serve: every request completes with its tokens (the server's counters)
 "$M" bench serve --base-url "$SV_URL" --backend sglang --concurrency 3 --num-prompts 6 --input-len 8 --output-len 5 \
-    --vocab 256 --json "$S/gen.json" >"$S/outgen" 2>&1 || bad "--backend sglang: exit $?: $(tail -3 "$S/outgen")"
+    --vocab 256 --return-logprob --json "$S/gen.json" >"$S/outgen" 2>&1 || bad "--backend sglang: exit $?: $(tail -3 "$S/outgen")"
 jq -e '.backend == "sglang" and (.results[0] | .completed == 6 and .total_output_tokens == 30 and
        .server_counters_delta.generation_tokens == 30 and .server_counters_delta.prompt_tokens == 48)' "$S/gen.json" >/dev/null ||
     bad "--backend sglang: $(jq -c '[.backend, .results[0].completed, .results[0].total_output_tokens, .results[0].server_counters_delta.generation_tokens]' "$S/gen.json")"
@@ -111,9 +124,44 @@ jq -e '.results[0] | .total_input_tokens == 576 and .server_counters_delta.promp
     bad "--gsp-* --seed 99: $(tail -2 "$S/outg2")"
 jq -e '.results[0].server_counters_delta.prefix_cache_hits == 384' "$S/gsp2.json" >/dev/null ||
     bad "--gsp-*: the warm-up warmed a group: $(jq -c '.results[0].server_counters_delta' "$S/gsp2.json")"
+# sglang's --dataset-name generated-shared-prefix: groups x prompts-per-group requests, the same 2 x 4 prompts of
+# 64 + 8 tokens, one at a time: the same 384 hits whatever the (shuffled) order
+"$M" bench serve --base-url "$SV_URL" --concurrency 1 --dataset-name generated-shared-prefix --gsp-num-groups 2 \
+    --gsp-prompts-per-group 4 --gsp-system-prompt-len 64 --gsp-question-len 8 --gsp-output-len 4 --vocab 256 \
+    --flush-cache --json "$S/gspd.json" >"$S/outgd" 2>&1 || bad "--dataset-name generated-shared-prefix: $(tail -2 "$S/outgd")"
+jq -e '[.results[] | .num_prompts == 8 and .total_input_tokens == 576 and .total_output_tokens == 32 and
+        .server_counters_delta.prefix_cache_hits == 384 and .dataset_name == "generated-shared-prefix" and
+        .gsp_prompts_per_group == 4] == [true]' "$S/gspd.json" >/dev/null ||
+    { bad "--dataset-name generated-shared-prefix: the requests"; jq -c '.results[] | [.num_prompts, .server_counters_delta]' "$S/gspd.json"; }
+# --output-details (sglang's): each request's lengths, TTFT, ITLs, text and error, in request order; its tokens
+# are the server's count, one ITL between each two of them (a token an event), no error
+"$M" bench serve --base-url "$SV_URL" --concurrency 3 --num-prompts 6 --input-len 8 --output-len 5 --vocab 256 \
+    --output-details --disable-tqdm --output-file "$S/det.jsonl" --json "$S/det.json" >"$S/outd" 2>&1 ||
+    bad "--output-details: $(tail -2 "$S/outd")"
+for f in "$S/det.json" "$S/det.jsonl"; do
+    jq -e '(.results[0] // .) as $r | ($r.input_lens | length) == 6 and ($r.output_lens | add) == $r.total_output_tokens
+           and ($r.output_lens | add) == ($r.server_counters_delta.generation_tokens // $r.total_output_tokens)
+           and ($r.input_lens | all(. == 8)) and ($r.ttfts | all(. > 0))
+           and ([$r.itls[] | length] == [$r.output_lens[] | . - 1]) and ($r.itls | flatten | all(. >= 0))
+           and ($r.generated_texts | length) == 6 and ($r.errors | all(. == ""))' "$f" >/dev/null ||
+        { bad "--output-details in $f"; jq -c '(.results[0] // .) | [.input_lens, .output_lens, .ttfts, .errors]' "$f"; }
+done
+"$M" bench serve --base-url "$SV_URL" --concurrency 1 --num-prompts 2 --output-details >/dev/null 2>"$S/err"; rc=$?
+[ $rc = 2 ] && grep -q "output-details goes with" "$S/err" || bad "--output-details without a file: exit $rc"
+jq -e '.disable_radix_cache == false' <(curl -s "$SV_URL/get_server_info") >/dev/null || bad "get_server_info: the prefix cache"
 # text prompts through /detokenize need a tokenizer: a clear refusal here
 "$M" bench serve --base-url "$SV_URL" --concurrency 1 --num-prompts 2 --chat >"$S/out2" 2>&1; rc=$?
 [ $rc = 1 ] && grep -q "tokenizer" "$S/out2" || bad "--chat without a tokenizer: exit $rc: $(tail -2 "$S/out2")"
+stop_server
+# --disable-radix-cache (sglang's; vLLM's --no-enable-prefix-caching): the shared prefixes above find nothing,
+# every prompt token is computed
+start_server "$S/nopc.log" --model "$S/tiny" --context-length 128 --disable-radix-cache --skip-self-check || exit 1
+grep -q "prefix cache off" "$S/nopc.log" || bad "--disable-radix-cache: not said at start"
+"$M" bench serve --base-url "$SV_URL" --concurrency 1 --num-prompts 8 --input-len 8 --output-len 4 --vocab 256 \
+    --gsp-system-prompt-len 64 --gsp-num-groups 2 --json "$S/nopc.json" >"$S/outn" 2>&1 || bad "no prefix cache: $(tail -2 "$S/outn")"
+jq -e '.results[0].server_counters_delta | .prompt_tokens == 576 and .prefix_cache_hits == 0' "$S/nopc.json" >/dev/null ||
+    bad "--disable-radix-cache: $(jq -c '.results[0].server_counters_delta' "$S/nopc.json")"
+jq -e '.disable_radix_cache == true' <(curl -s "$SV_URL/get_server_info") >/dev/null || bad "get_server_info: disable_radix_cache"
 stop_server
 # a server that refuses: failures are counted and the exit is 1
 # (long answers, so that the one admitted request surely outlasts the arrival of the other five,
@@ -121,10 +169,40 @@ stop_server
 start_server "$S/busy.log" --model "$S/tiny" --context-length 1024 --max-running-requests 1 --max-queued-requests 0 \
     --skip-self-check || exit 1
 "$M" bench serve --base-url "$SV_URL" --concurrency 6 --num-prompts 12 --input-len 8 --output-len 1000 --vocab 256 \
-    --no-warmup >"$S/out3" 2>&1; rc=$?
+    --no-warmup --output-details --json "$S/busy.json" >"$S/out3" 2>&1; rc=$?
 [ $rc = 1 ] || bad "refused requests: exit $rc, want 1"
 grep -q "Failed requests: *[1-9]" "$S/out3" || bad "no failed requests counted"
 grep -q "First failure: *HTTP 503" "$S/out3" || bad "the first failure is not the 503: $(grep 'First failure' "$S/out3")"
+jq -e '.results[0] as $r | ($r.errors | map(select(. == "HTTP 503")) | length) == $r.failed and $r.failed >= 1 and
+       ([range(12) | select($r.errors[.] != "") | $r.output_lens[.]] | all(. == 0))' "$S/busy.json" >/dev/null ||
+    bad "--output-details: the refused requests' errors: $(jq -c '.results[0] | [.failed, .errors, .output_lens]' "$S/busy.json")"
+stop_server
+# a server started with an API key: the bench sends it (--api-key, or OPENAI_API_KEY as sglang's and vLLM's
+# benchmarks read it) on every request, /metrics too (the server's counters come back), and never prints it;
+# a wrong or missing key is the server's 401, named; a key that cannot be a header is exit 2
+key=sk-bench-7f3a9
+start_server "$S/key.log" --model "$S/tiny" --context-length 128 --api-key "$key" --skip-self-check || exit 1
+"$M" bench serve --base-url "$SV_URL" --concurrency 2 --num-prompts 4 --input-len 8 --output-len 4 --vocab 256 \
+    --api-key "$key" --json "$S/k1.json" >"$S/outk1" 2>&1 || bad "--api-key: exit $?: $(tail -2 "$S/outk1")"
+OPENAI_API_KEY=$key "$M" bench serve --base-url "$SV_URL" --backend sglang --concurrency 2 --num-prompts 4 \
+    --input-len 8 --output-len 4 --vocab 256 --json "$S/k2.json" >"$S/outk2" 2>&1 ||
+    bad "OPENAI_API_KEY: exit $?: $(tail -2 "$S/outk2")"
+for f in k1 k2; do
+    jq -e '.results[0] | .completed == 4 and .failed == 0 and .server_counters_delta.generation_tokens == 16' \
+        "$S/$f.json" >/dev/null || bad "with the key ($f): $(jq -c '.results[0] | [.completed, .server_counters_delta]' "$S/$f.json")"
+done
+grep -q "api key: from OPENAI_API_KEY" "$S/outk2" || bad "the key's source is not said"
+grep -l -- "$key" "$S/outk1" "$S/outk2" "$S/k1.json" "$S/k2.json" && bad "the key was printed"
+for env in "" "OPENAI_API_KEY=sk-wrong"; do
+    env $env "$M" bench serve --base-url "$SV_URL" --concurrency 1 --num-prompts 1 --vocab 256 >/dev/null 2>"$S/err"; rc=$?
+    [ $rc = 1 ] && grep -q "/v1/models: HTTP 401" "$S/err" || bad "key '${env#*=}': exit $rc, want 1 with the 401 ($(head -c 300 "$S/err"))"
+done
+for k in "" "a b" "$(printf 'a\rb')" "$(printf 'sk\001')" "clé"; do
+    "$M" bench serve --base-url "$SV_URL" --concurrency 1 --api-key "$k" >/dev/null 2>"$S/err"; rc=$?
+    [ $rc = 2 ] && grep -q -- "--api-key" "$S/err" || bad "--api-key '$k': exit $rc, want 2 ($(head -c 300 "$S/err"))"
+done
+OPENAI_API_KEY="a b" "$M" bench serve --base-url "$SV_URL" --concurrency 1 >/dev/null 2>"$S/err"; rc=$?
+[ $rc = 2 ] && grep -q "OPENAI_API_KEY: the key must be" "$S/err" || bad "OPENAI_API_KEY='a b': exit $rc, want 2"
 stop_server
 # bad options and an unreachable server
 for args in "--concurrency 1" "--base-url http://127.0.0.1:1 --concurrency 0" "--base-url http://127.0.0.1:1 --concurrency 1,x" \
@@ -145,7 +223,7 @@ done
 # --random-output-len, --warmup-requests (sent together, each the run's first prompt, as sglang's are),
 # --disable-ignore-eos, --output-file (a JSON line per run, appended). What the bench sent is what a
 # recording server saw.
-rm -f "$S/hport" "$S/rec.jsonl" "$S/o.jsonl"
+rm -f "$S/hport" "$S/rec.jsonl" "$S/rec.jsonl.auth" "$S/o.jsonl"
 python3 "$(dirname "$0")/lib/hostile_server.py" record "$S/rec.jsonl" >"$S/hport" & hp=$!
 for _ in $(seq 100); do grep -q '^[0-9]' "$S/hport" 2>/dev/null && break; sleep 0.1; done
 "$M" bench serve --backend vllm-chat --host 127.0.0.1 --port "$(cat "$S/hport")" --max-concurrency 2 \
@@ -156,18 +234,87 @@ for _ in $(seq 100); do grep -q '^[0-9]' "$S/hport" 2>/dev/null && break; sleep 
     --random-input-len 6 --random-output-len 1 --num-prompts 4 --warmup-requests 0 --vocab 256 \
     --output-file "$S/o.jsonl" >"$S/outr2" 2>&1 || bad "sglang's flags, completions: exit $?: $(tail -2 "$S/outr2")"
 "$M" bench serve --backend sglang --port "$(cat "$S/hport")" --max-concurrency 2 --random-input-len 5 \
-    --random-output-len 3 --num-prompts 2 --no-warmup --vocab 256 >"$S/outr3" 2>&1 ||
+    --random-output-len 3 --num-prompts 2 --no-warmup --vocab 256 --output-details --return-logprob \
+    --json "$S/r3.json" >"$S/outr3" 2>&1 ||
     bad "sglang's flags, /generate: exit $?: $(tail -2 "$S/outr3")"
 grep -q "Total generated tokens: *4 *$" "$S/outr3" || bad "/generate: not 2 x 2 tokens counted: $(grep 'generated' "$S/outr3")"
+# /generate's events carry the text so far: the text is the last one's, not their concatenation
+jq -e '.results[0].generated_texts == ["aa", "aa"]' "$S/r3.json" >/dev/null ||
+    bad "--output-details, /generate: $(jq -c '.results[0].generated_texts' "$S/r3.json")"
+# the key goes on every request of a run: /v1/models, /tokenize (a dataset counted by the server), the warm-up,
+# the requests, /metrics; and on none without one
+cp "$S/rec.jsonl" "$S/rec0.jsonl"
+# generated-shared-prefix as sglang makes it: each group's prompts share their first 5 ids, 3 a group, in a
+# shuffled order (not group i mod 2)
+"$M" bench serve --port "$(cat "$S/hport")" --dataset-name generated-shared-prefix --gsp-num-groups 2 \
+    --gsp-prompts-per-group 3 --gsp-system-prompt-len 5 --gsp-question-len 2 --gsp-output-len 1 --vocab 256 \
+    --max-concurrency 1 --no-warmup --seed 3 >"$S/outr5" 2>&1 || bad "generated-shared-prefix, recorded: $(tail -2 "$S/outr5")"
+python3 - "$S/rec0.jsonl" "$S/rec.jsonl" <<'EOF2' || bad "generated-shared-prefix: not 2 groups of 3 in a shuffled order"
+import json, sys
+n0 = len(open(sys.argv[1]).readlines())
+sent = [json.loads(l)["body"]["prompt"] for l in open(sys.argv[2]).readlines()[n0:]]
+heads = [tuple(p[:5]) for p in sent]
+ok = len(sent) == 6 and all(len(p) == 7 for p in sent) and len(set(heads)) == 2
+ok &= sorted(heads.count(h) for h in set(heads)) == [3, 3] and len({tuple(p[5:]) for p in sent}) == 6
+ok &= [heads.index(h) % 2 for h in heads] != [0, 1, 0, 1, 0, 1]
+if not ok:
+    print(heads)
+sys.exit(0 if ok else 1)
+EOF2
+# sglang's random dataset over a file (--dataset-name random --dataset-path F): each prompt its row's first-turn
+# tokens (this server's /tokenize: 0 1 2 3 for "one two three" with its special token) repeated and cut to the
+# drawn length
+cp "$S/rec.jsonl" "$S/rec1.jsonl"
+echo '[{"conversations": [{"from": "human", "value": "one two three"}, {"from": "gpt", "value": "four"}]},
+       {"conversations": [{"from": "human", "value": "five six"}, {"from": "gpt", "value": "seven"}]}]' >"$S/sg1.json"
+"$M" bench serve --port "$(cat "$S/hport")" --dataset-name random --dataset-path "$S/sg1.json" --random-input-len 10 \
+    --random-output-len 2 --num-prompts 3 --max-concurrency 1 --no-warmup --json "$S/r6.json" >"$S/outr6" 2>&1 ||
+    bad "random over a file, recorded: $(tail -2 "$S/outr6")"
+python3 - "$S/rec1.jsonl" "$S/rec.jsonl" "$S/r6.json" <<'EOF2' || bad "random over a file: not the rows' tokens repeated and cut, the rows in turn"
+import json, sys
+n0 = len(open(sys.argv[1]).readlines())
+sent = [json.loads(l)["body"]["prompt"] for l in open(sys.argv[2]).readlines()[n0:]]
+rows = [r["source"] for r in json.load(open(sys.argv[3]))["dataset"]["rows"]]
+tokens = {0: [0, 1, 2, 3], 1: [0, 1, 2]}  # a word a token, one more for the special token
+cut = lambda t: (t * 10)[:10]
+ok = sorted(rows) == [0, 1] and sent == [cut(tokens[rows[0]]), cut(tokens[rows[1]]), cut(tokens[rows[0]])]
+if not ok:
+    print(rows, sent)
+sys.exit(0 if ok else 1)
+EOF2
+# --output-details, completions: each request's text is its events' text, in request order
+"$M" bench serve --port "$(cat "$S/hport")" --max-concurrency 2 --random-input-len 6 --random-output-len 4 \
+    --num-prompts 2 --no-warmup --vocab 256 --output-details --json "$S/r2.json" >"$S/outr2b" 2>&1 ||
+    bad "--output-details, completions: exit $?: $(tail -2 "$S/outr2b")"
+jq -e '.results[0] | .generated_texts == ["aa", "aa"] and .output_lens == [2, 2] and .input_lens == [6, 6]' \
+    "$S/r2.json" >/dev/null || bad "--output-details, completions: $(jq -c '.results[0].generated_texts' "$S/r2.json")"
+cp "$S/rec.jsonl.auth" "$S/auth0"
+echo '[{"conversations": [{"from": "human", "value": "one two three"}, {"from": "gpt", "value": "four five"}]}]' \
+    >"$S/sg.json"
+OPENAI_API_KEY=sk-rec "$M" bench serve --port "$(cat "$S/hport")" --dataset-name sharegpt --dataset-path "$S/sg.json" \
+    --max-concurrency 1 --num-prompts 1 --sharegpt-context-len 100 >"$S/outr4" 2>&1 ||
+    bad "the key, on a recording server: exit $?: $(tail -2 "$S/outr4")"
+python3 - "$S/auth0" "$S/rec.jsonl.auth" <<'EOF2' || bad "the key was not sent on every request, or sent without one"
+import json, sys
+before = [json.loads(l) for l in open(sys.argv[1])]
+after = [json.loads(l) for l in open(sys.argv[2])][len(before):]
+paths = {a["path"] for a in after}
+ok = {"/v1/models", "/tokenize", "/v1/completions", "/metrics"} <= paths
+ok &= all(a["auth"] == "Bearer sk-rec" for a in after) and all(b["auth"] is None for b in before)
+if not ok:
+    print(before[:3], after)
+sys.exit(0 if ok else 1)
+EOF2
 kill $hp 2>/dev/null; wait $hp 2>/dev/null
-python3 - "$S/rec.jsonl" "$S/o.jsonl" <<'EOF2' || bad "sglang's flags: the requests sent or the lines written are not as asked"
+python3 - "$S/rec0.jsonl" "$S/o.jsonl" <<'EOF2' || bad "sglang's flags: the requests sent or the lines written are not as asked"
 import json, sys
 rec = [json.loads(l) for l in open(sys.argv[1])]
 out = [json.loads(l) for l in open(sys.argv[2])]
 ok = len(rec) == 3 + 4 + 4 + 2 and len(out) == 2
 warm, run, run2, gen = rec[:3], rec[3:7], rec[7:11], rec[11:]
 ok &= all(r["path"] == "/generate" and r["body"]["sampling_params"] == {"temperature": 0.0, "max_new_tokens": 3,
-          "ignore_eos": True} and len(r["body"]["input_ids"]) == 5 and r["body"]["stream"] is True for r in gen)
+          "ignore_eos": True} and len(r["body"]["input_ids"]) == 5 and r["body"]["stream"] is True and
+          r["body"]["return_logprob"] is True for r in gen)
 ok &= all(r["path"] == "/v1/chat/completions" and "ignore_eos" not in r["body"] and r["body"]["max_tokens"] == 5
           for r in warm + run)
 ok &= warm[0]["body"] == warm[1]["body"] == warm[2]["body"]  # the first prompt, three times
@@ -184,7 +331,12 @@ sys.exit(0 if ok else 1)
 EOF2
 for args in "--backend sglang --chat --port 1" "--backend trt --port 1" "--base-url http://127.0.0.1:1 --host 127.0.0.1" \
             "--port 0" "--port 70000" "--host a/b --port 1" "--port 1 --warmup-requests -1" \
-            "--port 1 --output-file $S/no/such/dir/o.jsonl" "--port 1 --random-input-len 0"; do
+            "--port 1 --output-file $S/no/such/dir/o.jsonl" "--port 1 --random-input-len 0" \
+            "--port 1 --dataset-name generated-shared-prefix --num-prompts 4" "--port 1 --gsp-question-len 4" \
+            "--port 1 --dataset-name generated-shared-prefix --input-len 4" "--port 1 --dataset-name random-x" \
+            "--port 1 --dataset-name generated-shared-prefix --gsp-prompts-per-group 0" \
+            "--port 1 --dataset-path $S/x.json --vocab 100" "--port 1 --dataset-path $S/x.json --gsp-num-groups 2" \
+            "--port 1 --dataset-name generated-shared-prefix --dataset-path $S/x.json" "--port 1 --return-logprob"; do
     "$M" bench serve $args >/dev/null 2>"$S/err"; rc=$?
     [ $rc = 2 ] && [ -s "$S/err" ] || bad "bench serve $args: exit $rc, want 2 ($(head -1 "$S/err"))"
 done
@@ -203,6 +355,23 @@ for case in "models404|HTTP 404" "modelsbig|larger than 64 MiB" "hugeline|an eve
     [ $rc = 1 ] && grep -qF -- "$want" "$S/outh" || bad "hostile server $mode: exit $rc, want 1 and '$want': $(tail -3 "$S/outh")"
     grep -qE 'Sanitizer|runtime error:' "$S/outh" && bad "hostile server $mode: sanitizer report"
 done
+# --output-details keeps each answer's text, up to 64 MiB: a server that never stops talking fails the
+# request with the reason, at once (not at --timeout), and the bench's memory stays bounded
+rm -f "$S/hport"
+python3 "$(dirname "$0")/lib/hostile_server.py" endlesstext >"$S/hport" & hp=$!
+for _ in $(seq 100); do grep -q '^[0-9]' "$S/hport" 2>/dev/null && break; sleep 0.1; done
+t0=$(date +%s)
+timeout 120 python3 -c 'import resource, subprocess, sys
+rc = subprocess.run(sys.argv[2:]).returncode
+open(sys.argv[1], "w").write("%d\n" % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+sys.exit(rc)' "$S/rss" "$M" bench serve --base-url "http://127.0.0.1:$(cat "$S/hport")" \
+    --concurrency 1 --num-prompts 1 --input-len 4 --output-len 4 --timeout 100 --no-warmup --output-details \
+    --json "$S/endless.json" >"$S/oute" 2>&1; rc=$?
+kill $hp 2>/dev/null; wait $hp 2>/dev/null
+[ $rc = 1 ] && grep -qF "the answer's text is larger than 64 MiB" "$S/oute" || bad "endless text: exit $rc: $(tail -3 "$S/oute")"
+[ $(( $(date +%s) - t0 )) -lt 90 ] || bad "endless text: the request ran to --timeout"
+echo "endless text: the bench peaked at $(cat "$S/rss") KB"
+[ "$(cat "$S/rss" 2>/dev/null || echo 9999999)" -lt 1000000 ] || bad "endless text: the bench peaked at $(cat "$S/rss") KB"
 # a NUL byte in the text is output like any other (random weights write one now and then)
 rm -f "$S/hport"
 python3 "$(dirname "$0")/lib/hostile_server.py" nultext >"$S/hport" & hp=$!

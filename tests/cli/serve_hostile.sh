@@ -213,7 +213,8 @@ import json, re, socket, sys, time
 body = json.dumps({"prompt": [1, 2, 3], "max_tokens": 1500, "n": 8, "ignore_eos": True, "logprobs": 20,
                    "temperature": 0}).encode()
 def fetch(rate, stall):
-    s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=30)
+    # the answer comes whole after ~12,000 tokens: minutes under a sanitizer on a loaded host
+    s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=300)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
     s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %d\r\n\r\n"
               % len(body) + body)

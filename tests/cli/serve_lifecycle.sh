@@ -13,6 +13,8 @@
 #  - an FP8 KV cache (--kv-cache-dtype fp8_e4m3 / fp8 / fp8_e5m2): the self-check passes
 #    on it, the ready line and /get_server_info name it, the same --kv-cache-memory holds
 #    twice bf16's tokens, and it answers; an unknown dtype is a usage error;
+#  - sglang's and vLLM's launch lines (their flag names, no-op flags, fixed values, vLLM's model
+#    without --model) start it;
 #  - bad flags are usage errors (exit 2; an empty --api-key or --served-model-name too) and a
 #    port in use is exit 1; an IPv6 --host is printed as a bracketed URL that answers.
 # Args: <moerun> <tests/data> <scratch dir>
@@ -47,11 +49,13 @@ kill -TERM "$SV_PID"
 sleep 0.1
 h=$(curl -s -o "$S/h.out" -w '%{http_code}' "$SV_URL/health")
 n=$(curl -s -o "$S/n.out" -w '%{http_code}' -d '{"prompt":[1],"max_tokens":2}' "$SV_URL/v1/completions")
+hg=$(curl -s -o /dev/null -w '%{http_code}' "$SV_URL/health_generate")
 wait "$cpid"
 wait "$SV_PID"; rc=$?
 # the stream may finish before the probes if the machine is fast; then the server is gone (000)
 case "$h" in 503|000) ;; *) bad "/health while draining: $h, want 503";; esac
 case "$n" in 503|000) ;; *) bad "a new request while draining: $n, want 503";; esac
+case "$hg" in 503|000) ;; *) bad "/health_generate while draining: $hg, want 503";; esac
 [ "$h" = 503 ] && ! grep -q 'shutting down' "$S/h.out" && bad "the 503 does not say it is shutting down"
 [ $rc = 0 ] || bad "drain: exit $rc, want 0"
 [ "$(grep -c '"token_ids"' "$S/drain.out")" = 200 ] || bad "the drained stream has $(grep -c '"token_ids"' "$S/drain.out") tokens, want 200"
@@ -118,17 +122,25 @@ SV_PORT=$(sed -n 's/.*listening on http:\/\/[^ ]*:\([0-9][0-9]*\) .*/\1/p' "$S/l
 SV_URL=http://127.0.0.1:$SV_PORT
 h=$(curl -s -o "$S/hl.out" -w '%{http_code}' "$SV_URL/health")
 g=$(curl -s -o /dev/null -w '%{http_code}' -d '{"prompt":[1],"max_tokens":2}' "$SV_URL/v1/completions")
+hg=$(curl -s -o /dev/null -w '%{http_code}' "$SV_URL/health_generate")
 if grep -q "ready on" "$S/load.log"; then
     echo "note: the model was ready before the probe; the loading case was not exercised"
 else
     [ "$h" = 503 ] || bad "/health while loading: $h, want 503"
     grep -q "loading" "$S/hl.out" || bad "the loading 503 does not say so: $(cat "$S/hl.out")"
     [ "$g" = 503 ] || bad "a request while loading: $g, want 503"
+    [ "$hg" = 503 ] || bad "/health_generate while loading: $hg, want 503"
 fi
 lim=$(( $(now_ms) + 180000 ))
 while ! grep -q "ready on" "$S/load.log" && [ "$(now_ms)" -lt $lim ]; do sleep 0.05; done
 grep -q "ready on" "$S/load.log" || { bad "not ready in 180 s: $(cat "$S/load.log")"; server_stacks "$SV_PID"; }
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$SV_URL/health")" = 200 ] || bad "/health after loading is not 200"
+# sglang's /health_generate: one token through the engine (a completion of it), without a key like /health
+curl -s "$SV_URL/health_generate" -o "$S/hg.out" -w '%{http_code}' | grep -q 200 &&
+    jq -e '.usage.completion_tokens == 1' "$S/hg.out" >/dev/null || bad "/health_generate after loading: $(head -c 300 "$S/hg.out")"
+# sglang's /get_model_info (its frontend's RuntimeEndpoint reads it first)
+curl -s "$SV_URL/get_model_info" | jq -e --arg d "$S/wide" '.model_path == $d and .tokenizer_path == $d and
+    .is_generation == true and .preferred_sampling_params == null' >/dev/null || bad "/get_model_info: $(curl -s "$SV_URL/get_model_info")"
 stop_server
 [ "$SV_RC" = 0 ] || bad "exit $SV_RC after loading"
 
@@ -181,6 +193,27 @@ timeout 20 "$M" serve --model "$T" --port 0 --api-key "" >/dev/null 2>"$S/e9"; r
 [ $rc = 2 ] && grep -q -- "--api-key is empty" "$S/e9" || bad "an empty --api-key: exit $rc: $(cat "$S/e9")"
 timeout 20 "$M" serve --model "$T" --port 0 --served-model-name "" >/dev/null 2>"$S/e10"; rc=$?
 [ $rc = 2 ] && grep -q -- "--served-model-name is empty" "$S/e10" || bad "an empty --served-model-name: exit $rc"
+# sglang's and vLLM's launch lines as users write them: their names for moerun's settings, their no-op
+# flags, and the fixed values moerun runs with, accepted; another value of those, or a GPU-only flag, is
+# exit 2 with the reason
+start_server "$S/sgl.log" --model-path "$T" --page-size 16 --stream-interval 1 --schedule-policy fcfs --enable-metrics \
+    --log-level warning --disable-radix-cache --skip-self-check || exit 1
+n=$(curl -s -d '{"prompt":[1,2,3],"max_tokens":5,"ignore_eos":true}' "$SV_URL/v1/completions" | jq -r '.usage.completion_tokens')
+[ "$n" = 5 ] || bad "sglang's launch line: a completion gave '$n' tokens"
+curl -s "$SV_URL/get_server_info" | jq -e '.disable_radix_cache == true' >/dev/null || bad "sglang's launch line: the radix cache"
+stop_server
+start_server "$S/vll.log" "$T" --max-model-len 256 --max-num-seqs 4 --block-size 16 --enable-prefix-caching \
+    --disable-log-requests --disable-log-stats --log-level CRITICAL --skip-self-check || exit 1
+curl -s "$SV_URL/get_server_info" | jq -e '.context_length == 256 and .max_running_requests == 4 and
+    .disable_radix_cache == false' >/dev/null || bad "vLLM's launch line: $(curl -s "$SV_URL/get_server_info" | head -c 300)"
+stop_server
+for case in "--page-size 32|pages are 16 tokens" "--block-size 8|pages are 16 tokens" "--stream-interval 4|only 1" \
+            "--schedule-policy lpm|first come, first served" "--mem-fraction-static 0.9|--kv-cache-memory" \
+            "--gpu-memory-utilization 0.9|GPU memory" "--log-level loud|--log" "$T|beside --model" \
+            "--host 127.0.0.1 stray|'stray' beside --model" "stray --port 1 --host|unknown option or missing value"; do
+    timeout 20 "$M" serve --model "$T" --port 0 ${case%|*} >/dev/null 2>"$S/e11"; rc=$?
+    [ $rc = 2 ] && grep -q -- "${case#*|}" "$S/e11" || bad "${case%|*}: exit $rc: $(cat "$S/e11")"
+done
 # an IPv6 host is printed as a URL that works (RFC 3986 brackets), where the host has IPv6 loopback
 if python3 -c 'import socket; s = socket.socket(socket.AF_INET6); s.bind(("::1", 0))' 2>/dev/null; then
     start_server "$S/v6.log" --model "$T" --host ::1 --skip-self-check || exit 1

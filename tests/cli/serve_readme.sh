@@ -24,6 +24,16 @@ curl -s localhost:$P/v1/completions -H 'Content-Type: application/json' \
 got="And God said,$(jq -r '.choices[0].text' "$S/c.json")"
 [ "$got" = "$(cat "$S/gen.txt")" ] || bad "completion: '$got' differs from generate's '$(cat "$S/gen.txt")'"
 [ "$(jq -r '.usage.completion_tokens > 0 and .usage.prompt_tokens > 0' "$S/c.json")" = true ] || bad "completion usage"
+# sglang's /generate with return_logprob and return_text_in_logprobs: the entries' texts spell generate's
+# continuation, their ids are output_ids, one a completion token
+curl -s localhost:$P/generate -H 'Content-Type: application/json' -d '{"text": "And God said,", "sampling_params":
+     {"max_new_tokens": 32, "temperature": 0}, "return_logprob": true, "return_text_in_logprobs": true}' >"$S/g.json"
+got="And God said,$(jq -r '[.meta_info.output_token_logprobs[][2]] | join("")' "$S/g.json")"
+got=${got%"[e~["} # the EOS that ended it is a completion token too, with its text (the answer's text leaves it out)
+[ "$got" = "$(cat "$S/gen.txt")" ] || bad "/generate logprob texts: '$got' differ from generate's '$(cat "$S/gen.txt")'"
+jq -e '.meta_info | (.output_token_logprobs | length) == .completion_tokens and
+       ([.output_token_logprobs[][0]] | all(. <= 0))' "$S/g.json" >/dev/null &&
+    jq -e '[.meta_info.output_token_logprobs[][1]] == .output_ids' "$S/g.json" >/dev/null || bad "/generate logprobs: $(head -c 300 "$S/g.json")"
 curl -s localhost:$P/v1/chat/completions -H 'Content-Type: application/json' \
      -d '{"model": "tiny-kjv", "messages": [{"role": "user", "content": "Genesis 1:3"}], "max_tokens": 80, "temperature": 0}' >"$S/chat.json"
 reasoning=$(jq -r '.choices[0].message.reasoning_content' "$S/chat.json")
@@ -93,7 +103,7 @@ sr=$(sed -n 's/^data: //p' "$S/stream.txt" | grep -v '^\[DONE\]$' | jq -j '.choi
   "$(jq '.usage.completion_tokens' "$S/chat.json")" ] || bad "the streamed usage differs"
 curl -s localhost:$P/metrics | grep -v '^#' | grep -q '^moerun:num_requests_running{model_name="tiny-kjv"} 0' || bad "/metrics"
 # requests by the API they came through: this walk-through's own count of each
-for want in completions:1 chat_completions:3 responses:2 messages:1 generate:3; do
+for want in completions:1 chat_completions:3 responses:2 messages:1 generate:4; do
     got=$(curl -s localhost:$P/metrics | sed -n "s/^moerun:requests_total{model_name=\"tiny-kjv\",api=\"${want%%:*}\"} //p")
     [ "$got" = "${want#*:}" ] || bad "/metrics requests_total of ${want%%:*}: '$got', want ${want#*:}"
 done

@@ -7,6 +7,7 @@ input). GET /v1/models answers a model list unless MODE is about it; POST
   models404   /v1/models is a 404 with an empty body
   modelsbig   /v1/models sends bytes without end
   hugeline    one SSE line without end
+  endlesstext events of 1 MiB of text each, without end
   garbage     bytes that are not an event stream
   usage_neg   a stream whose usage.completion_tokens is -5
   usage_big   a stream whose usage.completion_tokens is far above max_tokens
@@ -19,7 +20,8 @@ input). GET /v1/models answers a model list unless MODE is about it; POST
               a word, one more with add_special; none for another form);
               each request's path and
               body appended to LOG as one JSON line {"path", "body"} (what a
-              client sent, for the tests to read)
+              client sent, for the tests to read), and every request's path
+              and Authorization header (null without one) to LOG.auth
 Runs until killed; each connection in its own thread."""
 import json
 import socket
@@ -51,12 +53,17 @@ def handle(c):
                 return
             data += d
         head, _, rest = data.partition(b"\r\n\r\n")
-        n = 0
+        n, auth = 0, None
         for line in head.split(b"\r\n"):
             if line.lower().startswith(b"content-length:"):
                 n = int(line.split(b":")[1])
+            if line.lower().startswith(b"authorization:"):
+                auth = line.split(b":", 1)[1].strip().decode()
         while len(rest) < n:
             rest += c.recv(65536)
+        if MODE == "record":
+            with LOCK, open(sys.argv[2] + ".auth", "a") as f:
+                f.write(json.dumps({"path": head.split(b" ")[1].decode(), "auth": auth}) + "\n")
         path = head.split(b" ")[1]
         if path == b"/v1/models":
             if MODE == "models404":
@@ -93,6 +100,11 @@ def handle(c):
             return
         if MODE == "hugeline":
             endless(c, SSE + b"data: ")
+        elif MODE == "endlesstext":
+            c.sendall(SSE)
+            ev = event({"choices": [{"index": 0, "text": "a" * (1 << 20)}]})
+            while True:  # until the client closes (then sendall raises)
+                c.sendall(ev)
         elif MODE == "garbage":
             c.sendall(SSE + b"\x00\xff\xfe garbage\n\ndata: {not json\n\ndata: [DONE]\n\n")
         elif MODE == "nultext":

@@ -4,7 +4,7 @@ must send, computed here from the dataset's definition (src/serve/dataset.c's
 header: sglang's sample_sharegpt_requests, with our shuffle), and checked
 against what the bench wrote to --json.
 
-    sharegpt_oracle.py FILE URL SEED NUM CONTEXT FIXED_OUT RESULT.json
+    sharegpt_oracle.py FILE URL SEED NUM CONTEXT FIXED_OUT RESULT.json [MODEL_DIR]
 
 Tokens are counted by the server's /tokenize (vLLM's request, special tokens
 added), over HTTP from here, whatever the bench counted with. CONTEXT 0: the
@@ -13,6 +13,12 @@ Checks the rows (their conversations, in order, and lengths), the counts of
 entries, malformed and pruned ones, and each concurrency's run: every request
 completed, the input tokens the rows' sum, and the server's own counters (the
 tokens it generated; with text prompts on completions, its prompt tokens).
+With MODEL_DIR (--apply-chat-template), each prompt is the chat the server
+renders for one user message with the generation prompt (its /tokenize of
+messages, then /detokenize: the server's template engine is checked against
+transformers by the chat goldens), every occurrence of the BOS token's text
+(MODEL_DIR/tokenizer_config.json) taken out, as sglang's sampler does, and
+counted as above.
 Prints OK, or each difference and exits 1."""
 import json
 import sys
@@ -29,12 +35,21 @@ def splitmix(state):
     return z ^ (z >> 31)
 
 
-def tokenize(url, text):
-    req = urllib.request.Request(url + "/tokenize", data=json.dumps({"prompt": text}).encode(),
-                                 headers={"Content-Type": "application/json"})
+def post(url, path, obj):
+    req = urllib.request.Request(url + path, data=json.dumps(obj).encode(), headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=60) as r:
-        a = json.load(r)
+        return json.load(r)
+
+
+def tokenize(url, text):
+    a = post(url, "/tokenize", {"prompt": text})
     return len(a["tokens"]), a.get("max_model_len")
+
+
+def templated(url, text, bos):
+    ids = post(url, "/tokenize", {"messages": [{"role": "user", "content": text}], "add_generation_prompt": True})
+    chat = post(url, "/detokenize", {"tokens": ids["tokens"]})["prompt"]
+    return chat.replace(bos, "") if bos else chat
 
 
 def text_of(turn):
@@ -42,10 +57,8 @@ def text_of(turn):
     return v if isinstance(v, str) and "\0" not in v else None
 
 
-def main():
-    path, url, seed, num, ctx, fixed, result = sys.argv[1:8]
-    seed, num, ctx, fixed = int(seed), int(num), int(ctx), int(fixed)
-    data = json.load(open(path, encoding="utf-8"))
+def shuffled(data, seed):
+    """The usable entries' indices in the order they are taken; the counts of usable and malformed entries."""
     usable, malformed, order = 0, 0, []
     for i, e in enumerate(data):
         conv = e.get("conversations", e.get("conversation")) if isinstance(e, dict) else None
@@ -60,6 +73,18 @@ def main():
     for i in range(len(order), 1, -1):  # Fisher-Yates from the top
         j = splitmix(st) % i
         order[i - 1], order[j] = order[j], order[i - 1]
+    return order, usable, malformed
+
+
+def main():
+    path, url, seed, num, ctx, fixed, result = sys.argv[1:8]
+    bos = None
+    if len(sys.argv) > 8:
+        bos = json.load(open(sys.argv[8] + "/tokenizer_config.json")).get("bos_token")
+        bos = bos.get("content") if isinstance(bos, dict) else bos
+    seed, num, ctx, fixed = int(seed), int(num), int(ctx), int(fixed)
+    data = json.load(open(path, encoding="utf-8"))
+    order, usable, malformed = shuffled(data, seed)
     if ctx == 0:
         ctx = tokenize(url, "")[1] or 0
     rows, visited, short, long_ = [], 0, 0, 0
@@ -68,7 +93,7 @@ def main():
             break
         conv = data[i].get("conversations", data[i].get("conversation"))
         visited += 1
-        pl = tokenize(url, conv[0]["value"])[0]
+        pl = tokenize(url, templated(url, conv[0]["value"], bos) if len(sys.argv) > 8 else conv[0]["value"])[0]
         ol = fixed or tokenize(url, conv[1]["value"])[0]
         if pl < 2 or ol < 2:
             short += 1
@@ -80,7 +105,8 @@ def main():
     d = got["dataset"]
     errs = []
     want = {"entries": len(data), "usable": usable, "malformed": malformed, "visited": visited, "short_pruned": short,
-            "long_pruned": long_, "context_len": ctx, "sharegpt_output_len": fixed, "seed": seed}
+            "long_pruned": long_, "context_len": ctx, "sharegpt_output_len": fixed, "seed": seed,
+            "apply_chat_template": len(sys.argv) > 8}
     for k, v in want.items():
         if d.get(k) != v:
             errs.append(f"dataset.{k}: {d.get(k)}, want {v}")
