@@ -1237,6 +1237,88 @@ static void test_kv_fp8_checkpoint_scales(void **st) {
     free(d);
 }
 
+/* prompt_logprobs_from: each golden prompt with its 16 greedy tokens after it (the file holds the logits of
+ * every position of that sequence, 19-25 tokens) first runs plain, filling the prefix cache, then with the
+ * prompt's log-probabilities from F: exactly positions max(F, 1) .. L - 1 come, in order, each against the
+ * oracle, the first token still greedy; the cache serves the whole 16-token blocks before position F - 1
+ * (F 17 and up: one block, below it none), never a position whose logits an owed token needs. */
+static void test_prompt_logprobs_from(void **st) {
+    (void)st;
+    golden g;
+    golden_load(&g);
+    const int V = g.V;
+    mr_engine_opts eo = {.kv_dtype = MR_FMT_F32, .kv_blocks = 64, .max_batch_tokens = 512, .max_running_requests = 4,
+                         .max_queued_requests = 8, .context_length = 64, .fixed_threads = true};
+    mr_model_opts mo = {.runner = "reference", .quiet = true};
+    mr_engine_model_opts(&eo, &mo);
+    mr_model *m = NULL;
+    mr_engine *e = NULL;
+    assert_int_equal(mr_model_open(tu_data("model/tiny"), &mo, &m), MR_OK);
+    assert_int_equal(mr_engine_new(m, &eo, &e), MR_OK);
+    float worst = 0.0f;
+    int checked = 0;
+    for (int i = 0; i < g.n; i++) {
+        const gold_prompt *gp = &g.p[i];
+        int32_t seq[96];
+        const int L = gp->L + g.steps;
+        memcpy(seq, gp->ids, (size_t)gp->L * sizeof(int32_t));
+        memcpy(seq + gp->L, gp->gen, (size_t)g.steps * sizeof(int32_t));
+        const int64_t from[] = {-1, 0, 1, 2, 5, 16, 17, 18, L - 1, L, L + 3, -5};
+        for (size_t f = 0; f < sizeof from / sizeof from[0] + 1; f++) {
+            const bool plain = f == 0; /* the first fills the cache */
+            const int64_t F = plain ? 0 : from[f - 1];
+            mr_request_params p = {.prompt = seq, .n_prompt = L, .max_tokens = 1, .top_logprobs = 2,
+                                   .prompt_logprobs = !plain, .prompt_logprobs_from = F};
+            mr_req_id id;
+            assert_int_equal(mr_engine_add(e, &p, &id), MR_OK);
+            int64_t next = F > 1 ? F : 1, cached = -1;
+            bool done = false;
+            for (int steps = 0; !done; steps++) {
+                assert_true(steps < 100);
+                const mr_engine_step_out *so = NULL;
+                assert_int_equal(mr_engine_step(e, &so), MR_OK);
+                for (int k = 0; k < so->n_events; k++) {
+                    const mr_engine_event *ev = &so->events[k];
+                    assert_true(ev->id == id);
+                    if (plain) assert_int_equal(ev->n_plp, 0);
+                    if (ev->n_plp) {
+                        assert_int_equal(ev->plp_pos, next);
+                        assert_true(ev->plp_pos + ev->n_plp <= L);
+                    }
+                    for (int q = 0; q < ev->n_plp; q++) {
+                        const mr_token_logprob *row = ev->plp + (size_t)q * (size_t)ev->plp_stride;
+                        const int64_t pos = ev->plp_pos + q;
+                        const float *ref = gp->logits + (size_t)(pos - 1) * (size_t)V;
+                        assert_int_equal(row[0].token, seq[pos]);
+                        const float d = fabsf(row[0].logprob - (float)(ref[seq[pos]] - golden_lse(ref, V)));
+                        worst = d > worst ? d : worst;
+                        checked++;
+                    }
+                    next += ev->n_plp;
+                    if (ev->n_tokens == 1) {
+                        cached = ev->n_cached;
+                        assert_int_equal(ev->token, gp->gen[g.steps]); /* greedy after the whole sequence */
+                    }
+                    done |= ev->finish != MR_FINISH_NONE;
+                }
+            }
+            /* every owed position came; the cache stopped at the block before the first owed logits */
+            if (plain) continue;
+            assert_int_equal(next, F >= L ? (F > 1 ? F : 1) : L);
+            const int64_t want = F >= L || F < 1 ? (F >= L ? 16 : 0) : (F - 1) / 16 * 16;
+            if (cached != want)
+                fprintf(stderr, "prompt %d from %lld: %lld cached, want %lld\n", i, (long long)F, (long long)cached,
+                        (long long)want);
+            assert_int_equal(cached, want);
+        }
+    }
+    if (worst > 2 * ORACLE_TOL) fprintf(stderr, "prompt logprobs from: max |error| %g > %g\n", worst, 2 * ORACLE_TOL);
+    assert_true(worst <= 2 * ORACLE_TOL && checked > 0);
+    mr_engine_free(e);
+    mr_model_close(m);
+    free(g.blob);
+}
+
 static void test_prompt_logprobs_oracle(void **st) {
     (void)st;
     plp_oracle_run(512, 1, false);
@@ -1251,6 +1333,7 @@ int main(void) {
         cmocka_unit_test(test_oracle_all_runners),
         cmocka_unit_test(test_oracle_chunked),
         cmocka_unit_test(test_prompt_logprobs_oracle),
+        cmocka_unit_test(test_prompt_logprobs_from),
         cmocka_unit_test(test_kv_fp8_oracle),
         cmocka_unit_test(test_dense_bf16_oracle),
         cmocka_unit_test(test_kv_fp8_checkpoint_scales),

@@ -171,7 +171,11 @@ typedef struct {
     bool prompt_logprobs;         /* also the log-probability of every prompt token after the first (of the
                                      raw logits at the position before it), with top_logprobs alternatives:
                                      events before and with the first generated token (mr_engine_event.plp).
-                                     The prompt is then computed in full (no prefix-cache hits for it) */
+                                     The prompt is then computed from the position before the first token
+                                     owed (no prefix-cache hits past it) */
+    int64_t prompt_logprobs_from; /* with prompt_logprobs: the first prompt position reported (0 and 1: from the
+                                     second token, every one; n_prompt or more: none, and nothing owed).
+                                     sglang's logprob_start_len s is s + 1 here */
     const int32_t *forced;        /* teacher forcing (tests, probe): generated token i is forced[i] */
     int64_t n_forced;             /* while i < n_forced, instead of sampling (stop checks still apply) */
     mr_token_constraint constraint; /* .mask NULL: none */

@@ -437,8 +437,8 @@ mr_status mr_engine_add(mr_engine *e, const mr_request_params *p, mr_req_id *out
     r->logprobs = p->logprobs;
     r->top_logprobs = p->top_logprobs;
     r->want_logits = p->want_logits;
-    r->plp = p->prompt_logprobs && p->n_prompt > 1;
-    r->plp_next = 1;
+    r->plp_next = p->prompt_logprobs_from > 1 ? p->prompt_logprobs_from : 1;
+    r->plp = p->prompt_logprobs && r->plp_next < p->n_prompt;
     r->cancel = p->cancel;
     r->con = p->constraint;
     r->con_row = -1;
@@ -554,10 +554,13 @@ static bool grow(mr_engine *e, mr__req *r, int64_t upto) {
 }
 
 /* The longest cached prefix of r's known tokens, leaving at least one token
- * to compute (its logits are needed): referenced, into r's table. */
+ * to compute (its logits are needed): referenced, into r's table. Owed prompt
+ * log-probabilities need the logits from the position before the first owed
+ * token: no hit past it. */
 static void match_prefix(mr_engine *e, mr__req *r) {
-    if (e->o.no_prefix_caching || (r->plp && r->plp_next < r->n_prompt)) return; /* owed prompt logprobs: compute all */
+    if (e->o.no_prefix_caching) return;
     int64_t full = (r->n_tok - 1) / BT;
+    if (r->plp && r->plp_next < r->n_prompt && (r->plp_next - 1) / BT < full) full = (r->plp_next - 1) / BT;
     mr__key parent = MR__ROOT_KEY;
     int32_t j = 0;
     for (; j < full; j++) {

@@ -267,6 +267,7 @@ static void admit(sv_engine *e, sv_gen *g) {
         .logprobs = r->logprobs,
         .top_logprobs = r->top_logprobs > r->plp_top ? r->top_logprobs : r->plp_top,
         .prompt_logprobs = g->plp != NULL,
+        .prompt_logprobs_from = r->plp_from,
         .forced = g->forced,
         .n_forced = g->n_forced,
         .cancel = &g->cancel,

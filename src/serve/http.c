@@ -1371,6 +1371,11 @@ static int make_job(mr_server *s, sv_request *r, sv_job **out, sv_error *e) {
         int64_t mt = max_tokens_of(s, r, j->prompt_len[i]);
         if (mt == 0) mt = 1;
         size_t add;
+        if (plp && r->plp_from > j->prompt_len[i]) { /* sglang's logprob_start_len, at or past the prompt's end */
+            sv_fail(e, 400, "logprob_start_len", "logprob_start_len %lld is not below the prompt's %lld tokens%s",
+                    (long long)(r->plp_from - 1), (long long)j->prompt_len[i], np > 1 ? " (a prompt of the batch)" : "");
+            goto out;
+        }
         if (plp && (!mr_size_mul((size_t)j->prompt_len[i], (size_t)r->n, &add) || !mr_size_add(n_plp, add, &n_plp))) {
             sv_fail(e, 400, "prompt", "prompt tokens x n overflows");
             goto out;
@@ -1628,6 +1633,7 @@ static enum MHD_Result do_generate(mr_server *s, struct MHD_Connection *c, sv_hr
             return send_error_on(s, c, h->route, &e);
         }
         r.sgl_meta = meta;
+        sv_sglang_prompt_logprobs(meta, &r);
     } else if (h->route == R_MESSAGES) { /* Anthropic's Messages API: run as the chat request it translates to */
         char *chat = NULL;
         if (sv_anthropic_to_chat(h->body.p ? h->body.p : "", h->body.len, false, &chat, &e))

@@ -682,16 +682,44 @@ static json_t *resp_whole(const sv_out *o, json_t *output) {
 
 /* One [logprob, id, text or null] entry of sglang's logprob lists (text: the token's, with
  * return_text_in_logprobs, where it is UTF-8 on its own). */
-static json_t *sgl_lp_entry(const sv_out *o, float logprob, int32_t id, bool text) {
+static json_t *sgl_lp_pack(const sv_out *o, json_t *logprob, int32_t id, bool text) {
     const char *p;
     size_t n;
     json_t *t = text && !o->ids_mode && !sv_text_piece(o->t, id, &p, &n) ? json_stringn(p, n) : NULL;
-    return json_pack("[f,i,o]", lp_value(logprob), (int)id, t ? t : json_null());
+    return json_pack("[o,i,o]", logprob ? logprob : json_null(), (int)id, t ? t : json_null());
+}
+static json_t *sgl_lp_entry(const sv_out *o, float logprob, int32_t id, bool text) {
+    return sgl_lp_pack(o, json_real(lp_value(logprob)), id, text);
+}
+
+/* sglang's input_token_logprobs (and with top_logprobs_num input_top_logprobs): the prompt tokens from
+ * logprob_start_len s (-1: the last one), the first entry's value null as sglang sends it, then each
+ * token's log-probability at the position before it. */
+static int sgl_input_logprobs(const sv_out *o, const sv_gen *g, int top, bool text, json_t *meta) {
+    const int64_t from = o->j->req.plp_from, s = from > 0 ? from - 1 : g->n_prompt - 1;
+    json_t *lps = json_array(), *tops = top ? json_array() : NULL;
+    int bad = !lps || (top && !tops);
+    for (int64_t p = s; !bad && p < g->n_prompt; p++) {
+        /* p > s: owed, and filled (every entry comes before the first token) */
+        const sv_logprob *l = p > s && g->plp && p < g->n_plp ? sv_logprob_at(g->plp, o->j->req.plp_top, p) : NULL;
+        bad = json_array_append_new(lps, sgl_lp_pack(o, l ? json_real(lp_value(l->logprob)) : NULL, g->prompt[p], text));
+        if (tops) {
+            json_t *row = l ? json_array() : json_null();
+            for (int t = 0; l && row && t < l->n_top && t < top; t++)
+                if (json_array_append_new(row, sgl_lp_entry(o, l->top[t].logprob, l->top[t].token, text)))
+                    json_decref(row), row = NULL;
+            bad |= json_array_append_new(tops, row);
+        }
+    }
+    bad |= json_object_set_new(meta, "input_token_logprobs", lps);
+    if (tops) bad |= json_object_set_new(meta, "input_top_logprobs", tops);
+    return bad ? -1 : 0;
 }
 
 /* sglang's return_logprob: meta_info's output_token_logprobs over choice i's tokens so far, one entry a
  * completion token, and with top_logprobs_num its output_top_logprobs (as sglang streams them: the whole
- * lists in every event). 0, or -1 out of memory. */
+ * lists in every event), then the prompt's input_token_logprobs (and input_top_logprobs). 0, or -1 out of
+ * memory. */
 static int sgl_logprobs(const sv_out *o, int i, json_t *meta) {
     const sv_choice *c = &o->c[i];
     const int top = o->j->req.top_logprobs;
@@ -711,7 +739,7 @@ static int sgl_logprobs(const sv_out *o, int i, json_t *meta) {
     }
     bad |= json_object_set_new(meta, "output_token_logprobs", lps);
     if (tops) bad |= json_object_set_new(meta, "output_top_logprobs", tops);
-    return bad ? -1 : 0;
+    return bad || sgl_input_logprobs(o, c->g, top, text, meta) ? -1 : 0;
 }
 
 /* sglang's answer object for choice i (reason NULL: a streamed piece, without output_ids). */

@@ -120,6 +120,8 @@ typedef struct {
     int32_t *bad_ids;
     int64_t truncate_prompt_tokens; /* vLLM's: keep the last this many prompt tokens; 0 = off, -1 = the context */
     int prompt_logprobs;          /* vLLM's: -1 absent, else the alternatives (0..SV_MAX_TOP_LOGPROBS) per prompt token */
+    int64_t plp_from;             /* with prompt_logprobs: the first prompt position reported (0: every one; sglang's
+                                     logprob_start_len s gives s + 1) */
     int plp_top;                  /* set by the HTTP layer: alternatives stored per prompt token (echo and/or
                                      prompt_logprobs), the stride of sv_gen.plp */
     bool ignore_eos, stream, include_usage, continuous_usage, echo;
@@ -623,6 +625,9 @@ int sv_anthropic_fail(const char *message, sv_buf *sse);
 /* POST /generate as a completions request (JSON text, free()) and what its answer needs (*meta: rid,
  * batch). 0, or -1 with *e filled. */
 int sv_sglang_to_completions(const char *body, size_t len, char **out_json, json_t **meta, sv_error *e);
+/* return_logprob with logprob_start_len s >= 0 (in meta): the prompt's log-probabilities from s + 1 on the parsed
+ * request (prompt_logprobs top_logprobs_num, plp_from s + 1), which vLLM's own checks (no stream) never see. */
+void sv_sglang_prompt_logprobs(const json_t *meta, sv_request *r);
 /* A completions field named in an error of such a request, renamed to /generate's (sampling_params.x). */
 void sv_sglang_param(sv_error *e);
 /* One answer object (text, meta_info; output_ids when ids is given); reason NULL while streaming. */

@@ -7,7 +7,9 @@
  *     ebnf, structural_tag (a string)}                 -> the completions fields
  *   stream, rid (echoed as meta_info.id), return_logprob with top_logprobs_num and
  *   return_text_in_logprobs (the output's: meta_info.output_token_logprobs [[logprob, id, text or null],
- *   ...] and output_top_logprobs, from completions' logprobs; logprob_start_len -1 only), and the neutral
+ *   ...] and output_top_logprobs, from completions' logprobs; the prompt's from logprob_start_len, -1 the
+ *   last token: input_token_logprobs [[null, id, text], [logprob, id, text], ...] and input_top_logprobs
+ *   [null, [...], ...], from the engine's prompt log-probabilities, streamed too), and the neutral
  *   values of lora_path and image_data (null), stream_options.
  * The answer: {"text", "output_ids", "meta_info": {"id", "finish_reason": {"type": "length", "length"} |
  * {"type": "stop", "matched": the stop string or the stop token id}, "prompt_tokens",
@@ -129,15 +131,11 @@ int sv_sglang_to_completions(const char *body, size_t len, char **out_json, json
     if (!rc && batch && json_is_true(json_object_get(cmpl, "stream")))
         rc = sv_fail(e, 400, "stream", "a batch (a list of texts or of id lists) is not streamed here; send one prompt per request");
     if (!rc && !json_object_get(cmpl, "max_tokens") && json_object_set_new(cmpl, "max_tokens", json_integer(128))) rc = oom(e);
-    if (!rc && json_is_true(json_object_get(m, "return_logprob"))) {
-        /* the output's log-probabilities, and top_logprobs_num alternatives, as completions' logprobs computes
-         * them; the prompt's (logprob_start_len >= 0) are not served */
-        if (json_object_get(m, "logprob_start_len"))
-            rc = sv_fail(e, 400, "logprob_start_len", "the prompt's log-probabilities are not served here: "
-                         "logprob_start_len -1 (the output's only)");
-        else if (json_object_set_new(cmpl, "logprobs", json_integer(json_integer_value(json_object_get(m, "top_logprobs_num")))))
-            rc = oom(e);
-    }
+    /* the output's log-probabilities, and top_logprobs_num alternatives, as completions' logprobs computes
+     * them; the prompt's from logprob_start_len (>= 0) as vLLM's prompt_logprobs does (sv_sglang_prompt_logprobs) */
+    if (!rc && json_is_true(json_object_get(m, "return_logprob")) &&
+        json_object_set_new(cmpl, "logprobs", json_integer(json_integer_value(json_object_get(m, "top_logprobs_num")))))
+        rc = oom(e);
     if (!rc && batch) json_object_set_new(m, "batch", json_true());
     if (!rc && !(*out_json = json_dumps(cmpl, JSON_COMPACT))) rc = oom(e);
     if (!rc) *meta = json_incref(m);
@@ -145,6 +143,13 @@ int sv_sglang_to_completions(const char *body, size_t len, char **out_json, json
     json_decref(cmpl);
     json_decref(req);
     return rc;
+}
+
+void sv_sglang_prompt_logprobs(const json_t *meta, sv_request *r) {
+    const json_t *s = json_object_get(meta, "logprob_start_len");
+    if (!json_is_true(json_object_get(meta, "return_logprob")) || !s) return;
+    r->prompt_logprobs = (int)json_integer_value(json_object_get(meta, "top_logprobs_num"));
+    r->plp_from = json_integer_value(s) + 1;
 }
 
 json_t *sv_sglang_object(const char *id, const char *text, size_t n, const int32_t *ids, int64_t n_ids, const char *reason,

@@ -1264,8 +1264,63 @@ if text_url:
     check(seen[-1] == [e[0:2] for e in lps] and all(len(x) == ev["meta_info"]["completion_tokens"] for x, ev in zip(seen, evs))
           and all(a == b[:len(a)] for a, b in zip(seen, seen[1:])) and all(e[2] is None for e in evs[-1]["meta_info"]["output_token_logprobs"])
           and "output_top_logprobs" not in evs[-1]["meta_info"], f"streamed /generate logprobs {seen}")
-    for bad, param in (({"logprob_start_len": 0}, "logprob_start_len"), ({"top_logprobs_num": 21}, "top_logprobs_num"),
-                       ({"return_logprob": "yes"}, "return_logprob")):
+    # the prompt's (logprob_start_len s): prompt tokens s.., [null, id, text] first (as sglang), then each token's
+    # log-probability: vLLM's prompt_logprobs for the same prompt (checked against the decode path above, and
+    # the engine's against transformers in test_model), the top lists theirs; -1 (the default) the last token
+    # alone; streamed in every event; past the prompt's end a 400. With the prompt's first 16-token block in
+    # the prefix cache, s 16 takes it (cached_tokens) and s 0 does not, the values the same.
+    def tok(text):
+        rq = _ur.Request(text_url + "/tokenize", data=_json2.dumps({"prompt": text}).encode(),
+                         headers={"Content-Type": "application/json"})
+        return _json2.loads(_ur.urlopen(rq, timeout=60).read())["tokens"]
+
+    LP = "In the beginning God created the heaven and the earth. And the earth was without form, and void; and"
+    lids = tok(LP)
+    n = len(lids)
+    check(n > 17, f"the long prompt has {n} tokens")
+    vp = extra(tc.completions.create(model=tmodel, prompt=LP, max_tokens=1, temperature=0,
+                                     extra_body={"prompt_logprobs": 3}).choices[0], "prompt_logprobs")
+    base = {"text": LP, "sampling_params": {"max_new_tokens": 2, "temperature": 0}, "return_logprob": True}
+    _json2.loads(sgl(base))  # the plain request: the prompt's blocks in the prefix cache
+
+    def want_input(s, g, top, text):
+        il, mi = g["meta_info"]["input_token_logprobs"], g["meta_info"]
+        check([e[1] for e in il] == lids[s:] and il[0][0] is None, f"/generate input ids from {s}: {il}")
+        for p, e in zip(range(s + 1, n), il[1:]):
+            ref = vp[p][str(lids[p])]["logprob"]
+            check(abs(e[0] - ref) < 1e-6, f"/generate input logprob {p}: {e} / {ref}")
+            check(not text or e[2] == ref_text[lids[p]], f"/generate input text {p}: {e} / {ref_text[lids[p]]!r}")
+        if top:
+            it = mi["input_top_logprobs"]
+            check(len(it) == len(il) and it[0] is None, f"/generate input tops from {s}: {it}")
+            for p, t in zip(range(s + 1, n), it[1:]):
+                ranked = sorted((x["rank"], x["logprob"], int(k)) for k, x in vp[p].items() if x["rank"] <= top)
+                check([x[1] for x in t] == [r[2] for r in ranked] and
+                      max(abs(a[0] - b[1]) for a, b in zip(t, ranked)) < 1e-6, f"/generate input tops {p}: {t} / {ranked}")
+        else:
+            check("input_top_logprobs" not in mi, "/generate input tops without top_logprobs_num")
+
+    ref_text = {}
+    for i in set(lids):
+        rq = _ur.Request(text_url + "/detokenize", data=_json2.dumps({"tokens": [i]}).encode(),
+                         headers={"Content-Type": "application/json"})
+        d = _json2.loads(_ur.urlopen(rq, timeout=60).read())["prompt"]
+        ref_text[i] = None if "\ufffd" in d or d == "" else d
+    for s, top, text in ((0, 3, True), (5, 0, False), (16, 2, False), (n - 1, 1, True), (-1, 0, False)):
+        g = _json2.loads(sgl({**base, "logprob_start_len": s, "top_logprobs_num": top, "return_text_in_logprobs": text}))
+        want_input(n - 1 if s < 0 else s, g, top, text)
+        cached = g["meta_info"]["cached_tokens"]
+        check(cached == (0 if 0 <= s < 16 else 16), f"/generate logprob_start_len {s}: {cached} cached tokens")
+    g = _json2.loads(sgl({"text": LP, "sampling_params": {"max_new_tokens": 2}, "return_logprob": True}))
+    check(len(g["meta_info"]["input_token_logprobs"]) == 1, "/generate default: the last prompt token's entry")
+    evs = [_json2.loads(l[6:]) for l in sgl({**base, "stream": True, "logprob_start_len": 3, "top_logprobs_num": 2})
+           .split("\n") if l.startswith("data: {")]
+    check(len(evs) >= 1, f"streamed /generate: {len(evs)} events")
+    for ev in evs:
+        want_input(3, ev, 2, False)
+    for bad, param in (({"text": LP, "logprob_start_len": n}, "logprob_start_len"), ({"logprob_start_len": "0"}, "logprob_start_len"),
+                       ({"text": ["x", LP], "logprob_start_len": 3}, "logprob_start_len"),
+                       ({"top_logprobs_num": 21}, "top_logprobs_num"), ({"return_logprob": "yes"}, "return_logprob")):
         try:
             sgl({"text": "x", "return_logprob": True, **bad})
             check(False, f"/generate {bad} was taken")
