@@ -20,14 +20,17 @@ build: deps
 run: build
 	@bash scripts/run-main.sh $(BUILD)
 
+# A test without its own TIMEOUT is stopped (and fails) after TEST_TIMEOUT seconds: a hang costs
+# minutes, not the CI run (the slowest test takes ~2 minutes under ASan).
+TEST_TIMEOUT ?= 900
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout $(TEST_TIMEOUT)
 
 # ASan + UBSan build of the whole suite (CI runs this too).
 asan: deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOERUN_SANITIZE=ON >/dev/null
 	cmake --build build-asan -j $(JOBS)
-	cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS)
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS) --timeout $(TEST_TIMEOUT)
 
 # libFuzzer run of every fuzz target (safetensors header, tokenizer), each bounded (FUZZ_SECONDS).
 FUZZ_SECONDS ?= 60
