@@ -325,6 +325,10 @@ typedef struct {
     uint64_t schedule_ns, forward_ns, sample_ns, complete_ns; /* time in each part of the steps */
 } mr_engine_stats;
 void mr_engine_stats_get(const mr_engine *e, mr_engine_stats *s);
+/* Zeros the counters (tokens, requests, lookups, evictions, steps and their times; the peak becomes the
+ * blocks used now): the server calls it when it takes the engine, so that /metrics counts clients' work and
+ * not its self-check's. The cache's content stays. */
+void mr_engine_stats_reset(mr_engine *e);
 
 /* Drops every block of the prefix cache (sglang's /flush_cache, vLLM's
  * /reset_prefix_cache: a benchmark's runs then start cold). Only while no

@@ -935,6 +935,12 @@ void mr_engine_stats_get(const mr_engine *e, mr_engine_stats *s) {
     s->evictions = e->pool.evictions;
 }
 
+void mr_engine_stats_reset(mr_engine *e) {
+    e->st = (mr_engine_stats){0};
+    e->pool.evictions = 0;
+    e->pool.peak_used = e->pool.n_used;
+}
+
 mr_status mr_engine_check(const mr_engine *e) {
     mr_status st = mr__pool_check(&e->pool);
     if (st) return st;

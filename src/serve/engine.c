@@ -187,6 +187,7 @@ static void wake_deferred(sv_engine *e) {
 /* Ends a gen: publishes the reason, drops the job's engine hold with its last gen. */
 static void finish(sv_engine *e, sv_gen *g, sv_fin fin, const char *err) {
     sv_job *j = g->job;
+    if (g->echo_only && fin == SV_FIN_STOP) fin = SV_FIN_LENGTH; /* max_tokens 0 reached, whatever the unsent token */
     if (g->rid) { /* out of the live list */
         if (g->lprev) g->lprev->lnext = g->lnext;
         else e->live = g->lnext;

@@ -1325,7 +1325,7 @@ static int make_job(mr_server *s, sv_request *r, sv_job **out, sv_error *e) {
                     (long long)mt);
             goto out;
         }
-        if (mt == 0 && r->echo) mt = 1; /* the engine's one token, not sent */
+        if (mt == 0 && r->max_tokens == 0) mt = 1; /* echo, or /generate's prefill: the engine's one token, not sent */
         if (mt < 1 || L + mt > s->context_length) {
             sv_fail(e, 400, r->max_tokens < 0 ? (r->kind == SV_CHAT ? "messages" : nm) : "max_tokens",
                     "This model's maximum context length is %lld tokens. However, you requested %lld tokens (%lld in the "
@@ -1633,7 +1633,7 @@ static enum MHD_Result do_generate(mr_server *s, struct MHD_Connection *c, sv_hr
             return send_error_on(s, c, h->route, &e);
         }
         r.sgl_meta = meta;
-        sv_sglang_prompt_logprobs(meta, &r);
+        sv_sglang_apply(meta, &r);
     } else if (h->route == R_MESSAGES) { /* Anthropic's Messages API: run as the chat request it translates to */
         char *chat = NULL;
         if (sv_anthropic_to_chat(h->body.p ? h->body.p : "", h->body.len, false, &chat, &e))
@@ -2227,6 +2227,7 @@ mr_status mr_server_attach(mr_server *s, mr_engine *e) {
         s->o.max_prompt_tokens = s->context_length - 1;
     if (s->o.max_completion_tokens <= 0 || s->o.max_completion_tokens > s->context_length - 1)
         s->o.max_completion_tokens = s->context_length - 1;
+    mr_engine_stats_reset(e); /* /metrics counts the clients' work, not the self-check's */
     mr_status st = sv_engine_new(e, &s->o, &s->met, &s->eng);
     if (st) {
         mr_engine_free(e);

@@ -625,9 +625,10 @@ int sv_anthropic_fail(const char *message, sv_buf *sse);
 /* POST /generate as a completions request (JSON text, free()) and what its answer needs (*meta: rid,
  * batch). 0, or -1 with *e filled. */
 int sv_sglang_to_completions(const char *body, size_t len, char **out_json, json_t **meta, sv_error *e);
-/* return_logprob with logprob_start_len s >= 0 (in meta): the prompt's log-probabilities from s + 1 on the parsed
- * request (prompt_logprobs top_logprobs_num, plp_from s + 1), which vLLM's own checks (no stream) never see. */
-void sv_sglang_prompt_logprobs(const json_t *meta, sv_request *r);
+/* What meta holds that the completions request cannot say, onto the parsed request (vLLM's checks never see
+ * it): max_new_tokens 0 (max_tokens 0: the prompt alone); return_logprob with logprob_start_len s >= 0 (the
+ * prompt's log-probabilities from s + 1: prompt_logprobs top_logprobs_num, plp_from s + 1, streamed too). */
+void sv_sglang_apply(const json_t *meta, sv_request *r);
 /* A completions field named in an error of such a request, renamed to /generate's (sampling_params.x). */
 void sv_sglang_param(sv_error *e);
 /* One answer object (text, meta_info; output_ids when ids is given); reason NULL while streaming. */

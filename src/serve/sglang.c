@@ -5,6 +5,7 @@
  *     stop, stop_token_ids, ignore_eos, frequency_penalty, presence_penalty, repetition_penalty, n,
  *     skip_special_tokens, no_stop_trim (include_stop_str_in_output), json_schema (a string), regex,
  *     ebnf, structural_tag (a string)}                 -> the completions fields
+ *   max_new_tokens 0 runs the prompt alone (the answer's text and output_ids empty, finish_reason length 0);
  *   stream, rid (echoed as meta_info.id), return_logprob with top_logprobs_num and
  *   return_text_in_logprobs (the output's: meta_info.output_token_logprobs [[logprob, id, text or null],
  *   ...] and output_top_logprobs, from completions' logprobs; the prompt's from logprob_start_len, -1 the
@@ -16,6 +17,7 @@
  * "completion_tokens", "cached_tokens"}}; a list of them for a batch. A stream sends, per token,
  * the same object with the text so far (sglang's clients read the text whole and count tokens from
  * meta_info.completion_tokens), then "data: [DONE]". */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -93,10 +95,12 @@ int sv_sglang_to_completions(const char *body, size_t len, char **out_json, json
                     break;
                 }
                 if (!strcmp(sk, "max_new_tokens") && json_is_integer(sv) && json_integer_value(sv) == 0) {
-                    rc = sv_fail(e, 400, "sampling_params.max_new_tokens",
-                                 "sampling_params.max_new_tokens is 0: a request here generates 1 token or more "
-                                 "(a prefill without output is not served)");
-                    break;
+                    /* the prompt alone (sglang's frontend caches a prefix and scores choices so): parsed as 1
+                     * token, which the answer then does not count (sv_sglang_apply) */
+                    if (json_object_set_new(m, "prefill_only", json_true()) ||
+                        json_object_set_new(cmpl, "max_tokens", json_integer(1)))
+                        rc = oom(e);
+                    continue;
                 }
                 if (json_object_set(cmpl, MAP[i].ours, sv)) {
                     rc = oom(e);
@@ -117,6 +121,8 @@ int sv_sglang_to_completions(const char *body, size_t len, char **out_json, json
         } else if (!strcmp(k, "logprob_start_len")) {
             if (json_is_null(x)) continue;
             if (!json_is_integer(x)) rc = sv_fail(e, 400, k, "logprob_start_len must be an integer");
+            else if (json_integer_value(x) > INT32_MAX)
+                rc = sv_fail(e, 400, k, "logprob_start_len %lld is past any prompt", (long long)json_integer_value(x));
             else if (json_integer_value(x) >= 0) json_object_set(m, "logprob_start_len", x);
         } else if (!strcmp(k, "stream_options")) {
             continue;
@@ -132,7 +138,7 @@ int sv_sglang_to_completions(const char *body, size_t len, char **out_json, json
         rc = sv_fail(e, 400, "stream", "a batch (a list of texts or of id lists) is not streamed here; send one prompt per request");
     if (!rc && !json_object_get(cmpl, "max_tokens") && json_object_set_new(cmpl, "max_tokens", json_integer(128))) rc = oom(e);
     /* the output's log-probabilities, and top_logprobs_num alternatives, as completions' logprobs computes
-     * them; the prompt's from logprob_start_len (>= 0) as vLLM's prompt_logprobs does (sv_sglang_prompt_logprobs) */
+     * them; the prompt's from logprob_start_len (>= 0) as vLLM's prompt_logprobs does (sv_sglang_apply) */
     if (!rc && json_is_true(json_object_get(m, "return_logprob")) &&
         json_object_set_new(cmpl, "logprobs", json_integer(json_integer_value(json_object_get(m, "top_logprobs_num")))))
         rc = oom(e);
@@ -145,7 +151,8 @@ int sv_sglang_to_completions(const char *body, size_t len, char **out_json, json
     return rc;
 }
 
-void sv_sglang_prompt_logprobs(const json_t *meta, sv_request *r) {
+void sv_sglang_apply(const json_t *meta, sv_request *r) {
+    if (json_is_true(json_object_get(meta, "prefill_only"))) r->max_tokens = 0;
     const json_t *s = json_object_get(meta, "logprob_start_len");
     if (!json_is_true(json_object_get(meta, "return_logprob")) || !s) return;
     r->prompt_logprobs = (int)json_integer_value(json_object_get(meta, "top_logprobs_num"));

@@ -919,6 +919,8 @@ if text_url:
     el = e.choices[0].logprobs
     check(e.usage.completion_tokens == 0 and e.usage.prompt_tokens == len(P) + len(F), f"echo-only usage {e.usage}")
     check(e.choices[0].finish_reason == "length", f"echo-only finish {e.choices[0].finish_reason}")
+    e0 = tc.completions.create(model=tmodel, prompt=P, max_tokens=0, echo=True, extra_body={"debug_forced_output": EOS})
+    check(e0.choices[0].finish_reason == "length", f"echo-only finish with an EOS unsent: {e0.choices[0].finish_reason}")
     check(len(el.tokens) == len(P) + len(F) and el.token_logprobs[0] is None and el.top_logprobs[0] is None,
           f"echo logprobs shape: {len(el.tokens)} tokens, first {el.token_logprobs[0]}")
     check("".join(el.tokens) == e.choices[0].text, f"echo tokens {el.tokens} do not spell {e.choices[0].text!r}")
@@ -1318,7 +1320,32 @@ if text_url:
     check(len(evs) >= 1, f"streamed /generate: {len(evs)} events")
     for ev in evs:
         want_input(3, ev, 2, False)
-    for bad, param in (({"text": LP, "logprob_start_len": n}, "logprob_start_len"), ({"logprob_start_len": "0"}, "logprob_start_len"),
+    # sglang's frontend select (lang/backend/runtime_endpoint.py): the context alone (max_new_tokens 0) to
+    # cache it, then every choice after it, scored from 2 tokens before the context's end: nothing
+    # generated, the context's blocks from the cache, each choice's entries vLLM's prompt_logprobs of it
+    ctx = LP[:-4]
+    c0 = _json2.loads(sgl({"text": ctx, "sampling_params": {"max_new_tokens": 0}}))
+    plen = c0["meta_info"]["prompt_tokens"]
+    check(c0["text"] == "" and c0["output_ids"] == [] and c0["meta_info"]["completion_tokens"] == 0 and
+          c0["meta_info"]["finish_reason"] == {"type": "length", "length": 0} and plen == len(tok(ctx)),
+          f"/generate max_new_tokens 0: {c0}")
+    choices = [" and", " darkness", " without form"]
+    sel = _json2.loads(sgl({"text": [ctx + c for c in choices], "sampling_params": {"max_new_tokens": 0, "temperature": 0},
+                            "return_logprob": True, "return_text_in_logprobs": True, "logprob_start_len": plen - 2}))
+    check(isinstance(sel, list) and len(sel) == len(choices), f"select: {sel}")
+    for c, r in zip(choices, sel):
+        ids, mi = tok(ctx + c), r["meta_info"]
+        ref = extra(tc.completions.create(model=tmodel, prompt=ids, max_tokens=1, extra_body={"prompt_logprobs": 0})
+                    .choices[0], "prompt_logprobs")
+        il = mi["input_token_logprobs"]
+        check([e[1] for e in il] == ids[plen - 2:] and il[0][0] is None and mi["output_token_logprobs"] == [] and
+              r["output_ids"] == [] and mi["cached_tokens"] == 16, f"select {c!r}: {r}")
+        check(max(abs(e[0] - ref[p][str(ids[p])]["logprob"]) for p, e in zip(range(plen - 1, len(ids)), il[1:])) < 1e-6,
+              f"select {c!r}: {il} / {ref}")
+    unc = _json2.loads(sgl({"input_ids": [tok(c) for c in choices], "sampling_params": {"max_new_tokens": 0},
+                            "return_logprob": True}))
+    check([len(r["meta_info"]["input_token_logprobs"]) for r in unc] == [1, 1, 1], f"unconditional: {unc}")
+    for bad, param in (({"text": LP, "logprob_start_len": n}, "logprob_start_len"), ({"logprob_start_len": 2**62}, "logprob_start_len"), ({"logprob_start_len": "0"}, "logprob_start_len"),
                        ({"text": ["x", LP], "logprob_start_len": 3}, "logprob_start_len"),
                        ({"top_logprobs_num": 21}, "top_logprobs_num"), ({"return_logprob": "yes"}, "return_logprob")):
         try:

@@ -24,6 +24,11 @@ curl -s localhost:$P/v1/completions -H 'Content-Type: application/json' \
 got="And God said,$(jq -r '.choices[0].text' "$S/c.json")"
 [ "$got" = "$(cat "$S/gen.txt")" ] || bad "completion: '$got' differs from generate's '$(cat "$S/gen.txt")'"
 [ "$(jq -r '.usage.completion_tokens > 0 and .usage.prompt_tokens > 0' "$S/c.json")" = true ] || bad "completion usage"
+# the first request: /metrics' token counters are exactly its usage (the self-check at start is not counted)
+m=$(curl -s localhost:$P/metrics)
+mp=$(echo "$m" | sed -n 's/^moerun:prompt_tokens_total{[^}]*} //p'); mg=$(echo "$m" | sed -n 's/^moerun:generation_tokens_total{[^}]*} //p')
+[ "$mp" = "$(jq -r .usage.prompt_tokens "$S/c.json")" ] && [ "$mg" = "$(jq -r .usage.completion_tokens "$S/c.json")" ] ||
+    bad "/metrics after the first request: $mp prompt and $mg generated tokens, its usage $(jq -c .usage "$S/c.json")"
 # sglang's /generate with return_logprob and return_text_in_logprobs: the entries' texts spell generate's
 # continuation, their ids are output_ids, one a completion token
 curl -s localhost:$P/generate -H 'Content-Type: application/json' -d '{"text": "And God said,", "sampling_params":
@@ -161,8 +166,12 @@ curl -s localhost:$P/v1/completions -H 'Content-Type: application/json' \
 err() { # route body -> "param|message"
     curl -s localhost:$P$1 -H 'Content-Type: application/json' -d "$2" | jq -r '.error.param + "|" + .error.message'
 }
-e=$(err /generate '{"text": "x", "sampling_params": {"max_new_tokens": 0}}')
-[ "${e%%|*}" = sampling_params.max_new_tokens ] || bad "/generate max_new_tokens 0: $e"
+e=$(err /generate '{"text": "x", "sampling_params": {"max_new_tokens": -1}}')
+[ "${e%%|*}" = sampling_params.max_new_tokens ] || bad "/generate max_new_tokens -1: $e"
+# max_new_tokens 0 (sglang's frontend caching a prefix): the prompt alone, nothing generated
+z=$(curl -s localhost:$P/generate -H 'Content-Type: application/json' -d '{"text": "And God said,", "sampling_params": {"max_new_tokens": 0}}' |
+    jq -c '[.text, .output_ids, .meta_info.completion_tokens, .meta_info.finish_reason, .meta_info.prompt_tokens > 0]')
+[ "$z" = '["",[],0,{"type":"length","length":0},true]' ] || bad "/generate max_new_tokens 0: $z"
 e=$(err /generate '{"text": "x", "sampling_params": {"max_new_tokens": 3, "min_new_tokens": 5}}')
 case $e in sampling_params.*"min_new_tokens 5"*"max_new_tokens 3"*) ;; *) bad "/generate min_new_tokens above max_new_tokens: $e" ;; esac
 case $e in *max_tokens*|*min_tokens*) bad "/generate error in the completions' words: $e" ;; esac

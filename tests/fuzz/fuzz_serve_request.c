@@ -132,7 +132,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     CHECK(r.kind == k);
     CHECK(r.n >= 1 && r.n <= lim.max_choices);
-    CHECK(r.max_tokens == -1 || (r.max_tokens >= 1 && r.max_tokens <= lim.max_completion_tokens));
+    CHECK(r.max_tokens == -1 || (r.max_tokens >= (r.echo ? 0 : 1) && r.max_tokens <= lim.max_completion_tokens));
+    if (data[0] & 32) { /* what /generate adds after the parse: the prompt alone, the prompt's logprobs */
+        sv_sglang_apply(echo, &r);
+        CHECK(r.max_tokens == -1 || (r.max_tokens >= 0 && r.max_tokens <= lim.max_completion_tokens));
+        CHECK(r.plp_from >= 0 && r.prompt_logprobs >= -1 && r.prompt_logprobs <= SV_MAX_TOP_LOGPROBS);
+        CHECK((r.prompt_logprobs >= 0) == (r.plp_from > 0));
+    }
     CHECK(!r.has_temperature || (r.temperature >= 0 && r.temperature <= 2));
     CHECK(!r.has_top_p || (r.top_p > 0 && r.top_p <= 1));
     CHECK(r.n_stop >= 0 && r.n_stop <= SV_MAX_STOP);
