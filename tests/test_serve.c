@@ -438,6 +438,87 @@ static void test_percentile(void **st) {
     assert_true(mr_percentile(NULL, 0, 50) == 0.0);
 }
 
+/* ---- arrival times: vLLM's --burstiness (gamma gaps) and sglang's Poisson process ---- */
+
+/* The regularized lower incomplete gamma function P(a, x): its power series below a + 1, else 1 minus the
+ * continued fraction of Q (Legendre's, evaluated by the modified Lentz method). */
+static double gamma_p(double a, double x) {
+    if (x <= 0) return 0.0;
+    const double lead = exp(a * log(x) - x - lgamma(a));
+    if (x < a + 1.0) {
+        double term = 1.0 / a, sum = term;
+        for (int n = 1; n < 10000 && fabs(term) > 1e-15 * fabs(sum); n++) sum += term *= x / (a + n);
+        return sum * lead;
+    }
+    double b = x + 1.0 - a, c = 1e300, d = 1.0 / b, h = d;
+    for (int n = 1; n < 10000; n++) {
+        const double an = -n * (n - a);
+        b += 2.0;
+        d = an * d + b;
+        d = fabs(d) < 1e-300 ? 1e-300 : d;
+        c = b + an / c;
+        c = fabs(c) < 1e-300 ? 1e-300 : c;
+        d = 1.0 / d;
+        const double del = d * c;
+        h *= del;
+        if (fabs(del - 1.0) < 1e-15) break;
+    }
+    return 1.0 - lead * h;
+}
+
+static int cmp_dbl(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Properties of Gamma(k, 1 / (rate k)) gaps: mean 1 / rate, squared coefficient of variation 1 / k (Poisson:
+ * 1), over 200000 draws; times from 0, increasing; the same seed the same times; k 1 is the exponential of
+ * the Poisson process (k 0 the same numbers). */
+static void test_arrivals(void **st) {
+    (void)st;
+    enum { N = 200000 };
+    double *t = malloc(N * sizeof *t), *u = malloc(N * sizeof *u);
+    assert_non_null(t);
+    assert_non_null(u);
+    const double ks[] = {0.3, 1.0, 4.0, 25.0}, rate = 8.0;
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
+        mr_bench_arrivals(rate, ks[i], 7, N, t);
+        assert_true(t[0] == 0.0);
+        double s = 0, s2 = 0;
+        for (int j = 1; j < N; j++) {
+            const double g = t[j] - t[j - 1];
+            assert_true(g >= 0.0 && isfinite(g));
+            s += g;
+            s2 += g * g;
+        }
+        const double mean = s / (N - 1), var = s2 / (N - 1) - mean * mean, cv2 = var / (mean * mean);
+        if (fabs(mean * rate - 1.0) > 0.03 || fabs(cv2 * ks[i] - 1.0) > 0.1)
+            fprintf(stderr, "burstiness %g: mean gap %g (want %g), cv^2 %g (want %g)\n", ks[i], mean, 1 / rate, cv2, 1 / ks[i]);
+        assert_true(fabs(mean * rate - 1.0) <= 0.03);
+        assert_true(fabs(cv2 * ks[i] - 1.0) <= 0.1);
+        /* the whole distribution: Kolmogorov-Smirnov distance of the gaps (x rate k: Gamma(k, 1)) to the gamma
+         * CDF, against 1.95 / sqrt(n) (the 0.1% critical value) */
+        for (int j = 1; j < N; j++) u[j - 1] = (t[j] - t[j - 1]) * rate * ks[i];
+        qsort(u, N - 1, sizeof *u, cmp_dbl);
+        double ks_d = 0;
+        for (int j = 0; j < N - 1; j++) {
+            const double f = gamma_p(ks[i], u[j]), lo = f - (double)j / (N - 1), hi = (double)(j + 1) / (N - 1) - f;
+            ks_d = fmax(ks_d, fmax(lo, hi));
+        }
+        if (ks_d > 1.95 / sqrt(N - 1)) fprintf(stderr, "burstiness %g: KS distance %g\n", ks[i], ks_d);
+        assert_true(ks_d <= 1.95 / sqrt(N - 1));
+        mr_bench_arrivals(rate, ks[i], 7, N, u);
+        assert_memory_equal(t, u, N * sizeof *t);
+    }
+    mr_bench_arrivals(rate, 0.0, 7, 1000, t);
+    mr_bench_arrivals(rate, 1.0, 7, 1000, u);
+    assert_memory_equal(t, u, 1000 * sizeof *t);
+    mr_bench_arrivals(rate, 1.0, 8, 1000, u);
+    assert_true(memcmp(t, u, 1000 * sizeof *t) != 0);
+    free(t);
+    free(u);
+}
+
 /* ---- metrics text ---- */
 
 static void test_metrics(void **st) {
@@ -709,7 +790,7 @@ int main(void) {
         cmocka_unit_test(test_response_store),
         cmocka_unit_test(test_conversation_store),
         cmocka_unit_test(test_parse_fields), cmocka_unit_test(test_parse_refusals), cmocka_unit_test(test_parse_depth),
-        cmocka_unit_test(test_stop_strings), cmocka_unit_test(test_json_str),       cmocka_unit_test(test_percentile),
+        cmocka_unit_test(test_stop_strings), cmocka_unit_test(test_json_str),       cmocka_unit_test(test_percentile), cmocka_unit_test(test_arrivals),
         cmocka_unit_test(test_metrics),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

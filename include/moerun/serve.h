@@ -122,6 +122,8 @@ void mr_server_close(mr_server *s);
  * text (or token ids), ITL = gaps between later chunks, TPOT = (latency -
  * TTFT) / (output_len - 1), output_len from usage.completion_tokens (a server
  * that sends no usage: the number of events with output). */
+#define MR_BENCH_MAX_PERCENTILES 16
+
 typedef struct {
     const char *base_url;   /* e.g. http://127.0.0.1:30000 */
     const char *api_key;    /* sent as "Authorization: Bearer KEY" on every request [NULL: none] */
@@ -151,6 +153,14 @@ typedef struct {
                                (sglang's --extra-request-body: response_format, regex, ...) [NULL] */
     double request_rate;    /* requests/s of a Poisson arrival process (exponential gaps, the first at t = 0,
                                seeded), each still waiting for one of the C slots; 0 = inf, all at t = 0 [0] */
+    double burstiness;      /* with request_rate: the gaps gamma-distributed of shape burstiness and mean
+                               1 / request_rate (vLLM's --burstiness: 1 Poisson, below 1 burstier, above 1 more
+                               even) [0: 1] */
+    int n_percentiles;      /* more percentiles of TTFT, TPOT, ITL and E2E latency into the result's pct_*
+                               (vLLM's --metric-percentiles) [0] */
+    double percentiles[MR_BENCH_MAX_PERCENTILES]; /* each in [0, 100] */
+    double slo_ttft_ms, slo_tpot_ms, slo_e2el_ms; /* vLLM's --goodput: a completed request within every one
+                               given (> 0) is good; its TPOT (latency - TTFT) / (output_len - 1), 0 for one token */
     bool random_lengths;    /* each request's input and output lengths uniform in [max(1, floor(L * range_ratio)),
                                L] (sglang's random dataset, --random-range-ratio) [false: L and O for all] */
     double range_ratio;     /* in [0, 1], with random_lengths */
@@ -194,6 +204,10 @@ typedef struct {
     double tpot_mean, tpot_median, tpot_p99, tpot_std;
     double itl_mean, itl_median, itl_p95, itl_p99, itl_max, itl_std;
     double e2e_mean, e2e_median, e2e_p99, e2e_std;
+    double pct_ttft[MR_BENCH_MAX_PERCENTILES], pct_tpot[MR_BENCH_MAX_PERCENTILES], pct_itl[MR_BENCH_MAX_PERCENTILES],
+        pct_e2e[MR_BENCH_MAX_PERCENTILES]; /* at opts.percentiles */
+    int good;                  /* completed within the SLOs (opts.slo_*; every completed one without SLOs) */
+    double request_goodput;    /* good / duration */
     char first_error[256];  /* what the first failed request said */
     double last_arrival_s;  /* when the last request was due to arrive (0 at request rate inf) */
     mr_bench_request *requests; /* [completed + failed] in request order, with details; else NULL */
@@ -257,6 +271,9 @@ mr_status mr_http_post(const char *base_url, const char *path, const char *json,
 /* Percentile of v[0..n) with linear interpolation between closest ranks
  * (numpy's default); sorts v. 0 when n == 0. */
 double mr_percentile(double *v, size_t n, double pct);
+/* The arrival times of n requests at rate requests/s: t[0] = 0, then gaps gamma-distributed of shape
+ * burstiness (1: exponential, a Poisson process) and mean 1 / rate, from seed (the run's). */
+void mr_bench_arrivals(double rate, double burstiness, uint64_t seed, int n, double *t);
 
 #ifdef __cplusplus
 }

@@ -5,6 +5,7 @@
  * a summary over the sweep; --json writes every number, --plot draws output
  * tok/s and the TTFT / ITL percentiles against concurrency with gnuplot.
  * The measurement itself is the library's (serve/loadgen.c). */
+#include <ctype.h>
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -12,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -98,6 +101,21 @@ static void usage(FILE *f) {
             "              for completions and /generate: a chat request is rendered by the server)\n"
             "  --tokenize-prompt  send each row's token ids (those counted) in place of its text (sglang's):\n"
             "              the server runs exactly the lengths counted (random prompts are ids already)\n");
+    fprintf(f,
+            "vLLM's `vllm bench serve` flags: --endpoint /v1/completions | /v1/chat/completions (= --chat) | /generate\n"
+            "(= --backend sglang); --ignore-eos (this bench's default; --disable-ignore-eos for vLLM's); --num-warmups N\n"
+            "(= --warmup-requests); --random-prefix-len P (one random P-token prefix before every prompt);\n"
+            "--save-result [--result-dir DIR (made if missing)] [--result-filename NAME] [--label L]: the JSON of --json\n"
+            "in DIR/NAME [. and LABEL-RATEqps-concurrencyC-MODEL-DATE.json, LABEL the --backend]; --save-detailed\n"
+            "(= --output-details); --metadata KEY=VALUE ... (under \"metadata\" in that file)\n"
+            "  --burstiness B  with --request-rate R: gaps gamma-distributed of shape B and mean 1/R (1: Poisson,\n"
+            "              below 1 burstier, above 1 more even) [1]\n"
+            "  --percentile-metrics ttft,tpot,itl,e2el  --metric-percentiles 50,90,99  these percentiles of these\n"
+            "              metrics, printed and as vLLM's p{P}_{metric}_ms keys [ttft,tpot,itl; 99]\n"
+            "  --goodput ttft:MS tpot:MS e2el:MS  service-level objectives (any of them): requests/s of completed\n"
+            "              requests within every one given (Request goodput; request_goodput in the JSON)\n"
+            "  --temperature, --top-p, --top-k, --min-p, --frequency-penalty, --presence-penalty,\n"
+            "              --repetition-penalty X  set in every OpenAI request's body [the bench's: temperature 0]\n");
 }
 
 /* The value of the first series named `name` (with any labels) in a
@@ -199,6 +217,7 @@ static void print_table(const mr_bench_serve_result *r, const mr_bench_serve_opt
     printf("%-40s %-10lld\n", "Total input tokens:", (long long)r->total_input);
     printf("%-40s %-10lld\n", "Total generated tokens:", (long long)r->total_output);
     line("Request throughput (req/s):", r->request_throughput);
+    if (o->slo_ttft_ms > 0 || o->slo_tpot_ms > 0 || o->slo_e2el_ms > 0) line("Request goodput (req/s):", r->request_goodput);
     line("Input token throughput (tok/s):", r->input_throughput);
     line("Output token throughput (tok/s):", r->output_throughput);
     line("Total token throughput (tok/s):", r->total_throughput);
@@ -448,6 +467,121 @@ static int server_root(const char *url, char *root, size_t cap) {
     return 0;
 }
 
+/* vLLM's sampling flags: the body field each sets, its range, integer or not. */
+static const struct {
+    const char *flag, *field;
+    double lo, hi;
+    bool integer;
+} SAMPLING[] = {{"--temperature", "temperature", 0, 1e4, false},      {"--top-p", "top_p", 1e-9, 1, false},
+                {"--top-k", "top_k", -1, 1 << 30, true},               {"--min-p", "min_p", 0, 1, false},
+                {"--frequency-penalty", "frequency_penalty", -2, 2, false}, {"--presence-penalty", "presence_penalty", -2, 2, false},
+                {"--repetition-penalty", "repetition_penalty", 1e-9, 1e4, false}};
+enum { N_SAMPLING = sizeof SAMPLING / sizeof SAMPLING[0] };
+
+static int sampling_index(const char *flag) {
+    for (int i = 0; i < N_SAMPLING; i++)
+        if (!strcmp(flag, SAMPLING[i].flag)) return i;
+    return -1;
+}
+
+/* A sampling flag's value, checked; 1 with the reason printed. */
+static int sampling_value(const char *flag, const char *text, double *d) {
+    const int i = sampling_index(flag);
+    char *end;
+    errno = 0;
+    *d = strtod(text, &end);
+    if (end == text || *end || errno || !(*d >= SAMPLING[i].lo && *d <= SAMPLING[i].hi) ||
+        (SAMPLING[i].integer && *d != floor(*d))) {
+        fprintf(stderr, "moerun bench serve: %s '%s': %s in [%g, %g]\n", flag, text,
+                SAMPLING[i].integer ? "an integer" : "a number", SAMPLING[i].lo, SAMPLING[i].hi);
+        return 1;
+    }
+    return 0;
+}
+
+/* One of vLLM's --goodput values, METRIC:MILLISECONDS (ttft, tpot or e2el, above 0), into o; 1 with the reason
+ * printed. */
+static int slo_parse(const char *kv, mr_bench_serve_opts *o) {
+    const char *c = strchr(kv, ':');
+    char *end = NULL;
+    const double ms = c ? strtod(c + 1, &end) : 0.0;
+    double *slot = !c ? NULL : !strncmp(kv, "ttft:", 5) ? &o->slo_ttft_ms : !strncmp(kv, "tpot:", 5) ? &o->slo_tpot_ms
+                             : !strncmp(kv, "e2el:", 5) ? &o->slo_e2el_ms : NULL;
+    if (!slot || end == c + 1 || *end || !(ms > 0 && ms < 1e9)) {
+        fprintf(stderr, "moerun bench serve: --goodput '%s': METRIC:MS with METRIC ttft, tpot or e2el and MS above 0 "
+                "(milliseconds, as vLLM's)\n", kv);
+        return 1;
+    }
+    *slot = ms;
+    return 0;
+}
+
+/* vLLM's --percentile-metrics (ttft, tpot, itl, e2el) as a mask, and --metric-percentiles into o; 1 with the
+ * reason printed. */
+enum { PM_TTFT = 1, PM_TPOT = 2, PM_ITL = 4, PM_E2EL = 8 };
+static int percentiles_parse(const char *metrics, const char *list, int *mask, mr_bench_serve_opts *o) {
+    static const char *NAMES[] = {"ttft", "tpot", "itl", "e2el"};
+    *mask = 0;
+    for (const char *p = metrics; p && *p;) {
+        const size_t n = strcspn(p, ",");
+        int k = 0;
+        while (k < 4 && (strlen(NAMES[k]) != n || strncmp(p, NAMES[k], n))) k++;
+        if (k == 4) {
+            fprintf(stderr, "moerun bench serve: --percentile-metrics '%s': a comma list of ttft, tpot, itl, e2el\n", metrics);
+            return 1;
+        }
+        *mask |= 1 << k;
+        p += n + (p[n] == ',');
+    }
+    if (!metrics) *mask = PM_TTFT | PM_TPOT | PM_ITL; /* vLLM's defaults */
+    o->n_percentiles = 0;
+    for (const char *p = list ? list : "99"; *p;) {
+        char *end;
+        errno = 0;
+        const double q = strtod(p, &end);
+        if (end == p || errno || !(q > 0 && q <= 100) || (*end && *end != ',') || o->n_percentiles == MR_BENCH_MAX_PERCENTILES) {
+            fprintf(stderr, "moerun bench serve: --metric-percentiles '%s': a comma list of at most %d numbers in (0, 100]\n",
+                    list, MR_BENCH_MAX_PERCENTILES);
+            return 1;
+        }
+        o->percentiles[o->n_percentiles++] = q;
+        p = *end ? end + 1 : end;
+    }
+    if (*mask == 0) {
+        fprintf(stderr, "moerun bench serve: --percentile-metrics is empty\n");
+        return 1;
+    }
+    return 0;
+}
+
+/* vLLM's key for percentile q of a metric: p99, p99.9 */
+static void pct_key(char *k, size_t cap, double q, const char *metric) {
+    if (q == floor(q)) snprintf(k, cap, "p%d_%s_ms", (int)q, metric);
+    else snprintf(k, cap, "p%g_%s_ms", q, metric);
+}
+
+/* The table's lines for --metric-percentiles, and their keys in the result's JSON. */
+static void percentiles_out(const mr_bench_serve_result *r, const mr_bench_serve_opts *o, int mask, json_t *j) {
+    static const char *NAMES[] = {"ttft", "tpot", "itl", "e2el"}, *TITLES[] = {"TTFT", "TPOT", "ITL", "E2EL"};
+    const double *v[] = {r->pct_ttft, r->pct_tpot, r->pct_itl, r->pct_e2e};
+    if (!j) printf("---------Percentiles (--metric-percentiles)--------\n");
+    for (int m = 0; m < 4; m++) {
+        if (!(mask & (1 << m))) continue;
+        for (int k = 0; k < o->n_percentiles; k++) {
+            char key[64], title[64];
+            pct_key(key, sizeof key, o->percentiles[k], NAMES[m]);
+            snprintf(title, sizeof title, "P%g %s (ms):", o->percentiles[k], TITLES[m]);
+            if (j) json_object_set_new(j, key, json_real(v[m][k]));
+            else line(title, v[m][k]);
+        }
+    }
+    if (j && (mask & PM_E2EL)) { /* vLLM's names of the E2E latency's summary */
+        json_object_set_new(j, "mean_e2el_ms", json_real(r->e2e_mean));
+        json_object_set_new(j, "median_e2el_ms", json_real(r->e2e_median));
+        json_object_set_new(j, "std_e2el_ms", json_real(r->e2e_std));
+    }
+}
+
 int mr_cmd_bench_serve(int argc, char **argv) {
     mr_bench_serve_opts o = {.vocab = 1000, .min_id = 10, .seed = 1, .warmup = true, .timeout_s = 600, .input_len = 128,
                              .output_len = 128};
@@ -460,6 +594,12 @@ int mr_cmd_bench_serve(int argc, char **argv) {
     bool gsp_sys = false, len_given = false;    /* --gsp-system-prompt-len; a random prompt or output length */
     bool vocab_given = false;
     long gsp_per = 0, gsp_q = 0, gsp_out = 0;   /* the generated-shared-prefix dataset's own */
+    /* vLLM's `vllm bench serve` flags */
+    bool save_result = false, ignore_eos = false, vllm_prefix = false; /* --random-prefix-len given */
+    const char *result_dir = NULL, *result_file = NULL, *pct_metrics = NULL, *pct_list = NULL, *label = NULL;
+    const char *backend_arg = NULL; /* --backend as given: --save-result's file name starts with it, as vLLM's */
+    const char *samp[N_SAMPLING] = {0};         /* --temperature ... as given, checked now, sent in each body */
+    int meta_at = 0, meta_n = 0;                /* --metadata KEY=VALUE ...: argv[meta_at ..] */
     long num = 0, sg_out = 0, sg_ctx = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -489,9 +629,73 @@ int mr_cmd_bench_serve(int argc, char **argv) {
             tok_prompt = true;
         } else if (!strcmp(a, "--flush-cache")) {
             flush = true;
+        } else if (!strcmp(a, "--ignore-eos")) { /* vLLM's: this bench's default already */
+            ignore_eos = true;
+        } else if (!strcmp(a, "--save-result")) {
+            save_result = true;
+        } else if (!strcmp(a, "--save-detailed")) { /* vLLM's: each request's numbers in the saved result */
+            o.details = true;
         } else if (!v) {
             fprintf(stderr, "moerun bench serve: %s: unknown option or missing value (see --help)\n", a);
             return 2;
+        } else if (!strcmp(a, "--goodput") || !strcmp(a, "--metadata")) { /* vLLM's: one or more values */
+            const bool gp = !strcmp(a, "--goodput");
+            if (!gp) meta_at = i + 1, meta_n = 0;
+            for (; i + 1 < argc && strncmp(argv[i + 1], "--", 2); i++) {
+                if (gp ? slo_parse(argv[i + 1], &o) : !strchr(argv[i + 1], '=') || argv[i + 1][0] == '=') {
+                    if (!gp) fprintf(stderr, "moerun bench serve: --metadata %s: KEY=VALUE\n", argv[i + 1]);
+                    return 2;
+                }
+                meta_n += !gp;
+            }
+            if (gp ? !(o.slo_ttft_ms > 0 || o.slo_tpot_ms > 0 || o.slo_e2el_ms > 0) : meta_n == 0) {
+                fprintf(stderr, "moerun bench serve: %s needs %s\n", a, gp ? "ttft:MS, tpot:MS and/or e2el:MS" : "KEY=VALUE ...");
+                return 2;
+            }
+        } else if (!strcmp(a, "--endpoint")) {
+            const char *ep = argv[++i];
+            if (!strcmp(ep, "/v1/chat/completions")) o.chat = true;
+            else if (!strcmp(ep, "/generate")) o.native = true;
+            else if (strcmp(ep, "/v1/completions")) {
+                fprintf(stderr, "moerun bench serve: --endpoint %s: this bench sends /v1/completions, /v1/chat/completions "
+                        "or /generate\n", ep);
+                return 2;
+            }
+        } else if (!strcmp(a, "--result-dir")) {
+            result_dir = argv[++i];
+        } else if (!strcmp(a, "--result-filename")) {
+            result_file = argv[++i];
+        } else if (!strcmp(a, "--label")) {
+            label = argv[++i];
+        } else if (!strcmp(a, "--percentile-metrics")) {
+            pct_metrics = argv[++i];
+        } else if (!strcmp(a, "--metric-percentiles")) {
+            pct_list = argv[++i];
+        } else if (!strcmp(a, "--burstiness")) {
+            float f;
+            if (mr_cli_parse_float(argv[++i], 1e-3f, 1e6f, &f)) {
+                fprintf(stderr, "moerun bench serve: --burstiness: %s\n", mr_error_last());
+                return 2;
+            }
+            o.burstiness = (double)f;
+        } else if (!strcmp(a, "--num-warmups")) { /* vLLM's name for --warmup-requests */
+            if (mr_cli_parse_long(argv[++i], 0, 4096, &x)) {
+                fprintf(stderr, "moerun bench serve: --num-warmups: %s\n", mr_error_last());
+                return 2;
+            }
+            o.warmup_requests = (int)x;
+            o.warmup = x > 0;
+        } else if (!strcmp(a, "--random-prefix-len")) { /* vLLM's: one prefix before every prompt */
+            if (mr_cli_parse_long(argv[++i], 0, 1L << 20, &x)) {
+                fprintf(stderr, "moerun bench serve: --random-prefix-len: %s\n", mr_error_last());
+                return 2;
+            }
+            o.prefix_len = x, gsp_sys = vllm_prefix = random_only = true;
+        } else if (sampling_index(a) >= 0) {
+            const int s = sampling_index(a);
+            double d;
+            if (sampling_value(a, argv[++i], &d)) return 2;
+            samp[s] = argv[i];
         } else if (!strcmp(a, "--base-url")) {
             o.base_url = argv[++i];
         } else if (!strcmp(a, "--model")) {
@@ -510,7 +714,7 @@ int mr_cmd_bench_serve(int argc, char **argv) {
             }
             port = (int)x;
         } else if (!strcmp(a, "--backend")) {
-            const char *b = argv[++i];
+            const char *b = backend_arg = argv[++i];
             if (!strcmp(b, "sglang-oai-chat") || !strcmp(b, "vllm-chat") || !strcmp(b, "lmdeploy-chat")) {
                 o.chat = true;
             } else if (!strcmp(b, "sglang") || !strcmp(b, "sglang-native")) {
@@ -646,6 +850,24 @@ int mr_cmd_bench_serve(int argc, char **argv) {
         return 2;
     }
     const bool sharegpt = !strcmp(dataset_name, "sharegpt"), gsp = !strcmp(dataset_name, "generated-shared-prefix");
+    /* vLLM's flags beside the rest */
+    int pmask = 0;
+    const char *clash = ignore_eos && o.keep_eos ? "--ignore-eos and --disable-ignore-eos contradict each other"
+                        : (result_dir || result_file) && !save_result ? "--result-dir and --result-filename go with --save-result"
+                        : save_result && json_path ? "--save-result and --json both name the result's file: give one"
+                        : o.burstiness > 0 && !(o.request_rate > 0) ? "--burstiness shapes the gaps of --request-rate R; "
+                                                                      "at the default rate (inf) every request is sent at once"
+                        : vllm_prefix && (o.prefix_groups > 1 || gsp || strcmp(dataset_name, "random"))
+                            ? "--random-prefix-len puts one prefix before every random prompt: not with --gsp-* or another dataset"
+                        : label && !save_result ? "--label names the --save-result file" : NULL;
+    for (int k = 0; !clash && k < N_SAMPLING; k++)
+        if (samp[k] && o.native) clash = "vLLM's sampling flags (--temperature, --top-p, ...) go with the OpenAI routes; "
+                                         "/generate's go in --extra-request-body's sampling_params";
+    if (clash) {
+        fprintf(stderr, "moerun bench serve: %s\n", clash);
+        return 2;
+    }
+    if ((pct_metrics || pct_list) && percentiles_parse(pct_metrics, pct_list, &pmask, &o)) return 2;
     if (!gsp && (gsp_per || gsp_q || gsp_out)) {
         fprintf(stderr, "moerun bench serve: --gsp-prompts-per-group, --gsp-question-len and --gsp-output-len go with "
                 "--dataset-name generated-shared-prefix\n");
@@ -736,11 +958,12 @@ int mr_cmd_bench_serve(int argc, char **argv) {
     }
     if (o.prefix_groups < 1) o.prefix_groups = 1; /* the default (one group) made explicit once */
     if (!writable("--json", json_path) || !writable("--output-file", jsonl_path)) return 2;
-    if (o.details && !json_path && !jsonl_path) {
-        fprintf(stderr, "moerun bench serve: --output-details goes with --output-file or --json (where they are written)\n");
+    if (o.details && !json_path && !jsonl_path && !save_result) {
+        fprintf(stderr, "moerun bench serve: --output-details (--save-detailed) goes with --output-file, --json or "
+                "--save-result (where they are written)\n");
         return 2;
     }
-    char *extra_text = NULL; /* checked here, sent as text */
+    char *extra_text = NULL; /* checked here, sent as text: --extra-request-body and vLLM's sampling flags */
     json_t *extra = NULL;
     if (extra_arg) {
         json_error_t je;
@@ -751,6 +974,21 @@ int mr_cmd_bench_serve(int argc, char **argv) {
             json_decref(extra);
             return 2;
         }
+    }
+    for (int k = 0; k < N_SAMPLING; k++) {
+        if (!samp[k]) continue;
+        double d;
+        sampling_value(SAMPLING[k].flag, samp[k], &d); /* checked while parsing */
+        if (!extra && !(extra = json_object())) return 1;
+        if (json_object_get(extra, SAMPLING[k].field)) {
+            fprintf(stderr, "moerun bench serve: %s and --extra-request-body's \"%s\" both set it: give one\n",
+                    SAMPLING[k].flag, SAMPLING[k].field);
+            json_decref(extra);
+            return 2;
+        }
+        json_object_set_new(extra, SAMPLING[k].field, SAMPLING[k].integer ? json_integer((json_int_t)d) : json_real(d));
+    }
+    if (extra) {
         extra_text = json_dumps(extra, JSON_COMPACT);
         json_decref(extra);
         if (!extra_text) return 1;
@@ -777,6 +1015,39 @@ int mr_cmd_bench_serve(int argc, char **argv) {
     snprintf(model, sizeof model, "%s", o.model ? o.model : mid ? mid : "default");
     json_decref(ms);
     o.model = model;
+    char saved[4096]; /* --save-result's file: DIR/NAME, or DIR/LABEL-RATEqps-concurrencyC-MODEL-DATE.json as vLLM names it */
+    if (save_result) {
+        const char *dir = result_dir ? result_dir : ".";
+        if (result_dir && mkdir(result_dir, 0777) && errno != EEXIST) {
+            fprintf(stderr, "moerun bench serve: --result-dir %s: %s\n", result_dir, strerror(errno));
+            free(extra_text);
+            return 2;
+        }
+        if (result_file) {
+            snprintf(saved, sizeof saved, "%s/%s", dir, result_file);
+        } else {
+            char base[128], cl[128], rate[32], stamp[32];
+            const char *slash = strrchr(model, '/');
+            snprintf(base, sizeof base, "%s", slash ? slash + 1 : model);
+            for (char *c = base; *c; c++)
+                if (!(isalnum((unsigned char)*c) || *c == '.' || *c == '-' || *c == '_')) *c = '_';
+            snprintf(cl, sizeof cl, "%s", conc);
+            for (char *c = cl; *c; c++)
+                if (*c == ',') *c = '_';
+            if (o.request_rate > 0) snprintf(rate, sizeof rate, "%g", o.request_rate);
+            else snprintf(rate, sizeof rate, "inf");
+            const time_t now = time(NULL);
+            struct tm tmv;
+            strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime_r(&now, &tmv));
+            snprintf(saved, sizeof saved, "%s/%s-%sqps-concurrency%s-%s-%s.json", dir, label ? label : backend_arg ? backend_arg : backend_name(&o), rate,
+                     cl, base, stamp);
+        }
+        json_path = saved;
+        if (strlen(saved) >= sizeof saved - 1 || !writable("--save-result", json_path)) {
+            free(extra_text);
+            return 2;
+        }
+    }
     mr_bench_dataset *ds = NULL;
     mr_bench_sharegpt_opts so = {0};
     if (dataset_path) { /* the rows, drawn once for the sweep: the largest run's */
@@ -862,6 +1133,7 @@ int mr_cmd_bench_serve(int argc, char **argv) {
         }
         read_counters(o.base_url, o.api_key, &b);
         print_table(&rs[k], &o);
+        if (pmask) percentiles_out(&rs[k], &o, pmask, NULL);
         print_server(&a, &b);
         fflush(stdout);
         json_t *j = result_json(&rs[k], &a, &b);
@@ -884,6 +1156,10 @@ int mr_cmd_bench_serve(int argc, char **argv) {
             json_object_set_new(j, "dataset_name", json_string(dataset_name));
             json_object_set_new(j, "ignore_eos", json_boolean(!o.keep_eos));
             json_object_set_new(j, "stream", json_boolean(!o.whole));
+            if (pmask) percentiles_out(&rs[k], &o, pmask, j);
+            if (o.request_rate > 0) json_object_set_new(j, "burstiness", json_real(o.burstiness > 0 ? o.burstiness : 1.0));
+            if (o.slo_ttft_ms > 0 || o.slo_tpot_ms > 0 || o.slo_e2el_ms > 0)
+                json_object_set_new(j, "request_goodput", json_real(rs[k].request_goodput));
             if (o.details && details_json(j, &rs[k])) rc = 1;
             if (jsonl_path && !append_line(jsonl_path, j)) rc = 1;
             json_array_append_new(all, j);
@@ -908,6 +1184,17 @@ int mr_cmd_bench_serve(int argc, char **argv) {
             json_object_set_new(doc, "output_len", json_integer(o.output_len));
         }
         if (doc && extra_text) json_object_set_new(doc, "extra_request_body", json_loads(extra_text, 0, NULL));
+        if (doc && label) json_object_set_new(doc, "label", json_string(label));
+        if (doc && meta_n) { /* vLLM's --metadata KEY=VALUE, as strings */
+            json_t *md = json_object();
+            for (int q = 0; md && q < meta_n; q++) {
+                const char *kv = argv[meta_at + q], *eq = strchr(kv, '=');
+                char key[256];
+                snprintf(key, sizeof key, "%.*s", (int)(eq - kv < 255 ? eq - kv : 255), kv);
+                json_object_set_new(md, key, json_string(eq + 1));
+            }
+            json_object_set_new(doc, "metadata", md);
+        }
         char tmp[4200];
         snprintf(tmp, sizeof tmp, "%s.tmp", json_path);
         if (!doc || json_dump_file(doc, tmp, JSON_INDENT(2)) || rename(tmp, json_path)) {

@@ -44,6 +44,39 @@ double mr_percentile(double *v, size_t n, double pct) {
     return v[lo] + (v[hi] - v[lo]) * (pos - (double)lo);
 }
 
+/* A uniform in (0, 1] (never 0: its log is finite). */
+static double unit_open(uint64_t *s) { return ((double)(sv_splitmix64(s) >> 11) + 1.0) * (1.0 / 9007199254740992.0); }
+
+/* Gamma(k, 1) by Marsaglia and Tsang's squeeze (k >= 1; k < 1 through Gamma(k + 1) x U^(1/k)), its normals
+ * by Box and Muller. */
+static double gamma_draw(double k, uint64_t *s) {
+    if (k < 1.0) return gamma_draw(k + 1.0, s) * pow(unit_open(s), 1.0 / k);
+    const double d = k - 1.0 / 3.0, c = 1.0 / sqrt(9.0 * d);
+    for (;;) {
+        const double x = sqrt(-2.0 * log(unit_open(s))) * cos(6.283185307179586 * unit_open(s));
+        double v = 1.0 + c * x;
+        if (v <= 0.0) continue;
+        v = v * v * v;
+        const double u = unit_open(s);
+        if (log(u) < 0.5 * x * x + d - d * v + d * log(v)) return d * v;
+    }
+}
+
+void mr_bench_arrivals(double rate, double burstiness, uint64_t seed, int n, double *t) {
+    uint64_t sa = seed * 0x94D049BB133111EBull + 13;
+    if (n > 0) t[0] = 0.0;
+    for (int i = 1; i < n; i++) {
+        double gap;
+        if (burstiness <= 0.0 || burstiness == 1.0) { /* exponential, as sglang's Poisson process */
+            const double u = (double)(sv_splitmix64(&sa) >> 11) * (1.0 / 9007199254740992.0); /* [0, 1) */
+            gap = -log1p(-u) / rate;
+        } else {
+            gap = gamma_draw(burstiness, &sa) / (rate * burstiness);
+        }
+        t[i] = t[i - 1] + gap;
+    }
+}
+
 static void summarize(double *v, size_t n, double *mean, double *median, double *p99, double *std) {
     double s = 0, s2 = 0;
     for (size_t i = 0; i < n; i++) s += v[i];
@@ -704,8 +737,11 @@ static mr_status keep_details(flight *fl, int n, mr_bench_serve_result *r) {
 mr_status mr_bench_serve_run(const mr_bench_serve_opts *o, mr_bench_serve_result *r) {
     memset(r, 0, sizeof *r);
     r->concurrency = o->concurrency;
-    if (o->concurrency < 1 || o->num_prompts < 1 || o->input_len < 1 || o->output_len < 1 || o->vocab <= o->min_id)
-        return mr_error_set(MR_EINVAL, "bench serve: bad options");
+    bool bad = o->concurrency < 1 || o->num_prompts < 1 || o->input_len < 1 || o->output_len < 1 ||
+               o->vocab <= o->min_id || !(o->burstiness >= 0.0) || o->n_percentiles < 0 ||
+               o->n_percentiles > MR_BENCH_MAX_PERCENTILES;
+    for (int k = 0; !bad && k < o->n_percentiles; k++) bad = !(o->percentiles[k] >= 0.0 && o->percentiles[k] <= 100.0);
+    if (bad) return mr_error_set(MR_EINVAL, "bench serve: bad options");
     static bool inited;
     if (!inited) {
         curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -725,13 +761,8 @@ mr_status mr_bench_serve_run(const mr_bench_serve_opts *o, mr_bench_serve_result
         free(arrive);
         return st;
     }
-    if (arrive) { /* a Poisson process, as sglang's: the first at t = 0, then exponential gaps of mean 1 / rate */
-        uint64_t sa = o->seed * 0x94D049BB133111EBull + 13;
-        arrive[0] = 0.0;
-        for (int i = 1; i < o->num_prompts; i++) {
-            const double u = (double)(sv_splitmix64(&sa) >> 11) * (1.0 / 9007199254740992.0); /* [0, 1) */
-            arrive[i] = arrive[i - 1] - log1p(-u) / o->request_rate;
-        }
+    if (arrive) { /* a Poisson process, as sglang's (or vLLM's gamma gaps): the first at t = 0 */
+        mr_bench_arrivals(o->request_rate, o->burstiness, o->seed, o->num_prompts, arrive);
         r->last_arrival_s = arrive[o->num_prompts - 1];
     }
     flight *fl = calloc((size_t)o->num_prompts, sizeof *fl);
@@ -777,6 +808,9 @@ mr_status mr_bench_serve_run(const mr_bench_serve_opts *o, mr_bench_serve_result
         e2e[r->completed - 1] = lat;
         sum_lat += lat;
         if (f->output_len > 1) tpot[np++] = (lat - f->ttft) / (double)(f->output_len - 1);
+        const double tp_ms = f->output_len > 1 ? 1e3 * (lat - f->ttft) / (double)(f->output_len - 1) : 0.0;
+        r->good += (o->slo_ttft_ms <= 0 || 1e3 * f->ttft <= o->slo_ttft_ms) &&
+                   (o->slo_tpot_ms <= 0 || tp_ms <= o->slo_tpot_ms) && (o->slo_e2el_ms <= 0 || 1e3 * lat <= o->slo_e2el_ms);
     }
     r->duration_s = (double)(t1 > t0 ? t1 - t0 : 1) * 1e-9;
     r->request_throughput = r->completed / r->duration_s;
@@ -784,6 +818,7 @@ mr_status mr_bench_serve_run(const mr_bench_serve_opts *o, mr_bench_serve_result
     r->output_throughput = (double)r->total_output / r->duration_s;
     r->total_throughput = (double)(r->total_input + r->total_output) / r->duration_s;
     r->concurrency_measured = sum_lat / r->duration_s;
+    r->request_goodput = r->good / r->duration_s;
     for (size_t i = 0; i < nt; i++) ttft[i] *= 1e3;
     for (size_t i = 0; i < np; i++) tpot[i] *= 1e3;
     for (int i = 0; i < r->completed; i++) e2e[i] *= 1e3;
@@ -793,6 +828,13 @@ mr_status mr_bench_serve_run(const mr_bench_serve_opts *o, mr_bench_serve_result
     summarize(e2e, (size_t)r->completed, &r->e2e_mean, &r->e2e_median, &r->e2e_p99, &r->e2e_std);
     summarize(itl.v, itl.n, &r->itl_mean, &r->itl_median, &r->itl_p99, &r->itl_std);
     r->itl_p95 = mr_percentile(itl.v, itl.n, 95);
+    for (int k = 0; k < o->n_percentiles && k < MR_BENCH_MAX_PERCENTILES; k++) {
+        const double q = o->percentiles[k];
+        r->pct_ttft[k] = mr_percentile(ttft, nt, q);
+        r->pct_tpot[k] = mr_percentile(tpot, np, q);
+        r->pct_itl[k] = mr_percentile(itl.v, itl.n, q);
+        r->pct_e2e[k] = mr_percentile(e2e, (size_t)r->completed, q);
+    }
     r->itl_max = itl.n ? itl.v[itl.n - 1] : 0; /* sorted by the percentiles */
     if (o->details) st = keep_details(fl, o->num_prompts, r);
 out:

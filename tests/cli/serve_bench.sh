@@ -60,6 +60,42 @@ echo '{"max_tokens": 3, "stop_token_ids": [1]}' >"$S/extra.json"
 [ $rc = 0 ] || { bad "--extra-request-body: exit $rc"; tail -3 "$S/outx"; }
 jq -e '.results[0].server_counters_delta.generation_tokens <= 12 and .results[0].completed == 4
        and .extra_request_body.max_tokens == 3' "$S/x.json" >/dev/null || bad "--extra-request-body was not sent as asked"
+# vLLM's `vllm bench serve` command line: --endpoint, --ignore-eos, --save-result into a --result-dir it makes
+# (vLLM's file name: backend, rate, concurrency, model, date), --save-detailed, --percentile-metrics and
+# --metric-percentiles (against numpy's linear percentile of the saved TTFTs and ITLs, computed here), --goodput
+# (the saved TTFTs within the SLO over the duration), --burstiness with --request-rate, --metadata
+"$M" bench serve --backend vllm --base-url "$SV_URL" --endpoint /v1/completions --dataset-name random \
+    --random-input-len 8 --random-output-len 6 --num-prompts 12 --max-concurrency 3 --request-rate 300 --burstiness 0.5 \
+    --percentile-metrics ttft,itl,e2el --metric-percentiles 25,90,99.5 --goodput ttft:4 e2el:100000 --ignore-eos \
+    --vocab 256 --save-result --result-dir "$S/vres" --save-detailed --metadata host=ci run=1 --num-warmups 2 \
+    >"$S/outv" 2>&1 || bad "vLLM's flags: exit $?: $(tail -3 "$S/outv")"
+vf=$(ls "$S"/vres/vllm-300qps-concurrency3-tiny-*.json 2>/dev/null | head -1)
+[ -n "$vf" ] || bad "vLLM's flags: no result named as vLLM names it in $S/vres: $(ls "$S/vres" 2>&1)"
+grep -q "P99.5 ITL (ms):" "$S/outv" && grep -q "P25 E2EL (ms):" "$S/outv" && grep -q "Request goodput (req/s):" "$S/outv" &&
+    ! grep -q "P90 TPOT (ms):" "$S/outv" || bad "vLLM's flags: the table's percentile or goodput lines"
+[ -n "$vf" ] && python3 - "$vf" <<'EOF2' || bad "vLLM's flags: the saved result is not what was asked"
+import json, math, sys
+d = json.load(open(sys.argv[1]))
+r = d["results"][0]
+def pct(v, q):  # numpy.percentile, linear (its documented definition)
+    v = sorted(v)
+    pos = q / 100 * (len(v) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+ttft = [t * 1e3 for t in r["ttfts"]]
+itl = [g * 1e3 for gaps in r["itls"] for g in gaps]
+ok = r["completed"] == 12 and len(ttft) == 12 and r["burstiness"] == 0.5 and d["metadata"] == {"host": "ci", "run": "1"}
+for q, name in ((25, "25"), (90, "90"), (99.5, "99.5")):
+    ok &= abs(r[f"p{name}_ttft_ms"] - pct(ttft, q)) < 1e-6 and abs(r[f"p{name}_itl_ms"] - pct(itl, q)) < 1e-6
+    ok &= f"p{name}_e2el_ms" in r and f"p{name}_tpot_ms" not in r
+ok &= r["p25_e2el_ms"] <= r["p90_e2el_ms"] <= r["p99.5_e2el_ms"] and abs(r["median_e2el_ms"] - r["median_e2e_latency_ms"]) < 1e-9
+good = sum(t <= 4 for t in ttft)
+ok &= abs(r["request_goodput"] * r["duration"] - good) < 1e-6
+if not ok:
+    print(json.dumps({k: v for k, v in r.items() if k not in ("generated_texts", "itls")})[:2000], good)
+sys.exit(0 if ok else 1)
+EOF2
 # sglang's native /generate on moerun serve: every request completes with its tokens (the server's counters)
 "$M" bench serve --base-url "$SV_URL" --backend sglang --concurrency 3 --num-prompts 6 --input-len 8 --output-len 5 \
     --vocab 256 --return-logprob --json "$S/gen.json" >"$S/outgen" 2>&1 || bad "--backend sglang: exit $?: $(tail -3 "$S/outgen")"
@@ -147,7 +183,7 @@ for f in "$S/det.json" "$S/det.jsonl"; do
         { bad "--output-details in $f"; jq -c '(.results[0] // .) | [.input_lens, .output_lens, .ttfts, .errors]' "$f"; }
 done
 "$M" bench serve --base-url "$SV_URL" --concurrency 1 --num-prompts 2 --output-details >/dev/null 2>"$S/err"; rc=$?
-[ $rc = 2 ] && grep -q "output-details goes with" "$S/err" || bad "--output-details without a file: exit $rc"
+[ $rc = 2 ] && grep -q "output-details (--save-detailed) goes with" "$S/err" || bad "--output-details without a file: exit $rc"
 jq -e '.disable_radix_cache == false' <(curl -s "$SV_URL/get_server_info") >/dev/null || bad "get_server_info: the prefix cache"
 # text prompts through /detokenize need a tokenizer: a clear refusal here
 "$M" bench serve --base-url "$SV_URL" --concurrency 1 --num-prompts 2 --chat >"$S/out2" 2>&1; rc=$?
@@ -305,6 +341,23 @@ if not ok:
     print(before[:3], after)
 sys.exit(0 if ok else 1)
 EOF2
+# vLLM's sampling flags, in every request's body (over the bench's temperature 0)
+cp "$S/rec.jsonl" "$S/rec2.jsonl"
+"$M" bench serve --port "$(cat "$S/hport")" --max-concurrency 2 --random-input-len 4 --random-output-len 2 \
+    --num-prompts 2 --no-warmup --vocab 256 --temperature 0.7 --top-p 0.9 --top-k 5 --min-p 0.05 \
+    --frequency-penalty 0.1 --presence-penalty -0.2 --repetition-penalty 1.1 >"$S/outr7" 2>&1 ||
+    bad "vLLM's sampling flags, recorded: $(tail -2 "$S/outr7")"
+python3 - "$S/rec2.jsonl" "$S/rec.jsonl" <<'EOF2' || bad "vLLM's sampling flags were not sent as given"
+import json, sys
+n0 = len(open(sys.argv[1]).readlines())
+sent = [json.loads(l)["body"] for l in open(sys.argv[2]).readlines()[n0:] if '"/v1/completions"' in l]
+want = {"temperature": 0.7, "top_p": 0.9, "top_k": 5, "min_p": 0.05, "frequency_penalty": 0.1, "presence_penalty": -0.2,
+        "repetition_penalty": 1.1}
+ok = len(sent) == 2 and all(all(abs(b[k] - v) < 1e-9 and type(b[k]) is type(v) for k, v in want.items()) for b in sent)
+if not ok:
+    print(sent)
+sys.exit(0 if ok else 1)
+EOF2
 kill $hp 2>/dev/null; wait $hp 2>/dev/null
 python3 - "$S/rec0.jsonl" "$S/o.jsonl" <<'EOF2' || bad "sglang's flags: the requests sent or the lines written are not as asked"
 import json, sys
@@ -336,7 +389,15 @@ for args in "--backend sglang --chat --port 1" "--backend trt --port 1" "--base-
             "--port 1 --dataset-name generated-shared-prefix --input-len 4" "--port 1 --dataset-name random-x" \
             "--port 1 --dataset-name generated-shared-prefix --gsp-prompts-per-group 0" \
             "--port 1 --dataset-path $S/x.json --vocab 100" "--port 1 --dataset-path $S/x.json --gsp-num-groups 2" \
-            "--port 1 --dataset-name generated-shared-prefix --dataset-path $S/x.json" "--port 1 --return-logprob"; do
+            "--port 1 --dataset-name generated-shared-prefix --dataset-path $S/x.json" "--port 1 --return-logprob" \
+            "--port 1 --burstiness 2" "--port 1 --request-rate 5 --burstiness 0" "--port 1 --result-dir $S/rd" \
+            "--port 1 --save-result --json $S/j.json" "--port 1 --ignore-eos --disable-ignore-eos" "--port 1 --label x" \
+            "--port 1 --goodput ttft:0" "--port 1 --goodput foo:3" "--port 1 --goodput" "--port 1 --goodput ttft:5x" \
+            "--port 1 --metric-percentiles 0" "--port 1 --metric-percentiles 101" "--port 1 --metric-percentiles 50,,90" \
+            "--port 1 --percentile-metrics ttft,foo" "--port 1 --endpoint /v1/embeddings" "--port 1 --metadata novalue" \
+            "--port 1 --backend sglang --temperature 1" "--port 1 --top-k 1.5" "--port 1 --top-p 2" "--port 1 --temperature x" \
+            "--port 1 --temperature 1 --extra-request-body {\"temperature\":1}" \
+            "--port 1 --random-prefix-len 4 --gsp-num-groups 2" "--port 1 --random-prefix-len 4 --dataset-name generated-shared-prefix"; do
     "$M" bench serve $args >/dev/null 2>"$S/err"; rc=$?
     [ $rc = 2 ] && [ -s "$S/err" ] || bad "bench serve $args: exit $rc, want 2 ($(head -1 "$S/err"))"
 done
