@@ -126,6 +126,9 @@ struct mr_server {
     pthread_mutex_t cmu;
     pthread_cond_t ccv;
     sv_conn *conns;
+    /* the jobs handed to the engine until their last reference goes (sglang's /abort_request finds them) */
+    pthread_mutex_t jmu;
+    sv_job *jobs;
     pthread_t wd;
     bool wd_started, wd_stop;
     atomic_ullong counter;
@@ -134,7 +137,7 @@ struct mr_server {
 enum {
     R_NONE = 0, R_HEALTH, R_MODELS, R_MODEL, R_METRICS, R_COMPLETIONS, R_CHAT, R_RESPONSES, R_MESSAGES, R_TOKENIZE, R_DETOKENIZE,
     R_COUNT_TOKENS, R_PING, R_VERSION, R_GENERATE, R_RESPONSE_ID, R_FLUSH, R_RESET_PREFIX, R_SERVER_INFO,
-    R_CONVERSATIONS, R_HEALTH_GENERATE, R_MODEL_INFO
+    R_CONVERSATIONS, R_HEALTH_GENERATE, R_MODEL_INFO, R_ABORT
 };
 
 /* One HTTP request. */
@@ -180,8 +183,27 @@ void mr_server_opts_default(mr_server_opts *o) {
 
 /* ---- jobs ---- */
 
+/* A job handed to the engine joins the server's list (sglang's /abort_request), until its last reference. */
+static void jobs_add(mr_server *s, sv_job *j) {
+    pthread_mutex_lock(&s->jmu);
+    j->jprev = NULL;
+    j->jnext = s->jobs;
+    if (s->jobs) s->jobs->jprev = j;
+    s->jobs = j;
+    j->listed = true;
+    pthread_mutex_unlock(&s->jmu);
+}
+
 void sv_job_release(sv_job *j) {
     if (atomic_fetch_sub(&j->refs, 1) != 1) return;
+    if (j->listed) { /* out of the list first: an abort that holds jmu still sees a whole job */
+        mr_server *s = j->srv;
+        pthread_mutex_lock(&s->jmu);
+        if (j->jprev) j->jprev->jnext = j->jnext;
+        else s->jobs = j->jnext;
+        if (j->jnext) j->jnext->jprev = j->jprev;
+        pthread_mutex_unlock(&s->jmu);
+    }
     sv_request_free(&j->req);
     for (int i = 0; i < j->n_prompts && j->prompt_text; i++) mr_free(j->prompt_text[i]);
     mr_free(j->prompt_text);
@@ -599,7 +621,7 @@ static int route_of(const char *url, const char *method, bool *post, bool *bad_m
              {"/generate", R_GENERATE, true},       {"/flush_cache", R_FLUSH, true},
              {"/reset_prefix_cache", R_RESET_PREFIX, true}, {"/get_server_info", R_SERVER_INFO, false},
              {"/server_info", R_SERVER_INFO, false}, {"/health_generate", R_HEALTH_GENERATE, false},
-             {"/get_model_info", R_MODEL_INFO, false}};
+             {"/get_model_info", R_MODEL_INFO, false}, {"/abort_request", R_ABORT, true}};
     bool is_post = !strcmp(method, "POST"), is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     *bad_method = false;
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
@@ -748,6 +770,64 @@ static enum MHD_Result do_model_info(mr_server *s, struct MHD_Connection *c) {
 
 /* sglang's /flush_cache (GET or POST) and vLLM's POST /reset_prefix_cache: the prefix cache dropped, so
  * that a benchmark's run starts cold; only while no request is admitted (a 400 otherwise, as sglang's). */
+/* sglang's POST /abort_request {"rid": ID} | {"abort_all": true}: the request(s) end at the engine's next step,
+ * as a client that left does, their answers finish with reason abort (what they generated so far kept). ID is
+ * a /generate request's rid, or any request's id (meta_info.id, "cmpl-...", "chatcmpl-..."). 200
+ * {"aborted": N}, N the requests still running that it ended (0: none matched, as sglang's 200). */
+static enum MHD_Result do_abort(mr_server *s, struct MHD_Connection *c, sv_hreq *h) {
+    sv_error e = {0};
+    if (!serving(s)) return unavailable(s, c);
+    if (!sv_json_depth_ok(h->body.p ? h->body.p : "", h->body.len, SV_MAX_JSON_DEPTH, &e)) return send_error(s, c, &e);
+    json_error_t je;
+    json_t *root = mr__json_loadb(h->body.p ? h->body.p : "", h->body.len, JSON_REJECT_DUPLICATES, &je, NULL);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return fail(s, c, 400, NULL, "the body must be a JSON object%s%s", root ? "" : ": ", root ? "" : je.text);
+    }
+    const char *k, *rid = NULL;
+    json_t *v;
+    bool all = false;
+    json_object_foreach(root, k, v) {
+        const char *bad = NULL;
+        if (!strcmp(k, "rid")) {
+            if (json_is_string(v)) rid = json_string_value(v);
+            else if (!json_is_null(v)) bad = "rid must be a string";
+        } else if (!strcmp(k, "abort_all")) {
+            if (json_is_boolean(v)) all = json_is_true(v);
+            else if (!json_is_null(v)) bad = "abort_all must be a boolean";
+        } else if (strcmp(k, "finished_reason") && strcmp(k, "abort_message")) { /* sglang's own, not used here */
+            bad = "unknown field";
+        }
+        if (bad) {
+            enum MHD_Result r = fail(s, c, 400, k, "%s (/abort_request takes rid or abort_all)", bad);
+            json_decref(root);
+            return r;
+        }
+    }
+    if (!all && (!rid || !*rid)) {
+        json_decref(root);
+        return fail(s, c, 400, "rid", "give the request's rid, or abort_all: true");
+    }
+    int n = 0;
+    pthread_mutex_lock(&s->jmu);
+    for (sv_job *j = s->jobs; j; j = j->jnext) {
+        const char *r = json_string_value(json_object_get(j->req.sgl_meta, "rid"));
+        if (!all && strcmp(j->id, rid) && (!r || strcmp(r, rid))) continue;
+        pthread_mutex_lock(&j->mu);
+        const bool live = j->live > 0;
+        pthread_mutex_unlock(&j->mu);
+        if (!live) continue;
+        sv_job_cancel(j);
+        n++;
+    }
+    pthread_mutex_unlock(&s->jmu);
+    json_decref(root);
+    if (n) MR_INFO("serve: /abort_request ended %d request(s)", n);
+    char b[48];
+    snprintf(b, sizeof b, "{\"aborted\":%d}", n);
+    return send_json(c, 200, b);
+}
+
 static enum MHD_Result do_flush(mr_server *s, struct MHD_Connection *c) {
     if (!serving(s)) return unavailable(s, c);
     int64_t dropped = 0;
@@ -1571,6 +1651,7 @@ static enum MHD_Result run_background(mr_server *s, struct MHD_Connection *c, sv
     s->bg = b;
     pthread_mutex_unlock(&s->bgmu);
     atomic_fetch_add(&j->refs, 1); /* the engine's */
+    jobs_add(s, j);
     sv_engine_submit(s->eng, j);
     bg_wake(s);
     if (L) { /* its events are this connection's too */
@@ -1718,6 +1799,7 @@ static enum MHD_Result do_generate(mr_server *s, struct MHD_Connection *c, sv_hr
         pthread_mutex_unlock(&s->cmu);
     }
     atomic_fetch_add(&j->refs, 1); /* the engine's */
+    jobs_add(s, j);
     sv_engine_submit(s->eng, j);
     /* while the engine works the client may rightly hear nothing for long (a
      * queue, a long prefill): libmicrohttpd's silence timeout is off for this
@@ -1896,6 +1978,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case R_FLUSH: case R_RESET_PREFIX: return do_flush(s, c);
     case R_SERVER_INFO: return do_server_info(s, c);
     case R_MODEL_INFO: return do_model_info(s, c);
+    case R_ABORT: return do_abort(s, c, h);
     case R_HEALTH_GENERATE: /* sglang's deep health check: one token through the engine, as a completion */
         h->body.len = 0;
         if (sv_buf_lit(&h->body, "{\"prompt\":[0],\"max_tokens\":1,\"temperature\":0}"))
@@ -2184,6 +2267,7 @@ mr_status mr_server_open(const mr_server_opts *o, mr_server **out) {
     s->api_key = o->api_key && *o->api_key ? mr_strdup(o->api_key) : NULL;
     pthread_mutex_init(&s->cmu, NULL);
     pthread_cond_init(&s->ccv, NULL);
+    pthread_mutex_init(&s->jmu, NULL);
     atomic_init(&s->state, ST_LOADING);
     sv_metrics_init(&s->met, s->name ? s->name : "");
     const bool cors_ok = !parse_origins(s, o->allowed_origins);
@@ -2368,6 +2452,7 @@ void mr_server_close(mr_server *s) {
     sv_store_free(s->convs);
     pthread_mutex_destroy(&s->cmu);
     pthread_cond_destroy(&s->ccv);
+    pthread_mutex_destroy(&s->jmu); /* after the last job's release (the engine's and the background ones') */
     mr_free(s->name);
     mr_free(s->model_dir);
     mr_free(s->host);

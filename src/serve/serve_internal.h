@@ -386,6 +386,8 @@ typedef struct sv_job {
     void (*wake)(void *arg);
     void *wake_arg;
     atomic_int refs;            /* 1 for the HTTP side + 1 while the engine holds any gen */
+    struct sv_job *jprev, *jnext; /* the server's list of submitted jobs (its jmu), for sglang's /abort_request */
+    bool listed;
     uint64_t t_arrive_ns;
     char id[40];                /* "cmpl-..." */
     int64_t created;            /* unix seconds */

@@ -1354,6 +1354,57 @@ if text_url:
         except _ur.HTTPError as he:
             check(he.code == 400 and _json2.loads(he.read())["error"]["param"] == param, f"/generate {bad}: {he.code}")
     print("sglang logprobs: ok")
+    # sglang's /abort_request (RL frameworks end rollouts so): a running /generate with a rid, and a completions
+    # stream by its id, end at once, finish abort, the tokens so far kept; abort_all ends every one; an unknown
+    # rid ends nothing (200, 0); a bad body is a 400 naming the field
+    def abort(body):
+        rq = _ur.Request(text_url + "/abort_request", data=_json2.dumps(body).encode(),
+                         headers={"Content-Type": "application/json"})
+        return _json2.loads(_ur.urlopen(rq, timeout=60).read())
+
+    def open_stream(path, body):
+        rq = _ur.Request(text_url + path, data=_json2.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        resp = _ur.urlopen(rq, timeout=120)
+        first = None
+        while first is None:  # the first event with output: the request is running
+            line = resp.readline().decode()
+            check(line != "", f"{path}: the stream ended before its first event")
+            if line.startswith("data: {"):
+                first = _json2.loads(line[6:])
+        return resp, first
+
+    def rest(resp):
+        evs = [_json2.loads(l[6:]) for l in resp.read().decode().split("\n") if l.startswith("data: {")]
+        resp.close()
+        return evs
+
+    long_sp = {"max_new_tokens": 1000, "ignore_eos": True, "temperature": 0}  # the context is 1024
+    gs, _ = open_stream("/generate", {"text": "In", "rid": "rl-1", "stream": True, "sampling_params": long_sp})
+    check(abort({"rid": "rl-1"}) == {"aborted": 1}, "/abort_request by rid")
+    last = rest(gs)[-1]["meta_info"]
+    check(last["finish_reason"] == {"type": "abort"} and 0 < last["completion_tokens"] < 1000,
+          f"/abort_request: the /generate stream ended {last['finish_reason']} after {last['completion_tokens']}")
+    cs, first = open_stream("/v1/completions", {"model": tmodel, "prompt": "In", "max_tokens": 1000, "stream": True,
+                                                 "ignore_eos": True})
+    check(abort({"rid": first["id"], "finished_reason": None}) == {"aborted": 1}, "/abort_request by a completions id")
+    fins = [c["choices"][0]["finish_reason"] for c in rest(cs) if c.get("choices")]
+    check(fins[-1:] == ["abort"], f"/abort_request: the completions stream ended {fins[-3:]}")
+    a, _ = open_stream("/generate", {"text": "In", "rid": "rl-2", "stream": True, "sampling_params": long_sp})
+    b, _ = open_stream("/generate", {"text": "The", "rid": "rl-3", "stream": True, "sampling_params": long_sp})
+    check(abort({"rid": "rl-2"}) == {"aborted": 1}, "/abort_request: one of two running")
+    check(rest(a)[-1]["meta_info"]["finish_reason"] == {"type": "abort"}, "/abort_request: rl-2 ended")
+    c3, _ = open_stream("/generate", {"text": "And", "rid": "rl-4", "stream": True, "sampling_params": long_sp})
+    check(abort({"abort_all": True}) == {"aborted": 2}, "/abort_request abort_all: rl-3 (still running) and rl-4")
+    check(all(rest(x)[-1]["meta_info"]["finish_reason"] == {"type": "abort"} for x in (b, c3)), "abort_all: both ended")
+    check(abort({"rid": "rl-1"}) == {"aborted": 0}, "/abort_request of an ended request")
+    for bad, param in (({"rid": 5}, "rid"), ({"abort_all": "yes"}, "abort_all"), ({}, "rid"), ({"rid": ""}, "rid"),
+                       ({"rid": "x", "ridd": 1}, "ridd")):
+        try:
+            abort(bad)
+            check(False, f"/abort_request {bad} was taken")
+        except _ur.HTTPError as he:
+            check(he.code == 400 and _json2.loads(he.read())["error"]["param"] == param, f"/abort_request {bad}: {he.code}")
+    print("sglang abort_request: ok")
     # sglang's /generate takes it as JSON text in sampling_params
     q = _ur.Request(text_url + "/generate", data=_json2.dumps({"text": "w", "sampling_params": {
         "max_new_tokens": 300, "temperature": 1.0, "structural_tag": _json2.dumps(fmt)}}).encode(),
