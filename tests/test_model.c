@@ -1090,6 +1090,18 @@ static void plp_oracle_run(int64_t budget, int copies, bool prefix_twice) {
     free(g.blob);
 }
 
+/* A reference-runner engine over dir's model, its KV cache in kvt, 64 KV blocks, a context of 64. */
+static void ref_engine_open(const char *dir, mr_format kvt, int64_t budget, int max_running, mr_model **m, mr_engine **e) {
+    mr_engine_opts eo = {.kv_dtype = kvt, .kv_blocks = 64, .max_batch_tokens = budget, .max_running_requests = max_running,
+                         .max_queued_requests = 8, .context_length = 64, .fixed_threads = true};
+    mr_model_opts mo = {.runner = "reference", .quiet = true};
+    mr_engine_model_opts(&eo, &mo);
+    *m = NULL;
+    *e = NULL;
+    assert_int_equal(mr_model_open(dir, &mo, m), MR_OK);
+    assert_int_equal(mr_engine_new(*m, &eo, e), MR_OK);
+}
+
 /* The golden prompts through an engine whose KV pool holds kvt, teacher-forced along the
  * greedy tokens of the golden file gname: the largest |log-probability error| of every prompt
  * token (prompt_logprobs) and every generated token against log_softmax of that file's logits,
@@ -1101,15 +1113,10 @@ static float kv_oracle_run(const char *dir_in, mr_format kvt, const char *gname,
     golden g;
     golden_load_file(&g, gname);
     const int V = g.V;
-    mr_engine_opts eo = {.kv_dtype = kvt, .kv_blocks = 64, .max_batch_tokens = 64, .max_running_requests = 8,
-                         .max_queued_requests = 8, .context_length = 64, .fixed_threads = true};
-    mr_model_opts mo = {.runner = "reference", .quiet = true};
-    mr_engine_model_opts(&eo, &mo);
-    mr_model *m = NULL;
-    mr_engine *e = NULL;
-    assert_int_equal(mr_model_open(dir, &mo, &m), MR_OK);
+    mr_model *m;
+    mr_engine *e;
+    ref_engine_open(dir, kvt, 64, 8, &m, &e);
     assert_int_equal(mr_model_kv_dtype(m), kvt);
-    assert_int_equal(mr_engine_new(m, &eo, &e), MR_OK);
     mr_req_id ids[8];
     int64_t next_pos[8], gen_i[8];
     for (int i = 0; i < g.n; i++) {
@@ -1247,14 +1254,9 @@ static void test_prompt_logprobs_from(void **st) {
     golden g;
     golden_load(&g);
     const int V = g.V;
-    mr_engine_opts eo = {.kv_dtype = MR_FMT_F32, .kv_blocks = 64, .max_batch_tokens = 512, .max_running_requests = 4,
-                         .max_queued_requests = 8, .context_length = 64, .fixed_threads = true};
-    mr_model_opts mo = {.runner = "reference", .quiet = true};
-    mr_engine_model_opts(&eo, &mo);
-    mr_model *m = NULL;
-    mr_engine *e = NULL;
-    assert_int_equal(mr_model_open(tu_data("model/tiny"), &mo, &m), MR_OK);
-    assert_int_equal(mr_engine_new(m, &eo, &e), MR_OK);
+    mr_model *m;
+    mr_engine *e;
+    ref_engine_open(tu_data("model/tiny"), MR_FMT_F32, 512, 4, &m, &e);
     float worst = 0.0f;
     int checked = 0;
     for (int i = 0; i < g.n; i++) {

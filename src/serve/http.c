@@ -777,13 +777,8 @@ static enum MHD_Result do_model_info(mr_server *s, struct MHD_Connection *c) {
 static enum MHD_Result do_abort(mr_server *s, struct MHD_Connection *c, sv_hreq *h) {
     sv_error e = {0};
     if (!serving(s)) return unavailable(s, c);
-    if (!sv_json_depth_ok(h->body.p ? h->body.p : "", h->body.len, SV_MAX_JSON_DEPTH, &e)) return send_error(s, c, &e);
-    json_error_t je;
-    json_t *root = mr__json_loadb(h->body.p ? h->body.p : "", h->body.len, JSON_REJECT_DUPLICATES, &je, NULL);
-    if (!json_is_object(root)) {
-        json_decref(root);
-        return fail(s, c, 400, NULL, "the body must be a JSON object%s%s", root ? "" : ": ", root ? "" : je.text);
-    }
+    json_t *root = sv_body_object(h->body.p ? h->body.p : "", h->body.len, &e);
+    if (!root) return send_error(s, c, &e);
     const char *k, *rid = NULL;
     json_t *v;
     bool all = false;
