@@ -598,7 +598,8 @@ int mr_cmd_bench_serve(int argc, char **argv) {
     bool save_result = false, ignore_eos = false, vllm_prefix = false; /* --random-prefix-len given */
     const char *result_dir = NULL, *result_file = NULL, *pct_metrics = NULL, *pct_list = NULL, *label = NULL;
     const char *backend_arg = NULL; /* --backend as given: --save-result's file name starts with it, as vLLM's */
-    const char *samp[N_SAMPLING] = {0};         /* --temperature ... as given, checked now, sent in each body */
+    double samp[N_SAMPLING];                    /* --temperature ...: checked now, sent in each body */
+    bool samp_set[N_SAMPLING] = {false};
     int meta_at = 0, meta_n = 0;                /* --metadata KEY=VALUE ...: argv[meta_at ..] */
     long num = 0, sg_out = 0, sg_ctx = 0;
     for (int i = 1; i < argc; i++) {
@@ -693,9 +694,8 @@ int mr_cmd_bench_serve(int argc, char **argv) {
             o.prefix_len = x, gsp_sys = vllm_prefix = random_only = true;
         } else if (sampling_index(a) >= 0) {
             const int s = sampling_index(a);
-            double d;
-            if (sampling_value(a, argv[++i], &d)) return 2;
-            samp[s] = argv[i];
+            if (sampling_value(a, argv[++i], &samp[s])) return 2;
+            samp_set[s] = true;
         } else if (!strcmp(a, "--base-url")) {
             o.base_url = argv[++i];
         } else if (!strcmp(a, "--model")) {
@@ -861,7 +861,7 @@ int mr_cmd_bench_serve(int argc, char **argv) {
                             ? "--random-prefix-len puts one prefix before every random prompt: not with --gsp-* or another dataset"
                         : label && !save_result ? "--label names the --save-result file" : NULL;
     for (int k = 0; !clash && k < N_SAMPLING; k++)
-        if (samp[k] && o.native) clash = "vLLM's sampling flags (--temperature, --top-p, ...) go with the OpenAI routes; "
+        if (samp_set[k] && o.native) clash = "vLLM's sampling flags (--temperature, --top-p, ...) go with the OpenAI routes; "
                                          "/generate's go in --extra-request-body's sampling_params";
     if (clash) {
         fprintf(stderr, "moerun bench serve: %s\n", clash);
@@ -976,9 +976,8 @@ int mr_cmd_bench_serve(int argc, char **argv) {
         }
     }
     for (int k = 0; k < N_SAMPLING; k++) {
-        if (!samp[k]) continue;
-        double d;
-        sampling_value(SAMPLING[k].flag, samp[k], &d); /* checked while parsing */
+        if (!samp_set[k]) continue;
+        const double d = samp[k];
         if (!extra && !(extra = json_object())) return 1;
         if (json_object_get(extra, SAMPLING[k].field)) {
             fprintf(stderr, "moerun bench serve: %s and --extra-request-body's \"%s\" both set it: give one\n",

@@ -807,10 +807,10 @@ mr_status mr_bench_serve_run(const mr_bench_serve_opts *o, mr_bench_serve_result
         ttft[nt++] = f->ttft;
         e2e[r->completed - 1] = lat;
         sum_lat += lat;
-        if (f->output_len > 1) tpot[np++] = (lat - f->ttft) / (double)(f->output_len - 1);
-        const double tp_ms = f->output_len > 1 ? 1e3 * (lat - f->ttft) / (double)(f->output_len - 1) : 0.0;
+        const double tp = f->output_len > 1 ? (lat - f->ttft) / (double)(f->output_len - 1) : 0.0; /* vLLM's 0 */
+        if (f->output_len > 1) tpot[np++] = tp;
         r->good += (o->slo_ttft_ms <= 0 || 1e3 * f->ttft <= o->slo_ttft_ms) &&
-                   (o->slo_tpot_ms <= 0 || tp_ms <= o->slo_tpot_ms) && (o->slo_e2el_ms <= 0 || 1e3 * lat <= o->slo_e2el_ms);
+                   (o->slo_tpot_ms <= 0 || 1e3 * tp <= o->slo_tpot_ms) && (o->slo_e2el_ms <= 0 || 1e3 * lat <= o->slo_e2el_ms);
     }
     r->duration_s = (double)(t1 > t0 ? t1 - t0 : 1) * 1e-9;
     r->request_throughput = r->completed / r->duration_s;
@@ -828,7 +828,7 @@ mr_status mr_bench_serve_run(const mr_bench_serve_opts *o, mr_bench_serve_result
     summarize(e2e, (size_t)r->completed, &r->e2e_mean, &r->e2e_median, &r->e2e_p99, &r->e2e_std);
     summarize(itl.v, itl.n, &r->itl_mean, &r->itl_median, &r->itl_p99, &r->itl_std);
     r->itl_p95 = mr_percentile(itl.v, itl.n, 95);
-    for (int k = 0; k < o->n_percentiles && k < MR_BENCH_MAX_PERCENTILES; k++) {
+    for (int k = 0; k < o->n_percentiles; k++) { /* at most MR_BENCH_MAX_PERCENTILES: checked above */
         const double q = o->percentiles[k];
         r->pct_ttft[k] = mr_percentile(ttft, nt, q);
         r->pct_tpot[k] = mr_percentile(tpot, np, q);
