@@ -928,6 +928,18 @@ static void test_admission(void **state) {
     rp.n_stop_ids = 1;
     assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_EINPUT);
     rp.n_stop_ids = 0;
+    int32_t lp_ids[MR_ENGINE_MAX_LOGPROB_IDS + 1] = {0};
+    rp.logprob_ids = lp_ids;
+    rp.n_logprob_ids = MR_ENGINE_MAX_LOGPROB_IDS + 1;
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_EINVAL);
+    assert_non_null(strstr(mr_error_last(), "1025 logprob ids; at most 1024"));
+    lp_ids[3] = V;
+    rp.n_logprob_ids = 4;
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_EINPUT);
+    assert_non_null(strstr(mr_error_last(), "logprob token id 256 is outside the vocabulary (256)"));
+    rp.logprob_ids = NULL;
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_EINVAL);
+    rp.n_logprob_ids = 0;
     /* the queue: 3 waiting at most (one is waiting already) */
     rp.user = (void *)(intptr_t)1;
     assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_OK);

@@ -1258,7 +1258,7 @@ static void test_prompt_logprobs_from(void **st) {
     mr_engine *e;
     ref_engine_open(tu_data("model/tiny"), MR_FMT_F32, 512, 4, &m, &e);
     float worst = 0.0f;
-    int checked = 0;
+    int checked = 0, checked_ids = 0;
     for (int i = 0; i < g.n; i++) {
         const gold_prompt *gp = &g.p[i];
         int32_t seq[96];
@@ -1269,8 +1269,12 @@ static void test_prompt_logprobs_from(void **st) {
         for (size_t f = 0; f < sizeof from / sizeof from[0] + 1; f++) {
             const bool plain = f == 0; /* the first fills the cache */
             const int64_t F = plain ? 0 : from[f - 1];
+            /* sglang's token_ids_logprob: these ids at every reported position, in this order (a repeat too) */
+            const int32_t ids[] = {0, V - 1, seq[1], 7, 7, seq[L - 1]};
+            const int n_ids = plain ? 0 : (int)(sizeof ids / sizeof ids[0]);
             mr_request_params p = {.prompt = seq, .n_prompt = L, .max_tokens = 1, .top_logprobs = 2,
-                                   .prompt_logprobs = !plain, .prompt_logprobs_from = F};
+                                   .prompt_logprobs = !plain, .prompt_logprobs_from = F,
+                                   .logprob_ids = plain ? NULL : ids, .n_logprob_ids = n_ids};
             mr_req_id id;
             assert_int_equal(mr_engine_add(e, &p, &id), MR_OK);
             int64_t next = F > 1 ? F : 1, cached = -1;
@@ -1282,7 +1286,9 @@ static void test_prompt_logprobs_from(void **st) {
                 for (int k = 0; k < so->n_events; k++) {
                     const mr_engine_event *ev = &so->events[k];
                     assert_true(ev->id == id);
+                    assert_int_equal(ev->n_logprob_ids, n_ids);
                     if (plain) assert_int_equal(ev->n_plp, 0);
+                    if (plain) assert_null(ev->id_logprob);
                     if (ev->n_plp) {
                         assert_int_equal(ev->plp_pos, next);
                         assert_true(ev->plp_pos + ev->n_plp <= L);
@@ -1295,11 +1301,23 @@ static void test_prompt_logprobs_from(void **st) {
                         const float d = fabsf(row[0].logprob - (float)(ref[seq[pos]] - golden_lse(ref, V)));
                         worst = d > worst ? d : worst;
                         checked++;
+                        for (int t = 0; t < n_ids; t++) {
+                            const float di = fabsf(ev->plp_id_logprob[(size_t)q * (size_t)n_ids + (size_t)t] -
+                                                   (float)(ref[ids[t]] - golden_lse(ref, V)));
+                            worst = di > worst ? di : worst;
+                            checked_ids++;
+                        }
                     }
                     next += ev->n_plp;
                     if (ev->n_tokens == 1) {
                         cached = ev->n_cached;
                         assert_int_equal(ev->token, gp->gen[g.steps]); /* greedy after the whole sequence */
+                        const float *ref = gp->logits + (size_t)(L - 1) * (size_t)V;
+                        for (int t = 0; t < n_ids; t++) {
+                            const float di = fabsf(ev->id_logprob[t] - (float)(ref[ids[t]] - golden_lse(ref, V)));
+                            worst = di > worst ? di : worst;
+                            checked_ids++;
+                        }
                     }
                     done |= ev->finish != MR_FINISH_NONE;
                 }
@@ -1316,6 +1334,8 @@ static void test_prompt_logprobs_from(void **st) {
     }
     if (worst > 2 * ORACLE_TOL) fprintf(stderr, "prompt logprobs from: max |error| %g > %g\n", worst, 2 * ORACLE_TOL);
     assert_true(worst <= 2 * ORACLE_TOL && checked > 0);
+    /* the ids at every position reported: the prompt's from F, and the token's (each non-plain run) */
+    assert_true(checked_ids == 6 * (checked + g.n * (int)(sizeof(int64_t[12]) / sizeof(int64_t))));
     mr_engine_free(e);
     mr_model_close(m);
     free(g.blob);

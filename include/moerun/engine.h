@@ -124,6 +124,7 @@ typedef struct {
 #define MR_ENGINE_MAX_LOGIT_BIAS 1024
 #define MR_ENGINE_MAX_BAD_WORDS 256      /* sequences */
 #define MR_ENGINE_MAX_BAD_WORD_TOKENS 64 /* tokens in one sequence */
+#define MR_ENGINE_MAX_LOGPROB_IDS 1024   /* ids whose log-probabilities a request follows (logprob_ids) */
 
 /* One entry of a request's logit bias (OpenAI's logit_bias): added to the
  * token's logit before the penalties; bias in [-100, 100]. */
@@ -167,6 +168,10 @@ typedef struct {
     int n_bad_words;              /* <= MR_ENGINE_MAX_BAD_WORDS */
     bool logprobs;                /* report the log-probability of each generated token */
     int top_logprobs;             /* and the n most likely alternatives (0..max_top_logprobs) */
+    const int32_t *logprob_ids;   /* [n_logprob_ids] (copied; repeats are fine): the log-probabilities of these ids
+                                     at every position whose token's is reported (generated tokens, and the prompt
+                                     positions of prompt_logprobs), in this order (sglang's token_ids_logprob) */
+    int n_logprob_ids;            /* <= MR_ENGINE_MAX_LOGPROB_IDS */
     bool want_logits;             /* events carry the raw logits row [vocab] that produced the token */
     bool prompt_logprobs;         /* also the log-probability of every prompt token after the first (of the
                                      raw logits at the position before it), with top_logprobs alternatives:
@@ -190,13 +195,15 @@ typedef struct {
  *                 needs more KV blocks than the whole pool holds (it could not
  *                 run even alone)
  *   MR_EINPUT     a token id outside the vocabulary (prompt, stop ids,
- *                 forced tokens, logit bias, allowed ids, bad words)
+ *                 forced tokens, logit bias, allowed ids, bad words,
+ *                 logprob ids)
  *   MR_EINVAL     bad sampling parameters, empty prompt, too many stop ids
  *                 or logit-bias entries, a bias outside [-100, 100], too
  *                 many allowed ids or bad words, a bad word of 0 or too many
  *                 tokens,
  *                 min_tokens above max_tokens, top_logprobs above
- *                 max_top_logprobs
+ *                 max_top_logprobs, more than MR_ENGINE_MAX_LOGPROB_IDS
+ *                 logprob_ids
  *   MR_EBUSY      max_queued_requests are already waiting (try later)
  *   MR_ENOMEM     out of memory (this request only) */
 mr_status mr_engine_add(mr_engine *e, const mr_request_params *p, mr_req_id *out);
@@ -229,6 +236,9 @@ typedef struct {
     float logprob;                /* its log-probability (log-softmax of the raw logits), when asked */
     int n_top;                    /* top alternatives, most likely first (ties to the lower id) */
     const mr_token_logprob *top;  /* [n_top], valid until the next step */
+    int n_logprob_ids;            /* the request's logprob_ids (0: none asked) */
+    const float *id_logprob;      /* with n_tokens == 1: [n_logprob_ids] the log-probability of each logprob_id at
+                                     the token's position (of the raw logits); valid until the next step */
     const float *logits;          /* [vocab] raw logits (want_logits), valid until the next step */
     mr_finish_reason finish;      /* NONE while the request goes on */
     int32_t stop_token;           /* STOP: the id that matched; else -1 */
@@ -248,6 +258,7 @@ typedef struct {
     const mr_token_logprob *plp;
     const int32_t *plp_rank;      /* [n_plp] each prompt token's rank at its position: 1 + the ids whose logit is at
                                      least its own (vLLM's definition; ties count against it) */
+    const float *plp_id_logprob;  /* [n_plp][n_logprob_ids] the logprob_ids' log-probabilities at those positions */
 } mr_engine_event;
 
 typedef struct {

@@ -149,6 +149,7 @@ void mr_engine_free(mr_engine *e) {
     mr_free(e->con_slot);
     mr_free(e->ev);
     mr_free(e->top);
+    mr_free(e->idlp);
     plp_free(e);
     mr_free(e->chk);
     mr__engine_ep_free(e);
@@ -348,6 +349,12 @@ mr_status mr_engine_add(mr_engine *e, const mr_request_params *p, mr_req_id *out
         if (p->bad_words[i] < 0 || p->bad_words[i] >= e->vocab)
             return mr_error_set(MR_EINPUT, "request: bad-word token id %d is outside the vocabulary (%lld)",
                                 (int)p->bad_words[i], (long long)e->vocab);
+    if (p->n_logprob_ids < 0 || p->n_logprob_ids > MR_ENGINE_MAX_LOGPROB_IDS || (p->n_logprob_ids > 0 && !p->logprob_ids))
+        return mr_error_set(MR_EINVAL, "request: %d logprob ids; at most %d", p->n_logprob_ids, MR_ENGINE_MAX_LOGPROB_IDS);
+    for (int i = 0; i < p->n_logprob_ids; i++)
+        if (p->logprob_ids[i] < 0 || p->logprob_ids[i] >= e->vocab)
+            return mr_error_set(MR_EINPUT, "request: logprob token id %d is outside the vocabulary (%lld)",
+                                (int)p->logprob_ids[i], (long long)e->vocab);
     mr_status st = mr__sampling_check(&p->sampling);
     if (st) return mr_error_set(st, "request: %s", mr_error_last());
     /* the context and the pool */
@@ -393,10 +400,10 @@ mr_status mr_engine_add(mr_engine *e, const mr_request_params *p, mr_req_id *out
     if (!p->constraint.mask != !p->constraint.accept)
         return mr_error_set(MR_EINVAL, "request: a token constraint needs both mask and accept");
     if (p->constraint.mask && (st = con_alloc(e))) return st;
-    /* one allocation: tokens, block table, forced tokens, logit bias (4-byte fields all) */
+    /* one allocation: tokens, block table, forced tokens, logit bias, ... (4-byte fields all) */
     int64_t cap = p->n_prompt + max_tokens;
     size_t bytes = ((size_t)cap + (size_t)need + (size_t)n_forced + (size_t)p->n_allowed + (size_t)n_bad_tok +
-                    (size_t)p->n_bad_words) * sizeof(int32_t) +
+                    (size_t)p->n_bad_words + (size_t)p->n_logprob_ids) * sizeof(int32_t) +
                    (size_t)p->n_logit_bias * sizeof(mr_logit_bias);
     void *mem = mr_malloc(bytes);
     if (!mem) return mr_error_set(MR_ENOMEM, "request: out of memory for %lld tokens", (long long)cap);
@@ -424,6 +431,10 @@ mr_status mr_engine_add(mr_engine *e, const mr_request_params *p, mr_req_id *out
     r->bad = bad;
     r->bad_len = bad_len;
     r->n_bad = p->n_bad_words;
+    int32_t *lp_ids = bad_len + p->n_bad_words;
+    if (p->n_logprob_ids) memcpy(lp_ids, p->logprob_ids, (size_t)p->n_logprob_ids * sizeof(int32_t));
+    r->lp_ids = lp_ids;
+    r->n_lp_ids = p->n_logprob_ids;
     r->min_tokens = p->min_tokens;
     r->n_prompt = r->n_tok = p->n_prompt;
     r->cap = cap;
@@ -468,7 +479,8 @@ static mr_engine_event *event(mr_engine *e, mr__req *r) {
     MR_ASSERT(e->n_ev < e->cap_ev);
     mr_engine_event *v = &e->ev[e->n_ev++];
     *v = (mr_engine_event){.id = r->id, .user = r->user, .stop_token = -1, .n_prompt = r->n_prompt,
-                           .n_generated = r->n_tok - r->n_prompt, .n_cached = r->n_cached, .sched_ns = r->sched_ns};
+                           .n_generated = r->n_tok - r->n_prompt, .n_cached = r->n_cached, .sched_ns = r->sched_ns,
+                           .n_logprob_ids = r->n_lp_ids};
     return v;
 }
 
@@ -590,9 +602,24 @@ static int64_t plp_rows(const mr__req *r, int64_t s, int64_t n, int64_t *q0) {
 static void add_sched(mr_engine *e, int32_t slot, int64_t n) {
     mr__req *r = &e->req[slot];
     int64_t q0, rows = plp_rows(r, r->n_computed, n, &q0);
-    e->sched[e->n_sched++] = (mr__sched){.slot = slot, .n = n, .sample = r->n_computed + n == r->n_tok,
-                                         .plp_row = e->n_plp, .plp_n = (int32_t)rows, .plp_q0 = q0};
+    const bool sample = r->n_computed + n == r->n_tok;
+    e->sched[e->n_sched++] = (mr__sched){.slot = slot, .n = n, .sample = sample, .plp_row = e->n_plp,
+                                         .plp_n = (int32_t)rows, .plp_q0 = q0, .idlp_off = e->n_idlp};
     e->n_plp += (int)rows;
+    e->n_idlp += (rows + sample) * r->n_lp_ids;
+}
+
+/* Room in e->idlp for this step's logprob-id rows (kept for the next steps). */
+static mr_status idlp_grow(mr_engine *e) {
+    if (e->n_idlp <= e->cap_idlp) return MR_OK;
+    int64_t cap = e->cap_idlp * 2 > e->n_idlp ? e->cap_idlp * 2 : e->n_idlp;
+    float *p = mr_malloc((size_t)cap * sizeof(float));
+    if (!p)
+        return mr_error_set(MR_ENOMEM, "logprob ids: out of memory for %lld log-probabilities", (long long)e->n_idlp);
+    mr_free(e->idlp);
+    e->idlp = p;
+    e->cap_idlp = cap;
+    return MR_OK;
 }
 
 /* Builds e->batch from e->sched. */
@@ -632,6 +659,7 @@ mr_status mr_engine_schedule(mr_engine *e, const mr_kv_batch **out) {
     e->n_ev = 0;
     e->n_sched = 0;
     e->n_plp = 0;
+    e->n_idlp = 0;
     e->out = (mr_engine_step_out){0};
     e->err[0] = 0;
     sweep_cancelled(e);
@@ -736,7 +764,8 @@ mr_status mr_engine_complete(mr_engine *e, mr_status forward_status, const float
     const int stride = 1 + e->o.max_top_logprobs;
     /* the prompt rows' log-probabilities: their logits a chunk at a time from the model, the
      * rows of a chunk over the threads; a failure ends the requests of the batch that have rows */
-    mr_status plp_st = MR_OK;
+    mr_status plp_st = MR_OK, id_st = idlp_grow(e);
+    if (id_st) snprintf(e->err, sizeof e->err, "%s", mr_error_last());
     for (int k0 = 0; forward_status == MR_OK && !plp_st && k0 < e->n_plp; k0 += MR__PLP_CHUNK) {
         const int n = e->n_plp - k0 < MR__PLP_CHUNK ? e->n_plp - k0 : MR__PLP_CHUNK;
         if ((plp_st = mr_model_extra_logits(e->m, k0, n, e->plp_logits))) {
@@ -747,19 +776,22 @@ mr_status mr_engine_complete(mr_engine *e, mr_status forward_status, const float
         #pragma omp parallel for num_threads(e->thr.all) schedule(dynamic, 1) if (n > 1)
         for (int k = k0; k < k0 + n; k++) {
             mr_token_logprob *o = e->plp_out + (size_t)k * (size_t)stride;
-            const mr__req *r = &e->req[e->sched[plp_owner(e, k)].slot];
+            const mr__sched *s = &e->sched[plp_owner(e, k)];
+            const mr__req *r = &e->req[s->slot];
             const float *lrow = e->plp_logits + (size_t)(k - k0) * (size_t)e->vocab;
+            const int n_ids = id_st ? 0 : r->n_lp_ids;
             o->token = e->plp_want[k];
             e->plp_ntop[k] = 0;
-            e->plp_bad[k] = mr__engine_logprob(e, lrow, o->token, r->top_logprobs, &o->logprob, o + 1,
-                                               &e->plp_ntop[k]) != MR_OK;
+            e->plp_bad[k] = mr__engine_logprob(e, lrow, o->token, r->top_logprobs, &o->logprob, o + 1, &e->plp_ntop[k],
+                                               r->lp_ids, n_ids,
+                                               n_ids ? e->idlp + s->idlp_off + (k - s->plp_row) * n_ids : NULL) != MR_OK;
             int32_t rank = 1; /* vLLM's: 1 + the ids whose logit is at least the token's, the token aside */
             for (int64_t v = 0; v < e->vocab; v++) rank += lrow[v] >= lrow[o->token] && v != o->token;
             e->plp_rank[k] = rank;
         }
         for (int k = k0; k < k0 + n; k++) /* a bad row's message, here on the engine's thread */
             if (e->plp_bad[k] && mr__engine_logprob(e, e->plp_logits + (size_t)(k - k0) * (size_t)e->vocab, 0, 0,
-                                                    &(float){0}, NULL, &(int){0}))
+                                                    &(float){0}, NULL, &(int){0}, NULL, 0, NULL))
                 snprintf(e->err, sizeof e->err, "%s", mr_error_last());
         sample_ns += mr_now_ns() - ts;
     }
@@ -801,9 +833,17 @@ mr_status mr_engine_complete(mr_engine *e, mr_status forward_status, const float
             mr__pick *o = &e->pick[i];
             const float *lg = logits + (size_t)k * (size_t)e->vocab; /* rows in scheduled order */
             mr_token_logprob *top = e->top + (size_t)i * (size_t)e->o.max_top_logprobs;
+            const mr__sched *s = &e->sched[i];
+            mr__req *r = &e->req[s->slot];
+            float *id_lp = r->n_lp_ids && !id_st ? e->idlp + s->idlp_off + (int64_t)s->plp_n * r->n_lp_ids : NULL;
             o->logprob = 0.0f; /* when not asked */
-            o->st = mr__engine_pick(e, &e->scr[omp_get_thread_num()], &e->req[e->sched[i].slot], lg, &o->tok,
-                                    &o->logprob, top, &o->n_top);
+            if (r->n_lp_ids && id_st) { /* no room for its ids' log-probabilities (e->err says why) */
+                o->st = id_st;
+                snprintf(o->err, sizeof o->err, "%s", e->err);
+                continue;
+            }
+            o->st = mr__engine_pick(e, &e->scr[omp_get_thread_num()], r, lg, &o->tok, &o->logprob, top, &o->n_top,
+                                    id_lp);
             if (o->st) snprintf(o->err, sizeof o->err, "%s", mr_error_last());
         }
         sample_ns += mr_now_ns() - ts;
@@ -824,7 +864,7 @@ mr_status mr_engine_complete(mr_engine *e, mr_status forward_status, const float
         register_blocks(e, r);
         mr_engine_event *v = NULL;
         if (s->plp_n > 0) { /* the prompt tokens' log-probabilities this chunk computed (above) */
-            bool bad = plp_st != MR_OK;
+            bool bad = plp_st != MR_OK || (id_st != MR_OK && r->n_lp_ids);
             for (int32_t k = 0; k < s->plp_n; k++) bad |= e->plp_bad[s->plp_row + k] != 0;
             const int n_top = e->plp_ntop[s->plp_row];
             v = event(e, r);
@@ -839,6 +879,7 @@ mr_status mr_engine_complete(mr_engine *e, mr_status forward_status, const float
             v->plp_stride = stride;
             v->plp = e->plp_out + (size_t)s->plp_row * (size_t)stride;
             v->plp_rank = e->plp_rank + s->plp_row;
+            if (r->n_lp_ids) v->plp_id_logprob = e->idlp + s->idlp_off;
             r->plp_next = s->plp_q0 + s->plp_n + 1;
         }
         if (!s->sample) continue; /* a prefill chunk that does not reach the end yet */
@@ -869,6 +910,7 @@ mr_status mr_engine_complete(mr_engine *e, mr_status forward_status, const float
         v->n_top = n_top;
         v->top = n_top ? top : NULL;
         v->logits = r->want_logits ? lg : NULL;
+        if (r->n_lp_ids) v->id_logprob = e->idlp + s->idlp_off + (int64_t)s->plp_n * r->n_lp_ids;
         v->n_generated = r->n_tok - r->n_prompt;
         v->first_token = first;
         if (is_stop(e, r, tok)) {

@@ -76,7 +76,7 @@ typedef struct {
     const atomic_int *cancel;
     bool cancel_asked;          /* mr_engine_cancel */
     /* one allocation: tok [cap], bt [max_blocks], forced [n_forced], bias [n_bias], allowed [n_allowed],
-     * bad [sum of bad_len], bad_len [n_bad] */
+     * bad [sum of bad_len], bad_len [n_bad], lp_ids [n_lp_ids] */
     void *mem;
     int32_t *tok;               /* prompt, then generated tokens */
     int64_t n_prompt, n_tok, cap;
@@ -103,6 +103,8 @@ typedef struct {
     bool plp;                   /* prompt_logprobs */
     int64_t plp_next;           /* the next prompt position whose log-probability is owed (from 1) */
     int top_logprobs;
+    const int32_t *lp_ids;      /* inside mem: the ids whose log-probabilities every reported position gives */
+    int n_lp_ids;
     const int32_t *forced;      /* inside mem */
     int64_t n_forced;
     int64_t n_cached;           /* prompt tokens hit at the first schedule */
@@ -122,6 +124,8 @@ typedef struct {
     bool sample;                /* the chunk ends at the last known token: sample after it */
     int32_t plp_row, plp_n;     /* prompt log-probabilities: rows plp_row .. of the batch's extra rows */
     int64_t plp_q0;             /* the position of the first of those rows (its token's logprob is at q0 + 1) */
+    int64_t idlp_off;           /* logprob ids: the entries of e->idlp from here, plp_n rows then the sampled
+                                   token's (when sample), n_lp_ids each */
 } mr__sched;
 
 /* ---- threads per step (threads.c) ----
@@ -251,6 +255,10 @@ struct mr_engine {
     mr_token_logprob *plp_out;  /* [max_batch_tokens][1 + max_top_logprobs] */
     float *plp_logits;          /* [MR__PLP_CHUNK][vocab] */
     int n_plp;                  /* extra rows in this step */
+    /* logprob ids: each scheduled request's rows of its ids' log-probabilities (mr__sched.idlp_off), grown
+     * as a step needs (kept) */
+    float *idlp;                /* [cap_idlp] */
+    int64_t n_idlp, cap_idlp;
     char err[512];              /* the error of this step's failed forward */
     int32_t *chk;               /* [kv_blocks] scratch of mr_engine_check */
     /* expert parallelism (engine_ep.c): this rank of ep_size; the step on the wire */
@@ -273,11 +281,11 @@ struct mr_engine {
  * constraint masks: requests run side by side on their own scratch. The
  * constraint's accept is the caller's, on the engine thread. */
 mr_status mr__engine_pick(const mr_engine *e, mr__scratch *sc, mr__req *r, const float *logits, int32_t *tok,
-                          float *logprob, mr_token_logprob *top, int *n_top);
-/* The log-probability of token tok in a raw logits row [vocab] and the n most likely tokens into top
- * (returns how many). MR_EINPUT when the row holds a non-finite value. */
+                          float *logprob, mr_token_logprob *top, int *n_top, float *id_lp);
+/* The log-probability of token tok in a raw logits row [vocab], the n most likely tokens into top
+ * (returns how many), and those of ids [n_ids] into id_lp. MR_EINPUT when the row holds a non-finite value. */
 mr_status mr__engine_logprob(const mr_engine *e, const float *logits, int32_t tok, int n, float *logprob,
-                             mr_token_logprob *top, int *n_top);
+                             mr_token_logprob *top, int *n_top, const int32_t *ids, int n_ids, float *id_lp);
 /* Checks sampling parameters (MR_EINVAL with the field). */
 mr_status mr__sampling_check(const mr_sampling *s);
 

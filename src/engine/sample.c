@@ -126,18 +126,24 @@ static mr_status finite_row(const float *logits, int64_t V) {
     return MR_OK;
 }
 
+/* The log-probabilities of ids [n] into out, lse the row's log-sum-exp. */
+static void ids_logprob(const float *logits, double lse, const int32_t *ids, int n, float *out) {
+    for (int k = 0; k < n; k++) out[k] = (float)((double)logits[ids[k]] - lse);
+}
+
 mr_status mr__engine_logprob(const mr_engine *e, const float *logits, int32_t tok, int n, float *logprob,
-                             mr_token_logprob *top, int *n_top) {
+                             mr_token_logprob *top, int *n_top, const int32_t *ids, int n_ids, float *id_lp) {
     mr_status st = finite_row(logits, e->vocab);
     if (st) return st;
     double lse = mr_logsumexp(logits, e->vocab);
     *logprob = (float)((double)logits[tok] - lse);
     *n_top = n > 0 ? top_n(logits, e->vocab, n, lse, top) : 0;
+    ids_logprob(logits, lse, ids, n_ids, id_lp);
     return MR_OK;
 }
 
 mr_status mr__engine_pick(const mr_engine *e, mr__scratch *sc, mr__req *r, const float *logits, int32_t *tok,
-                          float *logprob, mr_token_logprob *top, int *n_top) {
+                          float *logprob, mr_token_logprob *top, int *n_top, float *id_lp) {
     int64_t V = e->vocab;
     mr_status st = finite_row(logits, V);
     if (st) return st;
@@ -164,10 +170,11 @@ mr_status mr__engine_pick(const mr_engine *e, mr__scratch *sc, mr__req *r, const
                                 "structured output)");
     }
     *n_top = 0;
-    if (r->logprobs || r->top_logprobs > 0) {
+    if (r->logprobs || r->top_logprobs > 0 || r->n_lp_ids > 0) {
         double lse = mr_logsumexp(logits, V);
         *logprob = (float)((double)logits[*tok] - lse);
         if (r->top_logprobs > 0) *n_top = top_n(logits, V, r->top_logprobs, lse, top);
+        ids_logprob(logits, lse, r->lp_ids, r->n_lp_ids, id_lp);
     }
     return MR_OK;
 }
