@@ -269,6 +269,8 @@ static void admit(sv_engine *e, sv_gen *g) {
         .top_logprobs = r->top_logprobs > r->plp_top ? r->top_logprobs : r->plp_top,
         .prompt_logprobs = g->plp != NULL,
         .prompt_logprobs_from = r->plp_from,
+        .logprob_ids = g->lp_ids,
+        .n_logprob_ids = g->n_lp_ids,
         .forced = g->forced,
         .n_forced = g->n_forced,
         .cancel = &g->cancel,
@@ -321,6 +323,9 @@ static void publish(sv_engine *e, const mr_engine_event *ev, uint64_t now) {
             l->rank = ev->plp_rank[k];
             l->n_top = ev->plp_ntop < j->req.plp_top ? ev->plp_ntop : j->req.plp_top;
             for (int t = 0; t < l->n_top; t++) l->top[t] = row[1 + t];
+            if (g->plp_idlp && ev->plp_id_logprob && ev->n_logprob_ids == g->n_lp_ids)
+                memcpy(g->plp_idlp + (size_t)p * (size_t)g->n_lp_ids, ev->plp_id_logprob + (size_t)k * (size_t)g->n_lp_ids,
+                       (size_t)g->n_lp_ids * sizeof(float));
             if (p + 1 > g->n_plp) g->n_plp = p + 1;
         }
         j->version++;
@@ -357,6 +362,9 @@ static void publish(sv_engine *e, const mr_engine_event *ev, uint64_t now) {
                 l->n_top = ev->n_top < j->req.top_logprobs ? ev->n_top : j->req.top_logprobs;
                 for (int k = 0; k < l->n_top; k++) l->top[k] = ev->top[k];
             }
+            if (g->idlp && ev->id_logprob && ev->n_logprob_ids == g->n_lp_ids)
+                memcpy(g->idlp + (size_t)g->n_out * (size_t)g->n_lp_ids, ev->id_logprob,
+                       (size_t)g->n_lp_ids * sizeof(float));
             g->n_out++;
         }
         if (!g->seen_first) g->cached_tokens = ev->n_cached;

@@ -209,6 +209,8 @@ void sv_job_release(sv_job *j) {
     mr_free(j->prompt_text);
     mr_free(j->prompt_len);
     mr_free(j->ids);
+    mr_free(j->lp_ids);
+    mr_free(j->idlp);
     mr_free(j->forced);
     for (int i = 0; j->gens && i < j->n_gen; i++) mr_matcher_free(j->gens[i].matcher);
     if (j->gens) {
@@ -1114,6 +1116,65 @@ static int64_t max_tokens_of(const mr_server *s, const sv_request *r, int64_t L)
     return mt < s->o.max_completion_tokens ? mt : s->o.max_completion_tokens;
 }
 
+/* sglang's token_ids_logprob (with return_logprob): one list of ids for every prompt, or a list per prompt of a
+ * batch (null: none for it), checked against the vocabulary; the room for their log-probabilities at each
+ * output token and, where the prompt's are owed, each prompt position, at most SV_MAX_ID_LOGPROBS of them. */
+static int gens_lp_ids(const mr_server *s, sv_job *j, sv_error *e) {
+    const sv_request *r = &j->req;
+    const json_t *v = json_object_get(r->sgl_meta, "token_ids_logprob");
+    if (!v || !json_is_true(json_object_get(r->sgl_meta, "return_logprob"))) return 0;
+    const bool each = json_is_true(json_object_get(r->sgl_meta, "lp_ids_each"));
+    if (each && (int64_t)json_array_size(v) != j->n_prompts)
+        return sv_fail(e, 400, "token_ids_logprob", "token_ids_logprob holds %zu list%s for a batch of %d prompts",
+                       json_array_size(v), json_array_size(v) == 1 ? "" : "s", j->n_prompts);
+    size_t n_ids = 0, n_lp = 0;
+    for (int i = 0; i < j->n_gen; i++) {
+        const sv_gen *g = &j->gens[i];
+        const json_t *l = each ? json_array_get(v, (size_t)(i / r->n)) : v;
+        const size_t n = json_array_size(l), pos = (size_t)g->max_tokens + (g->plp ? (size_t)g->n_prompt : 0);
+        if (i % r->n == 0) n_ids += n;
+        n_lp += n * pos; /* n <= 1024 and pos below the context: no overflow */
+        if (n_lp > SV_MAX_ID_LOGPROBS)
+            return sv_fail(e, 400, "token_ids_logprob",
+                           "token_ids_logprob asks for more than %d log-probabilities (ids x positions, over the "
+                           "request); ask fewer ids or fewer tokens",
+                           SV_MAX_ID_LOGPROBS);
+    }
+    j->lp_ids = mr_malloc((n_ids ? n_ids : 1) * sizeof(int32_t));
+    j->idlp = mr_malloc((n_lp ? n_lp : 1) * sizeof(float));
+    if (!j->lp_ids || !j->idlp) return sv_fail(e, 500, NULL, "out of memory");
+    size_t io = 0, lo = 0;
+    for (int i = 0; i < j->n_gen; i++) {
+        sv_gen *g = &j->gens[i];
+        const json_t *l = each ? json_array_get(v, (size_t)(i / r->n)) : v;
+        if (i % r->n == 0) {
+            for (size_t k = 0; k < json_array_size(l); k++) {
+                const json_int_t id = json_integer_value(json_array_get(l, k));
+                if (id < 0 || id >= s->vocab) {
+                    char nm[64];
+                    if (each) snprintf(nm, sizeof nm, "token_ids_logprob[%d][%zu]", i / r->n, k);
+                    else snprintf(nm, sizeof nm, "token_ids_logprob[%zu]", k);
+                    return sv_fail(e, 400, nm, "%s is token id %lld, outside the vocabulary [0, %lld)", nm,
+                                   (long long)id, (long long)s->vocab);
+                }
+                j->lp_ids[io + k] = (int32_t)id;
+            }
+            io += json_array_size(l);
+        }
+        if (!json_is_array(l)) continue; /* null: this prompt of the batch asked none */
+        g->has_lp_ids = true;
+        g->n_lp_ids = (int)json_array_size(l);
+        g->lp_ids = j->lp_ids + io - (size_t)g->n_lp_ids;
+        g->idlp = j->idlp + lo;
+        lo += (size_t)g->n_lp_ids * (size_t)g->max_tokens;
+        if (g->plp) {
+            g->plp_idlp = j->idlp + lo;
+            lo += (size_t)g->n_lp_ids * (size_t)g->n_prompt;
+        }
+    }
+    return 0;
+}
+
 /* Structured outputs: a matcher per gen over the request's grammar. The output ends with the model's
  * EOS ids or the request's stop ids, and a reasoning model's chat answer is free up to its "</think>". */
 static int gens_matchers(const mr_server *s, sv_job *j, sv_error *e) {
@@ -1526,6 +1587,7 @@ static int make_job(mr_server *s, sv_request *r, sv_job **out, sv_error *e) {
         j->req.grammar_tools = true;
     }
     if (r->grammar && gens_matchers(s, j, e)) goto out;
+    if (gens_lp_ids(s, j, e)) goto out;
     j->live = j->n_gen;
     unsigned long long id = atomic_fetch_add(&s->counter, 1);
     snprintf(j->id, sizeof j->id, "%s-%08llx%08llx", r->kind == SV_CHAT ? "chatcmpl" : "cmpl",

@@ -692,17 +692,30 @@ static json_t *sgl_lp_entry(const sv_out *o, float logprob, int32_t id, bool tex
     return sgl_lp_pack(o, json_real(lp_value(logprob)), id, text);
 }
 
+/* One position's entry of sglang's token_ids_logprob lists: the gen's ids with their log-probabilities lp
+ * [n_lp_ids], in the order asked (null: none, as sglang sends a position without them). */
+static json_t *sgl_ids_row(const sv_out *o, const sv_gen *g, const float *lp, bool text) {
+    if (!lp || g->n_lp_ids == 0) return json_null();
+    json_t *row = json_array();
+    for (int t = 0; row && t < g->n_lp_ids; t++)
+        if (json_array_append_new(row, sgl_lp_entry(o, lp[t], g->lp_ids[t], text))) json_decref(row), row = NULL;
+    return row;
+}
+
 /* sglang's input_token_logprobs (and with top_logprobs_num input_top_logprobs): the prompt tokens from
  * logprob_start_len s (-1: the last one), the first entry's value null as sglang sends it, then each
  * token's log-probability at the position before it. */
 static int sgl_input_logprobs(const sv_out *o, const sv_gen *g, int top, bool text, json_t *meta) {
     const int64_t from = o->j->req.plp_from, s = from > 0 ? from - 1 : g->n_prompt - 1;
-    json_t *lps = json_array(), *tops = top ? json_array() : NULL;
-    int bad = !lps || (top && !tops);
+    json_t *lps = json_array(), *tops = top ? json_array() : NULL, *ids = g->has_lp_ids ? json_array() : NULL;
+    int bad = !lps || (top && !tops) || (g->has_lp_ids && !ids);
     for (int64_t p = s; !bad && p < g->n_prompt; p++) {
         /* p > s: owed, and filled (every entry comes before the first token) */
         const sv_logprob *l = p > s && g->plp && p < g->n_plp ? sv_logprob_at(g->plp, o->j->req.plp_top, p) : NULL;
         bad = json_array_append_new(lps, sgl_lp_pack(o, l ? json_real(lp_value(l->logprob)) : NULL, g->prompt[p], text));
+        if (ids)
+            bad |= json_array_append_new(
+                ids, sgl_ids_row(o, g, l && g->plp_idlp ? g->plp_idlp + (size_t)p * (size_t)g->n_lp_ids : NULL, text));
         if (tops) {
             json_t *row = l ? json_array() : json_null();
             for (int t = 0; l && row && t < l->n_top && t < top; t++)
@@ -713,6 +726,7 @@ static int sgl_input_logprobs(const sv_out *o, const sv_gen *g, int top, bool te
     }
     bad |= json_object_set_new(meta, "input_token_logprobs", lps);
     if (tops) bad |= json_object_set_new(meta, "input_top_logprobs", tops);
+    if (ids) bad |= json_object_set_new(meta, "input_token_ids_logprobs", ids);
     return bad ? -1 : 0;
 }
 
@@ -724,11 +738,13 @@ static int sgl_logprobs(const sv_out *o, int i, json_t *meta) {
     const sv_choice *c = &o->c[i];
     const int top = o->j->req.top_logprobs;
     const bool text = json_is_true(json_object_get(o->j->req.sgl_meta, "text_in_logprobs"));
-    json_t *lps = json_array(), *tops = top ? json_array() : NULL;
-    int bad = !lps || (top && !tops) || !c->g->lp;
+    const sv_gen *g = c->g;
+    json_t *lps = json_array(), *tops = top ? json_array() : NULL, *ids = g->has_lp_ids ? json_array() : NULL;
+    int bad = !lps || (top && !tops) || !g->lp || (g->has_lp_ids && !ids);
     for (int64_t k = 0; !bad && k < c->counted; k++) {
-        const sv_logprob *l = sv_logprob_at(c->g->lp, top, k);
-        bad = json_array_append_new(lps, sgl_lp_entry(o, l->logprob, c->g->out[k], text));
+        const sv_logprob *l = sv_logprob_at(g->lp, top, k);
+        bad = json_array_append_new(lps, sgl_lp_entry(o, l->logprob, g->out[k], text));
+        if (ids) bad |= json_array_append_new(ids, sgl_ids_row(o, g, g->idlp + (size_t)k * (size_t)g->n_lp_ids, text));
         if (tops) {
             json_t *row = json_array();
             for (int t = 0; row && t < l->n_top && t < top; t++)
@@ -739,7 +755,8 @@ static int sgl_logprobs(const sv_out *o, int i, json_t *meta) {
     }
     bad |= json_object_set_new(meta, "output_token_logprobs", lps);
     if (tops) bad |= json_object_set_new(meta, "output_top_logprobs", tops);
-    return bad || sgl_input_logprobs(o, c->g, top, text, meta) ? -1 : 0;
+    if (ids) bad |= json_object_set_new(meta, "output_token_ids_logprobs", ids);
+    return bad || sgl_input_logprobs(o, g, top, text, meta) ? -1 : 0;
 }
 
 /* sglang's answer object for choice i (reason NULL: a streamed piece, without output_ids). */

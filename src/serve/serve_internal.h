@@ -58,6 +58,7 @@ typedef struct {
 #define SV_MAX_STOP_BYTES 256   /* bytes per stop string */
 #define SV_MAX_STOP_IDS 16     /* the engine's MR_ENGINE_MAX_STOP_IDS */
 #define SV_MAX_TOP_LOGPROBS 20  /* the engine's default max_top_logprobs */
+#define SV_MAX_ID_LOGPROBS (1 << 24) /* token_ids_logprob: ids x positions of one request (64 MiB) */
 #define SV_MAX_BAD_WORDS 128    /* each gives up to 2 sequences: MR_ENGINE_MAX_BAD_WORDS */
 
 typedef struct {
@@ -348,6 +349,13 @@ typedef struct sv_gen {
     sv_logprob *plp;            /* echo with logprobs: [n_prompt] (sv_logprob_at), entry p the prompt token at
                                    p (from 1) */
     int64_t n_plp;              /* plp entries 1 .. n_plp - 1 are filled */
+    /* sglang's token_ids_logprob (with return_logprob): the ids (the job's), and their log-probabilities at
+     * each output token [max_tokens][n_lp_ids] and, with plp, at each prompt position [n_prompt][n_lp_ids]
+     * (filled as lp and plp are); has_lp_ids: the answer carries the lists (given for this prompt) */
+    const int32_t *lp_ids;
+    int n_lp_ids;
+    bool has_lp_ids;
+    float *idlp, *plp_idlp;
     bool echo_only;             /* max_tokens 0 with echo: the engine's one token is not the client's */
     int64_t n_out;
     sv_fin fin;
@@ -374,6 +382,8 @@ typedef struct sv_job {
     int32_t *forced;            /* tests: the forced output tokens of every gen */
     int64_t n_forced;
     int32_t *ids;               /* all prompt ids of the gens (gens point into it) */
+    int32_t *lp_ids;            /* token_ids_logprob: every prompt's ids (gens point into it), or NULL */
+    float *idlp;                /* their log-probabilities: every gen's idlp and plp_idlp (gens point into it) */
     int64_t *prompt_len;        /* [n_prompts] tokens per prompt */
     char **prompt_text;         /* [n_prompts] text of each prompt (for echo), may be NULL */
     pthread_mutex_t mu;

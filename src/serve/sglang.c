@@ -10,7 +10,9 @@
  *   return_text_in_logprobs (the output's: meta_info.output_token_logprobs [[logprob, id, text or null],
  *   ...] and output_top_logprobs, from completions' logprobs; the prompt's from logprob_start_len, -1 the
  *   last token: input_token_logprobs [[null, id, text], [logprob, id, text], ...] and input_top_logprobs
- *   [null, [...], ...], from the engine's prompt log-probabilities, streamed too), and the neutral
+ *   [null, [...], ...], from the engine's prompt log-probabilities, streamed too; with token_ids_logprob
+ *   (a list of ids, or one per prompt of a batch) output_token_ids_logprobs and input_token_ids_logprobs: those
+ *   ids' [logprob, id, text] at each of the same positions, in the order given), and the neutral
  *   values of lora_path and image_data (null), stream_options.
  * The answer: {"text", "output_ids", "meta_info": {"id", "finish_reason": {"type": "length", "length"} |
  * {"type": "stop", "matched": the stop string or the stop token id}, "prompt_tokens",
@@ -54,6 +56,44 @@ void sv_sglang_param(sv_error *e) {
     sv_error_rename(e, "prompt", "text", NULL);
 }
 
+
+/* One list of token_ids_logprob: integers, at most MR_ENGINE_MAX_LOGPROB_IDS (the vocabulary is checked with
+ * the prompt). nm: the field's name as the error says it. */
+static int lp_id_list(const json_t *l, const char *nm, sv_error *e) {
+    if (!json_is_array(l))
+        return sv_fail(e, 400, "token_ids_logprob", "%s must be a list of token ids, got %s", nm, sv_json_type(l));
+    if (json_array_size(l) > MR_ENGINE_MAX_LOGPROB_IDS)
+        return sv_fail(e, 400, "token_ids_logprob", "%s holds %zu ids; at most %d", nm, json_array_size(l),
+                       MR_ENGINE_MAX_LOGPROB_IDS);
+    for (size_t k = 0; k < json_array_size(l); k++)
+        if (!json_is_integer(json_array_get(l, k))) {
+            char at[64];
+            snprintf(at, sizeof at, "%s[%zu]", nm, k);
+            return sv_fail(e, 400, at, "%s must be a token id (an integer), got %s", at, sv_json_type(json_array_get(l, k)));
+        }
+    return 0;
+}
+
+/* sglang's token_ids_logprob: a list of ids (every prompt's), or for a batch a list of them per prompt (null:
+ * none for that one); kept in meta, with lp_ids_each for the second form. */
+static int lp_ids_field(const json_t *x, json_t *m, sv_error *e) {
+    if (!json_is_array(x))
+        return sv_fail(e, 400, "token_ids_logprob",
+                       "token_ids_logprob must be a list of token ids (or, for a batch, a list of them per prompt), "
+                       "got %s", sv_json_type(x));
+    bool each = false;
+    for (size_t i = 0; i < json_array_size(x); i++)
+        each |= json_is_array(json_array_get(x, i)) || json_is_null(json_array_get(x, i));
+    if (!each && lp_id_list(x, "token_ids_logprob", e)) return -1;
+    for (size_t i = 0; each && i < json_array_size(x); i++) {
+        char nm[48];
+        snprintf(nm, sizeof nm, "token_ids_logprob[%zu]", i);
+        if (!json_is_null(json_array_get(x, i)) && lp_id_list(json_array_get(x, i), nm, e)) return -1;
+    }
+    if (json_object_set(m, "token_ids_logprob", (json_t *)x) || (each && json_object_set_new(m, "lp_ids_each", json_true())))
+        return oom(e);
+    return 0;
+}
 
 int sv_sglang_to_completions(const char *body, size_t len, char **out_json, json_t **meta, sv_error *e) {
     *out_json = NULL;
@@ -124,6 +164,8 @@ int sv_sglang_to_completions(const char *body, size_t len, char **out_json, json
             else if (json_integer_value(x) > INT32_MAX)
                 rc = sv_fail(e, 400, k, "logprob_start_len %lld is past any prompt", (long long)json_integer_value(x));
             else if (json_integer_value(x) >= 0) json_object_set(m, "logprob_start_len", x);
+        } else if (!strcmp(k, "token_ids_logprob")) {
+            if (!json_is_null(x)) rc = lp_ids_field(x, m, e);
         } else if (!strcmp(k, "stream_options")) {
             continue;
         } else if (!strcmp(k, "lora_path") || !strcmp(k, "image_data") || !strcmp(k, "audio_data") ||
@@ -142,6 +184,9 @@ int sv_sglang_to_completions(const char *body, size_t len, char **out_json, json
     if (!rc && json_is_true(json_object_get(m, "return_logprob")) &&
         json_object_set_new(cmpl, "logprobs", json_integer(json_integer_value(json_object_get(m, "top_logprobs_num")))))
         rc = oom(e);
+    if (!rc && !batch && json_is_true(json_object_get(m, "lp_ids_each")))
+        rc = sv_fail(e, 400, "token_ids_logprob", "token_ids_logprob is a list of lists, but the request has one prompt "
+                     "(give a list of token ids)");
     if (!rc && batch) json_object_set_new(m, "batch", json_true());
     if (!rc && !(*out_json = json_dumps(cmpl, JSON_COMPACT))) rc = oom(e);
     if (!rc) *meta = json_incref(m);

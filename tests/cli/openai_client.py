@@ -1345,6 +1345,73 @@ if text_url:
     unc = _json2.loads(sgl({"input_ids": [tok(c) for c in choices], "sampling_params": {"max_new_tokens": 0},
                             "return_logprob": True}))
     check([len(r["meta_info"]["input_token_logprobs"]) for r in unc] == [1, 1, 1], f"unconditional: {unc}")
+    # sglang's token_ids_logprob: the ids' [logprob, id, text] at every output token and at every prompt position
+    # from logprob_start_len (the first null), in the order asked, repeats too. The same numbers as the other
+    # lists where they meet (the prompt token's, the sampled token's, the tops), and over the whole vocabulary
+    # (requests of 1024 ids, the most one takes) they sum to 1 at every position. A batch takes a list per
+    # prompt (null: none for it); without return_logprob nothing is sent; bad lists are 400s naming the field.
+    rq = _ur.Request(text_url + "/get_model_info")
+    with open(os.path.join(_json2.loads(_ur.urlopen(rq, timeout=60).read())["model_path"], "config.json")) as f:
+        vocab = _json2.load(f)["vocab_size"]
+    tb = {"text": LP, "sampling_params": {"max_new_tokens": 3, "temperature": 0, "ignore_eos": True},
+          "return_logprob": True, "logprob_start_len": 0}
+    mass_out, mass_in, outs = [0.0] * 3, [0.0] * n, set()
+    for lo in range(0, vocab, 1024):
+        ids = list(range(lo, min(lo + 1024, vocab)))
+        mi = _json2.loads(sgl({**tb, "token_ids_logprob": ids}))["meta_info"]
+        ot, it = mi["output_token_ids_logprobs"], mi["input_token_ids_logprobs"]
+        outs.add(tuple(e[1] for e in mi["output_token_logprobs"]))
+        check(len(ot) == 3 and all([e[1] for e in row] == ids for row in ot) and len(it) == n and it[0] is None and
+              all([e[1] for e in row] == ids for row in it[1:]), f"token_ids_logprob {lo}..: the lists' ids")
+        for k, row in enumerate(ot):
+            mass_out[k] += sum(_math.exp(e[0]) for e in row)
+        for p, row in zip(range(1, n), it[1:]):
+            mass_in[p] += sum(_math.exp(e[0]) for e in row)
+    check(len(outs) == 1 and max(abs(x - 1) for x in mass_out + mass_in[1:]) < 1e-4,
+          f"token_ids_logprob over the vocabulary: masses {mass_out} {mass_in[1:]}, outputs {outs}")
+    out_ids = list(next(iter(outs)))
+    ask = [out_ids[0], lids[1], lids[2], out_ids[0], 7]
+    g = _json2.loads(sgl({**tb, "token_ids_logprob": ask, "top_logprobs_num": 2, "return_text_in_logprobs": True}))
+    mi = g["meta_info"]
+    for k, (row, lp, tops) in enumerate(zip(mi["output_token_ids_logprobs"], mi["output_token_logprobs"], mi["output_top_logprobs"])):
+        have = {e[1]: e[0] for e in row}
+        check([e[1] for e in row] == ask and abs(have[lp[1]] - lp[0]) < 1e-6 if lp[1] in have else True,
+              f"token_ids_logprob output {k}: {row} / {lp}")
+        check(all(abs(have[t[1]] - t[0]) < 1e-6 for t in tops if t[1] in have), f"token_ids_logprob output {k}: {row} / tops {tops}")
+        check(row[0] == row[3], f"token_ids_logprob: a repeated id {row}")
+    check(abs(mi["output_token_ids_logprobs"][0][0][0] - mi["output_token_logprobs"][0][0]) < 1e-6,
+          "token_ids_logprob: the first output token's own")
+    for p, (row, il) in enumerate(zip(mi["input_token_ids_logprobs"][1:], mi["input_token_logprobs"][1:]), 1):
+        have = {e[1]: e[0] for e in row}
+        check(il[1] not in have or abs(have[il[1]] - il[0]) < 1e-6, f"token_ids_logprob input {p}: {row} / {il}")
+        check(all(e[2] == ref_text.get(e[1], e[2]) for e in row), f"token_ids_logprob input text {p}: {row}")
+    check(abs(mi["input_token_ids_logprobs"][1][1][0] - mi["input_token_logprobs"][1][0]) < 1e-6,
+          "token_ids_logprob: the prompt token's own")
+    evs = [_json2.loads(l[6:]) for l in sgl({**tb, "stream": True, "token_ids_logprob": ask}).split("\n") if l.startswith("data: {")]
+    check([ev["meta_info"]["output_token_ids_logprobs"] for ev in evs][-1] == [[e[:2] + [None] for e in row] for row in mi["output_token_ids_logprobs"]]
+          and all(len(ev["meta_info"]["output_token_ids_logprobs"]) == ev["meta_info"]["completion_tokens"] for ev in evs),
+          "streamed token_ids_logprob")
+    bt = _json2.loads(sgl({"text": [LP, "In the", LP], "sampling_params": {"max_new_tokens": 1, "temperature": 0},
+                           "return_logprob": True, "token_ids_logprob": [[5, 6], None, [out_ids[0]]]}))
+    check([e[1] for e in bt[0]["meta_info"]["output_token_ids_logprobs"][0]] == [5, 6] and
+          bt[0]["meta_info"]["input_token_ids_logprobs"] == [None] and "output_token_ids_logprobs" not in bt[1]["meta_info"]
+          and [e[:2] for e in bt[2]["meta_info"]["output_token_ids_logprobs"][0]] == [bt[2]["meta_info"]["output_token_logprobs"][0][:2]],
+          f"token_ids_logprob per prompt of a batch: {bt}")
+    plain = _json2.loads(sgl({"text": LP, "sampling_params": {"max_new_tokens": 1}, "token_ids_logprob": [5]}))
+    check("output_token_ids_logprobs" not in plain["meta_info"], "token_ids_logprob without return_logprob")
+    for bad, param in (({"token_ids_logprob": "x"}, "token_ids_logprob"), ({"token_ids_logprob": [vocab]}, "token_ids_logprob[0]"),
+                       ({"token_ids_logprob": [1, 2.5]}, "token_ids_logprob[1]"), ({"token_ids_logprob": [[1], [2]]}, "token_ids_logprob"),
+                       ({"token_ids_logprob": list(range(1025))}, "token_ids_logprob"),
+                       ({"text": ["a", "b"], "token_ids_logprob": [[1]]}, "token_ids_logprob"),
+                       ({"text": ["a", "b"], "token_ids_logprob": [[1], [vocab + 5]]}, "token_ids_logprob[1][0]"),
+                       ({"text": ["x"] * 17, "sampling_params": {"max_new_tokens": 1000},  # 17 x 1001 x 1024 > 2^24
+                         "token_ids_logprob": list(range(1024))}, "token_ids_logprob")):
+        try:
+            sgl({"text": "x", "return_logprob": True, **bad})
+            check(False, f"/generate {str(bad)[:80]} was taken")
+        except _ur.HTTPError as he:
+            got = _json2.loads(he.read())["error"]
+            check(he.code == 400 and got["param"] == param, f"/generate {str(bad)[:80]}: {he.code} {got}")
     for bad, param in (({"text": LP, "logprob_start_len": n}, "logprob_start_len"), ({"logprob_start_len": 2**62}, "logprob_start_len"), ({"logprob_start_len": "0"}, "logprob_start_len"),
                        ({"text": ["x", LP], "logprob_start_len": 3}, "logprob_start_len"),
                        ({"top_logprobs_num": 21}, "top_logprobs_num"), ({"return_logprob": "yes"}, "return_logprob")):

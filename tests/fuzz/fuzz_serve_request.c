@@ -138,6 +138,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         CHECK(r.max_tokens == -1 || (r.max_tokens >= 0 && r.max_tokens <= lim.max_completion_tokens));
         CHECK(r.plp_from >= 0 && r.prompt_logprobs >= -1 && r.prompt_logprobs <= SV_MAX_TOP_LOGPROBS);
         CHECK((r.prompt_logprobs >= 0) == (r.plp_from > 0));
+        /* token_ids_logprob: a list of integers, or (a batch only) a list of them or nulls, 1024 ids at most each */
+        const json_t *ti = json_object_get(echo, "token_ids_logprob");
+        const bool each = json_is_true(json_object_get(echo, "lp_ids_each"));
+        CHECK(!ti || json_is_array(ti));
+        CHECK(!each || (ti && json_is_true(json_object_get(echo, "batch"))));
+        for (size_t i = 0; ti && i < (each ? json_array_size(ti) : 1); i++) {
+            const json_t *l = each ? json_array_get(ti, i) : ti;
+            CHECK(json_is_null(l) || (json_is_array(l) && json_array_size(l) <= MR_ENGINE_MAX_LOGPROB_IDS));
+            for (size_t k2 = 0; k2 < json_array_size(l); k2++) CHECK(json_is_integer(json_array_get(l, k2)));
+        }
     }
     CHECK(!r.has_temperature || (r.temperature >= 0 && r.temperature <= 2));
     CHECK(!r.has_top_p || (r.top_p > 0 && r.top_p <= 1));
