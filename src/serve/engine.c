@@ -336,6 +336,10 @@ static void publish(sv_engine *e, const mr_engine_event *ev, uint64_t now) {
     if (ev->n_tokens == 1 && g->echo_only) { /* max_tokens 0: the prompt alone; the token is not counted */
         pthread_mutex_lock(&j->mu);
         g->cached_tokens = ev->n_cached;
+        if (g->idlp && ev->id_logprob && ev->n_logprob_ids == g->n_lp_ids) { /* the next token's distribution */
+            memcpy(g->idlp, ev->id_logprob, (size_t)g->n_lp_ids * sizeof(float));
+            g->idlp_next = true;
+        }
         pthread_mutex_unlock(&j->mu);
         g->seen_first = true;
     } else if (ev->n_tokens == 1) {

@@ -137,7 +137,7 @@ struct mr_server {
 enum {
     R_NONE = 0, R_HEALTH, R_MODELS, R_MODEL, R_METRICS, R_COMPLETIONS, R_CHAT, R_RESPONSES, R_MESSAGES, R_TOKENIZE, R_DETOKENIZE,
     R_COUNT_TOKENS, R_PING, R_VERSION, R_GENERATE, R_RESPONSE_ID, R_FLUSH, R_RESET_PREFIX, R_SERVER_INFO,
-    R_CONVERSATIONS, R_HEALTH_GENERATE, R_MODEL_INFO, R_ABORT
+    R_CONVERSATIONS, R_HEALTH_GENERATE, R_MODEL_INFO, R_ABORT, R_SCORE
 };
 
 /* One HTTP request. */
@@ -623,7 +623,8 @@ static int route_of(const char *url, const char *method, bool *post, bool *bad_m
              {"/generate", R_GENERATE, true},       {"/flush_cache", R_FLUSH, true},
              {"/reset_prefix_cache", R_RESET_PREFIX, true}, {"/get_server_info", R_SERVER_INFO, false},
              {"/server_info", R_SERVER_INFO, false}, {"/health_generate", R_HEALTH_GENERATE, false},
-             {"/get_model_info", R_MODEL_INFO, false}, {"/abort_request", R_ABORT, true}};
+             {"/get_model_info", R_MODEL_INFO, false}, {"/abort_request", R_ABORT, true},
+             {"/v1/score", R_SCORE, true}};
     bool is_post = !strcmp(method, "POST"), is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     *bad_method = false;
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
@@ -1758,16 +1759,21 @@ static enum MHD_Result do_generate(mr_server *s, struct MHD_Connection *c, sv_hr
     if (!serving(s)) return unavailable(s, c);
     sv_limits lim = {.max_completion_tokens = s->o.max_completion_tokens, .max_choices = s->o.max_choices,
                      .vocab = s->vocab, .allow_forced = s->o.debug_forced_output};
-    if (h->route == R_GENERATE) { /* sglang's native API: run as the completions request it translates to */
+    if (h->route == R_GENERATE || h->route == R_SCORE) { /* sglang's: run as the completions request it stands for */
         char *cmpl = NULL;
         json_t *meta = NULL;
-        if (sv_sglang_to_completions(h->body.p ? h->body.p : "", h->body.len, &cmpl, &meta, &e))
+        const char *body = h->body.p ? h->body.p : "";
+        if (h->route == R_SCORE ? sv_score_to_completions(body, h->body.len, &cmpl, &meta, &e)
+                                : sv_sglang_to_completions(body, h->body.len, &cmpl, &meta, &e)) {
+            if (h->route == R_SCORE) sv_score_param(&e);
             return send_error_on(s, c, h->route, &e);
+        }
         const int bad = sv_request_parse(SV_COMPLETIONS, cmpl, strlen(cmpl), &lim, &r, &e);
         free(cmpl);
         if (bad) {
             json_decref(meta);
-            sv_sglang_param(&e);
+            if (h->route == R_SCORE) sv_score_param(&e);
+            else sv_sglang_param(&e);
             return send_error_on(s, c, h->route, &e);
         }
         r.sgl_meta = meta;
@@ -1820,6 +1826,7 @@ static enum MHD_Result do_generate(mr_server *s, struct MHD_Connection *c, sv_hr
     if (make_job(s, &r, &j, &e)) {
         if (h->route == R_RESPONSES) sv_responses_param(&e);
         if (h->route == R_GENERATE) sv_sglang_param(&e);
+        if (h->route == R_SCORE) sv_score_param(&e);
         return send_error_on(s, c, h->route, &e);
     }
     j->t_arrive_ns = h->t_arrive_ns;
@@ -1842,7 +1849,8 @@ static enum MHD_Result do_generate(mr_server *s, struct MHD_Connection *c, sv_hr
     if (j->req.resp_background) return run_background(s, c, h, j);
     h->job = j;
     const int api = h->route == R_CHAT ? SV_API_CHAT : h->route == R_RESPONSES ? SV_API_RESPONSES
-                  : h->route == R_MESSAGES ? SV_API_MESSAGES : h->route == R_GENERATE ? SV_API_GENERATE : SV_API_COMPLETIONS;
+                  : h->route == R_MESSAGES ? SV_API_MESSAGES : h->route == R_GENERATE ? SV_API_GENERATE
+                  : h->route == R_SCORE ? SV_API_SCORE : SV_API_COMPLETIONS;
     pthread_mutex_lock(&s->met.mu);
     s->met.by_api[api]++;
     pthread_mutex_unlock(&s->met.mu);

@@ -104,7 +104,7 @@ char *sv_metrics_render(sv_metrics *m) {
                       "moerun:request_rejected_total{model_name=\"%s\",reason=\"invalid\"} %llu\n",
                   mn, (unsigned long long)m->rejected_queue_full, mn, (unsigned long long)m->rejected_draining, mn,
                   (unsigned long long)m->bad_requests);
-    static const char *const api[SV_API_COUNT] = {"completions", "chat_completions", "responses", "messages", "generate"};
+    static const char *const api[SV_API_COUNT] = {"completions", "chat_completions", "responses", "messages", "generate", "score"};
     sv_buf_printf(&b, "# HELP moerun:requests_total Requests admitted, by the API they came through.\n"
                       "# TYPE moerun:requests_total counter\n");
     for (int i = 0; i < SV_API_COUNT; i++)

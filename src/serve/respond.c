@@ -753,6 +753,9 @@ static int sgl_logprobs(const sv_out *o, int i, json_t *meta) {
             bad |= json_array_append_new(tops, row);
         }
     }
+    if (ids && !bad && g->echo_only && g->idlp_next) /* the prompt alone: the ids at the position after it, as
+                                                         sglang's prefill-only requests (its /v1/score reads them) */
+        bad |= json_array_append_new(ids, sgl_ids_row(o, g, g->idlp, text));
     bad |= json_object_set_new(meta, "output_token_logprobs", lps);
     if (tops) bad |= json_object_set_new(meta, "output_top_logprobs", tops);
     if (ids) bad |= json_object_set_new(meta, "output_token_ids_logprobs", ids);
@@ -986,6 +989,14 @@ char *sv_out_body(sv_out *o, int *http) {
             *http = code;
             return o->anth ? sv_anthropic_error_body(&e) : sv_error_body(&e);
         }
+    if (o->sgl && json_is_true(json_object_get(o->j->req.sgl_meta, "score"))) { /* sglang's /v1/score */
+        const float **lp = mr_calloc((size_t)o->n, sizeof *lp);
+        if (!lp) goto oom;
+        for (int i = 0; i < o->n; i++) lp[i] = o->c[i].g->idlp_next ? o->c[i].g->idlp : NULL;
+        json_t *x = sv_score_object(o->j->req.sgl_meta, o->model, o->n, lp, o->c[0].g->n_lp_ids, o->prompt_tokens);
+        mr_free(lp);
+        return dump_body(x, http);
+    }
     if (o->sgl) { /* one object, or a list of them for a batch */
         const bool batch = json_is_true(json_object_get(o->j->req.sgl_meta, "batch")) || o->n > 1;
         json_t *all = batch ? json_array() : NULL;

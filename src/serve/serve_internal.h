@@ -191,7 +191,7 @@ typedef struct {
 } sv_hist;
 
 /* The APIs a generation request comes through (/metrics counts them). */
-enum { SV_API_COMPLETIONS, SV_API_CHAT, SV_API_RESPONSES, SV_API_MESSAGES, SV_API_GENERATE, SV_API_COUNT };
+enum { SV_API_COMPLETIONS, SV_API_CHAT, SV_API_RESPONSES, SV_API_MESSAGES, SV_API_GENERATE, SV_API_SCORE, SV_API_COUNT };
 
 typedef struct {
     pthread_mutex_t mu;
@@ -356,6 +356,8 @@ typedef struct sv_gen {
     int n_lp_ids;
     bool has_lp_ids;
     float *idlp, *plp_idlp;
+    bool idlp_next;             /* echo_only: idlp's first row holds the ids at the position after the prompt
+                                   (sglang's prefill-only output_token_ids_logprobs; under job->mu) */
     bool echo_only;             /* max_tokens 0 with echo: the engine's one token is not the client's */
     int64_t n_out;
     sv_fin fin;
@@ -643,6 +645,17 @@ int sv_sglang_to_completions(const char *body, size_t len, char **out_json, json
 void sv_sglang_apply(const json_t *meta, sv_request *r);
 /* A completions field named in an error of such a request, renamed to /generate's (sampling_params.x). */
 void sv_sglang_param(sv_error *e);
+/* sglang's POST /v1/score {query, items, label_token_ids, apply_softmax, item_first, model} as the completions
+ * request of its prompts (query + item each, text or ids; the prompt alone) with meta as /generate's (score,
+ * apply_softmax, token_ids_logprob, prefill_only, return_logprob, batch). 0, or -1 with *e filled. */
+int sv_score_to_completions(const char *body, size_t len, char **out_json, json_t **meta, sv_error *e);
+/* A field named in an error of such a request, renamed to /v1/score's (items, label_token_ids). */
+void sv_score_param(sv_error *e);
+/* The answer of a /v1/score request: {"scores": [[p per label] per item], "model", "usage", "object":
+ * "scoring"}; lp[i] the labels' log-probabilities after item i (NULL: none came), each a probability
+ * (exp) or, with apply_softmax, normalized over the labels. */
+json_t *sv_score_object(const json_t *meta, const char *model, int n_items, const float *const *lp, int n_labels,
+                        int64_t prompt_tokens);
 /* One answer object (text, meta_info; output_ids when ids is given); reason NULL while streaming. */
 json_t *sv_sglang_object(const char *id, const char *text, size_t n, const int32_t *ids, int64_t n_ids, const char *reason,
                          const char *matched, int32_t matched_id, int64_t prompt, int64_t completion, int64_t cached);

@@ -19,8 +19,10 @@
  * "completion_tokens", "cached_tokens"}}; a list of them for a batch. A stream sends, per token,
  * the same object with the text so far (sglang's clients read the text whole and count tokens from
  * meta_info.completion_tokens), then "data: [DONE]". */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "serve/serve_internal.h"
@@ -221,4 +223,132 @@ json_t *sv_sglang_object(const char *id, const char *text, size_t n, const int32
         json_object_set_new(o, "output_ids", a);
     }
     return o;
+}
+
+/* ---- sglang's POST /v1/score ---- */
+
+/* The prompts of a score request: query + item (item + query with item_first), as texts when the query is
+ * one (the items then strings), as ids when it is a list of ids (the items lists of ids). */
+static json_t *score_prompts(const json_t *query, const json_t *items, bool item_first, sv_error *e) {
+    json_t *one = json_is_string(items) ? json_pack("[O]", items) : json_incref((json_t *)items), *out = NULL;
+    if (!one) return oom(e), NULL;
+    if (!json_is_array(one) || json_array_size(one) == 0) {
+        sv_fail(e, 400, "items", "items must be a string or a non-empty list of strings or of token-id lists, got %s",
+                json_is_array(one) ? "an empty list" : sv_json_type(one));
+        goto done;
+    }
+    const bool text = json_is_string(query);
+    if (!text && !(json_is_array(query) && json_array_size(query) > 0)) {
+        sv_fail(e, 400, "query", "query must be a string or a non-empty list of token ids, got %s", sv_json_type(query));
+        goto done;
+    }
+    out = json_array();
+    for (size_t i = 0; out && i < json_array_size(one); i++) {
+        const json_t *it = json_array_get(one, i);
+        char nm[48];
+        snprintf(nm, sizeof nm, "items[%zu]", i);
+        json_t *p = NULL;
+        if (text && json_is_string(it)) {
+            const json_t *a = item_first ? it : query, *b = item_first ? query : it;
+            const size_t na = json_string_length(a), nb = json_string_length(b);
+            char *s = malloc(na + nb + 1);
+            if (s) {
+                memcpy(s, json_string_value(a), na);
+                memcpy(s + na, json_string_value(b), nb);
+                p = json_stringn_nocheck(s, na + nb); /* two UTF-8 strings one after the other */
+                free(s);
+            }
+        } else if (!text && json_is_array(it) && json_array_size(it) > 0) {
+            p = json_array();
+            if (p && (json_array_extend(p, (json_t *)(item_first ? it : query)) || json_array_extend(p, (json_t *)(item_first ? query : it))))
+                json_decref(p), p = NULL;
+        } else {
+            sv_fail(e, 400, nm, "%s must be %s (as the query is), got %s", nm,
+                    text ? "a string" : "a non-empty list of token ids", sv_json_type(it));
+            json_decref(out), out = NULL;
+            goto done;
+        }
+        if (!p || json_array_append_new(out, p)) {
+            json_decref(out), out = NULL;
+            oom(e);
+        }
+    }
+    if (!out && !e->http) oom(e);
+done:
+    json_decref(one);
+    return out;
+}
+
+int sv_score_to_completions(const char *body, size_t len, char **out_json, json_t **meta, sv_error *e) {
+    *out_json = NULL;
+    *meta = NULL;
+    json_t *req = sv_body_object(body, len, e);
+    if (!req) return -1;
+    json_t *cmpl = json_object(), *m = json_object();
+    int rc = !cmpl || !m ? oom(e) : 0;
+    const json_t *query = NULL, *items = NULL, *labels = NULL;
+    bool item_first = false;
+    const char *k;
+    json_t *x;
+    if (!rc) json_object_foreach(req, k, x) {
+        if (rc) break;
+        if (!strcmp(k, "query")) query = x;
+        else if (!strcmp(k, "items")) items = x;
+        else if (!strcmp(k, "label_token_ids")) labels = x;
+        else if (!strcmp(k, "apply_softmax") || !strcmp(k, "item_first")) {
+            if (!json_is_boolean(x)) rc = sv_fail(e, 400, k, "%s must be a boolean, got %s", k, sv_json_type(x));
+            else if (!strcmp(k, "item_first")) item_first = json_is_true(x);
+            else if (json_is_true(x)) json_object_set_new(m, "apply_softmax", json_true());
+        } else if (!strcmp(k, "model")) {
+            if (json_object_set(cmpl, "model", x)) rc = oom(e);
+        } else {
+            rc = sv_fail(e, 400, k, "unknown field '%.60s'", k);
+        }
+    }
+    if (!rc && (!query || json_is_null(query))) rc = sv_fail(e, 400, "query", "query is required");
+    if (!rc && (!items || json_is_null(items))) rc = sv_fail(e, 400, "items", "items is required");
+    if (!rc && (!labels || json_is_null(labels)))
+        rc = sv_fail(e, 400, "label_token_ids", "label_token_ids is required (the token ids to score after each item)");
+    if (!rc && lp_id_list(labels, "label_token_ids", e)) rc = -1;
+    if (!rc && json_array_size(labels) == 0) rc = sv_fail(e, 400, "label_token_ids", "label_token_ids is an empty list");
+    json_t *prompts = rc ? NULL : score_prompts(query, items, item_first, e);
+    if (!rc && !prompts) rc = -1;
+    /* the prompts alone (one engine token each, not counted), the labels' log-probabilities after them */
+    if (!rc && (json_object_set_new(cmpl, "prompt", prompts) || json_object_set_new(cmpl, "max_tokens", json_integer(1)) ||
+                json_object_set_new(cmpl, "logprobs", json_integer(0)) || json_object_set_new(m, "score", json_true()) ||
+                json_object_set_new(m, "prefill_only", json_true()) || json_object_set_new(m, "return_logprob", json_true()) ||
+                json_object_set_new(m, "batch", json_true()) || json_object_set(m, "token_ids_logprob", (json_t *)labels)))
+        rc = oom(e);
+    if (!rc && !(*out_json = json_dumps(cmpl, JSON_COMPACT))) rc = oom(e);
+    if (!rc) *meta = json_incref(m);
+    json_decref(m);
+    json_decref(cmpl);
+    json_decref(req);
+    return rc;
+}
+
+void sv_score_param(sv_error *e) {
+    sv_error_rename(e, "token_ids_logprob", "label_token_ids", "label_token_ids");
+    sv_error_rename(e, "prompt", "items", NULL);
+}
+
+json_t *sv_score_object(const json_t *meta, const char *model, int n_items, const float *const *lp, int n_labels,
+                        int64_t prompt_tokens) {
+    const bool softmax = json_is_true(json_object_get(meta, "apply_softmax"));
+    json_t *scores = json_array();
+    for (int i = 0; scores && i < n_items; i++) {
+        json_t *row = json_array();
+        double mx = -INFINITY, sum = 0.0;
+        for (int t = 0; lp[i] && t < n_labels; t++) mx = lp[i][t] > mx ? lp[i][t] : mx;
+        for (int t = 0; lp[i] && t < n_labels; t++) sum += exp((double)lp[i][t] - mx);
+        for (int t = 0; row && t < n_labels; t++) {
+            const double p = !lp[i] ? 0.0 : softmax ? exp((double)lp[i][t] - mx) / sum : exp((double)lp[i][t]);
+            if (json_array_append_new(row, json_real(p))) json_decref(row), row = NULL;
+        }
+        if (!row || json_array_append_new(scores, row)) json_decref(scores), scores = NULL;
+    }
+    if (!scores) return NULL;
+    return json_pack("{s:o,s:s,s:{s:I,s:i,s:I},s:s}", "scores", scores, "model", model, "usage", "prompt_tokens",
+                     (json_int_t)prompt_tokens, "completion_tokens", 0, "total_tokens", (json_int_t)prompt_tokens,
+                     "object", "scoring");
 }

@@ -1397,6 +1397,53 @@ if text_url:
           bt[0]["meta_info"]["input_token_ids_logprobs"] == [None] and "output_token_ids_logprobs" not in bt[1]["meta_info"]
           and [e[:2] for e in bt[2]["meta_info"]["output_token_ids_logprobs"][0]] == [bt[2]["meta_info"]["output_token_logprobs"][0][:2]],
           f"token_ids_logprob per prompt of a batch: {bt}")
+    # sglang's /v1/score: each item after the query (before it with item_first), the labels' probabilities at the
+    # next position, as vLLM's prompt_logprobs gives them for the prompt with the label appended (that path is
+    # checked against transformers in test_model); with apply_softmax normalized over the labels; the prompt
+    # alone on /generate gives the same numbers as its one output_token_ids_logprobs entry
+    def score(body):
+        rq = _ur.Request(text_url + "/v1/score", data=_json2.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        return _json2.loads(_ur.urlopen(rq, timeout=120).read())
+
+    def label_lp(ids, label):
+        vpl = extra(tc.completions.create(model=tmodel, prompt=ids + [label], max_tokens=1,
+                                          extra_body={"prompt_logprobs": 0}).choices[0], "prompt_logprobs")
+        return vpl[-1][str(label)]["logprob"]
+
+    q, items, labels = "In the beginning God", [" created", " said unto", " the"], [out_ids[0], 259, 7, 259]
+    for first in (False, True):
+        sc = score({"query": q, "items": items, "label_token_ids": labels, "item_first": first, "model": tmodel})
+        texts = [(it + q) if first else (q + it) for it in items]
+        check(sc["object"] == "scoring" and sc["model"] == tmodel and len(sc["scores"]) == 3 and
+              sc["usage"]["prompt_tokens"] == sum(len(tok(t)) for t in texts) and sc["usage"]["completion_tokens"] == 0,
+              f"/v1/score: {sc}")
+        for t, row in zip(texts, sc["scores"]):
+            want = [_math.exp(label_lp(tok(t), lb)) for lb in labels]
+            check(len(row) == 4 and max(abs(a - b) / b for a, b in zip(row, want)) < 1e-5, f"/v1/score {t!r}: {row} / {want}")
+        sm = score({"query": q, "items": items, "label_token_ids": labels, "item_first": first, "apply_softmax": True})
+        check(all(abs(sum(r) - 1) < 1e-9 and max(abs(a / sum(p) - b) for a, b in zip(p, r)) < 1e-6
+                  for p, r in zip(sc["scores"], sm["scores"])), f"/v1/score apply_softmax: {sm} / {sc}")
+    g = _json2.loads(sgl({"text": q + items[0], "sampling_params": {"max_new_tokens": 0}, "return_logprob": True,
+                          "token_ids_logprob": labels}))
+    oti = g["meta_info"]["output_token_ids_logprobs"]
+    check(g["output_ids"] == [] and len(oti) == 1 and [e[1] for e in oti[0]] == labels and
+          max(abs(_math.exp(e[0]) - p) for e, p in zip(oti[0], score({"query": q, "items": items[0], "label_token_ids": labels})["scores"][0])) < 1e-7,
+          f"/generate prefill-only token_ids_logprob: {g}")
+    qi, ii = tok(q), [tok(it) for it in items]
+    si = score({"query": qi, "items": ii, "label_token_ids": labels[:2]})
+    check(max(abs(a - _math.exp(label_lp(qi + x, lb))) for x, row in zip(ii, si["scores"]) for a, lb in zip(row, labels[:2])) < 1e-6,
+          f"/v1/score with ids: {si}")
+    for bad, param in (({"items": []}, "items"), ({"items": [[1]]}, "items[0]"), ({"label_token_ids": []}, "label_token_ids"),
+                       ({"label_token_ids": [vocab]}, "label_token_ids[0]"), ({"label_token_ids": None}, "label_token_ids"),
+                       ({"label_token_ids": [1.5]}, "label_token_ids[0]"), ({"query": 3}, "query"), ({"query": None}, "query"),
+                       ({"apply_softmax": 1}, "apply_softmax"), ({"stream": True}, "stream"), ({"query": [1], "items": ["x"]}, "items[0]"),
+                       ({"query": "x" * 5000}, "items")):
+        try:
+            score({"query": "a", "items": ["b"], "label_token_ids": [1], **bad})
+            check(False, f"/v1/score {str(bad)[:80]} was taken")
+        except _ur.HTTPError as he:
+            got = _json2.loads(he.read())["error"]
+            check(he.code == 400 and got["param"] == param, f"/v1/score {str(bad)[:80]}: {he.code} {got}")
     plain = _json2.loads(sgl({"text": LP, "sampling_params": {"max_new_tokens": 1}, "token_ids_logprob": [5]}))
     check("output_token_ids_logprobs" not in plain["meta_info"], "token_ids_logprob without return_logprob")
     for bad, param in (({"token_ids_logprob": "x"}, "token_ids_logprob"), ({"token_ids_logprob": [vocab]}, "token_ids_logprob[0]"),

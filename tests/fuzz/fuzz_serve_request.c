@@ -3,7 +3,7 @@
  * chat request (serve/responses.c, serve/anthropic.c) and the stop-string
  * scanner (serve/stop.c), and sglang's /generate translation (serve/sglang.c).
  * The first byte picks the endpoint (bit 0 chat, bit 2 responses, bit 3
- * Anthropic's messages, bit 5 sglang's generate); the rest is the HTTP body. Invariants: a parse
+ * Anthropic's messages, bit 5 sglang's generate, with bit 7 sglang's /v1/score); the rest is the HTTP body. Invariants: a parse
  * either succeeds, with fields inside their documented ranges, or fails
  * with a 4xx/5xx status, a message, and an error body that is JSON of the
  * section-3 shape. A Responses request may chain to "resp_kept" (a stored
@@ -16,6 +16,7 @@
  * bytes in random pieces, checking that the scanner never releases bytes it
  * later retracts. */
 #include <jansson.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,8 +85,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memset(&e, 0, sizeof e);
     char *chat = NULL;
     json_t *echo = NULL;
-    if (data[0] & 32) { /* sglang's /generate: a clean refusal, or a completions request the parser reads */
-        if (sv_sglang_to_completions(body, n, &chat, &echo, &e)) {
+    const bool score = (data[0] & 32) && (data[0] & 128);
+    if (data[0] & 32) { /* sglang's /generate or /v1/score: a clean refusal, or a completions request the parser reads */
+        if (score ? sv_score_to_completions(body, n, &chat, &echo, &e) : sv_sglang_to_completions(body, n, &chat, &echo, &e)) {
             CHECK(e.http >= 400 && e.http < 600 && e.message[0] && !chat && !echo);
             return 0;
         }
@@ -147,6 +149,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             const json_t *l = each ? json_array_get(ti, i) : ti;
             CHECK(json_is_null(l) || (json_is_array(l) && json_array_size(l) <= MR_ENGINE_MAX_LOGPROB_IDS));
             for (size_t k2 = 0; k2 < json_array_size(l); k2++) CHECK(json_is_integer(json_array_get(l, k2)));
+        }
+        if (score) { /* the prompts alone, the labels after each; the answer's shape over log-probabilities of 0 */
+            const size_t nl = json_array_size(ti);
+            CHECK(r.max_tokens == 0 && r.n_prompts >= 1 && !each && nl >= 1);
+            const float **lp = calloc((size_t)r.n_prompts, sizeof *lp);
+            float *zero = calloc(nl, sizeof(float));
+            CHECK(lp && zero);
+            for (int i = 0; i < r.n_prompts; i++) lp[i] = zero;
+            json_t *so = sv_score_object(echo, "m", r.n_prompts, lp, (int)nl, 1);
+            const json_t *sc = json_object_get(so, "scores");
+            CHECK(json_array_size(sc) == (size_t)r.n_prompts);
+            const double want = json_is_true(json_object_get(echo, "apply_softmax")) ? 1.0 / (double)nl : 1.0;
+            for (size_t i = 0; i < json_array_size(sc); i++) {
+                CHECK(json_array_size(json_array_get(sc, i)) == nl);
+                for (size_t t = 0; t < nl; t++) CHECK(fabs(json_real_value(json_array_get(json_array_get(sc, i), t)) - want) < 1e-12);
+            }
+            json_decref(so);
+            free(lp);
+            free(zero);
         }
     }
     CHECK(!r.has_temperature || (r.temperature >= 0 && r.temperature <= 2));
