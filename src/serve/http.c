@@ -810,13 +810,20 @@ static enum MHD_Result do_abort(mr_server *s, struct MHD_Connection *c, sv_hreq 
     pthread_mutex_lock(&s->jmu);
     for (sv_job *j = s->jobs; j; j = j->jnext) {
         const char *r = json_string_value(json_object_get(j->req.sgl_meta, "rid"));
-        if (!all && strcmp(j->id, rid) && (!r || strcmp(r, rid))) continue;
+        const bool whole = all || !strcmp(j->id, rid) || (r && !strcmp(r, rid));
         pthread_mutex_lock(&j->mu);
-        const bool live = j->live > 0;
+        if (whole && j->live > 0) { /* the request */
+            sv_job_cancel(j);
+            n++;
+        }
+        for (int i = 0; !whole && j->req.sgl_meta && i < j->n_gen; i++) { /* one of a /generate batch, by its id */
+            char id[96];
+            sv_sglang_choice_id(j, i, id, sizeof id);
+            if (strcmp(id, rid) || j->gens[i].fin != SV_FIN_NONE) continue;
+            sv_gen_cancel(&j->gens[i], SV_CANCEL_ABORT);
+            n++;
+        }
         pthread_mutex_unlock(&j->mu);
-        if (!live) continue;
-        sv_job_cancel(j);
-        n++;
     }
     pthread_mutex_unlock(&s->jmu);
     json_decref(root);

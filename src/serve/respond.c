@@ -765,10 +765,8 @@ static int sgl_logprobs(const sv_out *o, int i, json_t *meta) {
 /* sglang's answer object for choice i (reason NULL: a streamed piece, without output_ids). */
 static json_t *sgl_object(const sv_out *o, int i, const char *reason) {
     const sv_choice *c = &o->c[i];
-    const char *rid = json_string_value(json_object_get(o->j->req.sgl_meta, "rid"));
     char id[96];
-    if (o->n > 1) snprintf(id, sizeof id, "%.80s-%d", rid ? rid : o->j->id, i);
-    else snprintf(id, sizeof id, "%.80s", rid ? rid : o->j->id);
+    sv_sglang_choice_id(o->j, i, id, sizeof id);
     const int32_t last = c->counted > 0 ? c->g->out[c->counted - 1] : -1;
     const bool by_id = reason && !strcmp(reason, "stop") && !c->stop_hit && last >= 0 && is_stop_token(o, c->g, last, c->counted);
     json_t *x = sv_sglang_object(id, c->content.p, c->content.len, reason ? c->g->out : NULL, c->counted, reason,

@@ -645,6 +645,10 @@ int sv_sglang_to_completions(const char *body, size_t len, char **out_json, json
 void sv_sglang_apply(const json_t *meta, sv_request *r);
 /* A completions field named in an error of such a request, renamed to /generate's (sampling_params.x). */
 void sv_sglang_param(sv_error *e);
+/* The meta_info.id of choice i (of j->n_gen) of a /generate answer, at most 95 bytes: the prompt's rid of a
+ * list of them (then -k for its choice k when it has several); else the rid (or the request's id), then -i
+ * when the answer has several choices. */
+void sv_sglang_choice_id(const struct sv_job *j, int i, char *out, size_t cap);
 /* sglang's POST /v1/score {query, items, label_token_ids, apply_softmax, item_first, model} as the completions
  * request of its prompts (query + item each, text or ids; the prompt alone) with meta as /generate's (score,
  * apply_softmax, token_ids_logprob, prefill_only, return_logprob, batch). 0, or -1 with *e filled. */

@@ -116,9 +116,12 @@ int sv_sglang_to_completions(const char *body, size_t len, char **out_json, json
             if (!rc && json_object_set(cmpl, "prompt", x)) rc = oom(e);
         } else if (!strcmp(k, "stream")) {
             if (json_object_set(cmpl, "stream", x)) rc = oom(e);
-        } else if (!strcmp(k, "rid")) {
-            if (!json_is_string(x) && !json_is_null(x)) rc = sv_fail(e, 400, k, "rid must be a string");
-            else if (json_is_string(x)) json_object_set(m, "rid", x);
+        } else if (!strcmp(k, "rid")) { /* a string, or for a batch one per prompt */
+            bool strings = json_is_array(x) && json_array_size(x) > 0;
+            for (size_t i = 0; strings && i < json_array_size(x); i++) strings = json_is_string(json_array_get(x, i));
+            if (!json_is_string(x) && !json_is_null(x) && !strings)
+                rc = sv_fail(e, 400, k, "rid must be a string (or, for a batch, a list of them: one per prompt)");
+            else if (!json_is_null(x)) json_object_set(m, "rid", x);
         } else if (!strcmp(k, "sampling_params")) {
             if (!json_is_object(x)) {
                 rc = sv_fail(e, 400, k, "sampling_params must be an object, got %s", sv_json_type(x));
@@ -189,6 +192,11 @@ int sv_sglang_to_completions(const char *body, size_t len, char **out_json, json
     if (!rc && !batch && json_is_true(json_object_get(m, "lp_ids_each")))
         rc = sv_fail(e, 400, "token_ids_logprob", "token_ids_logprob is a list of lists, but the request has one prompt "
                      "(give a list of token ids)");
+    const json_t *rid = json_object_get(m, "rid"), *prompts = json_object_get(cmpl, "prompt");
+    if (!rc && json_is_array(rid) && (!batch || json_array_size(rid) != json_array_size(prompts)))
+        rc = sv_fail(e, 400, "rid", "rid holds %zu ids for %s %zu prompt%s (a list of rids is one per prompt of a batch)",
+                     json_array_size(rid), batch ? "a batch of" : "a request of", batch ? json_array_size(prompts) : 1,
+                     batch && json_array_size(prompts) == 1 ? "" : "s");
     if (!rc && batch) json_object_set_new(m, "batch", json_true());
     if (!rc && !(*out_json = json_dumps(cmpl, JSON_COMPACT))) rc = oom(e);
     if (!rc) *meta = json_incref(m);
@@ -351,4 +359,18 @@ json_t *sv_score_object(const json_t *meta, const char *model, int n_items, cons
     return json_pack("{s:o,s:s,s:{s:I,s:i,s:I},s:s}", "scores", scores, "model", model, "usage", "prompt_tokens",
                      (json_int_t)prompt_tokens, "completion_tokens", 0, "total_tokens", (json_int_t)prompt_tokens,
                      "object", "scoring");
+}
+
+void sv_sglang_choice_id(const sv_job *j, int i, char *out, size_t cap) {
+    const json_t *rid = json_object_get(j->req.sgl_meta, "rid");
+    const int n = j->req.n > 0 ? j->req.n : 1;
+    if (json_is_array(rid)) { /* one per prompt: that prompt's, its choices numbered when it has several */
+        const char *r = json_string_value(json_array_get(rid, (size_t)(i / n)));
+        if (n > 1) snprintf(out, cap, "%.80s-%d", r ? r : "", i % n);
+        else snprintf(out, cap, "%.80s", r ? r : "");
+        return;
+    }
+    const char *r = json_string_value(rid);
+    if (j->n_gen > 1) snprintf(out, cap, "%.80s-%d", r ? r : j->id, i);
+    else snprintf(out, cap, "%.80s", r ? r : j->id);
 }

@@ -707,6 +707,7 @@ if text_url:
     check(deltas == "".join(p.text for o in done.output for p in (o.content or [])), "the deltas add up to the output")
     # several followers at once, one cancelled midway: each sees the same events to the same end
     import threading as _th
+    import time as _time
     st = tc.responses.create(**dict(lkw, max_output_tokens=900))
     head = next(iter(st))
     st.close()
@@ -1511,6 +1512,29 @@ if text_url:
     check(abort({"abort_all": True}) == {"aborted": 2}, "/abort_request abort_all: rl-3 (still running) and rl-4")
     check(all(rest(x)[-1]["meta_info"]["finish_reason"] == {"type": "abort"} for x in (b, c3)), "abort_all: both ended")
     check(abort({"rid": "rl-1"}) == {"aborted": 0}, "/abort_request of an ended request")
+    # one prompt of a /generate batch, by its own id: a list of rids (one per prompt) or rid-i of one rid; the
+    # others run to their end
+    import threading as _th
+    import time as _time
+    for rid, target in ((["rb-a", "rb-b"], "rb-b"), ("rb", "rb-1")):
+        got = {}
+        th = _th.Thread(target=lambda: got.update(r=_json2.loads(sgl({"text": ["In", "And"], "rid": rid, "sampling_params": long_sp}))))
+        th.start()
+        t0, n_ab = _time.time(), 0
+        while n_ab == 0 and _time.time() - t0 < 60:  # until the batch is in the server
+            n_ab = abort({"rid": target})["aborted"]
+        th.join(120)
+        ids = [x["meta_info"]["id"] for x in got.get("r", [])]
+        fr = [x["meta_info"]["finish_reason"]["type"] for x in got.get("r", [])]
+        check(n_ab == 1 and ids == (rid if isinstance(rid, list) else ["rb-0", "rb-1"]) and fr == ["length", "abort"] and
+              got["r"][0]["meta_info"]["completion_tokens"] == 1000, f"/abort_request of {target} in a batch: {n_ab}, {ids}, {fr}")
+    for bad in ({"text": "x", "rid": ["a"]}, {"text": ["x", "y"], "rid": ["a"]}, {"text": ["x", "y"], "rid": ["a", 3]},
+                {"text": ["x"], "rid": []}):
+        try:
+            sgl(bad)
+            check(False, f"/generate {bad} was taken")
+        except _ur.HTTPError as he:
+            check(he.code == 400 and _json2.loads(he.read())["error"]["param"] == "rid", f"/generate {bad}: {he.code}")
     for bad, param in (({"rid": 5}, "rid"), ({"abort_all": "yes"}, "abort_all"), ({}, "rid"), ({"rid": ""}, "rid"),
                        ({"rid": "x", "ridd": 1}, "ridd")):
         try:

@@ -140,6 +140,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         CHECK(r.max_tokens == -1 || (r.max_tokens >= 0 && r.max_tokens <= lim.max_completion_tokens));
         CHECK(r.plp_from >= 0 && r.prompt_logprobs >= -1 && r.prompt_logprobs <= SV_MAX_TOP_LOGPROBS);
         CHECK((r.prompt_logprobs >= 0) == (r.plp_from > 0));
+        /* rid: a string, or a batch's list of strings, one per prompt */
+        const json_t *rid = json_object_get(echo, "rid");
+        CHECK(!rid || json_is_string(rid) ||
+              (json_is_array(rid) && json_is_true(json_object_get(echo, "batch")) && json_array_size(rid) == (size_t)r.n_prompts));
+        for (size_t i = 0; json_is_array(rid) && i < json_array_size(rid); i++) CHECK(json_is_string(json_array_get(rid, i)));
         /* token_ids_logprob: a list of integers, or (a batch only) a list of them or nulls, 1024 ids at most each */
         const json_t *ti = json_object_get(echo, "token_ids_logprob");
         const bool each = json_is_true(json_object_get(echo, "lp_ids_each"));
