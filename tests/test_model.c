@@ -1341,6 +1341,79 @@ static void test_prompt_logprobs_from(void **st) {
     free(g.blob);
 }
 
+/* The expert distribution: the counts of an engine run equal the selections the MoE block handed to its
+ * hook, layer by layer (counted here from the raw ids), sum to k per token of each call, stay frozen when
+ * stopped and start from zero again; nothing is counted before the first start. */
+typedef struct {
+    int64_t L, E;
+    uint64_t *cnt;
+    uint64_t tokens;
+} erec_tally;
+static void erec_hook(void *user, int layer, const float *x, const float *out, int64_t T, const int32_t *ids, int k) {
+    (void)x, (void)out;
+    erec_tally *t = user;
+    for (int64_t i = 0; i < T * k; i++) t->cnt[(size_t)layer * (size_t)t->E + (size_t)ids[i]]++;
+    if (layer == 0) t->tokens += (uint64_t)T;
+}
+static void erec_run(mr_engine *e, int n) {
+    const int32_t prompt[] = {5, 9, 2, 7, 11, 3, 4};
+    for (int r = 0; r < n; r++) {
+        mr_request_params p = {.prompt = prompt, .n_prompt = 7 - r % 3, .max_tokens = 5 + r};
+        mr_req_id id;
+        assert_int_equal(mr_engine_add(e, &p, &id), MR_OK);
+    }
+    for (int steps = 0; mr_engine_has_work(e); steps++) {
+        assert_true(steps < 200);
+        const mr_engine_step_out *so = NULL;
+        assert_int_equal(mr_engine_step(e, &so), MR_OK);
+    }
+}
+static void test_expert_distribution(void **st) {
+    (void)st;
+    mr_model *m;
+    mr_engine *e;
+    ref_engine_open(tu_data("model/tiny"), MR_FMT_F32, 64, 4, &m, &e);
+    const mr_model_config *c = mr_model_config_of(m);
+    const size_t n = (size_t)c->n_layers * (size_t)c->n_experts;
+    erec_tally t = {c->n_layers, c->n_experts, calloc(n, sizeof(uint64_t)), 0};
+    uint64_t *got = calloc(n, sizeof(uint64_t)), *frozen = calloc(n, sizeof(uint64_t));
+    assert_non_null(t.cnt);
+    assert_non_null(got);
+    assert_non_null(frozen);
+    mr__model_set_moe_hook(m, erec_hook, &t);
+    erec_run(e, 2); /* not recording: nothing counted */
+    mr_model_expert_counts(m, got);
+    for (size_t i = 0; i < n; i++) assert_int_equal(got[i], 0);
+    assert_false(mr_model_expert_recording(m));
+    for (int round = 0; round < 2; round++) { /* start zeroes: the second round counts its own run only */
+        memset(t.cnt, 0, n * sizeof(uint64_t));
+        t.tokens = 0;
+        mr_model_expert_record(m, true);
+        assert_true(mr_model_expert_recording(m));
+        erec_run(e, 3 + round);
+        mr_model_expert_counts(m, got);
+        for (int64_t l = 0; l < c->n_layers; l++) {
+            uint64_t sum = 0;
+            for (int64_t x = 0; x < c->n_experts; x++) {
+                const size_t i = (size_t)l * (size_t)c->n_experts + (size_t)x;
+                assert_int_equal(got[i], t.cnt[i]);
+                sum += got[i];
+            }
+            assert_int_equal(sum, t.tokens * (uint64_t)c->top_k);
+        }
+        assert_true(t.tokens > 0);
+    }
+    mr_model_expert_record(m, false); /* stopped: the counts stay */
+    erec_run(e, 2);
+    mr_model_expert_counts(m, frozen);
+    assert_memory_equal(frozen, got, n * sizeof(uint64_t));
+    free(t.cnt);
+    free(got);
+    free(frozen);
+    mr_engine_free(e);
+    mr_model_close(m);
+}
+
 static void test_prompt_logprobs_oracle(void **st) {
     (void)st;
     plp_oracle_run(512, 1, false);
@@ -1356,6 +1429,7 @@ int main(void) {
         cmocka_unit_test(test_oracle_chunked),
         cmocka_unit_test(test_prompt_logprobs_oracle),
         cmocka_unit_test(test_prompt_logprobs_from),
+        cmocka_unit_test(test_expert_distribution),
         cmocka_unit_test(test_kv_fp8_oracle),
         cmocka_unit_test(test_dense_bf16_oracle),
         cmocka_unit_test(test_kv_fp8_checkpoint_scales),

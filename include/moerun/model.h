@@ -171,6 +171,15 @@ typedef struct {
 void mr_model_timing_get(const mr_model *m, mr_model_timing *t);
 void mr_model_timing_reset(mr_model *m);
 
+/* The expert distribution (sglang's /start_expert_distribution_record): while recording, every MoE call adds
+ * each token's k selected experts to per-layer counts. Any thread may call these while another runs forward
+ * calls (the counts are atomic): start zeroes them and then records, stop keeps them. */
+void mr_model_expert_record(mr_model *m, bool on);
+bool mr_model_expert_recording(const mr_model *m);
+/* The counts: out [n_layers][n_experts] (mr_model_config), how often each expert was selected in each layer
+ * since the last start (layers without experts: 0). */
+void mr_model_expert_counts(const mr_model *m, uint64_t *out);
+
 /* Weight bytes a forward call reads: every call reads all of the attention
  * projections, router gates and the lm_head; an expert's gate, up and down
  * are read when a token routes to it (mr_model_timing.experts_touched). */

@@ -610,6 +610,11 @@ mr_status mr_model_open(const char *dir, const mr_model_opts *opts, mr_model **o
         goto out;
     }
     if ((st = config_from_desc(d, &m->c))) goto out;
+    if (!(m->erec = mr_calloc((size_t)m->c.n_layers * (size_t)(m->c.n_experts > 0 ? m->c.n_experts : 1),
+                              sizeof *m->erec))) {
+        st = mr_error_set(MR_ENOMEM, "out of memory for the expert counts");
+        goto out;
+    }
     m->expert_format = mr_quant_weight_format(d->quant.kind);
     m->attn_format = d->quant.kind == MR_QUANT_FP8_BLOCK ? MR_FMT_FP8_BLOCK : MR_FMT_BF16;
     /* state sizes */
@@ -704,8 +709,21 @@ out:
     return MR_OK;
 }
 
+void mr_model_expert_record(mr_model *m, bool on) {
+    if (on) {
+        atomic_store(&m->erec_on, false);
+        for (size_t i = 0; i < (size_t)m->c.n_layers * (size_t)m->c.n_experts; i++) atomic_store(&m->erec[i], 0);
+    }
+    atomic_store(&m->erec_on, on);
+}
+bool mr_model_expert_recording(const mr_model *m) { return atomic_load(&m->erec_on); }
+void mr_model_expert_counts(const mr_model *m, uint64_t *out) {
+    for (size_t i = 0; i < (size_t)m->c.n_layers * (size_t)m->c.n_experts; i++) out[i] = atomic_load(&m->erec[i]);
+}
+
 void mr_model_close(mr_model *m) {
     if (!m) return;
+    mr_free(m->erec);
     if (m->w.layers)
         for (int64_t l = 0; l < m->c.n_layers; l++) {
             mr_moe_weights_free(m->w.layers[l].experts);

@@ -3,6 +3,7 @@
 #ifndef MR_MODEL_INTERNAL_H
 #define MR_MODEL_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "moerun/formats.h"
@@ -106,6 +107,9 @@ struct mr_model {
     void (*moe_input_hook)(void *user, int layer, const float *x, const float *out, int64_t T, const int32_t *ids,
                            int k);
     void *moe_input_user;
+    /* expert distribution (mr_model_expert_record): [n_layers][n_experts] selections while erec_on */
+    atomic_uint_least64_t *erec;
+    atomic_bool erec_on;
 };
 
 /* ---- ops: fp32, free functions (out, in, weights, dims) ---- */

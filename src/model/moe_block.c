@@ -38,6 +38,11 @@ mr_status mr__moe_forward(mr_model *m, int l, const float *xn, int64_t T, float 
     for (int64_t i = 0; i < T * k; i++)
         if (s->ids[i] >= 0 && s->ids[i] < m->c.n_experts) s->emark[s->ids[i]] = 0;
     m->timing.experts_touched += touched;
+    if (atomic_load_explicit(&m->erec_on, memory_order_relaxed)) { /* the expert distribution */
+        atomic_uint_least64_t *c = m->erec + (size_t)l * (size_t)m->c.n_experts;
+        for (int64_t i = 0; i < T * k; i++)
+            if (s->ids[i] >= 0 && s->ids[i] < m->c.n_experts) atomic_fetch_add_explicit(&c[s->ids[i]], 1, memory_order_relaxed);
+    }
     if (m->problem.act_dtype == MR_FMT_BF16)
         for (int64_t i = 0; i < T * H; i++) out[i] = mr_bf16_to_f32(s->ob[i]);
     if (m->moe_input_hook) m->moe_input_hook(m->moe_input_user, l, xn, out, T, s->ids, (int)k);

@@ -137,7 +137,7 @@ struct mr_server {
 enum {
     R_NONE = 0, R_HEALTH, R_MODELS, R_MODEL, R_METRICS, R_COMPLETIONS, R_CHAT, R_RESPONSES, R_MESSAGES, R_TOKENIZE, R_DETOKENIZE,
     R_COUNT_TOKENS, R_PING, R_VERSION, R_GENERATE, R_RESPONSE_ID, R_FLUSH, R_RESET_PREFIX, R_SERVER_INFO,
-    R_CONVERSATIONS, R_HEALTH_GENERATE, R_MODEL_INFO, R_ABORT, R_SCORE
+    R_CONVERSATIONS, R_HEALTH_GENERATE, R_MODEL_INFO, R_ABORT, R_SCORE, R_EXPERT_START, R_EXPERT_STOP, R_EXPERT_DUMP
 };
 
 /* One HTTP request. */
@@ -624,7 +624,9 @@ static int route_of(const char *url, const char *method, bool *post, bool *bad_m
              {"/reset_prefix_cache", R_RESET_PREFIX, true}, {"/get_server_info", R_SERVER_INFO, false},
              {"/server_info", R_SERVER_INFO, false}, {"/health_generate", R_HEALTH_GENERATE, false},
              {"/get_model_info", R_MODEL_INFO, false}, {"/abort_request", R_ABORT, true},
-             {"/v1/score", R_SCORE, true}};
+             {"/v1/score", R_SCORE, true}, {"/start_expert_distribution_record", R_EXPERT_START, true},
+             {"/stop_expert_distribution_record", R_EXPERT_STOP, true},
+             {"/dump_expert_distribution_record", R_EXPERT_DUMP, true}};
     bool is_post = !strcmp(method, "POST"), is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     *bad_method = false;
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
@@ -641,6 +643,13 @@ static int route_of(const char *url, const char *method, bool *post, bool *bad_m
             if (!strcmp(method, "GET")) {
                 *post = false;
                 return R_FLUSH;
+            }
+        }
+        if (t[i].route == R_EXPERT_DUMP) { /* a read: GET too */
+            *allow = "GET, HEAD, POST";
+            if (is_get) {
+                *post = false;
+                return R_EXPERT_DUMP;
             }
         }
         if (t[i].post ? !is_post : !is_get) *bad_method = true;
@@ -771,8 +780,46 @@ static enum MHD_Result do_model_info(mr_server *s, struct MHD_Connection *c) {
     return send_object(s, c, o);
 }
 
-/* sglang's /flush_cache (GET or POST) and vLLM's POST /reset_prefix_cache: the prefix cache dropped, so
- * that a benchmark's run starts cold; only while no request is admitted (a 400 otherwise, as sglang's). */
+/* sglang's expert distribution: POST /start_expert_distribution_record zeroes the model's per-layer counts of
+ * the experts each token selects and records from then on, POST /stop_expert_distribution_record stops
+ * (the counts kept), /dump_expert_distribution_record (POST, or GET) answers them as JSON: logical_count
+ * [layers][experts], each layer's tokens and balancedness (mean / max count: 1 is an even load), and
+ * whether it is recording (sglang writes them to a file of torch tensors instead). */
+static enum MHD_Result do_expert_record(mr_server *s, struct MHD_Connection *c, int route) {
+    if (route == R_EXPERT_START || route == R_EXPERT_STOP) {
+        mr_model_expert_record(s->m, route == R_EXPERT_START);
+        MR_INFO("serve: expert distribution recording %s", route == R_EXPERT_START ? "started" : "stopped");
+        const char *t = route == R_EXPERT_START ? "Start recording the expert distribution.\n"
+                                                : "Stop recording the expert distribution.\n";
+        return send_text(c, 200, "text/plain; charset=utf-8", t, strlen(t));
+    }
+    const mr_model_config *mc = mr_model_config_of(s->m);
+    const int64_t L = mc->n_layers, E = mc->n_experts;
+    uint64_t *cnt = mr_malloc((size_t)(L * E > 0 ? L * E : 1) * sizeof(uint64_t));
+    json_t *rows = json_array(), *tok = json_array(), *bal = json_array();
+    bool bad = !cnt || !rows || !tok || !bal;
+    if (cnt) mr_model_expert_counts(s->m, cnt);
+    for (int64_t l = 0; !bad && l < L; l++) {
+        json_t *row = json_array();
+        uint64_t sum = 0, mx = 0;
+        for (int64_t x = 0; row && x < E; x++) {
+            const uint64_t v = cnt[l * E + x];
+            sum += v;
+            mx = v > mx ? v : mx;
+            if (json_array_append_new(row, json_integer((json_int_t)v))) json_decref(row), row = NULL;
+        }
+        bad = !row || json_array_append_new(rows, row) ||
+              json_array_append_new(tok, json_integer((json_int_t)(mc->top_k > 0 ? sum / (uint64_t)mc->top_k : 0))) ||
+              json_array_append_new(bal, mx ? json_real((double)sum / (double)E / (double)mx) : json_null());
+    }
+    mr_free(cnt);
+    json_t *o = bad ? NULL : json_pack("{s:b,s:I,s:I,s:i,s:O,s:O,s:O}", "recording", mr_model_expert_recording(s->m),
+                                       "layers", (json_int_t)L, "experts", (json_int_t)E, "top_k", (int)mc->top_k,
+                                       "tokens", tok, "balancedness", bal, "logical_count", rows);
+    json_decref(rows), json_decref(tok), json_decref(bal);
+    return send_object(s, c, o);
+}
+
 /* sglang's POST /abort_request {"rid": ID} | {"abort_all": true}: the request(s) end at the engine's next step,
  * as a client that left does, their answers finish with reason abort (what they generated so far kept). ID is
  * a /generate request's rid, or any request's id (meta_info.id, "cmpl-...", "chatcmpl-..."). 200
@@ -833,6 +880,8 @@ static enum MHD_Result do_abort(mr_server *s, struct MHD_Connection *c, sv_hreq 
     return send_json(c, 200, b);
 }
 
+/* sglang's /flush_cache (GET or POST) and vLLM's POST /reset_prefix_cache: the prefix cache dropped, so
+ * that a benchmark's run starts cold; only while no request is admitted (a 400 otherwise, as sglang's). */
 static enum MHD_Result do_flush(mr_server *s, struct MHD_Connection *c) {
     if (!serving(s)) return unavailable(s, c);
     int64_t dropped = 0;
@@ -2051,6 +2100,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case R_SERVER_INFO: return do_server_info(s, c);
     case R_MODEL_INFO: return do_model_info(s, c);
     case R_ABORT: return do_abort(s, c, h);
+    case R_EXPERT_START: case R_EXPERT_STOP: case R_EXPERT_DUMP: return do_expert_record(s, c, h->route);
     case R_HEALTH_GENERATE: /* sglang's deep health check: one token through the engine, as a completion */
         h->body.len = 0;
         if (sv_buf_lit(&h->body, "{\"prompt\":[0],\"max_tokens\":1,\"temperature\":0}"))

@@ -1543,6 +1543,30 @@ if text_url:
         except _ur.HTTPError as he:
             check(he.code == 400 and _json2.loads(he.read())["error"]["param"] == param, f"/abort_request {bad}: {he.code}")
     print("sglang abort_request: ok")
+    # sglang's expert distribution: counted from start to stop, every token of every forward (the prompt's
+    # not served from the cache, the generated but the last), k selections a token in each layer; frozen
+    # after stop, zero after a new start; the dump also by GET
+    def post(path, body=b""):
+        return _ur.urlopen(_ur.Request(text_url + path, data=body, method="POST"), timeout=60).read()
+
+    check(post("/start_expert_distribution_record") == b"Start recording the expert distribution.\n", "expert record start")
+    ep = "Expert counting starts with a prompt that no earlier request has sent"
+    r = tc.completions.create(model=tmodel, prompt=ep, max_tokens=7, temperature=0, extra_body={"ignore_eos": True})
+    want = r.usage.prompt_tokens - (r.usage.prompt_tokens_details.cached_tokens or 0 if r.usage.prompt_tokens_details else 0) + 6
+    check(post("/stop_expert_distribution_record") == b"Stop recording the expert distribution.\n", "expert record stop")
+    d = _json2.loads(post("/dump_expert_distribution_record"))
+    k, E, L = d["top_k"], d["experts"], d["layers"]
+    check(not d["recording"] and L == len(d["logical_count"]) and d["tokens"] == [want] * L and
+          all(len(row) == E and sum(row) == want * k for row in d["logical_count"]) and
+          all(abs(b - sum(row) / E / max(row)) < 1e-12 for b, row in zip(d["balancedness"], d["logical_count"])),
+          f"expert distribution of {want} tokens: {d}")
+    tc.completions.create(model=tmodel, prompt="Not counted", max_tokens=3)
+    check(_json2.loads(_ur.urlopen(text_url + "/dump_expert_distribution_record", timeout=60).read()) == d,
+          "expert distribution: frozen after stop (GET)")
+    post("/start_expert_distribution_record")
+    z = _json2.loads(post("/dump_expert_distribution_record"))
+    check(z["recording"] and all(sum(row) == 0 for row in z["logical_count"]), f"expert distribution restarted: {z}")
+    post("/stop_expert_distribution_record")
     # sglang's /generate takes it as JSON text in sampling_params
     q = _ur.Request(text_url + "/generate", data=_json2.dumps({"text": "w", "sampling_params": {
         "max_new_tokens": 300, "temperature": 1.0, "structural_tag": _json2.dumps(fmt)}}).encode(),
