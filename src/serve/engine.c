@@ -75,6 +75,7 @@ struct sv_engine {
     wake_call *wakes;
     int n_wakes, cap_wakes;
     bool defer_wakes;
+    sv_profile *prof;          /* /start_profile .. /stop_profile */
 };
 
 #define EP_HEARTBEAT_MS 500
@@ -93,7 +94,10 @@ mr_status sv_engine_new(mr_engine *eng, const mr_server_opts *o, sv_metrics *met
     e->ep = size > 1;
     e->cap_wakes = e->capacity < 4096 ? (int)e->capacity : 4096;
     e->wakes = mr_calloc((size_t)e->cap_wakes, sizeof *e->wakes);
-    if (!e->wakes) {
+    e->prof = sv_profile_new();
+    if (!e->wakes || !e->prof) {
+        mr_free(e->wakes);
+        sv_profile_free(e->prof);
         mr_free(e);
         return MR_ENOMEM;
     }
@@ -113,8 +117,11 @@ void sv_engine_free(sv_engine *e) {
     pthread_mutex_destroy(&e->fmu);
     pthread_cond_destroy(&e->fcv);
     mr_free(e->wakes);
+    sv_profile_free(e->prof);
     mr_free(e);
 }
+
+sv_profile *sv_engine_profile(sv_engine *e) { return e->prof; }
 
 bool sv_engine_reserve(sv_engine *e, int k) {
     long long cur = atomic_load(&e->reserved);
@@ -428,8 +435,13 @@ static void *engine_main(void *arg) {
             pthread_cond_broadcast(&e->fcv);
         }
         pthread_mutex_unlock(&e->mu);
-        /* 3. one step (cancellations included) */
+        /* 3. one step (cancellations included), its parts timed while a profile records */
         const mr_engine_step_out *out = NULL;
+        const bool prof = sv_profile_on(e->prof);
+        mr_engine_stats s0 = {0};
+        mr_model_timing m0 = {0};
+        const uint64_t t_step = mr_now_ns();
+        if (prof) mr_engine_stats_get(e->eng, &s0), mr_model_timing_get(e->m, &m0);
         const bool beat = e->ep && mr_now_ns() - e->last_step_ns >= (uint64_t)EP_HEARTBEAT_MS * 1000000u;
         if (!atomic_load(&e->failed) && (mr_engine_has_work(e->eng) || beat)) {
             e->last_step_ns = mr_now_ns();
@@ -464,6 +476,20 @@ static void *engine_main(void *arg) {
         for (int i = 0; out && i < out->n_events; i++) publish(e, &out->events[i], now);
         e->defer_wakes = false;
         wake_deferred(e);
+        if (prof && out) {
+            mr_engine_stats s1;
+            mr_model_timing m1;
+            mr_engine_stats_get(e->eng, &s1);
+            mr_model_timing_get(e->m, &m1);
+            sv_prof_step ps = {.step = s1.steps, .t0 = t_step, .t_publish = now, .t_end = mr_now_ns(),
+                               .schedule_ns = s1.schedule_ns - s0.schedule_ns, .forward_ns = s1.forward_ns - s0.forward_ns,
+                               .sample_ns = s1.sample_ns - s0.sample_ns, .complete_ns = s1.complete_ns - s0.complete_ns,
+                               .attention_ns = m1.attention_ns - m0.attention_ns, .moe_ns = m1.moe_ns - m0.moe_ns,
+                               .other_ns = m1.other_ns - m0.other_ns, .n_prefill = out->n_prefill_tokens,
+                               .n_decode = out->n_decode_tokens, .n_seq = out->n_seq, .n_preempted = out->n_preempted,
+                               .n_events = out->n_events};
+            sv_profile_step(e->prof, &ps);
+        }
         if (!go && !e->live) break;
     }
     /* stopping: what is still submitted ends as aborted, and so does every later submission */

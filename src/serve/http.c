@@ -137,7 +137,8 @@ struct mr_server {
 enum {
     R_NONE = 0, R_HEALTH, R_MODELS, R_MODEL, R_METRICS, R_COMPLETIONS, R_CHAT, R_RESPONSES, R_MESSAGES, R_TOKENIZE, R_DETOKENIZE,
     R_COUNT_TOKENS, R_PING, R_VERSION, R_GENERATE, R_RESPONSE_ID, R_FLUSH, R_RESET_PREFIX, R_SERVER_INFO,
-    R_CONVERSATIONS, R_HEALTH_GENERATE, R_MODEL_INFO, R_ABORT, R_SCORE, R_EXPERT_START, R_EXPERT_STOP, R_EXPERT_DUMP
+    R_CONVERSATIONS, R_HEALTH_GENERATE, R_MODEL_INFO, R_ABORT, R_SCORE, R_EXPERT_START, R_EXPERT_STOP, R_EXPERT_DUMP,
+    R_PROFILE_START, R_PROFILE_STOP
 };
 
 /* One HTTP request. */
@@ -626,7 +627,8 @@ static int route_of(const char *url, const char *method, bool *post, bool *bad_m
              {"/get_model_info", R_MODEL_INFO, false}, {"/abort_request", R_ABORT, true},
              {"/v1/score", R_SCORE, true}, {"/start_expert_distribution_record", R_EXPERT_START, true},
              {"/stop_expert_distribution_record", R_EXPERT_STOP, true},
-             {"/dump_expert_distribution_record", R_EXPERT_DUMP, true}};
+             {"/dump_expert_distribution_record", R_EXPERT_DUMP, true}, {"/start_profile", R_PROFILE_START, true},
+             {"/stop_profile", R_PROFILE_STOP, true}};
     bool is_post = !strcmp(method, "POST"), is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     *bad_method = false;
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
@@ -818,6 +820,58 @@ static enum MHD_Result do_expert_record(mr_server *s, struct MHD_Connection *c, 
                                        "tokens", tok, "balancedness", bal, "logical_count", rows);
     json_decref(rows), json_decref(tok), json_decref(bal);
     return send_object(s, c, o);
+}
+
+/* sglang's POST /start_profile {num_steps, activities, with_stack, record_shapes, profile_by_stage} (all
+ * optional; only num_steps changes anything here) and POST /stop_profile: the engine's steps between the two,
+ * the second's answer a Chrome trace (profile.c). sglang writes torch traces to output_dir: here the trace is
+ * the answer, and output_dir is refused (a client does not pick the server's files). */
+static enum MHD_Result do_profile(mr_server *s, struct MHD_Connection *c, sv_hreq *h) {
+    if (!serving(s)) return unavailable(s, c);
+    sv_profile *p = sv_engine_profile(s->eng);
+    if (h->route == R_PROFILE_STOP) {
+        size_t n = 0;
+        char *t = sv_profile_stop(p, s->name, mr_model_runner_name(s->m), &n);
+        if (!t) return fail(s, c, 400, NULL, "no profile is recording (POST /start_profile first)");
+        MR_INFO("serve: profile stopped (%zu bytes of trace)", n);
+        enum MHD_Result r = send_text(c, 200, "application/json", t, n);
+        mr_free(t);
+        return r;
+    }
+    int64_t num_steps = 0;
+    if (h->body.len) {
+        sv_error e = {0};
+        json_t *root = sv_body_object(h->body.p, h->body.len, &e);
+        if (!root) return send_error(s, c, &e);
+        const char *k, *why = NULL;
+        json_t *v;
+        json_object_foreach(root, k, v) {
+            if (json_is_null(v)) continue;
+            if (!strcmp(k, "num_steps")) {
+                if (!json_is_integer(v) || json_integer_value(v) < 1) why = "must be a positive integer";
+                else num_steps = (int64_t)json_integer_value(v);
+            } else if (!strcmp(k, "activities")) {
+                bool ok = json_is_array(v);
+                for (size_t i = 0; ok && i < json_array_size(v); i++) ok = json_is_string(json_array_get(v, i));
+                if (!ok) why = "must be a list of strings";
+            } else if (!strcmp(k, "with_stack") || !strcmp(k, "record_shapes") || !strcmp(k, "profile_by_stage")) {
+                if (!json_is_boolean(v)) why = "must be a boolean";
+            } else if (!strcmp(k, "output_dir")) {
+                why = "is not taken: the trace is /stop_profile's answer (save it there, e.g. curl -o trace.json)";
+            } else {
+                why = "is an unknown field";
+            }
+            if (why) {
+                enum MHD_Result r = fail(s, c, 400, k, "%s %s", k, why);
+                json_decref(root);
+                return r;
+            }
+        }
+        json_decref(root);
+    }
+    if (sv_profile_start(p, num_steps)) return fail(s, c, 400, NULL, "a profile is recording already (POST /stop_profile)");
+    MR_INFO("serve: profile started");
+    return send_text(c, 200, "text/plain; charset=utf-8", "Start profiling.\n", 17);
 }
 
 /* sglang's POST /abort_request {"rid": ID} | {"abort_all": true}: the request(s) end at the engine's next step,
@@ -2101,6 +2155,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case R_MODEL_INFO: return do_model_info(s, c);
     case R_ABORT: return do_abort(s, c, h);
     case R_EXPERT_START: case R_EXPERT_STOP: case R_EXPERT_DUMP: return do_expert_record(s, c, h->route);
+    case R_PROFILE_START: case R_PROFILE_STOP: return do_profile(s, c, h);
     case R_HEALTH_GENERATE: /* sglang's deep health check: one token through the engine, as a completion */
         h->body.len = 0;
         if (sv_buf_lit(&h->body, "{\"prompt\":[0],\"max_tokens\":1,\"temperature\":0}"))

@@ -430,6 +430,29 @@ void sv_engine_free(sv_engine *e);
 int sv_engine_flush(sv_engine *e, int64_t *dropped);
 /* Admitted gens not yet finished (running + waiting). */
 int64_t sv_engine_inflight(sv_engine *e);
+
+/* ---- the step profile (profile.c): sglang's /start_profile and /stop_profile ---- */
+typedef struct {
+    uint64_t step;                 /* the engine's step count */
+    uint64_t t0, t_publish, t_end; /* mr_now_ns: the step began, its events' publishing began, it ended */
+    uint64_t schedule_ns, forward_ns, sample_ns, complete_ns; /* the engine's parts (mr_engine_stats) */
+    uint64_t attention_ns, moe_ns, other_ns;                  /* the forward's (mr_model_timing) */
+    int64_t n_prefill, n_decode;
+    int n_seq, n_preempted, n_events;
+} sv_prof_step;
+typedef struct sv_profile sv_profile;
+sv_profile *sv_profile_new(void);
+void sv_profile_free(sv_profile *p);
+/* Starts recording (num_steps > 0: that many steps at most): 0, or 1 when one is running already. */
+int sv_profile_start(sv_profile *p, int64_t num_steps);
+/* Whether it records (the engine thread asks before each step). */
+bool sv_profile_on(sv_profile *p);
+void sv_profile_step(sv_profile *p, const sv_prof_step *s);
+/* Stops and answers the recorded steps as a Chrome trace (JSON, mr_free, *len bytes); NULL when none was
+ * running (*len 0) or out of memory (*len 0, and recording stopped). */
+char *sv_profile_stop(sv_profile *p, const char *model, const char *runner, size_t *len);
+/* The engine's profile (owned by it). */
+sv_profile *sv_engine_profile(sv_engine *e);
 /* NULL while the engine runs; the reason once it cannot run any more (its
  * expert-parallel group broke: every gen, and every later one, ends 503). */
 const char *sv_engine_failure(sv_engine *e);

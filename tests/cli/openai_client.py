@@ -1567,6 +1567,44 @@ if text_url:
     z = _json2.loads(post("/dump_expert_distribution_record"))
     check(z["recording"] and all(sum(row) == 0 for row in z["logical_count"]), f"expert distribution restarted: {z}")
     post("/stop_expert_distribution_record")
+    # sglang's /start_profile and /stop_profile: the steps between them as a Chrome trace; the prompt's tokens
+    # (none from the cache) in the prefill slices, the generated ones but the last in the decode slices, each
+    # phase inside its step and in order, the forward's parts within it; num_steps caps the steps; the 400s
+    def post_err(path, body=b""):
+        try:
+            post(path, body)
+            return None
+        except _ur.HTTPError as he:
+            return he.code, _json2.loads(he.read())["error"]
+
+    check(post_err("/stop_profile")[0] == 400, "/stop_profile with none recording")
+    check(post("/start_profile") == b"Start profiling.\n" and post_err("/start_profile")[0] == 400, "/start_profile twice")
+    r = tc.completions.create(model=tmodel, prompt="Profiles time every step of a fresh prompt", max_tokens=6,
+                              temperature=0, extra_body={"ignore_eos": True})
+    tr = _json2.loads(post("/stop_profile"))
+    ev = [x for x in tr["traceEvents"] if x.get("ph") == "X"]
+    steps = [x for x in ev if x["name"] == "step"]
+    cached = (r.usage.prompt_tokens_details.cached_tokens or 0) if r.usage.prompt_tokens_details else 0
+    check(sum(x["args"]["prefill_tokens"] for x in steps) == r.usage.prompt_tokens - cached and
+          sum(x["args"]["decode_tokens"] for x in steps) == 5 and tr["otherData"]["steps"] == len(steps) > 0 and
+          not tr["otherData"]["cut"] and tr["otherData"]["model"] == tmodel, f"profile steps: {tr['otherData']} {[x['args'] for x in steps]}")
+    for st in steps:
+        ph = {x["name"]: x for x in ev if x["name"] != "step" and st["ts"] <= x["ts"] < st["ts"] + st["dur"] + 1e-3}
+        sc, fw, co = ph["schedule"], ph["forward"], ph["complete"]
+        a = fw["args"]
+        check(abs(sc["ts"] - st["ts"]) < 1e-3 and abs(fw["ts"] - sc["ts"] - sc["dur"]) < 2e-3 and
+              abs(co["ts"] - fw["ts"] - fw["dur"]) < 2e-3 and co["ts"] + co["dur"] <= st["ts"] + st["dur"] + 2e-3 and
+              (a["attention_ms"] + a["moe_ms"] + a["other_ms"]) * 1e3 <= fw["dur"] + 5 and
+              a["tokens"] == st["args"]["prefill_tokens"] + st["args"]["decode_tokens"],
+              f"profile step {st['args']['step']}: {st} {ph}")
+    post("/start_profile", _json2.dumps({"num_steps": 2, "activities": ["CPU"]}).encode())
+    tc.completions.create(model=tmodel, prompt="A second profiled prompt", max_tokens=6)
+    check(_json2.loads(post("/stop_profile"))["otherData"]["steps"] == 2, "/start_profile num_steps 2")
+    for bad, param in (({"output_dir": "/tmp"}, "output_dir"), ({"num_steps": 0}, "num_steps"), ({"num_step": 3}, "num_step"),
+                       ({"activities": "CPU"}, "activities")):
+        got = post_err("/start_profile", _json2.dumps(bad).encode())
+        check(got is not None and got[0] == 400 and got[1]["param"] == param, f"/start_profile {bad}: {got}")
+    check(post_err("/stop_profile")[0] == 400, "no profile left recording")
     # sglang's /generate takes it as JSON text in sampling_params
     q = _ur.Request(text_url + "/generate", data=_json2.dumps({"text": "w", "sampling_params": {
         "max_new_tokens": 300, "temperature": 1.0, "structural_tag": _json2.dumps(fmt)}}).encode(),
