@@ -19,6 +19,7 @@
 
 #include "cli.h"
 #include "cli_model.h"
+#include "moerun/io.h"
 #include "moerun/serve.h"
 
 static void usage(FILE *f) {
@@ -67,6 +68,9 @@ static void usage(FILE *f) {
             "              to measure structured outputs\n"
             "  --flush-cache  POST /flush_cache before each concurrency's run (after its warm-up): every run\n"
             "              starts with an empty prefix cache (sglang's flag; moerun serve and sglang answer it)\n"
+            "  --profile [--profile-dir DIR]  POST /start_profile before each concurrency's run and /stop_profile\n"
+            "              after it (sglang's flag): moerun serve's Chrome trace of the run's engine steps is written\n"
+            "              to DIR/moerun-trace-cC.json (DIR made if missing) [.]\n"
             "  --request-rate R  requests arrive as a Poisson process of R per second (exponential gaps, the\n"
             "              first at once, from --seed), each sent when it has arrived and one of the C slots is\n"
             "              free; the duration includes the waits (sglang's flag) [inf: all at t = 0]\n"
@@ -194,6 +198,34 @@ static int flush_cache(const char *base, const char *key) {
     }
     free(body);
     return 0;
+}
+
+/* --profile: the server's step profile of one concurrency's run (sglang's /start_profile, /stop_profile): 0,
+ * or 1 with the reason printed. stop: the trace (moerun serve's answer) written to DIR/moerun-trace-cC.json
+ * whole or not at all. */
+static int profile_call(const char *base, const char *key, bool stop, const char *dir, int c) {
+    long http = 0;
+    char *body = NULL;
+    const char *path = stop ? "/stop_profile" : "/start_profile";
+    if (mr_http_post(base, path, "", key, 60, &http, &body) || http != 200) {
+        fprintf(stderr, "moerun bench serve: --profile: POST %s%s: %s%.300s\n", base, path, http ? "" : mr_error_last(),
+                body ? body : "");
+        free(body);
+        return 1;
+    }
+    int rc = 0;
+    if (stop) {
+        char file[4096];
+        snprintf(file, sizeof file, "%s/moerun-trace-c%d.json", dir, c);
+        if (mr_write_file_atomic(file, body, strlen(body))) {
+            fprintf(stderr, "moerun bench serve: --profile: %s\n", mr_error_last());
+            rc = 1;
+        } else {
+            printf("profile: the server's steps of this run in %s (Perfetto, chrome://tracing)\n", file);
+        }
+    }
+    free(body);
+    return rc;
 }
 
 /* sglang's name of the API spoken (its bench_serving's Backend line) */
@@ -597,6 +629,8 @@ int mr_cmd_bench_serve(int argc, char **argv) {
     /* vLLM's `vllm bench serve` flags */
     bool save_result = false, ignore_eos = false, vllm_prefix = false; /* --random-prefix-len given */
     const char *result_dir = NULL, *result_file = NULL, *pct_metrics = NULL, *pct_list = NULL, *label = NULL;
+    bool profile = false;
+    const char *profile_dir = ".";
     const char *backend_arg = NULL; /* --backend as given: --save-result's file name starts with it, as vLLM's */
     double samp[N_SAMPLING];                    /* --temperature ...: checked now, sent in each body */
     bool samp_set[N_SAMPLING] = {false};
@@ -628,6 +662,10 @@ int mr_cmd_bench_serve(int argc, char **argv) {
             chat_tmpl = true;
         } else if (!strcmp(a, "--tokenize-prompt")) {
             tok_prompt = true;
+        } else if (!strcmp(a, "--profile")) {
+            profile = true;
+        } else if (!strcmp(a, "--profile-dir") && i + 1 < argc) {
+            profile_dir = argv[++i];
         } else if (!strcmp(a, "--flush-cache")) {
             flush = true;
         } else if (!strcmp(a, "--ignore-eos")) { /* vLLM's: this bench's default already */
@@ -859,7 +897,8 @@ int mr_cmd_bench_serve(int argc, char **argv) {
                                                                       "at the default rate (inf) every request is sent at once"
                         : vllm_prefix && (o.prefix_groups > 1 || gsp || strcmp(dataset_name, "random"))
                             ? "--random-prefix-len puts one prefix before every random prompt: not with --gsp-* or another dataset"
-                        : label && !save_result ? "--label names the --save-result file" : NULL;
+                        : label && !save_result ? "--label names the --save-result file"
+                        : strcmp(profile_dir, ".") && !profile ? "--profile-dir says where --profile writes its traces" : NULL;
     for (int k = 0; !clash && k < N_SAMPLING; k++)
         if (samp_set[k] && o.native) clash = "vLLM's sampling flags (--temperature, --top-p, ...) go with the OpenAI routes; "
                                          "/generate's go in --extra-request-body's sampling_params";
@@ -1014,6 +1053,11 @@ int mr_cmd_bench_serve(int argc, char **argv) {
     snprintf(model, sizeof model, "%s", o.model ? o.model : mid ? mid : "default");
     json_decref(ms);
     o.model = model;
+    if (profile && mkdir(profile_dir, 0777) && errno != EEXIST) {
+        fprintf(stderr, "moerun bench serve: --profile-dir %s: %s\n", profile_dir, strerror(errno));
+        free(extra_text);
+        return 2;
+    }
     char saved[4096]; /* --save-result's file: DIR/NAME, or DIR/LABEL-RATEqps-concurrencyC-MODEL-DATE.json as vLLM names it */
     if (save_result) {
         const char *dir = result_dir ? result_dir : ".";
@@ -1122,9 +1166,17 @@ int mr_cmd_bench_serve(int argc, char **argv) {
             rc = 1;
             break;
         }
+        if (profile && profile_call(o.base_url, o.api_key, false, profile_dir, cs[k])) {
+            rc = 1;
+            break;
+        }
         read_counters(o.base_url, o.api_key, &a);
         mr_status st = mr_bench_serve_run(&o, &rs[k]);
         o.warmup = warm;
+        if (profile && profile_call(o.base_url, o.api_key, true, profile_dir, cs[k])) {
+            rc = 1;
+            break;
+        }
         if (st) {
             mr_cli_fail("bench serve", NULL);
             rc = 1;

@@ -128,6 +128,17 @@ for f in "" "" --flush-cache; do
 done
 set -- $hits
 [ "$2" -ge 64 ] && [ "$3" = 0 ] || bad "--flush-cache: prefix-cache hits of three runs of the same prompts: $hits"
+# --profile: each concurrency's run as the server's trace of its steps, written whole: the run's prompt tokens
+# (the cache flushed before it) in the prefill slices and its tokens but each request's last in the decode ones
+"$M" bench serve --base-url "$SV_URL" --concurrency 1,2 --num-prompts 2 --input-len 8 --output-len 4 --vocab 256 \
+    --flush-cache --profile --profile-dir "$S/prof" >"$S/outp" 2>&1 || bad "--profile: $(tail -2 "$S/outp")"
+for c in 1 2; do
+    jq -e '[.traceEvents[] | select(.name == "step") | .args] | (map(.prefill_tokens) | add) == 16 and
+           (map(.decode_tokens) | add) == 6' "$S/prof/moerun-trace-c$c.json" >/dev/null ||
+        bad "--profile c$c: $(head -c 300 "$S/prof/moerun-trace-c$c.json" 2>&1)"
+done
+"$M" bench serve --base-url "$SV_URL" --num-prompts 2 --profile-dir "$S/prof" >"$S/outp2" 2>&1; rc=$?
+[ $rc = 2 ] && grep -q -- "--profile-dir says where --profile" "$S/outp2" || bad "--profile-dir alone: exit $rc"
 # --request-rate: a Poisson arrival schedule (seeded; its last arrival in the JSON): the run lasts at least
 # until then, which all-at-once would not (6 short requests take a few ms here)
 "$M" bench serve --base-url "$SV_URL" --concurrency 6 --num-prompts 6 --input-len 8 --output-len 4 --vocab 256 \
