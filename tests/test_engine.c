@@ -701,6 +701,54 @@ static void test_prefix_sharing(void **state) {
     eng_close(&g);
 }
 
+/* vLLM's cache_salt: a salted prompt hits only blocks cached under the same salt (bytes and length: a salt
+ * differing after 64 bytes, or by a trailing NUL, is another); the unsalted cache and the salted ones never
+ * share; salts change no token; a salt above the limit is refused. */
+static mr_req_id add_salted(mr_engine *e, const int32_t *p, int64_t n, int user, const char *salt, size_t ns) {
+    mr_request_params rp = {.prompt = p, .n_prompt = n, .max_tokens = 4, .ignore_eos = true,
+                            .user = (void *)(intptr_t)user, .cache_salt = salt, .n_cache_salt = ns};
+    mr_req_id id = 0;
+    assert_int_equal(mr_engine_add(e, &rp, &id), MR_OK);
+    return id;
+}
+static void test_cache_salt(void **state) {
+    (void)state;
+    tu_rng rng = {17};
+    int32_t a[40];
+    rand_prompt(&rng, a, 40);
+    char long1[100], long2[100];
+    memset(long1, 'k', sizeof long1);
+    memcpy(long2, long1, sizeof long2);
+    long2[80] = 'j'; /* differs in the second 64-byte round */
+    const struct {
+        const char *salt;
+        size_t n;
+        int64_t want; /* tokens cached: 32 (two full blocks) when the salt was seen */
+    } seq[] = {{"tenant-a", 8, 0}, {"tenant-a", 8, 32}, {"tenant-b", 8, 0}, {NULL, 0, 0},   {NULL, 0, 32},
+               {"tenant-a", 9, 0}, {long1, 100, 0},   {long2, 100, 0},    {long1, 100, 32}, {"tenant-b", 8, 32}};
+    eng g;
+    outs o;
+    eng_open_tiny(&g, &o);
+    for (int i = 0; i < (int)(sizeof seq / sizeof seq[0]); i++) {
+        add_salted(g.e, a, 40, i, seq[i].salt, seq[i].n); /* "tenant-a" with 9 bytes: its NUL too */
+        run_until_idle(g.e, &o, true);
+        if (o.cached[i] != seq[i].want) fprintf(stderr, "cache_salt request %d: %lld cached\n", i, (long long)o.cached[i]);
+        assert_int_equal(o.cached[i], seq[i].want);
+        assert_int_equal(o.n[i], 4);
+        assert_memory_equal(o.tok[i], o.tok[0], 4 * sizeof(int32_t));
+    }
+    assert_int_equal(mr_engine_check(g.e), MR_OK);
+    char big[MR_ENGINE_MAX_CACHE_SALT + 1];
+    memset(big, 's', sizeof big);
+    mr_request_params rp = {.prompt = a, .n_prompt = 8, .max_tokens = 2, .cache_salt = big, .n_cache_salt = sizeof big};
+    mr_req_id id;
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_EINVAL);
+    rp.cache_salt = NULL;
+    rp.n_cache_salt = 3;
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_EINVAL);
+    eng_close(&g);
+}
+
 /* Flushing the prefix cache: refused (nothing changed) while a request waits or runs; when idle every
  * cached block is free again, the pool is consistent, and the same prompt then hits nothing and gives the
  * same tokens. */
@@ -1970,6 +2018,7 @@ int main(void) {
         cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_deterministic_inference),
         cmocka_unit_test(test_prefix_sharing),
+        cmocka_unit_test(test_cache_salt),
         cmocka_unit_test(test_prefix_flush),
         cmocka_unit_test(test_eviction_under_pressure),
         cmocka_unit_test(test_preemption),

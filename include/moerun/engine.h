@@ -125,6 +125,7 @@ typedef struct {
 #define MR_ENGINE_MAX_BAD_WORDS 256      /* sequences */
 #define MR_ENGINE_MAX_BAD_WORD_TOKENS 64 /* tokens in one sequence */
 #define MR_ENGINE_MAX_LOGPROB_IDS 1024   /* ids whose log-probabilities a request follows (logprob_ids) */
+#define MR_ENGINE_MAX_CACHE_SALT 1024    /* bytes of a request's cache_salt */
 
 /* One entry of a request's logit bias (OpenAI's logit_bias): added to the
  * token's logit before the penalties; bias in [-100, 100]. */
@@ -181,6 +182,10 @@ typedef struct {
     int64_t prompt_logprobs_from; /* with prompt_logprobs: the first prompt position reported (0 and 1: from the
                                      second token, every one; n_prompt or more: none, and nothing owed).
                                      sglang's logprob_start_len s is s + 1 here */
+    const char *cache_salt;       /* vLLM's: requests share prefix-cache blocks only with those of the same salt
+                                     (its bytes, n_cache_salt of them; NULL or 0: the unsalted cache), so that a
+                                     tenant cannot time another's prompts through cache hits */
+    size_t n_cache_salt;          /* <= MR_ENGINE_MAX_CACHE_SALT */
     const int32_t *forced;        /* teacher forcing (tests, probe): generated token i is forced[i] */
     int64_t n_forced;             /* while i < n_forced, instead of sampling (stop checks still apply) */
     mr_token_constraint constraint; /* .mask NULL: none */
@@ -203,7 +208,8 @@ typedef struct {
  *                 tokens,
  *                 min_tokens above max_tokens, top_logprobs above
  *                 max_top_logprobs, more than MR_ENGINE_MAX_LOGPROB_IDS
- *                 logprob_ids
+ *                 logprob_ids, a cache_salt above MR_ENGINE_MAX_CACHE_SALT
+ *                 bytes
  *   MR_EBUSY      max_queued_requests are already waiting (try later)
  *   MR_ENOMEM     out of memory (this request only) */
 mr_status mr_engine_add(mr_engine *e, const mr_request_params *p, mr_req_id *out);

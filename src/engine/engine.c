@@ -355,6 +355,9 @@ mr_status mr_engine_add(mr_engine *e, const mr_request_params *p, mr_req_id *out
         if (p->logprob_ids[i] < 0 || p->logprob_ids[i] >= e->vocab)
             return mr_error_set(MR_EINPUT, "request: logprob token id %d is outside the vocabulary (%lld)",
                                 (int)p->logprob_ids[i], (long long)e->vocab);
+    if (p->n_cache_salt > MR_ENGINE_MAX_CACHE_SALT || (p->n_cache_salt > 0 && !p->cache_salt))
+        return mr_error_set(MR_EINVAL, "request: a cache_salt of %zu bytes; at most %d", p->n_cache_salt,
+                            MR_ENGINE_MAX_CACHE_SALT);
     mr_status st = mr__sampling_check(&p->sampling);
     if (st) return mr_error_set(st, "request: %s", mr_error_last());
     /* the context and the pool */
@@ -454,7 +457,8 @@ mr_status mr_engine_add(mr_engine *e, const mr_request_params *p, mr_req_id *out
     r->con = p->constraint;
     r->con_row = -1;
     r->user = p->user;
-    r->last_key = MR__ROOT_KEY;
+    r->root = p->n_cache_salt ? mr__salt_key(p->cache_salt, p->n_cache_salt) : MR__ROOT_KEY;
+    r->last_key = r->root;
     if (++e->gen == 0) e->gen = 1;
     r->id = ((uint64_t)e->gen << 32) | (uint64_t)(slot + 1);
     r->state = MR__RQ_WAITING;
@@ -491,7 +495,7 @@ static void release_blocks(mr_engine *e, mr__req *r) {
     r->n_blocks = 0;
     r->n_computed = 0;
     r->n_hashed = 0;
-    r->last_key = MR__ROOT_KEY;
+    r->last_key = r->root;
 }
 
 static void running_remove(mr_engine *e, int idx) {
@@ -573,7 +577,7 @@ static void match_prefix(mr_engine *e, mr__req *r) {
     if (e->o.no_prefix_caching) return;
     int64_t full = (r->n_tok - 1) / BT;
     if (r->plp && r->plp_next < r->n_prompt && (r->plp_next - 1) / BT < full) full = (r->plp_next - 1) / BT;
-    mr__key parent = MR__ROOT_KEY;
+    mr__key parent = r->root;
     int32_t j = 0;
     for (; j < full; j++) {
         const int32_t *t = r->tok + (size_t)j * BT;

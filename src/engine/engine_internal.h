@@ -23,6 +23,9 @@ typedef struct {
     uint64_t a, b;
 } mr__key;
 #define MR__ROOT_KEY ((mr__key){0, 0})
+/* The root of a salted request's blocks: a key from the salt's bytes (never MR__ROOT_KEY), so that its blocks'
+ * keys and parents differ from every other salt's and the unsalted ones'. */
+mr__key mr__salt_key(const char *salt, size_t n);
 
 typedef struct {
     int64_t n;               /* blocks */
@@ -86,6 +89,7 @@ typedef struct {
     int32_t n_blocks, max_blocks;
     int32_t n_hashed;           /* leading full blocks already keyed (registered or duplicates) */
     mr__key last_key;           /* key of block n_hashed - 1 (root when 0) */
+    mr__key root;               /* the parent of block 0: MR__ROOT_KEY, or its cache salt's (mr__salt_key) */
     mr_sampling sp;
     uint64_t rng;
     int32_t stop_ids[MR_ENGINE_MAX_STOP_IDS];

@@ -69,6 +69,16 @@ static uint64_t mix64(uint64_t x) {
     return x ^ (x >> 31);
 }
 
+mr__key mr__salt_key(const char *salt, size_t n) {
+    mr__key k = {0x6361636865ull, (uint64_t)n}; /* its own start, the length in it */
+    for (size_t i = 0; i < n || i == 0; i += 4 * MR_KV_BLOCK_TOKENS) { /* 64 bytes a round, zero-padded */
+        int32_t t[MR_KV_BLOCK_TOKENS] = {0};
+        memcpy(t, salt + i, n - i < sizeof t ? n - i : sizeof t);
+        k = mr__block_key(k, t);
+    }
+    return k;
+}
+
 mr__key mr__block_key(mr__key parent, const int32_t *tokens) {
     /* two independent lanes (different seeds and strides) */
     uint64_t a = mix64(parent.a ^ 0x243f6a8885a308d3ull), b = mix64(parent.b ^ 0x13198a2e03707344ull);

@@ -124,6 +124,7 @@ bool sv_json_depth_ok(const char *body, size_t len, int max_depth, sv_error *e) 
 void sv_request_free(sv_request *r) {
     if (!r) return;
     mr_free(r->model);
+    mr_free(r->cache_salt);
     for (int i = 0; i < r->n_prompts; i++) {
         mr_free(r->prompts[i].text);
         mr_free(r->prompts[i].ids);
@@ -528,6 +529,19 @@ static int f_logit_bias(sv_request *r, const json_t *v, const sv_limits *lim, sv
     }
     return 0;
 }
+/* vLLM's cache_salt: the request shares prefix-cache blocks only with requests of the same salt */
+static int f_cache_salt(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)lim;
+    if (!json_is_string(v) || json_string_length(v) == 0)
+        return sv_fail(e, 400, "cache_salt", "cache_salt must be a non-empty string, got %s",
+                       json_is_string(v) ? "an empty one" : sv_json_type(v));
+    if (json_string_length(v) > MR_ENGINE_MAX_CACHE_SALT)
+        return sv_fail(e, 400, "cache_salt", "cache_salt is %zu bytes; at most %d", json_string_length(v),
+                       MR_ENGINE_MAX_CACHE_SALT);
+    r->n_cache_salt = json_string_length(v);
+    return dup_string(v, "cache_salt", &r->cache_salt, e);
+}
+
 static int f_user(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
     (void)r, (void)lim;
     if (!json_is_string(v)) return sv_fail(e, 400, "user", "user must be a string, got %s", sv_json_type(v));
@@ -1075,6 +1089,7 @@ static const field fields[] = {
     {"repetition_penalty", K_BOTH, f_repetition_penalty},
     {"logit_bias", K_BOTH, f_logit_bias},
     {"user", K_BOTH, f_user},
+    {"cache_salt", K_BOTH, f_cache_salt},
     {"suffix", K_CMPL, f_suffix},
     {"skip_special_tokens", K_BOTH, f_skip_special},
     {"include_stop_str_in_output", K_BOTH, f_include_stop},

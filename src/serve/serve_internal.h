@@ -64,6 +64,8 @@ typedef struct {
 typedef struct {
     sv_kind kind;
     char *model;                  /* NULL when absent */
+    char *cache_salt;             /* vLLM's cache_salt (1..MR_ENGINE_MAX_CACHE_SALT bytes), NULL when absent */
+    size_t n_cache_salt;          /* its bytes (a NUL among them counts) */
     int n_prompts;                /* completions: prompts of the request (a list is a batch) */
     sv_prompt *prompts;
     json_t *messages;             /* chat: the validated messages (a reference we hold) */

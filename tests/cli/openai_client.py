@@ -1398,6 +1398,25 @@ if text_url:
           bt[0]["meta_info"]["input_token_ids_logprobs"] == [None] and "output_token_ids_logprobs" not in bt[1]["meta_info"]
           and [e[:2] for e in bt[2]["meta_info"]["output_token_ids_logprobs"][0]] == [bt[2]["meta_info"]["output_token_logprobs"][0][:2]],
           f"token_ids_logprob per prompt of a batch: {bt}")
+    # vLLM's cache_salt: a prompt's cached blocks serve only requests of the same salt (an unsalted request, or
+    # another salt, finds none of them), completions and chat alike; the text is the same; bad salts are 400s
+    salty = "Salted prompts are new here: " + LP  # no earlier request began so
+    def cached_of(salt, chat=False):
+        eb = {"cache_salt": salt} if salt is not None else {}
+        if chat:
+            rc = tc.chat.completions.create(model=tmodel, messages=[{"role": "user", "content": salty}], max_tokens=2,
+                                            temperature=0, extra_body=eb)
+            return (rc.usage.prompt_tokens_details.cached_tokens or 0), rc.choices[0].message.content
+        rc = tc.completions.create(model=tmodel, prompt=salty, max_tokens=2, temperature=0, extra_body=eb)
+        return (rc.usage.prompt_tokens_details.cached_tokens or 0), rc.choices[0].text
+    got = [cached_of(x) for x in ("s1", "s1", "s2", None, None, "s1")] + [cached_of(x, True) for x in ("s1", "s1", "s3")]
+    hits = [h for h, _ in got]
+    check(hits[0] == 0 and hits[1] >= 16 and hits[2] == 0 and hits[3] == 0 and hits[4] >= 16 and hits[5] >= 16 and
+          hits[6] == 0 and hits[7] >= 16 and hits[8] == 0 and len({t for t, _ in [(t, 0) for _, t in got[:6]]}) == 1,
+          f"cache_salt: cached tokens {hits}, texts {[t for _, t in got]}")
+    for bad in ("", 5, "x" * 1025):
+        expect_exc(openai.BadRequestError, lambda: tc.completions.create(model=tmodel, prompt="x", max_tokens=1,
+                                                                         extra_body={"cache_salt": bad}), param="cache_salt")
     # sglang's /v1/score: each item after the query (before it with item_first), the labels' probabilities at the
     # next position, as vLLM's prompt_logprobs gives them for the prompt with the label appended (that path is
     # checked against transformers in test_model); with apply_softmax normalized over the labels; the prompt
