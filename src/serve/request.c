@@ -529,6 +529,15 @@ static int f_logit_bias(sv_request *r, const json_t *v, const sv_limits *lim, sv
     }
     return 0;
 }
+static int f_return_token_ids(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)lim;
+    return get_bool(v, "return_token_ids", &r->return_token_ids, e);
+}
+static int f_tokens_as_ids(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)lim;
+    return get_bool(v, "return_tokens_as_token_ids", &r->tokens_as_ids, e);
+}
+
 /* vLLM's cache_salt: the request shares prefix-cache blocks only with requests of the same salt */
 static int f_cache_salt(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
     (void)lim;
@@ -1090,6 +1099,8 @@ static const field fields[] = {
     {"logit_bias", K_BOTH, f_logit_bias},
     {"user", K_BOTH, f_user},
     {"cache_salt", K_BOTH, f_cache_salt},
+    {"return_token_ids", K_BOTH, f_return_token_ids},
+    {"return_tokens_as_token_ids", K_BOTH, f_tokens_as_ids},
     {"suffix", K_CMPL, f_suffix},
     {"skip_special_tokens", K_BOTH, f_skip_special},
     {"include_stop_str_in_output", K_BOTH, f_include_stop},

@@ -41,6 +41,8 @@ typedef struct {
     sv_buf text;          /* decoded completion so far */
     size_t scanned, sent; /* stop strings searched up to; bytes released to the client */
     int64_t consumed;     /* tokens taken from g->out */
+    int64_t ids_sent;     /* return_token_ids: tokens of g->out listed in the stream's token_ids so far */
+    bool ptids_sent;      /* return_token_ids, completions: the prompt's ids were streamed */
     int64_t counted;      /* completion tokens (up to the token that ended it) */
     int64_t cached;       /* prompt tokens found in the prefix cache */
     int64_t lp_offset;    /* text_offset of the next token's logprobs entry */
@@ -82,6 +84,7 @@ struct sv_out {
     int n;
     sv_choice *c;
     sv_buf head;          /* {"id":..,"object":..,"created":..,"model":.., */
+    bool ptids_sent;      /* return_token_ids, chat: the prompt's ids were streamed */
     bool started, finished;
     int64_t prompt_tokens;
 };
@@ -213,12 +216,22 @@ static bool is_stop_token(const sv_out *o, const sv_gen *g, int32_t tok, int64_t
 
 static double lp_value(float x) { return isfinite(x) ? (double)x : -9999.0; /* JSON has no -inf (vLLM clamps the same) */ }
 
-/* The token as a JSON string: its text, or "token_id:N" without a tokenizer. */
-static int lp_token(const sv_out *o, int32_t id, sv_buf *b) {
+/* The token as a JSON string: its text, or "token_id:N" without a tokenizer (as_id: always, vLLM's
+ * return_tokens_as_token_ids). */
+static int lp_token_as(const sv_out *o, int32_t id, bool as_id, sv_buf *b) {
     const char *p;
     size_t n;
-    if (o->ids_mode || sv_text_piece(o->t, id, &p, &n)) return sv_buf_printf(b, "\"token_id:%d\"", id);
+    if (as_id || o->ids_mode || sv_text_piece(o->t, id, &p, &n)) return sv_buf_printf(b, "\"token_id:%d\"", id);
     return sv_buf_json_str(b, p, n);
+}
+static int lp_token(const sv_out *o, int32_t id, sv_buf *b) { return lp_token_as(o, id, o->j->req.tokens_as_ids, b); }
+
+/* ids [n] as a JSON list after ,"key": (vLLM's return_token_ids) */
+static int ids_field(sv_buf *b, const char *key, const int32_t *ids, int64_t n) {
+    if (sv_buf_printf(b, ",\"%s\":[", key)) return -1;
+    for (int64_t k = 0; k < n; k++)
+        if (sv_buf_printf(b, "%s%d", k ? "," : "", (int)ids[k])) return -1;
+    return sv_buf_lit(b, "]");
 }
 
 /* The token's bytes as a JSON list; an id without text: null (chat's Optional), [] in the Responses API
@@ -257,7 +270,7 @@ static int lp_chat_item(const sv_out *o, int32_t tok, const sv_logprob *l, sv_bu
 /* "id": {"logprob", "rank", "decoded_token"} */
 static int plp_item(const sv_out *o, int32_t id, float logprob, int rank, sv_buf *b) {
     return sv_buf_printf(b, "\"%d\":{\"logprob\":%.9g,\"rank\":%d,\"decoded_token\":", id, lp_value(logprob), rank) ||
-           lp_token(o, id, b) || sv_buf_lit(b, "}");
+           lp_token_as(o, id, false, b) || sv_buf_lit(b, "}");
 }
 
 /* vLLM's prompt_logprobs: [null, {"id": {"logprob", "rank", "decoded_token"}, ...}, ...], the prompt
@@ -440,11 +453,23 @@ static int event(sv_out *o, sv_buf *b, int i, const sv_parse_out *po, int32_t to
             return -1;
     }
     if (o->ids_mode && tok >= 0 && sv_buf_printf(b, ",\"token_ids\":[%d]", tok)) return -1;
+    sv_choice *c = &o->c[i];
+    if (!o->ids_mode && o->j->req.return_token_ids) { /* vLLM's: the prompt's ids in a choice's first event
+                                                          (completions), the tokens counted since its last */
+        if (!o->chat && !c->ptids_sent && ids_field(b, "prompt_token_ids", c->g->prompt, c->g->n_prompt)) return -1;
+        c->ptids_sent = true;
+        if (ids_field(b, "token_ids", c->g->out + c->ids_sent, c->counted - c->ids_sent)) return -1;
+        c->ids_sent = c->counted;
+    }
     if (sv_buf_lit(b, ",\"logprobs\":")) return -1;
     if (lp ? lp_event(o, i, tok, lp, b) : sv_buf_lit(b, "null")) return -1;
     if (sv_buf_lit(b, ",\"finish_reason\":")) return -1;
     if (reason ? sv_buf_printf(b, "\"%s\"", reason) : sv_buf_lit(b, "null")) return -1;
     if (sv_buf_lit(b, "}]")) return -1;
+    if (o->chat && !o->ids_mode && o->j->req.return_token_ids && !o->ptids_sent) { /* chat: the response's, first */
+        if (ids_field(b, "prompt_token_ids", c->g->prompt, c->g->n_prompt)) return -1;
+        o->ptids_sent = true;
+    }
     if (o->j->req.continuous_usage) {
         if (sv_buf_lit(b, ",\"usage\":") || usage_obj(o, b)) return -1;
     } else if (o->j->req.include_usage) {
@@ -1053,12 +1078,19 @@ char *sv_out_body(sv_out *o, int *http) {
             sv_buf_free(&t);
         }
         if (o->ids_mode && sv_buf_printf(&b, ",\"token_ids\":[%s]", c->ids.p ? c->ids.p : "")) goto oom;
+        if (!o->ids_mode && o->j->req.return_token_ids &&
+            ((!o->chat && ids_field(&b, "prompt_token_ids", c->g->prompt, c->g->n_prompt)) ||
+             ids_field(&b, "token_ids", c->g->out, c->counted)))
+            goto oom;
         if (sv_buf_lit(&b, ",\"logprobs\":") || body_logprobs(o, c, &b)) goto oom;
         if (!o->chat && o->j->req.prompt_logprobs >= 0 && (sv_buf_lit(&b, ",\"prompt_logprobs\":") || plp_vllm(o, c->g, &b)))
             goto oom;
         if (sv_buf_printf(&b, ",\"finish_reason\":\"%s\"}", c->reason ? c->reason : "stop")) goto oom;
     }
     if (sv_buf_lit(&b, "]")) goto oom;
+    if (o->chat && !o->ids_mode && o->j->req.return_token_ids &&
+        ids_field(&b, "prompt_token_ids", o->c[0].g->prompt, o->c[0].g->n_prompt))
+        goto oom;
     if (o->chat && o->j->req.prompt_logprobs >= 0 && /* vLLM: chat's are the response's, of its one prompt */
         (sv_buf_lit(&b, ",\"prompt_logprobs\":") || plp_vllm(o, o->c[0].g, &b)))
         goto oom;

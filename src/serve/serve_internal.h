@@ -128,6 +128,8 @@ typedef struct {
     int plp_top;                  /* set by the HTTP layer: alternatives stored per prompt token (echo and/or
                                      prompt_logprobs), the stride of sv_gen.plp */
     bool ignore_eos, stream, include_usage, continuous_usage, echo;
+    bool return_token_ids;        /* vLLM's: prompt_token_ids and the choices' token_ids in the answer */
+    bool tokens_as_ids;           /* vLLM's return_tokens_as_token_ids: logprobs' tokens as "token_id:N" */
     bool logprobs;                /* report the sampled token's log-probability */
     int top_logprobs;             /* and this many alternatives (0..SV_MAX_TOP_LOGPROBS) */
     float presence_penalty, frequency_penalty, repetition_penalty; /* [0, 0, 1] = off */

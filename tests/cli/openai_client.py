@@ -1398,6 +1398,55 @@ if text_url:
           bt[0]["meta_info"]["input_token_ids_logprobs"] == [None] and "output_token_ids_logprobs" not in bt[1]["meta_info"]
           and [e[:2] for e in bt[2]["meta_info"]["output_token_ids_logprobs"][0]] == [bt[2]["meta_info"]["output_token_logprobs"][0][:2]],
           f"token_ids_logprob per prompt of a batch: {bt}")
+    # vLLM's return_token_ids: the prompt's ids (the server's /tokenize of it; chat: of the rendered messages) and
+    # each choice's completion ids (usage's count of them; their text the answer's); streamed: the prompt's in
+    # the first chunk only, each chunk's new ids, together the whole answer's. return_tokens_as_token_ids:
+    # the logprobs' tokens "token_id:N" of those same ids
+    def detok(ids):
+        rq = _ur.Request(text_url + "/detokenize", data=_json2.dumps({"tokens": ids}).encode(),
+                         headers={"Content-Type": "application/json"})
+        return _json2.loads(_ur.urlopen(rq, timeout=60).read())["prompt"]
+
+    def tok_chat(msgs):
+        rq = _ur.Request(text_url + "/tokenize", data=_json2.dumps({"messages": msgs}).encode(),
+                         headers={"Content-Type": "application/json"})
+        return _json2.loads(_ur.urlopen(rq, timeout=60).read())["tokens"]
+
+    rt = tc.completions.create(model=tmodel, prompt=[LP, "And God said"], max_tokens=5, temperature=0, n=2, logprobs=2,
+                               extra_body={"ignore_eos": True, "return_token_ids": True, "return_tokens_as_token_ids": True})
+    for k, ch in enumerate(rt.choices):
+        d = ch.model_dump()
+        check(d["prompt_token_ids"] == tok([LP, "And God said"][k // 2]) and len(d["token_ids"]) == 5 and
+              detok(d["token_ids"]) == ch.text and ch.logprobs.tokens == [f"token_id:{t}" for t in d["token_ids"]] and
+              all(all(key.startswith("token_id:") for key in tp) for tp in ch.logprobs.top_logprobs),
+              f"return_token_ids, choice {k}: {d}")
+    check(rt.usage.completion_tokens == sum(len(ch.model_dump()["token_ids"]) for ch in rt.choices), "return_token_ids: usage")
+    whole = rt.choices[0].model_dump()["token_ids"]
+    chunks = list(tc.completions.create(model=tmodel, prompt=LP, max_tokens=5, temperature=0, stream=True,
+                                        extra_body={"ignore_eos": True, "return_token_ids": True}))
+    cd = [c.choices[0].model_dump() for c in chunks if c.choices]
+    check(cd[0].get("prompt_token_ids") == lids and all(x.get("prompt_token_ids") is None for x in cd[1:]) and
+          sum((x["token_ids"] for x in cd), []) == whole, f"streamed return_token_ids: {cd}")
+    msgs = [{"role": "user", "content": "Genesis 1:3"}]
+    rc = tc.chat.completions.create(model=tmodel, messages=msgs, max_tokens=6, temperature=0,
+                                    extra_body={"return_token_ids": True})
+    dc = rc.model_dump()
+    check(dc["prompt_token_ids"] == tok_chat(msgs) and len(dc["choices"][0]["token_ids"]) == rc.usage.completion_tokens,
+          f"chat return_token_ids: {dc}")
+    sc = [c.model_dump() for c in tc.chat.completions.create(model=tmodel, messages=msgs, max_tokens=6, temperature=0,
+                                                             stream=True, extra_body={"return_token_ids": True})]
+    check(sc[0].get("prompt_token_ids") == dc["prompt_token_ids"] and all(x.get("prompt_token_ids") is None for x in sc[1:]) and
+          sum((x["choices"][0]["token_ids"] for x in sc if x["choices"]), []) == dc["choices"][0]["token_ids"],
+          f"streamed chat return_token_ids: {sc}")
+    rl = tc.chat.completions.create(model=tmodel, messages=msgs, max_tokens=3, temperature=0, logprobs=True,
+                                    extra_body={"return_token_ids": True, "return_tokens_as_token_ids": True}).model_dump()
+    check([x["token"] for x in rl["choices"][0]["logprobs"]["content"]] == [f"token_id:{t}" for t in rl["choices"][0]["token_ids"]],
+          f"chat return_tokens_as_token_ids: {rl['choices'][0]}")
+    plain = tc.completions.create(model=tmodel, prompt="x", max_tokens=1).choices[0].model_dump()
+    check("token_ids" not in plain and "prompt_token_ids" not in plain, f"no return_token_ids: {plain}")
+    for f in ("return_token_ids", "return_tokens_as_token_ids"):
+        expect_exc(openai.BadRequestError, lambda: tc.completions.create(model=tmodel, prompt="x", max_tokens=1,
+                                                                         extra_body={f: "yes"}), param=f)
     # vLLM's cache_salt: a prompt's cached blocks serve only requests of the same salt (an unsalted request, or
     # another salt, finds none of them), completions and chat alike; the text is the same; bad salts are 400s
     salty = "Salted prompts are new here: " + LP  # no earlier request began so
