@@ -34,6 +34,7 @@ typedef struct {
     int running, queued;
     bool no_prefix;
     bool adaptive_threads; /* step_threads adaptive (the tests run fixed unless they ask) */
+    bool priority;         /* priority scheduling */
     mr_act_mode act;       /* the experts' activation mode (AUTO: the weights' default) */
     const char *dir;       /* the checkpoint (NULL: tests/data/model/tiny) */
 } eng_cfg;
@@ -42,7 +43,7 @@ static void eng_open(eng *g, const eng_cfg *c) {
     mr_engine_opts o = {.kv_dtype = c->kv, .kv_blocks = c->blocks, .max_batch_tokens = c->budget,
                         .max_running_requests = c->running, .max_queued_requests = c->queued,
                         .context_length = c->ctx, .no_prefix_caching = c->no_prefix,
-                        .fixed_threads = !c->adaptive_threads};
+                        .fixed_threads = !c->adaptive_threads, .priority_scheduling = c->priority};
     mr_model_opts mo = {.runner = c->runner ? c->runner : "routed", .act_mode = c->act, .quiet = true};
     mr_engine_model_opts(&o, &mo);
     mr_status st = mr_model_open(c->dir ? c->dir : tu_data("model/tiny"), &mo, &g->m);
@@ -865,6 +866,97 @@ static void test_preemption(void **state) {
         if (memcmp(tight.tok[i], loose.tok[i], G * sizeof(int32_t)))
             fail_msg("request %d: preempted and recomputed tokens differ from the unconstrained run", i);
     }
+}
+
+/* Priority scheduling (vLLM's --scheduling-policy priority): one running at a time, the waiting requests
+ * start in (priority, arrival) order (lower first, ties by arrival), a request already running is not
+ * displaced; under a pool too small for two, the less urgent of the two running is the one preempted, even
+ * when it came first, and its tokens stay those of a run alone. Without priority scheduling a priority other
+ * than 0 is refused. */
+static mr_req_id add_prio(mr_engine *e, const int32_t *p, int64_t n, int64_t g, int user, int64_t prio) {
+    mr_request_params rp = {.prompt = p, .n_prompt = n, .max_tokens = g, .ignore_eos = true,
+                            .user = (void *)(intptr_t)user, .priority = prio};
+    mr_req_id id = 0;
+    assert_int_equal(mr_engine_add(e, &rp, &id), MR_OK);
+    return id;
+}
+static void test_priority(void **state) {
+    (void)state;
+    tu_rng rng = {23};
+    int32_t p[6][40];
+    for (int i = 0; i < 6; i++) rand_prompt(&rng, p[i], 40);
+    eng g;
+    eng_cfg c = {.kv = MR_FMT_F32, .blocks = 64, .budget = 64, .running = 1, .ctx = 128, .priority = true};
+    eng_open(&g, &c);
+    const int64_t prio[6] = {5, 5, 1, -2, 1, 0};
+    add_prio(g.e, p[0], 20, 3, 0, prio[0]);
+    const mr_engine_step_out *so;
+    assert_int_equal(mr_engine_step(g.e, &so), MR_OK); /* 0 runs */
+    for (int i = 1; i < 6; i++) add_prio(g.e, p[i], 20, 3, i, prio[i]);
+    int order[6], n = 0;
+    for (int guard = 0; mr_engine_has_work(g.e); guard++) {
+        assert_true(guard < 1000);
+        assert_int_equal(mr_engine_step(g.e, &so), MR_OK);
+        for (int k = 0; k < so->n_events; k++)
+            if (so->events[k].finish) order[n++] = (int)(intptr_t)so->events[k].user;
+    }
+    const int want[6] = {0, 3, 5, 2, 4, 1};
+    assert_int_equal(n, 6);
+    for (int i = 0; i < 6; i++) {
+        if (order[i] != want[i]) fprintf(stderr, "priority: finished %d-th: request %d, want %d\n", i, order[i], want[i]);
+        assert_int_equal(order[i], want[i]);
+    }
+    eng_close(&g);
+    /* preemption: 8 blocks; each request needs 5 alone (40 + 40 positions), two do not fit together */
+    static outs alone, both;
+    memset(&alone, 0, sizeof alone);
+    memset(&both, 0, sizeof both);
+    for (int pass = 0; pass < 2; pass++) {
+        eng_cfg ct = {.kv = MR_FMT_F32, .blocks = 8, .budget = 128, .running = 2, .ctx = 128, .priority = true,
+                      .no_prefix = true};
+        eng_open(&g, &ct);
+        if (pass == 0) {
+            for (int i = 0; i < 2; i++) {
+                add_prio(g.e, p[i], 40, 40, i, 0);
+                run_until_idle(g.e, &alone, true);
+            }
+            eng_close(&g);
+            continue;
+        }
+        mr_req_id lo = add_prio(g.e, p[0], 40, 40, 0, 9); /* runs first: the more urgent comes a step later */
+        assert_int_equal(mr_engine_step(g.e, &so), MR_OK);
+        collect(&both, so);
+        mr_req_id hi = add_prio(g.e, p[1], 40, 40, 1, 0);
+        const mr__req *rl = &g.e->req[(lo & 0xffffffffu) - 1], *rh = &g.e->req[(hi & 0xffffffffu) - 1];
+        int hi_done_step = -1, lo_done_step = -1, lo_waits = 0;
+        for (int step = 0; mr_engine_has_work(g.e); step++) {
+            assert_true(step < 1000);
+            assert_int_equal(mr_engine_step(g.e, &so), MR_OK);
+            collect(&both, so);
+            for (int k = 0; k < so->n_events; k++)
+                if (so->events[k].finish) *((intptr_t)so->events[k].user ? &hi_done_step : &lo_done_step) = step;
+            if (hi_done_step < 0) {
+                assert_true(rh->state == MR__RQ_RUNNING); /* never the one preempted */
+                lo_waits += rl->state == MR__RQ_WAITING;
+            }
+            check_ok(g.e);
+        }
+        mr_engine_stats s;
+        mr_engine_stats_get(g.e, &s);
+        assert_true(s.preemptions > 0 && lo_waits > 0 && hi_done_step < lo_done_step);
+        eng_close(&g);
+    }
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(both.n[i], 40);
+        assert_memory_equal(both.tok[i], alone.tok[i], 40 * sizeof(int32_t));
+    }
+    eng_cfg cf = {.kv = MR_FMT_F32, .blocks = 16, .budget = 64, .running = 2, .ctx = 128};
+    eng_open(&g, &cf);
+    mr_request_params rp = {.prompt = p[0], .n_prompt = 8, .max_tokens = 2, .priority = 1};
+    mr_req_id id;
+    assert_int_equal(mr_engine_add(g.e, &rp, &id), MR_EINVAL);
+    assert_non_null(strstr(mr_error_last(), "priority 1 needs priority scheduling"));
+    eng_close(&g);
 }
 
 /* ---- cancellation ---- */
@@ -2022,6 +2114,7 @@ int main(void) {
         cmocka_unit_test(test_prefix_flush),
         cmocka_unit_test(test_eviction_under_pressure),
         cmocka_unit_test(test_preemption),
+        cmocka_unit_test(test_priority),
         cmocka_unit_test(test_prompt_logprobs_preempt),
         cmocka_unit_test(test_prompt_logprobs_alloc_failure),
         cmocka_unit_test(test_cancellation),

@@ -62,6 +62,8 @@ typedef struct {
     int max_queued_requests;      /* waiting requests beyond which mr_engine_add says MR_EBUSY [1024] */
     int64_t context_length;       /* prompt + generated tokens of one request [4096] */
     bool no_prefix_caching;       /* prefix caching is on unless this is set */
+    bool priority_scheduling;     /* requests go by mr_request_params.priority (lower first), then arrival, into
+                                     the batch and out of it under preemption; else first come, first served */
     int max_top_logprobs;         /* largest top_logprobs a request may ask [20] */
     bool fixed_threads;           /* every step on all threads (the creator's omp_get_max_threads at
                                      mr_engine_new). By default a step of few tokens runs on one thread while
@@ -182,6 +184,7 @@ typedef struct {
     int64_t prompt_logprobs_from; /* with prompt_logprobs: the first prompt position reported (0 and 1: from the
                                      second token, every one; n_prompt or more: none, and nothing owed).
                                      sglang's logprob_start_len s is s + 1 here */
+    int64_t priority;             /* with priority_scheduling: lower runs first (vLLM's order); else must be 0 */
     const char *cache_salt;       /* vLLM's: requests share prefix-cache blocks only with those of the same salt
                                      (its bytes, n_cache_salt of them; NULL or 0: the unsalted cache), so that a
                                      tenant cannot time another's prompts through cache hits */
@@ -208,7 +211,8 @@ typedef struct {
  *                 tokens,
  *                 min_tokens above max_tokens, top_logprobs above
  *                 max_top_logprobs, more than MR_ENGINE_MAX_LOGPROB_IDS
- *                 logprob_ids, a cache_salt above MR_ENGINE_MAX_CACHE_SALT
+ *                 logprob_ids, a priority other than 0 without
+ *                 priority_scheduling, a cache_salt above MR_ENGINE_MAX_CACHE_SALT
  *                 bytes
  *   MR_EBUSY      max_queued_requests are already waiting (try later)
  *   MR_ENOMEM     out of memory (this request only) */

@@ -57,6 +57,10 @@ static void usage(FILE *f) {
             "                             with MiniMax-M2's template); minimax_m2_append_think (or\n"
             "                             minimax-append-think): kept in content, after \"<think>\", as vLLM\n"
             "  --tool-call-parser P       minimax_m2 (or minimax-m2): tool calls into tool_calls (the default)\n"
+            "  --scheduling-policy P      fcfs, or priority: waiting requests start by their priority field\n"
+            "                             (lower first, then arrival; vLLM's order), and the least urgent running\n"
+            "                             one is preempted first (vLLM's; sglang's --schedule-policy too, and\n"
+            "                             --enable-priority-scheduling with --schedule-low-priority-values-first) [fcfs]\n"
             "  --disable-radix-cache      no prefix cache (sglang's; vLLM's --no-enable-prefix-caching): every\n"
             "                             prompt computed in full, e.g. to measure prefill [on]\n"
             "  --enable-auto-tool-choice, --trust-remote-code   accepted as vLLM / sglang take them: tool_choice\n"
@@ -64,7 +68,7 @@ static void usage(FILE *f) {
             "  sglang's and vLLM's other names: --model-path (--model), --log-level (--log; warning, critical);\n"
             "  --enable-metrics, --disable-log-requests, --disable-log-stats have nothing to do (/metrics is\n"
             "  always on, no request is logged unless asked); --page-size / --block-size 16, --stream-interval 1\n"
-            "  and --schedule-policy fcfs are how it runs (another value is refused); --mem-fraction-static\n"
+            "  are how it runs (another value is refused); --mem-fraction-static\n"
             "  and --gpu-memory-utilization are refused (GPU memory; the KV pool here is --kv-cache-memory)\n",
             d.host, d.port);
     fprintf(f,
@@ -208,8 +212,6 @@ static int fixed_flag(const char *a, const char *v, int *i) {
         {"--page-size", "16", "the KV cache's pages are 16 tokens"},
         {"--block-size", "16", "the KV cache's pages are 16 tokens"},
         {"--stream-interval", "1", "each token is streamed as it is made"},
-        {"--schedule-policy", "fcfs", "requests are scheduled first come, first served (the prefix cache still "
-                                      "serves every hit)"},
         {"--mem-fraction-static", NULL, "a GPU memory fraction; the KV pool here is --kv-cache-memory"},
         {"--gpu-memory-utilization", NULL, "a GPU memory fraction; the KV pool here is --kv-cache-memory"},
     };
@@ -233,7 +235,7 @@ int mr_cmd_serve(int argc, char **argv) {
     mr_server_opts so;
     mr_server_opts_default(&so);
     long shutdown_timeout = 30;
-    bool skip_check = false, no_prefix = false;
+    bool skip_check = false, no_prefix = false, priority = false, sgl_priority = false, sgl_low_first = false;
     const char *pos_model = NULL; /* a model folder given without --model */
     unsigned mutation = MR_MUT_NONE;
     mr_resolution *r = NULL;
@@ -283,6 +285,19 @@ int mr_cmd_serve(int argc, char **argv) {
                 goto out;
             }
             i++;
+        } else if ((!strcmp(a, "--scheduling-policy") || !strcmp(a, "--schedule-policy")) && v) {
+            /* vLLM's (sglang's name): fcfs, or priority (the requests' priority, lower first, as vLLM orders) */
+            if (strcmp(v, "fcfs") && strcmp(v, "priority")) {
+                fprintf(stderr, "moerun serve: %s %s: fcfs (first come, first served) or priority (each request's "
+                        "priority, lower first, then arrival)\n", a, v);
+                goto out;
+            }
+            priority = !strcmp(v, "priority");
+            i++;
+        } else if (!strcmp(a, "--enable-priority-scheduling")) { /* sglang's: with its low-values-first order only */
+            sgl_priority = true;
+        } else if (!strcmp(a, "--schedule-low-priority-values-first")) {
+            sgl_low_first = true;
         } else if (!strcmp(a, "--disable-radix-cache") || !strcmp(a, "--no-enable-prefix-caching")) {
             no_prefix = true; /* sglang's, vLLM's: every prompt computed in full, nothing kept for the next */
         } else if (!strcmp(a, "--enable-prefix-caching")) {
@@ -388,6 +403,12 @@ int mr_cmd_serve(int argc, char **argv) {
             goto out;
         }
     }
+    if (sgl_priority && !sgl_low_first) {
+        fprintf(stderr, "moerun serve: --enable-priority-scheduling: moerun runs lower priority values first (vLLM's "
+                "order; sglang's default is the reverse): add --schedule-low-priority-values-first to say so\n");
+        goto out;
+    }
+    priority |= sgl_priority;
     if (pos_model) {
         if (mr_options_is_explicit(&o, MR_OPT_MODEL) && o.source[MR_OPT_MODEL] == MR_SRC_FLAG) {
             fprintf(stderr, "moerun serve: '%s' beside --model %s: one model (an argument without a flag is "
@@ -480,6 +501,7 @@ int mr_cmd_serve(int argc, char **argv) {
     mr_engine_opts eo;
     mr_engine_opts_from_exec(x, &eo);
     eo.no_prefix_caching = no_prefix;
+    eo.priority_scheduling = priority;
     /* the server admits at most running + queued sequences, so the engine's own queue never refuses */
     eo.max_queued_requests = eo.max_running_requests + so.max_queued_requests;
     if (so.max_prompt_tokens >= eo.context_length || so.max_completion_tokens >= eo.context_length) {
@@ -538,10 +560,11 @@ int mr_cmd_serve(int argc, char **argv) {
     int early = sig_count;
     pthread_mutex_unlock(&sig_mu);
     printf("moerun serve: ready on http://%s%s%s:%d, model '%s' (%d running + %d queued sequences, context %lld, "
-           "%lld KV blocks of %d tokens in %s, %lld tokens per step%s)\n",
+           "%lld KV blocks of %d tokens in %s, %lld tokens per step%s%s)\n",
            lb, so.host, rb, mr_server_port(srv), mr_server_model_name(srv), eo.max_running_requests, so.max_queued_requests,
            (long long)eo.context_length, (long long)eo.kv_blocks, MR_KV_BLOCK_TOKENS, mr_kv_dtype_name(eo.kv_dtype),
-           (long long)eo.max_batch_tokens, eo.no_prefix_caching ? ", prefix cache off" : "");
+           (long long)eo.max_batch_tokens, eo.no_prefix_caching ? ", prefix cache off" : "",
+           eo.priority_scheduling ? ", by priority" : "");
     fflush(stdout);
     /* 6. serve until a signal, or until the engine cannot run any more (an expert-parallel rank failed) */
     const char *failure = NULL;

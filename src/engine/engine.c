@@ -286,6 +286,18 @@ static mr_status con_alloc(mr_engine *e) {
                         (long long)e->vocab);
 }
 
+/* Priority scheduling's order: a before b (a lower priority value, or the same and an earlier arrival). */
+static bool before(const mr__req *a, const mr__req *b) { return a->prio != b->prio ? a->prio < b->prio : a->seq < b->seq; }
+
+/* Puts slot s into the waiting queue at its place in that order. */
+static void wait_insert(mr_engine *e, int32_t s) {
+    int i = e->n_waiting;
+    for (; i > 0 && before(&e->req[s], &e->req[e->waiting[(e->wait_head + i - 1) % e->max_req]]); i--)
+        e->waiting[(e->wait_head + i) % e->max_req] = e->waiting[(e->wait_head + i - 1) % e->max_req];
+    e->waiting[(e->wait_head + i) % e->max_req] = s;
+    e->n_waiting++;
+}
+
 /* The buffers of prompt log-probabilities, with the first request that asks. */
 static mr_status plp_alloc(mr_engine *e) {
     if (e->plp_tok) return MR_OK;
@@ -355,6 +367,9 @@ mr_status mr_engine_add(mr_engine *e, const mr_request_params *p, mr_req_id *out
         if (p->logprob_ids[i] < 0 || p->logprob_ids[i] >= e->vocab)
             return mr_error_set(MR_EINPUT, "request: logprob token id %d is outside the vocabulary (%lld)",
                                 (int)p->logprob_ids[i], (long long)e->vocab);
+    if (p->priority != 0 && !o->priority_scheduling)
+        return mr_error_set(MR_EINVAL, "request: priority %lld needs priority scheduling (it is first come, first "
+                            "served here)", (long long)p->priority);
     if (p->n_cache_salt > MR_ENGINE_MAX_CACHE_SALT || (p->n_cache_salt > 0 && !p->cache_salt))
         return mr_error_set(MR_EINVAL, "request: a cache_salt of %zu bytes; at most %d", p->n_cache_salt,
                             MR_ENGINE_MAX_CACHE_SALT);
@@ -462,8 +477,14 @@ mr_status mr_engine_add(mr_engine *e, const mr_request_params *p, mr_req_id *out
     if (++e->gen == 0) e->gen = 1;
     r->id = ((uint64_t)e->gen << 32) | (uint64_t)(slot + 1);
     r->state = MR__RQ_WAITING;
-    e->waiting[(e->wait_head + e->n_waiting) % e->max_req] = slot;
-    e->n_waiting++;
+    r->prio = p->priority;
+    r->seq = e->arrivals++;
+    if (e->o.priority_scheduling) {
+        wait_insert(e, slot);
+    } else {
+        e->waiting[(e->wait_head + e->n_waiting) % e->max_req] = slot;
+        e->n_waiting++;
+    }
     e->st.requests_added++;
     e->st.prompt_tokens += (uint64_t)p->n_prompt;
     *out = r->id;
@@ -544,16 +565,21 @@ static void sweep_cancelled(mr_engine *e) {
     }
 }
 
-/* Preempts the newest running request: blocks freed, to the front of the queue. */
+/* Preempts the newest running request (priority scheduling: the last in (priority, arrival) order): blocks
+ * freed, to the front of the queue (its place in that order). */
 static void preempt_newest(mr_engine *e) {
     int32_t s = e->running[e->n_running - 1];
     mr__req *r = &e->req[s];
     e->n_running--;
     release_blocks(e, r);
     r->state = MR__RQ_WAITING;
-    e->wait_head = (e->wait_head + e->max_req - 1) % e->max_req;
-    e->waiting[e->wait_head] = s;
-    e->n_waiting++;
+    if (e->o.priority_scheduling) {
+        wait_insert(e, s);
+    } else {
+        e->wait_head = (e->wait_head + e->max_req - 1) % e->max_req;
+        e->waiting[e->wait_head] = s;
+        e->n_waiting++;
+    }
     e->st.preemptions++;
     e->out.n_preempted++;
 }
@@ -700,7 +726,13 @@ mr_status mr_engine_schedule(mr_engine *e, const mr_kv_batch **out) {
         e->wait_head = (e->wait_head + 1) % e->max_req;
         e->n_waiting--;
         r->state = MR__RQ_RUNNING;
-        e->running[e->n_running++] = slot;
+        if (e->o.priority_scheduling) { /* the running list in (priority, arrival) order: the last is preempted first */
+            int k = e->n_running++;
+            for (; k > 0 && before(r, &e->req[e->running[k - 1]]); k--) e->running[k] = e->running[k - 1];
+            e->running[k] = slot;
+        } else {
+            e->running[e->n_running++] = slot;
+        }
         if (!e->o.no_prefix_caching) {
             e->st.prefix_queries += (uint64_t)r->n_tok;
             e->st.prefix_hits += (uint64_t)hit;

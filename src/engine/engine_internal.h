@@ -89,6 +89,8 @@ typedef struct {
     int32_t n_blocks, max_blocks;
     int32_t n_hashed;           /* leading full blocks already keyed (registered or duplicates) */
     mr__key last_key;           /* key of block n_hashed - 1 (root when 0) */
+    int64_t prio;               /* priority scheduling: lower goes first */
+    uint64_t seq;               /* arrival order (then the tie-break) */
     mr__key root;               /* the parent of block 0: MR__ROOT_KEY, or its cache salt's (mr__salt_key) */
     mr_sampling sp;
     uint64_t rng;
@@ -220,6 +222,7 @@ struct mr_engine {
     int32_t *free_slots;        /* [max_req] stack */
     int n_free_slots;
     uint32_t gen;               /* id generation counter */
+    uint64_t arrivals;          /* requests added: each one's mr__req.seq */
     int32_t *waiting;           /* ring [max_req]: front at wait_head */
     int wait_head, n_waiting;
     int32_t *running;           /* [max_running] in scheduling order (oldest first) */

@@ -277,6 +277,7 @@ static void admit(sv_engine *e, sv_gen *g) {
         .prompt_logprobs = g->plp != NULL,
         .prompt_logprobs_from = r->plp_from,
         .logprob_ids = g->lp_ids,
+        .priority = r->priority,
         .cache_salt = r->cache_salt,
         .n_cache_salt = r->cache_salt ? r->n_cache_salt : 0,
         .n_logprob_ids = g->n_lp_ids,

@@ -750,7 +750,7 @@ static enum MHD_Result do_server_info(mr_server *s, struct MHD_Connection *c) {
     pthread_mutex_unlock(&s->met.mu);
     const char *kv = mr_kv_dtype_name(s->eo.kv_dtype);
     json_t *res = s->resolution ? json_loads(s->resolution, 0, NULL) : NULL;
-    json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:I,s:i,s:i,s:I,s:I,s:I,s:i,s:s,s:I,s:b,s:I,s:I,s:s,s:s,s:s,s:b,s:o,"
+    json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:I,s:i,s:i,s:I,s:I,s:I,s:i,s:s,s:I,s:b,s:s,s:I,s:I,s:s,s:s,s:s,s:b,s:o,"
                           "s:[{s:{s:I,s:I,s:I},s:I,s:I}]}",
                           "served_model_name", s->name, "model_path", s->model_dir, "tokenizer_path", s->model_dir,
                           "version", mr_version(), "context_length", (json_int_t)s->context_length,
@@ -761,6 +761,7 @@ static enum MHD_Result do_server_info(mr_server *s, struct MHD_Connection *c) {
                           "page_size", MR_KV_BLOCK_TOKENS, "kv_cache_dtype", kv ? kv : "?",
                           "max_total_num_tokens", (json_int_t)(s->kv_blocks * MR_KV_BLOCK_TOKENS),
                           "disable_radix_cache", s->eo.no_prefix_caching,
+                          "schedule_policy", s->eo.priority_scheduling ? "priority" : "fcfs",
                           "response_store_bytes", (json_int_t)s->o.response_store_bytes,
                           "http_threads", (json_int_t)s->o.http_threads,
                           "moe_runner", mr_model_runner_name(s->m), "activation_mode", mr_act_mode_name(mr_model_act_mode(s->m)),
@@ -1868,7 +1869,7 @@ static enum MHD_Result do_generate(mr_server *s, struct MHD_Connection *c, sv_hr
     sv_request r;
     if (!serving(s)) return unavailable(s, c);
     sv_limits lim = {.max_completion_tokens = s->o.max_completion_tokens, .max_choices = s->o.max_choices,
-                     .vocab = s->vocab, .allow_forced = s->o.debug_forced_output};
+                     .vocab = s->vocab, .allow_forced = s->o.debug_forced_output, .priority = s->eo.priority_scheduling};
     if (h->route == R_GENERATE || h->route == R_SCORE) { /* sglang's: run as the completions request it stands for */
         char *cmpl = NULL;
         json_t *meta = NULL;

@@ -529,6 +529,15 @@ static int f_logit_bias(sv_request *r, const json_t *v, const sv_limits *lim, sv
     }
     return 0;
 }
+static int f_priority(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    if (!json_is_integer(v)) return sv_fail(e, 400, "priority", "priority must be an integer, got %s", sv_json_type(v));
+    r->priority = (int64_t)json_integer_value(v);
+    if (r->priority != 0 && !lim->priority)
+        return sv_fail(e, 400, "priority", "priority %lld: this server schedules first come, first served (start it with "
+                       "--scheduling-policy priority to order requests by priority)", (long long)r->priority);
+    return 0;
+}
+
 static int f_return_token_ids(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
     (void)lim;
     return get_bool(v, "return_token_ids", &r->return_token_ids, e);
@@ -1100,6 +1109,7 @@ static const field fields[] = {
     {"user", K_BOTH, f_user},
     {"cache_salt", K_BOTH, f_cache_salt},
     {"return_token_ids", K_BOTH, f_return_token_ids},
+    {"priority", K_BOTH, f_priority},
     {"return_tokens_as_token_ids", K_BOTH, f_tokens_as_ids},
     {"suffix", K_CMPL, f_suffix},
     {"skip_special_tokens", K_BOTH, f_skip_special},

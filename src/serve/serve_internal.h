@@ -128,6 +128,7 @@ typedef struct {
     int plp_top;                  /* set by the HTTP layer: alternatives stored per prompt token (echo and/or
                                      prompt_logprobs), the stride of sv_gen.plp */
     bool ignore_eos, stream, include_usage, continuous_usage, echo;
+    int64_t priority;             /* vLLM's: lower first, with --scheduling-policy priority */
     bool return_token_ids;        /* vLLM's: prompt_token_ids and the choices' token_ids in the answer */
     bool tokens_as_ids;           /* vLLM's return_tokens_as_token_ids: logprobs' tokens as "token_id:N" */
     bool logprobs;                /* report the sampled token's log-probability */
@@ -148,6 +149,7 @@ typedef struct {
     int max_choices;               /* prompts x n */
     int64_t vocab;                 /* token ids must be in [0, vocab) */
     bool allow_forced;             /* accept debug_forced_output (tests); otherwise it is an unknown field */
+    bool priority;                 /* the server schedules by priority (else a priority other than 0 is a 400) */
 } sv_limits;
 
 /* Parses and validates a JSON body for kind. 0 on success (free *r with

@@ -114,8 +114,8 @@ int sv_sglang_to_completions(const char *body, size_t len, char **out_json, json
             if (json_object_get(cmpl, "prompt")) rc = sv_fail(e, 400, k, "give text or input_ids, not both");
             batch = json_is_array(x) && (!strcmp(k, "text") || json_is_array(json_array_get(x, 0)));
             if (!rc && json_object_set(cmpl, "prompt", x)) rc = oom(e);
-        } else if (!strcmp(k, "stream")) {
-            if (json_object_set(cmpl, "stream", x)) rc = oom(e);
+        } else if (!strcmp(k, "stream") || !strcmp(k, "priority")) { /* priority: lower first, as vLLM orders */
+            if (!json_is_null(x) && json_object_set(cmpl, k, x)) rc = oom(e);
         } else if (!strcmp(k, "rid")) { /* a string, or for a batch one per prompt */
             bool strings = json_is_array(x) && json_array_size(x) > 0;
             for (size_t i = 0; strings && i < json_array_size(x); i++) strings = json_is_string(json_array_get(x, i));

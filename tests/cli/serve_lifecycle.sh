@@ -207,6 +207,51 @@ start_server "$S/vll.log" "$T" --max-model-len 256 --max-num-seqs 4 --block-size
 curl -s "$SV_URL/get_server_info" | jq -e '.context_length == 256 and .max_running_requests == 4 and
     .disable_radix_cache == false' >/dev/null || bad "vLLM's launch line: $(curl -s "$SV_URL/get_server_info" | head -c 300)"
 stop_server
+# --scheduling-policy priority: with one running at a time, of two queued behind a long request the one with
+# the lower priority value runs first though it came last; get_server_info says the policy; a first come, first
+# served server refuses a priority, sglang's --enable-priority-scheduling needs its low-values-first flag
+start_server "$S/prio.log" "$T" --scheduling-policy priority --max-running-requests 1 --skip-self-check || exit 1
+curl -s "$SV_URL/get_server_info" | jq -e '.schedule_policy == "priority"' >/dev/null || bad "priority: get_server_info"
+python3 - "$SV_URL" >"$S/prio.out" 2>&1 <<'PY' || bad "priority order: $(cat "$S/prio.out")"
+import json, sys, threading, time, urllib.request as ur
+url, done = sys.argv[1], []
+def req(name, prio, n):
+    body = {"prompt": [1, 2, 3], "max_tokens": n, "ignore_eos": True, "priority": prio}
+    r = ur.urlopen(ur.Request(url + "/v1/completions", data=json.dumps(body).encode(),
+                              headers={"Content-Type": "application/json"}), timeout=120)
+    json.loads(r.read())
+    done.append(name)
+def gauge(name):
+    for line in ur.urlopen(url + "/metrics", timeout=30).read().decode().splitlines():
+        if line.startswith("moerun:" + name + "{"):
+            return float(line.split()[-1])
+    return -1
+def until(cond):
+    t0 = time.time()
+    while not cond():
+        if time.time() - t0 > 60: sys.exit("timed out waiting for the server's gauges")
+        time.sleep(0.005)
+ths = [threading.Thread(target=req, args=a) for a in (("long", 0, 2000), ("late-low", 7, 4), ("urgent", -3, 4))]
+ths[0].start()
+until(lambda: gauge("num_requests_running") == 1)
+ths[1].start()
+until(lambda: gauge("num_requests_waiting") == 1)
+ths[2].start()
+until(lambda: gauge("num_requests_waiting") == 2 or done)
+for t in ths: t.join(120)
+if done != ["long", "urgent", "late-low"]: sys.exit(f"finished in the order {done}")
+PY
+n=$(curl -s -d '{"prompt":[1,2,3],"max_tokens":2,"priority":"high"}' "$SV_URL/v1/completions" | jq -r .error.param)
+[ "$n" = priority ] || bad "priority: a string accepted ($n)"
+stop_server
+start_server "$S/fcfs.log" "$T" --skip-self-check || exit 1
+curl -s -d '{"prompt":[1,2,3],"max_tokens":2,"priority":1}' "$SV_URL/v1/completions" | jq -e '.error.param == "priority" and
+    (.error.message | contains("--scheduling-policy priority"))' >/dev/null || bad "a priority on a first come, first served server"
+[ "$(curl -s -d '{"prompt":[1,2,3],"max_tokens":2,"priority":0}' "$SV_URL/v1/completions" | jq .usage.completion_tokens)" = 2 ] ||
+    bad "priority 0 on a first come, first served server"
+stop_server
+timeout 20 "$M" serve --model "$T" --port 0 --enable-priority-scheduling >/dev/null 2>"$S/e12"; rc=$?
+[ $rc = 2 ] && grep -q -- "--schedule-low-priority-values-first" "$S/e12" || bad "--enable-priority-scheduling alone: exit $rc"
 for case in "--page-size 32|pages are 16 tokens" "--block-size 8|pages are 16 tokens" "--stream-interval 4|only 1" \
             "--schedule-policy lpm|first come, first served" "--mem-fraction-static 0.9|--kv-cache-memory" \
             "--gpu-memory-utilization 0.9|GPU memory" "--log-level loud|--log" "$T|beside --model" \
