@@ -473,26 +473,29 @@ static void *engine_main(void *arg) {
             sv_hist_observe(&e->met->iter, (double)out->n_tokens);
             pthread_mutex_unlock(&e->met->mu);
         }
-        /* 5. publish */
+        /* 5. publish (a profile has the step first: a client that has its answer and stops the profile finds
+         * every step of it; the publishing's end is added after) */
         uint64_t now = mr_now_ns();
-        e->defer_wakes = true;
-        for (int i = 0; out && i < out->n_events; i++) publish(e, &out->events[i], now);
-        e->defer_wakes = false;
-        wake_deferred(e);
+        int64_t prof_at = -1;
         if (prof && out) {
             mr_engine_stats s1;
             mr_model_timing m1;
             mr_engine_stats_get(e->eng, &s1);
             mr_model_timing_get(e->m, &m1);
-            sv_prof_step ps = {.step = s1.steps, .t0 = t_step, .t_publish = now, .t_end = mr_now_ns(),
+            sv_prof_step ps = {.step = s1.steps, .t0 = t_step, .t_publish = now, .t_end = now,
                                .schedule_ns = s1.schedule_ns - s0.schedule_ns, .forward_ns = s1.forward_ns - s0.forward_ns,
                                .sample_ns = s1.sample_ns - s0.sample_ns, .complete_ns = s1.complete_ns - s0.complete_ns,
                                .attention_ns = m1.attention_ns - m0.attention_ns, .moe_ns = m1.moe_ns - m0.moe_ns,
                                .other_ns = m1.other_ns - m0.other_ns, .n_prefill = out->n_prefill_tokens,
                                .n_decode = out->n_decode_tokens, .n_seq = out->n_seq, .n_preempted = out->n_preempted,
                                .n_events = out->n_events};
-            sv_profile_step(e->prof, &ps);
+            prof_at = sv_profile_step(e->prof, &ps);
         }
+        e->defer_wakes = true;
+        for (int i = 0; out && i < out->n_events; i++) publish(e, &out->events[i], now);
+        e->defer_wakes = false;
+        wake_deferred(e);
+        if (prof_at >= 0) sv_profile_step_end(e->prof, prof_at, t_step, mr_now_ns());
         if (!go && !e->live) break;
     }
     /* stopping: what is still submitted ends as aborted, and so does every later submission */

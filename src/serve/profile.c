@@ -54,7 +54,8 @@ int sv_profile_start(sv_profile *p, int64_t num_steps) {
     return running ? 1 : 0;
 }
 
-void sv_profile_step(sv_profile *p, const sv_prof_step *st) {
+int64_t sv_profile_step(sv_profile *p, const sv_prof_step *st) {
+    int64_t at = -1;
     pthread_mutex_lock(&p->mu);
     if (atomic_load(&p->on) && p->steps_left != 0) {
         if (p->n == p->cap && p->cap < SV_PROFILE_MAX_STEPS) {
@@ -63,10 +64,17 @@ void sv_profile_step(sv_profile *p, const sv_prof_step *st) {
             sv_prof_step *s = mr_realloc(p->s, cap * sizeof *s);
             if (s) p->s = s, p->cap = cap;
         }
-        if (p->n < p->cap) p->s[p->n++] = *st;
+        if (p->n < p->cap) at = (int64_t)p->n, p->s[p->n++] = *st;
         else p->cut = true;
         if (p->steps_left > 0) p->steps_left--;
     }
+    pthread_mutex_unlock(&p->mu);
+    return at;
+}
+
+void sv_profile_step_end(sv_profile *p, int64_t k, uint64_t t0, uint64_t t_end) {
+    pthread_mutex_lock(&p->mu);
+    if (atomic_load(&p->on) && k < (int64_t)p->n && p->s[k].t0 == t0) p->s[k].t_end = t_end;
     pthread_mutex_unlock(&p->mu);
 }
 

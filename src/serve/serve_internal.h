@@ -453,7 +453,10 @@ void sv_profile_free(sv_profile *p);
 int sv_profile_start(sv_profile *p, int64_t num_steps);
 /* Whether it records (the engine thread asks before each step). */
 bool sv_profile_on(sv_profile *p);
-void sv_profile_step(sv_profile *p, const sv_prof_step *s);
+/* Appends a step: its index, or -1 when it was not kept (not recording, num_steps reached, the cap). */
+int64_t sv_profile_step(sv_profile *p, const sv_prof_step *s);
+/* The end of step k's publishing (t_end), when k is still that step (t0) of the recording. */
+void sv_profile_step_end(sv_profile *p, int64_t k, uint64_t t0, uint64_t t_end);
 /* Stops and answers the recorded steps as a Chrome trace (JSON, mr_free, *len bytes); NULL when none was
  * running (*len 0) or out of memory (*len 0, and recording stopped). */
 char *sv_profile_stop(sv_profile *p, const char *model, const char *runner, size_t *len);
