@@ -231,7 +231,8 @@ def until(cond):
     while not cond():
         if time.time() - t0 > 60: sys.exit("timed out waiting for the server's gauges")
         time.sleep(0.005)
-ths = [threading.Thread(target=req, args=a) for a in (("long", 0, 2000), ("late-low", 7, 4), ("urgent", -3, 4))]
+# each runs alone for hundreds of tokens: the order the answers come in is the order they ran
+ths = [threading.Thread(target=req, args=a) for a in (("long", 0, 1000), ("late-low", 7, 400), ("urgent", -3, 400))]
 ths[0].start()
 until(lambda: gauge("num_requests_running") == 1)
 ths[1].start()
