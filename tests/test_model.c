@@ -1414,6 +1414,72 @@ static void test_expert_distribution(void **st) {
     mr_model_close(m);
 }
 
+/* Routed experts (sglang's return_routed_experts): a request's events give, for every position computed, each
+ * layer's k experts as the MoE block handed them to its hook (one request alone: a forward call's rows are its
+ * positions in order, chunked prefill included); every position but the last generated one comes, once; a
+ * second request of the same prompt takes nothing from the prefix cache (its positions are its own). */
+typedef struct {
+    int64_t L, k, pos; /* the next position of the call's first row */
+    int32_t *want;     /* [positions][L][k] */
+    int64_t cap;
+} route_tally;
+static void route_hook(void *user, int layer, const float *x, const float *out, int64_t T, const int32_t *ids, int k) {
+    (void)x, (void)out;
+    route_tally *t = user;
+    for (int64_t i = 0; i < T && t->pos + i < t->cap; i++)
+        memcpy(t->want + ((size_t)(t->pos + i) * (size_t)t->L + (size_t)layer) * (size_t)k, ids + (size_t)i * (size_t)k,
+               (size_t)k * sizeof(int32_t));
+    if (layer == t->L - 1) t->pos += T;
+}
+static void test_routed_experts(void **st) {
+    (void)st;
+    mr_model *m;
+    mr_engine *e;
+    ref_engine_open(tu_data("model/tiny"), MR_FMT_F32, 16, 1, &m, &e);
+    const mr_model_config *c = mr_model_config_of(m);
+    enum { P = 37, G = 9 };
+    const int64_t L = c->n_layers, k = c->top_k, row = L * k;
+    route_tally t = {L, k, 0, calloc((size_t)(P + G) * (size_t)row, sizeof(int32_t)), P + G};
+    int32_t *got = calloc((size_t)(P + G) * (size_t)row, sizeof(int32_t)), prompt[P];
+    int seen[P + G];
+    assert_non_null(t.want);
+    assert_non_null(got);
+    for (int i = 0; i < P; i++) prompt[i] = 3 + (i * 7) % 50;
+    mr__model_set_moe_hook(m, route_hook, &t);
+    for (int round = 0; round < 2; round++) {
+        t.pos = 0;
+        memset(seen, 0, sizeof seen);
+        mr_request_params p = {.prompt = prompt, .n_prompt = P, .max_tokens = G, .ignore_eos = true, .routes = true};
+        mr_req_id id;
+        assert_int_equal(mr_engine_add(e, &p, &id), MR_OK);
+        int64_t n_cached = -1;
+        for (int steps = 0; mr_engine_has_work(e); steps++) {
+            assert_true(steps < 100);
+            const mr_engine_step_out *so = NULL;
+            assert_int_equal(mr_engine_step(e, &so), MR_OK);
+            for (int q = 0; q < so->n_events; q++) {
+                const mr_engine_event *ev = &so->events[q];
+                if (ev->first_token) n_cached = ev->n_cached;
+                assert_true(ev->routes_pos >= 0 && ev->routes_pos + ev->n_routes <= P + G - 1);
+                for (int64_t r = 0; r < ev->n_routes; r++) {
+                    seen[ev->routes_pos + r]++;
+                    memcpy(got + (size_t)(ev->routes_pos + r) * (size_t)row, ev->routes + (size_t)r * (size_t)row,
+                           (size_t)row * sizeof(int32_t));
+                }
+            }
+        }
+        assert_int_equal(n_cached, 0);
+        assert_int_equal(t.pos, P + G - 1); /* one request: every call's rows were its positions */
+        for (int i = 0; i < P + G - 1; i++) assert_int_equal(seen[i], 1);
+        assert_memory_equal(got, t.want, (size_t)(P + G - 1) * (size_t)row * sizeof(int32_t));
+        for (int64_t i = 0; i < (P + G - 1) * row; i++) assert_true(got[i] >= 0 && got[i] < c->n_experts);
+    }
+    free(t.want);
+    free(got);
+    mr_engine_free(e);
+    mr_model_close(m);
+}
+
 static void test_prompt_logprobs_oracle(void **st) {
     (void)st;
     plp_oracle_run(512, 1, false);
@@ -1430,6 +1496,7 @@ int main(void) {
         cmocka_unit_test(test_prompt_logprobs_oracle),
         cmocka_unit_test(test_prompt_logprobs_from),
         cmocka_unit_test(test_expert_distribution),
+        cmocka_unit_test(test_routed_experts),
         cmocka_unit_test(test_kv_fp8_oracle),
         cmocka_unit_test(test_dense_bf16_oracle),
         cmocka_unit_test(test_kv_fp8_checkpoint_scales),

@@ -184,6 +184,9 @@ typedef struct {
     int64_t prompt_logprobs_from; /* with prompt_logprobs: the first prompt position reported (0 and 1: from the
                                      second token, every one; n_prompt or more: none, and nothing owed).
                                      sglang's logprob_start_len s is s + 1 here */
+    bool routes;                  /* events carry the experts each computed position selected in every layer
+                                     (mr_engine_event.routes: sglang's routed experts, for RL routing replay);
+                                     the prompt is then computed whole (no prefix-cache hits) */
     int64_t priority;             /* with priority_scheduling: lower runs first (vLLM's order); else must be 0 */
     const char *cache_salt;       /* vLLM's: requests share prefix-cache blocks only with those of the same salt
                                      (its bytes, n_cache_salt of them; NULL or 0: the unsalted cache), so that a
@@ -269,6 +272,10 @@ typedef struct {
     const int32_t *plp_rank;      /* [n_plp] each prompt token's rank at its position: 1 + the ids whose logit is at
                                      least its own (vLLM's definition; ties count against it) */
     const float *plp_id_logprob;  /* [n_plp][n_logprob_ids] the logprob_ids' log-probabilities at those positions */
+    /* routes: the positions routes_pos .. routes_pos + n_routes - 1 computed in this step (a recomputed one
+     * comes again, the same), each a row of [n_layers][top_k] expert ids; valid until the next step */
+    int64_t routes_pos, n_routes;
+    const int32_t *routes;
 } mr_engine_event;
 
 typedef struct {

@@ -179,6 +179,10 @@ bool mr_model_expert_recording(const mr_model *m);
 /* The counts: out [n_layers][n_experts] (mr_model_config), how often each expert was selected in each layer
  * since the last start (layers without experts: 0). */
 void mr_model_expert_counts(const mr_model *m, uint64_t *out);
+/* Routing capture (sglang's routed experts): with out set, each forward call writes every token's k selected
+ * experts of every layer to out [tokens of the call][n_layers][top_k] (token t of the call's batch at row t);
+ * NULL stops. The caller sizes it for the calls it makes. */
+void mr_model_capture_routes(mr_model *m, int32_t *out);
 
 /* Weight bytes a forward call reads: every call reads all of the attention
  * projections, router gates and the lm_head; an expert's gate, up and down

@@ -150,6 +150,7 @@ void mr_engine_free(mr_engine *e) {
     mr_free(e->ev);
     mr_free(e->top);
     mr_free(e->idlp);
+    mr_free(e->routes_buf);
     plp_free(e);
     mr_free(e->chk);
     mr__engine_ep_free(e);
@@ -415,6 +416,11 @@ mr_status mr_engine_add(mr_engine *e, const mr_request_params *p, mr_req_id *out
         return mr_error_set(MR_EBUSY, "request: %d requests are waiting already (max_queued_requests %d)",
                             e->n_waiting, o->max_queued_requests);
     if (p->prompt_logprobs && (st = plp_alloc(e))) return st;
+    if (p->routes && !e->routes_buf) {
+        const mr_model_config *mc = mr_model_config_of(e->m);
+        e->routes_buf = mr_malloc((size_t)o->max_batch_tokens * (size_t)mc->n_layers * (size_t)mc->top_k * sizeof(int32_t));
+        if (!e->routes_buf) return mr_error_set(MR_ENOMEM, "request: out of memory for the routed experts");
+    }
     if (!p->constraint.mask != !p->constraint.accept)
         return mr_error_set(MR_EINVAL, "request: a token constraint needs both mask and accept");
     if (p->constraint.mask && (st = con_alloc(e))) return st;
@@ -478,6 +484,7 @@ mr_status mr_engine_add(mr_engine *e, const mr_request_params *p, mr_req_id *out
     r->id = ((uint64_t)e->gen << 32) | (uint64_t)(slot + 1);
     r->state = MR__RQ_WAITING;
     r->prio = p->priority;
+    r->routes = p->routes;
     r->seq = e->arrivals++;
     if (e->o.priority_scheduling) {
         wait_insert(e, slot);
@@ -600,7 +607,7 @@ static bool grow(mr_engine *e, mr__req *r, int64_t upto) {
  * log-probabilities need the logits from the position before the first owed
  * token: no hit past it. */
 static void match_prefix(mr_engine *e, mr__req *r) {
-    if (e->o.no_prefix_caching) return;
+    if (e->o.no_prefix_caching || r->routes) return; /* routes: every position computed, so that each has its own */
     int64_t full = (r->n_tok - 1) / BT;
     if (r->plp && r->plp_next < r->n_prompt && (r->plp_next - 1) / BT < full) full = (r->plp_next - 1) / BT;
     mr__key parent = r->root;
@@ -637,6 +644,7 @@ static void add_sched(mr_engine *e, int32_t slot, int64_t n) {
                                          .plp_n = (int32_t)rows, .plp_q0 = q0, .idlp_off = e->n_idlp};
     e->n_plp += (int)rows;
     e->n_idlp += (rows + sample) * r->n_lp_ids;
+    e->step_routes |= r->routes;
 }
 
 /* Room in e->idlp for this step's logprob-id rows (kept for the next steps). */
@@ -690,6 +698,7 @@ mr_status mr_engine_schedule(mr_engine *e, const mr_kv_batch **out) {
     e->n_sched = 0;
     e->n_plp = 0;
     e->n_idlp = 0;
+    e->step_routes = false;
     e->out = (mr_engine_step_out){0};
     e->err[0] = 0;
     sweep_cancelled(e);
@@ -797,6 +806,7 @@ mr_status mr_engine_complete(mr_engine *e, mr_status forward_status, const float
     if (forward_status != MR_OK) snprintf(e->err, sizeof e->err, "forward pass failed: %s", mr_error_last());
     uint64_t sample_ns = 0;
     int row = 0;
+    int64_t b_off = 0; /* the batch rows of the scheduled requests before this one */
     const int stride = 1 + e->o.max_top_logprobs;
     /* the prompt rows' log-probabilities: their logits a chunk at a time from the model, the
      * rows of a chunk over the threads; a failure ends the requests of the batch that have rows */
@@ -889,6 +899,8 @@ mr_status mr_engine_complete(mr_engine *e, mr_status forward_status, const float
         mr__req *r = &e->req[s->slot];
         const float *lg = s->sample && logits ? logits + (size_t)row * (size_t)e->vocab : NULL;
         row += s->sample;
+        const int64_t tok_off = b_off; /* this request's first row in the batch */
+        b_off += s->n;
         if (forward_status != MR_OK) {
             mr_engine_event *v = event(e, r);
             v->finish = r->fin = MR_FINISH_ERROR; /* leaves the running list below */
@@ -917,6 +929,13 @@ mr_status mr_engine_complete(mr_engine *e, mr_status forward_status, const float
             v->plp_rank = e->plp_rank + s->plp_row;
             if (r->n_lp_ids) v->plp_id_logprob = e->idlp + s->idlp_off;
             r->plp_next = s->plp_q0 + s->plp_n + 1;
+        }
+        if (r->routes) { /* the experts the positions computed here selected (the capture of the forward) */
+            if (!v) v = event(e, r);
+            const mr_model_config *mc = mr_model_config_of(e->m);
+            v->routes_pos = r->n_computed - s->n;
+            v->n_routes = s->n;
+            v->routes = e->routes_buf + (size_t)tok_off * (size_t)mc->n_layers * (size_t)mc->top_k;
         }
         if (!s->sample) continue; /* a prefill chunk that does not reach the end yet */
         const mr__pick *pk = &e->pick[i];
@@ -986,7 +1005,9 @@ mr_status mr_engine_step(mr_engine *e, const mr_engine_step_out **out) {
         const int k = mr__thr_pick(&e->thr, b->n_tokens, e->t_sched_end);
         const int before = omp_get_max_threads();
         omp_set_num_threads(k ? e->thr.all : 1); /* set each step: a caller's thread (serve's engine thread) may differ */
+        if (e->step_routes) mr_model_capture_routes(e->m, e->routes_buf);
         fst = mr_model_forward_kv(e->m, b, e->logits);
+        mr_model_capture_routes(e->m, NULL);
         const uint64_t t1 = mr_now_ns();
         omp_set_num_threads(before);
         if (!fst) mr__thr_seen(&e->thr, b->n_tokens, k, t1 - e->t_sched_end);

@@ -90,6 +90,7 @@ typedef struct {
     int32_t n_hashed;           /* leading full blocks already keyed (registered or duplicates) */
     mr__key last_key;           /* key of block n_hashed - 1 (root when 0) */
     int64_t prio;               /* priority scheduling: lower goes first */
+    bool routes;                /* events carry the routed experts (mr_request_params.routes) */
     uint64_t seq;               /* arrival order (then the tie-break) */
     mr__key root;               /* the parent of block 0: MR__ROOT_KEY, or its cache salt's (mr__salt_key) */
     mr_sampling sp;
@@ -266,6 +267,9 @@ struct mr_engine {
      * as a step needs (kept) */
     float *idlp;                /* [cap_idlp] */
     int64_t n_idlp, cap_idlp;
+    /* routed experts: the step's capture [max_batch_tokens][n_layers][top_k], with the first request that asks */
+    int32_t *routes_buf;
+    bool step_routes;           /* a request of this step asks */
     char err[512];              /* the error of this step's failed forward */
     int32_t *chk;               /* [kv_blocks] scratch of mr_engine_check */
     /* expert parallelism (engine_ep.c): this rank of ep_size; the step on the wire */

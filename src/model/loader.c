@@ -721,6 +721,8 @@ void mr_model_expert_counts(const mr_model *m, uint64_t *out) {
     for (size_t i = 0; i < (size_t)m->c.n_layers * (size_t)m->c.n_experts; i++) out[i] = atomic_load(&m->erec[i]);
 }
 
+void mr_model_capture_routes(mr_model *m, int32_t *out) { m->routes_out = out; }
+
 void mr_model_close(mr_model *m) {
     if (!m) return;
     mr_free(m->erec);

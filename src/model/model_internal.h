@@ -110,6 +110,7 @@ struct mr_model {
     /* expert distribution (mr_model_expert_record): [n_layers][n_experts] selections while erec_on */
     atomic_uint_least64_t *erec;
     atomic_bool erec_on;
+    int32_t *routes_out;     /* mr_model_capture_routes: [T][n_layers][top_k] of the call, or NULL */
 };
 
 /* ---- ops: fp32, free functions (out, in, weights, dims) ---- */

@@ -38,6 +38,10 @@ mr_status mr__moe_forward(mr_model *m, int l, const float *xn, int64_t T, float 
     for (int64_t i = 0; i < T * k; i++)
         if (s->ids[i] >= 0 && s->ids[i] < m->c.n_experts) s->emark[s->ids[i]] = 0;
     m->timing.experts_touched += touched;
+    if (m->routes_out) /* routing capture: row t of the call, this layer's k */
+        for (int64_t t = 0; t < T; t++)
+            memcpy(m->routes_out + ((size_t)t * (size_t)m->c.n_layers + (size_t)l) * (size_t)k, s->ids + (size_t)t * (size_t)k,
+                   (size_t)k * sizeof(int32_t));
     if (atomic_load_explicit(&m->erec_on, memory_order_relaxed)) { /* the expert distribution */
         atomic_uint_least64_t *c = m->erec + (size_t)l * (size_t)m->c.n_experts;
         for (int64_t i = 0; i < T * k; i++)
