@@ -71,6 +71,8 @@ typedef struct {
                                       Responses request's conversation); never evicted: past this a
                                       request that would add to it is refused; 0: the API is off [64 MiB] */
     bool log_requests;             /* one line per finished request on stderr [false] */
+    bool return_routed_experts;    /* /generate's return_routed_experts is served (sglang's
+                                      --enable-return-routed-experts; such requests skip the prefix cache) [false] */
     bool debug_forced_output;      /* tests only: requests may carry debug_forced_output [false] */
     bool debug_slow_stream;        /* tests only: the event loop sleeps 50 ms each time it sends a stream's
                                       events, so that it falls behind the engine [false] */

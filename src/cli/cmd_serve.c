@@ -57,6 +57,8 @@ static void usage(FILE *f) {
             "                             with MiniMax-M2's template); minimax_m2_append_think (or\n"
             "                             minimax-append-think): kept in content, after \"<think>\", as vLLM\n"
             "  --tool-call-parser P       minimax_m2 (or minimax-m2): tool calls into tool_calls (the default)\n"
+            "  --enable-return-routed-experts  /generate's return_routed_experts: each position's experts in\n"
+            "                             every layer (sglang's; RL routing replay) [off]\n"
             "  --scheduling-policy P      fcfs, or priority: waiting requests start by their priority field\n"
             "                             (lower first, then arrival; vLLM's order), and the least urgent running\n"
             "                             one is preempted first (vLLM's; sglang's --schedule-policy too, and\n"
@@ -309,6 +311,8 @@ int mr_cmd_serve(int argc, char **argv) {
             if (ff) goto out; /* a value of theirs that is not how moerun runs: said */
         } else if (!strcmp(a, "--enable-auto-tool-choice") || !strcmp(a, "--trust-remote-code")) {
             /* vLLM's and sglang's: tool_choice "auto" is always served, and no code from a checkpoint ever runs */
+        } else if (!strcmp(a, "--enable-return-routed-experts")) { /* sglang's */
+            so.return_routed_experts = true;
         } else if (!strcmp(a, "--debug-forced-output")) { /* tests only: requests may dictate their output */
             so.debug_forced_output = true;
         } else if (!strcmp(a, "--debug-slow-stream")) { /* tests only: the event loop lags behind the engine */

@@ -110,3 +110,17 @@ int sv_buf_json_str(sv_buf *b, const char *s, size_t n) {
     b->p[b->len] = 0;
     return 0;
 }
+
+int sv_buf_base64(sv_buf *b, const void *p, size_t n) {
+    static const char A[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const unsigned char *s = p;
+    char q[4];
+    for (size_t i = 0; i < n; i += 3) {
+        const unsigned v = (unsigned)s[i] << 16 | (i + 1 < n ? (unsigned)s[i + 1] << 8 : 0) | (i + 2 < n ? s[i + 2] : 0);
+        q[0] = A[v >> 18 & 63], q[1] = A[v >> 12 & 63];
+        q[2] = i + 1 < n ? A[v >> 6 & 63] : '=';
+        q[3] = i + 2 < n ? A[v & 63] : '=';
+        if (sv_buf_add(b, q, 4)) return -1;
+    }
+    return 0;
+}

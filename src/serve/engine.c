@@ -278,6 +278,7 @@ static void admit(sv_engine *e, sv_gen *g) {
         .prompt_logprobs_from = r->plp_from,
         .logprob_ids = g->lp_ids,
         .priority = r->priority,
+        .routes = g->routes != NULL,
         .cache_salt = r->cache_salt,
         .n_cache_salt = r->cache_salt ? r->n_cache_salt : 0,
         .n_logprob_ids = g->n_lp_ids,
@@ -342,6 +343,15 @@ static void publish(sv_engine *e, const mr_engine_event *ev, uint64_t now) {
         const wake_call w = take_wake(j);
         pthread_mutex_unlock(&j->mu);
         wake(e, w);
+    }
+    if (ev->n_routes > 0 && g->routes) { /* the routed experts of the positions computed */
+        const mr_model_config *mc = mr_model_config_of(e->m);
+        const size_t row = (size_t)mc->n_layers * (size_t)mc->top_k;
+        pthread_mutex_lock(&j->mu);
+        for (int64_t q = 0; q < ev->n_routes; q++)
+            if (ev->routes_pos + q < g->routes_cap)
+                memcpy(g->routes + (size_t)(ev->routes_pos + q) * row, ev->routes + (size_t)q * row, row * sizeof(int32_t));
+        pthread_mutex_unlock(&j->mu);
     }
     if (ev->n_tokens == 1 && g->echo_only) { /* max_tokens 0: the prompt alone; the token is not counted */
         pthread_mutex_lock(&j->mu);

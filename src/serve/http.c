@@ -212,6 +212,7 @@ void sv_job_release(sv_job *j) {
     mr_free(j->ids);
     mr_free(j->lp_ids);
     mr_free(j->idlp);
+    mr_free(j->routes);
     mr_free(j->forced);
     for (int i = 0; j->gens && i < j->n_gen; i++) mr_matcher_free(j->gens[i].matcher);
     if (j->gens) {
@@ -1287,6 +1288,27 @@ static int gens_lp_ids(const mr_server *s, sv_job *j, sv_error *e) {
     return 0;
 }
 
+/* sglang's return_routed_experts: room for every gen's rows (each position's experts of every layer), the
+ * prompt's and the output's. */
+static int gens_routes(const mr_server *s, sv_job *j, sv_error *e) {
+    if (!s->o.return_routed_experts)
+        return sv_fail(e, 400, "return_routed_experts", "return_routed_experts: this server does not return them (start "
+                       "it with --enable-return-routed-experts)");
+    const mr_model_config *mc = mr_model_config_of(s->m);
+    const size_t row = (size_t)mc->n_layers * (size_t)mc->top_k;
+    size_t rows = 0;
+    for (int i = 0; i < j->n_gen; i++) rows += (size_t)(j->gens[i].n_prompt + j->gens[i].max_tokens);
+    if (!(j->routes = mr_malloc((rows ? rows : 1) * row * sizeof(int32_t)))) return sv_fail(e, 500, NULL, "out of memory");
+    size_t off = 0;
+    for (int i = 0; i < j->n_gen; i++) {
+        sv_gen *g = &j->gens[i];
+        g->routes = j->routes + off * row;
+        g->routes_cap = g->n_prompt + g->max_tokens;
+        off += (size_t)g->routes_cap;
+    }
+    return 0;
+}
+
 /* Structured outputs: a matcher per gen over the request's grammar. The output ends with the model's
  * EOS ids or the request's stop ids, and a reasoning model's chat answer is free up to its "</think>". */
 static int gens_matchers(const mr_server *s, sv_job *j, sv_error *e) {
@@ -1700,6 +1722,7 @@ static int make_job(mr_server *s, sv_request *r, sv_job **out, sv_error *e) {
     }
     if (r->grammar && gens_matchers(s, j, e)) goto out;
     if (gens_lp_ids(s, j, e)) goto out;
+    if (r->routes && gens_routes(s, j, e)) goto out;
     j->live = j->n_gen;
     unsigned long long id = atomic_fetch_add(&s->counter, 1);
     snprintf(j->id, sizeof j->id, "%s-%08llx%08llx", r->kind == SV_CHAT ? "chatcmpl" : "cmpl",

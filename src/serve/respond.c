@@ -787,6 +787,33 @@ static int sgl_logprobs(const sv_out *o, int i, json_t *meta) {
     return bad || sgl_input_logprobs(o, g, top, text, meta) ? -1 : 0;
 }
 
+/* sglang's routed_experts of a finished choice: base64 of the int32 (little-endian) ids of [prompt + completion
+ * - 1][n_layers][top_k], every position that went through the model (the last token never does), as sglang
+ * sends them for routing replay. */
+static int sgl_routes(const sv_out *o, const sv_choice *c, json_t *meta) {
+    const mr_model_config *mc = mr_model_config_of(o->m);
+    const size_t row = (size_t)mc->n_layers * (size_t)mc->top_k;
+    int64_t n = c->g->n_prompt + c->counted - 1;
+    if (n > c->g->routes_cap) n = c->g->routes_cap;
+    sv_buf b = {0};
+    int rc = 0;
+    pthread_mutex_lock(&o->j->mu);
+    for (size_t i = 0; !rc && i < (size_t)(n > 0 ? n : 0) * row; i += 768) { /* pieces of 3072 bytes: 3 divides it */
+        const size_t m = (size_t)n * row - i < 768 ? (size_t)n * row - i : 768;
+        unsigned char le[3072];
+        for (size_t q = 0; q < m; q++) {
+            const uint32_t v = (uint32_t)c->g->routes[i + q];
+            le[4 * q] = (unsigned char)v, le[4 * q + 1] = (unsigned char)(v >> 8);
+            le[4 * q + 2] = (unsigned char)(v >> 16), le[4 * q + 3] = (unsigned char)(v >> 24);
+        }
+        rc = sv_buf_base64(&b, le, 4 * m);
+    }
+    pthread_mutex_unlock(&o->j->mu);
+    rc = rc || json_object_set_new(meta, "routed_experts", json_stringn(b.p ? b.p : "", b.len));
+    sv_buf_free(&b);
+    return rc ? -1 : 0;
+}
+
 /* sglang's answer object for choice i (reason NULL: a streamed piece, without output_ids). */
 static json_t *sgl_object(const sv_out *o, int i, const char *reason) {
     const sv_choice *c = &o->c[i];
@@ -796,6 +823,10 @@ static json_t *sgl_object(const sv_out *o, int i, const char *reason) {
     const bool by_id = reason && !strcmp(reason, "stop") && !c->stop_hit && last >= 0 && is_stop_token(o, c->g, last, c->counted);
     json_t *x = sv_sglang_object(id, c->content.p, c->content.len, reason ? c->g->out : NULL, c->counted, reason,
                                  c->stop_hit, by_id ? last : -1, o->j->prompt_len[i / o->j->req.n], c->counted, c->cached);
+    if (x && reason && c->g->routes && sgl_routes(o, c, json_object_get(x, "meta_info"))) {
+        json_decref(x);
+        return NULL;
+    }
     if (x && json_is_true(json_object_get(o->j->req.sgl_meta, "return_logprob")) &&
         sgl_logprobs(o, i, json_object_get(x, "meta_info"))) {
         json_decref(x);

@@ -129,6 +129,7 @@ typedef struct {
                                      prompt_logprobs), the stride of sv_gen.plp */
     bool ignore_eos, stream, include_usage, continuous_usage, echo;
     int64_t priority;             /* vLLM's: lower first, with --scheduling-policy priority */
+    bool routes;                  /* /generate's return_routed_experts */
     bool return_token_ids;        /* vLLM's: prompt_token_ids and the choices' token_ids in the answer */
     bool tokens_as_ids;           /* vLLM's return_tokens_as_token_ids: logprobs' tokens as "token_id:N" */
     bool logprobs;                /* report the sampled token's log-probability */
@@ -362,6 +363,9 @@ typedef struct sv_gen {
     int n_lp_ids;
     bool has_lp_ids;
     float *idlp, *plp_idlp;
+    int32_t *routes;            /* return_routed_experts: [n_prompt + max_tokens][n_layers * top_k], rows as their
+                                   positions are computed (under job->mu) */
+    int64_t routes_cap;         /* rows */
     bool idlp_next;             /* echo_only: idlp's first row holds the ids at the position after the prompt
                                    (sglang's prefill-only output_token_ids_logprobs; under job->mu) */
     bool echo_only;             /* max_tokens 0 with echo: the engine's one token is not the client's */
@@ -392,6 +396,7 @@ typedef struct sv_job {
     int32_t *ids;               /* all prompt ids of the gens (gens point into it) */
     int32_t *lp_ids;            /* token_ids_logprob: every prompt's ids (gens point into it), or NULL */
     float *idlp;                /* their log-probabilities: every gen's idlp and plp_idlp (gens point into it) */
+    int32_t *routes;            /* return_routed_experts: every gen's rows (gens point into it) */
     int64_t *prompt_len;        /* [n_prompts] tokens per prompt */
     char **prompt_text;         /* [n_prompts] text of each prompt (for echo), may be NULL */
     pthread_mutex_t mu;
@@ -488,6 +493,8 @@ int sv_buf_printf(sv_buf *b, const char *fmt, ...)
 void sv_buf_free(sv_buf *b);
 /* Appends s as a JSON string literal (quotes and escapes; invalid UTF-8 as U+FFFD). */
 int sv_buf_json_str(sv_buf *b, const char *s, size_t n);
+/* Appends the n bytes at p in standard base64 (RFC 4648, padded). */
+int sv_buf_base64(sv_buf *b, const void *p, size_t n);
 
 /* The output side of one job (respond.c), owned by its HTTP thread: per
  * choice the streaming detokenizer, the stop strings, the reasoning /

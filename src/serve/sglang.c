@@ -171,6 +171,9 @@ int sv_sglang_to_completions(const char *body, size_t len, char **out_json, json
             else if (json_integer_value(x) >= 0) json_object_set(m, "logprob_start_len", x);
         } else if (!strcmp(k, "token_ids_logprob")) {
             if (!json_is_null(x)) rc = lp_ids_field(x, m, e);
+        } else if (!strcmp(k, "return_routed_experts")) {
+            if (!json_is_boolean(x) && !json_is_null(x)) rc = sv_fail(e, 400, k, "return_routed_experts must be a boolean");
+            else if (json_is_true(x)) json_object_set_new(m, "routes", json_true());
         } else if (!strcmp(k, "stream_options")) {
             continue;
         } else if (!strcmp(k, "lora_path") || !strcmp(k, "image_data") || !strcmp(k, "audio_data") ||
@@ -208,6 +211,7 @@ int sv_sglang_to_completions(const char *body, size_t len, char **out_json, json
 
 void sv_sglang_apply(const json_t *meta, sv_request *r) {
     if (json_is_true(json_object_get(meta, "prefill_only"))) r->max_tokens = 0;
+    r->routes = json_is_true(json_object_get(meta, "routes"));
     const json_t *s = json_object_get(meta, "logprob_start_len");
     if (!json_is_true(json_object_get(meta, "return_logprob")) || !s) return;
     r->prompt_logprobs = (int)json_integer_value(json_object_get(meta, "top_logprobs_num"));

@@ -1635,6 +1635,46 @@ if text_url:
     z = _json2.loads(post("/dump_expert_distribution_record"))
     check(z["recording"] and all(sum(row) == 0 for row in z["logical_count"]), f"expert distribution restarted: {z}")
     post("/stop_expert_distribution_record")
+    # sglang's return_routed_experts (RL routing replay): base64 of int32 [prompt + completion - 1][layers][top_k],
+    # every position that went through the model; the experts valid ids; a batch's two answers each its own, the
+    # same prompt giving the same rows; and for a request run alone their histogram is what the expert
+    # distribution recorder counted meanwhile (the model's own counters, another path); cached blocks are not
+    # used (every position has its rows); without the server flag this is a 400 (the other servers of this test)
+    import base64 as _b64, struct as _st
+
+    def rows_of(meta):
+        raw = _b64.b64decode(meta["routed_experts"])
+        ids = _st.unpack("<%di" % (len(raw) // 4), raw)
+        return [ids[i:i + L * k] for i in range(0, len(ids), L * k)]
+
+    post("/start_expert_distribution_record")
+    rr = _json2.loads(sgl({"text": LP, "sampling_params": {"max_new_tokens": 5, "temperature": 0, "ignore_eos": True},
+                           "return_routed_experts": True}))
+    post("/stop_expert_distribution_record")
+    dd = _json2.loads(post("/dump_expert_distribution_record"))
+    L, k, E = dd["layers"], dd["top_k"], dd["experts"]
+    mi = rr["meta_info"]
+    rows = rows_of(mi)
+    hist = [[sum(r[l * k:(l + 1) * k].count(x) for r in rows) for x in range(E)] for l in range(L)]
+    check(len(rows) == mi["prompt_tokens"] + mi["completion_tokens"] - 1 and mi["cached_tokens"] == 0 and
+          all(0 <= x < E for r in rows for x in r) and hist == dd["logical_count"],
+          f"routed_experts: {len(rows)} rows, {mi}, histogram {hist} / recorder {dd['logical_count']}")
+    rb = _json2.loads(sgl({"text": [LP, "In the"], "sampling_params": {"max_new_tokens": 3, "temperature": 0},
+                           "return_routed_experts": True}))
+    ra, rb2 = rows_of(rb[0]["meta_info"]), rows_of(rb[1]["meta_info"])
+    alone = rows_of(_json2.loads(sgl({"text": "In the", "sampling_params": {"max_new_tokens": 3, "temperature": 0},
+                                      "return_routed_experts": True}))["meta_info"])
+    check(len(ra) == rb[0]["meta_info"]["prompt_tokens"] + 2 and len(rb2) == rb[1]["meta_info"]["prompt_tokens"] + 2 and
+          ra[:len(lids)] == rows[:len(lids)] and rb2 == alone, f"routed_experts of a batch: {rb2} / alone {alone}")
+    for where, body, why in ((text_url, {"text": "x", "return_routed_experts": "yes"}, "a string"),
+                             (sys.argv[1], {"input_ids": [5, 6], "return_routed_experts": True}, "a server without the flag")):
+        try:
+            _ur.urlopen(_ur.Request(where + "/generate", data=_json2.dumps(body).encode(),
+                                    headers={"Content-Type": "application/json"}), timeout=60)
+            check(False, f"return_routed_experts, {why}: taken")
+        except _ur.HTTPError as he:
+            got = _json2.loads(he.read())["error"]
+            check(he.code == 400 and got["param"] == "return_routed_experts", f"return_routed_experts, {why}: {got}")
     # sglang's /start_profile and /stop_profile: the steps between them as a Chrome trace; the prompt's tokens
     # (none from the cache) in the prefill slices, the generated ones but the last in the decode slices, each
     # phase inside its step and in order, the forward's parts within it; num_steps caps the steps; the 400s

@@ -43,7 +43,7 @@ cp "$DATA/text/minimax/tokenizer.json" "$DATA/text/minimax/tokenizer_config.json
     "$DATA/text/chat/models/minimax_m2/chat_template.jinja" "$MM/"
 printf '{"bos_token_id": 200034, "eos_token_id": [200020]}\n' >"$MM/generation_config.json"
 sed -i 's/"eos_token_id": [0-9]*/"eos_token_id": 200020/; s/"bos_token_id": [0-9]*/"bos_token_id": 200034/' "$MM/config.json"
-start_server "$S/c.log" --model "$MM" --context-length 1024 --debug-forced-output --skip-self-check || exit 1
+start_server "$S/c.log" --model "$MM" --context-length 1024 --debug-forced-output --enable-return-routed-experts --skip-self-check || exit 1
 URL_C=$SV_URL; PID_C=$SV_PID
 "$VENV/bin/python" "$HERE/openai_client.py" "$URL_A" "$prompt" "$expected" "$URL_B" "$URL_C"
 rc=$?

@@ -117,7 +117,7 @@ if [ $vrc = 0 ]; then
         "$SRC/tests/data/text/chat/models/minimax_m2/chat_template.jinja" "$MM/"
     printf '{"bos_token_id": 200034, "eos_token_id": [200020]}\n' >"$MM/generation_config.json"
     sed -i 's/"eos_token_id": [0-9]*/"eos_token_id": 200020/; s/"bos_token_id": [0-9]*/"bos_token_id": 200034/' "$MM/config.json"
-    start "$S/c.log" --model "$MM" --context-length 1024 --debug-forced-output --skip-self-check || exit 1
+    start "$S/c.log" --model "$MM" --context-length 1024 --debug-forced-output --enable-return-routed-experts --skip-self-check || exit 1
     URL_C=$URL; PID_C=$EP_PID; C0=$R0
     "$VENV/bin/python" "$SRC/tests/cli/openai_client.py" "$URL_A" "$prompt" "$expected" "$URL_B" "$URL_C" ||
         fail "the openai client against the expert-parallel servers"
