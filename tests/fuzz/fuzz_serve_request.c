@@ -140,6 +140,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         CHECK(r.max_tokens == -1 || (r.max_tokens >= 0 && r.max_tokens <= lim.max_completion_tokens));
         CHECK(r.plp_from >= 0 && r.prompt_logprobs >= -1 && r.prompt_logprobs <= SV_MAX_TOP_LOGPROBS);
         CHECK((r.prompt_logprobs >= 0) == (r.plp_from > 0));
+        CHECK(r.routes == json_is_true(json_object_get(echo, "routes")));
         /* rid: a string, or a batch's list of strings, one per prompt */
         const json_t *rid = json_object_get(echo, "rid");
         CHECK(!rid || json_is_string(rid) ||
