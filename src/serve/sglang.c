@@ -59,6 +59,17 @@ void sv_sglang_param(sv_error *e) {
 }
 
 
+/* The end of a translation (rc 0 so far): the completions request as JSON text and its meta handed out; the
+ * objects dropped either way. */
+static int translated(int rc, json_t *cmpl, json_t *m, json_t *req, char **out_json, json_t **meta, sv_error *e) {
+    if (!rc && !(*out_json = json_dumps(cmpl, JSON_COMPACT))) rc = oom(e);
+    if (!rc) *meta = json_incref(m);
+    json_decref(m);
+    json_decref(cmpl);
+    json_decref(req);
+    return rc;
+}
+
 /* One list of token_ids_logprob: integers, at most MR_ENGINE_MAX_LOGPROB_IDS (the vocabulary is checked with
  * the prompt). nm: the field's name as the error says it. */
 static int lp_id_list(const json_t *l, const char *nm, sv_error *e) {
@@ -201,12 +212,7 @@ int sv_sglang_to_completions(const char *body, size_t len, char **out_json, json
                      json_array_size(rid), batch ? "a batch of" : "a request of", batch ? json_array_size(prompts) : 1,
                      batch && json_array_size(prompts) == 1 ? "" : "s");
     if (!rc && batch) json_object_set_new(m, "batch", json_true());
-    if (!rc && !(*out_json = json_dumps(cmpl, JSON_COMPACT))) rc = oom(e);
-    if (!rc) *meta = json_incref(m);
-    json_decref(m);
-    json_decref(cmpl);
-    json_decref(req);
-    return rc;
+    return translated(rc, cmpl, m, req, out_json, meta, e);
 }
 
 void sv_sglang_apply(const json_t *meta, sv_request *r) {
@@ -331,12 +337,7 @@ int sv_score_to_completions(const char *body, size_t len, char **out_json, json_
                 json_object_set_new(m, "prefill_only", json_true()) || json_object_set_new(m, "return_logprob", json_true()) ||
                 json_object_set_new(m, "batch", json_true()) || json_object_set(m, "token_ids_logprob", (json_t *)labels)))
         rc = oom(e);
-    if (!rc && !(*out_json = json_dumps(cmpl, JSON_COMPACT))) rc = oom(e);
-    if (!rc) *meta = json_incref(m);
-    json_decref(m);
-    json_decref(cmpl);
-    json_decref(req);
-    return rc;
+    return translated(rc, cmpl, m, req, out_json, meta, e);
 }
 
 void sv_score_param(sv_error *e) {
