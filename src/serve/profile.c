@@ -78,13 +78,12 @@ void sv_profile_step_end(sv_profile *p, int64_t k, uint64_t t0, uint64_t t_end) 
     pthread_mutex_unlock(&p->mu);
 }
 
-/* One complete ("X") slice of the trace, times in ns from the start, written in microseconds. */
-static int slice(sv_buf *b, bool *first, const char *name, uint64_t t0, uint64_t ts, uint64_t dur, const char *args) {
-    const int rc = sv_buf_printf(b, "%s{\"name\":\"%s\",\"cat\":\"engine\",\"ph\":\"X\",\"pid\":1,\"tid\":1,\"ts\":%.3f,"
-                                 "\"dur\":%.3f%s%s}", *first ? "" : ",\n", name, (double)(ts - t0) / 1e3,
-                                 (double)dur / 1e3, args ? ",\"args\":" : "", args ? args : "");
-    *first = false;
-    return rc;
+/* One complete ("X") slice of the trace after the events before it, times in ns from the start, written in
+ * microseconds. */
+static int slice(sv_buf *b, const char *name, uint64_t t0, uint64_t ts, uint64_t dur, const char *args) {
+    return sv_buf_printf(b, ",\n{\"name\":\"%s\",\"cat\":\"engine\",\"ph\":\"X\",\"pid\":1,\"tid\":1,\"ts\":%.3f,"
+                         "\"dur\":%.3f%s%s}", name, (double)(ts - t0) / 1e3, (double)dur / 1e3,
+                         args ? ",\"args\":" : "", args ? args : "");
 }
 
 char *sv_profile_stop(sv_profile *p, const char *model, const char *runner, size_t *len) {
@@ -96,30 +95,28 @@ char *sv_profile_stop(sv_profile *p, const char *model, const char *runner, size
     }
     atomic_store(&p->on, false);
     sv_buf b = {0};
-    bool first = true;
     const uint64_t t0 = p->t_start;
     int bad = sv_buf_lit(&b, "{\"traceEvents\":[\n") ||
               sv_buf_printf(&b, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":\"moerun serve\"}},\n"
                             "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":1,\"args\":{\"name\":\"engine\"}}");
-    first = false;
     for (size_t i = 0; !bad && i < p->n; i++) {
         const sv_prof_step *s = &p->s[i];
         char a[320];
         snprintf(a, sizeof a, "{\"step\":%llu,\"requests\":%d,\"prefill_tokens\":%lld,\"decode_tokens\":%lld,"
                  "\"preempted\":%d,\"events\":%d}", (unsigned long long)s->step, s->n_seq, (long long)s->n_prefill,
                  (long long)s->n_decode, s->n_preempted, s->n_events);
-        bad |= slice(&b, &first, "step", t0, s->t0, s->t_end - s->t0, a);
+        bad |= slice(&b, "step", t0, s->t0, s->t_end - s->t0, a);
         uint64_t t = s->t0;
-        bad |= slice(&b, &first, "schedule", t0, t, s->schedule_ns, NULL);
+        bad |= slice(&b, "schedule", t0, t, s->schedule_ns, NULL);
         t += s->schedule_ns;
         snprintf(a, sizeof a, "{\"attention_ms\":%.3f,\"moe_ms\":%.3f,\"other_ms\":%.3f,\"tokens\":%lld}",
                  (double)s->attention_ns / 1e6, (double)s->moe_ns / 1e6, (double)s->other_ns / 1e6,
                  (long long)(s->n_prefill + s->n_decode));
-        bad |= slice(&b, &first, "forward", t0, t, s->forward_ns, a);
+        bad |= slice(&b, "forward", t0, t, s->forward_ns, a);
         t += s->forward_ns;
         snprintf(a, sizeof a, "{\"sample_ms\":%.3f}", (double)s->sample_ns / 1e6);
-        bad |= slice(&b, &first, "complete", t0, t, s->complete_ns, a);
-        if (s->t_end > s->t_publish) bad |= slice(&b, &first, "publish", t0, s->t_publish, s->t_end - s->t_publish, NULL);
+        bad |= slice(&b, "complete", t0, t, s->complete_ns, a);
+        if (s->t_end > s->t_publish) bad |= slice(&b, "publish", t0, s->t_publish, s->t_end - s->t_publish, NULL);
         bad |= sv_buf_printf(&b, ",\n{\"name\":\"batch tokens\",\"ph\":\"C\",\"pid\":1,\"ts\":%.3f,\"args\":{\"prefill\":%lld,"
                              "\"decode\":%lld}}", (double)(s->t0 - t0) / 1e3, (long long)s->n_prefill, (long long)s->n_decode);
     }
