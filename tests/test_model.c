@@ -1488,6 +1488,91 @@ static void test_prompt_logprobs_oracle(void **st) {
     plp_oracle_run(512, 3, true);  /* after a plain copy of each prompt in the prefix cache */
 }
 
+/* New weights for a running model (mr_model_weights_load / _swap): after the swap the model gives, bit for
+ * bit, what a fresh open of the new checkpoint gives (each of which the oracle tests check against
+ * transformers); a checkpoint of another shape, or a broken one, is refused by name and the running model
+ * answers as before; staged weights run nothing. Per packing runner (reference, routed) and format. */
+static void swap_logits(mr_model *m, float *lg) {
+    int slot = 0;
+    int64_t n = 5;
+    int32_t toks[5] = {3, 1, 4, 1, 5};
+    mr_batch b = {.n_seq = 1, .seq = &slot, .n_tok = &n, .tokens = toks, .all_logits = true};
+    mr_model_seq_reset(m, slot); /* a new sequence each time */
+    assert_int_equal(mr_model_forward(m, &b, lg), MR_OK);
+}
+
+static void test_weights_swap(void **st) {
+    (void)st;
+    char *base = tu_tmpdir("weights_swap");
+    assert_non_null(base);
+    static const struct { const char *runner; mr_format q; } cases[] = {
+        {"reference", MR_FMT_BF16}, {"routed", MR_FMT_FP8_BLOCK}, {"routed", MR_FMT_NVFP4}};
+    enum { V = 64, NL = 5 * V };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        char a[4300], b[4300], other[4300];
+        snprintf(a, sizeof a, "%s/a%zu", base, ci);
+        snprintf(b, sizeof b, "%s/b%zu", base, ci);
+        snprintf(other, sizeof other, "%s/o%zu", base, ci);
+        mr_tiny_params tp = {.hidden = 128, .layers = 2, .experts = 8, .top_k = 2, .inter = 128, .heads = 2,
+                             .kv_heads = 1, .head_dim = 64, .rotary_dim = 32, .vocab = V, .quant = cases[ci].q,
+                             .seed = 11};
+        assert_int_equal(mr_tiny_write(a, &tp), MR_OK);
+        tp.seed = 12;
+        assert_int_equal(mr_tiny_write(b, &tp), MR_OK);
+        tp.layers = 3;
+        assert_int_equal(mr_tiny_write(other, &tp), MR_OK);
+        mr_model_opts o = {.runner = cases[ci].runner, .quiet = true, .max_batch = 1, .max_ctx = 32, .max_tokens = 32};
+        mr_model *m = NULL, *fb = NULL, *staged = NULL;
+        float la[NL], lb[NL], got[NL];
+        assert_int_equal(mr_model_open(b, &o, &fb), MR_OK);
+        swap_logits(fb, lb);
+        mr_model_close(fb);
+        assert_int_equal(mr_model_open(a, &o, &m), MR_OK);
+        swap_logits(m, la);
+        assert_true(memcmp(la, lb, sizeof la) != 0); /* the two checkpoints answer differently */
+        /* b in */
+        assert_int_equal(mr_model_weights_load(m, b, &staged), MR_OK);
+        assert_true(mr_model_is_staged(staged));
+        float junk[NL];
+        int slot = 0;
+        int64_t n1 = 1;
+        int32_t t1 = 1;
+        mr_batch b1 = {.n_seq = 1, .seq = &slot, .n_tok = &n1, .tokens = &t1};
+        assert_int_equal(mr_model_forward(staged, &b1, junk), MR_ESTATE);
+        swap_logits(m, got); /* loading alone changes nothing */
+        if (memcmp(got, la, sizeof la)) fail_msg("case %zu: logits differ from %s at line %d", ci, "la", __LINE__);
+        mr_model_weights_swap(m, staged);
+        mr_model_close(staged);
+        swap_logits(m, got);
+        if (memcmp(got, lb, sizeof lb)) fail_msg("case %zu: logits differ from %s at line %d", ci, "lb", __LINE__);
+        /* refusals leave b running */
+        assert_int_equal(mr_model_weights_load(m, other, &staged), MR_ECONFIG);
+        assert_null(staged);
+        assert_non_null(strstr(mr_error_last(), "num_hidden_layers is 2 in the running model and 3"));
+        char srcs[4400];
+        snprintf(srcs, sizeof srcs, "%s", a);
+        char *broken = copy_with_edit(srcs, "model.layers.1.self_attn.o_proj.weight", EDIT_SHAPE);
+        assert_int_not_equal(mr_model_weights_load(m, broken, &staged), MR_OK);
+        assert_null(staged);
+        assert_non_null(strstr(mr_error_last(), "model.layers.1.self_attn.o_proj.weight"));
+        tu_rmtree(broken);
+        free(broken);
+        assert_int_not_equal(mr_model_weights_load(m, "/nonexistent/ckpt", &staged), MR_OK);
+        assert_null(staged);
+        swap_logits(m, got);
+        if (memcmp(got, lb, sizeof lb)) fail_msg("case %zu: logits differ from %s at line %d", ci, "lb", __LINE__);
+        /* and back to a */
+        assert_int_equal(mr_model_weights_load(m, a, &staged), MR_OK);
+        mr_model_weights_swap(m, staged);
+        mr_model_close(staged);
+        swap_logits(m, got);
+        if (memcmp(got, la, sizeof la)) fail_msg("case %zu: logits differ from %s at line %d", ci, "la", __LINE__);
+        mr_model_close(m);
+    }
+    tu_rmtree(base);
+    free(base);
+}
+
 int main(void) {
     tu_isa_begin("test_model");
     const struct CMUnitTest tests[] = {
@@ -1506,6 +1591,7 @@ int main(void) {
         cmocka_unit_test(test_loader_errors),
         cmocka_unit_test(test_loader_alloc_failures),
         cmocka_unit_test(test_workspace_independent_of_layers),
+        cmocka_unit_test(test_weights_swap),
         cmocka_unit_test(test_loader_local_experts),
         cmocka_unit_test(test_nvfp4_input_scale_fallback),
         cmocka_unit_test(test_nvfp4_input_scale_group_missing),

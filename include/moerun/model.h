@@ -60,6 +60,25 @@ typedef struct mr_model mr_model;
  * was found. */
 mr_status mr_model_open(const char *dir, const mr_model_opts *opts, mr_model **out);
 void mr_model_close(mr_model *m); /* NULL ok */
+
+/* New weights for a running model (an RL trainer's next checkpoint; the
+ * server's /update_weights_from_disk), in two steps so that the model keeps
+ * serving while the new ones load:
+ * - mr_model_weights_load reads checkpoint dir into *staged, a model that
+ *   holds weights only (it runs nothing), loaded under m's frozen resolution
+ *   (the same runner, activation mode and packing). It only reads m, so any
+ *   thread may call it while another runs m. dir must describe the same model:
+ *   every hyperparameter, the quantization and its exclusions, the EOS ids; the
+ *   first that differs is named (MR_ECONFIG). A bad checkpoint (a tensor
+ *   missing, a wrong shape or dtype) fails as mr_model_open does. m is never
+ *   touched: on any error it runs on as before. Not under expert parallelism.
+ * - mr_model_weights_swap (the thread that runs m, between forward calls)
+ *   exchanges the two models' weights: m runs on the new ones with its state
+ *   (KV cache, workspace, counters) as it was; staged then holds the old ones,
+ *   for mr_model_close. Both weight sets are resident between the two calls. */
+mr_status mr_model_weights_load(const mr_model *m, const char *dir, mr_model **staged);
+void mr_model_weights_swap(mr_model *m, mr_model *staged);
+bool mr_model_is_staged(const mr_model *m);
 const mr_model_config *mr_model_config_of(const mr_model *m);
 /* Name of the MoE runner and activation mode in use. */
 const char *mr_model_runner_name(const mr_model *m);

@@ -148,6 +148,7 @@ static mr_status check_tokens(const mr_model *m, const int32_t *tokens, int64_t 
 mr_status mr_model_forward(mr_model *m, const mr_batch *b, float *logits) {
     mr__state *s = &m->s;
     const mr_model_config *c = &m->c;
+    if (m->weights_only) return mr_error_set(MR_ESTATE, "forward: staged weights run nothing (swap them in first)");
     if (!b || b->n_seq <= 0 || !b->seq || !b->n_tok || !b->tokens || !logits)
         return mr_error_set(MR_EINVAL, "forward: empty or incomplete batch");
     if (s->max_batch == 0)
@@ -285,6 +286,7 @@ static mr_status check_kv_batch(mr_model *m, const mr_kv_batch *b) {
 
 mr_status mr_model_forward_kv(mr_model *m, const mr_kv_batch *b, float *logits) {
     mr__state *s = &m->s;
+    if (m->weights_only) return mr_error_set(MR_ESTATE, "forward: staged weights run nothing (swap them in first)");
     mr_status st = check_kv_batch(m, b);
     if (st) return st;
     if (b->n_logits > 0 && !logits) return mr_error_set(MR_EINVAL, "forward: no logits buffer");

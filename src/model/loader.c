@@ -27,17 +27,19 @@
 
 mr_status mr__model_own(mr_model *m, void *p) {
     if (!p) return MR_OK;
-    if (m->n_owned == m->cap_owned) {
-        int cap = m->cap_owned ? 2 * m->cap_owned : 64;
-        void **n = mr_realloc(m->owned, (size_t)cap * sizeof(void *));
+    void ***list = m->own_state ? &m->sowned : &m->owned;
+    int *n_list = m->own_state ? &m->n_sowned : &m->n_owned, *cap_list = m->own_state ? &m->cap_sowned : &m->cap_owned;
+    if (*n_list == *cap_list) {
+        int cap = *cap_list ? 2 * *cap_list : 64;
+        void **n = mr_realloc(*list, (size_t)cap * sizeof(void *));
         if (!n) {
             mr_aligned_free(p);
             return MR_ENOMEM;
         }
-        m->owned = n;
-        m->cap_owned = cap;
+        *list = n;
+        *cap_list = cap;
     }
-    m->owned[m->n_owned++] = p;
+    (*list)[(*n_list)++] = p;
     return MR_OK;
 }
 
@@ -593,11 +595,13 @@ static mr_status setup_runner(mr_model *m, const mr_model_desc *d) {
     return MR_OK;
 }
 
-mr_status mr_model_open(const char *dir, const mr_model_opts *opts, mr_model **out) {
+/* weights_only: the weights alone (mr_model_weights_load): no state, a one-token MoE workspace. */
+static mr_status open_model(const char *dir, const mr_model_opts *opts, bool weights_only, mr_model **out) {
     *out = NULL;
     const uint64_t t_open = mr_now_ns();
     mr_model *m = mr_calloc(1, sizeof *m);
     if (!m) return MR_ENOMEM;
+    m->weights_only = weights_only;
     mr_model_desc desc_local;
     memset(&desc_local, 0, sizeof desc_local);
     const mr_model_desc *d = &desc_local;
@@ -637,12 +641,18 @@ mr_status mr_model_open(const char *dir, const mr_model_opts *opts, mr_model **o
                           (long long)(m->c.n_heads / m->c.n_kv_heads));
         goto out;
     }
-    if ((st = check_kv_fits(m))) goto out;
-    /* after the check: max_batch * max_ctx and the pool are bounded by memory
-     * (no overflow); a call never holds more tokens than the caches do */
-    int64_t cache_tokens = (int64_t)s->max_batch * s->max_ctx + s->kv_blocks * MR_KV_BLOCK_TOKENS;
-    s->max_tokens = m->opts.max_tokens > 0 ? m->opts.max_tokens : (cache_tokens < 512 ? cache_tokens : 512);
-    if (s->max_tokens > cache_tokens) s->max_tokens = cache_tokens;
+    if (weights_only) {
+        s->max_batch = 0;
+        s->kv_blocks = 0;
+        s->max_tokens = 1;
+    } else {
+        if ((st = check_kv_fits(m))) goto out;
+        /* after the check: max_batch * max_ctx and the pool are bounded by memory
+         * (no overflow); a call never holds more tokens than the caches do */
+        int64_t cache_tokens = (int64_t)s->max_batch * s->max_ctx + s->kv_blocks * MR_KV_BLOCK_TOKENS;
+        s->max_tokens = m->opts.max_tokens > 0 ? m->opts.max_tokens : (cache_tokens < 512 ? cache_tokens : 512);
+        if (s->max_tokens > cache_tokens) s->max_tokens = cache_tokens;
+    }
     if ((st = setup_runner(m, d))) goto out;
     if ((st = mr_ckpt_open(dir, &ck))) goto out;
     m->ckpt = ck;
@@ -672,7 +682,9 @@ mr_status mr_model_open(const char *dir, const mr_model_opts *opts, mr_model **o
         goto out;
     }
     const size_t owned_before_state = m->owned_bytes;
-    if ((st = alloc_state(m))) goto out;
+    m->own_state = true;
+    if (!m->weights_only && (st = alloc_state(m))) goto out;
+    m->own_state = false;
     {
         const size_t state = m->owned_bytes - owned_before_state;
         size_t kvc = 0;
@@ -709,6 +721,123 @@ out:
     return MR_OK;
 }
 
+mr_status mr_model_open(const char *dir, const mr_model_opts *opts, mr_model **out) {
+    return open_model(dir, opts, false, out);
+}
+
+/* The first hyperparameter in which the checkpoint described by nd differs from the running model's (c, and
+ * the quantization of cur, which has the exclusion list), named as config.json names it; false when none. */
+static bool desc_differs(const mr_model_config *c, const mr_model_desc *cur, const mr_model_desc *nd, char *why,
+                         size_t n) {
+    const struct {
+        const char *name;
+        double a, b;
+    } f[] = {
+        {"hidden_size", (double)c->hidden, (double)nd->hidden},
+        {"num_hidden_layers", (double)c->n_layers, (double)nd->n_layers},
+        {"num_attention_heads", (double)c->n_heads, (double)nd->n_heads},
+        {"num_key_value_heads", (double)c->n_kv_heads, (double)nd->n_kv_heads},
+        {"head_dim", (double)c->head_dim, (double)nd->head_dim},
+        {"rotary_dim", (double)c->rotary_dim, (double)nd->rotary_dim},
+        {"vocab_size", (double)c->vocab, (double)nd->vocab},
+        {"intermediate_size", (double)c->moe_inter, (double)nd->moe_inter},
+        {"num_local_experts", (double)c->n_experts, (double)nd->n_experts},
+        {"num_experts_per_tok", (double)c->top_k, (double)nd->top_k},
+        {"max_position_embeddings", (double)c->max_pos, (double)nd->max_pos},
+        {"rope_theta", c->rope_theta, nd->rope_theta},
+        {"rms_norm_eps", c->rms_eps, nd->rms_eps},
+        {"routed_scaling_factor", (double)c->routed_scale, (double)nd->routed_scale},
+        {"use_routing_bias", (double)c->routing_bias, (double)nd->routing_bias},
+        {"n_group", (double)c->n_group, (double)nd->n_group},
+        {"topk_group", (double)c->topk_group, (double)nd->topk_group},
+        {"the quantization", (double)cur->quant.kind, (double)nd->quant.kind},
+        {"weight_block_size[0]", (double)cur->quant.block_n, (double)nd->quant.block_n},
+        {"weight_block_size[1]", (double)cur->quant.block_k, (double)nd->quant.block_k},
+        {"the quantization's group_size", (double)cur->quant.group_size, (double)nd->quant.group_size},
+        {"the quantization's excluded modules (count)", (double)cur->quant.n_exclude, (double)nd->quant.n_exclude},
+        {"the EOS ids (count)", (double)c->n_eos, (double)nd->n_eos},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (f[i].a != f[i].b) {
+            snprintf(why, n, "%s is %.9g in the running model and %.9g in the new checkpoint", f[i].name, f[i].a, f[i].b);
+            return true;
+        }
+    if (strcmp(c->architecture, nd->architecture)) {
+        snprintf(why, n, "architectures is %s in the running model and %s in the new checkpoint", c->architecture,
+                 nd->architecture);
+        return true;
+    }
+    if (c->routing != nd->routing || c->qk_norm != nd->qk_norm || c->tie_embeddings != nd->tie_embeddings) {
+        snprintf(why, n, "the routing or the q/k norms differ (%s in the new checkpoint)", nd->routing_why);
+        return true;
+    }
+    for (int i = 0; i < c->n_eos; i++)
+        if (c->eos_ids[i] != nd->eos_ids[i]) {
+            snprintf(why, n, "EOS id %d is %d in the running model and %d in the new checkpoint", i, c->eos_ids[i],
+                     nd->eos_ids[i]);
+            return true;
+        }
+    for (int i = 0; i < cur->quant.n_exclude; i++)
+        if (strcmp(cur->quant.exclude[i], nd->quant.exclude[i])) {
+            snprintf(why, n, "excluded module %d is '%.80s' in the running model and '%.80s' in the new checkpoint", i,
+                     cur->quant.exclude[i], nd->quant.exclude[i]);
+            return true;
+        }
+    return false;
+}
+
+mr_status mr_model_weights_load(const mr_model *m, const char *dir, mr_model **out) {
+    *out = NULL;
+    if (m->weights_only) return mr_error_set(MR_EINVAL, "mr_model_weights_load: the model is itself staged weights");
+    if (m->problem.ep_size > 1)
+        return mr_error_set(MR_EUNSUPPORTED, "new weights are not loaded under expert parallelism (%d ranks): every "
+                            "rank would have to load its share at once; restart the ranks on the new checkpoint",
+                            m->problem.ep_size);
+    const mr_exec *x = m->opts.exec ? m->opts.exec : mr_resolution_exec(m->own_res);
+    mr_model_desc nd;
+    memset(&nd, 0, sizeof nd);
+    mr_status st = mr_model_desc_load(dir, &nd);
+    if (st) return st;
+    char why[320];
+    const bool differs = desc_differs(&m->c, x->model, &nd, why, sizeof why);
+    mr_model_desc_free(&nd);
+    if (differs)
+        return mr_error_set(MR_ECONFIG, "%s holds another model: %s (only the weights can change; the resolved runner "
+                            "and the state were made for this model)", dir, why);
+    mr_model_opts o = m->opts;
+    o.exec = x; /* the running model's frozen decision, whoever made it */
+    o.progress = false;
+    return open_model(dir, &o, true, out);
+}
+
+/* a and b exchanged, n bytes each (n <= sizeof(mr__weights)) */
+static void swap_bytes(void *a, void *b, size_t n) {
+    unsigned char t[sizeof(mr__weights)];
+    MR_ASSERT(n <= sizeof t);
+    memcpy(t, a, n);
+    memcpy(a, b, n);
+    memcpy(b, t, n);
+}
+
+void mr_model_weights_swap(mr_model *m, mr_model *staged) {
+#define SWAP(f) swap_bytes(&m->f, &staged->f, sizeof m->f)
+    SWAP(w);
+    SWAP(ckpt);
+    SWAP(owned);
+    SWAP(n_owned);
+    SWAP(cap_owned);
+    SWAP(s.kv_scales_found);
+    SWAP(mem.weights_mapped);
+    SWAP(mem.weights_copied);
+    SWAP(mem.experts);
+#undef SWAP
+    /* the LM head's packed form lives inside mr__weights: its pointer follows the struct */
+    if (m->w.lm_head.tiles) m->w.lm_head.tiles = &m->w.lm_tiles;
+    if (staged->w.lm_head.tiles) staged->w.lm_head.tiles = &staged->w.lm_tiles;
+}
+
+bool mr_model_is_staged(const mr_model *m) { return m->weights_only; }
+
 void mr_model_expert_record(mr_model *m, bool on) {
     if (on) {
         atomic_store(&m->erec_on, false);
@@ -737,6 +866,8 @@ void mr_model_close(mr_model *m) {
     mr_free(m->w.layers);
     for (int i = 0; i < m->n_owned; i++) mr_aligned_free(m->owned[i]);
     mr_free(m->owned);
+    for (int i = 0; i < m->n_sowned; i++) mr_aligned_free(m->sowned[i]);
+    mr_free(m->sowned);
     mr_ckpt_close(m->ckpt);
     mr_free(m);
 }

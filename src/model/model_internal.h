@@ -97,8 +97,13 @@ struct mr_model {
     mr_resolution *own_res;  /* the resolution made at open when opts.exec is NULL (owns the exec) */
     mr_routing routing;      /* minimax2, k, E; bias set per layer */
     void *ckpt;          /* the open checkpoint (mapped tensors live there) */
-    void **owned;        /* buffers allocated by the loader, freed at close */
+    void **owned;        /* weight buffers allocated by the loader, freed at close (they go with the weights
+                            in mr_model_weights_swap) */
     int n_owned, cap_owned;
+    void **sowned;       /* the state's buffers (alloc_state), freed at close; they stay with the model */
+    int n_sowned, cap_sowned;
+    bool own_state;      /* alloc_state is allocating: buffers go to sowned */
+    bool weights_only;   /* opened by mr_model_weights_load: no state, nothing to run */
     size_t peak_rss;
     size_t owned_bytes;      /* bytes of the loader's own buffers (copies and state) */
     mr_model_memory mem;     /* what the model holds (mr_model_memory_get) */
