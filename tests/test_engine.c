@@ -769,8 +769,11 @@ static void test_prefix_flush(void **state) {
     const int64_t cached = s.kv_blocks_cached;
     assert_true(cached >= 2); /* the prompt's two full blocks, at least */
     add_req(g.e, a, 40, G, 1);
+    const mr_engine_step_out *so;
+    assert_int_equal(mr_engine_step(g.e, &so), MR_OK); /* it runs, on its cache hits */
+    collect(&o, so);
     int64_t dropped = -1;
-    assert_int_equal(mr_engine_flush_prefix_cache(g.e, &dropped), MR_ESTATE); /* one waits */
+    assert_int_equal(mr_engine_flush_prefix_cache(g.e, &dropped), MR_ESTATE); /* one runs */
     assert_int_equal(dropped, 0);
     run_until_idle(g.e, &o, true);
     assert_int_equal(o.cached[1], 32); /* the cache was kept */
@@ -829,6 +832,89 @@ static void test_eviction_under_pressure(void **state) {
         assert_int_equal(small.n[i], G);
         assert_memory_equal(small.tok[i], big.tok[i], G * sizeof(int32_t));
     }
+}
+
+/* Holding the schedule (the server's pause and weight updates). Under MR_HOLD_ALL nothing is computed: the
+ * running request keeps its blocks and produces nothing, a new one waits, a cancelled one still ends; under
+ * MR_HOLD_ADMIT the running one goes on to its end while the waiting one stays; a flush is refused while one
+ * runs and taken with one waiting; mr_engine_retract sends the running ones back with their blocks freed. Every
+ * output equals an unheld run's (retracted requests recompute their KV). */
+static void test_hold_and_retract(void **state) {
+    (void)state;
+    enum { G = 12 };
+    tu_rng rng = {31};
+    int32_t p[3][30];
+    for (int i = 0; i < 3; i++) rand_prompt(&rng, p[i], 30);
+    static outs ref, o;
+    memset(&ref, 0, sizeof ref);
+    memset(&o, 0, sizeof o);
+    eng g;
+    eng_cfg c = {.kv = MR_FMT_F32, .blocks = 64, .budget = 64, .running = 4, .ctx = 128};
+    eng_open(&g, &c);
+    for (int i = 0; i < 3; i++) add_req(g.e, p[i], 30, G, i);
+    run_until_idle(g.e, &ref, true);
+    eng_close(&g);
+    eng_open(&g, &c);
+    const mr_engine_step_out *so;
+    add_req(g.e, p[0], 30, G, 0);
+    for (int k = 0; k < 3; k++) { /* prefill + 2 decodes: 3 tokens */
+        assert_int_equal(mr_engine_step(g.e, &so), MR_OK);
+        collect(&o, so);
+    }
+    assert_int_equal(o.n[0], 3);
+    mr_engine_set_hold(g.e, MR_HOLD_ALL);
+    add_req(g.e, p[1], 30, G, 1);
+    mr_req_id gone = add_req(g.e, p[2], 30, G, 2);
+    assert_false(mr_engine_has_runnable(g.e));
+    assert_true(mr_engine_has_work(g.e));
+    assert_int_equal(mr_engine_cancel(g.e, gone), MR_OK);
+    for (int k = 0; k < 4; k++) {
+        assert_int_equal(mr_engine_step(g.e, &so), MR_OK);
+        assert_int_equal(so->n_tokens, 0);
+        collect(&o, so);
+        check_ok(g.e);
+    }
+    assert_int_equal(o.n[0], 3);
+    assert_int_equal(o.n[1], 0);
+    assert_int_equal(o.fin[2], MR_FINISH_CANCELLED);
+    mr_engine_stats s;
+    mr_engine_stats_get(g.e, &s);
+    assert_true(s.kv_blocks_used > 0); /* request 0 keeps its KV */
+    assert_int_equal(mr_engine_running(g.e), 1);
+    int64_t dropped;
+    assert_int_equal(mr_engine_flush_prefix_cache(g.e, &dropped), MR_ESTATE);
+    /* drain: request 0 ends, request 1 never starts */
+    mr_engine_set_hold(g.e, MR_HOLD_ADMIT);
+    for (int guard = 0; mr_engine_has_runnable(g.e); guard++) {
+        assert_true(guard < 1000);
+        assert_int_equal(mr_engine_step(g.e, &so), MR_OK);
+        collect(&o, so);
+        check_ok(g.e);
+    }
+    assert_int_equal(o.fin[0], MR_FINISH_LENGTH);
+    assert_int_equal(o.n[1], 0);
+    assert_int_equal(mr_engine_running(g.e), 0);
+    assert_true(mr_engine_has_work(g.e));
+    assert_int_equal(mr_engine_flush_prefix_cache(g.e, &dropped), MR_OK); /* one waits, holding nothing */
+    assert_true(dropped > 0);
+    /* request 1 runs 4 tokens, is retracted, and resumes */
+    mr_engine_set_hold(g.e, MR_HOLD_NONE);
+    for (int k = 0; k < 4; k++) {
+        assert_int_equal(mr_engine_step(g.e, &so), MR_OK);
+        collect(&o, so);
+    }
+    assert_int_equal(o.n[1], 4);
+    assert_int_equal(mr_engine_retract(g.e), 1);
+    assert_int_equal(mr_engine_running(g.e), 0);
+    mr_engine_stats_get(g.e, &s);
+    assert_int_equal(s.kv_blocks_used, 0);
+    check_ok(g.e);
+    run_until_idle(g.e, &o, true);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(o.n[i], G);
+        if (memcmp(o.tok[i], ref.tok[i], G * sizeof(int32_t))) fail_msg("request %d: held run differs", i);
+    }
+    eng_close(&g);
 }
 
 /* ---- preemption ---- */
@@ -2112,6 +2198,7 @@ int main(void) {
         cmocka_unit_test(test_prefix_sharing),
         cmocka_unit_test(test_cache_salt),
         cmocka_unit_test(test_prefix_flush),
+        cmocka_unit_test(test_hold_and_retract),
         cmocka_unit_test(test_eviction_under_pressure),
         cmocka_unit_test(test_preemption),
         cmocka_unit_test(test_priority),

@@ -296,6 +296,23 @@ mr_status mr_engine_step(mr_engine *e, const mr_engine_step_out **out);
 /* Requests waiting or running. */
 bool mr_engine_has_work(const mr_engine *e);
 
+/* Holding the schedule (the server's /pause_generation and weight updates):
+ *   MR_HOLD_NONE   as usual;
+ *   MR_HOLD_ADMIT  no waiting request starts; the running ones go on to their end, so the running set
+ *                  drains (requests keep arriving into the queue);
+ *   MR_HOLD_ALL    nothing is scheduled: a step only ends the cancelled requests, the running ones keep
+ *                  their KV blocks and go on where they stopped when the hold ends.
+ * mr_engine_has_runnable says whether a step would compute anything under the hold. */
+typedef enum { MR_HOLD_NONE = 0, MR_HOLD_ADMIT = 1, MR_HOLD_ALL = 2 } mr_engine_hold;
+void mr_engine_set_hold(mr_engine *e, mr_engine_hold h);
+bool mr_engine_has_runnable(const mr_engine *e);
+/* Running requests. */
+int mr_engine_running(const mr_engine *e);
+/* Every running request back to the front of the waiting queue, in its order, its KV blocks freed (kept in
+ * the prefix cache where they are full); it resumes from its tokens so far when it runs again, recomputing
+ * their KV (sglang's pause mode "retract"). Returns how many; counted as preemptions. */
+int mr_engine_retract(mr_engine *e);
+
 /* The two halves of a step around the forward pass:
  *   mr_engine_schedule(e, &b);                      rank 0
  *   ... broadcast b; every rank: mr_model_forward_kv(m, b, logits) ...
@@ -359,8 +376,9 @@ void mr_engine_stats_get(const mr_engine *e, mr_engine_stats *s);
 void mr_engine_stats_reset(mr_engine *e);
 
 /* Drops every block of the prefix cache (sglang's /flush_cache, vLLM's
- * /reset_prefix_cache: a benchmark's runs then start cold). Only while no
- * request is waiting or running: MR_ESTATE otherwise, nothing changed.
+ * /reset_prefix_cache: a benchmark's runs then start cold; new weights). Only
+ * while no request is running (waiting ones hold no blocks): MR_ESTATE
+ * otherwise, nothing changed.
  * *dropped (optional): the blocks that were cached. */
 mr_status mr_engine_flush_prefix_cache(mr_engine *e, int64_t *dropped);
 

@@ -92,11 +92,17 @@ const mr_engine_opts *mr_engine_opts_of(const mr_engine *e) { return &e->o; }
 float *mr_engine_logits_buffer(mr_engine *e) { return e->logits; }
 bool mr_engine_has_work(const mr_engine *e) { return e->n_waiting > 0 || e->n_running > 0; }
 
+bool mr_engine_has_runnable(const mr_engine *e) {
+    return e->hold == MR_HOLD_NONE ? mr_engine_has_work(e) : e->hold == MR_HOLD_ADMIT && e->n_running > 0;
+}
+void mr_engine_set_hold(mr_engine *e, mr_engine_hold h) { e->hold = h; }
+int mr_engine_running(const mr_engine *e) { return e->n_running; }
+
 mr_status mr_engine_flush_prefix_cache(mr_engine *e, int64_t *dropped) {
     if (dropped) *dropped = 0;
-    if (mr_engine_has_work(e) || e->pool.n_used > 0)
-        return mr_error_set(MR_ESTATE, "the prefix cache is flushed only while no request is waiting or running "
-                            "(%d waiting, %d running)", e->n_waiting, e->n_running);
+    if (e->n_running > 0 || e->pool.n_used > 0)
+        return mr_error_set(MR_ESTATE, "the prefix cache is flushed only while no request is running (%d running)",
+                            e->n_running);
     const int64_t n = mr__pool_flush(&e->pool);
     if (dropped) *dropped = n;
     return MR_OK;
@@ -591,6 +597,13 @@ static void preempt_newest(mr_engine *e) {
     e->out.n_preempted++;
 }
 
+int mr_engine_retract(mr_engine *e) {
+    const int n = e->n_running;
+    while (e->n_running > 0) preempt_newest(e); /* the newest first to the front: the oldest ends up first */
+    e->out.n_preempted = 0; /* not a step's */
+    return n;
+}
+
 /* Blocks so that r's table covers positions 0 .. upto - 1. false when the
  * pool has too few (nothing is taken then). */
 static bool grow(mr_engine *e, mr__req *r, int64_t upto) {
@@ -702,7 +715,7 @@ mr_status mr_engine_schedule(mr_engine *e, const mr_kv_batch **out) {
     e->out = (mr_engine_step_out){0};
     e->err[0] = 0;
     sweep_cancelled(e);
-    int64_t budget = e->o.max_batch_tokens;
+    int64_t budget = e->hold == MR_HOLD_ALL ? 0 : e->o.max_batch_tokens;
     /* 1. running requests, oldest first: a decode token or the next prefill chunk */
     for (int i = 0; i < e->n_running && budget > 0; i++) {
         int32_t slot = e->running[i];
@@ -721,7 +734,7 @@ mr_status mr_engine_schedule(mr_engine *e, const mr_kv_batch **out) {
         budget -= n;
     }
     /* 2. waiting requests, first come first served */
-    while (e->n_waiting > 0 && e->n_running < e->o.max_running_requests && budget > 0) {
+    while (e->hold == MR_HOLD_NONE && e->n_waiting > 0 && e->n_running < e->o.max_running_requests && budget > 0) {
         int32_t slot = e->waiting[e->wait_head];
         mr__req *r = &e->req[slot];
         match_prefix(e, r);

@@ -213,6 +213,7 @@ typedef struct {
 
 struct mr_engine {
     mr_engine_opts o;
+    mr_engine_hold hold;        /* mr_engine_set_hold */
     mr__thr thr;                /* threads per step */
     mr_model *m;
     int64_t vocab;
