@@ -61,6 +61,8 @@ typedef struct {
     int http_threads;              /* HTTP event-loop threads, each serving its share of the
                                       connections [1] */
     const char *api_key;           /* when set, requests need "Authorization: Bearer KEY" [NULL] */
+    const char *weight_version;    /* the weights' version (sglang's --weight-version), until an update
+                                      sets another; at most 128 bytes ["default"] */
     const char *allowed_origins;   /* CORS (as vLLM's and sglang's defaults): "*" any origin, or origins
                                       separated by commas (or vLLM's JSON list); "" sends no CORS headers
                                       and refuses preflights ["*"] */
@@ -76,6 +78,8 @@ typedef struct {
     bool debug_forced_output;      /* tests only: requests may carry debug_forced_output [false] */
     bool debug_slow_stream;        /* tests only: the event loop sleeps 50 ms each time it sends a stream's
                                       events, so that it falls behind the engine [false] */
+    int debug_step_delay_ms;       /* tests only: the engine thread sleeps this long after each step that
+                                      computed tokens (requests then run long enough to act on) [0] */
 } mr_server_opts;
 
 void mr_server_opts_default(mr_server_opts *o);

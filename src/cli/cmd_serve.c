@@ -59,6 +59,8 @@ static void usage(FILE *f) {
             "  --tool-call-parser P       minimax_m2 (or minimax-m2): tool calls into tool_calls (the default)\n"
             "  --enable-return-routed-experts  /generate's return_routed_experts: each position's experts in\n"
             "                             every layer (sglang's; RL routing replay) [off]\n"
+            "  --weight-version V         the weights' version in /generate's meta_info and /get_model_info,\n"
+            "                             until an update sets another (sglang's; RL) [default]\n"
             "  --scheduling-policy P      fcfs, or priority: waiting requests start by their priority field\n"
             "                             (lower first, then arrival; vLLM's order), and the least urgent running\n"
             "                             one is preempted first (vLLM's; sglang's --schedule-policy too, and\n"
@@ -317,6 +319,9 @@ int mr_cmd_serve(int argc, char **argv) {
             so.debug_forced_output = true;
         } else if (!strcmp(a, "--debug-slow-stream")) { /* tests only: the event loop lags behind the engine */
             so.debug_slow_stream = true;
+        } else if (!strcmp(a, "--debug-step-delay-ms")) { /* tests only: slow steps, so that requests run long */
+            if (opt_long(a, argv[++i], 1, 1000, &x)) goto out;
+            so.debug_step_delay_ms = (int)x;
         } else if (!v && a[0] == '-' && a[1] == '-') {
             fprintf(stderr, "moerun serve: %s: unknown option or missing value (see --help)\n", a);
             goto out;
@@ -330,6 +335,13 @@ int mr_cmd_serve(int argc, char **argv) {
             if (!*so.served_model_name) {
                 fprintf(stderr, "moerun serve: --served-model-name is empty: give the id clients send, or leave the "
                                 "flag out for the model folder's name\n");
+                goto out;
+            }
+        } else if (!strcmp(a, "--weight-version")) {
+            so.weight_version = argv[++i];
+            const size_t n = strlen(so.weight_version);
+            if (!n || n > 128) {
+                fprintf(stderr, "moerun serve: --weight-version takes 1 to 128 bytes, got %zu\n", n);
                 goto out;
             }
         } else if (!strcmp(a, "--chat-template")) {

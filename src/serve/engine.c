@@ -46,6 +46,7 @@ struct sv_engine {
     mr_engine *eng;
     mr_model *m;
     int64_t capacity;          /* max_running + max_queued gens */
+    int step_delay_ms;         /* tests: a sleep after each step that computed tokens */
     sv_metrics *met;
     pthread_t th;
     bool started;
@@ -76,6 +77,21 @@ struct sv_engine {
     int n_wakes, cap_wakes;
     bool defer_wakes;
     sv_profile *prof;          /* /start_profile .. /stop_profile */
+    /* generation control (under mu; the engine thread acts on it in control()) */
+    char wver[SV_MAX_WEIGHT_VERSION + 1]; /* the weight version */
+    bool paused;               /* nothing is computed */
+    bool pause_asked;          /* a pause to make (pause_mode, pause_clear), answered by pause_done(pause_arg) */
+    sv_pause_mode pause_mode;
+    bool pause_clear, pause_started;
+    sv_ctl_done pause_done;
+    void *pause_arg;
+    bool flush_idle;           /* drop the prefix cache once no request runs (a pause's clear_cache) */
+    mr_model *swap_staged;     /* weights to swap in (sv_engine_swap), swap_o, answered in swap_http (swap_done) */
+    sv_swap_opts swap_o;
+    char swap_ver[SV_MAX_WEIGHT_VERSION + 1];
+    bool swap_aborted, swap_done;
+    int swap_http, swap_held;
+    char swap_msg[256];
 };
 
 #define EP_HEARTBEAT_MS 500
@@ -87,6 +103,7 @@ mr_status sv_engine_new(mr_engine *eng, const mr_server_opts *o, sv_metrics *met
     e->eng = eng;
     e->m = mr_engine_model(eng);
     e->capacity = (int64_t)mr_engine_opts_of(eng)->max_running_requests + o->max_queued_requests;
+    e->step_delay_ms = o->debug_step_delay_ms;
     e->met = metrics;
     e->seed_counter = mr_now_ns();
     int rank, size;
@@ -95,6 +112,7 @@ mr_status sv_engine_new(mr_engine *eng, const mr_server_opts *o, sv_metrics *met
     e->cap_wakes = e->capacity < 4096 ? (int)e->capacity : 4096;
     e->wakes = mr_calloc((size_t)e->cap_wakes, sizeof *e->wakes);
     e->prof = sv_profile_new();
+    snprintf(e->wver, sizeof e->wver, "%s", o->weight_version && *o->weight_version ? o->weight_version : "default");
     if (!e->wakes || !e->prof) {
         mr_free(e->wakes);
         sv_profile_free(e->prof);
@@ -213,7 +231,12 @@ static void finish(sv_engine *e, sv_gen *g, sv_fin fin, const char *err) {
         sv_hist_observe(&e->met->gen_len, (double)g->n_out);
     }
     pthread_mutex_unlock(&e->met->mu);
+    char wver[sizeof g->wver];
+    pthread_mutex_lock(&e->mu);
+    memcpy(wver, e->wver, sizeof wver);
+    pthread_mutex_unlock(&e->mu);
     pthread_mutex_lock(&j->mu);
+    memcpy(g->wver, wver, sizeof wver); /* the version it ended under (a weight update may come between steps) */
     g->fin = fin;
     if (err) snprintf(g->err, sizeof g->err, "%s", err);
     bool last = --j->live == 0;
@@ -225,19 +248,37 @@ static void finish(sv_engine *e, sv_gen *g, sv_fin fin, const char *err) {
     if (last) sv_job_release(j);
 }
 
-/* Takes the submissions; false when the thread is to stop. */
+/* Whether a gen in the engine was cancelled (while the schedule is held, a step is run only to end them). */
+static bool any_cancelled(const sv_engine *e) {
+    for (const sv_gen *g = e->live; g; g = g->lnext)
+        if (atomic_load_explicit(&g->cancel, memory_order_relaxed)) return true;
+    return false;
+}
+
+/* Something for the engine thread to do between steps (under mu): a flush; a pause to start, or one waiting
+ * for the running requests, which have ended; a swap, likewise; a prefix cache to drop once idle. */
+static bool ctl_pending(const sv_engine *e) {
+    const bool idle = mr_engine_running(e->eng) == 0;
+    return e->flush_asked || (e->pause_asked && (!e->pause_started || idle || e->paused)) ||
+           (e->swap_staged && !e->swap_done && (idle || e->paused)) || (e->flush_idle && idle);
+}
+
+/* Takes the submissions; false when the thread is to stop. While the schedule is held with requests in the
+ * engine it wakes every HOLD_TICK_MS to end the cancelled ones (a cancellation does not signal). */
+#define HOLD_TICK_MS 50
 static sv_gen *take(sv_engine *e, bool *go, bool *abort) {
     pthread_mutex_lock(&e->mu);
-    if (e->ep && !atomic_load(&e->failed)) { /* wake up in time for the heartbeat */
+    const bool held = mr_engine_has_work(e->eng) && !mr_engine_has_runnable(e->eng);
+    if ((e->ep && !atomic_load(&e->failed)) || held) { /* wake up in time for the heartbeat, or the tick */
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += EP_HEARTBEAT_MS * 1000000L;
+        ts.tv_nsec += (held ? HOLD_TICK_MS : EP_HEARTBEAT_MS) * 1000000L;
         ts.tv_sec += ts.tv_nsec / 1000000000L;
         ts.tv_nsec %= 1000000000L;
-        while (!e->stop && !e->sub_head && !e->abort_all && !e->flush_asked && !mr_engine_has_work(e->eng))
+        while (!e->stop && !e->sub_head && !e->abort_all && !ctl_pending(e) && !mr_engine_has_runnable(e->eng))
             if (pthread_cond_timedwait(&e->cv, &e->mu, &ts) == ETIMEDOUT) break;
     } else {
-        while (!e->stop && !e->sub_head && !e->abort_all && !e->flush_asked && !mr_engine_has_work(e->eng))
+        while (!e->stop && !e->sub_head && !e->abort_all && !ctl_pending(e) && !mr_engine_has_runnable(e->eng))
             pthread_cond_wait(&e->cv, &e->mu);
     }
     *go = !e->stop;
@@ -247,6 +288,67 @@ static sv_gen *take(sv_engine *e, bool *go, bool *abort) {
     e->sub_head = e->sub_tail = NULL;
     pthread_mutex_unlock(&e->mu);
     return g;
+}
+
+static void cancel_live(sv_engine *e) {
+    for (sv_gen *g = e->live; g; g = g->lnext) sv_gen_cancel(g, SV_CANCEL_ABORT);
+}
+
+/* The pause, the swap and the flush-when-idle asked for, between steps (engine thread); then the hold they
+ * leave. Callbacks run with mu free. */
+static void control(sv_engine *e) {
+    sv_ctl_done cb = NULL;
+    void *cb_arg = NULL;
+    pthread_mutex_lock(&e->mu);
+    const int running = mr_engine_running(e->eng);
+    if (e->pause_asked && !e->pause_started) {
+        e->pause_started = true;
+        if (e->pause_mode == SV_PAUSE_ABORT) cancel_live(e); /* they end at the next step */
+        else if (e->pause_mode == SV_PAUSE_RETRACT) mr_engine_retract(e->eng);
+    }
+    if (e->pause_asked && (e->pause_mode != SV_PAUSE_WAIT || running == 0 || e->paused)) { /* it holds */
+        e->paused = true;
+        e->flush_idle |= e->pause_clear;
+        cb = e->pause_done, cb_arg = e->pause_arg;
+        e->pause_asked = false;
+        MR_INFO("serve: generation paused (%s)", e->pause_mode == SV_PAUSE_ABORT     ? "abort"
+                                                 : e->pause_mode == SV_PAUSE_RETRACT ? "retract"
+                                                 : e->pause_mode == SV_PAUSE_WAIT    ? "wait"
+                                                                                     : "in place");
+    }
+    if (e->swap_staged && !e->swap_done) {
+        if (e->swap_o.abort_all && !e->swap_aborted) {
+            e->swap_aborted = true;
+            cancel_live(e);
+        }
+        if (e->paused || running == 0) {
+            int64_t dropped = 0;
+            if (e->swap_o.flush && running > 0) {
+                e->swap_http = 400;
+                snprintf(e->swap_msg, sizeof e->swap_msg,
+                         "%d requests are paused in place holding KV blocks, so the prefix cache cannot be flushed: "
+                         "nothing was changed (flush_cache false keeps the cache, or pause with mode retract or abort)",
+                         running);
+            } else {
+                mr_model_weights_swap(e->m, e->swap_staged);
+                if (e->swap_o.flush && mr_engine_flush_prefix_cache(e->eng, &dropped))
+                    MR_WARN("serve: the prefix cache was not flushed after the weight update: %s", mr_error_last());
+                if (e->swap_o.version) snprintf(e->wver, sizeof e->wver, "%s", e->swap_ver);
+                if (e->swap_o.keep_pause) e->paused = true;
+                e->swap_http = 200;
+                e->swap_held = running;
+                snprintf(e->swap_msg, sizeof e->swap_msg, "Succeeded to update model weights (weight version %s%s).",
+                         e->wver, e->swap_o.flush ? ", prefix cache flushed" : "");
+            }
+            e->swap_done = true;
+            pthread_cond_broadcast(&e->fcv);
+        }
+    }
+    if (e->flush_idle && running == 0 && !mr_engine_flush_prefix_cache(e->eng, NULL)) e->flush_idle = false;
+    const bool drain = (e->pause_asked && e->pause_mode == SV_PAUSE_WAIT) || (e->swap_staged && !e->swap_done);
+    mr_engine_set_hold(e->eng, e->paused ? MR_HOLD_ALL : drain ? MR_HOLD_ADMIT : MR_HOLD_NONE);
+    pthread_mutex_unlock(&e->mu);
+    if (cb) cb(cb_arg, 200, NULL);
 }
 
 /* Structured outputs: the gen's matcher behind the engine's constraint seam. */
@@ -294,6 +396,9 @@ static void admit(sv_engine *e, sv_gen *g) {
         finish(e, g, SV_FIN_ERROR, e->fail_msg);
         return;
     }
+    pthread_mutex_lock(&e->mu); /* its version so far (read by the HTTP side after a publish) */
+    memcpy(g->wver, e->wver, sizeof g->wver);
+    pthread_mutex_unlock(&e->mu);
     mr_req_id id;
     mr_status st = mr_engine_add(e->eng, &p, &id);
     if (st) {
@@ -436,9 +541,9 @@ static void *engine_main(void *arg) {
             if (abort) finish(e, g, SV_FIN_ABORT, NULL);
             else admit(e, g);
         }
-        if (abort)
-            for (sv_gen *g = e->live; g; g = g->lnext) sv_gen_cancel(g, SV_CANCEL_ABORT);
+        if (abort) cancel_live(e);
         if (!go && !e->live) break;
+        control(e);
         /* a flush asked for: only while nothing is admitted (what was just admitted counts) */
         pthread_mutex_lock(&e->mu);
         if (e->flush_asked) {
@@ -456,7 +561,8 @@ static void *engine_main(void *arg) {
         const uint64_t t_step = mr_now_ns();
         if (prof) mr_engine_stats_get(e->eng, &s0), mr_model_timing_get(e->m, &m0);
         const bool beat = e->ep && mr_now_ns() - e->last_step_ns >= (uint64_t)EP_HEARTBEAT_MS * 1000000u;
-        if (!atomic_load(&e->failed) && (mr_engine_has_work(e->eng) || beat)) {
+        const bool work = mr_engine_has_runnable(e->eng) || (mr_engine_has_work(e->eng) && any_cancelled(e));
+        if (!atomic_load(&e->failed) && (work || beat)) {
             e->last_step_ns = mr_now_ns();
             mr_status st = mr_engine_step(e->eng, &out); /* on one thread or all: the engine picks per step */
             if (st) { /* the engine itself broke: end everything, never hang */
@@ -506,6 +612,8 @@ static void *engine_main(void *arg) {
         e->defer_wakes = false;
         wake_deferred(e);
         if (prof_at >= 0) sv_profile_step_end(e->prof, prof_at, t_step, mr_now_ns());
+        if (e->step_delay_ms && out && out->n_tokens > 0)
+            nanosleep(&(struct timespec){e->step_delay_ms / 1000, (long)(e->step_delay_ms % 1000) * 1000000L}, NULL);
         if (!go && !e->live) break;
     }
     /* stopping: what is still submitted ends as aborted, and so does every later submission */
@@ -513,8 +621,12 @@ static void *engine_main(void *arg) {
     sv_gen *g = e->sub_head;
     e->sub_head = e->sub_tail = NULL;
     e->stopped = true;
-    pthread_cond_broadcast(&e->fcv); /* a flush waiting: not done */
+    pthread_cond_broadcast(&e->fcv); /* a flush or a swap waiting: not done */
+    sv_ctl_done cb = e->pause_asked ? e->pause_done : NULL;
+    void *cb_arg = e->pause_arg;
+    e->pause_asked = false;
     pthread_mutex_unlock(&e->mu);
+    if (cb) cb(cb_arg, 503, "the server is shutting down");
     for (sv_gen *nx; g; g = nx) {
         nx = g->next;
         finish(e, g, SV_FIN_ABORT, NULL);
@@ -542,6 +654,82 @@ int sv_engine_flush(sv_engine *e, int64_t *dropped) {
     pthread_mutex_unlock(&e->mu);
     pthread_mutex_unlock(&e->fmu);
     return rc;
+}
+
+int sv_engine_pause(sv_engine *e, sv_pause_mode mode, bool clear_cache, sv_ctl_done done, void *arg) {
+    pthread_mutex_lock(&e->mu);
+    if (e->pause_asked || e->stopped) {
+        const bool stopped = e->stopped;
+        pthread_mutex_unlock(&e->mu);
+        if (stopped) done(arg, 503, "the server is shutting down");
+        return stopped ? 0 : 1;
+    }
+    e->pause_asked = true;
+    e->pause_started = false;
+    e->pause_mode = mode;
+    e->pause_clear = clear_cache;
+    e->pause_done = done;
+    e->pause_arg = arg;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    return 0;
+}
+
+bool sv_engine_continue(sv_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    const bool was = e->paused;
+    sv_ctl_done cb = e->pause_asked ? e->pause_done : NULL;
+    void *cb_arg = e->pause_arg;
+    e->pause_asked = false;
+    e->paused = false;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    if (cb) cb(cb_arg, 409, "generation was continued before the pause took hold");
+    if (was) MR_INFO("serve: generation continued");
+    return was;
+}
+
+bool sv_engine_paused(sv_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    const bool p = e->paused;
+    pthread_mutex_unlock(&e->mu);
+    return p;
+}
+
+int sv_engine_swap(sv_engine *e, mr_model *staged, const sv_swap_opts *o, char *msg, size_t n, int *held) {
+    *held = 0;
+    pthread_mutex_lock(&e->mu);
+    int http = 503;
+    snprintf(msg, n, "the server is shutting down");
+    if (!e->stopped) {
+        e->swap_staged = staged;
+        e->swap_o = *o;
+        if (o->version) snprintf(e->swap_ver, sizeof e->swap_ver, "%s", o->version);
+        e->swap_aborted = e->swap_done = false;
+        pthread_cond_signal(&e->cv);
+        while (!e->swap_done && !e->stopped) pthread_cond_wait(&e->fcv, &e->mu);
+        if (e->swap_done) {
+            http = e->swap_http;
+            *held = e->swap_held;
+            snprintf(msg, n, "%s", e->swap_msg);
+        }
+        e->swap_staged = NULL;
+        e->swap_done = false;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return http;
+}
+
+void sv_engine_weight_version(sv_engine *e, char *out, size_t n) {
+    pthread_mutex_lock(&e->mu);
+    snprintf(out, n, "%s", e->wver);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void sv_engine_set_weight_version(sv_engine *e, const char *v) {
+    pthread_mutex_lock(&e->mu);
+    snprintf(e->wver, sizeof e->wver, "%s", v);
+    pthread_mutex_unlock(&e->mu);
 }
 
 mr_status sv_engine_start(sv_engine *e) {

@@ -132,13 +132,18 @@ struct mr_server {
     pthread_t wd;
     bool wd_started, wd_stop;
     atomic_ullong counter;
+    /* the weight update under way (/update_weights_from_disk: one at a time, on its own thread) */
+    atomic_bool updating;
+    pthread_t upd;
+    bool upd_started;
 };
 
 enum {
     R_NONE = 0, R_HEALTH, R_MODELS, R_MODEL, R_METRICS, R_COMPLETIONS, R_CHAT, R_RESPONSES, R_MESSAGES, R_TOKENIZE, R_DETOKENIZE,
     R_COUNT_TOKENS, R_PING, R_VERSION, R_GENERATE, R_RESPONSE_ID, R_FLUSH, R_RESET_PREFIX, R_SERVER_INFO,
     R_CONVERSATIONS, R_HEALTH_GENERATE, R_MODEL_INFO, R_ABORT, R_SCORE, R_EXPERT_START, R_EXPERT_STOP, R_EXPERT_DUMP,
-    R_PROFILE_START, R_PROFILE_STOP
+    R_PROFILE_START, R_PROFILE_STOP, R_UPDATE_WEIGHTS, R_PAUSE, R_CONTINUE, R_VPAUSE, R_VRESUME, R_IS_PAUSED,
+    R_SET_WVER, R_GET_WVER
 };
 
 /* One HTTP request. */
@@ -162,6 +167,7 @@ typedef struct sv_hreq {
     int64_t log_from;          /* the first event to send */
     size_t log_off;            /* the next byte of log->text to send (SIZE_MAX: event log_from not in yet) */
     struct sv_hreq *log_next;  /* in log->parked */
+    struct sv_op *op;          /* a control request answered later (a weight update, a pause that waits) */
 } sv_hreq;
 
 void mr_server_opts_default(mr_server_opts *o) {
@@ -629,7 +635,11 @@ static int route_of(const char *url, const char *method, bool *post, bool *bad_m
              {"/v1/score", R_SCORE, true}, {"/start_expert_distribution_record", R_EXPERT_START, true},
              {"/stop_expert_distribution_record", R_EXPERT_STOP, true},
              {"/dump_expert_distribution_record", R_EXPERT_DUMP, true}, {"/start_profile", R_PROFILE_START, true},
-             {"/stop_profile", R_PROFILE_STOP, true}};
+             {"/stop_profile", R_PROFILE_STOP, true}, {"/update_weights_from_disk", R_UPDATE_WEIGHTS, true},
+             {"/pause_generation", R_PAUSE, true}, {"/continue_generation", R_CONTINUE, true},
+             {"/pause", R_VPAUSE, true}, {"/resume", R_VRESUME, true}, {"/is_paused", R_IS_PAUSED, false},
+             {"/update_weight_version", R_SET_WVER, true}, {"/get_weight_version", R_GET_WVER, false},
+             {"/weight_info", R_GET_WVER, false}};
     bool is_post = !strcmp(method, "POST"), is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     *bad_method = false;
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
@@ -731,6 +741,12 @@ static void store_gauges(mr_server *s, sv_store *st, int64_t *n, int64_t *bytes,
 }
 
 static enum MHD_Result do_metrics(mr_server *s, struct MHD_Connection *c) {
+    if (s->eng) {
+        const bool p = sv_engine_paused(s->eng);
+        pthread_mutex_lock(&s->met.mu);
+        s->met.paused = p;
+        pthread_mutex_unlock(&s->met.mu);
+    }
     store_gauges(s, s->store, &s->met.stored, &s->met.stored_bytes, &s->met.stored_evicted);
     store_gauges(s, s->convs, &s->met.convs, &s->met.convs_bytes, NULL);
     char *b = sv_metrics_render(&s->met);
@@ -751,7 +767,9 @@ static enum MHD_Result do_server_info(mr_server *s, struct MHD_Connection *c) {
     pthread_mutex_unlock(&s->met.mu);
     const char *kv = mr_kv_dtype_name(s->eo.kv_dtype);
     json_t *res = s->resolution ? json_loads(s->resolution, 0, NULL) : NULL;
-    json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:I,s:i,s:i,s:I,s:I,s:I,s:i,s:s,s:I,s:b,s:s,s:I,s:I,s:s,s:s,s:s,s:b,s:o,"
+    char wv[SV_MAX_WEIGHT_VERSION + 1];
+    sv_engine_weight_version(s->eng, wv, sizeof wv);
+    json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:I,s:i,s:i,s:I,s:I,s:I,s:i,s:s,s:I,s:b,s:s,s:s,s:b,s:I,s:I,s:s,s:s,s:s,s:b,s:o,"
                           "s:[{s:{s:I,s:I,s:I},s:I,s:I}]}",
                           "served_model_name", s->name, "model_path", s->model_dir, "tokenizer_path", s->model_dir,
                           "version", mr_version(), "context_length", (json_int_t)s->context_length,
@@ -763,6 +781,7 @@ static enum MHD_Result do_server_info(mr_server *s, struct MHD_Connection *c) {
                           "max_total_num_tokens", (json_int_t)(s->kv_blocks * MR_KV_BLOCK_TOKENS),
                           "disable_radix_cache", s->eo.no_prefix_caching,
                           "schedule_policy", s->eo.priority_scheduling ? "priority" : "fcfs",
+                          "weight_version", wv, "is_paused", (int)sv_engine_paused(s->eng),
                           "response_store_bytes", (json_int_t)s->o.response_store_bytes,
                           "http_threads", (json_int_t)s->o.http_threads,
                           "moe_runner", mr_model_runner_name(s->m), "activation_mode", mr_act_mode_name(mr_model_act_mode(s->m)),
@@ -778,8 +797,11 @@ static enum MHD_Result do_server_info(mr_server *s, struct MHD_Connection *c) {
 /* sglang's GET /get_model_info (what its frontend's RuntimeEndpoint reads first): the model's folder, a
  * generation model, no preferred sampling parameters, text only. */
 static enum MHD_Result do_model_info(mr_server *s, struct MHD_Connection *c) {
+    char v[SV_MAX_WEIGHT_VERSION + 1] = "default";
+    if (s->eng) sv_engine_weight_version(s->eng, v, sizeof v);
+    else if (s->o.weight_version) snprintf(v, sizeof v, "%s", s->o.weight_version);
     json_t *o = json_pack("{s:s,s:s,s:b,s:n,s:s,s:b,s:b}", "model_path", s->model_dir, "tokenizer_path", s->model_dir,
-                          "is_generation", 1, "preferred_sampling_params", "weight_version", "default",
+                          "is_generation", 1, "preferred_sampling_params", "weight_version", v,
                           "has_image_understanding", 0, "has_audio_understanding", 0);
     return send_object(s, c, o);
 }
@@ -950,6 +972,356 @@ static enum MHD_Result do_flush(mr_server *s, struct MHD_Connection *c) {
     char b[96];
     const int n = snprintf(b, sizeof b, "Cache flushed (%lld KV blocks).\n", (long long)dropped);
     return send_text(c, 200, "text/plain; charset=utf-8", b, (size_t)n);
+}
+
+/* ---- generation control and new weights (sglang's and vLLM's RL endpoints) ----
+ * A control request that takes time (a weight update loads a checkpoint and waits for the running requests;
+ * vLLM's pause "wait" waits for them) is an op: its connection is parked until whoever does the work answers
+ * it (op_answer), then the request handler, called again, sends the answer. Nothing here blocks the loop. */
+typedef struct sv_op {
+    pthread_mutex_t mu;
+    bool done, parked, orphan;
+    int http;
+    char *body;                /* the answer (JSON, mr_malloc'd), or NULL: a plain error of http */
+    char msg[600];             /* ... whose message */
+    struct MHD_Connection *mc;
+    mr_server *s;
+    bool vllm;                 /* a pause through vLLM's route (its answer's shape) */
+    /* a weight update's inputs */
+    char *dir;
+    sv_swap_opts so;
+    char ver[SV_MAX_WEIGHT_VERSION + 1];
+} sv_op;
+
+static void op_free(sv_op *op) {
+    if (!op) return;
+    pthread_mutex_destroy(&op->mu);
+    mr_free(op->body);
+    mr_free(op->dir);
+    mr_free(op);
+}
+
+static sv_op *op_new(mr_server *s, struct MHD_Connection *c) {
+    sv_op *op = mr_calloc(1, sizeof *op);
+    if (!op) return NULL;
+    pthread_mutex_init(&op->mu, NULL);
+    op->s = s;
+    op->mc = c;
+    return op;
+}
+
+/* The worker's answer (body stolen; NULL with msg: an error of http). The parked connection is resumed;
+ * op is not touched after (its request may complete and free it at once). */
+static void op_answer(sv_op *op, int http, char *body, const char *msg) {
+    pthread_mutex_lock(&op->mu);
+    if (op->orphan) { /* its connection is gone: nobody reads the answer */
+        pthread_mutex_unlock(&op->mu);
+        mr_free(body);
+        op_free(op);
+        return;
+    }
+    op->http = http;
+    op->body = body;
+    if (msg) snprintf(op->msg, sizeof op->msg, "%s", msg);
+    op->done = true;
+    const bool parked = op->parked;
+    op->parked = false;
+    struct MHD_Connection *mc = op->mc;
+    pthread_mutex_unlock(&op->mu);
+    if (parked) MHD_resume_connection(mc);
+}
+
+/* The handler's side: parks until the op is answered, then sends the answer. */
+static enum MHD_Result op_wait(mr_server *s, struct MHD_Connection *c, sv_hreq *h) {
+    sv_op *op = h->op;
+    conn_busy(h, true);
+    pthread_mutex_lock(&op->mu);
+    if (!op->done) {
+        op->parked = true;
+        MHD_suspend_connection(c);
+        pthread_mutex_unlock(&op->mu);
+        return MHD_YES;
+    }
+    pthread_mutex_unlock(&op->mu);
+    conn_busy(h, false);
+    if (!op->body) return fail(s, c, op->http, NULL, "%s", op->msg);
+    return send_json(c, op->http, op->body);
+}
+
+/* A control request's body: an object (an empty body is {}), every member one of names (NULL-terminated)
+ * unless null; NULL after the error was sent (*r). */
+static json_t *ctl_body(mr_server *s, struct MHD_Connection *c, sv_hreq *h, const char *const *names,
+                        enum MHD_Result *r) {
+    sv_error e = {0};
+    json_t *root = sv_body_object(h->body.len ? h->body.p : "{}", h->body.len ? h->body.len : 2, &e);
+    if (!root) {
+        *r = send_error(s, c, &e);
+        return NULL;
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach(root, k, v) {
+        size_t i = 0;
+        while (names[i] && strcmp(names[i], k)) i++;
+        if (!names[i]) {
+            *r = fail(s, c, 400, k, "%.60s is an unknown field of %s", k, h->route == R_UPDATE_WEIGHTS
+                                                                             ? "/update_weights_from_disk"
+                                                                             : "this request");
+            json_decref(root);
+            return NULL;
+        }
+    }
+    return root;
+}
+
+/* root's boolean k (absent or null: dflt); false after a 400 was sent (*r). */
+static bool ctl_bool(mr_server *s, struct MHD_Connection *c, json_t *root, const char *k, bool dflt, bool *out,
+                     enum MHD_Result *r) {
+    json_t *v = json_object_get(root, k);
+    *out = dflt;
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_boolean(v)) {
+        *r = fail(s, c, 400, k, "%s must be a boolean", k);
+        return false;
+    }
+    *out = json_is_true(v);
+    return true;
+}
+
+/* root's weight version k (absent or null: *out NULL); false after a 400 was sent (*r). */
+static bool ctl_version(mr_server *s, struct MHD_Connection *c, json_t *root, const char *k, const char **out,
+                        enum MHD_Result *r) {
+    json_t *v = json_object_get(root, k);
+    *out = NULL;
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_string(v) || json_string_length(v) < 1 || json_string_length(v) > SV_MAX_WEIGHT_VERSION ||
+        memchr(json_string_value(v), 0, json_string_length(v))) {
+        *r = fail(s, c, 400, k, "%s must be a string of 1 to %d bytes", k, SV_MAX_WEIGHT_VERSION);
+        return false;
+    }
+    *out = json_string_value(v);
+    return true;
+}
+
+static void *update_main(void *arg) {
+    sv_op *op = arg;
+    mr_server *s = op->s;
+    const uint64_t t0 = mr_now_ns();
+    MR_INFO("serve: loading new weights from %s", op->dir);
+    mr_model *staged = NULL;
+    char msg[600];
+    int http, held = 0;
+    mr_status st = mr_model_weights_load(s->m, op->dir, &staged);
+    if (st) {
+        http = 400;
+        snprintf(msg, sizeof msg, "the weights were not updated (the model runs on as before): %s", mr_error_last());
+    } else {
+        const double load_s = (double)(mr_now_ns() - t0) * 1e-9;
+        http = sv_engine_swap(s->eng, staged, &op->so, msg, sizeof msg, &held);
+        if (http == 200) {
+            MR_INFO("serve: new weights from %s in service (loaded in %.2f s, %.2f s in all)", op->dir, load_s,
+                    (double)(mr_now_ns() - t0) * 1e-9);
+            pthread_mutex_lock(&s->met.mu);
+            s->met.weight_updates++;
+            pthread_mutex_unlock(&s->met.mu);
+        }
+    }
+    mr_model_close(staged); /* after a swap the old weights, else the new ones that did not go in */
+    if (http != 200) MR_WARN("serve: /update_weights_from_disk %s: %s", op->dir, msg);
+    json_t *o = json_pack("{s:b,s:s,s:i}", "success", http == 200, "message", msg, "num_paused_requests", held);
+    char *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    atomic_store(&s->updating, false);
+    op_answer(op, body ? http : 500, body, body ? NULL : "out of memory");
+    return NULL;
+}
+
+/* sglang's POST /update_weights_from_disk {"model_path", "weight_version"?, "abort_all_requests"?,
+ * "flush_cache"? [true], "keep_pause"?, "load_format"? (auto, safetensors)}: the checkpoint at model_path is
+ * loaded beside the running weights (requests go on meanwhile; both sets are resident then), checked to be
+ * the same model, then swapped in between steps once the running requests have ended (new ones wait; with
+ * abort_all_requests they end now), or at once while generation is paused. 200 {"success": true, "message",
+ * "num_paused_requests"}; a checkpoint that cannot go in is a 400 of the same shape, the model running on. */
+static enum MHD_Result do_update_weights(mr_server *s, struct MHD_Connection *c, sv_hreq *h) {
+    if (!serving(s)) return unavailable(s, c);
+    static const char *const names[] = {"model_path", "load_format", "abort_all_requests", "weight_version",
+                                        "is_async", "torch_empty_cache", "keep_pause", "recapture_cuda_graph",
+                                        "token_step", "flush_cache", "manifest", "rid", NULL};
+    enum MHD_Result r = MHD_NO;
+    json_t *root = ctl_body(s, c, h, names, &r);
+    if (!root) return r;
+    json_t *mp = json_object_get(root, "model_path"), *lf = json_object_get(root, "load_format"),
+           *ts = json_object_get(root, "token_step"), *mf = json_object_get(root, "manifest");
+    sv_swap_opts so = {0};
+    bool is_async = false, unused;
+    const char *ver = NULL;
+    if (!json_is_string(mp) || !json_string_length(mp) || json_string_length(mp) > 4000 ||
+        memchr(json_string_value(mp), 0, json_string_length(mp)))
+        r = fail(s, c, 400, "model_path", "model_path must be the checkpoint folder's path (a non-empty string)");
+    else if (lf && !json_is_null(lf) &&
+             (!json_is_string(lf) || (strcmp(json_string_value(lf), "auto") && strcmp(json_string_value(lf), "safetensors"))))
+        r = fail(s, c, 400, "load_format", "load_format must be auto or safetensors (the checkpoint's own files)");
+    else if (ts && !json_is_null(ts) && !json_is_integer(ts))
+        r = fail(s, c, 400, "token_step", "token_step must be an integer");
+    else if (mf && !json_is_null(mf))
+        r = fail(s, c, 400, "manifest", "manifest is not taken: the checkpoint folder says what it holds");
+    else if (ctl_bool(s, c, root, "abort_all_requests", false, &so.abort_all, &r) &&
+             ctl_bool(s, c, root, "flush_cache", true, &so.flush, &r) &&
+             ctl_bool(s, c, root, "keep_pause", false, &so.keep_pause, &r) &&
+             ctl_bool(s, c, root, "is_async", false, &is_async, &r) &&
+             ctl_bool(s, c, root, "torch_empty_cache", false, &unused, &r) &&
+             ctl_bool(s, c, root, "recapture_cuda_graph", false, &unused, &r) &&
+             ctl_version(s, c, root, "weight_version", &ver, &r)) {
+        if (is_async) {
+            r = fail(s, c, 400, "is_async", "is_async true is not taken: the new weights load while the requests "
+                     "run, and go in between steps once the running ones have ended (every request runs under "
+                     "one version)");
+        } else if (atomic_exchange(&s->updating, true)) {
+            r = fail(s, c, 409, NULL, "a weight update is under way: send the next once it has answered");
+        } else {
+            if (s->upd_started) pthread_join(s->upd, NULL); /* the previous one, done */
+            s->upd_started = false;
+            sv_op *op = op_new(s, c);
+            if (op) op->dir = mr_strdup(json_string_value(mp));
+            if (!op || !op->dir) {
+                op_free(op);
+                atomic_store(&s->updating, false);
+                r = fail(s, c, 500, NULL, "out of memory");
+            } else {
+                op->so = so;
+                if (ver) {
+                    snprintf(op->ver, sizeof op->ver, "%s", ver);
+                    op->so.version = op->ver;
+                }
+                h->op = op;
+                if (pthread_create(&s->upd, NULL, update_main, op)) {
+                    h->op = NULL;
+                    op_free(op);
+                    atomic_store(&s->updating, false);
+                    r = fail(s, c, 500, NULL, "cannot start the weight loader's thread");
+                } else {
+                    s->upd_started = true;
+                    r = op_wait(s, c, h);
+                }
+            }
+        }
+    }
+    json_decref(root);
+    return r;
+}
+
+/* The answer of a pause (sglang's shape, or vLLM's {"status": "paused"}), from the engine thread. */
+static void pause_done(void *arg, int http, const char *msg) {
+    sv_op *op = arg;
+    char *body = NULL;
+    if (http == 200)
+        body = mr_strdup(op->vllm ? "{\"status\":\"paused\"}"
+                              : "{\"message\":\"Generation paused successfully.\",\"status\":\"ok\"}");
+    op_answer(op, body ? http : http == 200 ? 500 : http, body, body ? NULL : msg ? msg : "out of memory");
+}
+
+/* sglang's POST /pause_generation {"mode": "abort" | "retract" | "in_place"} [abort], and vLLM's POST
+ * /pause?mode=abort|wait|keep [abort]&clear_cache=true|false [true] (its older
+ * wait_for_inflight_requests=true is mode wait): generation stops (serve_internal.h's sv_pause_mode); new
+ * requests wait in the queue; the answer comes once the pause holds (with wait: once the running requests
+ * ended). vLLM's keep with clear_cache is a retract (the kept requests recompute under the weights of then),
+ * without it in place. */
+static enum MHD_Result do_pause(mr_server *s, struct MHD_Connection *c, sv_hreq *h) {
+    if (!serving(s)) return unavailable(s, c);
+    int mode = SV_PAUSE_ABORT;
+    bool clear = false;
+    enum MHD_Result r = MHD_NO;
+    if (h->route == R_VPAUSE) {
+        const char *m = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "mode");
+        const char *cc = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "clear_cache");
+        const char *w = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "wait_for_inflight_requests");
+        clear = true;
+        if (cc && strcasecmp(cc, "true") && strcasecmp(cc, "false"))
+            return fail(s, c, 400, "clear_cache", "clear_cache must be true or false, got '%.40s'", cc);
+        if (cc) clear = !strcasecmp(cc, "true");
+        if (w && strcasecmp(w, "true") && strcasecmp(w, "false"))
+            return fail(s, c, 400, "wait_for_inflight_requests", "wait_for_inflight_requests must be true or false");
+        if (w && !strcasecmp(w, "true")) mode = SV_PAUSE_WAIT;
+        if (m && !strcmp(m, "wait")) mode = SV_PAUSE_WAIT;
+        else if (m && !strcmp(m, "keep")) mode = clear ? SV_PAUSE_RETRACT : SV_PAUSE_IN_PLACE;
+        else if (m && strcmp(m, "abort"))
+            return fail(s, c, 400, "mode", "mode must be abort, wait or keep, got '%.40s'", m);
+    } else {
+        static const char *const names[] = {"mode", "rid", NULL};
+        json_t *root = ctl_body(s, c, h, names, &r);
+        if (!root) return r;
+        json_t *m = json_object_get(root, "mode");
+        const char *ms = json_is_string(m) ? json_string_value(m) : NULL;
+        if (m && !json_is_null(m) && !ms) mode = -1;
+        else if (ms && !strcmp(ms, "retract")) mode = SV_PAUSE_RETRACT;
+        else if (ms && !strcmp(ms, "in_place")) mode = SV_PAUSE_IN_PLACE;
+        else if (ms && strcmp(ms, "abort")) mode = -1;
+        json_decref(root);
+        if (mode < 0) return fail(s, c, 400, "mode", "mode must be abort, retract or in_place");
+    }
+    sv_op *op = op_new(s, c);
+    if (!op) return fail(s, c, 500, NULL, "out of memory");
+    op->vllm = h->route == R_VPAUSE;
+    h->op = op;
+    if (sv_engine_pause(s->eng, (sv_pause_mode)mode, clear, pause_done, op)) {
+        h->op = NULL;
+        op_free(op);
+        return fail(s, c, 409, NULL, "a pause is under way already (it waits for the running requests)");
+    }
+    return op_wait(s, c, h);
+}
+
+/* sglang's POST /continue_generation, vLLM's POST /resume: generation goes on. */
+static enum MHD_Result do_continue(mr_server *s, struct MHD_Connection *c, sv_hreq *h) {
+    if (!serving(s)) return unavailable(s, c);
+    if (h->route == R_CONTINUE) {
+        static const char *const names[] = {"torch_empty_cache", "rid", NULL};
+        enum MHD_Result r = MHD_NO;
+        json_t *root = ctl_body(s, c, h, names, &r);
+        if (!root) return r;
+        bool unused;
+        const bool ok = ctl_bool(s, c, root, "torch_empty_cache", true, &unused, &r);
+        json_decref(root);
+        if (!ok) return r;
+    }
+    sv_engine_continue(s->eng);
+    return send_json(c, 200, h->route == R_VRESUME ? "{\"status\":\"resumed\"}"
+                                                   : "{\"message\":\"Generation continued successfully.\",\"status\":\"ok\"}");
+}
+
+/* vLLM's GET /is_paused; sglang's POST /update_weight_version {"new_version", "abort_all_requests"?} and GET
+ * /get_weight_version (vLLM's /weight_info). */
+static enum MHD_Result do_weight_version(mr_server *s, struct MHD_Connection *c, sv_hreq *h) {
+    if (!s->eng) return unavailable(s, c); /* loading */
+    if (h->route == R_IS_PAUSED)
+        return send_json(c, 200, sv_engine_paused(s->eng) ? "{\"is_paused\":true}" : "{\"is_paused\":false}");
+    char v[SV_MAX_WEIGHT_VERSION + 1];
+    if (h->route == R_GET_WVER) {
+        sv_engine_weight_version(s->eng, v, sizeof v);
+        return send_object(s, c, json_pack("{s:s}", "weight_version", v));
+    }
+    if (!serving(s)) return unavailable(s, c);
+    static const char *const names[] = {"new_version", "abort_all_requests", "rid", NULL};
+    enum MHD_Result r = MHD_NO;
+    json_t *root = ctl_body(s, c, h, names, &r);
+    if (!root) return r;
+    const char *nv = NULL;
+    bool abort_all = false;
+    if (ctl_version(s, c, root, "new_version", &nv, &r) &&
+        ctl_bool(s, c, root, "abort_all_requests", false, &abort_all, &r)) {
+        if (!nv) {
+            r = fail(s, c, 400, "new_version", "new_version is required (1 to %d bytes)", SV_MAX_WEIGHT_VERSION);
+        } else {
+            if (abort_all) sv_engine_abort_all(s->eng);
+            sv_engine_set_weight_version(s->eng, nv);
+            MR_INFO("serve: weight version set to %s", nv);
+            char m[SV_MAX_WEIGHT_VERSION + 40];
+            snprintf(m, sizeof m, "Weight version updated to %s", nv);
+            r = send_object(s, c, json_pack("{s:b,s:s,s:s}", "success", 1, "message", m, "new_version", nv));
+        }
+    }
+    json_decref(root);
+    return r;
 }
 
 /* GET /v1/responses/{id}?stream=true[&starting_after=N]: the events of a background response created with
@@ -2143,6 +2515,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     /* the whole request is in */
     if (h->job) return await_body(s, c, h); /* resumed: the engine has published */
+    if (h->op) return op_wait(s, c, h);      /* resumed: the control request is answered */
     if (h->over)
         return fail(s, c, 413, NULL, "the body is %zu bytes, above this server's limit of %zu (--max-body-bytes)",
                     h->received, s->o.max_body_bytes);
@@ -2180,6 +2553,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case R_ABORT: return do_abort(s, c, h);
     case R_EXPERT_START: case R_EXPERT_STOP: case R_EXPERT_DUMP: return do_expert_record(s, c, h->route);
     case R_PROFILE_START: case R_PROFILE_STOP: return do_profile(s, c, h);
+    case R_UPDATE_WEIGHTS: return do_update_weights(s, c, h);
+    case R_PAUSE: case R_VPAUSE: return do_pause(s, c, h);
+    case R_CONTINUE: case R_VRESUME: return do_continue(s, c, h);
+    case R_IS_PAUSED: case R_SET_WVER: case R_GET_WVER: return do_weight_version(s, c, h);
     case R_HEALTH_GENERATE: /* sglang's deep health check: one token through the engine, as a completion */
         h->body.len = 0;
         if (sv_buf_lit(&h->body, "{\"prompt\":[0],\"max_tokens\":1,\"temperature\":0}"))
@@ -2237,6 +2614,13 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
         h->conn->busy = false;
         h->conn->since_ns = mr_now_ns();
         pthread_mutex_unlock(&s->cmu);
+    }
+    if (h->op) { /* answered (a parked one cannot complete); else its worker frees it */
+        pthread_mutex_lock(&h->op->mu);
+        const bool done = h->op->done;
+        h->op->orphan = !done;
+        pthread_mutex_unlock(&h->op->mu);
+        if (done) op_free(h->op);
     }
     sv_buf_free(&h->body);
     sv_buf_free(&h->sse);
@@ -2490,6 +2874,16 @@ mr_status mr_server_open(const mr_server_opts *o, mr_server **out) {
     s->o.served_model_name = s->name;
     s->o.api_key = s->api_key;
     read_generation_config(s);
+    if (o->weight_version) { /* it goes into JSON answers */
+        json_t *t = json_string(o->weight_version);
+        const size_t n = strlen(o->weight_version);
+        json_decref(t);
+        if (!t || !n || n > SV_MAX_WEIGHT_VERSION) {
+            mr_server_close(s);
+            return mr_error_set(MR_EINVAL, "serve: the weight version must be 1 to %d bytes of UTF-8",
+                                SV_MAX_WEIGHT_VERSION);
+        }
+    }
     mr_status st = sv_text_open(s->model_dir, o, &s->text); /* before any weight is read: fail fast */
     if (st) {
         mr_server_close(s);
@@ -2591,6 +2985,8 @@ static int http_answering(mr_server *s) {
 int mr_server_drain(mr_server *s, double timeout_s) {
     atomic_store(&s->state, ST_DRAINING);
     if (!s->eng) return 0;
+    if (sv_engine_continue(s->eng)) /* the requests a pause held run to their end too */
+        MR_INFO("serve: generation continued for the drain");
     uint64_t end = mr_now_ns() + (uint64_t)(timeout_s * 1e9);
     const struct timespec tick = {0, 10 * 1000 * 1000};
     while (sv_engine_inflight(s->eng) > 0 && mr_now_ns() < end) nanosleep(&tick, NULL);
@@ -2615,6 +3011,7 @@ void mr_server_close(mr_server *s) {
     /* the engine first: every job ends and every parked connection is resumed (libmicrohttpd
      * cannot stop with a connection parked for good); a request that races this ends at once */
     if (s->eng) sv_engine_stop(s->eng);
+    if (s->upd_started) pthread_join(s->upd, NULL); /* a weight update: its load ends, its swap is refused */
     /* then the threads that resume connections (the watchdog wakes followers of a background response's
      * events, the driver too), so that none resumes one that libmicrohttpd's stop has freed */
     if (s->wd_started) {

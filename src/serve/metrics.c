@@ -112,6 +112,10 @@ char *sv_metrics_render(sv_metrics *m) {
                       (unsigned long long)m->by_api[i]);
     one(&b, mn, "counter", "client_disconnects_total", "Requests whose client went away before the end.",
         (double)m->disconnects);
+    one(&b, mn, "counter", "weight_updates_total", "New weights swapped in (/update_weights_from_disk).",
+        (double)m->weight_updates);
+    one(&b, mn, "gauge", "generation_paused", "1 while generation is paused (/pause_generation, /pause).",
+        (double)m->paused);
     one(&b, mn, "counter", "engine_steps_total", "Engine steps that ran a batch through the model.", (double)m->steps);
     static const char *const phase[4] = {"schedule", "forward", "sample", "complete"};
     sv_buf_printf(&b, "# HELP moerun:engine_step_seconds_total Time of those steps by phase: scheduling, the forward "

@@ -823,6 +823,17 @@ static json_t *sgl_object(const sv_out *o, int i, const char *reason) {
     const bool by_id = reason && !strcmp(reason, "stop") && !c->stop_hit && last >= 0 && is_stop_token(o, c->g, last, c->counted);
     json_t *x = sv_sglang_object(id, c->content.p, c->content.len, reason ? c->g->out : NULL, c->counted, reason,
                                  c->stop_hit, by_id ? last : -1, o->j->prompt_len[i / o->j->req.n], c->counted, c->cached);
+    if (x) { /* the weights' version it ran under (sglang's; the one it ended under once it has) */
+        char wver[sizeof c->g->wver];
+        pthread_mutex_lock(&o->j->mu);
+        memcpy(wver, c->g->wver, sizeof wver);
+        pthread_mutex_unlock(&o->j->mu);
+        wver[sizeof wver - 1] = 0;
+        if (json_object_set_new(json_object_get(x, "meta_info"), "weight_version", json_string(wver))) {
+            json_decref(x);
+            return NULL;
+        }
+    }
     if (x && reason && c->g->routes && sgl_routes(o, c, json_object_get(x, "meta_info"))) {
         json_decref(x);
         return NULL;

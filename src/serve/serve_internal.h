@@ -60,6 +60,7 @@ typedef struct {
 #define SV_MAX_TOP_LOGPROBS 20  /* the engine's default max_top_logprobs */
 #define SV_MAX_ID_LOGPROBS (1 << 24) /* token_ids_logprob: ids x positions of one request (64 MiB) */
 #define SV_MAX_BAD_WORDS 128    /* each gives up to 2 sequences: MR_ENGINE_MAX_BAD_WORDS */
+#define SV_MAX_WEIGHT_VERSION 128 /* bytes of a weight version (--weight-version, update_weights_from_disk) */
 
 typedef struct {
     sv_kind kind;
@@ -213,6 +214,8 @@ typedef struct {
     uint64_t step_ns[4];                 /* their time: schedule, forward, sample, complete (mr_engine_stats) */
     uint64_t success[SV_FR_COUNT];
     uint64_t rejected_queue_full, rejected_draining, bad_requests, disconnects;
+    uint64_t weight_updates;             /* /update_weights_from_disk swaps */
+    int64_t paused;                      /* generation paused (0 or 1; set by /metrics before rendering) */
     uint64_t by_api[SV_API_COUNT]; /* requests admitted, by the API they came through */
     sv_hist ttft, itl, e2e, queue;
     sv_hist prefill, decode, inference;  /* scheduled -> first token -> last; scheduled -> last */
@@ -375,6 +378,7 @@ typedef struct sv_gen {
     char err[200];
     bool unavailable;           /* with SV_FIN_ERROR: the engine can run nothing any more (an
                                    expert-parallel rank failed): 503, not 500 */
+    char wver[SV_MAX_WEIGHT_VERSION + 1]; /* the weight version when it ended (sglang's meta_info.weight_version) */
     /* engine thread only */
     struct sv_gen *next;        /* submission queue */
     struct sv_gen *lprev, *lnext; /* the engine thread's list of gens in the engine */
@@ -441,6 +445,42 @@ void sv_engine_free(sv_engine *e);
 int sv_engine_flush(sv_engine *e, int64_t *dropped);
 /* Admitted gens not yet finished (running + waiting). */
 int64_t sv_engine_inflight(sv_engine *e);
+
+/* ---- generation control, done by the engine thread between steps (sglang's /pause_generation,
+ * /continue_generation and /update_weights_from_disk; vLLM's /pause and /resume) ----
+ * While paused nothing is computed: requests keep arriving into the queue, cancellations still end
+ * requests; the running ones (in place) keep their KV blocks. Modes:
+ *   ABORT     every admitted request ends now, aborted (sglang's default, vLLM's "abort");
+ *   RETRACT   the running requests go back to the queue, their KV blocks freed: they recompute (under the
+ *             weights of then) when generation continues;
+ *   IN_PLACE  the running requests stop where they are, their KV kept (vLLM's "keep");
+ *   WAIT      no request starts; the pause begins when the running ones have ended (vLLM's "wait").
+ * clear_cache (vLLM's): the prefix cache is dropped once no request runs. */
+typedef enum { SV_PAUSE_ABORT = 0, SV_PAUSE_RETRACT = 1, SV_PAUSE_IN_PLACE = 2, SV_PAUSE_WAIT = 3 } sv_pause_mode;
+/* Called by the engine thread when an asked pause holds (http 200, msg NULL), or did not happen (409: a
+ * continue came first; 503: the engine stopped). */
+typedef void (*sv_ctl_done)(void *arg, int http, const char *msg);
+/* 0 asked (done is called later, once), 1 another pause is pending (nothing asked). */
+int sv_engine_pause(sv_engine *e, sv_pause_mode mode, bool clear_cache, sv_ctl_done done, void *arg);
+/* Generation goes on (the held requests where they stopped); a pause still pending is called off (its done:
+ * 409). Returns whether it was paused. */
+bool sv_engine_continue(sv_engine *e);
+bool sv_engine_paused(sv_engine *e);
+/* New weights (the model's mr_model_weights_swap) by the engine thread, between steps: after every running
+ * request has ended (no new one starts meanwhile; abort_all: they end now, aborted), or at once while paused
+ * (requests held in place go on under the new weights, on their KV). Then the prefix cache is dropped (flush;
+ * refused, nothing swapped, while requests are held in place: their blocks cannot go), the weight version
+ * set (version non-NULL), and the engine left paused (in place) with keep_pause. Blocks the calling thread
+ * (not an HTTP one) until done: 200 swapped (staged then holds the old weights), 400 refused (msg says
+ * why), 503 the engine stopped first. *held: requests held in place at the swap. */
+typedef struct {
+    bool flush, abort_all, keep_pause;
+    const char *version;
+} sv_swap_opts;
+int sv_engine_swap(sv_engine *e, mr_model *staged, const sv_swap_opts *o, char *msg, size_t n, int *held);
+/* The weight version (sglang's weight_version: --weight-version, then each update's). */
+void sv_engine_weight_version(sv_engine *e, char *out, size_t n);
+void sv_engine_set_weight_version(sv_engine *e, const char *v);
 
 /* ---- the step profile (profile.c): sglang's /start_profile and /stop_profile ---- */
 typedef struct {

@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# serve_weights.sh — new weights and paused generation on a running server (the RL endpoints of sglang and
+# vLLM), checked against `moerun generate` on each checkpoint (greedy, so every output has one right answer):
+#  - --weight-version, /get_model_info, /get_weight_version, /weight_info, meta_info.weight_version;
+#  - /update_weights_from_disk: the next requests run on the new checkpoint, token for token; a request
+#    running when it comes runs to its end on the old weights (the update waits for it; a second update
+#    meanwhile is a 409) and the one sent meanwhile waits and runs on the new ones; abort_all_requests ends
+#    the running one; a checkpoint of another shape, a missing one, bad fields are 400s and nothing changes;
+#  - /pause_generation in_place (nothing is computed: the token counter stands still; a new request waits),
+#    /continue_generation (the held request ends as if never paused), retract (recomputed, the same tokens),
+#    abort; new weights while paused in place (flush_cache true is refused, false swaps under the held
+#    request); vLLM's /pause?mode=wait (answers when the running request ended), /is_paused, /resume;
+#  - /update_weight_version; SIGTERM while paused drains the held request and exits 0.
+# Args: <moerun> <tests/data> <scratch dir>
+set -u
+M=$1; DATA=$2; S=$3
+. "$(dirname "$0")/lib/serve.sh"
+serve_test_begin
+dims="--hidden 128 --layers 2 --experts 16 --top-k 2 --expert-dim 128 --heads 4 --kv-heads 1 --head-dim 32 --rotary-dim 16 --vocab 512"
+for c in "A --seed 1" "B --seed 2" "C --seed 1 --layers 3"; do
+    set -- $c
+    "$M" gen-tiny "$S/$1" $dims "${@:2}" >/dev/null || { bad "gen-tiny $c"; exit 1; }
+done
+A=$S/A; B=$S/B
+# the oracle: the greedy ids of a checkpoint (moerun generate, a fresh process)
+want() { "$M" generate --model "$1" --prompt-ids "$2" -n "$3" --ignore-eos 2>/dev/null | sed -n 's/^\[0\] //p' | tr ' ' ','; }
+gen() { # gen PROMPT N [CURL ARGS]: the server's greedy ids for the prompt
+    curl -s "$SV_URL/generate" "${@:3}" -d "{\"input_ids\":[$1],\"sampling_params\":{\"max_new_tokens\":$2,\"temperature\":0,\"ignore_eos\":true}}"
+}
+ids() { jq -r '.output_ids | map(tostring) | join(",")' "$1"; }
+post() { curl -s -o "$S/post.json" -w '%{http_code}' "$SV_URL$1" -d "${2:-}"; }
+WA=$(want "$A" 5,6,7 12); WB=$(want "$B" 5,6,7 12)
+[ -n "$WA" ] && [ "$WA" != "$WB" ] || { bad "the two checkpoints' oracles: '$WA' '$WB'"; exit 1; }
+LONG=600 # tokens of a long request: 2 ms a step (--debug-step-delay-ms) make it last over 1.2 s
+LA=$(want "$A" 9,8,7 $LONG); LB=$(want "$B" 9,8,7 $LONG)
+
+start_server "$S/serve.log" --model "$A" --context-length 4096 --weight-version v0 --debug-step-delay-ms 2 || exit 1
+for r in get_model_info get_weight_version weight_info; do
+    [ "$(curl -s "$SV_URL/$r" | jq -r .weight_version)" = v0 ] || bad "/$r does not say v0"
+done
+gen 5,6,7 12 >"$S/g.json"
+[ "$(ids "$S/g.json")" = "$WA" ] && [ "$(jq -r .meta_info.weight_version "$S/g.json")" = v0 ] || bad "before: $(cat "$S/g.json")"
+
+# --- new weights between requests ---
+code=$(post /update_weights_from_disk "{\"model_path\":\"$B\",\"weight_version\":\"v1\"}")
+[ "$code" = 200 ] && [ "$(jq -r .success "$S/post.json")" = true ] || bad "update to B: $code $(cat "$S/post.json")"
+gen 5,6,7 12 >"$S/g.json"
+[ "$(ids "$S/g.json")" = "$WB" ] && [ "$(jq -r .meta_info.weight_version "$S/g.json")" = v1 ] || bad "after B: $(cat "$S/g.json")"
+[ "$(metric moerun:weight_updates_total)" = 1 ] || bad "weight_updates_total: $(metric moerun:weight_updates_total)"
+# refusals leave B running
+for body in "{\"model_path\":\"$S/C\"}|num_hidden_layers is 2 in the running model and 3" \
+            "{\"model_path\":\"$S/none\"}|no config.json" "{\"model_path\":5}|model_path" \
+            "{\"model_path\":\"$A\",\"bogus\":1}|bogus" "{\"model_path\":\"$A\",\"is_async\":true}|is_async" \
+            "{\"model_path\":\"$A\",\"load_format\":\"dummy\"}|load_format" "{\"model_path\":\"$A\",\"flush_cache\":1}|flush_cache" \
+            "{\"model_path\":\"$A\",\"weight_version\":\"\"}|weight_version" "[1]|object" "{|JSON"; do
+    code=$(post /update_weights_from_disk "${body%|*}")
+    [ "$code" = 400 ] && grep -q "${body##*|}" "$S/post.json" || bad "refusal ${body%|*}: $code $(cat "$S/post.json")"
+done
+gen 5,6,7 12 >"$S/g.json"
+[ "$(ids "$S/g.json")" = "$WB" ] || bad "a refused update changed the answers: $(cat "$S/g.json")"
+[ "$(curl -s "$SV_URL/get_weight_version" | jq -r .weight_version)" = v1 ] || bad "a refused update changed the version"
+
+# --- an update while a request runs: it waits for it; the request sent meanwhile runs on the new weights ---
+running() { [ "$(metric moerun:num_requests_running)" = 1 ]; }
+wait_running() { local i; for i in $(seq 400); do running && return 0; sleep 0.01; done; return 1; }
+( gen 9,8,7 $LONG >"$S/long.json"; echo "$(now_ms)" >"$S/long.t" ) &
+JL=$!
+wait_running || bad "the long request is not running"
+( post /update_weights_from_disk "{\"model_path\":\"$A\",\"weight_version\":\"v2\"}" >"$S/upd.code"; cp "$S/post.json" "$S/upd.json"
+  echo "$(now_ms)" >"$S/upd.t" ) &
+JU=$!
+sleep 0.2
+code=$(curl -s -o "$S/second.json" -w '%{http_code}' "$SV_URL/update_weights_from_disk" -d "{\"model_path\":\"$A\"}")
+[ "$code" = 409 ] || bad "a second update during the first: $code $(cat "$S/second.json")"
+gen 5,6,7 12 >"$S/during.json"
+wait $JL $JU
+[ "$(cat "$S/upd.code")" = 200 ] || bad "the update during a request: $(cat "$S/upd.code") $(cat "$S/upd.json")"
+[ "$(ids "$S/long.json")" = "$LB" ] && [ "$(jq -r .meta_info.weight_version "$S/long.json")" = v1 ] ||
+    bad "the request running during the update did not end on the old weights: $(jq -c .meta_info "$S/long.json")"
+[ "$(cat "$S/upd.t")" -ge "$(cat "$S/long.t")" ] || bad "the update answered before the running request ended"
+[ "$(ids "$S/during.json")" = "$WA" ] && [ "$(jq -r .meta_info.weight_version "$S/during.json")" = v2 ] ||
+    bad "the request sent during the update: $(cat "$S/during.json")"
+# abort_all_requests ends the running one at once
+gen 9,8,7 $LONG >"$S/long.json" &
+JL=$!
+wait_running || bad "the long request is not running (abort)"
+code=$(post /update_weights_from_disk "{\"model_path\":\"$B\",\"abort_all_requests\":true,\"weight_version\":\"v3\"}")
+wait $JL
+[ "$code" = 200 ] && [ "$(jq -r .meta_info.finish_reason.type "$S/long.json")" = abort ] ||
+    bad "abort_all_requests: $code $(jq -c .meta_info "$S/long.json")"
+
+# --- pause in place: nothing is computed, a new request waits; continue ends the held one as if unpaused ---
+gen 9,8,7 $LONG >"$S/long.json" &
+JL=$!
+wait_running || bad "the long request is not running (pause)"
+code=$(post /pause_generation '{"mode":"in_place"}')
+[ "$code" = 200 ] && [ "$(jq -r .status "$S/post.json")" = ok ] || bad "pause in place: $code $(cat "$S/post.json")"
+[ "$(curl -s "$SV_URL/is_paused" | jq -r .is_paused)" = true ] || bad "/is_paused after a pause"
+[ "$(metric moerun:generation_paused)" = 1 ] || bad "generation_paused gauge"
+t1=$(metric moerun:generation_tokens_total); sleep 0.5; t2=$(metric moerun:generation_tokens_total)
+[ "$t1" = "$t2" ] || bad "tokens were generated while paused: $t1 -> $t2"
+code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 "$SV_URL/generate" -d '{"input_ids":[1],"sampling_params":{"max_new_tokens":1}}')
+[ "$code" = 000 ] || bad "a request answered while paused: $code"
+code=$(post /pause_generation '{"mode":"sideways"}')
+[ "$code" = 400 ] || bad "an unknown pause mode: $code"
+# new weights while paused in place: flushing the cache is refused (the held request holds KV blocks)
+code=$(post /update_weights_from_disk "{\"model_path\":\"$A\"}")
+[ "$code" = 400 ] && grep -q "paused in place" "$S/post.json" || bad "flush while held in place: $code $(cat "$S/post.json")"
+[ "$(curl -s "$SV_URL/get_weight_version" | jq -r .weight_version)" = v3 ] || bad "the refused update changed the version"
+code=$(post /continue_generation '{}')
+[ "$code" = 200 ] || bad "continue: $code"
+wait $JL
+[ "$(ids "$S/long.json")" = "$LB" ] || bad "the request held in place: $(jq -c .meta_info "$S/long.json")"
+[ "$(curl -s "$SV_URL/is_paused" | jq -r .is_paused)" = false ] || bad "/is_paused after continue"
+# retract: the held request recomputes (the same weights: the same tokens)
+gen 9,8,7 $LONG >"$S/long.json" &
+JL=$!
+wait_running || bad "the long request is not running (retract)"
+[ "$(post /pause_generation '{"mode":"retract"}')" = 200 ] || bad "pause retract"
+[ "$(metric moerun:num_requests_running)" = 0 ] || bad "a retracted request still runs"
+[ "$(post /continue_generation)" = 200 ] || bad "continue after retract"
+wait $JL
+[ "$(ids "$S/long.json")" = "$LB" ] || bad "the retracted request: $(jq -c .meta_info "$S/long.json")"
+# in place, then new weights without the flush: the held request goes on under them
+gen 9,8,7 $LONG >"$S/long.json" &
+JL=$!
+wait_running || bad "the long request is not running (swap in place)"
+[ "$(post /pause_generation '{"mode":"in_place"}')" = 200 ] || bad "pause in place (2)"
+code=$(post /update_weights_from_disk "{\"model_path\":\"$A\",\"flush_cache\":false,\"weight_version\":\"v4\"}")
+[ "$code" = 200 ] && [ "$(jq -r .num_paused_requests "$S/post.json")" = 1 ] || bad "swap in place: $code $(cat "$S/post.json")"
+[ "$(post /continue_generation)" = 200 ] || bad "continue after the swap"
+wait $JL
+[ "$(jq -r .meta_info.finish_reason.type "$S/long.json")" = length ] && [ "$(ids "$S/long.json")" != "$LB" ] &&
+    [ "$(jq -r .meta_info.weight_version "$S/long.json")" = v4 ] || bad "the request across the swap: $(jq -c .meta_info "$S/long.json")"
+gen 5,6,7 12 >"$S/g.json"
+[ "$(ids "$S/g.json")" = "$WA" ] || bad "after the swap in place: $(cat "$S/g.json")"
+# abort
+gen 9,8,7 $LONG >"$S/long.json" &
+JL=$!
+wait_running || bad "the long request is not running (abort pause)"
+[ "$(post /pause_generation '{}')" = 200 ] || bad "pause (abort)"
+wait $JL
+[ "$(jq -r .meta_info.finish_reason.type "$S/long.json")" = abort ] || bad "pause abort: $(jq -c .meta_info "$S/long.json")"
+[ "$(post /continue_generation)" = 200 ] || bad "continue after abort"
+
+# --- vLLM's /pause?mode=wait answers once the running request has ended; /resume ---
+gen 9,8,7 $LONG >"$S/long.json" &
+JL=$!
+wait_running || bad "the long request is not running (vLLM wait)"
+code=$(curl -s -o "$S/post.json" -w '%{http_code}' -X POST "$SV_URL/pause?mode=wait")
+t_pause=$(now_ms)
+[ "$code" = 200 ] && [ "$(jq -r .status "$S/post.json")" = paused ] || bad "vLLM pause wait: $code $(cat "$S/post.json")"
+[ "$(metric moerun:num_requests_running)" = 0 ] || bad "vLLM's wait answered with a request running"
+wait $JL
+[ "$(ids "$S/long.json")" = "$LA" ] || bad "the request vLLM's wait let finish: $(jq -c .meta_info "$S/long.json")"
+code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$SV_URL/pause?mode=later")
+[ "$code" = 400 ] || bad "vLLM pause mode later: $code"
+code=$(curl -s -o "$S/post.json" -w '%{http_code}' -X POST "$SV_URL/resume")
+[ "$code" = 200 ] && [ "$(jq -r .status "$S/post.json")" = resumed ] || bad "vLLM resume: $code"
+
+# --- the version alone ---
+code=$(post /update_weight_version '{"new_version":"v9"}')
+[ "$code" = 200 ] && [ "$(jq -r .new_version "$S/post.json")" = v9 ] || bad "update_weight_version: $code"
+[ "$(curl -s "$SV_URL/get_weight_version" | jq -r .weight_version)" = v9 ] || bad "the version after update_weight_version"
+[ "$(post /update_weight_version '{"new_version":""}')" = 400 ] || bad "an empty new_version"
+[ "$(post /update_weight_version '{}')" = 400 ] || bad "no new_version"
+
+# --- SIGTERM while paused: the held request runs to its end, exit 0 ---
+gen 9,8,7 $LONG >"$S/long.json" &
+JL=$!
+wait_running || bad "the long request is not running (drain)"
+[ "$(post /pause_generation '{"mode":"in_place"}')" = 200 ] || bad "pause before SIGTERM"
+stop_server
+[ "$SV_RC" = 0 ] || bad "SIGTERM while paused: exit $SV_RC"
+wait $JL
+[ "$(ids "$S/long.json")" = "$LA" ] || bad "the request held at SIGTERM: $(jq -c .meta_info "$S/long.json" 2>&1 | head -c 300)"
+clean_log "$S/serve.log" || bad "sanitizer report or crash"
+[ $fails = 0 ] || { tail -20 "$S/serve.log"; exit 1; }
+rm -rf "$S"
+echo OK
