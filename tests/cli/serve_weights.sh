@@ -25,10 +25,10 @@ A=$S/A; B=$S/B
 # the oracle: the greedy ids of a checkpoint (moerun generate, a fresh process)
 want() { "$M" generate --model "$1" --prompt-ids "$2" -n "$3" --ignore-eos 2>/dev/null | sed -n 's/^\[0\] //p' | tr ' ' ','; }
 gen() { # gen PROMPT N [CURL ARGS]: the server's greedy ids for the prompt
-    curl -s "$SV_URL/generate" "${@:3}" -d "{\"input_ids\":[$1],\"sampling_params\":{\"max_new_tokens\":$2,\"temperature\":0,\"ignore_eos\":true}}"
+    curl -s --max-time 120 "$SV_URL/generate" "${@:3}" -d "{\"input_ids\":[$1],\"sampling_params\":{\"max_new_tokens\":$2,\"temperature\":0,\"ignore_eos\":true}}"
 }
 ids() { jq -r '.output_ids | map(tostring) | join(",")' "$1"; }
-post() { curl -s -o "$S/post.json" -w '%{http_code}' "$SV_URL$1" -d "${2:-}"; }
+post() { curl -s --max-time 120 -o "$S/post.json" -w '%{http_code}' "$SV_URL$1" -d "${2:-}"; }
 WA=$(want "$A" 5,6,7 12); WB=$(want "$B" 5,6,7 12)
 [ -n "$WA" ] && [ "$WA" != "$WB" ] || { bad "the two checkpoints' oracles: '$WA' '$WB'"; exit 1; }
 LONG=600 # tokens of a long request: 2 ms a step (--debug-step-delay-ms) make it last over 1.2 s
