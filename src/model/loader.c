@@ -804,6 +804,13 @@ mr_status mr_model_weights_load(const mr_model *m, const char *dir, mr_model **o
     if (differs)
         return mr_error_set(MR_ECONFIG, "%s holds another model: %s (only the weights can change; the resolved runner "
                             "and the state were made for this model)", dir, why);
+    /* both weight sets are resident until the swap: the new set's own memory (packed experts, copies; the
+     * mapped part is page cache the kernel can take back) must fit in what is available now */
+    const size_t need = m->mem.experts + m->mem.weights_copied, avail = mr_mem_proc_kb("/proc/meminfo", "MemAvailable:");
+    if (avail > 0 && need > avail)
+        return mr_error_set(MR_ECAPACITY, "loading %s beside the running weights needs about %.2f GiB, and %.2f GiB are "
+                            "available: free memory, or restart the server on the new checkpoint", dir,
+                            (double)need / 1073741824.0, (double)avail / 1073741824.0);
     mr_model_opts o = m->opts;
     o.exec = x; /* the running model's frozen decision, whoever made it */
     o.progress = false;

@@ -29,6 +29,9 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <linux/tcp.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1127,6 +1130,10 @@ static void *update_main(void *arg) {
         }
     }
     mr_model_close(staged); /* after a swap the old weights, else the new ones that did not go in */
+#ifdef __GLIBC__
+    malloc_trim(0); /* their pages back to the system now: glibc keeps freed heap memory otherwise, and the
+                       process would hold two weight sets until the next update */
+#endif
     if (http != 200) MR_WARN("serve: /update_weights_from_disk %s: %s", op->dir, msg);
     json_t *o = json_pack("{s:b,s:s,s:i}", "success", http == 200, "message", msg, "num_paused_requests", held);
     char *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
