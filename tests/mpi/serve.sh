@@ -75,6 +75,21 @@ body=$(curl -s -m 120 "$URL_A/v1/completions" -H 'Content-Type: application/json
     -d "{\"model\":\"tiny\",\"prompt\":[$prompt],\"max_tokens\":10,\"temperature\":0,\"ignore_eos\":true}")
 got=$(sed -n 's/.*"token_ids":\[\([0-9,]*\)\].*/\1/p' <<< "$body")
 [ "$got" = "$expected" ] || fail "completion tokens '$got', one process '$expected' ($body)"
+# new weights are refused under expert parallelism (every rank would have to load at once), and the server
+# answers as before; a pause holds the ranks' steps (the heartbeat goes on) and continue gives the same tokens
+code=$(curl -s -m 120 -o "$S/u.body" -w '%{http_code}' "$URL_A/update_weights_from_disk" -d "{\"model_path\":\"$T\"}")
+[ "$code" = 400 ] && grep -q "expert parallelism" "$S/u.body" || fail "an update under EP: $code $(cat "$S/u.body")"
+code=$(curl -s -m 120 -o /dev/null -w '%{http_code}' "$URL_A/pause_generation" -d '{"mode":"in_place"}')
+[ "$code" = 200 ] || fail "pause under EP: $code"
+curl -s -m 120 "$URL_A/v1/completions" -o "$S/p.body" -d "{\"model\":\"tiny\",\"prompt\":[$prompt],\"max_tokens\":10,\"temperature\":0,\"ignore_eos\":true}" &
+PC=$!
+sleep 1.5 # past the EP heartbeat: the ranks stay together while paused
+kill -0 "$PC" 2>/dev/null || fail "a completion answered while paused: $(cat "$S/p.body")"
+code=$(curl -s -m 120 -o /dev/null -w '%{http_code}' "$URL_A/continue_generation" -d '{}')
+[ "$code" = 200 ] || fail "continue under EP: $code"
+wait "$PC"
+got=$(sed -n 's/.*"token_ids":\[\([0-9,]*\)\].*/\1/p' "$S/p.body")
+[ "$got" = "$expected" ] || fail "the completion held by the pause: '$got', one process '$expected'"
 
 # a rank that stops answering: the next request gets 503 within the deadline, the server exits non-zero
 start "$S/d.log" --model "$T" --context-length 256 --ep-timeout 3 || exit 1
