@@ -1136,6 +1136,16 @@ char *sv_out_body(sv_out *o, int *http) {
     if (o->chat && o->j->req.prompt_logprobs >= 0 && /* vLLM: chat's are the response's, of its one prompt */
         (sv_buf_lit(&b, ",\"prompt_logprobs\":") || plp_vllm(o, o->c[0].g, &b)))
         goto oom;
+    { /* sglang's: the weights' version the (first) choice ended under */
+        char wver[sizeof o->c[0].g->wver];
+        pthread_mutex_lock(&o->j->mu);
+        memcpy(wver, o->c[0].g->wver, sizeof wver);
+        pthread_mutex_unlock(&o->j->mu);
+        wver[sizeof wver - 1] = 0;
+        if (sv_buf_lit(&b, ",\"metadata\":{\"weight_version\":") || sv_buf_json_str(&b, wver, strlen(wver)) ||
+            sv_buf_lit(&b, "}"))
+            goto oom;
+    }
     if (sv_buf_lit(&b, ",\"usage\":") || usage_obj(o, &b) || sv_buf_lit(&b, "}")) goto oom;
     *http = 200;
     return b.p;

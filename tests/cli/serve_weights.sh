@@ -47,6 +47,9 @@ code=$(post /update_weights_from_disk "{\"model_path\":\"$B\",\"weight_version\"
 [ "$code" = 200 ] && [ "$(jq -r .success "$S/post.json")" = true ] || bad "update to B: $code $(cat "$S/post.json")"
 gen 5,6,7 12 >"$S/g.json"
 [ "$(ids "$S/g.json")" = "$WB" ] && [ "$(jq -r .meta_info.weight_version "$S/g.json")" = v1 ] || bad "after B: $(cat "$S/g.json")"
+# sglang's OpenAI answers carry it too (metadata.weight_version), unstreamed
+m=$(curl -s "$SV_URL/v1/completions" -d '{"prompt":[5,6,7],"max_tokens":2}' | jq -r .metadata.weight_version)
+[ "$m" = v1 ] || bad "completions' metadata.weight_version: $m"
 [ "$(metric moerun:weight_updates_total)" = 1 ] || bad "weight_updates_total: $(metric moerun:weight_updates_total)"
 # refusals leave B running
 for body in "{\"model_path\":\"$S/C\"}|num_hidden_layers is 2 in the running model and 3" \
