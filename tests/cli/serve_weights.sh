@@ -161,6 +161,21 @@ code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$SV_URL/pause?mode=later"
 [ "$code" = 400 ] || bad "vLLM pause mode later: $code"
 code=$(curl -s -o "$S/post.json" -w '%{http_code}' -X POST "$SV_URL/resume")
 [ "$code" = 200 ] && [ "$(jq -r .status "$S/post.json")" = resumed ] || bad "vLLM resume: $code"
+# keep (with clear_cache, vLLM's default: the held request recomputes, the same weights giving the same tokens)
+gen 9,8,7 $LONG >"$S/long.json" &
+JL=$!
+wait_running || bad "the long request is not running (vLLM keep)"
+code=$(curl -s -o "$S/post.json" -w '%{http_code}' -X POST "$SV_URL/pause?mode=keep")
+[ "$code" = 200 ] && [ "$(curl -s "$SV_URL/is_paused" | jq -r .is_paused)" = true ] || bad "vLLM pause keep: $code"
+[ "$(metric moerun:num_requests_running)" = 0 ] || bad "vLLM keep with clear_cache left the request running (not recomputed)"
+[ "$(curl -s -o /dev/null -w '%{http_code}' -X POST "$SV_URL/resume")" = 200 ] || bad "vLLM resume after keep"
+wait $JL
+[ "$(ids "$S/long.json")" = "$LA" ] || bad "the request vLLM's keep held: $(jq -c .meta_info "$S/long.json")"
+# keep_pause: the update leaves generation paused
+code=$(post /update_weights_from_disk "{\"model_path\":\"$A\",\"keep_pause\":true}")
+[ "$code" = 200 ] && [ "$(curl -s "$SV_URL/is_paused" | jq -r .is_paused)" = true ] || bad "keep_pause: $code"
+[ "$(post /continue_generation)" = 200 ] && [ "$(curl -s "$SV_URL/is_paused" | jq -r .is_paused)" = false ] ||
+    bad "continue after keep_pause"
 
 # --- the version alone ---
 code=$(post /update_weight_version '{"new_version":"v9"}')
