@@ -8,7 +8,7 @@
 #    the running one; a checkpoint of another shape, a missing one, bad fields are 400s and nothing changes;
 #  - /pause_generation in_place (nothing is computed: the token counter stands still; a new request waits),
 #    /continue_generation (the held request ends as if never paused), retract (recomputed, the same tokens),
-#    abort; new weights while paused in place (flush_cache true is refused, false swaps under the held
+#    abort, a client that leaves while held (its request ends, its blocks go back); new weights while paused in place (flush_cache true is refused, false swaps under the held
 #    request); vLLM's /pause?mode=wait (answers when the running request ended), /is_paused, /resume;
 #  - /update_weight_version; SIGTERM while paused drains the held request and exits 0;
 #  - the old weights' memory goes back to the system after an update.
@@ -138,6 +138,18 @@ wait $JL
     [ "$(jq -r .meta_info.weight_version "$S/long.json")" = v4 ] || bad "the request across the swap: $(jq -c .meta_info "$S/long.json")"
 gen 5,6,7 12 >"$S/g.json"
 [ "$(ids "$S/g.json")" = "$WA" ] || bad "after the swap in place: $(cat "$S/g.json")"
+# a client that leaves while its request is held in place: the request ends and its KV blocks go back
+curl -s --max-time 120 "$SV_URL/generate" -o /dev/null \
+    -d "{\"input_ids\":[9,8,7],\"sampling_params\":{\"max_new_tokens\":$LONG,\"ignore_eos\":true}}" &
+JL=$! # curl itself (not a function's subshell): killing it closes the connection
+wait_running || bad "the long request is not running (client leaves)"
+[ "$(post /pause_generation '{"mode":"in_place"}')" = 200 ] || bad "pause in place (3)"
+[ "$(metric moerun:kv_cache_used_blocks)" -gt 0 ] || bad "the held request holds no KV blocks"
+kill $JL; wait $JL 2>/dev/null
+for i in $(seq 300); do [ "$(metric moerun:num_requests_running)" = 0 ] && break; sleep 0.02; done
+[ "$(metric moerun:num_requests_running)" = 0 ] && [ "$(metric moerun:kv_cache_used_blocks)" = 0 ] ||
+    bad "a held request whose client left: running $(metric moerun:num_requests_running), blocks $(metric moerun:kv_cache_used_blocks)"
+[ "$(post /continue_generation)" = 200 ] || bad "continue after the client left"
 # abort
 gen 9,8,7 $LONG >"$S/long.json" &
 JL=$!
