@@ -1561,7 +1561,25 @@ static void test_weights_swap(void **st) {
         assert_null(staged);
         swap_logits(m, got);
         if (memcmp(got, lb, sizeof lb)) fail_msg("case %zu: logits differ from %s at line %d", ci, "lb", __LINE__);
-        /* and back to a */
+        /* and back to a, through every allocation failure of the load first (each one refused, nothing lost) */
+        if (ci == 1) {
+            int ok_at = -1;
+            for (long n = 0; n < 20000; n += n < 300 ? 1 : 7) {
+                mr_debug_alloc_fail_after(n);
+                const mr_status ls = mr_model_weights_load(m, a, &staged);
+                mr_debug_alloc_fail_after(-1);
+                if (ls == MR_OK) {
+                    mr_model_close(staged);
+                    ok_at = (int)n;
+                    break;
+                }
+                assert_int_equal(ls, MR_ENOMEM);
+                assert_null(staged);
+            }
+            assert_true(ok_at > 10);
+            swap_logits(m, got);
+            if (memcmp(got, lb, sizeof lb)) fail_msg("case %zu: logits differ from %s at line %d", ci, "lb", __LINE__);
+        }
         assert_int_equal(mr_model_weights_load(m, a, &staged), MR_OK);
         mr_model_weights_swap(m, staged);
         mr_model_close(staged);
