@@ -345,6 +345,25 @@ float *mr_engine_logits_buffer(mr_engine *e);
  * the end of the engine. In one process these do nothing. */
 mr_status mr_engine_follow(mr_engine *e);
 mr_status mr_engine_ep_stop(mr_engine *e);
+/* New weights on every rank (the leader's calls, between steps; each rank
+ * loads only its own experts):
+ * - mr_engine_ep_load tells the followers to start loading checkpoint dir
+ *   beside their running weights (mr_model_weights_load, on a thread of
+ *   their own: they follow the next steps meanwhile). The leader loads its
+ *   own share itself, off the engine thread.
+ * - mr_engine_ep_commit, once the leader's load has ended (mine: its status,
+ *   why: its message when it failed), collects every rank's verdict, each
+ *   follower's after its load has ended, within timeout_s (0: the step
+ *   deadline; a load can take longer). MR_OK: every rank loaded, and every
+ *   follower has swapped its new weights in (mr_model_weights_swap) at this
+ *   point of the step sequence; the leader then swaps its own before its
+ *   next step. Otherwise every follower dropped what it loaded, and the
+ *   first rank that failed is named with its status and message; MR_EPEER
+ *   when the group broke.
+ * A follower that stops with a load under way waits for it and drops it.
+ * In one process both return MR_OK at once. */
+mr_status mr_engine_ep_load(mr_engine *e, const char *dir);
+mr_status mr_engine_ep_commit(mr_engine *e, mr_status mine, const char *why, double timeout_s);
 
 /* ---- counters (for /metrics and --stats) ---- */
 typedef struct {

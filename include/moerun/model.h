@@ -71,8 +71,10 @@ void mr_model_close(mr_model *m); /* NULL ok */
  *   every hyperparameter, the quantization and its exclusions, the EOS ids; the
  *   first that differs is named (MR_ECONFIG). A bad checkpoint (a tensor
  *   missing, a wrong shape or dtype) fails as mr_model_open does. m is never
- *   touched: on any error it runs on as before. Not under expert parallelism, nor when the new set's
+ *   touched: on any error it runs on as before. Refused when the new set's
  *   own memory (packed experts, copies) is more than the machine has available (MR_ECAPACITY).
+ *   Under expert parallelism each rank loads its own experts; the ranks must
+ *   swap at the same point of their step sequence (mr_engine_ep_commit).
  * - mr_model_weights_swap (the thread that runs m, between forward calls)
  *   exchanges the two models' weights: m runs on the new ones with its state
  *   (KV cache, workspace, counters) as it was; staged then holds the old ones,

@@ -16,13 +16,31 @@
  * every rank agreed on) before it receives the payload. An idle step is the
  * leader's heartbeat: a server calls mr_engine_step at least once a second
  * while it has no work, so that the followers' deadline means "the leader
- * stopped answering", never "nobody sent a request". */
+ * stopped answering", never "nobody sent a request".
+ *
+ * New weights (mr_engine_ep_load, mr_engine_ep_commit), two more kinds:
+ *   load    payload: the checkpoint folder's path (bytes = its length). Each
+ *           follower starts loading its share beside its running weights on a
+ *           thread of its own, and follows the next steps meanwhile.
+ *   commit  no payload. Each follower waits for its load, then every rank's
+ *           verdict (status int32, message) goes to every rank (allgather):
+ *           all loaded, and every rank swaps at this same point of the step
+ *           sequence; else every rank drops what it loaded. */
+#include <malloc.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "engine/engine_internal.h"
 
 #define EP_MAGIC 0x6d72457053746570ll /* "mrEpStep" */
-enum { EP_RUN = 1, EP_IDLE = 2, EP_STOP = 3 };
+enum { EP_RUN = 1, EP_IDLE = 2, EP_STOP = 3, EP_LOAD = 4, EP_COMMIT = 5 };
+#define EP_MAX_DIR 4096 /* bytes of a checkpoint path on the wire */
+
+/* One rank's verdict on a weight load. */
+typedef struct {
+    int32_t st;
+    char msg[252];
+} ep_verdict;
 
 typedef struct {
     int64_t magic, kind, step, n_seq, n_tokens, n_logits, n_blocks, bytes;
@@ -50,10 +68,39 @@ mr_status mr__engine_ep_init(mr_engine *e) {
     size_t off[6];
     e->ep_cap = payload_layout(e->o.max_running_requests, e->o.max_batch_tokens, e->ep_max_blocks, off);
     e->ep_buf = mr_malloc(e->ep_cap ? e->ep_cap : 8);
-    return e->ep_buf ? MR_OK : mr_error_set(MR_ENOMEM, NULL);
+    e->ep_votes = mr_calloc((size_t)size, sizeof(ep_verdict));
+    return e->ep_buf && e->ep_votes ? MR_OK : mr_error_set(MR_ENOMEM, NULL);
 }
 
-void mr__engine_ep_free(mr_engine *e) { mr_free(e->ep_buf); }
+/* A follower's weight load (its own thread; the follow loop goes on). */
+static void *load_main(void *arg) {
+    mr_engine *e = arg;
+    const uint64_t t0 = mr_now_ns();
+    e->ep_load_st = mr_model_weights_load(e->m, e->ep_dir, &e->ep_staged);
+    if (e->ep_load_st) snprintf(e->ep_load_msg, sizeof e->ep_load_msg, "%s", mr_error_last());
+    else MR_INFO("rank %d: new weights from %s loaded in %.2f s", e->ep_rank, e->ep_dir,
+                 (double)(mr_now_ns() - t0) * 1e-9);
+    return NULL;
+}
+
+/* Waits for a follower's load under way, then drops its weights (the old ones after a swap). */
+static void load_drop(mr_engine *e) {
+    if (e->ep_loading) pthread_join(e->ep_loader, NULL);
+    e->ep_loading = false;
+    mr_model_close(e->ep_staged);
+    e->ep_staged = NULL;
+    mr_free(e->ep_dir);
+    e->ep_dir = NULL;
+#ifdef __GLIBC__
+    malloc_trim(0); /* their pages back to the system now (glibc keeps freed heap memory otherwise) */
+#endif
+}
+
+void mr__engine_ep_free(mr_engine *e) {
+    load_drop(e); /* a load the leader never committed (it stopped, or the group broke) */
+    mr_free(e->ep_votes);
+    mr_free(e->ep_buf);
+}
 
 static mr_status send_header(mr_engine *e, int kind, const mr_kv_batch *b, size_t bytes) {
     ep_header h = {.magic = EP_MAGIC, .kind = kind, .step = ++e->ep_step};
@@ -62,8 +109,8 @@ static mr_status send_header(mr_engine *e, int kind, const mr_kv_batch *b, size_
         h.n_tokens = b->n_tokens;
         h.n_logits = b->n_logits;
         h.n_blocks = b->n_seq > 0 ? b->bt_off[b->n_seq] : 0;
-        h.bytes = (int64_t)bytes;
     }
+    h.bytes = (int64_t)bytes;
     return mr_ep_bcast(&h, sizeof h, 0, 0);
 }
 
@@ -92,6 +139,87 @@ mr_status mr_engine_ep_stop(mr_engine *e) {
     return send_header(e, EP_STOP, NULL, 0);
 }
 
+mr_status mr_engine_ep_load(mr_engine *e, const char *dir) {
+    if (!e || e->ep_size <= 1) return MR_OK;
+    if (e->ep_rank != 0) return mr_error_set(MR_EINVAL, "mr_engine_ep_load: the leader (rank 0) sends the load");
+    const size_t n = dir ? strlen(dir) : 0;
+    if (n < 1 || n > EP_MAX_DIR)
+        return mr_error_set(MR_EINVAL, "a checkpoint path of 1 to %d bytes, not %zu", EP_MAX_DIR, n);
+    char path[EP_MAX_DIR];
+    memcpy(path, dir, n);
+    mr_status st = send_header(e, EP_LOAD, NULL, n);
+    return st ? st : mr_ep_bcast(path, n, 0, 0);
+}
+
+/* Every rank's verdict to every rank (mine in; e->ep_votes out); the first failed rank, -1 when none. */
+static mr_status votes(mr_engine *e, const ep_verdict *mine, double timeout_s, int *failed) {
+    *failed = -1;
+    mr_status st = mr_ep_allgather(mine, e->ep_votes, sizeof *mine, timeout_s);
+    if (st) return st;
+    const ep_verdict *v = e->ep_votes;
+    for (int r = 0; r < e->ep_size && *failed < 0; r++)
+        if (v[r].st) *failed = r;
+    return MR_OK;
+}
+
+mr_status mr_engine_ep_commit(mr_engine *e, mr_status mine, const char *why, double timeout_s) {
+    if (!e || e->ep_size <= 1) return MR_OK;
+    if (e->ep_rank != 0) return mr_error_set(MR_EINVAL, "mr_engine_ep_commit: the leader (rank 0) commits");
+    ep_verdict v = {.st = (int32_t)mine};
+    snprintf(v.msg, sizeof v.msg, "%.*s", (int)sizeof v.msg - 1, mine && why ? why : "");
+    int failed;
+    mr_status st = send_header(e, EP_COMMIT, NULL, 0);
+    if (!st) st = votes(e, &v, timeout_s, &failed);
+    if (st) return st;
+    if (failed < 0) return MR_OK;
+    const ep_verdict *f = (const ep_verdict *)e->ep_votes + failed;
+    return mr_error_set((mr_status)f->st, "rank %d of %d: %.*s", failed, e->ep_size, (int)sizeof f->msg, f->msg);
+}
+
+/* A follower's part of a commit: its own verdict once its load has ended, then every rank's; all loaded:
+ * the swap. */
+static mr_status follow_commit(mr_engine *e) {
+    if (e->ep_loading) pthread_join(e->ep_loader, NULL);
+    e->ep_loading = false;
+    ep_verdict v = {.st = (int32_t)e->ep_load_st};
+    if (!e->ep_dir) v.st = MR_ESTATE;
+    snprintf(v.msg, sizeof v.msg, "%.*s", (int)sizeof v.msg - 1,
+             !e->ep_dir ? "no weight load was under way on this rank" : e->ep_load_msg);
+    int failed;
+    mr_status st = votes(e, &v, 0, &failed);
+    if (st) return st;
+    if (failed < 0) {
+        mr_model_weights_swap(e->m, e->ep_staged);
+        MR_INFO("rank %d: new weights from %s in service", e->ep_rank, e->ep_dir);
+    } else if (e->ep_dir) {
+        MR_WARN("rank %d: the weights from %s were not taken (rank %d: %.*s)", e->ep_rank, e->ep_dir, failed,
+                (int)sizeof v.msg, ((const ep_verdict *)e->ep_votes)[failed].msg);
+    }
+    load_drop(e);
+    return MR_OK;
+}
+
+/* A follower's part of a load: the path, then the load on its thread. */
+static mr_status follow_load(mr_engine *e, int64_t bytes) {
+    char path[EP_MAX_DIR + 1];
+    mr_status st = mr_ep_bcast(path, (size_t)bytes, 0, 0);
+    if (st) return st;
+    path[bytes] = 0;
+    if (e->ep_dir) return mr_ep_fail("the leader sent a weight load while another was under way here");
+    e->ep_load_st = MR_OK;
+    e->ep_load_msg[0] = 0;
+    if (!(e->ep_dir = mr_strdup(path))) {
+        e->ep_load_st = MR_ENOMEM;
+        snprintf(e->ep_load_msg, sizeof e->ep_load_msg, "out of memory");
+    } else if (pthread_create(&e->ep_loader, NULL, load_main, e)) {
+        e->ep_load_st = MR_ENOMEM;
+        snprintf(e->ep_load_msg, sizeof e->ep_load_msg, "cannot start a thread for the load");
+    } else {
+        e->ep_loading = true;
+    }
+    return MR_OK;
+}
+
 static mr_status bad_step(const mr_engine *e, const char *what, long long got, long long limit) {
     (void)e;
     return mr_ep_fail("the leader's step %s is %lld, this rank's limit %lld: the ranks' engine options differ", what,
@@ -105,11 +233,20 @@ mr_status mr_engine_follow(mr_engine *e) {
         ep_header h;
         mr_status st = mr_ep_bcast(&h, sizeof h, 0, 0);
         if (st) return st;
-        if (h.magic != EP_MAGIC || h.step != ++e->ep_step || h.kind < EP_RUN || h.kind > EP_STOP)
+        if (h.magic != EP_MAGIC || h.step != ++e->ep_step || h.kind < EP_RUN || h.kind > EP_COMMIT)
             return mr_ep_fail("the leader's step header is malformed (step %lld, this rank expected %lld)",
                               (long long)h.step, (long long)e->ep_step);
         if (h.kind == EP_STOP) return MR_OK;
         if (h.kind == EP_IDLE) continue;
+        if (h.kind == EP_LOAD) {
+            if (h.bytes < 1 || h.bytes > EP_MAX_DIR) return bad_step(e, "checkpoint path length", h.bytes, EP_MAX_DIR);
+            if ((st = follow_load(e, h.bytes))) return st;
+            continue;
+        }
+        if (h.kind == EP_COMMIT) {
+            if ((st = follow_commit(e))) return st;
+            continue;
+        }
         if (h.n_seq < 1 || h.n_seq > e->o.max_running_requests)
             return bad_step(e, "sequence count", h.n_seq, e->o.max_running_requests);
         if (h.n_tokens < 1 || h.n_tokens > e->o.max_batch_tokens)

@@ -4,6 +4,7 @@
 #ifndef MR_ENGINE_INTERNAL_H
 #define MR_ENGINE_INTERNAL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include "moerun/engine.h"
@@ -280,6 +281,15 @@ struct mr_engine {
     char *ep_buf;               /* [ep_cap] a step's payload */
     size_t ep_cap;
     bool ep_stopped;
+    void *ep_votes;             /* [ep_size] every rank's verdict on a weight load */
+    /* a follower's weight update under way (mr_engine_ep_load): its load thread, the staged weights and
+     * the load's verdict, read after the join */
+    pthread_t ep_loader;
+    bool ep_loading;            /* ep_loader runs */
+    char *ep_dir;               /* the checkpoint of the load under way (NULL: none) */
+    mr_model *ep_staged;
+    mr_status ep_load_st;
+    char ep_load_msg[400];
     mr_engine_step_out out;
     mr_engine_stats st;
     uint64_t t_sched_end;       /* when schedule returned (the forward's start) */

@@ -696,7 +696,13 @@ static mr_status open_model(const char *dir, const mr_model_opts *opts, bool wei
         m->mem.activations = state - m->mem.kv;
     }
     /* one MoE context (runner state, transport, workspace) for every layer */
-    if ((st = mr_moe_ctx_new(m->runner, &m->problem, s->max_tokens, &m->moe))) goto out;
+    {
+        /* staged weights run nothing: their context packs this rank's experts (local_first, n_local) and
+         * opens no transport (under expert parallelism the running model's stays the one in use) */
+        mr_moe_problem p = m->problem;
+        if (weights_only) p.a2a = MR_A2A_NONE, p.ep_size = 1, p.ep_rank = 0;
+        if ((st = mr_moe_ctx_new(m->runner, &p, s->max_tokens, &m->moe))) goto out;
+    }
     for (int l = 0; l < c->n_layers; l++) {
         if ((st = load_layer(m, ck, d, l))) goto out;
         progress(m, l + 1, c->n_layers);
@@ -789,10 +795,6 @@ static bool desc_differs(const mr_model_config *c, const mr_model_desc *cur, con
 mr_status mr_model_weights_load(const mr_model *m, const char *dir, mr_model **out) {
     *out = NULL;
     if (m->weights_only) return mr_error_set(MR_EINVAL, "mr_model_weights_load: the model is itself staged weights");
-    if (m->problem.ep_size > 1)
-        return mr_error_set(MR_EUNSUPPORTED, "new weights are not loaded under expert parallelism (%d ranks): every "
-                            "rank would have to load its share at once; restart the ranks on the new checkpoint",
-                            m->problem.ep_size);
     const mr_exec *x = m->opts.exec ? m->opts.exec : mr_resolution_exec(m->own_res);
     mr_model_desc nd;
     memset(&nd, 0, sizeof nd);

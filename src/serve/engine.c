@@ -71,7 +71,7 @@ struct sv_engine {
     bool ep;                   /* several ranks: heartbeat steps, stop message at the end */
     uint64_t last_step_ns;
     atomic_int failed;         /* the group broke: fail_msg says why (written before failed is set) */
-    char fail_msg[256];
+    char fail_msg[400];
     /* the parked HTTP sides a step's publishing woke, called together after it (engine thread) */
     wake_call *wakes;
     int n_wakes, cap_wakes;
@@ -86,12 +86,17 @@ struct sv_engine {
     sv_ctl_done pause_done;
     void *pause_arg;
     bool flush_idle;           /* drop the prefix cache once no request runs (a pause's clear_cache) */
-    mr_model *swap_staged;     /* weights to swap in (sv_engine_swap), swap_o, answered in swap_http (swap_done) */
+    bool swap_asked;           /* a swap of swap_staged (sv_engine_swap), swap_o, answered in swap_http (swap_done) */
+    mr_model *swap_staged;     /* NULL: this rank's load failed (expert parallel: the others hear it) */
     sv_swap_opts swap_o;
     char swap_ver[SV_MAX_WEIGHT_VERSION + 1];
     bool swap_aborted, swap_done;
     int swap_http, swap_held;
-    char swap_msg[256];
+    char swap_msg[600];
+    const char *epl_dir;       /* a load for the other ranks to start (sv_engine_ep_load), answered in epl_http */
+    bool epl_done;
+    int epl_http;
+    char epl_msg[300];
 };
 
 #define EP_HEARTBEAT_MS 500
@@ -260,7 +265,8 @@ static bool any_cancelled(const sv_engine *e) {
 static bool ctl_pending(const sv_engine *e) {
     const bool idle = mr_engine_running(e->eng) == 0;
     return e->flush_asked || (e->pause_asked && (!e->pause_started || idle || e->paused)) ||
-           (e->swap_staged && !e->swap_done && (idle || e->paused)) || (e->flush_idle && idle);
+           (e->swap_asked && !e->swap_done && (idle || e->paused || !e->swap_staged)) || (e->flush_idle && idle) ||
+           (e->epl_dir && !e->epl_done);
 }
 
 /* Takes the submissions; false when the thread is to stop. While the schedule is held with requests in the
@@ -294,12 +300,76 @@ static void cancel_live(sv_engine *e) {
     for (sv_gen *g = e->live; g; g = g->lnext) sv_gen_cancel(g, SV_CANCEL_ABORT);
 }
 
+/* The engine cannot run any more (an expert-parallel rank failed, MR_EPEER): every request ends with why, as
+ * unavailable (engine thread). */
+static void broke(sv_engine *e, const char *why) {
+    snprintf(e->fail_msg, sizeof e->fail_msg, "%s", why);
+    atomic_store(&e->failed, 1);
+    while (e->live) {
+        e->live->unavailable = true;
+        finish(e, e->live, SV_FIN_ERROR, why);
+    }
+}
+
+/* The hold that the pause and a swap under way leave (under mu). */
+static void set_hold(sv_engine *e) {
+    const bool drain = (e->pause_asked && e->pause_mode == SV_PAUSE_WAIT) ||
+                       (e->swap_asked && !e->swap_done && e->swap_staged);
+    mr_engine_set_hold(e->eng, e->paused ? MR_HOLD_ALL : drain ? MR_HOLD_ADMIT : MR_HOLD_NONE);
+}
+
+/* The new weights in (under mu, between steps), running requests held in place on them. */
+static void swap_in(sv_engine *e, int running) {
+    int64_t dropped = 0;
+    mr_model_weights_swap(e->m, e->swap_staged);
+    if (e->swap_o.flush && mr_engine_flush_prefix_cache(e->eng, &dropped))
+        MR_WARN("serve: the prefix cache was not flushed after the weight update: %s", mr_error_last());
+    if (e->swap_o.version) snprintf(e->wver, sizeof e->wver, "%s", e->swap_ver);
+    if (e->swap_o.keep_pause) e->paused = true;
+    e->swap_held = running;
+    snprintf(e->swap_msg, sizeof e->swap_msg, "Succeeded to update model weights (weight version %s%s).", e->wver,
+             e->swap_o.flush ? ", prefix cache flushed" : "");
+}
+
+/* Expert parallel, with mu free: every rank's verdict on the swap decided in control() (swap_http 200: this
+ * rank's part can go in); all agree: the swap, on every rank. */
+static void ep_commit(sv_engine *e, int running) {
+    pthread_mutex_lock(&e->mu);
+    const int mine = e->swap_http;
+    char why[sizeof e->swap_msg];
+    snprintf(why, sizeof why, "%s", e->swap_msg);
+    const double timeout_s = e->swap_o.ep_timeout_s;
+    pthread_mutex_unlock(&e->mu);
+    mr_status st = mr_engine_ep_commit(e->eng, mine == 200 ? MR_OK : MR_ECONFIG, why, timeout_s);
+    char err[400] = "";
+    if (st) snprintf(err, sizeof err, "%s", mr_error_last());
+    if (st == MR_EPEER) {
+        char b[300];
+        snprintf(b, sizeof b, "the engine failed: %s", err);
+        MR_ERROR("serve: %s", b);
+        broke(e, b);
+    }
+    pthread_mutex_lock(&e->mu);
+    if (!st) {
+        swap_in(e, running);
+    } else if (mine == 200 || st == MR_EPEER) { /* another rank refused, or the group broke: nothing changed */
+        e->swap_http = st == MR_EPEER ? 503 : 400;
+        snprintf(e->swap_msg, sizeof e->swap_msg, "the weights were not updated (the model runs on as before): %s", err);
+    }
+    e->swap_done = true;
+    pthread_cond_broadcast(&e->fcv);
+    set_hold(e);
+    pthread_mutex_unlock(&e->mu);
+}
+
 /* The pause, the swap and the flush-when-idle asked for, between steps (engine thread); then the hold they
- * leave. Callbacks run with mu free. */
+ * leave. Callbacks and the expert-parallel exchanges run with mu free. */
 static void control(sv_engine *e) {
     sv_ctl_done cb = NULL;
     void *cb_arg = NULL;
+    bool commit = false;
     pthread_mutex_lock(&e->mu);
+    const char *load = e->epl_dir && !e->epl_done ? e->epl_dir : NULL;
     const int running = mr_engine_running(e->eng);
     if (e->pause_asked && !e->pause_started) {
         e->pause_started = true;
@@ -316,39 +386,51 @@ static void control(sv_engine *e) {
                                                  : e->pause_mode == SV_PAUSE_WAIT    ? "wait"
                                                                                      : "in place");
     }
-    if (e->swap_staged && !e->swap_done) {
-        if (e->swap_o.abort_all && !e->swap_aborted) {
+    if (e->swap_asked && !e->swap_done) {
+        if (e->swap_staged && e->swap_o.abort_all && !e->swap_aborted) {
             e->swap_aborted = true;
             cancel_live(e);
         }
-        if (e->paused || running == 0) {
-            int64_t dropped = 0;
-            if (e->swap_o.flush && running > 0) {
+        if (!e->swap_staged || e->paused || running == 0) {
+            e->swap_http = 200;
+            if (!e->swap_staged) {
+                e->swap_http = 400; /* this rank's load failed: swap_msg says why */
+            } else if (e->swap_o.flush && running > 0) {
                 e->swap_http = 400;
                 snprintf(e->swap_msg, sizeof e->swap_msg,
                          "%d requests are paused in place holding KV blocks, so the prefix cache cannot be flushed: "
                          "nothing was changed (flush_cache false keeps the cache, or pause with mode retract or abort)",
                          running);
-            } else {
-                mr_model_weights_swap(e->m, e->swap_staged);
-                if (e->swap_o.flush && mr_engine_flush_prefix_cache(e->eng, &dropped))
-                    MR_WARN("serve: the prefix cache was not flushed after the weight update: %s", mr_error_last());
-                if (e->swap_o.version) snprintf(e->wver, sizeof e->wver, "%s", e->swap_ver);
-                if (e->swap_o.keep_pause) e->paused = true;
-                e->swap_http = 200;
-                e->swap_held = running;
-                snprintf(e->swap_msg, sizeof e->swap_msg, "Succeeded to update model weights (weight version %s%s).",
-                         e->wver, e->swap_o.flush ? ", prefix cache flushed" : "");
             }
-            e->swap_done = true;
-            pthread_cond_broadcast(&e->fcv);
+            if (e->ep) {
+                commit = true; /* every rank swaps, or none: ep_commit decides */
+            } else {
+                if (e->swap_http == 200) swap_in(e, running);
+                e->swap_done = true;
+                pthread_cond_broadcast(&e->fcv);
+            }
         }
     }
     if (e->flush_idle && running == 0 && !mr_engine_flush_prefix_cache(e->eng, NULL)) e->flush_idle = false;
-    const bool drain = (e->pause_asked && e->pause_mode == SV_PAUSE_WAIT) || (e->swap_staged && !e->swap_done);
-    mr_engine_set_hold(e->eng, e->paused ? MR_HOLD_ALL : drain ? MR_HOLD_ADMIT : MR_HOLD_NONE);
+    set_hold(e);
     pthread_mutex_unlock(&e->mu);
     if (cb) cb(cb_arg, 200, NULL);
+    if (load) { /* the other ranks start loading (the leader's own load runs on the caller's thread) */
+        mr_status st = mr_engine_ep_load(e->eng, load);
+        char b[300];
+        if (st) snprintf(b, sizeof b, "the engine failed: %s", mr_error_last());
+        if (st == MR_EPEER) {
+            MR_ERROR("serve: %s", b);
+            broke(e, b);
+        }
+        pthread_mutex_lock(&e->mu);
+        e->epl_http = st ? 503 : 200;
+        if (st) snprintf(e->epl_msg, sizeof e->epl_msg, "%s", b);
+        e->epl_done = true;
+        pthread_cond_broadcast(&e->fcv);
+        pthread_mutex_unlock(&e->mu);
+    }
+    if (commit && !atomic_load(&e->failed)) ep_commit(e, running);
 }
 
 /* Structured outputs: the gen's matcher behind the engine's constraint seam. */
@@ -569,15 +651,8 @@ static void *engine_main(void *arg) {
                 char why[200];
                 snprintf(why, sizeof why, "the engine failed: %s", mr_error_last());
                 MR_ERROR("serve: %s", why);
-                const bool gone = st == MR_EPEER; /* for good: an expert-parallel rank failed */
-                if (gone) {
-                    snprintf(e->fail_msg, sizeof e->fail_msg, "%s", why);
-                    atomic_store(&e->failed, 1);
-                }
-                while (e->live) {
-                    e->live->unavailable = gone;
-                    finish(e, e->live, SV_FIN_ERROR, why);
-                }
+                if (st == MR_EPEER) broke(e, why); /* for good: an expert-parallel rank failed */
+                while (e->live) finish(e, e->live, SV_FIN_ERROR, why);
                 out = NULL;
             }
         }
@@ -698,13 +773,16 @@ bool sv_engine_paused(sv_engine *e) {
 
 int sv_engine_swap(sv_engine *e, mr_model *staged, const sv_swap_opts *o, char *msg, size_t n, int *held) {
     *held = 0;
+    MR_ASSERT(staged || e->ep);
     pthread_mutex_lock(&e->mu);
     int http = 503;
-    snprintf(msg, n, "the server is shutting down");
-    if (!e->stopped) {
+    const bool failed = atomic_load(&e->failed);
+    if (!e->stopped && !failed) {
+        e->swap_asked = true;
         e->swap_staged = staged;
         e->swap_o = *o;
         if (o->version) snprintf(e->swap_ver, sizeof e->swap_ver, "%s", o->version);
+        if (!staged) snprintf(e->swap_msg, sizeof e->swap_msg, "%s", msg);
         e->swap_aborted = e->swap_done = false;
         pthread_cond_signal(&e->cv);
         while (!e->swap_done && !e->stopped) pthread_cond_wait(&e->fcv, &e->mu);
@@ -713,8 +791,34 @@ int sv_engine_swap(sv_engine *e, mr_model *staged, const sv_swap_opts *o, char *
             *held = e->swap_held;
             snprintf(msg, n, "%s", e->swap_msg);
         }
+        e->swap_asked = false;
         e->swap_staged = NULL;
         e->swap_done = false;
+    }
+    if (http == 503 && (e->stopped || failed)) snprintf(msg, n, "%s", failed ? e->fail_msg : "the server is shutting down");
+    pthread_mutex_unlock(&e->mu);
+    return http;
+}
+
+bool sv_engine_ep(const sv_engine *e) { return e->ep; }
+
+int sv_engine_ep_load(sv_engine *e, const char *dir, char *msg, size_t n) {
+    if (!e->ep) return 200;
+    pthread_mutex_lock(&e->mu);
+    int http = 503;
+    if (atomic_load(&e->failed)) {
+        snprintf(msg, n, "%s", e->fail_msg);
+    } else if (e->stopped) {
+        snprintf(msg, n, "the server is shutting down");
+    } else {
+        e->epl_dir = dir;
+        e->epl_done = false;
+        pthread_cond_signal(&e->cv);
+        while (!e->epl_done && !e->stopped) pthread_cond_wait(&e->fcv, &e->mu);
+        http = e->epl_done ? e->epl_http : 503;
+        snprintf(msg, n, "%s", !e->epl_done ? "the server is shutting down" : http != 200 ? e->epl_msg : "");
+        e->epl_dir = NULL;
+        e->epl_done = false;
     }
     pthread_mutex_unlock(&e->mu);
     return http;

@@ -1113,14 +1113,17 @@ static void *update_main(void *arg) {
     MR_INFO("serve: loading new weights from %s", op->dir);
     mr_model *staged = NULL;
     char msg[600];
-    int http, held = 0;
-    mr_status st = mr_model_weights_load(s->m, op->dir, &staged);
-    if (st) {
-        http = 400;
-        snprintf(msg, sizeof msg, "the weights were not updated (the model runs on as before): %s", mr_error_last());
-    } else {
+    int held = 0;
+    /* expert parallel: the other ranks load their experts meanwhile, and every rank swaps or none does */
+    int http = sv_engine_ep_load(s->eng, op->dir, msg, sizeof msg);
+    if (http == 200) {
+        const mr_status st = mr_model_weights_load(s->m, op->dir, &staged);
         const double load_s = (double)(mr_now_ns() - t0) * 1e-9;
-        http = sv_engine_swap(s->eng, staged, &op->so, msg, sizeof msg, &held);
+        if (st)
+            snprintf(msg, sizeof msg, "the weights were not updated (the model runs on as before): %s", mr_error_last());
+        /* the other ranks' loads may take longer than this one: a margin before the group is called broken */
+        op->so.ep_timeout_s = 60.0 + 3.0 * load_s;
+        http = st && !sv_engine_ep(s->eng) ? 400 : sv_engine_swap(s->eng, staged, &op->so, msg, sizeof msg, &held);
         if (http == 200) {
             MR_INFO("serve: new weights from %s in service (loaded in %.2f s, %.2f s in all)", op->dir, load_s,
                     (double)(mr_now_ns() - t0) * 1e-9);

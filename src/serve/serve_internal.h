@@ -472,12 +472,20 @@ bool sv_engine_paused(sv_engine *e);
  * refused, nothing swapped, while requests are held in place: their blocks cannot go), the weight version
  * set (version non-NULL), and the engine left paused (in place) with keep_pause. Blocks the calling thread
  * (not an HTTP one) until done: 200 swapped (staged then holds the old weights), 400 refused (msg says
- * why), 503 the engine stopped first. *held: requests held in place at the swap. */
+ * why), 503 the engine stopped first. *held: requests held in place at the swap.
+ * Under expert parallelism every rank swaps at that point or none does (mr_engine_ep_commit, waiting up to
+ * ep_timeout_s for the other ranks' loads): a rank whose load failed makes it a 400 naming the rank. staged
+ * NULL (expert parallel only): this rank's load failed, msg in says why; the other ranks drop theirs. */
 typedef struct {
     bool flush, abort_all, keep_pause;
     const char *version;
+    double ep_timeout_s;
 } sv_swap_opts;
 int sv_engine_swap(sv_engine *e, mr_model *staged, const sv_swap_opts *o, char *msg, size_t n, int *held);
+/* Expert parallel: the other ranks start loading dir (mr_engine_ep_load, sent by the engine thread between
+ * steps); 200 (at once in one process), or 503 with msg when the engine stopped or the group broke. */
+int sv_engine_ep_load(sv_engine *e, const char *dir, char *msg, size_t n);
+bool sv_engine_ep(const sv_engine *e); /* the model runs over several expert-parallel ranks */
 /* The weight version (sglang's weight_version: --weight-version, then each update's). */
 void sv_engine_weight_version(sv_engine *e, char *out, size_t n);
 void sv_engine_set_weight_version(sv_engine *e, const char *v);

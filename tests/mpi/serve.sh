@@ -5,6 +5,9 @@
 #     three servers of tests/cli/serve_openai.sh, each expert-parallel)
 #     passes, its expected tokens from a one-process `moerun generate`;
 #   - SIGTERM to rank 0 drains, stops rank 1 and the job exits 0;
+#   - new weights (/update_weights_from_disk): every rank loads its experts, and
+#     every rank swaps at the same step or none does (a load that fails on
+#     rank 1 alone is a 400 naming it, and the answers stay as they were);
 #   - a rank that stops answering (SIGSTOP) turns the next request into a 503
 #     within the deadline, and the server exits non-zero;
 #   - a rank that dies (SIGKILL) mid-stream: mpirun ends the job, the stream
@@ -75,10 +78,7 @@ body=$(curl -s -m 120 "$URL_A/v1/completions" -H 'Content-Type: application/json
     -d "{\"model\":\"tiny\",\"prompt\":[$prompt],\"max_tokens\":10,\"temperature\":0,\"ignore_eos\":true}")
 got=$(sed -n 's/.*"token_ids":\[\([0-9,]*\)\].*/\1/p' <<< "$body")
 [ "$got" = "$expected" ] || fail "completion tokens '$got', one process '$expected' ($body)"
-# new weights are refused under expert parallelism (every rank would have to load at once), and the server
-# answers as before; a pause holds the ranks' steps (the heartbeat goes on) and continue gives the same tokens
-code=$(curl -s -m 120 -o "$S/u.body" -w '%{http_code}' "$URL_A/update_weights_from_disk" -d "{\"model_path\":\"$T\"}")
-[ "$code" = 400 ] && grep -q "expert parallelism" "$S/u.body" || fail "an update under EP: $code $(cat "$S/u.body")"
+# a pause holds the ranks' steps (the heartbeat goes on) and continue gives the same tokens
 code=$(curl -s -m 120 -o /dev/null -w '%{http_code}' "$URL_A/pause_generation" -d '{"mode":"in_place"}')
 [ "$code" = 200 ] || fail "pause under EP: $code"
 curl -s -m 120 "$URL_A/v1/completions" -o "$S/p.body" -d "{\"model\":\"tiny\",\"prompt\":[$prompt],\"max_tokens\":10,\"temperature\":0,\"ignore_eos\":true}" &
@@ -90,6 +90,50 @@ code=$(curl -s -m 120 -o /dev/null -w '%{http_code}' "$URL_A/continue_generation
 wait "$PC"
 got=$(sed -n 's/.*"token_ids":\[\([0-9,]*\)\].*/\1/p' "$S/p.body")
 [ "$got" = "$expected" ] || fail "the completion held by the pause: '$got', one process '$expected'"
+
+# new weights: every rank loads its own experts, and all swap at the same step or none does. The oracle is a
+# one-process `moerun generate` on each checkpoint (greedy). WC is WA without one expert of rank 1's half
+# (experts 8..15): only rank 1's load fails, and rank 0 must not swap alone (the answers would mix WA's
+# experts and WB's).
+dims="--hidden 128 --layers 2 --experts 16 --top-k 2 --expert-dim 128 --heads 4 --kv-heads 1 --head-dim 32 --rotary-dim 16 --vocab 512"
+"$M" gen-tiny "$S/WA" $dims --seed 1 >/dev/null && "$M" gen-tiny "$S/WB" $dims --seed 2 >/dev/null || { echo "FAIL: gen-tiny"; exit 1; }
+cp -r "$S/WA" "$S/WC"
+LC_ALL=C sed -i 's/layers\.1\.block_sparse_moe\.experts\.12\.w1/layers.1.block_sparse_moe.experts.12.q1/' "$S/WC/model.safetensors"
+cmp -s "$S/WA/model.safetensors" "$S/WC/model.safetensors" && { echo "FAIL: WC is WA"; exit 1; }
+want() { "$M" generate --model "$1" --prompt-ids "$2" -n "$3" --ignore-eos --threads 1 2>/dev/null | sed -n 's/^\[0\] //p' | tr ' ' ','; }
+gen() { curl -s -m 120 "$URL/generate" -d "{\"input_ids\":[$1],\"sampling_params\":{\"max_new_tokens\":$2,\"temperature\":0,\"ignore_eos\":true}}"; }
+ids() { jq -r '(.output_ids | map(tostring) | join(",")) + " " + .meta_info.weight_version' "$1"; }
+update() { curl -s -m 300 -o "$S/u.body" -w '%{http_code}' "$URL/update_weights_from_disk" -d "$1"; }
+WA=$(want "$S/WA" 5,6,7 12); WB=$(want "$S/WB" 5,6,7 12); LA=$(want "$S/WA" 9,8,7 300)
+[ -n "$WA" ] && [ "$WA" != "$WB" ] || fail "the checkpoints' oracles: '$WA' '$WB'"
+start "$S/w.log" --model "$S/WA" --context-length 1024 --weight-version v0 --debug-step-delay-ms 5 || exit 1
+gen 5,6,7 12 >"$S/g.json"; [ "$(ids "$S/g.json")" = "$WA v0" ] || fail "before the update: $(cat "$S/g.json")"
+# a request running when the update comes runs to its end on the old weights on both ranks
+gen 9,8,7 300 >"$S/long.json" &
+JL=$!
+for i in $(seq 1 400); do
+    curl -s -m 10 "$URL/metrics" | grep -q '^moerun:num_requests_running{[^}]*} 1' && break; sleep 0.01
+done
+code=$(update "{\"model_path\":\"$S/WB\",\"weight_version\":\"v1\"}")
+[ "$code" = 200 ] || fail "an update under EP: $code $(cat "$S/u.body")"
+wait "$JL"
+[ "$(ids "$S/long.json")" = "$LA v0" ] || fail "the request running during the update: $(head -c 300 "$S/long.json")"
+gen 5,6,7 12 >"$S/g.json"; [ "$(ids "$S/g.json")" = "$WB v1" ] || fail "after the update: $(cat "$S/g.json")"
+# rank 1 alone fails: a 400 naming it, and no rank swapped
+code=$(update "{\"model_path\":\"$S/WC\",\"weight_version\":\"v2\"}")
+[ "$code" = 400 ] && grep -q "rank 1 of 2: tensor model.layers.1.block_sparse_moe.experts.12.w1.weight is missing" "$S/u.body" ||
+    fail "an update that fails on rank 1: $code $(cat "$S/u.body")"
+code=$(update "{\"model_path\":\"$S/none\"}")
+[ "$code" = 400 ] && grep -q "no config.json" "$S/u.body" || fail "an update from no checkpoint: $code $(cat "$S/u.body")"
+gen 5,6,7 12 >"$S/g.json"; [ "$(ids "$S/g.json")" = "$WB v1" ] || fail "after the refused updates: $(cat "$S/g.json")"
+# while paused in place, the swap is at once, under the held request
+code=$(curl -s -m 120 -o /dev/null -w '%{http_code}' "$URL/pause_generation" -d '{"mode":"in_place"}')
+[ "$code" = 200 ] || fail "pause under EP: $code"
+code=$(update "{\"model_path\":\"$S/WA\",\"weight_version\":\"v3\",\"flush_cache\":false}")
+[ "$code" = 200 ] || fail "an update while paused under EP: $code $(cat "$S/u.body")"
+curl -s -m 120 -o /dev/null "$URL/continue_generation" -d '{}'
+gen 5,6,7 12 >"$S/g.json"; [ "$(ids "$S/g.json")" = "$WA v3" ] || fail "after the update while paused: $(cat "$S/g.json")"
+stop; [ $EP_RC = 0 ] || { cat "$S/w.log"; fail "the weights server exited $EP_RC"; }
 
 # a rank that stops answering: the next request gets 503 within the deadline, the server exits non-zero
 start "$S/d.log" --model "$T" --context-length 256 --ep-timeout 3 || exit 1
