@@ -6,7 +6,9 @@
 # rank count here divides), the committed tiny model and the default model
 # (models/tiny-kjv), each in bf16 and quantized here to fp8 and nvfp4, each
 # compared one process against NP ranks by TEST_EP model, also with every rank
-# on a copy that lacks the other ranks' experts.
+# on a copy that lacks the other ranks' experts; and the made checkpoint in each
+# format with the weights of another seed loaded and swapped in on every rank,
+# against one process on that checkpoint.
 # SKIP (77) with the reason when mpirun is missing or moerun has no MPI.
 set -u
 TEST_EP=$1; B=$2; NP=$3; MODE=$4; S=$5; SRC=$6
@@ -40,9 +42,17 @@ case "$MODE" in
         dirs+=("$S/${sm%%=*}-$q")
       done
     done
+    # new weights on every rank: the made checkpoint's twin of another seed, in each format
+    "$B" gen-tiny "$S/bf16-new" --quant bf16 --seed 8 --layers 2 --experts 9 --top-k 3 >/dev/null || { echo "FAIL: gen-tiny"; exit 1; }
+    swaps=(--swap "$S/bf16" "$S/bf16-new")
+    for q in fp8 nvfp4; do
+      "$B" quantize "$S/bf16-new" "$S/$q-new" --to $q >/dev/null || { echo "FAIL: quantize new $q"; exit 1; }
+      swaps+=(--swap "$S/$q" "$S/$q-new")
+    done
     mkdir -p "$S/copies"
-    timeout 600 "${MPIRUN[@]}" "$TEST_EP" model --local-copies "$S/copies" "${dirs[@]}" > "$S/log"; rc=$?
+    timeout 600 "${MPIRUN[@]}" "$TEST_EP" model --local-copies "$S/copies" "${dirs[@]}" "${swaps[@]}" > "$S/log"; rc=$?
     cat "$S/log"
+    n=$(grep -c "^model .*: new weights from .* swapped in on every rank" "$S/log"); [ "$n" -eq 3 ] || { echo "FAIL: $n of 3 weight swaps compared"; rc=1; }
     # every checkpoint compared, in one process and on the per-rank copies
     n=$(grep -c "^model .* runner auto: " "$S/log"); [ "$n" -eq ${#dirs[@]} ] || { echo "FAIL: $n of ${#dirs[@]} checkpoints compared"; rc=1; }
     n=$(grep -c "^model .*: each rank on a copy" "$S/log"); [ "$n" -eq ${#dirs[@]} ] || { echo "FAIL: $n of ${#dirs[@]} per-rank copies compared"; rc=1; } ;;

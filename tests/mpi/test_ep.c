@@ -299,9 +299,10 @@ static void log_free(moe_log *L) {
 
 enum { NSEQ = 3, STEPS = 6 };
 
-/* Opens dir with a2a (none | mpi) and runner (NULL: auto); runs the prompts, greedy; fills logits and tokens. */
-static void model_run(const char *dir, const char *a2a, const char *runner, moe_log *L, float *logits, int32_t *toks,
-                      int64_t *V_out) {
+/* Opens dir with a2a (none | mpi) and runner (NULL: auto), then (swap non-NULL) loads checkpoint swap's
+ * weights on every rank and swaps them in; runs the prompts, greedy; fills logits and tokens. */
+static void model_run(const char *dir, const char *swap, const char *a2a, const char *runner, moe_log *L,
+                      float *logits, int32_t *toks, int64_t *V_out) {
     mr_options o;
     OK(mr_options_init(&o));
     OK(mr_options_set(&o, "model", dir, MR_SRC_FLAG));
@@ -316,6 +317,12 @@ static void model_run(const char *dir, const char *a2a, const char *runner, moe_
     mr_model_opts mo = {.exec = x, .max_batch = NSEQ, .max_ctx = 64, .max_tokens = 32};
     mr_model *m = NULL;
     OK(mr_model_open(dir, &mo, &m));
+    if (swap) {
+        mr_model *staged = NULL;
+        OK(mr_model_weights_load(m, swap, &staged));
+        mr_model_weights_swap(m, staged);
+        mr_model_close(staged);
+    }
     const mr_model_config *c = mr_model_config_of(m);
     L->H = c->hidden;
     mr__model_set_moe_hook(m, log_hook, L);
@@ -340,16 +347,17 @@ static void model_run(const char *dir, const char *a2a, const char *runner, moe_
     mr_options_free(&o);
 }
 
-/* One process on dir against the ranks on ep_dir (dir itself, or each rank's copy): every MoE call's
- * selection and output, every step's logits, the greedy tokens. Returns the MoE calls compared. */
-static int model_compare(const char *dir, const char *ep_dir, const char *runner) {
+/* One process on dir against the ranks on ep_dir (dir itself, or each rank's copy; swap: then that
+ * checkpoint's weights swapped in on every rank): every MoE call's selection and output, every step's logits,
+ * the greedy tokens. Returns the MoE calls compared. */
+static int model_compare(const char *dir, const char *ep_dir, const char *swap, const char *runner) {
     moe_log A = {0}, B = {0};
     const size_t nl = (size_t)(STEPS + 1) * NSEQ * 4096 * 2;
     float *la = malloc(nl * sizeof(float)), *lb = malloc(nl * sizeof(float));
     int32_t ta[(STEPS + 1) * NSEQ], tb[(STEPS + 1) * NSEQ];
     int64_t V = 0, V2 = 0;
-    model_run(dir, "none", runner, &A, la, ta, &V);
-    model_run(ep_dir, "mpi", runner, &B, lb, tb, &V2);
+    model_run(dir, NULL, "none", runner, &A, la, ta, &V);
+    model_run(ep_dir, swap, "mpi", runner, &B, lb, tb, &V2);
     const char *rn = runner ? runner : "auto";
     CHECK(A.n == B.n && A.n > 0, "%s %s: %d MoE calls in one process, %d expert-parallel", dir, rn, A.n, B.n);
     for (int i = 0; i < A.n && i < B.n; i++) {
@@ -372,13 +380,22 @@ static int model_compare(const char *dir, const char *ep_dir, const char *runner
 }
 
 static void model_case(const char *dir, const char *runner) {
-    const int n = model_compare(dir, dir, runner);
+    const int n = model_compare(dir, dir, NULL, runner);
     if (RANK == 0)
         printf("model %s runner %s: %d MoE calls, %d steps x %d sequences compared\n", dir, runner ? runner : "auto",
                n, STEPS + 1, NSEQ);
 }
 
 /* "...block_sparse_moe.experts.X.<rest>": X, and whether rest is an input_scale; -1 for other tensors. */
+/* New weights under expert parallelism: the ranks open dir, each loads its experts of fresh (the same model,
+ * other weights) and swaps them in; against one process on fresh. */
+static void swap_case(const char *dir, const char *fresh) {
+    const int n = model_compare(fresh, dir, fresh, NULL);
+    if (RANK == 0)
+        printf("model %s: new weights from %s swapped in on every rank: %d MoE calls, %d steps x %d sequences "
+               "compared\n", dir, fresh, n, STEPS + 1, NSEQ);
+}
+
 static int expert_of(const char *name, bool *input_scale) {
     const char *p = strstr(name, ".block_sparse_moe.experts.");
     if (!p) return -1;
@@ -478,7 +495,7 @@ static void local_copy_case(const char *dir, const char *scratch, int idx) {
               "%s: one process opened a copy without %d expert tensors (%s)", out, dropped,
               st ? mr_error_last() : "no error");
     }
-    const int calls = model_compare(dir, out, NULL);
+    const int calls = model_compare(dir, out, NULL, NULL);
     if (RANK == 0)
         printf("model %s: each rank on a copy without the other ranks' experts (rank 0 left out %d tensors): "
                "%d MoE calls compared\n", dir, dropped, calls);
@@ -520,7 +537,7 @@ static int run_mismatch(void) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: test_ep moe | model [--local-copies SCRATCH] DIR... | mismatch\n");
+        fprintf(stderr, "usage: test_ep moe | model [--local-copies SCRATCH] (DIR | --swap DIR NEW)... | mismatch\n");
         return 2;
     }
     OK(mr_ep_init(false));
@@ -539,6 +556,11 @@ int main(int argc, char **argv) {
         const char *scratch = NULL;
         if (argc > 3 && !strcmp(argv[2], "--local-copies")) scratch = argv[3], i0 = 4;
         for (int i = i0; i < argc; i++) {
+            if (!strcmp(argv[i], "--swap") && i + 2 < argc) {
+                swap_case(argv[i + 1], argv[i + 2]);
+                i += 2;
+                continue;
+            }
             model_case(argv[i], NULL);
             if (i == i0) model_case(argv[i], "reference");
             if (scratch) local_copy_case(argv[i], scratch, i - i0);
