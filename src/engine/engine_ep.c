@@ -22,8 +22,9 @@
  *   load    payload: the checkpoint folder's path (bytes = its length). Each
  *           follower starts loading its share beside its running weights on a
  *           thread of its own, and follows the next steps meanwhile.
- *   commit  no payload. Each follower waits for its load, then every rank's
- *           verdict (status int32, message) goes to every rank (allgather):
+ *   commit  payload: the deadline of the verdicts (double, seconds). Each
+ *           follower waits for its load, then every rank's verdict (status
+ *           int32, message) goes to every rank (allgather, that deadline):
  *           all loaded, and every rank swaps at this same point of the step
  *           sequence; else every rank drops what it loaded. */
 #include <malloc.h>
@@ -168,17 +169,24 @@ mr_status mr_engine_ep_commit(mr_engine *e, mr_status mine, const char *why, dou
     ep_verdict v = {.st = (int32_t)mine};
     snprintf(v.msg, sizeof v.msg, "%.*s", (int)sizeof v.msg - 1, mine && why ? why : "");
     int failed;
-    mr_status st = send_header(e, EP_COMMIT, NULL, 0);
-    if (!st) st = votes(e, &v, timeout_s, &failed);
+    double t = timeout_s > 0 ? timeout_s : 0; /* every rank waits for the verdicts as long */
+    mr_status st = send_header(e, EP_COMMIT, NULL, sizeof t);
+    if (!st) st = mr_ep_bcast(&t, sizeof t, 0, 0);
+    if (!st) st = votes(e, &v, t, &failed);
     if (st) return st;
     if (failed < 0) return MR_OK;
     const ep_verdict *f = (const ep_verdict *)e->ep_votes + failed;
     return mr_error_set((mr_status)f->st, "rank %d of %d: %.*s", failed, e->ep_size, (int)sizeof f->msg, f->msg);
 }
 
-/* A follower's part of a commit: its own verdict once its load has ended, then every rank's; all loaded:
- * the swap. */
+/* A follower's part of a commit: the deadline, its own verdict once its load has ended, then every rank's
+ * (an explicit deadline: the wait for a load is not a step, and leaves the automatic step deadline as it
+ * was); all loaded: the swap. */
 static mr_status follow_commit(mr_engine *e) {
+    double t;
+    mr_status st = mr_ep_bcast(&t, sizeof t, 0, 0);
+    if (st) return st;
+    if (!(t >= 0 && t <= 1e7)) return mr_ep_fail("the leader's weight commit has a deadline of %g s", t);
     if (e->ep_loading) pthread_join(e->ep_loader, NULL);
     e->ep_loading = false;
     ep_verdict v = {.st = (int32_t)e->ep_load_st};
@@ -186,8 +194,7 @@ static mr_status follow_commit(mr_engine *e) {
     snprintf(v.msg, sizeof v.msg, "%.*s", (int)sizeof v.msg - 1,
              !e->ep_dir ? "no weight load was under way on this rank" : e->ep_load_msg);
     int failed;
-    mr_status st = votes(e, &v, 0, &failed);
-    if (st) return st;
+    if ((st = votes(e, &v, t, &failed))) return st;
     if (failed < 0) {
         mr_model_weights_swap(e->m, e->ep_staged);
         MR_INFO("rank %d: new weights from %s in service", e->ep_rank, e->ep_dir);
@@ -244,6 +251,7 @@ mr_status mr_engine_follow(mr_engine *e) {
             continue;
         }
         if (h.kind == EP_COMMIT) {
+            if (h.bytes != (int64_t)sizeof(double)) return bad_step(e, "commit payload", h.bytes, sizeof(double));
             if ((st = follow_commit(e))) return st;
             continue;
         }
