@@ -1559,6 +1559,34 @@ static void test_weights_swap(void **st) {
         free(broken);
         assert_int_not_equal(mr_model_weights_load(m, "/nonexistent/ckpt", &staged), MR_OK);
         assert_null(staged);
+        /* the memory check: refused 1 byte short of the new set's own memory (packed experts, copies), loaded
+         * with it available */
+        {
+            mr_model_memory mem;
+            mr_model_memory_get(m, &mem);
+            const size_t need = mem.experts + mem.weights_copied;
+            assert_true(need > 1024);
+            char mi[4400];
+            snprintf(mi, sizeof mi, "%s/meminfo", base);
+            for (int fits = 0; fits < 2; fits++) {
+                FILE *f = fopen(mi, "w");
+                assert_non_null(f);
+                fprintf(f, "MemTotal: 99999999 kB\nMemAvailable: %zu kB\n", fits ? (need + 1023) / 1024 : (need - 1) / 1024);
+                fclose(f);
+                mr__model_set_meminfo(mi);
+                const mr_status ls = mr_model_weights_load(m, a, &staged);
+                mr__model_set_meminfo(NULL);
+                if (fits) {
+                    assert_int_equal(ls, MR_OK);
+                    mr_model_close(staged);
+                    staged = NULL;
+                } else {
+                    assert_int_equal(ls, MR_ECAPACITY);
+                    assert_null(staged);
+                    assert_non_null(strstr(mr_error_last(), "beside the running weights needs about"));
+                }
+            }
+        }
         swap_logits(m, got);
         if (memcmp(got, lb, sizeof lb)) fail_msg("case %zu: logits differ from %s at line %d", ci, "lb", __LINE__);
         /* and back to a, through every allocation failure of the load first (each one refused, nothing lost) */

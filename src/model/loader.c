@@ -792,6 +792,9 @@ static bool desc_differs(const mr_model_config *c, const mr_model_desc *cur, con
     return false;
 }
 
+static const char *meminfo_path; /* mr__model_set_meminfo */
+void mr__model_set_meminfo(const char *path) { meminfo_path = path; }
+
 mr_status mr_model_weights_load(const mr_model *m, const char *dir, mr_model **out) {
     *out = NULL;
     if (m->weights_only) return mr_error_set(MR_EINVAL, "mr_model_weights_load: the model is itself staged weights");
@@ -808,7 +811,7 @@ mr_status mr_model_weights_load(const mr_model *m, const char *dir, mr_model **o
                             "and the state were made for this model)", dir, why);
     /* both weight sets are resident until the swap: the new set's own memory (packed experts, copies; the
      * mapped part is page cache the kernel can take back) must fit in what is available now */
-    const size_t need = m->mem.experts + m->mem.weights_copied, avail = mr_mem_proc_kb("/proc/meminfo", "MemAvailable:");
+    const size_t need = m->mem.experts + m->mem.weights_copied, avail = mr_mem_proc_kb(meminfo_path ? meminfo_path : "/proc/meminfo", "MemAvailable:");
     if (avail > 0 && need > avail)
         return mr_error_set(MR_ECAPACITY, "loading %s beside the running weights needs about %.2f GiB, and %.2f GiB are "
                             "available: free memory, or restart the server on the new checkpoint", dir,

@@ -189,6 +189,9 @@ void mr__model_set_moe_hook(mr_model *m,
                                          const int32_t *ids, int k),
                             void *user);
 
+/* Test hook: the file mr_model_weights_load reads MemAvailable from (NULL: /proc/meminfo). */
+void mr__model_set_meminfo(const char *path);
+
 /* ---- the sampler's filters (sampler.c), what mr_sample_logits draws from ----
  * The candidates' weights into prob[0..n) (a filter's drop weighs 0), their ids into idx[0..n), the sum of
  * the weights into *mass; returns n. 0 where no draw is needed: the token is *pick. */
