@@ -1604,10 +1604,14 @@ out:
 /* ---- generation ---- */
 
 /* max_tokens of a prompt of L tokens: the request's, else 16 (completions)
- * or the rest of the context (chat), within --max-completion-tokens. */
+ * or the rest of the context (chat), within --max-completion-tokens. The
+ * chat default also stops where the whole KV cache would be full: a pool
+ * smaller than one context still runs a request that asks for no limit. */
 static int64_t max_tokens_of(const mr_server *s, const sv_request *r, int64_t L) {
     if (r->max_tokens >= 0) return r->max_tokens;
     int64_t mt = r->kind == SV_CHAT ? s->context_length - L : 16;
+    const int64_t room = s->kv_blocks * MR_KV_BLOCK_TOKENS - L; /* a prompt past the pool: its own 400 */
+    if (r->kind == SV_CHAT && s->kv_blocks > 0 && room >= 1 && room < mt) mt = room;
     return mt < s->o.max_completion_tokens ? mt : s->o.max_completion_tokens;
 }
 

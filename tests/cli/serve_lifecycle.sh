@@ -172,6 +172,20 @@ for dt in fp8_e4m3 fp8 fp8_e5m2; do
     [ "$SV_RC" = 0 ] || bad "$dt: exit $SV_RC"
     clean_log "$S/kv8.log" || bad "$dt: sanitizer report"
 done
+# --- a KV pool smaller than one context: chat without max_tokens runs until the pool is full (vLLM's and
+# sglang's default is the rest of the context, which this pool can never hold); an explicit max_tokens past
+# it is a 400 naming the cache ---
+KJV=$(cd "$DATA/../.." && pwd)/models/tiny-kjv
+start_server "$S/pool.log" --model "$KJV" --kv-cache-memory 256K --skip-self-check || exit 1
+cap=$(curl -s "$SV_URL/get_server_info" | jq -r '.max_total_num_tokens')
+[ "$cap" -gt 16 ] && [ "$cap" -lt 4096 ] || bad "a 256K pool holds $cap tokens"
+chat='{"messages":[{"role":"user","content":"In the beginning"}],"ignore_eos":true'
+curl -s "$SV_URL/v1/chat/completions" -d "$chat}" >"$S/pool.json"
+jq -e --argjson c "$cap" '.usage.total_tokens == $c and .usage.completion_tokens > 0 and
+    .choices[0].finish_reason == "length"' "$S/pool.json" >/dev/null || bad "chat without max_tokens, pool $cap: $(head -c 300 "$S/pool.json")"
+code=$(curl -s -o "$S/pool.json" -w '%{http_code}' "$SV_URL/v1/chat/completions" -d "$chat,\"max_tokens\":$cap}")
+[ "$code" = 400 ] && grep -q "KV blocks" "$S/pool.json" || bad "max_tokens past the pool: $code $(cat "$S/pool.json")"
+stop_server
 "$M" serve --model "$T" --kv-cache-dtype fp16 >/dev/null 2>"$S/e8"; rc=$?
 [ $rc = 2 ] && grep -q "fp8_e4m3" "$S/e8" || bad "--kv-cache-dtype fp16: exit $rc: $(cat "$S/e8")"
 
