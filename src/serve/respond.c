@@ -47,6 +47,7 @@ typedef struct {
     int64_t cached;       /* prompt tokens found in the prefix cache */
     int64_t lp_offset;    /* text_offset of the next token's logprobs entry */
     bool echo_pending;    /* streaming echo with logprobs: the prompt's event waits for its entries */
+    bool role_sent;       /* a chat stream's first chunk (delta.role) went out */
     bool done;
     const char *reason;
     bool failed, unavailable;
@@ -930,6 +931,15 @@ static int finalize(sv_out *o, int i, sv_fin fin, const char *err, sv_buf *sse) 
     return event(o, sse, i, NULL, -1, NULL, c->reason, false);
 }
 
+/* A chat stream's first chunk of choice i ({"role": "assistant"}), once: with the choice's first output (or
+ * its end), as vLLM and sglang send it, so that a client's time to first chunk is the time to the first
+ * token and never the time to admission. */
+static int role_chunk(sv_out *o, int i, sv_buf *sse) {
+    if (!o->stream || !o->chat || o->resp || o->anth || o->c[i].role_sent) return 0;
+    o->c[i].role_sent = true;
+    return event(o, sse, i, NULL, -1, NULL, NULL, true);
+}
+
 int sv_out_advance(sv_out *o, sv_buf *sse) {
     sv_job *j = o->j;
     if (o->finished) return 1;
@@ -941,12 +951,10 @@ int sv_out_advance(sv_out *o, sv_buf *sse) {
             sv_anthropic_begin(sv_anthropic_message(j, o->model, NULL, 0, NULL, 0, NULL, NULL, NULL,
                                                     sv_anthropic_usage(o->prompt_tokens, 0, 0)), sse))
             return -1;
-        if (o->stream && o->chat && !o->resp && !o->anth)
-            for (int i = 0; i < o->n; i++)
-                if (event(o, sse, i, NULL, -1, NULL, NULL, true)) return -1;
         if (o->stream && j->req.echo)
             for (int i = 0; i < o->n; i++) {
                 if (o->c[i].echo_pending) continue; /* with logprobs: once its entries are in */
+                if (role_chunk(o, i, sse)) return -1;
                 const char *pt = j->prompt_text[i / j->req.n];
                 sv_parse_out po = {.content = pt, .n_content = pt ? strlen(pt) : 0};
                 if (po.n_content && event(o, sse, i, &po, -1, NULL, NULL, false)) return -1;
@@ -970,9 +978,10 @@ int sv_out_advance(sv_out *o, sv_buf *sse) {
                 all_done = false;
                 continue;
             }
-            if (echo_event(o, sse, i, n_plp)) return -1;
+            if (role_chunk(o, i, sse) || echo_event(o, sse, i, n_plp)) return -1;
             c->echo_pending = false;
         }
+        if ((avail > c->consumed || fin != SV_FIN_NONE) && role_chunk(o, i, sse)) return -1;
         while (!c->done && c->consumed < avail) {
             int64_t k = c->consumed++;
             int32_t tok = c->g->out[k];

@@ -185,6 +185,18 @@ jq -e --argjson c "$cap" '.usage.total_tokens == $c and .usage.completion_tokens
     .choices[0].finish_reason == "length"' "$S/pool.json" >/dev/null || bad "chat without max_tokens, pool $cap: $(head -c 300 "$S/pool.json")"
 code=$(curl -s -o "$S/pool.json" -w '%{http_code}' "$SV_URL/v1/chat/completions" -d "$chat,\"max_tokens\":$cap}")
 [ "$code" = 400 ] && grep -q "KV blocks" "$S/pool.json" || bad "max_tokens past the pool: $code $(cat "$S/pool.json")"
+# a chat stream's first chunk (delta.role) comes with the first token, not at admission (vLLM's benchmark takes
+# its TTFT from the first chunk): while generation is paused, nothing arrives
+[ "$(curl -s -o /dev/null -w '%{http_code}' "$SV_URL/pause_generation" -d '{"mode":"in_place"}')" = 200 ] || bad "pause"
+curl -s -N -m 60 "$SV_URL/v1/chat/completions" -d "$chat,\"max_tokens\":4,\"stream\":true}" >"$S/role.sse" &
+CP=$!
+sleep 1
+[ -s "$S/role.sse" ] && bad "a paused chat stream sent: $(head -c 200 "$S/role.sse")"
+curl -s -o /dev/null "$SV_URL/continue_generation" -d '{}'
+wait "$CP"
+head -1 "$S/role.sse" | grep -q '"delta":{"role":"assistant"' || bad "the stream's first chunk: $(head -c 200 "$S/role.sse")"
+grep -qE '"(reasoning_)?content":"[^"]' "$S/role.sse" && grep -q '^data: \[DONE\]' "$S/role.sse" ||
+    bad "the stream after continue: $(head -c 400 "$S/role.sse")"
 stop_server
 "$M" serve --model "$T" --kv-cache-dtype fp16 >/dev/null 2>"$S/e8"; rc=$?
 [ $rc = 2 ] && grep -q "fp8_e4m3" "$S/e8" || bad "--kv-cache-dtype fp16: exit $rc: $(cat "$S/e8")"
