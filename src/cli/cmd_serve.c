@@ -255,6 +255,8 @@ int mr_cmd_serve(int argc, char **argv) {
                                            {"--max-model-len", "--context-length"},
                                            {"--max-num-seqs", "--max-running-requests"},
                                            {"--model-path", "--model"},
+                                           {"--expert-parallel-size", "--ep-size"},
+                                           {"--ep", "--ep-size"},
                                            {"--log-level", "--log"}};
     for (int i = 1; i < argc; i++)
         for (size_t k = 0; k < sizeof ALIAS / sizeof ALIAS[0]; k++)
@@ -289,6 +291,32 @@ int mr_cmd_serve(int argc, char **argv) {
                 goto out;
             }
             i++;
+        } else if (!strcmp(a, "--enable-expert-parallel")) {
+            /* vLLM's: the MoE layers' experts sharded over the ranks; here the MPI ranks (mpirun -np N) */
+            if (mr_options_is_explicit(&o, MR_OPT_MOE_A2A_BACKEND) &&
+                strcmp(mr_options_get(&o, MR_OPT_MOE_A2A_BACKEND), "mpi")) {
+                fprintf(stderr, "moerun serve: --enable-expert-parallel shards the experts over MPI ranks, and "
+                        "--moe-a2a-backend says %s\n", mr_options_get(&o, MR_OPT_MOE_A2A_BACKEND));
+                goto out;
+            }
+            if (mr_options_set(&o, "moe_a2a_backend", "mpi", MR_SRC_FLAG)) {
+                mr_cli_fail("serve", NULL);
+                goto out;
+            }
+        } else if (!strcmp(a, "--all2all-backend") || !strcmp(a, "--enable-dp-attention") ||
+                   !strcmp(a, "--data-parallel-size") || !strcmp(a, "--dp-size") || !strcmp(a, "--dp")) {
+            /* vLLM's GPU all-to-all kernels, sglang's and vLLM's data-parallel attention: not here */
+            const bool a2a = !strcmp(a, "--all2all-backend"), flag = !strcmp(a, "--enable-dp-attention");
+            if (!flag && !a2a && v && !strcmp(v, "1")) {
+                i++;
+                continue;
+            }
+            fprintf(stderr, "moerun serve: %s%s%s: %s\n", a, flag || !v ? "" : " ", flag || !v ? "" : v,
+                    a2a ? "a GPU all-to-all kernel; the experts' exchange here is MPI: mpirun -np N moerun serve ... "
+                          "--enable-expert-parallel (or --moe-a2a-backend mpi)"
+                        : "attention runs replicated on every rank (one data-parallel group); the experts shard "
+                          "over MPI ranks: mpirun -np N moerun serve ... --moe-a2a-backend mpi");
+            goto out;
         } else if ((!strcmp(a, "--scheduling-policy") || !strcmp(a, "--schedule-policy")) && v) {
             /* vLLM's (sglang's name): fcfs, or priority (the requests' priority, lower first, as vLLM orders) */
             if (strcmp(v, "fcfs") && strcmp(v, "priority")) {

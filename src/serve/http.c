@@ -794,6 +794,14 @@ static enum MHD_Result do_server_info(mr_server *s, struct MHD_Connection *c) {
                           "internal_states", "memory_usage", "token_capacity", (json_int_t)(s->kv_blocks * MR_KV_BLOCK_TOKENS),
                           "kv_blocks", (json_int_t)s->kv_blocks, "kv_blocks_used", (json_int_t)used,
                           "running_requests", (json_int_t)running, "waiting_requests", (json_int_t)waiting);
+    int ep_rank, ep_size;
+    mr_model_ep(s->m, &ep_rank, &ep_size);
+    if (o) { /* sglang's parallelism: the experts over ep_size ranks, attention replicated (no TP, one DP group) */
+        json_object_set_new(o, "ep_size", json_integer(ep_size));
+        json_object_set_new(o, "tp_size", json_integer(1));
+        json_object_set_new(o, "dp_size", json_integer(1));
+        json_object_set_new(o, "moe_a2a_backend", json_string(ep_size > 1 ? "mpi" : "none"));
+    }
     return send_object(s, c, o);
 }
 

@@ -282,7 +282,10 @@ timeout 20 "$M" serve --model "$T" --port 0 --enable-priority-scheduling >/dev/n
 for case in "--page-size 32|pages are 16 tokens" "--block-size 8|pages are 16 tokens" "--stream-interval 4|only 1" \
             "--schedule-policy lpm|first come, first served" "--mem-fraction-static 0.9|--kv-cache-memory" \
             "--gpu-memory-utilization 0.9|GPU memory" "--log-level loud|--log" "$T|beside --model" \
-            "--host 127.0.0.1 stray|'stray' beside --model" "stray --port 1 --host|unknown option or missing value"; do
+            "--host 127.0.0.1 stray|'stray' beside --model" "stray --port 1 --host|unknown option or missing value" \
+            "--all2all-backend pplx|GPU all-to-all" "--enable-dp-attention|attention runs replicated" \
+            "--dp 2|attention runs replicated" "--enable-expert-parallel --moe-a2a-backend none|says none" \
+            "--ep 2|moe_a2a_backend=none runs one rank" "--expert-parallel-size 2|moe_a2a_backend=none runs one rank"; do
     timeout 20 "$M" serve --model "$T" --port 0 ${case%|*} >/dev/null 2>"$S/e11"; rc=$?
     [ $rc = 2 ] && grep -q -- "${case#*|}" "$S/e11" || bad "${case%|*}: exit $rc: $(cat "$S/e11")"
 done

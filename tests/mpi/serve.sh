@@ -35,7 +35,7 @@ fail() { echo "FAIL: $*"; fails=$((fails+1)); }
 start() {
     local log=$1; shift
     mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none \
-        -x OMP_NUM_THREADS -x LSAN_OPTIONS -x ASAN_OPTIONS -np 2 "$M" serve --port 0 --moe-a2a-backend mpi "$@" >"$log" 2>&1 &
+        -x OMP_NUM_THREADS -x LSAN_OPTIONS -x ASAN_OPTIONS -np 2 "$M" serve --port 0 ${EP_FLAGS:---moe-a2a-backend mpi} "$@" >"$log" 2>&1 &
     EP_PID=$!
     local i
     for i in $(seq 1 3600); do
@@ -106,7 +106,11 @@ ids() { jq -r '(.output_ids | map(tostring) | join(",")) + " " + .meta_info.weig
 update() { curl -s -m 300 -o "$S/u.body" -w '%{http_code}' "$URL/update_weights_from_disk" -d "$1"; }
 WA=$(want "$S/WA" 5,6,7 12); WB=$(want "$S/WB" 5,6,7 12); LA=$(want "$S/WA" 9,8,7 300)
 [ -n "$WA" ] && [ "$WA" != "$WB" ] || fail "the checkpoints' oracles: '$WA' '$WB'"
-start "$S/w.log" --model "$S/WA" --context-length 1024 --weight-version v0 --debug-step-delay-ms 5 || exit 1
+# (vLLM's flag and sglang's size name for the same thing)
+EP_FLAGS="--enable-expert-parallel --ep 2" start "$S/w.log" --model "$S/WA" --context-length 1024 --weight-version v0 \
+    --debug-step-delay-ms 5 || exit 1
+grep -q "expert parallel: 2 ranks" "$S/w.log" || fail "--enable-expert-parallel: not expert-parallel"
+curl -s -m 10 "$URL/get_server_info" | jq -e '.ep_size == 2' >/dev/null || fail "--enable-expert-parallel: ep_size $(curl -s "$URL/get_server_info" | jq .ep_size)"
 gen 5,6,7 12 >"$S/g.json"; [ "$(ids "$S/g.json")" = "$WA v0" ] || fail "before the update: $(cat "$S/g.json")"
 # a request running when the update comes runs to its end on the old weights on both ranks
 gen 9,8,7 300 >"$S/long.json" &
