@@ -757,6 +757,15 @@ static int f_chat_template_kwargs(sv_request *r, const json_t *v, const sv_limit
     r->chat_template_kwargs = json_incref((json_t *)v);
     return 0;
 }
+/* OpenAI's and vLLM's reasoning_effort: checked here, handed to the chat template as
+ * chat_template_kwargs.reasoning_effort (below, once every field is read; an explicit kwarg wins) */
+static int f_reasoning_effort(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
+    (void)r, (void)lim;
+    static const char *const ok[] = {"none", "minimal", "low", "medium", "high"};
+    for (size_t i = 0; json_is_string(v) && i < sizeof ok / sizeof ok[0]; i++)
+        if (!strcmp(json_string_value(v), ok[i])) return 0;
+    return sv_fail(e, 400, "reasoning_effort", "reasoning_effort must be none, minimal, low, medium or high");
+}
 static int f_add_generation_prompt(sv_request *r, const json_t *v, const sv_limits *lim, sv_error *e) {
     (void)lim;
     r->agp_given = true;
@@ -1132,6 +1141,7 @@ static const field fields[] = {
     {"tool_choice", K_CHAT, f_tool_choice},
     {"parallel_tool_calls", K_CHAT, f_parallel_tool_calls},
     {"chat_template_kwargs", K_CHAT, f_chat_template_kwargs},
+    {"reasoning_effort", K_CHAT, f_reasoning_effort},
     {"add_generation_prompt", K_CHAT, f_add_generation_prompt},
     {"continue_final_message", K_CHAT, f_continue_final},
     {"separate_reasoning", K_CHAT, f_separate_reasoning},
@@ -1193,6 +1203,17 @@ int sv_request_parse(sv_kind kind, const char *body, size_t len, const sv_limits
     if (kind == SV_CHAT && !r->messages) {
         sv_fail(e, 400, "messages", "messages is required");
         goto out;
+    }
+    const json_t *eff = kind == SV_CHAT ? json_object_get(root, "reasoning_effort") : NULL;
+    if (json_is_string(eff) && !json_object_get(r->chat_template_kwargs, "reasoning_effort")) {
+        json_t *kw = r->chat_template_kwargs ? json_copy(r->chat_template_kwargs) : json_object();
+        if (!kw || json_object_set(kw, "reasoning_effort", (json_t *)eff)) {
+            json_decref(kw);
+            sv_fail(e, 500, NULL, "out of memory");
+            goto out;
+        }
+        json_decref(r->chat_template_kwargs);
+        r->chat_template_kwargs = kw;
     }
     if (kind == SV_CHAT && r->top_logprobs && !r->logprobs) {
         sv_fail(e, 400, "top_logprobs", "top_logprobs needs logprobs: true");

@@ -198,6 +198,23 @@ head -1 "$S/role.sse" | grep -q '"delta":{"role":"assistant"' || bad "the stream
 grep -qE '"(reasoning_)?content":"[^"]' "$S/role.sse" && grep -q '^data: \[DONE\]' "$S/role.sse" ||
     bad "the stream after continue: $(head -c 400 "$S/role.sse")"
 stop_server
+# OpenAI's and vLLM's chat reasoning_effort reaches the template as chat_template_kwargs.reasoning_effort (an
+# explicit kwarg wins); the oracle: the rendered text's own ids (/tokenize of the prompt)
+cp -r "$KJV" "$S/effort"
+printf '%s' '{{ "effort=" ~ (reasoning_effort | default("unset")) ~ ";" }}{% for m in messages %}{{ m.content }}{% endfor %}' \
+    >"$S/effort/chat_template.jinja"
+start_server "$S/effort.log" --model "$S/effort" --skip-self-check || exit 1
+tk() { curl -s "$SV_URL/tokenize" -d "$1" | jq -c .tokens; }
+for c in 'high|"reasoning_effort":"high"' 'unset|' 'low|"reasoning_effort":"high","chat_template_kwargs":{"reasoning_effort":"low"}'; do
+    extra=${c#*|}; [ -n "$extra" ] && extra=",$extra"
+    got=$(tk "{\"messages\":[{\"role\":\"user\",\"content\":\"In the beginning\"}]$extra}")
+    want=$(tk "{\"prompt\":\"effort=${c%%|*};In the beginning\",\"add_special_tokens\":false}")
+    [ -n "$want" ] && [ "$got" = "$want" ] || bad "reasoning_effort ${c#*|}: $got, the rendered text's $want"
+done
+code=$(curl -s -o "$S/eff.json" -w '%{http_code}' "$SV_URL/v1/chat/completions" \
+    -d '{"messages":[{"role":"user","content":"x"}],"max_tokens":1,"reasoning_effort":"extreme"}')
+[ "$code" = 400 ] && [ "$(jq -r .error.param "$S/eff.json")" = reasoning_effort ] || bad "reasoning_effort extreme: $code $(cat "$S/eff.json")"
+stop_server
 "$M" serve --model "$T" --kv-cache-dtype fp16 >/dev/null 2>"$S/e8"; rc=$?
 [ $rc = 2 ] && grep -q "fp8_e4m3" "$S/e8" || bad "--kv-cache-dtype fp16: exit $rc: $(cat "$S/e8")"
 
