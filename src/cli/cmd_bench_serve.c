@@ -149,9 +149,22 @@ static double prom(const char *text, const char *name, const char *label) {
 }
 
 typedef struct {
-    double prompt, gen, ok_stop, ok_len, abort, preempt, pq, ph, ttft_sum, ttft_n, itl_sum, itl_n, e2e_sum, e2e_n,
-        q_sum, q_n, rej, steps, step_s[4]; /* engine steps, and their seconds: schedule, forward, sample, complete */
+    double prompt, gen, ok_stop, ok_len, abort, err, preempt, pq, ph, ttft_sum, ttft_n, itl_sum, itl_n, e2e_sum,
+        e2e_n, q_sum, q_n, rej, steps, step_s[4]; /* engine steps, and their seconds: schedule, forward, sample, complete */
+    char family[16]; /* whose names the server's /metrics has ("moerun:", "vllm:", ...; "" when none was read) */
 } counters;
+
+/* A counter of the server's family: moerun serve's, vLLM's and sglang's share the names after their prefix
+ * (vLLM's are the model moerun's follow); llama-server's (llamacpp:) has its own for the two token counts. */
+static double pm(const char *t, const char *pre, const char *name, const char *label) {
+    char full[128];
+    if (!strcmp(pre, "llamacpp:")) {
+        if (strcmp(name, "prompt_tokens_total") && strcmp(name, "generation_tokens_total")) return NAN;
+        name = !strcmp(name, "generation_tokens_total") ? "tokens_predicted_total" : name;
+    }
+    snprintf(full, sizeof full, "%s%s", pre, name);
+    return prom(t, full, label);
+}
 
 static void read_counters(const char *base, const char *key, counters *c) {
     long http = 0;
@@ -161,27 +174,36 @@ static void read_counters(const char *base, const char *key, counters *c) {
         free(t);
         t = NULL;
     }
-    c->prompt = prom(t, "moerun:prompt_tokens_total", NULL);
-    c->gen = prom(t, "moerun:generation_tokens_total", NULL);
-    c->ok_stop = prom(t, "moerun:request_success_total", "finished_reason=\"stop\"");
-    c->ok_len = prom(t, "moerun:request_success_total", "finished_reason=\"length\"");
-    c->abort = prom(t, "moerun:request_success_total", "finished_reason=\"abort\"");
-    c->preempt = prom(t, "moerun:num_preemptions_total", NULL);
-    c->pq = prom(t, "moerun:prefix_cache_queries_total", NULL);
-    c->ph = prom(t, "moerun:prefix_cache_hits_total", NULL);
-    c->ttft_sum = prom(t, "moerun:time_to_first_token_seconds_sum", NULL);
-    c->ttft_n = prom(t, "moerun:time_to_first_token_seconds_count", NULL);
-    c->itl_sum = prom(t, "moerun:inter_token_latency_seconds_sum", NULL);
-    c->itl_n = prom(t, "moerun:inter_token_latency_seconds_count", NULL);
-    c->e2e_sum = prom(t, "moerun:e2e_request_latency_seconds_sum", NULL);
-    c->e2e_n = prom(t, "moerun:e2e_request_latency_seconds_count", NULL);
-    c->q_sum = prom(t, "moerun:request_queue_time_seconds_sum", NULL);
-    c->q_n = prom(t, "moerun:request_queue_time_seconds_count", NULL);
-    c->rej = prom(t, "moerun:request_rejected_total", "reason=\"queue_full\"");
-    c->steps = prom(t, "moerun:engine_steps_total", NULL);
+    /* whose names: the first family that has a prompt or a generation token count */
+    static const char *const fam[] = {"moerun:", "vllm:", "sglang:", "llamacpp:"};
+    const char *p = NULL;
+    for (size_t i = 0; i < sizeof fam / sizeof fam[0] && !p; i++)
+        if (!isnan(pm(t, fam[i], "prompt_tokens_total", NULL)) || !isnan(pm(t, fam[i], "generation_tokens_total", NULL)))
+            p = fam[i];
+    snprintf(c->family, sizeof c->family, "%s", !t ? "" : p ? p : "?");
+    if (!p) p = fam[0];
+    c->prompt = pm(t, p, "prompt_tokens_total", NULL);
+    c->gen = pm(t, p, "generation_tokens_total", NULL);
+    c->ok_stop = pm(t, p, "request_success_total", "finished_reason=\"stop\"");
+    c->ok_len = pm(t, p, "request_success_total", "finished_reason=\"length\"");
+    c->abort = pm(t, p, "request_success_total", "finished_reason=\"abort\"");
+    c->err = pm(t, p, "request_success_total", "finished_reason=\"error\"");
+    c->preempt = pm(t, p, "num_preemptions_total", NULL);
+    c->pq = pm(t, p, "prefix_cache_queries_total", NULL);
+    c->ph = pm(t, p, "prefix_cache_hits_total", NULL);
+    c->ttft_sum = pm(t, p, "time_to_first_token_seconds_sum", NULL);
+    c->ttft_n = pm(t, p, "time_to_first_token_seconds_count", NULL);
+    c->itl_sum = pm(t, p, "inter_token_latency_seconds_sum", NULL);
+    c->itl_n = pm(t, p, "inter_token_latency_seconds_count", NULL);
+    c->e2e_sum = pm(t, p, "e2e_request_latency_seconds_sum", NULL);
+    c->e2e_n = pm(t, p, "e2e_request_latency_seconds_count", NULL);
+    c->q_sum = pm(t, p, "request_queue_time_seconds_sum", NULL);
+    c->q_n = pm(t, p, "request_queue_time_seconds_count", NULL);
+    c->rej = pm(t, p, "request_rejected_total", "reason=\"queue_full\"");
+    c->steps = pm(t, p, "engine_steps_total", NULL);
     static const char *const phase[4] = {"phase=\"schedule\"", "phase=\"forward\"", "phase=\"sample\"",
                                          "phase=\"complete\""};
-    for (int i = 0; i < 4; i++) c->step_s[i] = prom(t, "moerun:engine_step_seconds_total", phase[i]);
+    for (int i = 0; i < 4; i++) c->step_s[i] = pm(t, p, "engine_step_seconds_total", phase[i]);
     free(t);
 }
 
@@ -280,10 +302,13 @@ static double dlt(double a, double b) { return isnan(a) || isnan(b) ? NAN : b - 
 
 static void print_server(const counters *a, const counters *b) {
     printf("-------------Server counters (/metrics)-----------\n");
+    printf("%-40s %s\n", "metric names:", !b->family[0]            ? "(no /metrics read)"
+                                           : !strcmp(b->family, "?") ? "(none of moerun's, vLLM's, sglang's, llama-server's)"
+                                                                     : b->family);
     printf("%-40s %-10.0f\n", "prompt_tokens_total (delta):", dlt(a->prompt, b->prompt));
     printf("%-40s %-10.0f\n", "generation_tokens_total (delta):", dlt(a->gen, b->gen));
-    printf("%-40s %.0f stop, %.0f length, %.0f abort\n", "request_success_total (delta):", dlt(a->ok_stop, b->ok_stop),
-           dlt(a->ok_len, b->ok_len), dlt(a->abort, b->abort));
+    printf("%-40s %.0f stop, %.0f length, %.0f abort, %.0f error\n", "request_success_total (delta):",
+           dlt(a->ok_stop, b->ok_stop), dlt(a->ok_len, b->ok_len), dlt(a->abort, b->abort), dlt(a->err, b->err));
     printf("%-40s %-10.0f\n", "num_preemptions_total (delta):", dlt(a->preempt, b->preempt));
     printf("%-40s %.0f / %.0f\n", "prefix cache hits / queries (delta):", dlt(a->ph, b->ph), dlt(a->pq, b->pq));
     printf("%-40s %-10.0f\n", "rejected, queue full (delta):", dlt(a->rej, b->rej));
@@ -330,6 +355,7 @@ static json_t *result_json(const mr_bench_serve_result *r, const counters *a, co
     PUT("success_stop", ok_stop);
     PUT("success_length", ok_len);
     PUT("abort", abort);
+    PUT("error", err);
     PUT("preemptions", preempt);
     PUT("prefix_cache_queries", pq);
     PUT("prefix_cache_hits", ph);

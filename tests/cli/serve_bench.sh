@@ -267,6 +267,21 @@ done
 [ $rc = 1 ] || bad "an unreachable server: exit $rc, want 1"
 [ -e "$S/unreach.json" ] && bad "an unreachable server: --json left a file ($(wc -c <"$S/unreach.json") bytes)"
 # sglang's command line as it is: --backend, --host / --port, --max-concurrency, --random-input-len /
+# the server's counters under vLLM's, sglang's and llama-server's names (the recording server counts what it
+# answered): the deltas are the run's tokens and requests
+for fam in vllm: sglang: llamacpp:; do
+    rm -f "$S/hport"
+    python3 "$(dirname "$0")/lib/hostile_server.py" record "$S/recm.jsonl" $fam >"$S/hport" & hp=$!
+    for _ in $(seq 100); do grep -q '^[0-9]' "$S/hport" 2>/dev/null && break; sleep 0.1; done
+    "$M" bench serve --base-url "http://127.0.0.1:$(cat "$S/hport")" --concurrency 2 --num-prompts 3 --input-len 4 \
+        --output-len 2 --vocab 256 --warmup-requests 0 --json "$S/rm.json" >"$S/outm" 2>&1 || bad "$fam metrics: exit $?"
+    kill $hp; wait $hp 2>/dev/null
+    grep -q "metric names: *$fam" "$S/outm" || bad "$fam metrics: $(grep 'metric names' "$S/outm")"
+    want='.server_counters_delta.generation_tokens == 6'
+    [ $fam != llamacpp: ] && want="$want and .server_counters_delta.success_length == 3"
+    jq -e ".results[0] | $want" "$S/rm.json" >/dev/null || bad "$fam metrics: $(jq -c '.results[0].server_counters_delta' "$S/rm.json")"
+done
+
 # --random-output-len, --warmup-requests (sent together, each the run's first prompt, as sglang's are),
 # --disable-ignore-eos, --output-file (a JSON line per run, appended). What the bench sent is what a
 # recording server saw.

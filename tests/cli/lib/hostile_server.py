@@ -21,7 +21,10 @@ input). GET /v1/models answers a model list unless MODE is about it; POST
               each request's path and
               body appended to LOG as one JSON line {"path", "body"} (what a
               client sent, for the tests to read), and every request's path
-              and Authorization header (null without one) to LOG.auth
+              and Authorization header (null without one) to LOG.auth; with
+              PREFIX (record LOG PREFIX: vllm:, sglang:, llamacpp:), GET
+              /metrics counts the completions' tokens and requests under that
+              server's names (else it is a 404)
 Runs until killed; each connection in its own thread."""
 import json
 import socket
@@ -29,7 +32,9 @@ import sys
 import threading
 
 MODE = sys.argv[1]
+PREFIX = sys.argv[3] if len(sys.argv) > 3 else None
 LOCK = threading.Lock()
+SENT = {"tokens": 0, "requests": 0}  # record mode: the completions answered (under LOCK)
 SSE = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
 
 
@@ -77,6 +82,17 @@ def handle(c):
             return
         text = event({"choices": [{"index": 0, "text": "a"}]})
         if MODE == "record":
+            if path == b"/metrics" and PREFIX:
+                with LOCK:
+                    gen = "tokens_predicted_total" if PREFIX == "llamacpp:" else "generation_tokens_total"
+                    m = (f"# TYPE {PREFIX}{gen} counter\n{PREFIX}{gen} {SENT['tokens']}\n"
+                         f"{PREFIX}prompt_tokens_total 0\n")
+                    if PREFIX != "llamacpp:":
+                        m += f'{PREFIX}request_success_total{{finished_reason="length"}} {SENT["requests"]}\n'
+                m = m.encode()
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n"
+                          b"Connection: close\r\n\r\n%s" % (len(m), m))
+                return
             if not head.startswith(b"POST"):  # /metrics and the like: none here
                 c.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
                 return
@@ -96,6 +112,9 @@ def handle(c):
                                          for i in range(k)) + b"data: [DONE]\n\n")
                 return
             k = min(2, body.get("max_tokens", 2))
+            with LOCK:  # counted before the answer: a client that has it and reads /metrics finds it
+                SENT["tokens"] += k
+                SENT["requests"] += 1
             c.sendall(SSE + text * k + event({"choices": [], "usage": {"completion_tokens": k}}) + b"data: [DONE]\n\n")
             return
         if MODE == "hugeline":
