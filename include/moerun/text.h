@@ -109,6 +109,9 @@ int32_t mr_tokenizer_id_limit(const mr_tokenizer *t);
 /* Number of distinct tokens (model vocabulary plus added tokens), as HF
  * get_vocab_size(with_added_tokens=True). */
 size_t mr_tokenizer_vocab_size(const mr_tokenizer *t);
+/* The model's vocabulary without the added tokens, as HF's vocab_size (what
+ * sglang's and vLLM's random benchmark prompts draw ids from). */
+size_t mr_tokenizer_model_vocab_size(const mr_tokenizer *t);
 /* The token's string as the file spells it ("Ġhello", "<think>"), or NULL
  * for an id that names no token. *len may be NULL. */
 const char *mr_tokenizer_id_to_piece(const mr_tokenizer *t, int32_t id, size_t *len);

@@ -21,6 +21,7 @@
 #include "cli_model.h"
 #include "moerun/io.h"
 #include "moerun/serve.h"
+#include "moerun/text.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -61,8 +62,8 @@ static void usage(FILE *f) {
             "  --api-key KEY  sent as Authorization: Bearer KEY on every request, /metrics and /tokenize too,\n"
             "              for a server started with an API key [the environment's OPENAI_API_KEY, as sglang's\n"
             "              and vLLM's benchmarks read it; the key is never printed]\n"
-            "  --vocab V   token ids are drawn in [10, V) (default: the server's /v1/models max id is not\n"
-            "              published, so 1000 unless given)\n"
+            "  --vocab V   token ids are drawn in [10, V) [the model's vocabulary without its added tokens: that\n"
+            "              of --tokenizer DIR, else the server's vocab_size (moerun serve's /get_model_info), else 1000]\n"
             "  --extra-request-body JSON|@FILE  a JSON object merged into every request, its keys replacing\n"
             "              the bench's own (sglang's flag): e.g. '{\"response_format\": {\"type\": \"json_schema\", ...}}'\n"
             "              to measure structured outputs\n"
@@ -248,6 +249,42 @@ static int profile_call(const char *base, const char *key, bool stop, const char
     }
     free(body);
     return rc;
+}
+
+/* Random prompts without --vocab: ids drawn over the model's vocabulary (its added tokens aside), as sglang's
+ * and vLLM's random datasets draw them: --tokenizer DIR's, else the server's vocab_size (moerun serve's
+ * /get_model_info), else 1000, said. 1 when the tokenizer cannot be read (printed). */
+static int random_vocab(mr_bench_serve_opts *o) {
+    int64_t v = 0;
+    const char *from = NULL;
+    if (o->tokenizer) {
+        mr_tokenizer *tk = NULL;
+        if (mr_tokenizer_load(o->tokenizer, &tk)) {
+            fprintf(stderr, "moerun bench serve: --tokenizer %s: %s\n", o->tokenizer, mr_error_last());
+            return 1;
+        }
+        v = (int64_t)mr_tokenizer_model_vocab_size(tk);
+        mr_tokenizer_free(tk);
+        from = "the vocabulary of --tokenizer";
+    } else {
+        long http = 0;
+        char *body = NULL;
+        if (!mr_http_get(o->base_url, "/get_model_info", o->api_key, 30, &http, &body) && http == 200 && body) {
+            json_t *j = json_loads(body, 0, NULL);
+            const json_t *x = json_object_get(j, "vocab_size");
+            if (json_is_integer(x) && json_integer_value(x) <= INT32_MAX) {
+                v = (int64_t)json_integer_value(x);
+                from = "the server's vocab_size (/get_model_info)";
+            }
+            json_decref(j);
+        }
+        free(body);
+    }
+    if (v > o->min_id) o->vocab = v;
+    else from = NULL;
+    printf("random prompts: token ids in [%lld, %lld), %s\n", (long long)o->min_id, (long long)o->vocab,
+           from ? from : "the default (the server does not say its vocabulary: --vocab V or --tokenizer DIR)");
+    return 0;
 }
 
 /* sglang's name of the API spoken (its bench_serving's Backend line) */
@@ -1005,6 +1042,7 @@ int mr_cmd_bench_serve(int argc, char **argv) {
                            : "empty (an unset variable?); leave the option out for a server without a key");
         return 2;
     }
+    if (!sharegpt && !dataset_path && !vocab_given && random_vocab(&o)) return 2;
     int cs[64], nc = 0;
     for (const char *p = conc; *p;) {
         char *end;

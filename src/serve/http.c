@@ -806,7 +806,9 @@ static enum MHD_Result do_server_info(mr_server *s, struct MHD_Connection *c) {
 }
 
 /* sglang's GET /get_model_info (what its frontend's RuntimeEndpoint reads first): the model's folder, a
- * generation model, no preferred sampling parameters, text only. */
+ * generation model, no preferred sampling parameters, text only; and moerun's vocab_size (the tokenizer's
+ * vocabulary without its added tokens, else the model's ids): what `moerun bench serve` draws random
+ * prompts from. */
 static enum MHD_Result do_model_info(mr_server *s, struct MHD_Connection *c) {
     char v[SV_MAX_WEIGHT_VERSION + 1] = "default";
     if (s->eng) sv_engine_weight_version(s->eng, v, sizeof v);
@@ -814,6 +816,8 @@ static enum MHD_Result do_model_info(mr_server *s, struct MHD_Connection *c) {
     json_t *o = json_pack("{s:s,s:s,s:b,s:n,s:s,s:b,s:b}", "model_path", s->model_dir, "tokenizer_path", s->model_dir,
                           "is_generation", 1, "preferred_sampling_params", "weight_version", v,
                           "has_image_understanding", 0, "has_audio_understanding", 0);
+    const int64_t tv = sv_text_model_vocab(s->text);
+    if (o) json_object_set_new(o, "vocab_size", json_integer(tv > 0 && tv <= s->vocab ? tv : s->vocab));
     return send_object(s, c, o);
 }
 

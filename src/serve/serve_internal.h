@@ -248,6 +248,8 @@ mr_status sv_text_open(const char *model_dir, const mr_server_opts *o, sv_text *
 mr_status sv_text_check_vocab(const sv_text *t, int64_t vocab);
 void sv_text_close(sv_text *t);
 bool sv_text_has_tokenizer(const sv_text *t);
+/* The tokenizer's model vocabulary without its added tokens (0 without a tokenizer). */
+int64_t sv_text_model_vocab(const sv_text *t);
 bool sv_text_has_chat_template(const sv_text *t);
 /* Encodes UTF-8 text (add_special: the post-processor's BOS/EOS). *ids is mr_malloc'd. */
 mr_status sv_text_encode(const sv_text *t, const char *s, size_t n, bool add_special, int32_t **ids, int64_t *n_ids);

@@ -113,6 +113,8 @@ bool sv_text_reasoning(const sv_text *t) {
     return o.reasoning;
 }
 
+int64_t sv_text_model_vocab(const sv_text *t) { return t && t->tok ? (int64_t)mr_tokenizer_model_vocab_size(t->tok) : 0; }
+
 bool sv_text_has_tokenizer(const sv_text *t) { return t && t->tok; }
 bool sv_text_has_chat_template(const sv_text *t) { return t && t->chat; }
 bool sv_text_tagged_output(const sv_text *t) { return t && t->chat && t->format != MR_CHAT_FORMAT_PLAIN; }

@@ -367,6 +367,7 @@ mr_status mr_tokstream_flush(mr_tokstream *s, const char **out, size_t *out_len)
 /* ---- lookups ---- */
 int32_t mr_tokenizer_id_limit(const mr_tokenizer *t) { return t ? t->id_limit : 0; }
 size_t mr_tokenizer_vocab_size(const mr_tokenizer *t) { return t ? t->n_tokens : 0; }
+size_t mr_tokenizer_model_vocab_size(const mr_tokenizer *t) { return t ? t->n_vocab : 0; }
 
 const char *mr_tokenizer_id_to_piece(const mr_tokenizer *t, int32_t id, size_t *len) {
     if (!t || id < 0 || id >= t->id_limit || !t->id_str[id]) return NULL;

@@ -39,6 +39,12 @@ jq -e 'all(.results[]; .completed == 8 and .failed == 0 and .total_output_tokens
 jq -e '[.results[].max_concurrency] == [1, 4]' "$S/r.json" >/dev/null || bad "--json concurrencies"
 [ "$(head -c 8 "$S/r.png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] || bad "--plot did not write a PNG"
 ls "$S"/*.tmp 2>/dev/null && bad "a temporary file was left"
+# without --vocab the random ids cover the model's vocabulary, as sglang's and vLLM's do: the server says it
+# (/get_model_info vocab_size; this model has no tokenizer: its 256 ids); every request is taken
+"$M" bench serve --base-url "$SV_URL" --concurrency 2 --num-prompts 4 --input-len 8 --output-len 2 --json "$S/v.json" \
+    >"$S/outv" 2>&1 || bad "no --vocab: exit $?: $(tail -3 "$S/outv")"
+grep -q "random prompts: token ids in \[10, 256), the server's vocab_size" "$S/outv" || bad "no --vocab: $(grep 'random prompts' "$S/outv")"
+jq -e '.results[0].completed == 4 and .results[0].failed == 0' "$S/v.json" >/dev/null || bad "no --vocab: $(jq -c '.results[0] | {completed, failed}' "$S/v.json")"
 # --base-url as users write it: an OpenAI client's (ending /v1), trailing slashes, HOST:PORT alone, all the
 # server's root (its counters read); what cannot be one is exit 2, named
 for u in "$SV_URL/v1" "$SV_URL//" "$SV_URL/v1/" "${SV_URL#http://}"; do
@@ -299,6 +305,19 @@ for _ in $(seq 100); do grep -q '^[0-9]' "$S/hport" 2>/dev/null && break; sleep 
     --random-output-len 3 --num-prompts 2 --no-warmup --vocab 256 --output-details --return-logprob \
     --json "$S/r3.json" >"$S/outr3" 2>&1 ||
     bad "sglang's flags, /generate: exit $?: $(tail -2 "$S/outr3")"
+# with --tokenizer DIR (the recording server says no vocabulary): the ids cover that tokenizer's model vocabulary
+# (4032 tokens in tiny-kjv, its 7 added tokens aside)
+python3 "$(dirname "$0")/lib/hostile_server.py" record "$S/reck.jsonl" >"$S/hportk" & hpk=$!
+for _ in $(seq 100); do grep -q '^[0-9]' "$S/hportk" 2>/dev/null && break; sleep 0.1; done
+"$M" bench serve --port "$(cat "$S/hportk")" --concurrency 2 --num-prompts 8 --input-len 64 --output-len 2 \
+    --tokenizer "$DATA/../../models/tiny-kjv" >"$S/outk" 2>&1 || bad "--tokenizer vocabulary: exit $?: $(tail -2 "$S/outk")"
+kill $hpk; wait $hpk 2>/dev/null
+grep -q "random prompts: token ids in \[10, 4032), the vocabulary of --tokenizer" "$S/outk" || bad "--tokenizer vocabulary: $(grep 'random prompts' "$S/outk")"
+python3 - "$S/reck.jsonl" <<'EOF2' || bad "--tokenizer vocabulary: the ids sent are not over [10, 4032)"
+import json, sys
+ids = [t for l in open(sys.argv[1]) for t in json.loads(l)["body"]["prompt"]]
+sys.exit(not (ids and min(ids) >= 10 and max(ids) < 4032 and max(ids) >= 1000))
+EOF2
 grep -q "Total generated tokens: *4 *$" "$S/outr3" || bad "/generate: not 2 x 2 tokens counted: $(grep 'generated' "$S/outr3")"
 # /generate's events carry the text so far: the text is the last one's, not their concatenation
 jq -e '.results[0].generated_texts == ["aa", "aa"]' "$S/r3.json" >/dev/null ||
