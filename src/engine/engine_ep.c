@@ -92,6 +92,8 @@ static void load_drop(mr_engine *e) {
     e->ep_staged = NULL;
     mr_free(e->ep_dir);
     e->ep_dir = NULL;
+    e->ep_load_st = MR_OK;
+    e->ep_load_msg[0] = 0;
 #ifdef __GLIBC__
     malloc_trim(0); /* their pages back to the system now (glibc keeps freed heap memory otherwise) */
 #endif
@@ -189,10 +191,10 @@ static mr_status follow_commit(mr_engine *e) {
     if (!(t >= 0 && t <= 1e7)) return mr_ep_fail("the leader's weight commit has a deadline of %g s", t);
     if (e->ep_loading) pthread_join(e->ep_loader, NULL);
     e->ep_loading = false;
-    ep_verdict v = {.st = (int32_t)e->ep_load_st};
-    if (!e->ep_dir) v.st = MR_ESTATE;
+    const bool none = !e->ep_dir && !e->ep_load_st; /* a load that could not start has its own reason */
+    ep_verdict v = {.st = none ? (int32_t)MR_ESTATE : (int32_t)e->ep_load_st};
     snprintf(v.msg, sizeof v.msg, "%.*s", (int)sizeof v.msg - 1,
-             !e->ep_dir ? "no weight load was under way on this rank" : e->ep_load_msg);
+             none ? "no weight load was under way on this rank" : e->ep_load_msg);
     int failed;
     if ((st = votes(e, &v, t, &failed))) return st;
     if (failed < 0) {
@@ -212,7 +214,7 @@ static mr_status follow_load(mr_engine *e, int64_t bytes) {
     mr_status st = mr_ep_bcast(path, (size_t)bytes, 0, 0);
     if (st) return st;
     path[bytes] = 0;
-    if (e->ep_dir) return mr_ep_fail("the leader sent a weight load while another was under way here");
+    if (e->ep_dir || e->ep_load_st) return mr_ep_fail("the leader sent a weight load while another was under way here");
     e->ep_load_st = MR_OK;
     e->ep_load_msg[0] = 0;
     if (!(e->ep_dir = mr_strdup(path))) {

@@ -402,7 +402,12 @@ static void control(sv_engine *e) {
                          "nothing was changed (flush_cache false keeps the cache, or pause with mode retract or abort)",
                          running);
             }
-            if (e->ep) {
+            if (e->ep && atomic_load(&e->failed)) { /* the group broke: no rank can hear a commit */
+                e->swap_http = 503;
+                snprintf(e->swap_msg, sizeof e->swap_msg, "%s", e->fail_msg);
+                e->swap_done = true;
+                pthread_cond_broadcast(&e->fcv);
+            } else if (e->ep) {
                 commit = true; /* every rank swaps, or none: ep_commit decides */
             } else {
                 if (e->swap_http == 200) swap_in(e, running);
@@ -430,7 +435,7 @@ static void control(sv_engine *e) {
         pthread_cond_broadcast(&e->fcv);
         pthread_mutex_unlock(&e->mu);
     }
-    if (commit && !atomic_load(&e->failed)) ep_commit(e, running);
+    if (commit) ep_commit(e, running); /* on a group broken meanwhile (the load above), its exchange fails at once */
 }
 
 /* Structured outputs: the gen's matcher behind the engine's constraint seam. */
