@@ -400,6 +400,13 @@ void mr_engine_stats_reset(mr_engine *e);
  * otherwise, nothing changed.
  * *dropped (optional): the blocks that were cached. */
 mr_status mr_engine_flush_prefix_cache(mr_engine *e, int64_t *dropped);
+/* Gives the paged KV pool's memory back to the system (vLLM's sleep, sglang's
+ * release_memory_occupation of the KV cache): the prefix cache is flushed, then
+ * the pool's pages are dropped (mr_model_kv_release); they come back as
+ * requests write them. Only while no request is running (MR_ESTATE, as the
+ * flush); not under expert parallelism (MR_EUNSUPPORTED: the other ranks'
+ * pools would stay). *bytes: what was given back. */
+mr_status mr_engine_release_kv(mr_engine *e, size_t *bytes);
 
 /* Checks the block accounting (every block free, cached or referenced,
  * reference counts equal to the block-table entries, the prefix table and

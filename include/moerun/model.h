@@ -178,6 +178,11 @@ mr_format mr_model_kv_dtype(const mr_model *m);
  * over every layer; an FP8 pool uses them, others do not (0: none, scale 1). */
 int mr_model_kv_scales(const mr_model *m);
 size_t mr_model_kv_bytes(const mr_model *m);
+/* Drops the paged KV pool's pages (madvise MADV_DONTNEED on its page-aligned
+ * part): the memory goes back to the system, and a page reads as zeros until
+ * written again. Only while no sequence holds a block (mr_engine_release_kv
+ * makes sure). Returns the bytes dropped. */
+size_t mr_model_kv_release(mr_model *m);
 /* Bytes of K and V one token takes in the pool (every layer). */
 size_t mr_model_kv_token_bytes(const mr_model_config *c, mr_format kv_dtype);
 /* The most tokens one forward call takes, and the longest context it attends to. */

@@ -108,6 +108,16 @@ mr_status mr_engine_flush_prefix_cache(mr_engine *e, int64_t *dropped) {
     return MR_OK;
 }
 
+mr_status mr_engine_release_kv(mr_engine *e, size_t *bytes) {
+    *bytes = 0;
+    if (e->ep_size > 1)
+        return mr_error_set(MR_EUNSUPPORTED, "the KV cache is not released under expert parallelism (%d ranks): "
+                            "the other ranks' pools would stay", e->ep_size);
+    mr_status st = mr_engine_flush_prefix_cache(e, NULL);
+    if (!st) *bytes = mr_model_kv_release(e->m);
+    return st;
+}
+
 static int64_t blocks_for(int64_t positions) { return (positions + BT - 1) / BT; }
 
 /* ---- lifetime ---- */

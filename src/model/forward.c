@@ -10,6 +10,8 @@
  * carries its own position and KV location, so prefill chunks and decode
  * steps of different sequences mix freely. Neither path allocates. */
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "model/model_internal.h"
 #include "moerun/kernels.h"
@@ -328,6 +330,18 @@ int64_t mr_model_kv_blocks(const mr_model *m) { return m->s.kv_blocks; }
 mr_format mr_model_kv_dtype(const mr_model *m) { return m->s.kv_dtype; }
 int mr_model_kv_scales(const mr_model *m) { return m->s.kv_scales_found; }
 size_t mr_model_kv_bytes(const mr_model *m) { return 2 * m->s.kv_pool_bytes; }
+
+/* The page-aligned part of [p, p + n) back to the system; its bytes. */
+static size_t drop_pages(void *p, size_t n) {
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = ((uintptr_t)p + pg - 1) & ~(pg - 1),
+                    b = ((uintptr_t)p + n) & ~(pg - 1);
+    if (!p || b <= a) return 0;
+    return madvise((void *)a, b - a, MADV_DONTNEED) == 0 ? (size_t)(b - a) : 0;
+}
+
+size_t mr_model_kv_release(mr_model *m) {
+    return drop_pages(m->s.kpool, m->s.kv_pool_bytes) + drop_pages(m->s.vpool, m->s.kv_pool_bytes);
+}
 size_t mr_model_kv_token_bytes(const mr_model_config *c, mr_format kv_dtype) {
     return (size_t)c->n_layers * 2 * (size_t)c->n_kv_heads * (size_t)c->head_dim * mr_kv_elem_bytes(kv_dtype);
 }

@@ -83,6 +83,10 @@ struct sv_engine {
     bool pause_asked;          /* a pause to make (pause_mode, pause_clear), answered by pause_done(pause_arg) */
     sv_pause_mode pause_mode;
     bool pause_clear, pause_started;
+    bool pause_sleep;          /* the pause is a sleep: once it holds, the KV cache's memory goes back */
+    bool sleeping;             /* paused with the KV pool's pages given back (slept_bytes resident), until continued */
+    size_t slept_bytes;
+    char pause_err[300];       /* why a sleep could not give the memory back */
     sv_ctl_done pause_done;
     void *pause_arg;
     bool flush_idle;           /* drop the prefix cache once no request runs (a pause's clear_cache) */
@@ -376,11 +380,26 @@ static void control(sv_engine *e) {
         if (e->pause_mode == SV_PAUSE_ABORT) cancel_live(e); /* they end at the next step */
         else if (e->pause_mode == SV_PAUSE_RETRACT) mr_engine_retract(e->eng);
     }
+    int cb_http = 200;
     if (e->pause_asked && (e->pause_mode != SV_PAUSE_WAIT || running == 0 || e->paused)) { /* it holds */
         e->paused = true;
         e->flush_idle |= e->pause_clear;
         cb = e->pause_done, cb_arg = e->pause_arg;
         e->pause_asked = false;
+        if (e->pause_sleep) { /* retracted just now: no request holds a block */
+            size_t bytes = 0;
+            const size_t rss0 = mr_mem_proc_kb("/proc/self/status", "RssAnon:");
+            if (mr_engine_release_kv(e->eng, &bytes)) {
+                cb_http = 500;
+                snprintf(e->pause_err, sizeof e->pause_err, "the KV cache was not released: %s", mr_error_last());
+            } else {
+                const size_t rss1 = mr_mem_proc_kb("/proc/self/status", "RssAnon:");
+                e->sleeping = true;
+                e->slept_bytes = rss0 > rss1 ? rss0 - rss1 : 0; /* resident memory, not the pool's address range */
+                MR_INFO("serve: asleep: the KV pool's %.1f MiB dropped, %.1f MiB of them resident",
+                        (double)bytes / 1048576.0, (double)e->slept_bytes / 1048576.0);
+            }
+        }
         MR_INFO("serve: generation paused (%s)", e->pause_mode == SV_PAUSE_ABORT     ? "abort"
                                                  : e->pause_mode == SV_PAUSE_RETRACT ? "retract"
                                                  : e->pause_mode == SV_PAUSE_WAIT    ? "wait"
@@ -419,7 +438,7 @@ static void control(sv_engine *e) {
     if (e->flush_idle && running == 0 && !mr_engine_flush_prefix_cache(e->eng, NULL)) e->flush_idle = false;
     set_hold(e);
     pthread_mutex_unlock(&e->mu);
-    if (cb) cb(cb_arg, 200, NULL);
+    if (cb) cb(cb_arg, cb_http, cb_http == 200 ? NULL : e->pause_err);
     if (load) { /* the other ranks start loading (the leader's own load runs on the caller's thread) */
         mr_status st = mr_engine_ep_load(e->eng, load);
         char b[300];
@@ -736,7 +755,7 @@ int sv_engine_flush(sv_engine *e, int64_t *dropped) {
     return rc;
 }
 
-int sv_engine_pause(sv_engine *e, sv_pause_mode mode, bool clear_cache, sv_ctl_done done, void *arg) {
+static int pause_ask(sv_engine *e, sv_pause_mode mode, bool clear_cache, bool sleep, sv_ctl_done done, void *arg) {
     pthread_mutex_lock(&e->mu);
     if (e->pause_asked || e->stopped) {
         const bool stopped = e->stopped;
@@ -748,6 +767,7 @@ int sv_engine_pause(sv_engine *e, sv_pause_mode mode, bool clear_cache, sv_ctl_d
     e->pause_started = false;
     e->pause_mode = mode;
     e->pause_clear = clear_cache;
+    e->pause_sleep = sleep;
     e->pause_done = done;
     e->pause_arg = arg;
     pthread_cond_signal(&e->cv);
@@ -755,9 +775,26 @@ int sv_engine_pause(sv_engine *e, sv_pause_mode mode, bool clear_cache, sv_ctl_d
     return 0;
 }
 
+int sv_engine_pause(sv_engine *e, sv_pause_mode mode, bool clear_cache, sv_ctl_done done, void *arg) {
+    return pause_ask(e, mode, clear_cache, false, done, arg);
+}
+
+int sv_engine_sleep(sv_engine *e, sv_ctl_done done, void *arg) {
+    return pause_ask(e, SV_PAUSE_RETRACT, false, true, done, arg);
+}
+
+bool sv_engine_sleeping(sv_engine *e, size_t *bytes) {
+    pthread_mutex_lock(&e->mu);
+    const bool z = e->sleeping;
+    if (bytes) *bytes = e->slept_bytes;
+    pthread_mutex_unlock(&e->mu);
+    return z;
+}
+
 bool sv_engine_continue(sv_engine *e) {
     pthread_mutex_lock(&e->mu);
     const bool was = e->paused;
+    e->sleeping = false;
     sv_ctl_done cb = e->pause_asked ? e->pause_done : NULL;
     void *cb_arg = e->pause_arg;
     e->pause_asked = false;

@@ -145,7 +145,8 @@ enum {
     R_NONE = 0, R_HEALTH, R_MODELS, R_MODEL, R_METRICS, R_COMPLETIONS, R_CHAT, R_RESPONSES, R_MESSAGES, R_TOKENIZE, R_DETOKENIZE,
     R_COUNT_TOKENS, R_PING, R_VERSION, R_GENERATE, R_RESPONSE_ID, R_FLUSH, R_RESET_PREFIX, R_SERVER_INFO,
     R_CONVERSATIONS, R_HEALTH_GENERATE, R_MODEL_INFO, R_ABORT, R_SCORE, R_EXPERT_START, R_EXPERT_STOP, R_EXPERT_DUMP,
-    R_PROFILE_START, R_PROFILE_STOP, R_UPDATE_WEIGHTS, R_PAUSE, R_CONTINUE, R_VPAUSE, R_VRESUME, R_IS_PAUSED,
+    R_PROFILE_START, R_PROFILE_STOP, R_UPDATE_WEIGHTS, R_PAUSE, R_CONTINUE, R_VPAUSE, R_VRESUME, R_IS_PAUSED, R_SLEEP, R_WAKE, R_IS_SLEEPING,
+    R_RELEASE_MEM, R_RESUME_MEM,
     R_SET_WVER, R_GET_WVER
 };
 
@@ -642,7 +643,9 @@ static int route_of(const char *url, const char *method, bool *post, bool *bad_m
              {"/pause_generation", R_PAUSE, true}, {"/continue_generation", R_CONTINUE, true},
              {"/pause", R_VPAUSE, true}, {"/resume", R_VRESUME, true}, {"/is_paused", R_IS_PAUSED, false},
              {"/update_weight_version", R_SET_WVER, true}, {"/get_weight_version", R_GET_WVER, false},
-             {"/weight_info", R_GET_WVER, false}};
+             {"/weight_info", R_GET_WVER, false}, {"/sleep", R_SLEEP, true}, {"/wake_up", R_WAKE, true},
+             {"/is_sleeping", R_IS_SLEEPING, false}, {"/release_memory_occupation", R_RELEASE_MEM, true},
+             {"/resume_memory_occupation", R_RESUME_MEM, true}};
     bool is_post = !strcmp(method, "POST"), is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     *bad_method = false;
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
@@ -801,6 +804,7 @@ static enum MHD_Result do_server_info(mr_server *s, struct MHD_Connection *c) {
         json_object_set_new(o, "tp_size", json_integer(1));
         json_object_set_new(o, "dp_size", json_integer(1));
         json_object_set_new(o, "moe_a2a_backend", json_string(ep_size > 1 ? "mpi" : "none"));
+        json_object_set_new(o, "is_sleeping", json_boolean(sv_engine_sleeping(s->eng, NULL)));
     }
     return send_object(s, c, o);
 }
@@ -1309,6 +1313,90 @@ static enum MHD_Result do_continue(mr_server *s, struct MHD_Connection *c, sv_hr
     sv_engine_continue(s->eng);
     return send_json(c, 200, h->route == R_VRESUME ? "{\"status\":\"resumed\"}"
                                                    : "{\"message\":\"Generation continued successfully.\",\"status\":\"ok\"}");
+}
+
+/* The answer of a sleep, from the engine thread: vLLM's (its /sleep answers 200), sglang's {"success"}. */
+static void sleep_done(void *arg, int http, const char *msg) {
+    sv_op *op = arg;
+    size_t bytes = 0;
+    sv_engine_sleeping(op->s->eng, &bytes);
+    json_t *o = http != 200 ? NULL
+                            : json_pack("{s:b,s:s,s:I}", "success", 1, "message",
+                                        "The KV cache's memory was given back; generation is paused until woken.",
+                                        "memory_released_bytes", (json_int_t)bytes);
+    char *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    op_answer(op, body ? http : http == 200 ? 500 : http, body, body ? NULL : msg ? msg : "out of memory");
+}
+
+/* The memory kinds asked for (vLLM's repeated ?tags=, sglang's "tags" list): 0, or 1 after a 400 (*r). A tag
+ * other than kv_cache and weights is refused; weights only where weights_ok (waking: they never left). */
+static int mem_tags(mr_server *s, struct MHD_Connection *c, const json_t *list, const char *one, bool weights_ok,
+                    enum MHD_Result *r) {
+    const size_t n = list ? json_array_size(list) : one ? 1 : 0;
+    if (list && !json_is_array(list)) {
+        *r = fail(s, c, 400, "tags", "tags must be a list of strings (kv_cache, weights)");
+        return 1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const char *t = list ? json_string_value(json_array_get(list, i)) : one;
+        if (t && !strcmp(t, "kv_cache")) continue;
+        if (t && !strcmp(t, "weights")) {
+            if (weights_ok) continue;
+            *r = fail(s, c, 400, "tags", "the weights stay resident: a CPU server has no device memory to free for "
+                      "them (kv_cache gives the KV cache's memory back; /update_weights_from_disk replaces the weights)");
+            return 1;
+        }
+        *r = fail(s, c, 400, "tags", "tags are kv_cache and weights, got '%.40s'", t ? t : "a non-string");
+        return 1;
+    }
+    return 0;
+}
+
+/* vLLM's POST /sleep?level=1 and sglang's POST /release_memory_occupation {"tags": ["kv_cache"]} (no tags:
+ * the KV cache): the running requests go back to the queue, generation is paused, the prefix cache is dropped
+ * and the KV pool's memory goes back to the system; the answer comes once it has. vLLM's POST /wake_up
+ * [?tags=...], sglang's POST /resume_memory_occupation, and /continue_generation or /resume wake it: the
+ * pool's pages come back as the requests write them. GET /is_sleeping {"is_sleeping"}. */
+static enum MHD_Result do_sleep(mr_server *s, struct MHD_Connection *c, sv_hreq *h) {
+    if (h->route == R_IS_SLEEPING) {
+        if (!s->eng) return unavailable(s, c);
+        return send_json(c, 200, sv_engine_sleeping(s->eng, NULL) ? "{\"is_sleeping\":true}" : "{\"is_sleeping\":false}");
+    }
+    if (!serving(s)) return unavailable(s, c);
+    enum MHD_Result r = MHD_NO;
+    const bool wake = h->route == R_WAKE || h->route == R_RESUME_MEM;
+    if (h->route == R_SLEEP || h->route == R_WAKE) { /* vLLM's: query arguments */
+        const char *lv = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "level");
+        if (!wake && lv && strcmp(lv, "1"))
+            return fail(s, c, 400, "level", "level %.20s: only level 1 here (the KV cache's memory goes back; level 2 "
+                        "also discards the weights, which a CPU server keeps resident)", lv);
+        if (mem_tags(s, c, NULL, MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "tags"), wake, &r)) return r;
+    } else {
+        static const char *const names[] = {"tags", "rid", NULL};
+        json_t *root = ctl_body(s, c, h, names, &r);
+        if (!root) return r;
+        const json_t *tags = json_object_get(root, "tags");
+        const int bad = mem_tags(s, c, json_is_null(tags) ? NULL : tags, NULL, wake, &r);
+        json_decref(root);
+        if (bad) return r;
+    }
+    if (wake) {
+        if (sv_engine_sleeping(s->eng, NULL)) sv_engine_continue(s->eng);
+        return send_json(c, 200, "{\"success\":true,\"message\":\"Awake.\"}");
+    }
+    if (sv_engine_ep(s->eng))
+        return fail(s, c, 400, NULL, "the KV cache is not released under expert parallelism: the other ranks' pools "
+                    "would stay (pause with /pause_generation instead)");
+    sv_op *op = op_new(s, c);
+    if (!op) return fail(s, c, 500, NULL, "out of memory");
+    h->op = op;
+    if (sv_engine_sleep(s->eng, sleep_done, op)) {
+        h->op = NULL;
+        op_free(op);
+        return fail(s, c, 409, NULL, "a pause is under way already (it waits for the running requests)");
+    }
+    return op_wait(s, c, h);
 }
 
 /* vLLM's GET /is_paused; sglang's POST /update_weight_version {"new_version", "abort_all_requests"?} and GET
@@ -2583,6 +2671,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case R_PAUSE: case R_VPAUSE: return do_pause(s, c, h);
     case R_CONTINUE: case R_VRESUME: return do_continue(s, c, h);
     case R_IS_PAUSED: case R_SET_WVER: case R_GET_WVER: return do_weight_version(s, c, h);
+    case R_SLEEP: case R_WAKE: case R_IS_SLEEPING: case R_RELEASE_MEM: case R_RESUME_MEM: return do_sleep(s, c, h);
     case R_HEALTH_GENERATE: /* sglang's deep health check: one token through the engine, as a completion */
         h->body.len = 0;
         if (sv_buf_lit(&h->body, "{\"prompt\":[0],\"max_tokens\":1,\"temperature\":0}"))

@@ -467,6 +467,12 @@ int sv_engine_pause(sv_engine *e, sv_pause_mode mode, bool clear_cache, sv_ctl_d
 /* Generation goes on (the held requests where they stopped); a pause still pending is called off (its done:
  * 409). Returns whether it was paused. */
 bool sv_engine_continue(sv_engine *e);
+/* vLLM's sleep (level 1), sglang's release_memory_occupation of the KV cache: a pause in retract mode (the
+ * running requests go back to the queue, to recompute when generation continues) whose hold then gives the
+ * KV pool's pages back to the system (mr_engine_release_kv); done as sv_engine_pause's (500 with the reason
+ * when the memory could not go back: generation is paused all the same). sv_engine_continue wakes it. */
+int sv_engine_sleep(sv_engine *e, sv_ctl_done done, void *arg);
+bool sv_engine_sleeping(sv_engine *e, size_t *bytes); /* *bytes: the memory the sleep gave back */
 bool sv_engine_paused(sv_engine *e);
 /* New weights (the model's mr_model_weights_swap) by the engine thread, between steps: after every running
  * request has ended (no new one starts meanwhile; abort_all: they end now, aborted), or at once while paused

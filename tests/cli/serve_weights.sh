@@ -223,6 +223,53 @@ if ! ldd "$M" 2>/dev/null | grep -q 'libasan\|libtsan'; then
     stop_server
     [ "$SV_RC" = 0 ] || bad "the big server exited $SV_RC"
 fi
+# --- sleep (vLLM's /sleep, sglang's /release_memory_occupation): the KV cache's memory goes back to the
+# system; a request running when it comes goes back to the queue and, after /wake_up, ends with the tokens
+# of an unbroken run; new requests wait meanwhile ---
+kvd="--hidden 128 --layers 2 --experts 4 --top-k 2 --expert-dim 64 --heads 4 --kv-heads 4 --head-dim 64 --rotary-dim 32 --vocab 512"
+"$M" gen-tiny "$S/K" $kvd --seed 3 >/dev/null || bad "gen-tiny (KV)"
+KL=$(want "$S/K" 9,8,7 $LONG)
+start_server "$S/kv.log" --model "$S/K" --context-length 8192 --skip-self-check --debug-step-delay-ms 2 || exit 1
+anon() { awk '/^RssAnon:/ {print int($2 / 1024)}' "/proc/$SV_PID/status"; }
+# an 8000-token prompt writes 8000 x 2 KiB of bf16 K and V (2 layers, 4 KV heads of 64): about 16 MiB of pool pages
+big_ids=$(seq 0 7999 | awk '{print 10 + $1 % 400}' | paste -sd,)
+gen "$big_ids" 2 >"$S/bigp.json"
+[ "$(jq -r .meta_info.prompt_tokens "$S/bigp.json")" = 8000 ] || bad "the big prompt: $(head -c 200 "$S/bigp.json")"
+gen 9,8,7 $LONG >"$S/long.json" &
+JL=$!
+wait_running || bad "the long request is not running (sleep)"
+before=$(anon)
+code=$(curl -s -o "$S/sleep.json" -w '%{http_code}' -X POST "$SV_URL/sleep?level=1")
+after=$(anon)
+[ "$code" = 200 ] && [ "$(curl -s "$SV_URL/is_sleeping" | jq -r .is_sleeping)" = true ] || bad "sleep: $code $(cat "$S/sleep.json")"
+[ "$after" -lt $((before - 10)) ] && [ "$(jq -r .memory_released_bytes "$S/sleep.json")" -gt $((10 << 20)) ] ||
+    bad "sleep gave back too little: RssAnon $before MiB before, $after MiB after ($(cat "$S/sleep.json"))"
+gen 5,6,7 12 >"$S/during.json" &
+JD=$!
+sleep 0.5
+kill -0 $JD 2>/dev/null || bad "a request answered while asleep: $(head -c 200 "$S/during.json")"
+kill -0 $JL 2>/dev/null || bad "the long request ended while asleep"
+for body in "level=2|level" "tags=weights|weights stay resident" "tags=gpu|tags are"; do
+    code=$(curl -s -o "$S/post.json" -w '%{http_code}' -X POST "$SV_URL/sleep?${body%|*}")
+    [ "$code" = 400 ] && grep -q "${body#*|}" "$S/post.json" || bad "sleep?${body%|*}: $code $(cat "$S/post.json")"
+done
+code=$(post /release_memory_occupation '{"tags":["weights"]}')
+[ "$code" = 400 ] || bad "release_memory_occupation of the weights: $code"
+[ "$(curl -s -o /dev/null -w '%{http_code}' -X POST "$SV_URL/wake_up?tags=kv_cache&tags=weights")" = 200 ] &&
+    [ "$(curl -s "$SV_URL/is_sleeping" | jq -r .is_sleeping)" = false ] || bad "wake_up"
+wait $JL $JD
+[ "$(ids "$S/long.json")" = "$KL" ] || bad "the request retracted by the sleep: $(jq -c .meta_info "$S/long.json" 2>&1 | head -c 300)"
+[ "$(ids "$S/during.json")" = "$(want "$S/K" 5,6,7 12)" ] || bad "the request sent while asleep: $(head -c 300 "$S/during.json")"
+# sglang's pair, with no tags (the KV cache)
+[ "$(post /release_memory_occupation '{}')" = 200 ] && [ "$(jq -r .success "$S/post.json")" = true ] || bad "release_memory_occupation"
+[ "$(post /resume_memory_occupation '{}')" = 200 ] && [ "$(curl -s "$SV_URL/is_sleeping" | jq -r .is_sleeping)" = false ] ||
+    bad "resume_memory_occupation"
+gen 5,6,7 12 >"$S/g.json"
+[ "$(ids "$S/g.json")" = "$(want "$S/K" 5,6,7 12)" ] || bad "after resume_memory_occupation: $(head -c 300 "$S/g.json")"
+stop_server
+[ "$SV_RC" = 0 ] || bad "the KV server exited $SV_RC"
+clean_log "$S/kv.log" || bad "sanitizer report or crash (sleep)"
+
 [ $fails = 0 ] || { tail -20 "$S/serve.log"; exit 1; }
 rm -rf "$S"
 echo OK
