@@ -917,6 +917,51 @@ static void test_hold_and_retract(void **state) {
     eng_close(&g);
 }
 
+/* The KV pool's memory given back (a server's sleep): refused while a request runs; after a retract the prefix
+ * cache is empty, the pages are dropped, and every request then ends with the tokens of a run that never
+ * released anything (the same prompts again: no stale cache entry is used). */
+static void test_release_kv(void **state) {
+    (void)state;
+    enum { G = 10 };
+    tu_rng rng = {41};
+    int32_t p[3][40];
+    for (int i = 0; i < 3; i++) rand_prompt(&rng, p[i], 40);
+    static outs ref, o;
+    memset(&ref, 0, sizeof ref);
+    memset(&o, 0, sizeof o);
+    eng g;
+    eng_cfg c = {.kv = MR_FMT_F32, .blocks = 512, .budget = 64, .running = 4, .ctx = 128};
+    eng_open(&g, &c);
+    for (int i = 0; i < 3; i++) add_req(g.e, p[i], 40, G, i);
+    run_until_idle(g.e, &ref, true);
+    eng_close(&g);
+    eng_open(&g, &c);
+    const mr_engine_step_out *so;
+    add_req(g.e, p[0], 40, G, 0);
+    for (int k = 0; k < 3; k++) {
+        assert_int_equal(mr_engine_step(g.e, &so), MR_OK);
+        collect(&o, so);
+    }
+    size_t bytes = 1;
+    assert_int_equal(mr_engine_release_kv(g.e, &bytes), MR_ESTATE);
+    assert_int_equal(bytes, 0);
+    assert_int_equal(mr_engine_retract(g.e), 1);
+    assert_int_equal(mr_engine_release_kv(g.e, &bytes), MR_OK);
+    assert_true(bytes > 0 && bytes <= mr_model_kv_bytes(g.m));
+    mr_engine_stats s;
+    mr_engine_stats_get(g.e, &s);
+    assert_int_equal(s.kv_blocks_cached, 0);
+    assert_int_equal(s.kv_blocks_used, 0);
+    check_ok(g.e);
+    for (int i = 1; i < 3; i++) add_req(g.e, p[i], 40, G, i);
+    run_until_idle(g.e, &o, true);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(o.n[i], G);
+        if (memcmp(o.tok[i], ref.tok[i], G * sizeof(int32_t))) fail_msg("request %d: differs after the release", i);
+    }
+    eng_close(&g);
+}
+
 /* ---- preemption ---- */
 
 static void test_preemption(void **state) {
@@ -2199,6 +2244,7 @@ int main(void) {
         cmocka_unit_test(test_cache_salt),
         cmocka_unit_test(test_prefix_flush),
         cmocka_unit_test(test_hold_and_retract),
+        cmocka_unit_test(test_release_kv),
         cmocka_unit_test(test_eviction_under_pressure),
         cmocka_unit_test(test_preemption),
         cmocka_unit_test(test_priority),
