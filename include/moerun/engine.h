@@ -404,8 +404,9 @@ mr_status mr_engine_flush_prefix_cache(mr_engine *e, int64_t *dropped);
  * release_memory_occupation of the KV cache): the prefix cache is flushed, then
  * the pool's pages are dropped (mr_model_kv_release); they come back as
  * requests write them. Only while no request is running (MR_ESTATE, as the
- * flush); not under expert parallelism (MR_EUNSUPPORTED: the other ranks'
- * pools would stay). *bytes: what was given back. */
+ * flush). Under expert parallelism the leader's call tells the followers to
+ * drop theirs too (MR_EPEER when the group broke). *bytes: the pool's bytes
+ * dropped here (its address range: the resident part is what goes back). */
 mr_status mr_engine_release_kv(mr_engine *e, size_t *bytes);
 
 /* Checks the block accounting (every block free, cached or referenced,

@@ -110,10 +110,10 @@ mr_status mr_engine_flush_prefix_cache(mr_engine *e, int64_t *dropped) {
 
 mr_status mr_engine_release_kv(mr_engine *e, size_t *bytes) {
     *bytes = 0;
-    if (e->ep_size > 1)
-        return mr_error_set(MR_EUNSUPPORTED, "the KV cache is not released under expert parallelism (%d ranks): "
-                            "the other ranks' pools would stay", e->ep_size);
+    if (e->ep_size > 1 && e->ep_rank != 0)
+        return mr_error_set(MR_EINVAL, "mr_engine_release_kv: the leader (rank 0) releases every rank's pool");
     mr_status st = mr_engine_flush_prefix_cache(e, NULL);
+    if (!st && e->ep_size > 1) st = mr__engine_ep_release(e); /* the followers drop theirs at this same step */
     if (!st) *bytes = mr_model_kv_release(e->m);
     return st;
 }

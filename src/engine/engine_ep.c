@@ -26,7 +26,10 @@
  *           follower waits for its load, then every rank's verdict (status
  *           int32, message) goes to every rank (allgather, that deadline):
  *           all loaded, and every rank swaps at this same point of the step
- *           sequence; else every rank drops what it loaded. */
+ *           sequence; else every rank drops what it loaded.
+ * And the KV pool's memory given back (mr_engine_release_kv), a sixth kind:
+ *   release no payload. Each follower drops its pool's pages, as the leader
+ *   does (no block of the pool is in use then: the leader's engine checked). */
 #include <malloc.h>
 #include <stdio.h>
 #include <string.h>
@@ -34,7 +37,7 @@
 #include "engine/engine_internal.h"
 
 #define EP_MAGIC 0x6d72457053746570ll /* "mrEpStep" */
-enum { EP_RUN = 1, EP_IDLE = 2, EP_STOP = 3, EP_LOAD = 4, EP_COMMIT = 5 };
+enum { EP_RUN = 1, EP_IDLE = 2, EP_STOP = 3, EP_LOAD = 4, EP_COMMIT = 5, EP_RELEASE = 6 };
 #define EP_MAX_DIR 4096 /* bytes of a checkpoint path on the wire */
 
 /* One rank's verdict on a weight load. */
@@ -142,6 +145,8 @@ mr_status mr_engine_ep_stop(mr_engine *e) {
     return send_header(e, EP_STOP, NULL, 0);
 }
 
+mr_status mr__engine_ep_release(mr_engine *e) { return send_header(e, EP_RELEASE, NULL, 0); }
+
 mr_status mr_engine_ep_load(mr_engine *e, const char *dir) {
     if (!e || e->ep_size <= 1) return MR_OK;
     if (e->ep_rank != 0) return mr_error_set(MR_EINVAL, "mr_engine_ep_load: the leader (rank 0) sends the load");
@@ -242,7 +247,7 @@ mr_status mr_engine_follow(mr_engine *e) {
         ep_header h;
         mr_status st = mr_ep_bcast(&h, sizeof h, 0, 0);
         if (st) return st;
-        if (h.magic != EP_MAGIC || h.step != ++e->ep_step || h.kind < EP_RUN || h.kind > EP_COMMIT)
+        if (h.magic != EP_MAGIC || h.step != ++e->ep_step || h.kind < EP_RUN || h.kind > EP_RELEASE)
             return mr_ep_fail("the leader's step header is malformed (step %lld, this rank expected %lld)",
                               (long long)h.step, (long long)e->ep_step);
         if (h.kind == EP_STOP) return MR_OK;
@@ -250,6 +255,11 @@ mr_status mr_engine_follow(mr_engine *e) {
         if (h.kind == EP_LOAD) {
             if (h.bytes < 1 || h.bytes > EP_MAX_DIR) return bad_step(e, "checkpoint path length", h.bytes, EP_MAX_DIR);
             if ((st = follow_load(e, h.bytes))) return st;
+            continue;
+        }
+        if (h.kind == EP_RELEASE) {
+            const size_t b = mr_model_kv_release(e->m);
+            MR_INFO("rank %d: the KV pool's %.1f MiB dropped", e->ep_rank, (double)b / 1048576.0);
             continue;
         }
         if (h.kind == EP_COMMIT) {

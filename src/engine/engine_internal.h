@@ -317,5 +317,7 @@ mr_status mr__engine_ep_init(mr_engine *e);
 void mr__engine_ep_free(mr_engine *e);
 /* Leader: broadcasts the step's batch (an idle step when it is empty). */
 mr_status mr__engine_ep_send(mr_engine *e, const mr_kv_batch *b);
+/* Leader: the followers drop their KV pools' pages (mr_engine_release_kv). */
+mr_status mr__engine_ep_release(mr_engine *e);
 
 #endif

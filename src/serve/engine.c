@@ -366,6 +366,34 @@ static void ep_commit(sv_engine *e, int running) {
     pthread_mutex_unlock(&e->mu);
 }
 
+/* A sleep's pause holds (mu free; every request retracted): the KV cache's memory goes back, on every
+ * expert-parallel rank; 200, or 500 (503: the group broke) with pause_err. */
+static int sleep_release(sv_engine *e) {
+    size_t bytes = 0;
+    const size_t rss0 = mr_mem_proc_kb("/proc/self/status", "RssAnon:");
+    const mr_status st = mr_engine_release_kv(e->eng, &bytes);
+    const size_t rss1 = mr_mem_proc_kb("/proc/self/status", "RssAnon:");
+    if (st) {
+        char b[300];
+        snprintf(b, sizeof b, "the KV cache was not released: %s", mr_error_last());
+        if (st == MR_EPEER) {
+            MR_ERROR("serve: %s", b);
+            broke(e, b);
+        }
+        pthread_mutex_lock(&e->mu);
+        snprintf(e->pause_err, sizeof e->pause_err, "%s", b);
+        pthread_mutex_unlock(&e->mu);
+        return st == MR_EPEER ? 503 : 500;
+    }
+    pthread_mutex_lock(&e->mu);
+    e->sleeping = e->paused; /* a continue that came meanwhile woke it already */
+    e->slept_bytes = rss0 > rss1 ? rss0 - rss1 : 0; /* resident memory, not the pool's address range */
+    pthread_mutex_unlock(&e->mu);
+    MR_INFO("serve: asleep: the KV pool's %.1f MiB dropped, %.1f MiB of them resident", (double)bytes / 1048576.0,
+            (double)(rss0 > rss1 ? rss0 - rss1 : 0) / 1048576.0);
+    return 200;
+}
+
 /* The pause, the swap and the flush-when-idle asked for, between steps (engine thread); then the hold they
  * leave. Callbacks and the expert-parallel exchanges run with mu free. */
 static void control(sv_engine *e) {
@@ -381,25 +409,13 @@ static void control(sv_engine *e) {
         else if (e->pause_mode == SV_PAUSE_RETRACT) mr_engine_retract(e->eng);
     }
     int cb_http = 200;
+    bool release = false;
     if (e->pause_asked && (e->pause_mode != SV_PAUSE_WAIT || running == 0 || e->paused)) { /* it holds */
         e->paused = true;
         e->flush_idle |= e->pause_clear;
         cb = e->pause_done, cb_arg = e->pause_arg;
         e->pause_asked = false;
-        if (e->pause_sleep) { /* retracted just now: no request holds a block */
-            size_t bytes = 0;
-            const size_t rss0 = mr_mem_proc_kb("/proc/self/status", "RssAnon:");
-            if (mr_engine_release_kv(e->eng, &bytes)) {
-                cb_http = 500;
-                snprintf(e->pause_err, sizeof e->pause_err, "the KV cache was not released: %s", mr_error_last());
-            } else {
-                const size_t rss1 = mr_mem_proc_kb("/proc/self/status", "RssAnon:");
-                e->sleeping = true;
-                e->slept_bytes = rss0 > rss1 ? rss0 - rss1 : 0; /* resident memory, not the pool's address range */
-                MR_INFO("serve: asleep: the KV pool's %.1f MiB dropped, %.1f MiB of them resident",
-                        (double)bytes / 1048576.0, (double)e->slept_bytes / 1048576.0);
-            }
-        }
+        release = e->pause_sleep; /* retracted just now: no request holds a block */
         MR_INFO("serve: generation paused (%s)", e->pause_mode == SV_PAUSE_ABORT     ? "abort"
                                                  : e->pause_mode == SV_PAUSE_RETRACT ? "retract"
                                                  : e->pause_mode == SV_PAUSE_WAIT    ? "wait"
@@ -438,6 +454,7 @@ static void control(sv_engine *e) {
     if (e->flush_idle && running == 0 && !mr_engine_flush_prefix_cache(e->eng, NULL)) e->flush_idle = false;
     set_hold(e);
     pthread_mutex_unlock(&e->mu);
+    if (release) cb_http = sleep_release(e);
     if (cb) cb(cb_arg, cb_http, cb_http == 200 ? NULL : e->pause_err);
     if (load) { /* the other ranks start loading (the leader's own load runs on the caller's thread) */
         mr_status st = mr_engine_ep_load(e->eng, load);

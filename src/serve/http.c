@@ -1385,9 +1385,6 @@ static enum MHD_Result do_sleep(mr_server *s, struct MHD_Connection *c, sv_hreq 
         if (sv_engine_sleeping(s->eng, NULL)) sv_engine_continue(s->eng);
         return send_json(c, 200, "{\"success\":true,\"message\":\"Awake.\"}");
     }
-    if (sv_engine_ep(s->eng))
-        return fail(s, c, 400, NULL, "the KV cache is not released under expert parallelism: the other ranks' pools "
-                    "would stay (pause with /pause_generation instead)");
     sv_op *op = op_new(s, c);
     if (!op) return fail(s, c, 500, NULL, "out of memory");
     h->op = op;

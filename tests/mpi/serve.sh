@@ -8,6 +8,8 @@
 #   - new weights (/update_weights_from_disk): every rank loads its experts, and
 #     every rank swaps at the same step or none does (a load that fails on
 #     rank 1 alone is a 400 naming it, and the answers stay as they were);
+#   - /sleep gives every rank's KV pool back (rank 1's RssAnon drops), and
+#     /wake_up goes on with the one-process tokens;
 #   - a rank that stops answering (SIGSTOP) turns the next request into a 503
 #     within the deadline, and the server exits non-zero;
 #   - a rank that dies (SIGKILL) mid-stream: mpirun ends the job, the stream
@@ -95,7 +97,8 @@ got=$(sed -n 's/.*"token_ids":\[\([0-9,]*\)\].*/\1/p' "$S/p.body")
 # one-process `moerun generate` on each checkpoint (greedy). WC is WA without one expert of rank 1's half
 # (experts 8..15): only rank 1's load fails, and rank 0 must not swap alone (the answers would mix WA's
 # experts and WB's).
-dims="--hidden 128 --layers 2 --experts 16 --top-k 2 --expert-dim 128 --heads 4 --kv-heads 1 --head-dim 32 --rotary-dim 16 --vocab 512"
+# (4 KV heads of 64: 2 KiB of bf16 K and V a token, for the sleep below)
+dims="--hidden 128 --layers 2 --experts 16 --top-k 2 --expert-dim 128 --heads 4 --kv-heads 4 --head-dim 64 --rotary-dim 32 --vocab 512"
 "$M" gen-tiny "$S/WA" $dims --seed 1 >/dev/null && "$M" gen-tiny "$S/WB" $dims --seed 2 >/dev/null || { echo "FAIL: gen-tiny"; exit 1; }
 cp -r "$S/WA" "$S/WC"
 LC_ALL=C sed -i 's/layers\.1\.block_sparse_moe\.experts\.12\.w1/layers.1.block_sparse_moe.experts.12.q1/' "$S/WC/model.safetensors"
@@ -107,7 +110,7 @@ update() { curl -s -m 300 -o "$S/u.body" -w '%{http_code}' "$URL/update_weights_
 WA=$(want "$S/WA" 5,6,7 12); WB=$(want "$S/WB" 5,6,7 12); LA=$(want "$S/WA" 9,8,7 300)
 [ -n "$WA" ] && [ "$WA" != "$WB" ] || fail "the checkpoints' oracles: '$WA' '$WB'"
 # (vLLM's flag and sglang's size name for the same thing)
-EP_FLAGS="--enable-expert-parallel --ep 2" start "$S/w.log" --model "$S/WA" --context-length 1024 --weight-version v0 \
+EP_FLAGS="--enable-expert-parallel --ep 2" start "$S/w.log" --model "$S/WA" --context-length 8192 --weight-version v0 \
     --debug-step-delay-ms 5 || exit 1
 grep -q "expert parallel: 2 ranks" "$S/w.log" || fail "--enable-expert-parallel: not expert-parallel"
 curl -s -m 10 "$URL/get_server_info" | jq -e '.ep_size == 2' >/dev/null || fail "--enable-expert-parallel: ep_size $(curl -s "$URL/get_server_info" | jq .ep_size)"
@@ -137,6 +140,24 @@ code=$(update "{\"model_path\":\"$S/WA\",\"weight_version\":\"v3\",\"flush_cache
 [ "$code" = 200 ] || fail "an update while paused under EP: $code $(cat "$S/u.body")"
 curl -s -m 120 -o /dev/null "$URL/continue_generation" -d '{}'
 gen 5,6,7 12 >"$S/g.json"; [ "$(ids "$S/g.json")" = "$WA v3" ] || fail "after the update while paused: $(cat "$S/g.json")"
+# sleep (vLLM's /sleep): every rank's KV pool goes back to the system (rank 1's too: its RssAnon); a request
+# sent meanwhile waits, and after /wake_up runs to the one-process tokens (WA's weights now)
+anon1() { awk '/^RssAnon:/ {print int($2 / 1024)}' "/proc/$R1/status"; }
+big_ids=$(seq 0 7999 | awk '{print 10 + $1 % 400}' | paste -sd,) # 8000 tokens: about 16 MiB of pool pages a rank
+gen "$big_ids" 2 >"$S/bigp.json"
+[ "$(jq -r .meta_info.prompt_tokens "$S/bigp.json")" = 8000 ] || fail "the big prompt under EP: $(head -c 200 "$S/bigp.json")"
+before=$(anon1)
+code=$(curl -s -m 120 -o "$S/sleep.json" -w '%{http_code}' -X POST "$URL/sleep?level=1")
+after=$(anon1)
+[ "$code" = 200 ] && [ "$(curl -s -m 10 "$URL/is_sleeping" | jq -r .is_sleeping)" = true ] || fail "sleep under EP: $code $(cat "$S/sleep.json")"
+[ "$after" -lt $((before - 10)) ] || fail "rank 1 kept its KV pool: RssAnon $before MiB before the sleep, $after MiB after"
+gen 5,6,7 12 >"$S/g.json" &
+JG=$!
+sleep 1.5 # past the EP heartbeat
+kill -0 $JG 2>/dev/null || fail "a request answered while asleep under EP: $(head -c 200 "$S/g.json")"
+[ "$(curl -s -m 10 -o /dev/null -w '%{http_code}' -X POST "$URL/wake_up")" = 200 ] || fail "wake_up under EP"
+wait $JG
+[ "$(ids "$S/g.json")" = "$WA v3" ] || fail "after wake_up under EP: $(head -c 300 "$S/g.json")"
 stop; [ $EP_RC = 0 ] || { cat "$S/w.log"; fail "the weights server exited $EP_RC"; }
 
 # a rank that stops answering: the next request gets 503 within the deadline, the server exits non-zero
